@@ -1,0 +1,22 @@
+"""Activations on com.microsoft kernels."""
+
+from __future__ import annotations
+
+from onnxscript.values import Opset
+
+import opreg
+
+msft = Opset("com.microsoft", 1)
+
+
+def aten_gelu_contrib(self, approximate: str = "none"):
+    """gelu(Tensor self, *, str approximate='none') -> Tensor: com.microsoft::Gelu or FastGelu."""
+    if approximate == "tanh":
+        return msft.FastGelu(self)
+    return msft.Gelu(self)
+
+
+def register(registry: opreg.Registrar) -> None:
+    from opreg_ort_contrib import CONTRIB_DOMAIN, CONTRIB_PRIORITY
+
+    registry.register("aten::gelu", aten_gelu_contrib, domains={CONTRIB_DOMAIN: 1}, priority=CONTRIB_PRIORITY)

@@ -1,0 +1,38 @@
+"""opreg pack for the tutorial's custom op ``mylibrary::addandround_op``.
+
+Importing this module is cheap; the torch op is defined when first used
+(``opreg_test_customop.addandround_op``) or when the registry is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import opreg
+
+OPREG_API_VERSION = 1
+OPREG_REQUIRES_TORCH = ">=2.6"
+
+DOMAIN = "test.customop"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "addandround_op":
+        from opreg_test_customop.torch_ops import addandround_op
+
+        return addandround_op
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@opreg.hookimpl
+def opreg_targets():
+    from opreg.targets import DEFAULT_ONNX_OPSET
+
+    return {"test_customop": {"": DEFAULT_ONNX_OPSET, DOMAIN: 1}}
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry: opreg.Registrar) -> None:
+    from opreg_test_customop import impls, torch_ops  # noqa: F401 - torch_ops defines the torch op
+
+    registry.register("mylibrary::addandround_op", impls.custom_addandround, opset=18, domains={DOMAIN: 1})

@@ -1,0 +1,302 @@
+"""Reading an impl: its kind, signature, the opsets it uses, and whether it
+fits the torch op it is registered for.
+
+Everything here runs at registration, once per impl; nothing runs per node.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import difflib
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from opreg.errors import RegistrationError, SignatureMismatchError
+from opreg.opname import OpName
+from opreg.targets import ONNX_DOMAIN
+
+SCRIPT = "script"
+TRACE = "trace"
+
+_ATTRIBUTE_TYPES = (int, float, str, bool)
+_ATTRIBUTE_NAMES = {"int", "float", "str", "bool"}
+# Namespaces torch loads in full at import: an unknown op there is a typo.
+_CLOSED_NAMESPACES = ("aten", "prims")
+
+
+def impl_kind(function: object) -> str:
+    """``"script"`` for an ``onnxscript.script`` function, else ``"trace"``."""
+    from onnxscript.values import OnnxFunction
+
+    return SCRIPT if isinstance(function, OnnxFunction) else TRACE
+
+
+def python_function(function: Any) -> Callable[..., Any]:
+    """The Python function behind a script or traced onnxscript function."""
+    for attr in ("function", "func"):
+        inner = getattr(function, attr, None)
+        if callable(inner):
+            return inner
+    return function
+
+
+def display_signature(function: Any) -> str:
+    inner = python_function(function)
+    try:
+        return f"{getattr(inner, '__name__', repr(inner))}{inspect.signature(inner)}"
+    except (TypeError, ValueError):
+        return repr(inner)
+
+
+# -- which opsets an impl uses ------------------------------------------------
+
+
+def used_opsets(function: Any) -> dict[str, set[int | None]]:
+    """Every ``(domain, version)`` the impl visibly uses.
+
+    Script functions report their own opset imports. For trace-only functions
+    the names their code (and nested code) reads are looked up in their
+    globals and closure: ``op20.Gelu`` or ``onnxscript.opset18.Add`` are
+    found, an opset built at call time or used inside a helper is not. The
+    exporter checks emitted nodes again, so this is a lint, not the proof.
+    """
+    from onnxscript.values import OnnxFunction, Opset
+
+    found: dict[str, set[int | None]] = collections.defaultdict(set)
+    if isinstance(function, OnnxFunction):
+        for domain, version in function.function_ir.opset_imports.items():
+            found[domain].add(version)
+        return dict(found)
+
+    func = python_function(function)
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return {}
+    namespace = getattr(func, "__globals__", {})
+    closure = [cell.cell_contents for cell in (func.__closure__ or ()) if _cell_filled(cell)]
+
+    def note(obj: object, names: set[str]) -> None:
+        if isinstance(obj, Opset):
+            found[obj.domain].add(obj.version)
+        elif isinstance(obj, OnnxFunction):
+            for domain, version in obj.function_ir.opset_imports.items():
+                found[domain].add(version)
+        elif isinstance(obj, types.ModuleType):
+            for name in names:
+                attr = getattr(obj, name, None)
+                if isinstance(attr, Opset):
+                    found[attr.domain].add(attr.version)
+
+    def visit(code_obj: types.CodeType) -> None:
+        names = set(code_obj.co_names)
+        for name in names:
+            if name in namespace:
+                note(namespace[name], names)
+        for obj in closure:
+            note(obj, names)
+        for const in code_obj.co_consts:
+            if isinstance(const, types.CodeType):
+                visit(const)
+
+    visit(code)
+    return dict(found)
+
+
+def _cell_filled(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - probing an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+# -- parameters ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Param:
+    name: str
+    annotated: bool
+    attribute: bool
+    has_default: bool
+    text: str
+
+
+def _is_attribute_annotation(annotation: Any) -> bool:
+    if annotation in _ATTRIBUTE_TYPES:
+        return True
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "")
+        for prefix in ("Optional[", "Sequence[", "list[", "tuple[", "List[", "Tuple["):
+            if text.startswith(prefix):
+                text = text[len(prefix) : -1].split(",")[0]
+        return text.split("|")[0] in _ATTRIBUTE_NAMES
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple, collections.abc.Sequence, typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None) and a is not Ellipsis]
+        return bool(args) and all(_is_attribute_annotation(a) for a in args)
+    return False
+
+
+def _params(function: Any) -> tuple[list[_Param], bool]:
+    """The impl's named parameters and whether it takes ``*args``/``**kwargs``."""
+    func = python_function(function)
+    signature = inspect.signature(func)
+    params: list[_Param] = []
+    variadic = False
+    for p in signature.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            variadic = True
+            continue
+        annotated = p.annotation is not p.empty
+        params.append(
+            _Param(
+                name=p.name,
+                annotated=annotated,
+                attribute=annotated and _is_attribute_annotation(p.annotation),
+                has_default=p.default is not p.empty,
+                text=str(p),
+            )
+        )
+    return params, variadic
+
+
+# -- torch schemas --------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def torch_schema(op: OpName) -> Any | None:
+    """The torch ``FunctionSchema`` of ``op``, or ``None`` if torch does not know it.
+
+    Raises for an unknown op in a namespace torch loads in full (``aten``),
+    naming the closest known ops.
+    """
+    import torch
+
+    qualified = f"{op.namespace}::{op.name}"
+    overload = "" if op.overload == "default" else op.overload
+    try:
+        return torch._C._get_schema(qualified, overload)
+    except RuntimeError:
+        pass
+    if op.namespace not in _CLOSED_NAMESPACES:
+        return None
+    packet = getattr(getattr(torch.ops, op.namespace), op.name, None) if _has_op(op) else None
+    if packet is not None:
+        overloads = sorted(packet.overloads())
+        raise RegistrationError(
+            f"torch op {qualified} has no overload {op.overload!r}: its overloads are {', '.join(overloads)}"
+        )
+    known = [name for name in torch._C._dispatch_get_all_op_names() if name.startswith(f"{op.namespace}::")]
+    close = difflib.get_close_matches(qualified, known, n=3)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise RegistrationError(f"torch has no op {qualified}.{hint}")
+
+
+def _has_op(op: OpName) -> bool:
+    import torch
+
+    try:
+        getattr(getattr(torch.ops, op.namespace), op.name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def _schema_arg_kind(arg: Any) -> str:
+    text = str(arg.type)
+    if "Tensor" in text:
+        return "tensor"
+    if text in ("number", "Scalar", "number?", "Scalar?"):
+        return "scalar"
+    return "attribute"
+
+
+def check_signature(op: OpName, function: Any, schema: Any) -> None:
+    """Raise :class:`SignatureMismatchError` if ``function`` cannot take ``op``'s arguments.
+
+    Schema arguments map to impl parameters by position. Tensor inputs may be
+    renamed (the tutorials call ``self`` ``input_x``); attributes keep the
+    schema's names because nodes pass them by keyword, and need a type
+    annotation so onnxscript treats them as attributes. Trailing schema
+    arguments with defaults may be left out.
+    """
+    params, variadic = _params(function)
+    arguments = [a for a in schema.arguments if not a.is_out]
+
+    def fail(reason: str, fix: str) -> SignatureMismatchError:
+        return SignatureMismatchError(
+            f"impl {display_signature(function)} does not match torch op {op}: {reason}. "
+            f"The op's schema is {schema}. {fix}"
+        )
+
+    if not variadic and len(params) > len(arguments):
+        extra = ", ".join(p.name for p in params[len(arguments) :])
+        raise fail(
+            f"it has parameters the op does not have ({extra})",
+            "Remove them, or register the impl for the overload that has them.",
+        )
+    for param, arg in zip(params, arguments, strict=False):
+        kind = _schema_arg_kind(arg)
+        if kind == "tensor" and param.attribute:
+            raise fail(
+                f"parameter {param.text!r} is annotated as an attribute but argument {arg.name!r} is a {arg.type}",
+                "Annotate it with a tensor type (or leave it unannotated).",
+            )
+        if kind == "attribute" and not param.annotated:
+            raise fail(
+                f"attribute {param.name!r} has no type annotation, so onnxscript would take it as a tensor input",
+                f"Annotate it, e.g. `{arg.name}: {_python_type_hint(arg)}`.",
+            )
+        if kind != "tensor" and param.attribute and param.name != arg.name:
+            raise fail(
+                f"attribute {param.name!r} is in the place of argument {arg.name!r}",
+                f"Name it {arg.name!r}: nodes pass attributes by the schema's names.",
+            )
+    if not variadic:
+        missing = [a.name for a in arguments[len(params) :] if not a.has_default_value()]
+        if missing:
+            raise fail(
+                f"it takes no parameter for required argument(s) {', '.join(missing)}",
+                "Add them, in the schema's order.",
+            )
+
+
+def _python_type_hint(arg: Any) -> str:
+    text = str(arg.type).rstrip("?")
+    mapping = {"int": "int", "SymInt": "int", "float": "float", "bool": "bool", "str": "str"}
+    if text.endswith("[]"):
+        return f"Sequence[{mapping.get(text[:-2], 'int')}]"
+    return mapping.get(text, "int")
+
+
+def lint_unannotated_attributes(function: Any) -> None:
+    """Without a schema: a parameter with a default but no annotation is almost
+    always a forgotten attribute annotation."""
+    params, _ = _params(function)
+    for param in params:
+        if param.has_default and not param.annotated:
+            raise RegistrationError(
+                f"impl {display_signature(function)}: parameter {param.name!r} has a default but "
+                f"no type annotation, so onnxscript takes it as a tensor input. Annotate attributes "
+                f"(e.g. `{param.name}: float = 1.0`)."
+            )
+
+
+def lint_script_domain(function: Any) -> None:
+    """Script functions must name their own domain; onnxscript's default is ``"this"``."""
+    if impl_kind(function) == SCRIPT and function.function_ir.domain in ("this", ""):
+        raise RegistrationError(
+            f"script function {function.name!r} has no explicit domain (onnxscript's default "
+            f"{function.function_ir.domain!r} would reach the model): decorate it with "
+            f"@onnxscript.script(onnxscript.values.Opset('your.domain', 1))"
+        )
+
+
+def onnx_module_versions(found: dict[str, set[int | None]]) -> set[int]:
+    return {v for v in found.get(ONNX_DOMAIN, set()) if v is not None}

@@ -1,0 +1,257 @@
+"""The ``opreg`` command line.
+
+Exit codes: 0 success; 1 the command ran and found problems (a pack failed
+under ``--strict``); 2 bad input or an opreg error (one line on stderr).
+``--debug`` shows tracebacks and debug logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from opreg.errors import OpregError
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_ERROR = 2
+
+
+class _UsageError(OpregError):
+    pass
+
+
+def _common(parser: argparse.ArgumentParser, target: bool = False) -> None:
+    parser.add_argument(
+        "-p", dest="plugin_args", action="append", default=[], metavar="NAME",
+        help="load pack NAME (needed when OPREG_DISABLE_PLUGIN_AUTOLOAD=1); -p no:NAME leaves it out",
+    )  # fmt: skip
+    parser.add_argument("--strict", action="store_true", help="fail if any selected pack fails to load")
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    if target:
+        parser.add_argument(
+            "--target", "-t", default="onnx",
+            help="profile name, ai.onnx version, or domain=version list (default: onnx)",
+        )  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opreg", description="Inspect opreg's op packs, registry and resolution.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("plugins", help="installed packs: loaded, failed or disabled, and why")
+    _common(p)
+    p.set_defaults(run=_cmd_plugins)
+
+    p = sub.add_parser("ops", help="registered ops and their impls")
+    p.add_argument("pattern", nargs="?", help="only ops matching this glob or substring (e.g. 'aten::gelu*')")
+    p.add_argument("--pack", action="append", default=[], help="only impls from this pack (repeatable)")
+    _common(p, target=True)
+    p.set_defaults(run=_cmd_ops)
+
+    p = sub.add_parser("explain", help="how one op resolves for a target, and why")
+    p.add_argument("op", help="torch op, e.g. aten::gelu or aten::add.Tensor")
+    _common(p, target=True)
+    p.set_defaults(run=_cmd_explain)
+    return parser
+
+
+def _version() -> str:
+    from opreg import __version__
+
+    return __version__
+
+
+def _registry(args: argparse.Namespace) -> Any:
+    from opreg import plugins
+
+    wanted = [a for a in args.plugin_args if not a.startswith("no:")]
+    unwanted = [a[3:] for a in args.plugin_args if a.startswith("no:")]
+    if any(not name for name in wanted + unwanted):
+        raise _UsageError("-p needs a pack name: -p NAME or -p no:NAME")
+    selection = wanted if plugins.autoload_disabled() else None
+    if wanted and selection is None:
+        installed = {ep.name for ep in plugins.discover()}
+        unknown = sorted(set(wanted) - installed)
+        if unknown:
+            raise plugins.PluginNotFoundError(
+                f"no installed pack named {', '.join(map(repr, unknown))}; installed packs: "
+                f"{', '.join(sorted(installed)) or 'none'}"
+            )
+    return plugins.build_registry(selection, unwanted, strict=args.strict)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # A pipe gets no terminal width; do not fold tables to 80 columns there.
+    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+
+
+def _table(title: str, columns: Sequence[str]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    reports = registry.packs
+    if args.json:
+        _print_json([
+            {
+                "name": r.name, "distribution": r.distribution, "version": r.version, "value": r.value,
+                "status": r.status, "reason": r.reason, "hook": r.hook, "impls": r.impls,
+                "domains": list(r.domains), "profiles": list(r.profiles),
+                "rejected": [{"op": x.op, "function": x.function, "error": x.error} for x in r.rejected],
+            }
+            for r in reports
+        ])  # fmt: skip
+        return EXIT_OK
+    table = _table(
+        "opreg packs", ["pack", "distribution", "version", "status", "impls", "domains", "profiles", "reason"]
+    )
+    styles = {"loaded": "green", "failed": "red", "incompatible": "red", "disabled": "dim"}
+    for r in reports:
+        status = f"[{styles.get(r.status, '')}]{r.status}[/]"
+        reason = r.reason + (f" (hook {r.hook})" if r.hook and r.status != "loaded" else "")
+        table.add_row(r.name, r.distribution, r.version, status, str(r.impls), ", ".join(r.domains),
+                      ", ".join(r.profiles), reason)  # fmt: skip
+    console = _console()
+    console.print(table)
+    for r in reports:
+        for x in r.rejected:
+            console.print(f"[yellow]rejected[/] {r.name}: {x.function} for {x.op}: {x.error}", markup=True)
+    return EXIT_OK
+
+
+def _matches(op: str, pattern: str | None) -> bool:
+    if not pattern:
+        return True
+    if any(ch in pattern for ch in "*?["):
+        return fnmatch.fnmatchcase(op, pattern) or fnmatch.fnmatchcase(op, f"{pattern}.default")
+    return pattern in op
+
+
+def _cmd_ops(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    target = registry.target(args.target)
+    known_packs = {r.name for r in registry.packs} | {i.pack for i in registry.impls()}
+    unknown = sorted(set(args.pack) - known_packs)
+    if unknown:
+        raise _UsageError(f"no pack named {', '.join(unknown)}; packs: {', '.join(sorted(known_packs))}")
+    rows = []
+    for op in registry.ops():
+        if not _matches(str(op), args.pattern):
+            continue
+        chosen = registry.resolve(op, target)
+        usable = set(registry.candidates(op, target))
+        for impl in sorted(registry.impls(op), key=lambda i: i.sort_key()):
+            if args.pack and impl.pack not in args.pack:
+                continue
+            status = "chosen" if impl is chosen else ("usable" if impl in usable else "unusable")
+            rows.append((op, impl, status))
+    if args.json:
+        _print_json({
+            "target": target.as_dict(),
+            "impls": [
+                {"op": str(op), "pack": i.pack, "function": i.name, "kind": i.kind,
+                 "onnx": str(i.requirement.onnx), "domains": {d: str(r) for d, r in i.requirement.domains},
+                 "priority": i.priority, "predicate": i.predicate is not None, "status": status}
+                for op, i, status in rows
+            ],
+        })  # fmt: skip
+        return EXIT_OK
+    table = _table(f"impls at target {target}", ["op", "pack", "function", "kind", "requires", "priority", "status"])
+    styles = {"chosen": "green", "usable": "", "unusable": "dim"}
+    for op, impl, status in rows:
+        table.add_row(str(op), impl.pack, impl.name, impl.kind, str(impl.requirement), str(impl.priority),
+                      f"[{styles[status]}]{status}[/]" if styles[status] else status)  # fmt: skip
+    console = _console()
+    console.print(table)
+    console.print(f"{len({op for op, _, _ in rows})} ops, {len(rows)} impls")
+    return EXIT_OK
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from opreg.opname import OpName
+
+    registry = _registry(args)
+    op = OpName.of(args.op)
+    explanation = registry.explain(op, args.target)
+    if args.json:
+        _print_json({
+            "op": str(op),
+            "target": explanation.target.as_dict(),
+            "chosen": explanation.chosen.label if explanation.chosen else None,
+            "conflicts": [i.label for i in explanation.conflicts],
+            "candidates": [
+                {"pack": c.impl.pack, "function": c.impl.name, "requires": str(c.impl.requirement),
+                 "priority": c.impl.priority, "status": c.status, "reason": c.reason}
+                for c in explanation.candidates
+            ],
+        })  # fmt: skip
+        return EXIT_OK
+    console = _console()
+    if not explanation.candidates:
+        similar = [str(o) for o in registry.ops() if o.name == op.name]
+        hint = f" Registered overloads: {', '.join(similar)}." if similar else ""
+        console.print(f"No impl is registered for {op}.{hint}")
+        return EXIT_OK
+    table = _table(
+        f"{op} at target {explanation.target}", ["status", "pack", "function", "requires", "priority", "reason"]
+    )
+    styles = {"chosen": "green", "dropped": "dim", "conditional": "yellow", "outranked": ""}
+    for c in explanation.candidates:
+        style = styles[c.status]
+        table.add_row(f"[{style}]{c.status}[/]" if style else c.status, c.impl.pack, c.impl.name,
+                      str(c.impl.requirement), str(c.impl.priority), c.reason)  # fmt: skip
+    console.print(table)
+    if explanation.conflicts:
+        names = ", ".join(i.label for i in explanation.conflicts)
+        console.print(f"[yellow]conflict[/]: {explanation.chosen.label} ties with {names}; raise one's priority")
+    if explanation.chosen is None:
+        console.print(f"[red]No impl of {op} can serve target {explanation.target}.[/]")
+    return EXIT_OK
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.ERROR,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return args.run(args)
+    except OpregError as e:
+        if args.debug:
+            raise
+        sys.stderr.write(f"opreg: error: {e}\n")
+        return EXIT_FINDINGS if e.__class__.__name__ == "PluginError" and args.strict else EXIT_ERROR
+    except KeyboardInterrupt:
+        sys.stderr.write("opreg: interrupted\n")
+        return 130
+    except Exception as e:
+        if args.debug:
+            raise
+        sys.stderr.write(f"opreg: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)\n")
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,517 @@
+"""The registry: torch op -> candidate impls, and resolution for a target.
+
+Resolution (DESIGN.md §4) for one op, one target and optionally one node:
+
+1. drop every impl whose opset requirement the target does not meet;
+2. order the rest by: explicit user override first, then higher priority,
+   then the newest requirement (ai.onnx minimum, then the custom domains it
+   uses), then impls with a predicate before unconditional ones at the same
+   rank, then pack name, function name and registration order (so the same
+   registry always gives the same answer);
+3. the first impl whose predicate accepts the node (or that has none) wins.
+
+Two unconditional impls that tie on override, priority and requirement are a
+*conflict*: the order above still picks one, and :meth:`Registry.conflicts`
+and :meth:`Registry.explain` report it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opreg import _inspect
+from opreg.errors import FrozenRegistryError, InvalidTargetError, NoImplementationError, RegistrationError
+from opreg.opname import OpName
+from opreg.targets import (
+    BUILTIN_PROFILES,
+    ONNX_DOMAIN,
+    OpsetRequirement,
+    Target,
+    TargetLike,
+    VersionRange,
+    VersionRangeLike,
+    domain_label,
+    normalize_domain,
+    onnx_opset_range,
+)
+
+logger = logging.getLogger(__name__)
+
+USER_PACK = "<user>"
+"""Pack name of impls registered by hand on a :class:`Registry`."""
+
+Predicate = Callable[[Any], bool]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class Impl:
+    """One registered implementation of a torch op.
+
+    Fields:
+        op: the torch op it implements.
+        function: the onnxscript script function or trace-only function.
+        requirement: the ai.onnx range and custom-domain versions it needs.
+        priority: higher wins among impls a target can use (default 0).
+        predicate: ``predicate(node) -> bool`` on the ``torch.fx.Node``, for
+            impls that only cover some cases; ``None`` covers every node.
+        pack: the pack it came from, filled in by opreg (``"<user>"`` for
+            impls registered by hand).
+        override: registered by the user, so it wins over every pack.
+        kind: ``"script"`` or ``"trace"``.
+        name: the function's name, as shown in reports.
+        schema_checked: whether its signature was checked against torch's schema.
+        seq: registration order within its registry, the last tie-breaker.
+    """
+
+    op: OpName
+    function: Any
+    requirement: OpsetRequirement
+    priority: int = 0
+    predicate: Predicate | None = None
+    pack: str = USER_PACK
+    override: bool = False
+    kind: str = _inspect.TRACE
+    name: str = ""
+    schema_checked: bool = False
+    seq: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.op, OpName):
+            raise RegistrationError(f"Impl.op must be an OpName, got {self.op!r}")
+        if not callable(self.function):
+            raise RegistrationError(f"impl for {self.op} must be callable, got {self.function!r}")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise RegistrationError(f"priority of impl for {self.op} must be an int, got {self.priority!r}")
+        if self.predicate is not None and not callable(self.predicate):
+            raise RegistrationError(f"predicate of impl for {self.op} must be callable, got {self.predicate!r}")
+        if self.kind not in (_inspect.SCRIPT, _inspect.TRACE):
+            raise RegistrationError(f"impl kind must be 'script' or 'trace', got {self.kind!r}")
+
+    @property
+    def label(self) -> str:
+        return f"{self.pack}:{self.name}"
+
+    def sort_key(self) -> tuple:
+        onnx_min, n_domains, domain_sum = self.requirement.rank()
+        return (
+            not self.override,
+            -self.priority,
+            -onnx_min,
+            -n_domains,
+            -domain_sum,
+            self.predicate is None,
+            self.pack,
+            self.name,
+            self.seq,
+        )
+
+    def tie_key(self) -> tuple:
+        return (self.override, self.priority, self.requirement.rank())
+
+    def accepts(self, node: Any) -> bool:
+        """Whether this impl covers ``node``; a predicate that raises says no."""
+        if self.predicate is None:
+            return True
+        try:
+            return bool(self.predicate(node))
+        except Exception:
+            logger.exception("predicate of %s for %s raised; treating the node as not covered", self.label, self.op)
+            return False
+
+
+CHOSEN = "chosen"
+OUTRANKED = "outranked"
+DROPPED = "dropped"
+CONDITIONAL = "conditional"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Candidate:
+    """One impl in an :class:`Explanation`, with its fate and the reason."""
+
+    impl: Impl
+    status: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why :meth:`Registry.resolve` picks what it picks.
+
+    Fields:
+        op: the torch op.
+        target: the target resolved for.
+        candidates: every impl registered for ``op``, in resolution order
+            (eligible first), each with a status (chosen, outranked, dropped,
+            conditional) and a reason.
+        chosen: the winning impl, or ``None``.
+        conflicts: unconditional impls that tie with the chosen one.
+    """
+
+    op: OpName
+    target: Target
+    candidates: tuple[Candidate, ...]
+    chosen: Impl | None
+    conflicts: tuple[Impl, ...]
+
+    def __str__(self) -> str:
+        lines = [f"{self.op} for target {self.target}:"]
+        if not self.candidates:
+            lines.append("  no impl is registered")
+        for c in self.candidates:
+            lines.append(
+                f"  [{c.status}] {c.impl.label} ({c.impl.requirement}, priority {c.impl.priority}): {c.reason}"
+            )
+        if self.conflicts:
+            lines.append("  conflict: ties with " + ", ".join(i.label for i in self.conflicts))
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Conflict:
+    """Unconditional impls of one op that tie for a target; ``impls[0]`` wins."""
+
+    op: OpName
+    target: Target
+    impls: tuple[Impl, ...]
+
+    def __str__(self) -> str:
+        names = ", ".join(i.label for i in self.impls)
+        return f"{self.op} at {self.target}: {names} tie; {self.impls[0].label} is used"
+
+
+class Registry:
+    """Torch op -> impls, with profiles and resolution for targets.
+
+    Build one by hand (``Registry()`` then :meth:`register`) or get the one
+    built from the installed packs with :func:`opreg.default_registry`, which
+    is shared and frozen: :meth:`copy` it to extend it.
+    """
+
+    def __init__(self) -> None:
+        self._impls: dict[OpName, list[Impl]] = {}
+        self._profiles: dict[str, tuple[dict[str, int], str]] = {
+            name: (dict(versions), "opreg") for name, versions in BUILTIN_PROFILES.items()
+        }
+        self._seq = itertools.count()
+        self._frozen = False
+        self._ordered: dict[tuple[OpName, Target], tuple[Impl, ...]] = {}
+        self._targets: dict[Any, Target] = {}
+        self.packs: tuple[Any, ...] = ()
+        """Load reports of the packs it was built from (:class:`opreg.plugins.PackReport`)."""
+        self._hooks: Any = None
+
+    # -- building -------------------------------------------------------------
+
+    def register(
+        self,
+        op: Any,
+        function: Any,
+        *,
+        opset: VersionRangeLike | None = None,
+        domains: Mapping[str, VersionRangeLike] | None = None,
+        priority: int = 0,
+        predicate: Predicate | None = None,
+    ) -> Impl:
+        """Register ``function`` for torch op ``op`` as a user override.
+
+        Impls registered here win over every pack's (see :meth:`resolve`).
+        ``opset`` is the ai.onnx range (``18``, ``(18, 20)``); ``domains`` maps
+        each custom domain the impl emits to its version. Both default to what
+        the function visibly uses. Raises :class:`RegistrationError` (or its
+        :class:`SignatureMismatchError`) with what to fix.
+        """
+        impl = build_impl(
+            op, function, opset=opset, domains=domains, priority=priority,
+            predicate=predicate, pack=USER_PACK, override=True, seq=next(self._seq),
+        )  # fmt: skip
+        self._add(impl)
+        return impl
+
+    def add_profile(self, name: str, versions: Mapping[str, int], *, pack: str = USER_PACK) -> None:
+        """Add the named target profile ``name``; a name already taken is an error."""
+        self._check_mutable()
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InvalidTargetError(f"profile name must be an identifier, got {name!r}")
+        if name in self._profiles:
+            raise InvalidTargetError(
+                f"target profile {name!r} from {pack} is already defined by {self._profiles[name][1]}: "
+                "choose another name"
+            )
+        target = Target.of(dict(versions))  # validates
+        self._profiles[name] = (target.as_dict(), pack)
+        self._targets.clear()
+
+    def _add(self, impl: Impl) -> None:
+        self._check_mutable()
+        impl = dataclasses.replace(impl, seq=next(self._seq))
+        self._impls.setdefault(impl.op, []).append(impl)
+        self._ordered.clear()
+
+    def _check_mutable(self) -> None:
+        if self._frozen:
+            raise FrozenRegistryError(
+                "this registry is shared (built from the installed packs and cached): call .copy() and extend the copy"
+            )
+
+    def freeze(self) -> Registry:
+        """Refuse further changes; returns ``self``."""
+        self._frozen = True
+        return self
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
+
+    def copy(self) -> Registry:
+        """An unfrozen copy with the same impls, profiles and pack reports."""
+        new = Registry()
+        new._profiles = dict(self._profiles)
+        new._impls = {op: list(impls) for op, impls in self._impls.items()}
+        new._seq = itertools.count(max((i.seq for i in self.impls()), default=-1) + 1)
+        new.packs = self.packs
+        new._hooks = self._hooks
+        return new
+
+    def call_hook(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
+        """Call ``hook`` on every pack this registry was built from.
+
+        Returns ``(pack, result)`` pairs; a pack whose hook raises is logged
+        and left out. A hand-built registry has no packs and returns ``[]``.
+        """
+        return [] if self._hooks is None else self._hooks.call(hook, **kwargs)
+
+    # -- reading --------------------------------------------------------------
+
+    @property
+    def profiles(self) -> dict[str, dict[str, int]]:
+        """Profile name -> ``{domain: version}``."""
+        return {name: dict(versions) for name, (versions, _) in self._profiles.items()}
+
+    def profile_source(self, name: str) -> str:
+        return self._profiles[name][1]
+
+    def target(self, spec: TargetLike = "onnx") -> Target:
+        """Build a :class:`Target` from ``spec``, knowing this registry's profiles."""
+        if isinstance(spec, Target):
+            return spec
+        key = spec if isinstance(spec, (str, int)) else None
+        if key is not None and key in self._targets:
+            return self._targets[key]
+        target = Target.of(spec, self.profiles)
+        if key is not None:
+            self._targets[key] = target
+        return target
+
+    def ops(self) -> list[OpName]:
+        """Every op with at least one impl, sorted."""
+        return sorted(self._impls)
+
+    def impls(self, op: Any = None) -> tuple[Impl, ...]:
+        """The impls of ``op`` in registration order, or every impl."""
+        if op is None:
+            return tuple(i for op_impls in self._impls.values() for i in op_impls)
+        return tuple(self._impls.get(OpName.of(op), ()))
+
+    def __contains__(self, op: object) -> bool:
+        return OpName.of(op) in self._impls
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._impls.values())
+
+    # -- resolving ------------------------------------------------------------
+
+    def candidates(self, op: Any, target: TargetLike = "onnx") -> tuple[Impl, ...]:
+        """Impls of ``op`` that ``target`` can use, best first (predicates not evaluated)."""
+        op = OpName.of(op)
+        target = self.target(target)
+        key = (op, target)
+        ordered = self._ordered.get(key)
+        if ordered is None:
+            eligible = [i for i in self._impls.get(op, ()) if target.unmet(i.requirement) is None]
+            ordered = tuple(sorted(eligible, key=Impl.sort_key))
+            self._ordered[key] = ordered
+        return ordered
+
+    def resolve(self, op: Any, target: TargetLike = "onnx", node: Any = None) -> Impl | None:
+        """The impl used for ``op`` (and ``node``, if given) at ``target``, or ``None``.
+
+        Without a node, impls with a predicate cannot be shown to apply and
+        are passed over.
+        """
+        for impl in self.candidates(op, target):
+            if impl.predicate is None or (node is not None and impl.accepts(node)):
+                return impl
+        return None
+
+    def get(self, op: Any, target: TargetLike = "onnx", node: Any = None) -> Impl:
+        """Like :meth:`resolve`, but raise :class:`NoImplementationError` saying why."""
+        impl = self.resolve(op, target, node)
+        if impl is None:
+            raise NoImplementationError(str(self.explain(op, target, node)))
+        return impl
+
+    def explain(self, op: Any, target: TargetLike = "onnx", node: Any = None) -> Explanation:
+        """Every impl of ``op`` with the reason it is chosen or not at ``target``."""
+        op = OpName.of(op)
+        target = self.target(target)
+        ordered = self.candidates(op, target)
+        chosen = self.resolve(op, target, node)
+        rows: list[Candidate] = []
+        for impl in ordered:
+            if impl is chosen:
+                rows.append(Candidate(impl, CHOSEN, _why_chosen(impl, ordered)))
+            elif impl.predicate is not None and (node is None or not impl.accepts(node)):
+                why = "has a predicate; no node to test it on" if node is None else "its predicate rejects the node"
+                rows.append(Candidate(impl, CONDITIONAL, why))
+            else:
+                rows.append(Candidate(impl, OUTRANKED, f"ranked below {chosen.label}" if chosen else "not reached"))
+        for impl in sorted(self._impls.get(op, ()), key=Impl.sort_key):
+            if impl not in ordered:
+                rows.append(Candidate(impl, DROPPED, target.unmet(impl.requirement) or "not eligible"))
+        ties = _ties(ordered)
+        conflicts = ties[1:] if chosen is not None and ties and ties[0] is chosen else ()
+        return Explanation(op, target, tuple(rows), chosen, tuple(conflicts))
+
+    def conflicts(self, target: TargetLike = "onnx") -> list[Conflict]:
+        """Every op whose best unconditional impls tie at ``target``."""
+        target = self.target(target)
+        found = []
+        for op in self.ops():
+            ties = _ties(self.candidates(op, target))
+            if len(ties) > 1:
+                found.append(Conflict(op, target, ties))
+        return found
+
+    def domains(self) -> dict[str, set[str]]:
+        """Pack name -> the ONNX domains its impls emit (``ai.onnx`` included)."""
+        result: dict[str, set[str]] = {}
+        for impl in self.impls():
+            names = {domain_label(ONNX_DOMAIN)} | {d for d, _ in impl.requirement.domains}
+            result.setdefault(impl.pack, set()).update(names)
+        return result
+
+
+def _ties(ordered: tuple[Impl, ...]) -> tuple[Impl, ...]:
+    unconditional = [i for i in ordered if i.predicate is None]
+    if not unconditional:
+        return ()
+    top = unconditional[0].tie_key()
+    return tuple(i for i in unconditional if i.tie_key() == top)
+
+
+def _why_chosen(impl: Impl, ordered: tuple[Impl, ...]) -> str:
+    others = [i for i in ordered if i is not impl]
+    if impl.override:
+        return "registered by the user (overrides packs)"
+    if not others:
+        return "the only impl this target can use"
+    runner = others[0]
+    if impl.priority != runner.priority:
+        return f"highest priority ({impl.priority} > {runner.priority} of {runner.label})"
+    if impl.requirement.rank() != runner.requirement.rank():
+        return f"newest opset requirement ({impl.requirement} vs {runner.requirement})"
+    if impl.predicate is not None:
+        return "its predicate accepts the node"
+    return f"tie broken by pack and function name (before {runner.label})"
+
+
+# -- building impls -------------------------------------------------------------
+
+
+def build_impl(
+    op: Any,
+    function: Any,
+    *,
+    opset: VersionRangeLike | None,
+    domains: Mapping[str, VersionRangeLike] | None,
+    priority: int,
+    predicate: Predicate | None,
+    pack: str,
+    override: bool,
+    seq: int = 0,
+) -> Impl:
+    """Validate and describe one impl; raise :class:`RegistrationError` on any problem."""
+    op = OpName.of(op)
+    if not callable(function):
+        raise RegistrationError(
+            f"impl for {op} from {pack} must be an onnxscript function or callable, got {function!r}"
+        )
+    kind = _inspect.impl_kind(function)
+    _inspect.lint_script_domain(function)
+    used = _inspect.used_opsets(function)
+    requirement = _requirement(op, function, used, opset, domains)
+
+    schema = _inspect.torch_schema(op)
+    if schema is not None:
+        _inspect.check_signature(op, function, schema)
+    else:
+        _inspect.lint_unannotated_attributes(function)
+
+    return Impl(
+        op=op,
+        function=function,
+        requirement=requirement,
+        priority=priority,
+        predicate=predicate,
+        pack=pack,
+        override=override,
+        kind=kind,
+        name=getattr(function, "name", None) or getattr(function, "__name__", type(function).__name__),
+        schema_checked=schema is not None,
+        seq=seq,
+    )
+
+
+def _requirement(
+    op: OpName,
+    function: Any,
+    used: dict[str, set[int | None]],
+    opset: VersionRangeLike | None,
+    domains: Mapping[str, VersionRangeLike] | None,
+) -> OpsetRequirement:
+    name = _inspect.display_signature(function)
+    modules = _inspect.onnx_module_versions(used)
+    if opset is None:
+        onnx_range = VersionRange(max(modules) if modules else onnx_opset_range()[0])
+    else:
+        onnx_range = VersionRange.of(opset)
+        newest = max(modules, default=None)
+        if newest is not None and newest > onnx_range.min:
+            raise RegistrationError(
+                f"impl {name} for {op} uses ai.onnx opset {newest} but declares ai.onnx{onnx_range}: "
+                f"declare opset={newest} (or more), or use opset{onnx_range.min}'s ops"
+            )
+
+    custom_used = {d: v for d, v in used.items() if d != ONNX_DOMAIN}
+    for domain, versions in custom_used.items():
+        if None in versions:
+            raise RegistrationError(
+                f"impl {name} for {op} emits {domain} ops through an Opset with no version: "
+                f"give it one, e.g. onnxscript.values.Opset({domain!r}, 1), and declare "
+                f"domains={{{domain!r}: 1}}"
+            )
+    if domains is None:
+        declared = {d: VersionRange(max(v)) for d, v in custom_used.items()}  # type: ignore[type-var]
+    else:
+        declared = {normalize_domain(d): VersionRange.of(v) for d, v in domains.items()}
+        for domain, versions in custom_used.items():
+            if domain not in declared:
+                raise RegistrationError(
+                    f"impl {name} for {op} emits {domain} ops but declares no version for {domain}: "
+                    f"add domains={{..., {domain!r}: {max(versions)}}}"  # type: ignore[type-var]
+                )
+            newest = max(versions)  # type: ignore[type-var]
+            if newest > declared[domain].min:
+                raise RegistrationError(
+                    f"impl {name} for {op} uses {domain} version {newest} but declares {domain}{declared[domain]}: "
+                    f"declare {{{domain!r}: {newest}}}"
+                )
+    try:
+        return OpsetRequirement.build(onnx_range, declared)
+    except InvalidTargetError as e:
+        raise RegistrationError(f"impl {name} for {op}: {e}") from e
