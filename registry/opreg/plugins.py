@@ -149,7 +149,9 @@ def clear_cache() -> None:
 
 
 def discover() -> tuple[importlib.metadata.EntryPoint, ...]:
-    """Entry points of the group ``opreg.plugins``, sorted by name then distribution.
+    """Entry points of the group ``opreg.plugins``: the core pack first, then by name
+    and distribution. This is the load order, so it decides which of two packs
+    keeps a contested profile name (the later one is reported).
 
     Cached per ``sys.path``; nothing is imported.
     """
@@ -158,7 +160,7 @@ def discover() -> tuple[importlib.metadata.EntryPoint, ...]:
         found = _ep_cache.get(key)
         if found is None:
             eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-            found = tuple(sorted(eps, key=lambda ep: (ep.name, _dist_name(ep))))
+            found = tuple(sorted(eps, key=lambda ep: (ep.name != CORE_PACK, ep.name, _dist_name(ep))))
             _ep_cache[key] = found
     return found
 
@@ -247,6 +249,11 @@ def _load_one(pm: pluggy.PluginManager, ep: importlib.metadata.EntryPoint, base:
     def failed(reason: str, hook: str | None = None, status: str = FAILED) -> _Loaded:
         return _Loaded(dataclasses.replace(base, status=status, reason=reason, hook=hook))
 
+    if not ep.pattern.match(ep.value):
+        return failed(
+            f"entry point value {ep.value!r} is not of the form 'module' or 'module:attr' "
+            f"(in {base.distribution}'s entry_points.txt; TOML quotes do not belong there)"
+        )
     try:
         obj = ep.load()
     except Exception as e:

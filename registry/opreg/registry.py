@@ -227,10 +227,9 @@ class Registry:
         """
         impl = build_impl(
             op, function, opset=opset, domains=domains, priority=priority,
-            predicate=predicate, pack=USER_PACK, override=True, seq=next(self._seq),
+            predicate=predicate, pack=USER_PACK, override=True,
         )  # fmt: skip
-        self._add(impl)
-        return impl
+        return self._add(impl)
 
     def add_profile(self, name: str, versions: Mapping[str, int], *, pack: str = USER_PACK) -> None:
         """Add the named target profile ``name``; a name already taken is an error."""
@@ -246,11 +245,13 @@ class Registry:
         self._profiles[name] = (target.as_dict(), pack)
         self._targets.clear()
 
-    def _add(self, impl: Impl) -> None:
+    def _add(self, impl: Impl) -> Impl:
+        """Store ``impl`` (numbered in registration order); returns the stored impl."""
         self._check_mutable()
         impl = dataclasses.replace(impl, seq=next(self._seq))
         self._impls.setdefault(impl.op, []).append(impl)
         self._ordered.clear()
+        return impl
 
     def _check_mutable(self) -> None:
         if self._frozen:
@@ -433,7 +434,6 @@ def build_impl(
     predicate: Predicate | None,
     pack: str,
     override: bool,
-    seq: int = 0,
 ) -> Impl:
     """Validate and describe one impl; raise :class:`RegistrationError` on any problem."""
     op = OpName.of(op)
@@ -463,7 +463,6 @@ def build_impl(
         kind=kind,
         name=getattr(function, "name", None) or getattr(function, "__name__", type(function).__name__),
         schema_checked=schema is not None,
-        seq=seq,
     )
 
 

@@ -1,0 +1,65 @@
+"""Shared fixtures: throwaway packs as real installed distributions."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import opreg.plugins
+
+_counter = itertools.count()
+
+
+def write_pack(
+    root: Path,
+    name: str,
+    body: str,
+    *,
+    dist: str | None = None,
+    version: str = "0.1",
+    header: str = "import opreg\nOPREG_API_VERSION = 1\n",
+) -> str:
+    """Write a distribution with one module and an ``opreg.plugins`` entry point.
+
+    Returns the (unique) module name. The module text is ``header`` + ``body``.
+    """
+    module = f"opreg_testpack_{name}_{next(_counter)}"
+    dist = dist or f"opreg-testpack-{name}"
+    (root / module).mkdir(parents=True)
+    (root / module / "__init__.py").write_text(header + textwrap.dedent(body))
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[opreg.plugins]\n{name} = {module}\n")
+    return module
+
+
+@pytest.fixture
+def make_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """Create throwaway packs on ``sys.path`` for one test; caches are reset around it."""
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    opreg.plugins.clear_cache()
+
+    def make(name: str, body: str = "", **kwargs) -> str:
+        module = write_pack(root, name, body, **kwargs)
+        opreg.plugins.clear_cache()
+        return module
+
+    make.root = root  # type: ignore[attr-defined]
+    yield make
+    opreg.plugins.clear_cache()
+    for mod in [m for m in sys.modules if m.startswith("opreg_testpack_")]:
+        del sys.modules[mod]
+
+
+@pytest.fixture(autouse=True)
+def _no_autoload_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests start with autoload on, whatever the calling shell has set."""
+    monkeypatch.delenv(opreg.plugins.AUTOLOAD_ENV, raising=False)

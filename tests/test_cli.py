@@ -1,0 +1,98 @@
+"""The opreg command line: tables, --json, -p selection, clear errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from opreg.cli import main
+from opreg.plugins import AUTOLOAD_ENV
+from tests.test_plugins import GOOD
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_console_script_is_installed_and_prints_packs():
+    proc = subprocess.run(["opreg", "plugins", "--json"], capture_output=True, text=True, check=True)
+    packs = {p["name"]: p for p in json.loads(proc.stdout)}
+    assert packs["core"]["distribution"] == "opreg" and packs["core"]["status"] == "loaded"
+    assert packs["ort_contrib"]["profiles"] == ["onnxruntime"]
+
+
+def test_plugins_table_shows_failures_with_reason(capsys, make_pack):
+    make_pack("broken", "raise ImportError('missing dependency frob')")
+    code, out, _ = run(capsys, "plugins")
+    assert code == 0
+    assert "broken" in out and "failed" in out and "missing dependency frob" in out
+    assert "opreg-testpack-broken" in out
+    code, _, err = run(capsys, "plugins", "--strict")
+    assert code == 1 and err.startswith("opreg: error: strict mode: pack 'broken'")
+
+
+def test_plugins_selection_flags(capsys, make_pack, monkeypatch):
+    make_pack("extra", GOOD)
+    _, out, _ = run(capsys, "plugins", "--json", "-p", "no:extra", "-p", "no:ort_contrib")
+    status = {p["name"]: p["status"] for p in json.loads(out)}
+    assert status["extra"] == "disabled" and status["ort_contrib"] == "disabled" and status["core"] == "loaded"
+    monkeypatch.setenv(AUTOLOAD_ENV, "1")
+    _, out, _ = run(capsys, "plugins", "--json", "-p", "extra")
+    status = {p["name"]: p["status"] for p in json.loads(out)}
+    assert status == {"core": "loaded", "extra": "loaded", "ort_contrib": "disabled", "test_customop": "disabled"}
+
+
+def test_ops_lists_impls_with_requirements(capsys):
+    code, out, _ = run(capsys, "ops", "aten::gelu*", "--json", "--target", "18")
+    assert code == 0
+    data = json.loads(out)
+    assert data["target"] == {"": 18}
+    rows = {(r["pack"], r["function"]): r for r in data["impls"]}
+    assert rows["core", "aten_gelu"]["status"] == "chosen" and rows["core", "aten_gelu"]["onnx"] == ">=18"
+    assert rows["core", "aten_gelu_opset20"]["status"] == "unusable"
+    assert rows["ort_contrib", "aten_gelu_contrib"]["domains"] == {"com.microsoft": ">=1"}
+    assert {r["op"] for r in data["impls"]} == {"aten::gelu.default"}
+    code, out, _ = run(capsys, "ops", "gelu", "--pack", "core")
+    assert code == 0 and "aten_gelu_opset20" in out and "aten_gelu_contrib" not in out
+
+
+def test_explain_shows_the_choice_and_why(capsys):
+    code, out, _ = run(capsys, "explain", "aten::gelu", "--target", "onnxruntime", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["chosen"] == "ort_contrib:aten_gelu_contrib"
+    statuses = {c["function"]: (c["status"], c["reason"]) for c in data["candidates"]}
+    assert statuses["aten_gelu_contrib"][0] == "chosen" and "highest priority" in statuses["aten_gelu_contrib"][1]
+    code, out, _ = run(capsys, "explain", "aten::gelu", "-t", "18")
+    assert code == 0 and "needs ai.onnx>=20, target has 18" in out and "needs com.microsoft>=1" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["explain", "gelu"], "is not a torch op name"),
+        (["explain", "aten::gelu", "-t", "99"], "use a version from 1 to"),
+        (["ops", "-t", "nosuch"], "unknown target profile 'nosuch'"),
+        (["plugins", "-p", "nosuch"], "no installed pack named 'nosuch'"),
+        (["plugins", "-p", "no:"], "-p needs a pack name"),
+        (["ops", "--pack", "nosuch"], "no pack named nosuch"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert err.startswith("opreg: error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_no_traceback_without_debug_in_a_real_process():
+    proc = subprocess.run([sys.executable, "-m", "opreg.cli", "explain", "nope"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "opreg: error:" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "opreg.cli", "explain", "nope", "--debug"], capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "Traceback" in proc.stderr

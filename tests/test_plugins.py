@@ -1,0 +1,297 @@
+"""Discovery and isolation on real installed distributions (throwaway ones in a temp dir)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import opreg
+from opreg import PluginError, PluginNotFoundError
+from opreg.plugins import AUTOLOAD_ENV, build_registry, default_registry, discover
+
+GOOD = """
+from onnxscript.onnx_opset import opset18 as op18
+
+
+def aten_neg(self):
+    return op18.Neg(self)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register("aten::neg", aten_neg, opset=18)
+"""
+
+
+def report(registry, name):
+    (found,) = [r for r in registry.packs if r.name == name]
+    return found
+
+
+def test_installed_first_party_packs_load():
+    registry = build_registry()
+    core = report(registry, "core")
+    assert (core.distribution, core.status, core.value) == ("opreg", "loaded", "opreg_core_ops")
+    assert core.impls >= 5 and core.domains == ("ai.onnx",)
+    contrib = report(registry, "ort_contrib")
+    assert (contrib.distribution, contrib.status) == ("opreg-ort-contrib", "loaded")
+    assert contrib.profiles == ("onnxruntime",) and "com.microsoft" in contrib.domains
+    custom = report(registry, "test_customop")
+    assert (custom.distribution, custom.status) == ("opreg-test-customop", "loaded")
+    assert registry.target("onnxruntime").get("com.microsoft") == 1
+    assert registry.target("test_customop").get("test.customop") == 1
+    assert registry.resolve("mylibrary::addandround_op", "test_customop").pack == "test_customop"
+
+
+def test_onnxruntime_profile_is_an_opset_onnxruntime_loads():
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    version = build_registry().target("onnxruntime").onnx
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
+    onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    newer = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version + 1)], ir_version=10)
+    if version + 1 <= onnx.defs.onnx_opset_version():
+        with pytest.raises(Exception, match="(?i)opset"):
+            onnxruntime.InferenceSession(newer.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_importing_opreg_is_lazy():
+    code = (
+        "import sys, json, opreg, opreg.plugins; opreg.plugins.discover();"
+        "print(json.dumps(sorted(m for m in ('torch', 'onnxruntime', 'onnxscript', 'onnx', 'opreg_core_ops',"
+        " 'opreg_ort_contrib', 'opreg_test_customop') if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
+
+
+def test_importing_first_party_packs_is_cheap():
+    code = (
+        "import sys, json, opreg_core_ops, opreg_ort_contrib, opreg_test_customop;"
+        "print(json.dumps(sorted(m for m in ('torch', 'onnxruntime', 'onnxscript') if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
+
+
+def test_a_good_throwaway_pack_is_discovered(make_pack):
+    module = make_pack("good", GOOD, version="1.2.3")
+    assert "good" in {ep.name for ep in discover()}
+    registry = build_registry()
+    good = report(registry, "good")
+    assert (good.status, good.distribution, good.version, good.value) == (
+        "loaded",
+        "opreg-testpack-good",
+        "1.2.3",
+        module,
+    )
+    assert good.impls == 1
+    assert registry.resolve("aten::neg", 18).pack == "good"
+
+
+@pytest.mark.parametrize(
+    ("body", "header", "status", "hook", "reason"),
+    [
+        ("raise ImportError('no such thing')", None, "failed", None, "import of .* failed: ImportError: no such thing"),
+        ("", "import opreg\n", "incompatible", None, "declares no OPREG_API_VERSION"),
+        ("", "import opreg\nOPREG_API_VERSION = 99\n", "incompatible", None, "written for plugin API 99"),
+        (
+            "",
+            "import opreg\nOPREG_API_VERSION = 1\nOPREG_REQUIRES_TORCH = '<2.0'\n",
+            "incompatible",
+            None,
+            r"supports torch<2.0, installed torch is 2\.13",
+        ),
+        (
+            "",
+            "import opreg\nOPREG_API_VERSION = 1\nOPREG_REQUIRES_TORCH = 'two'\n",
+            "incompatible",
+            None,
+            "not a PEP 440 specifier",
+        ),
+        (
+            "@opreg.hookimpl\ndef opreg_register_opps(registry):\n    pass\n",
+            None,
+            "failed",
+            None,
+            "unknown hook.*opreg_register_opps.*opreg_register_ops",
+        ),
+        (
+            GOOD.replace(
+                "    registry.register(",
+                "    registry.register('aten::abs', aten_neg)\n    1 / 0\n    registry.register(",
+            ),
+            None,
+            "failed",
+            "opreg_register_ops",
+            "ZeroDivisionError",
+        ),
+        (
+            "@opreg.hookimpl\ndef opreg_targets():\n    return ['not', 'a', 'dict']\n",
+            None,
+            "failed",
+            "opreg_targets",
+            "must return a dict",
+        ),
+        (
+            GOOD.replace('registry.register("aten::neg", aten_neg, opset=18)', 'registry.register("aten::neg", 42)'),
+            None,
+            "failed",
+            "opreg_register_ops",
+            "all 1 impl.* rejected",
+        ),
+    ],
+    ids=[
+        "import-error",
+        "no-api",
+        "future-api",
+        "torch-range",
+        "bad-specifier",
+        "unknown-hook",
+        "hook-raises",
+        "bad-targets",
+        "all-rejected",
+    ],
+)
+def test_broken_pack_is_reported_and_left_out(make_pack, body, header, status, hook, reason):
+    kwargs = {"header": header} if header is not None else {}
+    make_pack("broken", body, **kwargs)
+    make_pack("good", GOOD)
+    registry = build_registry()
+    broken = report(registry, "broken")
+    assert broken.status == status
+    assert broken.hook == hook
+    assert broken.distribution == "opreg-testpack-broken" and broken.version == "0.1"
+    import re
+
+    assert re.search(reason, broken.reason), broken.reason
+    assert broken.impls == 0
+    # The rest are untouched: nothing of the broken pack is registered.
+    assert report(registry, "good").status == "loaded"
+    assert report(registry, "core").status == "loaded"
+    assert {i.pack for i in registry.impls()} >= {"good", "core"}
+    assert "broken" not in {i.pack for i in registry.impls()}
+    assert registry.resolve("aten::relu", 18).pack == "core"
+    with pytest.raises(PluginError, match="broken"):
+        build_registry(strict=True)
+
+
+def test_malformed_entry_point_value_is_explained(make_pack):
+    make_pack("quoted", GOOD)
+    (info,) = make_pack.root.glob("opreg_testpack_quoted-*.dist-info")
+    text = (info / "entry_points.txt").read_text()
+    (info / "entry_points.txt").write_text(text.replace("= ", '= "').rstrip() + '"\n')
+    quoted = report(build_registry(), "quoted")
+    assert quoted.status == "failed" and "is not of the form 'module' or 'module:attr'" in quoted.reason
+
+
+def test_partially_rejected_pack_keeps_its_good_impls(make_pack):
+    body = GOOD + (
+        "\n@opreg.hookimpl(specname='opreg_register_ops')\n"
+        "def more(registry):\n"
+        "    registry.register('aten::gelu', aten_neg)\n"  # misses nothing: gelu's approximate has a default
+        "    registry.register('aten::add.Tensor', aten_neg)\n"  # misses 'other'
+    )
+    make_pack("partial", body)
+    registry = build_registry()
+    partial = report(registry, "partial")
+    assert partial.status == "loaded" and partial.impls == 2
+    (rejection,) = partial.rejected
+    assert rejection.op == "aten::add.Tensor" and "required argument" in rejection.error
+    assert "1 impl(s) rejected" in partial.reason
+    with pytest.raises(PluginError, match="partial"):
+        build_registry(strict=True)
+
+
+def test_duplicate_profile_is_rejected_but_the_pack_loads(make_pack):
+    body = GOOD + "\n@opreg.hookimpl\ndef opreg_targets():\n    return {'onnxruntime': {'': 18}, 'mine': {'': 20}}\n"
+    make_pack("zz_dupe", body)  # loads after ort_contrib, which keeps its profile
+    registry = build_registry()
+    dupe = report(registry, "zz_dupe")
+    assert dupe.status == "loaded" and dupe.profiles == ("mine",)
+    assert "profile 'onnxruntime' rejected" in dupe.reason and "already defined by ort_contrib" in dupe.reason
+    assert registry.target("onnxruntime").get("com.microsoft") == 1
+
+
+def test_duplicate_pack_name_is_reported(make_pack):
+    make_pack("twin", GOOD, dist="opreg-testpack-twin-a")
+    make_pack("twin", GOOD, dist="opreg-testpack-twin-b")
+    reports = [r for r in build_registry().packs if r.name == "twin"]
+    assert [r.status for r in reports] == ["loaded", "failed"]
+    assert "already taken by opreg-testpack-twin-a" in reports[1].reason
+
+
+def test_allow_and_deny_lists(make_pack):
+    make_pack("extra", GOOD)
+    only = build_registry(plugins=["extra"])
+    assert {r.name: r.status for r in only.packs} == {
+        "core": "loaded",
+        "extra": "loaded",
+        "ort_contrib": "disabled",
+        "test_customop": "disabled",
+    }
+    assert "onnxruntime" not in only.profiles
+    without = build_registry(exclude=["extra", "core"])
+    assert report(without, "core").status == "disabled"
+    assert "excluded" in report(without, "extra").reason
+    assert "core" not in {i.pack for i in without.impls()}
+    with pytest.raises(PluginNotFoundError, match="no installed pack named 'nope'.*core, extra"):
+        build_registry(plugins=["nope"])
+
+
+def test_autoload_env_loads_only_core_and_requested(make_pack, monkeypatch):
+    make_pack("extra", GOOD)
+    monkeypatch.setenv(AUTOLOAD_ENV, "1")
+    registry = build_registry()
+    assert report(registry, "core").status == "loaded"
+    assert report(registry, "extra").status == "disabled"
+    assert AUTOLOAD_ENV in report(registry, "extra").reason
+    assert report(build_registry(plugins=["extra"]), "extra").status == "loaded"
+
+
+def test_default_registry_is_cached_per_selection_and_installed_packs(make_pack):
+    first = default_registry()
+    assert default_registry() is first
+    assert first.frozen
+    assert default_registry(exclude=["ort_contrib"]) is not first
+    make_pack("late", GOOD)  # a new pack on sys.path is a new plugin set
+    assert "late" in {r.name for r in default_registry().packs}
+
+
+def test_runtime_hooks_are_called_per_pack_and_isolated(make_pack):
+    body = GOOD + (
+        "\n@opreg.hookimpl\ndef opreg_configure_session(options):\n    options.append('configured')\n"
+        "\n@opreg.hookimpl\ndef opreg_reference_kernels():\n    raise RuntimeError('kernels broke')\n"
+    )
+    make_pack("runtime", body)
+    registry = build_registry()
+    options: list[str] = []
+    assert registry.call_hook("opreg_configure_session", options=options) == [("runtime", None)]
+    assert options == ["configured"]
+    assert registry.call_hook("opreg_reference_kernels") == []  # the raising pack is logged and left out
+    assert opreg.Registry().call_hook("opreg_reference_kernels") == []
+
+
+def test_schemas_hook_registers_custom_schemas_once(make_pack):
+    body = GOOD + (
+        "\nimport onnx.defs\n"
+        "@opreg.hookimpl\ndef opreg_schemas():\n"
+        "    return [onnx.defs.OpSchema('TestOnlyDouble', 'opreg.test.schemas', 1,\n"
+        "        inputs=[onnx.defs.OpSchema.FormalParameter('x', 'T')],\n"
+        "        outputs=[onnx.defs.OpSchema.FormalParameter('y', 'T')],\n"
+        "        type_constraints=[('T', ['tensor(float)'], '')])]\n"
+    )
+    make_pack("schemas", body)
+    import onnx.defs
+
+    build_registry()
+    build_registry()  # idempotent: a second build does not re-register
+    assert onnx.defs.has("TestOnlyDouble", 1, "opreg.test.schemas")

@@ -1,0 +1,320 @@
+"""Registration checks, lints and resolution on hand-built registries."""
+
+from __future__ import annotations
+
+import onnxscript
+import pytest
+import torch
+from onnxscript import opset18
+from onnxscript.onnx_opset import opset18 as op18
+from onnxscript.onnx_opset import opset20 as op20
+
+import opreg
+from opreg import (
+    FrozenRegistryError,
+    InvalidOpNameError,
+    NoImplementationError,
+    OpName,
+    RegistrationError,
+    SignatureMismatchError,
+)
+from opreg.registry import USER_PACK, build_impl
+
+custom_ort = onnxscript.values.Opset(domain="com.microsoft", version=1)
+custom_aten = onnxscript.values.Opset(domain="custom.aten", version=1)
+custom_opset = onnxscript.values.Opset(domain="test.customop", version=1)
+
+
+# The tutorials' functions, verbatim (../shared/seeds/000 and 001).
+@onnxscript.script(custom_aten)
+def custom_aten_add(input_x, input_y, alpha: float = 1.0):
+    input_y = opset18.Mul(input_y, alpha)
+    return opset18.Add(input_x, input_y)
+
+
+@onnxscript.script(custom_ort)
+def custom_aten_gelu(input_x, approximate: str = "none"):
+    return custom_ort.Gelu(input_x)
+
+
+@onnxscript.script(custom_opset)
+def custom_addandround(input_x):
+    add_x = custom_opset.CustomOpOne(input_x, input_x)
+    round_x = custom_opset.CustomOpTwo(add_x)
+    return opset18.Cast(round_x, to=1)
+
+
+def pack_impl(op, fn, pack="pack_a", priority=0, opset=None, domains=None, predicate=None):
+    """An impl as a pack would register it (not a user override)."""
+    return build_impl(
+        op, fn, opset=opset, domains=domains, priority=priority, predicate=predicate, pack=pack, override=False
+    )
+
+
+def relu18(self):
+    return op18.Relu(self)
+
+
+def relu18_b(self):
+    return op18.Relu(self)
+
+
+def gelu18(self, approximate: str = "none"):
+    return op18.Relu(self)  # numerics do not matter here, only resolution
+
+
+def gelu20(self, approximate: str = "none"):
+    return op20.Gelu(self, approximate=approximate)
+
+
+# -- op names -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("aten::add.Tensor", OpName("aten", "add", "Tensor")),
+        ("aten::gelu", OpName("aten", "gelu", "default")),
+        ("aten.add.Tensor", OpName("aten", "add", "Tensor")),
+        ("mylibrary::addandround_op.default", OpName("mylibrary", "addandround_op")),
+    ],
+)
+def test_op_names(text, expected):
+    assert OpName.of(text) == expected
+
+
+def test_op_name_from_torch_overload():
+    assert OpName.of(torch.ops.aten.add.Tensor) == OpName("aten", "add", "Tensor")
+    assert OpName.of(torch.ops.aten.gelu.default) == OpName("aten", "gelu")
+
+
+@pytest.mark.parametrize("bad", ["add", "aten::", "aten::add.Tensor.x", "aten::1x", ""])
+def test_bad_op_names(bad):
+    with pytest.raises(InvalidOpNameError, match="namespace::name.overload"):
+        OpName.of(bad)
+
+
+# -- the tutorials' functions register as written -------------------------------------
+
+
+def test_tutorial_functions_register_as_written():
+    registry = opreg.Registry()
+    add = registry.register("aten::add.Tensor", custom_aten_add)
+    gelu = registry.register("aten::gelu.default", custom_aten_gelu)
+    assert add.kind == "script" and add.schema_checked
+    assert str(add.requirement) == "ai.onnx>=18"
+    assert gelu.requirement.domain_map["com.microsoft"].min == 1
+    assert registry.resolve("aten::gelu", {"": 18, "com.microsoft": 1}) is gelu
+    assert registry.resolve("aten::gelu", 18) is None  # no com.microsoft in the target
+
+
+def test_custom_op_impl_is_checked_against_its_torch_schema():
+    import opreg_test_customop
+
+    opreg_test_customop.addandround_op  # defines the torch op
+    impl = opreg.Registry().register("mylibrary::addandround_op", custom_addandround)
+    assert impl.schema_checked
+    assert impl.requirement.domain_map == {"test.customop": opreg.VersionRange(1)}
+
+
+def test_unknown_custom_namespace_is_accepted_unchecked():
+    impl = opreg.Registry().register("nosuchlib::thing", relu18)
+    assert not impl.schema_checked
+
+
+# -- signature checks ---------------------------------------------------------------
+
+
+def gelu_wrong_attr_name(self, approx: str = "none"):
+    return op18.Relu(self)
+
+
+def gelu_unannotated(self, approximate="none"):
+    return op18.Relu(self)
+
+
+def add_extra(self, other, alpha: float = 1.0, extra: int = 0):
+    return op18.Add(self, other)
+
+
+def add_missing_required(self):
+    return op18.Relu(self)
+
+
+def add_attr_for_tensor(self, other: int):
+    return op18.Add(self, other)
+
+
+@pytest.mark.parametrize(
+    ("op", "fn", "message"),
+    [
+        ("aten::gelu", gelu_wrong_attr_name, "attribute 'approx' is in the place of argument 'approximate'"),
+        ("aten::gelu", gelu_unannotated, "has no type annotation"),
+        ("aten::add.Tensor", add_extra, r"parameters the op does not have \(extra\)"),
+        ("aten::add.Tensor", add_missing_required, "required argument.*other"),
+        ("aten::add.Tensor", add_attr_for_tensor, "annotated as an attribute"),
+    ],
+)
+def test_signature_mismatch_names_op_schema_and_function(op, fn, message):
+    with pytest.raises(SignatureMismatchError, match=message) as info:
+        opreg.Registry().register(op, fn)
+    text = str(info.value)
+    assert fn.__name__ in text  # the function's signature
+    assert "The op's schema is aten::" in text  # the expected schema
+
+
+def test_trailing_defaulted_arguments_may_be_left_out():
+    def sdpa(query, key, value):
+        return op18.MatMul(query, key)
+
+    impl = opreg.Registry().register("aten::scaled_dot_product_attention", sdpa)
+    assert impl.schema_checked
+
+
+def test_unknown_aten_op_and_overload_are_typos():
+    with pytest.raises(RegistrationError, match="torch has no op aten::gelo.*Did you mean aten::gelu"):
+        opreg.Registry().register("aten::gelo", relu18)
+    with pytest.raises(RegistrationError, match="no overload 'Tensr'.*Tensor"):
+        opreg.Registry().register("aten::add.Tensr", custom_aten_add)
+
+
+# -- lints ------------------------------------------------------------------------
+
+
+def test_script_function_without_domain_is_rejected():
+    @onnxscript.script()
+    def no_domain(x):
+        return opset18.Relu(x)
+
+    with pytest.raises(RegistrationError, match=r"no explicit domain.*'this'.*Opset\('your.domain', 1\)"):
+        opreg.Registry().register("aten::relu", no_domain)
+
+
+def test_custom_domain_without_declared_version_is_rejected():
+    def gelu_undeclared(self, approximate: str = "none"):
+        return custom_ort.Gelu(self)
+
+    with pytest.raises(RegistrationError, match=r"emits com.microsoft ops but declares no version.*'com.microsoft': 1"):
+        opreg.Registry().register("aten::gelu", gelu_undeclared, domains={})
+    # Declared, or left to inference, it is fine.
+    assert opreg.Registry().register("aten::gelu", gelu_undeclared, domains={"com.microsoft": 1})
+    assert opreg.Registry().register("aten::gelu", gelu_undeclared).requirement.domains
+
+
+def test_opset_with_no_version_is_rejected():
+    unversioned = onnxscript.values.Opset("my.domain", None)
+
+    def relu_unversioned(self):
+        return unversioned.MyRelu(self)
+
+    with pytest.raises(RegistrationError, match="Opset with no version"):
+        opreg.Registry().register("aten::relu", relu_unversioned)
+
+
+def test_declared_opset_must_cover_the_opset_module_used():
+    with pytest.raises(RegistrationError, match="uses ai.onnx opset 20 but declares ai.onnx>=18"):
+        opreg.Registry().register("aten::gelu", gelu20, opset=18)
+    assert opreg.Registry().register("aten::gelu", gelu20).requirement.onnx.min == 20
+
+
+def test_unannotated_attribute_without_schema_is_rejected():
+    def thing(x, alpha=1.0):
+        return op18.Relu(x)
+
+    with pytest.raises(RegistrationError, match="alpha.*no type annotation"):
+        opreg.Registry().register("nosuchlib::thing", thing)
+
+
+# -- resolution -----------------------------------------------------------------------
+
+
+def registry_of(*impls):
+    registry = opreg.Registry()
+    for impl in impls:
+        registry._add(impl)
+    return registry
+
+
+def test_newest_requirement_wins_and_target_is_never_exceeded():
+    old = pack_impl("aten::gelu", gelu18, opset=18)
+    new = pack_impl("aten::gelu", gelu20, opset=20)
+    registry = registry_of(old, new)
+    assert registry.resolve("aten::gelu", 18).name == old.name
+    assert registry.resolve("aten::gelu", 19).requirement.onnx.min == 18
+    assert registry.resolve("aten::gelu", 20).requirement.onnx.min == 20
+
+
+def test_priority_beats_newer_requirement_and_override_beats_priority():
+    low = pack_impl("aten::relu", relu18, opset=18, priority=5, pack="a")
+    high_new = pack_impl("aten::relu", relu18_b, opset=20, pack="b")
+    registry = registry_of(low, high_new)
+    assert registry.resolve("aten::relu", 23).pack == "a"
+    override = registry.register("aten::relu", relu18)
+    assert registry.resolve("aten::relu", 23) is override
+    assert override.pack == USER_PACK
+    assert "registered by the user" in str(registry.explain("aten::relu", 23))
+
+
+def test_max_version_is_honoured():
+    capped = pack_impl("aten::relu", relu18, opset=(18, 19))
+    registry = registry_of(capped)
+    assert registry.resolve("aten::relu", 19) is not None
+    assert registry.resolve("aten::relu", 20) is None
+    row = registry.explain("aten::relu", 20).candidates[0]
+    assert row.status == "dropped" and "needs ai.onnx18..19, target has 20" in row.reason
+
+
+def test_ties_are_conflicts_broken_deterministically():
+    a = pack_impl("aten::relu", relu18, pack="zeta")
+    b = pack_impl("aten::relu", relu18_b, pack="alpha")
+    for order in ((a, b), (b, a)):
+        registry = registry_of(*order)
+        assert registry.resolve("aten::relu", 18).pack == "alpha"
+        explanation = registry.explain("aten::relu", 18)
+        assert [i.pack for i in explanation.conflicts] == ["zeta"]
+        (conflict,) = registry.conflicts(18)
+        assert [i.pack for i in conflict.impls] == ["alpha", "zeta"]
+
+
+def test_predicates_are_tried_first_and_need_a_node():
+    only_float = pack_impl("aten::relu", relu18_b, predicate=lambda node: node == "float")
+    general = pack_impl("aten::relu", relu18)
+    registry = registry_of(general, only_float)
+    assert registry.resolve("aten::relu", 18, node="float") is registry.impls("aten::relu")[1]
+    assert registry.resolve("aten::relu", 18, node="int").name == "relu18"
+    assert registry.resolve("aten::relu", 18).name == "relu18"  # no node: predicates cannot be shown to apply
+    statuses = {c.impl.name: c.status for c in registry.explain("aten::relu", 18).candidates}
+    assert statuses == {"relu18_b": "conditional", "relu18": "chosen"}
+    assert registry.conflicts(18) == []
+
+
+def test_a_raising_predicate_means_not_covered():
+    def broken(node):
+        raise RuntimeError("boom")
+
+    registry = registry_of(pack_impl("aten::relu", relu18, predicate=broken))
+    assert registry.resolve("aten::relu", 18, node=object()) is None
+
+
+def test_get_explains_what_is_missing():
+    registry = registry_of(pack_impl("aten::gelu", gelu20, opset=20))
+    with pytest.raises(NoImplementationError, match="needs ai.onnx>=20, target has 18"):
+        registry.get("aten::gelu", 18)
+
+
+def test_shared_registries_are_frozen_and_copies_are_independent():
+    registry = registry_of(pack_impl("aten::relu", relu18)).freeze()
+    with pytest.raises(FrozenRegistryError, match=r"call .copy\(\)"):
+        registry.register("aten::relu", relu18)
+    copy = registry.copy()
+    copy.register("aten::relu", relu18_b)
+    assert len(copy.impls("aten::relu")) == 2 and len(registry.impls("aten::relu")) == 1
+    assert copy.resolve("aten::relu", 18).name == "relu18_b"
+
+
+def test_profiles_are_unique():
+    registry = opreg.Registry()
+    registry.add_profile("mine", {"": 20, "my.domain": 2})
+    assert registry.target("mine").as_dict() == {"": 20, "my.domain": 2}
+    with pytest.raises(opreg.InvalidTargetError, match="already defined"):
+        registry.add_profile("onnx", {"": 18})
