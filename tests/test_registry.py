@@ -133,7 +133,7 @@ def gelu_unannotated(self, approximate="none"):
     return op18.Relu(self)
 
 
-def add_extra(self, other, alpha: float = 1.0, extra: int = 0):
+def add_extra(self, other, alpha: float = 1.0, *, extra: int):
     return op18.Add(self, other)
 
 
@@ -169,6 +169,20 @@ def test_trailing_defaulted_arguments_may_be_left_out():
 
     impl = opreg.Registry().register("aten::scaled_dot_product_attention", sdpa)
     assert impl.schema_checked
+
+
+def test_partials_and_traced_functions_are_checked_by_their_real_signature():
+    import functools
+
+    from onnxscript.values import TracedOnnxFunction
+
+    def add_with_flag(self, other, alpha: float = 1.0, *, flag: bool):
+        return op18.Add(self, other)
+
+    assert opreg.Registry().register("aten::add.Tensor", functools.partial(add_with_flag, flag=True)).schema_checked
+    traced = TracedOnnxFunction(op18, gelu_wrong_attr_name)
+    with pytest.raises(SignatureMismatchError, match="'approx' is in the place of argument 'approximate'"):
+        opreg.Registry().register("aten::gelu", traced)
 
 
 def test_unknown_aten_op_and_overload_are_typos():

@@ -38,10 +38,12 @@ def impl_kind(function: object) -> str:
 
 def python_function(function: Any) -> Callable[..., Any]:
     """The Python function behind a script or traced onnxscript function."""
-    for attr in ("function", "func"):
-        inner = getattr(function, attr, None)
-        if callable(inner):
-            return inner
+    from onnxscript.values import OnnxFunction, TracedOnnxFunction
+
+    if isinstance(function, OnnxFunction):
+        return function.function
+    if isinstance(function, TracedOnnxFunction):
+        return function.func
     return function
 
 
@@ -224,7 +226,7 @@ def check_signature(op: OpName, function: Any, schema: Any) -> None:
     renamed (the tutorials call ``self`` ``input_x``); attributes keep the
     schema's names because nodes pass them by keyword, and need a type
     annotation so onnxscript treats them as attributes. Trailing schema
-    arguments with defaults may be left out.
+    arguments with defaults may be left out; extra impl parameters need defaults.
     """
     params, variadic = _params(function)
     arguments = [a for a in schema.arguments if not a.is_out]
@@ -235,11 +237,11 @@ def check_signature(op: OpName, function: Any, schema: Any) -> None:
             f"The op's schema is {schema}. {fix}"
         )
 
-    if not variadic and len(params) > len(arguments):
-        extra = ", ".join(p.name for p in params[len(arguments) :])
+    extra = [p.name for p in params[len(arguments) :] if not p.has_default]
+    if extra:
         raise fail(
-            f"it has parameters the op does not have ({extra})",
-            "Remove them, or register the impl for the overload that has them.",
+            f"it has parameters the op does not have ({', '.join(extra)}), and nodes cannot pass them",
+            "Remove them (or give them defaults), or register the impl for the overload that has them.",
         )
     for param, arg in zip(params, arguments, strict=False):
         kind = _schema_arg_kind(arg)
