@@ -29,20 +29,33 @@ _ATTRIBUTE_NAMES = {"int", "float", "str", "bool"}
 _CLOSED_NAMESPACES = ("aten", "prims")
 
 
+@functools.cache
+def _type_kind(cls: type) -> str:
+    """``script``, ``traced``, ``opset`` or ``other`` for a class, computed once per class:
+    onnxscript's function classes are ``typing.Protocol`` subclasses, whose
+    ``isinstance`` checks are slow enough to dominate a 1000-impl registry build."""
+    from onnxscript.values import OnnxFunction, Opset, TracedOnnxFunction
+
+    if issubclass(cls, OnnxFunction):
+        return "script"
+    if issubclass(cls, TracedOnnxFunction):
+        return "traced"
+    if issubclass(cls, Opset):
+        return "opset"
+    return "other"
+
+
 def impl_kind(function: object) -> str:
     """``"script"`` for an ``onnxscript.script`` function, else ``"trace"``."""
-    from onnxscript.values import OnnxFunction
-
-    return SCRIPT if isinstance(function, OnnxFunction) else TRACE
+    return SCRIPT if _type_kind(type(function)) == "script" else TRACE
 
 
 def python_function(function: Any) -> Callable[..., Any]:
     """The Python function behind a script or traced onnxscript function."""
-    from onnxscript.values import OnnxFunction, TracedOnnxFunction
-
-    if isinstance(function, OnnxFunction):
+    kind = _type_kind(type(function))
+    if kind == "script":
         return function.function
-    if isinstance(function, TracedOnnxFunction):
+    if kind == "traced":
         return function.func
     return function
 
@@ -67,10 +80,8 @@ def used_opsets(function: Any) -> dict[str, set[int | None]]:
     found, an opset built at call time or used inside a helper is not. The
     exporter checks emitted nodes again, so this is a lint, not the proof.
     """
-    from onnxscript.values import OnnxFunction, Opset
-
     found: dict[str, set[int | None]] = collections.defaultdict(set)
-    if isinstance(function, OnnxFunction):
+    if _type_kind(type(function)) == "script":
         for domain, version in function.function_ir.opset_imports.items():
             found[domain].add(version)
         return dict(found)
@@ -83,16 +94,17 @@ def used_opsets(function: Any) -> dict[str, set[int | None]]:
     closure = [cell.cell_contents for cell in (func.__closure__ or ()) if _cell_filled(cell)]
 
     def note(obj: object, names: set[str]) -> None:
-        if isinstance(obj, Opset):
-            found[obj.domain].add(obj.version)
-        elif isinstance(obj, OnnxFunction):
-            for domain, version in obj.function_ir.opset_imports.items():
+        kind = _type_kind(type(obj))
+        if kind == "opset":
+            found[obj.domain].add(obj.version)  # type: ignore[attr-defined]
+        elif kind == "script":
+            for domain, version in obj.function_ir.opset_imports.items():  # type: ignore[attr-defined]
                 found[domain].add(version)
         elif isinstance(obj, types.ModuleType):
             for name in names:
                 attr = getattr(obj, name, None)
-                if isinstance(attr, Opset):
-                    found[attr.domain].add(attr.version)
+                if _type_kind(type(attr)) == "opset":
+                    found[attr.domain].add(attr.version)  # type: ignore[union-attr]
 
     def visit(code_obj: types.CodeType) -> None:
         names = set(code_obj.co_names)
@@ -120,8 +132,7 @@ def _cell_filled(cell: types.CellType) -> bool:
 # -- parameters ---------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class _Param:
+class _Param(typing.NamedTuple):
     name: str
     annotated: bool
     attribute: bool
@@ -145,8 +156,16 @@ def _is_attribute_annotation(annotation: Any) -> bool:
     return False
 
 
-def _params(function: Any) -> tuple[list[_Param], bool]:
-    """The impl's named parameters and whether it takes ``*args``/``**kwargs``."""
+@dataclasses.dataclass(frozen=True)
+class Params:
+    """An impl's named parameters, and whether it also takes ``*args``/``**kwargs``."""
+
+    params: list[_Param]
+    variadic: bool
+
+
+def read_params(function: Any) -> Params:
+    """Read the impl's parameters once (``inspect.signature`` is the costly part)."""
     func = python_function(function)
     signature = inspect.signature(func)
     params: list[_Param] = []
@@ -165,7 +184,7 @@ def _params(function: Any) -> tuple[list[_Param], bool]:
                 text=str(p),
             )
         )
-    return params, variadic
+    return Params(params, variadic)
 
 
 # -- torch schemas --------------------------------------------------------------
@@ -219,7 +238,7 @@ def _schema_arg_kind(arg: Any) -> str:
     return "attribute"
 
 
-def check_signature(op: OpName, function: Any, schema: Any) -> None:
+def check_signature(op: OpName, function: Any, schema: Any, read: Params) -> None:
     """Raise :class:`SignatureMismatchError` if ``function`` cannot take ``op``'s arguments.
 
     Schema arguments map to impl parameters by position. Tensor inputs may be
@@ -228,7 +247,7 @@ def check_signature(op: OpName, function: Any, schema: Any) -> None:
     annotation so onnxscript treats them as attributes. Trailing schema
     arguments with defaults may be left out; extra impl parameters need defaults.
     """
-    params, variadic = _params(function)
+    params, variadic = read.params, read.variadic
     arguments = [a for a in schema.arguments if not a.is_out]
 
     def fail(reason: str, fix: str) -> SignatureMismatchError:
@@ -277,11 +296,10 @@ def _python_type_hint(arg: Any) -> str:
     return mapping.get(text, "int")
 
 
-def lint_unannotated_attributes(function: Any) -> None:
+def lint_unannotated_attributes(function: Any, read: Params) -> None:
     """Without a schema: a parameter with a default but no annotation is almost
     always a forgotten attribute annotation."""
-    params, _ = _params(function)
-    for param in params:
+    for param in read.params:
         if param.has_default and not param.annotated:
             raise RegistrationError(
                 f"impl {display_signature(function)}: parameter {param.name!r} has a default but "

@@ -136,8 +136,24 @@ class Registrar:
 
 # -- discovery ------------------------------------------------------------------
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Found:
+    """An entry point with its distribution's name and version, read once."""
+
+    ep: importlib.metadata.EntryPoint
+    distribution: str
+    version: str
+
+    @classmethod
+    def of(cls, ep: importlib.metadata.EntryPoint) -> _Found:
+        if ep.dist is None:
+            return cls(ep, "?", "?")
+        metadata = ep.dist.metadata  # parsed once here; .name/.version would each re-read it
+        return cls(ep, metadata["Name"] or "?", metadata["Version"] or "?")
+
+
 _cache_lock = threading.RLock()
-_ep_cache: dict[tuple[str, ...], tuple[importlib.metadata.EntryPoint, ...]] = {}
+_ep_cache: dict[tuple[str, ...], tuple[_Found, ...]] = {}
 _registry_cache: dict[tuple, Registry] = {}
 
 
@@ -148,29 +164,24 @@ def clear_cache() -> None:
         _registry_cache.clear()
 
 
-def discover() -> tuple[importlib.metadata.EntryPoint, ...]:
-    """Entry points of the group ``opreg.plugins``: the core pack first, then by name
-    and distribution. This is the load order, so it decides which of two packs
-    keeps a contested profile name (the later one is reported).
-
-    Cached per ``sys.path``; nothing is imported.
-    """
+def _discovered() -> tuple[_Found, ...]:
+    """Entry points of the group ``opreg.plugins`` in load order, cached per ``sys.path``:
+    the core pack first, then by name and distribution. The load order decides
+    which of two packs keeps a contested profile name (the later one is reported).
+    Nothing is imported."""
     key = tuple(sys.path)
     with _cache_lock:
         found = _ep_cache.get(key)
         if found is None:
-            eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-            found = tuple(sorted(eps, key=lambda ep: (ep.name != CORE_PACK, ep.name, _dist_name(ep))))
+            eps = [_Found.of(ep) for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
+            found = tuple(sorted(eps, key=lambda f: (f.ep.name != CORE_PACK, f.ep.name, f.distribution)))
             _ep_cache[key] = found
     return found
 
 
-def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
-    return ep.dist.name if ep.dist is not None else "?"
-
-
-def _dist_version(ep: importlib.metadata.EntryPoint) -> str:
-    return ep.dist.version if ep.dist is not None else "?"
+def discover() -> tuple[importlib.metadata.EntryPoint, ...]:
+    """Entry points of the group ``opreg.plugins``, in load order; nothing is imported."""
+    return tuple(f.ep for f in _discovered())
 
 
 def autoload_disabled() -> bool:
@@ -319,8 +330,8 @@ def _commit(registry: Registry, loaded: _Loaded) -> PackReport:
         _register_schemas(loaded.schemas)
     except Exception as e:
         problems.append(f"schemas rejected: {e}")
-    for impl in registrar.impls:
-        registry._add(impl)
+    for impl in registrar.impls:  # built by this build's Registrar, used nowhere else
+        registry._add(impl, owned=True)
     if rejected:
         problems.append(f"{len(rejected)} impl(s) rejected")
     domains = sorted({d or "ai.onnx" for i in registrar.impls for d in ("", *dict(i.requirement.domains))})
@@ -359,8 +370,8 @@ def build_registry(
     """
     wanted = None if plugins is None else frozenset(plugins)
     unwanted = frozenset(exclude or ())
-    eps = discover()
-    names = {ep.name for ep in eps}
+    found = _discovered()
+    names = {f.ep.name for f in found}
     missing = sorted((wanted or frozenset()) - names)
     if missing:
         raise PluginNotFoundError(
@@ -374,8 +385,9 @@ def build_registry(
     reports: list[PackReport] = []
     plugin_objects: dict[str, Any] = {}
     seen: dict[str, str] = {}
-    for ep in eps:
-        base = PackReport(ep.name, _dist_name(ep), _dist_version(ep), ep.value, DISABLED)
+    for f in found:
+        ep = f.ep
+        base = PackReport(ep.name, f.distribution, f.version, ep.value, DISABLED)
         if ep.name in seen:
             reports.append(dataclasses.replace(
                 base, status=FAILED, reason=f"pack name {ep.name!r} is already taken by {seen[ep.name]}",
@@ -442,7 +454,7 @@ def default_registry(
         frozenset(exclude or ()),
         bool(strict),
         autoload_disabled(),
-        tuple((ep.name, ep.value, _dist_name(ep), _dist_version(ep)) for ep in discover()),
+        _discovered(),
     )
     with _cache_lock:
         registry = _registry_cache.get(key)
