@@ -136,6 +136,7 @@ class Registrar:
 
 # -- discovery ------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Found:
     """An entry point with its distribution's name and version, read once."""
