@@ -34,7 +34,6 @@ from opreg.targets import (
     TargetLike,
     VersionRange,
     VersionRangeLike,
-    domain_label,
     normalize_domain,
     onnx_opset_range,
 )
@@ -300,9 +299,6 @@ class Registry:
         """Profile name -> ``{domain: version}``."""
         return {name: dict(versions) for name, (versions, _) in self._profiles.items()}
 
-    def profile_source(self, name: str) -> str:
-        return self._profiles[name][1]
-
     def target(self, spec: TargetLike = "onnx") -> Target:
         """Build a :class:`Target` from ``spec``, knowing this registry's profiles."""
         if isinstance(spec, Target):
@@ -394,14 +390,6 @@ class Registry:
             if len(ties) > 1:
                 found.append(Conflict(op, target, ties))
         return found
-
-    def domains(self) -> dict[str, set[str]]:
-        """Pack name -> the ONNX domains its impls emit (``ai.onnx`` included)."""
-        result: dict[str, set[str]] = {}
-        for impl in self.impls():
-            names = {domain_label(ONNX_DOMAIN)} | {d for d, _ in impl.requirement.domains}
-            result.setdefault(impl.pack, set()).update(names)
-        return result
 
 
 def _ties(ordered: tuple[Impl, ...]) -> tuple[Impl, ...]:
