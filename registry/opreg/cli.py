@@ -76,15 +76,8 @@ def _registry(args: argparse.Namespace) -> Any:
     unwanted = [a[3:] for a in args.plugin_args if a.startswith("no:")]
     if any(not name for name in wanted + unwanted):
         raise _UsageError("-p needs a pack name: -p NAME or -p no:NAME")
+    plugins.require_installed(wanted)
     selection = wanted if plugins.autoload_disabled() else None
-    if wanted and selection is None:
-        installed = {ep.name for ep in plugins.discover()}
-        unknown = sorted(set(wanted) - installed)
-        if unknown:
-            raise plugins.PluginNotFoundError(
-                f"no installed pack named {', '.join(map(repr, unknown))}; installed packs: "
-                f"{', '.join(sorted(installed)) or 'none'}"
-            )
     return plugins.build_registry(selection, unwanted, strict=args.strict)
 
 

@@ -356,6 +356,17 @@ def _register_schemas(schemas: Iterable[Any]) -> None:
             onnx.defs.register_schema(schema)
 
 
+def require_installed(names: Iterable[str]) -> None:
+    """Raise :class:`PluginNotFoundError` naming every pack in ``names`` that is not installed."""
+    installed = {f.ep.name for f in _discovered()}
+    missing = sorted(set(names) - installed)
+    if missing:
+        raise PluginNotFoundError(
+            f"no installed pack named {', '.join(map(repr, missing))}; installed packs: "
+            f"{', '.join(sorted(installed)) or 'none'} (pip install the pack, or check `opreg plugins`)"
+        )
+
+
 def build_registry(
     plugins: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
@@ -372,13 +383,7 @@ def build_registry(
     wanted = None if plugins is None else frozenset(plugins)
     unwanted = frozenset(exclude or ())
     found = _discovered()
-    names = {f.ep.name for f in found}
-    missing = sorted((wanted or frozenset()) - names)
-    if missing:
-        raise PluginNotFoundError(
-            f"no installed pack named {', '.join(map(repr, missing))}; installed packs: "
-            f"{', '.join(sorted(names)) or 'none'} (pip install the pack, or check `opreg plugins`)"
-        )
+    require_installed(wanted or ())
 
     registry = Registry()
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
