@@ -332,3 +332,15 @@ def test_profiles_are_unique():
     assert registry.target("mine").as_dict() == {"": 20, "my.domain": 2}
     with pytest.raises(opreg.InvalidTargetError, match="already defined"):
         registry.add_profile("onnx", {"": 18})
+
+
+def test_same_pack_and_name_tie_is_broken_by_requirement_not_order():
+    # Found by hypothesis: equal rank (one custom domain at version 1 each), same pack and name.
+    via_ms = pack_impl("aten::relu", relu18, pack="a", domains={"com.microsoft": 1})
+    via_test = pack_impl("aten::relu", relu18, pack="a", domains={"test.customop": 1})
+    target = {"": 18, "com.microsoft": 1, "test.customop": 1}
+    chosen = {
+        str(registry_of(*order).resolve("aten::relu", target).requirement)
+        for order in [(via_ms, via_test), (via_test, via_ms)]
+    }
+    assert len(chosen) == 1

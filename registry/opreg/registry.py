@@ -6,8 +6,8 @@ Resolution (DESIGN.md §4) for one op, one target and optionally one node:
 2. order the rest by: explicit user override first, then higher priority,
    then the newest requirement (ai.onnx minimum, then the custom domains it
    uses), then impls with a predicate before unconditional ones at the same
-   rank, then pack name, function name and registration order (so the same
-   registry always gives the same answer);
+   rank, then pack name, function name, requirement and registration order
+   (so the same impls always give the same answer, whatever their order);
 3. the first impl whose predicate accepts the node (or that has none) wins.
 
 Two unconditional impls that tie on override, priority and requirement are a
@@ -105,6 +105,7 @@ class Impl:
             self.predicate is None,
             self.pack,
             self.name,
+            str(self.requirement),  # same pack and name, same rank: still independent of order
             self.seq,
         )
 
