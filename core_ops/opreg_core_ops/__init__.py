@@ -13,7 +13,7 @@ OPREG_API_VERSION = 1
 
 @opreg.hookimpl
 def opreg_register_ops(registry: opreg.Registrar) -> None:
-    from opreg_core_ops.ops import activation, elementwise
+    from opreg_core_ops.ops import activation, elementwise, linalg, nn, shape
 
-    for module in (elementwise, activation):
+    for module in (elementwise, activation, linalg, nn, shape):
         module.register(registry)

@@ -7,28 +7,57 @@ a registry is first needed.
 from __future__ import annotations
 
 from opreg.errors import (
+    ExportError,
     FrozenRegistryError,
     InvalidOpNameError,
     InvalidTargetError,
     NoImplementationError,
     OpregError,
+    OpsetConflictError,
     PluginError,
     PluginNotFoundError,
     RegistrationError,
+    RuntimeUnavailableError,
     SignatureMismatchError,
+    UnsupportedOpsError,
+    VerificationError,
 )
 from opreg.hookspecs import hookimpl
 from opreg.opname import OpName
 from opreg.plugins import PLUGIN_API_VERSION, PackReport, Registrar, build_registry, default_registry
 from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
-from opreg.targets import OpsetRequirement, Target, VersionRange
+from opreg.targets import OpsetRequirement, Target, VersionRange, newest_onnxruntime_opset, onnx_opset_range
 
 __version__ = "0.1.0"
+
+
+def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-def]
+    """Export a PyTorch module to ONNX through the registry; see :func:`opreg.exporter.export`.
+
+    ``opreg.export(model, args=(), kwargs=None, *, target="onnx",
+    dynamic_shapes=None, plugins=None, exclude=None, registry=None,
+    inline=True, progress=None)`` returns an :class:`opreg.exporter.OnnxProgram`
+    with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
+    """
+    from opreg import exporter
+
+    return exporter.export(model, args, kwargs, **options)
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    # The exporter's types import torch: load them on first use only.
+    if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp"):
+        from opreg import exporter
+
+        return getattr(exporter, name)
+    raise AttributeError(f"module 'opreg' has no attribute {name!r}")
+
 
 __all__ = [
     "PLUGIN_API_VERSION",
     "Candidate",
     "Conflict",
+    "ExportError",
     "Explanation",
     "FrozenRegistryError",
     "Impl",
@@ -37,6 +66,7 @@ __all__ = [
     "NoImplementationError",
     "OpName",
     "OpregError",
+    "OpsetConflictError",
     "OpsetRequirement",
     "PackReport",
     "PluginError",
@@ -44,10 +74,16 @@ __all__ = [
     "Registrar",
     "RegistrationError",
     "Registry",
+    "RuntimeUnavailableError",
     "SignatureMismatchError",
     "Target",
+    "UnsupportedOpsError",
+    "VerificationError",
     "VersionRange",
     "build_registry",
     "default_registry",
+    "export",
     "hookimpl",
+    "newest_onnxruntime_opset",
+    "onnx_opset_range",
 ]

@@ -137,6 +137,7 @@ class _Param(typing.NamedTuple):
     annotated: bool
     attribute: bool
     has_default: bool
+    keyword_only: bool
     text: str
 
 
@@ -181,6 +182,7 @@ def read_params(function: Any) -> Params:
                 annotated=annotated,
                 attribute=annotated and _is_attribute_annotation(p.annotation),
                 has_default=p.default is not p.empty,
+                keyword_only=p.kind is p.KEYWORD_ONLY,
                 text=str(p),
             )
         )

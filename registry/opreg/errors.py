@@ -40,3 +40,39 @@ class PluginNotFoundError(PluginError, LookupError):
 
 class NoImplementationError(OpregError, LookupError):
     """No registered impl can serve an op for a target."""
+
+
+class ExportError(OpregError):
+    """Exporting a model failed: capture, translation or validation."""
+
+
+class UnsupportedOpsError(ExportError):
+    """Ops in the model have no impl for the target; raised before any translation.
+
+    ``missing`` holds one :class:`opreg.exporter.MissingOp` per op: its name,
+    how many nodes use it, where they are, and which installed packs would
+    cover it under another target.
+    """
+
+    def __init__(self, message: str, missing: tuple = ()) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class OpsetConflictError(ExportError):
+    """Two impls in one export need incompatible versions of one domain."""
+
+
+class VerificationError(OpregError, AssertionError):
+    """The exported model's outputs do not match eager PyTorch's.
+
+    ``results`` holds one :class:`opreg.exporter.OutputCheck` per output.
+    """
+
+    def __init__(self, message: str, results: tuple = ()) -> None:
+        super().__init__(message)
+        self.results = results
+
+
+class RuntimeUnavailableError(OpregError):
+    """No runtime at hand can execute the model (e.g. custom ops with no kernel)."""

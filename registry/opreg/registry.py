@@ -64,6 +64,8 @@ class Impl:
         name: the function's name, as shown in reports.
         schema_checked: whether its signature was checked against torch's schema.
         seq: registration order within its registry, the last tie-breaker.
+        params: the function's parameters as read at registration (the
+            exporter maps a node's arguments onto them).
     """
 
     op: OpName
@@ -77,6 +79,7 @@ class Impl:
     name: str = ""
     schema_checked: bool = False
     seq: int = 0
+    params: _inspect.Params | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.op, OpName):
@@ -460,6 +463,7 @@ def build_impl(
         kind=kind,
         name=getattr(function, "name", None) or getattr(function, "__name__", type(function).__name__),
         schema_checked=schema is not None,
+        params=params,
     )
 
 

@@ -70,6 +70,30 @@ def onnx_opset_range() -> tuple[int, int]:
     return min(script_versions), min(max(script_versions), onnx.defs.onnx_opset_version())
 
 
+@functools.cache
+def newest_onnxruntime_opset() -> int:
+    """The newest ai.onnx opset the installed onnxruntime loads, found by trying."""
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [value], [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    ])  # fmt: skip
+    low, high = onnx_opset_range()
+    for version in range(high, low - 1, -1):
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
+        try:
+            onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        except Exception:
+            continue
+        return version
+    raise RuntimeError(
+        f"onnxruntime {onnxruntime.__version__} loads no opset from {low} to {high} (onnx {onnx.__version__})"
+    )
+
+
 def _check_version(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidTargetError(f"{what} must be an integer version, got {value!r}")

@@ -1,0 +1,25 @@
+"""Helpers shared by the core impls (Python-side, run while tracing)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def expand_param(value: int | Sequence[int], rank: int) -> list[int]:
+    """A conv/pool parameter as one int per spatial dim (``[2]`` -> ``[2, 2]``)."""
+    if isinstance(value, int):
+        return [value] * rank
+    values = list(value)
+    return values * rank if len(values) == 1 else values
+
+
+def symmetric_pads(padding: int | Sequence[int], rank: int) -> list[int]:
+    """torch's per-dim padding as ONNX ``pads`` (all begins, then all ends)."""
+    pads = expand_param(padding, rank)
+    return pads + pads
+
+
+def rank_of(value) -> int | None:
+    """The rank of a traced value, if known."""
+    shape = getattr(value, "shape", None)
+    return None if shape is None else len(shape)

@@ -1,0 +1,193 @@
+"""Capture (``torch.export``), decomposition, and what the FX graph says about
+where each node came from and what its symbolic dimensions are called."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from opreg.errors import ExportError
+from opreg.opname import OpName
+from opreg.registry import Registry
+from opreg.targets import Target
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OPREG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+def capture(
+    model: torch.nn.Module,
+    args: tuple,
+    kwargs: Mapping[str, Any] | None,
+    dynamic_shapes: Any,
+) -> torch.export.ExportedProgram:
+    """``torch.export.export`` in non-strict mode, with errors that say what failed."""
+    if not isinstance(model, torch.nn.Module):
+        raise ExportError(
+            f"opreg.export needs a torch.nn.Module, got {type(model).__name__}: wrap a function in a Module"
+        )
+    if not isinstance(args, tuple):
+        args = (args,)
+    try:
+        return torch.export.export(model, args, dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False)
+    except Exception as e:
+        raise ExportError(
+            f"torch.export could not capture {type(model).__name__}: {_first_line(e)}\n"
+            "opreg exports what torch.export captures; see the error above and "
+            "https://pytorch.org/docs/stable/export.html for what it supports."
+        ) from e
+
+
+def decompose(
+    program: torch.export.ExportedProgram, registry: Registry, target: Target
+) -> torch.export.ExportedProgram:
+    """Run the default decompositions, except for every op the registry covers at ``target``.
+
+    So a pack that registers ``aten::gelu.default`` sees gelu nodes, not the
+    erf and multiplications torch would break them into.
+    """
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if registry.candidates(OpName.of(op), target):
+            del table[op]
+    try:
+        return program.run_decompositions(table)
+    except Exception as e:
+        raise ExportError(f"torch could not decompose the captured graph: {_first_line(e)}") from e
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+# -- where a node came from -------------------------------------------------------
+
+
+def module_path(node: torch.fx.Node) -> str:
+    """The dotted path of the innermost module that made ``node`` (``""`` for the root)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path = ""
+    for value in stack.values():
+        if isinstance(value, tuple) and value and isinstance(value[0], str) and not value[0].startswith("_empty"):
+            path = value[0]
+    return _clean_path(path)
+
+
+def module_type(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    kind = ""
+    for value in stack.values():
+        if isinstance(value, tuple) and len(value) > 1 and not str(value[0]).startswith("_empty"):
+            kind = value[1] if isinstance(value[1], str) else getattr(value[1], "__qualname__", str(value[1]))
+    return kind.rsplit(".", 1)[-1]
+
+
+def _clean_path(path: str) -> str:
+    # Strict-mode captures spell paths as L['self'].layers[0]; normalise to layers.0
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    return re.sub(r"\[(?:'([^']*)'|(\d+))\]", lambda m: "." + (m.group(1) or m.group(2)), path).strip(".")
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """``file:line`` of the innermost frame of the user's code that made ``node``."""
+    trace = node.meta.get("stack_trace") or ""
+    best = ""
+    for match in _FRAME.finditer(trace):
+        path = match.group("file")
+        if path.startswith((_TORCH_DIR, _OPREG_DIR)):
+            continue
+        best = f"{path}:{match.group('line')}"
+    return best
+
+
+def where(node: torch.fx.Node) -> str:
+    """How a node's location is shown to people: module path and source line."""
+    path = module_path(node)
+    kind = module_type(node)
+    parts = [f"{path or '<root>'} ({kind})" if kind else (path or "<root>")]
+    line = source_line(node)
+    if line:
+        parts.append(line)
+    return " at ".join(parts)
+
+
+# -- names of symbolic dimensions ----------------------------------------------------
+
+
+def dim_names(
+    model: torch.nn.Module,
+    args: tuple,
+    kwargs: Mapping[str, Any] | None,
+    program: torch.export.ExportedProgram,
+    spec: Any,
+) -> dict[str, str]:
+    """Map torch's symbols (``s77``) to the names users gave their ``Dim``s (``batch``).
+
+    Walks ``dynamic_shapes`` beside the example inputs, so any spelling
+    torch accepts (by name, by position, nested) is understood; dims with no
+    name (``Dim.AUTO``) keep a readable ``<input>_dim<i>``.
+    """
+    if spec is None:
+        return {}
+    import inspect
+
+    named: dict[int, dict[int, str]] = {}  # id(example tensor) -> dim index -> name
+
+    def walk(value: Any, shapes: Any) -> None:
+        if shapes is None:
+            return
+        if isinstance(value, torch.Tensor):
+            items = shapes.items() if isinstance(shapes, Mapping) else enumerate(shapes)
+            for index, dim in items:
+                name = getattr(dim, "__name__", None)
+                if name and dim is not None and not str(name).startswith(("AUTO", "DYNAMIC", "STATIC")):
+                    named.setdefault(id(value), {})[int(index)] = str(name)
+            return
+        if isinstance(value, Mapping) and isinstance(shapes, Mapping):
+            for key, item in value.items():
+                if key in shapes:
+                    walk(item, shapes[key])
+        elif isinstance(value, (list, tuple)) and isinstance(shapes, (list, tuple)):
+            for item, sub in zip(value, shapes, strict=False):
+                walk(item, sub)
+        else:  # dataclasses, ModelOutputs: match their flattened leaves
+            leaves = torch.utils._pytree.tree_leaves(value)
+            sub_leaves = torch.utils._pytree.tree_leaves(shapes, is_leaf=lambda x: isinstance(x, Mapping))
+            for item, sub in zip(leaves, sub_leaves, strict=False):
+                walk(item, sub)
+
+    kwargs = dict(kwargs or {})
+    if isinstance(spec, Mapping):
+        try:
+            bound = inspect.signature(model.forward).bind_partial(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            bound = kwargs
+        for key, value in bound.items():
+            walk(value, spec.get(key))
+    else:
+        walk(list(args) + list(kwargs.values()), list(spec))
+
+    symbols: dict[str, str] = {}
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    user_inputs = [
+        s for s in program.graph_signature.input_specs if s.kind == torch.export.graph_signature.InputKind.USER_INPUT
+    ]
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    for leaf, input_spec in zip(leaves, user_inputs, strict=False):
+        names = named.get(id(leaf))
+        node = placeholders.get(getattr(input_spec.arg, "name", ""))
+        if not names or node is None:
+            continue
+        value = node.meta.get("val")
+        for index, name in names.items():
+            if isinstance(value, torch.Tensor) and index < value.dim():
+                dim = value.shape[index]
+                if isinstance(dim, torch.SymInt):
+                    symbols.setdefault(str(dim.node.expr), name)
+    return symbols

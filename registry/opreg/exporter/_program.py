@@ -1,0 +1,300 @@
+"""The result of an export: the model, and ways to save, run and verify it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import torch
+
+from opreg.errors import ExportError, OpregError, VerificationError
+from opreg.exporter._finish import OutputSlot
+from opreg.registry import Registry
+from opreg.targets import Target
+
+logger = logging.getLogger(__name__)
+
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+"""Initializer bytes above which ``save`` writes weights to a side file: a
+single protobuf cannot exceed 2 GB, and the graph needs room too."""
+
+ONNXRUNTIME = "onnxruntime"
+REFERENCE = "reference"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputCheck:
+    """How one output compares with eager PyTorch.
+
+    Fields:
+        name: the ONNX output name.
+        max_abs: largest absolute difference.
+        max_rel: largest difference relative to the eager value.
+        ok: within ``atol + rtol * |eager|`` everywhere, and same shape and dtype.
+        detail: what did not match, when not ok.
+    """
+
+    name: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+    detail: str = ""
+
+    def __str__(self) -> str:
+        state = "ok" if self.ok else "MISMATCH"
+        text = f"{self.name}: {state} (max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g})"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+@dataclasses.dataclass(frozen=True)
+class Verification:
+    """The result of :meth:`OnnxProgram.verify`: which runtime ran it, and each output."""
+
+    runtime: str
+    outputs: tuple[OutputCheck, ...]
+
+    def __iter__(self):
+        return iter(self.outputs)
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+    def __getitem__(self, index: int) -> OutputCheck:
+        return self.outputs[index]
+
+    @property
+    def max_abs(self) -> float:
+        return max((o.max_abs for o in self.outputs), default=0.0)
+
+
+class OnnxProgram:
+    """An exported model.
+
+    Attributes:
+        model: the ``onnx_ir.Model`` (edit it freely; ``model_proto`` and
+            ``save`` read it each time).
+        target: the :class:`opreg.Target` it was built for.
+        exported_program: the ``torch.export.ExportedProgram`` it came from.
+        input_names / output_names: ONNX input and output names, in order.
+    """
+
+    def __init__(
+        self,
+        model: ir.Model,
+        *,
+        target: Target,
+        registry: Registry,
+        exported_program: torch.export.ExportedProgram,
+        module: torch.nn.Module,
+        input_names: Sequence[str],
+        input_leaves: Sequence[int],
+        outputs: Sequence[OutputSlot],
+        in_spec: Any,
+        out_spec: Any,
+        checked: bool,
+    ) -> None:
+        self.model = model
+        self.target = target
+        self.registry = registry
+        self.exported_program = exported_program
+        self.input_names = tuple(input_names)
+        self.output_names = tuple(s.name for s in outputs if s.name is not None)
+        self._module = module
+        self._input_leaves = tuple(input_leaves)
+        self._outputs = tuple(outputs)
+        self._in_spec = in_spec
+        self._out_spec = out_spec
+        self._checked = checked
+        self._sessions: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        opsets = ", ".join(f"{d or 'ai.onnx'}={v}" for d, v in sorted(self.model.opset_imports.items()))
+        return (
+            f"<OnnxProgram {len(self.model.graph)} nodes, inputs {list(self.input_names)}, "
+            f"outputs {list(self.output_names)}, opsets {opsets}>"
+        )
+
+    @property
+    def model_proto(self) -> onnx.ModelProto:
+        """The model as an ``onnx.ModelProto`` (serialised from :attr:`model` on each access)."""
+        return ir.serde.serialize_model(self.model)
+
+    # -- saving --------------------------------------------------------------------------
+
+    def initializer_bytes(self) -> int:
+        return sum(v.const_value.nbytes for v in self.model.graph.initializers.values() if v.const_value is not None)
+
+    def save(self, path: str | os.PathLike[str], external_data: bool | None = None) -> Path:
+        """Write the model to ``path`` atomically; returns the path.
+
+        ``external_data=None`` keeps weights inside the file unless they exceed
+        what one protobuf holds (about 2 GB); then, or with ``True``, they go to
+        ``<file name>.data`` beside it. The model is written to a temporary
+        file in the same directory and renamed into place, so a failure leaves
+        any earlier file untouched.
+        """
+        path = Path(path)
+        if path.is_dir():
+            raise ExportError(
+                f"cannot save to {path}: it is a directory; give a file name such as {path / 'model.onnx'}"
+            )
+        if not path.parent.exists():
+            raise ExportError(f"cannot save to {path}: directory {path.parent} does not exist")
+        if external_data is None:
+            external_data = self.initializer_bytes() > EXTERNAL_DATA_THRESHOLD
+        data_name = f"{path.name}.data"
+        with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:
+            staged = Path(scratch) / path.name
+            try:
+                if external_data:
+                    ir.save(self.model, staged, external_data=data_name)
+                else:
+                    ir.save(self.model, staged)
+                if not self._checked:
+                    onnx.checker.check_model(str(staged), full_check=True)
+            except Exception as e:
+                raise ExportError(f"could not write {path}: {e}") from e
+            if external_data:
+                os.replace(Path(scratch) / data_name, path.parent / data_name)
+            os.replace(staged, path)
+        return path
+
+    # -- running -------------------------------------------------------------------------
+
+    def _flat_inputs(self, args: tuple, kwargs: dict[str, Any]) -> list[np.ndarray]:
+        pytree = torch.utils._pytree
+        kwarg_spec = self._in_spec.child(1) if self._in_spec.num_children == 2 else None
+        if kwarg_spec is not None and kwarg_spec.context and set(kwargs) == set(kwarg_spec.context):
+            kwargs = {key: kwargs[key] for key in kwarg_spec.context}  # the export's keyword order
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self._in_spec:
+            raise ExportError(
+                f"inputs must have the structure of the export's example inputs: expected {self._in_spec}, got {spec}"
+            )
+        arrays = []
+        for index, name in zip(self._input_leaves, self.input_names, strict=True):
+            if index >= len(leaves):
+                raise ExportError(f"expected inputs shaped like the export's example inputs; input {name!r} is missing")
+            value = leaves[index]
+            if not isinstance(value, torch.Tensor):
+                raise ExportError(f"input {name!r} must be a tensor, got {type(value).__name__}")
+            arrays.append(value.detach().cpu().numpy())
+        return arrays
+
+    def _unflatten(self, results: Sequence[np.ndarray]) -> Any:
+        by_name = dict(zip(self.output_names, results, strict=True))
+        leaves = [
+            torch.from_numpy(np.asarray(by_name[s.name])) if s.name is not None else s.value for s in self._outputs
+        ]
+        return torch.utils._pytree.tree_unflatten(leaves, self._out_spec)
+
+    def runtime_for(self) -> str:
+        """``onnxruntime`` if it can run every domain in the model, else ``reference``."""
+        from opreg.exporter import _runtime
+
+        return ONNXRUNTIME if _runtime.onnxruntime_can_run(self) else REFERENCE
+
+    def run(self, *args: Any, runtime: str = ONNXRUNTIME, **kwargs: Any) -> Any:
+        """Run the model on torch inputs shaped like the export's; returns torch
+        outputs in the structure the module returns.
+
+        ``runtime`` is ``"onnxruntime"`` (with every loaded pack's
+        ``opreg_configure_session`` applied), ``"reference"`` (``onnx.reference``
+        with the packs' reference kernels) or ``"auto"``.
+        """
+        from opreg.exporter import _runtime
+
+        if runtime == "auto":
+            runtime = self.runtime_for()
+        feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
+        if runtime == ONNXRUNTIME:
+            session = self._sessions.get(ONNXRUNTIME)
+            if session is None:
+                session = self._sessions[ONNXRUNTIME] = _runtime.onnxruntime_session(self)
+            results = session.run(list(self.output_names), feeds)
+        elif runtime == REFERENCE:
+            evaluator = self._sessions.get(REFERENCE)
+            if evaluator is None:
+                evaluator = self._sessions[REFERENCE] = _runtime.reference_evaluator(self)
+            results = evaluator.run(list(self.output_names), feeds)
+        else:
+            raise OpregError(f"unknown runtime {runtime!r}: use 'onnxruntime', 'reference' or 'auto'")
+        return self._unflatten(results)
+
+    def verify(
+        self,
+        *args: Any,
+        rtol: float = 1e-4,
+        atol: float = 1e-4,
+        runtime: str = "auto",
+        **kwargs: Any,
+    ) -> Verification:
+        """Run the model and eager PyTorch on the same inputs and compare every output.
+
+        Each output must match in shape and dtype and satisfy
+        ``|onnx - eager| <= atol + rtol * |eager|`` everywhere. Returns a
+        :class:`Verification` (the runtime used, one :class:`OutputCheck` per
+        output); raises :class:`VerificationError` listing the mismatches.
+        ``runtime="auto"`` uses ONNX Runtime when it can run every domain in
+        the model, else the reference evaluator.
+        """
+        if runtime == "auto":
+            runtime = self.runtime_for()
+        with torch.no_grad():
+            expected = self._module(*args, **kwargs)
+        got = self.run(*args, runtime=runtime, **kwargs)
+        exp_leaves = torch.utils._pytree.tree_leaves(expected)
+        got_leaves = torch.utils._pytree.tree_leaves(got)
+        names = [s.name or f"constant_{i}" for i, s in enumerate(self._outputs)]
+        if len(exp_leaves) != len(got_leaves):
+            raise VerificationError(
+                f"eager PyTorch returned {len(exp_leaves)} values, the ONNX model {len(got_leaves)}"
+            )
+        checks = tuple(_compare(n, g, e, rtol, atol) for n, g, e in zip(names, got_leaves, exp_leaves, strict=True))
+        bad = [c for c in checks if not c.ok]
+        if bad:
+            lines = "\n".join(f"  {c}" for c in bad)
+            raise VerificationError(
+                f"{len(bad)} of {len(checks)} output(s) differ from eager PyTorch "
+                f"({runtime}, rtol={rtol}, atol={atol}):\n{lines}",
+                checks,
+            )
+        return Verification(runtime, checks)
+
+
+def _compare(name: str, got: Any, expected: Any, rtol: float, atol: float) -> OutputCheck:
+    if not isinstance(expected, torch.Tensor):
+        same = got == expected
+        return OutputCheck(name, 0.0, 0.0, bool(same), "" if same else f"{got!r} != {expected!r}")
+    expected = expected.detach().cpu()
+    if not isinstance(got, torch.Tensor):
+        return OutputCheck(name, float("inf"), float("inf"), False, f"got {type(got).__name__}, expected a tensor")
+    if tuple(got.shape) != tuple(expected.shape):
+        return OutputCheck(
+            name, float("inf"), float("inf"), False, f"shape {tuple(got.shape)} != {tuple(expected.shape)}"
+        )
+    if got.dtype != expected.dtype:
+        return OutputCheck(name, float("inf"), float("inf"), False, f"dtype {got.dtype} != {expected.dtype}")
+    if got.numel() == 0:
+        return OutputCheck(name, 0.0, 0.0, True)
+    if expected.dtype == torch.bool or (not expected.dtype.is_floating_point and not expected.is_complex()):
+        diff = (got.to(torch.float64) - expected.to(torch.float64)).abs()
+        ok = bool(torch.equal(got, expected)) if expected.dtype == torch.bool else bool((diff <= atol).all())
+        return OutputCheck(name, float(diff.max()), 0.0, ok, "" if ok else "values differ")
+    g, e = got.to(torch.float64), expected.to(torch.float64)
+    close = torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
+    both = torch.isfinite(g) & torch.isfinite(e)
+    diff = (g - e).abs()[both]
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    max_rel = float((diff / e.abs()[both].clamp_min(1e-12)).max()) if diff.numel() else 0.0
+    ok = bool(close.all())
+    detail = "" if ok else f"{int((~close).sum())} of {close.numel()} elements out of tolerance"
+    return OutputCheck(name, max_abs, max_rel, ok, detail)

@@ -1,0 +1,391 @@
+"""Recording ONNX Script calls into an ``onnx_ir`` graph.
+
+While an impl runs, onnxscript hands every op call (``op18.Add(x, y)``) and
+every script-function call to the *default evaluator*. :class:`Recorder` is
+that evaluator during an export: it turns each call into an ``ir.Node`` in the
+graph being built, with Python scalars and lists made into constants typed
+like their neighbours (as onnxscript's own autocast does), attributes typed by
+the op's schema, and output types inferred by ONNX's per-node inference.
+
+Script functions are not executed: a call becomes a call node to the
+function, which is kept as a model-local function (and inlined later if the
+export inlines).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from opreg.errors import ExportError
+
+logger = logging.getLogger(__name__)
+
+OUTPUTS_KWARG = "_outputs"
+"""onnxscript's way to say how many outputs a call has; never reaches the model."""
+
+_SMALL_CONSTANT = 64
+"""Constants up to this many elements are handed to shape inference as data."""
+
+_NO_NUMPY_FOLD = frozenset({ir.DataType.BFLOAT16, ir.DataType.STRING, ir.DataType.UNDEFINED})
+
+
+@dataclasses.dataclass(frozen=True)
+class Use:
+    """One (domain, version) an emitted node or kept function needs, and who emitted it."""
+
+    domain: str
+    version: int | None
+    emitter: str
+    what: str
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema(op_type: str, version: int, domain: str) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _signature(op_type: str, version: int, domain: str) -> ir.schemas.OpSignature | None:
+    schema = _schema(op_type, version, domain)
+    return None if schema is None else ir.schemas.OpSignature.from_op_schema(schema)
+
+
+def _python_dtype(value: Any) -> ir.DataType:
+    """The ONNX type of a Python scalar or (nested) list, as onnxscript picks it."""
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    if isinstance(value, (bool, np.bool_)):
+        return ir.DataType.BOOL
+    if isinstance(value, (int, np.integer)):
+        return ir.DataType.INT64
+    if isinstance(value, str):
+        return ir.DataType.STRING
+    return ir.DataType.FLOAT
+
+
+def _single_type(constraint: ir.schemas.TypeConstraintParam) -> ir.DataType | None:
+    tensor_types = [t for t in constraint.allowed_types if isinstance(t, ir.TensorType)]
+    if len(tensor_types) == 1 and len(constraint.allowed_types) == 1:
+        return tensor_types[0].dtype
+    return None
+
+
+def _to_tensor(value: Any, dtype: ir.DataType | None) -> ir.TensorProtocol:
+    if isinstance(value, ir.TensorProtocol):
+        return value
+    if type(value).__module__.startswith("torch"):
+        return ir.tensor(
+            value.detach().cpu().numpy() if dtype is None else value.detach().cpu().numpy().astype(dtype.numpy())
+        )
+    if dtype is None:
+        dtype = value.dtype if isinstance(value, np.ndarray) and value.dtype != object else _python_dtype(value)
+        if isinstance(dtype, np.dtype):
+            return ir.tensor(value)
+    array = np.asarray(value, dtype=dtype.numpy())
+    return ir.tensor(array, dtype=dtype)
+
+
+class GraphRecorder:
+    """Builds the nodes of one graph from onnxscript calls.
+
+    Implements onnxscript's evaluator protocol (``eval_op`` and
+    ``eval_function``); install it with ``onnxscript.evaluator.default_as``.
+    ``emitter`` names who is being traced now (``pack:function``) and
+    ``metadata`` is stamped on every node made, both set by the translator
+    around each impl call.
+    """
+
+    def __init__(self, graph: ir.Graph, onnx_version: int) -> None:
+        self.graph = graph
+        self.onnx_version = onnx_version
+        self.emitter = "<exporter>"
+        self.metadata: dict[str, str] = {}
+        self.name_prefix = "n"
+        self.uses: list[Use] = []
+        self.functions: dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] = {}
+        self._counter = 0
+        self._constants: dict[tuple, ir.Value] = {}
+
+    # -- onnxscript's evaluator protocol -------------------------------------
+
+    def eval_op(self, op: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        domain, version, op_type = op.opset.domain, op.opset.version, op.name
+        kwargs = dict(kwargs)
+        wanted_outputs = kwargs.pop(OUTPUTS_KWARG, None)
+        signature = _signature(op_type, version, domain) if op.op_schema is not None else None
+        if signature is None:
+            # No schema: positional arguments are inputs, keywords attributes.
+            inputs = [self.constant(a, None) if _needs_constant(a) else a for a in args]
+            attributes = [_attribute(k, v, None) for k, v in kwargs.items() if v is not None]
+            n_outputs = wanted_outputs or 1
+        else:
+            inputs, attributes = self._bind(signature, args, kwargs, f"{domain or 'ai.onnx'}::{op_type}")
+            folded = self._fold(domain, op_type, inputs, attributes)
+            if folded is not None:
+                return folded
+            if wanted_outputs is not None:
+                n_outputs = wanted_outputs
+            elif signature.outputs and signature.outputs[-1].variadic:
+                n_outputs = _variadic_outputs(op_type, attributes, inputs)
+            else:
+                n_outputs = len(signature.outputs)
+        node = self.add_node(domain, op_type, inputs, attributes, n_outputs, version)
+        self.uses.append(Use(domain, version, self.emitter, f"{domain or 'ai.onnx'}::{op_type}"))
+        outputs = list(node.outputs)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def eval_function(self, function: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        proto = _function_proto(function)
+        domain, name = proto.domain, proto.name
+        key = (domain, name, proto.overload)
+        self.functions.setdefault(key, (proto, self.emitter))
+        for nested in _called_functions(function):
+            nested_proto = _function_proto(nested)
+            self.functions.setdefault(
+                (nested_proto.domain, nested_proto.name, nested_proto.overload), (nested_proto, self.emitter)
+            )
+        signature = function.op_signature
+        inputs, attributes = self._bind(signature, args, kwargs, f"function {domain}::{name}")
+        version = getattr(getattr(function, "opset", None), "version", None) or 1
+        node = self.add_node(domain, name, inputs, attributes, len(proto.output), None)
+        self.uses.append(Use(domain, version, self.emitter, f"function {domain}::{name}"))
+        for opset in proto.opset_import:
+            self.uses.append(Use(opset.domain, opset.version, self.emitter, f"function {domain}::{name}"))
+        outputs = list(node.outputs)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    # -- building blocks -------------------------------------------------------
+
+    def _fold(self, domain: str, op_type: str, inputs: Sequence[Any], attributes: Sequence[ir.Attr]) -> ir.Value | None:
+        """Fold a cast of a constant (``CastLike(0.5, x)``, ``Cast(c, to=...)``) into a constant."""
+        if domain != "" or op_type not in ("CastLike", "Cast") or not inputs or inputs[0] is None:
+            return None
+        source = inputs[0].const_value
+        if source is None or source.size > _SMALL_CONSTANT or source.dtype == ir.DataType.STRING:
+            return None
+        if op_type == "CastLike":
+            dtype = inputs[1].dtype if len(inputs) > 1 and inputs[1] is not None else None
+        else:
+            to = next((a for a in attributes if a.name == "to"), None)
+            dtype = ir.DataType(to.value) if to is not None and len(attributes) == 1 else None
+        if dtype is None or dtype in _NO_NUMPY_FOLD:
+            return None
+        return self.constant(source.numpy().astype(dtype.numpy()), dtype)
+
+    def add_node(
+        self,
+        domain: str,
+        op_type: str,
+        inputs: Sequence[ir.Value | None],
+        attributes: Sequence[ir.Attr],
+        n_outputs: int,
+        version: int | None,
+    ) -> ir.Node:
+        while inputs and inputs[-1] is None:
+            inputs = inputs[:-1]
+        self._counter += 1
+        node = ir.Node(
+            domain,
+            op_type,
+            inputs,
+            attributes,
+            num_outputs=n_outputs,
+            version=version,
+            name=f"{self.name_prefix}_{op_type}_{self._counter}",
+            metadata_props=dict(self.metadata),
+        )
+        for i, output in enumerate(node.outputs):
+            output.name = f"{self.name_prefix}_{op_type}_{self._counter}" + (f"_{i}" if n_outputs > 1 else "")
+        self.graph.append(node)
+        if version is not None:
+            _infer(node, version)
+        return node
+
+    def constant(self, value: Any, dtype: ir.DataType | None) -> ir.Value:
+        """A ``Constant`` node holding ``value`` (cached: one node per distinct constant)."""
+        tensor = _to_tensor(value, dtype)
+        array = tensor.numpy()
+        key = (tensor.dtype, array.shape, array.tobytes()) if tensor.dtype != ir.DataType.STRING else None
+        if key is not None and key in self._constants:
+            return self._constants[key]
+        self._counter += 1
+        name = f"const_{self._counter}"
+        node = ir.Node("", "Constant", [], [ir.AttrTensor("value", tensor)], num_outputs=1, name=name)
+        node.metadata_props.update(self.metadata)
+        out = node.outputs[0]
+        out.name = name
+        out.dtype = tensor.dtype
+        out.shape = ir.Shape(array.shape)
+        out.const_value = tensor
+        self.graph.append(node)
+        if key is not None:
+            self._constants[key] = out
+        return out
+
+    def _bind(
+        self, signature: ir.schemas.OpSignature, args: Sequence[Any], kwargs: Mapping[str, Any], what: str
+    ) -> tuple[list[ir.Value | None], list[ir.Attr]]:
+        """Match a call's arguments to ``signature``; constants for Python inputs."""
+        params = list(signature.params)
+        bound: list[tuple[Any, Any]] = []  # (param, value)
+        position = 0
+        for param in params:
+            if position >= len(args):
+                break
+            if isinstance(param, ir.schemas.Parameter) and param.variadic:
+                bound.extend((param, a) for a in args[position:])
+                position = len(args)
+                break
+            bound.append((param, args[position]))
+            position += 1
+        if position < len(args):
+            raise ExportError(f"{what} takes at most {len(params)} arguments, got {len(args)}")
+        by_name = {p.name: p for p in params}
+        for key, value in kwargs.items():
+            if key not in by_name:
+                raise ExportError(f"{what} has no input or attribute {key!r}; it has {', '.join(by_name)}")
+            bound.append((by_name[key], value))
+
+        # Type variables bound by the tensor inputs that have a known type.
+        known: dict[str, ir.DataType] = {}
+        for param, value in bound:
+            if isinstance(param, ir.schemas.Parameter) and isinstance(value, ir.Value) and value.dtype is not None:
+                known.setdefault(param.type_constraint.name, value.dtype)
+
+        inputs: list[ir.Value | None] = []
+        attributes: list[ir.Attr] = []
+        for param, value in bound:
+            if isinstance(param, ir.schemas.AttributeParameter):
+                if value is not None:
+                    attributes.append(_attribute(param.name, value, param.type))
+                continue
+            if _needs_constant(value):
+                dtype = _single_type(param.type_constraint) or known.get(param.type_constraint.name)
+                inputs.append(self.constant(value, dtype))
+            else:
+                inputs.append(value)
+        return inputs, attributes
+
+
+def _needs_constant(value: Any) -> bool:
+    return value is not None and not isinstance(value, ir.Value)
+
+
+def _attribute(name: str, value: Any, attr_type: ir.AttributeType | None) -> ir.Attr:
+    if isinstance(value, ir.Attr):
+        return value
+    if isinstance(value, ir.Graph | ir.Function) or type(value).__name__ == "OnnxClosure":
+        raise ExportError(
+            f"attribute {name!r}: graph attributes cannot be traced; write the impl as an "
+            "@onnxscript.script function to use control flow"
+        )
+    if attr_type == ir.AttributeType.TENSOR or (
+        attr_type is None and (isinstance(value, np.ndarray) or type(value).__module__.startswith("torch"))
+    ):
+        return ir.AttrTensor(name, _to_tensor(value, None))
+    if isinstance(value, np.generic):
+        value = value.item()
+    if attr_type == ir.AttributeType.INT and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        return ir.convenience.convert_attribute(name, value, attr_type)
+    except (TypeError, ValueError) as e:
+        raise ExportError(f"attribute {name!r}={value!r} cannot be an ONNX {attr_type} attribute: {e}") from e
+
+
+def _variadic_outputs(op_type: str, attributes: Sequence[ir.Attr], inputs: Sequence[Any]) -> int:
+    for attr in attributes:
+        if attr.name == "num_outputs":
+            return int(attr.value)
+    if op_type == "Split" and len(inputs) > 1 and inputs[1] is not None and inputs[1].const_value is not None:
+        return int(inputs[1].const_value.numpy().size)
+    raise ExportError(
+        f"cannot tell how many outputs {op_type} has: pass _outputs=N (or num_outputs=N) in the impl's call"
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _function_proto_cached(function: Any) -> onnx.FunctionProto:
+    return function.to_function_proto()
+
+
+def _function_proto(function: Any) -> onnx.FunctionProto:
+    try:
+        return _function_proto_cached(function)
+    except TypeError:  # unhashable
+        return function.to_function_proto()
+
+
+def _called_functions(function: Any) -> list[Any]:
+    try:
+        return list(function.function_ir.get_called_functions().values())
+    except AttributeError:
+        return []
+
+
+# -- per-node type and shape inference ----------------------------------------------
+
+
+def _type_proto(value: ir.Value) -> onnx.TypeProto | None:
+    if value.dtype is None:
+        return None
+    shape = None
+    if value.shape is not None:
+        shape = [d if isinstance(d, int) else (d.value if isinstance(d.value, str) else None) for d in value.shape]
+    return onnx.helper.make_tensor_type_proto(int(value.dtype), shape)
+
+
+def _infer(node: ir.Node, version: int) -> None:
+    """Set the dtype and shape of ``node``'s outputs from ONNX's inference for its op."""
+    schema = _schema(node.op_type, version, node.domain)
+    if schema is None or not schema.has_type_and_shape_inference_function:
+        return
+    types: dict[str, onnx.TypeProto] = {}
+    data: dict[str, onnx.TensorProto] = {}
+    for value in node.inputs:
+        if value is None:
+            continue
+        proto = _type_proto(value)
+        if proto is None:
+            return  # an input of unknown type: nothing to infer from
+        types[value.name] = proto
+        const = value.const_value
+        if const is not None and const.size <= _SMALL_CONSTANT:
+            data[value.name] = ir.serde.serialize_tensor(const)
+    try:
+        inferred = onnx.shape_inference.infer_node_outputs(
+            schema,
+            ir.serde.serialize_node(node),
+            types,
+            data,
+            opset_imports=[onnx.helper.make_opsetid(node.domain, version)],
+        )
+    except Exception as e:  # inference is a help for autocast, not a check: the checker runs at the end
+        logger.debug("shape inference failed for %s: %s", node.name, e)
+        return
+    for output in node.outputs:
+        proto = inferred.get(output.name)
+        if proto is None or not proto.HasField("tensor_type"):
+            continue
+        tensor_type = proto.tensor_type
+        if tensor_type.elem_type:
+            output.dtype = ir.DataType(tensor_type.elem_type)
+        if tensor_type.HasField("shape"):
+            dims: list[int | str | None] = []
+            for dim in tensor_type.shape.dim:
+                if dim.HasField("dim_value"):
+                    dims.append(dim.dim_value)
+                else:
+                    dims.append(dim.dim_param or None)
+            output.shape = ir.Shape(dims)
