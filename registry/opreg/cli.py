@@ -60,6 +60,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("op", help="torch op, e.g. aten::gelu or aten::add.Tensor")
     _common(p, target=True)
     p.set_defaults(run=_cmd_explain)
+
+    model_help = "path/to/file.py:factory or package.module:factory; factory() returns (module, args[, kwargs])"
+    dynamic_help = "dynamic dims of a forward input: NAME:DIM=LABEL[,DIM=LABEL] (repeatable), e.g. x:0=batch"
+
+    p = sub.add_parser("check", help="which ops of a model no pack covers at a target (exit 1 if any)")
+    p.add_argument("model", metavar="MODEL", help=model_help)
+    p.add_argument("--dynamic", action="append", default=[], metavar="SPEC", help=dynamic_help)
+    _common(p, target=True)
+    p.set_defaults(run=_cmd_check)
+
+    p = sub.add_parser("export", help="export a model to an ONNX file")
+    p.add_argument("model", metavar="MODEL", help=model_help)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .onnx file to write")
+    p.add_argument("--dynamic", action="append", default=[], metavar="SPEC", help=dynamic_help)
+    p.add_argument("--verify", action="store_true", help="run the model and compare with eager PyTorch")
+    p.add_argument("--keep-functions", action="store_true", help="keep script impls as model-local functions")
+    p.add_argument("--external-data", action="store_true", help="write weights to FILE.data beside the model")
+    _common(p, target=True)
+    p.set_defaults(run=_cmd_export)
+
+    p = sub.add_parser("inspect", help="what an ONNX file holds: opsets, ops, provenance, weights")
+    p.add_argument("file", metavar="FILE", help="an .onnx file")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
+    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    p.set_defaults(run=_cmd_inspect)
     return parser
 
 
@@ -215,6 +240,142 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         console.print(f"[yellow]conflict[/]: {explanation.chosen.label} ties with {names}; raise one's priority")
     if explanation.chosen is None:
         console.print(f"[red]No impl of {op} can serve target {explanation.target}.[/]")
+    return EXIT_OK
+
+
+def _load_model(args: argparse.Namespace) -> tuple[Any, Any]:
+    from opreg import _modelspec
+
+    loaded = _modelspec.load(args.model)
+    return loaded, _modelspec.dynamic_shapes(loaded, args.dynamic)
+
+
+def _missing_json(missing: Sequence[Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "op": m.op,
+            "count": m.count,
+            "locations": list(m.locations),
+            "reason": m.reason,
+            "elsewhere": list(m.elsewhere),
+        }
+        for m in missing
+    ]
+
+
+def _missing_table(console: Any, missing: Sequence[Any], target: Any) -> None:
+    table = _table(f"ops with no impl at target {target}", ["op", "nodes", "where", "why", "covered elsewhere by"])
+    for m in missing:
+        table.add_row(m.op, str(m.count), "\n".join(m.locations), m.reason, "\n".join(m.elsewhere))
+    console.print(table)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from opreg import exporter
+
+    registry = _registry(args)
+    target = registry.target(args.target)
+    loaded, dynamic = _load_model(args)
+    missing = exporter.plan_export(
+        loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic, registry=registry
+    )
+    if args.json:
+        _print_json({"model": args.model, "target": target.as_dict(), "missing": _missing_json(missing)})
+        return EXIT_FINDINGS if missing else EXIT_OK
+    console = _console()
+    if not missing:
+        console.print(f"[green]every op of {args.model} has an impl at target {target}[/]")
+        return EXIT_OK
+    _missing_table(console, missing, target)
+    console.print(f"[red]{len(missing)} op(s) missing[/]: install a pack that covers them or choose another target")
+    return EXIT_FINDINGS
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    import time
+
+    from rich.console import Console
+
+    from opreg import exporter
+    from opreg.errors import UnsupportedOpsError, VerificationError
+
+    err = Console(stderr=True, soft_wrap=False, width=None if sys.stderr.isatty() else 160)
+    registry = _registry(args)
+    target = registry.target(args.target)
+    started = time.perf_counter()
+    with err.status("loading the model") as status:
+        last = ["load", time.perf_counter()]
+
+        def stage(name: str) -> None:
+            err.print(f"[green]done[/] {last[0]} ({time.perf_counter() - last[1]:.2f} s)")
+            last[0], last[1] = name, time.perf_counter()
+            status.update(f"{name}...")
+
+        loaded, dynamic = _load_model(args)
+        try:
+            program = exporter.export(
+                loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic,
+                registry=registry, inline=not args.keep_functions, progress=stage,
+            )  # fmt: skip
+            stage("save")
+            path = program.save(args.output, external_data=True if args.external_data else None)
+            if args.verify:
+                stage("verify")
+                result = program.verify(*loaded.args, **loaded.kwargs)
+            stage("")
+        except UnsupportedOpsError as e:
+            status.stop()
+            _missing_table(err, e.missing, target)
+            err.print(f"[red]export failed: {len(e.missing)} op(s) have no impl at target {target}[/]")
+            return EXIT_FINDINGS
+        except VerificationError as e:
+            status.stop()
+            err.print(f"[red]wrote {args.output}, but it does not match eager PyTorch:[/]\n{e}")
+            return EXIT_FINDINGS
+    opsets = ", ".join(f"{d or 'ai.onnx'}={v}" for d, v in sorted(program.model.opset_imports.items()))
+    console = _console()
+    console.print(
+        f"wrote {path} ({len(program.model.graph)} nodes; opsets {opsets}) in {time.perf_counter() - started:.1f} s"
+    )
+    if args.verify:
+        worst = max((o.max_abs for o in result.outputs), default=0.0)
+        console.print(
+            f"verified with {result.runtime}: {len(result.outputs)} output(s) match eager PyTorch (max abs {worst:.3g})"
+        )
+    return EXIT_OK
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from opreg import inspection
+
+    report = inspection.inspect_file(args.file)
+    if args.json:
+        _print_json(report)
+        return EXIT_OK
+    console = _console()
+    console.print(f"[bold]{report['file']}[/] ({report['file_bytes']:,} bytes)")
+    console.print(f"IR version {report['ir_version']}, produced by {report['producer'] or 'unknown'}")
+    console.print("opsets: " + ", ".join(f"{d}={v}" for d, v in report["opset_imports"].items()))
+    for kind in ("inputs", "outputs"):
+        console.print(f"{kind}: " + ", ".join(f"{v['name']} {v['dtype']}{v['shape']}" for v in report[kind]))
+    console.print(
+        f"initializers: {report['initializers']['count']} ({report['initializers']['bytes']:,} bytes"
+        + (", external data" if report["initializers"]["external"] else "")
+        + ")"
+    )
+    table = _table(f"{report['node_count']} nodes by op", ["domain", "op", "count"])
+    for row in report["ops"]:
+        table.add_row(row["domain"], row["op"], str(row["count"]))
+    console.print(table)
+    if report["functions"]:
+        console.print("functions: " + ", ".join(report["functions"]))
+    if report["provenance"]["packs"]:
+        table = _table("provenance", ["pack", "torch op", "onnx nodes"])
+        for row in report["provenance"]["torch_ops"]:
+            table.add_row(row["pack"], row["torch_op"], str(row["nodes"]))
+        console.print(table)
+    else:
+        console.print("no provenance metadata (not exported by opreg)")
     return EXIT_OK
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,7 +57,10 @@ def decompose(
         if registry.candidates(OpName.of(op), target):
             del table[op]
     try:
-        return program.run_decompositions(table)
+        with warnings.catch_warnings():
+            # torch deep-copies its own pytree specs here and warns about its own deprecated API
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            return program.run_decompositions(table)
     except Exception as e:
         raise ExportError(f"torch could not decompose the captured graph: {_first_line(e)}") from e
 

@@ -1,0 +1,308 @@
+"""The exporter end to end: real torch.export, real ONNX Runtime, numerics against eager PyTorch."""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+import onnxruntime
+import onnxscript
+import pytest
+import torch
+from onnxscript.onnx_opset import opset18 as op18
+
+import opreg
+from opreg.exporter import PROVENANCE_KEYS
+from tests.models import AddModel, Nested, Sequence, TutorialCNN, Uncovered
+
+NEWEST = opreg.newest_onnxruntime_opset()
+OPSETS = [18, NEWEST]
+ATOL = 1e-5  # float32, small models: differences are rounding only
+
+
+def _ops(program) -> list[tuple[str, str]]:
+    return [(n.domain, n.op_type) for n in program.model_proto.graph.node]
+
+
+def _check_model(program) -> None:
+    onnx.checker.check_model(program.model_proto, full_check=True)
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    torch.manual_seed(0)
+    return TutorialCNN().eval(), torch.randn(1, 1, 32, 32)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_tutorial_cnn(cnn, opset):
+    model, x = cnn
+    program = opreg.export(model, (x,), target=opset)
+
+    proto = program.model_proto
+    assert {o.domain: o.version for o in proto.opset_import} == {"": opset}
+    assert proto.ir_version <= 13  # what onnxruntime 1.31 loads
+    _check_model(program)
+    ops = [op for _, op in _ops(program)]
+    assert ops.count("Conv") == 2 and ops.count("MaxPool") == 2 and ops.count("Gemm") == 3
+    assert all(domain == "" for domain, _ in _ops(program))
+    # parameters are initializers named by the state_dict
+    assert set(program.model.graph.initializers) == set(model.state_dict())
+    assert program.input_names == ("x",) and program.output_names == ("output",)
+
+    result = program.verify(x, atol=ATOL)
+    assert result.runtime == "onnxruntime" and result.max_abs <= ATOL
+    other = torch.randn(1, 1, 32, 32)
+    torch.testing.assert_close(program.run(other), model(other), atol=ATOL, rtol=1e-4)
+
+
+def test_every_node_records_where_it_came_from(cnn):
+    model, x = cnn
+    program = opreg.export(model, (x,), target=18)
+    for node in program.model_proto.graph.node:
+        props = {p.key: p.value for p in node.metadata_props}
+        assert set(PROVENANCE_KEYS) <= set(props), node.name
+        assert props["opreg.pack"] == "core"
+        assert props["opreg.torch_op"].startswith("aten::")
+    modules = {p.value for n in program.model_proto.graph.node for p in n.metadata_props if p.key == "opreg.module"}
+    assert {"conv1", "conv2", "fc1", "fc2", "fc3"} <= modules
+    sources = {p.value for n in program.model_proto.graph.node for p in n.metadata_props if p.key == "opreg.source"}
+    assert any(s.endswith("models.py:" + s.rsplit(":", 1)[-1]) and "tests" in s for s in sources)
+
+
+def test_kwargs_and_nested_outputs():
+    torch.manual_seed(0)
+    model = Nested().eval()
+    x = torch.randn(2, 4)
+    extra = {"shift": torch.randn(3), "bias": torch.randn(5)}
+    program = opreg.export(model, (x,), {"extra": extra})
+
+    assert program.input_names == ("x", "extra_shift", "extra_bias")
+    assert program.output_names == ("logits", "pair_0", "pair_1")
+    assert set(program.model.graph.initializers) == {"proj.weight", "proj.bias", "scale"}
+    _check_model(program)
+    result = program.run(x, extra=extra)
+    expected = model(x, extra=extra)
+    assert set(result) == {"logits", "pair"} and isinstance(result["pair"], tuple)
+    torch.testing.assert_close(result, expected, atol=ATOL, rtol=1e-4)
+    assert len(program.verify(x, extra=extra)) == 3
+
+
+def test_dynamic_batch_and_sequence_run_at_other_sizes():
+    torch.manual_seed(0)
+    model = Sequence().eval()
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    program = opreg.export(model, (torch.randn(2, 5, 8),), dynamic_shapes={"x": {0: batch, 1: seq}})
+
+    (x_in,) = program.model.graph.inputs
+    (out,) = program.model.graph.outputs
+    assert [str(d) for d in x_in.shape] == ["batch", "seq", "8"]
+    assert [str(d) for d in out.shape] == ["batch", "seq", "4"]
+    _check_model(program)
+    for b, s in [(1, 1), (3, 7), (8, 2)]:
+        x = torch.randn(b, s, 8)
+        assert program.verify(x, atol=ATOL).max_abs <= ATOL
+        assert program.run(x).shape == (b, s, 4)
+
+
+def test_uncovered_ops_are_all_listed_before_translation():
+    registry = opreg.default_registry().copy()
+
+    def inverse_elsewhere(self):
+        """Pretend impl that needs a domain the default target lacks."""
+        return onnxscript.values.Op(onnxscript.values.Opset("com.example", 1), "Inverse")(self)
+
+    registry.register("aten::linalg_inv_ex", inverse_elsewhere, domains={"com.example": 1})
+    with pytest.raises(opreg.UnsupportedOpsError) as caught:
+        opreg.export(Uncovered(), (torch.randn(3, 3),), registry=registry)
+
+    missing = {m.op: m for m in caught.value.missing}
+    assert set(missing) == {"aten::cumsum.default", "aten::linalg_inv_ex.default"}
+    inverse, cumsum = missing["aten::linalg_inv_ex.default"], missing["aten::cumsum.default"]
+    assert inverse.count == 2 and cumsum.count == 1
+    assert all("models.py:" in where for where in inverse.locations + cumsum.locations)
+    assert inverse.elsewhere == ("<user>:inverse_elsewhere (ai.onnx>=1, com.example>=1)",)
+    text = str(caught.value)
+    assert "aten::cumsum.default: 1 node" in text and "aten::linalg_inv_ex.default: 2 nodes" in text
+    assert opreg.exporter.plan_export(Uncovered(), (torch.randn(3, 3),), registry=registry)[0].op == (
+        "aten::cumsum.default"
+    )
+
+
+# -- the tutorial's first scenario: a pack replaces the core impl of aten::add.Tensor ----------
+
+CUSTOM_ADD_PACK = """
+import onnxscript
+from onnxscript import opset18
+
+custom_aten = onnxscript.values.Opset(domain="custom.aten", version=1)
+
+
+@onnxscript.script(custom_aten)
+def custom_aten_add(input_x, input_y, alpha: float = 1.0):
+    input_y = opset18.Mul(input_y, alpha)
+    return opset18.Add(input_x, input_y)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register("aten::add.Tensor", custom_aten_add, priority=5)
+"""
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["inlined", "kept-function"])
+def test_pack_replaces_core_add(make_pack, inline):
+    make_pack("customadd", CUSTOM_ADD_PACK)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    program = opreg.export(AddModel(), (x, y), inline=inline)
+
+    proto = program.model_proto
+    _check_model(program)
+    packs = {p.value for n in proto.graph.node for p in n.metadata_props if p.key == "opreg.pack"}
+    assert packs == {"customadd"}
+    if inline:
+        assert [n.op_type for n in proto.graph.node] == ["Constant", "CastLike", "Mul", "Add"]
+        assert {o.domain: o.version for o in proto.opset_import} == {"": 23}
+        assert not proto.functions
+    else:
+        assert _ops(program) == [("custom.aten", "custom_aten_add")]
+        assert {o.domain: o.version for o in proto.opset_import} == {"": 23, "custom.aten": 1}
+        (function,) = proto.functions
+        # the function was written for opset 18; in the model it agrees with the model's version
+        assert {o.domain: o.version for o in function.opset_import} == {"": 23}
+    assert program.verify(x, y).max_abs == 0.0
+
+
+def test_core_add_is_used_without_the_pack():
+    program = opreg.export(AddModel(), (torch.randn(2), torch.randn(2)))
+    assert _ops(program) == [("", "Add")]
+
+
+def test_verify_raises_on_a_wrong_impl():
+    registry = opreg.default_registry().copy()
+
+    def wrong_add(self, other, alpha: float = 1.0):
+        """add.Tensor, deliberately wrong."""
+        return op18.Sub(self, other)
+
+    registry.register("aten::add.Tensor", wrong_add)
+    x, y = torch.randn(3), torch.ones(3)
+    program = opreg.export(AddModel(), (x, y), registry=registry)
+    with pytest.raises(opreg.VerificationError, match="output: MISMATCH") as caught:
+        program.verify(x, y)
+    (check,) = caught.value.results
+    assert check.max_abs == pytest.approx(2.0)
+
+
+# -- one version per domain ---------------------------------------------------------------------
+
+
+class TwoOps(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * torch.sigmoid(x)
+
+
+def _registry_with(*impls):
+    registry = opreg.default_registry().copy()
+    for op, function in impls:
+        registry.register(op, function)
+    return registry
+
+
+def test_impls_needing_two_versions_of_a_domain_fail_naming_both():
+    def relu_v1(self):
+        """relu via my.domain v1 (the Opset is built at call time, out of the lint's sight)."""
+        return onnxscript.values.Op(onnxscript.values.Opset("my.domain", 1), "Relu")(self)
+
+    def sigmoid_v2(self):
+        """sigmoid via my.domain v2."""
+        return onnxscript.values.Op(onnxscript.values.Opset("my.domain", 2), "Sigmoid")(self)
+
+    registry = _registry_with(("aten::relu", relu_v1), ("aten::sigmoid", sigmoid_v2))
+    with pytest.raises(opreg.OpsetConflictError) as caught:
+        opreg.export(TwoOps(), (torch.randn(3),), registry=registry)
+    text = str(caught.value)
+    assert "my.domain" in text and "<user>:relu_v1" in text and "<user>:sigmoid_v2" in text
+    assert "Opset mismatch" not in text
+
+
+def test_an_impl_emitting_a_newer_onnx_op_than_the_target_fails():
+    def sigmoid_from_20(self):
+        """sigmoid, but emitting an opset-20 op while declaring 18 (hidden from the registration lint)."""
+        newer = getattr(onnxscript.onnx_opset, "opset" + str(20))
+        return newer.Sigmoid(self)
+
+    registry = opreg.default_registry().copy()
+    registry.register("aten::sigmoid", sigmoid_from_20, opset=18)
+    with pytest.raises(opreg.OpsetConflictError, match="ai.onnx opset 20, but the target is ai.onnx 18"):
+        opreg.export(TwoOps(), (torch.randn(3),), registry=registry, target=18)
+
+
+def test_internal_authoring_attributes_never_reach_the_model():
+    def split_sum(self):
+        """sigmoid, written with onnxscript's _outputs to exercise it."""
+        first, second = op18["Split"](self, [1, 2], axis=0, _outputs=2)
+        return op18.Sigmoid(op18.Concat(first, second, axis=0))
+
+    registry = _registry_with(("aten::sigmoid", split_sum))
+    x = torch.randn(3)
+    program = opreg.export(TwoOps(), (x,), registry=registry)
+    names = {a.name for n in program.model_proto.graph.node for a in n.attribute}
+    assert "_outputs" not in names
+    split = next(n for n in program.model_proto.graph.node if n.op_type == "Split")
+    assert len(split.output) == 2
+    program.verify(x)
+
+
+# -- saving ---------------------------------------------------------------------------------------------
+
+
+def test_save_writes_atomically_and_reloads(tmp_path, cnn):
+    model, x = cnn
+    program = opreg.export(model, (x,), target=18)
+    path = program.save(tmp_path / "cnn.onnx")
+    assert [p.name for p in tmp_path.iterdir()] == ["cnn.onnx"]  # no temp files left
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {"x": x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(out), model(x), atol=ATOL, rtol=1e-4)
+
+
+def test_forced_external_data_reloads(tmp_path, cnn):
+    model, x = cnn
+    program = opreg.export(model, (x,))
+    path = program.save(tmp_path / "cnn.onnx", external_data=True)
+    data = tmp_path / "cnn.onnx.data"
+    big = [t for t in model.state_dict().values() if t.numel() * 4 >= 1024]  # onnx_ir keeps tiny ones inline
+    assert data.stat().st_size >= sum(t.numel() * 4 for t in big)
+    assert path.stat().st_size < 10_000  # the weights are not in the model file
+    loaded = onnx.load(str(path))  # reads the .data file
+    onnx.checker.check_model(str(path), full_check=True)
+    session = onnxruntime.InferenceSession(loaded.SerializeToString(), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {"x": x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(out), model(x), atol=ATOL, rtol=1e-4)
+
+
+def test_a_failed_save_leaves_the_earlier_file_intact(tmp_path, cnn):
+    model, x = cnn
+    program = opreg.export(model, (x,))
+    path = tmp_path / "cnn.onnx"
+    path.write_bytes(b"earlier model")
+    (tmp_path / "cnn.onnx.data").mkdir()  # the side file cannot be put in place
+    with pytest.raises(OSError):
+        program.save(path, external_data=True)
+    assert path.read_bytes() == b"earlier model"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn.onnx", "cnn.onnx.data"]
+
+
+def test_save_refuses_a_missing_directory(tmp_path, cnn):
+    model, x = cnn
+    program = opreg.export(model, (x,))
+    with pytest.raises(opreg.ExportError, match="does not exist"):
+        program.save(tmp_path / "nowhere" / "m.onnx")
+
+
+def test_model_is_an_onnx_ir_model(cnn):
+    model, x = cnn
+    program = opreg.export(model, (x,))
+    assert isinstance(program.model, ir.Model)
+    assert program.model.opset_imports == {"": 23}
+    assert "opreg.target" in program.model.metadata_props
