@@ -65,9 +65,12 @@ def decompose(
         raise ExportError(f"torch could not decompose the captured graph: {_first_line(e)}") from e
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+def _first_line(error: BaseException, lines: int = 12) -> str:
+    """The start of a torch error: enough for its own advice (suggested fixes to
+    dynamic shapes run a few lines), not its whole report."""
+    text = str(error).strip().splitlines()
+    shown = "\n".join(text[:lines]) + ("\n..." if len(text) > lines else "")
+    return f"{type(error).__name__}: {shown}"
 
 
 # -- where a node came from -------------------------------------------------------

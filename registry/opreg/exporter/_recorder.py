@@ -82,18 +82,17 @@ def _single_type(constraint: ir.schemas.TypeConstraintParam) -> ir.DataType | No
 
 
 def _to_tensor(value: Any, dtype: ir.DataType | None) -> ir.TensorProtocol:
+    """An ONNX tensor from a Python number or list, numpy array or torch tensor,
+    as ``dtype`` when given (else as numpy or onnxscript would type it)."""
     if isinstance(value, ir.TensorProtocol):
         return value
     if type(value).__module__.startswith("torch"):
-        return ir.tensor(
-            value.detach().cpu().numpy() if dtype is None else value.detach().cpu().numpy().astype(dtype.numpy())
-        )
+        value = value.detach().cpu().numpy()
     if dtype is None:
-        dtype = value.dtype if isinstance(value, np.ndarray) and value.dtype != object else _python_dtype(value)
-        if isinstance(dtype, np.dtype):
-            return ir.tensor(value)
-    array = np.asarray(value, dtype=dtype.numpy())
-    return ir.tensor(array, dtype=dtype)
+        if isinstance(value, np.ndarray | np.generic) and value.dtype != object:
+            return ir.tensor(np.asarray(value))
+        dtype = _python_dtype(value)
+    return ir.tensor(np.asarray(value, dtype=dtype.numpy()), dtype=dtype)
 
 
 class GraphRecorder:
@@ -156,8 +155,10 @@ class GraphRecorder:
                 (nested_proto.domain, nested_proto.name, nested_proto.overload), (nested_proto, self.emitter)
             )
         signature = function.op_signature
+        if signature is None:
+            raise ExportError(f"script function {domain}::{name} has no signature onnxscript can read")
         inputs, attributes = self._bind(signature, args, kwargs, f"function {domain}::{name}")
-        version = getattr(getattr(function, "opset", None), "version", None) or 1
+        version = function.opset.version
         node = self.add_node(domain, name, inputs, attributes, len(proto.output), None)
         self.uses.append(Use(domain, version, self.emitter, f"function {domain}::{name}"))
         for opset in proto.opset_import:
