@@ -13,7 +13,33 @@ OPREG_API_VERSION = 1
 
 @opreg.hookimpl
 def opreg_register_ops(registry: opreg.Registrar) -> None:
-    from opreg_core_ops.ops import activation, elementwise, linalg, nn, shape
+    from opreg_core_ops.ops import (
+        activation,
+        attention,
+        comparison,
+        creation,
+        elementwise,
+        indexing,
+        linalg,
+        nn,
+        normalization,
+        pooling,
+        reduction,
+        shape,
+    )
 
-    for module in (elementwise, activation, linalg, nn, shape):
+    for module in (
+        elementwise,
+        comparison,
+        activation,
+        linalg,
+        nn,
+        normalization,
+        attention,
+        pooling,
+        reduction,
+        creation,
+        indexing,
+        shape,
+    ):
         module.register(registry)

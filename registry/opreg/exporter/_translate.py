@@ -108,8 +108,6 @@ def plan(graph: torch.fx.Graph, registry: Registry, target: Target) -> dict[torc
     calls: dict[torch.fx.Node, Call] = {}
     missing: dict[str, list[tuple[torch.fx.Node, str]]] = {}
     for node in graph.nodes:
-        if node.op == "get_attr":
-            continue
         if node.op != "call_function":
             continue
         fn = node.target

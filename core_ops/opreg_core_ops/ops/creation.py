@@ -1,0 +1,9 @@
+"""Core impls: creation (being written)."""
+
+from __future__ import annotations
+
+import opreg
+
+
+def register(registry: opreg.Registrar) -> None:
+    pass

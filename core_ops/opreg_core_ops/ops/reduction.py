@@ -1,0 +1,9 @@
+"""Core impls: reduction (being written)."""
+
+from __future__ import annotations
+
+import opreg
+
+
+def register(registry: opreg.Registrar) -> None:
+    pass
