@@ -6,6 +6,7 @@ a registry is first needed.
 
 from __future__ import annotations
 
+from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export
 from opreg.errors import (
     ExportError,
     FrozenRegistryError,
@@ -58,12 +59,14 @@ __all__ = [
     "Candidate",
     "Conflict",
     "ExportError",
+    "ExportOptions",
     "Explanation",
     "FrozenRegistryError",
     "Impl",
     "InvalidOpNameError",
     "InvalidTargetError",
     "NoImplementationError",
+    "OnnxRegistry",
     "OpName",
     "OpregError",
     "OpsetConflictError",
@@ -82,6 +85,7 @@ __all__ = [
     "VersionRange",
     "build_registry",
     "default_registry",
+    "dynamo_export",
     "export",
     "hookimpl",
     "newest_onnxruntime_opset",

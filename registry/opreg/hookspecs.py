@@ -81,10 +81,24 @@ def opreg_schemas() -> Sequence[Any]:
     """
 
 
+@hookspec
+def opreg_functions() -> Sequence[Any]:
+    """Return ONNX function definitions of this pack's custom-domain ops.
+
+    Each is an ``onnx.FunctionProto`` or an ``@onnxscript.script`` function
+    whose domain and name are the op's (``test.customop::CustomOpOne``) and
+    whose body uses standard ONNX. ``opreg.export(..., embed_functions=True)``
+    adds the definitions of the ops a model uses as model-local functions, so
+    any ONNX runtime runs the model without the pack's native kernels.
+    Called when a model is exported with ``embed_functions=True``.
+    """
+
+
 HOOK_NAMES: tuple[str, ...] = (
     "opreg_register_ops",
     "opreg_targets",
     "opreg_reference_kernels",
     "opreg_configure_session",
     "opreg_schemas",
+    "opreg_functions",
 )

@@ -20,7 +20,15 @@ def opreg_targets():
 
 
 @opreg.hookimpl
+def opreg_schemas():
+    from opreg_ort_contrib import schemas
+
+    return schemas.schemas()
+
+
+@opreg.hookimpl
 def opreg_register_ops(registry: opreg.Registrar) -> None:
-    from opreg_ort_contrib import activation
+    from opreg_ort_contrib import activation, linalg
 
     activation.register(registry)
+    linalg.register(registry)

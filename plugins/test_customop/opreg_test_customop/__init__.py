@@ -32,6 +32,27 @@ def opreg_targets():
 
 
 @opreg.hookimpl
+def opreg_schemas():
+    from opreg_test_customop import runtime
+
+    return runtime.schemas()
+
+
+@opreg.hookimpl
+def opreg_reference_kernels():
+    from opreg_test_customop import runtime
+
+    return runtime.reference_kernels()
+
+
+@opreg.hookimpl
+def opreg_functions():
+    from opreg_test_customop import runtime
+
+    return runtime.functions()
+
+
+@opreg.hookimpl
 def opreg_register_ops(registry: opreg.Registrar) -> None:
     from opreg_test_customop import impls, torch_ops  # noqa: F401 - torch_ops defines the torch op
 

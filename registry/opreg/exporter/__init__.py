@@ -83,7 +83,8 @@ def export(
     plugins: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
     registry: Registry | None = None,
-    inline: bool = True,
+    inline: bool | int = True,
+    embed_functions: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
@@ -102,7 +103,11 @@ def export(
         registry: a registry to use instead (e.g. a ``default_registry().copy()``
             with your own impls registered); excludes ``plugins``/``exclude``.
         inline: inline impls written as script functions (default); ``False``
-            keeps them as model-local ONNX functions.
+            keeps them as model-local ONNX functions; an int N inlines those of
+            at most N nodes and keeps the rest.
+        embed_functions: add the packs' ONNX function definitions
+            (``opreg_functions``) of the custom-domain ops the model uses, so
+            runtimes without the packs' kernels can run it.
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
     Raises:
@@ -131,12 +136,18 @@ def export(
     slots = _finish.bind_outputs(graph, translator.user_outputs, names, translator.recorder)
     versions = _finish.settle_versions(translator.recorder.uses, translator.used_impls, resolved)
     packs = sorted({impl.pack for impl in translator.used_impls.values()})
+    definitions = {}
+    if embed_functions:
+        definitions = _finish.custom_op_definitions(
+            graph, translator.recorder.functions, reg.call_hook("opreg_functions")
+        )
     onnx_model = _finish.build_model(
         graph,
         translator.recorder.functions,
         versions,
         inline=inline,
         metadata={"opreg.target": str(resolved), "opreg.packs": ",".join(packs)},
+        definitions=definitions,
     )
     result = OnnxProgram(
         onnx_model,

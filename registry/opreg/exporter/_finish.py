@@ -157,13 +157,15 @@ def build_model(
     functions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]],
     versions: Mapping[str, int],
     *,
-    inline: bool,
+    inline: bool | int,
     metadata: Mapping[str, str],
+    definitions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] | None = None,
 ) -> ir.Model:
     from opreg import __version__
 
     model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=__version__)
-    for key, (proto, _) in functions.items():
+    definitions = dict(definitions or {})
+    for key, (proto, _) in {**functions, **definitions}.items():
         function = ir.serde.deserialize_function(proto)
         function.opset_imports.clear()
         for opset in proto.opset_import:
@@ -174,8 +176,15 @@ def build_model(
     for node in graph:
         _strip_authoring_attributes(node)
 
-    if inline and model.functions:
-        common_passes.InlinePass()(model)
+    if inline is not False and model.functions:
+        # impls' script functions are inlined (all, or those of at most `inline` nodes);
+        # embedded definitions of custom ops stay functions
+        limit = None if inline is True else int(inline)
+
+        def wanted(function: ir.Function) -> bool:
+            return function.identifier() not in definitions and (limit is None or len(function) <= limit)
+
+        common_passes.InlinePass(criteria=wanted)(model)
     common_passes.RemoveUnusedNodesPass()(model)
     common_passes.RemoveUnusedFunctionsPass()(model)
     _trim_optional_outputs(model.graph, versions)
@@ -192,6 +201,29 @@ def build_model(
     )
     model.metadata_props.update(metadata)
     return model
+
+
+def custom_op_definitions(
+    graph: ir.Graph,
+    functions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]],
+    provided: Sequence[tuple[str, Any]],
+) -> dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]]:
+    """The packs' function definitions (``opreg_functions``) of the custom ops used by
+    ``graph`` or by the impls' functions it calls."""
+    available: dict[tuple[str, str], tuple[onnx.FunctionProto, str]] = {}
+    for pack, result in provided:
+        for item in result or ():
+            proto = item if isinstance(item, onnx.FunctionProto) else item.to_function_proto()
+            available.setdefault((proto.domain, proto.name), (proto, pack))
+    used = {(node.domain, node.op_type) for node in graph}
+    for proto, _ in functions.values():
+        used.update((node.domain, node.op_type) for node in proto.node)
+    chosen: dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] = {}
+    for domain, op_type in sorted(used):
+        if domain and (domain, op_type) in available:
+            proto, pack = available[(domain, op_type)]
+            chosen[(proto.domain, proto.name, proto.overload)] = (proto, pack)
+    return chosen
 
 
 def _trim_optional_outputs(graph: ir.Graph, versions: Mapping[str, int]) -> None:

@@ -169,7 +169,8 @@ class OnnxProgram:
 
     # -- running -------------------------------------------------------------------------
 
-    def _flat_inputs(self, args: tuple, kwargs: dict[str, Any]) -> list[np.ndarray]:
+    def adapt_torch_inputs_to_onnx(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        """The tensors among ``model(*args, **kwargs)``'s inputs, in the ONNX inputs' order."""
         pytree = torch.utils._pytree
         kwarg_spec = self._in_spec.child(1) if self._in_spec.num_children == 2 else None
         if kwarg_spec is not None and kwarg_spec.context and set(kwargs) == set(kwarg_spec.context):
@@ -179,15 +180,23 @@ class OnnxProgram:
             raise ExportError(
                 f"inputs must have the structure of the export's example inputs: expected {self._in_spec}, got {spec}"
             )
-        arrays = []
+        tensors = []
         for index, name in zip(self._input_leaves, self.input_names, strict=True):
-            if index >= len(leaves):
-                raise ExportError(f"expected inputs shaped like the export's example inputs; input {name!r} is missing")
             value = leaves[index]
             if not isinstance(value, torch.Tensor):
                 raise ExportError(f"input {name!r} must be a tensor, got {type(value).__name__}")
-            arrays.append(value.detach().cpu().numpy())
-        return arrays
+            tensors.append(value)
+        return tensors
+
+    def adapt_torch_outputs_to_onnx(self, outputs: Any) -> list[torch.Tensor]:
+        """The tensors among the module's ``outputs``, in the ONNX outputs' order."""
+        leaves = torch.utils._pytree.tree_leaves(outputs)
+        if len(leaves) != len(self._outputs):
+            raise ExportError(f"expected {len(self._outputs)} output values like the export's, got {len(leaves)}")
+        return [leaf for leaf, slot in zip(leaves, self._outputs, strict=True) if slot.name is not None]
+
+    def _flat_inputs(self, args: tuple, kwargs: dict[str, Any]) -> list[np.ndarray]:
+        return [t.detach().cpu().numpy() for t in self.adapt_torch_inputs_to_onnx(*args, **kwargs)]
 
     def _unflatten(self, results: Sequence[np.ndarray]) -> Any:
         by_name = dict(zip(self.output_names, results, strict=True))
