@@ -99,7 +99,12 @@ def candidates(opset: int):
             skip_in, io_out, std, [gamma, beta],
         ),
         _session(
-            [helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma", "beta"], ["y"], domain="com.microsoft", epsilon=1e-5)],
+            [
+                helper.make_node(
+                    "SkipLayerNormalization", ["x", "skip", "gamma", "beta"], ["y"],
+                    domain="com.microsoft", epsilon=1e-5,
+                )
+            ],
             skip_in, io_out, ms, [gamma, beta],
         ),
         {"x": x, "skip": rng.standard_normal(x.shape, dtype=np.float32)},
@@ -112,10 +117,15 @@ def candidates(opset: int):
     yield (
         "FusedMatMul (A @ B^T)",
         _session(
-            [helper.make_node("Transpose", ["b"], ["bt"], perm=[0, 2, 1]), helper.make_node("MatMul", ["a", "bt"], ["y"])],
+            [
+                helper.make_node("Transpose", ["b"], ["bt"], perm=[0, 2, 1]),
+                helper.make_node("MatMul", ["a", "bt"], ["y"]),
+            ],
             mm_in, mm_out, std,
         ),
-        _session([helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft", transB=1)], mm_in, mm_out, ms),
+        _session(
+            [helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft", transB=1)], mm_in, mm_out, ms
+        ),
         {"a": a, "b": b},
     )  # fmt: skip
 
