@@ -56,8 +56,20 @@ class Sequence(nn.Module):
         return self.head(flat).view(batch, seq, 4)
 
 
+@torch.library.custom_op("opreg_tests::mystery", mutates_args=())
+def mystery(x: torch.Tensor) -> torch.Tensor:
+    """A custom torch op no pack implements."""
+    return x.clone()
+
+
+@mystery.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
 class Uncovered(nn.Module):
-    """Two ops no pack covers: cumsum (once) and matrix inverse (twice)."""
+    """Two ops the default target does not cover: a custom op no pack implements
+    (once) and matrix inverse (twice; only opreg-ort-contrib covers it)."""
 
     def __init__(self):
         super().__init__()
@@ -65,7 +77,7 @@ class Uncovered(nn.Module):
 
     def forward(self, x):
         a = torch.inverse(self.inner(x))
-        b = torch.cumsum(x, 0)
+        b = mystery(x)
         return torch.inverse(a) + b
 
 

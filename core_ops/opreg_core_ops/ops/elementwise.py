@@ -1,38 +1,604 @@
-"""Elementwise arithmetic: add, sub, mul, div."""
+"""Elementwise arithmetic and math: add/sub/mul/div (and their Scalar and rounding-mode
+overloads), pow, fmod/remainder, atan2, maximum/minimum, clamp, where, and the unary
+math functions. Operands are promoted as torch promotes them before the ONNX op."""
 
 from __future__ import annotations
 
+import math
+
+import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 
+FLOAT_TYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE})
+_POW_TYPES = frozenset({ir.DataType.INT32, ir.DataType.INT64}) | FLOAT_TYPES
+_DEFAULT_FLOAT = ir.DataType.FLOAT  # torch's default dtype: what integer inputs of float ops become
+
+
+# -- promotion helpers (Python-side, run while tracing) -----------------------------------
+
+
+def result_dtype(*operands) -> ir.DataType:
+    """The dtype torch computes an elementwise op of ``operands`` in (its type promotion:
+    dimensioned tensors, then 0-d tensors, then Python scalars). ``None`` operands are skipped."""
+    import torch
+    from onnx_ir import tensor_adapters
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    examples = []
+    for value in operands:
+        if value is None:
+            continue
+        if isinstance(value, ir.Value):
+            rank = 1 if value.shape is None or len(value.shape) else 0
+            dtype = tensor_adapters.to_torch_dtype(value.dtype)
+            examples.append(torch.empty((1,) * rank, dtype=dtype, device="meta"))
+        else:
+            examples.append(value)
+    _, dtype = elementwise_dtypes(*examples, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    return tensor_adapters.from_torch_dtype(dtype)
+
+
+def cast_to(value, dtype: ir.DataType):
+    """``value`` (a traced value or a Python number) as ``dtype``; numbers become constants."""
+    if isinstance(value, ir.Value) and value.dtype == dtype:
+        return value
+    return op18.Cast(value, to=int(dtype))
+
+
+def promote(*operands):
+    """``(dtype, operands cast to it)`` as torch promotes them."""
+    dtype = result_dtype(*operands)
+    return dtype, [None if v is None else cast_to(v, dtype) for v in operands]
+
+
+def as_float(self):
+    """``self``, cast to torch's default float dtype unless it is a float already (float ops on
+    integer or bool tensors compute in float32)."""
+    if self.dtype in FLOAT_TYPES:
+        return self
+    return op18.Cast(self, to=int(_DEFAULT_FLOAT))
+
+
+def float_unary(self, compute):
+    """``compute`` of ``self`` as a float: integers and bool as float32 (as torch), bfloat16
+    through float32 and back (most ONNX math ops do not take bfloat16)."""
+    if self.dtype == ir.DataType.BFLOAT16:
+        return op18.Cast(compute(op18.Cast(self, to=int(ir.DataType.FLOAT))), to=int(ir.DataType.BFLOAT16))
+    return compute(as_float(self))
+
+
+def trunc(x):
+    """Rounding toward zero of a float tensor (ONNX has no Trunc)."""
+    return op18.Where(op18.Less(x, op18.CastLike(0, x)), op18.Ceil(x), op18.Floor(x))
+
+
+def isinf(x):
+    """IsInf of a float tensor (16-bit floats through float32: IsInf takes them only from opset 20)."""
+    if x.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        x = op18.Cast(x, to=int(ir.DataType.FLOAT))
+    return op18.IsInf(x)
+
+
+def _fmod(a, b):
+    return op18.Mod(a, b, fmod=1)
+
+
+def _python_remainder(a, b):
+    """torch's float remainder: fmod, moved by ``b`` when the signs of ``b`` and it differ."""
+    mod = _fmod(a, b)
+    zero = op18.CastLike(0, a)
+    wrong_sign = op18.And(op18.Not(op18.Equal(mod, zero)), op18.Xor(op18.Less(b, zero), op18.Less(mod, zero)))
+    return op18.Where(wrong_sign, op18.Add(mod, b), mod)
+
+
+def _floor_divide(a, b, dtype: ir.DataType):
+    """torch's floor division (``div(rounding_mode="floor")``) of ``a`` and ``b`` of ``dtype``."""
+    if dtype not in FLOAT_TYPES:
+        # Mod (fmod=0) on integers has the divisor's sign, so a - mod is an exact multiple of b
+        return op18.Div(op18.Sub(a, op18.Mod(a, b)), b)
+    # c10's div_floor_floating: through fmod, so 1 // 0.1 is 9 as in Python, not floor(1 / 0.1)
+    zero = op18.CastLike(0, a)
+    one = op18.CastLike(1, a)
+    mod = _fmod(a, b)
+    div = op18.Div(op18.Sub(a, mod), b)
+    wrong_sign = op18.And(op18.Not(op18.Equal(mod, zero)), op18.Xor(op18.Less(b, zero), op18.Less(mod, zero)))
+    div = op18.Where(wrong_sign, op18.Sub(div, one), div)
+    floordiv = op18.Floor(div)
+    floordiv = op18.Where(
+        op18.Greater(op18.Sub(div, floordiv), op18.CastLike(0.5, a)), op18.Add(floordiv, one), floordiv
+    )
+    return op18.Where(op18.Equal(b, zero), op18.Div(a, b), floordiv)
+
+
+def _divide(self, other, rounding_mode: str | None):
+    dtype, (a, b) = promote(self, other)
+    if rounding_mode is None:
+        if dtype not in FLOAT_TYPES:
+            a, b = as_float(a), as_float(b)
+        return op18.Div(a, b)
+    if rounding_mode == "trunc":
+        # integer Div truncates toward zero
+        return trunc(op18.Div(a, b)) if dtype in FLOAT_TYPES else op18.Div(a, b)
+    if rounding_mode == "floor":
+        return _floor_divide(a, b, dtype)
+    raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+
+
+def _add(self, other, alpha: float, subtract: bool):
+    dtype, (a, b) = promote(self, other)
+    if dtype == ir.DataType.BOOL and not subtract:
+        return op18.Or(a, b) if alpha else op18.Identity(a)
+    if alpha != 1:
+        b = op18.Mul(b, cast_to(alpha, dtype))
+    return op18.Sub(a, b) if subtract else op18.Add(a, b)
+
+
+def _mul(self, other):
+    dtype, (a, b) = promote(self, other)
+    if dtype == ir.DataType.BOOL:
+        return op18.And(a, b)
+    return op18.Mul(a, b)
+
+
+def _pow(self, exponent):
+    dtype, (base, power) = promote(self, exponent)
+    if dtype in _POW_TYPES:
+        return op18.Pow(base, power)
+    # small integer types (and bool): ONNX Pow has none, compute in int64 and wrap back
+    wide = op18.Pow(cast_to(base, ir.DataType.INT64), cast_to(power, ir.DataType.INT64))
+    return op18.Cast(wide, to=int(dtype))
+
+
+def _remainder(self, other):
+    dtype, (a, b) = promote(self, other)
+    if dtype in FLOAT_TYPES:
+        return _python_remainder(a, b)
+    return op18.Mod(a, b)  # fmod=0: the divisor's sign, as Python
+
+
+def _fmod_promoted(self, other):
+    _, (a, b) = promote(self, other)
+    return _fmod(a, b)
+
+
+def _extremum(self, other, maximum: bool):
+    dtype, (a, b) = promote(self, other)
+    if dtype == ir.DataType.BOOL:
+        return op18.Or(a, b) if maximum else op18.And(a, b)
+    # Max and Min propagate NaN (onnxruntime and the ONNX reference), as torch does
+    return op18.Max(a, b) if maximum else op18.Min(a, b)
+
+
+# -- add, sub, mul, div --------------------------------------------------------------------
+
 
 def aten_add(self, other, alpha: float = 1.0):
-    """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Add (and Mul for alpha)."""
-    if alpha != 1.0:
-        other = op18.Mul(other, op18.CastLike(alpha, other))
-    return op18.Add(self, other)
+    """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Add (and Mul for alpha; Or for bool), after torch's promotion."""
+    return _add(self, other, alpha, subtract=False)
+
+
+def aten_add_scalar(self, other: float, alpha: float = 1.0):
+    """add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Add (Or for bool), after torch's promotion."""
+    return _add(self, other, alpha, subtract=False)
 
 
 def aten_sub(self, other, alpha: float = 1.0):
-    """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Sub (and Mul for alpha)."""
-    if alpha != 1.0:
-        other = op18.Mul(other, op18.CastLike(alpha, other))
-    return op18.Sub(self, other)
+    """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Sub (and Mul for alpha), after torch's promotion."""
+    return _add(self, other, alpha, subtract=True)
+
+
+def aten_sub_scalar(self, other: float, alpha: float = 1.0):
+    """sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Sub, after torch's promotion."""
+    return _add(self, other, alpha, subtract=True)
 
 
 def aten_mul(self, other):
-    """mul.Tensor(Tensor self, Tensor other) -> Tensor: Mul."""
-    return op18.Mul(self, other)
+    """mul.Tensor(Tensor self, Tensor other) -> Tensor: Mul (And for bool), after torch's promotion."""
+    return _mul(self, other)
+
+
+def aten_mul_scalar(self, other: float):
+    """mul.Scalar(Tensor self, Scalar other) -> Tensor: Mul (And for bool), after torch's promotion."""
+    return _mul(self, other)
 
 
 def aten_div(self, other):
-    """div.Tensor(Tensor self, Tensor other) -> Tensor: Div."""
-    return op18.Div(self, other)
+    """div.Tensor(Tensor self, Tensor other) -> Tensor: Div (integers cast to float first)."""
+    return _divide(self, other, None)
+
+
+def aten_div_scalar(self, other: float):
+    """div.Scalar(Tensor self, Scalar other) -> Tensor: Div (integers cast to float first)."""
+    return _divide(self, other, None)
+
+
+def aten_div_mode(self, other, rounding_mode: str | None = None):
+    """div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor: Div, with Floor/Ceil/Where for trunc and Mod for floor."""
+    return _divide(self, other, rounding_mode)
+
+
+def aten_div_scalar_mode(self, other: float, rounding_mode: str | None = None):
+    """div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor: Div, with Floor/Ceil/Where for trunc and Mod for floor."""
+    return _divide(self, other, rounding_mode)
+
+
+# -- pow, fmod, remainder, atan2 -------------------------------------------------------------
+
+
+def aten_pow(self, exponent):
+    """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor: Pow, after torch's promotion."""
+    return _pow(self, exponent)
+
+
+def aten_pow_tensor_scalar(self, exponent: float):
+    """pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor: Pow (Mul for squares), after torch's promotion."""
+    if exponent == 2 and self.dtype in FLOAT_TYPES:
+        return op18.Mul(self, self)  # exact, as torch computes x ** 2
+    return _pow(self, exponent)
+
+
+def aten_pow_scalar(self: float, exponent):
+    """pow.Scalar(Scalar self, Tensor exponent) -> Tensor: Pow of a constant base, after torch's promotion."""
+    return _pow(self, exponent)
+
+
+def aten_fmod(self, other):
+    """fmod.Tensor(Tensor self, Tensor other) -> Tensor: Mod (fmod=1), after torch's promotion."""
+    return _fmod_promoted(self, other)
+
+
+def aten_fmod_scalar(self, other: float):
+    """fmod.Scalar(Tensor self, Scalar other) -> Tensor: Mod (fmod=1), after torch's promotion."""
+    return _fmod_promoted(self, other)
+
+
+def aten_remainder(self, other):
+    """remainder.Tensor(Tensor self, Tensor other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
+    return _remainder(self, other)
+
+
+def aten_remainder_scalar(self, other: float):
+    """remainder.Scalar(Tensor self, Scalar other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
+    return _remainder(self, other)
+
+
+def aten_remainder_scalar_tensor(self: float, other):
+    """remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
+    return _remainder(self, other)
+
+
+def aten_atan2(self, other):
+    """atan2(Tensor self, Tensor other) -> Tensor: Atan of the ratio with Where for the quadrant, zeros and infinities (ONNX has no Atan2)."""
+    dtype, (y, x) = promote(self, other)
+    if dtype == ir.DataType.BFLOAT16:  # Atan takes no bfloat16
+        return op18.Cast(
+            _atan2(op18.Cast(y, to=int(ir.DataType.FLOAT)), op18.Cast(x, to=int(ir.DataType.FLOAT))), to=int(dtype)
+        )
+    return _atan2(as_float(y), as_float(x))
+
+
+def _atan2(y, x):
+    zero = op18.CastLike(0, x)
+    pi = op18.CastLike(math.pi, x)
+    # both infinite: the angle of (sign y, sign x); both zero: +-0, then +-pi if x is negative
+    ratio = op18.Where(op18.And(isinf(x), isinf(y)), op18.Div(op18.Sign(y), op18.Sign(x)), op18.Div(y, x))
+    angle = op18.Where(op18.And(op18.Equal(x, zero), op18.Equal(y, zero)), y, op18.Atan(ratio))
+    # negative x, -0.0 included: turn by pi toward y's side, -0.0 counting as below
+    shift = op18.Where(_negative(y), op18.Neg(pi), pi)
+    return op18.Where(_negative(x), op18.Add(angle, shift), angle)
+
+
+def _negative(x):
+    """x < 0 or x is -0.0 (whose reciprocal is -inf)."""
+    zero = op18.CastLike(0, x)
+    return op18.Or(op18.Less(x, zero), op18.Less(op18.Reciprocal(x), zero))
+
+
+# -- maximum, minimum, clamp, where ---------------------------------------------------------------
+
+
+def aten_maximum(self, other):
+    """maximum(Tensor self, Tensor other) -> Tensor: Max (Or for bool), after torch's promotion."""
+    return _extremum(self, other, maximum=True)
+
+
+def aten_minimum(self, other):
+    """minimum(Tensor self, Tensor other) -> Tensor: Min (And for bool), after torch's promotion."""
+    return _extremum(self, other, maximum=False)
+
+
+def aten_clamp(self, min: float | None = None, max: float | None = None):
+    """clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor: Clip, after torch's promotion."""
+    dtype, (x, low, high) = promote(self, min, max)
+    if dtype == ir.DataType.BOOL:
+        raise ValueError("clamp of a bool tensor is not supported (torch does not support it either)")
+    if low is None and high is None:
+        return op18.Identity(x)
+    return op18.Clip(x, low, high)  # keeps NaN, as torch does
+
+
+def aten_clamp_tensor(self, min=None, max=None):
+    """clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor: Max and Min (the bounds broadcast)."""
+    _, (x, low, high) = promote(self, min, max)
+    if low is not None:
+        x = _extremum(x, low, maximum=True)
+    if high is not None:
+        x = _extremum(x, high, maximum=False)
+    return op18.Identity(x) if low is None and high is None else x
+
+
+def aten_where(condition, self, other):
+    """where.self(Tensor condition, Tensor self, Tensor other) -> Tensor: Where, after torch's promotion of self and other."""
+    _, (a, b) = promote(self, other)
+    return op18.Where(cast_to(condition, ir.DataType.BOOL), a, b)
+
+
+# -- unary math ---------------------------------------------------------------------------------
+
+
+def aten_abs(self):
+    """abs(Tensor self) -> Tensor: Abs."""
+    return op18.Abs(self)
+
+
+def aten_neg(self):
+    """neg(Tensor self) -> Tensor: Neg (Sub from 0 for unsigned integers, which wrap as in torch)."""
+    if self.dtype in (ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64):
+        return op18.Sub(op18.CastLike(0, self), self)
+    return op18.Neg(self)
+
+
+def aten_sign(self):
+    """sign(Tensor self) -> Tensor: Sign (NaN -> 0 as torch; Identity for bool)."""
+    if self.dtype == ir.DataType.BOOL:
+        return op18.Identity(self)
+    result = op18.Sign(self)
+    if self.dtype in FLOAT_TYPES:
+        result = op18.Where(op18.IsNaN(self), op18.CastLike(0, self), result)
+    return result
+
+
+def _rounding(self, rounder):
+    if self.dtype not in FLOAT_TYPES:
+        return op18.Identity(self)  # torch rounds integers to themselves
+    return float_unary(self, rounder)
+
+
+def aten_ceil(self):
+    """ceil(Tensor self) -> Tensor: Ceil (Identity for integers)."""
+    return _rounding(self, op18.Ceil)
+
+
+def aten_floor(self):
+    """floor(Tensor self) -> Tensor: Floor (Identity for integers)."""
+    return _rounding(self, op18.Floor)
+
+
+def aten_round(self):
+    """round(Tensor self) -> Tensor: Round (half to even, as torch; Identity for integers)."""
+    return _rounding(self, op18.Round)
+
+
+def _round_decimals(x, decimals: int):
+    scale = op18.CastLike(10.0 ** abs(decimals), x)
+    if decimals > 0:
+        return op18.Div(op18.Round(op18.Mul(x, scale)), scale)
+    return op18.Mul(op18.Round(op18.Div(x, scale)), scale)
+
+
+def aten_round_decimals(self, decimals: int):
+    """round.decimals(Tensor self, *, int decimals) -> Tensor: Mul, Round and Div by the power of ten (as torch computes it)."""
+    if decimals == 0:
+        return aten_round(self)
+    return _rounding(self, lambda x: _round_decimals(x, decimals))
+
+
+def aten_trunc(self):
+    """trunc(Tensor self) -> Tensor: Ceil below zero, Floor above (ONNX has no Trunc; Identity for integers)."""
+    return _rounding(self, trunc)
+
+
+def aten_acos(self):
+    """acos(Tensor self) -> Tensor: Acos."""
+    return float_unary(self, op18.Acos)
+
+
+def aten_acosh(self):
+    """acosh(Tensor self) -> Tensor: Acosh."""
+    return float_unary(self, op18.Acosh)
+
+
+def aten_asin(self):
+    """asin(Tensor self) -> Tensor: Asin."""
+    return float_unary(self, op18.Asin)
+
+
+def aten_asinh(self):
+    """asinh(Tensor self) -> Tensor: Asinh."""
+    return float_unary(self, op18.Asinh)
+
+
+def aten_atan(self):
+    """atan(Tensor self) -> Tensor: Atan."""
+    return float_unary(self, op18.Atan)
+
+
+def aten_atanh(self):
+    """atanh(Tensor self) -> Tensor: Atanh."""
+    return float_unary(self, op18.Atanh)
+
+
+def aten_cos(self):
+    """cos(Tensor self) -> Tensor: Cos."""
+    return float_unary(self, op18.Cos)
+
+
+def aten_cosh(self):
+    """cosh(Tensor self) -> Tensor: Cosh."""
+    return float_unary(self, op18.Cosh)
+
+
+def aten_sin(self):
+    """sin(Tensor self) -> Tensor: Sin."""
+    return float_unary(self, op18.Sin)
+
+
+def aten_sinh(self):
+    """sinh(Tensor self) -> Tensor: Sinh."""
+    return float_unary(self, op18.Sinh)
+
+
+def aten_tan(self):
+    """tan(Tensor self) -> Tensor: Tan."""
+    return float_unary(self, op18.Tan)
+
+
+def aten_tanh(self):
+    """tanh(Tensor self) -> Tensor: Tanh."""
+    return float_unary(self, op18.Tanh)
+
+
+def aten_erf(self):
+    """erf(Tensor self) -> Tensor: Erf."""
+    return float_unary(self, op18.Erf)
+
+
+def aten_exp(self):
+    """exp(Tensor self) -> Tensor: Exp."""
+    return float_unary(self, op18.Exp)
+
+
+def _expm1(x):
+    one = op18.CastLike(1, x)
+    u = op18.Exp(x)
+    um1 = op18.Sub(u, one)
+    # (u - 1) * x / log(u) cancels the rounding of u; exact when u rounds to 1, -1 when u is 0
+    corrected = op18.Div(op18.Mul(um1, x), op18.Log(u))
+    corrected = op18.Where(op18.Equal(u, one), x, corrected)
+    return op18.Where(op18.Or(op18.Equal(um1, op18.Neg(one)), isinf(u)), um1, corrected)
+
+
+def aten_expm1(self):
+    """expm1(Tensor self) -> Tensor: Exp, Sub, and Kahan's correction (Log, Div) to keep precision near 0."""
+    return float_unary(self, _expm1)
+
+
+def aten_log(self):
+    """log(Tensor self) -> Tensor: Log."""
+    return float_unary(self, op18.Log)
+
+
+def _log1p(x):
+    one = op18.CastLike(1, x)
+    u = op18.Add(x, one)
+    corrected = op18.Div(op18.Mul(op18.Log(u), x), op18.Sub(u, one))
+    return op18.Where(op18.Or(op18.Equal(u, one), isinf(u)), op18.Where(op18.Equal(u, one), x, u), corrected)
+
+
+def aten_log1p(self):
+    """log1p(Tensor self) -> Tensor: Add, Log, and Kahan's correction (Mul, Div) to keep precision near 0."""
+    return float_unary(self, _log1p)
+
+
+def _log2(x):
+    return op18.Div(op18.Log(x), op18.CastLike(math.log(2.0), x))
+
+
+def aten_log2(self):
+    """log2(Tensor self) -> Tensor: Log and Div by ln 2."""
+    return float_unary(self, _log2)
+
+
+def _log10(x):
+    return op18.Div(op18.Log(x), op18.CastLike(math.log(10.0), x))
+
+
+def aten_log10(self):
+    """log10(Tensor self) -> Tensor: Log and Div by ln 10."""
+    return float_unary(self, _log10)
+
+
+def aten_reciprocal(self):
+    """reciprocal(Tensor self) -> Tensor: Reciprocal."""
+    return float_unary(self, op18.Reciprocal)
+
+
+def aten_sqrt(self):
+    """sqrt(Tensor self) -> Tensor: Sqrt."""
+    return float_unary(self, op18.Sqrt)
+
+
+def aten_rsqrt(self):
+    """rsqrt(Tensor self) -> Tensor: Sqrt and Reciprocal."""
+    return float_unary(self, lambda x: op18.Reciprocal(op18.Sqrt(x)))
+
+
+def aten_sigmoid(self):
+    """sigmoid(Tensor self) -> Tensor: Sigmoid."""
+    return float_unary(self, op18.Sigmoid)
+
+
+_UNARY = (
+    ("abs", aten_abs),
+    ("neg", aten_neg),
+    ("sign", aten_sign),
+    ("ceil", aten_ceil),
+    ("floor", aten_floor),
+    ("round", aten_round),
+    ("round.decimals", aten_round_decimals),
+    ("trunc", aten_trunc),
+    ("acos", aten_acos),
+    ("acosh", aten_acosh),
+    ("asin", aten_asin),
+    ("asinh", aten_asinh),
+    ("atan", aten_atan),
+    ("atanh", aten_atanh),
+    ("cos", aten_cos),
+    ("cosh", aten_cosh),
+    ("sin", aten_sin),
+    ("sinh", aten_sinh),
+    ("tan", aten_tan),
+    ("tanh", aten_tanh),
+    ("erf", aten_erf),
+    ("exp", aten_exp),
+    ("expm1", aten_expm1),
+    ("log", aten_log),
+    ("log1p", aten_log1p),
+    ("log2", aten_log2),
+    ("log10", aten_log10),
+    ("reciprocal", aten_reciprocal),
+    ("sqrt", aten_sqrt),
+    ("rsqrt", aten_rsqrt),
+    ("sigmoid", aten_sigmoid),
+)
 
 
 def register(registry: opreg.Registrar) -> None:
     registry.register("aten::add.Tensor", aten_add, opset=18)
+    registry.register("aten::add.Scalar", aten_add_scalar, opset=18)
     registry.register("aten::sub.Tensor", aten_sub, opset=18)
+    registry.register("aten::sub.Scalar", aten_sub_scalar, opset=18)
     registry.register("aten::mul.Tensor", aten_mul, opset=18)
+    registry.register("aten::mul.Scalar", aten_mul_scalar, opset=18)
     registry.register("aten::div.Tensor", aten_div, opset=18)
+    registry.register("aten::div.Scalar", aten_div_scalar, opset=18)
+    registry.register("aten::div.Tensor_mode", aten_div_mode, opset=18)
+    registry.register("aten::div.Scalar_mode", aten_div_scalar_mode, opset=18)
+    registry.register("aten::pow.Tensor_Tensor", aten_pow, opset=18)
+    registry.register("aten::pow.Tensor_Scalar", aten_pow_tensor_scalar, opset=18)
+    registry.register("aten::pow.Scalar", aten_pow_scalar, opset=18)
+    registry.register("aten::fmod.Tensor", aten_fmod, opset=18)
+    registry.register("aten::fmod.Scalar", aten_fmod_scalar, opset=18)
+    registry.register("aten::remainder.Tensor", aten_remainder, opset=18)
+    registry.register("aten::remainder.Scalar", aten_remainder_scalar, opset=18)
+    registry.register("aten::remainder.Scalar_Tensor", aten_remainder_scalar_tensor, opset=18)
+    registry.register("aten::atan2", aten_atan2, opset=18)
+    registry.register("aten::maximum", aten_maximum, opset=18)
+    registry.register("aten::minimum", aten_minimum, opset=18)
+    registry.register("aten::clamp", aten_clamp, opset=18)
+    registry.register("aten::clamp.Tensor", aten_clamp_tensor, opset=18)
+    registry.register("aten::where.self", aten_where, opset=18)
+    for op, function in _UNARY:
+        registry.register(f"aten::{op}", function, opset=18)

@@ -70,6 +70,7 @@ def bind_outputs(graph: ir.Graph, values: Sequence[Any], names: Sequence[str], r
     """Make the graph's outputs, named ``names``; an output that is an input, an
     initializer, a constant or another output gets an ``Identity`` of its own."""
     taken = {v.name for v in graph.inputs} | set(graph.initializers)
+    intermediates = {out.name: out for node in graph for out in node.outputs if out.name}
     slots: list[OutputSlot] = []
     for value, wanted in zip(values, names, strict=True):
         if not isinstance(value, ir.Value):
@@ -92,10 +93,24 @@ def bind_outputs(graph: ir.Graph, values: Sequence[Any], names: Sequence[str], r
             recorder.metadata = {}
             out = recorder.add_node("", "Identity", [value], [], 1, None).outputs[0]
             out.dtype, out.shape = value.dtype, value.shape
+        clash = intermediates.get(name)
+        if clash is not None and clash is not out:  # the output gets the name; the intermediate another
+            clash.name = _fresh(f"{name}_", intermediates)
+            intermediates[clash.name] = clash
+        if intermediates.get(out.name) is out:
+            del intermediates[out.name]  # its old name is free again
+        intermediates[name] = out
         out.name = name
         graph.outputs.append(out)
         slots.append(OutputSlot(name))
     return slots
+
+
+def _fresh(stem: str, taken: Mapping[str, Any]) -> str:
+    index = 0
+    while f"{stem}{index}" in taken:
+        index += 1
+    return f"{stem}{index}"
 
 
 # -- one version per domain --------------------------------------------------------------

@@ -15,7 +15,7 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from opreg.errors import ExportError, OpregError, VerificationError
+from opreg.errors import ExportError, OpregError, RuntimeUnavailableError, VerificationError
 from opreg.exporter._finish import OutputSlot
 from opreg.registry import Registry
 from opreg.targets import Target
@@ -196,13 +196,11 @@ class OnnxProgram:
         return [leaf for leaf, slot in zip(leaves, self._outputs, strict=True) if slot.name is not None]
 
     def _flat_inputs(self, args: tuple, kwargs: dict[str, Any]) -> list[np.ndarray]:
-        return [t.detach().cpu().numpy() for t in self.adapt_torch_inputs_to_onnx(*args, **kwargs)]
+        return [_to_numpy(t) for t in self.adapt_torch_inputs_to_onnx(*args, **kwargs)]
 
     def _unflatten(self, results: Sequence[np.ndarray]) -> Any:
         by_name = dict(zip(self.output_names, results, strict=True))
-        leaves = [
-            torch.from_numpy(np.asarray(by_name[s.name])) if s.name is not None else s.value for s in self._outputs
-        ]
+        leaves = [_to_torch(by_name[s.name]) if s.name is not None else s.value for s in self._outputs]
         return torch.utils._pytree.tree_unflatten(leaves, self._out_spec)
 
     def runtime_for(self) -> str:
@@ -225,6 +223,11 @@ class OnnxProgram:
             runtime = self.runtime_for()
         feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
         if runtime == ONNXRUNTIME:
+            if any(a.dtype.name == "bfloat16" for a in feeds.values()):
+                raise RuntimeUnavailableError(
+                    "ONNX Runtime's Python API cannot take bfloat16 arrays: run with runtime='reference', "
+                    "or cast to float32 at the model's boundary"
+                )
             session = self._sessions.get(ONNXRUNTIME)
             if session is None:
                 session = self._sessions[ONNXRUNTIME] = _runtime.onnxruntime_session(self)
@@ -277,6 +280,23 @@ class OnnxProgram:
                 checks,
             )
         return Verification(runtime, checks)
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """numpy has no bfloat16: those go through ml_dtypes, as onnx and onnxruntime read them."""
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return tensor.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
+def _to_torch(array: Any) -> torch.Tensor:
+    array = np.asarray(array)
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def _compare(name: str, got: Any, expected: Any, rtol: float, atol: float) -> OutputCheck:
