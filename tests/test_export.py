@@ -332,3 +332,15 @@ def test_bfloat16_inputs_run_in_the_reference_evaluator_and_onnxruntime_says_why
     assert program.verify(x, runtime="reference").max_abs == 0.0
     with pytest.raises(opreg.RuntimeUnavailableError, match="bfloat16"):
         program.run(x)
+
+
+class StarArgs(torch.nn.Module):
+    def forward(self, *args):
+        return args[0] + 1
+
+
+def test_dim_names_for_a_star_args_forward():
+    seq = torch.export.Dim("seq", min=2, max=64)
+    program = opreg.export(StarArgs(), (torch.randn(2, 5),), dynamic_shapes=(({1: seq},),))
+    (value,) = program.model.graph.inputs
+    assert [str(d) for d in value.shape] == ["2", "seq"]

@@ -170,15 +170,16 @@ def dim_names(
                 walk(item, sub)
 
     kwargs = dict(kwargs or {})
+    try:  # forward's parameters in order, a *args parameter holding its tuple
+        bound = dict(inspect.signature(model.forward).bind_partial(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        bound = {**{str(i): a for i, a in enumerate(args)}, **kwargs}
     if isinstance(spec, Mapping):
-        try:
-            bound = inspect.signature(model.forward).bind_partial(*args, **kwargs).arguments
-        except (TypeError, ValueError):
-            bound = kwargs
         for key, value in bound.items():
             walk(value, spec.get(key))
     else:
-        walk(list(args) + list(kwargs.values()), list(spec))
+        for value, shapes in zip(bound.values(), spec, strict=False):
+            walk(value, shapes)
 
     symbols: dict[str, str] = {}
     leaves = torch.utils._pytree.tree_leaves((args, kwargs))

@@ -312,7 +312,8 @@ def _variadic_outputs(op_type: str, attributes: Sequence[ir.Attr], inputs: Seque
     if op_type == "Split" and len(inputs) > 1 and inputs[1] is not None and inputs[1].const_value is not None:
         return int(inputs[1].const_value.numpy().size)
     raise ExportError(
-        f"cannot tell how many outputs {op_type} has: pass _outputs=N (or num_outputs=N) in the impl's call"
+        f"cannot tell how many outputs {op_type} has: pass num_outputs=N where the op has that attribute, "
+        f"or call it as onnxscript.values.Op(opset, {op_type!r}, schema)(..., _outputs=N)"
     )
 
 

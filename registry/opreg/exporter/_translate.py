@@ -396,6 +396,11 @@ class Translator:
         return self._result(node.name, result, meta, made)
 
     def _result(self, name: str, value: Any, meta: Any, made: set[int]) -> ir.Value:
+        if isinstance(value, (list, tuple)) and any(isinstance(v, ir.Value) for v in value):
+            raise ExportError(
+                f"the impl returned {len(value)} values where the op has a single tensor ({name}): "
+                "unpack multi-output ONNX ops (`y, _ = op.X(...)`) and return one value per op output"
+            )
         if not isinstance(value, ir.Value):
             value = self.recorder.constant(value, None if meta is None else _dtype_of(meta))
         producer = value.producer()
