@@ -23,3 +23,18 @@ def rank_of(value) -> int | None:
     """The rank of a traced value, if known."""
     shape = getattr(value, "shape", None)
     return None if shape is None else len(shape)
+
+
+def node_arg(node, index: int, name: str, default=None):
+    """An FX node's argument by schema position or keyword (for predicates)."""
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def node_rank(node, index: int = 0) -> int | None:
+    """The rank of an FX node's tensor argument, from its fake-tensor metadata (for predicates)."""
+    arg = node.args[index] if len(node.args) > index else None
+    value = getattr(arg, "meta", {}).get("val")
+    shape = getattr(value, "shape", None)
+    return None if shape is None else len(shape)

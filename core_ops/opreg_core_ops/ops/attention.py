@@ -1,9 +1,152 @@
-"""Core impls: attention (being written)."""
+"""Attention: scaled_dot_product_attention as MatMul/Softmax (opset 18) and as
+Attention (opset 23)."""
 
 from __future__ import annotations
 
+import math
+
+import onnx_ir as ir
+from onnxscript.onnx_opset import opset18 as op18
+from onnxscript.onnx_opset import opset23 as op23
+
 import opreg
+from opreg_core_ops.ops._helpers import node_arg, node_rank, rank_of
+
+
+def _transpose_last(x):
+    rank = rank_of(x)
+    perm = list(range(rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    return op18.Transpose(x, perm=perm)
+
+
+def _repeat_heads(x, repeats: int):
+    """(..., Hk, S, E) -> (..., Hk*repeats, S, E), each head repeated in place (torch's repeat_interleave)."""
+    # (..., Hk, 1, S, E) broadcast against (..., Hk, r, 1, 1)
+    expanded = op18.Expand(
+        op18.Unsqueeze(x, [-3]), op18.Concat(op18.Shape(x, start=0, end=-2), [repeats, 1, 1], axis=0)
+    )
+    return op18.Reshape(expanded, op18.Concat(op18.Shape(x, start=0, end=-3), [-1], op18.Shape(x, start=-2), axis=0))
+
+
+def _attention_scores(query, key, attn_mask, is_causal, scale, enable_gqa):
+    """Masked, scaled QK^T (before the softmax), and the key after GQA head repetition."""
+    head_dim = query.shape[-1]
+    if scale is None:
+        if not isinstance(head_dim, int):
+            raise ValueError("scaled_dot_product_attention needs a static head size when scale is not given")
+        scale = 1.0 / math.sqrt(head_dim)
+    if enable_gqa:
+        key = _repeat_heads(key, query.shape[-3] // key.shape[-3])
+    scores = op18.Mul(op18.MatMul(query, _transpose_last(key)), op18.CastLike(float(scale), query))
+    if is_causal:
+        size = op18.Concat(op18.Shape(query, start=-2, end=-1), op18.Shape(key, start=-2, end=-1), axis=0)
+        minus_inf = op18.Expand(op18.CastLike(float("-inf"), query), size)
+        scores = op18.Add(scores, op18.Trilu(minus_inf, 1, upper=1))  # -inf above the diagonal
+    if attn_mask is not None:
+        if attn_mask.dtype == ir.DataType.BOOL:
+            attn_mask = op18.Where(attn_mask, op18.CastLike(0.0, query), op18.CastLike(float("-inf"), query))
+        scores = op18.Add(scores, attn_mask)
+    return scores
+
+
+def _safe_softmax(scores, masked: bool):
+    """Softmax over the last axis; rows masked out entirely give 0 (torch's _safe_softmax), not NaN."""
+    probs = op18.Softmax(scores, axis=-1)
+    if not masked:
+        return probs
+    all_masked = op18.ReduceMin(
+        op18.Cast(op18.Equal(scores, op18.CastLike(float("-inf"), scores)), to=ir.DataType.INT64), [-1], keepdims=1
+    )
+    return op18.Where(op18.Cast(all_masked, to=ir.DataType.BOOL), op18.CastLike(0.0, probs), probs)
+
+
+def _repeat_value(value, query, enable_gqa):
+    return _repeat_heads(value, query.shape[-3] // value.shape[-3]) if enable_gqa else value
+
+
+def aten_scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+):
+    """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor: MatMul/Softmax decomposition (no dropout)."""
+    scores = _attention_scores(query, key, attn_mask, is_causal, scale, enable_gqa)
+    probs = _safe_softmax(scores, attn_mask is not None)
+    return op18.MatMul(probs, _repeat_value(value, query, enable_gqa))
+
+
+def aten_scaled_dot_product_flash_attention_for_cpu(
+    query,
+    key,
+    value,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    attn_mask=None,
+    scale: float | None = None,
+):
+    """_scaled_dot_product_flash_attention_for_cpu(Tensor query, Tensor key, Tensor value, float dropout_p=0., bool is_causal=False, *, Tensor? attn_mask=None, float? scale=None) -> (Tensor output, Tensor logsumexp): MatMul/Softmax decomposition, ReduceLogSumExp (no dropout)."""
+    scores = _attention_scores(query, key, attn_mask, is_causal, scale, False)
+    probs = _safe_softmax(scores, attn_mask is not None)
+    out = op18.MatMul(probs, value)
+    logsumexp = op18.ReduceLogSumExp(op18.Cast(scores, to=ir.DataType.FLOAT), [-1], keepdims=0)
+    return out, logsumexp
+
+
+def aten_scaled_dot_product_attention_opset23(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+):
+    """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor: Attention (opset 23; no dropout)."""
+    out, _present_key, _present_value, _qk = op23.Attention(
+        query,
+        key,
+        value,
+        attn_mask,
+        is_causal=int(is_causal),
+        scale=None if scale is None else float(scale),
+    )
+    return out
+
+
+def _no_dropout(index: int):
+    return lambda node: node_arg(node, index, "dropout_p", 0.0) == 0.0
+
+
+def _attention23_covered(node) -> bool:
+    """Attention-23 reads 3-D inputs as (batch, seq, heads*size), torch as (batch, seq, size): 4-D only."""
+    if node_arg(node, 4, "dropout_p", 0.0) != 0.0:
+        return False
+    return all(node_rank(node, i) == 4 for i in range(3))
 
 
 def register(registry: opreg.Registrar) -> None:
-    pass
+    registry.register(
+        "aten::scaled_dot_product_attention", aten_scaled_dot_product_attention, opset=18, predicate=_no_dropout(4)
+    )
+    registry.register(
+        "aten::scaled_dot_product_attention",
+        aten_scaled_dot_product_attention_opset23,
+        opset=23,
+        predicate=_attention23_covered,
+    )
+    registry.register(
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        aten_scaled_dot_product_flash_attention_for_cpu,
+        opset=18,
+        predicate=_no_dropout(3),
+    )

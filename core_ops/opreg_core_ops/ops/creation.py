@@ -1,9 +1,363 @@
-"""Core impls: creation (being written)."""
+"""Creation and copies: arange, full/zeros/ones(_like), empty, scalar_tensor, fill, _to_copy, alias, copy."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
+import onnx_ir as ir
+from onnxscript.onnx_opset import opset18 as op18
+
 import opreg
+
+_LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+
+def _scalar_type(value) -> ir.DataType:
+    """The dtype torch infers for a Python scalar (or a symbolic one)."""
+    if isinstance(value, ir.Value):
+        return value.dtype
+    if isinstance(value, bool):
+        return ir.DataType.BOOL
+    if isinstance(value, int):
+        return ir.DataType.INT64
+    return ir.DataType.FLOAT
+
+
+def _constant(value, dtype: int):
+    """A 0-d tensor of ``dtype`` holding ``value`` (a Python number or a scalar value)."""
+    if isinstance(value, ir.Value):
+        return op18.Cast(_as_scalar(value), to=dtype)
+    return op18.Cast(value, to=dtype)
+
+
+def _as_scalar(value):
+    """A symbolic scalar as a 0-d value."""
+    if value.shape is not None and len(value.shape) == 0:
+        return value
+    return op18.Reshape(value, [])
+
+
+def _full(size, fill_value, dtype: int):
+    return op18.Expand(_constant(fill_value, dtype), size)
+
+
+def aten_full(
+    size: Sequence[int],
+    fill_value: float,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a constant."""
+    return _full(size, fill_value, _scalar_type(fill_value) if dtype is None else dtype)
+
+
+def aten_zeros(
+    size: Sequence[int],
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """zeros(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0."""
+    return _full(size, 0, ir.DataType.FLOAT if dtype is None else dtype)
+
+
+def aten_ones(
+    size: Sequence[int],
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """ones(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 1."""
+    return _full(size, 1, ir.DataType.FLOAT if dtype is None else dtype)
+
+
+def aten_empty_memory_format(
+    size: Sequence[int],
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+    memory_format: str | None = None,
+):
+    """empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a 0 (zeros)."""
+    return _full(size, 0, ir.DataType.FLOAT if dtype is None else dtype)
+
+
+def aten_empty_strided(
+    size: Sequence[int],
+    stride: Sequence[int],
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0 (zeros; strides ignored)."""
+    return _full(size, 0, ir.DataType.FLOAT if dtype is None else dtype)
+
+
+def aten_full_like(
+    self,
+    fill_value: float,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+    memory_format: str | None = None,
+):
+    """full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a constant to Shape(self)."""
+    return _full(op18.Shape(self), fill_value, self.dtype if dtype is None else dtype)
+
+
+def aten_zeros_like(
+    self,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+    memory_format: str | None = None,
+):
+    """zeros_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a 0 to Shape(self)."""
+    return _full(op18.Shape(self), 0, self.dtype if dtype is None else dtype)
+
+
+def aten_ones_like(
+    self,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+    memory_format: str | None = None,
+):
+    """ones_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a 1 to Shape(self)."""
+    return _full(op18.Shape(self), 1, self.dtype if dtype is None else dtype)
+
+
+def aten_empty_like(
+    self,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+    memory_format: str | None = None,
+):
+    """empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a 0 to Shape(self) (zeros)."""
+    return _full(op18.Shape(self), 0, self.dtype if dtype is None else dtype)
+
+
+def aten_new_full(
+    self,
+    size: Sequence[int],
+    fill_value: float,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a constant."""
+    return _full(size, fill_value, self.dtype if dtype is None else dtype)
+
+
+def aten_new_zeros(
+    self,
+    size: Sequence[int],
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0."""
+    return _full(size, 0, self.dtype if dtype is None else dtype)
+
+
+def aten_new_ones(
+    self,
+    size: Sequence[int],
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 1."""
+    return _full(size, 1, self.dtype if dtype is None else dtype)
+
+
+def aten_new_empty(
+    self,
+    size: Sequence[int],
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0 (zeros)."""
+    return _full(size, 0, self.dtype if dtype is None else dtype)
+
+
+def aten_scalar_tensor(
+    s: float,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: a 0-d constant (FLOAT unless dtype)."""
+    return _constant(s, ir.DataType.FLOAT if dtype is None else dtype)
+
+
+def aten_fill_scalar(self, value: float):
+    """fill.Scalar(Tensor self, Scalar value) -> Tensor: Expand of a constant to Shape(self)."""
+    return _full(op18.Shape(self), value, self.dtype)
+
+
+def aten_fill_tensor(self, value):
+    """fill.Tensor(Tensor self, Tensor value) -> Tensor: Expand of CastLike(value, self) to Shape(self)."""
+    return op18.Expand(op18.CastLike(value, self), op18.Shape(self))
+
+
+def _integral(dtype) -> bool:
+    return dtype is not None and not dtype.is_floating_point()
+
+
+def _arange(start, end, step, dtype: int | None):
+    numbers = (start, end, step)
+    if dtype is None:
+        if any(isinstance(v, float) or (isinstance(v, ir.Value) and not _integral(v.dtype)) for v in numbers):
+            dtype = ir.DataType.FLOAT
+        else:
+            dtype = ir.DataType.INT64
+    dtype = ir.DataType(dtype)
+    if not dtype.is_floating_point():
+        if all(isinstance(v, int) or (isinstance(v, ir.Value) and _integral(v.dtype)) for v in numbers):
+            values = [op18.Cast(_as_scalar(v), to=ir.DataType.INT64) if isinstance(v, ir.Value) else v for v in numbers]
+            if all(isinstance(v, int) for v in values):
+                values = [op18.Cast(v, to=ir.DataType.INT64) for v in values]
+            result = op18.Range(*values)
+        else:
+            values = [_as_scalar(v) if isinstance(v, ir.Value) else float(v) for v in numbers]
+            values = [op18.Cast(v, to=ir.DataType.DOUBLE) for v in values]
+            count = op18.Ceil(op18.Div(op18.Sub(values[1], values[0]), values[2]))
+            result = op18.Range(values[0], op18.Add(values[0], op18.Mul(count, values[2])), values[2])
+        return result if result.dtype == dtype else op18.Cast(result, to=dtype)
+    # Floating: start + i * step computed in DOUBLE, as torch does, then cast.
+    if all(isinstance(v, (int, float)) for v in numbers):
+        count = max(0, math.ceil((end - start) / step))
+        index = op18.Cast(op18.Range(0, count, 1), to=ir.DataType.DOUBLE)
+        start_d = op18.Cast(float(start), to=ir.DataType.DOUBLE)
+        step_d = op18.Cast(float(step), to=ir.DataType.DOUBLE)
+    else:
+        start_d, end_d, step_d = (
+            op18.Cast(_as_scalar(v) if isinstance(v, ir.Value) else float(v), to=ir.DataType.DOUBLE) for v in numbers
+        )
+        count = op18.Ceil(op18.Div(op18.Sub(end_d, start_d), step_d))
+        index = op18.Range(op18.CastLike(0.0, start_d), count, op18.CastLike(1.0, start_d))
+    return op18.Cast(op18.Add(start_d, op18.Mul(index, step_d)), to=dtype)
+
+
+def aten_arange_start_step(
+    start: float,
+    end: float,
+    step: float = 1,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Range (floats as start + i * step in DOUBLE)."""
+    return _arange(start, end, step, dtype)
+
+
+def aten_arange_start(
+    start: float,
+    end: float,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Range."""
+    return _arange(start, end, 1, dtype)
+
+
+def aten_arange(
+    end: float,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """arange(Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Range."""
+    return _arange(0, end, 1, dtype)
+
+
+def aten_to_copy(
+    self,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+    non_blocking: bool = False,
+    memory_format: str | None = None,
+):
+    """_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor: Cast (Identity when the dtype stays)."""
+    if dtype is None or ir.DataType(dtype) == self.dtype:
+        return op18.Identity(self)
+    return op18.Cast(self, to=dtype)
+
+
+def aten_alias(self):
+    """alias(Tensor(a) self) -> Tensor(a): Identity."""
+    return op18.Identity(self)
+
+
+def aten_lift_fresh_copy(self):
+    """lift_fresh_copy(Tensor self) -> Tensor: Identity."""
+    return op18.Identity(self)
+
+
+def aten_copy(self, src, non_blocking: bool = False):
+    """copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor: CastLike(src, self) expanded to Shape(self)."""
+    return op18.Expand(op18.CastLike(src, self), op18.Shape(self))
+
+
+def aten_local_scalar_dense(self):
+    """_local_scalar_dense(Tensor self) -> Scalar: Reshape to 0-d and Cast to INT64, FLOAT or BOOL (the scalar's type)."""
+    if self.dtype == ir.DataType.BOOL:
+        to = ir.DataType.BOOL
+    elif self.dtype.is_floating_point():
+        to = ir.DataType.FLOAT
+    else:
+        to = ir.DataType.INT64
+    scalar = op18.Reshape(self, [])
+    return scalar if self.dtype == to else op18.Cast(scalar, to=to)
 
 
 def register(registry: opreg.Registrar) -> None:
-    pass
+    registry.register("aten::arange.start_step", aten_arange_start_step, opset=18)
+    registry.register("aten::arange.start", aten_arange_start, opset=18)
+    registry.register("aten::arange.default", aten_arange, opset=18)
+    registry.register("aten::full", aten_full, opset=18)
+    registry.register("aten::zeros", aten_zeros, opset=18)
+    registry.register("aten::ones", aten_ones, opset=18)
+    registry.register("aten::empty.memory_format", aten_empty_memory_format, opset=18)
+    registry.register("aten::empty_strided", aten_empty_strided, opset=18)
+    registry.register("aten::full_like", aten_full_like, opset=18)
+    registry.register("aten::zeros_like", aten_zeros_like, opset=18)
+    registry.register("aten::ones_like", aten_ones_like, opset=18)
+    registry.register("aten::empty_like", aten_empty_like, opset=18)
+    registry.register("aten::new_full", aten_new_full, opset=18)
+    registry.register("aten::new_zeros", aten_new_zeros, opset=18)
+    registry.register("aten::new_ones", aten_new_ones, opset=18)
+    registry.register("aten::new_empty", aten_new_empty, opset=18)
+    registry.register("aten::scalar_tensor", aten_scalar_tensor, opset=18)
+    registry.register("aten::fill.Scalar", aten_fill_scalar, opset=18)
+    registry.register("aten::fill.Tensor", aten_fill_tensor, opset=18)
+    registry.register("aten::_to_copy", aten_to_copy, opset=18)
+    registry.register("aten::alias", aten_alias, opset=18)
+    registry.register("aten::lift_fresh_copy", aten_lift_fresh_copy, opset=18)
+    registry.register("aten::copy", aten_copy, opset=18)
+    registry.register("aten::_local_scalar_dense", aten_local_scalar_dense, opset=18)

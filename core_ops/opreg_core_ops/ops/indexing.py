@@ -1,9 +1,509 @@
-"""Core impls: indexing (being written)."""
+"""Indexing: gather/scatter, advanced indexing, select/slice (and their scatters), cat/split, flip, repeat,
+diagonal, nonzero, masked ops, constant padding, embedding."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import onnx
+import onnx_ir as ir
+from onnxscript.onnx_opset import opset18 as op18
+from onnxscript.values import Op
+
 import opreg
+from opreg_core_ops.ops._helpers import rank_of
+
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
+
+_PROMOTION = [
+    ir.DataType.BOOL,
+    ir.DataType.UINT8,
+    ir.DataType.INT8,
+    ir.DataType.INT16,
+    ir.DataType.INT32,
+    ir.DataType.INT64,
+    ir.DataType.FLOAT16,
+    ir.DataType.BFLOAT16,
+    ir.DataType.FLOAT,
+    ir.DataType.DOUBLE,
+]
+"""torch's type promotion order for the real types (uint8 + int8 and float16 + bfloat16 are special-cased)."""
+
+
+def _promoted(dtypes: Sequence[ir.DataType]) -> ir.DataType:
+    known = set(dtypes)
+    if not known <= set(_PROMOTION):
+        return dtypes[0]
+    if {ir.DataType.FLOAT16, ir.DataType.BFLOAT16} <= known and not known & {ir.DataType.FLOAT, ir.DataType.DOUBLE}:
+        return ir.DataType.FLOAT
+    if {ir.DataType.UINT8, ir.DataType.INT8} <= known and max(known, key=_PROMOTION.index) == ir.DataType.INT8:
+        return ir.DataType.INT16
+    return max(known, key=_PROMOTION.index)
+
+
+def _as_1d(value):
+    """A Python int or a symbolic scalar as a 1-D INT64 value of one element."""
+    if isinstance(value, ir.Value):
+        return op18.Reshape(op18.Cast(value, to=ir.DataType.INT64), [1])
+    return [value]
+
+
+def _same_type(tensors):
+    """Cast the tensors to torch's promoted type when they differ (cat, stack)."""
+    dtypes = [t.dtype for t in tensors]
+    if any(d is None for d in dtypes) or len(set(dtypes)) == 1:
+        return list(tensors)
+    target = _promoted(dtypes)
+    return [t if t.dtype == target else op18.Cast(t, to=target) for t in tensors]
+
+
+def _dim_size(x, dim: int):
+    """The size of one dim: a Python int when static, else a 1-D INT64 value."""
+    size = x.shape[dim]
+    if isinstance(size, int):
+        return size
+    rank = rank_of(x)
+    axis = dim % rank
+    return op18.Shape(x, start=axis, end=axis + 1)
+
+
+# -- gather / scatter -------------------------------------------------------------------
+
+
+def aten_gather(self, dim: int, index, sparse_grad: bool = False):
+    """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor: GatherElements."""
+    if rank_of(self) == 0:
+        return op18.Reshape(op18.GatherElements(op18.Reshape(self, [1]), op18.Reshape(index, [1]), axis=0), [])
+    return op18.GatherElements(self, index, axis=dim)
+
+
+def aten_index_select(self, dim: int, index):
+    """index_select(Tensor self, int dim, Tensor index) -> Tensor: Gather of the 1-D index."""
+    if rank_of(self) == 0:
+        return op18.Reshape(op18.Gather(op18.Reshape(self, [1]), op18.Reshape(index, [-1]), axis=0), op18.Shape(index))
+    return op18.Gather(self, op18.Reshape(index, [-1]), axis=dim)
+
+
+def aten_embedding(weight, indices, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False):
+    """embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor: Gather along dim 0."""
+    return op18.Gather(weight, indices, axis=0)
+
+
+def _scatter_updates(index, src):
+    """torch uses only the index-shaped corner of src; ONNX wants updates shaped like the index."""
+    if src.shape is not None and index.shape is not None and list(src.shape) == list(index.shape):
+        return src
+    rank = rank_of(index)
+    return op18.Slice(src, [0] * rank, op18.Shape(index), list(range(rank)))
+
+
+def aten_scatter_src(self, dim: int, index, src):
+    """scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor: ScatterElements."""
+    return op18.ScatterElements(self, index, op18.CastLike(_scatter_updates(index, src), self), axis=dim)
+
+
+def aten_scatter_value(self, dim: int, index, value: float):
+    """scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor: ScatterElements of the value expanded to the index."""
+    updates = op18.Expand(op18.CastLike(value, self), op18.Shape(index))
+    return op18.ScatterElements(self, index, updates, axis=dim)
+
+
+def aten_scatter_add(self, dim: int, index, src):
+    """scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor: ScatterElements(reduction="add")."""
+    return op18.ScatterElements(self, index, _scatter_updates(index, src), axis=dim, reduction="add")
+
+
+def _identity(reduce: str, dtype: ir.DataType):
+    import numpy as np
+
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    numpy_type = dtype.numpy()
+    if dtype == ir.DataType.BOOL:
+        return reduce == "amin"
+    if np.issubdtype(numpy_type, np.floating) or dtype == ir.DataType.BFLOAT16:
+        return float("-inf") if reduce == "amax" else float("inf")
+    info = np.iinfo(numpy_type)
+    return int(info.min) if reduce == "amax" else int(info.max)
+
+
+def aten_scatter_reduce_two(self, dim: int, index, src, reduce: str, include_self: bool = True):
+    """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor: ScatterElements with add/mul/max/min (mean: sum / count)."""
+    reduction = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max", "amin": "min"}[reduce]
+    src = _scatter_updates(index, src)
+    base = self
+    if not include_self:
+        fill = op18.Expand(op18.CastLike(_identity(reduce, self.dtype), self), op18.Shape(index))
+        base = op18.ScatterElements(self, index, fill, axis=dim)
+    result = op18.ScatterElements(base, index, src, axis=dim, reduction=reduction)
+    if reduce != "mean":
+        return result
+    ones = op18.Expand(op18.CastLike(1, self), op18.Shape(self))
+    counts = ones
+    if not include_self:
+        counts = op18.ScatterElements(ones, index, op18.Expand(op18.CastLike(0, self), op18.Shape(index)), axis=dim)
+    counts = op18.ScatterElements(
+        counts, index, op18.Expand(op18.CastLike(1, self), op18.Shape(index)), axis=dim, reduction="add"
+    )
+    if self.dtype.is_floating_point():
+        return op18.Div(result, counts)
+    # torch floors integer means
+    quotient = op18.Div(result, counts)
+    negative = op18.And(
+        op18.Less(op18.Mul(result, counts), op18.CastLike(0, self)),
+        op18.Not(op18.Equal(op18.Mul(quotient, counts), result)),
+    )
+    return op18.Where(negative, op18.Sub(quotient, op18.CastLike(1, self)), quotient)
+
+
+# -- select / slice ----------------------------------------------------------------------
+
+
+def aten_select(self, dim: int, index: int):
+    """select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a): Gather of a scalar index."""
+    if isinstance(index, ir.Value):
+        index = op18.Reshape(op18.Cast(index, to=ir.DataType.INT64), [])
+    else:
+        index = op18.Constant(value_int=index)
+    return op18.Gather(self, index, axis=dim)
+
+
+def aten_slice(self, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1):
+    """slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a): Slice."""
+    if rank_of(self) == 0:
+        return op18.Identity(self)
+    start = 0 if start is None else start
+    end = _INT64_MAX if end is None else end
+    if isinstance(start, int) and isinstance(end, int) and isinstance(step, int) and start == 0 and step == 1:
+        size = self.shape[dim]
+        if end == _INT64_MAX or (isinstance(size, int) and end >= size):
+            return op18.Identity(self)
+    return op18.Slice(self, _as_1d(start), _as_1d(end), [dim], _as_1d(step))
+
+
+def _positions(self, src, dim: int, start, step):
+    """The indices of ``self`` along ``dim`` that a slice [start::step] shaped like ``src`` covers, expanded to src."""
+    rank = rank_of(self)
+    axis = dim % rank
+    size = _dim_size(self, axis)
+    if isinstance(start, int) and isinstance(size, int):
+        first = min(max(start + size if start < 0 else start, 0), size)
+    else:
+        start_v = op18.Cast(op18.Reshape(start, [1]), to=ir.DataType.INT64) if isinstance(start, ir.Value) else [start]
+        size_v = op18.Constant(value_ints=[size]) if isinstance(size, int) else size
+        wrapped = op18.Where(op18.Less(start_v, [0]), op18.Add(start_v, size_v), start_v)
+        first = op18.Reshape(op18.Min(op18.Max(wrapped, [0]), size_v), [])
+    count = op18.Reshape(_dim_size(src, axis) if not isinstance(src.shape[axis], int) else [src.shape[axis]], [])
+    step = op18.Reshape(op18.Cast(step, to=ir.DataType.INT64), []) if isinstance(step, ir.Value) else step
+    if isinstance(first, int):
+        first = op18.Constant(value_int=first)
+    end = op18.Add(first, op18.Mul(count, op18.CastLike(step, count)))
+    positions = op18.Range(first, end, op18.CastLike(step, first))
+    shape = [1] * rank
+    shape[axis] = -1
+    return op18.Expand(op18.Reshape(positions, shape), op18.Shape(src))
+
+
+def aten_slice_scatter(self, src, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1):
+    """slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor: ScatterElements at Range(start, end, step) along dim."""
+    start = 0 if start is None else start
+    src = op18.CastLike(src, self)
+    whole = isinstance(start, int) and start == 0 and isinstance(step, int) and step == 1
+    static = self.shape is not None and src.shape is not None and all(isinstance(d, int) for d in self.shape)
+    if whole and static and list(src.shape) == list(self.shape):
+        return op18.Identity(src)
+    return op18.ScatterElements(self, _positions(self, src, dim, start, step), src, axis=dim)
+
+
+def aten_select_scatter(self, src, dim: int, index: int):
+    """select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor: ScatterElements of Unsqueeze(src) at index along dim."""
+    rank = rank_of(self)
+    axis = dim % rank
+    src = op18.Unsqueeze(op18.CastLike(src, self), [axis])
+    index = op18.Reshape(op18.Cast(index, to=ir.DataType.INT64), [1]) if isinstance(index, ir.Value) else [index]
+    shape = [1] * rank
+    indices = op18.Expand(op18.Reshape(index, shape), op18.Shape(src))
+    return op18.ScatterElements(self, indices, src, axis=axis)
+
+
+# -- cat / split -------------------------------------------------------------------------------
+
+
+def aten_cat(tensors, dim: int = 0):
+    """cat(Tensor[] tensors, int dim=0) -> Tensor: Concat (dtypes promoted; legacy empty 1-D inputs dropped)."""
+    ranks = {rank_of(t) for t in tensors}
+    if len(ranks) > 1:
+        tensors = [t for t in tensors if not (rank_of(t) == 1 and t.shape[0] == 0)] or tensors[:1]
+    tensors = _same_type(tensors)
+    if len(tensors) == 1:
+        return op18.Identity(tensors[0])
+    return op18.Concat(*tensors, axis=dim)
+
+
+def aten_split_with_sizes(self, split_sizes: Sequence[int], dim: int = 0):
+    """split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]: Split."""
+    count = split_sizes.shape[0] if isinstance(split_sizes, ir.Value) else len(split_sizes)
+    if count == 1:
+        return (op18.Identity(self),)
+    return split_into(self, split_sizes, dim, count)
+
+
+def split_into(x, sizes, axis: int, count: int) -> tuple:
+    """Split with ``count`` outputs; sizes may be a runtime value (then the count cannot be read off them)."""
+    if isinstance(sizes, ir.Value):
+        # op18.Split takes no _outputs; the generic Op passes it on to the recorder
+        split = Op(op18, "Split", onnx.defs.get_schema("Split", 18, ""))
+        return tuple(split(x, sizes, axis=axis, _outputs=count))
+    return tuple(op18.Split(x, list(sizes), axis=axis))
+
+
+def aten_split(self, split_size: int, dim: int = 0):
+    """split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]: Split (static sizes)."""
+    size = self.shape[dim]
+    if not isinstance(size, int) or not isinstance(split_size, int):
+        raise ValueError("split.Tensor needs a static dim size and split size")
+    sizes = [split_size] * (size // split_size) + ([size % split_size] if size % split_size else [])
+    return aten_split_with_sizes(self, sizes or [0], dim)
+
+
+def _split_is_static(node) -> bool:
+    self = node.args[0].meta.get("val")
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    size = self.shape[dim] if self is not None and self.dim() > 0 else None
+    return isinstance(size, int) and isinstance(node.args[1], int) and node.args[1] > 0
+
+
+# -- rearranging ------------------------------------------------------------------------------
+
+
+def aten_flip(self, dims: Sequence[int]):
+    """flip(Tensor self, int[] dims) -> Tensor: Slice with step -1."""
+    if not dims or rank_of(self) == 0:
+        return op18.Identity(self)
+    count = len(dims)
+    return op18.Slice(self, [-1] * count, [_INT64_MIN] * count, list(dims), [-1] * count)
+
+
+def aten_repeat(self, repeats: Sequence[int]):
+    """repeat(Tensor self, SymInt[] repeats) -> Tensor: Tile (leading dims added by Unsqueeze)."""
+    rank = rank_of(self)
+    count = repeats.shape[0] if isinstance(repeats, ir.Value) else len(repeats)
+    if count > rank:
+        self = op18.Unsqueeze(self, list(range(count - rank)))
+    if count == 0:
+        return op18.Identity(self)
+    return op18.Tile(self, repeats)
+
+
+def aten_diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
+    """diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a): Transpose, Slice and GatherElements."""
+    rank = rank_of(self)
+    d1, d2 = dim1 % rank, dim2 % rank
+    rest = [d for d in range(rank) if d not in (d1, d2)]
+    moved = op18.Transpose(self, perm=[*rest, d1, d2])
+    if offset >= 0:
+        moved = op18.Slice(moved, [offset], [_INT64_MAX], [-1])
+    else:
+        moved = op18.Slice(moved, [-offset], [_INT64_MAX], [-2])
+    shape = op18.Shape(moved)
+    rows = op18.Shape(moved, start=-2, end=-1)
+    cols = op18.Shape(moved, start=-1)
+    length = op18.Min(rows, cols)
+    moved = op18.Slice(moved, [0], length, [-2])
+    index = op18.Reshape(op18.Range(0, op18.Reshape(length, []), 1), [-1, 1])
+    target = op18.Concat(op18.Slice(shape, [0], [-2]), length, [1], axis=0)
+    gathered = op18.GatherElements(moved, op18.Expand(index, target), axis=-1)
+    return op18.Squeeze(gathered, [-1])
+
+
+def aten_nonzero(self):
+    """nonzero(Tensor self) -> Tensor: NonZero, transposed to (count, rank)."""
+    return op18.Transpose(op18.NonZero(self), perm=[1, 0])
+
+
+def aten_constant_pad_nd(self, pad: Sequence[int], value: float = 0):
+    """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor: Pad (constant mode; negative pads crop)."""
+    if isinstance(pad, ir.Value):
+        raise ValueError("constant_pad_nd needs static pads")
+    rank = rank_of(self)
+    begins, ends = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):
+        begins[rank - 1 - i] = pad[2 * i]
+        ends[rank - 1 - i] = pad[2 * i + 1]
+    return op18.Pad(self, begins + ends, op18.CastLike(value, self), mode="constant")
+
+
+# -- masks ----------------------------------------------------------------------------------------
+
+
+def aten_masked_fill_scalar(self, mask, value: float):
+    """masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor: Where."""
+    if isinstance(value, ir.Value):
+        value = op18.Reshape(value, [])
+    return op18.Where(_bool(mask), op18.CastLike(value, self), self)
+
+
+def aten_masked_fill_tensor(self, mask, value):
+    """masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor: Where."""
+    return op18.Where(_bool(mask), op18.CastLike(value, self), self)
+
+
+def _bool(mask):
+    return mask if mask.dtype == ir.DataType.BOOL else op18.Cast(mask, to=ir.DataType.BOOL)
+
+
+def aten_masked_scatter(self, mask, source):
+    """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor: CumSum of the mask, Gather from source, Where."""
+    shape = op18.Shape(self)
+    flags = op18.Reshape(op18.Expand(_bool(mask), shape), [-1])
+    positions = op18.Sub(op18.CumSum(op18.Cast(flags, to=ir.DataType.INT64), op18.Constant(value_int=0)), [1])
+    positions = op18.Max(positions, [0])
+    taken = op18.Gather(op18.Reshape(source, [-1]), positions, axis=0)
+    result = op18.Where(flags, op18.CastLike(taken, self), op18.Reshape(self, [-1]))
+    return op18.Reshape(result, shape)
+
+
+# -- advanced indexing ------------------------------------------------------------------------------
+
+
+def _index_tensors(self, indices):
+    """Boolean masks replaced by the integer indices of their true elements (one per dim they cover).
+
+    Returns (position of each index tensor, the INT64 index tensors)."""
+    dims: list[int] = []
+    tensors = []
+    position = 0
+    for index in indices:
+        if index is None:
+            position += 1
+            continue
+        if index.dtype in (ir.DataType.BOOL, ir.DataType.UINT8):
+            covered = rank_of(index)
+            found = op18.NonZero(_bool(index))  # (covered, count)
+            for k in range(covered):
+                dims.append(position + k)
+                tensors.append(op18.Reshape(op18.Gather(found, k, axis=0), [-1]))
+            position += covered
+        else:
+            dims.append(position)
+            tensors.append(index if index.dtype == ir.DataType.INT64 else op18.Cast(index, to=ir.DataType.INT64))
+            position += 1
+    return dims, tensors
+
+
+def _broadcast(tensors):
+    """The index tensors broadcast to one shape; returns them and that shape (a 1-D INT64 value)."""
+    if len(tensors) == 1:
+        return tensors, op18.Shape(tensors[0])
+    shapes = [t.shape for t in tensors]
+    if all(s is not None for s in shapes) and all(list(s) == list(shapes[0]) for s in shapes):
+        return tensors, op18.Shape(tensors[0])
+    total = tensors[0]
+    for t in tensors[1:]:
+        total = op18.Add(total, t)
+    shape = op18.Shape(total)
+    return [op18.Expand(t, shape) for t in tensors], shape
+
+
+def _index_plan(self, indices):
+    """How ``self[indices]`` maps to GatherND/ScatterND on ``self`` with its indexed dims moved first."""
+    rank = rank_of(self)
+    dims, tensors = _index_tensors(self, indices)
+    tensors, index_shape = _broadcast(tensors)
+    others = [d for d in range(rank) if d not in dims]
+    perm = dims + others
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    stacked = op18.Concat(*[op18.Unsqueeze(t, [-1]) for t in tensors], axis=-1)
+    return dims, perm, others, adjacent, stacked, index_shape
+
+
+def _index_rank(indices) -> int:
+    ranks = []
+    for index in indices:
+        if index is None:
+            continue
+        ranks.append(1 if index.dtype in (ir.DataType.BOOL, ir.DataType.UINT8) else rank_of(index))
+    return max(ranks)
+
+
+def aten_index(self, indices):
+    """index.Tensor(Tensor self, Tensor?[] indices) -> Tensor: Gather (one index tensor) or Transpose and GatherND (boolean masks via NonZero)."""
+    given = [i for i, index in enumerate(indices) if index is not None]
+    if len(given) == 1 and indices[given[0]].dtype not in (ir.DataType.BOOL, ir.DataType.UINT8):
+        return op18.Gather(self, indices[given[0]], axis=given[0])
+    rank = rank_of(self)
+    dims, perm, others, adjacent, stacked, _ = _index_plan(self, indices)
+    moved = self if perm == list(range(rank)) else op18.Transpose(self, perm=perm)
+    result = op18.GatherND(moved, stacked)
+    first = dims[0]
+    if not adjacent or first == 0:
+        return result
+    # torch puts the indexed dims where they were when they are adjacent
+    index_rank = _index_rank(indices)
+    before = list(range(index_rank, index_rank + first))
+    order = before + list(range(index_rank)) + list(range(index_rank + first, index_rank + len(others)))
+    return op18.Transpose(result, perm=order)
+
+
+def aten_index_put(self, indices, values, accumulate: bool = False):
+    """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor: ScatterND (reduction="add" to accumulate), transposed when the indexed dims are not leading."""
+    rank = rank_of(self)
+    dims, perm, others, adjacent, stacked, index_shape = _index_plan(self, indices)
+    values = op18.CastLike(values, self)
+    identity = perm == list(range(rank))
+    moved = self if identity else op18.Transpose(self, perm=perm)
+    shape = op18.Shape(self)
+    rest = op18.Gather(shape, others) if others else None
+    first = dims[0]
+    index_rank = _index_rank(indices)
+    if adjacent and first > 0:
+        # values broadcast against torch's result layout (indexed dims in place), then move those dims first
+        layout = [op18.Gather(shape, list(range(first))), index_shape]
+        if len(others) > first:
+            layout.append(op18.Gather(shape, others[first:]))
+        updates = op18.Expand(values, op18.Concat(*layout, axis=0))
+        order = (
+            list(range(first, first + index_rank))
+            + list(range(first))
+            + list(range(first + index_rank, index_rank + len(others)))
+        )
+        updates = op18.Transpose(updates, perm=order)
+    else:
+        target = index_shape if rest is None else op18.Concat(index_shape, rest, axis=0)
+        updates = op18.Expand(values, target)
+    reduction = "add" if accumulate else "none"
+    result = op18.ScatterND(moved, stacked, updates, reduction=reduction)
+    if identity:
+        return result
+    inverse = [perm.index(d) for d in range(rank)]
+    return op18.Transpose(result, perm=inverse)
 
 
 def register(registry: opreg.Registrar) -> None:
-    pass
+    registry.register("aten::gather", aten_gather, opset=18)
+    registry.register("aten::index_select", aten_index_select, opset=18)
+    registry.register("aten::embedding", aten_embedding, opset=18)
+    registry.register("aten::scatter.src", aten_scatter_src, opset=18)
+    registry.register("aten::scatter.value", aten_scatter_value, opset=18)
+    registry.register("aten::scatter_add", aten_scatter_add, opset=18)
+    registry.register("aten::scatter_reduce.two", aten_scatter_reduce_two, opset=18)
+    registry.register("aten::select.int", aten_select, opset=18)
+    registry.register("aten::slice.Tensor", aten_slice, opset=18)
+    registry.register("aten::slice_scatter", aten_slice_scatter, opset=18)
+    registry.register("aten::select_scatter", aten_select_scatter, opset=18)
+    registry.register("aten::cat", aten_cat, opset=18)
+    registry.register("aten::split_with_sizes", aten_split_with_sizes, opset=18)
+    registry.register("aten::split.Tensor", aten_split, opset=18, predicate=_split_is_static)
+    registry.register("aten::flip", aten_flip, opset=18)
+    registry.register("aten::repeat", aten_repeat, opset=18)
+    registry.register("aten::diagonal", aten_diagonal, opset=18)
+    registry.register("aten::nonzero", aten_nonzero, opset=18)
+    registry.register("aten::constant_pad_nd", aten_constant_pad_nd, opset=18)
+    registry.register("aten::masked_fill.Scalar", aten_masked_fill_scalar, opset=18)
+    registry.register("aten::masked_fill.Tensor", aten_masked_fill_tensor, opset=18)
+    registry.register("aten::masked_scatter", aten_masked_scatter, opset=18)
+    registry.register("aten::index.Tensor", aten_index, opset=18)
+    registry.register("aten::index_put", aten_index_put, opset=18)

@@ -1,7 +1,8 @@
-"""Matrix products: linear, matmul, mm, addmm, bmm."""
+"""Matrix products and distances: linear, matmul, mm, addmm, bmm, baddbmm, dot, cdist, pdist."""
 
 from __future__ import annotations
 
+import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
@@ -38,9 +39,59 @@ def aten_addmm(self, mat1, mat2, beta: float = 1.0, alpha: float = 1.0):
     return op18.Gemm(mat1, mat2, self, alpha=float(alpha), beta=float(beta))
 
 
+def aten_baddbmm(self, batch1, batch2, beta: float = 1.0, alpha: float = 1.0):
+    """baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor: MatMul, Mul, Add (self ignored when beta=0)."""
+    product = op18.MatMul(batch1, batch2)
+    if alpha != 1:
+        product = op18.Mul(product, op18.CastLike(alpha, product))
+    if beta == 0:
+        return op18.Expand(product, op18.Shape(op18.Add(self, product)))
+    if beta != 1:
+        self = op18.Mul(self, op18.CastLike(beta, self))
+    return op18.Add(self, product)
+
+
+def aten_dot(self, tensor):
+    """dot(Tensor self, Tensor tensor) -> Tensor: MatMul of two vectors."""
+    return op18.MatMul(self, tensor)
+
+
+def _distances(x1, x2, p: float):
+    """p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M): (..., P, R)."""
+    difference = op18.Sub(op18.Unsqueeze(x1, [-2]), op18.Unsqueeze(x2, [-3]))
+    if p == 2:
+        return op18.ReduceL2(difference, [-1], keepdims=0)
+    if p == 1:
+        return op18.ReduceL1(difference, [-1], keepdims=0)
+    if p == float("inf"):
+        return op18.ReduceMax(op18.Abs(difference), [-1], keepdims=0)
+    if p == 0:
+        nonzero = op18.Cast(op18.Not(op18.Equal(difference, op18.CastLike(0, difference))), to=x1.dtype)
+        return op18.ReduceSum(nonzero, [-1], keepdims=0)
+    powered = op18.Pow(op18.Abs(difference), op18.CastLike(p, difference))
+    return op18.Pow(op18.ReduceSum(powered, [-1], keepdims=0), op18.CastLike(1.0 / p, difference))
+
+
+def aten_cdist_forward(x1, x2, p: float, compute_mode: int | None):
+    """_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor: Sub of broadcast rows, then ReduceL2/ReduceL1/ReduceMax/Pow-ReduceSum."""
+    return _distances(x1, x2, p)
+
+
+def aten_pdist_forward(self, p: float = 2.0):
+    """_pdist_forward(Tensor self, float p=2.) -> Tensor: all distances, then GatherND of the upper triangle (Trilu, NonZero)."""
+    full = _distances(self, self, p)
+    upper = op18.Trilu(op18.Expand(op18.CastLike(1, full), op18.Shape(full)), 1, upper=1)
+    pairs = op18.Transpose(op18.NonZero(op18.Cast(upper, to=ir.DataType.BOOL)), perm=[1, 0])
+    return op18.GatherND(full, pairs)
+
+
 def register(registry: opreg.Registrar) -> None:
     registry.register("aten::linear", aten_linear, opset=18)
     registry.register("aten::matmul", aten_matmul, opset=18)
     registry.register("aten::mm", aten_mm, opset=18)
     registry.register("aten::bmm", aten_bmm, opset=18)
     registry.register("aten::addmm", aten_addmm, opset=18)
+    registry.register("aten::baddbmm", aten_baddbmm, opset=18)
+    registry.register("aten::dot", aten_dot, opset=18)
+    registry.register("aten::_cdist_forward", aten_cdist_forward, opset=18)
+    registry.register("aten::_pdist_forward", aten_pdist_forward, opset=18)

@@ -1,9 +1,10 @@
-"""Neural-network layers: convolution, pooling."""
+"""Neural-network layers: convolution, softmax (pooling is in pooling.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
@@ -66,43 +67,45 @@ def aten_convolution(
     return op18.ConvTranspose(input, weight, bias, **attrs)
 
 
-def aten_max_pool2d(
-    self,
-    kernel_size: Sequence[int],
-    stride: Sequence[int] = (),
-    padding: Sequence[int] = (0, 0),
-    dilation: Sequence[int] = (1, 1),
-    ceil_mode: bool = False,
-):
-    """max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> Tensor: MaxPool."""
-    kernel = expand_param(kernel_size, 2)
-    strides = expand_param(stride, 2) if stride else kernel
-    pooled, _indices = op18.MaxPool(
-        self,
-        kernel_shape=kernel,
-        strides=strides,
-        pads=symmetric_pads(padding, 2),
-        dilations=expand_param(dilation, 2),
-        ceil_mode=int(ceil_mode),
-    )
-    return pooled
+def _softmax_input(self, dtype):
+    """The input in the dtype the result has (``dtype``), and a 0-d input as 1-D."""
+    if dtype is not None and self.dtype != dtype:
+        self = op18.Cast(self, to=dtype)
+    return self
 
 
-def aten_adaptive_avg_pool2d(self, output_size: Sequence[int]):
-    """adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor: GlobalAveragePool (output 1x1) or AveragePool (even splits)."""
-    size = expand_param(output_size, 2)
-    if size == [1, 1]:
-        return op18.GlobalAveragePool(self)
-    rank = rank_of(self)
-    height, width = self.shape[rank - 2], self.shape[rank - 1]
-    if not (isinstance(height, int) and isinstance(width, int) and height % size[0] == 0 and width % size[1] == 0):
-        raise ValueError(f"adaptive_avg_pool2d to {size} needs static input sizes divisible by it, got {self.shape}")
-    kernel = [height // size[0], width // size[1]]
-    return op18.AveragePool(self, kernel_shape=kernel, strides=kernel)
+def _softmax(self, dim, dtype, log):
+    x = _softmax_input(self, dtype)
+    fn = op18.LogSoftmax if log else op18.Softmax
+    if rank_of(self) == 0:
+        return op18.Squeeze(fn(op18.Unsqueeze(x, [0]), axis=0), [0])
+    return fn(x, axis=dim)
+
+
+def aten_softmax_internal(self, dim: int, half_to_float: bool):
+    """_softmax(Tensor self, int dim, bool half_to_float) -> Tensor: Softmax (float32 result for half_to_float)."""
+    return _softmax(self, dim, ir.DataType.FLOAT if half_to_float else None, log=False)
+
+
+def aten_log_softmax_internal(self, dim: int, half_to_float: bool):
+    """_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor: LogSoftmax (float32 result for half_to_float)."""
+    return _softmax(self, dim, ir.DataType.FLOAT if half_to_float else None, log=True)
+
+
+def aten_softmax(self, dim: int, dtype: int | None = None):
+    """softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor: Softmax (after a Cast to dtype)."""
+    return _softmax(self, dim, dtype, log=False)
+
+
+def aten_log_softmax(self, dim: int, dtype: int | None = None):
+    """log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor: LogSoftmax (after a Cast to dtype)."""
+    return _softmax(self, dim, dtype, log=True)
 
 
 def register(registry: opreg.Registrar) -> None:
     registry.register("aten::conv2d", aten_conv2d, opset=18)
     registry.register("aten::convolution", aten_convolution, opset=18)
-    registry.register("aten::max_pool2d", aten_max_pool2d, opset=18)
-    registry.register("aten::adaptive_avg_pool2d", aten_adaptive_avg_pool2d, opset=18)
+    registry.register("aten::_softmax", aten_softmax_internal, opset=18)
+    registry.register("aten::_log_softmax", aten_log_softmax_internal, opset=18)
+    registry.register("aten::softmax.int", aten_softmax, opset=18)
+    registry.register("aten::log_softmax.int", aten_log_softmax, opset=18)

@@ -1,9 +1,323 @@
-"""Core impls: normalization (being written)."""
+"""Normalization: layer, group, RMS, batch (eval) and instance norm.
+
+LayerNormalization (opset 17) is the layer-norm impl from opset 18 on, with its
+decomposition registered at a lower priority as the fallback. Group norm is a
+decomposition at 18 and GroupNormalization at 21 (GroupNormalization-18 scales
+per group, not per channel, so it is never used). RMS norm is a decomposition
+at 18 and RMSNormalization at 23.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.onnx_opset import opset18 as op18
+from onnxscript.onnx_opset import opset21 as op21
+from onnxscript.onnx_opset import opset23 as op23
+
 import opreg
+from opreg_core_ops.ops._helpers import node_arg, rank_of
+
+_LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+_EPS = {
+    ir.DataType.FLOAT: 2.0**-23,
+    ir.DataType.FLOAT16: 2.0**-10,
+    ir.DataType.BFLOAT16: 2.0**-7,
+    ir.DataType.DOUBLE: 2.0**-52,
+}
+"""``torch.finfo(dtype).eps``: rms_norm's default epsilon."""
+
+
+def _norm_count(normalized_shape) -> int:
+    """How many trailing dims ``normalized_shape`` names (a list, or a 1-D INT64 value)."""
+    if isinstance(normalized_shape, ir.Value):
+        return int(normalized_shape.shape[0])
+    return len(normalized_shape)
+
+
+def _upcast(x):
+    """x in float32 if it is float16/bfloat16 (torch computes norms in float there)."""
+    return op18.Cast(x, to=ir.DataType.FLOAT) if x.dtype in _LOW_PRECISION else x
+
+
+def _like(value, x):
+    """``value`` back in ``x``'s dtype, if it was upcast."""
+    return op18.CastLike(value, x) if x.dtype in _LOW_PRECISION else value
+
+
+def _ones_of(x, start: int, end: int | None = None):
+    """Ones in x's dtype shaped like x's dims [start:end] (a default scale)."""
+    return op18.Expand(op18.CastLike(1.0, x), op18.Shape(x, start=start, end=end))
+
+
+def _zeros_of(x, start: int, end: int | None = None):
+    return op18.Expand(op18.CastLike(0.0, x), op18.Shape(x, start=start, end=end))
+
+
+# -- layer norm -------------------------------------------------------------------------
+
+
+def _layer_norm(input, normalized_shape, weight, bias, eps):
+    axis = -_norm_count(normalized_shape)
+    scale = weight if weight is not None else _ones_of(input, axis)
+    out, mean, rstd = op18.LayerNormalization(input, scale, bias, axis=axis, epsilon=float(eps), stash_type=1)
+    return out, mean, rstd
+
+
+def aten_layer_norm(
+    input,
+    normalized_shape: Sequence[int],
+    weight=None,
+    bias=None,
+    eps: float = 1e-05,
+    cudnn_enable: bool = True,
+):
+    """layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enable=True) -> Tensor: LayerNormalization."""
+    out, _mean, _rstd = _layer_norm(input, normalized_shape, weight, bias, eps)
+    return out
+
+
+def aten_native_layer_norm(input, normalized_shape: Sequence[int], weight, bias, eps: float):
+    """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor): LayerNormalization (with Mean and InvStdDev)."""
+    out, mean, rstd = _layer_norm(input, normalized_shape, weight, bias, eps)
+    if input.dtype != ir.DataType.FLOAT:  # the statistics come in float32; torch's are in the input's dtype
+        mean, rstd = op18.CastLike(mean, input), op18.CastLike(rstd, input)
+    return out, mean, rstd
+
+
+def _layer_norm_decomposed(input, normalized_shape, weight, bias, eps):
+    rank = rank_of(input)
+    axes = list(range(rank - _norm_count(normalized_shape), rank))
+    x = _upcast(input)
+    mean = op18.ReduceMean(x, axes, keepdims=1)
+    centered = op18.Sub(x, mean)
+    var = op18.ReduceMean(op18.Mul(centered, centered), axes, keepdims=1)
+    rstd = op18.Reciprocal(op18.Sqrt(op18.Add(var, op18.CastLike(float(eps), x))))
+    out = _like(op18.Mul(centered, rstd), input)
+    if weight is not None:
+        out = op18.Mul(out, weight)
+    if bias is not None:
+        out = op18.Add(out, bias)
+    return out, _like(mean, input), _like(rstd, input)
+
+
+def aten_layer_norm_decomposed(
+    input,
+    normalized_shape: Sequence[int],
+    weight=None,
+    bias=None,
+    eps: float = 1e-05,
+    cudnn_enable: bool = True,
+):
+    """layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enable=True) -> Tensor: ReduceMean/Sub/Mul/Sqrt decomposition (fallback)."""
+    out, _mean, _rstd = _layer_norm_decomposed(input, normalized_shape, weight, bias, eps)
+    return out
+
+
+def aten_native_layer_norm_decomposed(input, normalized_shape: Sequence[int], weight, bias, eps: float):
+    """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor): ReduceMean/Sub/Mul/Sqrt decomposition (fallback)."""
+    return _layer_norm_decomposed(input, normalized_shape, weight, bias, eps)
+
+
+# -- group norm -------------------------------------------------------------------------
+
+
+def _channel_view(param, rank: int):
+    """A per-channel (C,) parameter shaped (C, 1, ..., 1) to broadcast over (N, C, *)."""
+    return op18.Unsqueeze(param, list(range(1, rank - 1))) if rank > 2 else param
+
+
+def _group_norm_decomposed(input, weight, bias, group, eps):
+    rank = rank_of(input)
+    x = _upcast(input)
+    grouped = op18.Reshape(x, op18.Concat(op18.Shape(x, start=0, end=1), [group, -1], axis=0))
+    mean = op18.ReduceMean(grouped, [2], keepdims=1)
+    centered = op18.Sub(grouped, mean)
+    var = op18.ReduceMean(op18.Mul(centered, centered), [2], keepdims=1)
+    rstd = op18.Reciprocal(op18.Sqrt(op18.Add(var, op18.CastLike(float(eps), x))))
+    out = _like(op18.Reshape(op18.Mul(centered, rstd), op18.Shape(x)), input)
+    if weight is not None:
+        out = op18.Mul(out, _channel_view(weight, rank))
+    if bias is not None:
+        out = op18.Add(out, _channel_view(bias, rank))
+    return out, _like(op18.Squeeze(mean, [2]), input), _like(op18.Squeeze(rstd, [2]), input)
+
+
+def aten_group_norm(
+    input,
+    num_groups: int,
+    weight=None,
+    bias=None,
+    eps: float = 1e-05,
+    cudnn_enabled: bool = True,
+):
+    """group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enabled=True) -> Tensor: Reshape/ReduceMean decomposition."""
+    out, _mean, _rstd = _group_norm_decomposed(input, weight, bias, num_groups, eps)
+    return out
+
+
+def aten_native_group_norm(input, weight, bias, N: int, C: int, HxW: int, group: int, eps: float):
+    """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor): Reshape/ReduceMean decomposition."""
+    return _group_norm_decomposed(input, weight, bias, group, eps)
+
+
+def _group_norm_21(input, weight, bias, group, eps):
+    scale = weight if weight is not None else _ones_of(input, 1, 2)
+    shift = bias if bias is not None else _zeros_of(input, 1, 2)
+    return op21.GroupNormalization(input, scale, shift, num_groups=group, epsilon=float(eps), stash_type=1)
+
+
+def aten_group_norm_opset21(
+    input,
+    num_groups: int,
+    weight=None,
+    bias=None,
+    eps: float = 1e-05,
+    cudnn_enabled: bool = True,
+):
+    """group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enabled=True) -> Tensor: GroupNormalization (opset 21)."""
+    return _group_norm_21(input, weight, bias, num_groups, eps)
+
+
+def aten_native_group_norm_opset21(input, weight, bias, N: int, C: int, HxW: int, group: int, eps: float):
+    """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor): GroupNormalization (opset 21), statistics decomposed (dropped when unused)."""
+    out = _group_norm_21(input, weight, bias, group, eps)
+    _out, mean, rstd = _group_norm_decomposed(input, None, None, group, eps)
+    return out, mean, rstd
+
+
+# -- RMS norm -------------------------------------------------------------------------
+
+
+def aten_rms_norm(input, normalized_shape: Sequence[int], weight=None, eps: float | None = None):
+    """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor: Mul/ReduceMean/Sqrt decomposition."""
+    rank = rank_of(input)
+    axes = list(range(rank - _norm_count(normalized_shape), rank))
+    epsilon = _EPS.get(input.dtype, 2.0**-23) if eps is None else float(eps)
+    x = _upcast(input)
+    mean_square = op18.ReduceMean(op18.Mul(x, x), axes, keepdims=1)
+    rms = op18.Sqrt(op18.Add(mean_square, op18.CastLike(epsilon, x)))
+    out = _like(op18.Div(x, rms), input)
+    return out if weight is None else op18.Mul(out, weight)
+
+
+def aten_rms_norm_opset23(input, normalized_shape: Sequence[int], weight=None, eps: float | None = None):
+    """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor: RMSNormalization (opset 23)."""
+    axis = -_norm_count(normalized_shape)
+    epsilon = _EPS.get(input.dtype, 2.0**-23) if eps is None else float(eps)
+    scale = weight if weight is not None else _ones_of(input, axis)
+    return op23.RMSNormalization(input, scale, axis=axis, epsilon=epsilon, stash_type=1)
+
+
+# -- batch and instance norm -------------------------------------------------------------
+
+
+def _empty_stats():
+    """The (0,)-shaped float32 save_mean/save_invstd torch returns outside training."""
+    return np.zeros((0,), dtype=np.float32)
+
+
+def _batch_norm_eval(input, weight, bias, running_mean, running_var, eps):
+    scale = weight if weight is not None else _ones_of(input, 1, 2)
+    shift = bias if bias is not None else _zeros_of(input, 1, 2)
+    out, _mean, _var = op18.BatchNormalization(
+        input, scale, shift, running_mean, running_var, epsilon=float(eps), training_mode=0
+    )
+    return out
+
+
+def aten_native_batch_norm_legit_no_training(
+    input, weight, bias, running_mean, running_var, momentum: float, eps: float
+):
+    """_native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor): BatchNormalization (training_mode=0)."""
+    out = _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
+    return out, _empty_stats(), _empty_stats()
+
+
+def aten_batch_norm(
+    input,
+    weight,
+    bias,
+    running_mean,
+    running_var,
+    training: bool,
+    momentum: float,
+    eps: float,
+    cudnn_enabled: bool,
+):
+    """batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor: BatchNormalization (eval only)."""
+    return _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
+
+
+def aten_native_batch_norm(input, weight, bias, running_mean, running_var, training: bool, momentum: float, eps: float):
+    """native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor): BatchNormalization (eval only)."""
+    out = _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
+    return out, _empty_stats(), _empty_stats()
+
+
+def aten_native_batch_norm_legit_no_stats(input, weight, bias, training: bool, momentum: float, eps: float):
+    """_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor): ReduceMean decomposition over all dims but the channel (batch statistics, no running stats)."""
+    rank = rank_of(input)
+    axes = [0, *range(2, rank)]
+    x = _upcast(input)
+    mean = op18.ReduceMean(x, axes, keepdims=1)
+    centered = op18.Sub(x, mean)
+    var = op18.ReduceMean(op18.Mul(centered, centered), axes, keepdims=1)
+    rstd = op18.Reciprocal(op18.Sqrt(op18.Add(var, op18.CastLike(float(eps), x))))
+    out = _like(op18.Mul(centered, rstd), input)
+    if weight is not None:
+        out = op18.Mul(out, _channel_view(weight, rank))
+    if bias is not None:
+        out = op18.Add(out, _channel_view(bias, rank))
+    return out, op18.Reshape(mean, [-1]), op18.Reshape(rstd, [-1])
+
+
+def aten_instance_norm(
+    input,
+    weight,
+    bias,
+    running_mean,
+    running_var,
+    use_input_stats: bool,
+    momentum: float,
+    eps: float,
+    cudnn_enabled: bool,
+):
+    """instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor: InstanceNormalization (or BatchNormalization with running stats)."""
+    if not use_input_stats:
+        return _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
+    scale = weight if weight is not None else _ones_of(input, 1, 2)
+    shift = bias if bias is not None else _zeros_of(input, 1, 2)
+    return op18.InstanceNormalization(input, scale, shift, epsilon=float(eps))
+
+
+def _eval_batch_norm(node) -> bool:
+    """Running statistics, not updated: batch norm in eval mode."""
+    return node_arg(node, 5, "training") is False and node_arg(node, 3, "running_mean") is not None
+
+
+def _instance_norm_covered(node) -> bool:
+    """Batch statistics, or running statistics that are given (not training-time updates)."""
+    use_input_stats = node_arg(node, 5, "use_input_stats")
+    return bool(use_input_stats) or node_arg(node, 3, "running_mean") is not None
 
 
 def register(registry: opreg.Registrar) -> None:
-    pass
+    registry.register("aten::layer_norm", aten_layer_norm, opset=18)
+    registry.register("aten::layer_norm", aten_layer_norm_decomposed, opset=18, priority=-1)
+    registry.register("aten::native_layer_norm", aten_native_layer_norm, opset=18)
+    registry.register("aten::native_layer_norm", aten_native_layer_norm_decomposed, opset=18, priority=-1)
+    registry.register("aten::group_norm", aten_group_norm, opset=18)
+    registry.register("aten::group_norm", aten_group_norm_opset21, opset=21)
+    registry.register("aten::native_group_norm", aten_native_group_norm, opset=18)
+    registry.register("aten::native_group_norm", aten_native_group_norm_opset21, opset=21)
+    registry.register("aten::rms_norm", aten_rms_norm, opset=18)
+    registry.register("aten::rms_norm", aten_rms_norm_opset23, opset=23)
+    registry.register("aten::_native_batch_norm_legit_no_training", aten_native_batch_norm_legit_no_training, opset=18)
+    registry.register("aten::batch_norm", aten_batch_norm, opset=18, predicate=_eval_batch_norm)
+    registry.register("aten::native_batch_norm", aten_native_batch_norm, opset=18, predicate=_eval_batch_norm)
+    registry.register("aten::_native_batch_norm_legit.no_stats", aten_native_batch_norm_legit_no_stats, opset=18)
+    registry.register("aten::instance_norm", aten_instance_norm, opset=18, predicate=_instance_norm_covered)

@@ -1,28 +1,37 @@
-"""Shapes and views: view/reshape, flatten, permute/transpose, (un)squeeze, sizes."""
+"""Shapes and views: view/reshape, flatten, permute/transpose, (un)squeeze, expand, stack/unbind, sizes."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg_core_ops.ops._helpers import rank_of
+from opreg_core_ops.ops.indexing import _same_type, split_into
+
+
+def _reshape(self, size):
+    """Reshape; a static 0 in the size is a real 0 (allowzero), not ONNX's "copy this dim"."""
+    if isinstance(size, (list, tuple)) and 0 in size:
+        return op18.Reshape(self, size, allowzero=1)
+    return op18.Reshape(self, size)
 
 
 def aten_view(self, size: Sequence[int]):
     """view(Tensor(a) self, SymInt[] size) -> Tensor(a): Reshape."""
-    return op18.Reshape(self, size)
+    return _reshape(self, size)
 
 
 def aten_reshape(self, shape: Sequence[int]):
     """reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a): Reshape."""
-    return op18.Reshape(self, shape)
+    return _reshape(self, shape)
 
 
 def aten_unsafe_view(self, size: Sequence[int]):
     """_unsafe_view(Tensor self, SymInt[] size) -> Tensor: Reshape."""
-    return op18.Reshape(self, size)
+    return _reshape(self, size)
 
 
 def aten_flatten(self, start_dim: int = 0, end_dim: int = -1):
@@ -45,6 +54,8 @@ def aten_flatten(self, start_dim: int = 0, end_dim: int = -1):
 def aten_permute(self, dims: Sequence[int]):
     """permute(Tensor(a) self, int[] dims) -> Tensor(a): Transpose."""
     rank = len(dims)
+    if rank == 0:
+        return op18.Identity(self)
     return op18.Transpose(self, perm=[d % rank for d in dims])
 
 
@@ -58,6 +69,8 @@ def aten_t(self):
 def aten_transpose(self, dim0: int, dim1: int):
     """transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a): Transpose."""
     rank = rank_of(self)
+    if not rank:
+        return op18.Identity(self)
     perm = list(range(rank))
     perm[dim0 % rank], perm[dim1 % rank] = perm[dim1 % rank], perm[dim0 % rank]
     return op18.Transpose(self, perm=perm)
@@ -94,16 +107,68 @@ def aten_clone(self, memory_format: str | None = None):
 
 
 def aten_expand(self, size: Sequence[int], implicit: bool = False):
-    """expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a): Expand (-1 keeps a dim)."""
-    if isinstance(size, (list, tuple)) and any(s == -1 for s in size if isinstance(s, int)):
-        shape = op18.Shape(self)
-        offset = len(size) - rank_of(self)
-        parts = [
-            op18.Slice(shape, [i - offset], [i - offset + 1]) if s == -1 else op18.Constant(value_ints=[s])
-            for i, s in enumerate(size)
-        ]
-        return op18.Expand(self, op18.Concat(*parts, axis=0))
-    return op18.Expand(self, size)
+    """expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a): Expand (-1, keep a dim, as 1)."""
+    if isinstance(size, ir.Value):
+        return op18.Expand(self, op18.Abs(size))  # sizes are >= 0 or -1; Expand broadcasts a 1
+    return op18.Expand(self, [1 if s == -1 else s for s in size])
+
+
+def aten_expand_as(self, other):
+    """expand_as(Tensor(a) self, Tensor other) -> Tensor(a): Expand to Shape(other)."""
+    return op18.Expand(self, op18.Shape(other))
+
+
+def aten_squeeze_dim(self, dim: int):
+    """squeeze.dim(Tensor(a) self, int dim) -> Tensor(a): Squeeze (Identity unless the dim has size 1)."""
+    return aten_squeeze_dims(self, [dim])
+
+
+def aten_squeeze(self):
+    """squeeze(Tensor(a) self) -> Tensor(a): Squeeze of the dims of (static) size 1."""
+    rank = rank_of(self)
+    return aten_squeeze_dims(self, list(range(rank or 0)))
+
+
+def aten_sym_numel(self):
+    """sym_numel(Tensor self) -> SymInt: Size."""
+    return op18.Size(self)
+
+
+def aten_sym_stride(self, dim: int):
+    """sym_stride.int(Tensor self, int dim) -> SymInt: ReduceProd of the later dims' sizes (contiguous strides)."""
+    rank = rank_of(self)
+    start = dim % rank
+    if start == rank - 1:
+        return op18.Constant(value_int=1)
+    return op18.ReduceProd(op18.Shape(self, start=start + 1), keepdims=0)
+
+
+def aten_unbind(self, dim: int = 0):
+    """unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]: Split into ones and Squeeze (static dim size)."""
+    rank = rank_of(self)
+    axis = dim % rank
+    size = self.shape[axis]
+    if not isinstance(size, int):
+        raise ValueError(f"unbind needs a static size for dim {dim}, got {size}")
+    if size == 1:
+        return (op18.Squeeze(self, [axis]),)
+    parts = split_into(self, [1] * size, axis, size)
+    return tuple(op18.Squeeze(p, [axis]) for p in parts)
+
+
+def aten_stack(tensors, dim: int = 0):
+    """stack(Tensor[] tensors, int dim=0) -> Tensor: Unsqueeze each and Concat (dtypes promoted)."""
+    rank = rank_of(tensors[0])
+    axis = dim + rank + 1 if dim < 0 else dim
+    tensors = _same_type(tensors)
+    parts = [op18.Unsqueeze(t, [axis]) for t in tensors]
+    return parts[0] if len(parts) == 1 else op18.Concat(*parts, axis=axis)
+
+
+def _unbind_is_static(node) -> bool:
+    value = node.args[0].meta.get("val")
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    return value is not None and value.dim() > 0 and isinstance(value.shape[dim], int)
 
 
 def register(registry: opreg.Registrar) -> None:
@@ -119,3 +184,10 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::sym_size.int", aten_sym_size, opset=18)
     registry.register("aten::clone", aten_clone, opset=18)
     registry.register("aten::expand", aten_expand, opset=18)
+    registry.register("aten::expand_as", aten_expand_as, opset=18)
+    registry.register("aten::squeeze.dim", aten_squeeze_dim, opset=18)
+    registry.register("aten::squeeze.default", aten_squeeze, opset=18)
+    registry.register("aten::sym_numel", aten_sym_numel, opset=18)
+    registry.register("aten::sym_stride.int", aten_sym_stride, opset=18)
+    registry.register("aten::unbind.int", aten_unbind, opset=18, predicate=_unbind_is_static)
+    registry.register("aten::stack", aten_stack, opset=18)

@@ -1,0 +1,384 @@
+"""Core impls of softmax, normalization, attention and pooling/resampling ops,
+exported and run in ONNX Runtime against eager PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import opreg
+from opreg_core_ops.ops import normalization
+from tests.optest import NEWEST, OPSETS, Lambda, check, onnx_ops
+
+torch.manual_seed(0)
+
+
+# -- softmax ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_softmax_family(opset):
+    x = torch.randn(2, 3, 5)
+    program = check(
+        lambda x, s: (
+            F.softmax(x, -1),
+            F.log_softmax(x, 1),
+            F.softmax(x, 0, dtype=torch.float64),
+            F.log_softmax(x, -1, dtype=torch.float64),
+            F.softmax(s, 0),
+        ),
+        x,
+        torch.tensor(1.5),
+        opset=opset,
+    )
+    ops = onnx_ops(program)
+    assert "Softmax" in ops and "LogSoftmax" in ops
+
+
+# -- layer norm -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm(opset, affine):
+    norm = nn.LayerNorm([3, 8], eps=1e-3, elementwise_affine=affine)
+    if affine:
+        nn.init.normal_(norm.weight)
+        nn.init.normal_(norm.bias)
+    program = check(norm, torch.randn(2, 3, 8), opset=opset)
+    assert "LayerNormalization" in onnx_ops(program)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_native_layer_norm_statistics(opset):
+    weight = torch.randn(8)
+    x = torch.randn(2, 3, 8)
+    program = check(lambda x: torch.ops.aten.native_layer_norm(x, [8], weight, None, 1e-5), x, opset=opset)
+    assert "LayerNormalization" in onnx_ops(program)
+
+
+def test_layer_norm_float16():
+    check(nn.LayerNorm(8).half(), torch.randn(4, 8).half(), opset=18)
+
+
+def test_layer_norm_decomposition_fallback():
+    """The priority -1 decomposition, chosen over LayerNormalization by a user override."""
+    registry = opreg.default_registry().copy()
+    registry.register("aten::layer_norm", normalization.aten_layer_norm_decomposed, opset=18)
+    registry.register("aten::native_layer_norm", normalization.aten_native_layer_norm_decomposed, opset=18)
+    norm = nn.LayerNorm(8)
+    nn.init.normal_(norm.weight)
+    program = check(
+        lambda x: (norm(x), torch.ops.aten.native_layer_norm(x, [8], None, None, 1e-5)),
+        torch.randn(2, 3, 8),
+        opset=18,
+        registry=registry,
+    )
+    assert "LayerNormalization" not in onnx_ops(program)
+    assert "ReduceMean" in onnx_ops(program)
+
+
+# -- group norm --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opset", sorted({18, 21, NEWEST}))
+def test_group_norm(opset):
+    norm = nn.GroupNorm(2, 6)
+    nn.init.normal_(norm.weight)
+    nn.init.normal_(norm.bias)
+    plain = nn.GroupNorm(3, 6, affine=False)
+    program = check(lambda x, y: (norm(x), plain(y)), torch.randn(2, 6, 4, 5), torch.randn(2, 6, 7), opset=opset)
+    assert ("GroupNormalization" in onnx_ops(program)) == (opset >= 21)
+
+
+@pytest.mark.parametrize("opset", sorted({18, 21, NEWEST}))
+def test_native_group_norm_statistics(opset):
+    weight, bias = torch.randn(4), torch.randn(4)
+    check(
+        lambda x: torch.ops.aten.native_group_norm(x, weight, bias, 2, 4, 9, 2, 1e-5),
+        torch.randn(2, 4, 3, 3),
+        opset=opset,
+    )
+
+
+# -- RMS norm ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opset", sorted({18, 23, NEWEST}))
+def test_rms_norm(opset):
+    norm = nn.RMSNorm(8)
+    nn.init.normal_(norm.weight)
+    wide = nn.RMSNorm([3, 8], eps=1e-3, elementwise_affine=False)
+    program = check(lambda x: (norm(x), wide(x)), torch.randn(2, 3, 8), opset=opset)
+    assert ("RMSNormalization" in onnx_ops(program)) == (opset >= 23)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_rms_norm_float16(opset):
+    check(nn.RMSNorm(8).half(), torch.randn(4, 8).half(), opset=opset)
+
+
+# -- batch and instance norm -----------------------------------------------------------------
+
+
+def _trained_batch_norm(module):
+    module.running_mean.normal_()
+    module.running_var.uniform_(0.5, 2.0)
+    if module.affine:
+        nn.init.normal_(module.weight)
+        nn.init.normal_(module.bias)
+    return module.eval()
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_batch_norm_eval(opset):
+    bn2d = _trained_batch_norm(nn.BatchNorm2d(4))
+    bn1d = _trained_batch_norm(nn.BatchNorm1d(4, affine=False))
+    program = check(lambda x, y: (bn2d(x), bn1d(y)), torch.randn(2, 4, 5, 5), torch.randn(3, 4), opset=opset)
+    assert "BatchNormalization" in onnx_ops(program)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_instance_norm(opset):
+    plain = nn.InstanceNorm2d(4)
+    tracked = _trained_batch_norm(nn.InstanceNorm1d(4, affine=True, track_running_stats=True))
+    check(lambda x, y: (plain(x), tracked(y)), torch.randn(2, 4, 5, 5), torch.randn(2, 4, 6), opset=opset)
+
+
+def test_batch_norm_training_is_unsupported():
+    with pytest.raises(opreg.UnsupportedOpsError):
+        opreg.export(nn.BatchNorm2d(4).train(), (torch.randn(2, 4, 3, 3),), target=18)
+
+
+# -- attention ----------------------------------------------------------------------------------
+
+Q, K, V = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 3)
+_BOOL_MASK = torch.rand(5, 6) > 0.4
+_BOOL_MASK[:, 0] = True
+_BOOL_MASK[2] = False  # a row that attends to nothing: torch gives zeros
+_FLOAT_MASK = torch.randn(2, 1, 5, 6)
+
+ATTENTION = {
+    "plain": (F.scaled_dot_product_attention, (Q, K, V)),
+    "causal_scale": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3), (Q, K, V)),
+    "bool_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), (Q, K, V, _BOOL_MASK)),
+    "float_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), (Q, K, V, _FLOAT_MASK)),
+    "gqa": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+        (torch.randn(2, 8, 5, 8), K, V),
+    ),
+    "3d": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), (Q[0], K[0], V[0])),
+}
+
+
+@pytest.mark.parametrize("opset", sorted({18, 23, NEWEST}))
+@pytest.mark.parametrize("case", ATTENTION)
+def test_scaled_dot_product_attention(case, opset):
+    fn, inputs = ATTENTION[case]
+    # a softmax-weighted sum of 6 products per element: float32 rounding differs by order
+    program = check(fn, *inputs, opset=opset, rtol=1e-4, atol=1e-5)
+    uses_attention = "Attention" in onnx_ops(program)
+    assert uses_attention == (opset >= 23 and case != "3d")
+
+
+class _CausalAttention(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_attention_dynamic_sequence():
+    seq = torch.export.Dim("seq", min=2, max=64)
+    program = check(_CausalAttention(), Q, Q, Q, opset=18, rtol=1e-4, dynamic_shapes=({2: seq}, {2: seq}, {2: seq}))
+    assert program.model_proto.graph.input[0].type.tensor_type.shape.dim[2].dim_param == "seq"
+
+
+def test_attention_dropout_is_unsupported():
+    module = Lambda(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5))
+    with pytest.raises(opreg.UnsupportedOpsError):
+        opreg.export(module, (Q, K, V), target=18)
+
+
+# -- pooling ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_max_pool(opset):
+    pool1 = nn.MaxPool1d(3, 2, 1)
+    pool2 = nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True)
+    pool3 = nn.MaxPool3d(2)
+    program = check(
+        lambda a, b, c: (pool1(a), pool2(b), pool3(c), pool2(b[0])),
+        torch.randn(1, 2, 9),
+        torch.randn(2, 3, 9, 9),
+        torch.randn(1, 2, 4, 4, 6),
+        opset=opset,
+    )
+    assert "MaxPool" in onnx_ops(program)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_max_pool_indices_match_torch(opset):
+    pool2 = nn.MaxPool2d(3, 2, 1, return_indices=True)
+    pool3 = nn.MaxPool3d(2, return_indices=True)
+    check(lambda a, b: (*pool2(a), *pool3(b)), torch.randn(2, 3, 8, 7), torch.randn(1, 2, 4, 4, 6), opset=opset)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_avg_pool(opset):
+    pools = [
+        nn.AvgPool2d(3, 2, 1),
+        nn.AvgPool2d(3, 2, 1, ceil_mode=True),
+        nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),
+        nn.AvgPool2d(2, divisor_override=3),
+    ]
+    pool3 = nn.AvgPool3d(2, 1, 1, count_include_pad=False, divisor_override=None)
+    pool1 = nn.AvgPool1d(3, 2, 1)
+    program = check(
+        lambda x, y, z: (*(p(x) for p in pools), pool3(y), pool1(z)),
+        torch.randn(2, 3, 6, 7),
+        torch.randn(1, 2, 4, 4, 5),
+        torch.randn(1, 2, 9),
+        opset=opset,
+    )
+    assert "AveragePool" in onnx_ops(program)
+
+
+def test_avg_pool_divisor_override_with_ceil_mode_is_unsupported():
+    with pytest.raises(opreg.UnsupportedOpsError):
+        opreg.export(nn.AvgPool2d(3, 2, ceil_mode=True, divisor_override=2), (torch.randn(1, 1, 6, 6),), target=18)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_adaptive_avg_pool(opset):
+    pools = (nn.AdaptiveAvgPool1d(3), nn.AdaptiveAvgPool2d((3, 5)), nn.AdaptiveAvgPool2d(1), nn.AdaptiveAvgPool2d(2))
+    pool3 = nn.AdaptiveAvgPool3d((2, 3, 2))
+    program = check(
+        lambda a, b, c: (pools[0](a), pools[1](b), pools[2](b), pools[3](b[:, :, :6, :8]), pool3(c)),
+        torch.randn(1, 2, 8),
+        torch.randn(2, 3, 7, 9),
+        torch.randn(1, 2, 5, 4, 4),
+        opset=opset,
+    )
+    ops = onnx_ops(program)
+    assert {"GlobalAveragePool", "AveragePool", "MatMul"} <= set(ops)
+
+
+# -- upsampling ---------------------------------------------------------------------------------
+
+UPSAMPLE = {
+    "nearest": [
+        (nn.Upsample(scale_factor=2), (4, 5)),
+        (nn.Upsample(scale_factor=1.7), (4, 5)),
+        (nn.Upsample(size=(11, 7)), (4, 5)),
+        (nn.Upsample(scale_factor=2), (6,)),
+        (nn.Upsample(scale_factor=2), (2, 3, 4)),
+    ],
+    "interpolating": [
+        (nn.Upsample(scale_factor=2, mode="bilinear"), (4, 5)),
+        (nn.Upsample(scale_factor=0.5, mode="bilinear"), (8, 6)),
+        (nn.Upsample(size=(7, 9), mode="bilinear", align_corners=True), (4, 5)),
+        (nn.Upsample(scale_factor=2, mode="bicubic"), (4, 5)),
+        (nn.Upsample(scale_factor=1.5, mode="bicubic", align_corners=True), (4, 5)),
+        (nn.Upsample(scale_factor=1.5, mode="linear"), (6,)),
+        (nn.Upsample(scale_factor=2, mode="trilinear", align_corners=True), (2, 3, 4)),
+    ],
+}
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("case", UPSAMPLE)
+def test_upsample(case, opset):
+    modules = [m for m, _ in UPSAMPLE[case]]
+    inputs = [torch.randn(2, 3, *spatial) for _, spatial in UPSAMPLE[case]]
+    program = check(lambda *xs: tuple(m(x) for m, x in zip(modules, xs, strict=True)), *inputs, opset=opset)
+    assert onnx_ops(program).count("Resize") == len(modules)
+
+
+# -- padding, grid sampling, col2im/im2col, pixel shuffle, dropout ----------------------------
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_reflection_and_replication_pad(opset):
+    pads = [nn.ReflectionPad1d((1, 2)), nn.ReflectionPad2d((1, 2, 0, 3)), nn.ReflectionPad3d(1)]
+    pads += [nn.ReplicationPad1d((2, 0)), nn.ReplicationPad2d((1, 2, 0, 3)), nn.ReplicationPad3d((1, 0, 2, 1, 0, 1))]
+    inputs = (torch.randn(1, 2, 6), torch.randn(2, 3, 5, 6), torch.randn(1, 2, 3, 4, 4))
+    program = check(lambda a, b, c: tuple(p(x) for p, x in zip(pads, (a, b, c) * 2, strict=True)), *inputs, opset=opset)
+    assert onnx_ops(program).count("Pad") == 6
+
+
+GRID_MODES = [("bilinear", "zeros", False), ("nearest", "border", True), ("bicubic", "reflection", False)]
+
+
+@pytest.mark.parametrize("opset", sorted({18, 20, NEWEST}))
+def test_grid_sample(opset):
+    grid = torch.rand(2, 3, 4, 2) * 2.4 - 1.2  # some points outside [-1, 1], to exercise padding
+    program = check(
+        lambda x, g: tuple(
+            F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=corners)
+            for mode, padding, corners in GRID_MODES
+        ),
+        torch.randn(2, 3, 5, 6),
+        grid,
+        opset=opset,
+    )
+    assert onnx_ops(program).count("GridSample") == len(GRID_MODES)
+    modes = {
+        a.s.decode()
+        for n in program.model_proto.graph.node
+        if n.op_type == "GridSample"
+        for a in n.attribute
+        if a.name == "mode"
+    }
+    # GridSample-20 renamed bilinear/bicubic to linear/cubic
+    assert modes == ({"linear", "nearest", "cubic"} if opset >= 20 else {"bilinear", "nearest", "bicubic"})
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_fold_and_unfold(opset):
+    fold = nn.Fold((4, 5), 2)
+    unfold = nn.Unfold(3, dilation=2, padding=1, stride=2)
+    program = check(lambda a, b: (fold(a), unfold(b)), torch.randn(2, 8, 12), torch.randn(2, 3, 8, 7), opset=opset)
+    assert {"Col2Im", "Conv"} <= set(onnx_ops(program))
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_pixel_shuffle(opset):
+    shuffle, unshuffle = nn.PixelShuffle(2), nn.PixelUnshuffle(2)
+    program = check(
+        lambda a, b: (shuffle(a), unshuffle(a), shuffle(b)),
+        torch.randn(2, 8, 4, 6),
+        torch.randn(2, 3, 8, 3, 3),
+        opset=opset,
+    )
+    assert {"DepthToSpace", "SpaceToDepth"} <= set(onnx_ops(program))
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_dropout_in_eval_is_identity(opset):
+    drop = nn.Dropout(0.5).eval()
+    program = check(lambda x: drop(x) * 2, torch.randn(2, 3), opset=opset)
+    assert "Dropout" not in onnx_ops(program)
+
+
+def test_dropout_in_training_is_unsupported():
+    drop = nn.Dropout(0.5).train()
+    with pytest.raises(opreg.UnsupportedOpsError):
+        opreg.export(drop, (torch.randn(2, 3),), target=18)
+
+
+def test_native_dropout_eval():
+    check(lambda x: torch.ops.aten.native_dropout(x, 0.3, False), torch.randn(2, 3), opset=18)
+
+
+def test_flash_attention_for_cpu():
+    """Reached only when a graph holds it already (sdpa itself is kept whole); output and logsumexp."""
+    check(
+        lambda q, k, v: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=True),
+        Q,
+        K,
+        torch.randn(2, 4, 6, 8),
+        opset=18,
+        rtol=1e-4,
+    )
