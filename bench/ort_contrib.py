@@ -20,6 +20,7 @@ import time
 import numpy as np
 import onnx
 import onnxruntime
+import torch
 from onnx import TensorProto, helper
 
 FLOAT = TensorProto.FLOAT
@@ -130,6 +131,71 @@ def candidates(opset: int):
     )  # fmt: skip
 
 
+class Block(torch.nn.Module):
+    """A transformer block: pre- or post-norm, causal or not, erf or tanh GELU."""
+
+    def __init__(self, width: int, heads: int, causal: bool, approximate: str) -> None:
+        super().__init__()
+        self.heads, self.causal, self.approximate = heads, causal, approximate
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.out = torch.nn.Linear(width, width)
+        self.up = torch.nn.Linear(width, 4 * width)
+        self.down = torch.nn.Linear(4 * width, width)
+        self.norm1 = torch.nn.LayerNorm(width)
+        self.norm2 = torch.nn.LayerNorm(width)
+
+    def forward(self, x):
+        batch, seq, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        q, k, v = (t.reshape(batch, seq, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        x = x + self.out(attended.transpose(1, 2).reshape(batch, seq, width))
+        hidden = torch.nn.functional.gelu(self.up(self.norm2(x)), approximate=self.approximate)
+        return x + self.down(hidden)
+
+
+class TinyTransformer(torch.nn.Module):
+    def __init__(self, causal: bool, approximate: str, width: int = 256, layers: int = 4, heads: int = 4) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(1000, width)
+        self.blocks = torch.nn.ModuleList(Block(width, heads, causal, approximate) for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(width)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+
+def models(repeat: int) -> None:
+    import opreg
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 1000, (8, 128))
+    print(f"{'model':<14} {'onnx ms':>8} {'onnxruntime ms':>15} {'ratio':>6}  contrib nodes")
+    for name, model in (
+        ("BERT-like", TinyTransformer(causal=False, approximate="none")),
+        ("GPT-2-like", TinyTransformer(causal=True, approximate="tanh")),
+    ):
+        model.eval()
+        timings = {}
+        for target in ("onnx", "onnxruntime"):
+            program = opreg.export(model, (ids,), target=target)
+            program.verify(ids, atol=1e-4)
+            session = program._sessions.get("onnxruntime") or onnxruntime.InferenceSession(
+                program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"]
+            )
+            timings[target] = _latency(session, {program.input_names[0]: ids.numpy()}, repeat)
+            contrib = sorted({n.op_type for n in program.model_proto.graph.node if n.domain == "com.microsoft"})
+        ratio = timings["onnx"] / timings["onnxruntime"]
+        print(
+            f"{name:<14} {timings['onnx'] * 1e3:>8.2f} {timings['onnxruntime'] * 1e3:>15.2f} {ratio:>5.2f}x"
+            f"  {', '.join(contrib)}"
+        )
+    print("ratio = onnx / onnxruntime target latency: above 1 the onnxruntime target is faster")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=20)
@@ -142,6 +208,8 @@ def main() -> None:
         c = _latency(contrib, feeds, args.repeat)
         print(f"{name:<26} {s * 1e3:>12.2f} {c * 1e3:>11.2f} {s / c:>5.2f}x")
     print("ratio = standard / contrib: above 1 the contrib kernel is faster")
+    print()
+    models(args.repeat)
 
 
 if __name__ == "__main__":
