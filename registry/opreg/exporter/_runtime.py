@@ -68,8 +68,10 @@ def onnxruntime_session(program: OnnxProgram) -> Any:
 def onnxruntime_can_run(program: OnnxProgram) -> bool:
     if all(domain in ORT_BUILTIN_DOMAINS for domain, _ in custom_ops(program)):
         return True
+    if "onnxruntime" in program._sessions:
+        return True
     try:
-        program._sessions.setdefault("onnxruntime", onnxruntime_session(program))
+        program._sessions["onnxruntime"] = onnxruntime_session(program)  # kept for run()
     except RuntimeUnavailableError:
         return False
     return True
