@@ -50,8 +50,12 @@ def decompose(
     """Run the default decompositions, except for every op the registry covers at ``target``.
 
     So a pack that registers ``aten::gelu.default`` sees gelu nodes, not the
-    erf and multiplications torch would break them into.
+    erf and multiplications torch would break them into. When every node of the
+    captured graph already has an impl and nothing mutates, the graph is returned
+    as it is: retracing it would change nothing and costs most of an export.
     """
+    if _covered_as_captured(program, registry, target):
+        return program
     table = torch.export.default_decompositions()
     for op in list(table.keys()):
         if registry.candidates(OpName.of(op), target):
@@ -63,6 +67,27 @@ def decompose(
             return program.run_decompositions(table)
     except Exception as e:
         raise ExportError(f"torch could not decompose the captured graph: {_first_line(e)}") from e
+
+
+def _covered_as_captured(program: torch.export.ExportedProgram, registry: Registry, target: Target) -> bool:
+    """Whether the captured graph is functional and every op in it resolves at ``target``."""
+    import operator
+
+    from opreg.exporter._translate import _SYMBOLIC, SKIPPED_OPS
+
+    signature = program.graph_signature
+    if signature.buffers_to_mutate or signature.user_inputs_to_mutate:
+        return False
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem or node.target in _SYMBOLIC:
+            continue
+        fn = node.target
+        if not isinstance(fn, torch._ops.OpOverload) or fn._schema.is_mutable:
+            return False
+        op = OpName.of(fn)
+        if str(op) not in SKIPPED_OPS and registry.resolve(op, target, node) is None:
+            return False
+    return True
 
 
 def _first_line(error: BaseException, lines: int = 12) -> str:
