@@ -13,6 +13,7 @@ OPREG_API_VERSION = 1
 
 @opreg.hookimpl
 def opreg_register_ops(registry: opreg.Registrar) -> None:
+    from opreg_core_ops import unsupported
     from opreg_core_ops.ops import (
         activation,
         attention,
@@ -43,3 +44,4 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         shape,
     ):
         module.register(registry)
+    unsupported.register(registry)

@@ -23,6 +23,7 @@ import pluggy
 
 from opreg import hookspecs
 from opreg.errors import OpregError, PluginError, PluginNotFoundError
+from opreg.opname import OpName
 from opreg.registry import USER_PACK, Impl, Predicate, Registry, build_impl
 from opreg.targets import VersionRangeLike
 
@@ -104,6 +105,7 @@ class Registrar:
         self.pack = pack
         self.impls: list[Impl] = []
         self.rejected: list[Rejection] = []
+        self.declined: dict[OpName, str] = {}
 
     def register(
         self,
@@ -132,6 +134,11 @@ class Registrar:
             return None
         self.impls.append(impl)
         return impl
+
+    def mark_unsupported(self, op: Any, reason: str) -> None:
+        """Declare that this pack deliberately has no impl for ``op``, and why
+        (e.g. ONNX cannot express it); ``opreg check`` and export errors show the reason."""
+        self.declined[OpName.of(op)] = str(reason)
 
 
 # -- discovery ------------------------------------------------------------------
@@ -333,6 +340,8 @@ def _commit(registry: Registry, loaded: _Loaded) -> PackReport:
         problems.append(f"schemas rejected: {e}")
     for impl in registrar.impls:  # built by this build's Registrar, used nowhere else
         registry._add(impl, owned=True)
+    for op, reason in registrar.declined.items():
+        registry.mark_unsupported(op, reason, pack=report.name)
     if rejected:
         problems.append(f"{len(rejected)} impl(s) rejected")
     domains = sorted({d or "ai.onnx" for i in registrar.impls for d in ("", *dict(i.requirement.domains))})

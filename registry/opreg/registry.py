@@ -197,6 +197,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._impls: dict[OpName, list[Impl]] = {}
+        self._unsupported: dict[OpName, tuple[str, str]] = {}
         self._profiles: dict[str, tuple[dict[str, int], str]] = {
             name: (dict(versions), "opreg") for name, versions in BUILTIN_PROFILES.items()
         }
@@ -248,6 +249,18 @@ class Registry:
         self._profiles[name] = (target.as_dict(), pack)
         self._targets.clear()
 
+    def mark_unsupported(self, op: Any, reason: str, *, pack: str = USER_PACK) -> None:
+        """Record that ``pack`` deliberately leaves ``op`` without an impl, and why."""
+        self._check_mutable()
+        self._unsupported[OpName.of(op)] = (pack, str(reason))
+
+    def unsupported(self, op: Any = None) -> dict[OpName, tuple[str, str]]:
+        """Ops declared unsupported: op -> ``(pack, reason)``; just ``op``'s if given."""
+        if op is None:
+            return dict(self._unsupported)
+        op = OpName.of(op)
+        return {op: self._unsupported[op]} if op in self._unsupported else {}
+
     def _add(self, impl: Impl, *, owned: bool = False) -> Impl:
         """Store ``impl`` (numbered in registration order); returns the stored impl.
 
@@ -283,6 +296,7 @@ class Registry:
         new = Registry()
         new._profiles = dict(self._profiles)
         new._impls = {op: list(impls) for op, impls in self._impls.items()}
+        new._unsupported = dict(self._unsupported)
         new._seq = itertools.count(max((i.seq for i in self.impls()), default=-1) + 1)
         new.packs = self.packs
         new._hooks = self._hooks

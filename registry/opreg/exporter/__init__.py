@@ -49,7 +49,7 @@ def _registry(registry: Registry | None, plugins: Iterable[str] | None, exclude:
 
 
 def plan_export(
-    model: torch.nn.Module,
+    model: torch.nn.Module | torch.export.ExportedProgram,
     args: tuple = (),
     kwargs: Mapping[str, Any] | None = None,
     *,
@@ -74,7 +74,7 @@ def plan_export(
 
 
 def export(
-    model: torch.nn.Module,
+    model: torch.nn.Module | torch.export.ExportedProgram,
     args: tuple = (),
     kwargs: Mapping[str, Any] | None = None,
     *,
@@ -85,13 +85,16 @@ def export(
     registry: Registry | None = None,
     inline: bool | int = True,
     embed_functions: bool = False,
+    optimize: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
 
     Args:
         model: the ``torch.nn.Module`` (put it in ``eval()`` mode first if it
-            has dropout or batch norm).
+            has dropout or batch norm), or a ``torch.export.ExportedProgram``
+            already captured (then ``args``, ``kwargs`` and ``dynamic_shapes``
+            are not needed, and its symbolic dims keep torch's names).
         args, kwargs: example inputs, as ``model(*args, **kwargs)`` takes them.
         target: what the model must run on: a profile name (``"onnx"``,
             ``"onnxruntime"``), an ai.onnx version, a ``{domain: version}``
@@ -108,6 +111,9 @@ def export(
         embed_functions: add the packs' ONNX function definitions
             (``opreg_functions``) of the custom-domain ops the model uses, so
             runtimes without the packs' kernels can run it.
+        optimize: fold constants (never the weights), remove no-op and
+            duplicate nodes, and turn constants into initializers (default);
+            ``False`` keeps every node the impls emitted.
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
     Raises:
@@ -127,7 +133,11 @@ def export(
     tick("coverage")
     calls = _translate.plan(program.graph, reg, resolved)
     tick("translate")
-    symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
+    symbols = {}
+    if isinstance(model, torch.nn.Module):
+        symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
+    else:
+        model = captured.module()
     translator = _translate.Translator(program, calls, resolved, symbols)
     translator.run()
     tick("finish")
@@ -146,6 +156,7 @@ def export(
         translator.recorder.functions,
         versions,
         inline=inline,
+        optimize=optimize,
         metadata={"opreg.target": str(resolved), "opreg.packs": ",".join(packs)},
         definitions=definitions,
     )

@@ -22,12 +22,16 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S
 
 
 def capture(
-    model: torch.nn.Module,
+    model: torch.nn.Module | torch.export.ExportedProgram,
     args: tuple,
     kwargs: Mapping[str, Any] | None,
     dynamic_shapes: Any,
 ) -> torch.export.ExportedProgram:
-    """``torch.export.export`` in non-strict mode, with errors that say what failed."""
+    """``torch.export.export`` in non-strict mode, with errors that say what failed.
+
+    An ``ExportedProgram`` is taken as already captured."""
+    if isinstance(model, torch.export.ExportedProgram):
+        return model
     if not isinstance(model, torch.nn.Module):
         raise ExportError(
             f"opreg.export needs a torch.nn.Module, got {type(model).__name__}: wrap a function in a Module"
@@ -60,13 +64,23 @@ def decompose(
     for op in list(table.keys()):
         if registry.candidates(OpName.of(op), target):
             del table[op]
+    kept = frozenset(table)
+    if getattr(program, _DECOMPOSED_WITH, None) == kept:  # already decomposed with this very table
+        return program
     try:
         with warnings.catch_warnings():
             # torch deep-copies its own pytree specs here and warns about its own deprecated API
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-            return program.run_decompositions(table)
+            decomposed = program.run_decompositions(table)
     except Exception as e:
         raise ExportError(f"torch could not decompose the captured graph: {_first_line(e)}") from e
+    setattr(decomposed, _DECOMPOSED_WITH, kept)
+    return decomposed
+
+
+_DECOMPOSED_WITH = "_opreg_decomposed_with"
+"""Set on a program :func:`decompose` made: the table it used, so exporting it again
+for a target that keeps the same ops does not decompose it again."""
 
 
 def _covered_as_captured(program: torch.export.ExportedProgram, registry: Registry, target: Target) -> bool:

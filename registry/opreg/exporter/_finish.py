@@ -173,6 +173,7 @@ def build_model(
     versions: Mapping[str, int],
     *,
     inline: bool | int,
+    optimize: bool = True,
     metadata: Mapping[str, str],
     definitions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] | None = None,
 ) -> ir.Model:
@@ -203,6 +204,10 @@ def build_model(
     common_passes.RemoveUnusedNodesPass()(model)
     common_passes.RemoveUnusedFunctionsPass()(model)
     _trim_optional_outputs(model.graph, versions)
+    if optimize:
+        from opreg.exporter._lean import lean
+
+        lean(model)
 
     used = _used_domains(model)
     graph.opset_imports.clear()

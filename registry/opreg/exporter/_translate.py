@@ -135,6 +135,8 @@ def plan(graph: torch.fx.Graph, registry: Registry, target: Target) -> dict[torc
             reason = "No installed pack implements it for this target."
             if registry.candidates(op, target):
                 reason = "Its impls' predicates reject these nodes."
+            for pack, why in registry.unsupported(op).values():
+                reason = f"Unsupported ({pack}): {why}"
             missing.setdefault(str(op), []).append((node, reason))
             continue
         try:

@@ -1,0 +1,96 @@
+"""Making the translated graph lean: what impls emit one node at a time leaves
+work a whole-graph view removes.
+
+- Constant folding (onnxscript's), except of nodes that read the model's
+  weights: folding ``Transpose(weight)`` would replace a ``state_dict``
+  tensor by an anonymous copy, and users look weights up by name.
+- A few exact rewrites: no-op Cast/Expand/Transpose, Cast of Cast,
+  Reshape of Reshape, Unsqueeze of Unsqueeze, and ``Unsqueeze(Squeeze(x))``
+  on a one-element 1-D ``x``, which symbolic sizes produce (``sym_size``
+  gives a scalar; ``view``'s shape list wants it back as ``[n]``).
+- Common subexpressions computed once (``Shape`` of the same input, ...).
+- Constants become initializers, as torch.onnx's graphs have them.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnx_ir.passes import common as common_passes
+from onnxscript import optimizer, rewriter
+from onnxscript.rewriter import pattern
+from onnxscript.rewriter.rules import common as rules
+
+
+def _squeeze_unsqueeze(op, x, axes_squeeze, axes_unsqueeze):
+    return op.Unsqueeze(op.Squeeze(x, axes_squeeze), axes_unsqueeze)
+
+
+def _is_round_trip(context, x, axes_squeeze, axes_unsqueeze, **_) -> bool:
+    """``x`` is 1-D with one element and both axes are ``[0]``: the pair is the identity."""
+    shape = x.shape
+    if shape is None or shape.rank() != 1 or shape[0] != 1:
+        return False
+    for axes in (axes_squeeze, axes_unsqueeze):
+        value = ir.convenience.get_const_tensor(axes)
+        if value is None or value.numpy().reshape(-1).tolist() not in ([0], [-1]):
+            return False
+    return True
+
+
+def _identity(op, x, **_):
+    return op.Identity(x)
+
+
+_SQUEEZE_UNSQUEEZE = pattern.RewriteRule(_squeeze_unsqueeze, _identity, _is_round_trip)
+
+RULES = (
+    rules.no_op_cast_rule,
+    rules.no_op_expand_rule,
+    rules.no_op_transpose_rule,
+    rules.cast_cast_rule,
+    rules.reshape_reshape_rule,
+    rules.unsqueeze_unsqueeze_rule,
+    _SQUEEZE_UNSQUEEZE,
+)
+
+
+def lean(model: ir.Model) -> None:
+    """Fold, rewrite and deduplicate ``model`` in place (see the module docstring).
+
+    The graph's outputs keep their names and stay distinct values, even when
+    two of them turn out to compute the same thing."""
+    weights = frozenset(model.graph.initializers)
+    names = [value.name for value in model.graph.outputs]
+
+    def should_fold(node: ir.Node) -> bool | None:
+        if any(value is not None and value.name in weights for value in node.inputs):
+            return False
+        return None
+
+    optimizer.fold_constants(model, onnx_shape_inference=False, should_fold=should_fold)
+    rewriter.rewrite(model, pattern_rewrite_rules=RULES)
+    common_passes.CommonSubexpressionEliminationPass()(model)
+    common_passes.IdentityEliminationPass()(model)
+    common_passes.RemoveUnusedNodesPass()(model)
+    common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
+    _restore_outputs(model.graph, names)
+
+
+def _restore_outputs(graph: ir.Graph, names: list[str | None]) -> None:
+    """Give each output back its name; a value that is now also another output,
+    an input or an initializer is passed through an Identity of that name."""
+    seen: set[int] = set()
+    for index, (value, name) in enumerate(zip(list(graph.outputs), names, strict=True)):
+        shared = id(value) in seen or value.is_graph_input() or value.is_initializer()
+        seen.add(id(value))
+        if value.name == name and not shared:
+            continue
+        if shared or name in {v.name for v in graph.outputs if v is not value}:
+            node = ir.node("Identity", [value], name=f"{name}_Identity")
+            node.outputs[0].name = name
+            node.outputs[0].type, node.outputs[0].shape = value.type, value.shape
+            node.metadata_props.update(value.producer().metadata_props if value.producer() else {})
+            graph.append(node)
+            graph.outputs[index] = node.outputs[0]
+        else:
+            value.name = name
