@@ -231,6 +231,22 @@ def test_div_rounding_modes(opset):
 
 
 @pytest.mark.parametrize("opset", OPSETS)
+def test_div_trunc_float16_rounds_the_quotient_to_float16_first(opset):
+    # -8.4765625 / -0.061 is 138.9495 in float32, 139.0 in float16: torch truncates the latter
+    a = torch.tensor([-8.4765625, 7.0, -7.0]).half()
+    b = torch.tensor([-0.061004638671875, 2.0, 2.0]).half()
+    check(lambda a, b: torch.div(a, b, rounding_mode="trunc"), a, b, opset=opset, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_where_bool_and_celu_float16(opset):
+    c = torch.tensor([True, False, True, False])
+    x = torch.tensor([True, True, False, False])
+    check(lambda c, x: torch.where(c, x, ~x), c, x, opset=opset)
+    check(lambda x: torch.nn.functional.celu(x, alpha=0.5), torch.randn(3, 4).half(), opset=opset)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
 def test_pow(opset):
     x, p = _inputs(2)[:2]
     i = torch.tensor([[-3, -1, 0], [1, 2, 5]])
@@ -487,6 +503,19 @@ def test_bitwise(opset):
     )
     ops = onnx_ops(program)
     assert {"BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "Not"} <= set(ops)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_and_or_operators_as_captured(opset):
+    """torch.export keeps ``&`` and ``|`` as aten::__and__/__or__ (transformers' attention masks
+    use them); covering them lets the export skip torch's decomposition pass."""
+    i = torch.tensor([0, 5, -6, 12, 255])
+    s = torch.tensor([1, 2, 3, 4, 5], dtype=torch.int32)
+    p = torch.tensor([True, False, True, False, True])
+    program = check(lambda i, s, p: (i & s, i | 3 * i, p & (i > 0), p | (s > 2)), i, s, p, opset=opset)
+    torch_ops = {m.value for n in program.model_proto.graph.node for m in n.metadata_props if m.key == "opreg.torch_op"}
+    assert {"aten::__and__.Tensor", "aten::__or__.Tensor"} <= torch_ops
+    assert {"BitwiseAnd", "BitwiseOr", "And", "Or"} <= set(onnx_ops(program))
 
 
 # -- activations ------------------------------------------------------------------------------------

@@ -350,6 +350,67 @@ def test_creation_and_shapes_with_a_dynamic_dim(opset):
 
 
 @pytest.mark.parametrize("opset", OPSETS)
+def test_to_overloads_as_captured(opset):
+    """torch.export keeps Tensor.to as aten::to.* (not _to_copy); each becomes a Cast,
+    or an Identity when the dtype stays, without torch's decomposition pass."""
+
+    def fn(x, m):
+        return (
+            x.to(torch.float64),
+            x.to(torch.float32),
+            x.to("cpu", torch.int32),
+            x.to(dtype=torch.float16),
+            x.to("cpu"),
+            torch.ops.aten.to.other(x, m),
+        )
+
+    program = check(fn, M, I64[:, :3].repeat(1, 2), opset=opset)
+    torch_ops = {m.value for n in program.model_proto.graph.node for m in n.metadata_props if m.key == "opreg.torch_op"}
+    assert {"aten::to.dtype", "aten::to.device", "aten::to.dtype_layout", "aten::to.other"} <= torch_ops
+    assert "aten::_to_copy.default" not in torch_ops
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_symbolic_sizes_need_no_casts(opset):
+    """arange and slice bounds from a symbolic size are INT64 already: no Cast to INT64."""
+
+    def fn(x):
+        n = x.shape[0]
+        return torch.arange(n), torch.arange(1, n, 2), x[: n - 1], x[1:n]
+
+    x = torch.randn(5, 6)
+    program = check(fn, x, opset=opset, dynamic_shapes=(({0: N},),))
+    program.verify(torch.randn(8, 6))
+    assert "Cast" not in onnx_ops(program)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_flatten_keeps_the_dims_before_start_dim(opset, dynamic):
+    """ViT's patch embedding flattens from dim 2 on: ONNX Flatten always makes a 2-D
+    result, so it is torch's flatten only when flattening from dim 1 to the end."""
+
+    def fn(x):
+        return (
+            x.flatten(2),
+            x.flatten(-2),
+            x.flatten(1),
+            x.flatten(),
+            x.flatten(1, 2),
+            x.flatten(0, 1),
+            x.flatten(2, 2),
+        )
+
+    x = torch.randn(2, 3, 4, 5)
+    if not dynamic:
+        check(fn, x, opset=opset)
+        return
+    dims = {0: torch.export.Dim("batch"), 3: torch.export.Dim("width")}
+    program = check(fn, x, opset=opset, dynamic_shapes=((dims,),))
+    program.verify(torch.randn(5, 3, 4, 7))
+
+
+@pytest.mark.parametrize("opset", OPSETS)
 def test_reductions_with_a_dynamic_dim(opset):
     def fn(x):
         return (
@@ -382,6 +443,23 @@ def test_half_precision_reductions_accumulate_in_float(opset):
     check(lambda x: (x.sum(1), x.mean(), x.var(0), x.cumsum(1), torch.logsumexp(x, 0)), x, opset=opset)
 
 
+@pytest.mark.parametrize("opset", OPSETS)
+def test_bool_prod_and_sort_compute_on_integers(opset):
+    """No BOOL ReduceProd or TopK: through INT64/INT32 and back (sort keeps ties in order, as stable=True)."""
+    x = torch.rand(4, 5, 6) > 0.3
+    check(lambda x: (torch.prod(x, 1, dtype=torch.bool), x.prod(dtype=torch.bool)), x, opset=opset)
+    check(lambda x: torch.sort(x, dim=-1, descending=True, stable=True), x, opset=opset)
+    check(lambda x: torch.sort(x, dim=1, stable=True), x, opset=opset)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_grid_sampler_float16_computes_in_float32(opset):
+    x = torch.randn(1, 2, 4, 5).half()
+    grid = (torch.rand(1, 3, 3, 2) * 2 - 1).half()
+    program = check(lambda x, g: torch.nn.functional.grid_sample(x, g, align_corners=False), x, grid, opset=opset)
+    assert onnx_ops(program).count("Cast") == 3  # input and grid to float32, the result back
+
+
 NAN = torch.tensor([[1.0, float("nan"), 3.0], [2.0, 0.5, -1.0]])
 
 
@@ -402,3 +480,103 @@ NAN = torch.tensor([[1.0, float("nan"), 3.0], [2.0, 0.5, -1.0]])
 )
 def test_nan_propagation(fn, opset):
     check(fn, NAN, opset=opset)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_gather_and_scatter_edge_cases(opset):
+    """OpInfo edge cases: 0-d self (ScatterElements needs rank >= 1), a uint8 index, an empty index
+    of another rank, scatter's legacy ``reduce=``, and reductions ONNX Runtime has no float16/bool kernel for."""
+    s, i0, u = torch.tensor(2.5), torch.tensor(0), torch.tensor(-1.5)
+    x, src, idx = torch.randn(5, 4), torch.randn(3, 4), torch.tensor([[0, 1, 2, 0], [3, 3, 2, 1], [0, 2, 2, 1]])
+
+    def fn(s, i0, u, x, src, idx):
+        return (
+            torch.gather(s, 0, i0),
+            torch.gather(s, 0, i0.reshape(1)),
+            torch.gather(x[0], 0, torch.zeros(0, dtype=torch.uint8)),
+            torch.gather(x[0], 0, torch.zeros(2, 0, dtype=torch.uint8)),
+            torch.index_select(s, 0, i0.reshape(1)),
+            torch.scatter(s, 0, i0, u),
+            torch.scatter_add(s, 0, i0, u),
+            torch.scatter_reduce(s, 0, i0, u, "amax"),
+            torch.scatter_reduce(s, 0, i0, u, "mean"),
+            torch.scatter(x, 0, idx, src, reduce="add"),
+            torch.scatter(x, 1, idx, src, reduce="multiply"),
+            torch.scatter(x, 0, idx, 2.0, reduce="multiply"),
+            torch.scatter(s, 0, i0, u, reduce="multiply"),
+            torch.scatter_add(x.half(), 0, idx, src.half()),
+            torch.scatter_reduce(x > 0, 0, idx, src > 0, "amax", include_self=False),
+            torch.scatter_reduce(x > 0, 1, idx, src > 0, "prod"),
+        )
+
+    check(fn, s, i0, u, x, src, idx, opset=opset)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_masks_and_nonzero_edge_cases(opset):
+    """bool masked_fill/masked_scatter (ONNX Runtime has no bool Where), a mask broadcasting self, 0-d nonzero."""
+    x, b, mask, source = torch.randn(5), torch.rand(5, 5) > 0.5, torch.rand(5, 5) > 0.3, torch.randn(5, 5)
+
+    def fn(x, b, mask, source):
+        return (
+            b.masked_fill(mask, True),
+            b.masked_fill(mask[0], torch.tensor(False)),
+            b.masked_scatter(mask, ~b),
+            x.masked_scatter(mask, source),
+            torch.nonzero(x[0]),
+            torch.nonzero(x[0] * 0),
+        )
+
+    check(fn, x, b, mask, source, opset=opset)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_integer_arange_truncates_float_bounds(opset):
+    """int64 arange truncates start, end and step first; other integer types count from the given values."""
+
+    def fn():
+        return (
+            torch.arange(-0.9, 2.1, 2.0, dtype=torch.int64),
+            torch.arange(2.1, -2.9, -1.0, dtype=torch.int64),
+            torch.arange(3.1, dtype=torch.int64),
+            torch.arange(-0.9, 2.1, 2.0, dtype=torch.int32),
+            torch.arange(0.0, -8.000001, -4.0, dtype=torch.int32),
+        )
+
+    check(fn, opset=opset)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_pixel_shuffle_any_dtype_and_empty(opset):
+    """pixel (un)shuffle as Reshape/Transpose: integer and bool inputs, leading dims, empty tensors."""
+    f = torch.nn.functional
+
+    def fn(i, b, e):
+        return (
+            f.pixel_shuffle(i, 3),
+            f.pixel_unshuffle(i, 1),
+            f.pixel_shuffle(b, 2),
+            f.pixel_unshuffle(f.pixel_shuffle(b, 2), 2),
+            f.pixel_unshuffle(e, 1),
+            f.pixel_shuffle(e, 1),
+        )
+
+    i = torch.arange(2 * 18 * 2 * 2).reshape(2, 18, 2, 2)
+    b = torch.rand(3, 2, 8, 2, 3) > 0.5
+    check(fn, i, b, torch.zeros(1, 1, 1, 0), opset=opset)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_embedding_max_norm_and_unfold_of_an_empty_batch(opset):
+    """embedding(max_norm=…) renormalizes the rows it looks up (aten::embedding_renorm); unfold of batch 0."""
+    f = torch.nn.functional
+
+    def fn(w, i, x):
+        return (
+            f.embedding(i, w.clone(), max_norm=1.0),
+            f.embedding(i, w.clone(), max_norm=1.5, norm_type=1.0),
+            f.unfold(x, 2),
+        )
+
+    w = torch.randn(6, 4)
+    check(fn, w, torch.tensor([[0, 2], [2, 5]]), torch.randn(0, 1, 5, 5), opset=opset)

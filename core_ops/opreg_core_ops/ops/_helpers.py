@@ -38,3 +38,13 @@ def node_rank(node, index: int = 0) -> int | None:
     value = getattr(arg, "meta", {}).get("val")
     shape = getattr(value, "shape", None)
     return None if shape is None else len(shape)
+
+
+def where(condition, a, b):
+    """``Where(condition, a, b)``; for BOOL a and b, And/Or/Not (ONNX Runtime has no BOOL Where kernel)."""
+    import onnx_ir as ir
+    from onnxscript.onnx_opset import opset18 as op18
+
+    if a.dtype == ir.DataType.BOOL and getattr(b, "dtype", None) == ir.DataType.BOOL:
+        return op18.Or(op18.And(condition, a), op18.And(op18.Not(condition), b))
+    return op18.Where(condition, a, b)

@@ -131,6 +131,10 @@ def _attention23_covered(node) -> bool:
     """Attention-23 reads 3-D inputs as (batch, seq, heads*size), torch as (batch, seq, size): 4-D only."""
     if node_arg(node, 4, "dropout_p", 0.0) != 0.0:
         return False
+    # ONNX Runtime's float16 Attention strays from torch beyond float16 tolerance; the decomposition does not.
+    query = node.args[0].meta.get("val")
+    if query is not None and query.dtype.itemsize < 4:
+        return False
     return all(node_rank(node, i) == 4 for i in range(3))
 
 

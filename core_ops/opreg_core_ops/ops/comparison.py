@@ -155,6 +155,16 @@ def aten_bitwise_xor_scalar(self, other: float):
     return _bitwise(self, other, "xor")
 
 
+def aten_and(self, other):
+    """__and__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_and (the ``&`` operator)."""
+    return _bitwise(self, other, "and")
+
+
+def aten_or(self, other):
+    """__or__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_or (the ``|`` operator)."""
+    return _bitwise(self, other, "or")
+
+
 def aten_bitwise_not(self):
     """bitwise_not(Tensor self) -> Tensor: BitwiseNot (Not for bool)."""
     if self.dtype == _BOOL:
@@ -195,6 +205,8 @@ def register(registry: opreg.Registrar) -> None:
     for name in ("and", "or", "xor"):
         registry.register(f"aten::bitwise_{name}.Tensor", globals()[f"aten_bitwise_{name}"], opset=18)
         registry.register(f"aten::bitwise_{name}.Scalar", globals()[f"aten_bitwise_{name}_scalar"], opset=18)
+    registry.register("aten::__and__.Tensor", aten_and, opset=18)
+    registry.register("aten::__or__.Tensor", aten_or, opset=18)
     registry.register("aten::bitwise_not", aten_bitwise_not, opset=18)
     registry.register("aten::isinf", aten_isinf, opset=18)
     registry.register("aten::isnan", aten_isnan, opset=18)

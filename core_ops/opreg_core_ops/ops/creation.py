@@ -38,6 +38,12 @@ def _as_scalar(value):
     return op18.Reshape(value, [])
 
 
+def _int64_scalar(value):
+    """A symbolic integer as a 0-d INT64 value."""
+    value = _as_scalar(value)
+    return value if value.dtype == ir.DataType.INT64 else op18.Cast(value, to=ir.DataType.INT64)
+
+
 def _full(size, fill_value, dtype: int):
     return op18.Expand(_constant(fill_value, dtype), size)
 
@@ -233,15 +239,23 @@ def _arange(start, end, step, dtype: int | None):
     dtype = ir.DataType(dtype)
     if not dtype.is_floating_point():
         if all(isinstance(v, int) or (isinstance(v, ir.Value) and _integral(v.dtype)) for v in numbers):
-            values = [op18.Cast(_as_scalar(v), to=ir.DataType.INT64) if isinstance(v, ir.Value) else v for v in numbers]
+            values = [_int64_scalar(v) if isinstance(v, ir.Value) else v for v in numbers]
             if all(isinstance(v, int) for v in values):
                 values = [op18.Cast(v, to=ir.DataType.INT64) for v in values]
             result = op18.Range(*values)
+        elif dtype == ir.DataType.INT64:
+            # torch truncates start, end and step to int64 first, then counts
+            values = [_int64_scalar(v) if isinstance(v, ir.Value) else int(v) for v in numbers]
+            values = [op18.Cast(v, to=ir.DataType.INT64) if isinstance(v, int) else v for v in values]
+            result = op18.Range(*values)
         else:
+            # other integer types: the count from the given values, the elements from int(start) + i * int(step)
             values = [_as_scalar(v) if isinstance(v, ir.Value) else float(v) for v in numbers]
             values = [op18.Cast(v, to=ir.DataType.DOUBLE) for v in values]
-            count = op18.Ceil(op18.Div(op18.Sub(values[1], values[0]), values[2]))
-            result = op18.Range(values[0], op18.Add(values[0], op18.Mul(count, values[2])), values[2])
+            count = op18.Cast(op18.Ceil(op18.Div(op18.Sub(values[1], values[0]), values[2])), to=ir.DataType.INT64)
+            index = op18.Range(op18.CastLike(0, count), count, op18.CastLike(1, count))
+            start_i, step_i = (op18.Cast(v, to=ir.DataType.INT64) for v in (values[0], values[2]))
+            result = op18.Add(start_i, op18.Mul(index, step_i))
         return result if result.dtype == dtype else op18.Cast(result, to=dtype)
     # Floating: start + i * step computed in DOUBLE, as torch does, then cast.
     if all(isinstance(v, (int, float)) for v in numbers):
@@ -304,9 +318,49 @@ def aten_to_copy(
     memory_format: str | None = None,
 ):
     """_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor: Cast (Identity when the dtype stays)."""
+    return _cast(self, dtype)
+
+
+def _cast(self, dtype: int | None):
     if dtype is None or ir.DataType(dtype) == self.dtype:
         return op18.Identity(self)
     return op18.Cast(self, to=dtype)
+
+
+def aten_to_dtype(self, dtype: int, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None):
+    """to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast (Identity when the dtype stays)."""
+    return _cast(self, dtype)
+
+
+def aten_to_device(
+    self,
+    device: str | None,
+    dtype: int,
+    non_blocking: bool = False,
+    copy: bool = False,
+    memory_format: str | None = None,
+):
+    """to.device(Tensor(a) self, Device device, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast (Identity when the dtype stays)."""
+    return _cast(self, dtype)
+
+
+def aten_to_dtype_layout(
+    self,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+    non_blocking: bool = False,
+    copy: bool = False,
+    memory_format: str | None = None,
+):
+    """to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast (Identity when the dtype stays)."""
+    return _cast(self, dtype)
+
+
+def aten_to_other(self, other, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None):
+    """to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast to other's dtype (Identity when it stays)."""
+    return _cast(self, other.dtype)
 
 
 def aten_alias(self):
@@ -357,6 +411,10 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::fill.Scalar", aten_fill_scalar, opset=18)
     registry.register("aten::fill.Tensor", aten_fill_tensor, opset=18)
     registry.register("aten::_to_copy", aten_to_copy, opset=18)
+    registry.register("aten::to.dtype", aten_to_dtype, opset=18)
+    registry.register("aten::to.device", aten_to_device, opset=18)
+    registry.register("aten::to.dtype_layout", aten_to_dtype_layout, opset=18)
+    registry.register("aten::to.other", aten_to_other, opset=18)
     registry.register("aten::alias", aten_alias, opset=18)
     registry.register("aten::lift_fresh_copy", aten_lift_fresh_copy, opset=18)
     registry.register("aten::copy", aten_copy, opset=18)

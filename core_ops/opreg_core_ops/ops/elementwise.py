@@ -10,6 +10,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
+from opreg_core_ops.ops._helpers import where
 
 FLOAT_TYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE})
 _POW_TYPES = frozenset({ir.DataType.INT32, ir.DataType.INT64}) | FLOAT_TYPES
@@ -119,6 +120,10 @@ def _divide(self, other, rounding_mode: str | None):
             a, b = as_float(a), as_float(b)
         return op18.Div(a, b)
     if rounding_mode == "trunc":
+        if dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+            # torch truncates the float32 quotient rounded to 16 bits (ONNX Runtime's 16-bit Div can differ)
+            quotient = op18.Cast(op18.Div(cast_to(a, ir.DataType.FLOAT), cast_to(b, ir.DataType.FLOAT)), to=int(dtype))
+            return op18.Cast(trunc(op18.Cast(quotient, to=int(ir.DataType.FLOAT))), to=int(dtype))
         # integer Div truncates toward zero
         return trunc(op18.Div(a, b)) if dtype in FLOAT_TYPES else op18.Div(a, b)
     if rounding_mode == "floor":
@@ -330,9 +335,9 @@ def aten_clamp_tensor(self, min=None, max=None):
 
 
 def aten_where(condition, self, other):
-    """where.self(Tensor condition, Tensor self, Tensor other) -> Tensor: Where, after torch's promotion of self and other."""
+    """where.self(Tensor condition, Tensor self, Tensor other) -> Tensor: Where (And/Or/Not for bool), after torch's promotion of self and other."""
     _, (a, b) = promote(self, other)
-    return op18.Where(cast_to(condition, ir.DataType.BOOL), a, b)
+    return where(cast_to(condition, ir.DataType.BOOL), a, b)
 
 
 # -- unary math ---------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.values import Op
 
 import opreg
-from opreg_core_ops.ops._helpers import rank_of
+from opreg_core_ops.ops._helpers import rank_of, where
 
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
@@ -45,7 +45,9 @@ def _promoted(dtypes: Sequence[ir.DataType]) -> ir.DataType:
 def _as_1d(value):
     """A Python int or a symbolic scalar as a 1-D INT64 value of one element."""
     if isinstance(value, ir.Value):
-        return op18.Reshape(op18.Cast(value, to=ir.DataType.INT64), [1])
+        if value.dtype != ir.DataType.INT64:
+            value = op18.Cast(value, to=ir.DataType.INT64)
+        return op18.Reshape(value, [1])
     return [value]
 
 
@@ -71,23 +73,64 @@ def _dim_size(x, dim: int):
 # -- gather / scatter -------------------------------------------------------------------
 
 
+def _int_index(index):
+    """An index tensor as ONNX index ops take it (INT32 or INT64; torch also allows e.g. UINT8)."""
+    if index.dtype in (ir.DataType.INT32, ir.DataType.INT64):
+        return index
+    return op18.Cast(index, to=ir.DataType.INT64)
+
+
 def aten_gather(self, dim: int, index, sparse_grad: bool = False):
-    """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor: GatherElements."""
+    """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor: GatherElements (0-d self as 1-D)."""
+    index = _int_index(index)
     if rank_of(self) == 0:
-        return op18.Reshape(op18.GatherElements(op18.Reshape(self, [1]), op18.Reshape(index, [1]), axis=0), [])
+        picked = op18.GatherElements(op18.Reshape(self, [1]), op18.Reshape(index, [-1]), axis=0)
+        return op18.Reshape(picked, op18.Shape(index))
+    if rank_of(index) != rank_of(self):
+        # torch skips its rank check for an empty index: the result is empty, shaped like it
+        return op18.Expand(op18.CastLike(0, self), op18.Shape(index))
     return op18.GatherElements(self, index, axis=dim)
 
 
 def aten_index_select(self, dim: int, index):
     """index_select(Tensor self, int dim, Tensor index) -> Tensor: Gather of the 1-D index."""
+    index = _int_index(index)
     if rank_of(self) == 0:
-        return op18.Reshape(op18.Gather(op18.Reshape(self, [1]), op18.Reshape(index, [-1]), axis=0), op18.Shape(index))
+        # torch keeps a 0-d result for a 0-d self (the index holds one element)
+        return op18.Reshape(op18.Gather(op18.Reshape(self, [1]), op18.Reshape(index, [-1]), axis=0), [])
     return op18.Gather(self, op18.Reshape(index, [-1]), axis=dim)
 
 
 def aten_embedding(weight, indices, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False):
     """embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor: Gather along dim 0."""
     return op18.Gather(weight, indices, axis=0)
+
+
+def aten_embedding_renorm(self, indices, max_norm: float, norm_type: float):
+    """embedding_renorm(Tensor self, Tensor indices, float max_norm, float norm_type) -> Tensor: the rows that indices
+    name and whose norm exceeds max_norm scaled by max_norm / (norm + 1e-7) (ReduceL1/L2/Max or Pow and ReduceSum)."""
+    magnitude = op18.Abs(self)
+    if norm_type == 1:
+        norms = op18.ReduceL1(self, [1], keepdims=1)
+    elif norm_type == 2:
+        norms = op18.ReduceL2(self, [1], keepdims=1)
+    elif norm_type == float("inf"):
+        norms = op18.ReduceMax(magnitude, [1], keepdims=1)
+    else:
+        power = op18.CastLike(float(norm_type), self)
+        total = op18.ReduceSum(op18.Pow(magnitude, power), [1], keepdims=1)
+        norms = op18.Pow(total, op18.Div(op18.CastLike(1.0, self), power))
+    flat = op18.Reshape(_int_index(indices), [-1])
+    named = op18.ScatterElements(
+        op18.Expand(op18.CastLike(0, flat), op18.Shape(self, start=0, end=1)),
+        flat,
+        op18.Expand(op18.CastLike(1, flat), op18.Shape(flat)),
+        axis=0,
+    )
+    limit = op18.CastLike(float(max_norm), self)
+    renorm = op18.And(op18.Unsqueeze(op18.Cast(named, to=ir.DataType.BOOL), [1]), op18.Greater(norms, limit))
+    scale = op18.Div(limit, op18.Add(norms, op18.CastLike(1e-7, self)))
+    return op18.Where(renorm, op18.Mul(self, scale), self)
 
 
 def _scatter_updates(index, src):
@@ -98,20 +141,72 @@ def _scatter_updates(index, src):
     return op18.Slice(src, [0] * rank, op18.Shape(index), list(range(rank)))
 
 
+_REDUCE_IN_FLOAT = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.BOOL})
+"""Types ONNX Runtime's ScatterElements cannot reduce: they reduce in FLOAT (exact for BOOL: Cast back maps
+a positive sum, product, max or min to True, i.e. any/all as torch's bool reductions)."""
+
+
+def _scatter_elements(data, index, updates, axis: int, reduction: str = "none"):
+    """ScatterElements; a reduction on the types of :data:`_REDUCE_IN_FLOAT` runs in FLOAT."""
+    if reduction == "none" or data.dtype not in _REDUCE_IN_FLOAT:
+        return op18.ScatterElements(data, index, updates, axis=axis, reduction=reduction)
+    wide = [op18.Cast(v, to=ir.DataType.FLOAT) for v in (data, updates)]
+    result = op18.ScatterElements(wide[0], index, wide[1], axis=axis, reduction=reduction)
+    return op18.Cast(result, to=data.dtype)
+
+
+def _flat(scatter, self, index, src, *args):
+    """``scatter`` (an impl taking self, dim, index, src, …) on a 0-d self as 1-D: ScatterElements needs rank >= 1."""
+    src = op18.Reshape(src, [-1]) if isinstance(src, ir.Value) else src
+    result = scatter(op18.Reshape(self, [1]), 0, op18.Reshape(index, [-1]), src, *args)
+    return op18.Reshape(result, [])
+
+
 def aten_scatter_src(self, dim: int, index, src):
     """scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor: ScatterElements."""
+    if rank_of(self) == 0:
+        return _flat(aten_scatter_src, self, index, src)
+    index = _int_index(index)
     return op18.ScatterElements(self, index, op18.CastLike(_scatter_updates(index, src), self), axis=dim)
 
 
 def aten_scatter_value(self, dim: int, index, value: float):
     """scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor: ScatterElements of the value expanded to the index."""
+    if rank_of(self) == 0:
+        return _flat(aten_scatter_value, self, index, value)
+    index = _int_index(index)
     updates = op18.Expand(op18.CastLike(value, self), op18.Shape(index))
     return op18.ScatterElements(self, index, updates, axis=dim)
 
 
+_SCATTER_REDUCTIONS = {"add": "add", "multiply": "mul"}
+"""scatter's legacy ``reduce=`` names -> ScatterElements reductions."""
+
+
+def aten_scatter_reduce(self, dim: int, index, src, reduce: str):
+    """scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor: ScatterElements(reduction="add" or "mul")."""
+    if rank_of(self) == 0:
+        return _flat(aten_scatter_reduce, self, index, src, reduce)
+    index = _int_index(index)
+    updates = op18.CastLike(_scatter_updates(index, src), self)
+    return _scatter_elements(self, index, updates, dim, _SCATTER_REDUCTIONS[reduce])
+
+
+def aten_scatter_value_reduce(self, dim: int, index, value: float, reduce: str):
+    """scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce) -> Tensor: ScatterElements(reduction="add" or "mul") of the value expanded to the index."""
+    if rank_of(self) == 0:
+        return _flat(aten_scatter_value_reduce, self, index, value, reduce)
+    index = _int_index(index)
+    updates = op18.Expand(op18.CastLike(value, self), op18.Shape(index))
+    return _scatter_elements(self, index, updates, dim, _SCATTER_REDUCTIONS[reduce])
+
+
 def aten_scatter_add(self, dim: int, index, src):
     """scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor: ScatterElements(reduction="add")."""
-    return op18.ScatterElements(self, index, _scatter_updates(index, src), axis=dim, reduction="add")
+    if rank_of(self) == 0:
+        return _flat(aten_scatter_add, self, index, src)
+    index = _int_index(index)
+    return _scatter_elements(self, index, op18.CastLike(_scatter_updates(index, src), self), dim, "add")
 
 
 def _identity(reduce: str, dtype: ir.DataType):
@@ -132,22 +227,23 @@ def _identity(reduce: str, dtype: ir.DataType):
 
 def aten_scatter_reduce_two(self, dim: int, index, src, reduce: str, include_self: bool = True):
     """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor: ScatterElements with add/mul/max/min (mean: sum / count)."""
+    if rank_of(self) == 0:
+        return _flat(aten_scatter_reduce_two, self, index, src, reduce, include_self)
     reduction = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max", "amin": "min"}[reduce]
+    index = _int_index(index)
     src = _scatter_updates(index, src)
     base = self
     if not include_self:
         fill = op18.Expand(op18.CastLike(_identity(reduce, self.dtype), self), op18.Shape(index))
         base = op18.ScatterElements(self, index, fill, axis=dim)
-    result = op18.ScatterElements(base, index, src, axis=dim, reduction=reduction)
+    result = _scatter_elements(base, index, src, dim, reduction)
     if reduce != "mean":
         return result
     ones = op18.Expand(op18.CastLike(1, self), op18.Shape(self))
     counts = ones
     if not include_self:
         counts = op18.ScatterElements(ones, index, op18.Expand(op18.CastLike(0, self), op18.Shape(index)), axis=dim)
-    counts = op18.ScatterElements(
-        counts, index, op18.Expand(op18.CastLike(1, self), op18.Shape(index)), axis=dim, reduction="add"
-    )
+    counts = _scatter_elements(counts, index, op18.Expand(op18.CastLike(1, self), op18.Shape(index)), dim, "add")
     if self.dtype.is_floating_point():
         return op18.Div(result, counts)
     # torch floors integer means
@@ -320,7 +416,10 @@ def aten_diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
 
 
 def aten_nonzero(self):
-    """nonzero(Tensor self) -> Tensor: NonZero, transposed to (count, rank)."""
+    """nonzero(Tensor self) -> Tensor: NonZero, transposed to (count, rank) (a 0-d self gives (count, 0))."""
+    if rank_of(self) == 0:
+        found = op18.Transpose(op18.NonZero(op18.Reshape(self, [1])), perm=[1, 0])
+        return op18.Slice(found, [0], [0], [1])
     return op18.Transpose(op18.NonZero(self), perm=[1, 0])
 
 
@@ -343,12 +442,12 @@ def aten_masked_fill_scalar(self, mask, value: float):
     """masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor: Where."""
     if isinstance(value, ir.Value):
         value = op18.Reshape(value, [])
-    return op18.Where(_bool(mask), op18.CastLike(value, self), self)
+    return where(_bool(mask), op18.CastLike(value, self), self)
 
 
 def aten_masked_fill_tensor(self, mask, value):
     """masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor: Where."""
-    return op18.Where(_bool(mask), op18.CastLike(value, self), self)
+    return where(_bool(mask), op18.CastLike(value, self), self)
 
 
 def _bool(mask):
@@ -356,13 +455,17 @@ def _bool(mask):
 
 
 def aten_masked_scatter(self, mask, source):
-    """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor: CumSum of the mask, Gather from source, Where."""
+    """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor: CumSum of the mask, Gather from source, Where (self and mask broadcast)."""
+    mask = _bool(mask)
     shape = op18.Shape(self)
-    flags = op18.Reshape(op18.Expand(_bool(mask), shape), [-1])
+    if self.shape is None or mask.shape is None or list(self.shape) != list(mask.shape):
+        shape = op18.Shape(op18.Expand(self, op18.Shape(mask)))  # Expand broadcasts both ways
+        self = op18.Expand(self, shape)
+    flags = op18.Reshape(op18.Expand(mask, shape), [-1])
     positions = op18.Sub(op18.CumSum(op18.Cast(flags, to=ir.DataType.INT64), op18.Constant(value_int=0)), [1])
     positions = op18.Max(positions, [0])
     taken = op18.Gather(op18.Reshape(source, [-1]), positions, axis=0)
-    result = op18.Where(flags, op18.CastLike(taken, self), op18.Reshape(self, [-1]))
+    result = where(flags, op18.CastLike(taken, self), op18.Reshape(self, [-1]))
     return op18.Reshape(result, shape)
 
 
@@ -474,8 +577,13 @@ def aten_index_put(self, indices, values, accumulate: bool = False):
     else:
         target = index_shape if rest is None else op18.Concat(index_shape, rest, axis=0)
         updates = op18.Expand(values, target)
-    reduction = "add" if accumulate else "none"
-    result = op18.ScatterND(moved, stacked, updates, reduction=reduction)
+    if accumulate and self.dtype in _REDUCE_IN_FLOAT:  # no float16/bool ScatterND add in ONNX Runtime
+        wide = op18.ScatterND(
+            op18.Cast(moved, to=ir.DataType.FLOAT), stacked, op18.Cast(updates, to=ir.DataType.FLOAT), reduction="add"
+        )
+        result = op18.Cast(wide, to=self.dtype)
+    else:
+        result = op18.ScatterND(moved, stacked, updates, reduction="add" if accumulate else "none")
     if identity:
         return result
     inverse = [perm.index(d) for d in range(rank)]
@@ -486,8 +594,11 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::gather", aten_gather, opset=18)
     registry.register("aten::index_select", aten_index_select, opset=18)
     registry.register("aten::embedding", aten_embedding, opset=18)
+    registry.register("aten::embedding_renorm", aten_embedding_renorm, opset=18)
     registry.register("aten::scatter.src", aten_scatter_src, opset=18)
     registry.register("aten::scatter.value", aten_scatter_value, opset=18)
+    registry.register("aten::scatter.reduce", aten_scatter_reduce, opset=18)
+    registry.register("aten::scatter.value_reduce", aten_scatter_value_reduce, opset=18)
     registry.register("aten::scatter_add", aten_scatter_add, opset=18)
     registry.register("aten::scatter_reduce.two", aten_scatter_reduce_two, opset=18)
     registry.register("aten::select.int", aten_select, opset=18)

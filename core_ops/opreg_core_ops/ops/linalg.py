@@ -8,10 +8,19 @@ from onnxscript.onnx_opset import opset18 as op18
 import opreg
 from opreg_core_ops.ops._helpers import rank_of
 
+_GEMM_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE})
+
+
+def _gemm_ok(a, b) -> bool:
+    """Gemm suits 2-D floating operands with a known, non-zero inner size: ONNX Runtime has
+    no integer Gemm, and with K=0 its Gemm does not reduce to ``beta * C``."""
+    inner = a.shape[-1] if a.shape is not None and len(a.shape) == 2 else None
+    return rank_of(b) == 2 and a.dtype in _GEMM_TYPES and isinstance(inner, int) and inner > 0
+
 
 def aten_linear(input, weight, bias=None):
-    """linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor: Gemm for 2-D input, else MatMul (+ Add)."""
-    if rank_of(input) == 2 and rank_of(weight) == 2:
+    """linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor: Gemm for 2-D floating input, else MatMul (+ Add)."""
+    if _gemm_ok(input, weight):
         if bias is None:
             return op18.Gemm(input, weight, transB=1)
         return op18.Gemm(input, weight, bias, transB=1)
@@ -34,14 +43,8 @@ def aten_bmm(self, mat2):
     return op18.MatMul(self, mat2)
 
 
-def aten_addmm(self, mat1, mat2, beta: float = 1.0, alpha: float = 1.0):
-    """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor: Gemm."""
-    return op18.Gemm(mat1, mat2, self, alpha=float(alpha), beta=float(beta))
-
-
-def aten_baddbmm(self, batch1, batch2, beta: float = 1.0, alpha: float = 1.0):
-    """baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor: MatMul, Mul, Add (self ignored when beta=0)."""
-    product = op18.MatMul(batch1, batch2)
+def _scaled_sum(self, product, beta, alpha):
+    """``beta * self + alpha * product`` as torch computes it (self ignored when beta=0)."""
     if alpha != 1:
         product = op18.Mul(product, op18.CastLike(alpha, product))
     if beta == 0:
@@ -49,6 +52,18 @@ def aten_baddbmm(self, batch1, batch2, beta: float = 1.0, alpha: float = 1.0):
     if beta != 1:
         self = op18.Mul(self, op18.CastLike(beta, self))
     return op18.Add(self, product)
+
+
+def aten_addmm(self, mat1, mat2, beta: float = 1.0, alpha: float = 1.0):
+    """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor: Gemm (floating, K > 0), else MatMul, Mul, Add."""
+    if _gemm_ok(mat1, mat2) and beta != 0:
+        return op18.Gemm(mat1, mat2, self, alpha=float(alpha), beta=float(beta))
+    return _scaled_sum(self, op18.MatMul(mat1, mat2), beta, alpha)
+
+
+def aten_baddbmm(self, batch1, batch2, beta: float = 1.0, alpha: float = 1.0):
+    """baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor: MatMul, Mul, Add (self ignored when beta=0)."""
+    return _scaled_sum(self, op18.MatMul(batch1, batch2), beta, alpha)
 
 
 def aten_dot(self, tensor):
@@ -59,6 +74,13 @@ def aten_dot(self, tensor):
 def _distances(x1, x2, p: float):
     """p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M): (..., P, R)."""
     difference = op18.Sub(op18.Unsqueeze(x1, [-2]), op18.Unsqueeze(x2, [-3]))
+    # ONNX Runtime's reductions return an empty input unreduced, so the result is reshaped
+    # to (..., P, R) explicitly (allowzero: a 0 there is a size, not "copy").
+    shape = op18.Shape(difference, end=-1)
+    return op18.Reshape(_reduce_norm(difference, p), shape, allowzero=1)
+
+
+def _reduce_norm(difference, p: float):
     if p == 2:
         return op18.ReduceL2(difference, [-1], keepdims=0)
     if p == 1:
@@ -66,7 +88,7 @@ def _distances(x1, x2, p: float):
     if p == float("inf"):
         return op18.ReduceMax(op18.Abs(difference), [-1], keepdims=0)
     if p == 0:
-        nonzero = op18.Cast(op18.Not(op18.Equal(difference, op18.CastLike(0, difference))), to=x1.dtype)
+        nonzero = op18.Cast(op18.Not(op18.Equal(difference, op18.CastLike(0, difference))), to=difference.dtype)
         return op18.ReduceSum(nonzero, [-1], keepdims=0)
     powered = op18.Pow(op18.Abs(difference), op18.CastLike(p, difference))
     return op18.Pow(op18.ReduceSum(powered, [-1], keepdims=0), op18.CastLike(1.0 / p, difference))

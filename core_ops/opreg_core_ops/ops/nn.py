@@ -11,6 +11,11 @@ import opreg
 from opreg_core_ops.ops._helpers import expand_param, rank_of, symmetric_pads
 
 
+def _unbatched(input, weight) -> bool:
+    """Whether ``input`` has no batch dim (C, *spatial): aten::convolution takes that too."""
+    return rank_of(input) == rank_of(weight) - 1
+
+
 def _conv(input, weight, bias, stride, padding, dilation, groups):
     rank = len(weight.shape) - 2 if weight.shape is not None else 2
     kernel = list(weight.shape[2:]) if weight.shape is not None else None
@@ -22,9 +27,36 @@ def _conv(input, weight, bias, stride, padding, dilation, groups):
     )
     if kernel is not None and all(isinstance(k, int) for k in kernel):
         attrs["kernel_shape"] = kernel
-    if bias is None:
-        return op18.Conv(input, weight, **attrs)
-    return op18.Conv(input, weight, bias, **attrs)
+    unbatched = _unbatched(input, weight)
+    x = op18.Unsqueeze(input, [0]) if unbatched else input
+    y = op18.Conv(x, weight, **attrs) if bias is None else op18.Conv(x, weight, bias, **attrs)
+    return op18.Squeeze(y, [0]) if unbatched else y
+
+
+def _conv_transpose(input, weight, bias, stride, padding, dilation, output_padding, groups):
+    """ConvTranspose with torch's output size. ONNX Runtime rejects output_padding >= stride
+    (torch allows it below stride or dilation), so the extra rows come from the end pads
+    instead: pads end at ``padding - output_padding``, and a zero Pad where that is negative."""
+    rank = len(weight.shape) - 2
+    pads = expand_param(padding, rank)
+    extra = expand_param(output_padding, rank)
+    end_pads = [max(p - e, 0) for p, e in zip(pads, extra, strict=True)]
+    grow = [max(e - p, 0) for p, e in zip(pads, extra, strict=True)]
+    attrs = dict(
+        strides=expand_param(stride, rank),
+        pads=pads + end_pads,
+        dilations=expand_param(dilation, rank),
+        group=groups,
+    )
+    unbatched = _unbatched(input, weight)
+    x = op18.Unsqueeze(input, [0]) if unbatched else input
+    if not any(grow):
+        y = op18.ConvTranspose(x, weight, **attrs) if bias is None else op18.ConvTranspose(x, weight, bias, **attrs)
+    else:
+        y = op18.Pad(op18.ConvTranspose(x, weight, **attrs), [0] * (rank + 2) + [0, 0] + grow)
+        if bias is not None:
+            y = op18.Add(y, op18.Unsqueeze(bias, list(range(1, rank + 1))))
+    return op18.Squeeze(y, [0]) if unbatched else y
 
 
 def aten_conv2d(
@@ -54,17 +86,7 @@ def aten_convolution(
     """convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor: Conv or ConvTranspose."""
     if not transposed:
         return _conv(input, weight, bias, stride, padding, dilation, groups)
-    rank = len(weight.shape) - 2
-    attrs = dict(
-        strides=expand_param(stride, rank),
-        pads=symmetric_pads(padding, rank),
-        dilations=expand_param(dilation, rank),
-        output_padding=expand_param(output_padding, rank),
-        group=groups,
-    )
-    if bias is None:
-        return op18.ConvTranspose(input, weight, **attrs)
-    return op18.ConvTranspose(input, weight, bias, **attrs)
+    return _conv_transpose(input, weight, bias, stride, padding, dilation, output_padding, groups)
 
 
 def _softmax_input(self, dtype):
@@ -102,9 +124,15 @@ def aten_log_softmax(self, dim: int, dtype: int | None = None):
     return _softmax(self, dim, dtype, log=True)
 
 
+def _floating_input(node) -> bool:
+    """ONNX Conv/ConvTranspose take floating types only (no integer convolution)."""
+    value = node.args[0].meta.get("val")
+    return value is None or value.is_floating_point()
+
+
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::conv2d", aten_conv2d, opset=18)
-    registry.register("aten::convolution", aten_convolution, opset=18)
+    registry.register("aten::conv2d", aten_conv2d, opset=18, predicate=_floating_input)
+    registry.register("aten::convolution", aten_convolution, opset=18, predicate=_floating_input)
     registry.register("aten::_softmax", aten_softmax_internal, opset=18)
     registry.register("aten::_log_softmax", aten_log_softmax_internal, opset=18)
     registry.register("aten::softmax.int", aten_softmax, opset=18)

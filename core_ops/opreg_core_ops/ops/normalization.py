@@ -133,7 +133,9 @@ def _channel_view(param, rank: int):
 def _group_norm_decomposed(input, weight, bias, group, eps):
     rank = rank_of(input)
     x = _upcast(input)
-    grouped = op18.Reshape(x, op18.Concat(op18.Shape(x, start=0, end=1), [group, -1], axis=0))
+    # (N, group, C/group * HxW), spelled out: with N=0 a -1 there would be ambiguous.
+    per_group = op18.Div(op18.ReduceProd(op18.Shape(x, start=1), keepdims=1), [group])
+    grouped = op18.Reshape(x, op18.Concat(op18.Shape(x, start=0, end=1), [group], per_group, axis=0))
     mean = op18.ReduceMean(grouped, [2], keepdims=1)
     centered = op18.Sub(grouped, mean)
     var = op18.ReduceMean(op18.Mul(centered, centered), [2], keepdims=1)
@@ -165,6 +167,10 @@ def aten_native_group_norm(input, weight, bias, N: int, C: int, HxW: int, group:
 
 
 def _group_norm_21(input, weight, bias, group, eps):
+    if input.shape is not None and input.shape[0] == 0:
+        # GroupNormalization's function body reshapes with -1, which fails on an empty batch.
+        out, _mean, _rstd = _group_norm_decomposed(input, weight, bias, group, eps)
+        return out
     scale = weight if weight is not None else _ones_of(input, 1, 2)
     shift = bias if bias is not None else _zeros_of(input, 1, 2)
     return op21.GroupNormalization(input, scale, shift, num_groups=group, epsilon=float(eps), stash_type=1)

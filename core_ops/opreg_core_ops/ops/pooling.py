@@ -4,10 +4,12 @@ pixel (un)shuffle, and dropout outside training."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
 import numpy as np
+import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 
@@ -31,19 +33,105 @@ def _unbatch(y, added: bool):
     return op18.Squeeze(y, [0]) if added else y
 
 
+# -- windows, for pools ONNX has no exact op for ----------------------------------------------
+
+_MAX_POOL_TYPES = frozenset(
+    {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.INT8, ir.DataType.UINT8}
+)
+"""The input types ONNX Runtime's MaxPool takes; other types are pooled over window slices."""
+
+
+def _pool_output_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> int:
+    """torch's pooled size: with ceil_mode, a last window must start inside the input or its
+    begin padding (ONNX before opset 19 keeps a window that starts in the end padding)."""
+    span = size + 2 * pad - dilation * (kernel - 1) - 1
+    out = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def _pool_geometry(x, kernel, stride, padding, dilation, ceil_mode):
+    """(output sizes, ONNX pads giving them without ceil_mode) for x's static spatial dims,
+    or None if they are not static."""
+    spatial = len(kernel)
+    dims = _static_dims(x, 2)
+    if dims is None:
+        return None
+    pads = expand_param(padding, spatial)
+    out = [_pool_output_size(*args, ceil_mode) for args in zip(dims, kernel, stride, pads, dilation, strict=True)]
+    # The end padding that makes the last window (of a floor-mode pool) the last torch keeps.
+    reach = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out, stride, dilation, kernel, strict=True)]
+    ends = [max(r - n - p, 0) for r, n, p in zip(reach, dims, pads, strict=True)]
+    return out, pads + ends
+
+
+def _window_slices(x, kernel, stride, dilation, pads, out, pad_value):
+    """For each kernel offset (row-major), x's elements under it in every window: (N, C, *out)."""
+    spatial = len(kernel)
+    if any(pads):
+        x = op18.Pad(x, [0, 0, *pads[:spatial], 0, 0, *pads[spatial:]], pad_value)
+    axes = list(range(2, spatial + 2))
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        starts = [o * d for o, d in zip(offset, dilation, strict=True)]
+        ends = [b + (n - 1) * s + 1 for b, n, s in zip(starts, out, stride, strict=True)]
+        yield offset, op18.Slice(x, starts, ends, axes, stride)
+
+
+def _dtype_min(dtype: ir.DataType):
+    numpy_type = dtype.numpy()
+    info = np.iinfo(numpy_type) if np.issubdtype(numpy_type, np.integer) else np.finfo(numpy_type)
+    return np.array(info.min, dtype=numpy_type)
+
+
+def _max_pool_slices(x, kernel, stride, dilation, geometry, with_indices: bool):
+    """Max over window slices (padding is the dtype's minimum); indices of the first maximum
+    within each (n, c) plane, as torch picks them."""
+    out, pads = geometry
+    dims = _static_dims(x, 2)
+    pooled = indices = None
+    for offset, window in _window_slices(x, kernel, stride, dilation, pads, out, _dtype_min(x.dtype)):
+        if not with_indices:
+            pooled = window if pooled is None else op18.Max(pooled, window)
+            continue
+        # Flat index, in the unpadded plane, of this offset's element in every window.
+        grids = np.meshgrid(*(np.arange(n) for n in out), indexing="ij")
+        positions = [
+            g * s + o * d - p
+            for g, s, o, d, p in zip(grids, stride, offset, dilation, pads[: len(kernel)], strict=True)
+        ]
+        flat = np.ravel_multi_index(positions, dims, mode="clip").astype(np.int64)
+        if pooled is None:
+            pooled, indices = window, op18.Expand(flat, op18.Shape(window))
+        else:
+            better = op18.Greater(window, pooled)
+            pooled, indices = op18.Where(better, window, pooled), op18.Where(better, flat, indices)
+    return pooled, indices
+
+
 # -- max pooling -------------------------------------------------------------------------
 
 
 def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, spatial: int, with_indices: bool):
     kernel = expand_param(kernel_size, spatial)
+    strides = expand_param(stride, spatial) if stride else kernel
+    dilations = expand_param(dilation, spatial)
     x, added = _batched(self, spatial)
+    geometry = _pool_geometry(x, kernel, strides, padding, dilations, ceil_mode)
+    # With static sizes, torch's output size comes from explicit end pads, not ceil_mode
+    # (whose rule ONNX changed at opset 19); pads must stay below the kernel for MaxPool.
+    if geometry is not None and (
+        self.dtype not in _MAX_POOL_TYPES or any(p >= k for p, k in zip(geometry[1], kernel * 2, strict=True))
+    ):
+        pooled, indices = _max_pool_slices(x, kernel, strides, dilations, geometry, with_indices)
+        return (_unbatch(pooled, added), _unbatch(indices, added)) if with_indices else _unbatch(pooled, added)
     pooled, indices = op18.MaxPool(
         x,
         kernel_shape=kernel,
-        strides=expand_param(stride, spatial) if stride else kernel,
-        pads=symmetric_pads(padding, spatial),
-        dilations=expand_param(dilation, spatial),
-        ceil_mode=int(ceil_mode),
+        strides=strides,
+        pads=symmetric_pads(padding, spatial) if geometry is None else geometry[1],
+        dilations=dilations,
+        ceil_mode=int(ceil_mode) if geometry is None else 0,
     )
     if not with_indices:
         return _unbatch(pooled, added)
@@ -129,19 +217,54 @@ def aten_max_pool3d_with_indices(
 # -- average pooling --------------------------------------------------------------------
 
 
+_AVERAGE_POOL_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16})
+
+
+def _avg_divisors(dims, kernel, stride, pads, out, count_include_pad: bool) -> np.ndarray:
+    """torch's divisor for every window (shape ``out``): the window clipped to the padded
+    input, or to the input itself without count_include_pad."""
+    per_dim = []
+    for n, k, s, p, o in zip(dims, kernel, stride, pads, out, strict=True):
+        begins = np.arange(o) * s - p
+        ends = np.minimum(begins + k, n + p)
+        if not count_include_pad:
+            begins, ends = np.maximum(begins, 0), np.minimum(ends, n)
+        per_dim.append(ends - begins)
+    return math.prod(np.ix_(*per_dim))
+
+
+def _avg_pool_slices(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """Window sums over slices, divided as torch divides (integer division for integers)."""
+    spatial = len(kernel)
+    out, pads = _pool_geometry(x, kernel, stride, padding, [1] * spatial, ceil_mode)
+    values = op18.Cast(x, to=ir.DataType.FLOAT) if x.dtype == ir.DataType.FLOAT16 else x
+    zero = np.array(0, dtype=values.dtype.numpy())
+    total = None
+    for _offset, window in _window_slices(values, kernel, stride, [1] * spatial, pads, out, zero):
+        total = window if total is None else op18.Add(total, window)
+    if divisor_override is not None:
+        divisor = np.array(divisor_override)
+    else:
+        divisor = _avg_divisors(_static_dims(x, 2), kernel, stride, pads[:spatial], out, count_include_pad)
+    result = op18.Div(total, divisor.astype(values.dtype.numpy()))
+    return op18.CastLike(result, x) if values is not x else result
+
+
 def _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, spatial: int):
     kernel = expand_param(kernel_size, spatial)
+    strides = expand_param(stride, spatial) if stride else kernel
     x, added = _batched(self, spatial)
+    if divisor_override is not None or self.dtype not in _AVERAGE_POOL_TYPES:
+        pooled = _avg_pool_slices(x, kernel, strides, padding, ceil_mode, count_include_pad, divisor_override)
+        return _unbatch(pooled, added)
     pooled = op18.AveragePool(
         x,
         kernel_shape=kernel,
-        strides=expand_param(stride, spatial) if stride else kernel,
+        strides=strides,
         pads=symmetric_pads(padding, spatial),
         ceil_mode=int(ceil_mode),
-        count_include_pad=int(count_include_pad or divisor_override is not None),
+        count_include_pad=int(count_include_pad),
     )
-    if divisor_override is not None:  # full windows only (the predicate rejects ceil_mode): mean * size / divisor
-        pooled = op18.Mul(pooled, op18.CastLike(math.prod(kernel) / divisor_override, pooled))
     return _unbatch(pooled, added)
 
 
@@ -153,7 +276,7 @@ def aten_avg_pool1d(
     ceil_mode: bool = False,
     count_include_pad: bool = True,
 ):
-    """avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=[0], bool ceil_mode=False, bool count_include_pad=True) -> Tensor: AveragePool."""
+    """avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=[0], bool ceil_mode=False, bool count_include_pad=True) -> Tensor: AveragePool, or Slice/Add/Div over the windows (integers)."""
     return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1)
 
 
@@ -166,7 +289,7 @@ def aten_avg_pool2d(
     count_include_pad: bool = True,
     divisor_override: int | None = None,
 ):
-    """avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor: AveragePool (and Mul for divisor_override)."""
+    """avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor: AveragePool, or Slice/Add/Div over the windows (divisor_override, integers)."""
     return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2)
 
 
@@ -179,13 +302,17 @@ def aten_avg_pool3d(
     count_include_pad: bool = True,
     divisor_override: int | None = None,
 ):
-    """avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor: AveragePool (and Mul for divisor_override)."""
+    """avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor: AveragePool, or Slice/Add/Div over the windows (divisor_override, integers)."""
     return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3)
 
 
 def _avg_pool_covered(node) -> bool:
-    """divisor_override is exact only when every window is whole (no ceil_mode)."""
-    return node_arg(node, 6, "divisor_override") is None or not node_arg(node, 4, "ceil_mode", False)
+    """divisor_override and non-float inputs are pooled over slices, which need static sizes."""
+    value = node.args[0].meta.get("val")
+    divisor_override = node_arg(node, 6, "divisor_override")
+    if value is not None and value.is_floating_point() and divisor_override is None:
+        return True
+    return value is not None and all(isinstance(d, int) for d in value.shape)
 
 
 # -- adaptive average pooling -----------------------------------------------------------
@@ -208,12 +335,14 @@ def _adaptive_avg_pool(self, output_size, spatial: int):
     dims = _static_dims(x, 2)
     if dims is None or not all(isinstance(s, int) for s in size):
         raise ValueError(f"adaptive_avg_pool to {size} needs static spatial sizes, got {self.shape}")
+    if 0 in x.shape:  # nothing to average (and ONNX Runtime's MatMul rejects an empty batch)
+        return _unbatch(op18.Expand(op18.CastLike(0, x), op18.Concat(op18.Shape(x, end=2), size, axis=0)), added)
     if all(d % s == 0 for d, s in zip(dims, size, strict=True)):
         kernel = [d // s for d, s in zip(dims, size, strict=True)]
         return _unbatch(op18.AveragePool(x, kernel_shape=kernel, strides=kernel), added)
-    # Uneven bins: average each spatial dim in turn with a (size, out) matrix.
+    # Uneven bins: average each spatial dim in turn with a (size, out) matrix (float16 in float32, as torch sums).
     rank = spatial + 2
-    y = x
+    y = op18.Cast(x, to=ir.DataType.FLOAT) if x.dtype == ir.DataType.FLOAT16 else x
     for axis, (d, s) in enumerate(zip(dims, size, strict=True), start=2):
         if d == s:
             continue
@@ -224,7 +353,7 @@ def _adaptive_avg_pool(self, output_size, spatial: int):
             perm = list(range(rank))
             perm[axis], perm[-1] = perm[-1], perm[axis]
             y = op18.Transpose(op18.MatMul(op18.Transpose(y, perm=perm), matrix), perm=perm)
-    return _unbatch(y, added)
+    return _unbatch(op18.CastLike(y, x) if y.dtype != x.dtype else y, added)
 
 
 def aten_adaptive_avg_pool1d(self, output_size: Sequence[int]):
@@ -332,10 +461,22 @@ def _pad(self, padding, mode: str):
     if not isinstance(padding, (list, tuple)) or not all(isinstance(p, int) for p in padding):
         raise ValueError(f"{mode} padding needs static pad sizes, got {padding}")
     count = len(padding) // 2
-    lead = [0] * (rank_of(self) - count)
+    rank = rank_of(self)
     # torch lists (begin, end) pairs from the last dim backwards; ONNX all begins, then all ends.
     begins = [padding[2 * (count - 1 - i)] for i in range(count)]
     ends = [padding[2 * (count - 1 - i) + 1] for i in range(count)]
+    if mode == "edge" and any(p < 0 for p in begins + ends):
+        dims = list(self.shape[rank - count :])
+        if not all(isinstance(d, int) for d in dims):
+            raise ValueError(f"negative replication padding needs static sizes, got {self.shape}")
+        # torch reads x[clamp(i - begin, 0, size - 1)], even where a negative pad crops
+        # everything Pad would replicate from: a Gather per padded dim.
+        for axis, (size, begin, end) in enumerate(zip(dims, begins, ends, strict=True), start=rank - count):
+            if begin or end:
+                indices = np.clip(np.arange(size + begin + end) - begin, 0, size - 1).astype(np.int64)
+                self = op18.Gather(self, indices, axis=axis)
+        return self
+    lead = [0] * (rank - count)
     return op18.Pad(self, lead + begins + lead + ends, mode=mode)
 
 
@@ -370,8 +511,14 @@ def aten_replication_pad3d(self, padding: Sequence[int]):
 
 
 def _static_padding(node) -> bool:
+    """Static pads; negative ones (crops) in replication padding need static sizes too."""
     padding = node_arg(node, 1, "padding")
-    return isinstance(padding, (list, tuple)) and all(isinstance(p, int) for p in padding)
+    if not isinstance(padding, (list, tuple)) or not all(isinstance(p, int) for p in padding):
+        return False
+    if all(p >= 0 for p in padding) or "replication" not in str(node.target):
+        return True
+    value = node.args[0].meta.get("val")
+    return value is not None and all(isinstance(d, int) for d in value.shape)
 
 
 # -- grid sampling ------------------------------------------------------------------------
@@ -379,26 +526,39 @@ def _static_padding(node) -> bool:
 _GRID_PADDING = ("zeros", "border", "reflection")
 
 
+def _grid_sample_inputs(input, grid):
+    """(input, grid, out_type): 16-bit floats in float32 (ONNX Runtime's float16 GridSample is
+    imprecise), with the type to cast the result back to (None: no cast)."""
+    if input.dtype not in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return input, grid, None
+    out_type = input.dtype
+    return op18.Cast(input, to=ir.DataType.FLOAT), op18.Cast(grid, to=ir.DataType.FLOAT), out_type
+
+
 def aten_grid_sampler_2d(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
     """grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor: GridSample-16 (modes bilinear/nearest/bicubic)."""
-    return op18.GridSample(
+    input, grid, out_type = _grid_sample_inputs(input, grid)
+    result = op18.GridSample(
         input,
         grid,
         mode=("bilinear", "nearest", "bicubic")[interpolation_mode],
         padding_mode=_GRID_PADDING[padding_mode],
         align_corners=int(align_corners),
     )
+    return result if out_type is None else op18.Cast(result, to=out_type)
 
 
 def aten_grid_sampler_2d_opset20(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
     """grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor: GridSample-20 (modes linear/nearest/cubic)."""
-    return op20.GridSample(
+    input, grid, out_type = _grid_sample_inputs(input, grid)
+    result = op20.GridSample(
         input,
         grid,
         mode=("linear", "nearest", "cubic")[interpolation_mode],
         padding_mode=_GRID_PADDING[padding_mode],
         align_corners=int(align_corners),
     )
+    return result if out_type is None else op18.Cast(result, to=out_type)
 
 
 # -- col2im / im2col ---------------------------------------------------------------------
@@ -432,67 +592,65 @@ def aten_im2col(
     padding: Sequence[int],
     stride: Sequence[int],
 ):
-    """im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor: Conv with a one-hot depthwise kernel, then Reshape."""
+    """im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor: a Slice per kernel offset, Concat, Reshape (any dtype, exact)."""
     x, added = _batched(self, 2)
-    channels = x.shape[1]
-    if not isinstance(channels, int):
-        raise ValueError(f"im2col needs a static channel count, got {self.shape}")
-    kh, kw = expand_param(kernel_size, 2)
-    # Output channel c*kh*kw + i*kw + j picks input channel c at kernel offset (i, j).
-    weight = np.zeros((channels, kh * kw, 1, kh, kw), dtype=np.float32)
-    for i in range(kh):
-        for j in range(kw):
-            weight[:, i * kw + j, 0, i, j] = 1.0
-    weight = weight.reshape(channels * kh * kw, 1, kh, kw)  # a constant in x's dtype
-    patches = op18.Conv(
-        x,
-        weight,
-        kernel_shape=[kh, kw],
-        strides=expand_param(stride, 2),
-        pads=symmetric_pads(padding, 2),
-        dilations=expand_param(dilation, 2),
-        group=channels,
-    )
-    return _unbatch(op18.Reshape(patches, [0, 0, -1]), added)
+    kernel, dilations, strides = expand_param(kernel_size, 2), expand_param(dilation, 2), expand_param(stride, 2)
+    pads = expand_param(padding, 2)
+    dims = _static_dims(x, 1)
+    if dims is None:
+        raise ValueError(f"im2col needs static channel and spatial sizes, got {self.shape}")
+    channels, *spatial = dims
+    out = [
+        _pool_output_size(n, k, s, p, d, False)
+        for n, k, s, p, d in zip(spatial, kernel, strides, pads, dilations, strict=True)
+    ]
+    zero = np.array(0, dtype=x.dtype.numpy())
+    # (N, C, kh*kw, oh, ow): channel c*kh*kw + i*kw + j of the result is channel c at offset (i, j).
+    windows = [
+        op18.Unsqueeze(window, [2])
+        for _offset, window in _window_slices(x, kernel, strides, dilations, pads + pads, out, zero)
+    ]
+    patches = op18.Concat(*windows, axis=2)
+    shape = op18.Concat(op18.Shape(x, end=1), [channels * math.prod(kernel), math.prod(out)], axis=0)
+    return _unbatch(op18.Reshape(patches, shape, allowzero=1), added)
 
 
-def _float_static_channels(node) -> bool:
+def _static_channels_and_sizes(node) -> bool:
     value = node.args[0].meta.get("val")
-    return value is not None and value.is_floating_point() and isinstance(value.shape[-3], int)
+    return value is not None and all(isinstance(d, int) for d in value.shape[-3:])
 
 
 # -- pixel shuffle ----------------------------------------------------------------------
 
 
-def _as_4d(x):
-    """x (*, C, H, W) as (B, C, H, W), and the leading shape to restore (None if already 4-D)."""
-    if rank_of(x) == 4:
-        return x, None
-    lead = op18.Shape(x, start=0, end=-3)
-    return op18.Reshape(x, op18.Concat([-1], op18.Shape(x, start=-3), axis=0)), lead
-
-
-def _from_4d(y, lead):
-    if lead is None:
-        return y
-    return op18.Reshape(y, op18.Concat(lead, op18.Shape(y, start=1), axis=0))
+def _shuffle(x, factor: int, up: bool):
+    """pixel (un)shuffle of x (*, C, H, W) as Reshape, Transpose, Reshape: exact for every dtype (ONNX Runtime
+    has DepthToSpace/SpaceToDepth for floats only) and for empty tensors (allowzero: a 0 is a size)."""
+    lead = rank_of(x) - 3
+    r = op18.Constant(value_ints=[factor])
+    head = op18.Shape(x, start=0, end=lead)
+    c, h, w = (op18.Shape(x, start=lead + i, end=lead + i + 1) for i in range(3))
+    if up:  # (*, C*r*r, H, W) -> (*, C, r, r, H, W) -> (*, C, H, r, W, r) -> (*, C, H*r, W*r)
+        split = [op18.Div(c, op18.Mul(r, r)), r, r, h, w]
+        perm = [0, 3, 1, 4, 2]
+        joined = [split[0], op18.Mul(h, r), op18.Mul(w, r)]
+    else:  # (*, C, H*r, W*r) -> (*, C, H, r, W, r) -> (*, C, r, r, H, W) -> (*, C*r*r, H, W)
+        split = [c, op18.Div(h, r), r, op18.Div(w, r), r]
+        perm = [0, 2, 4, 1, 3]
+        joined = [op18.Mul(c, op18.Mul(r, r)), split[1], split[3]]
+    y = op18.Reshape(x, op18.Concat(head, *split, axis=0), allowzero=1)
+    y = op18.Transpose(y, perm=list(range(lead)) + [lead + d for d in perm])
+    return op18.Reshape(y, op18.Concat(head, *joined, axis=0), allowzero=1)
 
 
 def aten_pixel_shuffle(self, upscale_factor: int):
-    """pixel_shuffle(Tensor self, int upscale_factor) -> Tensor: DepthToSpace (CRD)."""
-    x, lead = _as_4d(self)
-    return _from_4d(op18.DepthToSpace(x, blocksize=upscale_factor, mode="CRD"), lead)
+    """pixel_shuffle(Tensor self, int upscale_factor) -> Tensor: Reshape, Transpose, Reshape."""
+    return _shuffle(self, upscale_factor, up=True)
 
 
 def aten_pixel_unshuffle(self, downscale_factor: int):
-    """pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor: SpaceToDepth, then Reshape/Transpose to torch's channel order."""
-    x, lead = _as_4d(self)
-    r2 = downscale_factor * downscale_factor
-    y = op18.SpaceToDepth(x, blocksize=downscale_factor)  # channel (i*r + j)*C + c; torch wants c*r*r + i*r + j
-    shape = op18.Shape(y)
-    split = op18.Concat(op18.Shape(y, start=0, end=1), [r2, -1], op18.Shape(y, start=2), axis=0)
-    y = op18.Reshape(op18.Transpose(op18.Reshape(y, split), perm=[0, 2, 1, 3, 4]), shape)
-    return _from_4d(y, lead)
+    """pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor: Reshape, Transpose, Reshape."""
+    return _shuffle(self, downscale_factor, up=False)
 
 
 # -- dropout outside training --------------------------------------------------------------
@@ -520,7 +678,6 @@ def register(registry: opreg.Registrar) -> None:
         ("max_pool1d_with_indices", aten_max_pool1d_with_indices),
         ("max_pool2d_with_indices", aten_max_pool2d_with_indices),
         ("max_pool3d_with_indices", aten_max_pool3d_with_indices),
-        ("avg_pool1d", aten_avg_pool1d),
         ("upsample_nearest1d.vec", aten_upsample_nearest1d),
         ("upsample_nearest2d.vec", aten_upsample_nearest2d),
         ("upsample_nearest3d.vec", aten_upsample_nearest3d),
@@ -533,6 +690,7 @@ def register(registry: opreg.Registrar) -> None:
         ("pixel_unshuffle", aten_pixel_unshuffle),
     ):
         registry.register(f"aten::{name}", fn, opset=18)
+    registry.register("aten::avg_pool1d", aten_avg_pool1d, opset=18, predicate=_avg_pool_covered)
     registry.register("aten::avg_pool2d", aten_avg_pool2d, opset=18, predicate=_avg_pool_covered)
     registry.register("aten::avg_pool3d", aten_avg_pool3d, opset=18, predicate=_avg_pool_covered)
     for name, fn in (
@@ -554,6 +712,6 @@ def register(registry: opreg.Registrar) -> None:
         registry.register(f"aten::{name}", fn, opset=18, predicate=_static_padding)
     registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d, opset=(18, 19))
     registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d_opset20, opset=20)
-    registry.register("aten::im2col", aten_im2col, opset=18, predicate=_float_static_channels)
+    registry.register("aten::im2col", aten_im2col, opset=18, predicate=_static_channels_and_sizes)
     registry.register("aten::dropout", aten_dropout, opset=18, predicate=_not_training)
     registry.register("aten::native_dropout", aten_native_dropout, opset=18, predicate=_not_training)

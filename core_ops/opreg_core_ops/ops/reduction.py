@@ -53,6 +53,9 @@ def _accumulating(op_name: str, self, dim, keepdim: bool, dtype: int | None):
         out_type = self.dtype
     if out_type in _LOW_PRECISION:
         return op18.Cast(_reduce(op_name, op18.Cast(self, to=ir.DataType.FLOAT), dim, keepdim), to=out_type)
+    if out_type == ir.DataType.BOOL:
+        # no BOOL ReduceSum/ReduceProd: 0/1 in INT64 (exact), nonzero -> True
+        return op18.Cast(_reduce(op_name, op18.Cast(self, to=ir.DataType.INT64), dim, keepdim), to=out_type)
     return _reduce(op_name, self, dim, keepdim)
 
 
@@ -278,6 +281,12 @@ def _sorted(self, dim: int, descending: bool):
     axis = dim % rank
     size = self.shape[axis]
     k = [size] if isinstance(size, int) else op18.Shape(self, start=axis, end=axis + 1)
+    if self.dtype == ir.DataType.BOOL:
+        # no BOOL TopK: sort 0/1 as INT32 (ties keep TopK's index order) and cast the values back
+        values, indices = op18.TopK(
+            op18.Cast(self, to=ir.DataType.INT32), k, axis=axis, largest=int(descending), sorted=1
+        )
+        return op18.Cast(values, to=ir.DataType.BOOL), indices
     values, indices = op18.TopK(self, k, axis=axis, largest=int(descending), sorted=1)
     return values, indices
 

@@ -43,8 +43,15 @@ def aten_flatten(self, start_dim: int = 0, end_dim: int = -1):
         return op18.Reshape(self, [1])
     start = start_dim % rank
     end = end_dim % rank
-    if end == rank - 1:
-        return op18.Flatten(self, axis=start) if start > 0 else op18.Reshape(self, [-1])
+    if start == end:
+        return op18.Identity(self)
+    if end == rank - 1 and start <= 1:
+        # ONNX Flatten always makes 2-D, so it is torch's flatten only from dim 1 on
+        return op18.Flatten(self, axis=1) if start == 1 else op18.Reshape(self, [-1])
+    tail = list(self.shape)[end + 1 :]
+    if all(isinstance(d, int) and d > 0 for d in tail):
+        # a 0 in Reshape's shape copies the input's dim at that index: right for the leading dims
+        return op18.Reshape(self, [0] * start + [-1] + tail)
     shape = op18.Shape(self)
     head = op18.Slice(shape, [0], [start])
     tail = op18.Slice(shape, [end + 1], [rank])
