@@ -30,9 +30,9 @@ def test_every_hook_is_a_documented_spec():
 def test_readme_has_the_two_commands():
     readme = (ROOT / "README.md").read_text()
     assert "python -m pip install -r requirements-dev.txt" in readme
-    assert "python -m pytest" in readme
+    assert "\npython -m pytest -n auto\n" in readme
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python -m pip install -r requirements-dev.txt" in ci and "python -m pytest" in ci
+    assert "python -m pip install -r requirements-dev.txt" in ci and "\npython -m pytest -n auto\n" in ci
 
 
 @pytest.mark.parametrize(

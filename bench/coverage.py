@@ -1,0 +1,126 @@
+"""Core ATen coverage: which ops have impls, and how PyTorch's OpInfo samples fare.
+
+Run: python bench/coverage.py [--dtype float32] [--limit 24] [--only NAME] [--failures]
+
+For each op tagged ``torch.Tag.core`` in this torch: implemented, declared
+unsupported (with the core pack's reason), or missing; then the OpInfo
+samples that reach it (``opreg.testing.opinfo``), exported one model per
+OpInfo at the lowest and the newest supported opset, run in ONNX Runtime
+and compared with eager PyTorch. ``--only`` drives just the OpInfos whose
+name contains NAME (handy while fixing an impl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import opreg
+from opreg.opname import OpName
+from opreg.testing import FAILED, PASSED
+from opreg.testing import opinfo as oi
+
+LOWEST = 18
+
+
+def core_ops() -> list[OpName]:
+    """Every overload tagged ``torch.Tag.core`` in the installed torch."""
+    found = []
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload in packet.overloads():
+            if torch.Tag.core in getattr(packet, overload).tags:
+                found.append(OpName.of(getattr(packet, overload)))
+    return sorted(found)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dtype", default="float32", help="float32, int64, int32, bool, float16, or 'all'")
+    parser.add_argument("--limit", type=int, default=24, help="samples per OpInfo (default 24)")
+    parser.add_argument("--only", default=None, help="drive only OpInfos whose name contains this")
+    parser.add_argument("--failures", action="store_true", help="print every failing sample")
+    options = parser.parse_args()
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+
+    registry = opreg.default_registry()
+    newest = opreg.newest_onnxruntime_opset()
+    targets = (LOWEST, newest)
+    core = core_ops()
+    ours = [op for op in registry.ops() if op.namespace == "aten" and any(i.pack == "core" for i in registry.impls(op))]
+    infos = {oi.full_name(i): i for op in sorted(set(core) | set(ours)) for i in oi.opinfos_for(op)}
+    if options.only:
+        infos = {name: info for name, info in infos.items() if options.only in name}
+
+    started = time.perf_counter()
+    results: dict[tuple[str, str], list] = {}  # (opinfo, dtype) -> [SampleCheck per target]
+    for name, info in sorted(infos.items()):
+        dtypes = oi.dtypes_for(info) if options.dtype == "all" else [getattr(torch, options.dtype)]
+        for dtype in dtypes:
+            if dtype not in info.supported_dtypes("cpu"):
+                continue
+            checks = oi.check_opinfo(info, dtype, targets=targets, limit=options.limit)
+            results[(name, str(dtype).replace("torch.", ""))] = checks
+            if options.failures:
+                for check in checks:
+                    if not check.ok:
+                        print(check)
+    elapsed = time.perf_counter() - started
+
+    print(f"\n## Core ATen ops (torch {torch.__version__}), samples at ai.onnx {LOWEST} / {newest}\n")
+    print(f"| op | status | OpInfos | passed@{LOWEST} | failed@{LOWEST} | passed@{newest} | failed@{newest} |")
+    print("|---|---|---|---|---|---|---|")
+    implemented = passing = unsupported = no_samples = 0
+    for op in core:
+        declared = registry.unsupported(op).get(op)
+        has_impl = any(i.pack == "core" for i in registry.impls(op))
+        status = "impl" if has_impl else ("unsupported" if declared else "MISSING")
+        counts = {t: [0, 0] for t in targets}
+        names = sorted(n for n in (oi.full_name(i) for i in oi.opinfos_for(op)) if n in infos)
+        for (name, _), checks in results.items():
+            if name in names:
+                for target, check in zip(targets, checks, strict=True):
+                    counts[target][0] += check.count(PASSED)
+                    counts[target][1] += check.count(FAILED)
+        implemented += has_impl
+        unsupported += bool(declared) and not has_impl
+        sampled = any(sum(c) for c in counts.values())
+        clean = all(c[1] == 0 for c in counts.values())
+        if has_impl and sampled and clean:
+            passing += 1
+        if has_impl and not sampled:
+            no_samples += 1
+        if options.only and not names:
+            continue
+        cells = " | ".join(f"{counts[t][0]} | {counts[t][1]}" for t in targets)
+        print(f"| {op} | {status} | {', '.join(names) or '-'} | {cells} |")
+
+    total = len(core)
+    print(f"\nCore ATen ops: {total}")
+    print(f"  implemented:                 {implemented} ({implemented / total:.0%})")
+    print(f"  implemented, all samples ok: {passing} ({passing / total:.0%})")
+    print(f"  implemented, no OpInfo samples reach them: {no_samples} (tested in tests/test_ops_*.py)")
+    print(f"  declared unsupported:        {unsupported} (core_ops/opreg_core_ops/unsupported.py)")
+    print(f"  missing:                     {total - implemented - unsupported}")
+    passed = sum(c.count(PASSED) for checks in results.values() for c in checks)
+    failed = sum(c.count(FAILED) for checks in results.values() for c in checks)
+    bad = sorted({name for (name, dtype), checks in results.items() for c in checks if not c.ok})
+    print(f"OpInfos driven: {len(results)} (OpInfo x dtype); samples passed {passed}, failed {failed}")
+    print(f"OpInfos with failures: {len(bad)}: {', '.join(bad)}")
+    print(f"took {elapsed:.0f} s")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""PyTorch's own op database (``op_db``) as sample inputs for ATen impls.
+
+``op_db`` lives in ``torch.testing._internal`` and needs the test-only
+package ``expecttest``; it takes several seconds to import, so it is loaded
+once, on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from opreg.opname import OpName
+from opreg.registry import Registry
+from opreg.targets import TargetLike
+from opreg.testing._samples import Sample, SampleCheck, check_samples, describe
+
+EXTRA_DTYPES = (torch.int64, torch.int32, torch.bool, torch.float16)
+"""Tried beside float32 when the OpInfo supports them (one integer type: int64, else int32)."""
+
+ALSO_COVERS: dict[str, tuple[str, ...]] = {
+    "convolution": ("nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv_transpose2d"),
+    "conv2d": ("nn.functional.conv2d",),
+    "_adaptive_avg_pool2d": ("nn.functional.adaptive_avg_pool2d",),
+    "adaptive_avg_pool2d": ("nn.functional.adaptive_avg_pool2d",),
+    "max_pool2d_with_indices": ("nn.functional.max_pool2d",),
+    "max_pool2d": ("nn.functional.max_pool2d",),
+    "avg_pool2d": ("nn.functional.avg_pool2d",),
+    "_softmax": ("softmax",),
+    "_log_softmax": ("log_softmax",),
+    "_native_batch_norm_legit_no_training": ("nn.functional.batch_norm",),
+    "native_layer_norm": ("nn.functional.layer_norm",),
+    "native_group_norm": ("nn.functional.group_norm",),
+    "_to_copy": ("to",),
+    "_scaled_dot_product_flash_attention_for_cpu": ("nn.functional.scaled_dot_product_attention",),
+    "scalar_tensor": ("scalar_tensor",),
+    "alias": ("view_as",),
+    "upsample_bilinear2d": ("nn.functional.interpolate",),
+    "upsample_nearest2d": ("nn.functional.interpolate",),
+    "_unsafe_view": ("view",),
+    "split_with_sizes": ("split",),
+    "constant_pad_nd": ("nn.functional.pad",),
+    "reflection_pad2d": ("nn.functional.pad",),
+    "replication_pad2d": ("nn.functional.pad",),
+    "embedding": ("nn.functional.embedding",),
+    "_cdist_forward": ("cdist",),
+    "_pdist_forward": ("nn.functional.pdist",),
+    "col2im": ("nn.functional.fold",),
+    "index": ("__getitem__",),
+    "_local_scalar_dense": ("item",),
+    "max_pool1d_with_indices": ("nn.functional.max_pool1d",),
+    "max_pool3d_with_indices": ("nn.functional.max_pool3d",),
+    "reflection_pad1d": ("nn.functional.pad",),
+    "reflection_pad3d": ("nn.functional.pad",),
+    "replication_pad1d": ("nn.functional.pad",),
+    "replication_pad3d": ("nn.functional.pad",),
+    "upsample_bicubic2d": ("nn.functional.interpolate",),
+    "upsample_linear1d": ("nn.functional.interpolate",),
+    "upsample_nearest1d": ("nn.functional.interpolate",),
+    "upsample_nearest3d": ("nn.functional.interpolate",),
+    "upsample_trilinear3d": ("nn.functional.interpolate",),
+}
+"""ATen op base name -> OpInfo names whose samples reach it, where the names differ."""
+
+
+UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+"""OpInfos whose results are uninitialized memory: compared by shape and dtype only."""
+
+
+@functools.cache
+def op_db() -> tuple[Any, ...]:
+    """``torch.testing._internal.common_methods_invocations.op_db`` (needs ``expecttest``)."""
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db as db
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            f"PyTorch's op database needs the test-only package expecttest: pip install expecttest ({e})"
+        ) from e
+    return tuple(db)
+
+
+def full_name(info: Any) -> str:
+    """``name`` or ``name.variant`` (``nn.functional.gelu``, ``norm.fro``)."""
+    return f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name
+
+
+_PREFIXES = ("nn.functional.", "special.", "linalg.", "fft.")
+"""OpInfo namespaces whose ops are single ATen ops under another spelling
+(``masked.*``, ``sparse.*`` and ``_refs.*`` are compositions of many)."""
+
+
+def _keys(info: Any) -> set[str]:
+    names = {info.name, info.name.replace(".", "_")}
+    if info.name.startswith(_PREFIXES):
+        names.add(info.name.rsplit(".", 1)[-1])
+    if info.aten_name:
+        names.add(info.aten_name)
+    return names
+
+
+@functools.cache
+def _index() -> dict[str, tuple[Any, ...]]:
+    index: dict[str, list[Any]] = {}
+    for info in op_db():
+        for key in _keys(info):
+            index.setdefault(key, []).append(info)
+    return {key: tuple(infos) for key, infos in index.items()}
+
+
+def opinfos_for(op: Any) -> tuple[Any, ...]:
+    """The OpInfos whose samples exercise ATen op ``op`` (by name, plus :data:`ALSO_COVERS`)."""
+    base = OpName.of(op).name
+    index = _index()
+    found: dict[int, Any] = {}
+    names = {base, base.lstrip("_")}
+    for name in names:
+        for info in index.get(name, ()):
+            found[id(info)] = info
+    by_name = {full_name(i): i for i in op_db()}
+    by_base: dict[str, list[Any]] = {}
+    for info in op_db():
+        by_base.setdefault(info.name, []).append(info)
+    for extra in ALSO_COVERS.get(base, ()):
+        for info in by_base.get(extra, [by_name[extra]] if extra in by_name else []):
+            found[id(info)] = info
+    return tuple(found.values())
+
+
+def dtypes_for(info: Any) -> list[torch.dtype]:
+    """float32, plus one integer type, bool and float16 when ``info`` supports them."""
+    supported = info.supported_dtypes("cpu")
+    chosen = [torch.float32] if torch.float32 in supported else []
+    ints = [d for d in (torch.int64, torch.int32) if d in supported]
+    chosen.extend(ints[:1])
+    chosen.extend(d for d in (torch.bool, torch.float16) if d in supported)
+    return chosen
+
+
+def samples(info: Any, dtype: torch.dtype, limit: int | None = None) -> list[Sample]:
+    """``info``'s CPU sample inputs at ``dtype`` as :class:`Sample` s (the first ``limit``)."""
+    torch.manual_seed(0)
+    found = info.sample_inputs("cpu", dtype, requires_grad=False)
+    picked = []
+    for s in itertools.islice(found, limit):
+        args = (s.input, *s.args)
+        picked.append(Sample(args, dict(s.kwargs), describe(args, s.kwargs)))
+    return picked
+
+
+def check_opinfo(
+    info: Any,
+    dtype: torch.dtype,
+    *,
+    targets: Sequence[TargetLike],
+    registry: Registry | None = None,
+    limit: int | None = None,
+    tolerances: tuple[float, float] | None = None,
+) -> list[SampleCheck]:
+    """Drive ``info.op`` with its samples at ``dtype``; one :class:`SampleCheck` per target."""
+    return check_samples(
+        info.op,
+        samples(info, dtype, limit),
+        targets=targets,
+        name=full_name(info),
+        registry=registry,
+        tolerances=tolerances,
+        values=info.name not in UNINITIALIZED,
+    )

@@ -1,0 +1,120 @@
+"""The core pack against PyTorch's own op database (``op_db``).
+
+Every OpInfo whose samples reach an ATen op the core pack implements is
+driven at float32 and at the integer, bool and float16 dtypes it supports:
+its CPU samples (the first :data:`LIMITS`) go into one-op models exported at
+the lowest and the newest supported opset, run in ONNX Runtime and compared
+with eager PyTorch (tolerances: ``opreg.testing.TOLERANCES``; integer and
+bool results exact). Samples that eager PyTorch or ``torch.export`` itself
+rejects are skipped (torch's limits, not the pack's); every other failure
+is either fixed or listed in :data:`KNOWN` with its reason and the exact
+samples, so a new failure, or a known one that starts passing, fails the test.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import opreg
+from opreg.testing import opinfo as oi
+
+LIMITS = {"float32": 16}
+LIMIT = 8
+"""Samples per OpInfo: the first 16 at float32, 8 at the other dtypes (some OpInfos
+generate hundreds of near-duplicates; ``bench/coverage.py`` drives 24 by default)."""
+
+TOLERANCES = {
+    "nn.functional.scaled_dot_product_attention": (
+        (1e-4, 1e-4),
+        "softmax over rows of 10+ scores, summed in another order by ONNX Runtime's MatMul",
+    ),
+}
+"""Per-OpInfo ``(rtol, atol)`` wider than ``opreg.testing.TOLERANCES``, with why (float32)."""
+
+TARGETS = (18, opreg.newest_onnxruntime_opset())
+
+_FUNCTIONAL_BN = (
+    "torch.export turns this batch norm (whose schema mutates running stats) into "
+    "_native_batch_norm_legit_functional, declared unsupported (core_ops/opreg_core_ops/unsupported.py); "
+    "models in eval() use _native_batch_norm_legit_no_training, which is implemented"
+)
+_TRAINING_BN = "training=True updates running statistics: declared unsupported; export in eval()"
+_INT_CONV = "ONNX Conv/ConvTranspose have no integer types; integer inputs are refused by the impl's predicate"
+_DROPOUT = "training-mode dropout draws from torch's RNG, like aten::rand (declared unsupported); export in eval()"
+_SDPA_DROPOUT = (
+    "dropout_p > 0 draws from torch's RNG and is applied even in eval(): refused by the impl's "
+    "predicate rather than dropped silently"
+)
+_TIES = "ties: torch leaves the order of equal elements' indices unspecified (values match)"
+
+KNOWN: dict[tuple[str, str], tuple[str, frozenset[int]]] = {
+    ("_native_batch_norm_legit", "float32"): (_FUNCTIONAL_BN, frozenset(range(9))),
+    ("_native_batch_norm_legit", "float16"): (_FUNCTIONAL_BN, frozenset(range(8))),
+    ("native_batch_norm", "float32"): (_TRAINING_BN, frozenset({0, 2, 3, 5, 6})),
+    ("native_batch_norm", "float16"): (_TRAINING_BN, frozenset({0, 2, 3, 5, 6})),
+    ("nn.functional.batch_norm", "float32"): (_TRAINING_BN, frozenset({0, 2, 4, 5, 7, 8})),
+    ("nn.functional.batch_norm", "float16"): (_TRAINING_BN, frozenset({0, 2, 4, 5})),
+    ("nn.functional.conv1d", "int64"): (_INT_CONV, frozenset(range(8))),
+    ("nn.functional.conv2d", "int64"): (_INT_CONV, frozenset(range(8))),
+    ("nn.functional.conv_transpose2d", "int64"): (_INT_CONV, frozenset(range(8))),
+    ("nn.functional.conv_transpose2d", "float16"): (
+        "torch's float16 CPU conv_transpose rounds partial sums; ONNX Runtime's result is closer to "
+        "float32's (3 of 3872 elements off by 0.0625 at magnitude ~8)",
+        frozenset({2}),
+    ),
+    ("nn.functional.dropout", "float32"): (_DROPOUT, frozenset({2, 4, 8, 10, 14})),
+    ("nn.functional.dropout", "float16"): (_DROPOUT, frozenset({2, 4})),
+    ("nn.functional.scaled_dot_product_attention", "float32"): (_SDPA_DROPOUT, frozenset({2, 3, 6, 7, 10, 11, 14, 15})),
+    ("nn.functional.scaled_dot_product_attention", "float16"): (_SDPA_DROPOUT, frozenset({2, 3, 6, 7})),
+    ("item", "bool"): (
+        "torch.export turns a bool item() into torch.sym_ite, a Python call opreg does not translate",
+        frozenset(range(4)),
+    ),
+    ("topk", "int64"): (_TIES + " (samples of 250 values drawn from -9..9)", frozenset(range(7))),
+    ("sort", "float16"): (_TIES + " (8000 float16 values; sort is not stable by default)", frozenset({0})),
+    ("sort", "bool"): (_TIES + " (8000 bools; sort is not stable by default)", frozenset({0})),
+    ("grid_sampler_2d", "float16"): (
+        "torch's float16 CPU grid_sampler rounds each step (off by up to 0.06 from a float64 reference); "
+        "opreg computes in float32 and rounds once (off by < 0.001)",
+        frozenset(range(6)),
+    ),
+}
+"""Expected failures: each with why, and exactly which samples fail."""
+
+
+def _cases() -> list[tuple[str, str]]:
+    registry = opreg.default_registry()
+    infos: dict[str, object] = {}
+    for op in registry.ops():
+        if op.namespace == "aten" and any(i.pack == "core" for i in registry.impls(op)):
+            for info in oi.opinfos_for(op):
+                infos[oi.full_name(info)] = info
+    return [(name, str(dtype).replace("torch.", "")) for name in sorted(infos) for dtype in oi.dtypes_for(infos[name])]
+
+
+_INFOS = {oi.full_name(i): i for i in oi.op_db()}
+
+
+@pytest.mark.parametrize(("name", "dtype"), _cases(), ids=lambda v: v)
+def test_opinfo_samples(name: str, dtype: str) -> None:
+    info = _INFOS[name]
+    tolerances = TOLERANCES[name][0] if name in TOLERANCES and dtype == "float32" else None
+    limit = LIMITS.get(dtype, LIMIT)
+    checks = oi.check_opinfo(info, getattr(torch, dtype), targets=TARGETS, limit=limit, tolerances=tolerances)
+    failing = {r.index for c in checks for r in c.failures()}
+    report = "\n".join(str(c) for c in checks if not c.ok)
+    reason, expected = KNOWN.get((name, dtype), ("", frozenset()))
+    if failing - expected:
+        pytest.fail(f"new failures (not in KNOWN):\n{report}", pytrace=False)
+    if expected - failing:
+        pytest.fail(
+            f"KNOWN lists samples {sorted(expected - failing)} of {name} [{dtype}] as failing, but they pass: "
+            "remove them from KNOWN",
+            pytrace=False,
+        )
+    if expected:
+        pytest.xfail(f"{reason} (samples {sorted(expected)})")
+    assert any(c.count("passed") for c in checks), f"no sample of {name} [{dtype}] ran:\n" + "\n".join(
+        str(c) for c in checks
+    )
