@@ -1,0 +1,95 @@
+"""Real architectures end to end: CNNs written in tests/real_models.py and tiny random-init
+transformers (BERT, DistilBERT, GPT-2, ViT, Llama), exported with dynamic batch (and
+sequence) dims at the lowest and newest opsets, run in ONNX Runtime against eager PyTorch
+at the example shape and at another one, and checked for the graph they should make."""
+
+from __future__ import annotations
+
+import collections
+
+import onnx
+import pytest
+
+import opreg
+from tests.real_models import FACTORIES, Case
+
+NEWEST = opreg.newest_onnxruntime_opset()
+OPSETS = [18, NEWEST]
+ATOL = 1e-4  # float32, every model: differences are rounding only (observed <= 1e-6)
+
+
+@pytest.fixture(scope="module", params=list(FACTORIES))
+def case(request) -> Case:
+    return FACTORIES[request.param]()
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[str | int]:
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+def _attention(ops: collections.Counter, opset: int) -> int:
+    """Attention blocks in the graph: ONNX Attention from opset 23, else the Softmax of each."""
+    if opset >= 23:
+        assert ops["Softmax"] == 0
+        return ops["Attention"]
+    assert ops["Attention"] == 0
+    return ops["Softmax"]
+
+
+def _check_graph(name: str, proto: onnx.ModelProto, opset: int) -> None:
+    """What each architecture must look like in ONNX, beyond matching numerically."""
+    ops = collections.Counter(n.op_type for n in proto.graph.node)
+    if name == "tutorial_cnn":
+        assert (ops["Conv"], ops["MaxPool"], ops["Gemm"]) == (2, 2, 3)
+    elif name == "resnet18":
+        # stem + 8 blocks x 2 convs + 3 downsample projections, each followed by batch norm
+        assert ops["Conv"] == ops["BatchNormalization"] == 20
+        assert (ops["MaxPool"], ops["GlobalAveragePool"], ops["Add"], ops["Gemm"]) == (1, 1, 8, 1)
+    elif name == "mobilenet":
+        groups = [a.i for n in proto.graph.node if n.op_type == "Conv" for a in n.attribute if a.name == "group"]
+        depthwise = sorted(g for g in groups if g > 1)
+        assert depthwise == [16, 48, 64, 96, 160, 160]  # groups == channels, one per inverted residual
+        assert (ops["HardSigmoid"], ops["HardSwish"], ops["Clip"]) == (4, 9, 5)  # SE, hardswish, ReLU6
+        assert ops["Dropout"] == 0
+    elif name in ("bert", "distilbert", "vit"):
+        assert _attention(ops, opset) == 2
+        assert ops["LayerNormalization"] == 5
+        assert ops["Gelu" if opset >= 20 else "Erf"] == 2
+    elif name == "gpt2":
+        assert _attention(ops, opset) == 2
+        assert ops["LayerNormalization"] == 5 and ops["Tanh"] == 2  # gelu_new is the tanh approximation
+    elif name == "llama":
+        assert _attention(ops, opset) == 2
+        assert ops["LayerNormalization"] == 0 and ops["ReduceMean"] == 5  # RMSNorm as written
+        assert ops["Sin"] == ops["Cos"] == 1  # rotary tables computed once, shared by both layers
+    else:
+        raise AssertionError(f"no graph expectations for {name}")
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_real_model(case, opset):
+    program = opreg.export(case.model, case.args, case.kwargs, target=opset, dynamic_shapes=case.dynamic_shapes)
+    proto = program.model_proto
+
+    # standard ONNX only, at exactly the target's version: no custom domain, no functions
+    assert {o.domain: o.version for o in proto.opset_import} == {"": opset}
+    assert {n.domain for n in proto.graph.node} == {""}
+    assert not proto.functions
+    _check_graph(case.name, proto, opset)
+
+    # the dynamic dims are named dims of the inputs and outputs, not the example's sizes
+    for value in proto.graph.input:
+        expected = {index: dim.__name__ for index, dim in case.dynamic_shapes[value.name].items()}
+        assert {i: d for i, d in enumerate(_dims(value)) if isinstance(d, str)} == expected, value.name
+    for value in proto.graph.output:
+        assert _dims(value)[0] == "batch", value.name
+
+    assert program.verify(*case.args, rtol=0, atol=ATOL, **case.kwargs).max_abs <= ATOL
+    # and at other sizes of every dynamic dim (verify compares output shapes too)
+    args, kwargs = case.other_inputs
+    names = program.input_names
+    example = dict(zip(names, program.adapt_torch_inputs_to_onnx(*case.args, **case.kwargs), strict=True))
+    other = dict(zip(names, program.adapt_torch_inputs_to_onnx(*args, **kwargs), strict=True))
+    for name, dims in case.dynamic_shapes.items():
+        assert all(other[name].shape[i] != example[name].shape[i] for i in dims), name
+    assert program.verify(*args, rtol=0, atol=ATOL, **kwargs).max_abs <= ATOL
