@@ -81,10 +81,11 @@ def _restore_outputs(graph: ir.Graph, names: list[str | None]) -> None:
     an input or an initializer is passed through an Identity of that name."""
     seen: set[int] = set()
     for index, (value, name) in enumerate(zip(list(graph.outputs), names, strict=True)):
-        shared = id(value) in seen or value.is_graph_input() or value.is_initializer()
+        first = id(value) not in seen
         seen.add(id(value))
-        if value.name == name and not shared:
+        if value.name == name and first:
             continue
+        shared = not first or value.is_graph_input() or value.is_initializer()
         if shared or name in {v.name for v in graph.outputs if v is not value}:
             node = ir.node("Identity", [value], name=f"{name}_Identity")
             node.outputs[0].name = name
