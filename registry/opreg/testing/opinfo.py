@@ -104,9 +104,10 @@ def _keys(info: Any) -> set[str]:
 
 @functools.cache
 def _index() -> dict[str, tuple[Any, ...]]:
+    """Every spelling an OpInfo is found by (see :func:`_keys`, plus its full name) -> OpInfos."""
     index: dict[str, list[Any]] = {}
     for info in op_db():
-        for key in _keys(info):
+        for key in _keys(info) | {full_name(info)}:
             index.setdefault(key, []).append(info)
     return {key: tuple(infos) for key, infos in index.items()}
 
@@ -116,16 +117,8 @@ def opinfos_for(op: Any) -> tuple[Any, ...]:
     base = OpName.of(op).name
     index = _index()
     found: dict[int, Any] = {}
-    names = {base, base.lstrip("_")}
-    for name in names:
+    for name in (base, base.lstrip("_"), *ALSO_COVERS.get(base, ())):
         for info in index.get(name, ()):
-            found[id(info)] = info
-    by_name = {full_name(i): i for i in op_db()}
-    by_base: dict[str, list[Any]] = {}
-    for info in op_db():
-        by_base.setdefault(info.name, []).append(info)
-    for extra in ALSO_COVERS.get(base, ()):
-        for info in by_base.get(extra, [by_name[extra]] if extra in by_name else []):
             found[id(info)] = info
     return tuple(found.values())
 
