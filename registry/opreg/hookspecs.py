@@ -94,6 +94,19 @@ def opreg_functions() -> Sequence[Any]:
     """
 
 
+@hookspec
+def opreg_samples() -> Mapping[str, Sequence[Any]]:
+    """Return sample inputs for this pack's custom torch ops, for the conformance kit.
+
+    A dict ``{torch_op: [opreg.testing.Sample, ...]}`` (e.g.
+    ``{"mylibrary::addandround_op": [Sample.of(torch.randn(3, 4))]}``).
+    ``opreg.testing.check_pack`` exports each impl with these samples and
+    compares with eager PyTorch; ATen ops get PyTorch's OpInfo samples
+    instead, so a pack need not provide samples for them. Called only by the
+    kit (``opreg pack-check``, the ``opreg`` pytest plugin), never on export.
+    """
+
+
 HOOK_NAMES: tuple[str, ...] = (
     "opreg_register_ops",
     "opreg_targets",
@@ -101,4 +114,5 @@ HOOK_NAMES: tuple[str, ...] = (
     "opreg_configure_session",
     "opreg_schemas",
     "opreg_functions",
+    "opreg_samples",
 )
