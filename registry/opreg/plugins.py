@@ -453,6 +453,18 @@ class _PackHooks:
                 logger.exception("pack %r: hook %s raised; leaving it out", name, hook)
         return results
 
+    def implemented(self, pack: str) -> tuple[str, ...]:
+        """The hooks loaded pack ``pack`` implements, sorted (``()`` if it is not loaded)."""
+        plugin = self._plugins.get(pack)
+        if plugin is None:
+            return ()
+        return tuple(sorted({hc.name for hc in self._pm.get_hookcallers(plugin) or ()}))
+
+    def call_pack(self, pack: str, hook: str, **kwargs: Any) -> list[Any]:
+        """The results of loaded pack ``pack``'s ``hook``; unlike :meth:`call`, an
+        exception propagates (the conformance kit reports it)."""
+        return _call(self._pm, self._plugins[pack], hook, **kwargs)
+
 
 def default_registry(
     plugins: Iterable[str] | None = None,

@@ -81,3 +81,7 @@ def test_inverse_without_the_contrib_domain_says_where_it_is_covered():
         opreg.export(InverseModel(), (x,), target="onnx")
     (missing,) = [m for m in caught.value.missing if m.op == "aten::linalg_inv_ex.default"]
     assert any(e.startswith("ort_contrib:aten_linalg_inv_ex") for e in missing.elsewhere)
+
+
+def test_conformance_kit(opreg_pack_check):
+    opreg_pack_check("ort_contrib").assert_ok()

@@ -53,6 +53,24 @@ def opreg_functions():
 
 
 @opreg.hookimpl
+def opreg_samples():
+    import torch
+
+    from opreg.testing import Sample
+
+    generator = torch.Generator().manual_seed(0)
+    halves = torch.tensor([[-1.25, -0.75, -0.25, 0.25], [0.75, 1.25, 2.0, -3.0]])  # x + x lands on .5: ties
+    return {
+        "mylibrary::addandround_op": [
+            Sample.of(torch.randn(3, 4, generator=generator)),
+            Sample.of(halves),
+            Sample.of(torch.randn(2, 1, 5, generator=generator) * 100),
+            Sample.of(torch.zeros(0, 3)),
+        ]
+    }
+
+
+@opreg.hookimpl
 def opreg_register_ops(registry: opreg.Registrar) -> None:
     from opreg_test_customop import impls, torch_ops  # noqa: F401 - torch_ops defines the torch op
 

@@ -97,3 +97,7 @@ def test_custom_ops_no_pack_can_run_fail_naming_them():
     program = opreg.export(model, (x,), target="onnx,my.kernels=1", registry=registry)
     with pytest.raises(opreg.RuntimeUnavailableError, match=r"my\.kernels::FastRelu"):
         program.verify(x)
+
+
+def test_conformance_kit(opreg_pack_check):
+    opreg_pack_check("test_customop").assert_ok()

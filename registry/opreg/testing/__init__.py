@@ -1,33 +1,75 @@
 """Testing helpers for opreg and for op packs: drive impls with sample inputs,
 export one-op models, run them and compare with eager PyTorch.
 
-``opreg.testing.opinfo`` feeds ATen impls PyTorch's own OpInfo samples.
+``opreg.testing.opinfo`` feeds ATen impls PyTorch's own OpInfo samples;
+:func:`check_pack` is the conformance kit for op packs.
+
+Importing this package is cheap (the ``opreg`` pytest plugin lives in it): the
+names below, which need torch, are loaded on first use.
 """
 
 from __future__ import annotations
 
-from opreg.testing._samples import (
-    FAILED,
-    PASSED,
-    SKIPPED,
-    TOLERANCES,
-    OpCall,
-    Sample,
-    SampleCheck,
-    SampleResult,
-    check_samples,
-    describe,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opreg.testing._kit import CheckResult, PackCheck, check_pack
+    from opreg.testing._samples import (
+        FAILED,
+        PASSED,
+        SKIPPED,
+        TOLERANCES,
+        OpCall,
+        Sample,
+        SampleCheck,
+        SampleResult,
+        check_samples,
+        describe,
+    )
+
+_LAZY = {
+    "FAILED": "_samples",
+    "PASSED": "_samples",
+    "SKIPPED": "_samples",
+    "TOLERANCES": "_samples",
+    "OpCall": "_samples",
+    "Sample": "_samples",
+    "SampleCheck": "_samples",
+    "SampleResult": "_samples",
+    "check_samples": "_samples",
+    "describe": "_samples",
+    "CheckResult": "_kit",
+    "PackCheck": "_kit",
+    "check_pack": "_kit",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "FAILED",
     "PASSED",
     "SKIPPED",
     "TOLERANCES",
+    "CheckResult",
     "OpCall",
+    "PackCheck",
     "Sample",
     "SampleCheck",
     "SampleResult",
+    "check_pack",
     "check_samples",
     "describe",
 ]

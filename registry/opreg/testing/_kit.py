@@ -1,0 +1,665 @@
+"""The conformance kit: check that an installed op pack does what opreg expects.
+
+:func:`check_pack` loads the pack (beside the core pack only) and runs these
+checks, each giving :class:`CheckResult` rows:
+
+- ``load``: the pack loads, and opreg rejected none of its impls (an impl
+  whose signature does not match the torch op's schema is rejected here);
+- ``import``: importing its entry point in a fresh interpreter does not
+  import onnxruntime (torch is reported, not failed);
+- ``hooks``: every hook it implements returns what ``opreg.hookspecs`` says;
+- ``conflicts``: none of its impls ties with a core impl (or with another of
+  its own) at the targets its impls are checked at;
+- ``kernels``: every custom domain its impls emit can run somewhere: a
+  reference kernel, a session configuration or function definitions;
+- ``samples``: each impl, forced to be chosen, is exported for the lowest and
+  highest targets it claims, run, and compared with eager PyTorch on
+  PyTorch's OpInfo samples (ATen ops) or the pack's ``opreg_samples``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from opreg import plugins
+from opreg.errors import PluginNotFoundError
+from opreg.registry import Impl, Registry
+from opreg.testing._samples import FAILED, PASSED, SKIPPED, Sample, SampleCheck
+
+LOAD = "load"
+IMPORT = "import"
+HOOKS = "hooks"
+CONFLICTS = "conflicts"
+KERNELS = "kernels"
+SAMPLES = "samples"
+CHECKS = (LOAD, IMPORT, HOOKS, CONFLICTS, KERNELS, SAMPLES)
+"""The checks, in the order they run and are reported."""
+
+OPINFO_LIMIT = 8
+"""OpInfo samples per OpInfo (float32) an ATen impl is driven with."""
+LOWEST_CHECKED_OPSET = 18
+"""The lowest ai.onnx version an impl is exported for (opreg's oldest default target)."""
+NO_SAMPLES = "no samples: provide them with opreg_samples"
+IMPORT_TIMEOUT = 300.0
+
+_STATUSES = (PASSED, FAILED, SKIPPED)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One row of a :class:`PackCheck`.
+
+    Fields:
+        check: which check (``load``, ``import``, ``hooks``, ``conflicts``,
+            ``kernels``, ``samples``).
+        subject: what was checked: the pack, a hook, a domain, an impl
+            (``pack:function for op``).
+        target: the target it was checked at (``""`` when none applies).
+        status: ``passed``, ``failed`` or ``skipped``.
+        detail: what was found, or the error.
+    """
+
+    check: str
+    subject: str
+    target: str
+    status: str
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in _STATUSES:
+            raise ValueError(f"status must be one of {', '.join(_STATUSES)}, got {self.status!r}")
+
+    def __str__(self) -> str:
+        where = f" at {self.target}" if self.target else ""
+        text = f"[{self.check}] {self.subject}{where}: {self.status}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PackCheck:
+    """What :func:`check_pack` found for one pack.
+
+    Fields:
+        pack: the pack's entry-point name.
+        distribution: the distribution that declares it.
+        version: that distribution's version.
+        results: every check's rows, in :data:`CHECKS` order.
+        seconds: how long the kit ran.
+    """
+
+    pack: str
+    distribution: str
+    version: str
+    results: tuple[CheckResult, ...]
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """No result failed."""
+        return not self.failures()
+
+    def failures(self) -> list[CheckResult]:
+        return [r for r in self.results if r.status == FAILED]
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    def summary(self) -> str:
+        return (
+            f"pack {self.pack!r} ({self.distribution} {self.version}): {self.count(PASSED)} passed, "
+            f"{self.count(FAILED)} failed, {self.count(SKIPPED)} skipped in {self.seconds:.1f} s"
+        )
+
+    def assert_ok(self) -> None:
+        """Raise :class:`AssertionError` listing every failure (check, subject, target, detail)."""
+        failures = self.failures()
+        if failures:
+            lines = [f"{self.summary()}; failures:", *(f"  - {r}" for r in failures)]
+            raise AssertionError("\n".join(lines))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pack": self.pack,
+            "distribution": self.distribution,
+            "version": self.version,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "results": [dataclasses.asdict(r) for r in self.results],
+        }
+
+    def __str__(self) -> str:
+        columns = ("check", "subject", "target", "status", "detail")
+        rows = [columns, *((r.check, r.subject, r.target, r.status, r.detail) for r in self.results)]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(columns) - 1)]
+        lines = [self.summary()]
+        for n, row in enumerate(rows):
+            cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+            lines.append("  ".join([*cells, row[-1]]).rstrip())
+            if n == 0:
+                lines.append("  ".join("-" * w for w in [*widths, len(columns[-1])]))
+        return "\n".join(lines)
+
+
+# -- finding the pack -------------------------------------------------------------
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def find_pack(name: str) -> plugins._Found:
+    """The installed pack called ``name``: its entry-point name, its distribution's
+    name, or the module its entry point names. Raises :class:`PluginNotFoundError`
+    listing the installed packs."""
+    found = plugins._discovered()
+    for f in found:
+        if f.ep.name == name:
+            return f
+    for f in found:
+        module = f.ep.value.partition(":")[0].strip()
+        if _normalize(name) == _normalize(f.distribution) or name in (module, module.partition(".")[0]):
+            return f
+    installed = ", ".join(f"{f.ep.name} ({f.distribution})" for f in found) or "none"
+    raise PluginNotFoundError(
+        f"no installed pack named {name!r} (by pack, distribution or module name); installed packs: "
+        f"{installed}. pip install the pack, or check `opreg plugins`"
+    )
+
+
+# -- the kit ------------------------------------------------------------------------
+
+
+def check_pack(name: str, *, opinfo_limit: int = OPINFO_LIMIT) -> PackCheck:
+    """Run the conformance kit on the installed pack ``name`` (pack, distribution
+    or module name); see the module docstring for the checks.
+
+    The pack is loaded beside the core pack only, so other installed packs
+    cannot hide or cause its problems. Raises :class:`PluginNotFoundError` if
+    no installed pack has that name.
+    """
+    started = time.perf_counter()
+    found = find_pack(name)
+    pack = found.ep.name
+    registry = plugins.default_registry(plugins=[pack])
+    report = next(r for r in registry.packs if r.name == pack)
+    results: list[CheckResult] = []
+    results += _check_load(report)
+    results += _check_import(found)
+    if report.status == plugins.LOADED:
+        impls = [i for i in registry.impls() if i.pack == pack]
+        hook_results = _HookResults()
+        results += _check_hooks(registry, pack, impls, hook_results)
+        targets = {id(impl): impl_targets(impl) for impl in impls}
+        results += _check_conflicts(registry, pack, impls, targets)
+        results += _check_kernels(impls, hook_results)
+        results += _check_samples(registry, impls, targets, hook_results.samples, opinfo_limit)
+    else:
+        why = "the pack did not load (see the load check)"
+        results += [CheckResult(check, pack, "", SKIPPED, why) for check in (HOOKS, CONFLICTS, KERNELS, SAMPLES)]
+    return PackCheck(pack, found.distribution, found.version, tuple(results), time.perf_counter() - started)
+
+
+# -- load -----------------------------------------------------------------------------
+
+
+def _check_load(report: plugins.PackReport) -> list[CheckResult]:
+    subject = report.name
+    if report.status != plugins.LOADED:
+        return [CheckResult(LOAD, subject, "", FAILED, report.describe())]
+    rows = [
+        CheckResult(LOAD, f"{x.function} for {x.op}", "", FAILED, f"impl rejected: {x.error}") for x in report.rejected
+    ]
+    problems = [p for p in report.reason.split("; ") if p and not p.endswith("impl(s) rejected")]
+    rows += [CheckResult(LOAD, subject, "", FAILED, p) for p in problems]
+    if not rows:
+        detail = f"{report.impls} impl(s); domains {', '.join(report.domains)}"
+        if report.profiles:
+            detail += f"; profiles {', '.join(report.profiles)}"
+        rows.append(CheckResult(LOAD, subject, "", PASSED, detail))
+    return rows
+
+
+# -- import ----------------------------------------------------------------------------
+
+_IMPORT_PROBE = """
+import importlib.metadata, json, sys, time
+path, group, name, value, watched = json.loads(sys.argv[1])
+sys.path[:] = path
+ep = next(e for e in importlib.metadata.entry_points(group=group) if e.name == name and e.value == value)
+started = time.perf_counter()
+try:
+    ep.load()
+    error = None
+except BaseException as e:
+    error = f"{type(e).__name__}: {e}"
+seconds = time.perf_counter() - started
+print(json.dumps({"error": error, "seconds": seconds, "modules": [m for m in watched if m in sys.modules]}))
+"""
+
+HEAVY_MODULES = ("onnxruntime", "torch")
+"""Modules the import check looks for: onnxruntime fails it, torch is reported."""
+
+
+def _check_import(found: plugins._Found) -> list[CheckResult]:
+    """Load the entry point in a fresh interpreter with this one's ``sys.path``."""
+    ep = found.ep
+    subject = f"{ep.name} = {ep.value}"
+    payload = json.dumps([sys.path, plugins.ENTRY_POINT_GROUP, ep.name, ep.value, HEAVY_MODULES])
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _IMPORT_PROBE, payload],
+            capture_output=True, text=True, timeout=IMPORT_TIMEOUT, check=False,
+        )  # fmt: skip
+        outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    except Exception as e:
+        return [CheckResult(IMPORT, subject, "", FAILED, f"could not run the import probe: {type(e).__name__}: {e}")]
+    if outcome["error"]:
+        return [CheckResult(IMPORT, subject, "", FAILED, f"the entry point does not import: {outcome['error']}")]
+    modules = outcome["modules"]
+    took = f"{outcome['seconds']:.2f} s"
+    if "onnxruntime" in modules:
+        detail = (
+            f"importing the pack imports onnxruntime ({took}): import it inside the hooks that need it "
+            "(opreg_configure_session), never at module level"
+        )
+        return [CheckResult(IMPORT, subject, "", FAILED, detail)]
+    note = f"; it imports torch at import time ({took}): deferring it makes discovery cheaper" if modules else ""
+    return [CheckResult(IMPORT, subject, "", PASSED, f"imports without onnxruntime in {took}{note}")]
+
+
+# -- hooks -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _HookResults:
+    """What the pack's runtime hooks returned, for the later checks."""
+
+    kernels: list[Any] = dataclasses.field(default_factory=list)
+    functions: list[Any] = dataclasses.field(default_factory=list)
+    samples: dict[Any, list[Sample]] = dataclasses.field(default_factory=dict)
+    configures_session: bool = False
+
+
+def _type(value: Any) -> str:
+    return type(value).__name__
+
+
+def _sequence_problem(result: Any, what: str) -> str | None:
+    if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, Sequence):
+        return f"must return a list of {what}, got {_type(result)}"
+    return None
+
+
+def _validate_register_ops(result: Any, **_: Any) -> list[str]:
+    return [] if result is None else [f"must return None (register through the registrar), got {_type(result)}"]
+
+
+def _validate_targets(result: Any, **_: Any) -> list[str]:
+    if not isinstance(result, Mapping):
+        return [f"must return a dict {{profile: {{domain: version}}}}, got {_type(result)}"]
+    problems = []
+    for profile, versions in result.items():
+        if not isinstance(profile, str) or not profile.isidentifier():
+            problems.append(f"profile name must be an identifier string, got {profile!r}")
+        if not isinstance(versions, Mapping):
+            problems.append(f"profile {profile!r} must map domain -> version, got {_type(versions)}")
+            continue
+        for domain, version in versions.items():
+            if not isinstance(domain, str):
+                problems.append(f"profile {profile!r}: domain must be a string, got {domain!r}")
+            if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+                problems.append(f"profile {profile!r}: version of {domain!r} must be an int >= 1, got {version!r}")
+    return problems
+
+
+def _validate_reference_kernels(result: Any, found: _HookResults, **_: Any) -> list[str]:
+    from onnx.reference.op_run import OpRun
+
+    problem = _sequence_problem(result, "onnx.reference OpRun subclasses")
+    if problem:
+        return [problem]
+    problems = []
+    for kernel in result:
+        if not (isinstance(kernel, type) and issubclass(kernel, OpRun)):
+            problems.append(f"{kernel!r} is not an onnx.reference.op_run.OpRun subclass")
+        elif not isinstance(getattr(kernel, "op_domain", None), str) or not kernel.op_domain:
+            problems.append(f"{kernel.__name__} sets no op_domain (the custom domain of the op it runs)")
+        else:
+            found.kernels.append(kernel)
+    return problems
+
+
+def _validate_schemas(result: Any, **_: Any) -> list[str]:
+    import onnx.defs
+
+    problem = _sequence_problem(result, "onnx.defs.OpSchema objects")
+    if problem:
+        return [problem]
+    return [f"{s!r} is not an onnx.defs.OpSchema" for s in result if not isinstance(s, onnx.defs.OpSchema)]
+
+
+def _validate_functions(result: Any, found: _HookResults, **_: Any) -> list[str]:
+    import onnx
+    import onnxscript
+
+    problem = _sequence_problem(result, "onnx.FunctionProto or @onnxscript.script functions")
+    if problem:
+        return [problem]
+    problems = []
+    for item in result:
+        if isinstance(item, onnxscript.OnnxFunction):
+            try:
+                proto = item.to_function_proto()
+            except Exception as e:
+                problems.append(f"{item.name}: cannot be turned into a FunctionProto: {type(e).__name__}: {e}")
+                continue
+        elif isinstance(item, onnx.FunctionProto):
+            proto = item
+        else:
+            problems.append(f"{item!r} is neither an onnx.FunctionProto nor an @onnxscript.script function")
+            continue
+        if not proto.domain:
+            problems.append(f"function {proto.name} has no domain (it must be the custom op's domain)")
+        else:
+            found.functions.append(proto)
+    return problems
+
+
+def _validate_samples(result: Any, found: _HookResults, impls: Sequence[Impl], **_: Any) -> list[str]:
+    from opreg.opname import OpName
+
+    if not isinstance(result, Mapping):
+        return [f"must return a dict {{torch_op: [Sample, ...]}}, got {_type(result)}"]
+    ops = {i.op for i in impls}
+    problems = []
+    for key, samples in result.items():
+        try:
+            op = OpName.of(key)
+        except Exception as e:
+            problems.append(f"key {key!r}: {e}")
+            continue
+        if op not in ops:
+            problems.append(f"samples for {op}, which the pack registers no impl for")
+        problem = _sequence_problem(samples, "opreg.testing.Sample")
+        if problem:
+            problems.append(f"{op}: {problem}")
+            continue
+        bad = [s for s in samples if not isinstance(s, Sample)]
+        if bad:
+            problems.append(f"{op}: {bad[0]!r} is not an opreg.testing.Sample (build one with Sample.of(*args))")
+        elif not samples:
+            problems.append(f"{op}: the list of samples is empty")
+        else:
+            found.samples.setdefault(op, []).extend(samples)
+    return problems
+
+
+def _validate_configure_session(result: Any, found: _HookResults, **_: Any) -> list[str]:
+    found.configures_session = True
+    return _validate_register_ops(result)
+
+
+_VALIDATORS: dict[str, Callable[..., list[str]]] = {
+    "opreg_register_ops": _validate_register_ops,
+    "opreg_targets": _validate_targets,
+    "opreg_reference_kernels": _validate_reference_kernels,
+    "opreg_configure_session": _validate_configure_session,
+    "opreg_schemas": _validate_schemas,
+    "opreg_functions": _validate_functions,
+    "opreg_samples": _validate_samples,
+}
+
+
+def _hook_arguments(hook: str, pack: str) -> dict[str, Any]:
+    if hook == "opreg_register_ops":
+        return {"registry": plugins.Registrar(pack)}
+    if hook == "opreg_configure_session":
+        import onnxruntime
+
+        return {"options": onnxruntime.SessionOptions()}
+    return {}
+
+
+def _check_hooks(registry: Registry, pack: str, impls: Sequence[Impl], found: _HookResults) -> list[CheckResult]:
+    hooks = registry._hooks  # the kit is part of opreg: it may call one pack's hooks directly
+    rows = []
+    for hook in hooks.implemented(pack):
+        validate = _VALIDATORS.get(hook)
+        if validate is None:  # a hook added to hookspecs without a validator here
+            rows.append(CheckResult(HOOKS, hook, "", SKIPPED, "the kit does not validate this hook yet"))
+            continue
+        try:
+            outcomes = hooks.call_pack(pack, hook, **_hook_arguments(hook, pack))
+        except Exception as e:
+            rows.append(CheckResult(HOOKS, hook, "", FAILED, f"raised {type(e).__name__}: {e}"))
+            continue
+        problems = [p for outcome in outcomes for p in validate(outcome, found=found, impls=impls)]
+        rows += [CheckResult(HOOKS, hook, "", FAILED, p) for p in problems]
+        if not problems:
+            rows.append(CheckResult(HOOKS, hook, "", PASSED, "returns what the hookspec says"))
+    if not rows:
+        rows.append(CheckResult(HOOKS, pack, "", SKIPPED, "the pack implements no hook"))
+    return rows
+
+
+# -- targets, conflicts, kernels ----------------------------------------------------------
+
+
+def impl_targets(impl: Impl) -> list[dict[str, int]]:
+    """The targets ``impl`` is checked at: the lowest (at least
+    :data:`LOWEST_CHECKED_OPSET`) and highest (at most the installed
+    onnxruntime's newest) ai.onnx version it supports, each with every custom
+    domain at the low and at the high end of its range."""
+    from opreg.targets import newest_onnxruntime_opset
+
+    onnx = impl.requirement.onnx
+    top = newest_onnxruntime_opset() if onnx.max is None else min(onnx.max, newest_onnxruntime_opset())
+    low = max(LOWEST_CHECKED_OPSET, onnx.min)
+    if onnx.max is not None:
+        low = min(low, onnx.max)
+    high = max(top, low)
+    ranges = impl.requirement.domains
+    ends = [
+        {d: r.min for d, r in ranges},
+        {d: r.min if r.max is None else r.max for d, r in ranges},
+    ]
+    targets: list[dict[str, int]] = []
+    for version in (low, high):
+        for domains in ends:
+            target = {"": version, **domains}
+            if target not in targets:
+                targets.append(target)
+    return targets
+
+
+def _target_text(registry: Registry, target: Mapping[str, int]) -> str:
+    return str(registry.target(dict(target)))
+
+
+def _check_conflicts(
+    registry: Registry, pack: str, impls: Sequence[Impl], targets: Mapping[int, list[dict[str, int]]]
+) -> list[CheckResult]:
+    if pack == plugins.CORE_PACK:
+        return [CheckResult(CONFLICTS, pack, "", SKIPPED, "this is the core pack")]
+    ops = {i.op for i in impls}
+    seen: list[dict[str, int]] = []
+    for impl in impls:
+        seen += [t for t in targets[id(impl)] if t not in seen]
+    rows = []
+    for target in seen:
+        for conflict in registry.conflicts(dict(target)):
+            if conflict.op not in ops:
+                continue
+            ours = [i for i in conflict.impls if i.pack == pack]
+            others = [i for i in conflict.impls if i.pack != pack]
+            if ours and (others or len(ours) > 1):
+                rivals = ", ".join(i.label for i in conflict.impls if i is not ours[0])
+                rows.append(CheckResult(
+                    CONFLICTS, f"{ours[0].label} for {conflict.op}", str(conflict.target), FAILED,
+                    f"ties with {rivals} (same priority, no predicate; {conflict.impls[0].label} wins by name): "
+                    "raise priority or add a predicate",
+                ))  # fmt: skip
+    if not rows:
+        rows.append(CheckResult(CONFLICTS, pack, "", PASSED, f"no ties with the core pack at {len(seen)} target(s)"))
+    return rows
+
+
+def _check_kernels(impls: Sequence[Impl], found: _HookResults) -> list[CheckResult]:
+    from opreg.exporter._runtime import ORT_BUILTIN_DOMAINS
+
+    domains = sorted({d for i in impls for d, _ in i.requirement.domains})
+    rows = []
+    for domain in domains:
+        ways = []
+        if domain in ORT_BUILTIN_DOMAINS:
+            ways.append("built into ONNX Runtime")
+        kernels = sorted(k.__name__ for k in found.kernels if k.op_domain == domain)
+        if kernels:
+            ways.append(f"reference kernels {', '.join(kernels)}")
+        functions = sorted(f.name for f in found.functions if f.domain == domain)
+        if functions:
+            ways.append(f"function definitions {', '.join(functions)}")
+        if found.configures_session:
+            ways.append("a session configuration (opreg_configure_session)")
+        if ways:
+            rows.append(CheckResult(KERNELS, domain, "", PASSED, "; ".join(ways)))
+        else:
+            rows.append(CheckResult(
+                KERNELS, domain, "", FAILED,
+                "nothing can run this domain's ops: provide reference kernels (opreg_reference_kernels), "
+                "a session configuration (opreg_configure_session) or function definitions (opreg_functions)",
+            ))  # fmt: skip
+    if not rows:
+        rows.append(CheckResult(KERNELS, "ai.onnx", "", PASSED, "the pack emits no custom domain"))
+    return rows
+
+
+# -- samples ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Drive:
+    """One call of ``check_samples`` for an impl: what to call, with what, named how."""
+
+    fn: Callable[..., Any]
+    samples: list[Sample]
+    source: str
+    values: bool = True
+
+
+def _torch_op(op: Any) -> Any:
+    import torch
+
+    return getattr(getattr(getattr(torch.ops, op.namespace), op.name), op.overload)
+
+
+def _drives(impl: Impl, provided: Mapping[Any, list[Sample]], limit: int) -> tuple[list[_Drive], str]:
+    """What to drive ``impl`` with, or ``([], why not)``."""
+    if impl.op in provided:
+        try:
+            fn = _torch_op(impl.op)
+        except Exception as e:
+            return [], f"torch has no op {impl.op} to compare with: {type(e).__name__}: {e}"
+        return [_Drive(fn, provided[impl.op], "opreg_samples")], ""
+    if impl.op.namespace != "aten":
+        return [], NO_SAMPLES
+    import torch
+
+    from opreg.testing import opinfo
+
+    try:
+        infos = opinfo.opinfos_for(impl.op)
+    except ImportError as e:
+        return [], f"PyTorch's OpInfo samples are unavailable ({e}); or {NO_SAMPLES}"
+    drives = []
+    for info in infos:
+        supported = info.supported_dtypes("cpu")
+        dtype = torch.float32 if torch.float32 in supported else next(iter(opinfo.dtypes_for(info)), None)
+        if dtype is None:
+            continue
+        picked = opinfo.samples(info, dtype, limit)
+        if picked:
+            name = f"opinfo {opinfo.full_name(info)}"
+            drives.append(_Drive(info.op, picked, name, values=info.name not in opinfo.UNINITIALIZED))
+    return drives, "" if drives else f"PyTorch has no OpInfo for {impl.op}; {NO_SAMPLES}"
+
+
+def _forced(registry: Registry, impl: Impl) -> Registry:
+    """A copy of ``registry`` in which ``impl`` wins wherever it applies (a user override)."""
+    forced = registry.copy()
+    requirement = impl.requirement
+    forced.register(
+        impl.op, impl.function, opset=requirement.onnx, domains=requirement.domain_map, predicate=impl.predicate
+    )
+    return forced
+
+
+def _check_samples(
+    registry: Registry,
+    impls: Sequence[Impl],
+    targets: Mapping[int, list[dict[str, int]]],
+    provided: Mapping[Any, list[Sample]],
+    limit: int,
+) -> list[CheckResult]:
+    from opreg.testing._samples import check_samples
+
+    rows: list[CheckResult] = []
+    for impl in impls:
+        subject = f"{impl.label} for {impl.op}"
+        drives, why_not = _drives(impl, provided, limit)
+        if not drives:
+            rows.append(CheckResult(SAMPLES, subject, "", SKIPPED, why_not))
+            continue
+        try:
+            forced = _forced(registry, impl)
+        except Exception as e:
+            rows.append(CheckResult(SAMPLES, subject, "", FAILED, f"cannot be registered: {type(e).__name__}: {e}"))
+            continue
+        for drive in drives:
+            checks = check_samples(
+                drive.fn, drive.samples, targets=targets[id(impl)], name=drive.source, registry=forced,
+                runtime="auto", values=drive.values,
+            )  # fmt: skip
+            rows += [row for check in checks for row in _sample_rows(subject, impl, drive, check)]
+    return rows
+
+
+def _sample_rows(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) -> list[CheckResult]:
+    """One row per failed sample, or else one summary row for the impl, source and target."""
+    failures = check.failures()
+    if failures:
+        return [
+            CheckResult(
+                SAMPLES, subject, check.target, FAILED, f"{drive.source} sample {r.index} ({r.label}): {r.detail}"
+            )
+            for r in failures
+        ]
+    return [_summary_row(subject, impl, drive, check)]
+
+
+def _summary_row(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) -> CheckResult:
+    passed = check.count(PASSED)
+    skipped = [r for r in check.results if r.status == SKIPPED]
+    if not passed:
+        why = skipped[0].detail if skipped else "no sample ran"
+        return CheckResult(SAMPLES, subject, check.target, SKIPPED, f"{drive.source}: every sample skipped ({why})")
+    if str(impl.op) not in check.torch_ops:
+        reached = ", ".join(sorted(check.torch_ops)) or "nothing"
+        return CheckResult(
+            SAMPLES, subject, check.target, SKIPPED,
+            f"{drive.source}: the samples never reach {impl.op} (the model is made of {reached})",
+        )  # fmt: skip
+    more = f", {len(skipped)} skipped by torch" if skipped else ""
+    return CheckResult(SAMPLES, subject, check.target, PASSED, f"{drive.source}: {passed} sample(s) match{more}")
+
+
+def pack_names() -> Iterable[str]:
+    """Entry-point names of the installed packs, in load order."""
+    return [f.ep.name for f in plugins._discovered()]

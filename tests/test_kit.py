@@ -1,0 +1,332 @@
+"""The conformance kit (opreg.testing.check_pack), its pytest plugin and `opreg pack-check`:
+first-party packs pass; throwaway packs with one real mistake each fail, naming it."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from opreg.cli import main
+from opreg.errors import PluginNotFoundError
+from opreg.testing import CheckResult, PackCheck, check_pack
+from opreg.testing._kit import CHECKS, find_pack, impl_targets
+
+RELU_LIKE_CORE = """
+from onnxscript.onnx_opset import opset18 as op18
+
+
+def aten_relu_tied(self):
+    \"\"\"relu(Tensor self) -> Tensor, exactly as the core pack's (same opset, same priority).\"\"\"
+    return op18.Relu(self)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register("aten::relu", aten_relu_tied, opset=18)
+"""
+
+WRONG_RELU = """
+from onnxscript.onnx_opset import opset18 as op18
+
+
+def aten_relu_wrong(self):
+    \"\"\"relu(Tensor self) -> Tensor, written as Abs by mistake.\"\"\"
+    return op18.Abs(self)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register("aten::relu", aten_relu_wrong, opset=18, priority=5)
+"""
+
+NO_KERNEL = """
+import onnxscript
+from onnxscript.onnx_opset import opset18 as op18
+
+fast = onnxscript.values.Opset("my.kernels", 1)
+
+
+def aten_relu_fast(self):
+    \"\"\"relu(Tensor self) -> Tensor on a kernel nobody ships.\"\"\"
+    return onnxscript.values.Op(fast, "FastRelu")(self)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register("aten::relu", aten_relu_fast, opset=18, domains={"my.kernels": 1}, priority=5)
+"""
+
+WRONG_HOOK_TYPES = """
+@opreg.hookimpl
+def opreg_reference_kernels():
+    return ["not a kernel class"]
+
+
+@opreg.hookimpl
+def opreg_samples():
+    return [1, 2, 3]
+"""
+
+
+def failed(report: PackCheck, check: str) -> list[CheckResult]:
+    assert check in CHECKS
+    return [r for r in report.results if r.check == check and r.status == "failed"]
+
+
+# -- the API ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["test_customop", "opreg-test-customop", "opreg_test_customop", "OPREG.test-customop"])
+def test_a_pack_is_found_by_pack_distribution_or_module_name(name):
+    assert find_pack(name).ep.name == "test_customop"
+
+
+def test_an_unknown_pack_is_an_error_listing_the_installed_ones():
+    with pytest.raises(PluginNotFoundError, match=r"no installed pack named 'nope'.*ort_contrib \(opreg-ort-contrib\)"):
+        check_pack("nope")
+
+
+@pytest.mark.parametrize("pack", ["ort_contrib", "test_customop"])
+def test_first_party_packs_pass(opreg_pack_check, pack):
+    report = opreg_pack_check(pack)
+    report.assert_ok()
+    assert report.ok and report.pack == pack
+    assert {r.check for r in report.results} == set(CHECKS)
+    samples = [r for r in report.results if r.check == "samples"]
+    assert samples and all(r.status == "passed" for r in samples)
+    # Every impl at the lowest and the highest ai.onnx version it claims.
+    assert {r.target.split(",")[0] for r in samples} == {"ai.onnx=18", f"ai.onnx={_newest()}"}
+    text = str(report)
+    assert text.splitlines()[0] == report.summary()
+    assert "check" in text.splitlines()[1] and "detail" in text.splitlines()[1]
+
+
+def _newest() -> int:
+    from opreg import newest_onnxruntime_opset
+
+    return newest_onnxruntime_opset()
+
+
+def test_custom_ops_are_driven_with_the_packs_samples(opreg_pack_check):
+    report = opreg_pack_check("test_customop")
+    (row, *_) = [r for r in report.results if r.check == "samples"]
+    assert row.subject == "test_customop:custom_addandround for mylibrary::addandround_op.default"
+    assert row.detail.startswith("opreg_samples: 4 sample(s) match")
+    (kernels,) = [r for r in report.results if r.check == "kernels"]
+    assert kernels.subject == "test.customop" and "reference kernels CustomOpOne, CustomOpTwo" in kernels.detail
+
+
+def test_impl_targets_cover_both_ends_of_every_range():
+    from opreg import Registry
+
+    def custom_thing(self):
+        """custom: no torch schema."""
+        return self
+
+    registry = Registry()
+    impl = registry.register("mylib::thing", custom_thing, opset=(17, 20), domains={"a.b": (1, 3), "c.d": 2})
+    assert impl_targets(impl) == [
+        {"": 18, "a.b": 1, "c.d": 2},
+        {"": 18, "a.b": 3, "c.d": 2},
+        {"": 20, "a.b": 1, "c.d": 2},
+        {"": 20, "a.b": 3, "c.d": 2},
+    ]
+
+
+# -- throwaway packs, one mistake each ----------------------------------------------
+
+
+def test_a_pack_importing_onnxruntime_at_import_time_fails(make_pack):
+    make_pack("eager", "import onnxruntime  # at module level: every registry build pays for it\n")
+    report = check_pack("eager")
+    (row,) = failed(report, "import")
+    assert row.subject.startswith("eager = opreg_testpack_eager") and "imports onnxruntime" in row.detail
+    assert not report.ok
+    with pytest.raises(AssertionError, match=r"(?s)1 failed.*\[import\] eager = .*imports onnxruntime"):
+        report.assert_ok()
+
+
+def test_a_pack_importing_torch_passes_with_a_note(make_pack):
+    make_pack("torchy", "import torch\n")
+    (row,) = [r for r in check_pack("torchy").results if r.check == "import"]
+    assert row.status == "passed" and "imports torch" in row.detail
+
+
+def test_a_hook_returning_the_wrong_type_fails_naming_the_hook(make_pack):
+    make_pack("badhooks", WRONG_HOOK_TYPES)
+    rows = failed(check_pack("badhooks"), "hooks")
+    by_hook = {r.subject: r.detail for r in rows}
+    assert by_hook == {
+        "opreg_reference_kernels": "'not a kernel class' is not an onnx.reference.op_run.OpRun subclass",
+        "opreg_samples": "must return a dict {torch_op: [Sample, ...]}, got list",
+    }
+
+
+def test_a_hook_that_raises_fails(make_pack):
+    make_pack("raises", "@opreg.hookimpl\ndef opreg_configure_session(options):\n    raise OSError('no lib.so')\n")
+    (row,) = failed(check_pack("raises"), "hooks")
+    assert row.subject == "opreg_configure_session" and row.detail == "raised OSError: no lib.so"
+
+
+def test_a_silent_tie_with_the_core_pack_fails(make_pack):
+    make_pack("tied", RELU_LIKE_CORE)
+    report = check_pack("tied")
+    rows = failed(report, "conflicts")
+    assert {r.target for r in rows} == {"ai.onnx=18", f"ai.onnx={_newest()}"}
+    assert rows[0].subject == "tied:aten_relu_tied for aten::relu.default"
+    assert "ties with core:aten_relu" in rows[0].detail and "raise priority or add a predicate" in rows[0].detail
+    # The impl itself is right: its samples pass.
+    assert not failed(report, "samples")
+
+
+def test_a_custom_domain_without_a_kernel_fails(make_pack):
+    make_pack("nokernel", NO_KERNEL)
+    report = check_pack("nokernel")
+    (row,) = failed(report, "kernels")
+    assert row.subject == "my.kernels" and "opreg_reference_kernels" in row.detail
+    # And its samples cannot run anywhere.
+    rows = failed(report, "samples")
+    assert rows and all("my.kernels::FastRelu" in r.detail for r in rows)
+
+
+def test_a_numerically_wrong_impl_fails_naming_impl_target_and_sample(make_pack):
+    make_pack("wrong", WRONG_RELU)
+    report = check_pack("wrong")
+    rows = failed(report, "samples")
+    assert {r.target for r in rows} == {"ai.onnx=18", f"ai.onnx={_newest()}"}
+    assert all(r.subject == "wrong:aten_relu_wrong for aten::relu.default" for r in rows)
+    assert all(r.detail.startswith("opinfo nn.functional.relu sample ") for r in rows)
+    assert any("(float32[5,5]): output 0: " in r.detail and "max abs" in r.detail for r in rows)
+    message = _assertion(report)
+    assert "wrong:aten_relu_wrong" in message and "ai.onnx=18" in message and "opinfo nn.functional.relu" in message
+    assert not failed(report, "conflicts")  # priority 5: it outranks core instead of tying
+
+
+def test_an_impl_rejected_against_the_torch_schema_fails_the_load_check(make_pack):
+    make_pack(
+        "mismatch",
+        """
+        from onnxscript.onnx_opset import opset18 as op18
+
+
+        def aten_relu_extra(self, inplace: bool, alpha: float):
+            return op18.Relu(self)
+
+
+        def aten_abs(self):
+            return op18.Abs(self)
+
+
+        @opreg.hookimpl
+        def opreg_register_ops(registry):
+            registry.register("aten::relu", aten_relu_extra, opset=18)
+            registry.register("aten::abs", aten_abs, opset=18, priority=1)
+        """,
+    )
+    rows = failed(check_pack("mismatch"), "load")
+    assert len(rows) == 1
+    assert rows[0].subject == "aten_relu_extra for aten::relu"
+    assert rows[0].detail.startswith("impl rejected: SignatureMismatchError: ") and "(inplace, alpha)" in rows[0].detail
+
+
+def test_a_custom_op_without_samples_is_skipped_asking_for_them(make_pack):
+    make_pack(
+        "nosamples",
+        """
+        import onnxscript
+        from onnxscript.onnx_opset import opset18 as op18
+
+
+        def twice(x):
+            return op18.Add(x, x)
+
+
+        @opreg.hookimpl
+        def opreg_register_ops(registry):
+            registry.register("kitlib::twice", twice, opset=18)
+        """,
+    )
+    (row,) = [r for r in check_pack("nosamples").results if r.check == "samples"]
+    assert row.status == "skipped" and row.detail == "no samples: provide them with opreg_samples"
+
+
+def _assertion(report: PackCheck) -> str:
+    with pytest.raises(AssertionError) as caught:
+        report.assert_ok()
+    return str(caught.value)
+
+
+# -- the pytest plugin ----------------------------------------------------------------
+
+
+def test_pytest_plugin_is_registered_and_imports_nothing_heavy():
+    (ep,) = [e for e in importlib.metadata.entry_points(group="pytest11") if e.name == "opreg"]
+    assert ep.value == "opreg.testing.pytest_plugin"
+    code = (
+        f"import sys; import {ep.value}; print(sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_fixture_fails_a_packs_test_listing_the_failures(make_pack, tmp_path):
+    make_pack("eagerfix", "import onnxruntime\n")
+    test_file = tmp_path / "test_pack.py"
+    test_file.write_text(
+        textwrap.dedent("""
+        def test_conformance_kit(opreg_pack_check):
+            assert opreg_pack_check("eagerfix") is opreg_pack_check("eagerfix")  # cached
+            opreg_pack_check("eagerfix").assert_ok()
+        """)
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(make_pack.root), *sys.path])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(test_file)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "AssertionError" in proc.stdout and "[import] eagerfix = " in proc.stdout
+    assert "imports onnxruntime" in proc.stdout
+
+
+# -- opreg pack-check -------------------------------------------------------------------
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_pack_check_passes_a_good_pack(capsys):
+    code, out, _ = run(capsys, "pack-check", "opreg-test-customop")
+    assert code == 0
+    assert "conformance kit: pack test_customop (opreg-test-customop" in out
+    for column in ("check", "subject", "target", "status", "detail"):
+        assert column in out
+    assert "mylibrary::addandround_op" in out and "failed" not in out.replace(", 0 failed", "")
+
+
+def test_cli_pack_check_exits_1_on_failure_with_json(capsys, make_pack):
+    make_pack("clibad", WRONG_RELU)
+    code, out, _ = run(capsys, "pack-check", "clibad", "--json")
+    assert code == 1
+    data = json.loads(out)
+    assert data["pack"] == "clibad" and data["ok"] is False
+    bad = [r for r in data["results"] if r["status"] == "failed"]
+    assert bad and all(r["check"] == "samples" and r["subject"].startswith("clibad:aten_relu_wrong") for r in bad)
+    code, out, _ = run(capsys, "pack-check", "opreg-testpack-clibad")
+    assert code == 1 and "aten_relu_wrong" in out and "failed" in out
+
+
+def test_cli_pack_check_unknown_pack_exits_2_listing_installed_packs(capsys):
+    code, out, err = run(capsys, "pack-check", "no-such-pack")
+    assert code == 2 and out == ""
+    assert err.startswith("opreg: error: no installed pack named 'no-such-pack'")
+    assert "test_customop (opreg-test-customop)" in err and err.count("\n") == 1
