@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import linecache
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -45,7 +48,12 @@ def test_python_blocks_run(doc, index, tmp_path, monkeypatch):
     if source.startswith("# my_pack/__init__.py"):
         run_pack_skeleton(source, tmp_path, monkeypatch)
     else:
-        exec(compile(source, f"{doc}[block {index}]", "exec"), {"__name__": "__doc_example__"})
+        name = f"{doc}[block {index}]"
+        # onnxscript.script reads its function's source and module: let inspect find both
+        monkeypatch.setitem(linecache.cache, name, (len(source), None, source.splitlines(True), name))
+        module = types.ModuleType("__doc_example__")
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        exec(compile(source, name, "exec"), module.__dict__)
 
 
 def run_pack_skeleton(source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -85,6 +85,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
     p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     p.set_defaults(run=_cmd_inspect)
+
+    p = sub.add_parser("new-pack", help="write a new, installable op pack to start from")
+    p.add_argument("name", metavar="NAME", help="distribution name, e.g. opreg-mypack (import name opreg_mypack)")
+    p.add_argument("--domain", help="custom ONNX domain of the pack's ops (default: NAME.ops without 'opreg-')")
+    p.add_argument("-o", "--output", metavar="DIR", help="a new or empty directory (default: ./NAME)")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
+    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    p.set_defaults(run=_cmd_new_pack)
+
+    p = sub.add_parser("pack-check", help="run the conformance kit on an installed pack (exit 1 if a check fails)")
+    p.add_argument("pack", metavar="DIST_OR_MODULE", help="pack, distribution or module name, e.g. opreg-ort-contrib")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
+    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    p.set_defaults(run=_cmd_pack_check)
     return parser
 
 
@@ -377,6 +391,57 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     else:
         console.print("no provenance metadata (not exported by opreg)")
     return EXIT_OK
+
+
+def _cmd_new_pack(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from opreg import scaffold
+
+    names = scaffold.pack_names(args.name, args.domain)
+    path = scaffold.new_pack(args.name, domain=args.domain, directory=args.output)
+    if args.json:
+        _print_json({"directory": str(path), **dataclasses.asdict(names), "files": sorted(scaffold.render(names))})
+        return EXIT_OK
+    console = _console()
+    console.print(f"wrote pack [bold]{names.pack}[/] ({names.distribution}, import {names.package}, "
+                  f"domain {names.domain}) to {path}")  # fmt: skip
+    console.print(
+        f"next: pip install -e {path}  (--no-build-isolation if setuptools is installed); "
+        f"opreg plugins; python -m pytest {path / 'tests'}",
+        markup=False,
+    )
+    return EXIT_OK
+
+
+def _cmd_pack_check(args: argparse.Namespace) -> int:
+    from opreg.testing import check_pack
+
+    if args.json:
+        report = check_pack(args.pack)
+        _print_json(report.as_dict())
+        return EXIT_OK if report.ok else EXIT_FINDINGS
+    console = _console()
+    with console.status(f"checking pack {args.pack}..."):
+        report = check_pack(args.pack)
+    table = _table(
+        f"conformance kit: pack {report.pack} ({report.distribution} {report.version})",
+        ["check", "subject", "target", "status", "detail"],
+    )
+    styles = {"passed": "green", "failed": "red", "skipped": "yellow"}
+    for r in report.results:
+        # Details quote errors, which may hold [brackets]: only the status is markup.
+        table.add_row(*(_escape(c) for c in (r.check, r.subject, r.target)), f"[{styles[r.status]}]{r.status}[/]",
+                      _escape(r.detail))  # fmt: skip
+    console.print(table)
+    console.print(report.summary(), style="green" if report.ok else "red")
+    return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def _print_json(data: Any) -> None:

@@ -1,0 +1,160 @@
+"""``opreg new-pack``: the pack it writes installs, loads and passes its own tests;
+names and directories it cannot use are refused without writing anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opreg import scaffold
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str | os.PathLike[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPREG_DISABLE_PLUGIN_AUTOLOAD")}
+    return subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def guide_commands() -> list[list[str]]:
+    """The shell block that opens CONTRIBUTING.md's "Writing an op pack", one command a line."""
+    guide = (ROOT / "CONTRIBUTING.md").read_text()
+    section = guide[guide.index("## Writing an op pack") :]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    return [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+
+
+def in_venv(command: list[str], python: Path) -> list[str]:
+    """A guide command as the venv runs it: offline installs, no cache written into the pack."""
+    program, *rest = command
+    if program == "pip" and rest[0] == "install":
+        return [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", *rest[1:]]
+    if program == "python" and rest[:2] == ["-m", "pytest"]:
+        return [str(python), *rest, "-q", "-p", "no:cacheprovider"]
+    assert program in ("opreg", "python"), f"the test does not know how to run {command}"
+    return [str(python), "-m", "opreg", *rest] if program == "opreg" else [str(python), *rest]
+
+
+def test_the_guides_commands_make_a_pack_that_loads_and_passes_its_tests(tmp_path):
+    # A venv on top of this environment's torch and opreg, so the pack is installed nowhere else.
+    venv = tmp_path / "venv"
+    made_venv = run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv, cwd=tmp_path)
+    assert made_venv.returncode == 0, made_venv.stderr
+    python = venv / "bin" / "python"
+    commands = guide_commands()
+    assert [c[:2] for c in commands] == [["opreg", "new-pack"], ["pip", "install"], ["opreg", "plugins"],
+                                         ["python", "-m"]]  # fmt: skip
+    outputs = []
+    for command in commands:
+        done = run(*in_venv(command, python), cwd=tmp_path)
+        assert done.returncode == 0, f"{command}:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
+        outputs.append(done.stdout)
+    # no staging directory left (pytest-benchmark, if installed, leaves .benchmarks)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".benchmarks") == ["opreg-mypack", "venv"]
+    assert re.search(r"mypack +│ opreg-mypack +│ 0\.1\.0 +│ loaded +│ 2 ", outputs[2]), outputs[2]
+    assert "4 passed" in outputs[3], outputs[3]
+
+    listed = run(python, "-m", "opreg", "plugins", "--json", cwd=tmp_path)
+    (report,) = [r for r in json.loads(listed.stdout) if r["name"] == "mypack"]
+    assert (report["distribution"], report["status"], report["impls"]) == ("opreg-mypack", "loaded", 2), report
+    assert report["profiles"] == ["mypack"] and "mypack.ops" in report["domains"]
+    assert run(sys.executable, "-c", "import opreg_mypack", cwd=ROOT).returncode == 1  # only in the venv
+
+
+def test_new_pack_reports_what_it_wrote(tmp_path):
+    made = run(sys.executable, "-m", "opreg", "new-pack", "opreg-mypack", "--json", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    created = json.loads(made.stdout)
+    pack = tmp_path / "opreg-mypack"
+    assert created["directory"] == str(pack)
+    assert (created["pack"], created["package"], created["domain"]) == ("mypack", "opreg_mypack", "mypack.ops")
+    assert sorted(str(p.relative_to(pack)) for p in pack.rglob("*") if p.is_file()) == created["files"]
+    assert created["files"] == [
+        "README.md",
+        "opreg_mypack/__init__.py",
+        "opreg_mypack/impls.py",
+        "opreg_mypack/runtime.py",
+        "opreg_mypack/torch_ops.py",
+        "pyproject.toml",
+        "tests/test_mypack.py",
+    ]
+    assert 'mypack = "opreg_mypack"' in (pack / "pyproject.toml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["my pack"], "not a valid distribution name"),
+        (["mypack-"], "not a valid distribution name"),
+        (["opreg"], "opreg's own distribution"),
+        (["opreg-3d"], "not a Python identifier"),
+        (["opreg-class"], "Python keyword"),
+        (["core"], "taken by opreg"),
+        (["mypack", "--domain", "my..ops"], "not dotted identifiers"),
+        (["mypack", "--domain", "my-company.ops"], "not dotted identifiers"),
+        (["mypack", "--domain", "ai.onnx"], "belongs to ai.onnx"),
+        (["mypack", "--domain", "com.microsoft.nchwc"], "belongs to com.microsoft"),
+    ],
+)
+def test_unusable_names_are_refused_and_nothing_is_written(tmp_path, args, message):
+    refused = run(sys.executable, "-m", "opreg", "new-pack", *args, cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stdout == ""
+    assert refused.stderr.startswith("opreg: error: ") and message in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_non_empty_directory_is_refused_and_left_alone(tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    (tmp_path / "file").write_text("")
+    for target in ("taken", "file"):
+        refused = run(sys.executable, "-m", "opreg", "new-pack", "mypack", "-o", target, cwd=tmp_path)
+        assert refused.returncode == 2 and "-o DIR" in refused.stderr, refused.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["file", "notes.txt", "taken"]
+
+
+def test_an_empty_directory_is_filled(tmp_path):
+    (tmp_path / "empty").mkdir()
+    path = scaffold.new_pack("mypack", domain="com.example.mypack", directory=tmp_path / "empty")
+    assert path == tmp_path / "empty"
+    assert 'DOMAIN = "com.example.mypack"' in (path / "opreg_mypack" / "__init__.py").read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["empty"]
+
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+    # a valid name whose package directory is longer than a file name may be
+    long = "opreg-" + "a" * 300
+    failed = run(sys.executable, "-m", "opreg", "new-pack", long, "-o", "out", cwd=tmp_path)
+    assert failed.returncode == 2 and "could not write" in failed.stderr, failed.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_names_derive_from_the_distribution():
+    names = scaffold.pack_names("Opreg.My_Pack")
+    assert (names.pack, names.package, names.namespace, names.domain) == (
+        "my_pack",
+        "opreg_my_pack",
+        "opreg_my_pack",
+        "my_pack.ops",
+    )
+    assert scaffold.pack_names("mypack").package == "opreg_mypack"
+
+
+def test_generated_code_is_lint_clean(tmp_path):
+    pytest.importorskip("ruff")
+    path = scaffold.new_pack("opreg-mypack", directory=tmp_path / "pack")
+    # from inside the pack, as its author runs ruff: opreg is third-party there
+    for command in (["check", "--no-cache"], ["format", "--check"]):
+        linted = run(sys.executable, "-m", "ruff", *command, "--isolated", "--line-length", "120", ".", cwd=path)
+        assert linted.returncode == 0, linted.stdout
