@@ -55,7 +55,7 @@ def main() -> int:
     warnings.filterwarnings("ignore")
 
     registry = opreg.default_registry()
-    newest = opreg.newest_onnxruntime_opset()
+    newest = opreg.newest_supported_opset()
     targets = (LOWEST, newest)
     core = core_ops()
     ours = [op for op in registry.ops() if op.namespace == "aten" and any(i.pack == "core" for i in registry.impls(op))]

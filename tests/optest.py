@@ -8,7 +8,7 @@ import torch
 import opreg
 
 LOWEST = 18
-NEWEST = opreg.newest_onnxruntime_opset()
+NEWEST = opreg.newest_supported_opset()
 OPSETS = (LOWEST, NEWEST)
 
 TOLERANCES = {

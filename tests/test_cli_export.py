@@ -9,6 +9,7 @@ import textwrap
 import onnx
 import pytest
 
+from opreg.targets import DEFAULT_ONNX_OPSET
 from tests.test_cli import run
 
 MODEL_FILE = textwrap.dedent(
@@ -114,7 +115,10 @@ def test_inspect_reports_opsets_ops_provenance_and_weights(capsys, model_file, t
     code, out, _ = run(capsys, "inspect", str(output), "--json")
     assert code == 0
     report = json.loads(out)
-    assert report["ir_version"] == 11 and report["opset_imports"] == {"ai.onnx": 23}
+    assert report["ir_version"] == onnx.helper.find_min_ir_version_for(
+        [onnx.helper.make_opsetid("", DEFAULT_ONNX_OPSET)]
+    )
+    assert report["opset_imports"] == {"ai.onnx": DEFAULT_ONNX_OPSET}
     ops = {(r["domain"], r["op"]): r["count"] for r in report["ops"]}
     assert ops[("ai.onnx", "Conv")] == 1 and ops[("ai.onnx", "Gemm")] == 1
     assert report["provenance"]["packs"] == {"core": report["node_count"]}

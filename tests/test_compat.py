@@ -8,6 +8,7 @@ import torch
 from onnxscript import opset18
 
 import opreg
+from opreg.targets import DEFAULT_ONNX_OPSET
 
 msft1 = onnxscript.values.Opset("com.microsoft", 1)
 msft2 = onnxscript.values.Opset("com.microsoft", 2)
@@ -34,7 +35,7 @@ def test_is_registered_op_sees_packs_and_registrations():
 def test_target_takes_the_domain_version_from_the_function():
     registry = opreg.OnnxRegistry()
     registry.register_op(namespace="aten", op_name="gelu", overload="default", function=gelu_v1)
-    assert registry.target().as_dict() == {"": 23, "com.microsoft": 1}
+    assert registry.target().as_dict() == {"": DEFAULT_ONNX_OPSET, "com.microsoft": 1}
 
 
 def test_functions_needing_two_versions_of_a_domain_fail_naming_both():

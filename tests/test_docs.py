@@ -30,12 +30,49 @@ def test_every_hook_is_a_documented_spec():
         assert f"`{name}(" in contributing, f"CONTRIBUTING.md does not document hook {name}"
 
 
-def test_readme_has_the_two_commands():
+SET_UP = "python3 -m venv .venv && . .venv/bin/activate && python -m pip install -r requirements-dev.txt"
+TEST = "python -m pytest -n auto"
+
+
+def test_readme_has_the_two_commands_and_ci_runs_them():
     readme = (ROOT / "README.md").read_text()
-    assert "python -m pip install -r requirements-dev.txt" in readme
-    assert "\npython -m pytest -n auto\n" in readme
+    assert f"```\n{SET_UP}\n{TEST}\n```" in readme
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python -m pip install -r requirements-dev.txt" in ci and "\npython -m pytest -n auto\n" in ci
+    assert f"\n{SET_UP}\n" in ci and f"\n{TEST}\n" in ci
+
+
+def test_the_set_up_is_locked():
+    """requirements-dev.txt installs requirements-dev.in under the lock, which pins every
+    package the set-up installs except opreg's own (editable) distributions."""
+    assert (ROOT / "requirements-dev.txt").read_text().split("\n")[-3:] == [
+        "-c constraints.txt",
+        "-r requirements-dev.in",
+        "",
+    ]
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep:
+            pins[name.lower().replace("_", "-")] = version
+    for name in ("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "numpy", "protobuf", "transformers",
+                 "pytest", "pytest-xdist", "hypothesis", "ruff", "expecttest", "setuptools"):  # fmt: skip
+        assert name in pins, f"{name} is not pinned in constraints.txt"
+    own = {"opreg", "opreg-ort-contrib", "opreg-test-customop"}
+    assert not own & set(pins)
+    drift = {name: (v, _installed(name)) for name, v in pins.items() if _installed(name) not in (None, v)}
+    assert not drift, (
+        f"installed versions differ from the lock (locked, installed): {drift}; run the README's set-up "
+        "command in a fresh venv, or regenerate the lock (CONTRIBUTING.md, 'The lock') and run the suite"
+    )
+
+
+def _installed(name: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,10 @@ from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg.exporter import PROVENANCE_KEYS
+from opreg.targets import DEFAULT_ONNX_OPSET
 from tests.models import AddModel, Nested, Sequence, TutorialCNN, Uncovered
 
-NEWEST = opreg.newest_onnxruntime_opset()
+NEWEST = opreg.newest_supported_opset()
 OPSETS = [18, NEWEST]
 ATOL = 1e-5  # float32, small models: differences are rounding only
 
@@ -167,14 +168,14 @@ def test_pack_replaces_core_add(make_pack, inline):
     assert packs == {"customadd"}
     if inline:
         assert [n.op_type for n in proto.graph.node] == ["Mul", "Add"]  # the Constant and its CastLike are folded
-        assert {o.domain: o.version for o in proto.opset_import} == {"": 23}
+        assert {o.domain: o.version for o in proto.opset_import} == {"": DEFAULT_ONNX_OPSET}
         assert not proto.functions
     else:
         assert _ops(program) == [("custom.aten", "custom_aten_add")]
-        assert {o.domain: o.version for o in proto.opset_import} == {"": 23, "custom.aten": 1}
+        assert {o.domain: o.version for o in proto.opset_import} == {"": DEFAULT_ONNX_OPSET, "custom.aten": 1}
         (function,) = proto.functions
         # the function was written for opset 18; in the model it agrees with the model's version
-        assert {o.domain: o.version for o in function.opset_import} == {"": 23}
+        assert {o.domain: o.version for o in function.opset_import} == {"": DEFAULT_ONNX_OPSET}
     assert program.verify(x, y).max_abs == 0.0
 
 
@@ -310,7 +311,7 @@ def test_model_is_an_onnx_ir_model(cnn):
     model, x = cnn
     program = opreg.export(model, (x,))
     assert isinstance(program.model, ir.Model)
-    assert program.model.opset_imports == {"": 23}
+    assert program.model.opset_imports == {"": DEFAULT_ONNX_OPSET}
     assert "opreg.target" in program.model.metadata_props
 
 

@@ -108,9 +108,9 @@ def test_first_party_packs_pass(opreg_pack_check, pack):
 
 
 def _newest() -> int:
-    from opreg import newest_onnxruntime_opset
+    from opreg import newest_supported_opset
 
-    return newest_onnxruntime_opset()
+    return newest_supported_opset()
 
 
 def test_custom_ops_are_driven_with_the_packs_samples(opreg_pack_check):

@@ -46,21 +46,44 @@ def test_installed_first_party_packs_load():
     assert registry.resolve("mylibrary::addandround_op", "test_customop").pack == "test_customop"
 
 
-def test_onnxruntime_profile_is_an_opset_onnxruntime_loads():
+def _relu_model(version: int):
     import onnx
-    import onnxruntime
     from onnx import TensorProto, helper
 
-    version = build_registry().target("onnxruntime").onnx
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
-    onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    newer = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version + 1)], ir_version=10)
-    if version + 1 <= onnx.defs.onnx_opset_version():
-        with pytest.raises(Exception, match="(?i)opset"):
-            onnxruntime.InferenceSession(newer.SerializeToString(), providers=["CPUExecutionProvider"])
+    opsets = [helper.make_opsetid("", version)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=onnx.helper.find_min_ir_version_for(opsets))
+
+
+def test_the_onnxruntime_probe_finds_the_newest_opset_onnxruntime_loads():
+    import onnx.defs
+    import onnxruntime
+
+    newest = opreg.newest_onnxruntime_opset()
+    onnxruntime.InferenceSession(_relu_model(newest).SerializeToString(), providers=["CPUExecutionProvider"])
+    if newest < onnx.defs.onnx_opset_version():  # the probe tries every opset onnx defines
+        with pytest.raises(Exception, match="(?i)opset|IR version"):  # the opset, or the IR version it needs
+            onnxruntime.InferenceSession(
+                _relu_model(newest + 1).SerializeToString(), providers=["CPUExecutionProvider"]
+            )
+
+
+def test_the_onnxruntime_profile_is_the_newest_opset_opreg_builds_and_onnxruntime_runs():
+    supported = opreg.newest_supported_opset()
+    assert supported == min(opreg.newest_onnxruntime_opset(), opreg.onnx_opset_range()[1])
+    assert build_registry().target("onnxruntime").as_dict() == {"": supported, "com.microsoft": 1}
+
+
+def test_an_opset_onnx_defines_but_onnxscript_cannot_build_is_refused_with_the_reason():
+    import onnx.defs
+
+    high = opreg.onnx_opset_range()[1]
+    if high == onnx.defs.onnx_opset_version():
+        pytest.skip(f"onnxscript has a module for every opset onnx defines (up to {high})")
+    with pytest.raises(opreg.InvalidTargetError, match=rf"onnxscript .* has opset modules up to {high}"):
+        opreg.Target.of(high + 1)
 
 
 def test_importing_opreg_is_lazy():

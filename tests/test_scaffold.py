@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -44,12 +45,27 @@ def in_venv(command: list[str], python: Path) -> list[str]:
     return [str(python), "-m", "opreg", *rest] if program == "opreg" else [str(python), *rest]
 
 
-def test_the_guides_commands_make_a_pack_that_loads_and_passes_its_tests(tmp_path):
-    # A venv on top of this environment's torch and opreg, so the pack is installed nowhere else.
-    venv = tmp_path / "venv"
-    made_venv = run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv, cwd=tmp_path)
-    assert made_venv.returncode == 0, made_venv.stderr
+def layered_venv(venv: Path) -> Path:
+    """A new venv that sees this environment's packages (torch, opreg, pip) behind its own, so a
+    pack installed into it is installed nowhere else; returns its python.
+
+    ``venv --system-site-packages`` would not do: run from inside a venv, it links the *base*
+    interpreter's site-packages, where opreg is not installed. A ``.pth`` file that adds this
+    environment's site directories (running their ``.pth`` files too, for editable installs)
+    works the same from a venv and from a system Python.
+    """
+    made = run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=venv.parent)
+    assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
+    found = run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=venv.parent)
+    outer = [p for p in [*site.getsitepackages(), site.getusersitepackages()] if Path(p).is_dir()]
+    lines = "".join(f"import site; site.addsitedir({p!r})\n" for p in outer)
+    (Path(found.stdout.strip()) / "_outer_environment.pth").write_text(lines)
+    return python
+
+
+def test_the_guides_commands_make_a_pack_that_loads_and_passes_its_tests(tmp_path):
+    python = layered_venv(tmp_path / "venv")
     commands = guide_commands()
     assert [c[:2] for c in commands] == [["opreg", "new-pack"], ["pip", "install"], ["opreg", "plugins"],
                                          ["python", "-m"]]  # fmt: skip

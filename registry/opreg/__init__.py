@@ -27,7 +27,14 @@ from opreg.hookspecs import hookimpl
 from opreg.opname import OpName
 from opreg.plugins import PLUGIN_API_VERSION, PackReport, Registrar, build_registry, default_registry
 from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
-from opreg.targets import OpsetRequirement, Target, VersionRange, newest_onnxruntime_opset, onnx_opset_range
+from opreg.targets import (
+    OpsetRequirement,
+    Target,
+    VersionRange,
+    newest_onnxruntime_opset,
+    newest_supported_opset,
+    onnx_opset_range,
+)
 
 __version__ = "0.1.0"
 
@@ -89,5 +96,6 @@ __all__ = [
     "export",
     "hookimpl",
     "newest_onnxruntime_opset",
+    "newest_supported_opset",
     "onnx_opset_range",
 ]

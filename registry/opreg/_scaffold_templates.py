@@ -16,9 +16,9 @@ name = "{{distribution}}"
 version = "0.1.0"
 description = "opreg op pack {{pack}}: {{namespace}}::scaled_add and aten::add on {{domain}}::ScaledAdd"
 readme = "README.md"
-requires-python = ">=3.10"
+requires-python = ">=3.11"
 # No upper pins on torch: the pack runs with whatever torch opreg runs with.
-dependencies = ["opreg>=0.1", "onnxscript>=0.7,<0.8", "torch>=2.6"]
+dependencies = ["opreg>=0.1", "onnxscript>=0.7.2,<0.8", "torch>=2.13"]
 
 [project.optional-dependencies]
 test = ["pytest"]

@@ -26,8 +26,8 @@ DEFAULT_ONNX_OPSET = 23
 """ai.onnx version of the built-in ``onnx`` profile.
 
 The newest opset with a top-level ``onnxscript.opsetNN`` module, and one that
-ONNX Runtime 1.20+ loads. Targets up to :func:`onnx_opset_range`'s maximum are
-accepted; this is only the default.
+every onnxruntime opreg supports (1.29+) loads. Targets up to
+:func:`onnx_opset_range`'s maximum are accepted; this is only the default.
 """
 
 BUILTIN_PROFILES: Mapping[str, Mapping[str, int]] = {"onnx": {ONNX_DOMAIN: DEFAULT_ONNX_OPSET}}
@@ -56,24 +56,37 @@ def domain_label(domain: str) -> str:
 
 @functools.cache
 def onnx_opset_range() -> tuple[int, int]:
-    """The ai.onnx versions the installed onnx and onnxscript can build.
+    """The ai.onnx versions opreg can build with the installed onnx and onnxscript.
 
     The maximum is the lower of onnx's newest opset and the newest
-    ``onnxscript.onnx_opset.opsetNN`` module.
+    ``onnxscript.onnx_opset.opsetNN`` module: impls are written with those
+    modules, so an opset onnxscript has no module for has no impl written
+    (or tested) against its schemas.
     """
     import onnx.defs
+
+    return min(_onnxscript_opsets()), min(max(_onnxscript_opsets()), onnx.defs.onnx_opset_version())
+
+
+@functools.cache
+def _onnxscript_opsets() -> tuple[int, ...]:
     import onnxscript.onnx_opset
 
-    script_versions = [
-        int(m.group(1)) for name in dir(onnxscript.onnx_opset) if (m := re.fullmatch(r"opset(\d+)", name))
-    ]
-    return min(script_versions), min(max(script_versions), onnx.defs.onnx_opset_version())
+    return tuple(
+        sorted(int(m.group(1)) for name in dir(onnxscript.onnx_opset) if (m := re.fullmatch(r"opset(\d+)", name)))
+    )
 
 
 @functools.cache
 def newest_onnxruntime_opset() -> int:
-    """The newest ai.onnx opset the installed onnxruntime loads, found by trying."""
+    """The newest ai.onnx opset the installed onnxruntime loads, found by trying
+    every opset the installed onnx defines, newest first.
+
+    It may exceed what opreg can build (:func:`onnx_opset_range`); the newest
+    target opreg supports is :func:`newest_supported_opset`.
+    """
     import onnx
+    import onnx.defs
     import onnxruntime
     from onnx import TensorProto, helper
 
@@ -81,9 +94,10 @@ def newest_onnxruntime_opset() -> int:
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [value], [
         helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
     ])  # fmt: skip
-    low, high = onnx_opset_range()
+    low, high = onnx_opset_range()[0], onnx.defs.onnx_opset_version()
     for version in range(high, low - 1, -1):
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
+        opsets = [helper.make_opsetid("", version)]
+        model = helper.make_model(graph, opset_imports=opsets, ir_version=onnx.helper.find_min_ir_version_for(opsets))
         try:
             onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         except Exception:
@@ -92,6 +106,27 @@ def newest_onnxruntime_opset() -> int:
     raise RuntimeError(
         f"onnxruntime {onnxruntime.__version__} loads no opset from {low} to {high} (onnx {onnx.__version__})"
     )
+
+
+def newest_supported_opset() -> int:
+    """The newest ai.onnx target opreg supports: the lower of what it can build
+    (:func:`onnx_opset_range`) and what the installed onnxruntime runs
+    (:func:`newest_onnxruntime_opset`). The ``onnxruntime`` profile uses it."""
+    return min(onnx_opset_range()[1], newest_onnxruntime_opset())
+
+
+def _why_not_newer(version: int, high: int) -> str:
+    """Why an opset onnx defines is still out of reach (onnxscript has no module for it)."""
+    import onnx
+    import onnx.defs
+    import onnxscript
+
+    if high < version <= onnx.defs.onnx_opset_version():
+        return (
+            f" (onnx {onnx.__version__} defines opset {version}, but onnxscript {onnxscript.__version__} has "
+            f"opset modules up to {max(_onnxscript_opsets())}, and impls are written with them)"
+        )
+    return ""
 
 
 def _check_version(value: object, what: str) -> int:
@@ -223,10 +258,11 @@ class Target:
         for domain, version in self.versions:
             _check_version(version, f"version of {domain_label(domain)!r} in target {self._label()}")
         low, high = onnx_opset_range()
-        if not low <= mapping[ONNX_DOMAIN] <= high:
+        wanted = mapping[ONNX_DOMAIN]
+        if not low <= wanted <= high:
             raise InvalidTargetError(
-                f"ai.onnx version {mapping[ONNX_DOMAIN]} in target {self._label()} is outside what the "
-                f"installed onnx/onnxscript can build: use a version from {low} to {high}"
+                f"ai.onnx version {wanted} in target {self._label()} is outside what the installed "
+                f"onnx/onnxscript can build: use a version from {low} to {high}{_why_not_newer(wanted, high)}"
             )
 
     def _label(self) -> str:

@@ -16,7 +16,7 @@ CONTRIB_PRIORITY = 10
 
 @opreg.hookimpl
 def opreg_targets():
-    return {"onnxruntime": {"": opreg.newest_onnxruntime_opset(), CONTRIB_DOMAIN: 1}}
+    return {"onnxruntime": {"": opreg.newest_supported_opset(), CONTRIB_DOMAIN: 1}}
 
 
 @opreg.hookimpl

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import opreg
+from opreg.targets import DEFAULT_ONNX_OPSET
 from opreg_test_customop import addandround_op
 
 
@@ -39,7 +40,10 @@ def test_graph_is_the_tutorials(x):
     assert nodes[1].op_type == "CustomOpTwo"
     assert [n.op_type for n in nodes] == ["CustomOpOne", "CustomOpTwo", "Cast"]
     assert list(nodes[0].input) == ["tensor_x", "tensor_x"]
-    assert {o.domain: o.version for o in program.model_proto.opset_import} == {"": 23, "test.customop": 1}
+    assert {o.domain: o.version for o in program.model_proto.opset_import} == {
+        "": DEFAULT_ONNX_OPSET,
+        "test.customop": 1,
+    }
     onnx.checker.check_model(program.model_proto, full_check=True)
 
 
@@ -68,7 +72,7 @@ def test_embedded_functions_run_in_onnxruntime(x):
         ("test.customop", "CustomOpOne"),
         ("test.customop", "CustomOpTwo"),
     ]
-    assert all({o.domain: o.version for o in f.opset_import} == {"": 23} for f in proto.functions)
+    assert all({o.domain: o.version for o in f.opset_import} == {"": DEFAULT_ONNX_OPSET} for f in proto.functions)
     assert [n.op_type for n in proto.graph.node] == ["CustomOpOne", "CustomOpTwo", "Cast"]
     onnx.checker.check_model(proto, full_check=True)
     result = program.verify(x, atol=0, rtol=0)

@@ -457,10 +457,10 @@ def impl_targets(impl: Impl) -> list[dict[str, int]]:
     :data:`LOWEST_CHECKED_OPSET`) and highest (at most the installed
     onnxruntime's newest) ai.onnx version it supports, each with every custom
     domain at the low and at the high end of its range."""
-    from opreg.targets import newest_onnxruntime_opset
+    from opreg.targets import newest_supported_opset
 
     onnx = impl.requirement.onnx
-    top = newest_onnxruntime_opset() if onnx.max is None else min(onnx.max, newest_onnxruntime_opset())
+    top = newest_supported_opset() if onnx.max is None else min(onnx.max, newest_supported_opset())
     low = max(LOWEST_CHECKED_OPSET, onnx.min)
     if onnx.max is not None:
         low = min(low, onnx.max)
