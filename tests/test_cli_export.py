@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import onnx
 import pytest
@@ -162,6 +164,7 @@ def test_inspect_of_a_non_model_file(capsys, tmp_path):
 
 def test_console_script_exports(model_file, tmp_path):
     output = tmp_path / "cli.onnx"
-    proc = subprocess.run(["opreg", "export", f"{model_file}:make", "-o", str(output)], capture_output=True, text=True)
+    script = Path(sys.executable).parent / "opreg"  # the console script of the environment running the suite
+    proc = subprocess.run([script, "export", f"{model_file}:make", "-o", str(output)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert output.exists()

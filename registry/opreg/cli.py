@@ -76,7 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dynamic", action="append", default=[], metavar="SPEC", help=dynamic_help)
     p.add_argument("--verify", action="store_true", help="run the model and compare with eager PyTorch")
     p.add_argument("--keep-functions", action="store_true", help="keep script impls as model-local functions")
-    p.add_argument("--external-data", action="store_true", help="write weights to FILE.data beside the model")
+    p.add_argument(
+        "--external-data",
+        action="store_true",
+        help="write weights to a side file FILE.<token>.data that the model names",
+    )
     _common(p, target=True)
     p.set_defaults(run=_cmd_export)
 
@@ -313,9 +317,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from opreg import exporter
     from opreg.errors import UnsupportedOpsError, VerificationError
 
+    from opreg.exporter._save import check_output_path
+
     err = Console(stderr=True, soft_wrap=False, width=None if sys.stderr.isatty() else 160)
     registry = _registry(args)
     target = registry.target(args.target)
+    check_output_path(args.output)  # before the export, not after it
     started = time.perf_counter()
     with err.status("loading the model") as status:
         last = ["load", time.perf_counter()]

@@ -46,6 +46,12 @@ class ExportError(OpregError):
     """Exporting a model failed: capture, translation or validation."""
 
 
+class SaveError(ExportError, OSError):
+    """A model could not be written where asked (missing or unwritable folder, full disk).
+
+    Nothing at the target path has changed."""
+
+
 class UnsupportedOpsError(ExportError):
     """Ops in the model have no impl for the target; raised before any translation.
 

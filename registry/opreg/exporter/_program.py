@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -133,39 +132,22 @@ class OnnxProgram:
         return sum(v.const_value.nbytes for v in self.model.graph.initializers.values() if v.const_value is not None)
 
     def save(self, path: str | os.PathLike[str], external_data: bool | None = None) -> Path:
-        """Write the model to ``path`` atomically; returns the path.
+        """Write the model to ``path``; returns the path (a symlink's target, if ``path`` is one).
 
         ``external_data=None`` keeps weights inside the file unless they exceed
         what one protobuf holds (about 2 GB); then, or with ``True``, they go to
-        ``<file name>.data`` beside it. The model is written to a temporary
-        file in the same directory and renamed into place, so a failure leaves
-        any earlier file untouched.
+        a side file ``<file name>.<token>.data`` that the model names (a new
+        token at each save). The save is atomic for the pair: at every instant
+        ``path`` holds the complete old model with its data, or the complete new
+        one, even if the process is killed; the old data file is removed after
+        the new model is in place. Raises :class:`opreg.SaveError` if the
+        location cannot be written (nothing there is changed).
         """
-        path = Path(path)
-        if path.is_dir():
-            raise ExportError(
-                f"cannot save to {path}: it is a directory; give a file name such as {path / 'model.onnx'}"
-            )
-        if not path.parent.exists():
-            raise ExportError(f"cannot save to {path}: directory {path.parent} does not exist")
+        from opreg.exporter import _save
+
         if external_data is None:
             external_data = self.initializer_bytes() > EXTERNAL_DATA_THRESHOLD
-        data_name = f"{path.name}.data"
-        with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:
-            staged = Path(scratch) / path.name
-            try:
-                if external_data:
-                    ir.save(self.model, staged, external_data=data_name)
-                else:
-                    ir.save(self.model, staged)
-                if not self._checked:
-                    onnx.checker.check_model(str(staged), full_check=True)
-            except Exception as e:
-                raise ExportError(f"could not write {path}: {e}") from e
-            if external_data:
-                os.replace(Path(scratch) / data_name, path.parent / data_name)
-            os.replace(staged, path)
-        return path
+        return _save.save_model(self.model, path, external_data=external_data, check=not self._checked)
 
     # -- running -------------------------------------------------------------------------
 

@@ -1,0 +1,196 @@
+"""``OnnxProgram.save``: the model and its external data are always a consistent pair,
+also when a save fails or its process is interrupted or killed at any point."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+
+import opreg
+from opreg.exporter import _save
+
+WIDTH = 256
+"""A Linear of 256x256 float32: 256 KB of weights, so they go to the data file."""
+
+
+def linear(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Linear(WIDTH, WIDTH).eval()
+
+
+X = torch.randn(2, WIDTH, generator=torch.Generator().manual_seed(7))
+
+
+def run_saved(path: Path) -> np.ndarray:
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {"input": X.numpy()})[0]  # Linear.forward(input)
+
+
+def matches(path: Path, seed: int) -> bool:
+    """Whether the model at ``path`` computes what ``linear(seed)`` computes."""
+    with torch.no_grad():
+        expected = linear(seed)(X).numpy()
+    return bool(np.allclose(run_saved(path), expected, atol=1e-5))
+
+
+def data_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".data"))
+
+
+def hidden(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+def test_each_save_names_a_new_data_file_and_removes_the_replaced_one(tmp_path):
+    path = tmp_path / "m.onnx"
+    opreg.export(linear(1), (X,)).save(path, external_data=True)
+    (first,) = data_files(tmp_path)
+    assert _save.data_file_pattern("m.onnx").match(first)
+    assert _save.referenced_data(path) == {first}
+    assert matches(path, 1)
+
+    opreg.export(linear(2), (X,)).save(path, external_data=True)
+    (second,) = data_files(tmp_path)
+    assert second != first and _save.referenced_data(path) == {second}
+    assert matches(path, 2)
+    assert hidden(tmp_path) == []
+
+
+def test_saving_without_external_data_removes_the_earlier_data_file(tmp_path):
+    path = tmp_path / "m.onnx"
+    opreg.export(linear(1), (X,)).save(path, external_data=True)
+    opreg.export(linear(2), (X,)).save(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    assert matches(path, 2)
+
+
+def test_small_weights_write_no_empty_data_file(tmp_path):
+    path = opreg.export(torch.nn.Linear(2, 2).eval(), (torch.randn(1, 2),)).save(
+        tmp_path / "m.onnx", external_data=True
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]  # onnx_ir keeps tensors < 256 bytes inline
+    assert _save.referenced_data(path) == set()
+
+
+def test_a_symlink_is_written_through_and_refused_for_external_data(tmp_path):
+    real = tmp_path / "store" / "m.onnx"
+    real.parent.mkdir()
+    link = tmp_path / "m.onnx"
+    link.symlink_to(real)
+    program = opreg.export(linear(1), (X,))
+    assert program.save(link) == real
+    assert link.is_symlink() and matches(link, 1)
+    # onnx and onnxruntime look for data files beside the path they open: the link's folder
+    with pytest.raises(opreg.SaveError, match="symbolic link.*save to .*store/m.onnx"):
+        program.save(link, external_data=True)
+    assert link.is_symlink() and sorted(p.name for p in real.parent.iterdir()) == ["m.onnx"]
+
+
+def test_a_model_that_fails_its_check_replaces_nothing(tmp_path):
+    path = tmp_path / "m.onnx"
+    opreg.export(linear(1), (X,)).save(path, external_data=True)
+    before = sorted(tmp_path.iterdir())
+    program = opreg.export(linear(2), (X,))
+    program.model.graph.node(0).op_type = "NoSuchOp"  # checked again because the model was edited
+    program._checked = False
+    with pytest.raises(opreg.ExportError, match="not valid ONNX"):
+        program.save(path, external_data=True)
+    assert sorted(tmp_path.iterdir()) == before and matches(path, 1)
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("folder", "it is a directory"),
+        ("missing/m.onnx", "does not exist; create it first"),
+        ("/proc/m.onnx", "cannot create files in /proc"),
+        ("/sys/m.onnx", "cannot create files in /sys"),
+    ],
+)
+def test_unwritable_locations_are_refused_before_anything_is_written(tmp_path, where, message):
+    (tmp_path / "folder").mkdir()
+    target = Path(where) if where.startswith("/") else tmp_path / where
+    with pytest.raises(opreg.SaveError, match=message) as caught:
+        _save.check_output_path(target)
+    assert ".opreg-staging" not in str(caught.value)
+    with pytest.raises(opreg.SaveError, match=message):
+        opreg.export(linear(1), (X,)).save(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder"]
+
+
+# -- interrupts: a real process, really signalled, at a point the test chooses ------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import sys, torch, opreg
+    torch.manual_seed(int(sys.argv[2]))
+    model = torch.nn.Linear({width}, {width}).eval()
+    program = opreg.export(model, (torch.randn(2, {width}),))
+    print("exported", flush=True)
+    program.save(sys.argv[1], external_data=True)
+    print("saved", flush=True)
+    """
+).format(width=WIDTH)
+
+
+def save_in_child(path: Path, seed: int, pause: str | None, sig: signal.Signals | None) -> int:
+    """Save ``linear(seed)`` to ``path`` in a child process; if ``pause``, send ``sig``
+    when the save reaches that point. Returns the child's exit code."""
+    script = path.parent / "child.py"
+    script.write_text(CHILD)
+    env = {**os.environ, _save.PAUSE_ENV: pause or ""}
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(path), str(seed)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if pause is not None:
+            deadline = time.monotonic() + 120
+            line = ""
+            while "paused" not in line:
+                assert time.monotonic() < deadline, "the save never reached its pause"
+                line = child.stderr.readline()
+                assert line or child.poll() is None, f"the child ended before pausing: {child.stderr.read()}"
+            child.send_signal(sig)
+        return child.wait(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        script.unlink()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+@pytest.mark.parametrize("pause", ["staged", "data-moved", "model-moved"])
+def test_an_interrupted_save_leaves_a_consistent_pair(tmp_path, pause, sig):
+    path = tmp_path / "m.onnx"
+    assert save_in_child(path, 1, None, None) == 0
+    assert matches(path, 1)
+
+    code = save_in_child(path, 2, pause, sig)
+    assert code != 0
+    # Whatever the instant, the model on disk computes with its own weights: the old pair, or the new.
+    assert matches(path, 2 if pause == "model-moved" else 1)
+    assert _save.referenced_data(path) <= set(data_files(tmp_path))
+    if sig is signal.SIGKILL:
+        left = hidden(tmp_path)
+        assert left == [] or all(name.startswith(_save.STAGING_PREFIX) for name in left)
+    else:  # SIGTERM and SIGINT clean up their staging folder
+        assert hidden(tmp_path) == []
+
+    # The next save cleans whatever a killed save left: staging folders and orphaned data files.
+    assert save_in_child(path, 3, None, None) == 0
+    assert matches(path, 3)
+    assert hidden(tmp_path) == [] and data_files(tmp_path) == sorted(_save.referenced_data(path))
