@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,8 @@ def run(capsys, *argv):
 
 
 def test_console_script_is_installed_and_prints_packs():
-    proc = subprocess.run(["opreg", "plugins", "--json"], capture_output=True, text=True, check=True)
+    script = Path(sys.executable).parent / "opreg"  # the console script of the environment running the suite
+    proc = subprocess.run([script, "plugins", "--json"], capture_output=True, text=True, check=True)
     packs = {p["name"]: p for p in json.loads(proc.stdout)}
     assert packs["core"]["distribution"] == "opreg" and packs["core"]["status"] == "loaded"
     assert packs["ort_contrib"]["profiles"] == ["onnxruntime"]
