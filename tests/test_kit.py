@@ -84,7 +84,7 @@ def failed(report: PackCheck, check: str) -> list[CheckResult]:
 
 @pytest.mark.parametrize("name", ["test_customop", "opreg-test-customop", "opreg_test_customop", "OPREG.test-customop"])
 def test_a_pack_is_found_by_pack_distribution_or_module_name(name):
-    assert find_pack(name).ep.name == "test_customop"
+    assert find_pack(name).name == "test_customop"
 
 
 def test_an_unknown_pack_is_an_error_listing_the_installed_ones():

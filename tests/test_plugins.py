@@ -299,7 +299,7 @@ def test_runtime_hooks_are_called_per_pack_and_isolated(make_pack):
     make_pack("runtime", body)
     registry = build_registry()
     options: list[str] = []
-    assert ("runtime", None) in registry.call_hook("opreg_configure_session", options=options)
+    assert registry.call_hook("opreg_configure_session", options=options) == []  # None results are not listed
     assert options == ["configured"]
     # the raising pack is logged and left out; the others still answer
     answered = [pack for pack, _ in registry.call_hook("opreg_reference_kernels")]
@@ -322,3 +322,58 @@ def test_schemas_hook_registers_custom_schemas_once(make_pack):
     build_registry()
     build_registry()  # idempotent: a second build does not re-register
     assert onnx.defs.has("TestOnlyDouble", 1, "opreg.test.schemas")
+
+
+TIE_WITH_CORE = """
+from onnxscript.onnx_opset import opset18 as op18
+
+
+def aten_relu(self):
+    return op18.Relu(self)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register("aten::relu", aten_relu, opset=18)  # same priority and requirement as the core pack's
+"""
+
+
+def test_a_tie_with_the_core_pack_goes_to_core_and_is_reported(make_pack):
+    # "aaa" sorts before "core": a tie must not be settled by the sort order of names
+    make_pack("aaa", TIE_WITH_CORE)
+    registry = build_registry()
+    assert registry.resolve("aten::relu", 18).pack == "core"
+    explanation = str(registry.explain("aten::relu", 18))
+    assert "the core pack wins ties unless another pack is preferred" in explanation
+    (group,) = [g for g in opreg.plugins.pack_conflicts(registry.impls()) if str(g[0].op) == "aten::relu.default"]
+    assert [i.pack for i in group] == ["core", "aaa"]
+    with pytest.raises(PluginError, match=r"aten::relu.default: core:aten_relu, aaa:aten_relu tie .*prefer="):
+        build_registry(strict=True)
+
+
+def test_prefer_settles_a_tie_for_the_pack_the_user_names(make_pack):
+    make_pack("aaa", TIE_WITH_CORE)
+    registry = build_registry(prefer={"aten::relu": "aaa"}, strict=True)  # settled: strict passes
+    assert registry.resolve("aten::relu", 18).pack == "aaa"
+    assert "pack 'aaa' is preferred" in str(registry.explain("aten::relu", 18))
+    assert registry.conflicts(18)[0].preferred
+    copy = default_registry().copy()
+    copy.prefer("aten::relu", "aaa")
+    assert copy.resolve("aten::relu", 18).pack == "aaa"
+    with pytest.raises(opreg.NoImplementationError, match="cannot prefer pack 'core' for aten::gelu_backward"):
+        copy.prefer("aten::gelu_backward", "core")
+    with pytest.raises(PluginNotFoundError, match="no installed pack to prefer named 'nosuch'"):
+        build_registry(prefer={"aten::relu": "nosuch"})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"plugins": "ort_contrib"}, r"plugins= takes a list of pack names, got the string 'ort_contrib'"),
+        ({"exclude": "core"}, r"exclude= takes a list of pack names, got the string 'core'"),
+        ({"plugins": [None]}, r"plugins= takes pack names \(non-empty strings\), got None"),
+    ],
+)
+def test_a_selection_of_the_wrong_type_is_named(kwargs, message):
+    with pytest.raises(opreg.InvalidArgumentError, match=message):
+        default_registry(**kwargs)

@@ -243,10 +243,7 @@ def test_unannotated_attribute_without_schema_is_rejected():
 
 
 def registry_of(*impls):
-    registry = opreg.Registry()
-    for impl in impls:
-        registry._add(impl)
-    return registry
+    return opreg.Registry.build(impls).copy()
 
 
 def test_newest_requirement_wins_and_target_is_never_exceeded():

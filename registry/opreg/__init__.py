@@ -10,6 +10,7 @@ from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export
 from opreg.errors import (
     ExportError,
     FrozenRegistryError,
+    InvalidArgumentError,
     InvalidOpNameError,
     InvalidTargetError,
     NoImplementationError,
@@ -26,7 +27,9 @@ from opreg.errors import (
 )
 from opreg.hookspecs import hookimpl
 from opreg.opname import OpName
-from opreg.plugins import PLUGIN_API_VERSION, PackReport, Registrar, build_registry, default_registry
+from opreg.packset import PackReport, PackSet
+from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
+from opreg.registrar import Registrar, Rejection
 from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
 from opreg.targets import (
     OpsetRequirement,
@@ -70,6 +73,7 @@ __all__ = [
     "ExportOptions",
     "Explanation",
     "FrozenRegistryError",
+    "InvalidArgumentError",
     "Impl",
     "InvalidOpNameError",
     "InvalidTargetError",
@@ -80,10 +84,12 @@ __all__ = [
     "OpsetConflictError",
     "OpsetRequirement",
     "PackReport",
+    "PackSet",
     "PluginError",
     "PluginNotFoundError",
     "Registrar",
     "RegistrationError",
+    "Rejection",
     "Registry",
     "RuntimeUnavailableError",
     "SaveError",

@@ -316,7 +316,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     from opreg import exporter
     from opreg.errors import UnsupportedOpsError, VerificationError
-
     from opreg.exporter._save import check_output_path
 
     err = Console(stderr=True, soft_wrap=False, width=None if sys.stderr.isatty() else 160)

@@ -14,6 +14,11 @@ class InvalidOpNameError(OpregError, ValueError):
     """A torch op name is not of the form ``namespace::name[.overload]``."""
 
 
+class InvalidArgumentError(OpregError, TypeError):
+    """An argument of opreg's Python API has the wrong type or form (the message says
+    what it takes)."""
+
+
 class InvalidTargetError(OpregError, ValueError):
     """A target or target profile is malformed, unknown or out of range."""
 

@@ -1,25 +1,37 @@
-"""The hooks an op pack may implement.
+"""The hooks an op pack may implement: the plugin API.
 
 A pack is a module (or object) named by an entry point in the group
 ``opreg.plugins``. It declares ``OPREG_API_VERSION = 1`` (the plugin API it
-was written for) and may declare ``OPREG_REQUIRES_TORCH = ">=2.6"`` (a PEP 440
-specifier). It implements any of the hooks below with ``@opreg.hookimpl``.
+was written for) and may declare ``OPREG_REQUIRES_TORCH = ">=2.13"`` (a PEP
+440 specifier). It implements any of the hooks below with ``@opreg.hookimpl``;
+an ``@opreg.hookimpl`` function that is not one of them makes the pack fail
+to load, naming it.
 
 opreg calls each pack's hooks one pack at a time, so a pack that raises is
-reported and left out without touching the others. Hooks are called when a
-registry is first built, never at import.
+reported and left out without touching the others. The registration hooks
+(``opreg_targets``, ``opreg_schemas``, ``opreg_register_ops``) run when a
+registry is first built; the others when their moment comes (a session, a
+verification, an export with ``embed_functions=True``, the conformance kit).
+Never at import.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from opreg.plugins import Registrar
+    import onnx
+    import onnx.defs
+    import onnxruntime
+    import onnxscript
+    from onnx.reference.op_run import OpRun
+
+    from opreg.registrar import Registrar
+    from opreg.testing import Sample
 
 PROJECT_NAME = "opreg"
 
@@ -31,88 +43,94 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def opreg_register_ops(registry: Registrar) -> None:
     """Register this pack's impls.
 
-    Receives a :class:`opreg.Registrar`; call ``registry.register(op,
-    function, opset=..., domains=..., priority=..., predicate=...)`` once per
-    impl. opreg fills in the pack's name. An impl that fails validation is
-    rejected and reported (the rest of the pack still loads); if every impl is
-    rejected, or the hook raises, the pack is left out. Returns nothing.
-    Called once per registry build.
+    :param registry: the pack's :class:`opreg.Registrar`: call
+        ``registry.register(op, function, opset=..., domains=..., priority=...,
+        predicate=...)`` once per impl, and ``registry.mark_unsupported(op,
+        reason)`` for ops the pack deliberately leaves out. opreg fills in the
+        pack's name.
+    :return: nothing. An impl that fails validation is rejected and reported
+        (the rest of the pack still loads); if every impl is rejected, or the
+        hook raises, the pack is left out.
+
+    Called once per registry build, after :func:`opreg_targets` and
+    :func:`opreg_schemas`.
     """
 
 
 @hookspec
 def opreg_targets() -> Mapping[str, Mapping[str, int]]:
-    """Return named target profiles this pack contributes.
+    """Name the target profiles this pack contributes.
 
-    A dict ``{profile_name: {domain: version}}``, ``""`` (or ``"ai.onnx"``)
-    being the standard domain, e.g. ``{"onnxruntime": {"": 23,
-    "com.microsoft": 1}}``. A name another pack (or opreg) already defines is
-    rejected and reported. Called once per registry build.
+    :return: ``{profile_name: {domain: version}}``, ``""`` (or ``"ai.onnx"``)
+        being the standard domain, e.g. ``{"onnxruntime": {"": 23,
+        "com.microsoft": 1}}``. A name another pack (or opreg) already defines,
+        or an invalid profile, is rejected and reported; the pack still loads.
+
+    Called once per registry build.
     """
 
 
 @hookspec
-def opreg_reference_kernels() -> Sequence[Any]:
-    """Return ``onnx.reference.op_run.OpRun`` subclasses for this pack's custom-domain ops.
+def opreg_reference_kernels() -> Sequence[type[OpRun]]:
+    """Provide ``onnx.reference`` kernels for this pack's custom-domain ops.
 
-    Each class sets ``op_domain``; the reference evaluator uses them to run
-    models that contain the pack's ops without a native runtime. Called when
-    a model is verified with ``onnx.reference``.
+    :return: ``onnx.reference.op_run.OpRun`` subclasses, each setting
+        ``op_domain``; the reference evaluator uses them to run models that
+        contain the pack's ops without a native runtime.
+
+    Called when a model is run or verified with ``onnx.reference``.
     """
 
 
 @hookspec
-def opreg_configure_session(options: Any) -> None:
-    """Prepare an ``onnxruntime.SessionOptions`` for this pack's ops.
+def opreg_configure_session(options: onnxruntime.SessionOptions) -> None:
+    """Prepare an ONNX Runtime session for this pack's ops.
 
-    Receives the options before the session is created; a pack may call
-    ``options.register_custom_ops_library(path)``. Returns nothing. Called each
-    time opreg creates an ONNX Runtime session. Import onnxruntime here, not at
-    module level.
+    :param options: the ``onnxruntime.SessionOptions`` of the session about to
+        be created; a pack may call ``options.register_custom_ops_library(path)``.
+        Import onnxruntime here, not at module level.
+    :return: nothing.
+
+    Called each time opreg creates an ONNX Runtime session.
     """
 
 
 @hookspec
-def opreg_schemas() -> Sequence[Any]:
-    """Return ``onnx.defs.OpSchema`` objects for this pack's custom-domain ops.
+def opreg_schemas() -> Sequence[onnx.defs.OpSchema]:
+    """Describe this pack's custom-domain ops to onnx.
 
-    opreg registers them with onnx once, so the checker, shape inference and
-    optimisers understand the ops. Called when a registry is built.
+    :return: ``onnx.defs.OpSchema`` objects; opreg registers each with onnx
+        once, so the checker, shape inference and optimisers understand them.
+
+    Called once per registry build, before :func:`opreg_register_ops`.
     """
 
 
 @hookspec
-def opreg_functions() -> Sequence[Any]:
-    """Return ONNX function definitions of this pack's custom-domain ops.
+def opreg_functions() -> Sequence[onnx.FunctionProto | onnxscript.OnnxFunction]:
+    """Define this pack's custom-domain ops as ONNX functions.
 
-    Each is an ``onnx.FunctionProto`` or an ``@onnxscript.script`` function
-    whose domain and name are the op's (``test.customop::CustomOpOne``) and
-    whose body uses standard ONNX. ``opreg.export(..., embed_functions=True)``
-    adds the definitions of the ops a model uses as model-local functions, so
-    any ONNX runtime runs the model without the pack's native kernels.
+    :return: ``onnx.FunctionProto`` objects or ``@onnxscript.script``
+        functions whose domain and name are the op's
+        (``test.customop::CustomOpOne``) and whose body uses standard ONNX.
+        ``opreg.export(..., embed_functions=True)`` adds the definitions of the
+        ops a model uses as model-local functions, so any ONNX runtime runs the
+        model without the pack's native kernels.
+
     Called when a model is exported with ``embed_functions=True``.
     """
 
 
 @hookspec
-def opreg_samples() -> Mapping[str, Sequence[Any]]:
-    """Return sample inputs for this pack's custom torch ops, for the conformance kit.
+def opreg_samples() -> Mapping[str, Sequence[Sample]]:
+    """Provide sample inputs for this pack's custom torch ops, for the conformance kit.
 
-    A dict ``{torch_op: [opreg.testing.Sample, ...]}`` (e.g.
-    ``{"mylibrary::addandround_op": [Sample.of(torch.randn(3, 4))]}``).
-    ``opreg.testing.check_pack`` exports each impl with these samples and
-    compares with eager PyTorch; ATen ops get PyTorch's OpInfo samples
-    instead, so a pack need not provide samples for them. Called only by the
-    kit (``opreg pack-check``, the ``opreg`` pytest plugin), never on export.
+    :return: ``{torch_op: [opreg.testing.Sample, ...]}`` (e.g.
+        ``{"mylibrary::addandround_op": [Sample.of(torch.randn(3, 4))]}``).
+        ``opreg.testing.check_pack`` exports each impl with these samples and
+        compares with eager PyTorch; ATen ops get PyTorch's OpInfo samples
+        instead, so a pack need not provide samples for them.
+
+    Called only by the kit (``opreg pack-check``, the ``opreg`` pytest
+    plugin), never on export.
     """
-
-
-HOOK_NAMES: tuple[str, ...] = (
-    "opreg_register_ops",
-    "opreg_targets",
-    "opreg_reference_kernels",
-    "opreg_configure_session",
-    "opreg_schemas",
-    "opreg_functions",
-    "opreg_samples",
-)

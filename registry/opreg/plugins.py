@@ -1,11 +1,13 @@
-"""Finding, loading and isolating op packs.
+"""Finding, loading and isolating op packs, and building registries from them.
 
 Packs are entry points in the group ``opreg.plugins`` (the core pack too).
 Nothing is imported until a registry is first asked for. Each pack is loaded
-and hooked on its own: a pack that fails to import, is written for another
-plugin API or torch, raises in a hook, or has every impl rejected is reported
-and left out, and the others load as usual. ``strict=True`` turns any such
-failure into a :class:`PluginError`.
+and hooked on its own (pluggy's ``check_pending`` and ``subset_hook_caller``,
+one pack at a time): a pack that fails to import, is written for another
+plugin API or torch, implements an unknown hook, raises in a hook, or has
+every impl rejected is reported and left out, and the others load as usual.
+``strict=True`` turns any such failure, and any tie between packs the user
+has not settled with ``prefer=``, into a :class:`PluginError`.
 """
 
 from __future__ import annotations
@@ -16,144 +18,68 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pluggy
 
 from opreg import hookspecs
-from opreg.errors import OpregError, PluginError, PluginNotFoundError
+from opreg.errors import InvalidArgumentError, InvalidTargetError, OpregError, PluginError, PluginNotFoundError
 from opreg.opname import OpName
-from opreg.registry import USER_PACK, Impl, Predicate, Registry, build_impl
-from opreg.targets import VersionRangeLike
+from opreg.packset import DISABLED, FAILED, INCOMPATIBLE, LOADED, PackReport, PackSet
+from opreg.registrar import Registrar, Rejection
+from opreg.registry import CORE_PACK, USER_PACK, Impl, Registry
+from opreg.targets import BUILTIN_PROFILES, Target, domain_label
 
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "opreg.plugins"
-CORE_PACK = "core"
-"""Entry-point name of the core pack (distribution ``opreg``)."""
 AUTOLOAD_ENV = "OPREG_DISABLE_PLUGIN_AUTOLOAD"
 """Set to ``1`` to load only the core pack and the packs asked for by name."""
 PLUGIN_API_VERSION = 1
 """The plugin API this opreg serves; packs declare it as ``OPREG_API_VERSION``."""
 SUPPORTED_API_VERSIONS = frozenset({1})
-
-LOADED = "loaded"
-FAILED = "failed"
-DISABLED = "disabled"
-INCOMPATIBLE = "incompatible"
+SLOW_IMPORT_SECONDS = 1.0
+"""A pack whose import and registration take longer is reported as slow: every
+process that builds a registry pays it (defer heavy imports into the hooks)."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Rejection:
-    """An impl a pack tried to register and opreg refused."""
-
-    op: str
-    function: str
-    error: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PackReport:
-    """What happened to one discovered pack.
-
-    Fields:
-        name: the entry-point name (what ``-p NAME`` takes).
-        distribution: the distribution that declares it.
-        version: that distribution's version.
-        value: the entry point's target (``module`` or ``module:attr``).
-        status: ``loaded``, ``failed``, ``incompatible`` or ``disabled``.
-        reason: why it is not loaded (or what went partly wrong), else ``""``.
-        hook: the hook that failed, if one did.
-        impls: how many impls it registered.
-        domains: the ONNX domains its impls emit.
-        profiles: the target profiles it contributes.
-        rejected: impls opreg refused.
-    """
-
-    name: str
-    distribution: str
-    version: str
-    value: str
-    status: str
-    reason: str = ""
-    hook: str | None = None
-    impls: int = 0
-    domains: tuple[str, ...] = ()
-    profiles: tuple[str, ...] = ()
-    rejected: tuple[Rejection, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.status in (LOADED, DISABLED) and not self.rejected
-
-    def describe(self) -> str:
-        where = f"pack {self.name!r} ({self.distribution} {self.version})"
-        hook = f" in hook {self.hook}" if self.hook else ""
-        return f"{where} {self.status}{hook}: {self.reason}" if self.reason else f"{where} {self.status}"
-
-
-class Registrar:
-    """The registry as a pack sees it in ``opreg_register_ops``.
-
-    :meth:`register` validates each impl at once; a refused impl is recorded
-    (and logged) instead of raised, so one bad impl does not cost the pack
-    its others. Nothing reaches the registry until the pack's hook returns.
-    """
-
-    def __init__(self, pack: str) -> None:
-        self.pack = pack
-        self.impls: list[Impl] = []
-        self.rejected: list[Rejection] = []
-        self.declined: dict[OpName, str] = {}
-
-    def register(
-        self,
-        op: Any,
-        function: Any,
-        *,
-        opset: VersionRangeLike | None = None,
-        domains: Mapping[str, VersionRangeLike] | None = None,
-        priority: int = 0,
-        predicate: Predicate | None = None,
-    ) -> Impl | None:
-        """Register ``function`` for torch op ``op``; see :meth:`opreg.Registry.register`.
-
-        Returns the impl, or ``None`` if it was rejected (the reason is in the
-        pack's report, ``opreg plugins`` and the log).
-        """
-        try:
-            impl = build_impl(
-                op, function, opset=opset, domains=domains, priority=priority,
-                predicate=predicate, pack=self.pack, override=False,
-            )  # fmt: skip
-        except Exception as e:  # a pack's mistake must not break the build
-            name = getattr(function, "name", None) or getattr(function, "__name__", repr(function))
-            self.rejected.append(Rejection(str(op), str(name), f"{type(e).__name__}: {e}"))
-            logger.warning("pack %r: impl %s for %s rejected: %s", self.pack, name, op, e)
-            return None
-        self.impls.append(impl)
-        return impl
-
-    def mark_unsupported(self, op: Any, reason: str) -> None:
-        """Declare that this pack deliberately has no impl for ``op``, and why
-        (e.g. ONNX cannot express it); ``opreg check`` and export errors show the reason."""
-        self.declined[OpName.of(op)] = str(reason)
+def hook_names() -> tuple[str, ...]:
+    """The hooks a pack may implement: every spec in :mod:`opreg.hookspecs`, in its order."""
+    marker = f"{hookspecs.PROJECT_NAME}_spec"
+    return tuple(name for name, value in vars(hookspecs).items() if hasattr(value, marker))
 
 
 # -- discovery ------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Found:
-    """An entry point with its distribution's name and version, read once."""
+class DiscoveredPack:
+    """An installed pack's entry point, with its distribution's name and version (read once).
 
-    ep: importlib.metadata.EntryPoint
+    Fields:
+        entry_point: the ``importlib.metadata.EntryPoint`` in group ``opreg.plugins``.
+        distribution: the name of the distribution that declares it (``"?"`` if unknown).
+        version: that distribution's version.
+    """
+
+    entry_point: importlib.metadata.EntryPoint
     distribution: str
     version: str
 
+    @property
+    def name(self) -> str:
+        """The pack's name: the entry point's name (what ``-p NAME`` takes)."""
+        return self.entry_point.name
+
+    @property
+    def module(self) -> str:
+        """The module the entry point names."""
+        return self.entry_point.module
+
     @classmethod
-    def of(cls, ep: importlib.metadata.EntryPoint) -> _Found:
+    def of(cls, ep: importlib.metadata.EntryPoint) -> DiscoveredPack:
         if ep.dist is None:
             return cls(ep, "?", "?")
         metadata = ep.dist.metadata  # parsed once here; .name/.version would each re-read it
@@ -161,8 +87,9 @@ class _Found:
 
 
 _cache_lock = threading.RLock()
-_ep_cache: dict[tuple[str, ...], tuple[_Found, ...]] = {}
+_ep_cache: dict[tuple[str, ...], tuple[DiscoveredPack, ...]] = {}
 _registry_cache: dict[tuple, Registry] = {}
+_warned: set[tuple[str, str]] = set()
 
 
 def clear_cache() -> None:
@@ -172,24 +99,23 @@ def clear_cache() -> None:
         _registry_cache.clear()
 
 
-def _discovered() -> tuple[_Found, ...]:
-    """Entry points of the group ``opreg.plugins`` in load order, cached per ``sys.path``:
-    the core pack first, then by name and distribution. The load order decides
-    which of two packs keeps a contested profile name (the later one is reported).
-    Nothing is imported."""
+def discovered() -> tuple[DiscoveredPack, ...]:
+    """The installed packs in load order, cached per ``sys.path``: the core pack first,
+    then by name and distribution. The load order decides which of two packs keeps
+    a contested profile name (the later one is reported). Nothing is imported."""
     key = tuple(sys.path)
     with _cache_lock:
         found = _ep_cache.get(key)
         if found is None:
-            eps = [_Found.of(ep) for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
-            found = tuple(sorted(eps, key=lambda f: (f.ep.name != CORE_PACK, f.ep.name, f.distribution)))
+            eps = [DiscoveredPack.of(ep) for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
+            found = tuple(sorted(eps, key=lambda f: (f.name != CORE_PACK, f.name, f.distribution)))
             _ep_cache[key] = found
     return found
 
 
 def discover() -> tuple[importlib.metadata.EntryPoint, ...]:
     """Entry points of the group ``opreg.plugins``, in load order; nothing is imported."""
-    return tuple(f.ep for f in _discovered())
+    return tuple(f.entry_point for f in discovered())
 
 
 def autoload_disabled() -> bool:
@@ -207,6 +133,32 @@ def _selection_reason(name: str, plugins: frozenset[str] | None, exclude: frozen
     if autoload_disabled():
         return f"autoload is off ({AUTOLOAD_ENV}); request it with plugins= or -p {name}"
     return None
+
+
+def _names(value: Iterable[str] | None, what: str) -> frozenset[str] | None:
+    """A selection argument as a set of pack names; a lone string is a mistake worth naming."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise InvalidArgumentError(
+            f"{what}= takes a list of pack names, got the string {value!r}: write {what}=[{value!r}]"
+        )
+    names = frozenset(value)
+    bad = sorted(repr(n) for n in names if not isinstance(n, str) or not n)
+    if bad:
+        raise InvalidArgumentError(f"{what}= takes pack names (non-empty strings), got {', '.join(bad)}")
+    return names
+
+
+def require_installed(names: Iterable[str], what: str = "pack") -> None:
+    """Raise :class:`PluginNotFoundError` naming every pack in ``names`` that is not installed."""
+    installed = {f.name for f in discovered()}
+    missing = sorted(set(names) - installed)
+    if missing:
+        raise PluginNotFoundError(
+            f"no installed {what} named {', '.join(map(repr, missing))}; installed packs: "
+            f"{', '.join(sorted(installed)) or 'none'} (pip install the pack, or check `opreg plugins`)"
+        )
 
 
 # -- loading --------------------------------------------------------------------
@@ -248,6 +200,8 @@ def _incompatibility(obj: Any) -> str | None:
 
 @dataclasses.dataclass
 class _Loaded:
+    """One pack after its registration hooks ran: what it contributes, not yet in a registry."""
+
     report: PackReport
     plugin: Any = None
     registrar: Registrar | None = None
@@ -255,17 +209,30 @@ class _Loaded:
     schemas: list[Any] = dataclasses.field(default_factory=list)
 
 
-def _call(pm: pluggy.PluginManager, plugin: Any, hook: str, **kwargs: Any) -> list[Any]:
-    """Call one plugin's implementation of ``hook`` (if it has one)."""
-    results = []
-    for impl in getattr(pm.hook, hook).get_hookimpls():
-        if impl.plugin is plugin:
-            results.append(impl.function(**{k: kwargs[k] for k in impl.argnames}))
-    return results
+def _call_one(pm: pluggy.PluginManager, plugin: Any, hook: str, **kwargs: Any) -> list[Any]:
+    """The non-``None`` results of ``plugin``'s ``hook`` (if it implements it)."""
+    others = [p for p in pm.get_plugins() if p is not plugin]
+    return list(pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs))
 
 
-def _load_one(pm: pluggy.PluginManager, ep: importlib.metadata.EntryPoint, base: PackReport) -> _Loaded:
-    def failed(reason: str, hook: str | None = None, status: str = FAILED) -> _Loaded:
+def _warn_once(pack: str, reason: str, error: BaseException | None = None) -> None:
+    """A failed pack is logged once per process at WARNING (its one-line reason), the
+    traceback at DEBUG: every registry build meets the same failure again."""
+    with _cache_lock:
+        if (pack, reason) in _warned:
+            return
+        _warned.add((pack, reason))
+    logger.warning("pack %r left out: %s", pack, reason)
+    if error is not None:
+        logger.debug("pack %r: traceback of the failure", pack, exc_info=error)
+
+
+def _load_one(pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport) -> _Loaded:
+    ep = found.entry_point
+    started = time.perf_counter()
+
+    def failed(reason: str, hook: str | None = None, status: str = FAILED, error: BaseException | None = None):
+        _warn_once(ep.name, f"{hook + ': ' if hook else ''}{reason}", error)
         return _Loaded(dataclasses.replace(base, status=status, reason=reason, hook=hook))
 
     if not ep.pattern.match(ep.value):
@@ -276,79 +243,89 @@ def _load_one(pm: pluggy.PluginManager, ep: importlib.metadata.EntryPoint, base:
     try:
         obj = ep.load()
     except Exception as e:
-        logger.warning("pack %r (%s) failed to import: %s", ep.name, base.distribution, e, exc_info=True)
-        return failed(f"import of {ep.value} failed: {type(e).__name__}: {e}")
+        return failed(f"import of {ep.value} failed: {type(e).__name__}: {e}", error=e)
 
     problem = _incompatibility(obj)
     if problem is not None:
-        logger.warning("pack %r left out: %s", ep.name, problem)
         return failed(problem, status=INCOMPATIBLE)
 
     try:
         pm.register(obj, name=ep.name)
     except Exception as e:
-        return failed(f"bad hook implementation: {e}")
-    unknown = sorted(hc.name for hc in pm.get_hookcallers(obj) or () if hc.spec is None)
-    if unknown:
+        return failed(f"bad hook implementation: {e}", error=e)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as e:
         pm.unregister(obj)
-        known = ", ".join(hookspecs.HOOK_NAMES)
-        return failed(f"implements unknown hook(s) {', '.join(unknown)}; the hooks are {known}")
+        return failed(f"{e}; the hooks are {', '.join(hook_names())}")
 
     loaded = _Loaded(base, plugin=obj)
     hook = "opreg_targets"
     try:
-        for result in _call(pm, obj, hook):
+        for result in _call_one(pm, obj, hook):
             if not isinstance(result, Mapping):
                 raise PluginError(f"must return a dict of profile -> {{domain: version}}, got {type(result).__name__}")
             loaded.profiles.update({name: dict(versions) for name, versions in result.items()})
         hook = "opreg_schemas"
-        for result in _call(pm, obj, hook):
+        for result in _call_one(pm, obj, hook):
             loaded.schemas.extend(result or ())
         hook = "opreg_register_ops"
         registrar = Registrar(ep.name)
-        _call(pm, obj, hook, registry=registrar)
+        _call_one(pm, obj, hook, registry=registrar)
     except Exception as e:
         pm.unregister(obj)
-        logger.warning("pack %r: hook %s raised: %s", ep.name, hook, e, exc_info=True)
-        return failed(f"{type(e).__name__}: {e}", hook=hook)
+        return failed(f"{type(e).__name__}: {e}", hook=hook, error=e)
     loaded.registrar = registrar
+    loaded.report = dataclasses.replace(base, seconds=time.perf_counter() - started)
     return loaded
 
 
-def _commit(registry: Registry, loaded: _Loaded) -> PackReport:
-    """Move a loaded pack's profiles, schemas and impls into ``registry``."""
+def _settle(loaded: _Loaded, taken_profiles: Mapping[str, str]) -> tuple[PackReport, list[tuple[str, dict, str]]]:
+    """The report of a loaded pack and the profiles it may add (a name already taken is reported)."""
     report = loaded.report
     registrar = loaded.registrar
     assert registrar is not None
     rejected = tuple(registrar.rejected)
     if rejected and not registrar.impls:
+        reason = f"all {len(rejected)} impl(s) rejected; first: {rejected[0].op}: {rejected[0].error}"
+        _warn_once(report.name, reason)
         return dataclasses.replace(
-            report, status=FAILED, hook="opreg_register_ops", rejected=rejected,
-            reason=f"all {len(rejected)} impl(s) rejected; first: {rejected[0].op}: {rejected[0].error}",
-        )  # fmt: skip
+            report, status=FAILED, hook="opreg_register_ops", rejected=rejected, reason=reason
+        ), []
     problems = []
     profiles = []
     for name, versions in loaded.profiles.items():
+        if name in taken_profiles:
+            problems.append(
+                f"profile {name!r} rejected: target profile {name!r} from {report.name} is already defined by "
+                f"{taken_profiles[name]}: choose another name"
+            )
+            continue
         try:
-            registry.add_profile(name, versions, pack=report.name)
-            profiles.append(name)
-        except OpregError as e:
+            if not isinstance(name, str) or not name.isidentifier():
+                raise InvalidTargetError(f"profile name must be an identifier, got {name!r}")
+            Target.of(dict(versions))
+        except (OpregError, TypeError, ValueError) as e:
             problems.append(f"profile {name!r} rejected: {e}")
+            continue
+        profiles.append((name, versions, report.name))
     try:
         _register_schemas(loaded.schemas)
     except Exception as e:
         problems.append(f"schemas rejected: {e}")
-    for impl in registrar.impls:  # built by this build's Registrar, used nowhere else
-        registry._add(impl, owned=True)
-    for op, reason in registrar.declined.items():
-        registry.mark_unsupported(op, reason, pack=report.name)
     if rejected:
         problems.append(f"{len(rejected)} impl(s) rejected")
-    domains = sorted({d or "ai.onnx" for i in registrar.impls for d in ("", *dict(i.requirement.domains))})
-    return dataclasses.replace(
+    if report.seconds > SLOW_IMPORT_SECONDS:
+        problems.append(
+            f"slow: importing and registering took {report.seconds:.1f} s, paid by every process that builds a "
+            "registry (import heavy modules inside the hooks that need them)"
+        )
+    domains = sorted({domain_label(d) for i in registrar.impls for d in ("", *dict(i.requirement.domains))})
+    report = dataclasses.replace(
         report, status=LOADED, reason="; ".join(problems), impls=len(registrar.impls),
-        domains=tuple(domains), profiles=tuple(profiles), rejected=rejected,
+        domains=tuple(domains), profiles=tuple(name for name, _, _ in profiles), rejected=rejected,
     )  # fmt: skip
+    return report, profiles
 
 
 def _register_schemas(schemas: Iterable[Any]) -> None:
@@ -365,128 +342,128 @@ def _register_schemas(schemas: Iterable[Any]) -> None:
             onnx.defs.register_schema(schema)
 
 
-def require_installed(names: Iterable[str]) -> None:
-    """Raise :class:`PluginNotFoundError` naming every pack in ``names`` that is not installed."""
-    installed = {f.ep.name for f in _discovered()}
-    missing = sorted(set(names) - installed)
-    if missing:
-        raise PluginNotFoundError(
-            f"no installed pack named {', '.join(map(repr, missing))}; installed packs: "
-            f"{', '.join(sorted(installed)) or 'none'} (pip install the pack, or check `opreg plugins`)"
-        )
+def pack_conflicts(impls: Iterable[Impl], preferences: Mapping[OpName, str] | None = None) -> list[tuple[Impl, ...]]:
+    """Groups of unconditional impls of one op from different packs that tie wherever a
+    target admits them (same override, priority and requirement rank), and that no
+    preference settles; each group in the order resolution uses."""
+    preferences = preferences or {}
+    groups: dict[tuple, list[Impl]] = {}
+    for impl in impls:
+        if impl.predicate is None and not impl.override:
+            groups.setdefault((impl.op, impl.tie_key()), []).append(impl)
+    found = []
+    for (op, _), group in sorted(groups.items(), key=lambda kv: str(kv[0][0])):
+        if len({i.pack for i in group}) > 1 and preferences.get(op) not in {i.pack for i in group}:
+            found.append(tuple(sorted(group, key=lambda i: i.tie_break())))
+    return found
 
 
 def build_registry(
     plugins: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
     strict: bool = False,
+    prefer: Mapping[Any, str] | None = None,
 ) -> Registry:
-    """Load the selected packs into a new (unfrozen, uncached) registry.
+    """Load the selected packs into a new, frozen (uncached) registry.
 
     ``plugins``: pack names to load besides the core pack (``None``: every
     installed pack, unless ``OPREG_DISABLE_PLUGIN_AUTOLOAD`` is set).
-    ``exclude``: pack names to leave out (the core pack too). ``strict``: raise
-    :class:`PluginError` if any selected pack fails. The load reports are in
-    ``registry.packs``.
+    ``exclude``: pack names to leave out (the core pack too). ``prefer``:
+    op -> pack that wins that op's ties (by default the core pack does).
+    ``strict``: raise :class:`PluginError` if any selected pack fails, or if
+    packs tie on an op that ``prefer`` does not settle. The load reports and
+    the packs' hooks are in ``registry.packs``.
     """
-    wanted = None if plugins is None else frozenset(plugins)
-    unwanted = frozenset(exclude or ())
-    found = _discovered()
+    wanted = _names(plugins, "plugins")
+    unwanted = _names(exclude, "exclude") or frozenset()
+    preferences = {OpName.of(op): pack for op, pack in (prefer or {}).items()}
     require_installed(wanted or ())
+    require_installed(set(preferences.values()) - {USER_PACK}, "pack to prefer")
 
-    registry = Registry()
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     reports: list[PackReport] = []
-    plugin_objects: dict[str, Any] = {}
+    impls: list[Impl] = []
+    profiles: list[tuple[str, dict, str]] = []
+    unsupported: list[tuple[OpName, str, str]] = []
+    loaded_plugins: dict[str, Any] = {}
     seen: dict[str, str] = {}
-    for f in found:
-        ep = f.ep
-        base = PackReport(ep.name, f.distribution, f.version, ep.value, DISABLED)
-        if ep.name in seen:
-            reports.append(dataclasses.replace(
-                base, status=FAILED, reason=f"pack name {ep.name!r} is already taken by {seen[ep.name]}",
-            ))  # fmt: skip
+    for found in discovered():
+        name = found.name
+        base = PackReport(name, found.distribution, found.version, found.entry_point.value, DISABLED)
+        if name in seen:
+            reason = f"pack name {name!r} is already taken by {seen[name]}"
+            _warn_once(name, reason)
+            reports.append(dataclasses.replace(base, status=FAILED, reason=reason))
             continue
-        seen[ep.name] = base.distribution
-        reason = _selection_reason(ep.name, wanted, unwanted)
+        seen[name] = base.distribution
+        reason = _selection_reason(name, wanted, unwanted)
         if reason is not None:
             reports.append(dataclasses.replace(base, reason=reason))
             continue
-        loaded = _load_one(pm, ep, base)
-        report = _commit(registry, loaded) if loaded.registrar is not None else loaded.report
-        if report.status == LOADED:
-            plugin_objects[ep.name] = loaded.plugin
-        elif loaded.plugin is not None:
-            pm.unregister(loaded.plugin)
+        loaded = _load_one(pm, found, base)
+        if loaded.registrar is None:
+            reports.append(loaded.report)
+            continue
+        taken = {**{n: "opreg" for n in BUILTIN_PROFILES}, **{n: p for n, _, p in profiles}}
+        report, accepted = _settle(loaded, taken)
         reports.append(report)
+        if report.status != LOADED:
+            pm.unregister(loaded.plugin)
+            continue
+        loaded_plugins[name] = loaded.plugin
+        impls += loaded.registrar.impls
+        profiles += accepted
+        unsupported += [(op, name, why) for op, why in loaded.registrar.declined.items()]
 
-    registry.packs = tuple(reports)
-    registry._hooks = _PackHooks(pm, plugin_objects)
+    packs = PackSet(tuple(reports), pm, loaded_plugins)
+    known = {(i.op, i.pack) for i in impls}
+    settled = {op: pack for op, pack in preferences.items() if (op, pack) in known}
+    registry = Registry.build(impls, profiles=profiles, unsupported=unsupported, preferences=settled, packs=packs)
     if strict:
-        bad = [r for r in reports if not r.ok]
-        if bad:
-            raise PluginError(
-                "strict mode: "
-                + "; ".join(r.describe() for r in bad)
-                + " (fix or exclude these packs, or drop strict mode to leave them out)"
-            )
+        _refuse_problems(reports, impls, preferences)
     return registry
 
 
-class _PackHooks:
-    """Calls the loaded packs' runtime hooks one pack at a time."""
-
-    def __init__(self, pm: pluggy.PluginManager, plugins: Mapping[str, Any]) -> None:
-        self._pm = pm
-        self._plugins = dict(plugins)
-
-    def call(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """``(pack, result)`` for each loaded pack implementing ``hook``; a pack
-        that raises is logged and skipped."""
-        results = []
-        for name, plugin in self._plugins.items():
-            try:
-                for result in _call(self._pm, plugin, hook, **kwargs):
-                    results.append((name, result))
-            except Exception:
-                logger.exception("pack %r: hook %s raised; leaving it out", name, hook)
-        return results
-
-    def implemented(self, pack: str) -> tuple[str, ...]:
-        """The hooks loaded pack ``pack`` implements, sorted (``()`` if it is not loaded)."""
-        plugin = self._plugins.get(pack)
-        if plugin is None:
-            return ()
-        return tuple(sorted({hc.name for hc in self._pm.get_hookcallers(plugin) or ()}))
-
-    def call_pack(self, pack: str, hook: str, **kwargs: Any) -> list[Any]:
-        """The results of loaded pack ``pack``'s ``hook``; unlike :meth:`call`, an
-        exception propagates (the conformance kit reports it)."""
-        return _call(self._pm, self._plugins[pack], hook, **kwargs)
+def _refuse_problems(reports: Iterable[PackReport], impls: Iterable[Impl], preferences: Mapping[OpName, str]) -> None:
+    problems = [r.describe() for r in reports if not r.ok]
+    problems += [
+        f"{group[0].op}: {', '.join(i.label for i in group)} tie (settle it with prefer={{'{group[0].op}': PACK}} "
+        f"or -p no:PACK)"
+        for group in pack_conflicts(impls, preferences)
+    ]
+    if problems:
+        raise PluginError(
+            "strict mode: "
+            + "; ".join(problems)
+            + " (fix or exclude these packs, or drop strict mode to leave them out)"
+        )
 
 
 def default_registry(
     plugins: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
     strict: bool = False,
+    prefer: Mapping[Any, str] | None = None,
 ) -> Registry:
     """The registry built from the installed packs, shared and frozen.
 
-    Cached per plugin selection and installed packs; :meth:`Registry.copy`
-    it to add impls of your own. Arguments as for :func:`build_registry`.
+    Cached per plugin selection, preferences and installed packs;
+    :meth:`Registry.copy` it to add impls of your own. Arguments as for
+    :func:`build_registry`.
     """
     key = (
-        None if plugins is None else frozenset(plugins),
-        frozenset(exclude or ()),
+        _names(plugins, "plugins"),
+        _names(exclude, "exclude") or frozenset(),
         bool(strict),
+        tuple(sorted((str(OpName.of(op)), pack) for op, pack in (prefer or {}).items())),
         autoload_disabled(),
-        _discovered(),
+        discovered(),
     )
     with _cache_lock:
         registry = _registry_cache.get(key)
         if registry is None:
-            registry = build_registry(plugins, exclude, strict).freeze()
+            registry = build_registry(plugins, exclude, strict, prefer)
             _registry_cache[key] = registry
     return registry
 
@@ -494,14 +471,24 @@ def default_registry(
 __all__ = [
     "AUTOLOAD_ENV",
     "CORE_PACK",
+    "DISABLED",
     "ENTRY_POINT_GROUP",
+    "FAILED",
+    "INCOMPATIBLE",
+    "LOADED",
     "PLUGIN_API_VERSION",
+    "USER_PACK",
+    "DiscoveredPack",
     "PackReport",
+    "PackSet",
     "Registrar",
     "Rejection",
     "build_registry",
     "clear_cache",
     "default_registry",
     "discover",
-    "USER_PACK",
+    "discovered",
+    "hook_names",
+    "pack_conflicts",
+    "require_installed",
 ]

@@ -6,26 +6,29 @@ Resolution (DESIGN.md §4) for one op, one target and optionally one node:
 2. order the rest by: explicit user override first, then higher priority,
    then the newest requirement (ai.onnx minimum, then the custom domains it
    uses), then impls with a predicate before unconditional ones at the same
-   rank, then pack name, function name, requirement and registration order
-   (so the same impls always give the same answer, whatever their order);
+   rank (:meth:`Impl.rank`); what still ties is broken by the pack the user
+   prefers for the op (:meth:`Registry.prefer`), else the core pack, else pack
+   name, function name and requirement (:meth:`Impl.tie_break`), and last
+   registration order, so the same impls always give the same answer;
 3. the first impl whose predicate accepts the node (or that has none) wins.
 
 Two unconditional impls that tie on override, priority and requirement are a
 *conflict*: the order above still picks one, and :meth:`Registry.conflicts`
-and :meth:`Registry.explain` report it.
+and :meth:`Registry.explain` report it (``opreg plugins``, ``opreg check`` and
+``export`` warn; ``--strict`` refuses a conflict the user has not settled).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opreg import _inspect
 from opreg.errors import FrozenRegistryError, InvalidTargetError, NoImplementationError, RegistrationError
 from opreg.opname import OpName
+from opreg.packset import PackSet
 from opreg.targets import (
     BUILTIN_PROFILES,
     ONNX_DOMAIN,
@@ -42,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 USER_PACK = "<user>"
 """Pack name of impls registered by hand on a :class:`Registry`."""
+CORE_PACK = "core"
+"""Entry-point name of the core pack (distribution ``opreg``): it wins unconditional ties."""
 
 Predicate = Callable[[Any], bool]
 
@@ -63,7 +68,6 @@ class Impl:
         kind: ``"script"`` or ``"trace"``.
         name: the function's name, as shown in reports.
         schema_checked: whether its signature was checked against torch's schema.
-        seq: registration order within its registry, the last tie-breaker.
         params: the function's parameters as read at registration (the
             exporter maps a node's arguments onto them).
     """
@@ -78,7 +82,6 @@ class Impl:
     kind: str = _inspect.TRACE
     name: str = ""
     schema_checked: bool = False
-    seq: int = 0
     params: _inspect.Params | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -97,20 +100,19 @@ class Impl:
     def label(self) -> str:
         return f"{self.pack}:{self.name}"
 
-    def sort_key(self) -> tuple:
+    def rank(self) -> tuple:
+        """What resolution orders impls by, best first: user override, priority, newest
+        requirement, and a predicate before no predicate. Impls of equal rank tie."""
         onnx_min, n_domains, domain_sum = self.requirement.rank()
-        return (
-            not self.override,
-            -self.priority,
-            -onnx_min,
-            -n_domains,
-            -domain_sum,
-            self.predicate is None,
-            self.pack,
-            self.name,
-            str(self.requirement),  # same pack and name, same rank: still independent of order
-            self.seq,
-        )
+        return (not self.override, -self.priority, -onnx_min, -n_domains, -domain_sum, self.predicate is None)
+
+    def tie_break(self) -> tuple:
+        """How a tie is broken when the user has not said which pack they prefer: the core
+        pack first, then pack and function name (never registration order)."""
+        return (self.pack != CORE_PACK, self.pack, self.name, str(self.requirement))
+
+    def sort_key(self) -> tuple:
+        return (*self.rank(), *self.tie_break())
 
     def tie_key(self) -> tuple:
         return (self.override, self.priority, self.requirement.rank())
@@ -176,40 +178,83 @@ class Explanation:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Conflict:
-    """Unconditional impls of one op that tie for a target; ``impls[0]`` wins."""
+    """Unconditional impls of one op that tie for a target; ``impls[0]`` wins.
+
+    Fields:
+        op: the torch op.
+        target: the target they tie at.
+        impls: the tied impls, the one used first.
+        preferred: the user chose the winner (:meth:`Registry.prefer`); otherwise
+            it won by the default rule (the core pack, else pack name).
+    """
 
     op: OpName
     target: Target
     impls: tuple[Impl, ...]
+    preferred: bool = False
 
     def __str__(self) -> str:
         names = ", ".join(i.label for i in self.impls)
-        return f"{self.op} at {self.target}: {names} tie; {self.impls[0].label} is used"
+        how = "as preferred" if self.preferred else "by default; choose with prefer="
+        return f"{self.op} at {self.target}: {names} tie; {self.impls[0].label} is used ({how})"
 
 
 class Registry:
     """Torch op -> impls, with profiles and resolution for targets.
 
-    Build one by hand (``Registry()`` then :meth:`register`) or get the one
-    built from the installed packs with :func:`opreg.default_registry`, which
-    is shared and frozen: :meth:`copy` it to extend it.
+    :func:`opreg.default_registry` gives the registry built from the installed
+    packs (:meth:`build`): shared and frozen, a value. :meth:`copy` it to
+    extend it, or start from ``Registry()``; :meth:`register`,
+    :meth:`add_profile`, :meth:`mark_unsupported` and :meth:`prefer` change an
+    unfrozen registry.
+
+    Attributes:
+        packs: the :class:`opreg.PackSet` it was built from: each discovered
+            pack's report (iterate it), and the loaded packs' hooks.
     """
 
     def __init__(self) -> None:
         self._impls: dict[OpName, list[Impl]] = {}
+        self._order: dict[Impl, int] = {}
         self._unsupported: dict[OpName, tuple[str, str]] = {}
         self._profiles: dict[str, tuple[dict[str, int], str]] = {
             name: (dict(versions), "opreg") for name, versions in BUILTIN_PROFILES.items()
         }
-        self._seq = itertools.count()
+        self._preferred: dict[OpName, str] = {}
         self._frozen = False
         self._ordered: dict[tuple[OpName, Target], tuple[Impl, ...]] = {}
         self._targets: dict[Any, Target] = {}
-        self.packs: tuple[Any, ...] = ()
-        """Load reports of the packs it was built from (:class:`opreg.plugins.PackReport`)."""
-        self._hooks: Any = None
+        self.packs: PackSet = PackSet()
 
-    # -- building -------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        impls: Iterable[Impl] = (),
+        *,
+        profiles: Iterable[tuple[str, Mapping[str, int], str]] = (),
+        unsupported: Iterable[tuple[Any, str, str]] = (),
+        preferences: Mapping[Any, str] | None = None,
+        packs: PackSet | None = None,
+    ) -> Registry:
+        """A frozen registry of ``impls`` (in this order) and the named ``profiles``
+        (``(name, {domain: version}, pack)``), the ops declared ``unsupported``
+        (``(op, pack, reason)``), tie ``preferences`` (op -> pack, see
+        :meth:`prefer`) and the :class:`opreg.PackSet` they came from. A profile
+        name given twice is an :class:`InvalidTargetError`."""
+        registry = cls()
+        for name, versions, pack in profiles:
+            registry.add_profile(name, versions, pack=pack)
+        for op, pack, reason in unsupported:
+            registry.mark_unsupported(op, reason, pack=pack)
+        for impl in impls:
+            registry._store(impl)
+        for op, pack in (preferences or {}).items():
+            registry.prefer(op, pack)
+        if packs is not None:
+            registry.packs = packs
+        return registry.freeze()
+
+    # -- changing an unfrozen registry ---------------------------------------------------
 
     def register(
         self,
@@ -229,11 +274,12 @@ class Registry:
         the function visibly uses. Raises :class:`RegistrationError` (or its
         :class:`SignatureMismatchError`) with what to fix.
         """
+        self._check_mutable()
         impl = build_impl(
             op, function, opset=opset, domains=domains, priority=priority,
             predicate=predicate, pack=USER_PACK, override=True,
         )  # fmt: skip
-        return self._add(impl, owned=True)
+        return self._store(impl)
 
     def add_profile(self, name: str, versions: Mapping[str, int], *, pack: str = USER_PACK) -> None:
         """Add the named target profile ``name``; a name already taken is an error."""
@@ -254,25 +300,22 @@ class Registry:
         self._check_mutable()
         self._unsupported[OpName.of(op)] = (pack, str(reason))
 
-    def unsupported(self, op: Any = None) -> dict[OpName, tuple[str, str]]:
-        """Ops declared unsupported: op -> ``(pack, reason)``; just ``op``'s if given."""
-        if op is None:
-            return dict(self._unsupported)
-        op = OpName.of(op)
-        return {op: self._unsupported[op]} if op in self._unsupported else {}
-
-    def _add(self, impl: Impl, *, owned: bool = False) -> Impl:
-        """Store ``impl`` (numbered in registration order); returns the stored impl.
-
-        ``owned``: the caller built ``impl`` for this registry alone, so it is
-        numbered in place instead of copied (a copy costs ~15 ms per 1000 impls).
-        """
+    def prefer(self, op: Any, pack: str) -> None:
+        """Resolve ties of ``op`` in favour of ``pack``'s impl (by default the core pack
+        wins a tie, then the pack whose name sorts first). Only ties are affected:
+        overrides, priority and opset requirements still rank first."""
         self._check_mutable()
-        if owned:
-            object.__setattr__(impl, "seq", next(self._seq))
-        else:
-            impl = dataclasses.replace(impl, seq=next(self._seq))
+        op = OpName.of(op)
+        packs = {i.pack for i in self._impls.get(op, ())}
+        if pack not in packs:
+            have = ", ".join(sorted(packs)) or "none"
+            raise NoImplementationError(f"cannot prefer pack {pack!r} for {op}: it has no impl of it (packs: {have})")
+        self._preferred[op] = pack
+        self._ordered.clear()
+
+    def _store(self, impl: Impl) -> Impl:
         self._impls.setdefault(impl.op, []).append(impl)
+        self._order[impl] = len(self._order)
         self._ordered.clear()
         return impl
 
@@ -292,23 +335,19 @@ class Registry:
         return self._frozen
 
     def copy(self) -> Registry:
-        """An unfrozen copy with the same impls, profiles and pack reports."""
+        """An unfrozen copy with the same impls, profiles, preferences and packs."""
         new = Registry()
         new._profiles = dict(self._profiles)
         new._impls = {op: list(impls) for op, impls in self._impls.items()}
+        new._order = dict(self._order)
         new._unsupported = dict(self._unsupported)
-        new._seq = itertools.count(max((i.seq for i in self.impls()), default=-1) + 1)
+        new._preferred = dict(self._preferred)
         new.packs = self.packs
-        new._hooks = self._hooks
         return new
 
     def call_hook(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """Call ``hook`` on every pack this registry was built from.
-
-        Returns ``(pack, result)`` pairs; a pack whose hook raises is logged
-        and left out. A hand-built registry has no packs and returns ``[]``.
-        """
-        return [] if self._hooks is None else self._hooks.call(hook, **kwargs)
+        """``(pack, result)`` of ``hook`` on every loaded pack (see :meth:`opreg.PackSet.call`)."""
+        return self.packs.call(hook, **kwargs)
 
     # -- reading --------------------------------------------------------------
 
@@ -318,16 +357,26 @@ class Registry:
         return {name: dict(versions) for name, (versions, _) in self._profiles.items()}
 
     def target(self, spec: TargetLike = "onnx") -> Target:
-        """Build a :class:`Target` from ``spec``, knowing this registry's profiles."""
+        """Build a :class:`Target` from ``spec``, knowing this registry's profiles
+        (and, for a profile no loaded pack defines, which failed pack might have)."""
         if isinstance(spec, Target):
             return spec
         key = spec if isinstance(spec, (str, int)) else None
         if key is not None and key in self._targets:
             return self._targets[key]
-        target = Target.of(spec, self.profiles)
+        try:
+            target = Target.of(spec, self.profiles)
+        except InvalidTargetError as e:
+            raise InvalidTargetError(f"{e}{self._failed_packs_hint()}") from e
         if key is not None:
             self._targets[key] = target
         return target
+
+    def _failed_packs_hint(self) -> str:
+        failed = [r for r in self.packs if r.status in ("failed", "incompatible")]
+        if not failed:
+            return ""
+        return " (packs that did not load and may define it: " + "; ".join(r.describe() for r in failed) + ")"
 
     def ops(self) -> list[OpName]:
         """Every op with at least one impl, sorted."""
@@ -339,6 +388,17 @@ class Registry:
             return tuple(i for op_impls in self._impls.values() for i in op_impls)
         return tuple(self._impls.get(OpName.of(op), ()))
 
+    def unsupported(self, op: Any = None) -> dict[OpName, tuple[str, str]]:
+        """Ops declared unsupported: op -> ``(pack, reason)``; just ``op``'s if given."""
+        if op is None:
+            return dict(self._unsupported)
+        op = OpName.of(op)
+        return {op: self._unsupported[op]} if op in self._unsupported else {}
+
+    def preferences(self) -> dict[OpName, str]:
+        """Op -> the pack :meth:`prefer` chose for its ties."""
+        return dict(self._preferred)
+
     def __contains__(self, op: object) -> bool:
         return OpName.of(op) in self._impls
 
@@ -346,6 +406,10 @@ class Registry:
         return sum(len(v) for v in self._impls.values())
 
     # -- resolving ------------------------------------------------------------
+
+    def _key(self, op: OpName) -> Callable[[Impl], tuple]:
+        preferred = self._preferred.get(op)
+        return lambda impl: (*impl.rank(), impl.pack != preferred, *impl.tie_break(), self._order.get(impl, 0))
 
     def candidates(self, op: Any, target: TargetLike = "onnx") -> tuple[Impl, ...]:
         """Impls of ``op`` that ``target`` can use, best first (predicates not evaluated)."""
@@ -355,7 +419,7 @@ class Registry:
         ordered = self._ordered.get(key)
         if ordered is None:
             eligible = [i for i in self._impls.get(op, ()) if target.unmet(i.requirement) is None]
-            ordered = tuple(sorted(eligible, key=Impl.sort_key))
+            ordered = tuple(sorted(eligible, key=self._key(op)))
             self._ordered[key] = ordered
         return ordered
 
@@ -386,13 +450,13 @@ class Registry:
         rows: list[Candidate] = []
         for impl in ordered:
             if impl is chosen:
-                rows.append(Candidate(impl, CHOSEN, _why_chosen(impl, ordered)))
+                rows.append(Candidate(impl, CHOSEN, _why_chosen(impl, ordered, self._preferred.get(op))))
             elif impl.predicate is not None and (node is None or not impl.accepts(node)):
                 why = "has a predicate; no node to test it on" if node is None else "its predicate rejects the node"
                 rows.append(Candidate(impl, CONDITIONAL, why))
             else:
                 rows.append(Candidate(impl, OUTRANKED, f"ranked below {chosen.label}" if chosen else "not reached"))
-        for impl in sorted(self._impls.get(op, ()), key=Impl.sort_key):
+        for impl in sorted(self._impls.get(op, ()), key=self._key(op)):
             if impl not in ordered:
                 rows.append(Candidate(impl, DROPPED, target.unmet(impl.requirement) or "not eligible"))
         ties = _ties(ordered)
@@ -406,7 +470,7 @@ class Registry:
         for op in self.ops():
             ties = _ties(self.candidates(op, target))
             if len(ties) > 1:
-                found.append(Conflict(op, target, ties))
+                found.append(Conflict(op, target, ties, preferred=op in self._preferred))
         return found
 
 
@@ -418,7 +482,7 @@ def _ties(ordered: tuple[Impl, ...]) -> tuple[Impl, ...]:
     return tuple(i for i in unconditional if i.tie_key() == top)
 
 
-def _why_chosen(impl: Impl, ordered: tuple[Impl, ...]) -> str:
+def _why_chosen(impl: Impl, ordered: tuple[Impl, ...], preferred: str | None) -> str:
     others = [i for i in ordered if i is not impl]
     if impl.override:
         return "registered by the user (overrides packs)"
@@ -431,7 +495,11 @@ def _why_chosen(impl: Impl, ordered: tuple[Impl, ...]) -> str:
         return f"newest opset requirement ({impl.requirement} vs {runner.requirement})"
     if impl.predicate is not None:
         return "its predicate accepts the node"
-    return f"tie broken by pack and function name (before {runner.label})"
+    if impl.pack == preferred:
+        return f"ties with {runner.label}; pack {preferred!r} is preferred (prefer=)"
+    if impl.pack == CORE_PACK and runner.pack != CORE_PACK:
+        return f"ties with {runner.label}; the core pack wins ties unless another pack is preferred (prefer=)"
+    return f"ties with {runner.label}; broken by pack and function name (choose with prefer=)"
 
 
 # -- building impls -------------------------------------------------------------
@@ -475,10 +543,15 @@ def build_impl(
         pack=pack,
         override=override,
         kind=kind,
-        name=getattr(function, "name", None) or getattr(function, "__name__", type(function).__name__),
+        name=impl_name(function),
         schema_checked=schema is not None,
         params=params,
     )
+
+
+def impl_name(function: Any) -> str:
+    """How an impl is named in reports: the script function's or Python function's name."""
+    return getattr(function, "name", None) or getattr(function, "__name__", None) or type(function).__name__
 
 
 def _requirement(

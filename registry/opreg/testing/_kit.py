@@ -30,6 +30,7 @@ from typing import Any
 
 from opreg import plugins
 from opreg.errors import PluginNotFoundError
+from opreg.registrar import Registrar
 from opreg.registry import Impl, Registry
 from opreg.testing._samples import FAILED, PASSED, SKIPPED, Sample, SampleCheck
 
@@ -154,19 +155,18 @@ def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def find_pack(name: str) -> plugins._Found:
+def find_pack(name: str) -> plugins.DiscoveredPack:
     """The installed pack called ``name``: its entry-point name, its distribution's
     name, or the module its entry point names. Raises :class:`PluginNotFoundError`
     listing the installed packs."""
-    found = plugins._discovered()
+    found = plugins.discovered()
     for f in found:
-        if f.ep.name == name:
+        if f.name == name:
             return f
     for f in found:
-        module = f.ep.value.partition(":")[0].strip()
-        if _normalize(name) == _normalize(f.distribution) or name in (module, module.partition(".")[0]):
+        if _normalize(name) == _normalize(f.distribution) or name in (f.module, f.module.partition(".")[0]):
             return f
-    installed = ", ".join(f"{f.ep.name} ({f.distribution})" for f in found) or "none"
+    installed = ", ".join(f"{f.name} ({f.distribution})" for f in found) or "none"
     raise PluginNotFoundError(
         f"no installed pack named {name!r} (by pack, distribution or module name); installed packs: "
         f"{installed}. pip install the pack, or check `opreg plugins`"
@@ -186,7 +186,7 @@ def check_pack(name: str, *, opinfo_limit: int = OPINFO_LIMIT) -> PackCheck:
     """
     started = time.perf_counter()
     found = find_pack(name)
-    pack = found.ep.name
+    pack = found.name
     registry = plugins.default_registry(plugins=[pack])
     report = next(r for r in registry.packs if r.name == pack)
     results: list[CheckResult] = []
@@ -247,9 +247,9 @@ HEAVY_MODULES = ("onnxruntime", "torch")
 """Modules the import check looks for: onnxruntime fails it, torch is reported."""
 
 
-def _check_import(found: plugins._Found) -> list[CheckResult]:
+def _check_import(found: plugins.DiscoveredPack) -> list[CheckResult]:
     """Load the entry point in a fresh interpreter with this one's ``sys.path``."""
-    ep = found.ep
+    ep = found.entry_point
     subject = f"{ep.name} = {ep.value}"
     payload = json.dumps([sys.path, plugins.ENTRY_POINT_GROUP, ep.name, ep.value, HEAVY_MODULES])
     try:
@@ -419,7 +419,7 @@ _VALIDATORS: dict[str, Callable[..., list[str]]] = {
 
 def _hook_arguments(hook: str, pack: str) -> dict[str, Any]:
     if hook == "opreg_register_ops":
-        return {"registry": plugins.Registrar(pack)}
+        return {"registry": Registrar(pack)}
     if hook == "opreg_configure_session":
         import onnxruntime
 
@@ -428,7 +428,7 @@ def _hook_arguments(hook: str, pack: str) -> dict[str, Any]:
 
 
 def _check_hooks(registry: Registry, pack: str, impls: Sequence[Impl], found: _HookResults) -> list[CheckResult]:
-    hooks = registry._hooks  # the kit is part of opreg: it may call one pack's hooks directly
+    hooks = registry.packs
     rows = []
     for hook in hooks.implemented(pack):
         validate = _VALIDATORS.get(hook)
@@ -662,4 +662,4 @@ def _summary_row(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) ->
 
 def pack_names() -> Iterable[str]:
     """Entry-point names of the installed packs, in load order."""
-    return [f.ep.name for f in plugins._discovered()]
+    return [f.name for f in plugins.discovered()]

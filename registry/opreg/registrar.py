@@ -1,0 +1,92 @@
+"""The registry as a pack sees it: what ``opreg_register_ops`` receives.
+
+A :class:`Registrar` collects one pack's impls. Each ``register`` call is
+validated at once; an impl opreg refuses is recorded as a :class:`Rejection`
+(and logged) instead of raised, so one bad impl does not cost the pack its
+others. Nothing reaches a registry until the pack's hook has returned:
+:func:`opreg.build_registry` then builds the registry from every pack's
+registrar in one go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from opreg.opname import OpName
+from opreg.registry import Impl, Predicate, build_impl, impl_name
+from opreg.targets import VersionRangeLike
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rejection:
+    """An impl a pack tried to register and opreg refused.
+
+    Fields:
+        op: the torch op, as the pack wrote it.
+        function: the impl's name.
+        error: why it was refused (the exception's type and message).
+    """
+
+    op: str
+    function: str
+    error: str
+
+
+class Registrar:
+    """Collects one pack's impls and the ops it declares unsupported.
+
+    Attributes:
+        pack: the pack's name, stamped on every impl.
+        impls: the impls accepted so far, in registration order.
+        rejected: the impls refused, with why.
+        declined: ops the pack deliberately leaves without an impl, with why.
+    """
+
+    def __init__(self, pack: str) -> None:
+        self.pack = pack
+        self.impls: list[Impl] = []
+        self.rejected: list[Rejection] = []
+        self.declined: dict[OpName, str] = {}
+
+    def register(
+        self,
+        op: Any,
+        function: Any,
+        *,
+        opset: VersionRangeLike | None = None,
+        domains: Mapping[str, VersionRangeLike] | None = None,
+        priority: int = 0,
+        predicate: Predicate | None = None,
+    ) -> Impl | None:
+        """Register ``function`` for torch op ``op``.
+
+        ``opset`` is the ai.onnx range (``18``, ``(18, 20)``); ``domains`` maps
+        each custom domain the impl emits to its version; both default to what
+        the function visibly uses. ``priority`` ranks impls of one op (higher
+        wins; the core pack's are 0); ``predicate(node) -> bool`` limits the
+        impl to the nodes it accepts. Returns the impl, or ``None`` if it was
+        rejected (the reason is in the pack's report, ``opreg plugins`` and
+        the log).
+        """
+        try:
+            impl = build_impl(
+                op, function, opset=opset, domains=domains, priority=priority,
+                predicate=predicate, pack=self.pack, override=False,
+            )  # fmt: skip
+        except Exception as e:  # a pack's mistake must not break the build
+            name = impl_name(function)
+            self.rejected.append(Rejection(str(op), name, f"{type(e).__name__}: {e}"))
+            logger.warning("pack %r: impl %s for %s rejected: %s", self.pack, name, op, e)
+            return None
+        self.impls.append(impl)
+        return impl
+
+    def mark_unsupported(self, op: Any, reason: str) -> None:
+        """Declare that this pack deliberately has no impl for ``op``, and why
+        (e.g. ONNX cannot express it); ``opreg check`` and export errors show the reason."""
+        self.declined[OpName.of(op)] = str(reason)
