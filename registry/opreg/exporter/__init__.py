@@ -1,5 +1,5 @@
-"""opreg's exporter (DESIGN.md §5): capture, decompose, check coverage,
-translate through the registry, finish.
+"""opreg's exporter (DESIGN.md §5), a pipeline of stages whose imports run one way:
+capture -> decompose -> plan -> translate -> finish -> program.
 
 ``opreg.export`` is the entry point; this package imports torch, so
 ``import opreg`` reaches it only when ``opreg.export`` is first called.
@@ -12,15 +12,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import onnx
 import torch
 
-from opreg.exporter import _capture, _finish, _translate
+from opreg.errors import InvalidArgumentError, UnsupportedOpsError
+from opreg.exporter import _capture, _decompose, _finish, _plan, _translate
+from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
+from opreg.exporter._plan import MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
-from opreg.exporter._translate import PROVENANCE_KEYS, SKIPPED_OPS, MissingOp
 from opreg.plugins import default_registry
 from opreg.registry import Registry
-from opreg.targets import TargetLike
+from opreg.targets import Target, TargetLike
 
 logger = logging.getLogger(__name__)
 
@@ -42,10 +43,24 @@ __all__ = [
 
 def _registry(registry: Registry | None, plugins: Iterable[str] | None, exclude: Iterable[str] | None) -> Registry:
     if registry is not None:
+        if not isinstance(registry, Registry):
+            raise InvalidArgumentError(
+                f"registry= takes an opreg.Registry (e.g. opreg.default_registry().copy()), got "
+                f"{type(registry).__name__} {registry!r}; to choose packs by name use plugins=[...]"
+            )
         if plugins is not None or exclude is not None:
-            raise ValueError("pass either registry= or plugins=/exclude=, not both")
+            raise InvalidArgumentError("pass either registry= or plugins=/exclude=, not both")
         return registry
     return default_registry(plugins=plugins, exclude=exclude)
+
+
+def _prepare(
+    model: Any, args: Any, kwargs: Any, target: TargetLike, dynamic_shapes: Any, registry: Registry
+) -> tuple[torch.export.ExportedProgram, torch.export.ExportedProgram, Target]:
+    """Capture and decompose: the captured and the decomposed programs, and the target."""
+    resolved = registry.target(target)
+    captured = _capture.capture(model, args, kwargs, dynamic_shapes)
+    return captured, _decompose.decompose(captured, registry, resolved), resolved
 
 
 def plan_export(
@@ -59,15 +74,13 @@ def plan_export(
     exclude: Iterable[str] | None = None,
     registry: Registry | None = None,
 ) -> list[MissingOp]:
-    """Capture and decompose ``model`` and return every op no impl covers at ``target``
-    (``[]`` when the model can be exported). What ``opreg check`` prints."""
-    from opreg.errors import UnsupportedOpsError
-
+    """Capture and decompose ``model`` and return every op no impl covers at ``target``,
+    in the main graph and in every subgraph (``[]`` when the model can be exported).
+    What ``opreg check`` prints."""
     reg = _registry(registry, plugins, exclude)
-    resolved = reg.target(target)
-    program = _capture.decompose(_capture.capture(model, args, kwargs, dynamic_shapes), reg, resolved)
+    _, program, resolved = _prepare(model, _as_tuple(args), kwargs, target, dynamic_shapes, reg)
     try:
-        _translate.plan(program.graph, reg, resolved)
+        _plan.plan(program.graph, reg, resolved)
     except UnsupportedOpsError as e:
         return list(e.missing)
     return []
@@ -122,70 +135,34 @@ def export(
         ExportError: capture, translation or validation failed.
     """
     reg = _registry(registry, plugins, exclude)
-    resolved = reg.target(target)
     tick = _Ticker(progress)
-    args = args if isinstance(args, tuple) else (args,)
-
+    args = _as_tuple(args)
     tick("capture")
+    resolved = reg.target(target)
     captured = _capture.capture(model, args, kwargs, dynamic_shapes)
     tick("decompose")
-    program = _capture.decompose(captured, reg, resolved)
+    program = _decompose.decompose(captured, reg, resolved)
     tick("coverage")
-    calls = _translate.plan(program.graph, reg, resolved)
+    plan = _plan.plan(program.graph, reg, resolved)
     tick("translate")
     symbols = {}
     if isinstance(model, torch.nn.Module):
         symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
     else:
         model = captured.module()
-    translator = _translate.Translator(program, calls, resolved, symbols)
-    translator.run()
+    translation = _translate.Translator(program, plan, resolved, symbols).run()
     tick("finish")
-    graph = translator.graph
-    names = _finish.output_names(program.call_spec.out_spec, len(translator.user_outputs))
-    slots = _finish.bind_outputs(graph, translator.user_outputs, names, translator.recorder)
-    versions = _finish.settle_versions(translator.recorder.uses, translator.used_impls, resolved)
-    packs = sorted({impl.pack for impl in translator.used_impls.values()})
-    definitions = {}
-    if embed_functions:
-        definitions = _finish.custom_op_definitions(
-            graph, translator.recorder.functions, reg.call_hook("opreg_functions")
-        )
-    onnx_model = _finish.build_model(
-        graph,
-        translator.recorder.functions,
-        versions,
-        inline=inline,
+    result = _finish.finish(
+        translation, exported_program=program, module=model, target=resolved, registry=reg,
+        input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
         optimize=optimize,
-        metadata={"opreg.target": str(resolved), "opreg.packs": ",".join(packs)},
-        definitions=definitions,
-    )
-    result = OnnxProgram(
-        onnx_model,
-        target=resolved,
-        registry=reg,
-        exported_program=program,
-        module=model,
-        input_names=translator.input_names,
-        input_leaves=_input_leaves(program),
-        outputs=slots,
-        in_spec=program.call_spec.in_spec,
-        out_spec=program.call_spec.out_spec,
-        checked=False,
-    )
-    proto = result.model_proto
-    _finish.check(proto)
-    result._checked = proto.ByteSize() <= onnx.checker.MAXIMUM_PROTOBUF
+    )  # fmt: skip
     tick.done()
     return result
 
 
-def _input_leaves(program: torch.export.ExportedProgram) -> list[int]:
-    """Which leaves of the flattened ``(args, kwargs)`` are the ONNX inputs, in order."""
-    from torch.export.graph_signature import InputKind, TensorArgument
-
-    user = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-    return [i for i, spec in enumerate(user) if isinstance(spec.arg, TensorArgument)]
+def _as_tuple(args: Any) -> tuple:
+    return args if isinstance(args, tuple) else (args,)
 
 
 class _Ticker:

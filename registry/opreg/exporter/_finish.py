@@ -1,9 +1,12 @@
-"""Finishing a translated graph into a model: outputs, one version per domain,
-functions (kept or inlined), IR version, validation."""
+"""Finishing: from a translated graph to a checked :class:`OnnxProgram`.
+
+One version per domain (checked against every emitter), the impls' script
+functions kept or inlined, the lean pass, the opset imports and IR version the
+model really needs, named outputs, and ``onnx.checker.check_model(full_check=True)``.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,23 +17,72 @@ import onnx_ir.passes.common as common_passes
 import torch
 
 from opreg.errors import ExportError, OpsetConflictError
-from opreg.exporter._recorder import OUTPUTS_KWARG, Use, _schema
-from opreg.registry import Impl
-from opreg.targets import ONNX_DOMAIN, Target, domain_label
+from opreg.exporter._program import OnnxProgram, OutputSlot
+from opreg.exporter._recorder import OUTPUTS_KWARG, Use
+from opreg.exporter._translate import Translation
+from opreg.registry import Impl, Registry
+from opreg.targets import ONNX_DOMAIN, Target
 
 MIN_IR_VERSION = 10
 """Node ``metadata_props`` (provenance) need IR 10; newer opsets need more."""
+MAX_CHECKED_BYTES = onnx.checker.MAXIMUM_PROTOBUF
+"""A model larger than one protobuf holds (2 GB) is checked from its saved file instead."""
 
-EXPORTER_EMITTER = "<exporter>"
 
-
-@dataclasses.dataclass(frozen=True)
-class OutputSlot:
-    """Where one leaf of the model's returned structure comes from: an ONNX output
-    (``name``) or a constant torch baked in (``value``)."""
-
-    name: str | None
-    value: Any = None
+def finish(
+    translation: Translation,
+    *,
+    exported_program: torch.export.ExportedProgram,
+    module: torch.nn.Module,
+    target: Target,
+    registry: Registry,
+    input_leaves: Sequence[int],
+    inline: bool | int,
+    embed_functions: bool,
+    optimize: bool,
+) -> OnnxProgram:
+    """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`."""
+    recorder = translation.recorder
+    graph = translation.graph
+    out_spec = exported_program.call_spec.out_spec
+    names = output_names(
+        out_spec, len(translation.outputs), taken={v.name for v in graph.inputs} | set(graph.initializers)
+    )
+    values = [v for v in translation.outputs if isinstance(v, ir.Value)]
+    graph.outputs.extend(values)
+    versions = settle_versions(recorder.uses, translation.used_impls, target)
+    definitions = {}
+    if embed_functions:
+        definitions = custom_op_definitions(graph, recorder.functions, registry.call_hook("opreg_functions"))
+    packs = sorted({impl.pack for impl in translation.used_impls.values()})
+    model = build_model(
+        graph,
+        recorder.functions,
+        versions,
+        inline=inline,
+        optimize=optimize,
+        metadata={"opreg.target": str(target), "opreg.packs": ",".join(packs)},
+        definitions=definitions,
+    )
+    named = iter(name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value))
+    bind_outputs(model.graph, [next(named) for _ in model.graph.outputs])
+    slots = []
+    for name, value in zip(names, translation.outputs, strict=True):
+        slots.append(OutputSlot(name) if isinstance(value, ir.Value) else OutputSlot(None, value))
+    checked = check(ir.serde.serialize_model(model))
+    return OnnxProgram(
+        model,
+        target=target,
+        registry=registry,
+        exported_program=exported_program,
+        module=module,
+        input_names=translation.input_names,
+        input_leaves=input_leaves,
+        outputs=slots,
+        in_spec=exported_program.call_spec.in_spec,
+        out_spec=out_spec,
+        checked=checked,
+    )
 
 
 # -- outputs --------------------------------------------------------------------------
@@ -48,51 +100,54 @@ def _clean(text: str) -> str:
     return text or "output"
 
 
-def output_names(out_spec: Any, count: int) -> list[str]:
-    """Readable names for the flattened outputs: ``output`` for a lone tensor,
-    ``output_0``... for a tuple, the keys (``logits``, ``pair_1``) for dicts."""
+def output_names(out_spec: Any, count: int, taken: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Readable, distinct names for the flattened outputs: ``output`` for a lone tensor,
+    ``output_0``... for a tuple, the keys (``logits``, ``pair_1``) for dicts; a name an
+    input or a weight has gets ``_out``."""
     pytree = torch.utils._pytree
     skeleton = pytree.tree_unflatten(list(range(count)), out_spec)
     paths = [path for path, _ in pytree.tree_flatten_with_path(skeleton)[0]]
     names = []
+    used = set(taken)
     for path in paths:
         parts = [_key_text(k) for k in path]
         if not parts:
-            names.append("output")
+            name = "output"
         elif parts[0].isdigit():
-            names.append(_clean("output_" + "_".join(parts)))
+            name = _clean("output_" + "_".join(parts))
         else:
-            names.append(_clean("_".join(parts)))
+            name = _clean("_".join(parts))
+        while name in used:
+            name += "_out"
+        used.add(name)
+        names.append(name)
     return names
 
 
-def bind_outputs(graph: ir.Graph, values: Sequence[Any], names: Sequence[str], recorder: Any) -> list[OutputSlot]:
-    """Make the graph's outputs, named ``names``; an output that is an input, an
-    initializer, a constant or another output gets an ``Identity`` of its own."""
-    taken = {v.name for v in graph.inputs} | set(graph.initializers)
+def bind_outputs(graph: ir.Graph, names: Sequence[str]) -> None:
+    """Give the graph's outputs their ``names``. An output that is also an input, an
+    initializer, a constant or an earlier output gets an ``Identity`` of its own; an
+    intermediate value that holds one of the names is renamed."""
     intermediates = {out.name: out for node in graph for out in node.outputs if out.name}
-    slots: list[OutputSlot] = []
-    for value, wanted in zip(values, names, strict=True):
-        if not isinstance(value, ir.Value):
-            slots.append(OutputSlot(None, value))
-            continue
-        name = wanted
-        while name in taken:
-            name += "_out"
-        taken.add(name)
-        out = value
+    seen: set[int] = set()
+    for index, (value, name) in enumerate(zip(list(graph.outputs), names, strict=True)):
         producer = value.producer()
-        reuse = (
-            value.is_graph_input()
+        shared = (
+            id(value) in seen
+            or value.is_graph_input()
             or value.is_initializer()
-            or value.is_graph_output()
             or producer is None
             or producer.op_type == "Constant"
         )
-        if reuse:
-            recorder.metadata = {}
-            out = recorder.add_node("", "Identity", [value], [], 1, None).outputs[0]
-            out.dtype, out.shape = value.dtype, value.shape
+        seen.add(id(value))
+        out = value
+        if shared:
+            node = ir.node("Identity", [value], name=f"{name}_Identity")
+            node.metadata_props.update(producer.metadata_props if producer is not None else {})
+            graph.append(node)
+            out = node.outputs[0]
+            out.type, out.shape = value.type, value.shape
+            graph.outputs[index] = out
         clash = intermediates.get(name)
         if clash is not None and clash is not out:  # the output gets the name; the intermediate another
             clash.name = _fresh(f"{name}_", intermediates)
@@ -101,9 +156,6 @@ def bind_outputs(graph: ir.Graph, values: Sequence[Any], names: Sequence[str], r
             del intermediates[out.name]  # its old name is free again
         intermediates[name] = out
         out.name = name
-        graph.outputs.append(out)
-        slots.append(OutputSlot(name))
-    return slots
 
 
 def _fresh(stem: str, taken: Mapping[str, Any]) -> str:
@@ -177,9 +229,13 @@ def build_model(
     metadata: Mapping[str, str],
     definitions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] | None = None,
 ) -> ir.Model:
+    """The model of ``graph``: functions kept or inlined, unused nodes, outputs and
+    opsets removed, lean (``optimize``), at the lowest IR version its opsets allow."""
     from opreg import __version__
 
     model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=__version__)
+    graph.opset_imports.clear()
+    graph.opset_imports.update(versions)  # every version first: the passes below read them, then drop the unused
     definitions = dict(definitions or {})
     for key, (proto, _) in {**functions, **definitions}.items():
         function = ir.serde.deserialize_function(proto)
@@ -189,7 +245,7 @@ def build_model(
         for node in function:
             _strip_authoring_attributes(node)
         model.functions[key] = function
-    for node in graph:
+    for node in ir.traversal.RecursiveGraphIterator(graph):
         _strip_authoring_attributes(node)
 
     if inline is not False and model.functions:
@@ -201,18 +257,14 @@ def build_model(
             return function.identifier() not in definitions and (limit is None or len(function) <= limit)
 
         common_passes.InlinePass(criteria=wanted)(model)
+    # unused nodes, and unused trailing optional outputs (MaxPool's Indices), so the runtime need not compute them
     common_passes.RemoveUnusedNodesPass()(model)
     common_passes.RemoveUnusedFunctionsPass()(model)
-    _trim_optional_outputs(model.graph, versions)
     if optimize:
         from opreg.exporter._lean import lean
 
         lean(model)
-
-    used = _used_domains(model)
-    graph.opset_imports.clear()
-    for domain in sorted(used | {ONNX_DOMAIN}):
-        graph.opset_imports[domain] = versions.get(domain, 1)
+    common_passes.RemoveUnusedOpsetsPass()(model)
     model.ir_version = max(
         MIN_IR_VERSION,
         onnx.helper.find_min_ir_version_for(
@@ -235,7 +287,7 @@ def custom_op_definitions(
         for item in result or ():
             proto = item if isinstance(item, onnx.FunctionProto) else item.to_function_proto()
             available.setdefault((proto.domain, proto.name), (proto, pack))
-    used = {(node.domain, node.op_type) for node in graph}
+    used = {(node.domain, node.op_type) for node in ir.traversal.RecursiveGraphIterator(graph)}
     for proto, _ in functions.values():
         used.update((node.domain, node.op_type) for node in proto.node)
     chosen: dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] = {}
@@ -246,49 +298,16 @@ def custom_op_definitions(
     return chosen
 
 
-def _trim_optional_outputs(graph: ir.Graph, versions: Mapping[str, int]) -> None:
-    """Drop unused trailing optional outputs (MaxPool's Indices, LayerNormalization's
-    Mean), so the runtime need not compute them."""
-    for node in graph:
-        if len(node.outputs) < 2 or node.domain not in versions:
-            continue
-        schema = _schema(node.op_type, versions[node.domain], node.domain)
-        if schema is None or len(schema.outputs) != len(node.outputs):
-            continue
-        keep = len(node.outputs)
-        while keep > 1:
-            output, formal = node.outputs[keep - 1], schema.outputs[keep - 1]
-            if (
-                output.uses()
-                or output.is_graph_output()
-                or formal.option != onnx.defs.OpSchema.FormalParameterOption.Optional
-            ):
-                break
-            keep -= 1
-        if keep < len(node.outputs):
-            node.resize_outputs(keep)
-
-
 def _strip_authoring_attributes(node: ir.Node) -> None:
     for name in [n for n in node.attributes if n == OUTPUTS_KWARG or n.startswith("_")]:
         del node.attributes[name]
 
 
-def _used_domains(model: ir.Model) -> set[str]:
-    domains = set()
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        domains.add(node.domain)
-    for function in model.functions.values():
-        domains.add(function.domain)
-        for node in ir.traversal.RecursiveGraphIterator(function):
-            domains.add(node.domain)
-    return domains
-
-
-def check(proto: onnx.ModelProto) -> None:
-    """``onnx.checker.check_model(full_check=True)``; a failure is opreg's bug or a pack's."""
-    if proto.ByteSize() > onnx.checker.MAXIMUM_PROTOBUF:
-        return  # too large to check in memory; `save` checks the file instead
+def check(proto: onnx.ModelProto) -> bool:
+    """``onnx.checker.check_model(full_check=True)``; a failure is opreg's bug or a pack's.
+    Returns whether the model was checked (a model over 2 GB is checked when saved)."""
+    if proto.ByteSize() > MAX_CHECKED_BYTES:
+        return False
     try:
         onnx.checker.check_model(proto, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
@@ -296,7 +315,4 @@ def check(proto: onnx.ModelProto) -> None:
             f"the exported model is not valid ONNX: {e}\nThis is a bug in opreg or in the pack whose impl "
             "made the node named in the message (see the node's opreg.pack metadata); please report it."
         ) from e
-
-
-def describe_versions(versions: Mapping[str, int]) -> str:
-    return ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(versions.items()))
+    return True

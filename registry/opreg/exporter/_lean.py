@@ -57,10 +57,9 @@ RULES = (
 def lean(model: ir.Model) -> None:
     """Fold, rewrite and deduplicate ``model`` in place (see the module docstring).
 
-    The graph's outputs keep their names and stay distinct values, even when
-    two of them turn out to compute the same thing."""
+    Two outputs that turn out to compute the same value may end up as one value;
+    :func:`opreg.exporter._finish.bind_outputs` gives each output its own afterwards."""
     weights = frozenset(model.graph.initializers)
-    names = [value.name for value in model.graph.outputs]
 
     def should_fold(node: ir.Node) -> bool | None:
         if any(value is not None and value.name in weights for value in node.inputs):
@@ -73,25 +72,3 @@ def lean(model: ir.Model) -> None:
     common_passes.IdentityEliminationPass()(model)
     common_passes.RemoveUnusedNodesPass()(model)
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
-    _restore_outputs(model.graph, names)
-
-
-def _restore_outputs(graph: ir.Graph, names: list[str | None]) -> None:
-    """Give each output back its name; a value that is now also another output,
-    an input or an initializer is passed through an Identity of that name."""
-    seen: set[int] = set()
-    for index, (value, name) in enumerate(zip(list(graph.outputs), names, strict=True)):
-        first = id(value) not in seen
-        seen.add(id(value))
-        if value.name == name and first:
-            continue
-        shared = not first or value.is_graph_input() or value.is_initializer()
-        if shared or name in {v.name for v in graph.outputs if v is not value}:
-            node = ir.node("Identity", [value], name=f"{name}_Identity")
-            node.outputs[0].name = name
-            node.outputs[0].type, node.outputs[0].shape = value.type, value.shape
-            node.metadata_props.update(value.producer().metadata_props if value.producer() else {})
-            graph.append(node)
-            graph.outputs[index] = node.outputs[0]
-        else:
-            value.name = name

@@ -15,7 +15,6 @@ import onnx_ir as ir
 import torch
 
 from opreg.errors import ExportError, OpregError, RuntimeUnavailableError, VerificationError
-from opreg.exporter._finish import OutputSlot
 from opreg.registry import Registry
 from opreg.targets import Target
 
@@ -27,6 +26,15 @@ single protobuf cannot exceed 2 GB, and the graph needs room too."""
 
 ONNXRUNTIME = "onnxruntime"
 REFERENCE = "reference"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSlot:
+    """Where one leaf of the model's returned structure comes from: an ONNX output
+    (``name``) or a constant torch baked in (``value``)."""
+
+    name: str | None
+    value: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +137,10 @@ class OnnxProgram:
     # -- saving --------------------------------------------------------------------------
 
     def initializer_bytes(self) -> int:
-        return sum(v.const_value.nbytes for v in self.model.graph.initializers.values() if v.const_value is not None)
+        """How many bytes the model's weights take."""
+        from opreg.exporter import _runtime
+
+        return _runtime.initializer_bytes(self.model)
 
     def save(self, path: str | os.PathLike[str], external_data: bool | None = None) -> Path:
         """Write the model to ``path``; returns the path (a symlink's target, if ``path`` is one).
@@ -189,7 +200,26 @@ class OnnxProgram:
         """``onnxruntime`` if it can run every domain in the model, else ``reference``."""
         from opreg.exporter import _runtime
 
-        return ONNXRUNTIME if _runtime.onnxruntime_can_run(self) else REFERENCE
+        if _runtime.builtin_domains_only(self.model):
+            return ONNXRUNTIME
+        try:
+            self._session(ONNXRUNTIME)  # kept for run()
+        except RuntimeUnavailableError:
+            return REFERENCE
+        return ONNXRUNTIME
+
+    def _session(self, runtime: str) -> Any:
+        """The ONNX Runtime session or reference evaluator of this model, made once."""
+        from opreg.exporter import _runtime
+
+        session = self._sessions.get(runtime)
+        if session is None:
+            if runtime == ONNXRUNTIME:
+                session = _runtime.onnxruntime_session(self.model, self.registry.packs)
+            else:
+                session = _runtime.reference_evaluator(self.model, self.registry.packs)
+            self._sessions[runtime] = session
+        return session
 
     def run(self, *args: Any, runtime: str = ONNXRUNTIME, **kwargs: Any) -> Any:
         """Run the model on torch inputs shaped like the export's; returns torch
@@ -199,28 +229,17 @@ class OnnxProgram:
         ``opreg_configure_session`` applied), ``"reference"`` (``onnx.reference``
         with the packs' reference kernels) or ``"auto"``.
         """
-        from opreg.exporter import _runtime
-
         if runtime == "auto":
             runtime = self.runtime_for()
-        feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
-        if runtime == ONNXRUNTIME:
-            if any(a.dtype.name == "bfloat16" for a in feeds.values()):
-                raise RuntimeUnavailableError(
-                    "ONNX Runtime's Python API cannot take bfloat16 arrays: run with runtime='reference', "
-                    "or cast to float32 at the model's boundary"
-                )
-            session = self._sessions.get(ONNXRUNTIME)
-            if session is None:
-                session = self._sessions[ONNXRUNTIME] = _runtime.onnxruntime_session(self)
-            results = session.run(list(self.output_names), feeds)
-        elif runtime == REFERENCE:
-            evaluator = self._sessions.get(REFERENCE)
-            if evaluator is None:
-                evaluator = self._sessions[REFERENCE] = _runtime.reference_evaluator(self)
-            results = evaluator.run(list(self.output_names), feeds)
-        else:
+        if runtime not in (ONNXRUNTIME, REFERENCE):
             raise OpregError(f"unknown runtime {runtime!r}: use 'onnxruntime', 'reference' or 'auto'")
+        feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
+        if runtime == ONNXRUNTIME and any(a.dtype.name == "bfloat16" for a in feeds.values()):
+            raise RuntimeUnavailableError(
+                "ONNX Runtime's Python API cannot take bfloat16 arrays: run with runtime='reference', "
+                "or cast to float32 at the model's boundary"
+            )
+        results = self._session(runtime).run(list(self.output_names), feeds)
         return self._unflatten(results)
 
     def verify(
@@ -252,7 +271,9 @@ class OnnxProgram:
             raise VerificationError(
                 f"eager PyTorch returned {len(exp_leaves)} values, the ONNX model {len(got_leaves)}"
             )
-        checks = tuple(_compare(n, g, e, rtol, atol) for n, g, e in zip(names, got_leaves, exp_leaves, strict=True))
+        checks = tuple(
+            compare_output(n, g, e, rtol, atol) for n, g, e in zip(names, got_leaves, exp_leaves, strict=True)
+        )
         bad = [c for c in checks if not c.ok]
         if bad:
             lines = "\n".join(f"  {c}" for c in bad)
@@ -281,7 +302,8 @@ def _to_torch(array: Any) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
-def _compare(name: str, got: Any, expected: Any, rtol: float, atol: float) -> OutputCheck:
+def compare_output(name: str, got: Any, expected: Any, rtol: float, atol: float) -> OutputCheck:
+    """How one output ``got`` compares with the eager value ``expected``."""
     if not isinstance(expected, torch.Tensor):
         same = got == expected
         return OutputCheck(name, 0.0, 0.0, bool(same), "" if same else f"{got!r} != {expected!r}")

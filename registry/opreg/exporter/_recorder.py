@@ -48,7 +48,8 @@ class Use:
 
 
 @functools.lru_cache(maxsize=4096)
-def _schema(op_type: str, version: int, domain: str) -> onnx.defs.OpSchema | None:
+def op_schema(op_type: str, version: int, domain: str) -> onnx.defs.OpSchema | None:
+    """The ``onnx.defs`` schema of ``domain::op_type`` at ``version``, or ``None`` if onnx has none."""
     try:
         return onnx.defs.get_schema(op_type, version, domain)
     except onnx.defs.SchemaError:
@@ -57,7 +58,7 @@ def _schema(op_type: str, version: int, domain: str) -> onnx.defs.OpSchema | Non
 
 @functools.lru_cache(maxsize=4096)
 def _signature(op_type: str, version: int, domain: str) -> ir.schemas.OpSignature | None:
-    schema = _schema(op_type, version, domain)
+    schema = op_schema(op_type, version, domain)
     return None if schema is None else ir.schemas.OpSignature.from_op_schema(schema)
 
 
@@ -95,6 +96,15 @@ def _to_tensor(value: Any, dtype: ir.DataType | None) -> ir.TensorProtocol:
     return ir.tensor(np.asarray(value, dtype=dtype.numpy()), dtype=dtype)
 
 
+@dataclasses.dataclass
+class _Model:
+    """What every graph of one model shares: value names are unique across all of them."""
+
+    uses: list[Use] = dataclasses.field(default_factory=list)
+    functions: dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] = dataclasses.field(default_factory=dict)
+    counter: int = 0
+
+
 class GraphRecorder:
     """Builds the nodes of one graph from onnxscript calls.
 
@@ -103,18 +113,42 @@ class GraphRecorder:
     ``emitter`` names who is being traced now (``pack:function``) and
     ``metadata`` is stamped on every node made, both set by the translator
     around each impl call.
+
+    :meth:`subgraph` gives the recorder of a graph nested in this one (an If
+    branch, a Loop body): it shares the model's names, uses and functions, and
+    may use this graph's values and constants (ONNX's outer scope).
     """
 
-    def __init__(self, graph: ir.Graph, onnx_version: int) -> None:
+    def __init__(self, graph: ir.Graph, onnx_version: int, parent: GraphRecorder | None = None) -> None:
         self.graph = graph
         self.onnx_version = onnx_version
+        self.parent = parent
         self.emitter = "<exporter>"
         self.metadata: dict[str, str] = {}
         self.name_prefix = "n"
-        self.uses: list[Use] = []
-        self.functions: dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] = {}
-        self._counter = 0
+        self._model: _Model = parent._model if parent is not None else _Model()
         self._constants: dict[tuple, ir.Value] = {}
+
+    @property
+    def uses(self) -> list[Use]:
+        """Every (domain, version) an emitted node or kept function needs, in all graphs."""
+        return self._model.uses
+
+    @property
+    def functions(self) -> dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]]:
+        """The script functions called, kept as model-local functions (with their emitter)."""
+        return self._model.functions
+
+    def subgraph(self, graph: ir.Graph) -> GraphRecorder:
+        """A recorder for ``graph``, nested in this recorder's graph."""
+        child = GraphRecorder(graph, self.onnx_version, parent=self)
+        child.emitter, child.metadata, child.name_prefix = self.emitter, dict(self.metadata), self.name_prefix
+        return child
+
+    def fresh_name(self, stem: str) -> str:
+        """A value or node name no other graph of the model uses."""
+        self._model.counter += 1
+        return f"{stem}_{self._model.counter}"
 
     # -- onnxscript's evaluator protocol -------------------------------------
 
@@ -195,7 +229,7 @@ class GraphRecorder:
     ) -> ir.Node:
         while inputs and inputs[-1] is None:
             inputs = inputs[:-1]
-        self._counter += 1
+        name = self.fresh_name(f"{self.name_prefix}_{op_type}")
         node = ir.Node(
             domain,
             op_type,
@@ -203,11 +237,11 @@ class GraphRecorder:
             attributes,
             num_outputs=n_outputs,
             version=version,
-            name=f"{self.name_prefix}_{op_type}_{self._counter}",
+            name=name,
             metadata_props=dict(self.metadata),
         )
         for i, output in enumerate(node.outputs):
-            output.name = f"{self.name_prefix}_{op_type}_{self._counter}" + (f"_{i}" if n_outputs > 1 else "")
+            output.name = name + (f"_{i}" if n_outputs > 1 else "")
         self.graph.append(node)
         if version is not None:
             _infer(node, version)
@@ -218,10 +252,13 @@ class GraphRecorder:
         tensor = _to_tensor(value, dtype)
         array = tensor.numpy()
         key = (tensor.dtype, array.shape, array.tobytes()) if tensor.dtype != ir.DataType.STRING else None
-        if key is not None and key in self._constants:
-            return self._constants[key]
-        self._counter += 1
-        name = f"const_{self._counter}"
+        if key is not None:
+            scope: GraphRecorder | None = self
+            while scope is not None:  # a constant of an enclosing graph is visible here
+                if key in scope._constants:
+                    return scope._constants[key]
+                scope = scope.parent
+        name = self.fresh_name("const")
         node = ir.Node("", "Constant", [], [ir.AttrTensor("value", tensor)], num_outputs=1, name=name)
         node.metadata_props.update(self.metadata)
         out = node.outputs[0]
@@ -350,7 +387,7 @@ def _type_proto(value: ir.Value) -> onnx.TypeProto | None:
 
 def _infer(node: ir.Node, version: int) -> None:
     """Set the dtype and shape of ``node``'s outputs from ONNX's inference for its op."""
-    schema = _schema(node.op_type, version, node.domain)
+    schema = op_schema(node.op_type, version, node.domain)
     if schema is None or not schema.has_type_and_shape_inference_function:
         return
     types: dict[str, onnx.TypeProto] = {}

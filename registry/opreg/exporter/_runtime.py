@@ -1,31 +1,35 @@
-"""Running an exported model: ONNX Runtime with the packs' session configuration,
-or ``onnx.reference`` with the packs' reference kernels."""
+"""Running a model: ONNX Runtime with the packs' session configuration, or
+``onnx.reference`` with the packs' reference kernels.
+
+These functions take a model and the :class:`opreg.PackSet` whose hooks
+configure the run; :class:`opreg.OnnxProgram` keeps the sessions they open.
+"""
 
 from __future__ import annotations
 
 import logging
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import onnx_ir as ir
 
 from opreg.errors import RuntimeUnavailableError
-
-if TYPE_CHECKING:
-    from opreg.exporter._program import OnnxProgram
+from opreg.packset import PackSet
 
 logger = logging.getLogger(__name__)
 
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
 ORT_BUILTIN_DOMAINS = frozenset({"com.microsoft"})
 """Custom domains ONNX Runtime's CPU build implements without any library."""
+IN_MEMORY_LIMIT = 1_000_000_000
+"""Weights above this many bytes reach ONNX Runtime through a file with external data,
+not a serialised protobuf (which cannot exceed 2 GB)."""
 
 
-def custom_ops(program: OnnxProgram) -> set[tuple[str, str]]:
+def custom_ops(model: ir.Model) -> set[tuple[str, str]]:
     """``(domain, op_type)`` of every node outside the standard domains that is
-    not a call to one of the model's own functions."""
-    model = program.model
+    not a call to one of the model's own functions (subgraphs included)."""
     local = {(f.domain, f.name) for f in model.functions.values()}
     found = set()
     graphs: list[Any] = [model.graph, *model.functions.values()]
@@ -36,26 +40,37 @@ def custom_ops(program: OnnxProgram) -> set[tuple[str, str]]:
     return found
 
 
+def builtin_domains_only(model: ir.Model) -> bool:
+    """Whether ONNX Runtime runs every op of ``model`` without any pack's library."""
+    return all(domain in ORT_BUILTIN_DOMAINS for domain, _ in custom_ops(model))
+
+
 def _describe(ops: set[tuple[str, str]]) -> str:
     return ", ".join(f"{d}::{o}" for d, o in sorted(ops))
 
 
-def onnxruntime_session(program: OnnxProgram) -> Any:
-    """An ``InferenceSession`` for the model, configured by every loaded pack."""
+def initializer_bytes(model: ir.Model) -> int:
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+
+
+def onnxruntime_session(model: ir.Model, packs: PackSet) -> Any:
+    """An ``InferenceSession`` for ``model``, configured by every loaded pack."""
     import onnxruntime
 
+    from opreg.exporter._save import save_model
+
     options = onnxruntime.SessionOptions()
-    for pack, _ in program.registry.call_hook("opreg_configure_session", options=options):
+    for pack, _ in packs.call("opreg_configure_session", options=options):
         logger.debug("session configured by pack %s", pack)
     try:
-        if program.initializer_bytes() > 1_000_000_000:
+        if initializer_bytes(model) > IN_MEMORY_LIMIT:
             with tempfile.TemporaryDirectory() as scratch:
-                path = program.save(Path(scratch) / "model.onnx", external_data=True)
+                path = save_model(model, Path(scratch) / "model.onnx", external_data=True, check=False)
                 return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        payload = program.model_proto.SerializeToString()
+        payload = ir.serde.serialize_model(model).SerializeToString()
         return onnxruntime.InferenceSession(payload, options, providers=["CPUExecutionProvider"])
     except Exception as e:
-        ops = custom_ops(program)
+        ops = custom_ops(model)
         hint = (
             f" The model uses custom ops {_describe(ops)}: install or load the pack that ships their "
             "kernels (opreg_configure_session), or run with runtime='reference'."
@@ -65,21 +80,9 @@ def onnxruntime_session(program: OnnxProgram) -> Any:
         raise RuntimeUnavailableError(f"ONNX Runtime cannot load the model: {e}.{hint}") from e
 
 
-def onnxruntime_can_run(program: OnnxProgram) -> bool:
-    if all(domain in ORT_BUILTIN_DOMAINS for domain, _ in custom_ops(program)):
-        return True
-    if "onnxruntime" in program._sessions:
-        return True
-    try:
-        program._sessions["onnxruntime"] = onnxruntime_session(program)  # kept for run()
-    except RuntimeUnavailableError:
-        return False
-    return True
-
-
-def reference_kernels(program: OnnxProgram) -> list[type]:
+def reference_kernels(packs: PackSet) -> list[type]:
     kernels: list[type] = []
-    for pack, result in program.registry.call_hook("opreg_reference_kernels"):
+    for pack, result in packs.call("opreg_reference_kernels"):
         for kernel in result or ():
             if not isinstance(kernel, type):
                 logger.warning("pack %s returned a reference kernel that is not a class: %r", pack, kernel)
@@ -88,17 +91,17 @@ def reference_kernels(program: OnnxProgram) -> list[type]:
     return kernels
 
 
-def reference_evaluator(program: OnnxProgram) -> Any:
-    """An ``onnx.reference.ReferenceEvaluator`` with the packs' kernels."""
+def reference_evaluator(model: ir.Model, packs: PackSet) -> Any:
+    """An ``onnx.reference.ReferenceEvaluator`` for ``model`` with the packs' kernels."""
     from onnx.reference import ReferenceEvaluator
 
-    kernels = reference_kernels(program)
+    kernels = reference_kernels(packs)
     covered = {(getattr(k, "op_domain", ""), k.__name__) for k in kernels}
-    missing = custom_ops(program) - covered
+    missing = custom_ops(model) - covered
     if missing:
         raise RuntimeUnavailableError(
             f"the reference evaluator has no kernel for {_describe(missing)}: no loaded pack provides one "
             "(opreg_reference_kernels). Install the pack that emits these ops, or export with a target "
             "without their domains."
         )
-    return ReferenceEvaluator(program.model_proto, new_ops=kernels or None)
+    return ReferenceEvaluator(ir.serde.serialize_model(model), new_ops=kernels or None)

@@ -1,21 +1,22 @@
-"""From the decomposed FX graph to an ``onnx_ir`` graph: coverage, then translation.
+"""Translation: from the planned FX graph to an ``onnx_ir`` graph.
 
-Coverage comes first and sees every node: each torch op gets its impl from
-the registry, and the node's arguments are mapped onto the impl's parameters
-(:func:`plan_call`). Anything that fails is collected, so one
-:class:`UnsupportedOpsError` lists every missing op before any translation.
-
-Translation then walks the graph in order and calls each impl under a
+The translator walks a graph in order and calls each node's impl under a
 :class:`GraphRecorder`; parameters and buffers become initializers named by
 their ``state_dict`` keys, and inputs keep the placeholders' names (torch
 names them after ``forward``'s parameters and their pytree paths).
+
+It is re-entrant: the subgraphs of higher-order ops are translated by the
+same code, with the same plan, registry and target, each in a scope of its
+own. ``torch.cond`` becomes ``If`` (the branches read the operands from the
+enclosing graph), ``while_loop`` becomes ``Loop``, ``scan`` and ``map``
+become ``Scan``; context-only HOPs (no-grad, autocast off) and
+``invoke_subgraph`` are translated in place, through their bodies.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -24,241 +25,63 @@ import torch
 from onnx_ir import tensor_adapters
 from torch.export.graph_signature import InputKind, OutputKind
 
-from opreg.errors import ExportError, UnsupportedOpsError
-from opreg.exporter import _capture
+from opreg.errors import ExportError
+from opreg.exporter import _nodes
+from opreg.exporter._plan import Call, Plan
 from opreg.exporter._recorder import GraphRecorder
-from opreg.opname import OpName
-from opreg.registry import Impl, Registry
+from opreg.registry import Impl
 from opreg.targets import Target
 
-SKIPPED_OPS = frozenset(
-    {
-        "aten::_assert_scalar.default",
-        "aten::_assert_tensor_metadata.default",
-        "aten::sym_constrain_range.default",
-        "aten::sym_constrain_range_for_size.default",
-        "aten::_assert_async.msg",
-        "aten::_linalg_check_errors.default",
-    }
-)
-"""Runtime checks torch.export leaves in; they produce nothing ONNX needs."""
 
-_WITH_EFFECTS = torch.ops.higher_order.with_effects
-"""Wraps an op with side effects, threading a token; only skipped checks are supported."""
-
-_IGNORABLE_TYPES = ("Device", "Layout", "MemoryFormat")
-"""Argument types that say nothing about the result's values; dropped when an
-impl has no parameter for them."""
-
-_META_TORCH_OP = "opreg.torch_op"
-_META_PACK = "opreg.pack"
-_META_IMPL = "opreg.impl"
-_META_MODULE = "opreg.module"
-_META_SOURCE = "opreg.source"
-PROVENANCE_KEYS = (_META_TORCH_OP, _META_PACK, _META_IMPL, _META_MODULE, _META_SOURCE)
-
-
-@dataclasses.dataclass(frozen=True)
-class MissingOp:
-    """One op an export cannot translate.
+@dataclasses.dataclass
+class Translation:
+    """The translated main graph and what finishing it needs.
 
     Fields:
-        op: the torch op (``aten::foo.default``) or the FX target's name.
-        count: how many nodes use it.
-        locations: where (module path, source line), first few.
-        reason: why it is not covered.
-        elsewhere: ``pack:function (requirement)`` of installed impls that
-            would cover it under another target.
+        graph: the main graph (subgraphs hang off its control-flow nodes).
+        recorder: the main graph's recorder (uses and functions of all graphs).
+        input_names: the ONNX inputs, in order.
+        outputs: the values of the module's outputs, in order: ``ir.Value`` s,
+            or Python values torch baked in.
+        used_impls: ``pack:function`` -> impl, of every impl called.
     """
 
-    op: str
-    count: int
-    locations: tuple[str, ...]
-    reason: str
-    elsewhere: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        plural = "s" if self.count != 1 else ""
-        text = f"{self.op}: {self.count} node{plural}, at {'; '.join(self.locations)}. {self.reason}"
-        if self.elsewhere:
-            text += f" Covered under another target by {', '.join(self.elsewhere)}."
-        return text
+    graph: ir.Graph
+    recorder: GraphRecorder
+    input_names: list[str]
+    outputs: list[Any]
+    used_impls: dict[str, Impl]
 
 
-@dataclasses.dataclass(frozen=True)
-class Call:
-    """How one node calls its impl: the arguments, still holding FX nodes."""
+@dataclasses.dataclass
+class _Scope:
+    """One graph being translated: its FX values and the recorder of its ONNX graph."""
 
-    impl: Impl
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    types: tuple[str, ...]
-    kwarg_types: dict[str, str]
-
-
-class _NotCovered(Exception):
-    pass
-
-
-# -- coverage ------------------------------------------------------------------------
-
-
-def plan(graph: torch.fx.Graph, registry: Registry, target: Target) -> dict[torch.fx.Node, Call]:
-    """Resolve every node's impl and map its arguments; raise with every missing op."""
-    calls: dict[torch.fx.Node, Call] = {}
-    missing: dict[str, list[tuple[torch.fx.Node, str]]] = {}
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        fn = node.target
-        if fn in _SYMBOLIC or fn is operator.getitem:
-            continue
-        if fn is _WITH_EFFECTS:
-            inner = node.args[1]
-            if isinstance(inner, torch._ops.OpOverload) and str(OpName.of(inner)) in SKIPPED_OPS:
-                continue
-            missing.setdefault(f"with_effects({inner})", []).append(
-                (node, "opreg cannot translate ops with side effects (they thread an effect token)")
-            )
-            continue
-        if not isinstance(fn, torch._ops.OpOverload):
-            name = getattr(fn, "__name__", str(fn))
-            missing.setdefault(name, []).append(
-                (node, "opreg translates torch ops; this is a Python or higher-order call torch.export left in")
-            )
-            continue
-        op = OpName.of(fn)
-        if str(op) in SKIPPED_OPS:
-            continue
-        impl = registry.resolve(op, target, node)
-        if impl is None:
-            reason = "No installed pack implements it for this target."
-            if registry.candidates(op, target):
-                reason = "Its impls' predicates reject these nodes."
-            for pack, why in registry.unsupported(op).values():
-                reason = f"Unsupported ({pack}): {why}"
-            missing.setdefault(str(op), []).append((node, reason))
-            continue
-        try:
-            calls[node] = plan_call(node, impl)
-        except _NotCovered as e:
-            missing.setdefault(str(op), []).append((node, f"{impl.label} cannot take the call: {e}"))
-    if missing:
-        raise _unsupported(missing, registry, target)
-    return calls
-
-
-def _unsupported(
-    found: dict[str, list[tuple[torch.fx.Node, str]]], registry: Registry, target: Target
-) -> UnsupportedOpsError:
-    entries = []
-    for name, nodes in sorted(found.items()):
-        locations = list(dict.fromkeys(_capture.where(n) for n, _ in nodes))
-        shown = tuple(locations[:3]) + ((f"and {len(locations) - 3} more places",) if len(locations) > 3 else ())
-        elsewhere: tuple[str, ...] = ()
-        if "::" in name:
-            elsewhere = tuple(
-                f"{i.label} ({i.requirement})" for i in registry.impls(name) if target.unmet(i.requirement) is not None
-            )
-        entries.append(MissingOp(name, len(nodes), shown, nodes[0][1], elsewhere))
-    lines = [f"{len(entries)} op(s) in the model have no impl for target {target}:"]
-    lines += [f"  - {e}" for e in entries]
-    lines.append(
-        "Install a pack that implements them, choose a target one covers (see `opreg explain OP`), "
-        "or register your own impl on a registry copy and pass it as registry=."
-    )
-    return UnsupportedOpsError("\n".join(lines), tuple(entries))
-
-
-def plan_call(node: torch.fx.Node, impl: Impl) -> Call:
-    """Map the node's arguments onto the impl's parameters.
-
-    Schema arguments map to parameters by position (the registry checked the
-    signature). Arguments the node leaves out are left out (the impl's
-    defaults apply) unless a later one is given; arguments past the impl's
-    parameters must be their defaults, or of a type that does not change the
-    values (device, layout, memory format).
-    """
-    schema = node.target._schema
-    arguments = [a for a in schema.arguments if not a.is_out]
-    given: dict[str, Any] = {}
-    for arg, value in zip(arguments, node.args, strict=False):
-        given[arg.name] = value
-    given.update(node.kwargs)
-    params = impl.params
-    if params is None or params.variadic:
-        width = len(arguments)
-        keyword_only: set[int] = set()
-        names = [a.name for a in arguments]
-    else:
-        width = min(len(params.params), len(arguments))
-        keyword_only = {i for i, p in enumerate(params.params[:width]) if p.keyword_only}
-        names = [p.name for p in params.params[:width]]
-
-    for arg in arguments[width:]:
-        if arg.name not in given:
-            continue
-        value = given[arg.name]
-        if str(arg.type).rstrip("?") in _IGNORABLE_TYPES or arg.name == "pin_memory":
-            continue
-        if arg.has_default_value() and _same(value, arg.default_value):
-            continue
-        raise _NotCovered(f"it has no parameter for argument {arg.name}={value!r}")
-
-    last = max((i for i, a in enumerate(arguments[:width]) if a.name in given), default=-1)
-    args: list[Any] = []
-    types: list[str] = []
-    kwargs: dict[str, Any] = {}
-    kwarg_types: dict[str, str] = {}
-    for i, arg in enumerate(arguments[: last + 1]):
-        if arg.name in given:
-            value = given[arg.name]
-        elif arg.has_default_value():
-            value = arg.default_value
-        else:
-            raise _NotCovered(f"argument {arg.name} is missing")
-        if i in keyword_only or arg.kwarg_only:
-            if arg.name not in given:
-                continue
-            kwargs[names[i]] = value
-            kwarg_types[names[i]] = str(arg.type)
-        else:
-            args.append(value)
-            types.append(str(arg.type))
-    return Call(impl, tuple(args), kwargs, tuple(types), kwarg_types)
-
-
-def _same(value: Any, default: Any) -> bool:
-    try:
-        return bool(value == default)
-    except Exception:
-        return False
-
-
-# -- translation ------------------------------------------------------------------------
+    recorder: GraphRecorder
+    values: dict[torch.fx.Node, Any] = dataclasses.field(default_factory=dict)
 
 
 class Translator:
-    """Walks one decomposed ``ExportedProgram`` and records its ONNX graph."""
+    """Translates one planned ``ExportedProgram``, subgraphs included."""
 
-    def __init__(
-        self,
-        program: torch.export.ExportedProgram,
-        calls: dict[torch.fx.Node, Call],
-        target: Target,
-        symbols: dict[str, str],
-    ) -> None:
+    def __init__(self, program: torch.export.ExportedProgram, plan: Plan, target: Target, symbols: dict[str, str]):
         self.program = program
-        self.calls = calls
+        self.plan = plan
         self.target = target
         self.symbols = symbols
-        self.graph = ir.Graph([], [], nodes=[], name="main_graph")
-        self.recorder = GraphRecorder(self.graph, target.onnx)
-        self.values: dict[torch.fx.Node, Any] = {}
-        self.input_names: list[str] = []
         self.used_impls: dict[str, Impl] = {}
 
-    # values ------------------------------------------------------------------------
+    def run(self) -> Translation:
+        graph = ir.Graph([], [], nodes=[], name="main_graph")
+        scope = _Scope(GraphRecorder(graph, self.target.onnx))
+        input_names = self._inputs(scope)
+        results = self._walk(scope, self.program.graph)
+        specs = self.program.graph_signature.output_specs
+        # buffer and input mutations are not outputs: ONNX graphs are functional
+        outputs = [value for spec, value in zip(specs, results, strict=True) if spec.kind == OutputKind.USER_OUTPUT]
+        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls)
+
+    # -- values ------------------------------------------------------------------------
 
     def _shape(self, value: torch.Tensor) -> ir.Shape:
         dims: list[int | ir.SymbolicDim] = []
@@ -292,12 +115,19 @@ class Translator:
             value.dtype = ir.DataType.BOOL
             value.shape = ir.Shape([])
 
-    # inputs --------------------------------------------------------------------------
+    def _typed(self, name: str, meta: Any) -> ir.Value:
+        value = ir.Value(name=name)
+        self._describe(value, meta)
+        return value
 
-    def inputs(self) -> None:
+    # -- inputs ------------------------------------------------------------------------
+
+    def _inputs(self, scope: _Scope) -> list[str]:
         specs = {s.arg.name: s for s in self.program.graph_signature.input_specs if hasattr(s.arg, "name")}
         state = self.program.state_dict
         constants = self.program.constants
+        graph = scope.recorder.graph
+        names = []
         for node in self.program.graph.nodes:
             if node.op != "placeholder":
                 continue
@@ -310,10 +140,9 @@ class Translator:
                         f"input {node.name!r} is a {type(meta).__name__}, not a tensor: ONNX inputs are tensors. "
                         "Pass it as a tensor, or leave it static (torch.export then bakes it in)."
                     )
-                value = ir.Value(name=node.name)
-                self._describe(value, meta)
-                self.graph.inputs.append(value)
-                self.input_names.append(node.name)
+                value = self._typed(node.name, meta)
+                graph.inputs.append(value)
+                names.append(node.name)
             elif kind == InputKind.TOKEN:
                 value = None  # effect tokens order side effects; ONNX has none
             elif kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
@@ -326,164 +155,326 @@ class Translator:
                     tensor = tensor.contiguous()
                 value = ir.Value(name=name, const_value=tensor_adapters.TorchTensor(tensor, name=name))
                 self._describe(value, tensor)
-                self.graph.register_initializer(value)
+                graph.register_initializer(value)
             else:
                 raise ExportError(f"input {node.name!r} of kind {kind.name} cannot be exported to ONNX")
-            self.values[node] = value
+            scope.values[node] = value
+        return names
 
-    # nodes ---------------------------------------------------------------------------
+    # -- walking a graph ------------------------------------------------------------------
 
-    def run(self) -> None:
-        self.inputs()
-        with onnxscript.evaluator.default_as(self.recorder):
-            for node in self.program.graph.nodes:
+    def _walk(self, scope: _Scope, graph: torch.fx.Graph) -> list[Any]:
+        """Translate ``graph``'s nodes into ``scope`` (its placeholders already bound);
+        returns the values of its outputs."""
+        with onnxscript.evaluator.default_as(scope.recorder):
+            for node in graph.nodes:
                 if node.op == "call_function":
-                    self._call(node)
+                    self._call(scope, node)
                 elif node.op == "output":
-                    self._outputs(node)
+                    results = node.args[0]
+                    results = results if isinstance(results, (list, tuple)) else [results]
+                    return [self._value(scope, value) for value in results]
+        raise ExportError(f"graph {graph} has no output node")
 
-    def _call(self, node: torch.fx.Node) -> None:
-        fn = node.target
-        if fn is operator.getitem:
+    def _value(self, scope: _Scope, value: Any) -> Any:
+        return scope.values[value] if isinstance(value, torch.fx.Node) else value
+
+    def _call(self, scope: _Scope, node: torch.fx.Node) -> None:
+        kind = _nodes.classify(node)
+        if kind is _nodes.Kind.GETITEM:
             container, index = node.args
-            self.values[node] = self.values[container][index]
-            return
-        if fn in _SYMBOLIC:
-            self._symbolic(node)
-            return
-        if fn is _WITH_EFFECTS:  # a skipped check: its only result is the effect token
-            self.values[node] = (None,)
-            return
-        call = self.calls.get(node)
-        if call is None:  # a skipped assertion
-            return
+            scope.values[node] = scope.values[container][index]
+        elif kind is _nodes.Kind.SYMBOLIC:
+            self._symbolic(scope, node)
+        elif kind is _nodes.Kind.SKIPPED:
+            scope.values[node] = (None,)  # a check; with_effects' only result is the effect token
+        elif kind is _nodes.Kind.HOP:
+            self._hop(scope, node)
+        else:
+            self._op(scope, node, self.plan.calls[node])
+
+    def _op(self, scope: _Scope, node: torch.fx.Node, call: Call) -> None:
         impl = call.impl
         self.used_impls[impl.label] = impl
-        recorder = self.recorder
-        recorder.emitter = impl.label
-        recorder.name_prefix = node.name
-        recorder.metadata = {
-            _META_TORCH_OP: str(impl.op),
-            _META_PACK: impl.pack,
-            _META_IMPL: impl.name,
-            _META_MODULE: _capture.module_path(node),
-            _META_SOURCE: _capture.source_line(node),
-        }
-        first = len(self.graph)
-        args = [self._argument(a, t) for a, t in zip(call.args, call.types, strict=True)]
-        kwargs = {k: self._argument(v, call.kwarg_types[k]) for k, v in call.kwargs.items()}
+        recorder = scope.recorder
+        self._stamp(recorder, node, str(impl.op), impl.pack, impl.name, impl.label)
+        first = len(recorder.graph)
+        args = [self._argument(scope, a, i in call.int_lists) for i, a in enumerate(call.args)]
+        kwargs = {k: self._argument(scope, v, k in call.int_lists) for k, v in call.kwargs.items()}
         try:
             result = impl.function(*args, **kwargs)
         except ExportError as e:
             raise ExportError(f"{_call_site(node, impl)}: {e}") from e
         except Exception as e:
             raise ExportError(f"{_call_site(node, impl)} raised {type(e).__name__}: {e}") from e
-        made = {id(n) for n in list(self.graph)[first:]}
-        self.values[node] = self._results(node, impl, result, made)
+        made = {id(n) for n in list(recorder.graph)[first:]}
+        scope.values[node] = self._results(scope, node, impl, result, made)
+        if _nodes.classify(node) is _nodes.Kind.INPLACE:
+            scope.values[node.args[0]] = scope.values[node]  # later reads of self see the mutation
 
-    def _results(self, node: torch.fx.Node, impl: Impl, result: Any, made: set[int]) -> Any:
+    @staticmethod
+    def _stamp(recorder: GraphRecorder, node: torch.fx.Node, torch_op: str, pack: str, impl: str, label: str) -> None:
+        recorder.emitter = label
+        recorder.name_prefix = node.name
+        recorder.metadata = _nodes.provenance(node, torch_op, pack, impl)
+
+    def _results(self, scope: _Scope, node: torch.fx.Node, impl: Impl, result: Any, made: set[int]) -> Any:
         meta = node.meta.get("val")
         if isinstance(meta, (list, tuple)):
             if not isinstance(result, (list, tuple)) or len(result) != len(meta):
                 got = len(result) if isinstance(result, (list, tuple)) else 1
                 raise ExportError(f"{_call_site(node, impl)} returned {got} value(s); the op has {len(meta)} outputs")
             return tuple(
-                self._result(f"{node.name}_{i}", r, m, made) if m is not None else None
+                self._result(scope, f"{node.name}_{i}", r, m, made) if m is not None else None
                 for i, (r, m) in enumerate(zip(result, meta, strict=True))
             )
         if isinstance(result, (list, tuple)):
             if len(result) != 1:
                 raise ExportError(f"{_call_site(node, impl)} returned {len(result)} values; the op has one output")
             result = result[0]
-        return self._result(node.name, result, meta, made)
+        return self._result(scope, node.name, result, meta, made)
 
-    def _result(self, name: str, value: Any, meta: Any, made: set[int]) -> ir.Value:
+    def _result(self, scope: _Scope, name: str, value: Any, meta: Any, made: set[int]) -> ir.Value:
         if isinstance(value, (list, tuple)) and any(isinstance(v, ir.Value) for v in value):
             raise ExportError(
                 f"the impl returned {len(value)} values where the op has a single tensor ({name}): "
                 "unpack multi-output ONNX ops (`y, _ = op.X(...)`) and return one value per op output"
             )
         if not isinstance(value, ir.Value):
-            value = self.recorder.constant(value, None if meta is None else _dtype_of(meta))
+            value = scope.recorder.constant(value, None if meta is None else _dtype_of(meta))
         producer = value.producer()
         if producer is not None and id(producer) in made and producer.op_type != "Constant":
             value.name = name
         self._describe(value, meta)
         return value
 
-    def _argument(self, value: Any, arg_type: str) -> Any:
+    def _argument(self, scope: _Scope, value: Any, int_list: bool) -> Any:
         if isinstance(value, torch.fx.Node):
-            return self.values[value]
+            return scope.values[value]
         if isinstance(value, (list, tuple)):
-            items = [self._argument(v, arg_type) for v in value]
-            if "int" in arg_type.lower() and any(isinstance(v, ir.Value) for v in items):
-                return self._int_list(items)
+            items = [self._argument(scope, v, False) for v in value]
+            if int_list and any(isinstance(v, ir.Value) for v in items):
+                return self._int_list(scope.recorder, items)
             return items
         if isinstance(value, torch.dtype):
             return int(tensor_adapters.from_torch_dtype(value))
         if isinstance(value, (torch.device, torch.layout, torch.memory_format)):
             return None
         if isinstance(value, torch.Tensor):
-            return self.recorder.constant(value.detach().cpu().numpy(), None)
+            return scope.recorder.constant(value.detach().cpu().numpy(), None)
         return value
 
-    def _int_list(self, items: Sequence[Any]) -> ir.Value:
+    def _int_list(self, recorder: GraphRecorder, items: Sequence[Any]) -> ir.Value:
         """A 1-D INT64 tensor from a list mixing ints and symbolic (scalar INT64) sizes."""
         parts = []
-        axes = self.recorder.constant([0], ir.DataType.INT64)
+        axes = recorder.constant([0], ir.DataType.INT64)
         for item in items:
             if isinstance(item, ir.Value) and item.shape is not None and len(item.shape) == 0:
-                parts.append(self.recorder.add_node("", "Unsqueeze", [item, axes], [], 1, self.target.onnx).outputs[0])
+                parts.append(recorder.add_node("", "Unsqueeze", [item, axes], [], 1, self.target.onnx).outputs[0])
             elif isinstance(item, ir.Value):
                 parts.append(item)
             else:
-                parts.append(self.recorder.constant([int(item)], ir.DataType.INT64))
-        node = self.recorder.add_node("", "Concat", parts, [ir.AttrInt64("axis", 0)], 1, self.target.onnx)
+                parts.append(recorder.constant([int(item)], ir.DataType.INT64))
+        node = recorder.add_node("", "Concat", parts, [ir.AttrInt64("axis", 0)], 1, self.target.onnx)
         return node.outputs[0]
 
-    # symbolic sizes ------------------------------------------------------------------------
+    # -- symbolic sizes ------------------------------------------------------------------------
 
-    def _symbolic(self, node: torch.fx.Node) -> None:
+    def _symbolic(self, scope: _Scope, node: torch.fx.Node) -> None:
         meta = node.meta.get("val")
         if isinstance(meta, (int, float, bool)) and not isinstance(meta, torch.SymInt):
-            self.values[node] = meta  # torch specialised it
+            scope.values[node] = meta  # torch specialised it
             return
-        recorder = self.recorder
-        recorder.emitter = "<exporter>"
-        recorder.name_prefix = node.name
-        recorder.metadata = {_META_TORCH_OP: getattr(node.target, "__name__", str(node.target)), _META_PACK: "opreg"}
-        operands = [self.values[a] if isinstance(a, torch.fx.Node) else a for a in node.args]
+        recorder = scope.recorder
+        name = getattr(node.target, "__name__", str(node.target))
+        self._stamp(recorder, node, name, _nodes.EXPORTER, name, "<exporter>")
+        operands = [self._value(scope, a) for a in node.args]
         operands = [recorder.constant(v, _scalar_dtype(v)) if not isinstance(v, ir.Value) else v for v in operands]
-        op_type, cast = _SYMBOLIC[node.target]
+        op_type, cast = _nodes.SYMBOLIC_OPS[node.target]
         if cast is not None:
-            operands = [self._cast(v, cast) for v in operands]
+            operands = [self._cast(recorder, v, cast) for v in operands]
         elif len(operands) == 2 and operands[0].dtype != operands[1].dtype:
-            operands = [self._cast(v, ir.DataType.FLOAT) for v in operands]
+            operands = [self._cast(recorder, v, ir.DataType.FLOAT) for v in operands]
         result = recorder.add_node("", op_type, operands, [], 1, self.target.onnx).outputs[0]
         result.name = node.name
         self._describe(result, meta)
-        self.values[node] = result
+        scope.values[node] = result
 
-    def _cast(self, value: ir.Value, dtype: ir.DataType) -> ir.Value:
+    def _cast(self, recorder: GraphRecorder, value: ir.Value, dtype: ir.DataType) -> ir.Value:
         if value.dtype == dtype:
             return value
-        node = self.recorder.add_node("", "Cast", [value], [ir.AttrInt64("to", int(dtype))], 1, self.target.onnx)
+        node = recorder.add_node("", "Cast", [value], [ir.AttrInt64("to", int(dtype))], 1, self.target.onnx)
         return node.outputs[0]
 
-    # outputs -------------------------------------------------------------------------
+    # -- higher-order ops ------------------------------------------------------------------------
 
-    def _outputs(self, node: torch.fx.Node) -> None:
-        specs = self.program.graph_signature.output_specs
-        results = node.args[0]
-        self.user_outputs: list[Any] = []
-        for spec, value in zip(specs, results, strict=True):
-            if spec.kind != OutputKind.USER_OUTPUT:
-                continue  # buffer and input mutations: ONNX graphs are functional
-            self.user_outputs.append(self.values[value] if isinstance(value, torch.fx.Node) else value)
+    def _hop(self, scope: _Scope, node: torch.fx.Node) -> None:
+        hop = _nodes.HOPS[node.target]
+        if hop.inline:
+            (_, module), *_ = _nodes.subgraphs(node)
+            operands = node.args[hop.subgraphs[0][1] + 1 :]
+            if hop.name == "invoke_subgraph":
+                operands = node.args[2:]  # invoke_subgraph(subgraph, identifier, *operands)
+            scope.values[node] = tuple(self._inline(scope, module, [self._value(scope, a) for a in operands]))
+            return
+        handler = getattr(self, f"_hop_{hop.name}")
+        self._stamp(scope.recorder, node, hop.name, _nodes.EXPORTER, hop.name, "<exporter>")
+        scope.values[node] = tuple(handler(scope, node))
+
+    def _inline(self, scope: _Scope, module: torch.fx.GraphModule, operands: Sequence[Any]) -> list[Any]:
+        """Translate ``module``'s graph into ``scope`` itself, its placeholders bound to ``operands``."""
+        inner = _Scope(scope.recorder)
+        placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(operands):
+            raise ExportError(f"a subgraph takes {len(placeholders)} operands, the call passes {len(operands)}")
+        inner.values.update(zip(placeholders, operands, strict=True))
+        return self._walk(inner, module.graph)
+
+    def _subgraph(
+        self,
+        scope: _Scope,
+        module: torch.fx.GraphModule,
+        bound: Sequence[Any],
+        inputs: Sequence[ir.Value],
+        name: str,
+        then: Any = None,
+    ) -> tuple[ir.Graph, list[ir.Value]]:
+        """An ONNX graph nested in ``scope``'s graph, translating ``module`` with its
+        placeholders bound to ``bound`` (the new graph's ``inputs``, or values of the
+        enclosing graphs). ``then(inner_scope, outputs) -> outputs`` may add nodes after
+        the module's. Returns the graph (outputs not yet set) and the output values."""
+        graph = ir.Graph(list(inputs), [], nodes=[], name=name)
+        inner = _Scope(scope.recorder.subgraph(graph))
+        placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+        inner.values.update(zip(placeholders, bound, strict=True))
+        outputs = self._walk(inner, module.graph)
+        if then is not None:
+            with onnxscript.evaluator.default_as(inner.recorder):
+                outputs = then(inner, outputs)
+        return graph, outputs
+
+    def _seal(self, scope: _Scope, graph: ir.Graph, outputs: Sequence[Any], metas: Sequence[Any]) -> None:
+        """Set ``graph``'s outputs: each a value made in ``graph`` and used once (an outer
+        value, an input, a constant or a repeat goes through an ``Identity``)."""
+        recorder = scope.recorder
+        made_here = {id(out) for node in graph for out in node.outputs}
+        taken: set[int] = set()
+        for result, meta in zip(outputs, metas, strict=True):
+            value = result if isinstance(result, ir.Value) else recorder.constant(result, _dtype_of(meta))
+            if id(value) not in made_here or id(value) in taken or _is_constant(value):
+                value = recorder.add_node("", "Identity", [value], [], 1, self.target.onnx).outputs[0]
+            taken.add(id(value))
+            self._describe(value, meta)
+            graph.outputs.append(value)
+
+    def _hop_cond(self, scope: _Scope, node: torch.fx.Node) -> list[ir.Value]:
+        # cond(pred, true_fn, false_fn, operands)
+        pred, _, _, operands = node.args
+        metas = list(node.meta["val"])
+        operand_values = [self._value(scope, a) for a in operands]
+        condition = self._value(scope, pred)
+        if isinstance(condition, bool):  # torch knew the branch while capturing
+            module = _nodes.subgraph_module(node, 1 if condition else 2)
+            return self._inline(scope, module, operand_values)
+        recorder = scope.recorder
+        if condition.dtype != ir.DataType.BOOL:
+            condition = self._cast(recorder, condition, ir.DataType.BOOL)
+        branches = []
+        for index, role in ((1, "then"), (2, "else")):
+            module = _nodes.subgraph_module(node, index)
+            name = recorder.fresh_name(f"{node.name}_{role}")
+            graph, outputs = self._subgraph(scope, module, operand_values, [], name)
+            self._seal(self._sub_scope_of(graph, scope), graph, outputs, metas)
+            branches.append(graph)
+        attributes = [ir.AttrGraph("then_branch", branches[0]), ir.AttrGraph("else_branch", branches[1])]
+        if_node = recorder.add_node("", "If", [condition], attributes, len(metas), None)
+        return self._name_outputs(scope, node, if_node.outputs, metas)
+
+    def _hop_while_loop(self, scope: _Scope, node: torch.fx.Node) -> list[ir.Value]:
+        # while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)
+        _, _, carried, additional = node.args
+        metas = list(node.meta["val"])
+        recorder = scope.recorder
+        cond_module = _nodes.subgraph_module(node, 0)
+        body_module = _nodes.subgraph_module(node, 1)
+        initial = [self._value(scope, a) for a in carried]
+        extra = [self._value(scope, a) for a in additional]
+        (start,) = self._inline(scope, cond_module, [*initial, *extra])
+        start = self._as_bool_scalar(recorder, start)
+
+        iteration = self._typed(recorder.fresh_name(f"{node.name}_iter"), torch.empty((), dtype=torch.int64))
+        cond_in = self._typed(recorder.fresh_name(f"{node.name}_cond_in"), torch.empty((), dtype=torch.bool))
+        carried_in = [self._typed(recorder.fresh_name(f"{node.name}_carried"), m) for m in metas]
+
+        def condition_after(inner: _Scope, outputs: list[Any]) -> list[Any]:
+            (again,) = self._inline(inner, cond_module, [*outputs, *extra])
+            return [self._as_bool_scalar(inner.recorder, again), *outputs]
+
+        body, outputs = self._subgraph(
+            scope, body_module, [*carried_in, *extra], [iteration, cond_in, *carried_in],
+            recorder.fresh_name(f"{node.name}_body"), then=condition_after,
+        )  # fmt: skip
+        self._seal(self._sub_scope_of(body, scope), body, outputs, [torch.empty((), dtype=torch.bool), *metas])
+        loop = recorder.add_node("", "Loop", [None, start, *initial], [ir.AttrGraph("body", body)], len(metas), None)
+        return self._name_outputs(scope, node, loop.outputs, metas)
+
+    def _hop_scan(self, scope: _Scope, node: torch.fx.Node) -> list[ir.Value]:
+        # scan(combine_fn, init, xs, additional_inputs): combine_fn(*carry, *x_slices, *additional)
+        _, init, xs, additional = node.args
+        return self._scan(scope, node, _nodes.subgraph_module(node, 0), list(init), list(xs), list(additional))
+
+    def _hop_map(self, scope: _Scope, node: torch.fx.Node) -> list[ir.Value]:
+        # map_impl(f, xs, pos_args): f(*x_slices, *pos_args), results stacked
+        _, xs, pos_args = node.args
+        return self._scan(scope, node, _nodes.subgraph_module(node, 0), [], list(xs), list(pos_args))
+
+    def _scan(
+        self, scope: _Scope, node: torch.fx.Node, module: torch.fx.GraphModule, init: list, xs: list, extra: list
+    ) -> list[ir.Value]:
+        recorder = scope.recorder
+        metas = list(node.meta["val"])
+        states = [self._value(scope, a) for a in init]
+        sequences = [self._value(scope, a) for a in xs]
+        outer = [self._value(scope, a) for a in extra]
+        state_in = [self._typed(recorder.fresh_name(f"{node.name}_state"), a.meta["val"]) for a in init]
+        slices = [self._typed(recorder.fresh_name(f"{node.name}_slice"), a.meta["val"][0]) for a in xs]
+        body, outputs = self._subgraph(
+            scope, module, [*state_in, *slices, *outer], [*state_in, *slices], recorder.fresh_name(f"{node.name}_body")
+        )
+        slice_metas = [m if i < len(init) else m[0] for i, m in enumerate(metas)]
+        self._seal(self._sub_scope_of(body, scope), body, outputs, slice_metas)
+        attributes = [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", len(sequences))]
+        scan = recorder.add_node("", "Scan", [*states, *sequences], attributes, len(metas), None)
+        return self._name_outputs(scope, node, scan.outputs, metas)
+
+    def _sub_scope_of(self, graph: ir.Graph, scope: _Scope) -> _Scope:
+        """A scope that adds nodes to ``graph`` (nested in ``scope``'s graph)."""
+        return _Scope(scope.recorder.subgraph(graph))
+
+    def _name_outputs(self, scope: _Scope, node: torch.fx.Node, outputs: Sequence[ir.Value], metas: Sequence[Any]):
+        for i, (value, meta) in enumerate(zip(outputs, metas, strict=True)):
+            value.name = scope.recorder.fresh_name(f"{node.name}_{i}")
+            self._describe(value, meta)
+        return list(outputs)
+
+    def _as_bool_scalar(self, recorder: GraphRecorder, value: Any) -> ir.Value:
+        if isinstance(value, bool):
+            return recorder.constant(value, ir.DataType.BOOL)
+        if value.dtype != ir.DataType.BOOL:
+            value = self._cast(recorder, value, ir.DataType.BOOL)
+        if value.shape is None or len(value.shape) != 0:
+            empty = recorder.constant([], ir.DataType.INT64)
+            value = recorder.add_node("", "Reshape", [value, empty], [], 1, self.target.onnx).outputs[0]
+        return value
+
+
+def _is_constant(value: ir.Value) -> bool:
+    producer = value.producer()
+    return value.const_value is not None and (producer is None or producer.op_type == "Constant")
 
 
 def _call_site(node: torch.fx.Node, impl: Impl) -> str:
-    return f"impl {impl.label} for {impl.op} (node {node.name}, {_capture.where(node)})"
+    return f"impl {impl.label} for {impl.op} (node {node.name}, {_nodes.where(node)})"
 
 
 def _dtype_of(meta: Any) -> ir.DataType | None:
@@ -500,23 +491,3 @@ def _scalar_dtype(value: Any) -> ir.DataType | None:
     if isinstance(value, float | torch.SymFloat):
         return ir.DataType.FLOAT
     return None
-
-
-_SYMBOLIC: dict[Callable[..., Any], tuple[str, ir.DataType | None]] = {
-    operator.add: ("Add", None),
-    operator.sub: ("Sub", None),
-    operator.mul: ("Mul", None),
-    operator.floordiv: ("Div", ir.DataType.INT64),
-    operator.truediv: ("Div", ir.DataType.FLOAT),
-    operator.mod: ("Mod", ir.DataType.INT64),
-    operator.neg: ("Neg", None),
-    operator.eq: ("Equal", None),
-    operator.lt: ("Less", None),
-    operator.le: ("LessOrEqual", None),
-    operator.gt: ("Greater", None),
-    operator.ge: ("GreaterOrEqual", None),
-    torch.sym_float: ("Identity", ir.DataType.FLOAT),
-    torch.sym_max: ("Max", None),
-    torch.sym_min: ("Min", None),
-}
-"""Python operators on symbolic sizes that torch.export leaves in the graph."""

@@ -256,7 +256,7 @@ class _Batch:
     def capture(self, registry: Registry, target: Any) -> torch.export.ExportedProgram | BaseException:
         """Capture, and decompose for ``target``: other targets usually cover the
         same ops, and then export it as it is instead of decomposing again."""
-        from opreg.exporter import _capture
+        from opreg.exporter import _decompose
 
         try:
             self.program = torch.export.export(self.module, self.inputs, strict=False)
@@ -264,21 +264,21 @@ class _Batch:
             self.program = e
             return e
         with contextlib.suppress(Exception):  # export() decomposes again and reports it
-            self.program = _capture.decompose(self.program, registry, target)
+            self.program = _decompose.decompose(self.program, registry, target)
         return self.program
 
     def run(self, target: Any, registry: Registry, runtime: str, rtol: float, atol: float, ops: set[str]) -> str | None:
         """Export for ``target``, run and compare: ``None`` if every output matches, else why not."""
         import opreg
-        from opreg.exporter._program import _compare
-        from opreg.exporter._translate import PROVENANCE_KEYS
+        from opreg.exporter._nodes import TORCH_OP_KEY
+        from opreg.exporter._program import compare_output
 
         try:
             program = opreg.export(self.program, target=target, registry=registry)
         except Exception as e:
             return f"export failed: {_short(e)}"
         for node in program.model.graph:
-            op = node.metadata_props.get(PROVENANCE_KEYS[0])
+            op = node.metadata_props.get(TORCH_OP_KEY)
             if op:
                 ops.add(op)
         try:
@@ -293,7 +293,7 @@ class _Batch:
                 if (tuple(g.shape), g.dtype) != (tuple(e.tensor.shape), e.tensor.dtype):
                     bad.append(f"output {index}: {g.dtype}{tuple(g.shape)} != {e.tensor.dtype}{tuple(e.tensor.shape)}")
                 continue
-            check = _compare(f"output {index}", g, e, rtol, atol)
+            check = compare_output(f"output {index}", g, e, rtol, atol)
             if not check.ok:
                 bad.append(f"{check.name}: {check.detail} (max abs {check.max_abs:.3g})")
         return "; ".join(bad) or None

@@ -1,0 +1,308 @@
+"""What each FX node is, and where it came from: the one place both the
+decomposition step and planning read a captured graph from.
+
+:func:`classify` sorts a ``call_function`` node into a :class:`Kind`; the
+higher-order ops opreg translates are described by :data:`HOPS` (which of
+their arguments are subgraphs and which operands); :func:`provenance` and
+:func:`where` say which module and source line made a node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import operator
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import onnx_ir as ir
+import torch
+
+from opreg.opname import OpName
+
+SKIPPED_OPS = frozenset(
+    {
+        "aten::_assert_scalar.default",
+        "aten::_assert_tensor_metadata.default",
+        "aten::sym_constrain_range.default",
+        "aten::sym_constrain_range_for_size.default",
+        "aten::_assert_async.msg",
+        "aten::_linalg_check_errors.default",
+    }
+)
+"""Runtime checks torch.export leaves in; they produce nothing ONNX needs."""
+
+SYMBOLIC_OPS: dict[Callable[..., Any], tuple[str, ir.DataType | None]] = {
+    operator.add: ("Add", None),
+    operator.sub: ("Sub", None),
+    operator.mul: ("Mul", None),
+    operator.floordiv: ("Div", ir.DataType.INT64),
+    operator.truediv: ("Div", ir.DataType.FLOAT),
+    operator.mod: ("Mod", ir.DataType.INT64),
+    operator.neg: ("Neg", None),
+    operator.eq: ("Equal", None),
+    operator.lt: ("Less", None),
+    operator.le: ("LessOrEqual", None),
+    operator.gt: ("Greater", None),
+    operator.ge: ("GreaterOrEqual", None),
+    torch.sym_float: ("Identity", ir.DataType.FLOAT),
+    torch.sym_max: ("Max", None),
+    torch.sym_min: ("Min", None),
+}
+"""Python operators on symbolic sizes that torch.export leaves in the graph, as the
+ONNX op that computes them and the type their operands are cast to first."""
+
+WITH_EFFECTS = torch.ops.higher_order.with_effects
+"""Wraps an op with side effects, threading a token; only skipped checks are supported."""
+
+PROVENANCE_KEYS = ("opreg.torch_op", "opreg.pack", "opreg.impl", "opreg.module", "opreg.source")
+"""``metadata_props`` every node carries: torch op, pack, impl, module path, source line."""
+TORCH_OP_KEY, PACK_KEY, IMPL_KEY, MODULE_KEY, SOURCE_KEY = PROVENANCE_KEYS
+EXPORTER = "opreg"
+"""The pack name nodes the exporter itself makes carry (symbolic sizes, control flow)."""
+
+
+class Kind(enum.Enum):
+    """What a ``call_function`` node asks of the exporter."""
+
+    OP = "a torch op: translated by the impl the registry resolves"
+    INPLACE = "an in-place torch op: translated by its functional form's impl"
+    HOP = "a higher-order op: its subgraphs are translated by the same registry"
+    GETITEM = "an item of a multi-output node's result"
+    SYMBOLIC = "Python arithmetic on symbolic sizes"
+    SKIPPED = "a runtime check: nothing to translate"
+    UNSUPPORTED = "a call opreg cannot translate"
+
+
+# -- higher-order ops ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Hop:
+    """How to read one higher-order op's node.
+
+    Fields:
+        name: the HOP's name (``cond``, ``while_loop``, ...).
+        subgraphs: ``(role, argument index)`` of each subgraph argument.
+        inline: the HOP only sets a context (no-grad, autocast off, a reused
+            subgraph); its body is translated in place of the node.
+        needs_decomposition: ``predicate(node)`` for nodes whose meaning
+            ``torch.export``'s decomposition must spell out first (autocast on).
+    """
+
+    name: str
+    subgraphs: tuple[tuple[str, int], ...]
+    inline: bool = False
+    needs_decomposition: Callable[[torch.fx.Node], bool] | None = None
+
+
+def _autocast_on(node: torch.fx.Node) -> bool:
+    # wrap_with_autocast(device_type, dtype, enabled, cache_enabled, body, *args)
+    return bool(node.args[2])
+
+
+def _higher_order(name: str) -> Any:
+    return getattr(torch.ops.higher_order, name, None)
+
+
+HOPS: dict[Any, Hop] = {
+    op: hop
+    for op, hop in (
+        (_higher_order("cond"), Hop("cond", (("true branch", 1), ("false branch", 2)))),
+        (_higher_order("while_loop"), Hop("while_loop", (("condition", 0), ("body", 1)))),
+        (_higher_order("scan"), Hop("scan", (("combine", 0),))),
+        (_higher_order("map_impl"), Hop("map", (("body", 0),))),
+        (_higher_order("invoke_subgraph"), Hop("invoke_subgraph", (("subgraph", 0),), inline=True)),
+        (_higher_order("wrap_with_set_grad_enabled"), Hop("wrap_with_set_grad_enabled", (("body", 1),), inline=True)),
+        (
+            _higher_order("wrap_with_autocast"),
+            Hop("wrap_with_autocast", (("body", 4),), inline=True, needs_decomposition=_autocast_on),
+        ),
+    )
+    if op is not None
+}
+"""The higher-order ops opreg translates, by their operator."""
+
+
+def subgraph_module(node: torch.fx.Node, index: int) -> torch.fx.GraphModule:
+    """The ``GraphModule`` a HOP node's argument ``index`` names (a ``get_attr`` node)."""
+    arg = node.args[index]
+    if isinstance(arg, torch.fx.GraphModule):
+        return arg
+    owner = node.graph.owning_module
+    assert isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and owner is not None
+    return operator.attrgetter(arg.target)(owner)
+
+
+def subgraphs(node: torch.fx.Node) -> Iterator[tuple[str, torch.fx.GraphModule]]:
+    """``(role, module)`` of each subgraph of a HOP node opreg translates."""
+    hop = HOPS[node.target]
+    for role, index in hop.subgraphs:
+        yield role, subgraph_module(node, index)
+
+
+# -- classification -------------------------------------------------------------------------
+
+
+def classify(node: torch.fx.Node) -> Kind:
+    """What a ``call_function`` node is (see :class:`Kind`)."""
+    fn = node.target
+    if fn is operator.getitem:
+        return Kind.GETITEM
+    if fn in SYMBOLIC_OPS:
+        return Kind.SYMBOLIC
+    if fn is WITH_EFFECTS:
+        inner = node.args[1]
+        if isinstance(inner, torch._ops.OpOverload) and str(OpName.of(inner)) in SKIPPED_OPS:
+            return Kind.SKIPPED
+        return Kind.UNSUPPORTED
+    if fn in HOPS:
+        return Kind.HOP
+    if not isinstance(fn, torch._ops.OpOverload):
+        return Kind.UNSUPPORTED
+    if str(OpName.of(fn)) in SKIPPED_OPS:
+        return Kind.SKIPPED
+    if fn._schema.is_mutable:
+        return Kind.INPLACE if functional_form(node) is not None else Kind.UNSUPPORTED
+    return Kind.OP
+
+
+def unsupported_reason(node: torch.fx.Node) -> str:
+    """Why :func:`classify` says ``UNSUPPORTED``."""
+    fn = node.target
+    if fn is WITH_EFFECTS:
+        return "opreg cannot translate ops with side effects (they thread an effect token)"
+    if isinstance(fn, torch._ops.OpOverload):
+        return (
+            "it mutates an input the graph still reads elsewhere (or a view of one); torch's decomposition "
+            "makes such graphs functional"
+        )
+    if isinstance(fn, torch._ops.HigherOrderOperator):
+        return f"opreg has no translation of the higher-order op {fn.__name__}"
+    return "opreg translates torch ops; this is a Python or higher-order call torch.export left in"
+
+
+def functional_form(node: torch.fx.Node) -> OpName | None:
+    """For an in-place op (``relu_``, ``add_.Tensor``) that only rebinds its first
+    argument, the functional op that computes the same value (``relu``, ``add.Tensor``);
+    ``None`` when translating it functionally would change what the graph reads.
+
+    Safe when the op mutates only ``self``, returns it, ``self`` is made inside
+    the graph (not an input, weight or buffer), and every other read of
+    ``self`` comes after the mutation (the translator rebinds ``self`` to the
+    result) and no view of ``self`` was taken before it.
+    """
+    schema = node.target._schema
+    name = schema.name.partition("::")[2]
+    if not name.endswith("_") or name.startswith("_") or not schema.arguments:
+        return None
+    mutated = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    if len(mutated) != 1 or mutated[0] is not schema.arguments[0] or not node.args:
+        return None
+    target = node.args[0]
+    if not isinstance(target, torch.fx.Node) or target.op != "call_function" or _aliases(target):
+        return None  # an input, a weight or a view: the mutation would reach past this graph's values
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    for user in target.users:
+        if user is node:
+            continue
+        if order[user] < order[node] and _aliases(user):
+            return None
+    functional = OpName(schema.name.partition("::")[0], name[:-1], schema.overload_name or "default")
+    try:
+        torch._C._get_schema(f"{functional.namespace}::{functional.name}", schema.overload_name)
+    except RuntimeError:
+        return None
+    return functional
+
+
+def _aliases(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s result may be a view of its inputs (so it would see a later mutation)."""
+    fn = node.target
+    if isinstance(fn, torch._ops.OpOverload):
+        return any(r.alias_info is not None for r in fn._schema.returns)
+    return fn is not operator.getitem and node.op == "call_function"
+
+
+def torch_op(node: torch.fx.Node) -> OpName:
+    """The op whose impl translates an ``OP`` or ``INPLACE`` node."""
+    if classify(node) is Kind.INPLACE:
+        functional = functional_form(node)
+        assert functional is not None
+        return functional
+    return OpName.of(node.target)
+
+
+def walk(graph: torch.fx.Graph) -> Iterator[torch.fx.Node]:
+    """Every ``call_function`` node of ``graph`` and, depth first, of the subgraphs of its HOPs."""
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        yield node
+        if node.target in HOPS:
+            for _, module in subgraphs(node):
+                yield from walk(module.graph)
+
+
+# -- where a node came from -------------------------------------------------------
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OPREG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+def module_path(node: torch.fx.Node) -> str:
+    """The dotted path of the innermost module that made ``node`` (``""`` for the root)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path = ""
+    for value in stack.values():
+        if isinstance(value, tuple) and value and isinstance(value[0], str) and not value[0].startswith("_empty"):
+            path = value[0]
+    return _clean_path(path)
+
+
+def module_type(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    kind = ""
+    for value in stack.values():
+        if isinstance(value, tuple) and len(value) > 1 and not str(value[0]).startswith("_empty"):
+            kind = value[1] if isinstance(value[1], str) else getattr(value[1], "__qualname__", str(value[1]))
+    return kind.rsplit(".", 1)[-1]
+
+
+def _clean_path(path: str) -> str:
+    # Strict-mode captures spell paths as L['self'].layers[0]; normalise to layers.0
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    return re.sub(r"\[(?:'([^']*)'|(\d+))\]", lambda m: "." + (m.group(1) or m.group(2)), path).strip(".")
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """``file:line`` of the innermost frame of the user's code that made ``node``."""
+    trace = node.meta.get("stack_trace") or ""
+    best = ""
+    for match in _FRAME.finditer(trace):
+        path = match.group("file")
+        if path.startswith((_TORCH_DIR, _OPREG_DIR)):
+            continue
+        best = f"{path}:{match.group('line')}"
+    return best
+
+
+def where(node: torch.fx.Node, context: str = "") -> str:
+    """How a node's location is shown to people: module path and source line, and the
+    subgraph it sits in (``context``, e.g. ``in the true branch of cond``)."""
+    path = module_path(node)
+    kind = module_type(node)
+    parts = [f"{path or '<root>'} ({kind})" if kind else (path or "<root>")]
+    line = source_line(node)
+    if line:
+        parts.append(line)
+    text = " at ".join(parts)
+    return f"{text}, {context}" if context else text
+
+
+def provenance(node: torch.fx.Node, torch_op: str, pack: str, impl: str) -> dict[str, str]:
+    """The ``metadata_props`` of the ONNX nodes made for ``node``."""
+    return dict(zip(PROVENANCE_KEYS, (torch_op, pack, impl, module_path(node), source_line(node)), strict=True))

@@ -1,0 +1,231 @@
+"""Planning: every node's impl, and how its arguments map onto the impl's parameters.
+
+Planning sees every node, in the main graph and in every subgraph of a
+higher-order op, before anything is translated: what fails is collected, so
+one :class:`UnsupportedOpsError` lists every missing op with where it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from opreg.errors import UnsupportedOpsError
+from opreg.exporter import _nodes
+from opreg.opname import OpName
+from opreg.registry import Impl, Registry
+from opreg.targets import Target
+
+_IGNORABLE_KINDS = frozenset({"DeviceObjType", "LayoutType", "MemoryFormatType"})
+"""Argument types that say nothing about the result's values; dropped when an
+impl has no parameter for them."""
+_INT_KINDS = frozenset({"IntType", "SymIntType"})
+
+
+@dataclasses.dataclass(frozen=True)
+class MissingOp:
+    """One op an export cannot translate.
+
+    Fields:
+        op: the torch op (``aten::foo.default``) or the FX target's name.
+        count: how many nodes use it.
+        locations: where (module path, source line, subgraph), first few.
+        reason: why it is not covered.
+        elsewhere: ``pack:function (requirement)`` of installed impls that
+            would cover it under another target.
+    """
+
+    op: str
+    count: int
+    locations: tuple[str, ...]
+    reason: str
+    elsewhere: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        plural = "s" if self.count != 1 else ""
+        text = f"{self.op}: {self.count} node{plural}, at {'; '.join(self.locations)}. {self.reason}"
+        if self.elsewhere:
+            text += f" Covered under another target by {', '.join(self.elsewhere)}."
+        return text
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """How one node calls its impl: the arguments, still holding FX nodes.
+
+    Fields:
+        impl: the impl the registry resolved.
+        args, kwargs: the node's arguments mapped onto the impl's parameters.
+        int_lists: positions of ``args`` (and names of ``kwargs``) that are
+            lists of ints, which become one INT64 tensor when a size in them
+            is symbolic.
+    """
+
+    impl: Impl
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    int_lists: frozenset[int | str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Every node's :class:`Call`, in the main graph and in every subgraph."""
+
+    calls: dict[torch.fx.Node, Call]
+
+
+class _NotCovered(Exception):
+    pass
+
+
+def plan(graph: torch.fx.Graph, registry: Registry, target: Target) -> Plan:
+    """Resolve every node's impl and map its arguments; raise with every missing op."""
+    calls: dict[torch.fx.Node, Call] = {}
+    missing: dict[str, list[tuple[torch.fx.Node, str, str]]] = {}
+    _plan_graph(graph, registry, target, calls, missing, "")
+    if missing:
+        raise _unsupported(missing, registry, target)
+    return Plan(calls)
+
+
+def _plan_graph(
+    graph: torch.fx.Graph,
+    registry: Registry,
+    target: Target,
+    calls: dict[torch.fx.Node, Call],
+    missing: dict[str, list[tuple[torch.fx.Node, str, str]]],
+    context: str,
+) -> None:
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        kind = _nodes.classify(node)
+        if kind is _nodes.Kind.UNSUPPORTED:
+            name = getattr(node.target, "__name__", str(node.target))
+            if node.target is _nodes.WITH_EFFECTS:
+                name = f"with_effects({node.args[1]})"
+            elif isinstance(node.target, torch._ops.OpOverload):
+                name = str(OpName.of(node.target))
+            missing.setdefault(name, []).append((node, _nodes.unsupported_reason(node), context))
+        elif kind is _nodes.Kind.HOP:
+            hop = _nodes.HOPS[node.target]
+            for role, module in _nodes.subgraphs(node):
+                inner = f"in the {role} of {hop.name} ({node.name})"
+                _plan_graph(module.graph, registry, target, calls, missing, f"{inner}, {context}" if context else inner)
+        elif kind in (_nodes.Kind.OP, _nodes.Kind.INPLACE):
+            op = _nodes.torch_op(node)
+            impl = registry.resolve(op, target, node)
+            if impl is None:
+                reason = "No installed pack implements it for this target."
+                if registry.candidates(op, target):
+                    reason = "Its impls' predicates reject these nodes."
+                for pack, why in registry.unsupported(op).values():
+                    reason = f"Unsupported ({pack}): {why}"
+                missing.setdefault(str(op), []).append((node, reason, context))
+                continue
+            try:
+                calls[node] = plan_call(node, impl)
+            except _NotCovered as e:
+                missing.setdefault(str(op), []).append((node, f"{impl.label} cannot take the call: {e}", context))
+
+
+def _unsupported(
+    found: dict[str, list[tuple[torch.fx.Node, str, str]]], registry: Registry, target: Target
+) -> UnsupportedOpsError:
+    entries = []
+    for name, nodes in sorted(found.items()):
+        locations = list(dict.fromkeys(_nodes.where(n, context) for n, _, context in nodes))
+        shown = tuple(locations[:3]) + ((f"and {len(locations) - 3} more places",) if len(locations) > 3 else ())
+        elsewhere: tuple[str, ...] = ()
+        if "::" in name:
+            elsewhere = tuple(
+                f"{i.label} ({i.requirement})" for i in registry.impls(name) if target.unmet(i.requirement) is not None
+            )
+        entries.append(MissingOp(name, len(nodes), shown, nodes[0][1], elsewhere))
+    lines = [f"{len(entries)} op(s) in the model have no impl for target {target}:"]
+    lines += [f"  - {e}" for e in entries]
+    lines.append(
+        "Install a pack that implements them, choose a target one covers (see `opreg explain OP`), "
+        "or register your own impl on a registry copy and pass it as registry=."
+    )
+    return UnsupportedOpsError("\n".join(lines), tuple(entries))
+
+
+def _kind(arg_type: Any) -> str:
+    """The kind of a schema argument's type, through ``Optional``."""
+    kind = arg_type.kind()
+    return arg_type.getElementType().kind() if kind == "OptionalType" else kind
+
+
+def _is_int_list(arg_type: Any) -> bool:
+    if arg_type.kind() == "OptionalType":
+        arg_type = arg_type.getElementType()
+    return arg_type.kind() == "ListType" and arg_type.getElementType().kind() in _INT_KINDS
+
+
+def plan_call(node: torch.fx.Node, impl: Impl) -> Call:
+    """Map the node's arguments onto the impl's parameters.
+
+    Schema arguments map to parameters by position (the registry checked the
+    signature). Arguments the node leaves out are left out (the impl's
+    defaults apply) unless a later one is given; arguments past the impl's
+    parameters must be their defaults, or of a type that does not change the
+    values (device, layout, memory format).
+    """
+    schema = node.target._schema
+    arguments = [a for a in schema.arguments if not a.is_out]
+    given: dict[str, Any] = {}
+    for arg, value in zip(arguments, node.args, strict=False):
+        given[arg.name] = value
+    given.update(node.kwargs)
+    params = impl.params
+    if params is None or params.variadic:
+        width = len(arguments)
+        keyword_only: set[int] = set()
+        names = [a.name for a in arguments]
+    else:
+        width = min(len(params.params), len(arguments))
+        keyword_only = {i for i, p in enumerate(params.params[:width]) if p.keyword_only}
+        names = [p.name for p in params.params[:width]]
+
+    for arg in arguments[width:]:
+        if arg.name not in given:
+            continue
+        value = given[arg.name]
+        if _kind(arg.type) in _IGNORABLE_KINDS or arg.name == "pin_memory":
+            continue
+        if arg.has_default_value() and _same(value, arg.default_value):
+            continue
+        raise _NotCovered(f"it has no parameter for argument {arg.name}={value!r}")
+
+    last = max((i for i, a in enumerate(arguments[:width]) if a.name in given), default=-1)
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    int_lists: set[int | str] = set()
+    for i, arg in enumerate(arguments[: last + 1]):
+        if arg.name in given:
+            value = given[arg.name]
+        elif arg.has_default_value():
+            value = arg.default_value
+        else:
+            raise _NotCovered(f"argument {arg.name} is missing")
+        if i in keyword_only or arg.kwarg_only:
+            if arg.name not in given:
+                continue
+            kwargs[names[i]] = value
+            if _is_int_list(arg.type):
+                int_lists.add(names[i])
+        else:
+            if _is_int_list(arg.type):
+                int_lists.add(len(args))
+            args.append(value)
+    return Call(impl, tuple(args), kwargs, frozenset(int_lists))
+
+
+def _same(value: Any, default: Any) -> bool:
+    try:
+        return bool(value == default)
+    except Exception:
+        return False
