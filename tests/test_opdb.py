@@ -53,7 +53,7 @@ KNOWN: dict[tuple[str, str], tuple[str, frozenset[int]]] = {
     ("_native_batch_norm_legit", "float16"): (_FUNCTIONAL_BN, frozenset(range(8))),
     ("native_batch_norm", "float32"): (_TRAINING_BN, frozenset({0, 2, 3, 5, 6})),
     ("native_batch_norm", "float16"): (_TRAINING_BN, frozenset({0, 2, 3, 5, 6})),
-    ("nn.functional.batch_norm", "float32"): (_TRAINING_BN, frozenset({0, 2, 4, 5, 7, 8})),
+    ("nn.functional.batch_norm", "float32"): (_TRAINING_BN, frozenset({0, 2, 4, 5, 8})),
     ("nn.functional.batch_norm", "float16"): (_TRAINING_BN, frozenset({0, 2, 4, 5})),
     ("nn.functional.conv1d", "int64"): (_INT_CONV, frozenset(range(8))),
     ("nn.functional.conv2d", "int64"): (_INT_CONV, frozenset(range(8))),

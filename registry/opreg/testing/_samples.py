@@ -8,6 +8,7 @@ are the samples exported one by one, so each result names its own sample.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -50,6 +51,12 @@ class Sample:
     @classmethod
     def of(cls, *args: Any, **kwargs: Any) -> Sample:
         return cls(args, kwargs, describe(args, kwargs))
+
+    def copy(self) -> Sample:
+        """A deep copy (tensors, lists and dicts copied; tensors shared within the sample stay shared),
+        so running an op that mutates its arguments on the copy leaves this sample untouched."""
+        args, kwargs = copy.deepcopy((self.args, self.kwargs))
+        return Sample(args, kwargs, self.label)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +133,11 @@ class OpCall(torch.nn.Module):
 
     Returns the tensors of every result, flattened, so any op's result
     structure (tuples, named tuples, lists, Python numbers) can be exported
-    and compared.
+    and compared. The samples' other arguments are deep-copied into the
+    module, and :meth:`inputs` returns the tensors of deep copies, one copy
+    per sample: an op that mutates its arguments (batch norm's running
+    statistics in training) never changes the samples, nor another sample
+    sharing a tensor with it.
     """
 
     def __init__(self, fn: Callable[..., Any], samples: Sequence[Sample]) -> None:
@@ -137,13 +148,15 @@ class OpCall(torch.nn.Module):
         for sample in samples:
             leaves, spec = torch.utils._pytree.tree_flatten((sample.args, sample.kwargs))
             self.specs.append(spec)
-            self.constants.append([_INPUT if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves])
+            self.constants.append([_INPUT if _is_tensor(leaf) else copy.deepcopy(leaf) for leaf in leaves])
 
     @staticmethod
     def inputs(samples: Sequence[Sample]) -> tuple[torch.Tensor, ...]:
+        """The tensors of deep copies of ``samples`` (one copy per sample), in order."""
         found: list[torch.Tensor] = []
         for sample in samples:
-            found.extend(t for t in torch.utils._pytree.tree_leaves((sample.args, sample.kwargs)) if _is_tensor(t))
+            copied = sample.copy()
+            found.extend(t for t in torch.utils._pytree.tree_leaves((copied.args, copied.kwargs)) if _is_tensor(t))
         return tuple(found)
 
     def forward(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
@@ -308,13 +321,16 @@ class _ShapeOnly:
 
 def _eager(fn: Callable[..., Any], sample: Sample, values: bool) -> list[Any] | BaseException:
     """``fn``'s tensors on ``sample`` (seeded), or the error eager PyTorch raised.
-    Run with two seeds: results that differ are random, and checked by shape only."""
+    Run with two seeds, each on its own deep copy of the sample (so a mutating op
+    sees the same arguments both times): results that differ are random, and
+    checked by shape only."""
     runs = []
     for seed in (0, 1):
+        copied = sample.copy()
         torch.manual_seed(seed)
         try:
             with torch.no_grad():
-                runs.append(_tensors(fn(*sample.args, **sample.kwargs)))
+                runs.append(_tensors(fn(*copied.args, **copied.kwargs)))
         except Exception as e:
             return e
     first, second = runs
