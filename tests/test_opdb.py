@@ -79,30 +79,7 @@ _SDPA_DROPOUT_ERROR = (
     r"UnsupportedOpsError: .* aten::scaled_dot_product_attention\.default: .*predicates reject these nodes"
 )
 
-_FUNCTIONAL_BN = (
-    "torch.export turns this batch norm (whose schema mutates running stats) into "
-    "_native_batch_norm_legit_functional, declared unsupported (core_ops/opreg_core_ops/unsupported.py); "
-    "models in eval() use _native_batch_norm_legit_no_training, which is implemented"
-)
-_FUNCTIONAL_BN_ERROR = r"UnsupportedOpsError: .*aten::_native_batch_norm_legit_functional\.default"
-_TRAINING_BN = "training=True updates running statistics: declared unsupported; export in eval()"
-_EMPTY_BN = "sample 4 (1-D empty input, eval): BatchNormalization gets 0-d running statistics"
-
 KNOWN: dict[tuple[str, str], Known] = {
-    ("_native_batch_norm_legit", "float32"): Known(_FUNCTIONAL_BN, range(9), _FUNCTIONAL_BN_ERROR),
-    ("_native_batch_norm_legit", "float16"): Known(_FUNCTIONAL_BN, range(8), _FUNCTIONAL_BN_ERROR),
-    ("native_batch_norm", "float32"): Known(_TRAINING_BN, {0, 2, 3, 5, 6}, _FUNCTIONAL_BN_ERROR),
-    ("native_batch_norm", "float16"): Known(_TRAINING_BN, {0, 2, 3, 5, 6}, _FUNCTIONAL_BN_ERROR),
-    ("nn.functional.batch_norm", "float32"): Known(
-        f"{_TRAINING_BN}; {_EMPTY_BN}",
-        {0, 2, 4, 5, 8},
-        _FUNCTIONAL_BN_ERROR + r"|BatchNormalization.*Input 1 expected to have rank 1 but has rank 0",
-    ),
-    ("nn.functional.batch_norm", "float16"): Known(
-        f"{_TRAINING_BN}; {_EMPTY_BN}",
-        {0, 2, 4, 5},
-        _FUNCTIONAL_BN_ERROR + r"|BatchNormalization.*Input 1 expected to have rank 1 but has rank 0",
-    ),
     ("nn.functional.conv1d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
     ("nn.functional.conv2d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
     ("nn.functional.conv_transpose2d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),

@@ -15,10 +15,6 @@ _RNG = (
     "draws from torch's random generator, whose stream ONNX cannot reproduce "
     "(ONNX's Random* ops have their own seeds); pass random tensors in as inputs instead"
 )
-_TRAINING_BN = (
-    "training-mode batch norm updates running_mean/running_var in place, a buffer mutation an "
-    "ONNX graph cannot perform; call model.eval() before exporting"
-)
 
 UNSUPPORTED: dict[str, str] = {
     "aten::_adaptive_avg_pool2d_backward.default": _GRADIENT,
@@ -39,8 +35,11 @@ UNSUPPORTED: dict[str, str] = {
         "takes a complex tensor; ONNX has no complex element type in its standard ops, "
         "so opreg does not model complex values"
     ),
-    "aten::_native_batch_norm_legit.default": _TRAINING_BN,
-    "aten::_native_batch_norm_legit_functional.default": _TRAINING_BN,
+    "aten::_native_batch_norm_legit.default": (
+        "the in-place form, writing the new running statistics into running_mean/running_var; "
+        "torch.export replaces it with aten::_native_batch_norm_legit_functional, which returns them "
+        "and is implemented, so an exported graph does not hold it"
+    ),
     "aten::as_strided.default": (
         "reads the input's underlying storage by offset and strides; ONNX tensors are values "
         "without storage, so views of views cannot be reproduced in general"

@@ -37,6 +37,11 @@ ALSO_COVERS: dict[str, tuple[str, ...]] = {
     "_softmax": ("softmax",),
     "_log_softmax": ("log_softmax",),
     "_native_batch_norm_legit_no_training": ("nn.functional.batch_norm",),
+    "_native_batch_norm_legit_functional": (
+        "nn.functional.batch_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+    ),
     "native_layer_norm": ("nn.functional.layer_norm",),
     "native_group_norm": ("nn.functional.group_norm",),
     "_to_copy": ("to",),
