@@ -69,11 +69,14 @@ class Known:
 
 _INT_CONV = "ONNX Conv/ConvTranspose have no integer types; integer inputs are refused by the impl's predicate"
 _INT_CONV_ERROR = r"UnsupportedOpsError: .* aten::(convolution|conv2d)\.default: .*predicates reject these nodes"
-_DROPOUT = "training-mode dropout draws from torch's RNG, like aten::rand (declared unsupported); export in eval()"
+_DROPOUT = (
+    "training-mode dropout draws random numbers: refused by the impl's predicate; random ops are not "
+    "implemented yet (see aten::rand in core_ops/opreg_core_ops/unsupported.py); export in eval()"
+)
 _DROPOUT_ERROR = r"UnsupportedOpsError: .* aten::native_dropout\.default: .*predicates reject these nodes"
 _SDPA_DROPOUT = (
-    "dropout_p > 0 draws from torch's RNG and is applied even in eval(): refused by the impl's "
-    "predicate rather than dropped silently"
+    "dropout_p > 0 draws random numbers, even in eval(): refused by the impl's predicate rather than "
+    "dropped silently (random ops are not implemented yet)"
 )
 _SDPA_DROPOUT_ERROR = (
     r"UnsupportedOpsError: .* aten::scaled_dot_product_attention\.default: .*predicates reject these nodes"
