@@ -545,6 +545,8 @@ def test_nan_handling_adds_few_nodes_and_none_for_integers():
     key = ["Cast", "Clip", "IsNaN", "Where"]
     assert ops(lambda x: x.amax(1), NANS) == ["ReduceMax", "IsNaN", "Where", "ReduceSum", "Sub"]
     assert ops(lambda x: x.argmax(1, keepdim=True), NANS) == [*key, "ArgMax"]
+    assert ops(lambda x: x.argmin(0), NANS.half()) == [*key, "ArgMin"]
+    assert ops(lambda x: x.max(1), NANS) == [*key, "ArgMax", "GatherElements", "Squeeze", "Squeeze"]
     assert ops(stable_sort, NANS) == [*key, "TopK", "GatherElements"]
     assert ops(stable_sort, NANS.double()) == [
         "IsNaN", "Where", "TopK", "Cast", "GatherElements", "TopK", "GatherElements", "GatherElements",

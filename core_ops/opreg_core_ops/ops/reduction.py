@@ -158,12 +158,13 @@ def _first_nan_or(indices, self, axis: int):
     return op18.Where(op18.GatherElements(nan, first, axis=axis), first, indices)
 
 
-def _nan_arg(op_name: str, self, axis: int):
-    """ArgMax/ArgMin of floating ``self`` along ``axis`` (kept) with NaN winning, first occurrence."""
+def _nan_arg(op_name: str, self, axis: int, keepdim: bool):
+    """ArgMax/ArgMin of floating ``self`` along ``axis`` with NaN winning, first occurrence."""
+    arg = getattr(op18, op_name)
     if self.dtype == ir.DataType.DOUBLE:
-        return _first_nan_or(getattr(op18, op_name)(self, axis=axis, keepdims=1), self, axis)
-    key = _nan_key(self, nan_largest=op_name == "ArgMax")
-    return getattr(op18, op_name)(key, axis=axis, keepdims=1)
+        found = _first_nan_or(arg(self, axis=axis, keepdims=1), self, axis)
+        return found if keepdim else op18.Squeeze(found, [axis])
+    return arg(_nan_key(self, nan_largest=op_name == "ArgMax"), axis=axis, keepdims=int(keepdim))
 
 
 def aten_amax(self, dim: Sequence[int] = (), keepdim: bool = False):
@@ -195,10 +196,9 @@ def _arg(op_name: str, self, dim: int | None, keepdim: bool):
         return op18.Constant(value_int=0)
     if self.dtype in _FLOATING:
         if dim is None:
-            flat = _nan_arg(op_name, op18.Reshape(self, [-1]), 0)
-            return op18.Reshape(flat, [1] * rank if keepdim else [])
-        found = _nan_arg(op_name, self, dim)
-        return found if keepdim else op18.Squeeze(found, [dim])
+            flat = _nan_arg(op_name, op18.Reshape(self, [-1]), 0, False)
+            return op18.Reshape(flat, [1] * rank) if keepdim else flat
+        return _nan_arg(op_name, self, dim, keepdim)
     if dim is None:
         flat = arg(op18.Reshape(self, [-1]), axis=0, keepdims=0)
         return op18.Reshape(flat, [1] * rank) if keepdim else flat
@@ -210,7 +210,7 @@ def _max_min_dim(reduce_name: str, arg_name: str, self, dim: int, keepdim: bool)
         return op18.Identity(self), op18.Constant(value_int=0)
     if self.dtype not in _FLOATING:
         return _extremum(reduce_name, self, [dim], keepdim), _arg(arg_name, self, dim, keepdim)
-    indices = _nan_arg(arg_name, self, dim)  # NaN first; values gathered with the indices: exact
+    indices = _nan_arg(arg_name, self, dim, True)  # NaN first; values gathered with the indices: exact
     values = op18.GatherElements(self, indices, axis=dim)
     if keepdim:
         return values, indices
