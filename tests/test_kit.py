@@ -310,6 +310,35 @@ def aten_relu_fast(self):
     assert report.unsampled == ("halfsampled:twice for kitlib::twice.default",)
 
 
+def test_an_impl_whose_samples_compare_no_value_is_not_a_pass(make_pack):
+    """empty_like's results are uninitialized: its OpInfo samples are compared by shape and dtype
+    only, so the row says so and is skipped, not passed; the impl was still driven (not unsampled)."""
+    make_pack(
+        "uninit",
+        """
+        from onnxscript.onnx_opset import opset18 as op18
+
+
+        def aten_empty_like_ones(self, dtype: int | None = None, layout: int | None = None, device: str | None = None,
+                                 pin_memory: bool | None = None, memory_format: str | None = None):
+            \"\"\"empty_like(Tensor self, *, ...) -> Tensor: ones (any value will do).\"\"\"
+            like = self if dtype is None else op18.Cast(self, to=dtype)
+            return op18.Expand(op18.CastLike(1, like), op18.Shape(self))
+
+
+        @opreg.hookimpl
+        def opreg_register_ops(registry):
+            registry.register("aten::empty_like", aten_empty_like_ones, opset=18, priority=5)
+        """,
+    )
+    report = check_pack("uninit")
+    rows = [r for r in report.results if r.check == "samples"]
+    assert rows and all(r.status == "skipped" for r in rows), rows
+    assert all("values not compared" in r.detail and "by shape and dtype only" in r.detail for r in rows)
+    assert report.unsampled == ()
+    report.assert_ok()
+
+
 def _assertion(report: PackCheck) -> str:
     with pytest.raises(AssertionError) as caught:
         report.assert_ok()
