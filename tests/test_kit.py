@@ -256,6 +256,89 @@ def test_a_custom_op_without_samples_is_skipped_asking_for_them(make_pack):
     assert row.status == "skipped" and row.detail == "no samples: provide them with opreg_samples"
 
 
+UNSAMPLED = """
+from onnxscript.onnx_opset import opset18 as op18
+
+
+def twice(x):
+    return op18.Add(x, x)
+
+
+def thrice(x):
+    return op18.Mul(x, 3.0)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register("kitlib::twice", twice, opset=18)
+    registry.register("kitlib::thrice", thrice, opset=18)
+"""
+
+
+def test_a_pack_none_of_whose_impls_has_samples_fails_assert_ok_unless_allowed(make_pack):
+    """Nothing compared is not a pass: every other check passes, yet assert_ok asks for samples."""
+    make_pack("unsampled", UNSAMPLED)
+    report = check_pack("unsampled")
+    assert report.ok and not report.failures()
+    assert report.unsampled == (
+        "unsampled:twice for kitlib::twice.default",
+        "unsampled:thrice for kitlib::thrice.default",
+    )
+    message = _assertion(report)
+    assert "none of its 2 impl(s) was driven with a sample" in message
+    assert "opreg_samples" in message and "assert_ok(allow_unsampled=True)" in message
+    assert "[samples] unsampled:twice for kitlib::twice.default: skipped: no samples" in message
+    report.assert_ok(allow_unsampled=True)
+    assert report.as_dict()["unsampled"] == list(report.unsampled)
+
+
+def test_a_pack_with_some_impls_sampled_passes_assert_ok(make_pack):
+    """One sampled impl is enough: the unsampled one stays visible as a skipped row."""
+    body = UNSAMPLED.replace(
+        'registry.register("kitlib::thrice", thrice, opset=18)',
+        'registry.register("aten::relu", aten_relu_fast, opset=18, priority=5)',
+    )
+    body += '''
+
+def aten_relu_fast(self):
+    """relu(Tensor self) -> Tensor: Relu, outranking core's."""
+    return op18.Relu(self)
+'''
+    make_pack("halfsampled", body)
+    report = check_pack("halfsampled")
+    report.assert_ok()
+    assert report.unsampled == ("halfsampled:twice for kitlib::twice.default",)
+
+
+def test_an_impl_whose_samples_compare_no_value_is_not_a_pass(make_pack):
+    """empty_like's results are uninitialized: its OpInfo samples are compared by shape and dtype
+    only, so the row says so and is skipped, not passed; the impl was still driven (not unsampled)."""
+    make_pack(
+        "uninit",
+        """
+        from onnxscript.onnx_opset import opset18 as op18
+
+
+        def aten_empty_like_ones(self, dtype: int | None = None, layout: int | None = None, device: str | None = None,
+                                 pin_memory: bool | None = None, memory_format: str | None = None):
+            \"\"\"empty_like(Tensor self, *, ...) -> Tensor: ones (any value will do).\"\"\"
+            like = self if dtype is None else op18.Cast(self, to=dtype)
+            return op18.Expand(op18.CastLike(1, like), op18.Shape(self))
+
+
+        @opreg.hookimpl
+        def opreg_register_ops(registry):
+            registry.register("aten::empty_like", aten_empty_like_ones, opset=18, priority=5)
+        """,
+    )
+    report = check_pack("uninit")
+    rows = [r for r in report.results if r.check == "samples"]
+    assert rows and all(r.status == "skipped" for r in rows), rows
+    assert all("values not compared" in r.detail and "by shape and dtype only" in r.detail for r in rows)
+    assert report.unsampled == ()
+    report.assert_ok()
+
+
 def _assertion(report: PackCheck) -> str:
     with pytest.raises(AssertionError) as caught:
         report.assert_ok()

@@ -147,9 +147,65 @@ def test_instance_norm(opset):
     check(lambda x, y: (plain(x), tracked(y)), torch.randn(2, 4, 5, 5), torch.randn(2, 4, 6), opset=opset)
 
 
-def test_batch_norm_training_is_unsupported():
-    with pytest.raises(opreg.UnsupportedOpsError):
-        opreg.export(nn.BatchNorm2d(4).train(), (torch.randn(2, 4, 3, 3),), target=18)
+@pytest.mark.parametrize("opset", OPSETS)
+def test_batch_norm_in_training_normalises_with_the_batch_statistics(opset):
+    """train(): torch.export turns BatchNorm2d into _native_batch_norm_legit_functional; the output
+    matches eager (check() would put the model in eval(), so this exports it as it is)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), _trained_batch_norm(nn.BatchNorm2d(4)).train(), nn.ReLU()).train()
+    x = torch.randn(2, 3, 8, 8)
+    program = opreg.export(model, (x,), target=opset)
+    nodes = program.exported_program.graph.nodes
+    assert any(n.target is torch.ops.aten._native_batch_norm_legit_functional.default for n in nodes)
+    assert "BatchNormalization" not in onnx_ops(program)  # batch statistics, not the running ones
+    program.verify(x, rtol=1e-5, atol=1e-5)
+    program.verify(torch.randn(2, 3, 8, 8) * 3 + 1, rtol=1e-5, atol=1e-5)
+
+
+_BN_FUNCTIONAL = torch.ops.aten._native_batch_norm_legit_functional.default
+
+
+def _functional_batch_norms(x, weight, bias, mean, var, flat):
+    return (
+        _BN_FUNCTIONAL(x, weight, bias, mean, var, True, 0.1, 1e-5),
+        _BN_FUNCTIONAL(flat, None, None, mean, var, True, 0.7, 0.5),  # (N, C), no affine
+        _BN_FUNCTIONAL(x, weight, bias, mean, var, False, 0.1, 1e-5),  # eval: running stats, unchanged
+    )
+
+
+def _functional_batch_norm_inputs(dtype):
+    torch.manual_seed(0)
+    inputs = (torch.randn(3, 4, 5, 2), torch.randn(4), torch.randn(4), torch.randn(4), torch.rand(4) + 0.5)
+    return tuple(t.to(dtype) for t in (*inputs, torch.randn(6, 4) * 2 + 1))
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_native_batch_norm_legit_functional_returns_the_new_running_statistics(dtype, opset):
+    """Output, save_mean, save_invstd (rstd of the biased variance) and the running statistics
+    updated with momentum (the unbiased variance), exactly as eager returns them."""
+    check(_functional_batch_norms, *_functional_batch_norm_inputs(dtype), opset=opset)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_native_batch_norm_legit_functional_float16(opset):
+    """float16: computed in float32. The running statistics come out in float32, as torch.export's
+    graph declares them, while torch's eager CPU kernel returns float16: equal values, another dtype."""
+    inputs = _functional_batch_norm_inputs(torch.float16)
+    program = opreg.export(Lambda(_functional_batch_norms), inputs, target=opset)
+    for got, expected in zip(program.run(*inputs), _functional_batch_norms(*inputs), strict=True):
+        for index, (g, e) in enumerate(zip(got, expected, strict=True)):
+            running = index >= 3  # running_mean_out, running_var_out
+            assert g.dtype == (torch.float32 if running else torch.float16)
+            torch.testing.assert_close(g, e.to(g.dtype), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_batch_norm_of_an_empty_input_is_a_copy(opset):
+    """torch returns a copy of an empty input, also a 1-D one (which BatchNormalization cannot take)."""
+    empty, stats = torch.zeros(0), torch.zeros(0)
+    check(F.batch_norm, empty, stats, stats, opset=opset)
+    check(F.batch_norm, torch.zeros(0, 3), torch.zeros(3), torch.ones(3), opset=opset)
 
 
 # -- attention ----------------------------------------------------------------------------------

@@ -460,26 +460,99 @@ def test_grid_sampler_float16_computes_in_float32(opset):
     assert onnx_ops(program).count("Cast") == 3  # input and grid to float32, the result back
 
 
-NAN = torch.tensor([[1.0, float("nan"), 3.0], [2.0, 0.5, -1.0]])
+_N, _I = float("nan"), float("inf")
+NANS = torch.tensor(
+    [
+        [1.0, _N, 3.0, _N, -2.0],  # two NaNs, inside
+        [_N, 2.0, _I, -1.0, 0.0],  # NaN first, then +inf
+        [_I, -_I, 5.0, _N, 1.0],  # +inf and -inf before a NaN
+        [-_I, 4.0, -3.0, 2.0, 0.5],  # no NaN, -inf
+        [_N, _N, _N, _N, _N],  # all NaN
+    ]
+)
+"""torch treats NaN as larger than +inf: slices holding one reduce to NaN, argmax and argmin pick the first."""
+UNTIED = NANS[:4, [0, 2, 4, 1]]
+"""At most one NaN a row and no equal elements: torch's unstable sort and topk order them unambiguously."""
+
+
+def _nan_reductions(x):
+    return (
+        x.max(),
+        x.min(),
+        x[3].max(),  # no NaN: exact
+        x.amax(1),
+        x.amin(0),
+        x.amax((0, 1), keepdim=True),
+        torch.aminmax(x, dim=1),
+        x.max(1),
+        x.min(0, keepdim=True),
+        x.argmax(1),
+        x.argmin(1, keepdim=True),
+        x.argmax(0),
+        x.argmax(),
+        x.argmin(keepdim=True),
+    )
+
+
+def _nan_sorts(x):
+    return (
+        torch.sort(x, dim=1, stable=True),
+        torch.sort(x, dim=1, descending=True, stable=True),
+        torch.sort(x, dim=0, stable=True),
+        torch.sort(x, dim=0, descending=True, stable=True),
+    )
+
+
+def _nan_unstable_sorts_and_topk(x):
+    return (
+        torch.sort(x, 1),
+        torch.sort(x, 1, descending=True),
+        torch.argsort(x, 1),
+        torch.topk(x, 2, 1),
+        torch.topk(x, 3, 1, largest=False),
+        torch.topk(x, 1, 0),
+    )
 
 
 @pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64], ids=str)
 @pytest.mark.parametrize(
-    "fn",
+    ("fn", "x"),
     [
-        pytest.param(lambda x: x.amax(1), id="amax"),
-        pytest.param(lambda x: x.max(1), id="max_dim"),
-        pytest.param(lambda x: x.argmax(1), id="argmax"),
-        pytest.param(lambda x: torch.sort(x, 1), id="sort"),
+        pytest.param(_nan_reductions, NANS, id="reductions"),
+        pytest.param(_nan_sorts, NANS, id="stable_sorts"),
+        pytest.param(_nan_unstable_sorts_and_topk, UNTIED, id="sorts_topk"),
     ],
 )
-@pytest.mark.xfail(
-    reason="torch propagates NaN through max/argmax/sort (NaN is the largest); ONNX Runtime's "
-    "ReduceMax, ArgMax and TopK skip it",
-    strict=True,
-)
-def test_nan_propagation(fn, opset):
-    check(fn, NAN, opset=opset)
+def test_nan_propagation(fn, x, dtype, opset):
+    """max/min, amax/amin, aminmax, max.dim/min.dim (values and indices), argmax/argmin, sort/sort.stable
+    (both directions), argsort and topk (largest and smallest) give NaN torch's meaning on every ONNX Runtime:
+    NaN is the largest value, even against +inf; integer-free, so every impl takes its floating path."""
+    check(fn, x.to(dtype), opset=opset)
+
+
+def test_nan_handling_adds_few_nodes_and_none_for_integers():
+    """Graph size: amax gains IsNaN/Where/ReduceSum/Sub; float32 argmax and sort compare a float64 key;
+    float64 sorts twice; integer inputs get the plain ops."""
+    newest = OPSETS[-1]
+
+    def ops(fn, x):
+        return onnx_ops(check(fn, x, opset=newest))
+
+    def stable_sort(x):
+        return torch.sort(x, dim=1, stable=True)
+
+    key = ["Cast", "Clip", "IsNaN", "Where"]
+    assert ops(lambda x: x.amax(1), NANS) == ["ReduceMax", "IsNaN", "Where", "ReduceSum", "Sub"]
+    assert ops(lambda x: x.argmax(1, keepdim=True), NANS) == [*key, "ArgMax"]
+    assert ops(lambda x: x.argmin(0), NANS.half()) == [*key, "ArgMin"]
+    assert ops(lambda x: x.max(1), NANS) == [*key, "ArgMax", "GatherElements", "Squeeze", "Squeeze"]
+    assert ops(stable_sort, NANS) == [*key, "TopK", "GatherElements"]
+    assert ops(stable_sort, NANS.double()) == [
+        "IsNaN", "Where", "TopK", "Cast", "GatherElements", "TopK", "GatherElements", "GatherElements",
+    ]  # fmt: skip
+    ints = ops(lambda x: (x.amax(1), x.max(), x.argmax(1), x.max(0), stable_sort(x), torch.topk(x, 2)), I64)
+    assert ints == ["ReduceMax", "ReduceMax", "ArgMax", "ReduceMax", "ArgMax", "TopK", "TopK"]
 
 
 @pytest.mark.parametrize("opset", OPSETS)

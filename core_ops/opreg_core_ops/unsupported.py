@@ -1,24 +1,27 @@
-"""The core ATen ops this pack deliberately leaves without an impl, and why.
+"""The core ATen ops this pack leaves without an impl, and why: out of scope, or not
+implemented yet (and then what they would map to).
 
 This is the one place they are listed. They are declared to the registry, so
 ``opreg check`` and export errors give the reason instead of "no impl", and
-``bench/coverage.py`` counts them apart from ops simply not written yet.
+``bench/coverage.py`` counts them apart from ops simply not written yet. Every
+reason must be true: ONNX *can* express random numbers, DFTs and static strided
+views, so those are "not implemented yet", never "ONNX cannot".
 """
 
 from __future__ import annotations
 
 _GRADIENT = (
     "a gradient op: torch.export of a forward pass never emits it, and opreg exports inference graphs "
-    "(export the model in eval() mode, without autograd)"
+    "(export a forward pass, not a training step)"
 )
-_RNG = (
-    "draws from torch's random generator, whose stream ONNX cannot reproduce "
-    "(ONNX's Random* ops have their own seeds); pass random tensors in as inputs instead"
-)
-_TRAINING_BN = (
-    "training-mode batch norm updates running_mean/running_var in place, a buffer mutation an "
-    "ONNX graph cannot perform; call model.eval() before exporting"
-)
+
+
+def _rng(onnx_form: str) -> str:
+    return (
+        f"not implemented yet: would map to {onnx_form}, whose numbers follow the runtime's generator, "
+        "not torch's (so only their distribution can be checked); pass random tensors in as inputs meanwhile"
+    )
+
 
 UNSUPPORTED: dict[str, str] = {
     "aten::_adaptive_avg_pool2d_backward.default": _GRADIENT,
@@ -28,22 +31,26 @@ UNSUPPORTED: dict[str, str] = {
     "aten::max_pool2d_with_indices_backward.default": _GRADIENT,
     "aten::native_group_norm_backward.default": _GRADIENT,
     "aten::native_layer_norm_backward.default": _GRADIENT,
-    "aten::rand.default": _RNG,
-    "aten::randn.default": _RNG,
-    "aten::randperm.default": _RNG,
+    "aten::rand.default": _rng("ONNX's RandomUniform"),
+    "aten::randn.default": _rng("ONNX's RandomNormal"),
+    "aten::randperm.default": _rng("the order of RandomUniform keys (TopK indices)"),
     "aten::_fft_r2c.default": (
-        "returns a complex tensor; ONNX has no complex element type in its standard ops "
-        "(DFT packs real/imaginary into a trailing axis), so opreg does not model complex values"
+        "not implemented yet: would map to ONNX's DFT (onesided), its complex result carried as a "
+        "trailing dimension of 2 (real, imaginary), the convention opreg's design fixes for complex tensors"
     ),
     "aten::_fft_c2r.default": (
-        "takes a complex tensor; ONNX has no complex element type in its standard ops, "
-        "so opreg does not model complex values"
+        "not implemented yet: would map to ONNX's inverse DFT of the spectrum rebuilt from its "
+        "Hermitian half, the complex input carried as a trailing dimension of 2 (real, imaginary)"
     ),
-    "aten::_native_batch_norm_legit.default": _TRAINING_BN,
-    "aten::_native_batch_norm_legit_functional.default": _TRAINING_BN,
+    "aten::_native_batch_norm_legit.default": (
+        "the in-place form, writing the new running statistics into running_mean/running_var; "
+        "torch.export replaces it with aten::_native_batch_norm_legit_functional, which returns them "
+        "and is implemented, so an exported graph does not hold it"
+    ),
     "aten::as_strided.default": (
-        "reads the input's underlying storage by offset and strides; ONNX tensors are values "
-        "without storage, so views of views cannot be reproduced in general"
+        "not implemented yet: with static size, stride and storage_offset it is a Gather of the "
+        "flattened input at offset + sum(index_k * stride_k) (exact for a contiguous input; a view "
+        "reads its base's storage)"
     ),
     "aten::sym_storage_offset.default": "asks for a storage offset; ONNX tensors have no storage",
     "aten::atan2.out": (

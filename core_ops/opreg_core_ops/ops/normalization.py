@@ -1,10 +1,15 @@
-"""Normalization: layer, group, RMS, batch (eval) and instance norm.
+"""Normalization: layer, group, RMS, batch and instance norm.
 
 LayerNormalization (opset 17) is the layer-norm impl from opset 18 on, with its
 decomposition registered at a lower priority as the fallback. Group norm is a
 decomposition at 18 and GroupNormalization at 21 (GroupNormalization-18 scales
 per group, not per channel, so it is never used). RMS norm is a decomposition
 at 18 and RMSNormalization at 23.
+
+Batch norm in eval() is BatchNormalization. In training, torch.export turns it into
+``_native_batch_norm_legit_functional``, which *returns* the updated running statistics
+instead of writing them: a ReduceMean decomposition with the batch statistics (biased
+variance to normalise, unbiased for the running variance, as torch's kernels do).
 """
 
 from __future__ import annotations
@@ -221,12 +226,28 @@ def aten_rms_norm_opset23(input, normalized_shape: Sequence[int], weight=None, e
 # -- batch and instance norm -------------------------------------------------------------
 
 
-def _empty_stats():
-    """The (0,)-shaped float32 save_mean/save_invstd torch returns outside training."""
-    return np.zeros((0,), dtype=np.float32)
+def _empty_stats(dtype: ir.DataType = ir.DataType.FLOAT):
+    """The (0,)-shaped save_mean/save_invstd torch returns outside training."""
+    return np.zeros((0,), dtype=dtype.numpy())
+
+
+def _const(value: float, like):
+    """``value`` as a constant of ``like``'s type, exactly (a Python float in CastLike
+    would pass through FLOAT first)."""
+    dtype = like.dtype  # a traced value's ir.DataType, or a numpy constant's dtype
+    return np.array(value, dtype=dtype.numpy() if isinstance(dtype, ir.DataType) else dtype)
+
+
+def _static_empty(input) -> bool:
+    """A static shape with a 0 in it: torch's batch norm returns a copy of such an input."""
+    shape = input.shape
+    return shape is not None and any(isinstance(d, int) and d == 0 for d in shape)
 
 
 def _batch_norm_eval(input, weight, bias, running_mean, running_var, eps):
+    if _static_empty(input):
+        # also the 1-D empty input torch accepts, where BatchNormalization has no channel dim
+        return op18.Identity(input)
     scale = weight if weight is not None else _ones_of(input, 1, 2)
     shift = bias if bias is not None else _zeros_of(input, 1, 2)
     out, _mean, _var = op18.BatchNormalization(
@@ -264,21 +285,63 @@ def aten_native_batch_norm(input, weight, bias, running_mean, running_var, train
     return out, _empty_stats(), _empty_stats()
 
 
-def aten_native_batch_norm_legit_no_stats(input, weight, bias, training: bool, momentum: float, eps: float):
-    """_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor): ReduceMean decomposition over all dims but the channel (batch statistics, no running stats)."""
+def _batch_norm_training(input, weight, bias, eps):
+    """Normalise with the batch statistics over every dim but the channel (dim 1), in float32
+    for half inputs. Returns the output, the flat mean and rstd (computation type), and the
+    sum of squared deviations and the element count per channel, for the running variance."""
     rank = rank_of(input)
     axes = [0, *range(2, rank)]
     x = _upcast(input)
     mean = op18.ReduceMean(x, axes, keepdims=1)
     centered = op18.Sub(x, mean)
-    var = op18.ReduceMean(op18.Mul(centered, centered), axes, keepdims=1)
-    rstd = op18.Reciprocal(op18.Sqrt(op18.Add(var, op18.CastLike(float(eps), x))))
+    squares = op18.ReduceSum(op18.Mul(centered, centered), axes, keepdims=1)
+    sizes = [input.shape[a] for a in axes]
+    if all(isinstance(d, int) for d in sizes):
+        count = _const(float(np.prod(sizes)), x)
+    else:
+        count = op18.CastLike(op18.ReduceProd(op18.Gather(op18.Shape(x), axes), keepdims=0), x)
+    rstd = op18.Reciprocal(op18.Sqrt(op18.Add(op18.Div(squares, count), _const(eps, x))))
     out = _like(op18.Mul(centered, rstd), input)
     if weight is not None:
         out = op18.Mul(out, _channel_view(weight, rank))
     if bias is not None:
         out = op18.Add(out, _channel_view(bias, rank))
-    return out, op18.Reshape(mean, [-1]), op18.Reshape(rstd, [-1])
+    return out, op18.Reshape(mean, [-1]), op18.Reshape(rstd, [-1]), op18.Reshape(squares, [-1]), count
+
+
+def aten_native_batch_norm_legit_no_stats(input, weight, bias, training: bool, momentum: float, eps: float):
+    """_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor): ReduceMean decomposition over all dims but the channel (batch statistics, no running stats)."""
+    out, mean, rstd, _squares, _count = _batch_norm_training(input, weight, bias, eps)
+    return out, _like(mean, input), _like(rstd, input)
+
+
+def _computing(value, input):
+    """``value`` in the type ``input``'s statistics are computed in (float32 for half inputs)."""
+    wanted = ir.DataType.FLOAT if input.dtype in _LOW_PRECISION else input.dtype
+    return value if value.dtype == wanted else op18.Cast(value, to=wanted)
+
+
+def aten_native_batch_norm_legit_functional(
+    input, weight, bias, running_mean, running_var, training: bool, momentum: float, eps: float
+):
+    """_native_batch_norm_legit_functional(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor, Tensor running_mean_out, Tensor running_var_out): training: ReduceMean decomposition with the batch statistics, and the running statistics updated as outputs ((1 - momentum) * running + momentum * batch, the unbiased variance); otherwise BatchNormalization with the running statistics, returned unchanged.
+
+    The running statistics come out in the computation type (float32 for a half input): that
+    is what torch.export's graph declares, though torch's eager CPU kernel returns them in
+    their own type (the values agree; the mutated buffer keeps its type either way).
+    """
+    if not training:
+        out = _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
+        empty = _empty_stats(input.dtype)
+        return out, empty, empty, _computing(running_mean, input), _computing(running_var, input)
+    out, mean, rstd, squares, count = _batch_norm_training(input, weight, bias, eps)
+    unbiased = op18.Div(squares, op18.Sub(count, _const(1.0, count)))  # n = 1: 0/0, NaN as in torch
+
+    def updated(running, batch):
+        kept = op18.Mul(_computing(running, input), _const(1.0 - momentum, batch))
+        return op18.Add(kept, op18.Mul(batch, _const(momentum, batch)))
+
+    return out, _like(mean, input), _like(rstd, input), updated(running_mean, mean), updated(running_var, unbiased)
 
 
 def aten_instance_norm(
@@ -326,4 +389,5 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::batch_norm", aten_batch_norm, opset=18, predicate=_eval_batch_norm)
     registry.register("aten::native_batch_norm", aten_native_batch_norm, opset=18, predicate=_eval_batch_norm)
     registry.register("aten::_native_batch_norm_legit.no_stats", aten_native_batch_norm_legit_no_stats, opset=18)
+    registry.register("aten::_native_batch_norm_legit_functional", aten_native_batch_norm_legit_functional, opset=18)
     registry.register("aten::instance_norm", aten_instance_norm, opset=18, predicate=_instance_norm_covered)

@@ -1,9 +1,30 @@
-"""Reductions: sum/mean/prod, amax/amin/max/min, any/all, argmax/argmin, var/std, cumsum, sort/topk, logsumexp."""
+"""Reductions: sum/mean/prod, amax/amin/max/min, any/all, argmax/argmin, var/std, cumsum, sort/topk, logsumexp.
+
+NaN: torch propagates it through max/min, amax/amin, max.dim/min.dim, argmax/argmin,
+sort and topk, treating NaN as larger than every number (+inf included): a slice
+holding a NaN reduces to NaN, argmax *and* argmin return the first NaN's index,
+ascending sorts put NaNs last and descending ones first. ONNX leaves NaN unspecified
+and ONNX Runtime's ReduceMax/ArgMax skip it (and its TopK changed in 1.32), so the
+floating impls spell torch's semantics out with as few extra nodes as exactness
+allows; integer and bool inputs take the plain ops.
+
+- amax/amin/max/min: ``ReduceMax(x) - ReduceSum(Where(IsNaN(x), x, 0))``: the second
+  term is 0 (so the result is exact, -0.0 included) unless the slice holds a NaN.
+- argmax/argmin, max.dim/min.dim, sort, topk on float16/bfloat16/float32: the same op on
+  a wider key (float32 for the half types, float64 for float32) where NaN is +inf
+  (-inf for argmin/min.dim) and +/-inf is the largest finite number (Clip), so NaN
+  wins every comparison and ties keep TopK/ArgMax's lower-index-first order; values
+  are then gathered from the input with the indices.
+- float64 has no wider type: argmax/argmin and max.dim/min.dim pick the first NaN
+  (ArgMax of the IsNaN mask) where the slice has one; sort/topk sort stably twice,
+  by value with NaN as +inf, then by the NaN flag (so +inf stays before NaN).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
@@ -12,6 +33,9 @@ from opreg_core_ops.ops._helpers import rank_of
 
 _LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 """Float types reduced in FLOAT and cast back (as torch accumulates them)."""
+
+_FLOATING = (*_LOW_PRECISION, ir.DataType.FLOAT, ir.DataType.DOUBLE)
+"""Types that can hold NaN (and get torch's NaN semantics spelled out)."""
 
 
 def _dims(dim, rank: int | None) -> list[int] | None:
@@ -101,11 +125,46 @@ def aten_mean_dim(self, dim: Sequence[int] | None, keepdim: bool = False, dtype:
 
 
 def _extremum(op_name: str, self, dim, keepdim: bool):
-    """ReduceMax/Min; bools go through UINT8 (ReduceMax takes BOOL only from opset 20)."""
+    """ReduceMax/Min; bools go through UINT8 (ReduceMax takes BOOL only from opset 20);
+    floats propagate NaN (see the module docstring)."""
     if self.dtype == ir.DataType.BOOL:
         reduced = _reduce(op_name, op18.Cast(self, to=ir.DataType.UINT8), dim, keepdim)
         return op18.Cast(reduced, to=ir.DataType.BOOL)
-    return _reduce(op_name, self, dim, keepdim)
+    reduced = _reduce(op_name, self, dim, keepdim)
+    if self.dtype not in _FLOATING or rank_of(self) == 0 or _dims(dim, rank_of(self)) == []:
+        return reduced  # integers have no NaN; a 0-d input is returned as is
+    nans = op18.Where(op18.IsNaN(self), self, op18.CastLike(0.0, self))
+    return op18.Sub(reduced, _reduce("ReduceSum", nans, dim, keepdim))  # x - 0 is exact, -0.0 included
+
+
+def _nan_key(self, nan_largest: bool):
+    """float16/bfloat16/float32 ``self`` in a wider type, ordered like torch orders it: NaN is
+    +inf (or -inf when not ``nan_largest``), +/-inf the wider type's largest finite number."""
+    wider = ir.DataType.FLOAT if self.dtype in _LOW_PRECISION else ir.DataType.DOUBLE
+    key = op18.Cast(self, to=wider)
+    # numpy scalars of the wider type: a Python float would become a FLOAT constant first
+    # (CastLike(DBL_MAX, key) folds to inf)
+    big = np.finfo(wider.numpy()).max
+    clipped = op18.Clip(key, None, big) if nan_largest else op18.Clip(key, -big, None)
+    nan = np.array(np.inf if nan_largest else -np.inf, dtype=wider.numpy())
+    return op18.Where(op18.IsNaN(key), nan, clipped)
+
+
+def _first_nan_or(indices, self, axis: int):
+    """float64: the index of the first NaN along ``axis`` where there is one, else ``indices``
+    (both with the axis kept)."""
+    nan = op18.IsNaN(self)
+    first = op18.ArgMax(op18.Cast(nan, to=ir.DataType.UINT8), axis=axis, keepdims=1)
+    return op18.Where(op18.GatherElements(nan, first, axis=axis), first, indices)
+
+
+def _nan_arg(op_name: str, self, axis: int, keepdim: bool):
+    """ArgMax/ArgMin of floating ``self`` along ``axis`` with NaN winning, first occurrence."""
+    arg = getattr(op18, op_name)
+    if self.dtype == ir.DataType.DOUBLE:
+        found = _first_nan_or(arg(self, axis=axis, keepdims=1), self, axis)
+        return found if keepdim else op18.Squeeze(found, [axis])
+    return arg(_nan_key(self, nan_largest=op_name == "ArgMax"), axis=axis, keepdims=int(keepdim))
 
 
 def aten_amax(self, dim: Sequence[int] = (), keepdim: bool = False):
@@ -135,6 +194,11 @@ def _arg(op_name: str, self, dim: int | None, keepdim: bool):
         self = op18.Cast(self, to=ir.DataType.UINT8)
     if rank == 0:
         return op18.Constant(value_int=0)
+    if self.dtype in _FLOATING:
+        if dim is None:
+            flat = _nan_arg(op_name, op18.Reshape(self, [-1]), 0, False)
+            return op18.Reshape(flat, [1] * rank) if keepdim else flat
+        return _nan_arg(op_name, self, dim, keepdim)
     if dim is None:
         flat = arg(op18.Reshape(self, [-1]), axis=0, keepdims=0)
         return op18.Reshape(flat, [1] * rank) if keepdim else flat
@@ -144,7 +208,13 @@ def _arg(op_name: str, self, dim: int | None, keepdim: bool):
 def _max_min_dim(reduce_name: str, arg_name: str, self, dim: int, keepdim: bool):
     if rank_of(self) == 0:
         return op18.Identity(self), op18.Constant(value_int=0)
-    return _extremum(reduce_name, self, [dim], keepdim), _arg(arg_name, self, dim, keepdim)
+    if self.dtype not in _FLOATING:
+        return _extremum(reduce_name, self, [dim], keepdim), _arg(arg_name, self, dim, keepdim)
+    indices = _nan_arg(arg_name, self, dim, True)  # NaN first; values gathered with the indices: exact
+    values = op18.GatherElements(self, indices, axis=dim)
+    if keepdim:
+        return values, indices
+    return op18.Squeeze(values, [dim]), op18.Squeeze(indices, [dim])
 
 
 def aten_max_dim(self, dim: int, keepdim: bool = False):
@@ -274,19 +344,41 @@ def aten_cumsum(self, dim: int, dtype: int | None = None):
     return op18.CumSum(self, dim)
 
 
+def _whole(self, axis: int):
+    """TopK's k for the whole of ``axis``: a constant when the size is static."""
+    size = self.shape[axis]
+    return [size] if isinstance(size, int) else op18.Shape(self, start=axis, end=axis + 1)
+
+
+def _nan_top_k(self, k, axis: int, largest: bool):
+    """TopK of floating ``self`` with NaN the largest value, ties in index order (stable)."""
+    if self.dtype != ir.DataType.DOUBLE:
+        _keys, indices = op18.TopK(_nan_key(self, nan_largest=True), k, axis=axis, largest=int(largest), sorted=1)
+        return op18.GatherElements(self, indices, axis=axis), indices
+    # float64: stably by value with NaN as +inf, then stably by the NaN flag (+inf before NaN).
+    nan = op18.IsNaN(self)
+    by_value = op18.Where(nan, op18.CastLike(float("inf"), self), self)
+    _values, order = op18.TopK(by_value, _whole(self, axis), axis=axis, largest=int(largest), sorted=1)
+    flags = op18.GatherElements(op18.Cast(nan, to=ir.DataType.INT32), order, axis=axis)
+    _flags, by_flag = op18.TopK(flags, k, axis=axis, largest=int(largest), sorted=1)
+    indices = op18.GatherElements(order, by_flag, axis=axis)
+    return op18.GatherElements(self, indices, axis=axis), indices
+
+
 def _sorted(self, dim: int, descending: bool):
     if rank_of(self) == 0:
         return op18.Identity(self), op18.Constant(value_int=0)
     rank = rank_of(self)
     axis = dim % rank
-    size = self.shape[axis]
-    k = [size] if isinstance(size, int) else op18.Shape(self, start=axis, end=axis + 1)
+    k = _whole(self, axis)
     if self.dtype == ir.DataType.BOOL:
         # no BOOL TopK: sort 0/1 as INT32 (ties keep TopK's index order) and cast the values back
         values, indices = op18.TopK(
             op18.Cast(self, to=ir.DataType.INT32), k, axis=axis, largest=int(descending), sorted=1
         )
         return op18.Cast(values, to=ir.DataType.BOOL), indices
+    if self.dtype in _FLOATING:
+        return _nan_top_k(self, k, axis, descending)
     values, indices = op18.TopK(self, k, axis=axis, largest=int(descending), sorted=1)
     return values, indices
 
@@ -306,6 +398,8 @@ def aten_topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     k = op18.Reshape(k, [1]) if isinstance(k, ir.Value) else [k]
     if rank_of(self) == 0:
         return op18.Identity(self), op18.Constant(value_int=0)
+    if self.dtype in _FLOATING:
+        return _nan_top_k(self, k, dim % rank_of(self), largest)
     values, indices = op18.TopK(self, k, axis=dim, largest=int(largest), sorted=1)
     return values, indices
 

@@ -14,7 +14,13 @@ checks, each giving :class:`CheckResult` rows:
   reference kernel, a session configuration or function definitions;
 - ``samples``: each impl, forced to be chosen, is exported for the lowest and
   highest targets it claims, run, and compared with eager PyTorch on
-  PyTorch's OpInfo samples (ATen ops) or the pack's ``opreg_samples``.
+  PyTorch's OpInfo samples (ATen ops) or the pack's ``opreg_samples``. An
+  impl whose samples could only be compared by shape and dtype (random or
+  uninitialized results) is ``skipped``, saying so, not ``passed``.
+
+:meth:`PackCheck.assert_ok` fails on any failed row, and also when no impl of
+the pack could be driven with a sample at all (unless ``allow_unsampled=True``):
+a pack with no samples has not been checked.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from opreg import plugins
 from opreg.errors import PluginNotFoundError
 from opreg.registrar import Registrar
 from opreg.registry import Impl, Registry
-from opreg.testing._samples import FAILED, PASSED, SKIPPED, Sample, SampleCheck
+from opreg.testing._samples import FAILED, PASSED, SHAPE_ONLY, SKIPPED, Compare, Sample, SampleCheck
 
 LOAD = "load"
 IMPORT = "import"
@@ -93,6 +99,8 @@ class PackCheck:
         version: that distribution's version.
         results: every check's rows, in :data:`CHECKS` order.
         seconds: how long the kit ran.
+        unsampled: the impls (``samples`` subjects) no sample went through: the kit
+            had none for them, torch rejected every one, or none reached the impl.
     """
 
     pack: str
@@ -100,6 +108,7 @@ class PackCheck:
     version: str
     results: tuple[CheckResult, ...]
     seconds: float = 0.0
+    unsampled: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -118,11 +127,23 @@ class PackCheck:
             f"{self.count(FAILED)} failed, {self.count(SKIPPED)} skipped in {self.seconds:.1f} s"
         )
 
-    def assert_ok(self) -> None:
-        """Raise :class:`AssertionError` listing every failure (check, subject, target, detail)."""
+    def assert_ok(self, *, allow_unsampled: bool = False) -> None:
+        """Raise :class:`AssertionError` listing every failure (check, subject, target, detail),
+        or, unless ``allow_unsampled``, saying that no impl of the pack was driven with a sample."""
         failures = self.failures()
         if failures:
             lines = [f"{self.summary()}; failures:", *(f"  - {r}" for r in failures)]
+            raise AssertionError("\n".join(lines))
+        impls = {r.subject for r in self.results if r.check == SAMPLES and r.subject != self.pack}
+        if impls and set(self.unsampled) >= impls and not allow_unsampled:
+            why = [r for r in self.results if r.check == SAMPLES]
+            lines = [
+                f"{self.summary()}; none of its {len(impls)} impl(s) was driven with a sample, so the kit "
+                "compared nothing with eager PyTorch. Provide sample inputs with the opreg_samples hook "
+                "(return {torch_op: [opreg.testing.Sample.of(...), ...]}), or call "
+                "assert_ok(allow_unsampled=True) to accept an unchecked pack:",
+                *(f"  - {r}" for r in why),
+            ]
             raise AssertionError("\n".join(lines))
 
     def as_dict(self) -> dict[str, Any]:
@@ -133,6 +154,7 @@ class PackCheck:
             "ok": self.ok,
             "seconds": round(self.seconds, 3),
             "results": [dataclasses.asdict(r) for r in self.results],
+            "unsampled": list(self.unsampled),
         }
 
     def __str__(self) -> str:
@@ -185,6 +207,7 @@ def check_pack(name: str, *, opinfo_limit: int = OPINFO_LIMIT) -> PackCheck:
     no installed pack has that name.
     """
     started = time.perf_counter()
+    unsampled: list[str] = []
     found = find_pack(name)
     pack = found.name
     registry = plugins.default_registry(plugins=[pack])
@@ -199,11 +222,13 @@ def check_pack(name: str, *, opinfo_limit: int = OPINFO_LIMIT) -> PackCheck:
         targets = {id(impl): impl_targets(impl) for impl in impls}
         results += _check_conflicts(registry, pack, impls, targets)
         results += _check_kernels(impls, hook_results)
-        results += _check_samples(registry, impls, targets, hook_results.samples, opinfo_limit)
+        rows, unsampled = _check_samples(registry, impls, targets, hook_results.samples, opinfo_limit)
+        results += rows
     else:
         why = "the pack did not load (see the load check)"
         results += [CheckResult(check, pack, "", SKIPPED, why) for check in (HOOKS, CONFLICTS, KERNELS, SAMPLES)]
-    return PackCheck(pack, found.distribution, found.version, tuple(results), time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    return PackCheck(pack, found.distribution, found.version, tuple(results), seconds, tuple(unsampled))
 
 
 # -- load -----------------------------------------------------------------------------
@@ -552,6 +577,7 @@ class _Drive:
     samples: list[Sample]
     source: str
     values: bool = True
+    compare: Compare | None = None
 
 
 def _torch_op(op: Any) -> Any:
@@ -587,7 +613,8 @@ def _drives(impl: Impl, provided: Mapping[Any, list[Sample]], limit: int) -> tup
         picked = opinfo.samples(info, dtype, limit)
         if picked:
             name = f"opinfo {opinfo.full_name(info)}"
-            drives.append(_Drive(info.op, picked, name, values=info.name not in opinfo.UNINITIALIZED))
+            values = info.name not in opinfo.UNINITIALIZED
+            drives.append(_Drive(info.op, picked, name, values=values, compare=opinfo.compare_for(info)))
     return drives, "" if drives else f"PyTorch has no OpInfo for {impl.op}; {NO_SAMPLES}"
 
 
@@ -607,28 +634,41 @@ def _check_samples(
     targets: Mapping[int, list[dict[str, int]]],
     provided: Mapping[Any, list[Sample]],
     limit: int,
-) -> list[CheckResult]:
+) -> tuple[list[CheckResult], list[str]]:
+    """The rows, and the subjects of the impls no sample went through."""
     from opreg.testing._samples import check_samples
 
     rows: list[CheckResult] = []
+    unsampled: list[str] = []
     for impl in impls:
         subject = f"{impl.label} for {impl.op}"
         drives, why_not = _drives(impl, provided, limit)
         if not drives:
             rows.append(CheckResult(SAMPLES, subject, "", SKIPPED, why_not))
+            unsampled.append(subject)
             continue
         try:
             forced = _forced(registry, impl)
         except Exception as e:
             rows.append(CheckResult(SAMPLES, subject, "", FAILED, f"cannot be registered: {type(e).__name__}: {e}"))
             continue
+        reached = False
         for drive in drives:
             checks = check_samples(
                 drive.fn, drive.samples, targets=targets[id(impl)], name=drive.source, registry=forced,
-                runtime="auto", values=drive.values,
+                runtime="auto", values=drive.values, compare=drive.compare,
             )  # fmt: skip
             rows += [row for check in checks for row in _sample_rows(subject, impl, drive, check)]
-    return rows
+            reached = reached or any(_reached(impl, check) for check in checks)
+        if not reached:
+            unsampled.append(subject)
+    return rows, unsampled
+
+
+def _reached(impl: Impl, check: SampleCheck) -> bool:
+    """A sample went through ``impl``: it failed, or it ran (by value or shape) in a model made with the impl."""
+    ran = check.count(PASSED) + check.count(SHAPE_ONLY)
+    return bool(check.failures()) or (ran > 0 and str(impl.op) in check.torch_ops)
 
 
 def _sample_rows(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) -> list[CheckResult]:
@@ -646,8 +686,9 @@ def _sample_rows(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) ->
 
 def _summary_row(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) -> CheckResult:
     passed = check.count(PASSED)
+    shape_only = check.count(SHAPE_ONLY)
     skipped = [r for r in check.results if r.status == SKIPPED]
-    if not passed:
+    if not passed and not shape_only:
         why = skipped[0].detail if skipped else "no sample ran"
         return CheckResult(SAMPLES, subject, check.target, SKIPPED, f"{drive.source}: every sample skipped ({why})")
     if str(impl.op) not in check.torch_ops:
@@ -656,8 +697,17 @@ def _summary_row(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) ->
             SAMPLES, subject, check.target, SKIPPED,
             f"{drive.source}: the samples never reach {impl.op} (the model is made of {reached})",
         )  # fmt: skip
-    more = f", {len(skipped)} skipped by torch" if skipped else ""
-    return CheckResult(SAMPLES, subject, check.target, PASSED, f"{drive.source}: {passed} sample(s) match{more}")
+    by_torch = f", {len(skipped)} skipped by torch" if skipped else ""
+    if not passed:
+        return CheckResult(
+            SAMPLES, subject, check.target, SKIPPED,
+            f"{drive.source}: values not compared: {shape_only} sample(s) match by shape and dtype only "
+            f"(random or uninitialized results){by_torch}",
+        )  # fmt: skip
+    more = f", {shape_only} compared by shape and dtype only" if shape_only else ""
+    return CheckResult(
+        SAMPLES, subject, check.target, PASSED, f"{drive.source}: {passed} sample(s) match{more}{by_torch}"
+    )
 
 
 def pack_names() -> Iterable[str]:

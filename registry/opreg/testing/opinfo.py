@@ -3,6 +3,10 @@
 ``op_db`` lives in ``torch.testing._internal`` and needs the test-only
 package ``expecttest``; it takes several seconds to import, so it is loaded
 once, on first use.
+
+Each OpInfo's samples are compared with :func:`compare_for` (elementwise,
+or by gathering the input for ops whose indices ties make ambiguous, see
+:data:`COMPARE`), and by shape and dtype only for :data:`UNINITIALIZED` ones.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import torch
 from opreg.opname import OpName
 from opreg.registry import Registry
 from opreg.targets import TargetLike
-from opreg.testing._samples import Sample, SampleCheck, check_samples, describe
+from opreg.testing._samples import Arg, Compare, GatherIndices, Sample, SampleCheck, check_samples, describe
 
 EXTRA_DTYPES = (torch.int64, torch.int32, torch.bool, torch.float16)
 """Tried beside float32 when the OpInfo supports them (one integer type: int64, else int32)."""
@@ -33,6 +37,11 @@ ALSO_COVERS: dict[str, tuple[str, ...]] = {
     "_softmax": ("softmax",),
     "_log_softmax": ("log_softmax",),
     "_native_batch_norm_legit_no_training": ("nn.functional.batch_norm",),
+    "_native_batch_norm_legit_functional": (
+        "nn.functional.batch_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+    ),
     "native_layer_norm": ("nn.functional.layer_norm",),
     "native_group_norm": ("nn.functional.group_norm",),
     "_to_copy": ("to",),
@@ -69,6 +78,37 @@ ALSO_COVERS: dict[str, tuple[str, ...]] = {
 
 UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 """OpInfos whose results are uninitialized memory: compared by shape and dtype only."""
+
+_DIM = Arg(1, "dim", -1)
+_KEEPDIM = Arg(2, "keepdim", False)
+
+COMPARE: dict[str, Compare] = {
+    "sort": GatherIndices(_DIM),
+    "argsort": GatherIndices(_DIM, indices=(0,)),
+    "topk": GatherIndices(Arg(2, "dim", -1)),
+    "max.reduction_with_dim": GatherIndices(Arg(1, "dim"), _KEEPDIM),
+    "min.reduction_with_dim": GatherIndices(Arg(1, "dim"), _KEEPDIM),
+    "kthvalue": GatherIndices(Arg(2, "dim", -1), Arg(3, "keepdim", False)),
+    "median": GatherIndices(Arg(1, "dim", None), _KEEPDIM),
+    "nanmedian": GatherIndices(Arg(1, "dim", None), _KEEPDIM),
+    "mode": GatherIndices(_DIM, _KEEPDIM),
+    "cummax": GatherIndices(Arg(1, "dim")),
+    "cummin": GatherIndices(Arg(1, "dim")),
+}
+"""OpInfo full name -> how its samples' outputs are compared, where not elementwise.
+
+These ops return indices into their input; where the input has equal elements, torch
+leaves which of them is picked unspecified (``sort`` without ``stable=True``, ``topk``,
+``max(dim)``, ``kthvalue``, ``median``, ``mode``; ``cummax``/``cummin`` pick the last),
+so an index is right when it picks an element equal to eager PyTorch's pick
+(:class:`~opreg.testing._samples.GatherIndices`); values are compared as usual.
+``argmax``/``argmin`` are documented to return the first occurrence and stay
+elementwise; ``msort`` returns values only."""
+
+
+def compare_for(info: Any) -> Compare | None:
+    """How ``info``'s sample outputs are compared: :data:`COMPARE`'s hook, or ``None`` (elementwise)."""
+    return COMPARE.get(full_name(info))
 
 
 @functools.cache
@@ -162,4 +202,5 @@ def check_opinfo(
         registry=registry,
         tolerances=tolerances,
         values=info.name not in UNINITIALIZED,
+        compare=compare_for(info),
     )
