@@ -326,6 +326,105 @@ def vit() -> Case:
     )
 
 
+# -- data-dependent control flow -------------------------------------------------------------
+
+
+class GreedyDecoder(nn.Module):
+    """A recurrent decoder that emits tokens greedily until it emits EOS or fills its buffer:
+    the trip count depends on the data (``while_loop``), and each step branches on whether the
+    token is EOS (``torch.cond``), so a finished row stops changing."""
+
+    def __init__(self, vocab: int = 24, hidden: int = 16, max_len: int = 12, eos: int = 0):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.cell = nn.Linear(2 * hidden, hidden)
+        self.head = nn.Linear(hidden, vocab)
+        self.max_len, self.eos = max_len, eos
+
+    def forward(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from torch._higher_order_ops.while_loop import while_loop
+
+        hidden = torch.tanh(context.mean(1))  # [batch, hidden]
+        tokens = torch.full((context.shape[0], self.max_len), -1, dtype=torch.int64)
+        step = torch.zeros((), dtype=torch.int64)
+        done = torch.zeros((), dtype=torch.bool)
+
+        def keep_going(step, hidden, tokens, done):
+            return (step < self.max_len) & ~done
+
+        def decode(step, hidden, tokens, done):
+            token = self.head(hidden).argmax(-1)  # [batch]
+            tokens = tokens.index_put((torch.arange(tokens.shape[0]), step.expand(tokens.shape[0])), token)
+
+            def advance(hidden, token):
+                return torch.tanh(self.cell(torch.cat([hidden, self.embed(token)], -1)))
+
+            def hold(hidden, token):
+                return hidden.clone()
+
+            finished = (token == self.eos).all()
+            hidden = torch.cond(finished, hold, advance, (hidden, token))
+            return step + 1, hidden, tokens, finished
+
+        steps, _, tokens, _ = while_loop(keep_going, decode, (step, hidden, tokens, done))
+        return tokens, steps
+
+
+def greedy_decoder() -> Case:
+    torch.manual_seed(0)
+    model = GreedyDecoder().eval()
+    with torch.no_grad():  # make EOS likely after a few steps, so the trip count varies with the input
+        model.head.bias[0] = 0.8
+    return Case(
+        "greedy_decoder",
+        model,
+        (torch.randn(2, 5, 16),),
+        {},
+        {"context": {0: BATCH, 1: SEQ}},
+        ((torch.randn(3, 7, 16) * 3,), {}),
+    )
+
+
+class EarlyExit(nn.Module):
+    """A classifier that answers from a cheap head when it is confident, and runs a deeper
+    stack otherwise (``torch.cond`` on a value computed from the input)."""
+
+    def __init__(self, width: int = 32, classes: int = 10, threshold: float = 0.5):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Linear(width, width), nn.GELU())
+        self.quick = nn.Linear(width, classes)
+        self.deep = nn.Sequential(nn.Linear(width, width), nn.LayerNorm(width), nn.GELU(), nn.Linear(width, classes))
+        self.threshold = threshold
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = self.stem(x)
+        quick = self.quick(features)
+        confident = quick.softmax(-1).amax(-1).min() > self.threshold
+
+        def exit_early(features, quick):
+            return quick.clone()
+
+        def go_deeper(features, quick):
+            return self.deep(features) + quick
+
+        return torch.cond(confident, exit_early, go_deeper, (features, quick))
+
+
+def early_exit() -> Case:
+    torch.manual_seed(0)
+    model = EarlyExit().eval()
+    # the example is confident (a large logit), the other input is not: both branches are verified
+    confident = torch.randn(2, 32) * 40
+    return Case(
+        "early_exit",
+        model,
+        (confident,),
+        {},
+        {"x": {0: BATCH}},
+        ((torch.randn(3, 32) * 0.01,), {}),
+    )
+
+
 FACTORIES: dict[str, Callable[[], Case]] = {
     "tutorial_cnn": tutorial_cnn,
     "resnet18": resnet18,
@@ -335,5 +434,7 @@ FACTORIES: dict[str, Callable[[], Case]] = {
     "gpt2": gpt2,
     "vit": vit,
     "llama": llama,
+    "greedy_decoder": greedy_decoder,
+    "early_exit": early_exit,
 }
 """Every real model, by name."""

@@ -1,107 +1,128 @@
 """The ``opreg`` command line.
 
-Exit codes: 0 success; 1 the command ran and found problems (a pack failed
-under ``--strict``); 2 bad input or an opreg error (one line on stderr).
-``--debug`` shows tracebacks and debug logs.
+Exit codes: 0 success; 1 the command ran and found problems (ops without an
+impl, a model that does not match, an unusable file, a pack that failed or a
+tie under ``--strict``); 2 bad input or an opreg error (one line on stderr);
+130 interrupted. ``--debug`` shows tracebacks and debug logs.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import json
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from opreg.errors import OpregError
+from opreg.errors import OpregError, PluginError, PluginNotFoundError
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+PIPE_WIDTH = 160
+"""Columns for tables printed to a pipe (which has no terminal width): wide enough not to fold them."""
+STATUS_STYLES = {
+    "loaded": "green", "failed": "red", "incompatible": "red", "disabled": "dim",
+    "chosen": "green", "usable": "", "unusable": "dim", "dropped": "dim", "conditional": "yellow", "outranked": "",
+    "passed": "green", "skipped": "yellow",
+}  # fmt: skip
 
 
 class _UsageError(OpregError):
     pass
 
 
-def _common(parser: argparse.ArgumentParser, target: bool = False) -> None:
-    parser.add_argument(
+# -- the parser -------------------------------------------------------------------------
+
+
+def _output_options() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
+    parent.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    return parent
+
+
+def _pack_options() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
         "-p", dest="plugin_args", action="append", default=[], metavar="NAME",
         help="load pack NAME (needed when OPREG_DISABLE_PLUGIN_AUTOLOAD=1); -p no:NAME leaves it out",
     )  # fmt: skip
-    parser.add_argument("--strict", action="store_true", help="fail if any selected pack fails to load")
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
-    if target:
-        parser.add_argument(
-            "--target", "-t", default="onnx",
-            help="profile name, ai.onnx version, or domain=version list (default: onnx)",
-        )  # fmt: skip
+    parent.add_argument(
+        "--prefer", action="append", default=[], metavar="OP=PACK",
+        help="when packs tie on OP, use PACK's impl (by default the core pack wins a tie)",
+    )  # fmt: skip
+    parent.add_argument("--strict", action="store_true", help="fail if a selected pack fails or packs tie")
+    return parent
+
+
+def _target_options() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--target", "-t", default="onnx",
+        help="a profile (onnx, onnxruntime, ...), an ai.onnx version (18), or domain=version items "
+        "(onnx,com.microsoft=1); default: onnx",
+    )  # fmt: skip
+    return parent
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opreg", description="Inspect opreg's op packs, registry and resolution.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("plugins", help="installed packs: loaded, failed or disabled, and why")
-    _common(p)
-    p.set_defaults(run=_cmd_plugins)
-
-    p = sub.add_parser("ops", help="registered ops and their impls")
-    p.add_argument("pattern", nargs="?", help="only ops matching this glob or substring (e.g. 'aten::gelu*')")
-    p.add_argument("--pack", action="append", default=[], help="only impls from this pack (repeatable)")
-    _common(p, target=True)
-    p.set_defaults(run=_cmd_ops)
-
-    p = sub.add_parser("explain", help="how one op resolves for a target, and why")
-    p.add_argument("op", help="torch op, e.g. aten::gelu or aten::add.Tensor")
-    _common(p, target=True)
-    p.set_defaults(run=_cmd_explain)
-
+    output, packs, target = _output_options(), _pack_options(), _target_options()
     model_help = "path/to/file.py:factory or package.module:factory; factory() returns (module, args[, kwargs])"
     dynamic_help = "dynamic dims of a forward input: NAME:DIM=LABEL[,DIM=LABEL] (repeatable), e.g. x:0=batch"
 
-    p = sub.add_parser("check", help="which ops of a model no pack covers at a target (exit 1 if any)")
+    p = sub.add_parser("plugins", parents=[output, packs], help="installed packs: loaded, failed or disabled, and why")
+    p.set_defaults(run=_cmd_plugins)
+
+    p = sub.add_parser("ops", parents=[output, packs, target], help="registered ops and their impls")
+    p.add_argument("pattern", nargs="?", help="only ops matching this glob or substring (e.g. 'aten::gelu*')")
+    p.add_argument("--pack", action="append", default=[], help="only impls from this pack (repeatable)")
+    p.set_defaults(run=_cmd_ops)
+
+    p = sub.add_parser("explain", parents=[output, packs, target], help="how one op resolves for a target, and why")
+    p.add_argument("op", help="torch op, e.g. aten::gelu or aten::add.Tensor")
+    p.set_defaults(run=_cmd_explain)
+
+    p = sub.add_parser(
+        "check", parents=[output, packs, target], help="which ops of a model no pack covers at a target (exit 1 if any)"
+    )
     p.add_argument("model", metavar="MODEL", help=model_help)
     p.add_argument("--dynamic", action="append", default=[], metavar="SPEC", help=dynamic_help)
-    _common(p, target=True)
     p.set_defaults(run=_cmd_check)
 
-    p = sub.add_parser("export", help="export a model to an ONNX file")
+    p = sub.add_parser("export", parents=[output, packs, target], help="export a model to an ONNX file")
     p.add_argument("model", metavar="MODEL", help=model_help)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .onnx file to write")
     p.add_argument("--dynamic", action="append", default=[], metavar="SPEC", help=dynamic_help)
     p.add_argument("--verify", action="store_true", help="run the model and compare with eager PyTorch")
     p.add_argument("--keep-functions", action="store_true", help="keep script impls as model-local functions")
     p.add_argument(
-        "--external-data",
-        action="store_true",
-        help="write weights to a side file FILE.<token>.data that the model names",
+        "--external-data", action="store_true", help="write weights to a side file FILE.<token>.data the model names"
     )
-    _common(p, target=True)
     p.set_defaults(run=_cmd_export)
 
-    p = sub.add_parser("inspect", help="what an ONNX file holds: opsets, ops, provenance, weights")
+    p = sub.add_parser("inspect", parents=[output], help="what an ONNX file holds, and whether it is usable")
     p.add_argument("file", metavar="FILE", help="an .onnx file")
-    p.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
-    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     p.set_defaults(run=_cmd_inspect)
 
-    p = sub.add_parser("new-pack", help="write a new, installable op pack to start from")
+    p = sub.add_parser("new-pack", parents=[output], help="write a new, installable op pack to start from")
     p.add_argument("name", metavar="NAME", help="distribution name, e.g. opreg-mypack (import name opreg_mypack)")
     p.add_argument("--domain", help="custom ONNX domain of the pack's ops (default: NAME.ops without 'opreg-')")
     p.add_argument("-o", "--output", metavar="DIR", help="a new or empty directory (default: ./NAME)")
-    p.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
-    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     p.set_defaults(run=_cmd_new_pack)
 
-    p = sub.add_parser("pack-check", help="run the conformance kit on an installed pack (exit 1 if a check fails)")
+    p = sub.add_parser(
+        "pack-check", parents=[output], help="run the conformance kit on an installed pack (exit 1 if a check fails)"
+    )
     p.add_argument("pack", metavar="DIST_OR_MODULE", help="pack, distribution or module name, e.g. opreg-ort-contrib")
-    p.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
-    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     p.set_defaults(run=_cmd_pack_check)
     return parser
 
@@ -112,6 +133,9 @@ def _version() -> str:
     return __version__
 
 
+# -- shared pieces -------------------------------------------------------------------------
+
+
 def _registry(args: argparse.Namespace) -> Any:
     from opreg import plugins
 
@@ -120,15 +144,32 @@ def _registry(args: argparse.Namespace) -> Any:
     if any(not name for name in wanted + unwanted):
         raise _UsageError("-p needs a pack name: -p NAME or -p no:NAME")
     plugins.require_installed(wanted)
+    plugins.require_installed(unwanted)
     selection = wanted if plugins.autoload_disabled() else None
-    return plugins.build_registry(selection, unwanted, strict=args.strict)
+    return plugins.build_registry(selection, unwanted, strict=args.strict, prefer=_preferences(args.prefer))
 
 
-def _console() -> Any:
+def _preferences(items: Sequence[str]) -> dict[str, str]:
+    from opreg.opname import OpName
+
+    prefer: dict[str, str] = {}
+    for item in items:
+        op, sep, pack = item.partition("=")
+        if not sep or not op.strip() or not pack.strip():
+            raise _UsageError(f"--prefer {item!r}: write OP=PACK, e.g. --prefer aten::gelu=ort_contrib")
+        name = str(OpName.of(op.strip()))
+        if name in prefer and prefer[name] != pack.strip():
+            raise _UsageError(f"--prefer names two packs for {name}: {prefer[name]} and {pack.strip()}")
+        prefer[name] = pack.strip()
+    return prefer
+
+
+def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
+    stream = sys.stderr if stderr else sys.stdout
     # A pipe gets no terminal width; do not fold tables to 80 columns there.
-    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+    return Console(stderr=stderr, soft_wrap=False, width=None if stream.isatty() else PIPE_WIDTH)
 
 
 def _table(title: str, columns: Sequence[str]) -> Any:
@@ -140,34 +181,67 @@ def _table(title: str, columns: Sequence[str]) -> Any:
     return table
 
 
+def _styled(text: str, style: str | None = None) -> Any:
+    """A table cell or line as plain text (never read as markup: errors quote [brackets])."""
+    from rich.text import Text
+
+    return Text(text, style=style if style is not None else STATUS_STYLES.get(text, ""))
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def _conflict_rows(registry: Any) -> list[tuple[str, str]]:
+    """``(op, "pack:impl, pack:impl (winner ...)")`` for every tie between packs."""
+    from opreg import plugins
+
+    rows = []
+    for group in plugins.pack_conflicts(registry.impls(), registry.preferences()):
+        rows.append((str(group[0].op), ", ".join(i.label for i in group) + f"; {group[0].label} is used"))
+    return rows
+
+
+def _warn_conflicts(registry: Any) -> None:
+    rows = _conflict_rows(registry)
+    if rows:
+        err = _console(stderr=True)
+        for op, detail in rows:
+            err.print(_styled(f"warning: packs tie on {op}: {detail} (settle it with --prefer {op}=PACK)", "yellow"))
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
 def _cmd_plugins(args: argparse.Namespace) -> int:
     registry = _registry(args)
-    reports = registry.packs
+    conflicts = _conflict_rows(registry)
     if args.json:
-        _print_json([
-            {
-                "name": r.name, "distribution": r.distribution, "version": r.version, "value": r.value,
-                "status": r.status, "reason": r.reason, "hook": r.hook, "impls": r.impls,
-                "domains": list(r.domains), "profiles": list(r.profiles),
-                "rejected": [{"op": x.op, "function": x.function, "error": x.error} for x in r.rejected],
-            }
-            for r in reports
-        ])  # fmt: skip
+        rows = []
+        for report in registry.packs:
+            row = dataclasses.asdict(report)
+            row["conflicts"] = [op for op, detail in conflicts if f"{report.name}:" in detail]
+            rows.append(row)
+        _print_json(rows)
         return EXIT_OK
     table = _table(
         "opreg packs", ["pack", "distribution", "version", "status", "impls", "domains", "profiles", "reason"]
     )
-    styles = {"loaded": "green", "failed": "red", "incompatible": "red", "disabled": "dim"}
-    for r in reports:
-        status = f"[{styles.get(r.status, '')}]{r.status}[/]"
+    for r in registry.packs:
         reason = r.reason + (f" (hook {r.hook})" if r.hook and r.status != "loaded" else "")
-        table.add_row(r.name, r.distribution, r.version, status, str(r.impls), ", ".join(r.domains),
+        table.add_row(r.name, r.distribution, r.version, _styled(r.status), str(r.impls), ", ".join(r.domains),
                       ", ".join(r.profiles), reason)  # fmt: skip
     console = _console()
     console.print(table)
-    for r in reports:
+    for r in registry.packs:
         for x in r.rejected:
-            console.print(f"[yellow]rejected[/] {r.name}: {x.function} for {x.op}: {x.error}", markup=True)
+            console.print(_styled(f"rejected {r.name}: {x.function} for {x.op}: {x.error}", "yellow"))
+    if conflicts:
+        console.print(
+            _styled(f"{len(conflicts)} conflict(s): packs tie on the same op (use --prefer OP=PACK)", "yellow")
+        )
+        for op, detail in conflicts:
+            console.print(_styled(f"  {op}: {detail}", "yellow"))
     return EXIT_OK
 
 
@@ -180,6 +254,8 @@ def _matches(op: str, pattern: str | None) -> bool:
 
 
 def _cmd_ops(args: argparse.Namespace) -> int:
+    from opreg.targets import domain_label
+
     registry = _registry(args)
     target = registry.target(args.target)
     known_packs = {r.name for r in registry.packs} | {i.pack for i in registry.impls()}
@@ -201,21 +277,20 @@ def _cmd_ops(args: argparse.Namespace) -> int:
         _print_json({
             "target": target.as_dict(),
             "impls": [
-                {"op": str(op), "pack": i.pack, "function": i.name, "kind": i.kind,
-                 "onnx": str(i.requirement.onnx), "domains": {d: str(r) for d, r in i.requirement.domains},
+                {"op": str(op), "pack": i.pack, "function": i.name, "kind": i.kind, "onnx": str(i.requirement.onnx),
+                 "domains": {domain_label(d): str(r) for d, r in i.requirement.domains},
                  "priority": i.priority, "predicate": i.predicate is not None, "status": status}
                 for op, i, status in rows
             ],
         })  # fmt: skip
         return EXIT_OK
     table = _table(f"impls at target {target}", ["op", "pack", "function", "kind", "requires", "priority", "status"])
-    styles = {"chosen": "green", "usable": "", "unusable": "dim"}
     for op, impl, status in rows:
         table.add_row(str(op), impl.pack, impl.name, impl.kind, str(impl.requirement), str(impl.priority),
-                      f"[{styles[status]}]{status}[/]" if styles[status] else status)  # fmt: skip
+                      _styled(status))  # fmt: skip
     console = _console()
     console.print(table)
-    console.print(f"{len({op for op, _, _ in rows})} ops, {len(rows)} impls")
+    console.print(f"{len({op for op, _, _ in rows})} ops, {len(rows)} impls", markup=False)
     return EXIT_OK
 
 
@@ -242,22 +317,22 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if not explanation.candidates:
         similar = [str(o) for o in registry.ops() if o.name == op.name]
         hint = f" Registered overloads: {', '.join(similar)}." if similar else ""
-        console.print(f"No impl is registered for {op}.{hint}")
+        console.print(f"No impl is registered for {op}.{hint}", markup=False)
         return EXIT_OK
     table = _table(
         f"{op} at target {explanation.target}", ["status", "pack", "function", "requires", "priority", "reason"]
     )
-    styles = {"chosen": "green", "dropped": "dim", "conditional": "yellow", "outranked": ""}
     for c in explanation.candidates:
-        style = styles[c.status]
-        table.add_row(f"[{style}]{c.status}[/]" if style else c.status, c.impl.pack, c.impl.name,
-                      str(c.impl.requirement), str(c.impl.priority), c.reason)  # fmt: skip
+        table.add_row(_styled(c.status), c.impl.pack, c.impl.name, str(c.impl.requirement), str(c.impl.priority),
+                      c.reason)  # fmt: skip
     console.print(table)
     if explanation.conflicts:
         names = ", ".join(i.label for i in explanation.conflicts)
-        console.print(f"[yellow]conflict[/]: {explanation.chosen.label} ties with {names}; raise one's priority")
+        console.print(_styled(
+            f"conflict: {explanation.chosen.label} ties with {names}; choose with --prefer {op}=PACK", "yellow"
+        ))  # fmt: skip
     if explanation.chosen is None:
-        console.print(f"[red]No impl of {op} can serve target {explanation.target}.[/]")
+        console.print(_styled(f"No impl of {op} can serve target {explanation.target}.", "red"))
     return EXIT_OK
 
 
@@ -266,19 +341,6 @@ def _load_model(args: argparse.Namespace) -> tuple[Any, Any]:
 
     loaded = _modelspec.load(args.model)
     return loaded, _modelspec.dynamic_shapes(loaded, args.dynamic)
-
-
-def _missing_json(missing: Sequence[Any]) -> list[dict[str, Any]]:
-    return [
-        {
-            "op": m.op,
-            "count": m.count,
-            "locations": list(m.locations),
-            "reason": m.reason,
-            "elsewhere": list(m.elsewhere),
-        }
-        for m in missing
-    ]
 
 
 def _missing_table(console: Any, missing: Sequence[Any], target: Any) -> None:
@@ -294,40 +356,43 @@ def _cmd_check(args: argparse.Namespace) -> int:
     registry = _registry(args)
     target = registry.target(args.target)
     loaded, dynamic = _load_model(args)
+    _warn_conflicts(registry)
     missing = exporter.plan_export(
         loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic, registry=registry
     )
     if args.json:
-        _print_json({"model": args.model, "target": target.as_dict(), "missing": _missing_json(missing)})
+        rows = [dataclasses.asdict(m) for m in missing]
+        _print_json({"model": args.model, "target": target.as_dict(), "missing": rows})
         return EXIT_FINDINGS if missing else EXIT_OK
     console = _console()
     if not missing:
-        console.print(f"[green]every op of {args.model} has an impl at target {target}[/]")
+        console.print(_styled(f"every op of {args.model} has an impl at target {target}", "green"))
         return EXIT_OK
     _missing_table(console, missing, target)
-    console.print(f"[red]{len(missing)} op(s) missing[/]: install a pack that covers them or choose another target")
+    console.print(
+        _styled(f"{len(missing)} op(s) missing: install a pack that covers them or choose another target", "red")
+    )
     return EXIT_FINDINGS
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     import time
 
-    from rich.console import Console
-
     from opreg import exporter
     from opreg.errors import UnsupportedOpsError, VerificationError
     from opreg.exporter._save import check_output_path
 
-    err = Console(stderr=True, soft_wrap=False, width=None if sys.stderr.isatty() else 160)
+    err = _console(stderr=True)
     registry = _registry(args)
     target = registry.target(args.target)
     check_output_path(args.output)  # before the export, not after it
+    _warn_conflicts(registry)
     started = time.perf_counter()
     with err.status("loading the model") as status:
         last = ["load", time.perf_counter()]
 
         def stage(name: str) -> None:
-            err.print(f"[green]done[/] {last[0]} ({time.perf_counter() - last[1]:.2f} s)")
+            err.print(_styled(f"done {last[0]} ({time.perf_counter() - last[1]:.2f} s)", "green"))
             last[0], last[1] = name, time.perf_counter()
             status.update(f"{name}...")
 
@@ -346,21 +411,24 @@ def _cmd_export(args: argparse.Namespace) -> int:
         except UnsupportedOpsError as e:
             status.stop()
             _missing_table(err, e.missing, target)
-            err.print(f"[red]export failed: {len(e.missing)} op(s) have no impl at target {target}[/]")
+            err.print(_styled(f"export failed: {len(e.missing)} op(s) have no impl at target {target}", "red"))
             return EXIT_FINDINGS
         except VerificationError as e:
             status.stop()
-            err.print(f"[red]wrote {args.output}, but it does not match eager PyTorch:[/]\n{e}")
+            err.print(_styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{e}", "red"))
             return EXIT_FINDINGS
     opsets = ", ".join(f"{d or 'ai.onnx'}={v}" for d, v in sorted(program.model.opset_imports.items()))
     console = _console()
     console.print(
-        f"wrote {path} ({len(program.model.graph)} nodes; opsets {opsets}) in {time.perf_counter() - started:.1f} s"
+        f"wrote {path} ({len(program.model.graph)} nodes; opsets {opsets}) in {time.perf_counter() - started:.1f} s",
+        markup=False,
     )
     if args.verify:
         worst = max((o.max_abs for o in result.outputs), default=0.0)
         console.print(
-            f"verified with {result.runtime}: {len(result.outputs)} output(s) match eager PyTorch (max abs {worst:.3g})"
+            f"verified with {result.runtime}: {len(result.outputs)} output(s) match eager PyTorch "
+            f"(max abs {worst:.3g})",
+            markup=False,
         )
     return EXIT_OK
 
@@ -369,39 +437,48 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from opreg import inspection
 
     report = inspection.inspect_file(args.file)
+    code = EXIT_OK if report["usable"] else EXIT_FINDINGS
     if args.json:
         _print_json(report)
-        return EXIT_OK
+        return code
     console = _console()
-    console.print(f"[bold]{report['file']}[/] ({report['file_bytes']:,} bytes)")
-    console.print(f"IR version {report['ir_version']}, produced by {report['producer'] or 'unknown'}")
-    console.print("opsets: " + ", ".join(f"{d}={v}" for d, v in report["opset_imports"].items()))
+    line = lambda text, style="": console.print(_styled(text, style))  # noqa: E731
+    line(f"{report['file']} ({report['file_bytes']:,} bytes)", "bold")
+    line(f"IR version {report['ir_version']}, produced by {report['producer'] or 'unknown'}")
+    line("opsets: " + ", ".join(f"{d}={v}" for d, v in report["opset_imports"].items()))
     for kind in ("inputs", "outputs"):
-        console.print(f"{kind}: " + ", ".join(f"{v['name']} {v['dtype']}{v['shape']}" for v in report[kind]))
-    console.print(
-        f"initializers: {report['initializers']['count']} ({report['initializers']['bytes']:,} bytes"
-        + (", external data" if report["initializers"]["external"] else "")
-        + ")"
-    )
-    table = _table(f"{report['node_count']} nodes by op", ["domain", "op", "count"])
+        line(f"{kind}: " + ", ".join(f"{v['name']} {v['dtype']}{v['shape']}" for v in report[kind]))
+    weights = report["initializers"]
+    external = ", external data" if weights["external"] else ""
+    line(f"initializers: {weights['count']} ({weights['bytes']:,} bytes{external})")
+    table = _table(f"{report['node_count']} nodes by op (subgraphs included)", ["domain", "op", "count"])
     for row in report["ops"]:
         table.add_row(row["domain"], row["op"], str(row["count"]))
     console.print(table)
     if report["functions"]:
-        console.print("functions: " + ", ".join(report["functions"]))
+        line("functions: " + ", ".join(report["functions"]))
+    if report["subgraphs"]:
+        table = _table("subgraphs", ["owner", "op", "attribute", "nodes", "torch op", "where", "packs"])
+        for row in report["subgraphs"]:
+            where = " at ".join(p for p in (row["module"], row["source"]) if p)
+            packs = ", ".join(f"{p} {n}" for p, n in sorted(row["packs"].items()))
+            table.add_row(row["owner"], row["op"], row["attribute"], str(row["nodes"]), row["torch_op"], where, packs)
+        console.print(table)
     if report["provenance"]["packs"]:
         table = _table("provenance", ["pack", "torch op", "onnx nodes"])
         for row in report["provenance"]["torch_ops"]:
             table.add_row(row["pack"], row["torch_op"], str(row["nodes"]))
         console.print(table)
     else:
-        console.print("no provenance metadata (not exported by opreg)")
-    return EXIT_OK
+        line("no provenance metadata (not exported by opreg)")
+    for problem in report["problems"]:
+        line(f"unusable: {problem}", "red")
+    if report["usable"]:
+        line("usable: onnx.checker accepts the model with its data", "green")
+    return code
 
 
 def _cmd_new_pack(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from opreg import scaffold
 
     names = scaffold.pack_names(args.name, args.domain)
@@ -410,8 +487,10 @@ def _cmd_new_pack(args: argparse.Namespace) -> int:
         _print_json({"directory": str(path), **dataclasses.asdict(names), "files": sorted(scaffold.render(names))})
         return EXIT_OK
     console = _console()
-    console.print(f"wrote pack [bold]{names.pack}[/] ({names.distribution}, import {names.package}, "
-                  f"domain {names.domain}) to {path}")  # fmt: skip
+    console.print(
+        f"wrote pack {names.pack} ({names.distribution}, import {names.package}, domain {names.domain}) to {path}",
+        markup=False,
+    )
     console.print(
         f"next: pip install -e {path}  (--no-build-isolation if setuptools is installed); "
         f"opreg plugins; python -m pytest {path / 'tests'}",
@@ -434,24 +513,18 @@ def _cmd_pack_check(args: argparse.Namespace) -> int:
         f"conformance kit: pack {report.pack} ({report.distribution} {report.version})",
         ["check", "subject", "target", "status", "detail"],
     )
-    styles = {"passed": "green", "failed": "red", "skipped": "yellow"}
     for r in report.results:
-        # Details quote errors, which may hold [brackets]: only the status is markup.
-        table.add_row(*(_escape(c) for c in (r.check, r.subject, r.target)), f"[{styles[r.status]}]{r.status}[/]",
-                      _escape(r.detail))  # fmt: skip
+        table.add_row(r.check, r.subject, r.target, _styled(r.status), r.detail)
     console.print(table)
-    console.print(report.summary(), style="green" if report.ok else "red")
+    console.print(_styled(report.summary(), "green" if report.ok else "red"))
     return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
+# -- running ----------------------------------------------------------------------------------
 
 
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -461,21 +534,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.ERROR,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    previous = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a command as Ctrl-C does, cleanly
     try:
         return args.run(args)
     except OpregError as e:
         if args.debug:
             raise
-        sys.stderr.write(f"opreg: error: {e}\n")
-        return EXIT_FINDINGS if e.__class__.__name__ == "PluginError" and args.strict else EXIT_ERROR
+        sys.stderr.write(f"opreg: error: {_one_line(e)}\n")
+        strict = getattr(args, "strict", False) and not isinstance(e, PluginNotFoundError)
+        return EXIT_FINDINGS if isinstance(e, PluginError) and strict else EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("opreg: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:
         if args.debug:
             raise
-        sys.stderr.write(f"opreg: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)\n")
+        sys.stderr.write(
+            f"opreg: internal error: {type(e).__name__}: {_one_line(e)} (run with --debug for the traceback)\n"
+        )
         return EXIT_ERROR
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _one_line(error: BaseException) -> str:
+    """An error's message on one line (torch's multi-line reports folded)."""
+    return " ".join(line.strip() for line in str(error).strip().splitlines() if line.strip())
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""What an ONNX file holds, as a JSON-ready dict (``opreg inspect``)."""
+"""What an ONNX file holds, and whether it is usable, as a JSON-ready dict (``opreg inspect``)."""
 
 from __future__ import annotations
 
 import collections
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,23 +13,128 @@ PACK_KEY = "opreg.pack"
 TORCH_OP_KEY = "opreg.torch_op"
 
 
-def inspect_file(path: str | Path) -> dict[str, Any]:
-    """Read ``path`` (with its external data, if any) and summarise it."""
+class InspectionError(OpregError):
+    """A file could not be read as an ONNX model at all."""
+
+
+def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read ``path`` (with its external data, if any), summarise it, and list what makes it
+    unusable under ``"problems"`` (empty when ``onnx.checker`` accepts it with its data)."""
+    import onnx
     import onnx_ir as ir
 
     path = Path(path)
-    if not path.is_file():
-        raise OpregError(f"no such file: {path}")
+    if path.is_dir():
+        raise InspectionError(f"{path} is a directory; give the .onnx file in it")
+    if not path.exists():
+        raise InspectionError(f"no such file: {path}")
+    size = path.stat().st_size
+    if size == 0:
+        raise InspectionError(f"{path} is empty (0 bytes): not an ONNX model")
     try:
-        model = ir.load(path)
+        proto = onnx.load(str(path), load_external_data=False)
     except Exception as e:
-        raise OpregError(f"{path} is not a readable ONNX model: {type(e).__name__}: {e}") from e
-    return summarize(model, path)
+        raise InspectionError(
+            f"{path} is not a readable ONNX model (truncated or not ONNX): {type(e).__name__}: {e}"
+        ) from e
+    problems = _data_problems(proto, path.parent)
+    problems += _opset_problems(proto)
+    if not problems:
+        problems += _checker_problems(path)
+    model = ir.serde.deserialize_model(proto)
+    report = summarize(model, path)
+    report["problems"] = problems
+    report["usable"] = not problems
+    return report
+
+
+def _data_problems(proto: Any, folder: Path) -> list[str]:
+    """Every external data file the model names must exist and hold the bytes it points at."""
+    import onnx
+
+    from opreg.exporter._save import iter_tensors
+
+    needed: dict[str, int] = collections.defaultdict(int)
+    for tensor in iter_tensors(proto.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        location = info.get("location", "")
+        end = int(info.get("offset", 0) or 0) + int(info.get("length", 0) or 0)
+        needed[location] = max(needed[location], end)
+    problems = []
+    for location, end in sorted(needed.items()):
+        data = folder / location
+        if not data.is_file():
+            problems.append(f"external data file {location} is missing (expected beside the model in {folder})")
+        elif data.stat().st_size < end:
+            problems.append(
+                f"external data file {location} is truncated: {data.stat().st_size:,} bytes, the weights need {end:,}"
+            )
+    return problems
+
+
+def _opset_problems(proto: Any) -> list[str]:
+    import onnx
+    import onnx.defs
+
+    problems = []
+    if not proto.opset_import:
+        problems.append("the model imports no opset (truncated or not written by an ONNX exporter)")
+    newest = onnx.defs.onnx_opset_version()
+    for opset in proto.opset_import:
+        if opset.domain in ("", "ai.onnx") and opset.version > newest:
+            problems.append(
+                f"it uses ai.onnx opset {opset.version}, newer than the installed onnx {onnx.__version__} "
+                f"knows ({newest}): upgrade onnx to read it"
+            )
+    if not proto.HasField("graph"):
+        problems.append("the model has no graph (truncated or not an ONNX model)")
+    return problems
+
+
+def _checker_problems(path: Path) -> list[str]:
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return [f"onnx.checker rejects it: {first}"]
+    return []
 
 
 def _value(value: Any) -> dict[str, Any]:
     shape = None if value.shape is None else [d if isinstance(d, int) else str(d) for d in value.shape]
     return {"name": value.name, "dtype": value.dtype.name if value.dtype is not None else "?", "shape": shape}
+
+
+def _subgraphs(model: Any) -> list[dict[str, Any]]:
+    """Each subgraph (If branch, Loop or Scan body): its owner, node count and where it came from."""
+    import onnx_ir as ir
+
+    found = []
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                graphs = [attr.as_graph()]
+            elif attr.type == ir.AttributeType.GRAPHS:
+                graphs = list(attr.as_graphs())
+            else:
+                continue
+            for graph in graphs:
+                inner = list(ir.traversal.RecursiveGraphIterator(graph))
+                found.append({
+                    "owner": node.name or "",
+                    "op": node.op_type,
+                    "attribute": attr.name,
+                    "nodes": len(inner),
+                    "torch_op": node.metadata_props.get(TORCH_OP_KEY, ""),
+                    "module": node.metadata_props.get("opreg.module", ""),
+                    "source": node.metadata_props.get("opreg.source", ""),
+                    "packs": dict(collections.Counter(n.metadata_props.get(PACK_KEY, "?") for n in inner)),
+                })  # fmt: skip
+    return found
 
 
 def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
@@ -66,6 +172,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
             {"domain": d, "op": o, "count": c} for (d, o), c in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))
         ],
         "functions": [f"{f.domain}::{f.name}" for f in model.functions.values()],
+        "subgraphs": _subgraphs(model),
         "initializers": {"count": len(model.graph.initializers), "bytes": total, "external": external},
         "metadata": dict(model.metadata_props),
         "provenance": {

@@ -50,6 +50,8 @@ def finish(
     )
     values = [v for v in translation.outputs if isinstance(v, ir.Value)]
     graph.outputs.extend(values)
+    # where each output came from, for the Identity an output folded into a constant gets
+    origins = [dict(v.producer().metadata_props) if v.producer() is not None else {} for v in values]
     versions = settle_versions(recorder.uses, translation.used_impls, target)
     definitions = {}
     if embed_functions:
@@ -65,7 +67,7 @@ def finish(
         definitions=definitions,
     )
     named = iter(name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value))
-    bind_outputs(model.graph, [next(named) for _ in model.graph.outputs])
+    bind_outputs(model.graph, [next(named) for _ in model.graph.outputs], origins)
     slots = []
     for name, value in zip(names, translation.outputs, strict=True):
         slots.append(OutputSlot(name) if isinstance(value, ir.Value) else OutputSlot(None, value))
@@ -124,10 +126,11 @@ def output_names(out_spec: Any, count: int, taken: set[str] | frozenset[str] = f
     return names
 
 
-def bind_outputs(graph: ir.Graph, names: Sequence[str]) -> None:
+def bind_outputs(graph: ir.Graph, names: Sequence[str], origins: Sequence[Mapping[str, str]] = ()) -> None:
     """Give the graph's outputs their ``names``. An output that is also an input, an
-    initializer, a constant or an earlier output gets an ``Identity`` of its own; an
-    intermediate value that holds one of the names is renamed."""
+    initializer, a constant or an earlier output gets an ``Identity`` of its own,
+    stamped with ``origins[i]`` (the provenance of the node that made it before
+    folding); an intermediate value that holds one of the names is renamed."""
     intermediates = {out.name: out for node in graph for out in node.outputs if out.name}
     seen: set[int] = set()
     for index, (value, name) in enumerate(zip(list(graph.outputs), names, strict=True)):
@@ -143,7 +146,8 @@ def bind_outputs(graph: ir.Graph, names: Sequence[str]) -> None:
         out = value
         if shared:
             node = ir.node("Identity", [value], name=f"{name}_Identity")
-            node.metadata_props.update(producer.metadata_props if producer is not None else {})
+            origin = producer.metadata_props if producer is not None else {}
+            node.metadata_props.update(origin or (origins[index] if index < len(origins) else {}))
             graph.append(node)
             out = node.outputs[0]
             out.type, out.shape = value.type, value.shape
@@ -264,6 +268,7 @@ def build_model(
         from opreg.exporter._lean import lean
 
         lean(model)
+    _own_subgraph_outputs(graph)
     common_passes.RemoveUnusedOpsetsPass()(model)
     model.ir_version = max(
         MIN_IR_VERSION,
@@ -273,6 +278,35 @@ def build_model(
     )
     model.metadata_props.update(metadata)
     return model
+
+
+def _own_subgraph_outputs(graph: ir.Graph) -> None:
+    """Every output of a subgraph (If branch, Loop or Scan body) made by a node of that
+    subgraph: the clean-up passes may have replaced one by a value of an enclosing
+    graph, an input of the subgraph or a constant, which ONNX does not allow there."""
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                subgraphs = [attr.as_graph()]
+            elif attr.type == ir.AttributeType.GRAPHS:
+                subgraphs = list(attr.as_graphs())
+            else:
+                continue
+            for sub in subgraphs:
+                made = {id(out) for n in sub for out in n.outputs}
+                seen: set[int] = set()
+                for index, value in enumerate(list(sub.outputs)):
+                    if id(value) in made and id(value) not in seen and value.const_value is None:
+                        seen.add(id(value))
+                        continue
+                    copy = ir.node("Identity", [value], name=f"{sub.name}_output_{index}")
+                    copy.metadata_props.update(node.metadata_props)
+                    out = copy.outputs[0]
+                    out.name = f"{sub.name}_output_{index}"
+                    out.type, out.shape = value.type, value.shape
+                    sub.append(copy)
+                    sub.outputs[index] = out
+                    seen.add(id(out))
 
 
 def custom_op_definitions(

@@ -253,9 +253,18 @@ _OPREG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
 
-def module_path(node: torch.fx.Node) -> str:
-    """The dotted path of the innermost module that made ``node`` (``""`` for the root)."""
-    stack = node.meta.get("nn_module_stack") or {}
+def _meta(node: torch.fx.Node, key: str, outer: torch.fx.Node | None) -> Any:
+    """``node.meta[key]``, or the enclosing higher-order op node's when the subgraph's node lacks it."""
+    value = node.meta.get(key)
+    if not value and outer is not None:
+        value = outer.meta.get(key)
+    return value
+
+
+def module_path(node: torch.fx.Node, outer: torch.fx.Node | None = None) -> str:
+    """The dotted path of the innermost module that made ``node`` (``""`` for the root);
+    ``outer`` is the higher-order op node whose subgraph holds ``node``, if any."""
+    stack = _meta(node, "nn_module_stack", outer) or {}
     path = ""
     for value in stack.values():
         if isinstance(value, tuple) and value and isinstance(value[0], str) and not value[0].startswith("_empty"):
@@ -263,8 +272,8 @@ def module_path(node: torch.fx.Node) -> str:
     return _clean_path(path)
 
 
-def module_type(node: torch.fx.Node) -> str:
-    stack = node.meta.get("nn_module_stack") or {}
+def module_type(node: torch.fx.Node, outer: torch.fx.Node | None = None) -> str:
+    stack = _meta(node, "nn_module_stack", outer) or {}
     kind = ""
     for value in stack.values():
         if isinstance(value, tuple) and len(value) > 1 and not str(value[0]).startswith("_empty"):
@@ -278,31 +287,35 @@ def _clean_path(path: str) -> str:
     return re.sub(r"\[(?:'([^']*)'|(\d+))\]", lambda m: "." + (m.group(1) or m.group(2)), path).strip(".")
 
 
-def source_line(node: torch.fx.Node) -> str:
-    """``file:line`` of the innermost frame of the user's code that made ``node``."""
-    trace = node.meta.get("stack_trace") or ""
+def source_line(node: torch.fx.Node, outer: torch.fx.Node | None = None) -> str:
+    """``file:line`` of the innermost frame of the user's code that made ``node`` (torch's
+    and opreg's own frames, and generated code such as ``<eval_with_key>``, are passed over)."""
+    trace = _meta(node, "stack_trace", outer) or ""
     best = ""
     for match in _FRAME.finditer(trace):
         path = match.group("file")
-        if path.startswith((_TORCH_DIR, _OPREG_DIR)):
+        if path.startswith((_TORCH_DIR, _OPREG_DIR, "<")):
             continue
         best = f"{path}:{match.group('line')}"
     return best
 
 
-def where(node: torch.fx.Node, context: str = "") -> str:
+def where(node: torch.fx.Node, context: str = "", outer: torch.fx.Node | None = None) -> str:
     """How a node's location is shown to people: module path and source line, and the
     subgraph it sits in (``context``, e.g. ``in the true branch of cond``)."""
-    path = module_path(node)
-    kind = module_type(node)
+    path = module_path(node, outer)
+    kind = module_type(node, outer)
     parts = [f"{path or '<root>'} ({kind})" if kind else (path or "<root>")]
-    line = source_line(node)
+    line = source_line(node, outer)
     if line:
         parts.append(line)
     text = " at ".join(parts)
     return f"{text}, {context}" if context else text
 
 
-def provenance(node: torch.fx.Node, torch_op: str, pack: str, impl: str) -> dict[str, str]:
+def provenance(
+    node: torch.fx.Node, torch_op: str, pack: str, impl: str, outer: torch.fx.Node | None = None
+) -> dict[str, str]:
     """The ``metadata_props`` of the ONNX nodes made for ``node``."""
-    return dict(zip(PROVENANCE_KEYS, (torch_op, pack, impl, module_path(node), source_line(node)), strict=True))
+    values = (torch_op, pack, impl, module_path(node, outer), source_line(node, outer))
+    return dict(zip(PROVENANCE_KEYS, values, strict=True))

@@ -83,8 +83,8 @@ class _NotCovered(Exception):
 def plan(graph: torch.fx.Graph, registry: Registry, target: Target) -> Plan:
     """Resolve every node's impl and map its arguments; raise with every missing op."""
     calls: dict[torch.fx.Node, Call] = {}
-    missing: dict[str, list[tuple[torch.fx.Node, str, str]]] = {}
-    _plan_graph(graph, registry, target, calls, missing, "")
+    missing: dict[str, list[tuple[torch.fx.Node, str, str, torch.fx.Node | None]]] = {}
+    _plan_graph(graph, registry, target, calls, missing, "", None)
     if missing:
         raise _unsupported(missing, registry, target)
     return Plan(calls)
@@ -95,8 +95,9 @@ def _plan_graph(
     registry: Registry,
     target: Target,
     calls: dict[torch.fx.Node, Call],
-    missing: dict[str, list[tuple[torch.fx.Node, str, str]]],
+    missing: dict[str, list[tuple[torch.fx.Node, str, str, torch.fx.Node | None]]],
     context: str,
+    outer: torch.fx.Node | None,
 ) -> None:
     for node in graph.nodes:
         if node.op != "call_function":
@@ -108,12 +109,13 @@ def _plan_graph(
                 name = f"with_effects({node.args[1]})"
             elif isinstance(node.target, torch._ops.OpOverload):
                 name = str(OpName.of(node.target))
-            missing.setdefault(name, []).append((node, _nodes.unsupported_reason(node), context))
+            missing.setdefault(name, []).append((node, _nodes.unsupported_reason(node), context, outer))
         elif kind is _nodes.Kind.HOP:
             hop = _nodes.HOPS[node.target]
             for role, module in _nodes.subgraphs(node):
                 inner = f"in the {role} of {hop.name} ({node.name})"
-                _plan_graph(module.graph, registry, target, calls, missing, f"{inner}, {context}" if context else inner)
+                where = f"{inner}, {context}" if context else inner
+                _plan_graph(module.graph, registry, target, calls, missing, where, outer or node)
         elif kind in (_nodes.Kind.OP, _nodes.Kind.INPLACE):
             op = _nodes.torch_op(node)
             impl = registry.resolve(op, target, node)
@@ -123,20 +125,21 @@ def _plan_graph(
                     reason = "Its impls' predicates reject these nodes."
                 for pack, why in registry.unsupported(op).values():
                     reason = f"Unsupported ({pack}): {why}"
-                missing.setdefault(str(op), []).append((node, reason, context))
+                missing.setdefault(str(op), []).append((node, reason, context, outer))
                 continue
             try:
                 calls[node] = plan_call(node, impl)
             except _NotCovered as e:
-                missing.setdefault(str(op), []).append((node, f"{impl.label} cannot take the call: {e}", context))
+                why = f"{impl.label} cannot take the call: {e}"
+                missing.setdefault(str(op), []).append((node, why, context, outer))
 
 
 def _unsupported(
-    found: dict[str, list[tuple[torch.fx.Node, str, str]]], registry: Registry, target: Target
+    found: dict[str, list[tuple[torch.fx.Node, str, str, torch.fx.Node | None]]], registry: Registry, target: Target
 ) -> UnsupportedOpsError:
     entries = []
     for name, nodes in sorted(found.items()):
-        locations = list(dict.fromkeys(_nodes.where(n, context) for n, _, context in nodes))
+        locations = list(dict.fromkeys(_nodes.where(n, context, outer) for n, _, context, outer in nodes))
         shown = tuple(locations[:3]) + ((f"and {len(locations) - 3} more places",) if len(locations) > 3 else ())
         elsewhere: tuple[str, ...] = ()
         if "::" in name:

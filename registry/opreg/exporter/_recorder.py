@@ -103,6 +103,7 @@ class _Model:
     uses: list[Use] = dataclasses.field(default_factory=list)
     functions: dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] = dataclasses.field(default_factory=dict)
     counter: int = 0
+    names: set[str] = dataclasses.field(default_factory=set)
 
 
 class GraphRecorder:
@@ -147,8 +148,21 @@ class GraphRecorder:
 
     def fresh_name(self, stem: str) -> str:
         """A value or node name no other graph of the model uses."""
-        self._model.counter += 1
-        return f"{stem}_{self._model.counter}"
+        names = self._model.names
+        while True:
+            self._model.counter += 1
+            name = f"{stem}_{self._model.counter}"
+            if name not in names:
+                names.add(name)
+                return name
+
+    def claim(self, name: str) -> str:
+        """``name`` if no graph of the model uses it yet, else a fresh name built from it
+        (FX names repeat across the subgraphs of higher-order ops; ONNX names may not)."""
+        if name in self._model.names:
+            return self.fresh_name(name)
+        self._model.names.add(name)
+        return name
 
     # -- onnxscript's evaluator protocol -------------------------------------
 

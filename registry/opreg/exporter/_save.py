@@ -142,7 +142,7 @@ def referenced_data(model_path: Path) -> set[str]:
     except Exception:  # not a model we can read: it references nothing we know of
         return set()
     found = set()
-    for tensor in _tensors(proto.graph):
+    for tensor in iter_tensors(proto.graph):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             for entry in tensor.external_data:
                 if entry.key == "location":
@@ -150,16 +150,17 @@ def referenced_data(model_path: Path) -> set[str]:
     return found
 
 
-def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+def iter_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor of ``graph``: initializers, and tensor attributes, subgraphs included."""
     yield from graph.initializer
     for node in graph.node:
         for attr in node.attribute:
             if attr.HasField("t"):
                 yield attr.t
             if attr.HasField("g"):
-                yield from _tensors(attr.g)
+                yield from iter_tensors(attr.g)
             for sub in attr.graphs:
-                yield from _tensors(sub)
+                yield from iter_tensors(sub)
 
 
 def _has_data_files(folder: Path, model_name: str) -> bool:

@@ -55,10 +55,12 @@ class Translation:
 
 @dataclasses.dataclass
 class _Scope:
-    """One graph being translated: its FX values and the recorder of its ONNX graph."""
+    """One graph being translated: its FX values, the recorder of its ONNX graph, and the
+    outermost higher-order op node it sits in (where its nodes came from, when they lack it)."""
 
     recorder: GraphRecorder
     values: dict[torch.fx.Node, Any] = dataclasses.field(default_factory=dict)
+    outer: torch.fx.Node | None = None
 
 
 class Translator:
@@ -140,7 +142,7 @@ class Translator:
                         f"input {node.name!r} is a {type(meta).__name__}, not a tensor: ONNX inputs are tensors. "
                         "Pass it as a tensor, or leave it static (torch.export then bakes it in)."
                     )
-                value = self._typed(node.name, meta)
+                value = self._typed(scope.recorder.claim(node.name), meta)
                 graph.inputs.append(value)
                 names.append(node.name)
             elif kind == InputKind.TOKEN:
@@ -153,6 +155,7 @@ class Translator:
                 tensor = tensor.detach()
                 if not tensor.is_contiguous():
                     tensor = tensor.contiguous()
+                scope.recorder.claim(name)
                 value = ir.Value(name=name, const_value=tensor_adapters.TorchTensor(tensor, name=name))
                 self._describe(value, tensor)
                 graph.register_initializer(value)
@@ -197,7 +200,7 @@ class Translator:
         impl = call.impl
         self.used_impls[impl.label] = impl
         recorder = scope.recorder
-        self._stamp(recorder, node, str(impl.op), impl.pack, impl.name, impl.label)
+        self._stamp(recorder, node, str(impl.op), impl.pack, impl.name, impl.label, scope.outer)
         first = len(recorder.graph)
         args = [self._argument(scope, a, i in call.int_lists) for i, a in enumerate(call.args)]
         kwargs = {k: self._argument(scope, v, k in call.int_lists) for k, v in call.kwargs.items()}
@@ -213,10 +216,18 @@ class Translator:
             scope.values[node.args[0]] = scope.values[node]  # later reads of self see the mutation
 
     @staticmethod
-    def _stamp(recorder: GraphRecorder, node: torch.fx.Node, torch_op: str, pack: str, impl: str, label: str) -> None:
+    def _stamp(
+        recorder: GraphRecorder,
+        node: torch.fx.Node,
+        torch_op: str,
+        pack: str,
+        impl: str,
+        label: str,
+        outer: torch.fx.Node | None = None,
+    ) -> None:
         recorder.emitter = label
         recorder.name_prefix = node.name
-        recorder.metadata = _nodes.provenance(node, torch_op, pack, impl)
+        recorder.metadata = _nodes.provenance(node, torch_op, pack, impl, outer)
 
     def _results(self, scope: _Scope, node: torch.fx.Node, impl: Impl, result: Any, made: set[int]) -> Any:
         meta = node.meta.get("val")
@@ -244,7 +255,7 @@ class Translator:
             value = scope.recorder.constant(value, None if meta is None else _dtype_of(meta))
         producer = value.producer()
         if producer is not None and id(producer) in made and producer.op_type != "Constant":
-            value.name = name
+            value.name = scope.recorder.claim(name)
         self._describe(value, meta)
         return value
 
@@ -287,7 +298,7 @@ class Translator:
             return
         recorder = scope.recorder
         name = getattr(node.target, "__name__", str(node.target))
-        self._stamp(recorder, node, name, _nodes.EXPORTER, name, "<exporter>")
+        self._stamp(recorder, node, name, _nodes.EXPORTER, name, "<exporter>", scope.outer)
         operands = [self._value(scope, a) for a in node.args]
         operands = [recorder.constant(v, _scalar_dtype(v)) if not isinstance(v, ir.Value) else v for v in operands]
         op_type, cast = _nodes.SYMBOLIC_OPS[node.target]
@@ -296,7 +307,7 @@ class Translator:
         elif len(operands) == 2 and operands[0].dtype != operands[1].dtype:
             operands = [self._cast(recorder, v, ir.DataType.FLOAT) for v in operands]
         result = recorder.add_node("", op_type, operands, [], 1, self.target.onnx).outputs[0]
-        result.name = node.name
+        result.name = recorder.claim(node.name)
         self._describe(result, meta)
         scope.values[node] = result
 
@@ -315,15 +326,17 @@ class Translator:
             operands = node.args[hop.subgraphs[0][1] + 1 :]
             if hop.name == "invoke_subgraph":
                 operands = node.args[2:]  # invoke_subgraph(subgraph, identifier, *operands)
-            scope.values[node] = tuple(self._inline(scope, module, [self._value(scope, a) for a in operands]))
+            scope.values[node] = tuple(self._inline(scope, node, module, [self._value(scope, a) for a in operands]))
             return
         handler = getattr(self, f"_hop_{hop.name}")
-        self._stamp(scope.recorder, node, hop.name, _nodes.EXPORTER, hop.name, "<exporter>")
+        self._stamp(scope.recorder, node, hop.name, _nodes.EXPORTER, hop.name, "<exporter>", scope.outer)
         scope.values[node] = tuple(handler(scope, node))
 
-    def _inline(self, scope: _Scope, module: torch.fx.GraphModule, operands: Sequence[Any]) -> list[Any]:
+    def _inline(
+        self, scope: _Scope, node: torch.fx.Node, module: torch.fx.GraphModule, operands: Sequence[Any]
+    ) -> list[Any]:
         """Translate ``module``'s graph into ``scope`` itself, its placeholders bound to ``operands``."""
-        inner = _Scope(scope.recorder)
+        inner = _Scope(scope.recorder, outer=scope.outer or node)
         placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(operands):
             raise ExportError(f"a subgraph takes {len(placeholders)} operands, the call passes {len(operands)}")
@@ -333,6 +346,7 @@ class Translator:
     def _subgraph(
         self,
         scope: _Scope,
+        node: torch.fx.Node,
         module: torch.fx.GraphModule,
         bound: Sequence[Any],
         inputs: Sequence[ir.Value],
@@ -344,7 +358,7 @@ class Translator:
         enclosing graphs). ``then(inner_scope, outputs) -> outputs`` may add nodes after
         the module's. Returns the graph (outputs not yet set) and the output values."""
         graph = ir.Graph(list(inputs), [], nodes=[], name=name)
-        inner = _Scope(scope.recorder.subgraph(graph))
+        inner = _Scope(scope.recorder.subgraph(graph), outer=scope.outer or node)
         placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
         inner.values.update(zip(placeholders, bound, strict=True))
         outputs = self._walk(inner, module.graph)
@@ -375,7 +389,7 @@ class Translator:
         condition = self._value(scope, pred)
         if isinstance(condition, bool):  # torch knew the branch while capturing
             module = _nodes.subgraph_module(node, 1 if condition else 2)
-            return self._inline(scope, module, operand_values)
+            return self._inline(scope, node, module, operand_values)
         recorder = scope.recorder
         if condition.dtype != ir.DataType.BOOL:
             condition = self._cast(recorder, condition, ir.DataType.BOOL)
@@ -383,7 +397,7 @@ class Translator:
         for index, role in ((1, "then"), (2, "else")):
             module = _nodes.subgraph_module(node, index)
             name = recorder.fresh_name(f"{node.name}_{role}")
-            graph, outputs = self._subgraph(scope, module, operand_values, [], name)
+            graph, outputs = self._subgraph(scope, node, module, operand_values, [], name)
             self._seal(self._sub_scope_of(graph, scope), graph, outputs, metas)
             branches.append(graph)
         attributes = [ir.AttrGraph("then_branch", branches[0]), ir.AttrGraph("else_branch", branches[1])]
@@ -399,7 +413,7 @@ class Translator:
         body_module = _nodes.subgraph_module(node, 1)
         initial = [self._value(scope, a) for a in carried]
         extra = [self._value(scope, a) for a in additional]
-        (start,) = self._inline(scope, cond_module, [*initial, *extra])
+        (start,) = self._inline(scope, node, cond_module, [*initial, *extra])
         start = self._as_bool_scalar(recorder, start)
 
         iteration = self._typed(recorder.fresh_name(f"{node.name}_iter"), torch.empty((), dtype=torch.int64))
@@ -407,11 +421,11 @@ class Translator:
         carried_in = [self._typed(recorder.fresh_name(f"{node.name}_carried"), m) for m in metas]
 
         def condition_after(inner: _Scope, outputs: list[Any]) -> list[Any]:
-            (again,) = self._inline(inner, cond_module, [*outputs, *extra])
+            (again,) = self._inline(inner, node, cond_module, [*outputs, *extra])
             return [self._as_bool_scalar(inner.recorder, again), *outputs]
 
         body, outputs = self._subgraph(
-            scope, body_module, [*carried_in, *extra], [iteration, cond_in, *carried_in],
+            scope, node, body_module, [*carried_in, *extra], [iteration, cond_in, *carried_in],
             recorder.fresh_name(f"{node.name}_body"), then=condition_after,
         )  # fmt: skip
         self._seal(self._sub_scope_of(body, scope), body, outputs, [torch.empty((), dtype=torch.bool), *metas])
@@ -438,9 +452,8 @@ class Translator:
         outer = [self._value(scope, a) for a in extra]
         state_in = [self._typed(recorder.fresh_name(f"{node.name}_state"), a.meta["val"]) for a in init]
         slices = [self._typed(recorder.fresh_name(f"{node.name}_slice"), a.meta["val"][0]) for a in xs]
-        body, outputs = self._subgraph(
-            scope, module, [*state_in, *slices, *outer], [*state_in, *slices], recorder.fresh_name(f"{node.name}_body")
-        )
+        name = recorder.fresh_name(f"{node.name}_body")
+        body, outputs = self._subgraph(scope, node, module, [*state_in, *slices, *outer], [*state_in, *slices], name)
         slice_metas = [m if i < len(init) else m[0] for i, m in enumerate(metas)]
         self._seal(self._sub_scope_of(body, scope), body, outputs, slice_metas)
         attributes = [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", len(sequences))]
