@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import importlib.util
 import inspect
+import pkgutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,14 +38,17 @@ def load(spec: str) -> LoadedModel:
         )
     if source.endswith(".py") or "/" in source or "\\" in source:
         namespace = _load_file(Path(source))
+        factory = getattr(namespace, attr, None)
     else:
         try:
-            namespace = importlib.import_module(source)
+            factory = pkgutil.resolve_name(spec)
         except ImportError as e:
             raise ModelSpecError(f"cannot import module {source!r} for MODEL {spec!r}: {e}") from e
-    factory = getattr(namespace, attr, None)
+        except AttributeError:
+            factory = None
+        namespace = sys.modules.get(source)
     if factory is None:
-        names = [n for n, v in vars(namespace).items() if callable(v) and not n.startswith("_")]
+        names = [n for n, v in vars(namespace or {}).items() if callable(v) and not n.startswith("_")]
         raise ModelSpecError(f"{source} has no {attr!r}; callables there: {', '.join(sorted(names)) or 'none'}")
     if not callable(factory):
         raise ModelSpecError(f"{source}:{attr} is a {type(factory).__name__}, not a factory function")

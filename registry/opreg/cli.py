@@ -381,6 +381,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from opreg import exporter
     from opreg.errors import UnsupportedOpsError, VerificationError
     from opreg.exporter._save import check_output_path
+    from opreg.targets import domain_label
 
     err = _console(stderr=True)
     registry = _registry(args)
@@ -417,7 +418,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             status.stop()
             err.print(_styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{e}", "red"))
             return EXIT_FINDINGS
-    opsets = ", ".join(f"{d or 'ai.onnx'}={v}" for d, v in sorted(program.model.opset_imports.items()))
+    opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
     console = _console()
     console.print(
         f"wrote {path} ({len(program.model.graph)} nodes; opsets {opsets}) in {time.perf_counter() - started:.1f} s",

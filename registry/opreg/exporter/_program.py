@@ -16,13 +16,13 @@ import torch
 
 from opreg.errors import ExportError, OpregError, RuntimeUnavailableError, VerificationError
 from opreg.registry import Registry
-from opreg.targets import Target
+from opreg.targets import Target, domain_label
 
 logger = logging.getLogger(__name__)
 
-EXTERNAL_DATA_THRESHOLD = 1_800_000_000
-"""Initializer bytes above which ``save`` writes weights to a side file: a
-single protobuf cannot exceed 2 GB, and the graph needs room too."""
+EXTERNAL_DATA_THRESHOLD = onnx.checker.MAXIMUM_PROTOBUF * 9 // 10
+"""Initializer bytes above which ``save`` writes weights to a side file: a single
+protobuf cannot exceed 2 GB (``onnx.checker.MAXIMUM_PROTOBUF``), and the graph needs room too."""
 
 ONNXRUNTIME = "onnxruntime"
 REFERENCE = "reference"
@@ -123,7 +123,7 @@ class OnnxProgram:
         self._sessions: dict[str, Any] = {}
 
     def __repr__(self) -> str:
-        opsets = ", ".join(f"{d or 'ai.onnx'}={v}" for d, v in sorted(self.model.opset_imports.items()))
+        opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(self.model.opset_imports.items()))
         return (
             f"<OnnxProgram {len(self.model.graph)} nodes, inputs {list(self.input_names)}, "
             f"outputs {list(self.output_names)}, opsets {opsets}>"

@@ -25,6 +25,7 @@ import onnx
 import onnx_ir as ir
 
 from opreg.errors import ExportError
+from opreg.targets import domain_label
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ class GraphRecorder:
             attributes = [_attribute(k, v, None) for k, v in kwargs.items() if v is not None]
             n_outputs = wanted_outputs or 1
         else:
-            inputs, attributes = self._bind(signature, args, kwargs, f"{domain or 'ai.onnx'}::{op_type}")
+            inputs, attributes = self._bind(signature, args, kwargs, f"{domain_label(domain)}::{op_type}")
             folded = self._fold(domain, op_type, inputs, attributes)
             if folded is not None:
                 return folded
@@ -188,7 +189,7 @@ class GraphRecorder:
             else:
                 n_outputs = len(signature.outputs)
         node = self.add_node(domain, op_type, inputs, attributes, n_outputs, version)
-        self.uses.append(Use(domain, version, self.emitter, f"{domain or 'ai.onnx'}::{op_type}"))
+        self.uses.append(Use(domain, version, self.emitter, f"{domain_label(domain)}::{op_type}"))
         outputs = list(node.outputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -393,10 +394,11 @@ def _called_functions(function: Any) -> list[Any]:
 def _type_proto(value: ir.Value) -> onnx.TypeProto | None:
     if value.dtype is None:
         return None
-    shape = None
+    proto = onnx.TypeProto()
+    ir.serde.serialize_type_into(proto, ir.TensorType(value.dtype))
     if value.shape is not None:
-        shape = [d if isinstance(d, int) else (d.value if isinstance(d.value, str) else None) for d in value.shape]
-    return onnx.helper.make_tensor_type_proto(int(value.dtype), shape)
+        ir.serde.serialize_shape_into(proto, value.shape)
+    return proto
 
 
 def _infer(node: ir.Node, version: int) -> None:
@@ -431,14 +433,8 @@ def _infer(node: ir.Node, version: int) -> None:
         proto = inferred.get(output.name)
         if proto is None or not proto.HasField("tensor_type"):
             continue
-        tensor_type = proto.tensor_type
-        if tensor_type.elem_type:
-            output.dtype = ir.DataType(tensor_type.elem_type)
-        if tensor_type.HasField("shape"):
-            dims: list[int | str | None] = []
-            for dim in tensor_type.shape.dim:
-                if dim.HasField("dim_value"):
-                    dims.append(dim.dim_value)
-                else:
-                    dims.append(dim.dim_param or None)
-            output.shape = ir.Shape(dims)
+        if proto.tensor_type.elem_type:
+            output.type = ir.serde.deserialize_type_proto_for_type(proto)
+        shape = ir.serde.deserialize_type_proto_for_shape(proto)
+        if shape is not None:
+            output.shape = shape

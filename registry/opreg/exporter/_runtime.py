@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import onnx
 import onnx_ir as ir
 
 from opreg.errors import RuntimeUnavailableError
@@ -22,9 +23,9 @@ logger = logging.getLogger(__name__)
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
 ORT_BUILTIN_DOMAINS = frozenset({"com.microsoft"})
 """Custom domains ONNX Runtime's CPU build implements without any library."""
-IN_MEMORY_LIMIT = 1_000_000_000
-"""Weights above this many bytes reach ONNX Runtime through a file with external data,
-not a serialised protobuf (which cannot exceed 2 GB)."""
+IN_MEMORY_LIMIT = onnx.checker.MAXIMUM_PROTOBUF // 2
+"""Weights above this many bytes reach ONNX Runtime through a file with external data, not
+a serialised protobuf: one cannot exceed 2 GB, and serialising the weights doubles them in memory."""
 
 
 def custom_ops(model: ir.Model) -> set[tuple[str, str]]:

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+from packaging.utils import canonicalize_name
 
 from opreg import plugins
 from opreg.errors import PluginNotFoundError
@@ -173,10 +174,6 @@ class PackCheck:
 # -- finding the pack -------------------------------------------------------------
 
 
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def find_pack(name: str) -> plugins.DiscoveredPack:
     """The installed pack called ``name``: its entry-point name, its distribution's
     name, or the module its entry point names. Raises :class:`PluginNotFoundError`
@@ -186,7 +183,7 @@ def find_pack(name: str) -> plugins.DiscoveredPack:
         if f.name == name:
             return f
     for f in found:
-        if _normalize(name) == _normalize(f.distribution) or name in (f.module, f.module.partition(".")[0]):
+        if canonicalize_name(name) == canonicalize_name(f.distribution) or name in (f.module, f.module.split(".")[0]):
             return f
     installed = ", ".join(f"{f.name} ({f.distribution})" for f in found) or "none"
     raise PluginNotFoundError(
