@@ -17,7 +17,7 @@ import onnx_ir.passes.common as common_passes
 import torch
 
 from opreg.errors import ExportError, OpsetConflictError
-from opreg.exporter._program import OnnxProgram, OutputSlot
+from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, Use
 from opreg.exporter._translate import Translation
 from opreg.registry import Impl, Registry
@@ -71,7 +71,7 @@ def finish(
     slots = []
     for name, value in zip(names, translation.outputs, strict=True):
         slots.append(OutputSlot(name) if isinstance(value, ir.Value) else OutputSlot(None, value))
-    checked = check(ir.serde.serialize_model(model))
+    checked = check(model)
     return OnnxProgram(
         model,
         target=target,
@@ -261,13 +261,14 @@ def build_model(
             return function.identifier() not in definitions and (limit is None or len(function) <= limit)
 
         common_passes.InlinePass(criteria=wanted)(model)
-    # unused nodes, and unused trailing optional outputs (MaxPool's Indices), so the runtime need not compute them
-    common_passes.RemoveUnusedNodesPass()(model)
-    common_passes.RemoveUnusedFunctionsPass()(model)
     if optimize:
         from opreg.exporter._lean import lean
 
-        lean(model)
+        lean(model)  # which also removes what is unused
+    else:
+        # unused nodes, and unused trailing optional outputs (MaxPool's Indices), so the runtime need not compute them
+        common_passes.RemoveUnusedNodesPass()(model)
+    common_passes.RemoveUnusedFunctionsPass()(model)
     _own_subgraph_outputs(graph)
     common_passes.RemoveUnusedOpsetsPass()(model)
     model.ir_version = max(
@@ -337,13 +338,18 @@ def _strip_authoring_attributes(node: ir.Node) -> None:
         del node.attributes[name]
 
 
-def check(proto: onnx.ModelProto) -> bool:
+def check(model: ir.Model) -> bool:
     """``onnx.checker.check_model(full_check=True)``; a failure is opreg's bug or a pack's.
-    Returns whether the model was checked (a model over 2 GB is checked when saved)."""
-    if proto.ByteSize() > MAX_CHECKED_BYTES:
+    Returns whether the model was checked (a model whose weights approach 2 GB does not fit
+    one protobuf: it is checked from its file when saved)."""
+    weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+    if weights > EXTERNAL_DATA_THRESHOLD:  # the weights alone would go to a side file when saved
+        return False
+    data = ir.serde.serialize_model(model).SerializeToString()  # the checker takes bytes: serialise once
+    if len(data) > MAX_CHECKED_BYTES:
         return False
     try:
-        onnx.checker.check_model(proto, full_check=True)
+        onnx.checker.check_model(data, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise ExportError(
             f"the exported model is not valid ONNX: {e}\nThis is a bug in opreg or in the pack whose impl "

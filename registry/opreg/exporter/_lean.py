@@ -54,6 +54,9 @@ RULES = (
 )
 
 
+_RULE_SET = pattern.RewriteRuleSet(list(RULES))
+
+
 def lean(model: ir.Model) -> None:
     """Fold, rewrite and deduplicate ``model`` in place (see the module docstring).
 
@@ -67,7 +70,7 @@ def lean(model: ir.Model) -> None:
         return None
 
     optimizer.fold_constants(model, onnx_shape_inference=False, should_fold=should_fold)
-    rewriter.rewrite(model, pattern_rewrite_rules=RULES)
+    rewriter.RewritePass(_RULE_SET)(model)  # without rewrite()'s own clean-up passes: the ones below do it once
     common_passes.CommonSubexpressionEliminationPass()(model)
     common_passes.IdentityEliminationPass()(model)
     common_passes.RemoveUnusedNodesPass()(model)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import operator
 import os
 import re
@@ -146,6 +147,12 @@ def subgraphs(node: torch.fx.Node) -> Iterator[tuple[str, torch.fx.GraphModule]]
 # -- classification -------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
+def op_name(op: torch._ops.OpOverload) -> OpName:
+    """The :class:`OpName` of a torch op overload (parsed once per op)."""
+    return OpName.of(op)
+
+
 def classify(node: torch.fx.Node) -> Kind:
     """What a ``call_function`` node is (see :class:`Kind`)."""
     fn = node.target
@@ -155,14 +162,14 @@ def classify(node: torch.fx.Node) -> Kind:
         return Kind.SYMBOLIC
     if fn is WITH_EFFECTS:
         inner = node.args[1]
-        if isinstance(inner, torch._ops.OpOverload) and str(OpName.of(inner)) in SKIPPED_OPS:
+        if isinstance(inner, torch._ops.OpOverload) and str(op_name(inner)) in SKIPPED_OPS:
             return Kind.SKIPPED
         return Kind.UNSUPPORTED
     if fn in HOPS:
         return Kind.HOP
     if not isinstance(fn, torch._ops.OpOverload):
         return Kind.UNSUPPORTED
-    if str(OpName.of(fn)) in SKIPPED_OPS:
+    if str(op_name(fn)) in SKIPPED_OPS:
         return Kind.SKIPPED
     if fn._schema.is_mutable:
         return Kind.INPLACE if functional_form(node) is not None else Kind.UNSUPPORTED
@@ -232,7 +239,7 @@ def torch_op(node: torch.fx.Node) -> OpName:
         functional = functional_form(node)
         assert functional is not None
         return functional
-    return OpName.of(node.target)
+    return op_name(node.target)
 
 
 def walk(graph: torch.fx.Graph) -> Iterator[torch.fx.Node]:

@@ -83,18 +83,34 @@ def _single_type(constraint: ir.schemas.TypeConstraintParam) -> ir.DataType | No
     return None
 
 
+_TENSOR_CLASSES: dict[type, bool] = {}
+
+
+def _is_tensor(value: Any) -> bool:
+    """Whether ``value`` is an ONNX tensor, answered once per class: ``isinstance`` against
+    the runtime-checkable ``ir.TensorProtocol`` is slow enough to show in big exports."""
+    cls = type(value)
+    known = _TENSOR_CLASSES.get(cls)
+    if known is None:
+        known = _TENSOR_CLASSES[cls] = isinstance(value, ir.TensorProtocol)
+    return known
+
+
 def _to_tensor(value: Any, dtype: ir.DataType | None) -> ir.TensorProtocol:
     """An ONNX tensor from a Python number or list, numpy array or torch tensor,
     as ``dtype`` when given (else as numpy or onnxscript would type it)."""
-    if isinstance(value, ir.TensorProtocol):
+    if _is_tensor(value):
         return value
     if type(value).__module__.startswith("torch"):
         value = value.detach().cpu().numpy()
     if dtype is None:
         if isinstance(value, np.ndarray | np.generic) and value.dtype != object:
-            return ir.tensor(np.asarray(value))
+            return ir.Tensor(np.asarray(value))
         dtype = _python_dtype(value)
-    return ir.tensor(np.asarray(value, dtype=dtype.numpy()), dtype=dtype)
+    if dtype == ir.DataType.STRING:
+        return ir.tensor(value, dtype=dtype)
+    # ir.Tensor, not ir.tensor: the latter's protocol checks cost more than the constant
+    return ir.Tensor(np.asarray(value, dtype=dtype.numpy()), dtype=dtype)
 
 
 @dataclasses.dataclass
@@ -130,6 +146,8 @@ class GraphRecorder:
         self.name_prefix = "n"
         self._model: _Model = parent._model if parent is not None else _Model()
         self._constants: dict[tuple, ir.Value] = {}
+        self.added: list[ir.Node] = []
+        """Every node this recorder appended to its graph, in order (``len(added)`` marks a point)."""
 
     @property
     def uses(self) -> list[Use]:
@@ -253,13 +271,14 @@ class GraphRecorder:
             num_outputs=n_outputs,
             version=version,
             name=name,
-            metadata_props=dict(self.metadata),
         )
         for i, output in enumerate(node.outputs):
             output.name = name + (f"_{i}" if n_outputs > 1 else "")
         self.graph.append(node)
+        self.added.append(node)
         if version is not None:
             _infer(node, version)
+        node.metadata_props.update(self.metadata)  # after inference, which serialises the node
         return node
 
     def constant(self, value: Any, dtype: ir.DataType | None) -> ir.Value:
@@ -282,6 +301,7 @@ class GraphRecorder:
         out.shape = ir.Shape(array.shape)
         out.const_value = tensor
         self.graph.append(node)
+        self.added.append(node)
         if key is not None:
             self._constants[key] = out
         return out
@@ -394,18 +414,80 @@ def _called_functions(function: Any) -> list[Any]:
 def _type_proto(value: ir.Value) -> onnx.TypeProto | None:
     if value.dtype is None:
         return None
+    dims = None if value.shape is None else tuple(d if isinstance(d, int) else d.value for d in value.shape)
+    return _cached_type_proto(value.dtype, dims)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_type_proto(dtype: ir.DataType, dims: tuple[int | str | None, ...] | None) -> onnx.TypeProto:
+    """The TypeProto of a tensor value (one per distinct type: building them shows in big exports)."""
     proto = onnx.TypeProto()
-    ir.serde.serialize_type_into(proto, ir.TensorType(value.dtype))
-    if value.shape is not None:
-        ir.serde.serialize_shape_into(proto, value.shape)
+    ir.serde.serialize_type_into(proto, ir.TensorType(dtype))
+    if dims is not None:
+        ir.serde.serialize_shape_into(proto, ir.Shape(dims))
     return proto
+
+
+_INFERRED: dict[tuple, list[tuple[ir.TypeProtocol | None, tuple | None]]] = {}
+"""Per-node inference results by what determines them (op, version, input types and small
+constant inputs, attributes): layers repeat, and each repeat would pay ONNX's inference again."""
+_INFERRED_LIMIT = 100_000
+
+
+def _dims(shape: ir.Shape | None) -> tuple | None:
+    return None if shape is None else tuple(d if isinstance(d, int) else d.value for d in shape)
+
+
+def _attribute_key(attr: ir.Attr) -> Any:
+    kind = attr.type
+    if kind in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS, ir.AttributeType.TENSORS) or attr.is_ref():
+        raise TypeError("not cached")
+    value = attr.value
+    if kind == ir.AttributeType.TENSOR:
+        return (value.dtype, tuple(value.shape), value.tobytes())
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _inference_key(node: ir.Node, version: int) -> tuple | None:
+    inputs = []
+    for value in node.inputs:
+        if value is None:
+            inputs.append(None)
+            continue
+        const = value.const_value
+        data = const.tobytes() if const is not None and const.size <= _SMALL_CONSTANT else None
+        inputs.append((value.dtype, _dims(value.shape), data))
+    try:
+        attributes = tuple((name, attr.type, _attribute_key(attr)) for name, attr in node.attributes.items())
+        key = (node.domain, node.op_type, version, len(node.outputs), tuple(inputs), attributes)
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _infer(node: ir.Node, version: int) -> None:
     """Set the dtype and shape of ``node``'s outputs from ONNX's inference for its op."""
+    key = _inference_key(node, version)
+    known = _INFERRED.get(key) if key is not None else None
+    if known is None:
+        known = _run_inference(node, version)
+        if known is None:
+            return
+        if key is not None and len(_INFERRED) < _INFERRED_LIMIT:
+            _INFERRED[key] = known
+    for output, (value_type, dims) in zip(node.outputs, known, strict=True):
+        if value_type is not None:
+            output.type = value_type
+        if dims is not None:
+            output.shape = ir.Shape(dims)
+
+
+def _run_inference(node: ir.Node, version: int) -> list[tuple[ir.TypeProtocol | None, tuple | None]] | None:
+    """ONNX's type and shape inference for ``node``: ``(type, dims)`` per output, or ``None``."""
     schema = op_schema(node.op_type, version, node.domain)
     if schema is None or not schema.has_type_and_shape_inference_function:
-        return
+        return None
     types: dict[str, onnx.TypeProto] = {}
     data: dict[str, onnx.TensorProto] = {}
     for value in node.inputs:
@@ -413,7 +495,7 @@ def _infer(node: ir.Node, version: int) -> None:
             continue
         proto = _type_proto(value)
         if proto is None:
-            return  # an input of unknown type: nothing to infer from
+            return None  # an input of unknown type: nothing to infer from
         types[value.name] = proto
         const = value.const_value
         if const is not None and const.size <= _SMALL_CONSTANT:
@@ -428,13 +510,13 @@ def _infer(node: ir.Node, version: int) -> None:
         )
     except Exception as e:  # inference is a help for autocast, not a check: the checker runs at the end
         logger.debug("shape inference failed for %s: %s", node.name, e)
-        return
+        return None
+    found: list[tuple[ir.TypeProtocol | None, tuple | None]] = []
     for output in node.outputs:
         proto = inferred.get(output.name)
         if proto is None or not proto.HasField("tensor_type"):
+            found.append((None, None))
             continue
-        if proto.tensor_type.elem_type:
-            output.type = ir.serde.deserialize_type_proto_for_type(proto)
-        shape = ir.serde.deserialize_type_proto_for_shape(proto)
-        if shape is not None:
-            output.shape = shape
+        value_type = ir.serde.deserialize_type_proto_for_type(proto) if proto.tensor_type.elem_type else None
+        found.append((value_type, _dims(ir.serde.deserialize_type_proto_for_shape(proto))))
+    return found

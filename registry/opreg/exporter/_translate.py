@@ -201,7 +201,7 @@ class Translator:
         self.used_impls[impl.label] = impl
         recorder = scope.recorder
         self._stamp(recorder, node, str(impl.op), impl.pack, impl.name, impl.label, scope.outer)
-        first = len(recorder.graph)
+        first = len(recorder.added)
         args = [self._argument(scope, a, i in call.int_lists) for i, a in enumerate(call.args)]
         kwargs = {k: self._argument(scope, v, k in call.int_lists) for k, v in call.kwargs.items()}
         try:
@@ -210,7 +210,7 @@ class Translator:
             raise ExportError(f"{_call_site(node, impl)}: {e}") from e
         except Exception as e:
             raise ExportError(f"{_call_site(node, impl)} raised {type(e).__name__}: {e}") from e
-        made = {id(n) for n in list(recorder.graph)[first:]}
+        made = {id(n) for n in recorder.added[first:]}
         scope.values[node] = self._results(scope, node, impl, result, made)
         if _nodes.classify(node) is _nodes.Kind.INPLACE:
             scope.values[node.args[0]] = scope.values[node]  # later reads of self see the mutation
