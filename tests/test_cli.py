@@ -77,7 +77,12 @@ def test_explain_shows_the_choice_and_why(capsys):
     ("argv", "message"),
     [
         (["explain", "gelu"], "is not a torch op name"),
-        (["explain", "aten::gelu", "-t", "99"], "use a version from 1 to"),
+        (["explain", "aten::gelu", "-t", "99"], "use a version from 18 to"),
+        (["explain", "aten::gelu", "-t", "17"], "use a version from 18 to"),
+        (["explain", "aten::gelu", "-t", ""], "the target is empty: write a profile name"),
+        (["explain", "aten::gelu", "-t", "com.microsoft=1"], "e.g. 'onnx,com.microsoft=1'"),
+        (["explain", "aten::gelu", "-t", "ai.onnx=18,ai.onnx=20"], "gives ai.onnx twice"),
+        (["explain", "aten::gelu", "-t", "onnx,com.microsfot=1"], "did you mean 'com.microsoft'?"),
         (["ops", "-t", "nosuch"], "unknown target profile 'nosuch'"),
         (["plugins", "-p", "nosuch"], "no installed pack named 'nosuch'"),
         (["plugins", "-p", "no:"], "-p needs a pack name"),

@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
 import inspect
 import pkgutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,30 +38,51 @@ def load(spec: str) -> LoadedModel:
             f"MODEL {spec!r} must be 'path/to/file.py:factory' or 'package.module:factory', "
             "where factory() returns (module, args) or (module, args, kwargs)"
         )
-    if source.endswith(".py") or "/" in source or "\\" in source:
-        namespace = _load_file(Path(source))
-        factory = getattr(namespace, attr, None)
-    else:
-        try:
-            factory = pkgutil.resolve_name(spec)
-        except ImportError as e:
-            raise ModelSpecError(f"cannot import module {source!r} for MODEL {spec!r}: {e}") from e
-        except AttributeError:
-            factory = None
-        namespace = sys.modules.get(source)
+    with _as_its_own_program(spec):
+        if source.endswith(".py") or "/" in source or "\\" in source:
+            namespace = _load_file(Path(source))
+            factory = getattr(namespace, attr, None)
+        else:
+            try:
+                factory = pkgutil.resolve_name(spec)
+            except ImportError as e:
+                raise ModelSpecError(f"cannot import module {source!r} for MODEL {spec!r}: {e}") from e
+            except AttributeError:
+                factory = None
+            namespace = sys.modules.get(source)
     if factory is None:
         names = [n for n, v in vars(namespace or {}).items() if callable(v) and not n.startswith("_")]
         raise ModelSpecError(f"{source} has no {attr!r}; callables there: {', '.join(sorted(names)) or 'none'}")
     if not callable(factory):
         raise ModelSpecError(f"{source}:{attr} is a {type(factory).__name__}, not a factory function")
-    try:
-        result = factory()
-    except Exception as e:
-        raise ModelSpecError(f"{spec}() raised {type(e).__name__}: {e}") from e
+    with _as_its_own_program(spec):
+        try:
+            result = factory()
+        except Exception as e:
+            raise ModelSpecError(f"{spec}() raised {type(e).__name__}: {e}") from e
     return _unpack(result, spec)
 
 
+@contextlib.contextmanager
+def _as_its_own_program(spec: str) -> Iterator[None]:
+    """Run the model's code with an ``sys.argv`` of its own (its argparse must not read
+    opreg's arguments), and turn a ``sys.exit`` in it into an error instead of opreg's exit."""
+    saved = sys.argv
+    sys.argv = [spec.rpartition(":")[0]]
+    try:
+        yield
+    except SystemExit as e:
+        raise ModelSpecError(
+            f"the code of MODEL {spec} called sys.exit({e.code!r}) while opreg loaded it: a factory must return "
+            "(module, args); keep command-line handling under `if __name__ == '__main__':`"
+        ) from e
+    finally:
+        sys.argv = saved
+
+
 def _load_file(path: Path) -> Any:
+    if path.is_dir():
+        raise ModelSpecError(f"{path} is a directory; MODEL names a Python file in it: {path}/FILE.py:factory")
     if not path.is_file():
         raise ModelSpecError(f"model file {path} does not exist")
     resolved = path.resolve()
@@ -131,7 +154,15 @@ def dynamic_shapes(loaded: LoadedModel, specs: list[str]) -> dict[str, Any] | No
             index, _, label = part.partition("=")
             if not index.strip().lstrip("-").isdigit():
                 raise ModelSpecError(f"--dynamic {item!r}: {part!r} needs a dim index, e.g. 0=batch")
-            dim = int(index) % value.dim()
+            rank = value.dim()
+            if not -rank <= int(index) < rank:
+                raise ModelSpecError(
+                    f"--dynamic {item!r}: input {name!r} has {rank} dim(s), so DIM is 0 to {rank - 1} "
+                    f"(or -{rank} to -1), not {index}"
+                )
+            dim = int(index) % rank
+            if dim in entry:
+                raise ModelSpecError(f"--dynamic {item!r}: dim {dim} of input {name!r} is named twice")
             label = label.strip() or f"{name}_dim{dim}"
             if not label.isidentifier():
                 raise ModelSpecError(f"--dynamic {item!r}: dim name {label!r} must be an identifier")

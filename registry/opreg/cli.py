@@ -340,6 +340,9 @@ def _load_model(args: argparse.Namespace) -> tuple[Any, Any]:
     from opreg import _modelspec
 
     loaded = _modelspec.load(args.model)
+    if not args.debug:  # torch is imported now (importing it resets its loggers' levels)
+        # torch logs the tracebacks of errors it then raises, which opreg reports in one line
+        logging.getLogger("torch").setLevel(logging.CRITICAL)
     return loaded, _modelspec.dynamic_shapes(loaded, args.dynamic)
 
 
@@ -535,6 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.ERROR,
         format="%(levelname)s %(name)s: %(message)s",
     )
+
     previous = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a command as Ctrl-C does, cleanly
     try:
         return args.run(args)

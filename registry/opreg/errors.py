@@ -19,6 +19,10 @@ class InvalidArgumentError(OpregError, TypeError):
     what it takes)."""
 
 
+class InvalidInputError(OpregError, ValueError):
+    """Inputs given to an exported model do not fit it (structure, dtype, rank or a fixed dim)."""
+
+
 class InvalidTargetError(OpregError, ValueError):
     """A target or target profile is malformed, unknown or out of range."""
 

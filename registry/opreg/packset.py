@@ -45,7 +45,7 @@ class PackReport:
         domains: the ONNX domains its impls emit.
         profiles: the target profiles it contributes.
         rejected: impls opreg refused.
-        seconds: how long importing it and running its registration hooks took.
+        seconds: how long importing its entry point took.
     """
 
     name: str
@@ -143,6 +143,13 @@ class PackSet:
         for pack in self._plugins:
             try:
                 results += [(pack, result) for result in self.call_pack(pack, hook, **kwargs)]
-            except Exception:
-                logger.exception("pack %r: hook %s raised; leaving it out", pack, hook)
+            except Exception as e:
+                reason = f"{type(e).__name__}: {e}"
+                if (pack, hook, reason) not in _WARNED:  # once per process: the hook is called again and again
+                    _WARNED.add((pack, hook, reason))
+                    logger.warning("pack %r: hook %s raised (%s); leaving it out", pack, hook, reason)
+                logger.debug("pack %r: hook %s raised", pack, hook, exc_info=e)
         return results
+
+
+_WARNED: set[tuple[str, str, str]] = set()

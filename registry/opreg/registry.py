@@ -21,6 +21,7 @@ and :meth:`Registry.explain` report it (``opreg plugins``, ``opreg check`` and
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -368,9 +369,26 @@ class Registry:
             target = Target.of(spec, self.profiles)
         except InvalidTargetError as e:
             raise InvalidTargetError(f"{e}{self._failed_packs_hint()}") from e
+        self._check_served(target)
         if key is not None:
             self._targets[key] = target
         return target
+
+    def _check_served(self, target: Target) -> None:
+        """Refuse a custom domain no impl of this registry emits (a typo, most likely)."""
+        impls = self.impls()
+        if not impls:
+            return  # a registry being built by hand: anything may come
+        emitted = {d for i in impls for d, _ in i.requirement.domains}
+        for domain, _ in target.versions:
+            if domain != ONNX_DOMAIN and domain not in emitted:
+                close = difflib.get_close_matches(domain, sorted(emitted), n=1)
+                hint = (
+                    f"; did you mean {close[0]!r}?"
+                    if close
+                    else f" (impls emit {', '.join(sorted(emitted)) or 'none'})"
+                )
+                raise InvalidTargetError(f"no impl in the registry emits domain {domain!r} of target {target}{hint}")
 
     def _failed_packs_hint(self) -> str:
         failed = [r for r in self.packs if r.status in ("failed", "incompatible")]

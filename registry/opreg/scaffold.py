@@ -36,6 +36,13 @@ RESERVED_DOMAINS = ("ai.onnx", "com.microsoft", "pkg.onnxscript")
 """Domains (and their subdomains) that belong to ONNX, ONNX Runtime and onnxscript."""
 RESERVED_PACK_NAMES = frozenset({"core", "onnx", "onnxruntime"})
 """Taken by opreg's core pack, its built-in profile and ONNX Runtime's profile."""
+WELL_KNOWN_DISTRIBUTIONS = frozenset({
+    "torch", "torchvision", "torchaudio", "onnx", "onnxruntime", "onnxruntime-gpu", "onnxscript", "onnx-ir",
+    "numpy", "protobuf", "transformers", "pluggy", "pip", "setuptools", "wheel", "opreg", "opreg-ort-contrib",
+    "opreg-test-customop",
+})  # fmt: skip
+"""Distribution names a new pack must never take, installed here or not: installing the pack
+(``pip install -e``) would replace the real one."""
 
 
 class ScaffoldError(OpregError, ValueError):
@@ -97,12 +104,39 @@ def pack_names(distribution: str, domain: str | None = None) -> PackNames:
     Raises :class:`ScaffoldError` with what to do when a name is unusable.
     """
     _check_distribution(distribution)
+    _check_not_taken(distribution)
     normalized = re.sub(r"[-_.]+", "_", distribution).lower()
     pack = normalized.removeprefix("opreg_") if normalized != "opreg" else ""
     if not pack:
         raise ScaffoldError(f"{distribution!r} is opreg's own distribution: name the pack, e.g. opreg-mypack")
     package = f"opreg_{pack}"
     return PackNames(distribution, pack, package, package, domain if domain is not None else f"{pack}.ops")
+
+
+def _check_not_taken(distribution: str) -> None:
+    """Refuse the name of an installed or well-known distribution: the new pack would replace it."""
+    import importlib.metadata
+
+    from packaging.utils import canonicalize_name
+
+    name = canonicalize_name(distribution)
+    if name == "opreg":
+        return  # named below: opreg's own distribution
+    try:
+        installed = importlib.metadata.distribution(name).version
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed is not None or name in WELL_KNOWN_DISTRIBUTIONS:
+        where = f"installed here (version {installed})" if installed else "a well-known package"
+        raise ScaffoldError(
+            f"{distribution!r} is the name of a distribution {where}: installing the new pack under it would "
+            f"replace that one; name the pack e.g. {_suggestion(name)}"
+        )
+
+
+def _suggestion(name: str) -> str:
+    stem = re.sub(r"[^a-z0-9]+", "", name)
+    return "opreg-mypack" if not stem or stem.startswith("opreg") else f"opreg-{stem}"
 
 
 def _check_distribution(name: str) -> None:
@@ -150,8 +184,16 @@ def new_pack(distribution: str, *, domain: str | None = None, directory: str | o
         raise ScaffoldError(f"{destination} is not empty: choose a new or empty directory with -o DIR")
     files = render(names)
     destination = destination.absolute()
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+    if not destination.parent.is_dir():
+        raise ScaffoldError(f"directory {destination.parent} does not exist: create it first, or choose -o DIR")
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+    except OSError as e:
+        reason = os.strerror(e.errno).lower() if e.errno else str(e)
+        raise ScaffoldError(
+            f"cannot write the pack to {destination}: cannot create files in {destination.parent} ({reason}); "
+            "choose a writable location with -o DIR"
+        ) from e
     try:
         for relative, text in files.items():
             path = staging / relative

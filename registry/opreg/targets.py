@@ -22,6 +22,10 @@ from opreg.errors import InvalidTargetError
 ONNX_DOMAIN = ""
 """The ai.onnx domain, spelled as ONNX spells it in ``opset_import``."""
 
+MIN_ONNX_OPSET = 18
+"""The oldest ai.onnx version a target may have: the core pack's impls start there (the
+opset of torch.onnx's dynamo exporter, and ONNX Runtime's oldest supported ones)."""
+
 DEFAULT_ONNX_OPSET = 23
 """ai.onnx version of the built-in ``onnx`` profile.
 
@@ -56,7 +60,8 @@ def domain_label(domain: str) -> str:
 
 @functools.cache
 def onnx_opset_range() -> tuple[int, int]:
-    """The ai.onnx versions opreg can build with the installed onnx and onnxscript.
+    """The ai.onnx versions a target may have: :data:`MIN_ONNX_OPSET` up to what opreg
+    can build with the installed onnx and onnxscript.
 
     The maximum is the lower of onnx's newest opset and the newest
     ``onnxscript.onnx_opset.opsetNN`` module: impls are written with those
@@ -65,7 +70,7 @@ def onnx_opset_range() -> tuple[int, int]:
     """
     import onnx.defs
 
-    return min(_onnxscript_opsets()), min(max(_onnxscript_opsets()), onnx.defs.onnx_opset_version())
+    return MIN_ONNX_OPSET, min(max(_onnxscript_opsets()), onnx.defs.onnx_opset_version())
 
 
 @functools.cache
@@ -261,8 +266,8 @@ class Target:
         wanted = mapping[ONNX_DOMAIN]
         if not low <= wanted <= high:
             raise InvalidTargetError(
-                f"ai.onnx version {wanted} in target {self._label()} is outside what the installed "
-                f"onnx/onnxscript can build: use a version from {low} to {high}{_why_not_newer(wanted, high)}"
+                f"ai.onnx version {wanted} in target {self._label()} is outside what opreg supports with the "
+                f"installed onnx and onnxscript: use a version from {low} to {high}{_why_not_newer(wanted, high)}"
             )
 
     def _label(self) -> str:
@@ -300,27 +305,43 @@ class Target:
 
     @classmethod
     def _from_string(cls, spec: str, known: Mapping[str, Mapping[str, int]]) -> Target:
+        if not spec.strip():
+            raise InvalidTargetError(f"the target is empty: write {_SPELLINGS}")
         items: dict[str, int] = {}
+        explicit: dict[str, str] = {}  # domain -> the item that named it (a profile's domains may be overridden)
         for raw in spec.split(","):
             item = raw.strip()
             if not item:
-                raise InvalidTargetError(f"target {spec!r} has an empty item")
+                raise InvalidTargetError(f"target {spec!r} has an empty item: write {_SPELLINGS}")
             if "=" in item:
                 domain, _, version = item.partition("=")
                 if not version.strip().isdigit():
                     raise InvalidTargetError(f"in target {spec!r}, {item!r} needs an integer version (domain=version)")
-                items[normalize_domain(domain.strip())] = int(version)
+                name, value = normalize_domain(domain.strip()), int(version)
             elif item.isdigit():
-                items[ONNX_DOMAIN] = int(item)
+                name, value = ONNX_DOMAIN, int(item)
             elif item.startswith("-") and item[1:].isdigit():
                 _check_version(int(item), f"ai.onnx version in target {spec!r}")
+                continue
             elif item in known:
                 items.update({normalize_domain(d): v for d, v in known[item].items()})
+                continue
             else:
                 raise InvalidTargetError(
                     f"unknown target profile {item!r}: known profiles are "
                     f"{', '.join(sorted(known))}; or give versions, e.g. 'ai.onnx=20,com.microsoft=1'"
                 )
+            if name in explicit:
+                raise InvalidTargetError(
+                    f"target {spec!r} gives {domain_label(name)} twice ({explicit[name]!r} and {item!r}): "
+                    "give each domain once"
+                )
+            explicit[name] = item
+            items[name] = value
+        if ONNX_DOMAIN not in items:
+            raise InvalidTargetError(
+                f"target {spec!r} has no ai.onnx version: add a profile or a version, e.g. 'onnx,{spec}' or '18,{spec}'"
+            )
         return cls._from_items(items.items(), spec)
 
     @classmethod
@@ -363,3 +384,7 @@ class Target:
 
 
 TargetLike = Target | Mapping[str, int] | int | str
+
+_SPELLINGS = (
+    "a profile name (onnx, onnxruntime, ...), an ai.onnx version (18), or domain=version items (onnx,com.microsoft=1)"
+)

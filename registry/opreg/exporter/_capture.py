@@ -27,13 +27,15 @@ def capture(
         )
     if not isinstance(args, tuple):
         args = (args,)
+    check_dynamic_shapes(model, args, kwargs, dynamic_shapes)
     try:
         return torch.export.export(model, args, dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:
         raise ExportError(
             f"torch.export could not capture {type(model).__name__}: {first_lines(e)}\n"
-            "opreg exports what torch.export captures; see the error above and "
-            "https://pytorch.org/docs/stable/export.html for what it supports."
+            "opreg exports what torch.export captures: fix the model or its example inputs (torch's own "
+            "traceback is the chained exception, or `--debug` on the command line; what torch.export "
+            "supports: https://pytorch.org/docs/stable/export.html)."
         ) from e
 
 
@@ -48,47 +50,33 @@ def first_lines(error: BaseException, lines: int = 12) -> str:
 # -- names of symbolic dimensions ----------------------------------------------------
 
 
-def dim_names(
-    model: torch.nn.Module,
-    args: tuple,
-    kwargs: Mapping[str, Any] | None,
-    program: torch.export.ExportedProgram,
-    spec: Any,
-) -> dict[str, str]:
-    """Map torch's symbols (``s77``) to the names users gave their ``Dim``s (``batch``).
-
-    Walks ``dynamic_shapes`` beside the example inputs, so any spelling
-    torch accepts (by name, by position, nested) is understood; dims with no
-    name (``Dim.AUTO``) keep a readable ``<input>_dim<i>``.
-    """
-    if spec is None:
-        return {}
+def _dynamic_dims(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, spec: Any):
+    """``(input path, example tensor, dim index, dim spec)`` for every dim ``spec`` names, walking
+    ``dynamic_shapes`` beside the example inputs so any spelling torch accepts (by name, by
+    position, nested) is understood."""
     import inspect
 
-    named: dict[int, dict[int, str]] = {}  # id(example tensor) -> dim index -> name
-
-    def walk(value: Any, shapes: Any) -> None:
+    def walk(path: str, value: Any, shapes: Any):
         if shapes is None:
             return
         if isinstance(value, torch.Tensor):
             items = shapes.items() if isinstance(shapes, Mapping) else enumerate(shapes)
             for index, dim in items:
-                name = getattr(dim, "__name__", None)
-                if name and dim is not None and not str(name).startswith(("AUTO", "DYNAMIC", "STATIC")):
-                    named.setdefault(id(value), {})[int(index)] = str(name)
+                if dim is not None:
+                    yield path, value, index, dim
             return
         if isinstance(value, Mapping) and isinstance(shapes, Mapping):
             for key, item in value.items():
                 if key in shapes:
-                    walk(item, shapes[key])
+                    yield from walk(f"{path}[{key!r}]", item, shapes[key])
         elif isinstance(value, (list, tuple)) and isinstance(shapes, (list, tuple)):
-            for item, sub in zip(value, shapes, strict=False):
-                walk(item, sub)
+            for i, (item, sub) in enumerate(zip(value, shapes, strict=False)):
+                yield from walk(f"{path}[{i}]", item, sub)
         else:  # dataclasses, ModelOutputs: match their flattened leaves
             leaves = torch.utils._pytree.tree_leaves(value)
             sub_leaves = torch.utils._pytree.tree_leaves(shapes, is_leaf=lambda x: isinstance(x, Mapping))
-            for item, sub in zip(leaves, sub_leaves, strict=False):
-                walk(item, sub)
+            for i, (item, sub) in enumerate(zip(leaves, sub_leaves, strict=False)):
+                yield from walk(f"{path}.leaf{i}", item, sub)
 
     kwargs = dict(kwargs or {})
     try:  # forward's parameters in order, a *args parameter holding its tuple
@@ -97,13 +85,44 @@ def dim_names(
         bound = {**{str(i): a for i, a in enumerate(args)}, **kwargs}
     if isinstance(spec, Mapping):
         for key, value in bound.items():
-            walk(value, spec.get(key))
+            yield from walk(key, value, spec.get(key))
     else:
-        for value, shapes in zip(bound.values(), spec, strict=False):
-            walk(value, shapes)
+        for (key, value), shapes in zip(bound.items(), spec, strict=False):
+            yield from walk(key, value, shapes)
+
+
+def check_dynamic_shapes(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, spec: Any) -> None:
+    """Refuse a dim index past an input's rank, naming the input (torch says only ``IndexError``)."""
+    if spec is None:
+        return
+    for path, value, index, _ in _dynamic_dims(model, args, kwargs, spec):
+        rank = value.dim()
+        if not isinstance(index, int) or not -rank <= index < rank:
+            raise ExportError(
+                f"dynamic_shapes names dim {index!r} of input {path!r}, which has {rank} dim(s): "
+                f"use 0 to {rank - 1} (or -{rank} to -1)"
+            )
+
+
+def dim_names(
+    model: torch.nn.Module,
+    args: tuple,
+    kwargs: Mapping[str, Any] | None,
+    program: torch.export.ExportedProgram,
+    spec: Any,
+) -> dict[str, str]:
+    """Map torch's symbols (``s77``) to the names users gave their ``Dim``s (``batch``);
+    dims with no name (``Dim.AUTO``) keep a readable ``<input>_dim<i>``."""
+    if spec is None:
+        return {}
+    named: dict[int, dict[int, str]] = {}  # id(example tensor) -> dim index -> name
+    for _, value, index, dim in _dynamic_dims(model, args, kwargs, spec):
+        name = getattr(dim, "__name__", None)
+        if name and not str(name).startswith(("AUTO", "DYNAMIC", "STATIC")):
+            named.setdefault(id(value), {})[int(index) % max(value.dim(), 1)] = str(name)
 
     symbols: dict[str, str] = {}
-    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    leaves = torch.utils._pytree.tree_leaves((args, dict(kwargs or {})))
     user_inputs = [
         s for s in program.graph_signature.input_specs if s.kind == torch.export.graph_signature.InputKind.USER_INPUT
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
@@ -14,7 +15,7 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from opreg.errors import ExportError, OpregError, RuntimeUnavailableError, VerificationError
+from opreg.errors import ExportError, InvalidInputError, OpregError, RuntimeUnavailableError, VerificationError
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
 
@@ -170,14 +171,16 @@ class OnnxProgram:
             kwargs = {key: kwargs[key] for key in kwarg_spec.context}  # the export's keyword order
         leaves, spec = pytree.tree_flatten((args, kwargs))
         if spec != self._in_spec:
-            raise ExportError(
-                f"inputs must have the structure of the export's example inputs: expected {self._in_spec}, got {spec}"
+            raise InvalidInputError(
+                f"the inputs do not have the structure of the export's example inputs: expected "
+                f"{_describe_inputs(self._in_spec)}, got {_describe_inputs(spec)}"
             )
         tensors = []
-        for index, name in zip(self._input_leaves, self.input_names, strict=True):
+        for index, name, value_info in zip(self._input_leaves, self.input_names, self.model.graph.inputs, strict=True):
             value = leaves[index]
             if not isinstance(value, torch.Tensor):
-                raise ExportError(f"input {name!r} must be a tensor, got {type(value).__name__}")
+                raise InvalidInputError(f"input {name!r} must be a tensor, got {type(value).__name__}")
+            _check_input(name, value, value_info)
             tensors.append(value)
         return tensors
 
@@ -259,10 +262,14 @@ class OnnxProgram:
         ``runtime="auto"`` uses ONNX Runtime when it can run every domain in
         the model, else the reference evaluator.
         """
+        self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
         if runtime == "auto":
             runtime = self.runtime_for()
+        module = self._module
+        if any(m.training for m in module.modules()):
+            module = copy.deepcopy(module)  # training mode updates buffers (batch-norm statistics): not the user's
         with torch.no_grad():
-            expected = self._module(*args, **kwargs)
+            expected = module(*args, **kwargs)
         got = self.run(*args, runtime=runtime, **kwargs)
         exp_leaves = torch.utils._pytree.tree_leaves(expected)
         got_leaves = torch.utils._pytree.tree_leaves(got)
@@ -283,6 +290,40 @@ class OnnxProgram:
                 checks,
             )
         return Verification(runtime, checks)
+
+
+def _describe_inputs(spec: Any) -> str:
+    """``(args, kwargs)``'s structure in words: how many positional arguments, which keywords."""
+    args, kwargs = (spec.child(0), spec.child(1)) if spec.num_children == 2 else (spec, None)
+    text = f"{args.num_children} positional argument(s)"
+    keys = list(kwargs.context or ()) if kwargs is not None else []
+    return text + (f" and keyword argument(s) {', '.join(map(str, keys))}" if keys else " and no keyword arguments")
+
+
+def _check_input(name: str, tensor: torch.Tensor, value: ir.Value) -> None:
+    """The model's input ``name`` takes ``tensor``: same dtype, rank and fixed dims (named dims are free)."""
+    from onnx_ir import tensor_adapters
+
+    if value.dtype is not None and tensor_adapters.from_torch_dtype(tensor.dtype) != value.dtype:
+        expected = tensor_adapters.to_torch_dtype(value.dtype)
+        raise InvalidInputError(f"input {name!r} must be {expected}, got {tensor.dtype}: cast it with .to({expected})")
+    if value.shape is None:
+        return
+    if tensor.dim() != len(value.shape):
+        raise InvalidInputError(
+            f"input {name!r} must have {len(value.shape)} dim(s) {_shape_text(value.shape)}, got shape "
+            f"{tuple(tensor.shape)}"
+        )
+    for index, (dim, size) in enumerate(zip(value.shape, tensor.shape, strict=True)):
+        if isinstance(dim, int) and dim != size:
+            raise InvalidInputError(
+                f"dim {index} of input {name!r} is fixed at {dim} in the exported model {_shape_text(value.shape)}, "
+                f"got {size}: export with dynamic_shapes naming that dim to vary it"
+            )
+
+
+def _shape_text(shape: ir.Shape) -> str:
+    return "[" + ", ".join(str(d) if isinstance(d, int) else str(d.value or "?") for d in shape) + "]"
 
 
 def _to_numpy(tensor: torch.Tensor) -> np.ndarray:

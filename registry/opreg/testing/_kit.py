@@ -6,7 +6,7 @@ checks, each giving :class:`CheckResult` rows:
 - ``load``: the pack loads, and opreg rejected none of its impls (an impl
   whose signature does not match the torch op's schema is rejected here);
 - ``import``: importing its entry point in a fresh interpreter does not
-  import onnxruntime (torch is reported, not failed);
+  import onnxruntime and takes under ``opreg.plugins.SLOW_IMPORT_SECONDS`` (torch is reported);
 - ``hooks``: every hook it implements returns what ``opreg.hookspecs`` says;
 - ``conflicts``: none of its impls ties with a core impl (or with another of
   its own) at the targets its impls are checked at;
@@ -290,6 +290,13 @@ def _check_import(found: plugins.DiscoveredPack) -> list[CheckResult]:
         detail = (
             f"importing the pack imports onnxruntime ({took}): import it inside the hooks that need it "
             "(opreg_configure_session), never at module level"
+        )
+        return [CheckResult(IMPORT, subject, "", FAILED, detail)]
+    if outcome["seconds"] > plugins.SLOW_IMPORT_SECONDS:
+        heavy = " (it imports torch)" if "torch" in modules else ""
+        detail = (
+            f"importing the pack takes {took}{heavy}, more than {plugins.SLOW_IMPORT_SECONDS:.0f} s: every process "
+            "that discovers packs pays it; import heavy modules inside the hooks that need them"
         )
         return [CheckResult(IMPORT, subject, "", FAILED, detail)]
     note = f"; it imports torch at import time ({took}): deferring it makes discovery cheaper" if modules else ""
