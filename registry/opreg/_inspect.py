@@ -75,50 +75,82 @@ def used_opsets(function: Any) -> dict[str, set[int | None]]:
     """Every ``(domain, version)`` the impl visibly uses.
 
     Script functions report their own opset imports. For trace-only functions
-    the names their code (and nested code) reads are looked up in their
-    globals and closure: ``op20.Gelu`` or ``onnxscript.opset18.Add`` are
-    found, an opset built at call time or used inside a helper is not. The
-    exporter checks emitted nodes again, so this is a lint, not the proof.
+    it is every ``Opset`` (``op20``, ``onnxscript.opset18``) and the opset
+    imports of every script function that :func:`names_read` finds: the impl's
+    own code and the helpers it calls. An opset built at call time is not
+    found; the exporter checks emitted nodes again, so this is a lint, not the proof.
     """
     found: dict[str, set[int | None]] = collections.defaultdict(set)
     if _type_kind(type(function)) == "script":
         for domain, version in function.function_ir.opset_imports.items():
             found[domain].add(version)
         return dict(found)
+    for _name, value in names_read(function):
+        kind = _type_kind(type(value))
+        if kind == "opset":
+            found[value.domain].add(value.version)
+        elif kind == "script":
+            for domain, version in value.function_ir.opset_imports.items():
+                found[domain].add(version)
+    return dict(found)
 
-    func = python_function(function)
+
+def names_read(function: Any) -> list[tuple[str, Any]]:
+    """``(name, value)`` for every global, closure variable and module attribute
+    (``onnxscript.opset18``) that the impl's code reads, nested code included,
+    and in turn that the helpers it reads read: Python functions (and traced
+    onnxscript functions) defined in the impl's own top-level package
+    (``opreg_core_ops.ops._helpers.where`` for an impl in
+    ``opreg_core_ops.ops.elementwise``), each followed once. Functions of other
+    packages (onnxscript's, numpy's) are not followed.
+    """
+    start = python_function(function)
+    package = _package(start)
+    seen: set[int] = set()
+    pending = [start]
+    found: list[tuple[str, Any]] = []
+    while pending:
+        func = pending.pop()
+        if id(func) in seen:
+            continue
+        seen.add(id(func))
+        for name, value in _read_by(func):
+            found.append((name, value))
+            helper = value.func if _type_kind(type(value)) == "traced" else value
+            if isinstance(helper, types.FunctionType) and _package(helper) == package and id(helper) not in seen:
+                pending.append(helper)
+    return found
+
+
+def _package(func: Any) -> str:
+    """The top-level package ``func`` was defined in (``""`` if unknown)."""
+    return (getattr(func, "__module__", None) or "").partition(".")[0]
+
+
+def _read_by(func: Any) -> list[tuple[str, Any]]:
+    """``(name, value)`` for the globals, closure variables and module attributes that
+    ``func``'s code and its nested code (lambdas, inner functions) read."""
     code = getattr(func, "__code__", None)
     if code is None:
-        return {}
+        return []
     namespace = getattr(func, "__globals__", {})
-    closure = [cell.cell_contents for cell in (func.__closure__ or ()) if _cell_filled(cell)]
-
-    def note(obj: object, names: set[str]) -> None:
-        kind = _type_kind(type(obj))
-        if kind == "opset":
-            found[obj.domain].add(obj.version)  # type: ignore[attr-defined]
-        elif kind == "script":
-            for domain, version in obj.function_ir.opset_imports.items():  # type: ignore[attr-defined]
-                found[domain].add(version)
-        elif isinstance(obj, types.ModuleType):
-            for name in names:
-                attr = getattr(obj, name, None)
-                if _type_kind(type(attr)) == "opset":
-                    found[attr.domain].add(attr.version)  # type: ignore[union-attr]
-
-    def visit(code_obj: types.CodeType) -> None:
+    cells = func.__closure__ or ()
+    free = {name: cell.cell_contents for name, cell in zip(code.co_freevars, cells, strict=True) if _cell_filled(cell)}
+    found: list[tuple[str, Any]] = []
+    codes = [code]
+    while codes:
+        code_obj = codes.pop()
         names = set(code_obj.co_names)
-        for name in names:
-            if name in namespace:
-                note(namespace[name], names)
-        for obj in closure:
-            note(obj, names)
-        for const in code_obj.co_consts:
-            if isinstance(const, types.CodeType):
-                visit(const)
-
-    visit(code)
-    return dict(found)
+        values = [(n, namespace[n]) for n in sorted(names) if n in namespace]
+        values += [(n, free[n]) for n in code_obj.co_freevars if n in free]
+        for name, value in values:
+            found.append((name, value))
+            if isinstance(value, types.ModuleType):
+                # ``module.attr``: only what the module already holds (no lazy ``__getattr__`` imports)
+                attrs = vars(value)
+                found.extend((f"{name}.{attr}", attrs[attr]) for attr in sorted(names) if attr in attrs)
+        codes.extend(const for const in code_obj.co_consts if isinstance(const, types.CodeType))
+    return found
 
 
 def _cell_filled(cell: types.CellType) -> bool:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import onnx_ir as ir
+from onnxscript.onnx_opset import opset18 as op18
+
 
 def expand_param(value: int | Sequence[int], rank: int) -> list[int]:
     """A conv/pool parameter as one int per spatial dim (``[2]`` -> ``[2, 2]``)."""
@@ -42,9 +45,6 @@ def node_rank(node, index: int = 0) -> int | None:
 
 def where(condition, a, b):
     """``Where(condition, a, b)``; for BOOL a and b, And/Or/Not (ONNX Runtime has no BOOL Where kernel)."""
-    import onnx_ir as ir
-    from onnxscript.onnx_opset import opset18 as op18
-
     if a.dtype == ir.DataType.BOOL and getattr(b, "dtype", None) == ir.DataType.BOOL:
         return op18.Or(op18.And(condition, a), op18.And(op18.Not(condition), b))
     return op18.Where(condition, a, b)
