@@ -10,13 +10,12 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 
 import opreg
-
-_FLOAT_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
+from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES
 
 
 def aten_relu(self):
     """relu(Tensor self) -> Tensor: Relu, or Max with 0 for integers (ONNX Runtime has no integer Relu-14)."""
-    if self.dtype not in _FLOAT_TYPES:
+    if self.dtype not in FLOAT_TYPES:
         return op18.Max(self, op18.CastLike(0, self))
     return op18.Relu(self)
 
@@ -57,7 +56,7 @@ def aten_elu(self, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 
 
 def aten_celu(self, alpha: float = 1.0):
     """celu(Tensor self, Scalar alpha=1.) -> Tensor: Celu (16-bit floats through float32: Celu takes float only)."""
-    if self.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+    if self.dtype in HALF_TYPES:
         return op18.Cast(op18.Celu(op18.Cast(self, to=ir.DataType.FLOAT), alpha=float(alpha)), to=self.dtype)
     return op18.Celu(self, alpha=float(alpha))
 

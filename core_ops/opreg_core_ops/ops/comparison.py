@@ -7,7 +7,8 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops.elementwise import FLOAT_TYPES, cast_to, isinf, promote
+from opreg_core_ops.ops._promotion import FLOAT_TYPES, cast_to, promote
+from opreg_core_ops.ops.elementwise import isinf
 
 _BOOL = ir.DataType.BOOL
 

@@ -9,8 +9,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-
-_LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+from opreg_core_ops.ops._promotion import is_integral
 
 
 def _scalar_type(value) -> ir.DataType:
@@ -225,20 +224,16 @@ def aten_fill_tensor(self, value):
     return op18.Expand(op18.CastLike(value, self), op18.Shape(self))
 
 
-def _integral(dtype) -> bool:
-    return dtype is not None and not dtype.is_floating_point()
-
-
 def _arange(start, end, step, dtype: int | None):
     numbers = (start, end, step)
     if dtype is None:
-        if any(isinstance(v, float) or (isinstance(v, ir.Value) and not _integral(v.dtype)) for v in numbers):
+        if any(isinstance(v, float) or (isinstance(v, ir.Value) and not is_integral(v.dtype)) for v in numbers):
             dtype = ir.DataType.FLOAT
         else:
             dtype = ir.DataType.INT64
     dtype = ir.DataType(dtype)
     if not dtype.is_floating_point():
-        if all(isinstance(v, int) or (isinstance(v, ir.Value) and _integral(v.dtype)) for v in numbers):
+        if all(isinstance(v, int) or (isinstance(v, ir.Value) and is_integral(v.dtype)) for v in numbers):
             values = [_int64_scalar(v) if isinstance(v, ir.Value) else v for v in numbers]
             if all(isinstance(v, int) for v in values):
                 values = [op18.Cast(v, to=ir.DataType.INT64) for v in values]

@@ -11,55 +11,12 @@ from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg_core_ops.ops._helpers import where
+from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES, as_float, cast_to, promote
 
-FLOAT_TYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE})
 _POW_TYPES = frozenset({ir.DataType.INT32, ir.DataType.INT64}) | FLOAT_TYPES
-_DEFAULT_FLOAT = ir.DataType.FLOAT  # torch's default dtype: what integer inputs of float ops become
 
 
-# -- promotion helpers (Python-side, run while tracing) -----------------------------------
-
-
-def result_dtype(*operands) -> ir.DataType:
-    """The dtype torch computes an elementwise op of ``operands`` in (its type promotion:
-    dimensioned tensors, then 0-d tensors, then Python scalars). ``None`` operands are skipped."""
-    import torch
-    from onnx_ir import tensor_adapters
-    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
-
-    examples = []
-    for value in operands:
-        if value is None:
-            continue
-        if isinstance(value, ir.Value):
-            rank = 1 if value.shape is None or len(value.shape) else 0
-            dtype = tensor_adapters.to_torch_dtype(value.dtype)
-            examples.append(torch.empty((1,) * rank, dtype=dtype, device="meta"))
-        else:
-            examples.append(value)
-    _, dtype = elementwise_dtypes(*examples, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
-    return tensor_adapters.from_torch_dtype(dtype)
-
-
-def cast_to(value, dtype: ir.DataType):
-    """``value`` (a traced value or a Python number) as ``dtype``; numbers become constants."""
-    if isinstance(value, ir.Value) and value.dtype == dtype:
-        return value
-    return op18.Cast(value, to=int(dtype))
-
-
-def promote(*operands):
-    """``(dtype, operands cast to it)`` as torch promotes them."""
-    dtype = result_dtype(*operands)
-    return dtype, [None if v is None else cast_to(v, dtype) for v in operands]
-
-
-def as_float(self):
-    """``self``, cast to torch's default float dtype unless it is a float already (float ops on
-    integer or bool tensors compute in float32)."""
-    if self.dtype in FLOAT_TYPES:
-        return self
-    return op18.Cast(self, to=int(_DEFAULT_FLOAT))
+# -- helpers (Python-side, run while tracing) ------------------------------------------------
 
 
 def float_unary(self, compute):
@@ -77,7 +34,7 @@ def trunc(x):
 
 def isinf(x):
     """IsInf of a float tensor (16-bit floats through float32: IsInf takes them only from opset 20)."""
-    if x.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+    if x.dtype in HALF_TYPES:
         x = op18.Cast(x, to=int(ir.DataType.FLOAT))
     return op18.IsInf(x)
 
@@ -120,7 +77,7 @@ def _divide(self, other, rounding_mode: str | None):
             a, b = as_float(a), as_float(b)
         return op18.Div(a, b)
     if rounding_mode == "trunc":
-        if dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        if dtype in HALF_TYPES:
             # torch truncates the float32 quotient rounded to 16 bits (ONNX Runtime's 16-bit Div can differ)
             quotient = op18.Cast(op18.Div(cast_to(a, ir.DataType.FLOAT), cast_to(b, ir.DataType.FLOAT)), to=int(dtype))
             return op18.Cast(trunc(op18.Cast(quotient, to=int(ir.DataType.FLOAT))), to=int(dtype))

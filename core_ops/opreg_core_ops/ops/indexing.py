@@ -12,34 +12,10 @@ from onnxscript.values import Op
 
 import opreg
 from opreg_core_ops.ops._helpers import rank_of, where
+from opreg_core_ops.ops._promotion import HALF_TYPES, same_type
 
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
-
-_PROMOTION = [
-    ir.DataType.BOOL,
-    ir.DataType.UINT8,
-    ir.DataType.INT8,
-    ir.DataType.INT16,
-    ir.DataType.INT32,
-    ir.DataType.INT64,
-    ir.DataType.FLOAT16,
-    ir.DataType.BFLOAT16,
-    ir.DataType.FLOAT,
-    ir.DataType.DOUBLE,
-]
-"""torch's type promotion order for the real types (uint8 + int8 and float16 + bfloat16 are special-cased)."""
-
-
-def _promoted(dtypes: Sequence[ir.DataType]) -> ir.DataType:
-    known = set(dtypes)
-    if not known <= set(_PROMOTION):
-        return dtypes[0]
-    if {ir.DataType.FLOAT16, ir.DataType.BFLOAT16} <= known and not known & {ir.DataType.FLOAT, ir.DataType.DOUBLE}:
-        return ir.DataType.FLOAT
-    if {ir.DataType.UINT8, ir.DataType.INT8} <= known and max(known, key=_PROMOTION.index) == ir.DataType.INT8:
-        return ir.DataType.INT16
-    return max(known, key=_PROMOTION.index)
 
 
 def _as_1d(value):
@@ -49,15 +25,6 @@ def _as_1d(value):
             value = op18.Cast(value, to=ir.DataType.INT64)
         return op18.Reshape(value, [1])
     return [value]
-
-
-def _same_type(tensors):
-    """Cast the tensors to torch's promoted type when they differ (cat, stack)."""
-    dtypes = [t.dtype for t in tensors]
-    if any(d is None for d in dtypes) or len(set(dtypes)) == 1:
-        return list(tensors)
-    target = _promoted(dtypes)
-    return [t if t.dtype == target else op18.Cast(t, to=target) for t in tensors]
 
 
 def _dim_size(x, dim: int):
@@ -141,7 +108,7 @@ def _scatter_updates(index, src):
     return op18.Slice(src, [0] * rank, op18.Shape(index), list(range(rank)))
 
 
-_REDUCE_IN_FLOAT = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.BOOL})
+_REDUCE_IN_FLOAT = HALF_TYPES | {ir.DataType.BOOL}
 """Types ONNX Runtime's ScatterElements cannot reduce: they reduce in FLOAT (exact for BOOL: Cast back maps
 a positive sum, product, max or min to True, i.e. any/all as torch's bool reductions)."""
 
@@ -333,7 +300,7 @@ def aten_cat(tensors, dim: int = 0):
     ranks = {rank_of(t) for t in tensors}
     if len(ranks) > 1:
         tensors = [t for t in tensors if not (rank_of(t) == 1 and t.shape[0] == 0)] or tensors[:1]
-    tensors = _same_type(tensors)
+    tensors = same_type(tensors)
     if len(tensors) == 1:
         return op18.Identity(tensors[0])
     return op18.Concat(*tensors, axis=dim)

@@ -7,8 +7,9 @@ from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg_core_ops.ops._helpers import rank_of
+from opreg_core_ops.ops._promotion import FLOAT_TYPES
 
-_GEMM_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE})
+_GEMM_TYPES = FLOAT_TYPES  # ONNX Runtime has no integer Gemm
 
 
 def _gemm_ok(a, b) -> bool:

@@ -24,8 +24,7 @@ from onnxscript.onnx_opset import opset23 as op23
 
 import opreg
 from opreg_core_ops.ops._helpers import node_arg, rank_of
-
-_LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+from opreg_core_ops.ops._promotion import HALF_TYPES
 
 _EPS = {
     ir.DataType.FLOAT: 2.0**-23,
@@ -45,12 +44,12 @@ def _norm_count(normalized_shape) -> int:
 
 def _upcast(x):
     """x in float32 if it is float16/bfloat16 (torch computes norms in float there)."""
-    return op18.Cast(x, to=ir.DataType.FLOAT) if x.dtype in _LOW_PRECISION else x
+    return op18.Cast(x, to=ir.DataType.FLOAT) if x.dtype in HALF_TYPES else x
 
 
 def _like(value, x):
     """``value`` back in ``x``'s dtype, if it was upcast."""
-    return op18.CastLike(value, x) if x.dtype in _LOW_PRECISION else value
+    return op18.CastLike(value, x) if x.dtype in HALF_TYPES else value
 
 
 def _ones_of(x, start: int, end: int | None = None):
@@ -317,7 +316,7 @@ def aten_native_batch_norm_legit_no_stats(input, weight, bias, training: bool, m
 
 def _computing(value, input):
     """``value`` in the type ``input``'s statistics are computed in (float32 for half inputs)."""
-    wanted = ir.DataType.FLOAT if input.dtype in _LOW_PRECISION else input.dtype
+    wanted = ir.DataType.FLOAT if input.dtype in HALF_TYPES else input.dtype
     return value if value.dtype == wanted else op18.Cast(value, to=wanted)
 
 

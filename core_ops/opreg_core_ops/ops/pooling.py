@@ -15,6 +15,7 @@ from onnxscript.onnx_opset import opset20 as op20
 
 import opreg
 from opreg_core_ops.ops._helpers import expand_param, node_arg, rank_of, symmetric_pads
+from opreg_core_ops.ops._promotion import HALF_TYPES
 
 
 def _static_dims(x, start: int) -> list[int] | None:
@@ -529,7 +530,7 @@ _GRID_PADDING = ("zeros", "border", "reflection")
 def _grid_sample_inputs(input, grid):
     """(input, grid, out_type): 16-bit floats in float32 (ONNX Runtime's float16 GridSample is
     imprecise), with the type to cast the result back to (None: no cast)."""
-    if input.dtype not in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+    if input.dtype not in HALF_TYPES:
         return input, grid, None
     out_type = input.dtype
     return op18.Cast(input, to=ir.DataType.FLOAT), op18.Cast(grid, to=ir.DataType.FLOAT), out_type

@@ -30,12 +30,7 @@ from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg_core_ops.ops._helpers import rank_of
-
-_LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
-"""Float types reduced in FLOAT and cast back (as torch accumulates them)."""
-
-_FLOATING = (*_LOW_PRECISION, ir.DataType.FLOAT, ir.DataType.DOUBLE)
-"""Types that can hold NaN (and get torch's NaN semantics spelled out)."""
+from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES, is_integral
 
 
 def _dims(dim, rank: int | None) -> list[int] | None:
@@ -61,21 +56,17 @@ def _reduce(op_name: str, x, dim, keepdim: bool):
     return reduce(x, axes, keepdims=int(keepdim))
 
 
-def _integral(dtype) -> bool:
-    return dtype is not None and not dtype.is_floating_point()
-
-
 def _accumulating(op_name: str, self, dim, keepdim: bool, dtype: int | None):
     """sum/prod: integers and bools accumulate in INT64, half floats in FLOAT."""
     if dtype is not None:
         self = op18.Cast(self, to=dtype)
         out_type = ir.DataType(dtype)
-    elif _integral(self.dtype):
+    elif is_integral(self.dtype):
         self = op18.Cast(self, to=ir.DataType.INT64)
         out_type = ir.DataType.INT64
     else:
         out_type = self.dtype
-    if out_type in _LOW_PRECISION:
+    if out_type in HALF_TYPES:
         return op18.Cast(_reduce(op_name, op18.Cast(self, to=ir.DataType.FLOAT), dim, keepdim), to=out_type)
     if out_type == ir.DataType.BOOL:
         # no BOOL ReduceSum/ReduceProd: 0/1 in INT64 (exact), nonzero -> True
@@ -106,9 +97,9 @@ def aten_prod_dim(self, dim: int, keepdim: bool = False, dtype: int | None = Non
 def _mean(self, dim, keepdim: bool, dtype: int | None):
     if dtype is not None:
         self = op18.Cast(self, to=dtype)
-    if _integral(self.dtype):
+    if is_integral(self.dtype):
         raise ValueError(f"mean of {self.dtype} is an error in torch: pass dtype= a floating type")
-    if self.dtype in _LOW_PRECISION:
+    if self.dtype in HALF_TYPES:
         out_type = self.dtype
         return op18.Cast(_reduce("ReduceMean", op18.Cast(self, to=ir.DataType.FLOAT), dim, keepdim), to=out_type)
     return _reduce("ReduceMean", self, dim, keepdim)
@@ -131,7 +122,7 @@ def _extremum(op_name: str, self, dim, keepdim: bool):
         reduced = _reduce(op_name, op18.Cast(self, to=ir.DataType.UINT8), dim, keepdim)
         return op18.Cast(reduced, to=ir.DataType.BOOL)
     reduced = _reduce(op_name, self, dim, keepdim)
-    if self.dtype not in _FLOATING or rank_of(self) == 0 or _dims(dim, rank_of(self)) == []:
+    if self.dtype not in FLOAT_TYPES or rank_of(self) == 0 or _dims(dim, rank_of(self)) == []:
         return reduced  # integers have no NaN; a 0-d input is returned as is
     nans = op18.Where(op18.IsNaN(self), self, op18.CastLike(0.0, self))
     return op18.Sub(reduced, _reduce("ReduceSum", nans, dim, keepdim))  # x - 0 is exact, -0.0 included
@@ -140,7 +131,7 @@ def _extremum(op_name: str, self, dim, keepdim: bool):
 def _nan_key(self, nan_largest: bool):
     """float16/bfloat16/float32 ``self`` in a wider type, ordered like torch orders it: NaN is
     +inf (or -inf when not ``nan_largest``), +/-inf the wider type's largest finite number."""
-    wider = ir.DataType.FLOAT if self.dtype in _LOW_PRECISION else ir.DataType.DOUBLE
+    wider = ir.DataType.FLOAT if self.dtype in HALF_TYPES else ir.DataType.DOUBLE
     key = op18.Cast(self, to=wider)
     # numpy scalars of the wider type: a Python float would become a FLOAT constant first
     # (CastLike(DBL_MAX, key) folds to inf)
@@ -194,7 +185,7 @@ def _arg(op_name: str, self, dim: int | None, keepdim: bool):
         self = op18.Cast(self, to=ir.DataType.UINT8)
     if rank == 0:
         return op18.Constant(value_int=0)
-    if self.dtype in _FLOATING:
+    if self.dtype in FLOAT_TYPES:
         if dim is None:
             flat = _nan_arg(op_name, op18.Reshape(self, [-1]), 0, False)
             return op18.Reshape(flat, [1] * rank) if keepdim else flat
@@ -208,7 +199,7 @@ def _arg(op_name: str, self, dim: int | None, keepdim: bool):
 def _max_min_dim(reduce_name: str, arg_name: str, self, dim: int, keepdim: bool):
     if rank_of(self) == 0:
         return op18.Identity(self), op18.Constant(value_int=0)
-    if self.dtype not in _FLOATING:
+    if self.dtype not in FLOAT_TYPES:
         return _extremum(reduce_name, self, [dim], keepdim), _arg(arg_name, self, dim, keepdim)
     indices = _nan_arg(arg_name, self, dim, True)  # NaN first; values gathered with the indices: exact
     values = op18.GatherElements(self, indices, axis=dim)
@@ -278,7 +269,7 @@ def _variance(self, dim, correction, keepdim: bool):
     correction = 1.0 if correction is None else float(correction)
     rank = rank_of(self)
     out_type = self.dtype
-    if out_type in _LOW_PRECISION:
+    if out_type in HALF_TYPES:
         self = op18.Cast(self, to=ir.DataType.FLOAT)
     axes = _dims(dim, rank)
     axes_all = [] if rank == 0 or axes == [] else list(range(rank)) if axes is None else [a % rank for a in axes]
@@ -334,12 +325,12 @@ def aten_cumsum(self, dim: int, dtype: int | None = None):
     """cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor: CumSum (ints as INT64)."""
     if dtype is not None:
         self = op18.Cast(self, to=dtype)
-    elif _integral(self.dtype):
+    elif is_integral(self.dtype):
         self = op18.Cast(self, to=ir.DataType.INT64)
     if rank_of(self) == 0:
         return op18.Identity(self)
     out_type = self.dtype
-    if out_type in _LOW_PRECISION:
+    if out_type in HALF_TYPES:
         return op18.Cast(op18.CumSum(op18.Cast(self, to=ir.DataType.FLOAT), dim), to=out_type)
     return op18.CumSum(self, dim)
 
@@ -377,7 +368,7 @@ def _sorted(self, dim: int, descending: bool):
             op18.Cast(self, to=ir.DataType.INT32), k, axis=axis, largest=int(descending), sorted=1
         )
         return op18.Cast(values, to=ir.DataType.BOOL), indices
-    if self.dtype in _FLOATING:
+    if self.dtype in FLOAT_TYPES:
         return _nan_top_k(self, k, axis, descending)
     values, indices = op18.TopK(self, k, axis=axis, largest=int(descending), sorted=1)
     return values, indices
@@ -398,7 +389,7 @@ def aten_topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     k = op18.Reshape(k, [1]) if isinstance(k, ir.Value) else [k]
     if rank_of(self) == 0:
         return op18.Identity(self), op18.Constant(value_int=0)
-    if self.dtype in _FLOATING:
+    if self.dtype in FLOAT_TYPES:
         return _nan_top_k(self, k, dim % rank_of(self), largest)
     values, indices = op18.TopK(self, k, axis=dim, largest=int(largest), sorted=1)
     return values, indices
@@ -406,10 +397,10 @@ def aten_topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
 
 def aten_logsumexp(self, dim: Sequence[int], keepdim: bool = False):
     """logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor: ReduceMax, Exp, ReduceSum, Log (max-shifted)."""
-    if _integral(self.dtype):
+    if is_integral(self.dtype):
         self = op18.Cast(self, to=ir.DataType.FLOAT)
     out_type = self.dtype
-    if out_type in _LOW_PRECISION:
+    if out_type in HALF_TYPES:
         self = op18.Cast(self, to=ir.DataType.FLOAT)
     axes = _dims(dim, rank_of(self))
     if rank_of(self) == 0 or axes == []:

@@ -9,7 +9,8 @@ from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg_core_ops.ops._helpers import rank_of
-from opreg_core_ops.ops.indexing import _same_type, split_into
+from opreg_core_ops.ops._promotion import same_type
+from opreg_core_ops.ops.indexing import split_into
 
 
 def _reshape(self, size):
@@ -167,7 +168,7 @@ def aten_stack(tensors, dim: int = 0):
     """stack(Tensor[] tensors, int dim=0) -> Tensor: Unsqueeze each and Concat (dtypes promoted)."""
     rank = rank_of(tensors[0])
     axis = dim + rank + 1 if dim < 0 else dim
-    tensors = _same_type(tensors)
+    tensors = same_type(tensors)
     parts = [op18.Unsqueeze(t, [axis]) for t in tensors]
     return parts[0] if len(parts) == 1 else op18.Concat(*parts, axis=axis)
 
