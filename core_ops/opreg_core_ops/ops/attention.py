@@ -139,18 +139,14 @@ def _attention23_covered(node) -> bool:
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register(
-        "aten::scaled_dot_product_attention", aten_scaled_dot_product_attention, opset=18, predicate=_no_dropout(4)
-    )
+    registry.register("aten::scaled_dot_product_attention", aten_scaled_dot_product_attention, predicate=_no_dropout(4))
     registry.register(
         "aten::scaled_dot_product_attention",
         aten_scaled_dot_product_attention_opset23,
-        opset=23,
         predicate=_attention23_covered,
     )
     registry.register(
         "aten::_scaled_dot_product_flash_attention_for_cpu",
         aten_scaled_dot_product_flash_attention_for_cpu,
-        opset=18,
         predicate=_no_dropout(3),
     )

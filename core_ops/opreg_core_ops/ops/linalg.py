@@ -109,12 +109,12 @@ def aten_pdist_forward(self, p: float = 2.0):
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::linear", aten_linear, opset=18)
-    registry.register("aten::matmul", aten_matmul, opset=18)
-    registry.register("aten::mm", aten_mm, opset=18)
-    registry.register("aten::bmm", aten_bmm, opset=18)
-    registry.register("aten::addmm", aten_addmm, opset=18)
-    registry.register("aten::baddbmm", aten_baddbmm, opset=18)
-    registry.register("aten::dot", aten_dot, opset=18)
-    registry.register("aten::_cdist_forward", aten_cdist_forward, opset=18)
-    registry.register("aten::_pdist_forward", aten_pdist_forward, opset=18)
+    registry.register("aten::linear", aten_linear)
+    registry.register("aten::matmul", aten_matmul)
+    registry.register("aten::mm", aten_mm)
+    registry.register("aten::bmm", aten_bmm)
+    registry.register("aten::addmm", aten_addmm)
+    registry.register("aten::baddbmm", aten_baddbmm)
+    registry.register("aten::dot", aten_dot)
+    registry.register("aten::_cdist_forward", aten_cdist_forward)
+    registry.register("aten::_pdist_forward", aten_pdist_forward)

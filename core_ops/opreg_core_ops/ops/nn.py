@@ -131,9 +131,9 @@ def _floating_input(node) -> bool:
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::conv2d", aten_conv2d, opset=18, predicate=_floating_input)
-    registry.register("aten::convolution", aten_convolution, opset=18, predicate=_floating_input)
-    registry.register("aten::_softmax", aten_softmax_internal, opset=18)
-    registry.register("aten::_log_softmax", aten_log_softmax_internal, opset=18)
-    registry.register("aten::softmax.int", aten_softmax, opset=18)
-    registry.register("aten::log_softmax.int", aten_log_softmax, opset=18)
+    registry.register("aten::conv2d", aten_conv2d, predicate=_floating_input)
+    registry.register("aten::convolution", aten_convolution, predicate=_floating_input)
+    registry.register("aten::_softmax", aten_softmax_internal)
+    registry.register("aten::_log_softmax", aten_log_softmax_internal)
+    registry.register("aten::softmax.int", aten_softmax)
+    registry.register("aten::log_softmax.int", aten_log_softmax)

@@ -690,10 +690,10 @@ def register(registry: opreg.Registrar) -> None:
         ("pixel_shuffle", aten_pixel_shuffle),
         ("pixel_unshuffle", aten_pixel_unshuffle),
     ):
-        registry.register(f"aten::{name}", fn, opset=18)
-    registry.register("aten::avg_pool1d", aten_avg_pool1d, opset=18, predicate=_avg_pool_covered)
-    registry.register("aten::avg_pool2d", aten_avg_pool2d, opset=18, predicate=_avg_pool_covered)
-    registry.register("aten::avg_pool3d", aten_avg_pool3d, opset=18, predicate=_avg_pool_covered)
+        registry.register(f"aten::{name}", fn)
+    registry.register("aten::avg_pool1d", aten_avg_pool1d, predicate=_avg_pool_covered)
+    registry.register("aten::avg_pool2d", aten_avg_pool2d, predicate=_avg_pool_covered)
+    registry.register("aten::avg_pool3d", aten_avg_pool3d, predicate=_avg_pool_covered)
     for name, fn in (
         ("adaptive_avg_pool1d", aten_adaptive_avg_pool1d),
         ("adaptive_avg_pool2d", aten_adaptive_avg_pool2d),
@@ -701,7 +701,7 @@ def register(registry: opreg.Registrar) -> None:
         ("adaptive_avg_pool3d", aten_adaptive_avg_pool3d),
         ("_adaptive_avg_pool3d", aten_adaptive_avg_pool3d_internal),
     ):
-        registry.register(f"aten::{name}", fn, opset=18, predicate=_static_spatial_output)
+        registry.register(f"aten::{name}", fn, predicate=_static_spatial_output)
     for name, fn in (
         ("reflection_pad1d", aten_reflection_pad1d),
         ("reflection_pad2d", aten_reflection_pad2d),
@@ -710,9 +710,11 @@ def register(registry: opreg.Registrar) -> None:
         ("replication_pad2d", aten_replication_pad2d),
         ("replication_pad3d", aten_replication_pad3d),
     ):
-        registry.register(f"aten::{name}", fn, opset=18, predicate=_static_padding)
+        registry.register(f"aten::{name}", fn, predicate=_static_padding)
+    # At most 19: GridSample-20 renamed the modes (bilinear -> linear, bicubic -> cubic), so
+    # GridSample-16's names, which this impl emits, are rejected in a model of ai.onnx 20 or newer.
     registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d, opset=(18, 19))
-    registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d_opset20, opset=20)
-    registry.register("aten::im2col", aten_im2col, opset=18, predicate=_static_channels_and_sizes)
-    registry.register("aten::dropout", aten_dropout, opset=18, predicate=_not_training)
-    registry.register("aten::native_dropout", aten_native_dropout, opset=18, predicate=_not_training)
+    registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d_opset20)
+    registry.register("aten::im2col", aten_im2col, predicate=_static_channels_and_sizes)
+    registry.register("aten::dropout", aten_dropout, predicate=_not_training)
+    registry.register("aten::native_dropout", aten_native_dropout, predicate=_not_training)
