@@ -24,7 +24,6 @@ SCRIPT = "script"
 TRACE = "trace"
 
 _ATTRIBUTE_TYPES = (int, float, str, bool)
-_ATTRIBUTE_NAMES = {"int", "float", "str", "bool"}
 # Namespaces torch loads in full at import: an unknown op there is a typo.
 _CLOSED_NAMESPACES = ("aten", "prims")
 
@@ -174,16 +173,13 @@ class _Param(typing.NamedTuple):
 
 
 def _is_attribute_annotation(annotation: Any) -> bool:
+    """Whether an (evaluated) annotation is an attribute's: ``int``, ``float``, ``str`` or
+    ``bool``, a sequence of them (``Sequence[int]``, ``list[float]``, ``tuple[int, ...]``),
+    or one of these or ``None`` (``Sequence[int] | None``). Anything else, ``onnx_ir.Value``
+    or an onnxscript tensor type, is a tensor's."""
     if annotation in _ATTRIBUTE_TYPES:
         return True
-    if isinstance(annotation, str):
-        text = annotation.replace(" ", "")
-        for prefix in ("Optional[", "Sequence[", "list[", "tuple[", "List[", "Tuple["):
-            if text.startswith(prefix):
-                text = text[len(prefix) : -1].split(",")[0]
-        return text.split("|")[0] in _ATTRIBUTE_NAMES
-    origin = typing.get_origin(annotation)
-    if origin in (list, tuple, collections.abc.Sequence, typing.Union, types.UnionType):
+    if typing.get_origin(annotation) in (list, tuple, collections.abc.Sequence, typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None) and a is not Ellipsis]
         return bool(args) and all(_is_attribute_annotation(a) for a in args)
     return False
@@ -200,7 +196,14 @@ class Params:
 def read_params(function: Any) -> Params:
     """Read the impl's parameters once (``inspect.signature`` is the costly part)."""
     func = python_function(function)
-    signature = inspect.signature(func)
+    try:
+        # annotations as the types they name, also when `from __future__ import annotations` made them strings
+        signature = inspect.signature(func, eval_str=True)
+    except (NameError, AttributeError, SyntaxError) as e:
+        raise RegistrationError(
+            f"impl {display_signature(function)}: its annotations cannot be evaluated ({type(e).__name__}: {e}). "
+            "Import the names they use at run time (not only under `if TYPE_CHECKING:`)."
+        ) from e
     params: list[_Param] = []
     variadic = False
     for p in signature.parameters.values():
@@ -264,12 +267,23 @@ def _has_op(op: OpName) -> bool:
 
 
 def _schema_arg_kind(arg: Any) -> str:
-    text = str(arg.type)
-    if "Tensor" in text:
+    """``tensor`` for a Tensor argument (also ``Tensor?``, ``Tensor[]``, ``Tensor?[]``),
+    ``scalar`` for a Scalar (``Scalar?`` too), else ``attribute``."""
+    import torch
+
+    if isinstance(_element_type(arg.type, torch.OptionalType, torch.ListType), torch.TensorType):
         return "tensor"
-    if text in ("number", "Scalar", "number?", "Scalar?"):
+    if isinstance(_element_type(arg.type, torch.OptionalType), torch.NumberType):
         return "scalar"
     return "attribute"
+
+
+def _element_type(jit_type: Any, *wrappers: type) -> Any:
+    """``jit_type`` with its ``wrappers`` (``torch.OptionalType``, ``torch.ListType``) taken off:
+    ``Tensor`` for ``Tensor?[]`` when both are given."""
+    while isinstance(jit_type, wrappers):
+        jit_type = jit_type.getElementType()
+    return jit_type
 
 
 def check_signature(op: OpName, function: Any, schema: Any, read: Params) -> None:
@@ -323,11 +337,23 @@ def check_signature(op: OpName, function: Any, schema: Any, read: Params) -> Non
 
 
 def _python_type_hint(arg: Any) -> str:
-    text = str(arg.type).rstrip("?")
-    mapping = {"int": "int", "SymInt": "int", "float": "float", "bool": "bool", "str": "str"}
-    if text.endswith("[]"):
-        return f"Sequence[{mapping.get(text[:-2], 'int')}]"
-    return mapping.get(text, "int")
+    """The annotation to suggest for a schema argument: ``int``, ``float`` (``Scalar`` too),
+    ``bool`` or ``str`` (``Device`` too; ``SymInt`` and ``ScalarType`` are ints),
+    ``Sequence[...]`` of a list, ``| None`` if optional."""
+    import torch
+
+    names = {
+        torch.FloatType: "float",
+        torch.NumberType: "float",
+        torch.BoolType: "bool",
+        torch.StringType: "str",
+        torch.DeviceObjType: "str",
+    }
+    unwrapped = _element_type(arg.type, torch.OptionalType)
+    hint = names.get(type(_element_type(unwrapped, torch.OptionalType, torch.ListType)), "int")
+    if isinstance(unwrapped, torch.ListType):
+        hint = f"Sequence[{hint}]"
+    return f"{hint} | None" if isinstance(arg.type, torch.OptionalType) else hint
 
 
 def lint_unannotated_attributes(function: Any, read: Params) -> None:
