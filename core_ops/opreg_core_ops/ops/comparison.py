@@ -13,82 +13,79 @@ from opreg_core_ops.ops.elementwise import isinf
 _BOOL = ir.DataType.BOOL
 
 
-def _compare(self, other, kind: str):
+def _equal(self, other):
+    """Equal, after torch's promotion."""
+    _, (a, b) = promote(self, other)
+    return op18.Equal(a, b)
+
+
+def _order(self, other, compare):
+    """``compare`` (Less, LessOrEqual, Greater or GreaterOrEqual), after torch's promotion."""
     dtype, (a, b) = promote(self, other)
-    if dtype == _BOOL and kind not in ("eq", "ne"):
+    if dtype == _BOOL:
         # ONNX orders numbers only: False < True as 0 < 1
         a, b = cast_to(a, ir.DataType.UINT8), cast_to(b, ir.DataType.UINT8)
-    if kind == "eq":
-        return op18.Equal(a, b)
-    if kind == "ne":
-        return op18.Not(op18.Equal(a, b))
-    if kind == "lt":
-        return op18.Less(a, b)
-    if kind == "le":
-        return op18.LessOrEqual(a, b)
-    if kind == "gt":
-        return op18.Greater(a, b)
-    return op18.GreaterOrEqual(a, b)
+    return compare(a, b)
 
 
 def aten_eq(self, other):
     """eq.Tensor(Tensor self, Tensor other) -> Tensor: Equal, after torch's promotion."""
-    return _compare(self, other, "eq")
+    return _equal(self, other)
 
 
 def aten_eq_scalar(self, other: float):
     """eq.Scalar(Tensor self, Scalar other) -> Tensor: Equal, after torch's promotion."""
-    return _compare(self, other, "eq")
+    return _equal(self, other)
 
 
 def aten_ne(self, other):
     """ne.Tensor(Tensor self, Tensor other) -> Tensor: Not of Equal, after torch's promotion."""
-    return _compare(self, other, "ne")
+    return op18.Not(_equal(self, other))
 
 
 def aten_ne_scalar(self, other: float):
     """ne.Scalar(Tensor self, Scalar other) -> Tensor: Not of Equal, after torch's promotion."""
-    return _compare(self, other, "ne")
+    return op18.Not(_equal(self, other))
 
 
 def aten_lt(self, other):
     """lt.Tensor(Tensor self, Tensor other) -> Tensor: Less, after torch's promotion."""
-    return _compare(self, other, "lt")
+    return _order(self, other, op18.Less)
 
 
 def aten_lt_scalar(self, other: float):
     """lt.Scalar(Tensor self, Scalar other) -> Tensor: Less, after torch's promotion."""
-    return _compare(self, other, "lt")
+    return _order(self, other, op18.Less)
 
 
 def aten_le(self, other):
     """le.Tensor(Tensor self, Tensor other) -> Tensor: LessOrEqual, after torch's promotion."""
-    return _compare(self, other, "le")
+    return _order(self, other, op18.LessOrEqual)
 
 
 def aten_le_scalar(self, other: float):
     """le.Scalar(Tensor self, Scalar other) -> Tensor: LessOrEqual, after torch's promotion."""
-    return _compare(self, other, "le")
+    return _order(self, other, op18.LessOrEqual)
 
 
 def aten_gt(self, other):
     """gt.Tensor(Tensor self, Tensor other) -> Tensor: Greater, after torch's promotion."""
-    return _compare(self, other, "gt")
+    return _order(self, other, op18.Greater)
 
 
 def aten_gt_scalar(self, other: float):
     """gt.Scalar(Tensor self, Scalar other) -> Tensor: Greater, after torch's promotion."""
-    return _compare(self, other, "gt")
+    return _order(self, other, op18.Greater)
 
 
 def aten_ge(self, other):
     """ge.Tensor(Tensor self, Tensor other) -> Tensor: GreaterOrEqual, after torch's promotion."""
-    return _compare(self, other, "ge")
+    return _order(self, other, op18.GreaterOrEqual)
 
 
 def aten_ge_scalar(self, other: float):
     """ge.Scalar(Tensor self, Scalar other) -> Tensor: GreaterOrEqual, after torch's promotion."""
-    return _compare(self, other, "ge")
+    return _order(self, other, op18.GreaterOrEqual)
 
 
 # -- logical --------------------------------------------------------------------------------
@@ -117,53 +114,54 @@ def aten_logical_not(self):
 # -- bitwise ------------------------------------------------------------------------------------
 
 
-def _bitwise(self, other, kind: str):
+def _bitwise(self, other, bitwise, logical):
+    """``bitwise`` (BitwiseAnd, ...) after torch's promotion; ``logical`` (And, ...) for bool."""
     dtype, (a, b) = promote(self, other)
     if dtype in FLOAT_TYPES:
-        raise ValueError(f"bitwise_{kind} of floating tensors is not defined (torch rejects it too)")
+        raise ValueError(f"{bitwise.__name__} of floating tensors is not defined (torch rejects it too)")
     if dtype == _BOOL:
-        return {"and": op18.And, "or": op18.Or, "xor": op18.Xor}[kind](a, b)
-    return {"and": op18.BitwiseAnd, "or": op18.BitwiseOr, "xor": op18.BitwiseXor}[kind](a, b)
+        return logical(a, b)
+    return bitwise(a, b)
 
 
 def aten_bitwise_and(self, other):
     """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseAnd (And for bool)."""
-    return _bitwise(self, other, "and")
+    return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
 def aten_bitwise_and_scalar(self, other: float):
     """bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseAnd (And for bool)."""
-    return _bitwise(self, other, "and")
+    return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
 def aten_bitwise_or(self, other):
     """bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseOr (Or for bool)."""
-    return _bitwise(self, other, "or")
+    return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
 def aten_bitwise_or_scalar(self, other: float):
     """bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseOr (Or for bool)."""
-    return _bitwise(self, other, "or")
+    return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
 def aten_bitwise_xor(self, other):
     """bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseXor (Xor for bool)."""
-    return _bitwise(self, other, "xor")
+    return _bitwise(self, other, op18.BitwiseXor, op18.Xor)
 
 
 def aten_bitwise_xor_scalar(self, other: float):
     """bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseXor (Xor for bool)."""
-    return _bitwise(self, other, "xor")
+    return _bitwise(self, other, op18.BitwiseXor, op18.Xor)
 
 
 def aten_and(self, other):
     """__and__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_and (the ``&`` operator)."""
-    return _bitwise(self, other, "and")
+    return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
 def aten_or(self, other):
     """__or__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_or (the ``|`` operator)."""
-    return _bitwise(self, other, "or")
+    return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
 def aten_bitwise_not(self):
@@ -196,18 +194,33 @@ def aten_isnan(self):
 
 
 def register(registry: opreg.Registrar) -> None:
-    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
-        registry.register(f"aten::{name}.Tensor", globals()[f"aten_{name}"])
-        registry.register(f"aten::{name}.Scalar", globals()[f"aten_{name}_scalar"])
-    registry.register("aten::logical_and", aten_logical_and)
-    registry.register("aten::logical_or", aten_logical_or)
-    registry.register("aten::logical_xor", aten_logical_xor)
-    registry.register("aten::logical_not", aten_logical_not)
-    for name in ("and", "or", "xor"):
-        registry.register(f"aten::bitwise_{name}.Tensor", globals()[f"aten_bitwise_{name}"])
-        registry.register(f"aten::bitwise_{name}.Scalar", globals()[f"aten_bitwise_{name}_scalar"])
-    registry.register("aten::__and__.Tensor", aten_and)
-    registry.register("aten::__or__.Tensor", aten_or)
-    registry.register("aten::bitwise_not", aten_bitwise_not)
-    registry.register("aten::isinf", aten_isinf)
-    registry.register("aten::isnan", aten_isnan)
+    for op, function in (
+        ("aten::eq.Tensor", aten_eq),
+        ("aten::eq.Scalar", aten_eq_scalar),
+        ("aten::ne.Tensor", aten_ne),
+        ("aten::ne.Scalar", aten_ne_scalar),
+        ("aten::lt.Tensor", aten_lt),
+        ("aten::lt.Scalar", aten_lt_scalar),
+        ("aten::le.Tensor", aten_le),
+        ("aten::le.Scalar", aten_le_scalar),
+        ("aten::gt.Tensor", aten_gt),
+        ("aten::gt.Scalar", aten_gt_scalar),
+        ("aten::ge.Tensor", aten_ge),
+        ("aten::ge.Scalar", aten_ge_scalar),
+        ("aten::logical_and", aten_logical_and),
+        ("aten::logical_or", aten_logical_or),
+        ("aten::logical_xor", aten_logical_xor),
+        ("aten::logical_not", aten_logical_not),
+        ("aten::bitwise_and.Tensor", aten_bitwise_and),
+        ("aten::bitwise_and.Scalar", aten_bitwise_and_scalar),
+        ("aten::bitwise_or.Tensor", aten_bitwise_or),
+        ("aten::bitwise_or.Scalar", aten_bitwise_or_scalar),
+        ("aten::bitwise_xor.Tensor", aten_bitwise_xor),
+        ("aten::bitwise_xor.Scalar", aten_bitwise_xor_scalar),
+        ("aten::__and__.Tensor", aten_and),
+        ("aten::__or__.Tensor", aten_or),
+        ("aten::bitwise_not", aten_bitwise_not),
+        ("aten::isinf", aten_isinf),
+        ("aten::isnan", aten_isnan),
+    ):
+        registry.register(op, function)

@@ -511,12 +511,17 @@ def aten_replication_pad3d(self, padding: Sequence[int]):
     return _pad(self, padding, "edge")
 
 
-def _static_padding(node) -> bool:
-    """Static pads; negative ones (crops) in replication padding need static sizes too."""
+def _static_pads(node) -> bool:
+    """Static pad sizes: all reflection padding needs."""
     padding = node_arg(node, 1, "padding")
-    if not isinstance(padding, (list, tuple)) or not all(isinstance(p, int) for p in padding):
+    return isinstance(padding, (list, tuple)) and all(isinstance(p, int) for p in padding)
+
+
+def _static_replication_pads(node) -> bool:
+    """Static pads; negative ones (crops) need static sizes too, for a Gather per padded dim."""
+    if not _static_pads(node):
         return False
-    if all(p >= 0 for p in padding) or "replication" not in str(node.target):
+    if all(p >= 0 for p in node_arg(node, 1, "padding")):
         return True
     value = node.args[0].meta.get("val")
     return value is not None and all(isinstance(d, int) for d in value.shape)
@@ -672,45 +677,48 @@ def _not_training(node) -> bool:
 
 
 def register(registry: opreg.Registrar) -> None:
-    for name, fn in (
-        ("max_pool1d", aten_max_pool1d),
-        ("max_pool2d", aten_max_pool2d),
-        ("max_pool3d", aten_max_pool3d),
-        ("max_pool1d_with_indices", aten_max_pool1d_with_indices),
-        ("max_pool2d_with_indices", aten_max_pool2d_with_indices),
-        ("max_pool3d_with_indices", aten_max_pool3d_with_indices),
-        ("upsample_nearest1d.vec", aten_upsample_nearest1d),
-        ("upsample_nearest2d.vec", aten_upsample_nearest2d),
-        ("upsample_nearest3d.vec", aten_upsample_nearest3d),
-        ("upsample_linear1d.vec", aten_upsample_linear1d),
-        ("upsample_bilinear2d.vec", aten_upsample_bilinear2d),
-        ("upsample_trilinear3d.vec", aten_upsample_trilinear3d),
-        ("upsample_bicubic2d.vec", aten_upsample_bicubic2d),
-        ("col2im", aten_col2im),
-        ("pixel_shuffle", aten_pixel_shuffle),
-        ("pixel_unshuffle", aten_pixel_unshuffle),
+    for op, fn in (
+        ("aten::max_pool1d", aten_max_pool1d),
+        ("aten::max_pool2d", aten_max_pool2d),
+        ("aten::max_pool3d", aten_max_pool3d),
+        ("aten::max_pool1d_with_indices", aten_max_pool1d_with_indices),
+        ("aten::max_pool2d_with_indices", aten_max_pool2d_with_indices),
+        ("aten::max_pool3d_with_indices", aten_max_pool3d_with_indices),
+        ("aten::upsample_nearest1d.vec", aten_upsample_nearest1d),
+        ("aten::upsample_nearest2d.vec", aten_upsample_nearest2d),
+        ("aten::upsample_nearest3d.vec", aten_upsample_nearest3d),
+        ("aten::upsample_linear1d.vec", aten_upsample_linear1d),
+        ("aten::upsample_bilinear2d.vec", aten_upsample_bilinear2d),
+        ("aten::upsample_trilinear3d.vec", aten_upsample_trilinear3d),
+        ("aten::upsample_bicubic2d.vec", aten_upsample_bicubic2d),
+        ("aten::col2im", aten_col2im),
+        ("aten::pixel_shuffle", aten_pixel_shuffle),
+        ("aten::pixel_unshuffle", aten_pixel_unshuffle),
     ):
-        registry.register(f"aten::{name}", fn)
+        registry.register(op, fn)
     registry.register("aten::avg_pool1d", aten_avg_pool1d, predicate=_avg_pool_covered)
     registry.register("aten::avg_pool2d", aten_avg_pool2d, predicate=_avg_pool_covered)
     registry.register("aten::avg_pool3d", aten_avg_pool3d, predicate=_avg_pool_covered)
-    for name, fn in (
-        ("adaptive_avg_pool1d", aten_adaptive_avg_pool1d),
-        ("adaptive_avg_pool2d", aten_adaptive_avg_pool2d),
-        ("_adaptive_avg_pool2d", aten_adaptive_avg_pool2d_internal),
-        ("adaptive_avg_pool3d", aten_adaptive_avg_pool3d),
-        ("_adaptive_avg_pool3d", aten_adaptive_avg_pool3d_internal),
+    for op, fn in (
+        ("aten::adaptive_avg_pool1d", aten_adaptive_avg_pool1d),
+        ("aten::adaptive_avg_pool2d", aten_adaptive_avg_pool2d),
+        ("aten::_adaptive_avg_pool2d", aten_adaptive_avg_pool2d_internal),
+        ("aten::adaptive_avg_pool3d", aten_adaptive_avg_pool3d),
+        ("aten::_adaptive_avg_pool3d", aten_adaptive_avg_pool3d_internal),
     ):
-        registry.register(f"aten::{name}", fn, predicate=_static_spatial_output)
-    for name, fn in (
-        ("reflection_pad1d", aten_reflection_pad1d),
-        ("reflection_pad2d", aten_reflection_pad2d),
-        ("reflection_pad3d", aten_reflection_pad3d),
-        ("replication_pad1d", aten_replication_pad1d),
-        ("replication_pad2d", aten_replication_pad2d),
-        ("replication_pad3d", aten_replication_pad3d),
+        registry.register(op, fn, predicate=_static_spatial_output)
+    for op, fn in (
+        ("aten::reflection_pad1d", aten_reflection_pad1d),
+        ("aten::reflection_pad2d", aten_reflection_pad2d),
+        ("aten::reflection_pad3d", aten_reflection_pad3d),
     ):
-        registry.register(f"aten::{name}", fn, predicate=_static_padding)
+        registry.register(op, fn, predicate=_static_pads)
+    for op, fn in (
+        ("aten::replication_pad1d", aten_replication_pad1d),
+        ("aten::replication_pad2d", aten_replication_pad2d),
+        ("aten::replication_pad3d", aten_replication_pad3d),
+    ):
+        registry.register(op, fn, predicate=_static_replication_pads)
     # At most 19: GridSample-20 renamed the modes (bilinear -> linear, bicubic -> cubic), so
     # GridSample-16's names, which this impl emits, are rejected in a model of ai.onnx 20 or newer.
     registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d, opset=(18, 19))

@@ -45,19 +45,18 @@ def _dims(dim, rank: int | None) -> list[int] | None:
     return dims
 
 
-def _reduce(op_name: str, x, dim, keepdim: bool):
-    """``op_name`` over ``dim`` (None: all dims); a 0-d input is returned as is."""
+def _reduce(reduce, x, dim, keepdim: bool):
+    """``reduce`` (ReduceSum, ReduceMax, ...) over ``dim`` (None: all dims); a 0-d input is returned as is."""
     axes = _dims(dim, rank_of(x))
     if axes == [] or rank_of(x) == 0:
         return op18.Identity(x)
-    reduce = getattr(op18, op_name)
     if axes is None:
         return reduce(x, keepdims=int(keepdim))
     return reduce(x, axes, keepdims=int(keepdim))
 
 
-def _accumulating(op_name: str, self, dim, keepdim: bool, dtype: int | None):
-    """sum/prod: integers and bools accumulate in INT64, half floats in FLOAT."""
+def _accumulating(reduce, self, dim, keepdim: bool, dtype: int | None):
+    """sum/prod (``reduce``: ReduceSum, ReduceProd): integers and bools accumulate in INT64, half floats in FLOAT."""
     if dtype is not None:
         self = op18.Cast(self, to=dtype)
         out_type = ir.DataType(dtype)
@@ -67,31 +66,31 @@ def _accumulating(op_name: str, self, dim, keepdim: bool, dtype: int | None):
     else:
         out_type = self.dtype
     if out_type in HALF_TYPES:
-        return op18.Cast(_reduce(op_name, op18.Cast(self, to=ir.DataType.FLOAT), dim, keepdim), to=out_type)
+        return op18.Cast(_reduce(reduce, op18.Cast(self, to=ir.DataType.FLOAT), dim, keepdim), to=out_type)
     if out_type == ir.DataType.BOOL:
         # no BOOL ReduceSum/ReduceProd: 0/1 in INT64 (exact), nonzero -> True
-        return op18.Cast(_reduce(op_name, op18.Cast(self, to=ir.DataType.INT64), dim, keepdim), to=out_type)
-    return _reduce(op_name, self, dim, keepdim)
+        return op18.Cast(_reduce(reduce, op18.Cast(self, to=ir.DataType.INT64), dim, keepdim), to=out_type)
+    return _reduce(reduce, self, dim, keepdim)
 
 
 def aten_sum(self, dtype: int | None = None):
     """sum(Tensor self, *, ScalarType? dtype=None) -> Tensor: ReduceSum over all dims (ints as INT64)."""
-    return _accumulating("ReduceSum", self, None, False, dtype)
+    return _accumulating(op18.ReduceSum, self, None, False, dtype)
 
 
 def aten_sum_dim(self, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
     """sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceSum (ints as INT64)."""
-    return _accumulating("ReduceSum", self, dim, keepdim, dtype)
+    return _accumulating(op18.ReduceSum, self, dim, keepdim, dtype)
 
 
 def aten_prod(self, dtype: int | None = None):
     """prod(Tensor self, *, ScalarType? dtype=None) -> Tensor: ReduceProd over all dims (ints as INT64)."""
-    return _accumulating("ReduceProd", self, None, False, dtype)
+    return _accumulating(op18.ReduceProd, self, None, False, dtype)
 
 
 def aten_prod_dim(self, dim: int, keepdim: bool = False, dtype: int | None = None):
     """prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceProd (ints as INT64)."""
-    return _accumulating("ReduceProd", self, [dim], keepdim, dtype)
+    return _accumulating(op18.ReduceProd, self, [dim], keepdim, dtype)
 
 
 def _mean(self, dim, keepdim: bool, dtype: int | None):
@@ -101,8 +100,8 @@ def _mean(self, dim, keepdim: bool, dtype: int | None):
         raise ValueError(f"mean of {self.dtype} is an error in torch: pass dtype= a floating type")
     if self.dtype in HALF_TYPES:
         out_type = self.dtype
-        return op18.Cast(_reduce("ReduceMean", op18.Cast(self, to=ir.DataType.FLOAT), dim, keepdim), to=out_type)
-    return _reduce("ReduceMean", self, dim, keepdim)
+        return op18.Cast(_reduce(op18.ReduceMean, op18.Cast(self, to=ir.DataType.FLOAT), dim, keepdim), to=out_type)
+    return _reduce(op18.ReduceMean, self, dim, keepdim)
 
 
 def aten_mean(self, dtype: int | None = None):
@@ -115,17 +114,17 @@ def aten_mean_dim(self, dim: Sequence[int] | None, keepdim: bool = False, dtype:
     return _mean(self, dim, keepdim, dtype)
 
 
-def _extremum(op_name: str, self, dim, keepdim: bool):
-    """ReduceMax/Min; bools go through UINT8 (ReduceMax takes BOOL only from opset 20);
+def _extremum(reduce, self, dim, keepdim: bool):
+    """``reduce``, ReduceMax or ReduceMin; bools go through UINT8 (ReduceMax takes BOOL only from opset 20);
     floats propagate NaN (see the module docstring)."""
     if self.dtype == ir.DataType.BOOL:
-        reduced = _reduce(op_name, op18.Cast(self, to=ir.DataType.UINT8), dim, keepdim)
+        reduced = _reduce(reduce, op18.Cast(self, to=ir.DataType.UINT8), dim, keepdim)
         return op18.Cast(reduced, to=ir.DataType.BOOL)
-    reduced = _reduce(op_name, self, dim, keepdim)
+    reduced = _reduce(reduce, self, dim, keepdim)
     if self.dtype not in FLOAT_TYPES or rank_of(self) == 0 or _dims(dim, rank_of(self)) == []:
         return reduced  # integers have no NaN; a 0-d input is returned as is
     nans = op18.Where(op18.IsNaN(self), self, op18.CastLike(0.0, self))
-    return op18.Sub(reduced, _reduce("ReduceSum", nans, dim, keepdim))  # x - 0 is exact, -0.0 included
+    return op18.Sub(reduced, _reduce(op18.ReduceSum, nans, dim, keepdim))  # x - 0 is exact, -0.0 included
 
 
 def _nan_key(self, nan_largest: bool):
@@ -149,59 +148,59 @@ def _first_nan_or(indices, self, axis: int):
     return op18.Where(op18.GatherElements(nan, first, axis=axis), first, indices)
 
 
-def _nan_arg(op_name: str, self, axis: int, keepdim: bool):
-    """ArgMax/ArgMin of floating ``self`` along ``axis`` with NaN winning, first occurrence."""
-    arg = getattr(op18, op_name)
+def _nan_arg(arg, self, axis: int, keepdim: bool):
+    """``arg`` (ArgMax or ArgMin) of floating ``self`` along ``axis`` with NaN winning, first occurrence."""
     if self.dtype == ir.DataType.DOUBLE:
         found = _first_nan_or(arg(self, axis=axis, keepdims=1), self, axis)
         return found if keepdim else op18.Squeeze(found, [axis])
-    return arg(_nan_key(self, nan_largest=op_name == "ArgMax"), axis=axis, keepdims=int(keepdim))
+    return arg(_nan_key(self, nan_largest=arg == op18.ArgMax), axis=axis, keepdims=int(keepdim))
 
 
 def aten_amax(self, dim: Sequence[int] = (), keepdim: bool = False):
     """amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor: ReduceMax (every dim when dim=[])."""
-    return _extremum("ReduceMax", self, dim, keepdim)
+    return _extremum(op18.ReduceMax, self, dim, keepdim)
 
 
 def aten_amin(self, dim: Sequence[int] = (), keepdim: bool = False):
     """amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor: ReduceMin (every dim when dim=[])."""
-    return _extremum("ReduceMin", self, dim, keepdim)
+    return _extremum(op18.ReduceMin, self, dim, keepdim)
 
 
 def aten_max(self):
     """max(Tensor self) -> Tensor: ReduceMax over all dims."""
-    return _extremum("ReduceMax", self, None, False)
+    return _extremum(op18.ReduceMax, self, None, False)
 
 
 def aten_min(self):
     """min(Tensor self) -> Tensor: ReduceMin over all dims."""
-    return _extremum("ReduceMin", self, None, False)
+    return _extremum(op18.ReduceMin, self, None, False)
 
 
-def _arg(op_name: str, self, dim: int | None, keepdim: bool):
+def _arg(arg, self, dim: int | None, keepdim: bool):
+    """``arg`` (ArgMax or ArgMin) along ``dim`` (None: of the flattened input)."""
     rank = rank_of(self)
-    arg = getattr(op18, op_name)
     if self.dtype == ir.DataType.BOOL:
         self = op18.Cast(self, to=ir.DataType.UINT8)
     if rank == 0:
         return op18.Constant(value_int=0)
     if self.dtype in FLOAT_TYPES:
         if dim is None:
-            flat = _nan_arg(op_name, op18.Reshape(self, [-1]), 0, False)
+            flat = _nan_arg(arg, op18.Reshape(self, [-1]), 0, False)
             return op18.Reshape(flat, [1] * rank) if keepdim else flat
-        return _nan_arg(op_name, self, dim, keepdim)
+        return _nan_arg(arg, self, dim, keepdim)
     if dim is None:
         flat = arg(op18.Reshape(self, [-1]), axis=0, keepdims=0)
         return op18.Reshape(flat, [1] * rank) if keepdim else flat
     return arg(self, axis=dim, keepdims=int(keepdim))
 
 
-def _max_min_dim(reduce_name: str, arg_name: str, self, dim: int, keepdim: bool):
+def _max_min_dim(reduce, arg, self, dim: int, keepdim: bool):
+    """max.dim/min.dim: ``reduce`` (ReduceMax or ReduceMin) and ``arg`` (ArgMax or ArgMin)."""
     if rank_of(self) == 0:
         return op18.Identity(self), op18.Constant(value_int=0)
     if self.dtype not in FLOAT_TYPES:
-        return _extremum(reduce_name, self, [dim], keepdim), _arg(arg_name, self, dim, keepdim)
-    indices = _nan_arg(arg_name, self, dim, True)  # NaN first; values gathered with the indices: exact
+        return _extremum(reduce, self, [dim], keepdim), _arg(arg, self, dim, keepdim)
+    indices = _nan_arg(arg, self, dim, True)  # NaN first; values gathered with the indices: exact
     values = op18.GatherElements(self, indices, axis=dim)
     if keepdim:
         return values, indices
@@ -210,58 +209,58 @@ def _max_min_dim(reduce_name: str, arg_name: str, self, dim: int, keepdim: bool)
 
 def aten_max_dim(self, dim: int, keepdim: bool = False):
     """max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices): ReduceMax and ArgMax."""
-    return _max_min_dim("ReduceMax", "ArgMax", self, dim, keepdim)
+    return _max_min_dim(op18.ReduceMax, op18.ArgMax, self, dim, keepdim)
 
 
 def aten_min_dim(self, dim: int, keepdim: bool = False):
     """min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices): ReduceMin and ArgMin."""
-    return _max_min_dim("ReduceMin", "ArgMin", self, dim, keepdim)
+    return _max_min_dim(op18.ReduceMin, op18.ArgMin, self, dim, keepdim)
 
 
 def aten_argmax(self, dim: int | None = None, keepdim: bool = False):
     """argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor: ArgMax (of the flattened input when dim=None)."""
-    return _arg("ArgMax", self, dim, keepdim)
+    return _arg(op18.ArgMax, self, dim, keepdim)
 
 
 def aten_argmin(self, dim: int | None = None, keepdim: bool = False):
     """argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor: ArgMin (of the flattened input when dim=None)."""
-    return _arg("ArgMin", self, dim, keepdim)
+    return _arg(op18.ArgMin, self, dim, keepdim)
 
 
-def _any_all(op_name: str, self, dim, keepdim: bool):
-    """any/all: Cast to BOOL (nonzero), then ReduceMax/Min through UINT8."""
+def _any_all(reduce, self, dim, keepdim: bool):
+    """any/all: Cast to BOOL (nonzero), then ``reduce`` (ReduceMax or ReduceMin) through UINT8."""
     flags = self if self.dtype == ir.DataType.BOOL else op18.Cast(self, to=ir.DataType.BOOL)
-    return _extremum(op_name, flags, dim, keepdim)
+    return _extremum(reduce, flags, dim, keepdim)
 
 
 def aten_any(self):
     """any(Tensor self) -> Tensor: Cast to BOOL and ReduceMax over all dims."""
-    return _any_all("ReduceMax", self, None, False)
+    return _any_all(op18.ReduceMax, self, None, False)
 
 
 def aten_any_dim(self, dim: int, keepdim: bool = False):
     """any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMax."""
-    return _any_all("ReduceMax", self, [dim], keepdim)
+    return _any_all(op18.ReduceMax, self, [dim], keepdim)
 
 
 def aten_any_dims(self, dim: Sequence[int] | None = None, keepdim: bool = False):
     """any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMax."""
-    return _any_all("ReduceMax", self, dim, keepdim)
+    return _any_all(op18.ReduceMax, self, dim, keepdim)
 
 
 def aten_all(self):
     """all(Tensor self) -> Tensor: Cast to BOOL and ReduceMin over all dims."""
-    return _any_all("ReduceMin", self, None, False)
+    return _any_all(op18.ReduceMin, self, None, False)
 
 
 def aten_all_dim(self, dim: int, keepdim: bool = False):
     """all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMin."""
-    return _any_all("ReduceMin", self, [dim], keepdim)
+    return _any_all(op18.ReduceMin, self, [dim], keepdim)
 
 
 def aten_all_dims(self, dim: Sequence[int] | None = None, keepdim: bool = False):
     """all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMin."""
-    return _any_all("ReduceMin", self, dim, keepdim)
+    return _any_all(op18.ReduceMin, self, dim, keepdim)
 
 
 def _variance(self, dim, correction, keepdim: bool):
@@ -406,11 +405,11 @@ def aten_logsumexp(self, dim: Sequence[int], keepdim: bool = False):
     if rank_of(self) == 0 or axes == []:
         result = op18.Identity(self)
     else:
-        peak = _reduce("ReduceMax", self, axes, True)
+        peak = _reduce(op18.ReduceMax, self, axes, True)
         peak = op18.Where(op18.IsInf(peak), op18.CastLike(0.0, peak), peak)
-        total = _reduce("ReduceSum", op18.Exp(op18.Sub(self, peak)), axes, keepdim)
+        total = _reduce(op18.ReduceSum, op18.Exp(op18.Sub(self, peak)), axes, keepdim)
         if not keepdim:
-            peak = _reduce("ReduceMax", peak, axes, False)
+            peak = _reduce(op18.ReduceMax, peak, axes, False)
         result = op18.Add(op18.Log(total), peak)
     return result if out_type == result.dtype else op18.Cast(result, to=out_type)
 
