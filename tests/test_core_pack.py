@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import pkgutil
 
 import pytest
 from onnxscript.onnx_opset import opset18 as op18
@@ -11,6 +12,7 @@ from onnxscript.values import Opset
 
 from opreg import _inspect
 from opreg.plugins import build_registry
+from opreg_core_ops import ops
 from opreg_core_ops.ops._helpers import where
 
 CORE = [i for i in build_registry(plugins=[]).impls() if i.pack == "core"]
@@ -85,6 +87,14 @@ def test_the_opset_check_can_fail():
         check_opsets(gelu_through_helpers, requirement)
     with pytest.raises(AssertionError, match="alias op19 for opset 20"):
         check_opsets(gelu_misnamed, requirement)
+
+
+def test_every_family_module_is_loaded():
+    """Each public module of opreg_core_ops.ops is an op family the hook registers."""
+    families = {
+        f"opreg_core_ops.ops.{m.name}" for m in pkgutil.iter_modules(ops.__path__) if not m.name.startswith("_")
+    }
+    assert {i.function.__module__ for i in CORE} == families
 
 
 @pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}")

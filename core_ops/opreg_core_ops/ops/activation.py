@@ -1,5 +1,5 @@
 """Activations: relu, gelu (Gelu from opset 20, its decomposition before), elu/selu/celu,
-leaky_relu, hardtanh, silu, hardswish, hardsigmoid, softplus, mish."""
+leaky_relu, hardtanh, silu, hardswish, hardsigmoid, softplus, mish, softmax and log_softmax."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 
 import opreg
+from opreg_core_ops.ops._helpers import rank_of
 from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES
 
 
@@ -100,6 +101,35 @@ def aten_mish(self):
     return op18.Mish(self)
 
 
+def _softmax(softmax, self, dim: int, dtype: int | None):
+    """``softmax`` (Softmax or LogSoftmax) along ``dim``, after a Cast to ``dtype`` (the result's
+    dtype, if given); a 0-d input as 1-D."""
+    x = self if dtype is None or self.dtype == dtype else op18.Cast(self, to=dtype)
+    if rank_of(self) == 0:
+        return op18.Squeeze(softmax(op18.Unsqueeze(x, [0]), axis=0), [0])
+    return softmax(x, axis=dim)
+
+
+def aten_softmax_internal(self, dim: int, half_to_float: bool):
+    """_softmax(Tensor self, int dim, bool half_to_float) -> Tensor: Softmax (float32 result for half_to_float)."""
+    return _softmax(op18.Softmax, self, dim, ir.DataType.FLOAT if half_to_float else None)
+
+
+def aten_log_softmax_internal(self, dim: int, half_to_float: bool):
+    """_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor: LogSoftmax (float32 result for half_to_float)."""
+    return _softmax(op18.LogSoftmax, self, dim, ir.DataType.FLOAT if half_to_float else None)
+
+
+def aten_softmax(self, dim: int, dtype: int | None = None):
+    """softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor: Softmax (after a Cast to dtype)."""
+    return _softmax(op18.Softmax, self, dim, dtype)
+
+
+def aten_log_softmax(self, dim: int, dtype: int | None = None):
+    """log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor: LogSoftmax (after a Cast to dtype)."""
+    return _softmax(op18.LogSoftmax, self, dim, dtype)
+
+
 def register(registry: opreg.Registrar) -> None:
     registry.register("aten::relu", aten_relu)
     registry.register("aten::gelu", aten_gelu)
@@ -113,3 +143,7 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::hardsigmoid", aten_hardsigmoid)
     registry.register("aten::softplus", aten_softplus)
     registry.register("aten::mish", aten_mish)
+    registry.register("aten::_softmax", aten_softmax_internal)
+    registry.register("aten::_log_softmax", aten_log_softmax_internal)
+    registry.register("aten::softmax.int", aten_softmax)
+    registry.register("aten::log_softmax.int", aten_log_softmax)

@@ -1,4 +1,4 @@
-"""Creation and copies: arange, full/zeros/ones(_like), empty, scalar_tensor, fill, _to_copy, alias, copy."""
+"""Creation and copies: arange, full/zeros/ones(_like), empty, scalar_tensor, fill, _to_copy/to, clone, alias, copy."""
 
 from __future__ import annotations
 
@@ -358,6 +358,11 @@ def aten_to_other(self, other, non_blocking: bool = False, copy: bool = False, m
     return _cast(self, other.dtype)
 
 
+def aten_clone(self, memory_format: str | None = None):
+    """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity."""
+    return op18.Identity(self)
+
+
 def aten_alias(self):
     """alias(Tensor(a) self) -> Tensor(a): Identity."""
     return op18.Identity(self)
@@ -410,6 +415,7 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::to.device", aten_to_device)
     registry.register("aten::to.dtype_layout", aten_to_dtype_layout)
     registry.register("aten::to.other", aten_to_other)
+    registry.register("aten::clone", aten_clone)
     registry.register("aten::alias", aten_alias)
     registry.register("aten::lift_fresh_copy", aten_lift_fresh_copy)
     registry.register("aten::copy", aten_copy)

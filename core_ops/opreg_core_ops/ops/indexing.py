@@ -1,18 +1,16 @@
-"""Indexing: gather/scatter, advanced indexing, select/slice (and their scatters), cat/split, flip, repeat,
-diagonal, nonzero, masked ops, constant padding, embedding."""
+"""Indexing: gather/scatter, advanced indexing, select/slice (and their scatters), flip, repeat,
+diagonal, nonzero, masked ops, embedding."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import onnx
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
-from onnxscript.values import Op
 
 import opreg
 from opreg_core_ops.ops._helpers import rank_of, where
-from opreg_core_ops.ops._promotion import HALF_TYPES, same_type
+from opreg_core_ops.ops._promotion import HALF_TYPES
 
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
@@ -292,53 +290,6 @@ def aten_select_scatter(self, src, dim: int, index: int):
     return op18.ScatterElements(self, indices, src, axis=axis)
 
 
-# -- cat / split -------------------------------------------------------------------------------
-
-
-def aten_cat(tensors, dim: int = 0):
-    """cat(Tensor[] tensors, int dim=0) -> Tensor: Concat (dtypes promoted; legacy empty 1-D inputs dropped)."""
-    ranks = {rank_of(t) for t in tensors}
-    if len(ranks) > 1:
-        tensors = [t for t in tensors if not (rank_of(t) == 1 and t.shape[0] == 0)] or tensors[:1]
-    tensors = same_type(tensors)
-    if len(tensors) == 1:
-        return op18.Identity(tensors[0])
-    return op18.Concat(*tensors, axis=dim)
-
-
-def aten_split_with_sizes(self, split_sizes: Sequence[int], dim: int = 0):
-    """split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]: Split."""
-    count = split_sizes.shape[0] if isinstance(split_sizes, ir.Value) else len(split_sizes)
-    if count == 1:
-        return (op18.Identity(self),)
-    return split_into(self, split_sizes, dim, count)
-
-
-def split_into(x, sizes, axis: int, count: int) -> tuple:
-    """Split with ``count`` outputs; sizes may be a runtime value (then the count cannot be read off them)."""
-    if isinstance(sizes, ir.Value):
-        # op18.Split takes no _outputs; the generic Op passes it on to the recorder
-        split = Op(op18, "Split", onnx.defs.get_schema("Split", 18, ""))
-        return tuple(split(x, sizes, axis=axis, _outputs=count))
-    return tuple(op18.Split(x, list(sizes), axis=axis))
-
-
-def aten_split(self, split_size: int, dim: int = 0):
-    """split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]: Split (static sizes)."""
-    size = self.shape[dim]
-    if not isinstance(size, int) or not isinstance(split_size, int):
-        raise ValueError("split.Tensor needs a static dim size and split size")
-    sizes = [split_size] * (size // split_size) + ([size % split_size] if size % split_size else [])
-    return aten_split_with_sizes(self, sizes or [0], dim)
-
-
-def _split_is_static(node) -> bool:
-    self = node.args[0].meta.get("val")
-    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
-    size = self.shape[dim] if self is not None and self.dim() > 0 else None
-    return isinstance(size, int) and isinstance(node.args[1], int) and node.args[1] > 0
-
-
 # -- rearranging ------------------------------------------------------------------------------
 
 
@@ -388,18 +339,6 @@ def aten_nonzero(self):
         found = op18.Transpose(op18.NonZero(op18.Reshape(self, [1])), perm=[1, 0])
         return op18.Slice(found, [0], [0], [1])
     return op18.Transpose(op18.NonZero(self), perm=[1, 0])
-
-
-def aten_constant_pad_nd(self, pad: Sequence[int], value: float = 0):
-    """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor: Pad (constant mode; negative pads crop)."""
-    if isinstance(pad, ir.Value):
-        raise ValueError("constant_pad_nd needs static pads")
-    rank = rank_of(self)
-    begins, ends = [0] * rank, [0] * rank
-    for i in range(len(pad) // 2):
-        begins[rank - 1 - i] = pad[2 * i]
-        ends[rank - 1 - i] = pad[2 * i + 1]
-    return op18.Pad(self, begins + ends, op18.CastLike(value, self), mode="constant")
 
 
 # -- masks ----------------------------------------------------------------------------------------
@@ -572,14 +511,10 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::slice.Tensor", aten_slice)
     registry.register("aten::slice_scatter", aten_slice_scatter)
     registry.register("aten::select_scatter", aten_select_scatter)
-    registry.register("aten::cat", aten_cat)
-    registry.register("aten::split_with_sizes", aten_split_with_sizes)
-    registry.register("aten::split.Tensor", aten_split, predicate=_split_is_static)
     registry.register("aten::flip", aten_flip)
     registry.register("aten::repeat", aten_repeat)
     registry.register("aten::diagonal", aten_diagonal)
     registry.register("aten::nonzero", aten_nonzero)
-    registry.register("aten::constant_pad_nd", aten_constant_pad_nd)
     registry.register("aten::masked_fill.Scalar", aten_masked_fill_scalar)
     registry.register("aten::masked_fill.Tensor", aten_masked_fill_tensor)
     registry.register("aten::masked_scatter", aten_masked_scatter)

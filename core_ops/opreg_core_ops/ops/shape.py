@@ -1,4 +1,4 @@
-"""Shapes and views: view/reshape, flatten, permute/transpose, (un)squeeze, expand, stack/unbind, sizes."""
+"""Shapes and views: view/reshape, flatten, permute/transpose, (un)squeeze, expand, sizes."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg_core_ops.ops._helpers import rank_of
-from opreg_core_ops.ops._promotion import same_type
-from opreg_core_ops.ops.indexing import split_into
 
 
 def _reshape(self, size):
@@ -109,11 +107,6 @@ def aten_sym_size(self, dim: int):
     return op18.Squeeze(op18.Shape(self, start=start, end=end), [0])
 
 
-def aten_clone(self, memory_format: str | None = None):
-    """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity."""
-    return op18.Identity(self)
-
-
 def aten_expand(self, size: Sequence[int], implicit: bool = False):
     """expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a): Expand (-1, keep a dim, as 1)."""
     if isinstance(size, ir.Value):
@@ -151,34 +144,6 @@ def aten_sym_stride(self, dim: int):
     return op18.ReduceProd(op18.Shape(self, start=start + 1), keepdims=0)
 
 
-def aten_unbind(self, dim: int = 0):
-    """unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]: Split into ones and Squeeze (static dim size)."""
-    rank = rank_of(self)
-    axis = dim % rank
-    size = self.shape[axis]
-    if not isinstance(size, int):
-        raise ValueError(f"unbind needs a static size for dim {dim}, got {size}")
-    if size == 1:
-        return (op18.Squeeze(self, [axis]),)
-    parts = split_into(self, [1] * size, axis, size)
-    return tuple(op18.Squeeze(p, [axis]) for p in parts)
-
-
-def aten_stack(tensors, dim: int = 0):
-    """stack(Tensor[] tensors, int dim=0) -> Tensor: Unsqueeze each and Concat (dtypes promoted)."""
-    rank = rank_of(tensors[0])
-    axis = dim + rank + 1 if dim < 0 else dim
-    tensors = same_type(tensors)
-    parts = [op18.Unsqueeze(t, [axis]) for t in tensors]
-    return parts[0] if len(parts) == 1 else op18.Concat(*parts, axis=axis)
-
-
-def _unbind_is_static(node) -> bool:
-    value = node.args[0].meta.get("val")
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    return value is not None and value.dim() > 0 and isinstance(value.shape[dim], int)
-
-
 def register(registry: opreg.Registrar) -> None:
     registry.register("aten::view", aten_view)
     registry.register("aten::reshape", aten_reshape)
@@ -190,12 +155,9 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::unsqueeze", aten_unsqueeze)
     registry.register("aten::squeeze.dims", aten_squeeze_dims)
     registry.register("aten::sym_size.int", aten_sym_size)
-    registry.register("aten::clone", aten_clone)
     registry.register("aten::expand", aten_expand)
     registry.register("aten::expand_as", aten_expand_as)
     registry.register("aten::squeeze.dim", aten_squeeze_dim)
     registry.register("aten::squeeze.default", aten_squeeze)
     registry.register("aten::sym_numel", aten_sym_numel)
     registry.register("aten::sym_stride.int", aten_sym_stride)
-    registry.register("aten::unbind.int", aten_unbind, predicate=_unbind_is_static)
-    registry.register("aten::stack", aten_stack)
