@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import inspect
 import pkgutil
+from collections.abc import Sequence
 
 import pytest
+import torch
 from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 from onnxscript.values import Opset
@@ -13,7 +15,7 @@ from onnxscript.values import Opset
 from opreg import _inspect
 from opreg.plugins import build_registry
 from opreg_core_ops import ops
-from opreg_core_ops.ops._helpers import where
+from opreg_core_ops.ops._helpers import Tensor, where
 
 CORE = [i for i in build_registry(plugins=[]).impls() if i.pack == "core"]
 
@@ -95,6 +97,32 @@ def test_every_family_module_is_loaded():
         f"opreg_core_ops.ops.{m.name}" for m in pkgutil.iter_modules(ops.__path__) if not m.name.startswith("_")
     }
     assert {i.function.__module__ for i in CORE} == families
+
+
+def tensor_annotation(jit_type):
+    """What a tensor argument of torch type ``jit_type`` is annotated with: ``Tensor``,
+    ``Tensor | None`` (``Tensor?``), ``Sequence[Tensor]`` (``Tensor[]``), ``Sequence[Tensor | None]``."""
+    if isinstance(jit_type, torch.OptionalType):
+        return tensor_annotation(jit_type.getElementType()) | None
+    if isinstance(jit_type, torch.ListType):
+        return Sequence[tensor_annotation(jit_type.getElementType())]
+    return Tensor
+
+
+@pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}")
+def test_parameters_are_annotated_and_named_as_the_schema_says(impl):
+    """Tensor arguments annotated with ``Tensor`` (read as tensors, not attributes), the others with
+    attribute types, each parameter named as the ATen schema names it."""
+    annotations = inspect.signature(impl.function, eval_str=True).parameters
+    arguments = [a for a in _inspect.torch_schema(impl.op).arguments if not a.is_out]
+    assert len(impl.params.params) == len(arguments), f"{impl.name} leaves schema arguments out"
+    for param, arg in zip(impl.params.params, arguments, strict=True):
+        assert param.name == arg.name
+        if _inspect._schema_arg_kind(arg) == "tensor":
+            assert annotations[param.name].annotation == tensor_annotation(arg.type), f"{impl.name}: {param.text}"
+            assert not param.attribute
+        else:
+            assert param.attribute, f"{impl.name}: {param.text} is not annotated as an attribute"
 
 
 @pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}")

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
+
+Tensor: TypeAlias = ir.Value
+"""The annotation of an impl's tensor parameters: the exporter hands a trace-only impl each
+tensor input as the ``onnx_ir.Value`` it records ops on (``Tensor | None`` for ``Tensor?``,
+``Sequence[Tensor]`` for ``Tensor[]``). Registration reads it as a tensor, not an attribute."""
 
 
 def expand_param(value: int | Sequence[int], rank: int) -> list[int]:

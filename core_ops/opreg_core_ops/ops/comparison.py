@@ -7,6 +7,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
+from opreg_core_ops.ops._helpers import Tensor
 from opreg_core_ops.ops._promotion import FLOAT_TYPES, cast_to, promote
 from opreg_core_ops.ops.elementwise import isinf
 
@@ -28,62 +29,62 @@ def _order(self, other, compare):
     return compare(a, b)
 
 
-def aten_eq(self, other):
+def aten_eq(self: Tensor, other: Tensor):
     """eq.Tensor(Tensor self, Tensor other) -> Tensor: Equal, after torch's promotion."""
     return _equal(self, other)
 
 
-def aten_eq_scalar(self, other: float):
+def aten_eq_scalar(self: Tensor, other: float):
     """eq.Scalar(Tensor self, Scalar other) -> Tensor: Equal, after torch's promotion."""
     return _equal(self, other)
 
 
-def aten_ne(self, other):
+def aten_ne(self: Tensor, other: Tensor):
     """ne.Tensor(Tensor self, Tensor other) -> Tensor: Not of Equal, after torch's promotion."""
     return op18.Not(_equal(self, other))
 
 
-def aten_ne_scalar(self, other: float):
+def aten_ne_scalar(self: Tensor, other: float):
     """ne.Scalar(Tensor self, Scalar other) -> Tensor: Not of Equal, after torch's promotion."""
     return op18.Not(_equal(self, other))
 
 
-def aten_lt(self, other):
+def aten_lt(self: Tensor, other: Tensor):
     """lt.Tensor(Tensor self, Tensor other) -> Tensor: Less, after torch's promotion."""
     return _order(self, other, op18.Less)
 
 
-def aten_lt_scalar(self, other: float):
+def aten_lt_scalar(self: Tensor, other: float):
     """lt.Scalar(Tensor self, Scalar other) -> Tensor: Less, after torch's promotion."""
     return _order(self, other, op18.Less)
 
 
-def aten_le(self, other):
+def aten_le(self: Tensor, other: Tensor):
     """le.Tensor(Tensor self, Tensor other) -> Tensor: LessOrEqual, after torch's promotion."""
     return _order(self, other, op18.LessOrEqual)
 
 
-def aten_le_scalar(self, other: float):
+def aten_le_scalar(self: Tensor, other: float):
     """le.Scalar(Tensor self, Scalar other) -> Tensor: LessOrEqual, after torch's promotion."""
     return _order(self, other, op18.LessOrEqual)
 
 
-def aten_gt(self, other):
+def aten_gt(self: Tensor, other: Tensor):
     """gt.Tensor(Tensor self, Tensor other) -> Tensor: Greater, after torch's promotion."""
     return _order(self, other, op18.Greater)
 
 
-def aten_gt_scalar(self, other: float):
+def aten_gt_scalar(self: Tensor, other: float):
     """gt.Scalar(Tensor self, Scalar other) -> Tensor: Greater, after torch's promotion."""
     return _order(self, other, op18.Greater)
 
 
-def aten_ge(self, other):
+def aten_ge(self: Tensor, other: Tensor):
     """ge.Tensor(Tensor self, Tensor other) -> Tensor: GreaterOrEqual, after torch's promotion."""
     return _order(self, other, op18.GreaterOrEqual)
 
 
-def aten_ge_scalar(self, other: float):
+def aten_ge_scalar(self: Tensor, other: float):
     """ge.Scalar(Tensor self, Scalar other) -> Tensor: GreaterOrEqual, after torch's promotion."""
     return _order(self, other, op18.GreaterOrEqual)
 
@@ -91,22 +92,22 @@ def aten_ge_scalar(self, other: float):
 # -- logical --------------------------------------------------------------------------------
 
 
-def aten_logical_and(self, other):
+def aten_logical_and(self: Tensor, other: Tensor):
     """logical_and(Tensor self, Tensor other) -> Tensor: And of the inputs as bool."""
     return op18.And(cast_to(self, _BOOL), cast_to(other, _BOOL))
 
 
-def aten_logical_or(self, other):
+def aten_logical_or(self: Tensor, other: Tensor):
     """logical_or(Tensor self, Tensor other) -> Tensor: Or of the inputs as bool."""
     return op18.Or(cast_to(self, _BOOL), cast_to(other, _BOOL))
 
 
-def aten_logical_xor(self, other):
+def aten_logical_xor(self: Tensor, other: Tensor):
     """logical_xor(Tensor self, Tensor other) -> Tensor: Xor of the inputs as bool."""
     return op18.Xor(cast_to(self, _BOOL), cast_to(other, _BOOL))
 
 
-def aten_logical_not(self):
+def aten_logical_not(self: Tensor):
     """logical_not(Tensor self) -> Tensor: Not of the input as bool."""
     return op18.Not(cast_to(self, _BOOL))
 
@@ -124,47 +125,47 @@ def _bitwise(self, other, bitwise, logical):
     return bitwise(a, b)
 
 
-def aten_bitwise_and(self, other):
+def aten_bitwise_and(self: Tensor, other: Tensor):
     """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseAnd (And for bool)."""
     return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
-def aten_bitwise_and_scalar(self, other: float):
+def aten_bitwise_and_scalar(self: Tensor, other: float):
     """bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseAnd (And for bool)."""
     return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
-def aten_bitwise_or(self, other):
+def aten_bitwise_or(self: Tensor, other: Tensor):
     """bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseOr (Or for bool)."""
     return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
-def aten_bitwise_or_scalar(self, other: float):
+def aten_bitwise_or_scalar(self: Tensor, other: float):
     """bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseOr (Or for bool)."""
     return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
-def aten_bitwise_xor(self, other):
+def aten_bitwise_xor(self: Tensor, other: Tensor):
     """bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseXor (Xor for bool)."""
     return _bitwise(self, other, op18.BitwiseXor, op18.Xor)
 
 
-def aten_bitwise_xor_scalar(self, other: float):
+def aten_bitwise_xor_scalar(self: Tensor, other: float):
     """bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseXor (Xor for bool)."""
     return _bitwise(self, other, op18.BitwiseXor, op18.Xor)
 
 
-def aten_and(self, other):
+def aten_and(self: Tensor, other: Tensor):
     """__and__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_and (the ``&`` operator)."""
     return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
-def aten_or(self, other):
+def aten_or(self: Tensor, other: Tensor):
     """__or__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_or (the ``|`` operator)."""
     return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
-def aten_bitwise_not(self):
+def aten_bitwise_not(self: Tensor):
     """bitwise_not(Tensor self) -> Tensor: BitwiseNot (Not for bool)."""
     if self.dtype == _BOOL:
         return op18.Not(self)
@@ -179,14 +180,14 @@ def _all_false(self):
     return op18.Not(op18.Equal(self, self))
 
 
-def aten_isinf(self):
+def aten_isinf(self: Tensor):
     """isinf(Tensor self) -> Tensor: IsInf (all False for integers and bool)."""
     if self.dtype not in FLOAT_TYPES:
         return _all_false(self)
     return isinf(self)
 
 
-def aten_isnan(self):
+def aten_isnan(self: Tensor):
     """isnan(Tensor self) -> Tensor: IsNaN (all False for integers and bool)."""
     if self.dtype not in FLOAT_TYPES:
         return _all_false(self)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import expand_param, rank_of, symmetric_pads
+from opreg_core_ops.ops._helpers import Tensor, expand_param, rank_of, symmetric_pads
 
 
 def _unbatched(input, weight) -> bool:
@@ -59,9 +59,9 @@ def _conv_transpose(input, weight, bias, stride, padding, dilation, output_paddi
 
 
 def aten_conv2d(
-    input,
-    weight,
-    bias=None,
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
     stride: Sequence[int] = (1, 1),
     padding: Sequence[int] = (0, 0),
     dilation: Sequence[int] = (1, 1),
@@ -72,9 +72,9 @@ def aten_conv2d(
 
 
 def aten_convolution(
-    input,
-    weight,
-    bias,
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
     stride: Sequence[int],
     padding: Sequence[int],
     dilation: Sequence[int],

@@ -9,6 +9,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
+from opreg_core_ops.ops._helpers import Tensor
 from opreg_core_ops.ops._promotion import is_integral
 
 
@@ -106,7 +107,7 @@ def aten_empty_strided(
 
 
 def aten_full_like(
-    self,
+    self: Tensor,
     fill_value: float,
     dtype: int | None = None,
     layout: int | None = None,
@@ -119,7 +120,7 @@ def aten_full_like(
 
 
 def aten_zeros_like(
-    self,
+    self: Tensor,
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -131,7 +132,7 @@ def aten_zeros_like(
 
 
 def aten_ones_like(
-    self,
+    self: Tensor,
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -143,7 +144,7 @@ def aten_ones_like(
 
 
 def aten_empty_like(
-    self,
+    self: Tensor,
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -155,7 +156,7 @@ def aten_empty_like(
 
 
 def aten_new_full(
-    self,
+    self: Tensor,
     size: Sequence[int],
     fill_value: float,
     dtype: int | None = None,
@@ -168,7 +169,7 @@ def aten_new_full(
 
 
 def aten_new_zeros(
-    self,
+    self: Tensor,
     size: Sequence[int],
     dtype: int | None = None,
     layout: int | None = None,
@@ -180,7 +181,7 @@ def aten_new_zeros(
 
 
 def aten_new_ones(
-    self,
+    self: Tensor,
     size: Sequence[int],
     dtype: int | None = None,
     layout: int | None = None,
@@ -192,7 +193,7 @@ def aten_new_ones(
 
 
 def aten_new_empty(
-    self,
+    self: Tensor,
     size: Sequence[int],
     dtype: int | None = None,
     layout: int | None = None,
@@ -214,12 +215,12 @@ def aten_scalar_tensor(
     return _constant(s, ir.DataType.FLOAT if dtype is None else dtype)
 
 
-def aten_fill_scalar(self, value: float):
+def aten_fill_scalar(self: Tensor, value: float):
     """fill.Scalar(Tensor self, Scalar value) -> Tensor: Expand of a constant to Shape(self)."""
     return _full(op18.Shape(self), value, self.dtype)
 
 
-def aten_fill_tensor(self, value):
+def aten_fill_tensor(self: Tensor, value: Tensor):
     """fill.Tensor(Tensor self, Tensor value) -> Tensor: Expand of CastLike(value, self) to Shape(self)."""
     return op18.Expand(op18.CastLike(value, self), op18.Shape(self))
 
@@ -304,7 +305,7 @@ def aten_arange(
 
 
 def aten_to_copy(
-    self,
+    self: Tensor,
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -322,13 +323,15 @@ def _cast(self, dtype: int | None):
     return op18.Cast(self, to=dtype)
 
 
-def aten_to_dtype(self, dtype: int, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None):
+def aten_to_dtype(
+    self: Tensor, dtype: int, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None
+):
     """to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast (Identity when the dtype stays)."""
     return _cast(self, dtype)
 
 
 def aten_to_device(
-    self,
+    self: Tensor,
     device: str | None,
     dtype: int,
     non_blocking: bool = False,
@@ -340,7 +343,7 @@ def aten_to_device(
 
 
 def aten_to_dtype_layout(
-    self,
+    self: Tensor,
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -353,32 +356,34 @@ def aten_to_dtype_layout(
     return _cast(self, dtype)
 
 
-def aten_to_other(self, other, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None):
+def aten_to_other(
+    self: Tensor, other: Tensor, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None
+):
     """to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast to other's dtype (Identity when it stays)."""
     return _cast(self, other.dtype)
 
 
-def aten_clone(self, memory_format: str | None = None):
+def aten_clone(self: Tensor, memory_format: str | None = None):
     """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity."""
     return op18.Identity(self)
 
 
-def aten_alias(self):
+def aten_alias(self: Tensor):
     """alias(Tensor(a) self) -> Tensor(a): Identity."""
     return op18.Identity(self)
 
 
-def aten_lift_fresh_copy(self):
+def aten_lift_fresh_copy(self: Tensor):
     """lift_fresh_copy(Tensor self) -> Tensor: Identity."""
     return op18.Identity(self)
 
 
-def aten_copy(self, src, non_blocking: bool = False):
+def aten_copy(self: Tensor, src: Tensor, non_blocking: bool = False):
     """copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor: CastLike(src, self) expanded to Shape(self)."""
     return op18.Expand(op18.CastLike(src, self), op18.Shape(self))
 
 
-def aten_local_scalar_dense(self):
+def aten_local_scalar_dense(self: Tensor):
     """_local_scalar_dense(Tensor self) -> Scalar: Reshape to 0-d and Cast to INT64, FLOAT or BOOL (the scalar's type)."""
     if self.dtype == ir.DataType.BOOL:
         to = ir.DataType.BOOL

@@ -5,15 +5,15 @@ from __future__ import annotations
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import node_arg
+from opreg_core_ops.ops._helpers import Tensor, node_arg
 
 
-def aten_dropout(input, p: float, train: bool):
+def aten_dropout(input: Tensor, p: float, train: bool):
     """dropout(Tensor input, float p, bool train) -> Tensor: Identity (eval only)."""
     return op18.Identity(input)
 
 
-def aten_native_dropout(input, p: float, train: bool | None):
+def aten_native_dropout(input: Tensor, p: float, train: bool | None):
     """native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor): Identity and an all-true mask (eval only)."""
     return op18.Identity(input), op18.Expand(True, op18.Shape(input))
 

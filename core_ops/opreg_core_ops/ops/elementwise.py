@@ -10,7 +10,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import where
+from opreg_core_ops.ops._helpers import Tensor, where
 from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES, as_float, cast_to, promote
 
 _POW_TYPES = frozenset({ir.DataType.INT32, ir.DataType.INT64}) | FLOAT_TYPES
@@ -136,52 +136,52 @@ def _extremum(self, other, maximum: bool):
 # -- add, sub, mul, div --------------------------------------------------------------------
 
 
-def aten_add(self, other, alpha: float = 1.0):
+def aten_add(self: Tensor, other: Tensor, alpha: float = 1.0):
     """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Add (and Mul for alpha; Or for bool), after torch's promotion."""
     return _add(self, other, alpha, subtract=False)
 
 
-def aten_add_scalar(self, other: float, alpha: float = 1.0):
+def aten_add_scalar(self: Tensor, other: float, alpha: float = 1.0):
     """add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Add (Or for bool), after torch's promotion."""
     return _add(self, other, alpha, subtract=False)
 
 
-def aten_sub(self, other, alpha: float = 1.0):
+def aten_sub(self: Tensor, other: Tensor, alpha: float = 1.0):
     """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Sub (and Mul for alpha), after torch's promotion."""
     return _add(self, other, alpha, subtract=True)
 
 
-def aten_sub_scalar(self, other: float, alpha: float = 1.0):
+def aten_sub_scalar(self: Tensor, other: float, alpha: float = 1.0):
     """sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Sub, after torch's promotion."""
     return _add(self, other, alpha, subtract=True)
 
 
-def aten_mul(self, other):
+def aten_mul(self: Tensor, other: Tensor):
     """mul.Tensor(Tensor self, Tensor other) -> Tensor: Mul (And for bool), after torch's promotion."""
     return _mul(self, other)
 
 
-def aten_mul_scalar(self, other: float):
+def aten_mul_scalar(self: Tensor, other: float):
     """mul.Scalar(Tensor self, Scalar other) -> Tensor: Mul (And for bool), after torch's promotion."""
     return _mul(self, other)
 
 
-def aten_div(self, other):
+def aten_div(self: Tensor, other: Tensor):
     """div.Tensor(Tensor self, Tensor other) -> Tensor: Div (integers cast to float first)."""
     return _divide(self, other, None)
 
 
-def aten_div_scalar(self, other: float):
+def aten_div_scalar(self: Tensor, other: float):
     """div.Scalar(Tensor self, Scalar other) -> Tensor: Div (integers cast to float first)."""
     return _divide(self, other, None)
 
 
-def aten_div_mode(self, other, rounding_mode: str | None = None):
+def aten_div_mode(self: Tensor, other: Tensor, rounding_mode: str | None = None):
     """div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor: Div, with Floor/Ceil/Where for trunc and Mod for floor."""
     return _divide(self, other, rounding_mode)
 
 
-def aten_div_scalar_mode(self, other: float, rounding_mode: str | None = None):
+def aten_div_scalar_mode(self: Tensor, other: float, rounding_mode: str | None = None):
     """div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor: Div, with Floor/Ceil/Where for trunc and Mod for floor."""
     return _divide(self, other, rounding_mode)
 
@@ -189,49 +189,49 @@ def aten_div_scalar_mode(self, other: float, rounding_mode: str | None = None):
 # -- pow, fmod, remainder, atan2 -------------------------------------------------------------
 
 
-def aten_pow(self, exponent):
+def aten_pow(self: Tensor, exponent: Tensor):
     """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor: Pow, after torch's promotion."""
     return _pow(self, exponent)
 
 
-def aten_pow_tensor_scalar(self, exponent: float):
+def aten_pow_tensor_scalar(self: Tensor, exponent: float):
     """pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor: Pow (Mul for squares), after torch's promotion."""
     if exponent == 2 and self.dtype in FLOAT_TYPES:
         return op18.Mul(self, self)  # exact, as torch computes x ** 2
     return _pow(self, exponent)
 
 
-def aten_pow_scalar(self: float, exponent):
+def aten_pow_scalar(self: float, exponent: Tensor):
     """pow.Scalar(Scalar self, Tensor exponent) -> Tensor: Pow of a constant base, after torch's promotion."""
     return _pow(self, exponent)
 
 
-def aten_fmod(self, other):
+def aten_fmod(self: Tensor, other: Tensor):
     """fmod.Tensor(Tensor self, Tensor other) -> Tensor: Mod (fmod=1), after torch's promotion."""
     return _fmod_promoted(self, other)
 
 
-def aten_fmod_scalar(self, other: float):
+def aten_fmod_scalar(self: Tensor, other: float):
     """fmod.Scalar(Tensor self, Scalar other) -> Tensor: Mod (fmod=1), after torch's promotion."""
     return _fmod_promoted(self, other)
 
 
-def aten_remainder(self, other):
+def aten_remainder(self: Tensor, other: Tensor):
     """remainder.Tensor(Tensor self, Tensor other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
     return _remainder(self, other)
 
 
-def aten_remainder_scalar(self, other: float):
+def aten_remainder_scalar(self: Tensor, other: float):
     """remainder.Scalar(Tensor self, Scalar other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
     return _remainder(self, other)
 
 
-def aten_remainder_scalar_tensor(self: float, other):
+def aten_remainder_scalar_tensor(self: float, other: Tensor):
     """remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
     return _remainder(self, other)
 
 
-def aten_atan2(self, other):
+def aten_atan2(self: Tensor, other: Tensor):
     """atan2(Tensor self, Tensor other) -> Tensor: Atan of the ratio with Where for the quadrant, zeros and infinities (ONNX has no Atan2)."""
     dtype, (y, x) = promote(self, other)
     if dtype == ir.DataType.BFLOAT16:  # Atan takes no bfloat16
@@ -261,17 +261,17 @@ def _negative(x):
 # -- maximum, minimum, clamp, where ---------------------------------------------------------------
 
 
-def aten_maximum(self, other):
+def aten_maximum(self: Tensor, other: Tensor):
     """maximum(Tensor self, Tensor other) -> Tensor: Max (Or for bool), after torch's promotion."""
     return _extremum(self, other, maximum=True)
 
 
-def aten_minimum(self, other):
+def aten_minimum(self: Tensor, other: Tensor):
     """minimum(Tensor self, Tensor other) -> Tensor: Min (And for bool), after torch's promotion."""
     return _extremum(self, other, maximum=False)
 
 
-def aten_clamp(self, min: float | None = None, max: float | None = None):
+def aten_clamp(self: Tensor, min: float | None = None, max: float | None = None):
     """clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor: Clip, after torch's promotion."""
     dtype, (x, low, high) = promote(self, min, max)
     if dtype == ir.DataType.BOOL:
@@ -281,7 +281,7 @@ def aten_clamp(self, min: float | None = None, max: float | None = None):
     return op18.Clip(x, low, high)  # keeps NaN, as torch does
 
 
-def aten_clamp_tensor(self, min=None, max=None):
+def aten_clamp_tensor(self: Tensor, min: Tensor | None = None, max: Tensor | None = None):
     """clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor: Max and Min (the bounds broadcast)."""
     _, (x, low, high) = promote(self, min, max)
     if low is not None:
@@ -291,7 +291,7 @@ def aten_clamp_tensor(self, min=None, max=None):
     return op18.Identity(x) if low is None and high is None else x
 
 
-def aten_where(condition, self, other):
+def aten_where(condition: Tensor, self: Tensor, other: Tensor):
     """where.self(Tensor condition, Tensor self, Tensor other) -> Tensor: Where (And/Or/Not for bool), after torch's promotion of self and other."""
     _, (a, b) = promote(self, other)
     return where(cast_to(condition, ir.DataType.BOOL), a, b)
@@ -300,19 +300,19 @@ def aten_where(condition, self, other):
 # -- unary math ---------------------------------------------------------------------------------
 
 
-def aten_abs(self):
+def aten_abs(self: Tensor):
     """abs(Tensor self) -> Tensor: Abs."""
     return op18.Abs(self)
 
 
-def aten_neg(self):
+def aten_neg(self: Tensor):
     """neg(Tensor self) -> Tensor: Neg (Sub from 0 for unsigned integers, which wrap as in torch)."""
     if self.dtype in (ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64):
         return op18.Sub(op18.CastLike(0, self), self)
     return op18.Neg(self)
 
 
-def aten_sign(self):
+def aten_sign(self: Tensor):
     """sign(Tensor self) -> Tensor: Sign (NaN -> 0 as torch; Identity for bool)."""
     if self.dtype == ir.DataType.BOOL:
         return op18.Identity(self)
@@ -328,17 +328,17 @@ def _rounding(self, rounder):
     return float_unary(self, rounder)
 
 
-def aten_ceil(self):
+def aten_ceil(self: Tensor):
     """ceil(Tensor self) -> Tensor: Ceil (Identity for integers)."""
     return _rounding(self, op18.Ceil)
 
 
-def aten_floor(self):
+def aten_floor(self: Tensor):
     """floor(Tensor self) -> Tensor: Floor (Identity for integers)."""
     return _rounding(self, op18.Floor)
 
 
-def aten_round(self):
+def aten_round(self: Tensor):
     """round(Tensor self) -> Tensor: Round (half to even, as torch; Identity for integers)."""
     return _rounding(self, op18.Round)
 
@@ -350,84 +350,84 @@ def _round_decimals(x, decimals: int):
     return op18.Mul(op18.Round(op18.Div(x, scale)), scale)
 
 
-def aten_round_decimals(self, decimals: int):
+def aten_round_decimals(self: Tensor, decimals: int):
     """round.decimals(Tensor self, *, int decimals) -> Tensor: Mul, Round and Div by the power of ten (as torch computes it)."""
     if decimals == 0:
         return aten_round(self)
     return _rounding(self, lambda x: _round_decimals(x, decimals))
 
 
-def aten_trunc(self):
+def aten_trunc(self: Tensor):
     """trunc(Tensor self) -> Tensor: Ceil below zero, Floor above (ONNX has no Trunc; Identity for integers)."""
     return _rounding(self, trunc)
 
 
-def aten_acos(self):
+def aten_acos(self: Tensor):
     """acos(Tensor self) -> Tensor: Acos."""
     return float_unary(self, op18.Acos)
 
 
-def aten_acosh(self):
+def aten_acosh(self: Tensor):
     """acosh(Tensor self) -> Tensor: Acosh."""
     return float_unary(self, op18.Acosh)
 
 
-def aten_asin(self):
+def aten_asin(self: Tensor):
     """asin(Tensor self) -> Tensor: Asin."""
     return float_unary(self, op18.Asin)
 
 
-def aten_asinh(self):
+def aten_asinh(self: Tensor):
     """asinh(Tensor self) -> Tensor: Asinh."""
     return float_unary(self, op18.Asinh)
 
 
-def aten_atan(self):
+def aten_atan(self: Tensor):
     """atan(Tensor self) -> Tensor: Atan."""
     return float_unary(self, op18.Atan)
 
 
-def aten_atanh(self):
+def aten_atanh(self: Tensor):
     """atanh(Tensor self) -> Tensor: Atanh."""
     return float_unary(self, op18.Atanh)
 
 
-def aten_cos(self):
+def aten_cos(self: Tensor):
     """cos(Tensor self) -> Tensor: Cos."""
     return float_unary(self, op18.Cos)
 
 
-def aten_cosh(self):
+def aten_cosh(self: Tensor):
     """cosh(Tensor self) -> Tensor: Cosh."""
     return float_unary(self, op18.Cosh)
 
 
-def aten_sin(self):
+def aten_sin(self: Tensor):
     """sin(Tensor self) -> Tensor: Sin."""
     return float_unary(self, op18.Sin)
 
 
-def aten_sinh(self):
+def aten_sinh(self: Tensor):
     """sinh(Tensor self) -> Tensor: Sinh."""
     return float_unary(self, op18.Sinh)
 
 
-def aten_tan(self):
+def aten_tan(self: Tensor):
     """tan(Tensor self) -> Tensor: Tan."""
     return float_unary(self, op18.Tan)
 
 
-def aten_tanh(self):
+def aten_tanh(self: Tensor):
     """tanh(Tensor self) -> Tensor: Tanh."""
     return float_unary(self, op18.Tanh)
 
 
-def aten_erf(self):
+def aten_erf(self: Tensor):
     """erf(Tensor self) -> Tensor: Erf."""
     return float_unary(self, op18.Erf)
 
 
-def aten_exp(self):
+def aten_exp(self: Tensor):
     """exp(Tensor self) -> Tensor: Exp."""
     return float_unary(self, op18.Exp)
 
@@ -442,12 +442,12 @@ def _expm1(x):
     return op18.Where(op18.Or(op18.Equal(um1, op18.Neg(one)), isinf(u)), um1, corrected)
 
 
-def aten_expm1(self):
+def aten_expm1(self: Tensor):
     """expm1(Tensor self) -> Tensor: Exp, Sub, and Kahan's correction (Log, Div) to keep precision near 0."""
     return float_unary(self, _expm1)
 
 
-def aten_log(self):
+def aten_log(self: Tensor):
     """log(Tensor self) -> Tensor: Log."""
     return float_unary(self, op18.Log)
 
@@ -459,7 +459,7 @@ def _log1p(x):
     return op18.Where(op18.Or(op18.Equal(u, one), isinf(u)), op18.Where(op18.Equal(u, one), x, u), corrected)
 
 
-def aten_log1p(self):
+def aten_log1p(self: Tensor):
     """log1p(Tensor self) -> Tensor: Add, Log, and Kahan's correction (Mul, Div) to keep precision near 0."""
     return float_unary(self, _log1p)
 
@@ -468,7 +468,7 @@ def _log2(x):
     return op18.Div(op18.Log(x), op18.CastLike(math.log(2.0), x))
 
 
-def aten_log2(self):
+def aten_log2(self: Tensor):
     """log2(Tensor self) -> Tensor: Log and Div by ln 2."""
     return float_unary(self, _log2)
 
@@ -477,27 +477,27 @@ def _log10(x):
     return op18.Div(op18.Log(x), op18.CastLike(math.log(10.0), x))
 
 
-def aten_log10(self):
+def aten_log10(self: Tensor):
     """log10(Tensor self) -> Tensor: Log and Div by ln 10."""
     return float_unary(self, _log10)
 
 
-def aten_reciprocal(self):
+def aten_reciprocal(self: Tensor):
     """reciprocal(Tensor self) -> Tensor: Reciprocal."""
     return float_unary(self, op18.Reciprocal)
 
 
-def aten_sqrt(self):
+def aten_sqrt(self: Tensor):
     """sqrt(Tensor self) -> Tensor: Sqrt."""
     return float_unary(self, op18.Sqrt)
 
 
-def aten_rsqrt(self):
+def aten_rsqrt(self: Tensor):
     """rsqrt(Tensor self) -> Tensor: Sqrt and Reciprocal."""
     return float_unary(self, lambda x: op18.Reciprocal(op18.Sqrt(x)))
 
 
-def aten_sigmoid(self):
+def aten_sigmoid(self: Tensor):
     """sigmoid(Tensor self) -> Tensor: Sigmoid."""
     return float_unary(self, op18.Sigmoid)
 

@@ -9,7 +9,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import rank_of, where
+from opreg_core_ops.ops._helpers import Tensor, rank_of, where
 from opreg_core_ops.ops._promotion import HALF_TYPES
 
 _INT64_MAX = 2**63 - 1
@@ -45,7 +45,7 @@ def _int_index(index):
     return op18.Cast(index, to=ir.DataType.INT64)
 
 
-def aten_gather(self, dim: int, index, sparse_grad: bool = False):
+def aten_gather(self: Tensor, dim: int, index: Tensor, sparse_grad: bool = False):
     """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor: GatherElements (0-d self as 1-D)."""
     index = _int_index(index)
     if rank_of(self) == 0:
@@ -57,7 +57,7 @@ def aten_gather(self, dim: int, index, sparse_grad: bool = False):
     return op18.GatherElements(self, index, axis=dim)
 
 
-def aten_index_select(self, dim: int, index):
+def aten_index_select(self: Tensor, dim: int, index: Tensor):
     """index_select(Tensor self, int dim, Tensor index) -> Tensor: Gather of the 1-D index."""
     index = _int_index(index)
     if rank_of(self) == 0:
@@ -66,12 +66,14 @@ def aten_index_select(self, dim: int, index):
     return op18.Gather(self, op18.Reshape(index, [-1]), axis=dim)
 
 
-def aten_embedding(weight, indices, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False):
+def aten_embedding(
+    weight: Tensor, indices: Tensor, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False
+):
     """embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor: Gather along dim 0."""
     return op18.Gather(weight, indices, axis=0)
 
 
-def aten_embedding_renorm(self, indices, max_norm: float, norm_type: float):
+def aten_embedding_renorm(self: Tensor, indices: Tensor, max_norm: float, norm_type: float):
     """embedding_renorm(Tensor self, Tensor indices, float max_norm, float norm_type) -> Tensor: the rows that indices
     name and whose norm exceeds max_norm scaled by max_norm / (norm + 1e-7) (ReduceL1/L2/Max or Pow and ReduceSum)."""
     magnitude = op18.Abs(self)
@@ -127,7 +129,7 @@ def _flat(scatter, self, index, src, *args):
     return op18.Reshape(result, [])
 
 
-def aten_scatter_src(self, dim: int, index, src):
+def aten_scatter_src(self: Tensor, dim: int, index: Tensor, src: Tensor):
     """scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor: ScatterElements."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_src, self, index, src)
@@ -135,7 +137,7 @@ def aten_scatter_src(self, dim: int, index, src):
     return op18.ScatterElements(self, index, op18.CastLike(_scatter_updates(index, src), self), axis=dim)
 
 
-def aten_scatter_value(self, dim: int, index, value: float):
+def aten_scatter_value(self: Tensor, dim: int, index: Tensor, value: float):
     """scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor: ScatterElements of the value expanded to the index."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_value, self, index, value)
@@ -148,7 +150,7 @@ _SCATTER_REDUCTIONS = {"add": "add", "multiply": "mul"}
 """scatter's legacy ``reduce=`` names -> ScatterElements reductions."""
 
 
-def aten_scatter_reduce(self, dim: int, index, src, reduce: str):
+def aten_scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str):
     """scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor: ScatterElements(reduction="add" or "mul")."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_reduce, self, index, src, reduce)
@@ -157,7 +159,7 @@ def aten_scatter_reduce(self, dim: int, index, src, reduce: str):
     return _scatter_elements(self, index, updates, dim, _SCATTER_REDUCTIONS[reduce])
 
 
-def aten_scatter_value_reduce(self, dim: int, index, value: float, reduce: str):
+def aten_scatter_value_reduce(self: Tensor, dim: int, index: Tensor, value: float, reduce: str):
     """scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce) -> Tensor: ScatterElements(reduction="add" or "mul") of the value expanded to the index."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_value_reduce, self, index, value, reduce)
@@ -166,7 +168,7 @@ def aten_scatter_value_reduce(self, dim: int, index, value: float, reduce: str):
     return _scatter_elements(self, index, updates, dim, _SCATTER_REDUCTIONS[reduce])
 
 
-def aten_scatter_add(self, dim: int, index, src):
+def aten_scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor):
     """scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor: ScatterElements(reduction="add")."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_add, self, index, src)
@@ -190,7 +192,7 @@ def _identity(reduce: str, dtype: ir.DataType):
     return int(info.min) if reduce == "amax" else int(info.max)
 
 
-def aten_scatter_reduce_two(self, dim: int, index, src, reduce: str, include_self: bool = True):
+def aten_scatter_reduce_two(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True):
     """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor: ScatterElements with add/mul/max/min (mean: sum / count)."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_reduce_two, self, index, src, reduce, include_self)
@@ -223,7 +225,7 @@ def aten_scatter_reduce_two(self, dim: int, index, src, reduce: str, include_sel
 # -- select / slice ----------------------------------------------------------------------
 
 
-def aten_select(self, dim: int, index: int):
+def aten_select(self: Tensor, dim: int, index: int):
     """select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a): Gather of a scalar index."""
     if isinstance(index, ir.Value):
         index = op18.Reshape(op18.Cast(index, to=ir.DataType.INT64), [])
@@ -232,7 +234,7 @@ def aten_select(self, dim: int, index: int):
     return op18.Gather(self, index, axis=dim)
 
 
-def aten_slice(self, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1):
+def aten_slice(self: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1):
     """slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a): Slice."""
     if rank_of(self) == 0:
         return op18.Identity(self)
@@ -268,7 +270,9 @@ def _positions(self, src, dim: int, start, step):
     return op18.Expand(op18.Reshape(positions, shape), op18.Shape(src))
 
 
-def aten_slice_scatter(self, src, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1):
+def aten_slice_scatter(
+    self: Tensor, src: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
+):
     """slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor: ScatterElements at Range(start, end, step) along dim."""
     start = 0 if start is None else start
     src = op18.CastLike(src, self)
@@ -279,7 +283,7 @@ def aten_slice_scatter(self, src, dim: int = 0, start: int | None = None, end: i
     return op18.ScatterElements(self, _positions(self, src, dim, start, step), src, axis=dim)
 
 
-def aten_select_scatter(self, src, dim: int, index: int):
+def aten_select_scatter(self: Tensor, src: Tensor, dim: int, index: int):
     """select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor: ScatterElements of Unsqueeze(src) at index along dim."""
     rank = rank_of(self)
     axis = dim % rank
@@ -293,7 +297,7 @@ def aten_select_scatter(self, src, dim: int, index: int):
 # -- rearranging ------------------------------------------------------------------------------
 
 
-def aten_flip(self, dims: Sequence[int]):
+def aten_flip(self: Tensor, dims: Sequence[int]):
     """flip(Tensor self, int[] dims) -> Tensor: Slice with step -1."""
     if not dims or rank_of(self) == 0:
         return op18.Identity(self)
@@ -301,7 +305,7 @@ def aten_flip(self, dims: Sequence[int]):
     return op18.Slice(self, [-1] * count, [_INT64_MIN] * count, list(dims), [-1] * count)
 
 
-def aten_repeat(self, repeats: Sequence[int]):
+def aten_repeat(self: Tensor, repeats: Sequence[int]):
     """repeat(Tensor self, SymInt[] repeats) -> Tensor: Tile (leading dims added by Unsqueeze)."""
     rank = rank_of(self)
     count = repeats.shape[0] if isinstance(repeats, ir.Value) else len(repeats)
@@ -312,7 +316,7 @@ def aten_repeat(self, repeats: Sequence[int]):
     return op18.Tile(self, repeats)
 
 
-def aten_diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
+def aten_diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1):
     """diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a): Transpose, Slice and GatherElements."""
     rank = rank_of(self)
     d1, d2 = dim1 % rank, dim2 % rank
@@ -333,7 +337,7 @@ def aten_diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
     return op18.Squeeze(gathered, [-1])
 
 
-def aten_nonzero(self):
+def aten_nonzero(self: Tensor):
     """nonzero(Tensor self) -> Tensor: NonZero, transposed to (count, rank) (a 0-d self gives (count, 0))."""
     if rank_of(self) == 0:
         found = op18.Transpose(op18.NonZero(op18.Reshape(self, [1])), perm=[1, 0])
@@ -344,14 +348,14 @@ def aten_nonzero(self):
 # -- masks ----------------------------------------------------------------------------------------
 
 
-def aten_masked_fill_scalar(self, mask, value: float):
+def aten_masked_fill_scalar(self: Tensor, mask: Tensor, value: float):
     """masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor: Where."""
     if isinstance(value, ir.Value):
         value = op18.Reshape(value, [])
     return where(_bool(mask), op18.CastLike(value, self), self)
 
 
-def aten_masked_fill_tensor(self, mask, value):
+def aten_masked_fill_tensor(self: Tensor, mask: Tensor, value: Tensor):
     """masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor: Where."""
     return where(_bool(mask), op18.CastLike(value, self), self)
 
@@ -360,7 +364,7 @@ def _bool(mask):
     return mask if mask.dtype == ir.DataType.BOOL else op18.Cast(mask, to=ir.DataType.BOOL)
 
 
-def aten_masked_scatter(self, mask, source):
+def aten_masked_scatter(self: Tensor, mask: Tensor, source: Tensor):
     """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor: CumSum of the mask, Gather from source, Where (self and mask broadcast)."""
     mask = _bool(mask)
     shape = op18.Shape(self)
@@ -438,7 +442,7 @@ def _index_rank(indices) -> int:
     return max(ranks)
 
 
-def aten_index(self, indices):
+def aten_index(self: Tensor, indices: Sequence[Tensor | None]):
     """index.Tensor(Tensor self, Tensor?[] indices) -> Tensor: Gather (one index tensor) or Transpose and GatherND (boolean masks via NonZero)."""
     given = [i for i, index in enumerate(indices) if index is not None]
     if len(given) == 1 and indices[given[0]].dtype not in (ir.DataType.BOOL, ir.DataType.UINT8):
@@ -457,7 +461,7 @@ def aten_index(self, indices):
     return op18.Transpose(result, perm=order)
 
 
-def aten_index_put(self, indices, values, accumulate: bool = False):
+def aten_index_put(self: Tensor, indices: Sequence[Tensor | None], values: Tensor, accumulate: bool = False):
     """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor: ScatterND (reduction="add" to accumulate), transposed when the indexed dims are not leading."""
     rank = rank_of(self)
     dims, perm, others, adjacent, stacked, index_shape = _index_plan(self, indices)

@@ -10,11 +10,11 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.values import Op
 
 import opreg
-from opreg_core_ops.ops._helpers import rank_of
+from opreg_core_ops.ops._helpers import Tensor, rank_of
 from opreg_core_ops.ops._promotion import same_type
 
 
-def aten_cat(tensors, dim: int = 0):
+def aten_cat(tensors: Sequence[Tensor], dim: int = 0):
     """cat(Tensor[] tensors, int dim=0) -> Tensor: Concat (dtypes promoted; legacy empty 1-D inputs dropped)."""
     ranks = {rank_of(t) for t in tensors}
     if len(ranks) > 1:
@@ -25,7 +25,7 @@ def aten_cat(tensors, dim: int = 0):
     return op18.Concat(*tensors, axis=dim)
 
 
-def aten_split_with_sizes(self, split_sizes: Sequence[int], dim: int = 0):
+def aten_split_with_sizes(self: Tensor, split_sizes: Sequence[int], dim: int = 0):
     """split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]: Split."""
     count = split_sizes.shape[0] if isinstance(split_sizes, ir.Value) else len(split_sizes)
     if count == 1:
@@ -42,7 +42,7 @@ def split_into(x, sizes, axis: int, count: int) -> tuple:
     return tuple(op18.Split(x, list(sizes), axis=axis))
 
 
-def aten_split(self, split_size: int, dim: int = 0):
+def aten_split(self: Tensor, split_size: int, dim: int = 0):
     """split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]: Split (static sizes)."""
     size = self.shape[dim]
     if not isinstance(size, int) or not isinstance(split_size, int):
@@ -58,7 +58,7 @@ def _split_is_static(node) -> bool:
     return isinstance(size, int) and isinstance(node.args[1], int) and node.args[1] > 0
 
 
-def aten_stack(tensors, dim: int = 0):
+def aten_stack(tensors: Sequence[Tensor], dim: int = 0):
     """stack(Tensor[] tensors, int dim=0) -> Tensor: Unsqueeze each and Concat (dtypes promoted)."""
     rank = rank_of(tensors[0])
     axis = dim + rank + 1 if dim < 0 else dim
@@ -67,7 +67,7 @@ def aten_stack(tensors, dim: int = 0):
     return parts[0] if len(parts) == 1 else op18.Concat(*parts, axis=axis)
 
 
-def aten_unbind(self, dim: int = 0):
+def aten_unbind(self: Tensor, dim: int = 0):
     """unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]: Split into ones and Squeeze (static dim size)."""
     rank = rank_of(self)
     axis = dim % rank

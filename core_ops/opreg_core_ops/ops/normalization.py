@@ -23,7 +23,7 @@ from onnxscript.onnx_opset import opset21 as op21
 from onnxscript.onnx_opset import opset23 as op23
 
 import opreg
-from opreg_core_ops.ops._helpers import node_arg, rank_of
+from opreg_core_ops.ops._helpers import Tensor, node_arg, rank_of
 from opreg_core_ops.ops._promotion import HALF_TYPES
 
 _EPS = {
@@ -72,10 +72,10 @@ def _layer_norm(input, normalized_shape, weight, bias, eps):
 
 
 def aten_layer_norm(
-    input,
+    input: Tensor,
     normalized_shape: Sequence[int],
-    weight=None,
-    bias=None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
     eps: float = 1e-05,
     cudnn_enable: bool = True,
 ):
@@ -84,7 +84,9 @@ def aten_layer_norm(
     return out
 
 
-def aten_native_layer_norm(input, normalized_shape: Sequence[int], weight, bias, eps: float):
+def aten_native_layer_norm(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
+):
     """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor): LayerNormalization (with Mean and InvStdDev)."""
     out, mean, rstd = _layer_norm(input, normalized_shape, weight, bias, eps)
     if input.dtype != ir.DataType.FLOAT:  # the statistics come in float32; torch's are in the input's dtype
@@ -109,10 +111,10 @@ def _layer_norm_decomposed(input, normalized_shape, weight, bias, eps):
 
 
 def aten_layer_norm_decomposed(
-    input,
+    input: Tensor,
     normalized_shape: Sequence[int],
-    weight=None,
-    bias=None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
     eps: float = 1e-05,
     cudnn_enable: bool = True,
 ):
@@ -121,7 +123,9 @@ def aten_layer_norm_decomposed(
     return out
 
 
-def aten_native_layer_norm_decomposed(input, normalized_shape: Sequence[int], weight, bias, eps: float):
+def aten_native_layer_norm_decomposed(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
+):
     """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor): ReduceMean/Sub/Mul/Sqrt decomposition (fallback)."""
     return _layer_norm_decomposed(input, normalized_shape, weight, bias, eps)
 
@@ -153,10 +157,10 @@ def _group_norm_decomposed(input, weight, bias, group, eps):
 
 
 def aten_group_norm(
-    input,
+    input: Tensor,
     num_groups: int,
-    weight=None,
-    bias=None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
     eps: float = 1e-05,
     cudnn_enabled: bool = True,
 ):
@@ -165,7 +169,9 @@ def aten_group_norm(
     return out
 
 
-def aten_native_group_norm(input, weight, bias, N: int, C: int, HxW: int, group: int, eps: float):
+def aten_native_group_norm(
+    input: Tensor, weight: Tensor | None, bias: Tensor | None, N: int, C: int, HxW: int, group: int, eps: float
+):
     """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor): Reshape/ReduceMean decomposition."""
     return _group_norm_decomposed(input, weight, bias, group, eps)
 
@@ -181,10 +187,10 @@ def _group_norm_21(input, weight, bias, group, eps):
 
 
 def aten_group_norm_opset21(
-    input,
+    input: Tensor,
     num_groups: int,
-    weight=None,
-    bias=None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
     eps: float = 1e-05,
     cudnn_enabled: bool = True,
 ):
@@ -192,7 +198,9 @@ def aten_group_norm_opset21(
     return _group_norm_21(input, weight, bias, num_groups, eps)
 
 
-def aten_native_group_norm_opset21(input, weight, bias, N: int, C: int, HxW: int, group: int, eps: float):
+def aten_native_group_norm_opset21(
+    input: Tensor, weight: Tensor | None, bias: Tensor | None, N: int, C: int, HxW: int, group: int, eps: float
+):
     """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor): GroupNormalization (opset 21), statistics decomposed (dropped when unused)."""
     out = _group_norm_21(input, weight, bias, group, eps)
     _out, mean, rstd = _group_norm_decomposed(input, None, None, group, eps)
@@ -202,7 +210,9 @@ def aten_native_group_norm_opset21(input, weight, bias, N: int, C: int, HxW: int
 # -- RMS norm -------------------------------------------------------------------------
 
 
-def aten_rms_norm(input, normalized_shape: Sequence[int], weight=None, eps: float | None = None):
+def aten_rms_norm(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None, eps: float | None = None
+):
     """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor: Mul/ReduceMean/Sqrt decomposition."""
     rank = rank_of(input)
     axes = list(range(rank - _norm_count(normalized_shape), rank))
@@ -214,7 +224,9 @@ def aten_rms_norm(input, normalized_shape: Sequence[int], weight=None, eps: floa
     return out if weight is None else op18.Mul(out, weight)
 
 
-def aten_rms_norm_opset23(input, normalized_shape: Sequence[int], weight=None, eps: float | None = None):
+def aten_rms_norm_opset23(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None, eps: float | None = None
+):
     """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor: RMSNormalization (opset 23)."""
     axis = -_norm_count(normalized_shape)
     epsilon = _EPS.get(input.dtype, 2.0**-23) if eps is None else float(eps)
@@ -256,7 +268,13 @@ def _batch_norm_eval(input, weight, bias, running_mean, running_var, eps):
 
 
 def aten_native_batch_norm_legit_no_training(
-    input, weight, bias, running_mean, running_var, momentum: float, eps: float
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor,
+    running_var: Tensor,
+    momentum: float,
+    eps: float,
 ):
     """_native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor): BatchNormalization (training_mode=0)."""
     out = _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
@@ -264,11 +282,11 @@ def aten_native_batch_norm_legit_no_training(
 
 
 def aten_batch_norm(
-    input,
-    weight,
-    bias,
-    running_mean,
-    running_var,
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
     training: bool,
     momentum: float,
     eps: float,
@@ -278,7 +296,16 @@ def aten_batch_norm(
     return _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
 
 
-def aten_native_batch_norm(input, weight, bias, running_mean, running_var, training: bool, momentum: float, eps: float):
+def aten_native_batch_norm(
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+):
     """native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor): BatchNormalization (eval only)."""
     out = _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
     return out, _empty_stats(), _empty_stats()
@@ -308,7 +335,9 @@ def _batch_norm_training(input, weight, bias, eps):
     return out, op18.Reshape(mean, [-1]), op18.Reshape(rstd, [-1]), op18.Reshape(squares, [-1]), count
 
 
-def aten_native_batch_norm_legit_no_stats(input, weight, bias, training: bool, momentum: float, eps: float):
+def aten_native_batch_norm_legit_no_stats(
+    input: Tensor, weight: Tensor | None, bias: Tensor | None, training: bool, momentum: float, eps: float
+):
     """_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor): ReduceMean decomposition over all dims but the channel (batch statistics, no running stats)."""
     out, mean, rstd, _squares, _count = _batch_norm_training(input, weight, bias, eps)
     return out, _like(mean, input), _like(rstd, input)
@@ -321,7 +350,14 @@ def _computing(value, input):
 
 
 def aten_native_batch_norm_legit_functional(
-    input, weight, bias, running_mean, running_var, training: bool, momentum: float, eps: float
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor,
+    running_var: Tensor,
+    training: bool,
+    momentum: float,
+    eps: float,
 ):
     """_native_batch_norm_legit_functional(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor, Tensor running_mean_out, Tensor running_var_out): training: ReduceMean decomposition with the batch statistics, and the running statistics updated as outputs ((1 - momentum) * running + momentum * batch, the unbiased variance); otherwise BatchNormalization with the running statistics, returned unchanged.
 
@@ -344,11 +380,11 @@ def aten_native_batch_norm_legit_functional(
 
 
 def aten_instance_norm(
-    input,
-    weight,
-    bias,
-    running_mean,
-    running_var,
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
     use_input_stats: bool,
     momentum: float,
     eps: float,

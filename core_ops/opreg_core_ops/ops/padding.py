@@ -9,10 +9,10 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import node_arg, rank_of
+from opreg_core_ops.ops._helpers import Tensor, node_arg, rank_of
 
 
-def aten_constant_pad_nd(self, pad: Sequence[int], value: float = 0):
+def aten_constant_pad_nd(self: Tensor, pad: Sequence[int], value: float = 0):
     """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor: Pad (constant mode; negative pads crop)."""
     if isinstance(pad, ir.Value):
         raise ValueError("constant_pad_nd needs static pads")
@@ -47,32 +47,32 @@ def _pad(self, padding, mode: str):
     return op18.Pad(self, lead + begins + lead + ends, mode=mode)
 
 
-def aten_reflection_pad1d(self, padding: Sequence[int]):
+def aten_reflection_pad1d(self: Tensor, padding: Sequence[int]):
     """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (reflect)."""
     return _pad(self, padding, "reflect")
 
 
-def aten_reflection_pad2d(self, padding: Sequence[int]):
+def aten_reflection_pad2d(self: Tensor, padding: Sequence[int]):
     """reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (reflect)."""
     return _pad(self, padding, "reflect")
 
 
-def aten_reflection_pad3d(self, padding: Sequence[int]):
+def aten_reflection_pad3d(self: Tensor, padding: Sequence[int]):
     """reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (reflect)."""
     return _pad(self, padding, "reflect")
 
 
-def aten_replication_pad1d(self, padding: Sequence[int]):
+def aten_replication_pad1d(self: Tensor, padding: Sequence[int]):
     """replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (edge)."""
     return _pad(self, padding, "edge")
 
 
-def aten_replication_pad2d(self, padding: Sequence[int]):
+def aten_replication_pad2d(self: Tensor, padding: Sequence[int]):
     """replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (edge)."""
     return _pad(self, padding, "edge")
 
 
-def aten_replication_pad3d(self, padding: Sequence[int]):
+def aten_replication_pad3d(self: Tensor, padding: Sequence[int]):
     """replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (edge)."""
     return _pad(self, padding, "edge")
 

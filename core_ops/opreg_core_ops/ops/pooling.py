@@ -11,7 +11,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import expand_param, node_arg, rank_of, symmetric_pads
+from opreg_core_ops.ops._helpers import Tensor, expand_param, node_arg, rank_of, symmetric_pads
 
 
 def _static_dims(x, start: int) -> list[int] | None:
@@ -140,7 +140,7 @@ def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, spatial: 
 
 
 def aten_max_pool1d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0,),
@@ -152,7 +152,7 @@ def aten_max_pool1d(
 
 
 def aten_max_pool2d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0),
@@ -164,7 +164,7 @@ def aten_max_pool2d(
 
 
 def aten_max_pool3d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0, 0),
@@ -176,7 +176,7 @@ def aten_max_pool3d(
 
 
 def aten_max_pool1d_with_indices(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0,),
@@ -188,7 +188,7 @@ def aten_max_pool1d_with_indices(
 
 
 def aten_max_pool2d_with_indices(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0),
@@ -200,7 +200,7 @@ def aten_max_pool2d_with_indices(
 
 
 def aten_max_pool3d_with_indices(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0, 0),
@@ -266,7 +266,7 @@ def _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, 
 
 
 def aten_avg_pool1d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0,),
@@ -278,7 +278,7 @@ def aten_avg_pool1d(
 
 
 def aten_avg_pool2d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0),
@@ -291,7 +291,7 @@ def aten_avg_pool2d(
 
 
 def aten_avg_pool3d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0, 0),
@@ -353,27 +353,27 @@ def _adaptive_avg_pool(self, output_size, spatial: int):
     return _unbatch(op18.CastLike(y, x) if y.dtype != x.dtype else y, added)
 
 
-def aten_adaptive_avg_pool1d(self, output_size: Sequence[int]):
+def aten_adaptive_avg_pool1d(self: Tensor, output_size: Sequence[int]):
     """adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 1)
 
 
-def aten_adaptive_avg_pool2d(self, output_size: Sequence[int]):
+def aten_adaptive_avg_pool2d(self: Tensor, output_size: Sequence[int]):
     """adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 2)
 
 
-def aten_adaptive_avg_pool2d_internal(self, output_size: Sequence[int]):
+def aten_adaptive_avg_pool2d_internal(self: Tensor, output_size: Sequence[int]):
     """_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 2)
 
 
-def aten_adaptive_avg_pool3d(self, output_size: Sequence[int]):
+def aten_adaptive_avg_pool3d(self: Tensor, output_size: Sequence[int]):
     """adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 3)
 
 
-def aten_adaptive_avg_pool3d_internal(self, output_size: Sequence[int]):
+def aten_adaptive_avg_pool3d_internal(self: Tensor, output_size: Sequence[int]):
     """_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 3)
 
@@ -391,7 +391,7 @@ def _static_spatial_output(node) -> bool:
 
 
 def aten_col2im(
-    self,
+    self: Tensor,
     output_size: Sequence[int],
     kernel_size: Sequence[int],
     dilation: Sequence[int],
@@ -412,7 +412,7 @@ def aten_col2im(
 
 
 def aten_im2col(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     dilation: Sequence[int],
     padding: Sequence[int],

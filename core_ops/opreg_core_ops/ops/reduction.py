@@ -29,7 +29,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import rank_of
+from opreg_core_ops.ops._helpers import Tensor, rank_of
 from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES, is_integral
 
 
@@ -73,22 +73,22 @@ def _accumulating(reduce, self, dim, keepdim: bool, dtype: int | None):
     return _reduce(reduce, self, dim, keepdim)
 
 
-def aten_sum(self, dtype: int | None = None):
+def aten_sum(self: Tensor, dtype: int | None = None):
     """sum(Tensor self, *, ScalarType? dtype=None) -> Tensor: ReduceSum over all dims (ints as INT64)."""
     return _accumulating(op18.ReduceSum, self, None, False, dtype)
 
 
-def aten_sum_dim(self, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
+def aten_sum_dim(self: Tensor, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
     """sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceSum (ints as INT64)."""
     return _accumulating(op18.ReduceSum, self, dim, keepdim, dtype)
 
 
-def aten_prod(self, dtype: int | None = None):
+def aten_prod(self: Tensor, dtype: int | None = None):
     """prod(Tensor self, *, ScalarType? dtype=None) -> Tensor: ReduceProd over all dims (ints as INT64)."""
     return _accumulating(op18.ReduceProd, self, None, False, dtype)
 
 
-def aten_prod_dim(self, dim: int, keepdim: bool = False, dtype: int | None = None):
+def aten_prod_dim(self: Tensor, dim: int, keepdim: bool = False, dtype: int | None = None):
     """prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceProd (ints as INT64)."""
     return _accumulating(op18.ReduceProd, self, [dim], keepdim, dtype)
 
@@ -104,12 +104,12 @@ def _mean(self, dim, keepdim: bool, dtype: int | None):
     return _reduce(op18.ReduceMean, self, dim, keepdim)
 
 
-def aten_mean(self, dtype: int | None = None):
+def aten_mean(self: Tensor, dtype: int | None = None):
     """mean(Tensor self, *, ScalarType? dtype=None) -> Tensor: ReduceMean over all dims."""
     return _mean(self, None, False, dtype)
 
 
-def aten_mean_dim(self, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
+def aten_mean_dim(self: Tensor, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
     """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceMean."""
     return _mean(self, dim, keepdim, dtype)
 
@@ -156,22 +156,22 @@ def _nan_arg(arg, self, axis: int, keepdim: bool):
     return arg(_nan_key(self, nan_largest=arg == op18.ArgMax), axis=axis, keepdims=int(keepdim))
 
 
-def aten_amax(self, dim: Sequence[int] = (), keepdim: bool = False):
+def aten_amax(self: Tensor, dim: Sequence[int] = (), keepdim: bool = False):
     """amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor: ReduceMax (every dim when dim=[])."""
     return _extremum(op18.ReduceMax, self, dim, keepdim)
 
 
-def aten_amin(self, dim: Sequence[int] = (), keepdim: bool = False):
+def aten_amin(self: Tensor, dim: Sequence[int] = (), keepdim: bool = False):
     """amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor: ReduceMin (every dim when dim=[])."""
     return _extremum(op18.ReduceMin, self, dim, keepdim)
 
 
-def aten_max(self):
+def aten_max(self: Tensor):
     """max(Tensor self) -> Tensor: ReduceMax over all dims."""
     return _extremum(op18.ReduceMax, self, None, False)
 
 
-def aten_min(self):
+def aten_min(self: Tensor):
     """min(Tensor self) -> Tensor: ReduceMin over all dims."""
     return _extremum(op18.ReduceMin, self, None, False)
 
@@ -207,22 +207,22 @@ def _max_min_dim(reduce, arg, self, dim: int, keepdim: bool):
     return op18.Squeeze(values, [dim]), op18.Squeeze(indices, [dim])
 
 
-def aten_max_dim(self, dim: int, keepdim: bool = False):
+def aten_max_dim(self: Tensor, dim: int, keepdim: bool = False):
     """max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices): ReduceMax and ArgMax."""
     return _max_min_dim(op18.ReduceMax, op18.ArgMax, self, dim, keepdim)
 
 
-def aten_min_dim(self, dim: int, keepdim: bool = False):
+def aten_min_dim(self: Tensor, dim: int, keepdim: bool = False):
     """min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices): ReduceMin and ArgMin."""
     return _max_min_dim(op18.ReduceMin, op18.ArgMin, self, dim, keepdim)
 
 
-def aten_argmax(self, dim: int | None = None, keepdim: bool = False):
+def aten_argmax(self: Tensor, dim: int | None = None, keepdim: bool = False):
     """argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor: ArgMax (of the flattened input when dim=None)."""
     return _arg(op18.ArgMax, self, dim, keepdim)
 
 
-def aten_argmin(self, dim: int | None = None, keepdim: bool = False):
+def aten_argmin(self: Tensor, dim: int | None = None, keepdim: bool = False):
     """argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor: ArgMin (of the flattened input when dim=None)."""
     return _arg(op18.ArgMin, self, dim, keepdim)
 
@@ -233,32 +233,32 @@ def _any_all(reduce, self, dim, keepdim: bool):
     return _extremum(reduce, flags, dim, keepdim)
 
 
-def aten_any(self):
+def aten_any(self: Tensor):
     """any(Tensor self) -> Tensor: Cast to BOOL and ReduceMax over all dims."""
     return _any_all(op18.ReduceMax, self, None, False)
 
 
-def aten_any_dim(self, dim: int, keepdim: bool = False):
+def aten_any_dim(self: Tensor, dim: int, keepdim: bool = False):
     """any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMax."""
     return _any_all(op18.ReduceMax, self, [dim], keepdim)
 
 
-def aten_any_dims(self, dim: Sequence[int] | None = None, keepdim: bool = False):
+def aten_any_dims(self: Tensor, dim: Sequence[int] | None = None, keepdim: bool = False):
     """any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMax."""
     return _any_all(op18.ReduceMax, self, dim, keepdim)
 
 
-def aten_all(self):
+def aten_all(self: Tensor):
     """all(Tensor self) -> Tensor: Cast to BOOL and ReduceMin over all dims."""
     return _any_all(op18.ReduceMin, self, None, False)
 
 
-def aten_all_dim(self, dim: int, keepdim: bool = False):
+def aten_all_dim(self: Tensor, dim: int, keepdim: bool = False):
     """all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMin."""
     return _any_all(op18.ReduceMin, self, [dim], keepdim)
 
 
-def aten_all_dims(self, dim: Sequence[int] | None = None, keepdim: bool = False):
+def aten_all_dims(self: Tensor, dim: Sequence[int] | None = None, keepdim: bool = False):
     """all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMin."""
     return _any_all(op18.ReduceMin, self, dim, keepdim)
 
@@ -294,33 +294,37 @@ def _variance(self, dim, correction, keepdim: bool):
     return result, out_type
 
 
-def aten_var_correction(self, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False):
+def aten_var_correction(
+    self: Tensor, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
+):
     """var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor: ReduceMean, Sub, Mul, ReduceSum, Div."""
     result, out_type = _variance(self, dim, correction, keepdim)
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
-def aten_var_dim(self, dim: Sequence[int] | None, unbiased: bool = True, keepdim: bool = False):
+def aten_var_dim(self: Tensor, dim: Sequence[int] | None, unbiased: bool = True, keepdim: bool = False):
     """var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor: ReduceMean, Sub, Mul, ReduceSum, Div."""
     result, out_type = _variance(self, dim, 1 if unbiased else 0, keepdim)
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
-def aten_std_correction(self, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False):
+def aten_std_correction(
+    self: Tensor, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
+):
     """std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor: Sqrt of the variance."""
     result, out_type = _variance(self, dim, correction, keepdim)
     result = op18.Sqrt(result)
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
-def aten_std_dim(self, dim: Sequence[int] | None, unbiased: bool = True, keepdim: bool = False):
+def aten_std_dim(self: Tensor, dim: Sequence[int] | None, unbiased: bool = True, keepdim: bool = False):
     """std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor: Sqrt of the variance."""
     result, out_type = _variance(self, dim, 1 if unbiased else 0, keepdim)
     result = op18.Sqrt(result)
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
-def aten_cumsum(self, dim: int, dtype: int | None = None):
+def aten_cumsum(self: Tensor, dim: int, dtype: int | None = None):
     """cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor: CumSum (ints as INT64)."""
     if dtype is not None:
         self = op18.Cast(self, to=dtype)
@@ -373,17 +377,17 @@ def _sorted(self, dim: int, descending: bool):
     return values, indices
 
 
-def aten_sort(self, dim: int = -1, descending: bool = False):
+def aten_sort(self: Tensor, dim: int = -1, descending: bool = False):
     """sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices): TopK of the whole dim (stable)."""
     return _sorted(self, dim, descending)
 
 
-def aten_sort_stable(self, stable: bool | None = None, dim: int = -1, descending: bool = False):
+def aten_sort_stable(self: Tensor, stable: bool | None = None, dim: int = -1, descending: bool = False):
     """sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices): TopK of the whole dim (stable: ties keep their order)."""
     return _sorted(self, dim, descending)
 
 
-def aten_topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+def aten_topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
     """topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices): TopK (always sorted)."""
     k = op18.Reshape(k, [1]) if isinstance(k, ir.Value) else [k]
     if rank_of(self) == 0:
@@ -394,7 +398,7 @@ def aten_topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     return values, indices
 
 
-def aten_logsumexp(self, dim: Sequence[int], keepdim: bool = False):
+def aten_logsumexp(self: Tensor, dim: Sequence[int], keepdim: bool = False):
     """logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor: ReduceMax, Exp, ReduceSum, Log (max-shifted)."""
     if is_integral(self.dtype):
         self = op18.Cast(self, to=ir.DataType.FLOAT)

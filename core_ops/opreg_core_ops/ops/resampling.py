@@ -10,7 +10,7 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 
 import opreg
-from opreg_core_ops.ops._helpers import rank_of
+from opreg_core_ops.ops._helpers import Tensor, rank_of
 from opreg_core_ops.ops._promotion import HALF_TYPES
 
 
@@ -32,44 +32,44 @@ def _resize(input, output_size, scale_factors, mode: str, align_corners: bool):
     return op18.Resize(input, None, None, sizes, **attrs)
 
 
-def aten_upsample_nearest1d(input, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
+def aten_upsample_nearest1d(input: Tensor, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
     """upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor: Resize (nearest, asymmetric, floor)."""
     return _resize(input, output_size, scale_factors, "nearest", False)
 
 
-def aten_upsample_nearest2d(input, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
+def aten_upsample_nearest2d(input: Tensor, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
     """upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor: Resize (nearest, asymmetric, floor)."""
     return _resize(input, output_size, scale_factors, "nearest", False)
 
 
-def aten_upsample_nearest3d(input, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
+def aten_upsample_nearest3d(input: Tensor, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
     """upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor: Resize (nearest, asymmetric, floor)."""
     return _resize(input, output_size, scale_factors, "nearest", False)
 
 
 def aten_upsample_linear1d(
-    input, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
+    input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
 ):
     """upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear)."""
     return _resize(input, output_size, scale_factors, "linear", align_corners)
 
 
 def aten_upsample_bilinear2d(
-    input, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
+    input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
 ):
     """upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear)."""
     return _resize(input, output_size, scale_factors, "linear", align_corners)
 
 
 def aten_upsample_trilinear3d(
-    input, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
+    input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
 ):
     """upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear)."""
     return _resize(input, output_size, scale_factors, "linear", align_corners)
 
 
 def aten_upsample_bicubic2d(
-    input, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
+    input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
 ):
     """upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (cubic, a=-0.75)."""
     return _resize(input, output_size, scale_factors, "cubic", align_corners)
@@ -87,7 +87,7 @@ def _grid_sample_inputs(input, grid):
     return op18.Cast(input, to=ir.DataType.FLOAT), op18.Cast(grid, to=ir.DataType.FLOAT), out_type
 
 
-def aten_grid_sampler_2d(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
+def aten_grid_sampler_2d(input: Tensor, grid: Tensor, interpolation_mode: int, padding_mode: int, align_corners: bool):
     """grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor: GridSample-16 (modes bilinear/nearest/bicubic)."""
     input, grid, out_type = _grid_sample_inputs(input, grid)
     result = op18.GridSample(
@@ -100,7 +100,9 @@ def aten_grid_sampler_2d(input, grid, interpolation_mode: int, padding_mode: int
     return result if out_type is None else op18.Cast(result, to=out_type)
 
 
-def aten_grid_sampler_2d_opset20(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
+def aten_grid_sampler_2d_opset20(
+    input: Tensor, grid: Tensor, interpolation_mode: int, padding_mode: int, align_corners: bool
+):
     """grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor: GridSample-20 (modes linear/nearest/cubic)."""
     input, grid, out_type = _grid_sample_inputs(input, grid)
     result = op20.GridSample(
@@ -133,12 +135,12 @@ def _shuffle(x, factor: int, up: bool):
     return op18.Reshape(y, op18.Concat(head, *joined, axis=0), allowzero=1)
 
 
-def aten_pixel_shuffle(self, upscale_factor: int):
+def aten_pixel_shuffle(self: Tensor, upscale_factor: int):
     """pixel_shuffle(Tensor self, int upscale_factor) -> Tensor: Reshape, Transpose, Reshape."""
     return _shuffle(self, upscale_factor, up=True)
 
 
-def aten_pixel_unshuffle(self, downscale_factor: int):
+def aten_pixel_unshuffle(self: Tensor, downscale_factor: int):
     """pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor: Reshape, Transpose, Reshape."""
     return _shuffle(self, downscale_factor, up=False)
 

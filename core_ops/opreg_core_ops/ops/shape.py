@@ -8,7 +8,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import rank_of
+from opreg_core_ops.ops._helpers import Tensor, rank_of
 
 
 def _reshape(self, size):
@@ -18,22 +18,22 @@ def _reshape(self, size):
     return op18.Reshape(self, size)
 
 
-def aten_view(self, size: Sequence[int]):
+def aten_view(self: Tensor, size: Sequence[int]):
     """view(Tensor(a) self, SymInt[] size) -> Tensor(a): Reshape."""
     return _reshape(self, size)
 
 
-def aten_reshape(self, shape: Sequence[int]):
+def aten_reshape(self: Tensor, shape: Sequence[int]):
     """reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a): Reshape."""
     return _reshape(self, shape)
 
 
-def aten_unsafe_view(self, size: Sequence[int]):
+def aten_unsafe_view(self: Tensor, size: Sequence[int]):
     """_unsafe_view(Tensor self, SymInt[] size) -> Tensor: Reshape."""
     return _reshape(self, size)
 
 
-def aten_flatten(self, start_dim: int = 0, end_dim: int = -1):
+def aten_flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1):
     """flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a): Flatten or Reshape."""
     rank = rank_of(self)
     if rank is None:
@@ -57,7 +57,7 @@ def aten_flatten(self, start_dim: int = 0, end_dim: int = -1):
     return op18.Reshape(self, op18.Concat(head, [-1], tail, axis=0))
 
 
-def aten_permute(self, dims: Sequence[int]):
+def aten_permute(self: Tensor, dims: Sequence[int]):
     """permute(Tensor(a) self, int[] dims) -> Tensor(a): Transpose."""
     rank = len(dims)
     if rank == 0:
@@ -65,14 +65,14 @@ def aten_permute(self, dims: Sequence[int]):
     return op18.Transpose(self, perm=[d % rank for d in dims])
 
 
-def aten_t(self):
+def aten_t(self: Tensor):
     """t(Tensor(a) self) -> Tensor(a): Transpose (identity below 2-D)."""
     if (rank_of(self) or 0) < 2:
         return op18.Identity(self)
     return op18.Transpose(self, perm=[1, 0])
 
 
-def aten_transpose(self, dim0: int, dim1: int):
+def aten_transpose(self: Tensor, dim0: int, dim1: int):
     """transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a): Transpose."""
     rank = rank_of(self)
     if not rank:
@@ -82,7 +82,7 @@ def aten_transpose(self, dim0: int, dim1: int):
     return op18.Transpose(self, perm=perm)
 
 
-def aten_unsqueeze(self, dim: int):
+def aten_unsqueeze(self: Tensor, dim: int):
     """unsqueeze(Tensor(a) self, int dim) -> Tensor(a): Unsqueeze."""
     rank = rank_of(self)
     if dim < 0 and rank is not None:
@@ -90,7 +90,7 @@ def aten_unsqueeze(self, dim: int):
     return op18.Unsqueeze(self, [dim])
 
 
-def aten_squeeze_dims(self, dim: Sequence[int]):
+def aten_squeeze_dims(self: Tensor, dim: Sequence[int]):
     """squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a): Squeeze of the dims of size 1."""
     rank = rank_of(self)
     axes = [d % rank for d in dim if self.shape[d % rank] == 1] if rank else []
@@ -99,7 +99,7 @@ def aten_squeeze_dims(self, dim: Sequence[int]):
     return op18.Squeeze(self, axes)
 
 
-def aten_sym_size(self, dim: int):
+def aten_sym_size(self: Tensor, dim: int):
     """sym_size.int(Tensor self, int dim) -> SymInt: Shape (one dim) as a scalar INT64."""
     rank = rank_of(self)
     start = dim % rank if rank is not None else dim
@@ -107,35 +107,35 @@ def aten_sym_size(self, dim: int):
     return op18.Squeeze(op18.Shape(self, start=start, end=end), [0])
 
 
-def aten_expand(self, size: Sequence[int], implicit: bool = False):
+def aten_expand(self: Tensor, size: Sequence[int], implicit: bool = False):
     """expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a): Expand (-1, keep a dim, as 1)."""
     if isinstance(size, ir.Value):
         return op18.Expand(self, op18.Abs(size))  # sizes are >= 0 or -1; Expand broadcasts a 1
     return op18.Expand(self, [1 if s == -1 else s for s in size])
 
 
-def aten_expand_as(self, other):
+def aten_expand_as(self: Tensor, other: Tensor):
     """expand_as(Tensor(a) self, Tensor other) -> Tensor(a): Expand to Shape(other)."""
     return op18.Expand(self, op18.Shape(other))
 
 
-def aten_squeeze_dim(self, dim: int):
+def aten_squeeze_dim(self: Tensor, dim: int):
     """squeeze.dim(Tensor(a) self, int dim) -> Tensor(a): Squeeze (Identity unless the dim has size 1)."""
     return aten_squeeze_dims(self, [dim])
 
 
-def aten_squeeze(self):
+def aten_squeeze(self: Tensor):
     """squeeze(Tensor(a) self) -> Tensor(a): Squeeze of the dims of (static) size 1."""
     rank = rank_of(self)
     return aten_squeeze_dims(self, list(range(rank or 0)))
 
 
-def aten_sym_numel(self):
+def aten_sym_numel(self: Tensor):
     """sym_numel(Tensor self) -> SymInt: Size."""
     return op18.Size(self)
 
 
-def aten_sym_stride(self, dim: int):
+def aten_sym_stride(self: Tensor, dim: int):
     """sym_stride.int(Tensor self, int dim) -> SymInt: ReduceProd of the later dims' sizes (contiguous strides)."""
     rank = rank_of(self)
     start = dim % rank
