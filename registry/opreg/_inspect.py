@@ -24,6 +24,7 @@ SCRIPT = "script"
 TRACE = "trace"
 
 _ATTRIBUTE_TYPES = (int, float, str, bool)
+_ONNXSCRIPT_DEFAULT_DOMAIN = "this"  # what onnxscript.script() names a function's domain unless told
 # Namespaces torch loads in full at import: an unknown op there is a typo.
 _CLOSED_NAMESPACES = ("aten", "prims")
 
@@ -369,8 +370,8 @@ def lint_unannotated_attributes(function: Any, read: Params) -> None:
 
 
 def lint_script_domain(function: Any) -> None:
-    """Script functions must name their own domain; onnxscript's default is ``"this"``."""
-    if impl_kind(function) == SCRIPT and function.function_ir.domain in ("this", ""):
+    """Script functions must name their own domain, neither onnxscript's default (``"this"``) nor ai.onnx."""
+    if impl_kind(function) == SCRIPT and function.function_ir.domain in (_ONNXSCRIPT_DEFAULT_DOMAIN, ONNX_DOMAIN):
         raise RegistrationError(
             f"script function {function.name!r} has no explicit domain (onnxscript's default "
             f"{function.function_ir.domain!r} would reach the model): decorate it with "

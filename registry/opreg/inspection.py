@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from opreg.errors import OpregError
+from opreg.targets import domain_label
 
 PACK_KEY = "opreg.pack"
 TORCH_OP_KEY = "opreg.torch_op"
@@ -146,7 +147,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
     count = 0
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         count += 1
-        ops[(node.domain or "ai.onnx", node.op_type)] += 1
+        ops[(domain_label(node.domain), node.op_type)] += 1
         pack = node.metadata_props.get(PACK_KEY)
         if pack is not None:
             by_pack[pack] += 1
@@ -164,7 +165,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
         "file_bytes": path.stat().st_size if path is not None else None,
         "ir_version": model.ir_version,
         "producer": " ".join(p for p in (model.producer_name, model.producer_version) if p),
-        "opset_imports": {(d or "ai.onnx"): v for d, v in sorted(model.opset_imports.items())},
+        "opset_imports": {domain_label(d): v for d, v in sorted(model.opset_imports.items())},
         "inputs": [_value(v) for v in model.graph.inputs],
         "outputs": [_value(v) for v in model.graph.outputs],
         "node_count": count,

@@ -44,9 +44,7 @@ def node_arg(node, index: int, name: str, default=None):
 def node_rank(node, index: int = 0) -> int | None:
     """The rank of an FX node's tensor argument, from its fake-tensor metadata (for predicates)."""
     arg = node.args[index] if len(node.args) > index else None
-    value = getattr(arg, "meta", {}).get("val")
-    shape = getattr(value, "shape", None)
-    return None if shape is None else len(shape)
+    return rank_of(getattr(arg, "meta", {}).get("val"))
 
 
 def where(condition, a, b):

@@ -10,7 +10,7 @@ from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg_core_ops.ops._helpers import Tensor
-from opreg_core_ops.ops._promotion import is_integral
+from opreg_core_ops.ops._promotion import DEFAULT_FLOAT, is_integral
 
 
 def _scalar_type(value) -> ir.DataType:
@@ -21,7 +21,7 @@ def _scalar_type(value) -> ir.DataType:
         return ir.DataType.BOOL
     if isinstance(value, int):
         return ir.DataType.INT64
-    return ir.DataType.FLOAT
+    return DEFAULT_FLOAT
 
 
 def _constant(value, dtype: int):
@@ -68,7 +68,7 @@ def aten_zeros(
     pin_memory: bool | None = None,
 ):
     """zeros(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0."""
-    return _full(size, 0, ir.DataType.FLOAT if dtype is None else dtype)
+    return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
 
 
 def aten_ones(
@@ -79,7 +79,7 @@ def aten_ones(
     pin_memory: bool | None = None,
 ):
     """ones(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 1."""
-    return _full(size, 1, ir.DataType.FLOAT if dtype is None else dtype)
+    return _full(size, 1, DEFAULT_FLOAT if dtype is None else dtype)
 
 
 def aten_empty_memory_format(
@@ -91,7 +91,7 @@ def aten_empty_memory_format(
     memory_format: str | None = None,
 ):
     """empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a 0 (zeros)."""
-    return _full(size, 0, ir.DataType.FLOAT if dtype is None else dtype)
+    return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
 
 
 def aten_empty_strided(
@@ -103,7 +103,7 @@ def aten_empty_strided(
     pin_memory: bool | None = None,
 ):
     """empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0 (zeros; strides ignored)."""
-    return _full(size, 0, ir.DataType.FLOAT if dtype is None else dtype)
+    return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
 
 
 def aten_full_like(
@@ -212,7 +212,7 @@ def aten_scalar_tensor(
     pin_memory: bool | None = None,
 ):
     """scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: a 0-d constant (FLOAT unless dtype)."""
-    return _constant(s, ir.DataType.FLOAT if dtype is None else dtype)
+    return _constant(s, DEFAULT_FLOAT if dtype is None else dtype)
 
 
 def aten_fill_scalar(self: Tensor, value: float):
@@ -229,7 +229,7 @@ def _arange(start, end, step, dtype: int | None):
     numbers = (start, end, step)
     if dtype is None:
         if any(isinstance(v, float) or (isinstance(v, ir.Value) and not is_integral(v.dtype)) for v in numbers):
-            dtype = ir.DataType.FLOAT
+            dtype = DEFAULT_FLOAT
         else:
             dtype = ir.DataType.INT64
     dtype = ir.DataType(dtype)

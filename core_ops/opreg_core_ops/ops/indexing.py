@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
@@ -12,8 +13,11 @@ import opreg
 from opreg_core_ops.ops._helpers import Tensor, rank_of, where
 from opreg_core_ops.ops._promotion import HALF_TYPES
 
-_INT64_MAX = 2**63 - 1
-_INT64_MIN = -(2**63)
+_INT64_MAX = int(np.iinfo(np.int64).max)
+_INT64_MIN = int(np.iinfo(np.int64).min)
+
+_RENORM_EPS = 1e-7
+"""What torch's embedding_renorm adds to a row's norm before dividing max_norm by it."""
 
 
 def _as_1d(value):
@@ -96,7 +100,7 @@ def aten_embedding_renorm(self: Tensor, indices: Tensor, max_norm: float, norm_t
     )
     limit = op18.CastLike(float(max_norm), self)
     renorm = op18.And(op18.Unsqueeze(op18.Cast(named, to=ir.DataType.BOOL), [1]), op18.Greater(norms, limit))
-    scale = op18.Div(limit, op18.Add(norms, op18.CastLike(1e-7, self)))
+    scale = op18.Div(limit, op18.Add(norms, op18.CastLike(_RENORM_EPS, self)))
     return op18.Where(renorm, op18.Mul(self, scale), self)
 
 
@@ -192,11 +196,15 @@ def _identity(reduce: str, dtype: ir.DataType):
     return int(info.min) if reduce == "amax" else int(info.max)
 
 
+_SCATTER_REDUCE_TWO = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max", "amin": "min"}
+"""scatter_reduce's ``reduce`` names -> ScatterElements reductions (mean: a sum, divided by the count after)."""
+
+
 def aten_scatter_reduce_two(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True):
     """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor: ScatterElements with add/mul/max/min (mean: sum / count)."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_reduce_two, self, index, src, reduce, include_self)
-    reduction = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max", "amin": "min"}[reduce]
+    reduction = _SCATTER_REDUCE_TWO[reduce]
     index = _int_index(index)
     src = _scatter_updates(index, src)
     base = self

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import onnx
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
-from onnxscript.values import Op
 
 import opreg
 from opreg_core_ops.ops._helpers import Tensor, rank_of
@@ -30,14 +28,14 @@ def aten_split_with_sizes(self: Tensor, split_sizes: Sequence[int], dim: int = 0
     count = split_sizes.shape[0] if isinstance(split_sizes, ir.Value) else len(split_sizes)
     if count == 1:
         return (op18.Identity(self),)
-    return split_into(self, split_sizes, dim, count)
+    return _split_into(self, split_sizes, dim, count)
 
 
-def split_into(x, sizes, axis: int, count: int) -> tuple:
+def _split_into(x, sizes, axis: int, count: int) -> tuple:
     """Split with ``count`` outputs; sizes may be a runtime value (then the count cannot be read off them)."""
     if isinstance(sizes, ir.Value):
-        # op18.Split takes no _outputs; the generic Op passes it on to the recorder
-        split = Op(op18, "Split", onnx.defs.get_schema("Split", 18, ""))
+        # op18.Split takes no _outputs; the opset's generic Op passes it on to the recorder
+        split = op18["Split"]
         return tuple(split(x, sizes, axis=axis, _outputs=count))
     return tuple(op18.Split(x, list(sizes), axis=axis))
 
@@ -76,7 +74,7 @@ def aten_unbind(self: Tensor, dim: int = 0):
         raise ValueError(f"unbind needs a static size for dim {dim}, got {size}")
     if size == 1:
         return (op18.Squeeze(self, [axis]),)
-    parts = split_into(self, [1] * size, axis, size)
+    parts = _split_into(self, [1] * size, axis, size)
     return tuple(op18.Squeeze(p, [axis]) for p in parts)
 
 

@@ -24,15 +24,18 @@ from onnxscript.onnx_opset import opset23 as op23
 
 import opreg
 from opreg_core_ops.ops._helpers import Tensor, node_arg, rank_of
-from opreg_core_ops.ops._promotion import HALF_TYPES
+from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES
 
-_EPS = {
-    ir.DataType.FLOAT: 2.0**-23,
-    ir.DataType.FLOAT16: 2.0**-10,
-    ir.DataType.BFLOAT16: 2.0**-7,
-    ir.DataType.DOUBLE: 2.0**-52,
-}
-"""``torch.finfo(dtype).eps``: rms_norm's default epsilon."""
+_STASH_FLOAT = int(ir.DataType.FLOAT)
+"""``stash_type`` of the normalization ops: mean and variance in float32, as torch computes them for half inputs."""
+
+
+def _default_eps(dtype: ir.DataType) -> float:
+    """``torch.finfo(dtype).eps``, rms_norm's default epsilon (float32's for a non-float dtype)."""
+    import torch
+    from onnx_ir import tensor_adapters
+
+    return torch.finfo(tensor_adapters.to_torch_dtype(dtype) if dtype in FLOAT_TYPES else torch.float32).eps
 
 
 def _norm_count(normalized_shape) -> int:
@@ -67,7 +70,9 @@ def _zeros_of(x, start: int, end: int | None = None):
 def _layer_norm(input, normalized_shape, weight, bias, eps):
     axis = -_norm_count(normalized_shape)
     scale = weight if weight is not None else _ones_of(input, axis)
-    out, mean, rstd = op18.LayerNormalization(input, scale, bias, axis=axis, epsilon=float(eps), stash_type=1)
+    out, mean, rstd = op18.LayerNormalization(
+        input, scale, bias, axis=axis, epsilon=float(eps), stash_type=_STASH_FLOAT
+    )
     return out, mean, rstd
 
 
@@ -183,7 +188,7 @@ def _group_norm_21(input, weight, bias, group, eps):
         return out
     scale = weight if weight is not None else _ones_of(input, 1, 2)
     shift = bias if bias is not None else _zeros_of(input, 1, 2)
-    return op21.GroupNormalization(input, scale, shift, num_groups=group, epsilon=float(eps), stash_type=1)
+    return op21.GroupNormalization(input, scale, shift, num_groups=group, epsilon=float(eps), stash_type=_STASH_FLOAT)
 
 
 def aten_group_norm_opset21(
@@ -216,7 +221,7 @@ def aten_rms_norm(
     """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor: Mul/ReduceMean/Sqrt decomposition."""
     rank = rank_of(input)
     axes = list(range(rank - _norm_count(normalized_shape), rank))
-    epsilon = _EPS.get(input.dtype, 2.0**-23) if eps is None else float(eps)
+    epsilon = _default_eps(input.dtype) if eps is None else float(eps)
     x = _upcast(input)
     mean_square = op18.ReduceMean(op18.Mul(x, x), axes, keepdims=1)
     rms = op18.Sqrt(op18.Add(mean_square, op18.CastLike(epsilon, x)))
@@ -229,9 +234,9 @@ def aten_rms_norm_opset23(
 ):
     """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor: RMSNormalization (opset 23)."""
     axis = -_norm_count(normalized_shape)
-    epsilon = _EPS.get(input.dtype, 2.0**-23) if eps is None else float(eps)
+    epsilon = _default_eps(input.dtype) if eps is None else float(eps)
     scale = weight if weight is not None else _ones_of(input, axis)
-    return op23.RMSNormalization(input, scale, axis=axis, epsilon=epsilon, stash_type=1)
+    return op23.RMSNormalization(input, scale, axis=axis, epsilon=epsilon, stash_type=_STASH_FLOAT)
 
 
 # -- batch and instance norm -------------------------------------------------------------

@@ -22,6 +22,7 @@ allows; integer and bool inputs take the plain ops.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -280,9 +281,7 @@ def _variance(self, dim, correction, keepdim: bool):
     else:
         total = op18.Sub(self, self)
     if all(isinstance(s, int) for s in sizes):
-        count = 1
-        for s in sizes:
-            count *= s
+        count = math.prod(sizes)
         divisor = op18.CastLike(max(0.0, count - correction), self)
     else:
         shape = op18.Shape(self)

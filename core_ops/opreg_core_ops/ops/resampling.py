@@ -13,6 +13,10 @@ import opreg
 from opreg_core_ops.ops._helpers import Tensor, rank_of
 from opreg_core_ops.ops._promotion import HALF_TYPES
 
+_TORCH_CUBIC_A = -0.75
+"""The cubic convolution coefficient torch's bicubic interpolation uses (Resize's default is -0.75 too,
+but says so only in the spec)."""
+
 
 def _resize(input, output_size, scale_factors, mode: str, align_corners: bool):
     """torch's upsample_* as Resize. The attributes used are all in Resize-18 and unchanged since."""
@@ -24,7 +28,7 @@ def _resize(input, output_size, scale_factors, mode: str, align_corners: bool):
             coordinate_transformation_mode="align_corners" if align_corners else "pytorch_half_pixel",
         )
         if mode == "cubic":
-            attrs["cubic_coeff_a"] = -0.75
+            attrs["cubic_coeff_a"] = _TORCH_CUBIC_A
     if output_size is None:
         scales = np.array([1.0, 1.0, *scale_factors], dtype=np.float32)
         return op18.Resize(input, None, scales, **attrs)
@@ -76,6 +80,13 @@ def aten_upsample_bicubic2d(
 
 
 _GRID_PADDING = ("zeros", "border", "reflection")
+"""GridSample's padding_mode for torch's padding_mode number."""
+
+_GRID_MODES_16 = ("bilinear", "nearest", "bicubic")
+"""GridSample-16's mode for torch's interpolation_mode number."""
+
+_GRID_MODES_20 = ("linear", "nearest", "cubic")
+"""GridSample-20's mode for torch's interpolation_mode number (20 renamed bilinear and bicubic)."""
 
 
 def _grid_sample_inputs(input, grid):
@@ -93,7 +104,7 @@ def aten_grid_sampler_2d(input: Tensor, grid: Tensor, interpolation_mode: int, p
     result = op18.GridSample(
         input,
         grid,
-        mode=("bilinear", "nearest", "bicubic")[interpolation_mode],
+        mode=_GRID_MODES_16[interpolation_mode],
         padding_mode=_GRID_PADDING[padding_mode],
         align_corners=int(align_corners),
     )
@@ -108,7 +119,7 @@ def aten_grid_sampler_2d_opset20(
     result = op20.GridSample(
         input,
         grid,
-        mode=("linear", "nearest", "cubic")[interpolation_mode],
+        mode=_GRID_MODES_20[interpolation_mode],
         padding_mode=_GRID_PADDING[padding_mode],
         align_corners=int(align_corners),
     )
