@@ -3,37 +3,126 @@
 from __future__ import annotations
 
 import inspect
+import pkgutil
+from collections.abc import Sequence
 
 import pytest
+import torch
+from onnxscript.onnx_opset import opset18 as op18
+from onnxscript.onnx_opset import opset20 as op20
 from onnxscript.values import Opset
 
+from opreg import _inspect
 from opreg.plugins import build_registry
+from opreg_core_ops import ops
+from opreg_core_ops.ops._helpers import Tensor, where
 
 CORE = [i for i in build_registry(plugins=[]).impls() if i.pack == "core"]
 
 
-def _opset_aliases(func, seen=None) -> dict[str, Opset]:
-    """ai.onnx opset aliases a function reads, following helpers of its own module."""
-    seen = set() if seen is None else seen
-    seen.add(func)
-    aliases = {}
-    for name in func.__code__.co_names:
-        value = func.__globals__.get(name)
-        if isinstance(value, Opset) and value.domain == "":
-            aliases[name] = value
-        elif inspect.isfunction(value) and value.__module__ == func.__module__ and value not in seen:
-            aliases.update(_opset_aliases(value, seen))
-    return aliases
+def onnx_aliases(function) -> dict[str, Opset]:
+    """The ai.onnx opsets an impl reads, by the name it reads them under: the impl's own
+    code and its helpers', as registration sees them (``_inspect.names_read``)."""
+    return {
+        name: value for name, value in _inspect.names_read(function) if isinstance(value, Opset) and value.domain == ""
+    }
+
+
+def check_opsets(function, requirement) -> None:
+    """``op20.X`` in an impl that declares ai.onnx >= 20: every alias is named after its
+    version, and the declared minimum is the newest version the code (helpers included) uses."""
+    name = getattr(function, "__name__", function)
+    aliases = onnx_aliases(function)
+    assert aliases, f"{name} uses no ai.onnx opset alias"
+    for alias, opset in aliases.items():
+        assert alias == f"op{opset.version}", f"{name}: alias {alias} for opset {opset.version}"
+    used = _inspect.onnx_module_versions(_inspect.used_opsets(function))
+    assert used == {o.version for o in aliases.values()}
+    assert requirement.onnx.min == max(used), f"{name} declares {requirement} but its code uses {sorted(used)}"
 
 
 @pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}")
-def test_opset_alias_matches_declared_requirement(impl):
-    """`op20.X` in an impl that declares ai.onnx >= 20: the alias, the module and the requirement agree."""
-    aliases = _opset_aliases(impl.function)
-    assert aliases, f"{impl.name} uses no ai.onnx opset alias"
-    for name, opset in aliases.items():
-        assert name == f"op{opset.version}", f"{impl.name}: alias {name} for opset {opset.version}"
-    assert max(o.version for o in aliases.values()) == impl.requirement.onnx.min
+def test_declared_requirement_is_what_the_code_uses(impl):
+    check_opsets(impl.function, impl.requirement)
+
+
+# -- the check above can fail -------------------------------------------------------------
+
+
+def _helper_on_20(x):
+    return op20.Gelu(x)
+
+
+def _calls_helper(x):
+    return _second_helper(x)
+
+
+def _second_helper(x):
+    return _calls_helper(x) if x is None else _helper_on_20(x)  # a cycle, then op20
+
+
+def gelu_through_helpers(self, approximate: str = "none"):
+    """gelu(Tensor self, *, str approximate='none') -> Tensor: op18 here, op20 two helpers down."""
+    return op18.Identity(_calls_helper(self))
+
+
+op19 = op20  # a misnamed alias
+
+
+def gelu_misnamed(self, approximate: str = "none"):
+    return op19.Gelu(self)
+
+
+def test_used_opsets_follow_helpers_through_cycles():
+    assert _inspect.onnx_module_versions(_inspect.used_opsets(gelu_through_helpers)) == {18, 20}
+    # functions of another package (here the core pack's, for a function of tests) are not followed
+    assert _inspect.used_opsets(where_elsewhere) == {}
+
+
+def where_elsewhere(condition, self, other):
+    return where(condition, self, other)
+
+
+def test_the_opset_check_can_fail():
+    requirement = build_registry(plugins=[]).resolve("aten::gelu", 18).requirement  # ai.onnx>=18
+    with pytest.raises(AssertionError, match="declares ai.onnx>=18 but its code uses"):
+        check_opsets(gelu_through_helpers, requirement)
+    with pytest.raises(AssertionError, match="alias op19 for opset 20"):
+        check_opsets(gelu_misnamed, requirement)
+
+
+def test_every_family_module_is_loaded():
+    """Each public module of opreg_core_ops.ops is an op family the hook registers."""
+    families = {
+        f"opreg_core_ops.ops.{m.name}" for m in pkgutil.iter_modules(ops.__path__) if not m.name.startswith("_")
+    }
+    assert {i.function.__module__ for i in CORE} == families
+
+
+def tensor_annotation(jit_type):
+    """What a tensor argument of torch type ``jit_type`` is annotated with: ``Tensor``,
+    ``Tensor | None`` (``Tensor?``), ``Sequence[Tensor]`` (``Tensor[]``), ``Sequence[Tensor | None]``."""
+    if isinstance(jit_type, torch.OptionalType):
+        return tensor_annotation(jit_type.getElementType()) | None
+    if isinstance(jit_type, torch.ListType):
+        return Sequence[tensor_annotation(jit_type.getElementType())]
+    return Tensor
+
+
+@pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}")
+def test_parameters_are_annotated_and_named_as_the_schema_says(impl):
+    """Tensor arguments annotated with ``Tensor`` (read as tensors, not attributes), the others with
+    attribute types, each parameter named as the ATen schema names it."""
+    annotations = inspect.signature(impl.function, eval_str=True).parameters
+    arguments = [a for a in _inspect.torch_schema(impl.op).arguments if not a.is_out]
+    assert len(impl.params.params) == len(arguments), f"{impl.name} leaves schema arguments out"
+    for param, arg in zip(impl.params.params, arguments, strict=True):
+        assert param.name == arg.name
+        if _inspect._schema_arg_kind(arg) == "tensor":
+            assert annotations[param.name].annotation == tensor_annotation(arg.type), f"{impl.name}: {param.text}"
+            assert not param.attribute
+        else:
+            assert param.attribute, f"{impl.name}: {param.text} is not annotated as an attribute"
 
 
 @pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}")

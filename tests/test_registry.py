@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import onnx_ir as ir
 import onnxscript
 import pytest
 import torch
@@ -161,6 +164,41 @@ def test_signature_mismatch_names_op_schema_and_function(op, fn, message):
     text = str(info.value)
     assert fn.__name__ in text  # the function's signature
     assert "The op's schema is aten::" in text  # the expected schema
+
+
+def sum_annotated(self: ir.Value, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
+    return op18.ReduceSum(self, dim, keepdims=int(keepdim))
+
+
+def index_annotated(self: ir.Value, indices: Sequence[ir.Value | None]):
+    return op18.Identity(self)
+
+
+def sum_unannotated(self, dim, keepdim: bool = False):
+    return op18.ReduceSum(self, dim, keepdims=int(keepdim))
+
+
+def relu_unresolvable(self: NoSuchType):  # noqa: F821 - the name is the point
+    return op18.Relu(self)
+
+
+def test_string_annotations_are_read_as_the_types_they_name():
+    """This module's `from __future__ import annotations` makes every annotation a string."""
+    params = {p.name: p for p in opreg.Registry().register("aten::sum.dim_IntList", sum_annotated).params.params}
+    assert params["dim"].attribute and params["dtype"].attribute and params["keepdim"].attribute
+    assert params["self"].annotated and not params["self"].attribute
+    index = opreg.Registry().register("aten::index.Tensor", index_annotated)
+    assert [p.attribute for p in index.params.params] == [False, False]
+
+
+def test_a_missing_annotation_is_named_after_the_schema_type():
+    with pytest.raises(SignatureMismatchError, match=r"`dim: Sequence\[int\] \| None`"):
+        opreg.Registry().register("aten::sum.dim_IntList", sum_unannotated)
+
+
+def test_annotations_that_cannot_be_evaluated_are_rejected():
+    with pytest.raises(RegistrationError, match="annotations cannot be evaluated.*NoSuchType"):
+        opreg.Registry().register("aten::relu", relu_unresolvable)
 
 
 def test_trailing_defaulted_arguments_may_be_left_out():

@@ -24,7 +24,7 @@ SCRIPT = "script"
 TRACE = "trace"
 
 _ATTRIBUTE_TYPES = (int, float, str, bool)
-_ATTRIBUTE_NAMES = {"int", "float", "str", "bool"}
+_ONNXSCRIPT_DEFAULT_DOMAIN = "this"  # what onnxscript.script() names a function's domain unless told
 # Namespaces torch loads in full at import: an unknown op there is a typo.
 _CLOSED_NAMESPACES = ("aten", "prims")
 
@@ -75,50 +75,82 @@ def used_opsets(function: Any) -> dict[str, set[int | None]]:
     """Every ``(domain, version)`` the impl visibly uses.
 
     Script functions report their own opset imports. For trace-only functions
-    the names their code (and nested code) reads are looked up in their
-    globals and closure: ``op20.Gelu`` or ``onnxscript.opset18.Add`` are
-    found, an opset built at call time or used inside a helper is not. The
-    exporter checks emitted nodes again, so this is a lint, not the proof.
+    it is every ``Opset`` (``op20``, ``onnxscript.opset18``) and the opset
+    imports of every script function that :func:`names_read` finds: the impl's
+    own code and the helpers it calls. An opset built at call time is not
+    found; the exporter checks emitted nodes again, so this is a lint, not the proof.
     """
     found: dict[str, set[int | None]] = collections.defaultdict(set)
     if _type_kind(type(function)) == "script":
         for domain, version in function.function_ir.opset_imports.items():
             found[domain].add(version)
         return dict(found)
+    for _name, value in names_read(function):
+        kind = _type_kind(type(value))
+        if kind == "opset":
+            found[value.domain].add(value.version)
+        elif kind == "script":
+            for domain, version in value.function_ir.opset_imports.items():
+                found[domain].add(version)
+    return dict(found)
 
-    func = python_function(function)
+
+def names_read(function: Any) -> list[tuple[str, Any]]:
+    """``(name, value)`` for every global, closure variable and module attribute
+    (``onnxscript.opset18``) that the impl's code reads, nested code included,
+    and in turn that the helpers it reads read: Python functions (and traced
+    onnxscript functions) defined in the impl's own top-level package
+    (``opreg_core_ops.ops._helpers.where`` for an impl in
+    ``opreg_core_ops.ops.elementwise``), each followed once. Functions of other
+    packages (onnxscript's, numpy's) are not followed.
+    """
+    start = python_function(function)
+    package = _package(start)
+    seen: set[int] = set()
+    pending = [start]
+    found: list[tuple[str, Any]] = []
+    while pending:
+        func = pending.pop()
+        if id(func) in seen:
+            continue
+        seen.add(id(func))
+        for name, value in _read_by(func):
+            found.append((name, value))
+            helper = value.func if _type_kind(type(value)) == "traced" else value
+            if isinstance(helper, types.FunctionType) and _package(helper) == package and id(helper) not in seen:
+                pending.append(helper)
+    return found
+
+
+def _package(func: Any) -> str:
+    """The top-level package ``func`` was defined in (``""`` if unknown)."""
+    return (getattr(func, "__module__", None) or "").partition(".")[0]
+
+
+def _read_by(func: Any) -> list[tuple[str, Any]]:
+    """``(name, value)`` for the globals, closure variables and module attributes that
+    ``func``'s code and its nested code (lambdas, inner functions) read."""
     code = getattr(func, "__code__", None)
     if code is None:
-        return {}
+        return []
     namespace = getattr(func, "__globals__", {})
-    closure = [cell.cell_contents for cell in (func.__closure__ or ()) if _cell_filled(cell)]
-
-    def note(obj: object, names: set[str]) -> None:
-        kind = _type_kind(type(obj))
-        if kind == "opset":
-            found[obj.domain].add(obj.version)  # type: ignore[attr-defined]
-        elif kind == "script":
-            for domain, version in obj.function_ir.opset_imports.items():  # type: ignore[attr-defined]
-                found[domain].add(version)
-        elif isinstance(obj, types.ModuleType):
-            for name in names:
-                attr = getattr(obj, name, None)
-                if _type_kind(type(attr)) == "opset":
-                    found[attr.domain].add(attr.version)  # type: ignore[union-attr]
-
-    def visit(code_obj: types.CodeType) -> None:
+    cells = func.__closure__ or ()
+    free = {name: cell.cell_contents for name, cell in zip(code.co_freevars, cells, strict=True) if _cell_filled(cell)}
+    found: list[tuple[str, Any]] = []
+    codes = [code]
+    while codes:
+        code_obj = codes.pop()
         names = set(code_obj.co_names)
-        for name in names:
-            if name in namespace:
-                note(namespace[name], names)
-        for obj in closure:
-            note(obj, names)
-        for const in code_obj.co_consts:
-            if isinstance(const, types.CodeType):
-                visit(const)
-
-    visit(code)
-    return dict(found)
+        values = [(n, namespace[n]) for n in sorted(names) if n in namespace]
+        values += [(n, free[n]) for n in code_obj.co_freevars if n in free]
+        for name, value in values:
+            found.append((name, value))
+            if isinstance(value, types.ModuleType):
+                # ``module.attr``: only what the module already holds (no lazy ``__getattr__`` imports)
+                attrs = vars(value)
+                found.extend((f"{name}.{attr}", attrs[attr]) for attr in sorted(names) if attr in attrs)
+        codes.extend(const for const in code_obj.co_consts if isinstance(const, types.CodeType))
+    return found
 
 
 def _cell_filled(cell: types.CellType) -> bool:
@@ -142,16 +174,13 @@ class _Param(typing.NamedTuple):
 
 
 def _is_attribute_annotation(annotation: Any) -> bool:
+    """Whether an (evaluated) annotation is an attribute's: ``int``, ``float``, ``str`` or
+    ``bool``, a sequence of them (``Sequence[int]``, ``list[float]``, ``tuple[int, ...]``),
+    or one of these or ``None`` (``Sequence[int] | None``). Anything else, ``onnx_ir.Value``
+    or an onnxscript tensor type, is a tensor's."""
     if annotation in _ATTRIBUTE_TYPES:
         return True
-    if isinstance(annotation, str):
-        text = annotation.replace(" ", "")
-        for prefix in ("Optional[", "Sequence[", "list[", "tuple[", "List[", "Tuple["):
-            if text.startswith(prefix):
-                text = text[len(prefix) : -1].split(",")[0]
-        return text.split("|")[0] in _ATTRIBUTE_NAMES
-    origin = typing.get_origin(annotation)
-    if origin in (list, tuple, collections.abc.Sequence, typing.Union, types.UnionType):
+    if typing.get_origin(annotation) in (list, tuple, collections.abc.Sequence, typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None) and a is not Ellipsis]
         return bool(args) and all(_is_attribute_annotation(a) for a in args)
     return False
@@ -168,7 +197,14 @@ class Params:
 def read_params(function: Any) -> Params:
     """Read the impl's parameters once (``inspect.signature`` is the costly part)."""
     func = python_function(function)
-    signature = inspect.signature(func)
+    try:
+        # annotations as the types they name, also when `from __future__ import annotations` made them strings
+        signature = inspect.signature(func, eval_str=True)
+    except (NameError, AttributeError, SyntaxError) as e:
+        raise RegistrationError(
+            f"impl {display_signature(function)}: its annotations cannot be evaluated ({type(e).__name__}: {e}). "
+            "Import the names they use at run time (not only under `if TYPE_CHECKING:`)."
+        ) from e
     params: list[_Param] = []
     variadic = False
     for p in signature.parameters.values():
@@ -232,12 +268,23 @@ def _has_op(op: OpName) -> bool:
 
 
 def _schema_arg_kind(arg: Any) -> str:
-    text = str(arg.type)
-    if "Tensor" in text:
+    """``tensor`` for a Tensor argument (also ``Tensor?``, ``Tensor[]``, ``Tensor?[]``),
+    ``scalar`` for a Scalar (``Scalar?`` too), else ``attribute``."""
+    import torch
+
+    if isinstance(_element_type(arg.type, torch.OptionalType, torch.ListType), torch.TensorType):
         return "tensor"
-    if text in ("number", "Scalar", "number?", "Scalar?"):
+    if isinstance(_element_type(arg.type, torch.OptionalType), torch.NumberType):
         return "scalar"
     return "attribute"
+
+
+def _element_type(jit_type: Any, *wrappers: type) -> Any:
+    """``jit_type`` with its ``wrappers`` (``torch.OptionalType``, ``torch.ListType``) taken off:
+    ``Tensor`` for ``Tensor?[]`` when both are given."""
+    while isinstance(jit_type, wrappers):
+        jit_type = jit_type.getElementType()
+    return jit_type
 
 
 def check_signature(op: OpName, function: Any, schema: Any, read: Params) -> None:
@@ -291,11 +338,23 @@ def check_signature(op: OpName, function: Any, schema: Any, read: Params) -> Non
 
 
 def _python_type_hint(arg: Any) -> str:
-    text = str(arg.type).rstrip("?")
-    mapping = {"int": "int", "SymInt": "int", "float": "float", "bool": "bool", "str": "str"}
-    if text.endswith("[]"):
-        return f"Sequence[{mapping.get(text[:-2], 'int')}]"
-    return mapping.get(text, "int")
+    """The annotation to suggest for a schema argument: ``int``, ``float`` (``Scalar`` too),
+    ``bool`` or ``str`` (``Device`` too; ``SymInt`` and ``ScalarType`` are ints),
+    ``Sequence[...]`` of a list, ``| None`` if optional."""
+    import torch
+
+    names = {
+        torch.FloatType: "float",
+        torch.NumberType: "float",
+        torch.BoolType: "bool",
+        torch.StringType: "str",
+        torch.DeviceObjType: "str",
+    }
+    unwrapped = _element_type(arg.type, torch.OptionalType)
+    hint = names.get(type(_element_type(unwrapped, torch.OptionalType, torch.ListType)), "int")
+    if isinstance(unwrapped, torch.ListType):
+        hint = f"Sequence[{hint}]"
+    return f"{hint} | None" if isinstance(arg.type, torch.OptionalType) else hint
 
 
 def lint_unannotated_attributes(function: Any, read: Params) -> None:
@@ -311,8 +370,8 @@ def lint_unannotated_attributes(function: Any, read: Params) -> None:
 
 
 def lint_script_domain(function: Any) -> None:
-    """Script functions must name their own domain; onnxscript's default is ``"this"``."""
-    if impl_kind(function) == SCRIPT and function.function_ir.domain in ("this", ""):
+    """Script functions must name their own domain, neither onnxscript's default (``"this"``) nor ai.onnx."""
+    if impl_kind(function) == SCRIPT and function.function_ir.domain in (_ONNXSCRIPT_DEFAULT_DOMAIN, ONNX_DOMAIN):
         raise RegistrationError(
             f"script function {function.name!r} has no explicit domain (onnxscript's default "
             f"{function.function_ir.domain!r} would reach the model): decorate it with "

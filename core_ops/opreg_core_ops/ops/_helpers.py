@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
+
+import onnx_ir as ir
+from onnxscript.onnx_opset import opset18 as op18
+
+Tensor: TypeAlias = ir.Value
+"""The annotation of an impl's tensor parameters: the exporter hands a trace-only impl each
+tensor input as the ``onnx_ir.Value`` it records ops on (``Tensor | None`` for ``Tensor?``,
+``Sequence[Tensor]`` for ``Tensor[]``). Registration reads it as a tensor, not an attribute."""
 
 
 def expand_param(value: int | Sequence[int], rank: int) -> list[int]:
@@ -35,16 +44,11 @@ def node_arg(node, index: int, name: str, default=None):
 def node_rank(node, index: int = 0) -> int | None:
     """The rank of an FX node's tensor argument, from its fake-tensor metadata (for predicates)."""
     arg = node.args[index] if len(node.args) > index else None
-    value = getattr(arg, "meta", {}).get("val")
-    shape = getattr(value, "shape", None)
-    return None if shape is None else len(shape)
+    return rank_of(getattr(arg, "meta", {}).get("val"))
 
 
 def where(condition, a, b):
     """``Where(condition, a, b)``; for BOOL a and b, And/Or/Not (ONNX Runtime has no BOOL Where kernel)."""
-    import onnx_ir as ir
-    from onnxscript.onnx_opset import opset18 as op18
-
     if a.dtype == ir.DataType.BOOL and getattr(b, "dtype", None) == ir.DataType.BOOL:
         return op18.Or(op18.And(condition, a), op18.And(op18.Not(condition), b))
     return op18.Where(condition, a, b)

@@ -10,7 +10,7 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset23 as op23
 
 import opreg
-from opreg_core_ops.ops._helpers import node_arg, node_rank, rank_of
+from opreg_core_ops.ops._helpers import Tensor, node_arg, node_rank, rank_of
 
 
 def _transpose_last(x):
@@ -66,10 +66,10 @@ def _repeat_value(value, query, enable_gqa):
 
 
 def aten_scaled_dot_product_attention(
-    query,
-    key,
-    value,
-    attn_mask=None,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
     *,
@@ -83,13 +83,13 @@ def aten_scaled_dot_product_attention(
 
 
 def aten_scaled_dot_product_flash_attention_for_cpu(
-    query,
-    key,
-    value,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
     dropout_p: float = 0.0,
     is_causal: bool = False,
     *,
-    attn_mask=None,
+    attn_mask: Tensor | None = None,
     scale: float | None = None,
 ):
     """_scaled_dot_product_flash_attention_for_cpu(Tensor query, Tensor key, Tensor value, float dropout_p=0., bool is_causal=False, *, Tensor? attn_mask=None, float? scale=None) -> (Tensor output, Tensor logsumexp): MatMul/Softmax decomposition, ReduceLogSumExp (no dropout)."""
@@ -101,10 +101,10 @@ def aten_scaled_dot_product_flash_attention_for_cpu(
 
 
 def aten_scaled_dot_product_attention_opset23(
-    query,
-    key,
-    value,
-    attn_mask=None,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
     *,
@@ -139,18 +139,14 @@ def _attention23_covered(node) -> bool:
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register(
-        "aten::scaled_dot_product_attention", aten_scaled_dot_product_attention, opset=18, predicate=_no_dropout(4)
-    )
+    registry.register("aten::scaled_dot_product_attention", aten_scaled_dot_product_attention, predicate=_no_dropout(4))
     registry.register(
         "aten::scaled_dot_product_attention",
         aten_scaled_dot_product_attention_opset23,
-        opset=23,
         predicate=_attention23_covered,
     )
     registry.register(
         "aten::_scaled_dot_product_flash_attention_for_cpu",
         aten_scaled_dot_product_flash_attention_for_cpu,
-        opset=18,
         predicate=_no_dropout(3),
     )

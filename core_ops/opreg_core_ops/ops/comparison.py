@@ -7,108 +7,107 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops.elementwise import FLOAT_TYPES, cast_to, isinf, promote
+from opreg_core_ops.ops._helpers import Tensor
+from opreg_core_ops.ops._promotion import FLOAT_TYPES, cast_to, promote
+from opreg_core_ops.ops.elementwise import isinf
 
 _BOOL = ir.DataType.BOOL
 
 
-def _compare(self, other, kind: str):
+def _equal(self, other):
+    """Equal, after torch's promotion."""
+    _, (a, b) = promote(self, other)
+    return op18.Equal(a, b)
+
+
+def _order(self, other, compare):
+    """``compare`` (Less, LessOrEqual, Greater or GreaterOrEqual), after torch's promotion."""
     dtype, (a, b) = promote(self, other)
-    if dtype == _BOOL and kind not in ("eq", "ne"):
+    if dtype == _BOOL:
         # ONNX orders numbers only: False < True as 0 < 1
         a, b = cast_to(a, ir.DataType.UINT8), cast_to(b, ir.DataType.UINT8)
-    if kind == "eq":
-        return op18.Equal(a, b)
-    if kind == "ne":
-        return op18.Not(op18.Equal(a, b))
-    if kind == "lt":
-        return op18.Less(a, b)
-    if kind == "le":
-        return op18.LessOrEqual(a, b)
-    if kind == "gt":
-        return op18.Greater(a, b)
-    return op18.GreaterOrEqual(a, b)
+    return compare(a, b)
 
 
-def aten_eq(self, other):
+def aten_eq(self: Tensor, other: Tensor):
     """eq.Tensor(Tensor self, Tensor other) -> Tensor: Equal, after torch's promotion."""
-    return _compare(self, other, "eq")
+    return _equal(self, other)
 
 
-def aten_eq_scalar(self, other: float):
+def aten_eq_scalar(self: Tensor, other: float):
     """eq.Scalar(Tensor self, Scalar other) -> Tensor: Equal, after torch's promotion."""
-    return _compare(self, other, "eq")
+    return _equal(self, other)
 
 
-def aten_ne(self, other):
+def aten_ne(self: Tensor, other: Tensor):
     """ne.Tensor(Tensor self, Tensor other) -> Tensor: Not of Equal, after torch's promotion."""
-    return _compare(self, other, "ne")
+    return op18.Not(_equal(self, other))
 
 
-def aten_ne_scalar(self, other: float):
+def aten_ne_scalar(self: Tensor, other: float):
     """ne.Scalar(Tensor self, Scalar other) -> Tensor: Not of Equal, after torch's promotion."""
-    return _compare(self, other, "ne")
+    return op18.Not(_equal(self, other))
 
 
-def aten_lt(self, other):
+def aten_lt(self: Tensor, other: Tensor):
     """lt.Tensor(Tensor self, Tensor other) -> Tensor: Less, after torch's promotion."""
-    return _compare(self, other, "lt")
+    return _order(self, other, op18.Less)
 
 
-def aten_lt_scalar(self, other: float):
+def aten_lt_scalar(self: Tensor, other: float):
     """lt.Scalar(Tensor self, Scalar other) -> Tensor: Less, after torch's promotion."""
-    return _compare(self, other, "lt")
+    return _order(self, other, op18.Less)
 
 
-def aten_le(self, other):
+def aten_le(self: Tensor, other: Tensor):
     """le.Tensor(Tensor self, Tensor other) -> Tensor: LessOrEqual, after torch's promotion."""
-    return _compare(self, other, "le")
+    return _order(self, other, op18.LessOrEqual)
 
 
-def aten_le_scalar(self, other: float):
+def aten_le_scalar(self: Tensor, other: float):
     """le.Scalar(Tensor self, Scalar other) -> Tensor: LessOrEqual, after torch's promotion."""
-    return _compare(self, other, "le")
+    return _order(self, other, op18.LessOrEqual)
 
 
-def aten_gt(self, other):
+def aten_gt(self: Tensor, other: Tensor):
     """gt.Tensor(Tensor self, Tensor other) -> Tensor: Greater, after torch's promotion."""
-    return _compare(self, other, "gt")
+    return _order(self, other, op18.Greater)
 
 
-def aten_gt_scalar(self, other: float):
+def aten_gt_scalar(self: Tensor, other: float):
     """gt.Scalar(Tensor self, Scalar other) -> Tensor: Greater, after torch's promotion."""
-    return _compare(self, other, "gt")
+    return _order(self, other, op18.Greater)
 
 
-def aten_ge(self, other):
+def aten_ge(self: Tensor, other: Tensor):
     """ge.Tensor(Tensor self, Tensor other) -> Tensor: GreaterOrEqual, after torch's promotion."""
-    return _compare(self, other, "ge")
+    return _order(self, other, op18.GreaterOrEqual)
 
 
-def aten_ge_scalar(self, other: float):
+def aten_ge_scalar(self: Tensor, other: float):
     """ge.Scalar(Tensor self, Scalar other) -> Tensor: GreaterOrEqual, after torch's promotion."""
-    return _compare(self, other, "ge")
+    return _order(self, other, op18.GreaterOrEqual)
 
 
 # -- logical --------------------------------------------------------------------------------
 
 
-def aten_logical_and(self, other):
+def aten_logical_and(self: Tensor, other: Tensor):
     """logical_and(Tensor self, Tensor other) -> Tensor: And of the inputs as bool."""
     return op18.And(cast_to(self, _BOOL), cast_to(other, _BOOL))
 
 
-def aten_logical_or(self, other):
+def aten_logical_or(self: Tensor, other: Tensor):
     """logical_or(Tensor self, Tensor other) -> Tensor: Or of the inputs as bool."""
     return op18.Or(cast_to(self, _BOOL), cast_to(other, _BOOL))
 
 
-def aten_logical_xor(self, other):
+def aten_logical_xor(self: Tensor, other: Tensor):
     """logical_xor(Tensor self, Tensor other) -> Tensor: Xor of the inputs as bool."""
     return op18.Xor(cast_to(self, _BOOL), cast_to(other, _BOOL))
 
 
-def aten_logical_not(self):
+def aten_logical_not(self: Tensor):
     """logical_not(Tensor self) -> Tensor: Not of the input as bool."""
     return op18.Not(cast_to(self, _BOOL))
 
@@ -116,56 +115,57 @@ def aten_logical_not(self):
 # -- bitwise ------------------------------------------------------------------------------------
 
 
-def _bitwise(self, other, kind: str):
+def _bitwise(self, other, bitwise, logical):
+    """``bitwise`` (BitwiseAnd, ...) after torch's promotion; ``logical`` (And, ...) for bool."""
     dtype, (a, b) = promote(self, other)
     if dtype in FLOAT_TYPES:
-        raise ValueError(f"bitwise_{kind} of floating tensors is not defined (torch rejects it too)")
+        raise ValueError(f"{bitwise.__name__} of floating tensors is not defined (torch rejects it too)")
     if dtype == _BOOL:
-        return {"and": op18.And, "or": op18.Or, "xor": op18.Xor}[kind](a, b)
-    return {"and": op18.BitwiseAnd, "or": op18.BitwiseOr, "xor": op18.BitwiseXor}[kind](a, b)
+        return logical(a, b)
+    return bitwise(a, b)
 
 
-def aten_bitwise_and(self, other):
+def aten_bitwise_and(self: Tensor, other: Tensor):
     """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseAnd (And for bool)."""
-    return _bitwise(self, other, "and")
+    return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
-def aten_bitwise_and_scalar(self, other: float):
+def aten_bitwise_and_scalar(self: Tensor, other: float):
     """bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseAnd (And for bool)."""
-    return _bitwise(self, other, "and")
+    return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
-def aten_bitwise_or(self, other):
+def aten_bitwise_or(self: Tensor, other: Tensor):
     """bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseOr (Or for bool)."""
-    return _bitwise(self, other, "or")
+    return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
-def aten_bitwise_or_scalar(self, other: float):
+def aten_bitwise_or_scalar(self: Tensor, other: float):
     """bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseOr (Or for bool)."""
-    return _bitwise(self, other, "or")
+    return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
-def aten_bitwise_xor(self, other):
+def aten_bitwise_xor(self: Tensor, other: Tensor):
     """bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseXor (Xor for bool)."""
-    return _bitwise(self, other, "xor")
+    return _bitwise(self, other, op18.BitwiseXor, op18.Xor)
 
 
-def aten_bitwise_xor_scalar(self, other: float):
+def aten_bitwise_xor_scalar(self: Tensor, other: float):
     """bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseXor (Xor for bool)."""
-    return _bitwise(self, other, "xor")
+    return _bitwise(self, other, op18.BitwiseXor, op18.Xor)
 
 
-def aten_and(self, other):
+def aten_and(self: Tensor, other: Tensor):
     """__and__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_and (the ``&`` operator)."""
-    return _bitwise(self, other, "and")
+    return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
-def aten_or(self, other):
+def aten_or(self: Tensor, other: Tensor):
     """__or__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_or (the ``|`` operator)."""
-    return _bitwise(self, other, "or")
+    return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
-def aten_bitwise_not(self):
+def aten_bitwise_not(self: Tensor):
     """bitwise_not(Tensor self) -> Tensor: BitwiseNot (Not for bool)."""
     if self.dtype == _BOOL:
         return op18.Not(self)
@@ -180,14 +180,14 @@ def _all_false(self):
     return op18.Not(op18.Equal(self, self))
 
 
-def aten_isinf(self):
+def aten_isinf(self: Tensor):
     """isinf(Tensor self) -> Tensor: IsInf (all False for integers and bool)."""
     if self.dtype not in FLOAT_TYPES:
         return _all_false(self)
     return isinf(self)
 
 
-def aten_isnan(self):
+def aten_isnan(self: Tensor):
     """isnan(Tensor self) -> Tensor: IsNaN (all False for integers and bool)."""
     if self.dtype not in FLOAT_TYPES:
         return _all_false(self)
@@ -195,18 +195,33 @@ def aten_isnan(self):
 
 
 def register(registry: opreg.Registrar) -> None:
-    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
-        registry.register(f"aten::{name}.Tensor", globals()[f"aten_{name}"], opset=18)
-        registry.register(f"aten::{name}.Scalar", globals()[f"aten_{name}_scalar"], opset=18)
-    registry.register("aten::logical_and", aten_logical_and, opset=18)
-    registry.register("aten::logical_or", aten_logical_or, opset=18)
-    registry.register("aten::logical_xor", aten_logical_xor, opset=18)
-    registry.register("aten::logical_not", aten_logical_not, opset=18)
-    for name in ("and", "or", "xor"):
-        registry.register(f"aten::bitwise_{name}.Tensor", globals()[f"aten_bitwise_{name}"], opset=18)
-        registry.register(f"aten::bitwise_{name}.Scalar", globals()[f"aten_bitwise_{name}_scalar"], opset=18)
-    registry.register("aten::__and__.Tensor", aten_and, opset=18)
-    registry.register("aten::__or__.Tensor", aten_or, opset=18)
-    registry.register("aten::bitwise_not", aten_bitwise_not, opset=18)
-    registry.register("aten::isinf", aten_isinf, opset=18)
-    registry.register("aten::isnan", aten_isnan, opset=18)
+    for op, function in (
+        ("aten::eq.Tensor", aten_eq),
+        ("aten::eq.Scalar", aten_eq_scalar),
+        ("aten::ne.Tensor", aten_ne),
+        ("aten::ne.Scalar", aten_ne_scalar),
+        ("aten::lt.Tensor", aten_lt),
+        ("aten::lt.Scalar", aten_lt_scalar),
+        ("aten::le.Tensor", aten_le),
+        ("aten::le.Scalar", aten_le_scalar),
+        ("aten::gt.Tensor", aten_gt),
+        ("aten::gt.Scalar", aten_gt_scalar),
+        ("aten::ge.Tensor", aten_ge),
+        ("aten::ge.Scalar", aten_ge_scalar),
+        ("aten::logical_and", aten_logical_and),
+        ("aten::logical_or", aten_logical_or),
+        ("aten::logical_xor", aten_logical_xor),
+        ("aten::logical_not", aten_logical_not),
+        ("aten::bitwise_and.Tensor", aten_bitwise_and),
+        ("aten::bitwise_and.Scalar", aten_bitwise_and_scalar),
+        ("aten::bitwise_or.Tensor", aten_bitwise_or),
+        ("aten::bitwise_or.Scalar", aten_bitwise_or_scalar),
+        ("aten::bitwise_xor.Tensor", aten_bitwise_xor),
+        ("aten::bitwise_xor.Scalar", aten_bitwise_xor_scalar),
+        ("aten::__and__.Tensor", aten_and),
+        ("aten::__or__.Tensor", aten_or),
+        ("aten::bitwise_not", aten_bitwise_not),
+        ("aten::isinf", aten_isinf),
+        ("aten::isnan", aten_isnan),
+    ):
+        registry.register(op, function)

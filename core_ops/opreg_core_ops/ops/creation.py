@@ -1,4 +1,4 @@
-"""Creation and copies: arange, full/zeros/ones(_like), empty, scalar_tensor, fill, _to_copy, alias, copy."""
+"""Creation and copies: arange, full/zeros/ones(_like), empty, scalar_tensor, fill, _to_copy/to, clone, alias, copy."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-
-_LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+from opreg_core_ops.ops._helpers import Tensor
+from opreg_core_ops.ops._promotion import DEFAULT_FLOAT, is_integral
 
 
 def _scalar_type(value) -> ir.DataType:
@@ -21,7 +21,7 @@ def _scalar_type(value) -> ir.DataType:
         return ir.DataType.BOOL
     if isinstance(value, int):
         return ir.DataType.INT64
-    return ir.DataType.FLOAT
+    return DEFAULT_FLOAT
 
 
 def _constant(value, dtype: int):
@@ -68,7 +68,7 @@ def aten_zeros(
     pin_memory: bool | None = None,
 ):
     """zeros(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0."""
-    return _full(size, 0, ir.DataType.FLOAT if dtype is None else dtype)
+    return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
 
 
 def aten_ones(
@@ -79,7 +79,7 @@ def aten_ones(
     pin_memory: bool | None = None,
 ):
     """ones(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 1."""
-    return _full(size, 1, ir.DataType.FLOAT if dtype is None else dtype)
+    return _full(size, 1, DEFAULT_FLOAT if dtype is None else dtype)
 
 
 def aten_empty_memory_format(
@@ -91,7 +91,7 @@ def aten_empty_memory_format(
     memory_format: str | None = None,
 ):
     """empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a 0 (zeros)."""
-    return _full(size, 0, ir.DataType.FLOAT if dtype is None else dtype)
+    return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
 
 
 def aten_empty_strided(
@@ -103,11 +103,11 @@ def aten_empty_strided(
     pin_memory: bool | None = None,
 ):
     """empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0 (zeros; strides ignored)."""
-    return _full(size, 0, ir.DataType.FLOAT if dtype is None else dtype)
+    return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
 
 
 def aten_full_like(
-    self,
+    self: Tensor,
     fill_value: float,
     dtype: int | None = None,
     layout: int | None = None,
@@ -120,7 +120,7 @@ def aten_full_like(
 
 
 def aten_zeros_like(
-    self,
+    self: Tensor,
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -132,7 +132,7 @@ def aten_zeros_like(
 
 
 def aten_ones_like(
-    self,
+    self: Tensor,
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -144,7 +144,7 @@ def aten_ones_like(
 
 
 def aten_empty_like(
-    self,
+    self: Tensor,
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -156,7 +156,7 @@ def aten_empty_like(
 
 
 def aten_new_full(
-    self,
+    self: Tensor,
     size: Sequence[int],
     fill_value: float,
     dtype: int | None = None,
@@ -169,7 +169,7 @@ def aten_new_full(
 
 
 def aten_new_zeros(
-    self,
+    self: Tensor,
     size: Sequence[int],
     dtype: int | None = None,
     layout: int | None = None,
@@ -181,7 +181,7 @@ def aten_new_zeros(
 
 
 def aten_new_ones(
-    self,
+    self: Tensor,
     size: Sequence[int],
     dtype: int | None = None,
     layout: int | None = None,
@@ -193,7 +193,7 @@ def aten_new_ones(
 
 
 def aten_new_empty(
-    self,
+    self: Tensor,
     size: Sequence[int],
     dtype: int | None = None,
     layout: int | None = None,
@@ -212,33 +212,29 @@ def aten_scalar_tensor(
     pin_memory: bool | None = None,
 ):
     """scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: a 0-d constant (FLOAT unless dtype)."""
-    return _constant(s, ir.DataType.FLOAT if dtype is None else dtype)
+    return _constant(s, DEFAULT_FLOAT if dtype is None else dtype)
 
 
-def aten_fill_scalar(self, value: float):
+def aten_fill_scalar(self: Tensor, value: float):
     """fill.Scalar(Tensor self, Scalar value) -> Tensor: Expand of a constant to Shape(self)."""
     return _full(op18.Shape(self), value, self.dtype)
 
 
-def aten_fill_tensor(self, value):
+def aten_fill_tensor(self: Tensor, value: Tensor):
     """fill.Tensor(Tensor self, Tensor value) -> Tensor: Expand of CastLike(value, self) to Shape(self)."""
     return op18.Expand(op18.CastLike(value, self), op18.Shape(self))
-
-
-def _integral(dtype) -> bool:
-    return dtype is not None and not dtype.is_floating_point()
 
 
 def _arange(start, end, step, dtype: int | None):
     numbers = (start, end, step)
     if dtype is None:
-        if any(isinstance(v, float) or (isinstance(v, ir.Value) and not _integral(v.dtype)) for v in numbers):
-            dtype = ir.DataType.FLOAT
+        if any(isinstance(v, float) or (isinstance(v, ir.Value) and not is_integral(v.dtype)) for v in numbers):
+            dtype = DEFAULT_FLOAT
         else:
             dtype = ir.DataType.INT64
     dtype = ir.DataType(dtype)
     if not dtype.is_floating_point():
-        if all(isinstance(v, int) or (isinstance(v, ir.Value) and _integral(v.dtype)) for v in numbers):
+        if all(isinstance(v, int) or (isinstance(v, ir.Value) and is_integral(v.dtype)) for v in numbers):
             values = [_int64_scalar(v) if isinstance(v, ir.Value) else v for v in numbers]
             if all(isinstance(v, int) for v in values):
                 values = [op18.Cast(v, to=ir.DataType.INT64) for v in values]
@@ -309,7 +305,7 @@ def aten_arange(
 
 
 def aten_to_copy(
-    self,
+    self: Tensor,
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -327,13 +323,15 @@ def _cast(self, dtype: int | None):
     return op18.Cast(self, to=dtype)
 
 
-def aten_to_dtype(self, dtype: int, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None):
+def aten_to_dtype(
+    self: Tensor, dtype: int, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None
+):
     """to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast (Identity when the dtype stays)."""
     return _cast(self, dtype)
 
 
 def aten_to_device(
-    self,
+    self: Tensor,
     device: str | None,
     dtype: int,
     non_blocking: bool = False,
@@ -345,7 +343,7 @@ def aten_to_device(
 
 
 def aten_to_dtype_layout(
-    self,
+    self: Tensor,
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -358,27 +356,34 @@ def aten_to_dtype_layout(
     return _cast(self, dtype)
 
 
-def aten_to_other(self, other, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None):
+def aten_to_other(
+    self: Tensor, other: Tensor, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None
+):
     """to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast to other's dtype (Identity when it stays)."""
     return _cast(self, other.dtype)
 
 
-def aten_alias(self):
+def aten_clone(self: Tensor, memory_format: str | None = None):
+    """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity."""
+    return op18.Identity(self)
+
+
+def aten_alias(self: Tensor):
     """alias(Tensor(a) self) -> Tensor(a): Identity."""
     return op18.Identity(self)
 
 
-def aten_lift_fresh_copy(self):
+def aten_lift_fresh_copy(self: Tensor):
     """lift_fresh_copy(Tensor self) -> Tensor: Identity."""
     return op18.Identity(self)
 
 
-def aten_copy(self, src, non_blocking: bool = False):
+def aten_copy(self: Tensor, src: Tensor, non_blocking: bool = False):
     """copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor: CastLike(src, self) expanded to Shape(self)."""
     return op18.Expand(op18.CastLike(src, self), op18.Shape(self))
 
 
-def aten_local_scalar_dense(self):
+def aten_local_scalar_dense(self: Tensor):
     """_local_scalar_dense(Tensor self) -> Scalar: Reshape to 0-d and Cast to INT64, FLOAT or BOOL (the scalar's type)."""
     if self.dtype == ir.DataType.BOOL:
         to = ir.DataType.BOOL
@@ -391,31 +396,32 @@ def aten_local_scalar_dense(self):
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::arange.start_step", aten_arange_start_step, opset=18)
-    registry.register("aten::arange.start", aten_arange_start, opset=18)
-    registry.register("aten::arange.default", aten_arange, opset=18)
-    registry.register("aten::full", aten_full, opset=18)
-    registry.register("aten::zeros", aten_zeros, opset=18)
-    registry.register("aten::ones", aten_ones, opset=18)
-    registry.register("aten::empty.memory_format", aten_empty_memory_format, opset=18)
-    registry.register("aten::empty_strided", aten_empty_strided, opset=18)
-    registry.register("aten::full_like", aten_full_like, opset=18)
-    registry.register("aten::zeros_like", aten_zeros_like, opset=18)
-    registry.register("aten::ones_like", aten_ones_like, opset=18)
-    registry.register("aten::empty_like", aten_empty_like, opset=18)
-    registry.register("aten::new_full", aten_new_full, opset=18)
-    registry.register("aten::new_zeros", aten_new_zeros, opset=18)
-    registry.register("aten::new_ones", aten_new_ones, opset=18)
-    registry.register("aten::new_empty", aten_new_empty, opset=18)
-    registry.register("aten::scalar_tensor", aten_scalar_tensor, opset=18)
-    registry.register("aten::fill.Scalar", aten_fill_scalar, opset=18)
-    registry.register("aten::fill.Tensor", aten_fill_tensor, opset=18)
-    registry.register("aten::_to_copy", aten_to_copy, opset=18)
-    registry.register("aten::to.dtype", aten_to_dtype, opset=18)
-    registry.register("aten::to.device", aten_to_device, opset=18)
-    registry.register("aten::to.dtype_layout", aten_to_dtype_layout, opset=18)
-    registry.register("aten::to.other", aten_to_other, opset=18)
-    registry.register("aten::alias", aten_alias, opset=18)
-    registry.register("aten::lift_fresh_copy", aten_lift_fresh_copy, opset=18)
-    registry.register("aten::copy", aten_copy, opset=18)
-    registry.register("aten::_local_scalar_dense", aten_local_scalar_dense, opset=18)
+    registry.register("aten::arange.start_step", aten_arange_start_step)
+    registry.register("aten::arange.start", aten_arange_start)
+    registry.register("aten::arange.default", aten_arange)
+    registry.register("aten::full", aten_full)
+    registry.register("aten::zeros", aten_zeros)
+    registry.register("aten::ones", aten_ones)
+    registry.register("aten::empty.memory_format", aten_empty_memory_format)
+    registry.register("aten::empty_strided", aten_empty_strided)
+    registry.register("aten::full_like", aten_full_like)
+    registry.register("aten::zeros_like", aten_zeros_like)
+    registry.register("aten::ones_like", aten_ones_like)
+    registry.register("aten::empty_like", aten_empty_like)
+    registry.register("aten::new_full", aten_new_full)
+    registry.register("aten::new_zeros", aten_new_zeros)
+    registry.register("aten::new_ones", aten_new_ones)
+    registry.register("aten::new_empty", aten_new_empty)
+    registry.register("aten::scalar_tensor", aten_scalar_tensor)
+    registry.register("aten::fill.Scalar", aten_fill_scalar)
+    registry.register("aten::fill.Tensor", aten_fill_tensor)
+    registry.register("aten::_to_copy", aten_to_copy)
+    registry.register("aten::to.dtype", aten_to_dtype)
+    registry.register("aten::to.device", aten_to_device)
+    registry.register("aten::to.dtype_layout", aten_to_dtype_layout)
+    registry.register("aten::to.other", aten_to_other)
+    registry.register("aten::clone", aten_clone)
+    registry.register("aten::alias", aten_alias)
+    registry.register("aten::lift_fresh_copy", aten_lift_fresh_copy)
+    registry.register("aten::copy", aten_copy)
+    registry.register("aten::_local_scalar_dense", aten_local_scalar_dense)

@@ -10,56 +10,13 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import where
+from opreg_core_ops.ops._helpers import Tensor, where
+from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES, as_float, cast_to, promote
 
-FLOAT_TYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE})
 _POW_TYPES = frozenset({ir.DataType.INT32, ir.DataType.INT64}) | FLOAT_TYPES
-_DEFAULT_FLOAT = ir.DataType.FLOAT  # torch's default dtype: what integer inputs of float ops become
 
 
-# -- promotion helpers (Python-side, run while tracing) -----------------------------------
-
-
-def result_dtype(*operands) -> ir.DataType:
-    """The dtype torch computes an elementwise op of ``operands`` in (its type promotion:
-    dimensioned tensors, then 0-d tensors, then Python scalars). ``None`` operands are skipped."""
-    import torch
-    from onnx_ir import tensor_adapters
-    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
-
-    examples = []
-    for value in operands:
-        if value is None:
-            continue
-        if isinstance(value, ir.Value):
-            rank = 1 if value.shape is None or len(value.shape) else 0
-            dtype = tensor_adapters.to_torch_dtype(value.dtype)
-            examples.append(torch.empty((1,) * rank, dtype=dtype, device="meta"))
-        else:
-            examples.append(value)
-    _, dtype = elementwise_dtypes(*examples, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
-    return tensor_adapters.from_torch_dtype(dtype)
-
-
-def cast_to(value, dtype: ir.DataType):
-    """``value`` (a traced value or a Python number) as ``dtype``; numbers become constants."""
-    if isinstance(value, ir.Value) and value.dtype == dtype:
-        return value
-    return op18.Cast(value, to=int(dtype))
-
-
-def promote(*operands):
-    """``(dtype, operands cast to it)`` as torch promotes them."""
-    dtype = result_dtype(*operands)
-    return dtype, [None if v is None else cast_to(v, dtype) for v in operands]
-
-
-def as_float(self):
-    """``self``, cast to torch's default float dtype unless it is a float already (float ops on
-    integer or bool tensors compute in float32)."""
-    if self.dtype in FLOAT_TYPES:
-        return self
-    return op18.Cast(self, to=int(_DEFAULT_FLOAT))
+# -- helpers (Python-side, run while tracing) ------------------------------------------------
 
 
 def float_unary(self, compute):
@@ -77,7 +34,7 @@ def trunc(x):
 
 def isinf(x):
     """IsInf of a float tensor (16-bit floats through float32: IsInf takes them only from opset 20)."""
-    if x.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+    if x.dtype in HALF_TYPES:
         x = op18.Cast(x, to=int(ir.DataType.FLOAT))
     return op18.IsInf(x)
 
@@ -120,7 +77,7 @@ def _divide(self, other, rounding_mode: str | None):
             a, b = as_float(a), as_float(b)
         return op18.Div(a, b)
     if rounding_mode == "trunc":
-        if dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        if dtype in HALF_TYPES:
             # torch truncates the float32 quotient rounded to 16 bits (ONNX Runtime's 16-bit Div can differ)
             quotient = op18.Cast(op18.Div(cast_to(a, ir.DataType.FLOAT), cast_to(b, ir.DataType.FLOAT)), to=int(dtype))
             return op18.Cast(trunc(op18.Cast(quotient, to=int(ir.DataType.FLOAT))), to=int(dtype))
@@ -179,52 +136,52 @@ def _extremum(self, other, maximum: bool):
 # -- add, sub, mul, div --------------------------------------------------------------------
 
 
-def aten_add(self, other, alpha: float = 1.0):
+def aten_add(self: Tensor, other: Tensor, alpha: float = 1.0):
     """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Add (and Mul for alpha; Or for bool), after torch's promotion."""
     return _add(self, other, alpha, subtract=False)
 
 
-def aten_add_scalar(self, other: float, alpha: float = 1.0):
+def aten_add_scalar(self: Tensor, other: float, alpha: float = 1.0):
     """add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Add (Or for bool), after torch's promotion."""
     return _add(self, other, alpha, subtract=False)
 
 
-def aten_sub(self, other, alpha: float = 1.0):
+def aten_sub(self: Tensor, other: Tensor, alpha: float = 1.0):
     """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Sub (and Mul for alpha), after torch's promotion."""
     return _add(self, other, alpha, subtract=True)
 
 
-def aten_sub_scalar(self, other: float, alpha: float = 1.0):
+def aten_sub_scalar(self: Tensor, other: float, alpha: float = 1.0):
     """sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Sub, after torch's promotion."""
     return _add(self, other, alpha, subtract=True)
 
 
-def aten_mul(self, other):
+def aten_mul(self: Tensor, other: Tensor):
     """mul.Tensor(Tensor self, Tensor other) -> Tensor: Mul (And for bool), after torch's promotion."""
     return _mul(self, other)
 
 
-def aten_mul_scalar(self, other: float):
+def aten_mul_scalar(self: Tensor, other: float):
     """mul.Scalar(Tensor self, Scalar other) -> Tensor: Mul (And for bool), after torch's promotion."""
     return _mul(self, other)
 
 
-def aten_div(self, other):
+def aten_div(self: Tensor, other: Tensor):
     """div.Tensor(Tensor self, Tensor other) -> Tensor: Div (integers cast to float first)."""
     return _divide(self, other, None)
 
 
-def aten_div_scalar(self, other: float):
+def aten_div_scalar(self: Tensor, other: float):
     """div.Scalar(Tensor self, Scalar other) -> Tensor: Div (integers cast to float first)."""
     return _divide(self, other, None)
 
 
-def aten_div_mode(self, other, rounding_mode: str | None = None):
+def aten_div_mode(self: Tensor, other: Tensor, rounding_mode: str | None = None):
     """div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor: Div, with Floor/Ceil/Where for trunc and Mod for floor."""
     return _divide(self, other, rounding_mode)
 
 
-def aten_div_scalar_mode(self, other: float, rounding_mode: str | None = None):
+def aten_div_scalar_mode(self: Tensor, other: float, rounding_mode: str | None = None):
     """div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor: Div, with Floor/Ceil/Where for trunc and Mod for floor."""
     return _divide(self, other, rounding_mode)
 
@@ -232,49 +189,49 @@ def aten_div_scalar_mode(self, other: float, rounding_mode: str | None = None):
 # -- pow, fmod, remainder, atan2 -------------------------------------------------------------
 
 
-def aten_pow(self, exponent):
+def aten_pow(self: Tensor, exponent: Tensor):
     """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor: Pow, after torch's promotion."""
     return _pow(self, exponent)
 
 
-def aten_pow_tensor_scalar(self, exponent: float):
+def aten_pow_tensor_scalar(self: Tensor, exponent: float):
     """pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor: Pow (Mul for squares), after torch's promotion."""
     if exponent == 2 and self.dtype in FLOAT_TYPES:
         return op18.Mul(self, self)  # exact, as torch computes x ** 2
     return _pow(self, exponent)
 
 
-def aten_pow_scalar(self: float, exponent):
+def aten_pow_scalar(self: float, exponent: Tensor):
     """pow.Scalar(Scalar self, Tensor exponent) -> Tensor: Pow of a constant base, after torch's promotion."""
     return _pow(self, exponent)
 
 
-def aten_fmod(self, other):
+def aten_fmod(self: Tensor, other: Tensor):
     """fmod.Tensor(Tensor self, Tensor other) -> Tensor: Mod (fmod=1), after torch's promotion."""
     return _fmod_promoted(self, other)
 
 
-def aten_fmod_scalar(self, other: float):
+def aten_fmod_scalar(self: Tensor, other: float):
     """fmod.Scalar(Tensor self, Scalar other) -> Tensor: Mod (fmod=1), after torch's promotion."""
     return _fmod_promoted(self, other)
 
 
-def aten_remainder(self, other):
+def aten_remainder(self: Tensor, other: Tensor):
     """remainder.Tensor(Tensor self, Tensor other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
     return _remainder(self, other)
 
 
-def aten_remainder_scalar(self, other: float):
+def aten_remainder_scalar(self: Tensor, other: float):
     """remainder.Scalar(Tensor self, Scalar other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
     return _remainder(self, other)
 
 
-def aten_remainder_scalar_tensor(self: float, other):
+def aten_remainder_scalar_tensor(self: float, other: Tensor):
     """remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
     return _remainder(self, other)
 
 
-def aten_atan2(self, other):
+def aten_atan2(self: Tensor, other: Tensor):
     """atan2(Tensor self, Tensor other) -> Tensor: Atan of the ratio with Where for the quadrant, zeros and infinities (ONNX has no Atan2)."""
     dtype, (y, x) = promote(self, other)
     if dtype == ir.DataType.BFLOAT16:  # Atan takes no bfloat16
@@ -304,17 +261,17 @@ def _negative(x):
 # -- maximum, minimum, clamp, where ---------------------------------------------------------------
 
 
-def aten_maximum(self, other):
+def aten_maximum(self: Tensor, other: Tensor):
     """maximum(Tensor self, Tensor other) -> Tensor: Max (Or for bool), after torch's promotion."""
     return _extremum(self, other, maximum=True)
 
 
-def aten_minimum(self, other):
+def aten_minimum(self: Tensor, other: Tensor):
     """minimum(Tensor self, Tensor other) -> Tensor: Min (And for bool), after torch's promotion."""
     return _extremum(self, other, maximum=False)
 
 
-def aten_clamp(self, min: float | None = None, max: float | None = None):
+def aten_clamp(self: Tensor, min: float | None = None, max: float | None = None):
     """clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor: Clip, after torch's promotion."""
     dtype, (x, low, high) = promote(self, min, max)
     if dtype == ir.DataType.BOOL:
@@ -324,7 +281,7 @@ def aten_clamp(self, min: float | None = None, max: float | None = None):
     return op18.Clip(x, low, high)  # keeps NaN, as torch does
 
 
-def aten_clamp_tensor(self, min=None, max=None):
+def aten_clamp_tensor(self: Tensor, min: Tensor | None = None, max: Tensor | None = None):
     """clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor: Max and Min (the bounds broadcast)."""
     _, (x, low, high) = promote(self, min, max)
     if low is not None:
@@ -334,7 +291,7 @@ def aten_clamp_tensor(self, min=None, max=None):
     return op18.Identity(x) if low is None and high is None else x
 
 
-def aten_where(condition, self, other):
+def aten_where(condition: Tensor, self: Tensor, other: Tensor):
     """where.self(Tensor condition, Tensor self, Tensor other) -> Tensor: Where (And/Or/Not for bool), after torch's promotion of self and other."""
     _, (a, b) = promote(self, other)
     return where(cast_to(condition, ir.DataType.BOOL), a, b)
@@ -343,19 +300,19 @@ def aten_where(condition, self, other):
 # -- unary math ---------------------------------------------------------------------------------
 
 
-def aten_abs(self):
+def aten_abs(self: Tensor):
     """abs(Tensor self) -> Tensor: Abs."""
     return op18.Abs(self)
 
 
-def aten_neg(self):
+def aten_neg(self: Tensor):
     """neg(Tensor self) -> Tensor: Neg (Sub from 0 for unsigned integers, which wrap as in torch)."""
     if self.dtype in (ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64):
         return op18.Sub(op18.CastLike(0, self), self)
     return op18.Neg(self)
 
 
-def aten_sign(self):
+def aten_sign(self: Tensor):
     """sign(Tensor self) -> Tensor: Sign (NaN -> 0 as torch; Identity for bool)."""
     if self.dtype == ir.DataType.BOOL:
         return op18.Identity(self)
@@ -371,17 +328,17 @@ def _rounding(self, rounder):
     return float_unary(self, rounder)
 
 
-def aten_ceil(self):
+def aten_ceil(self: Tensor):
     """ceil(Tensor self) -> Tensor: Ceil (Identity for integers)."""
     return _rounding(self, op18.Ceil)
 
 
-def aten_floor(self):
+def aten_floor(self: Tensor):
     """floor(Tensor self) -> Tensor: Floor (Identity for integers)."""
     return _rounding(self, op18.Floor)
 
 
-def aten_round(self):
+def aten_round(self: Tensor):
     """round(Tensor self) -> Tensor: Round (half to even, as torch; Identity for integers)."""
     return _rounding(self, op18.Round)
 
@@ -393,84 +350,84 @@ def _round_decimals(x, decimals: int):
     return op18.Mul(op18.Round(op18.Div(x, scale)), scale)
 
 
-def aten_round_decimals(self, decimals: int):
+def aten_round_decimals(self: Tensor, decimals: int):
     """round.decimals(Tensor self, *, int decimals) -> Tensor: Mul, Round and Div by the power of ten (as torch computes it)."""
     if decimals == 0:
         return aten_round(self)
     return _rounding(self, lambda x: _round_decimals(x, decimals))
 
 
-def aten_trunc(self):
+def aten_trunc(self: Tensor):
     """trunc(Tensor self) -> Tensor: Ceil below zero, Floor above (ONNX has no Trunc; Identity for integers)."""
     return _rounding(self, trunc)
 
 
-def aten_acos(self):
+def aten_acos(self: Tensor):
     """acos(Tensor self) -> Tensor: Acos."""
     return float_unary(self, op18.Acos)
 
 
-def aten_acosh(self):
+def aten_acosh(self: Tensor):
     """acosh(Tensor self) -> Tensor: Acosh."""
     return float_unary(self, op18.Acosh)
 
 
-def aten_asin(self):
+def aten_asin(self: Tensor):
     """asin(Tensor self) -> Tensor: Asin."""
     return float_unary(self, op18.Asin)
 
 
-def aten_asinh(self):
+def aten_asinh(self: Tensor):
     """asinh(Tensor self) -> Tensor: Asinh."""
     return float_unary(self, op18.Asinh)
 
 
-def aten_atan(self):
+def aten_atan(self: Tensor):
     """atan(Tensor self) -> Tensor: Atan."""
     return float_unary(self, op18.Atan)
 
 
-def aten_atanh(self):
+def aten_atanh(self: Tensor):
     """atanh(Tensor self) -> Tensor: Atanh."""
     return float_unary(self, op18.Atanh)
 
 
-def aten_cos(self):
+def aten_cos(self: Tensor):
     """cos(Tensor self) -> Tensor: Cos."""
     return float_unary(self, op18.Cos)
 
 
-def aten_cosh(self):
+def aten_cosh(self: Tensor):
     """cosh(Tensor self) -> Tensor: Cosh."""
     return float_unary(self, op18.Cosh)
 
 
-def aten_sin(self):
+def aten_sin(self: Tensor):
     """sin(Tensor self) -> Tensor: Sin."""
     return float_unary(self, op18.Sin)
 
 
-def aten_sinh(self):
+def aten_sinh(self: Tensor):
     """sinh(Tensor self) -> Tensor: Sinh."""
     return float_unary(self, op18.Sinh)
 
 
-def aten_tan(self):
+def aten_tan(self: Tensor):
     """tan(Tensor self) -> Tensor: Tan."""
     return float_unary(self, op18.Tan)
 
 
-def aten_tanh(self):
+def aten_tanh(self: Tensor):
     """tanh(Tensor self) -> Tensor: Tanh."""
     return float_unary(self, op18.Tanh)
 
 
-def aten_erf(self):
+def aten_erf(self: Tensor):
     """erf(Tensor self) -> Tensor: Erf."""
     return float_unary(self, op18.Erf)
 
 
-def aten_exp(self):
+def aten_exp(self: Tensor):
     """exp(Tensor self) -> Tensor: Exp."""
     return float_unary(self, op18.Exp)
 
@@ -485,12 +442,12 @@ def _expm1(x):
     return op18.Where(op18.Or(op18.Equal(um1, op18.Neg(one)), isinf(u)), um1, corrected)
 
 
-def aten_expm1(self):
+def aten_expm1(self: Tensor):
     """expm1(Tensor self) -> Tensor: Exp, Sub, and Kahan's correction (Log, Div) to keep precision near 0."""
     return float_unary(self, _expm1)
 
 
-def aten_log(self):
+def aten_log(self: Tensor):
     """log(Tensor self) -> Tensor: Log."""
     return float_unary(self, op18.Log)
 
@@ -502,7 +459,7 @@ def _log1p(x):
     return op18.Where(op18.Or(op18.Equal(u, one), isinf(u)), op18.Where(op18.Equal(u, one), x, u), corrected)
 
 
-def aten_log1p(self):
+def aten_log1p(self: Tensor):
     """log1p(Tensor self) -> Tensor: Add, Log, and Kahan's correction (Mul, Div) to keep precision near 0."""
     return float_unary(self, _log1p)
 
@@ -511,7 +468,7 @@ def _log2(x):
     return op18.Div(op18.Log(x), op18.CastLike(math.log(2.0), x))
 
 
-def aten_log2(self):
+def aten_log2(self: Tensor):
     """log2(Tensor self) -> Tensor: Log and Div by ln 2."""
     return float_unary(self, _log2)
 
@@ -520,90 +477,90 @@ def _log10(x):
     return op18.Div(op18.Log(x), op18.CastLike(math.log(10.0), x))
 
 
-def aten_log10(self):
+def aten_log10(self: Tensor):
     """log10(Tensor self) -> Tensor: Log and Div by ln 10."""
     return float_unary(self, _log10)
 
 
-def aten_reciprocal(self):
+def aten_reciprocal(self: Tensor):
     """reciprocal(Tensor self) -> Tensor: Reciprocal."""
     return float_unary(self, op18.Reciprocal)
 
 
-def aten_sqrt(self):
+def aten_sqrt(self: Tensor):
     """sqrt(Tensor self) -> Tensor: Sqrt."""
     return float_unary(self, op18.Sqrt)
 
 
-def aten_rsqrt(self):
+def aten_rsqrt(self: Tensor):
     """rsqrt(Tensor self) -> Tensor: Sqrt and Reciprocal."""
     return float_unary(self, lambda x: op18.Reciprocal(op18.Sqrt(x)))
 
 
-def aten_sigmoid(self):
+def aten_sigmoid(self: Tensor):
     """sigmoid(Tensor self) -> Tensor: Sigmoid."""
     return float_unary(self, op18.Sigmoid)
 
 
 _UNARY = (
-    ("abs", aten_abs),
-    ("neg", aten_neg),
-    ("sign", aten_sign),
-    ("ceil", aten_ceil),
-    ("floor", aten_floor),
-    ("round", aten_round),
-    ("round.decimals", aten_round_decimals),
-    ("trunc", aten_trunc),
-    ("acos", aten_acos),
-    ("acosh", aten_acosh),
-    ("asin", aten_asin),
-    ("asinh", aten_asinh),
-    ("atan", aten_atan),
-    ("atanh", aten_atanh),
-    ("cos", aten_cos),
-    ("cosh", aten_cosh),
-    ("sin", aten_sin),
-    ("sinh", aten_sinh),
-    ("tan", aten_tan),
-    ("tanh", aten_tanh),
-    ("erf", aten_erf),
-    ("exp", aten_exp),
-    ("expm1", aten_expm1),
-    ("log", aten_log),
-    ("log1p", aten_log1p),
-    ("log2", aten_log2),
-    ("log10", aten_log10),
-    ("reciprocal", aten_reciprocal),
-    ("sqrt", aten_sqrt),
-    ("rsqrt", aten_rsqrt),
-    ("sigmoid", aten_sigmoid),
+    ("aten::abs", aten_abs),
+    ("aten::neg", aten_neg),
+    ("aten::sign", aten_sign),
+    ("aten::ceil", aten_ceil),
+    ("aten::floor", aten_floor),
+    ("aten::round", aten_round),
+    ("aten::round.decimals", aten_round_decimals),
+    ("aten::trunc", aten_trunc),
+    ("aten::acos", aten_acos),
+    ("aten::acosh", aten_acosh),
+    ("aten::asin", aten_asin),
+    ("aten::asinh", aten_asinh),
+    ("aten::atan", aten_atan),
+    ("aten::atanh", aten_atanh),
+    ("aten::cos", aten_cos),
+    ("aten::cosh", aten_cosh),
+    ("aten::sin", aten_sin),
+    ("aten::sinh", aten_sinh),
+    ("aten::tan", aten_tan),
+    ("aten::tanh", aten_tanh),
+    ("aten::erf", aten_erf),
+    ("aten::exp", aten_exp),
+    ("aten::expm1", aten_expm1),
+    ("aten::log", aten_log),
+    ("aten::log1p", aten_log1p),
+    ("aten::log2", aten_log2),
+    ("aten::log10", aten_log10),
+    ("aten::reciprocal", aten_reciprocal),
+    ("aten::sqrt", aten_sqrt),
+    ("aten::rsqrt", aten_rsqrt),
+    ("aten::sigmoid", aten_sigmoid),
 )
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::add.Tensor", aten_add, opset=18)
-    registry.register("aten::add.Scalar", aten_add_scalar, opset=18)
-    registry.register("aten::sub.Tensor", aten_sub, opset=18)
-    registry.register("aten::sub.Scalar", aten_sub_scalar, opset=18)
-    registry.register("aten::mul.Tensor", aten_mul, opset=18)
-    registry.register("aten::mul.Scalar", aten_mul_scalar, opset=18)
-    registry.register("aten::div.Tensor", aten_div, opset=18)
-    registry.register("aten::div.Scalar", aten_div_scalar, opset=18)
-    registry.register("aten::div.Tensor_mode", aten_div_mode, opset=18)
-    registry.register("aten::div.Scalar_mode", aten_div_scalar_mode, opset=18)
-    registry.register("aten::pow.Tensor_Tensor", aten_pow, opset=18)
-    registry.register("aten::pow.Tensor_Scalar", aten_pow_tensor_scalar, opset=18)
-    registry.register("aten::pow.Scalar", aten_pow_scalar, opset=18)
-    registry.register("aten::fmod.Tensor", aten_fmod, opset=18)
-    registry.register("aten::fmod.Scalar", aten_fmod_scalar, opset=18)
-    registry.register("aten::remainder.Tensor", aten_remainder, opset=18)
-    registry.register("aten::remainder.Scalar", aten_remainder_scalar, opset=18)
-    registry.register("aten::remainder.Scalar_Tensor", aten_remainder_scalar_tensor, opset=18)
-    registry.register("aten::atan2", aten_atan2, opset=18)
-    registry.register("aten::maximum", aten_maximum, opset=18)
-    registry.register("aten::minimum", aten_minimum, opset=18)
-    registry.register("aten::clamp", aten_clamp, opset=18)
-    registry.register("aten::clamp.Tensor", aten_clamp_tensor, opset=18)
-    registry.register("aten::where.self", aten_where, opset=18)
+    registry.register("aten::add.Tensor", aten_add)
+    registry.register("aten::add.Scalar", aten_add_scalar)
+    registry.register("aten::sub.Tensor", aten_sub)
+    registry.register("aten::sub.Scalar", aten_sub_scalar)
+    registry.register("aten::mul.Tensor", aten_mul)
+    registry.register("aten::mul.Scalar", aten_mul_scalar)
+    registry.register("aten::div.Tensor", aten_div)
+    registry.register("aten::div.Scalar", aten_div_scalar)
+    registry.register("aten::div.Tensor_mode", aten_div_mode)
+    registry.register("aten::div.Scalar_mode", aten_div_scalar_mode)
+    registry.register("aten::pow.Tensor_Tensor", aten_pow)
+    registry.register("aten::pow.Tensor_Scalar", aten_pow_tensor_scalar)
+    registry.register("aten::pow.Scalar", aten_pow_scalar)
+    registry.register("aten::fmod.Tensor", aten_fmod)
+    registry.register("aten::fmod.Scalar", aten_fmod_scalar)
+    registry.register("aten::remainder.Tensor", aten_remainder)
+    registry.register("aten::remainder.Scalar", aten_remainder_scalar)
+    registry.register("aten::remainder.Scalar_Tensor", aten_remainder_scalar_tensor)
+    registry.register("aten::atan2", aten_atan2)
+    registry.register("aten::maximum", aten_maximum)
+    registry.register("aten::minimum", aten_minimum)
+    registry.register("aten::clamp", aten_clamp)
+    registry.register("aten::clamp.Tensor", aten_clamp_tensor)
+    registry.register("aten::where.self", aten_where)
     for op, function in _UNARY:
-        registry.register(f"aten::{op}", function, opset=18)
+        registry.register(op, function)

@@ -1,45 +1,23 @@
-"""Indexing: gather/scatter, advanced indexing, select/slice (and their scatters), cat/split, flip, repeat,
-diagonal, nonzero, masked ops, constant padding, embedding."""
+"""Indexing: gather/scatter, advanced indexing, select/slice (and their scatters), flip, repeat,
+diagonal, nonzero, masked ops, embedding."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import onnx
+import numpy as np
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
-from onnxscript.values import Op
 
 import opreg
-from opreg_core_ops.ops._helpers import rank_of, where
+from opreg_core_ops.ops._helpers import Tensor, rank_of, where
+from opreg_core_ops.ops._promotion import HALF_TYPES
 
-_INT64_MAX = 2**63 - 1
-_INT64_MIN = -(2**63)
+_INT64_MAX = int(np.iinfo(np.int64).max)
+_INT64_MIN = int(np.iinfo(np.int64).min)
 
-_PROMOTION = [
-    ir.DataType.BOOL,
-    ir.DataType.UINT8,
-    ir.DataType.INT8,
-    ir.DataType.INT16,
-    ir.DataType.INT32,
-    ir.DataType.INT64,
-    ir.DataType.FLOAT16,
-    ir.DataType.BFLOAT16,
-    ir.DataType.FLOAT,
-    ir.DataType.DOUBLE,
-]
-"""torch's type promotion order for the real types (uint8 + int8 and float16 + bfloat16 are special-cased)."""
-
-
-def _promoted(dtypes: Sequence[ir.DataType]) -> ir.DataType:
-    known = set(dtypes)
-    if not known <= set(_PROMOTION):
-        return dtypes[0]
-    if {ir.DataType.FLOAT16, ir.DataType.BFLOAT16} <= known and not known & {ir.DataType.FLOAT, ir.DataType.DOUBLE}:
-        return ir.DataType.FLOAT
-    if {ir.DataType.UINT8, ir.DataType.INT8} <= known and max(known, key=_PROMOTION.index) == ir.DataType.INT8:
-        return ir.DataType.INT16
-    return max(known, key=_PROMOTION.index)
+_RENORM_EPS = 1e-7
+"""What torch's embedding_renorm adds to a row's norm before dividing max_norm by it."""
 
 
 def _as_1d(value):
@@ -49,15 +27,6 @@ def _as_1d(value):
             value = op18.Cast(value, to=ir.DataType.INT64)
         return op18.Reshape(value, [1])
     return [value]
-
-
-def _same_type(tensors):
-    """Cast the tensors to torch's promoted type when they differ (cat, stack)."""
-    dtypes = [t.dtype for t in tensors]
-    if any(d is None for d in dtypes) or len(set(dtypes)) == 1:
-        return list(tensors)
-    target = _promoted(dtypes)
-    return [t if t.dtype == target else op18.Cast(t, to=target) for t in tensors]
 
 
 def _dim_size(x, dim: int):
@@ -80,7 +49,7 @@ def _int_index(index):
     return op18.Cast(index, to=ir.DataType.INT64)
 
 
-def aten_gather(self, dim: int, index, sparse_grad: bool = False):
+def aten_gather(self: Tensor, dim: int, index: Tensor, sparse_grad: bool = False):
     """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor: GatherElements (0-d self as 1-D)."""
     index = _int_index(index)
     if rank_of(self) == 0:
@@ -92,7 +61,7 @@ def aten_gather(self, dim: int, index, sparse_grad: bool = False):
     return op18.GatherElements(self, index, axis=dim)
 
 
-def aten_index_select(self, dim: int, index):
+def aten_index_select(self: Tensor, dim: int, index: Tensor):
     """index_select(Tensor self, int dim, Tensor index) -> Tensor: Gather of the 1-D index."""
     index = _int_index(index)
     if rank_of(self) == 0:
@@ -101,12 +70,14 @@ def aten_index_select(self, dim: int, index):
     return op18.Gather(self, op18.Reshape(index, [-1]), axis=dim)
 
 
-def aten_embedding(weight, indices, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False):
+def aten_embedding(
+    weight: Tensor, indices: Tensor, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False
+):
     """embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor: Gather along dim 0."""
     return op18.Gather(weight, indices, axis=0)
 
 
-def aten_embedding_renorm(self, indices, max_norm: float, norm_type: float):
+def aten_embedding_renorm(self: Tensor, indices: Tensor, max_norm: float, norm_type: float):
     """embedding_renorm(Tensor self, Tensor indices, float max_norm, float norm_type) -> Tensor: the rows that indices
     name and whose norm exceeds max_norm scaled by max_norm / (norm + 1e-7) (ReduceL1/L2/Max or Pow and ReduceSum)."""
     magnitude = op18.Abs(self)
@@ -129,7 +100,7 @@ def aten_embedding_renorm(self, indices, max_norm: float, norm_type: float):
     )
     limit = op18.CastLike(float(max_norm), self)
     renorm = op18.And(op18.Unsqueeze(op18.Cast(named, to=ir.DataType.BOOL), [1]), op18.Greater(norms, limit))
-    scale = op18.Div(limit, op18.Add(norms, op18.CastLike(1e-7, self)))
+    scale = op18.Div(limit, op18.Add(norms, op18.CastLike(_RENORM_EPS, self)))
     return op18.Where(renorm, op18.Mul(self, scale), self)
 
 
@@ -141,7 +112,7 @@ def _scatter_updates(index, src):
     return op18.Slice(src, [0] * rank, op18.Shape(index), list(range(rank)))
 
 
-_REDUCE_IN_FLOAT = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.BOOL})
+_REDUCE_IN_FLOAT = HALF_TYPES | {ir.DataType.BOOL}
 """Types ONNX Runtime's ScatterElements cannot reduce: they reduce in FLOAT (exact for BOOL: Cast back maps
 a positive sum, product, max or min to True, i.e. any/all as torch's bool reductions)."""
 
@@ -162,7 +133,7 @@ def _flat(scatter, self, index, src, *args):
     return op18.Reshape(result, [])
 
 
-def aten_scatter_src(self, dim: int, index, src):
+def aten_scatter_src(self: Tensor, dim: int, index: Tensor, src: Tensor):
     """scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor: ScatterElements."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_src, self, index, src)
@@ -170,7 +141,7 @@ def aten_scatter_src(self, dim: int, index, src):
     return op18.ScatterElements(self, index, op18.CastLike(_scatter_updates(index, src), self), axis=dim)
 
 
-def aten_scatter_value(self, dim: int, index, value: float):
+def aten_scatter_value(self: Tensor, dim: int, index: Tensor, value: float):
     """scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor: ScatterElements of the value expanded to the index."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_value, self, index, value)
@@ -183,7 +154,7 @@ _SCATTER_REDUCTIONS = {"add": "add", "multiply": "mul"}
 """scatter's legacy ``reduce=`` names -> ScatterElements reductions."""
 
 
-def aten_scatter_reduce(self, dim: int, index, src, reduce: str):
+def aten_scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str):
     """scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor: ScatterElements(reduction="add" or "mul")."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_reduce, self, index, src, reduce)
@@ -192,7 +163,7 @@ def aten_scatter_reduce(self, dim: int, index, src, reduce: str):
     return _scatter_elements(self, index, updates, dim, _SCATTER_REDUCTIONS[reduce])
 
 
-def aten_scatter_value_reduce(self, dim: int, index, value: float, reduce: str):
+def aten_scatter_value_reduce(self: Tensor, dim: int, index: Tensor, value: float, reduce: str):
     """scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce) -> Tensor: ScatterElements(reduction="add" or "mul") of the value expanded to the index."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_value_reduce, self, index, value, reduce)
@@ -201,7 +172,7 @@ def aten_scatter_value_reduce(self, dim: int, index, value: float, reduce: str):
     return _scatter_elements(self, index, updates, dim, _SCATTER_REDUCTIONS[reduce])
 
 
-def aten_scatter_add(self, dim: int, index, src):
+def aten_scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor):
     """scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor: ScatterElements(reduction="add")."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_add, self, index, src)
@@ -225,11 +196,15 @@ def _identity(reduce: str, dtype: ir.DataType):
     return int(info.min) if reduce == "amax" else int(info.max)
 
 
-def aten_scatter_reduce_two(self, dim: int, index, src, reduce: str, include_self: bool = True):
+_SCATTER_REDUCE_TWO = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max", "amin": "min"}
+"""scatter_reduce's ``reduce`` names -> ScatterElements reductions (mean: a sum, divided by the count after)."""
+
+
+def aten_scatter_reduce_two(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True):
     """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor: ScatterElements with add/mul/max/min (mean: sum / count)."""
     if rank_of(self) == 0:
         return _flat(aten_scatter_reduce_two, self, index, src, reduce, include_self)
-    reduction = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max", "amin": "min"}[reduce]
+    reduction = _SCATTER_REDUCE_TWO[reduce]
     index = _int_index(index)
     src = _scatter_updates(index, src)
     base = self
@@ -258,7 +233,7 @@ def aten_scatter_reduce_two(self, dim: int, index, src, reduce: str, include_sel
 # -- select / slice ----------------------------------------------------------------------
 
 
-def aten_select(self, dim: int, index: int):
+def aten_select(self: Tensor, dim: int, index: int):
     """select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a): Gather of a scalar index."""
     if isinstance(index, ir.Value):
         index = op18.Reshape(op18.Cast(index, to=ir.DataType.INT64), [])
@@ -267,7 +242,7 @@ def aten_select(self, dim: int, index: int):
     return op18.Gather(self, index, axis=dim)
 
 
-def aten_slice(self, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1):
+def aten_slice(self: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1):
     """slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a): Slice."""
     if rank_of(self) == 0:
         return op18.Identity(self)
@@ -303,7 +278,9 @@ def _positions(self, src, dim: int, start, step):
     return op18.Expand(op18.Reshape(positions, shape), op18.Shape(src))
 
 
-def aten_slice_scatter(self, src, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1):
+def aten_slice_scatter(
+    self: Tensor, src: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
+):
     """slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor: ScatterElements at Range(start, end, step) along dim."""
     start = 0 if start is None else start
     src = op18.CastLike(src, self)
@@ -314,7 +291,7 @@ def aten_slice_scatter(self, src, dim: int = 0, start: int | None = None, end: i
     return op18.ScatterElements(self, _positions(self, src, dim, start, step), src, axis=dim)
 
 
-def aten_select_scatter(self, src, dim: int, index: int):
+def aten_select_scatter(self: Tensor, src: Tensor, dim: int, index: int):
     """select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor: ScatterElements of Unsqueeze(src) at index along dim."""
     rank = rank_of(self)
     axis = dim % rank
@@ -325,57 +302,10 @@ def aten_select_scatter(self, src, dim: int, index: int):
     return op18.ScatterElements(self, indices, src, axis=axis)
 
 
-# -- cat / split -------------------------------------------------------------------------------
-
-
-def aten_cat(tensors, dim: int = 0):
-    """cat(Tensor[] tensors, int dim=0) -> Tensor: Concat (dtypes promoted; legacy empty 1-D inputs dropped)."""
-    ranks = {rank_of(t) for t in tensors}
-    if len(ranks) > 1:
-        tensors = [t for t in tensors if not (rank_of(t) == 1 and t.shape[0] == 0)] or tensors[:1]
-    tensors = _same_type(tensors)
-    if len(tensors) == 1:
-        return op18.Identity(tensors[0])
-    return op18.Concat(*tensors, axis=dim)
-
-
-def aten_split_with_sizes(self, split_sizes: Sequence[int], dim: int = 0):
-    """split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]: Split."""
-    count = split_sizes.shape[0] if isinstance(split_sizes, ir.Value) else len(split_sizes)
-    if count == 1:
-        return (op18.Identity(self),)
-    return split_into(self, split_sizes, dim, count)
-
-
-def split_into(x, sizes, axis: int, count: int) -> tuple:
-    """Split with ``count`` outputs; sizes may be a runtime value (then the count cannot be read off them)."""
-    if isinstance(sizes, ir.Value):
-        # op18.Split takes no _outputs; the generic Op passes it on to the recorder
-        split = Op(op18, "Split", onnx.defs.get_schema("Split", 18, ""))
-        return tuple(split(x, sizes, axis=axis, _outputs=count))
-    return tuple(op18.Split(x, list(sizes), axis=axis))
-
-
-def aten_split(self, split_size: int, dim: int = 0):
-    """split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]: Split (static sizes)."""
-    size = self.shape[dim]
-    if not isinstance(size, int) or not isinstance(split_size, int):
-        raise ValueError("split.Tensor needs a static dim size and split size")
-    sizes = [split_size] * (size // split_size) + ([size % split_size] if size % split_size else [])
-    return aten_split_with_sizes(self, sizes or [0], dim)
-
-
-def _split_is_static(node) -> bool:
-    self = node.args[0].meta.get("val")
-    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
-    size = self.shape[dim] if self is not None and self.dim() > 0 else None
-    return isinstance(size, int) and isinstance(node.args[1], int) and node.args[1] > 0
-
-
 # -- rearranging ------------------------------------------------------------------------------
 
 
-def aten_flip(self, dims: Sequence[int]):
+def aten_flip(self: Tensor, dims: Sequence[int]):
     """flip(Tensor self, int[] dims) -> Tensor: Slice with step -1."""
     if not dims or rank_of(self) == 0:
         return op18.Identity(self)
@@ -383,7 +313,7 @@ def aten_flip(self, dims: Sequence[int]):
     return op18.Slice(self, [-1] * count, [_INT64_MIN] * count, list(dims), [-1] * count)
 
 
-def aten_repeat(self, repeats: Sequence[int]):
+def aten_repeat(self: Tensor, repeats: Sequence[int]):
     """repeat(Tensor self, SymInt[] repeats) -> Tensor: Tile (leading dims added by Unsqueeze)."""
     rank = rank_of(self)
     count = repeats.shape[0] if isinstance(repeats, ir.Value) else len(repeats)
@@ -394,7 +324,7 @@ def aten_repeat(self, repeats: Sequence[int]):
     return op18.Tile(self, repeats)
 
 
-def aten_diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
+def aten_diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1):
     """diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a): Transpose, Slice and GatherElements."""
     rank = rank_of(self)
     d1, d2 = dim1 % rank, dim2 % rank
@@ -415,7 +345,7 @@ def aten_diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
     return op18.Squeeze(gathered, [-1])
 
 
-def aten_nonzero(self):
+def aten_nonzero(self: Tensor):
     """nonzero(Tensor self) -> Tensor: NonZero, transposed to (count, rank) (a 0-d self gives (count, 0))."""
     if rank_of(self) == 0:
         found = op18.Transpose(op18.NonZero(op18.Reshape(self, [1])), perm=[1, 0])
@@ -423,29 +353,17 @@ def aten_nonzero(self):
     return op18.Transpose(op18.NonZero(self), perm=[1, 0])
 
 
-def aten_constant_pad_nd(self, pad: Sequence[int], value: float = 0):
-    """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor: Pad (constant mode; negative pads crop)."""
-    if isinstance(pad, ir.Value):
-        raise ValueError("constant_pad_nd needs static pads")
-    rank = rank_of(self)
-    begins, ends = [0] * rank, [0] * rank
-    for i in range(len(pad) // 2):
-        begins[rank - 1 - i] = pad[2 * i]
-        ends[rank - 1 - i] = pad[2 * i + 1]
-    return op18.Pad(self, begins + ends, op18.CastLike(value, self), mode="constant")
-
-
 # -- masks ----------------------------------------------------------------------------------------
 
 
-def aten_masked_fill_scalar(self, mask, value: float):
+def aten_masked_fill_scalar(self: Tensor, mask: Tensor, value: float):
     """masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor: Where."""
     if isinstance(value, ir.Value):
         value = op18.Reshape(value, [])
     return where(_bool(mask), op18.CastLike(value, self), self)
 
 
-def aten_masked_fill_tensor(self, mask, value):
+def aten_masked_fill_tensor(self: Tensor, mask: Tensor, value: Tensor):
     """masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor: Where."""
     return where(_bool(mask), op18.CastLike(value, self), self)
 
@@ -454,7 +372,7 @@ def _bool(mask):
     return mask if mask.dtype == ir.DataType.BOOL else op18.Cast(mask, to=ir.DataType.BOOL)
 
 
-def aten_masked_scatter(self, mask, source):
+def aten_masked_scatter(self: Tensor, mask: Tensor, source: Tensor):
     """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor: CumSum of the mask, Gather from source, Where (self and mask broadcast)."""
     mask = _bool(mask)
     shape = op18.Shape(self)
@@ -532,7 +450,7 @@ def _index_rank(indices) -> int:
     return max(ranks)
 
 
-def aten_index(self, indices):
+def aten_index(self: Tensor, indices: Sequence[Tensor | None]):
     """index.Tensor(Tensor self, Tensor?[] indices) -> Tensor: Gather (one index tensor) or Transpose and GatherND (boolean masks via NonZero)."""
     given = [i for i, index in enumerate(indices) if index is not None]
     if len(given) == 1 and indices[given[0]].dtype not in (ir.DataType.BOOL, ir.DataType.UINT8):
@@ -551,7 +469,7 @@ def aten_index(self, indices):
     return op18.Transpose(result, perm=order)
 
 
-def aten_index_put(self, indices, values, accumulate: bool = False):
+def aten_index_put(self: Tensor, indices: Sequence[Tensor | None], values: Tensor, accumulate: bool = False):
     """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor: ScatterND (reduction="add" to accumulate), transposed when the indexed dims are not leading."""
     rank = rank_of(self)
     dims, perm, others, adjacent, stacked, index_shape = _index_plan(self, indices)
@@ -591,30 +509,26 @@ def aten_index_put(self, indices, values, accumulate: bool = False):
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::gather", aten_gather, opset=18)
-    registry.register("aten::index_select", aten_index_select, opset=18)
-    registry.register("aten::embedding", aten_embedding, opset=18)
-    registry.register("aten::embedding_renorm", aten_embedding_renorm, opset=18)
-    registry.register("aten::scatter.src", aten_scatter_src, opset=18)
-    registry.register("aten::scatter.value", aten_scatter_value, opset=18)
-    registry.register("aten::scatter.reduce", aten_scatter_reduce, opset=18)
-    registry.register("aten::scatter.value_reduce", aten_scatter_value_reduce, opset=18)
-    registry.register("aten::scatter_add", aten_scatter_add, opset=18)
-    registry.register("aten::scatter_reduce.two", aten_scatter_reduce_two, opset=18)
-    registry.register("aten::select.int", aten_select, opset=18)
-    registry.register("aten::slice.Tensor", aten_slice, opset=18)
-    registry.register("aten::slice_scatter", aten_slice_scatter, opset=18)
-    registry.register("aten::select_scatter", aten_select_scatter, opset=18)
-    registry.register("aten::cat", aten_cat, opset=18)
-    registry.register("aten::split_with_sizes", aten_split_with_sizes, opset=18)
-    registry.register("aten::split.Tensor", aten_split, opset=18, predicate=_split_is_static)
-    registry.register("aten::flip", aten_flip, opset=18)
-    registry.register("aten::repeat", aten_repeat, opset=18)
-    registry.register("aten::diagonal", aten_diagonal, opset=18)
-    registry.register("aten::nonzero", aten_nonzero, opset=18)
-    registry.register("aten::constant_pad_nd", aten_constant_pad_nd, opset=18)
-    registry.register("aten::masked_fill.Scalar", aten_masked_fill_scalar, opset=18)
-    registry.register("aten::masked_fill.Tensor", aten_masked_fill_tensor, opset=18)
-    registry.register("aten::masked_scatter", aten_masked_scatter, opset=18)
-    registry.register("aten::index.Tensor", aten_index, opset=18)
-    registry.register("aten::index_put", aten_index_put, opset=18)
+    registry.register("aten::gather", aten_gather)
+    registry.register("aten::index_select", aten_index_select)
+    registry.register("aten::embedding", aten_embedding)
+    registry.register("aten::embedding_renorm", aten_embedding_renorm)
+    registry.register("aten::scatter.src", aten_scatter_src)
+    registry.register("aten::scatter.value", aten_scatter_value)
+    registry.register("aten::scatter.reduce", aten_scatter_reduce)
+    registry.register("aten::scatter.value_reduce", aten_scatter_value_reduce)
+    registry.register("aten::scatter_add", aten_scatter_add)
+    registry.register("aten::scatter_reduce.two", aten_scatter_reduce_two)
+    registry.register("aten::select.int", aten_select)
+    registry.register("aten::slice.Tensor", aten_slice)
+    registry.register("aten::slice_scatter", aten_slice_scatter)
+    registry.register("aten::select_scatter", aten_select_scatter)
+    registry.register("aten::flip", aten_flip)
+    registry.register("aten::repeat", aten_repeat)
+    registry.register("aten::diagonal", aten_diagonal)
+    registry.register("aten::nonzero", aten_nonzero)
+    registry.register("aten::masked_fill.Scalar", aten_masked_fill_scalar)
+    registry.register("aten::masked_fill.Tensor", aten_masked_fill_tensor)
+    registry.register("aten::masked_scatter", aten_masked_scatter)
+    registry.register("aten::index.Tensor", aten_index)
+    registry.register("aten::index_put", aten_index_put)

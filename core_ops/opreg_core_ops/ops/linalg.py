@@ -6,9 +6,10 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import rank_of
+from opreg_core_ops.ops._helpers import Tensor, rank_of
+from opreg_core_ops.ops._promotion import FLOAT_TYPES
 
-_GEMM_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE})
+_GEMM_TYPES = FLOAT_TYPES  # ONNX Runtime has no integer Gemm
 
 
 def _gemm_ok(a, b) -> bool:
@@ -18,7 +19,7 @@ def _gemm_ok(a, b) -> bool:
     return rank_of(b) == 2 and a.dtype in _GEMM_TYPES and isinstance(inner, int) and inner > 0
 
 
-def aten_linear(input, weight, bias=None):
+def aten_linear(input: Tensor, weight: Tensor, bias: Tensor | None = None):
     """linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor: Gemm for 2-D floating input, else MatMul (+ Add)."""
     if _gemm_ok(input, weight):
         if bias is None:
@@ -28,17 +29,17 @@ def aten_linear(input, weight, bias=None):
     return result if bias is None else op18.Add(result, bias)
 
 
-def aten_matmul(self, other):
+def aten_matmul(self: Tensor, other: Tensor):
     """matmul(Tensor self, Tensor other) -> Tensor: MatMul."""
     return op18.MatMul(self, other)
 
 
-def aten_mm(self, mat2):
+def aten_mm(self: Tensor, mat2: Tensor):
     """mm(Tensor self, Tensor mat2) -> Tensor: MatMul."""
     return op18.MatMul(self, mat2)
 
 
-def aten_bmm(self, mat2):
+def aten_bmm(self: Tensor, mat2: Tensor):
     """bmm(Tensor self, Tensor mat2) -> Tensor: MatMul."""
     return op18.MatMul(self, mat2)
 
@@ -54,19 +55,19 @@ def _scaled_sum(self, product, beta, alpha):
     return op18.Add(self, product)
 
 
-def aten_addmm(self, mat1, mat2, beta: float = 1.0, alpha: float = 1.0):
+def aten_addmm(self: Tensor, mat1: Tensor, mat2: Tensor, beta: float = 1.0, alpha: float = 1.0):
     """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor: Gemm (floating, K > 0), else MatMul, Mul, Add."""
     if _gemm_ok(mat1, mat2) and beta != 0:
         return op18.Gemm(mat1, mat2, self, alpha=float(alpha), beta=float(beta))
     return _scaled_sum(self, op18.MatMul(mat1, mat2), beta, alpha)
 
 
-def aten_baddbmm(self, batch1, batch2, beta: float = 1.0, alpha: float = 1.0):
+def aten_baddbmm(self: Tensor, batch1: Tensor, batch2: Tensor, beta: float = 1.0, alpha: float = 1.0):
     """baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor: MatMul, Mul, Add (self ignored when beta=0)."""
     return _scaled_sum(self, op18.MatMul(batch1, batch2), beta, alpha)
 
 
-def aten_dot(self, tensor):
+def aten_dot(self: Tensor, tensor: Tensor):
     """dot(Tensor self, Tensor tensor) -> Tensor: MatMul of two vectors."""
     return op18.MatMul(self, tensor)
 
@@ -94,12 +95,12 @@ def _reduce_norm(difference, p: float):
     return op18.Pow(op18.ReduceSum(powered, [-1], keepdims=0), op18.CastLike(1.0 / p, difference))
 
 
-def aten_cdist_forward(x1, x2, p: float, compute_mode: int | None):
+def aten_cdist_forward(x1: Tensor, x2: Tensor, p: float, compute_mode: int | None):
     """_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor: Sub of broadcast rows, then ReduceL2/ReduceL1/ReduceMax/Pow-ReduceSum."""
     return _distances(x1, x2, p)
 
 
-def aten_pdist_forward(self, p: float = 2.0):
+def aten_pdist_forward(self: Tensor, p: float = 2.0):
     """_pdist_forward(Tensor self, float p=2.) -> Tensor: all distances, then GatherND of the upper triangle (Trilu, NonZero)."""
     full = _distances(self, self, p)
     upper = op18.Trilu(op18.Expand(op18.CastLike(1, full), op18.Shape(full)), 1, upper=1)
@@ -108,12 +109,12 @@ def aten_pdist_forward(self, p: float = 2.0):
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::linear", aten_linear, opset=18)
-    registry.register("aten::matmul", aten_matmul, opset=18)
-    registry.register("aten::mm", aten_mm, opset=18)
-    registry.register("aten::bmm", aten_bmm, opset=18)
-    registry.register("aten::addmm", aten_addmm, opset=18)
-    registry.register("aten::baddbmm", aten_baddbmm, opset=18)
-    registry.register("aten::dot", aten_dot, opset=18)
-    registry.register("aten::_cdist_forward", aten_cdist_forward, opset=18)
-    registry.register("aten::_pdist_forward", aten_pdist_forward, opset=18)
+    registry.register("aten::linear", aten_linear)
+    registry.register("aten::matmul", aten_matmul)
+    registry.register("aten::mm", aten_mm)
+    registry.register("aten::bmm", aten_bmm)
+    registry.register("aten::addmm", aten_addmm)
+    registry.register("aten::baddbmm", aten_baddbmm)
+    registry.register("aten::dot", aten_dot)
+    registry.register("aten::_cdist_forward", aten_cdist_forward)
+    registry.register("aten::_pdist_forward", aten_pdist_forward)

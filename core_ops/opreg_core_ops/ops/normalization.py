@@ -23,17 +23,19 @@ from onnxscript.onnx_opset import opset21 as op21
 from onnxscript.onnx_opset import opset23 as op23
 
 import opreg
-from opreg_core_ops.ops._helpers import node_arg, rank_of
+from opreg_core_ops.ops._helpers import Tensor, node_arg, rank_of
+from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES
 
-_LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+_STASH_FLOAT = int(ir.DataType.FLOAT)
+"""``stash_type`` of the normalization ops: mean and variance in float32, as torch computes them for half inputs."""
 
-_EPS = {
-    ir.DataType.FLOAT: 2.0**-23,
-    ir.DataType.FLOAT16: 2.0**-10,
-    ir.DataType.BFLOAT16: 2.0**-7,
-    ir.DataType.DOUBLE: 2.0**-52,
-}
-"""``torch.finfo(dtype).eps``: rms_norm's default epsilon."""
+
+def _default_eps(dtype: ir.DataType) -> float:
+    """``torch.finfo(dtype).eps``, rms_norm's default epsilon (float32's for a non-float dtype)."""
+    import torch
+    from onnx_ir import tensor_adapters
+
+    return torch.finfo(tensor_adapters.to_torch_dtype(dtype) if dtype in FLOAT_TYPES else torch.float32).eps
 
 
 def _norm_count(normalized_shape) -> int:
@@ -45,12 +47,12 @@ def _norm_count(normalized_shape) -> int:
 
 def _upcast(x):
     """x in float32 if it is float16/bfloat16 (torch computes norms in float there)."""
-    return op18.Cast(x, to=ir.DataType.FLOAT) if x.dtype in _LOW_PRECISION else x
+    return op18.Cast(x, to=ir.DataType.FLOAT) if x.dtype in HALF_TYPES else x
 
 
 def _like(value, x):
     """``value`` back in ``x``'s dtype, if it was upcast."""
-    return op18.CastLike(value, x) if x.dtype in _LOW_PRECISION else value
+    return op18.CastLike(value, x) if x.dtype in HALF_TYPES else value
 
 
 def _ones_of(x, start: int, end: int | None = None):
@@ -68,15 +70,17 @@ def _zeros_of(x, start: int, end: int | None = None):
 def _layer_norm(input, normalized_shape, weight, bias, eps):
     axis = -_norm_count(normalized_shape)
     scale = weight if weight is not None else _ones_of(input, axis)
-    out, mean, rstd = op18.LayerNormalization(input, scale, bias, axis=axis, epsilon=float(eps), stash_type=1)
+    out, mean, rstd = op18.LayerNormalization(
+        input, scale, bias, axis=axis, epsilon=float(eps), stash_type=_STASH_FLOAT
+    )
     return out, mean, rstd
 
 
 def aten_layer_norm(
-    input,
+    input: Tensor,
     normalized_shape: Sequence[int],
-    weight=None,
-    bias=None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
     eps: float = 1e-05,
     cudnn_enable: bool = True,
 ):
@@ -85,7 +89,9 @@ def aten_layer_norm(
     return out
 
 
-def aten_native_layer_norm(input, normalized_shape: Sequence[int], weight, bias, eps: float):
+def aten_native_layer_norm(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
+):
     """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor): LayerNormalization (with Mean and InvStdDev)."""
     out, mean, rstd = _layer_norm(input, normalized_shape, weight, bias, eps)
     if input.dtype != ir.DataType.FLOAT:  # the statistics come in float32; torch's are in the input's dtype
@@ -110,10 +116,10 @@ def _layer_norm_decomposed(input, normalized_shape, weight, bias, eps):
 
 
 def aten_layer_norm_decomposed(
-    input,
+    input: Tensor,
     normalized_shape: Sequence[int],
-    weight=None,
-    bias=None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
     eps: float = 1e-05,
     cudnn_enable: bool = True,
 ):
@@ -122,7 +128,9 @@ def aten_layer_norm_decomposed(
     return out
 
 
-def aten_native_layer_norm_decomposed(input, normalized_shape: Sequence[int], weight, bias, eps: float):
+def aten_native_layer_norm_decomposed(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
+):
     """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor): ReduceMean/Sub/Mul/Sqrt decomposition (fallback)."""
     return _layer_norm_decomposed(input, normalized_shape, weight, bias, eps)
 
@@ -154,10 +162,10 @@ def _group_norm_decomposed(input, weight, bias, group, eps):
 
 
 def aten_group_norm(
-    input,
+    input: Tensor,
     num_groups: int,
-    weight=None,
-    bias=None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
     eps: float = 1e-05,
     cudnn_enabled: bool = True,
 ):
@@ -166,7 +174,9 @@ def aten_group_norm(
     return out
 
 
-def aten_native_group_norm(input, weight, bias, N: int, C: int, HxW: int, group: int, eps: float):
+def aten_native_group_norm(
+    input: Tensor, weight: Tensor | None, bias: Tensor | None, N: int, C: int, HxW: int, group: int, eps: float
+):
     """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor): Reshape/ReduceMean decomposition."""
     return _group_norm_decomposed(input, weight, bias, group, eps)
 
@@ -178,14 +188,14 @@ def _group_norm_21(input, weight, bias, group, eps):
         return out
     scale = weight if weight is not None else _ones_of(input, 1, 2)
     shift = bias if bias is not None else _zeros_of(input, 1, 2)
-    return op21.GroupNormalization(input, scale, shift, num_groups=group, epsilon=float(eps), stash_type=1)
+    return op21.GroupNormalization(input, scale, shift, num_groups=group, epsilon=float(eps), stash_type=_STASH_FLOAT)
 
 
 def aten_group_norm_opset21(
-    input,
+    input: Tensor,
     num_groups: int,
-    weight=None,
-    bias=None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
     eps: float = 1e-05,
     cudnn_enabled: bool = True,
 ):
@@ -193,7 +203,9 @@ def aten_group_norm_opset21(
     return _group_norm_21(input, weight, bias, num_groups, eps)
 
 
-def aten_native_group_norm_opset21(input, weight, bias, N: int, C: int, HxW: int, group: int, eps: float):
+def aten_native_group_norm_opset21(
+    input: Tensor, weight: Tensor | None, bias: Tensor | None, N: int, C: int, HxW: int, group: int, eps: float
+):
     """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor): GroupNormalization (opset 21), statistics decomposed (dropped when unused)."""
     out = _group_norm_21(input, weight, bias, group, eps)
     _out, mean, rstd = _group_norm_decomposed(input, None, None, group, eps)
@@ -203,11 +215,13 @@ def aten_native_group_norm_opset21(input, weight, bias, N: int, C: int, HxW: int
 # -- RMS norm -------------------------------------------------------------------------
 
 
-def aten_rms_norm(input, normalized_shape: Sequence[int], weight=None, eps: float | None = None):
+def aten_rms_norm(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None, eps: float | None = None
+):
     """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor: Mul/ReduceMean/Sqrt decomposition."""
     rank = rank_of(input)
     axes = list(range(rank - _norm_count(normalized_shape), rank))
-    epsilon = _EPS.get(input.dtype, 2.0**-23) if eps is None else float(eps)
+    epsilon = _default_eps(input.dtype) if eps is None else float(eps)
     x = _upcast(input)
     mean_square = op18.ReduceMean(op18.Mul(x, x), axes, keepdims=1)
     rms = op18.Sqrt(op18.Add(mean_square, op18.CastLike(epsilon, x)))
@@ -215,12 +229,14 @@ def aten_rms_norm(input, normalized_shape: Sequence[int], weight=None, eps: floa
     return out if weight is None else op18.Mul(out, weight)
 
 
-def aten_rms_norm_opset23(input, normalized_shape: Sequence[int], weight=None, eps: float | None = None):
+def aten_rms_norm_opset23(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None, eps: float | None = None
+):
     """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor: RMSNormalization (opset 23)."""
     axis = -_norm_count(normalized_shape)
-    epsilon = _EPS.get(input.dtype, 2.0**-23) if eps is None else float(eps)
+    epsilon = _default_eps(input.dtype) if eps is None else float(eps)
     scale = weight if weight is not None else _ones_of(input, axis)
-    return op23.RMSNormalization(input, scale, axis=axis, epsilon=epsilon, stash_type=1)
+    return op23.RMSNormalization(input, scale, axis=axis, epsilon=epsilon, stash_type=_STASH_FLOAT)
 
 
 # -- batch and instance norm -------------------------------------------------------------
@@ -257,7 +273,13 @@ def _batch_norm_eval(input, weight, bias, running_mean, running_var, eps):
 
 
 def aten_native_batch_norm_legit_no_training(
-    input, weight, bias, running_mean, running_var, momentum: float, eps: float
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor,
+    running_var: Tensor,
+    momentum: float,
+    eps: float,
 ):
     """_native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor): BatchNormalization (training_mode=0)."""
     out = _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
@@ -265,11 +287,11 @@ def aten_native_batch_norm_legit_no_training(
 
 
 def aten_batch_norm(
-    input,
-    weight,
-    bias,
-    running_mean,
-    running_var,
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
     training: bool,
     momentum: float,
     eps: float,
@@ -279,7 +301,16 @@ def aten_batch_norm(
     return _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
 
 
-def aten_native_batch_norm(input, weight, bias, running_mean, running_var, training: bool, momentum: float, eps: float):
+def aten_native_batch_norm(
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+):
     """native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor): BatchNormalization (eval only)."""
     out = _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
     return out, _empty_stats(), _empty_stats()
@@ -309,7 +340,9 @@ def _batch_norm_training(input, weight, bias, eps):
     return out, op18.Reshape(mean, [-1]), op18.Reshape(rstd, [-1]), op18.Reshape(squares, [-1]), count
 
 
-def aten_native_batch_norm_legit_no_stats(input, weight, bias, training: bool, momentum: float, eps: float):
+def aten_native_batch_norm_legit_no_stats(
+    input: Tensor, weight: Tensor | None, bias: Tensor | None, training: bool, momentum: float, eps: float
+):
     """_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor): ReduceMean decomposition over all dims but the channel (batch statistics, no running stats)."""
     out, mean, rstd, _squares, _count = _batch_norm_training(input, weight, bias, eps)
     return out, _like(mean, input), _like(rstd, input)
@@ -317,12 +350,19 @@ def aten_native_batch_norm_legit_no_stats(input, weight, bias, training: bool, m
 
 def _computing(value, input):
     """``value`` in the type ``input``'s statistics are computed in (float32 for half inputs)."""
-    wanted = ir.DataType.FLOAT if input.dtype in _LOW_PRECISION else input.dtype
+    wanted = ir.DataType.FLOAT if input.dtype in HALF_TYPES else input.dtype
     return value if value.dtype == wanted else op18.Cast(value, to=wanted)
 
 
 def aten_native_batch_norm_legit_functional(
-    input, weight, bias, running_mean, running_var, training: bool, momentum: float, eps: float
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor,
+    running_var: Tensor,
+    training: bool,
+    momentum: float,
+    eps: float,
 ):
     """_native_batch_norm_legit_functional(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor, Tensor running_mean_out, Tensor running_var_out): training: ReduceMean decomposition with the batch statistics, and the running statistics updated as outputs ((1 - momentum) * running + momentum * batch, the unbiased variance); otherwise BatchNormalization with the running statistics, returned unchanged.
 
@@ -345,11 +385,11 @@ def aten_native_batch_norm_legit_functional(
 
 
 def aten_instance_norm(
-    input,
-    weight,
-    bias,
-    running_mean,
-    running_var,
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
     use_input_stats: bool,
     momentum: float,
     eps: float,
@@ -375,19 +415,19 @@ def _instance_norm_covered(node) -> bool:
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::layer_norm", aten_layer_norm, opset=18)
-    registry.register("aten::layer_norm", aten_layer_norm_decomposed, opset=18, priority=-1)
-    registry.register("aten::native_layer_norm", aten_native_layer_norm, opset=18)
-    registry.register("aten::native_layer_norm", aten_native_layer_norm_decomposed, opset=18, priority=-1)
-    registry.register("aten::group_norm", aten_group_norm, opset=18)
-    registry.register("aten::group_norm", aten_group_norm_opset21, opset=21)
-    registry.register("aten::native_group_norm", aten_native_group_norm, opset=18)
-    registry.register("aten::native_group_norm", aten_native_group_norm_opset21, opset=21)
-    registry.register("aten::rms_norm", aten_rms_norm, opset=18)
-    registry.register("aten::rms_norm", aten_rms_norm_opset23, opset=23)
-    registry.register("aten::_native_batch_norm_legit_no_training", aten_native_batch_norm_legit_no_training, opset=18)
-    registry.register("aten::batch_norm", aten_batch_norm, opset=18, predicate=_eval_batch_norm)
-    registry.register("aten::native_batch_norm", aten_native_batch_norm, opset=18, predicate=_eval_batch_norm)
-    registry.register("aten::_native_batch_norm_legit.no_stats", aten_native_batch_norm_legit_no_stats, opset=18)
-    registry.register("aten::_native_batch_norm_legit_functional", aten_native_batch_norm_legit_functional, opset=18)
-    registry.register("aten::instance_norm", aten_instance_norm, opset=18, predicate=_instance_norm_covered)
+    registry.register("aten::layer_norm", aten_layer_norm)
+    registry.register("aten::layer_norm", aten_layer_norm_decomposed, priority=-1)
+    registry.register("aten::native_layer_norm", aten_native_layer_norm)
+    registry.register("aten::native_layer_norm", aten_native_layer_norm_decomposed, priority=-1)
+    registry.register("aten::group_norm", aten_group_norm)
+    registry.register("aten::group_norm", aten_group_norm_opset21)
+    registry.register("aten::native_group_norm", aten_native_group_norm)
+    registry.register("aten::native_group_norm", aten_native_group_norm_opset21)
+    registry.register("aten::rms_norm", aten_rms_norm)
+    registry.register("aten::rms_norm", aten_rms_norm_opset23)
+    registry.register("aten::_native_batch_norm_legit_no_training", aten_native_batch_norm_legit_no_training)
+    registry.register("aten::batch_norm", aten_batch_norm, predicate=_eval_batch_norm)
+    registry.register("aten::native_batch_norm", aten_native_batch_norm, predicate=_eval_batch_norm)
+    registry.register("aten::_native_batch_norm_legit.no_stats", aten_native_batch_norm_legit_no_stats)
+    registry.register("aten::_native_batch_norm_legit_functional", aten_native_batch_norm_legit_functional)
+    registry.register("aten::instance_norm", aten_instance_norm, predicate=_instance_norm_covered)

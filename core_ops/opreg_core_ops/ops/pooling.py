@@ -1,6 +1,4 @@
-"""Pooling, resampling and spatial rearrangement: max/avg/adaptive pools, upsampling
-(Resize), reflection/replication padding, grid sampling, col2im/im2col,
-pixel (un)shuffle, and dropout outside training."""
+"""Pooling and sliding windows: max/avg/adaptive pools, col2im/im2col."""
 
 from __future__ import annotations
 
@@ -11,10 +9,9 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
-from onnxscript.onnx_opset import opset20 as op20
 
 import opreg
-from opreg_core_ops.ops._helpers import expand_param, node_arg, rank_of, symmetric_pads
+from opreg_core_ops.ops._helpers import Tensor, expand_param, node_arg, rank_of, symmetric_pads
 
 
 def _static_dims(x, start: int) -> list[int] | None:
@@ -143,7 +140,7 @@ def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, spatial: 
 
 
 def aten_max_pool1d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0,),
@@ -155,7 +152,7 @@ def aten_max_pool1d(
 
 
 def aten_max_pool2d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0),
@@ -167,7 +164,7 @@ def aten_max_pool2d(
 
 
 def aten_max_pool3d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0, 0),
@@ -179,7 +176,7 @@ def aten_max_pool3d(
 
 
 def aten_max_pool1d_with_indices(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0,),
@@ -191,7 +188,7 @@ def aten_max_pool1d_with_indices(
 
 
 def aten_max_pool2d_with_indices(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0),
@@ -203,7 +200,7 @@ def aten_max_pool2d_with_indices(
 
 
 def aten_max_pool3d_with_indices(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0, 0),
@@ -269,7 +266,7 @@ def _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, 
 
 
 def aten_avg_pool1d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0,),
@@ -281,7 +278,7 @@ def aten_avg_pool1d(
 
 
 def aten_avg_pool2d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0),
@@ -294,7 +291,7 @@ def aten_avg_pool2d(
 
 
 def aten_avg_pool3d(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     stride: Sequence[int] = (),
     padding: Sequence[int] = (0, 0, 0),
@@ -356,27 +353,27 @@ def _adaptive_avg_pool(self, output_size, spatial: int):
     return _unbatch(op18.CastLike(y, x) if y.dtype != x.dtype else y, added)
 
 
-def aten_adaptive_avg_pool1d(self, output_size: Sequence[int]):
+def aten_adaptive_avg_pool1d(self: Tensor, output_size: Sequence[int]):
     """adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 1)
 
 
-def aten_adaptive_avg_pool2d(self, output_size: Sequence[int]):
+def aten_adaptive_avg_pool2d(self: Tensor, output_size: Sequence[int]):
     """adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 2)
 
 
-def aten_adaptive_avg_pool2d_internal(self, output_size: Sequence[int]):
+def aten_adaptive_avg_pool2d_internal(self: Tensor, output_size: Sequence[int]):
     """_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 2)
 
 
-def aten_adaptive_avg_pool3d(self, output_size: Sequence[int]):
+def aten_adaptive_avg_pool3d(self: Tensor, output_size: Sequence[int]):
     """adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 3)
 
 
-def aten_adaptive_avg_pool3d_internal(self, output_size: Sequence[int]):
+def aten_adaptive_avg_pool3d_internal(self: Tensor, output_size: Sequence[int]):
     """_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 3)
 
@@ -390,182 +387,11 @@ def _static_spatial_output(node) -> bool:
     return value is not None and all(isinstance(d, int) for d in value.shape) and all(isinstance(s, int) for s in size)
 
 
-# -- upsampling (Resize) -------------------------------------------------------------------
-
-
-def _resize(input, output_size, scale_factors, mode: str, align_corners: bool):
-    """torch's upsample_* as Resize. The attributes used are all in Resize-18 and unchanged since."""
-    if mode == "nearest":
-        attrs = dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
-    else:
-        attrs = dict(
-            mode=mode,
-            coordinate_transformation_mode="align_corners" if align_corners else "pytorch_half_pixel",
-        )
-        if mode == "cubic":
-            attrs["cubic_coeff_a"] = -0.75
-    if output_size is None:
-        scales = np.array([1.0, 1.0, *scale_factors], dtype=np.float32)
-        return op18.Resize(input, None, scales, **attrs)
-    sizes = op18.Concat(op18.Shape(input, start=0, end=2), output_size, axis=0)
-    return op18.Resize(input, None, None, sizes, **attrs)
-
-
-def aten_upsample_nearest1d(input, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
-    """upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor: Resize (nearest, asymmetric, floor)."""
-    return _resize(input, output_size, scale_factors, "nearest", False)
-
-
-def aten_upsample_nearest2d(input, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
-    """upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor: Resize (nearest, asymmetric, floor)."""
-    return _resize(input, output_size, scale_factors, "nearest", False)
-
-
-def aten_upsample_nearest3d(input, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
-    """upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor: Resize (nearest, asymmetric, floor)."""
-    return _resize(input, output_size, scale_factors, "nearest", False)
-
-
-def aten_upsample_linear1d(
-    input, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
-):
-    """upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear)."""
-    return _resize(input, output_size, scale_factors, "linear", align_corners)
-
-
-def aten_upsample_bilinear2d(
-    input, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
-):
-    """upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear)."""
-    return _resize(input, output_size, scale_factors, "linear", align_corners)
-
-
-def aten_upsample_trilinear3d(
-    input, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
-):
-    """upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear)."""
-    return _resize(input, output_size, scale_factors, "linear", align_corners)
-
-
-def aten_upsample_bicubic2d(
-    input, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
-):
-    """upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (cubic, a=-0.75)."""
-    return _resize(input, output_size, scale_factors, "cubic", align_corners)
-
-
-# -- padding ------------------------------------------------------------------------------
-
-
-def _pad(self, padding, mode: str):
-    if not isinstance(padding, (list, tuple)) or not all(isinstance(p, int) for p in padding):
-        raise ValueError(f"{mode} padding needs static pad sizes, got {padding}")
-    count = len(padding) // 2
-    rank = rank_of(self)
-    # torch lists (begin, end) pairs from the last dim backwards; ONNX all begins, then all ends.
-    begins = [padding[2 * (count - 1 - i)] for i in range(count)]
-    ends = [padding[2 * (count - 1 - i) + 1] for i in range(count)]
-    if mode == "edge" and any(p < 0 for p in begins + ends):
-        dims = list(self.shape[rank - count :])
-        if not all(isinstance(d, int) for d in dims):
-            raise ValueError(f"negative replication padding needs static sizes, got {self.shape}")
-        # torch reads x[clamp(i - begin, 0, size - 1)], even where a negative pad crops
-        # everything Pad would replicate from: a Gather per padded dim.
-        for axis, (size, begin, end) in enumerate(zip(dims, begins, ends, strict=True), start=rank - count):
-            if begin or end:
-                indices = np.clip(np.arange(size + begin + end) - begin, 0, size - 1).astype(np.int64)
-                self = op18.Gather(self, indices, axis=axis)
-        return self
-    lead = [0] * (rank - count)
-    return op18.Pad(self, lead + begins + lead + ends, mode=mode)
-
-
-def aten_reflection_pad1d(self, padding: Sequence[int]):
-    """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (reflect)."""
-    return _pad(self, padding, "reflect")
-
-
-def aten_reflection_pad2d(self, padding: Sequence[int]):
-    """reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (reflect)."""
-    return _pad(self, padding, "reflect")
-
-
-def aten_reflection_pad3d(self, padding: Sequence[int]):
-    """reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (reflect)."""
-    return _pad(self, padding, "reflect")
-
-
-def aten_replication_pad1d(self, padding: Sequence[int]):
-    """replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (edge)."""
-    return _pad(self, padding, "edge")
-
-
-def aten_replication_pad2d(self, padding: Sequence[int]):
-    """replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (edge)."""
-    return _pad(self, padding, "edge")
-
-
-def aten_replication_pad3d(self, padding: Sequence[int]):
-    """replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (edge)."""
-    return _pad(self, padding, "edge")
-
-
-def _static_padding(node) -> bool:
-    """Static pads; negative ones (crops) in replication padding need static sizes too."""
-    padding = node_arg(node, 1, "padding")
-    if not isinstance(padding, (list, tuple)) or not all(isinstance(p, int) for p in padding):
-        return False
-    if all(p >= 0 for p in padding) or "replication" not in str(node.target):
-        return True
-    value = node.args[0].meta.get("val")
-    return value is not None and all(isinstance(d, int) for d in value.shape)
-
-
-# -- grid sampling ------------------------------------------------------------------------
-
-_GRID_PADDING = ("zeros", "border", "reflection")
-
-
-def _grid_sample_inputs(input, grid):
-    """(input, grid, out_type): 16-bit floats in float32 (ONNX Runtime's float16 GridSample is
-    imprecise), with the type to cast the result back to (None: no cast)."""
-    if input.dtype not in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
-        return input, grid, None
-    out_type = input.dtype
-    return op18.Cast(input, to=ir.DataType.FLOAT), op18.Cast(grid, to=ir.DataType.FLOAT), out_type
-
-
-def aten_grid_sampler_2d(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
-    """grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor: GridSample-16 (modes bilinear/nearest/bicubic)."""
-    input, grid, out_type = _grid_sample_inputs(input, grid)
-    result = op18.GridSample(
-        input,
-        grid,
-        mode=("bilinear", "nearest", "bicubic")[interpolation_mode],
-        padding_mode=_GRID_PADDING[padding_mode],
-        align_corners=int(align_corners),
-    )
-    return result if out_type is None else op18.Cast(result, to=out_type)
-
-
-def aten_grid_sampler_2d_opset20(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
-    """grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor: GridSample-20 (modes linear/nearest/cubic)."""
-    input, grid, out_type = _grid_sample_inputs(input, grid)
-    result = op20.GridSample(
-        input,
-        grid,
-        mode=("linear", "nearest", "cubic")[interpolation_mode],
-        padding_mode=_GRID_PADDING[padding_mode],
-        align_corners=int(align_corners),
-    )
-    return result if out_type is None else op18.Cast(result, to=out_type)
-
-
 # -- col2im / im2col ---------------------------------------------------------------------
 
 
 def aten_col2im(
-    self,
+    self: Tensor,
     output_size: Sequence[int],
     kernel_size: Sequence[int],
     dilation: Sequence[int],
@@ -586,7 +412,7 @@ def aten_col2im(
 
 
 def aten_im2col(
-    self,
+    self: Tensor,
     kernel_size: Sequence[int],
     dilation: Sequence[int],
     padding: Sequence[int],
@@ -620,98 +446,26 @@ def _static_channels_and_sizes(node) -> bool:
     return value is not None and all(isinstance(d, int) for d in value.shape[-3:])
 
 
-# -- pixel shuffle ----------------------------------------------------------------------
-
-
-def _shuffle(x, factor: int, up: bool):
-    """pixel (un)shuffle of x (*, C, H, W) as Reshape, Transpose, Reshape: exact for every dtype (ONNX Runtime
-    has DepthToSpace/SpaceToDepth for floats only) and for empty tensors (allowzero: a 0 is a size)."""
-    lead = rank_of(x) - 3
-    r = op18.Constant(value_ints=[factor])
-    head = op18.Shape(x, start=0, end=lead)
-    c, h, w = (op18.Shape(x, start=lead + i, end=lead + i + 1) for i in range(3))
-    if up:  # (*, C*r*r, H, W) -> (*, C, r, r, H, W) -> (*, C, H, r, W, r) -> (*, C, H*r, W*r)
-        split = [op18.Div(c, op18.Mul(r, r)), r, r, h, w]
-        perm = [0, 3, 1, 4, 2]
-        joined = [split[0], op18.Mul(h, r), op18.Mul(w, r)]
-    else:  # (*, C, H*r, W*r) -> (*, C, H, r, W, r) -> (*, C, r, r, H, W) -> (*, C*r*r, H, W)
-        split = [c, op18.Div(h, r), r, op18.Div(w, r), r]
-        perm = [0, 2, 4, 1, 3]
-        joined = [op18.Mul(c, op18.Mul(r, r)), split[1], split[3]]
-    y = op18.Reshape(x, op18.Concat(head, *split, axis=0), allowzero=1)
-    y = op18.Transpose(y, perm=list(range(lead)) + [lead + d for d in perm])
-    return op18.Reshape(y, op18.Concat(head, *joined, axis=0), allowzero=1)
-
-
-def aten_pixel_shuffle(self, upscale_factor: int):
-    """pixel_shuffle(Tensor self, int upscale_factor) -> Tensor: Reshape, Transpose, Reshape."""
-    return _shuffle(self, upscale_factor, up=True)
-
-
-def aten_pixel_unshuffle(self, downscale_factor: int):
-    """pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor: Reshape, Transpose, Reshape."""
-    return _shuffle(self, downscale_factor, up=False)
-
-
-# -- dropout outside training --------------------------------------------------------------
-
-
-def aten_dropout(input, p: float, train: bool):
-    """dropout(Tensor input, float p, bool train) -> Tensor: Identity (eval only)."""
-    return op18.Identity(input)
-
-
-def aten_native_dropout(input, p: float, train: bool | None):
-    """native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor): Identity and an all-true mask (eval only)."""
-    return op18.Identity(input), op18.Expand(True, op18.Shape(input))
-
-
-def _not_training(node) -> bool:
-    return node_arg(node, 2, "train") is False or node_arg(node, 1, "p") == 0
-
-
 def register(registry: opreg.Registrar) -> None:
-    for name, fn in (
-        ("max_pool1d", aten_max_pool1d),
-        ("max_pool2d", aten_max_pool2d),
-        ("max_pool3d", aten_max_pool3d),
-        ("max_pool1d_with_indices", aten_max_pool1d_with_indices),
-        ("max_pool2d_with_indices", aten_max_pool2d_with_indices),
-        ("max_pool3d_with_indices", aten_max_pool3d_with_indices),
-        ("upsample_nearest1d.vec", aten_upsample_nearest1d),
-        ("upsample_nearest2d.vec", aten_upsample_nearest2d),
-        ("upsample_nearest3d.vec", aten_upsample_nearest3d),
-        ("upsample_linear1d.vec", aten_upsample_linear1d),
-        ("upsample_bilinear2d.vec", aten_upsample_bilinear2d),
-        ("upsample_trilinear3d.vec", aten_upsample_trilinear3d),
-        ("upsample_bicubic2d.vec", aten_upsample_bicubic2d),
-        ("col2im", aten_col2im),
-        ("pixel_shuffle", aten_pixel_shuffle),
-        ("pixel_unshuffle", aten_pixel_unshuffle),
+    for op, fn in (
+        ("aten::max_pool1d", aten_max_pool1d),
+        ("aten::max_pool2d", aten_max_pool2d),
+        ("aten::max_pool3d", aten_max_pool3d),
+        ("aten::max_pool1d_with_indices", aten_max_pool1d_with_indices),
+        ("aten::max_pool2d_with_indices", aten_max_pool2d_with_indices),
+        ("aten::max_pool3d_with_indices", aten_max_pool3d_with_indices),
+        ("aten::col2im", aten_col2im),
     ):
-        registry.register(f"aten::{name}", fn, opset=18)
-    registry.register("aten::avg_pool1d", aten_avg_pool1d, opset=18, predicate=_avg_pool_covered)
-    registry.register("aten::avg_pool2d", aten_avg_pool2d, opset=18, predicate=_avg_pool_covered)
-    registry.register("aten::avg_pool3d", aten_avg_pool3d, opset=18, predicate=_avg_pool_covered)
-    for name, fn in (
-        ("adaptive_avg_pool1d", aten_adaptive_avg_pool1d),
-        ("adaptive_avg_pool2d", aten_adaptive_avg_pool2d),
-        ("_adaptive_avg_pool2d", aten_adaptive_avg_pool2d_internal),
-        ("adaptive_avg_pool3d", aten_adaptive_avg_pool3d),
-        ("_adaptive_avg_pool3d", aten_adaptive_avg_pool3d_internal),
+        registry.register(op, fn)
+    registry.register("aten::avg_pool1d", aten_avg_pool1d, predicate=_avg_pool_covered)
+    registry.register("aten::avg_pool2d", aten_avg_pool2d, predicate=_avg_pool_covered)
+    registry.register("aten::avg_pool3d", aten_avg_pool3d, predicate=_avg_pool_covered)
+    for op, fn in (
+        ("aten::adaptive_avg_pool1d", aten_adaptive_avg_pool1d),
+        ("aten::adaptive_avg_pool2d", aten_adaptive_avg_pool2d),
+        ("aten::_adaptive_avg_pool2d", aten_adaptive_avg_pool2d_internal),
+        ("aten::adaptive_avg_pool3d", aten_adaptive_avg_pool3d),
+        ("aten::_adaptive_avg_pool3d", aten_adaptive_avg_pool3d_internal),
     ):
-        registry.register(f"aten::{name}", fn, opset=18, predicate=_static_spatial_output)
-    for name, fn in (
-        ("reflection_pad1d", aten_reflection_pad1d),
-        ("reflection_pad2d", aten_reflection_pad2d),
-        ("reflection_pad3d", aten_reflection_pad3d),
-        ("replication_pad1d", aten_replication_pad1d),
-        ("replication_pad2d", aten_replication_pad2d),
-        ("replication_pad3d", aten_replication_pad3d),
-    ):
-        registry.register(f"aten::{name}", fn, opset=18, predicate=_static_padding)
-    registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d, opset=(18, 19))
-    registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d_opset20, opset=20)
-    registry.register("aten::im2col", aten_im2col, opset=18, predicate=_static_channels_and_sizes)
-    registry.register("aten::dropout", aten_dropout, opset=18, predicate=_not_training)
-    registry.register("aten::native_dropout", aten_native_dropout, opset=18, predicate=_not_training)
+        registry.register(op, fn, predicate=_static_spatial_output)
+    registry.register("aten::im2col", aten_im2col, predicate=_static_channels_and_sizes)

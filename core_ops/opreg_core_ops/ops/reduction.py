@@ -22,6 +22,7 @@ allows; integer and bool inputs take the plain ops.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,13 +30,8 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import rank_of
-
-_LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
-"""Float types reduced in FLOAT and cast back (as torch accumulates them)."""
-
-_FLOATING = (*_LOW_PRECISION, ir.DataType.FLOAT, ir.DataType.DOUBLE)
-"""Types that can hold NaN (and get torch's NaN semantics spelled out)."""
+from opreg_core_ops.ops._helpers import Tensor, rank_of
+from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES, is_integral
 
 
 def _dims(dim, rank: int | None) -> list[int] | None:
@@ -50,97 +46,92 @@ def _dims(dim, rank: int | None) -> list[int] | None:
     return dims
 
 
-def _reduce(op_name: str, x, dim, keepdim: bool):
-    """``op_name`` over ``dim`` (None: all dims); a 0-d input is returned as is."""
+def _reduce(reduce, x, dim, keepdim: bool):
+    """``reduce`` (ReduceSum, ReduceMax, ...) over ``dim`` (None: all dims); a 0-d input is returned as is."""
     axes = _dims(dim, rank_of(x))
     if axes == [] or rank_of(x) == 0:
         return op18.Identity(x)
-    reduce = getattr(op18, op_name)
     if axes is None:
         return reduce(x, keepdims=int(keepdim))
     return reduce(x, axes, keepdims=int(keepdim))
 
 
-def _integral(dtype) -> bool:
-    return dtype is not None and not dtype.is_floating_point()
-
-
-def _accumulating(op_name: str, self, dim, keepdim: bool, dtype: int | None):
-    """sum/prod: integers and bools accumulate in INT64, half floats in FLOAT."""
+def _accumulating(reduce, self, dim, keepdim: bool, dtype: int | None):
+    """sum/prod (``reduce``: ReduceSum, ReduceProd): integers and bools accumulate in INT64, half floats in FLOAT."""
     if dtype is not None:
         self = op18.Cast(self, to=dtype)
         out_type = ir.DataType(dtype)
-    elif _integral(self.dtype):
+    elif is_integral(self.dtype):
         self = op18.Cast(self, to=ir.DataType.INT64)
         out_type = ir.DataType.INT64
     else:
         out_type = self.dtype
-    if out_type in _LOW_PRECISION:
-        return op18.Cast(_reduce(op_name, op18.Cast(self, to=ir.DataType.FLOAT), dim, keepdim), to=out_type)
+    if out_type in HALF_TYPES:
+        return op18.Cast(_reduce(reduce, op18.Cast(self, to=ir.DataType.FLOAT), dim, keepdim), to=out_type)
     if out_type == ir.DataType.BOOL:
         # no BOOL ReduceSum/ReduceProd: 0/1 in INT64 (exact), nonzero -> True
-        return op18.Cast(_reduce(op_name, op18.Cast(self, to=ir.DataType.INT64), dim, keepdim), to=out_type)
-    return _reduce(op_name, self, dim, keepdim)
+        return op18.Cast(_reduce(reduce, op18.Cast(self, to=ir.DataType.INT64), dim, keepdim), to=out_type)
+    return _reduce(reduce, self, dim, keepdim)
 
 
-def aten_sum(self, dtype: int | None = None):
+def aten_sum(self: Tensor, dtype: int | None = None):
     """sum(Tensor self, *, ScalarType? dtype=None) -> Tensor: ReduceSum over all dims (ints as INT64)."""
-    return _accumulating("ReduceSum", self, None, False, dtype)
+    return _accumulating(op18.ReduceSum, self, None, False, dtype)
 
 
-def aten_sum_dim(self, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
+def aten_sum_dim(self: Tensor, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
     """sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceSum (ints as INT64)."""
-    return _accumulating("ReduceSum", self, dim, keepdim, dtype)
+    return _accumulating(op18.ReduceSum, self, dim, keepdim, dtype)
 
 
-def aten_prod(self, dtype: int | None = None):
+def aten_prod(self: Tensor, dtype: int | None = None):
     """prod(Tensor self, *, ScalarType? dtype=None) -> Tensor: ReduceProd over all dims (ints as INT64)."""
-    return _accumulating("ReduceProd", self, None, False, dtype)
+    return _accumulating(op18.ReduceProd, self, None, False, dtype)
 
 
-def aten_prod_dim(self, dim: int, keepdim: bool = False, dtype: int | None = None):
+def aten_prod_dim(self: Tensor, dim: int, keepdim: bool = False, dtype: int | None = None):
     """prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceProd (ints as INT64)."""
-    return _accumulating("ReduceProd", self, [dim], keepdim, dtype)
+    return _accumulating(op18.ReduceProd, self, [dim], keepdim, dtype)
 
 
 def _mean(self, dim, keepdim: bool, dtype: int | None):
     if dtype is not None:
         self = op18.Cast(self, to=dtype)
-    if _integral(self.dtype):
+    if is_integral(self.dtype):
         raise ValueError(f"mean of {self.dtype} is an error in torch: pass dtype= a floating type")
-    if self.dtype in _LOW_PRECISION:
+    if self.dtype in HALF_TYPES:
         out_type = self.dtype
-        return op18.Cast(_reduce("ReduceMean", op18.Cast(self, to=ir.DataType.FLOAT), dim, keepdim), to=out_type)
-    return _reduce("ReduceMean", self, dim, keepdim)
+        return op18.Cast(_reduce(op18.ReduceMean, op18.Cast(self, to=ir.DataType.FLOAT), dim, keepdim), to=out_type)
+    return _reduce(op18.ReduceMean, self, dim, keepdim)
 
 
-def aten_mean(self, dtype: int | None = None):
+def aten_mean(self: Tensor, dtype: int | None = None):
     """mean(Tensor self, *, ScalarType? dtype=None) -> Tensor: ReduceMean over all dims."""
     return _mean(self, None, False, dtype)
 
 
-def aten_mean_dim(self, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
+def aten_mean_dim(self: Tensor, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
     """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceMean."""
     return _mean(self, dim, keepdim, dtype)
 
 
-def _extremum(op_name: str, self, dim, keepdim: bool):
-    """ReduceMax/Min; bools go through UINT8 (ReduceMax takes BOOL only from opset 20);
+def _extremum(reduce, self, dim, keepdim: bool):
+    """``reduce``, ReduceMax or ReduceMin; bools go through UINT8 (ReduceMax takes BOOL only from opset 20);
     floats propagate NaN (see the module docstring)."""
     if self.dtype == ir.DataType.BOOL:
-        reduced = _reduce(op_name, op18.Cast(self, to=ir.DataType.UINT8), dim, keepdim)
+        reduced = _reduce(reduce, op18.Cast(self, to=ir.DataType.UINT8), dim, keepdim)
         return op18.Cast(reduced, to=ir.DataType.BOOL)
-    reduced = _reduce(op_name, self, dim, keepdim)
-    if self.dtype not in _FLOATING or rank_of(self) == 0 or _dims(dim, rank_of(self)) == []:
+    reduced = _reduce(reduce, self, dim, keepdim)
+    if self.dtype not in FLOAT_TYPES or rank_of(self) == 0 or _dims(dim, rank_of(self)) == []:
         return reduced  # integers have no NaN; a 0-d input is returned as is
     nans = op18.Where(op18.IsNaN(self), self, op18.CastLike(0.0, self))
-    return op18.Sub(reduced, _reduce("ReduceSum", nans, dim, keepdim))  # x - 0 is exact, -0.0 included
+    return op18.Sub(reduced, _reduce(op18.ReduceSum, nans, dim, keepdim))  # x - 0 is exact, -0.0 included
 
 
 def _nan_key(self, nan_largest: bool):
     """float16/bfloat16/float32 ``self`` in a wider type, ordered like torch orders it: NaN is
     +inf (or -inf when not ``nan_largest``), +/-inf the wider type's largest finite number."""
-    wider = ir.DataType.FLOAT if self.dtype in _LOW_PRECISION else ir.DataType.DOUBLE
+    wider = ir.DataType.FLOAT if self.dtype in HALF_TYPES else ir.DataType.DOUBLE
     key = op18.Cast(self, to=wider)
     # numpy scalars of the wider type: a Python float would become a FLOAT constant first
     # (CastLike(DBL_MAX, key) folds to inf)
@@ -158,119 +149,119 @@ def _first_nan_or(indices, self, axis: int):
     return op18.Where(op18.GatherElements(nan, first, axis=axis), first, indices)
 
 
-def _nan_arg(op_name: str, self, axis: int, keepdim: bool):
-    """ArgMax/ArgMin of floating ``self`` along ``axis`` with NaN winning, first occurrence."""
-    arg = getattr(op18, op_name)
+def _nan_arg(arg, self, axis: int, keepdim: bool):
+    """``arg`` (ArgMax or ArgMin) of floating ``self`` along ``axis`` with NaN winning, first occurrence."""
     if self.dtype == ir.DataType.DOUBLE:
         found = _first_nan_or(arg(self, axis=axis, keepdims=1), self, axis)
         return found if keepdim else op18.Squeeze(found, [axis])
-    return arg(_nan_key(self, nan_largest=op_name == "ArgMax"), axis=axis, keepdims=int(keepdim))
+    return arg(_nan_key(self, nan_largest=arg == op18.ArgMax), axis=axis, keepdims=int(keepdim))
 
 
-def aten_amax(self, dim: Sequence[int] = (), keepdim: bool = False):
+def aten_amax(self: Tensor, dim: Sequence[int] = (), keepdim: bool = False):
     """amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor: ReduceMax (every dim when dim=[])."""
-    return _extremum("ReduceMax", self, dim, keepdim)
+    return _extremum(op18.ReduceMax, self, dim, keepdim)
 
 
-def aten_amin(self, dim: Sequence[int] = (), keepdim: bool = False):
+def aten_amin(self: Tensor, dim: Sequence[int] = (), keepdim: bool = False):
     """amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor: ReduceMin (every dim when dim=[])."""
-    return _extremum("ReduceMin", self, dim, keepdim)
+    return _extremum(op18.ReduceMin, self, dim, keepdim)
 
 
-def aten_max(self):
+def aten_max(self: Tensor):
     """max(Tensor self) -> Tensor: ReduceMax over all dims."""
-    return _extremum("ReduceMax", self, None, False)
+    return _extremum(op18.ReduceMax, self, None, False)
 
 
-def aten_min(self):
+def aten_min(self: Tensor):
     """min(Tensor self) -> Tensor: ReduceMin over all dims."""
-    return _extremum("ReduceMin", self, None, False)
+    return _extremum(op18.ReduceMin, self, None, False)
 
 
-def _arg(op_name: str, self, dim: int | None, keepdim: bool):
+def _arg(arg, self, dim: int | None, keepdim: bool):
+    """``arg`` (ArgMax or ArgMin) along ``dim`` (None: of the flattened input)."""
     rank = rank_of(self)
-    arg = getattr(op18, op_name)
     if self.dtype == ir.DataType.BOOL:
         self = op18.Cast(self, to=ir.DataType.UINT8)
     if rank == 0:
         return op18.Constant(value_int=0)
-    if self.dtype in _FLOATING:
+    if self.dtype in FLOAT_TYPES:
         if dim is None:
-            flat = _nan_arg(op_name, op18.Reshape(self, [-1]), 0, False)
+            flat = _nan_arg(arg, op18.Reshape(self, [-1]), 0, False)
             return op18.Reshape(flat, [1] * rank) if keepdim else flat
-        return _nan_arg(op_name, self, dim, keepdim)
+        return _nan_arg(arg, self, dim, keepdim)
     if dim is None:
         flat = arg(op18.Reshape(self, [-1]), axis=0, keepdims=0)
         return op18.Reshape(flat, [1] * rank) if keepdim else flat
     return arg(self, axis=dim, keepdims=int(keepdim))
 
 
-def _max_min_dim(reduce_name: str, arg_name: str, self, dim: int, keepdim: bool):
+def _max_min_dim(reduce, arg, self, dim: int, keepdim: bool):
+    """max.dim/min.dim: ``reduce`` (ReduceMax or ReduceMin) and ``arg`` (ArgMax or ArgMin)."""
     if rank_of(self) == 0:
         return op18.Identity(self), op18.Constant(value_int=0)
-    if self.dtype not in _FLOATING:
-        return _extremum(reduce_name, self, [dim], keepdim), _arg(arg_name, self, dim, keepdim)
-    indices = _nan_arg(arg_name, self, dim, True)  # NaN first; values gathered with the indices: exact
+    if self.dtype not in FLOAT_TYPES:
+        return _extremum(reduce, self, [dim], keepdim), _arg(arg, self, dim, keepdim)
+    indices = _nan_arg(arg, self, dim, True)  # NaN first; values gathered with the indices: exact
     values = op18.GatherElements(self, indices, axis=dim)
     if keepdim:
         return values, indices
     return op18.Squeeze(values, [dim]), op18.Squeeze(indices, [dim])
 
 
-def aten_max_dim(self, dim: int, keepdim: bool = False):
+def aten_max_dim(self: Tensor, dim: int, keepdim: bool = False):
     """max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices): ReduceMax and ArgMax."""
-    return _max_min_dim("ReduceMax", "ArgMax", self, dim, keepdim)
+    return _max_min_dim(op18.ReduceMax, op18.ArgMax, self, dim, keepdim)
 
 
-def aten_min_dim(self, dim: int, keepdim: bool = False):
+def aten_min_dim(self: Tensor, dim: int, keepdim: bool = False):
     """min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices): ReduceMin and ArgMin."""
-    return _max_min_dim("ReduceMin", "ArgMin", self, dim, keepdim)
+    return _max_min_dim(op18.ReduceMin, op18.ArgMin, self, dim, keepdim)
 
 
-def aten_argmax(self, dim: int | None = None, keepdim: bool = False):
+def aten_argmax(self: Tensor, dim: int | None = None, keepdim: bool = False):
     """argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor: ArgMax (of the flattened input when dim=None)."""
-    return _arg("ArgMax", self, dim, keepdim)
+    return _arg(op18.ArgMax, self, dim, keepdim)
 
 
-def aten_argmin(self, dim: int | None = None, keepdim: bool = False):
+def aten_argmin(self: Tensor, dim: int | None = None, keepdim: bool = False):
     """argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor: ArgMin (of the flattened input when dim=None)."""
-    return _arg("ArgMin", self, dim, keepdim)
+    return _arg(op18.ArgMin, self, dim, keepdim)
 
 
-def _any_all(op_name: str, self, dim, keepdim: bool):
-    """any/all: Cast to BOOL (nonzero), then ReduceMax/Min through UINT8."""
+def _any_all(reduce, self, dim, keepdim: bool):
+    """any/all: Cast to BOOL (nonzero), then ``reduce`` (ReduceMax or ReduceMin) through UINT8."""
     flags = self if self.dtype == ir.DataType.BOOL else op18.Cast(self, to=ir.DataType.BOOL)
-    return _extremum(op_name, flags, dim, keepdim)
+    return _extremum(reduce, flags, dim, keepdim)
 
 
-def aten_any(self):
+def aten_any(self: Tensor):
     """any(Tensor self) -> Tensor: Cast to BOOL and ReduceMax over all dims."""
-    return _any_all("ReduceMax", self, None, False)
+    return _any_all(op18.ReduceMax, self, None, False)
 
 
-def aten_any_dim(self, dim: int, keepdim: bool = False):
+def aten_any_dim(self: Tensor, dim: int, keepdim: bool = False):
     """any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMax."""
-    return _any_all("ReduceMax", self, [dim], keepdim)
+    return _any_all(op18.ReduceMax, self, [dim], keepdim)
 
 
-def aten_any_dims(self, dim: Sequence[int] | None = None, keepdim: bool = False):
+def aten_any_dims(self: Tensor, dim: Sequence[int] | None = None, keepdim: bool = False):
     """any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMax."""
-    return _any_all("ReduceMax", self, dim, keepdim)
+    return _any_all(op18.ReduceMax, self, dim, keepdim)
 
 
-def aten_all(self):
+def aten_all(self: Tensor):
     """all(Tensor self) -> Tensor: Cast to BOOL and ReduceMin over all dims."""
-    return _any_all("ReduceMin", self, None, False)
+    return _any_all(op18.ReduceMin, self, None, False)
 
 
-def aten_all_dim(self, dim: int, keepdim: bool = False):
+def aten_all_dim(self: Tensor, dim: int, keepdim: bool = False):
     """all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMin."""
-    return _any_all("ReduceMin", self, [dim], keepdim)
+    return _any_all(op18.ReduceMin, self, [dim], keepdim)
 
 
-def aten_all_dims(self, dim: Sequence[int] | None = None, keepdim: bool = False):
+def aten_all_dims(self: Tensor, dim: Sequence[int] | None = None, keepdim: bool = False):
     """all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMin."""
-    return _any_all("ReduceMin", self, dim, keepdim)
+    return _any_all(op18.ReduceMin, self, dim, keepdim)
 
 
 def _variance(self, dim, correction, keepdim: bool):
@@ -278,7 +269,7 @@ def _variance(self, dim, correction, keepdim: bool):
     correction = 1.0 if correction is None else float(correction)
     rank = rank_of(self)
     out_type = self.dtype
-    if out_type in _LOW_PRECISION:
+    if out_type in HALF_TYPES:
         self = op18.Cast(self, to=ir.DataType.FLOAT)
     axes = _dims(dim, rank)
     axes_all = [] if rank == 0 or axes == [] else list(range(rank)) if axes is None else [a % rank for a in axes]
@@ -290,9 +281,7 @@ def _variance(self, dim, correction, keepdim: bool):
     else:
         total = op18.Sub(self, self)
     if all(isinstance(s, int) for s in sizes):
-        count = 1
-        for s in sizes:
-            count *= s
+        count = math.prod(sizes)
         divisor = op18.CastLike(max(0.0, count - correction), self)
     else:
         shape = op18.Shape(self)
@@ -304,42 +293,46 @@ def _variance(self, dim, correction, keepdim: bool):
     return result, out_type
 
 
-def aten_var_correction(self, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False):
+def aten_var_correction(
+    self: Tensor, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
+):
     """var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor: ReduceMean, Sub, Mul, ReduceSum, Div."""
     result, out_type = _variance(self, dim, correction, keepdim)
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
-def aten_var_dim(self, dim: Sequence[int] | None, unbiased: bool = True, keepdim: bool = False):
+def aten_var_dim(self: Tensor, dim: Sequence[int] | None, unbiased: bool = True, keepdim: bool = False):
     """var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor: ReduceMean, Sub, Mul, ReduceSum, Div."""
     result, out_type = _variance(self, dim, 1 if unbiased else 0, keepdim)
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
-def aten_std_correction(self, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False):
+def aten_std_correction(
+    self: Tensor, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
+):
     """std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor: Sqrt of the variance."""
     result, out_type = _variance(self, dim, correction, keepdim)
     result = op18.Sqrt(result)
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
-def aten_std_dim(self, dim: Sequence[int] | None, unbiased: bool = True, keepdim: bool = False):
+def aten_std_dim(self: Tensor, dim: Sequence[int] | None, unbiased: bool = True, keepdim: bool = False):
     """std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor: Sqrt of the variance."""
     result, out_type = _variance(self, dim, 1 if unbiased else 0, keepdim)
     result = op18.Sqrt(result)
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
-def aten_cumsum(self, dim: int, dtype: int | None = None):
+def aten_cumsum(self: Tensor, dim: int, dtype: int | None = None):
     """cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor: CumSum (ints as INT64)."""
     if dtype is not None:
         self = op18.Cast(self, to=dtype)
-    elif _integral(self.dtype):
+    elif is_integral(self.dtype):
         self = op18.Cast(self, to=ir.DataType.INT64)
     if rank_of(self) == 0:
         return op18.Identity(self)
     out_type = self.dtype
-    if out_type in _LOW_PRECISION:
+    if out_type in HALF_TYPES:
         return op18.Cast(op18.CumSum(op18.Cast(self, to=ir.DataType.FLOAT), dim), to=out_type)
     return op18.CumSum(self, dim)
 
@@ -377,80 +370,80 @@ def _sorted(self, dim: int, descending: bool):
             op18.Cast(self, to=ir.DataType.INT32), k, axis=axis, largest=int(descending), sorted=1
         )
         return op18.Cast(values, to=ir.DataType.BOOL), indices
-    if self.dtype in _FLOATING:
+    if self.dtype in FLOAT_TYPES:
         return _nan_top_k(self, k, axis, descending)
     values, indices = op18.TopK(self, k, axis=axis, largest=int(descending), sorted=1)
     return values, indices
 
 
-def aten_sort(self, dim: int = -1, descending: bool = False):
+def aten_sort(self: Tensor, dim: int = -1, descending: bool = False):
     """sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices): TopK of the whole dim (stable)."""
     return _sorted(self, dim, descending)
 
 
-def aten_sort_stable(self, stable: bool | None = None, dim: int = -1, descending: bool = False):
+def aten_sort_stable(self: Tensor, stable: bool | None = None, dim: int = -1, descending: bool = False):
     """sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices): TopK of the whole dim (stable: ties keep their order)."""
     return _sorted(self, dim, descending)
 
 
-def aten_topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+def aten_topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
     """topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices): TopK (always sorted)."""
     k = op18.Reshape(k, [1]) if isinstance(k, ir.Value) else [k]
     if rank_of(self) == 0:
         return op18.Identity(self), op18.Constant(value_int=0)
-    if self.dtype in _FLOATING:
+    if self.dtype in FLOAT_TYPES:
         return _nan_top_k(self, k, dim % rank_of(self), largest)
     values, indices = op18.TopK(self, k, axis=dim, largest=int(largest), sorted=1)
     return values, indices
 
 
-def aten_logsumexp(self, dim: Sequence[int], keepdim: bool = False):
+def aten_logsumexp(self: Tensor, dim: Sequence[int], keepdim: bool = False):
     """logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor: ReduceMax, Exp, ReduceSum, Log (max-shifted)."""
-    if _integral(self.dtype):
+    if is_integral(self.dtype):
         self = op18.Cast(self, to=ir.DataType.FLOAT)
     out_type = self.dtype
-    if out_type in _LOW_PRECISION:
+    if out_type in HALF_TYPES:
         self = op18.Cast(self, to=ir.DataType.FLOAT)
     axes = _dims(dim, rank_of(self))
     if rank_of(self) == 0 or axes == []:
         result = op18.Identity(self)
     else:
-        peak = _reduce("ReduceMax", self, axes, True)
+        peak = _reduce(op18.ReduceMax, self, axes, True)
         peak = op18.Where(op18.IsInf(peak), op18.CastLike(0.0, peak), peak)
-        total = _reduce("ReduceSum", op18.Exp(op18.Sub(self, peak)), axes, keepdim)
+        total = _reduce(op18.ReduceSum, op18.Exp(op18.Sub(self, peak)), axes, keepdim)
         if not keepdim:
-            peak = _reduce("ReduceMax", peak, axes, False)
+            peak = _reduce(op18.ReduceMax, peak, axes, False)
         result = op18.Add(op18.Log(total), peak)
     return result if out_type == result.dtype else op18.Cast(result, to=out_type)
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::sum.default", aten_sum, opset=18)
-    registry.register("aten::sum.dim_IntList", aten_sum_dim, opset=18)
-    registry.register("aten::prod.default", aten_prod, opset=18)
-    registry.register("aten::prod.dim_int", aten_prod_dim, opset=18)
-    registry.register("aten::mean.default", aten_mean, opset=18)
-    registry.register("aten::mean.dim", aten_mean_dim, opset=18)
-    registry.register("aten::amax", aten_amax, opset=18)
-    registry.register("aten::amin", aten_amin, opset=18)
-    registry.register("aten::max.default", aten_max, opset=18)
-    registry.register("aten::min.default", aten_min, opset=18)
-    registry.register("aten::max.dim", aten_max_dim, opset=18)
-    registry.register("aten::min.dim", aten_min_dim, opset=18)
-    registry.register("aten::argmax", aten_argmax, opset=18)
-    registry.register("aten::argmin", aten_argmin, opset=18)
-    registry.register("aten::any.default", aten_any, opset=18)
-    registry.register("aten::any.dim", aten_any_dim, opset=18)
-    registry.register("aten::any.dims", aten_any_dims, opset=18)
-    registry.register("aten::all.default", aten_all, opset=18)
-    registry.register("aten::all.dim", aten_all_dim, opset=18)
-    registry.register("aten::all.dims", aten_all_dims, opset=18)
-    registry.register("aten::var.correction", aten_var_correction, opset=18)
-    registry.register("aten::var.dim", aten_var_dim, opset=18)
-    registry.register("aten::std.correction", aten_std_correction, opset=18)
-    registry.register("aten::std.dim", aten_std_dim, opset=18)
-    registry.register("aten::cumsum", aten_cumsum, opset=18)
-    registry.register("aten::sort.default", aten_sort, opset=18)
-    registry.register("aten::sort.stable", aten_sort_stable, opset=18)
-    registry.register("aten::topk", aten_topk, opset=18)
-    registry.register("aten::logsumexp", aten_logsumexp, opset=18)
+    registry.register("aten::sum.default", aten_sum)
+    registry.register("aten::sum.dim_IntList", aten_sum_dim)
+    registry.register("aten::prod.default", aten_prod)
+    registry.register("aten::prod.dim_int", aten_prod_dim)
+    registry.register("aten::mean.default", aten_mean)
+    registry.register("aten::mean.dim", aten_mean_dim)
+    registry.register("aten::amax", aten_amax)
+    registry.register("aten::amin", aten_amin)
+    registry.register("aten::max.default", aten_max)
+    registry.register("aten::min.default", aten_min)
+    registry.register("aten::max.dim", aten_max_dim)
+    registry.register("aten::min.dim", aten_min_dim)
+    registry.register("aten::argmax", aten_argmax)
+    registry.register("aten::argmin", aten_argmin)
+    registry.register("aten::any.default", aten_any)
+    registry.register("aten::any.dim", aten_any_dim)
+    registry.register("aten::any.dims", aten_any_dims)
+    registry.register("aten::all.default", aten_all)
+    registry.register("aten::all.dim", aten_all_dim)
+    registry.register("aten::all.dims", aten_all_dims)
+    registry.register("aten::var.correction", aten_var_correction)
+    registry.register("aten::var.dim", aten_var_dim)
+    registry.register("aten::std.correction", aten_std_correction)
+    registry.register("aten::std.dim", aten_std_dim)
+    registry.register("aten::cumsum", aten_cumsum)
+    registry.register("aten::sort.default", aten_sort)
+    registry.register("aten::sort.stable", aten_sort_stable)
+    registry.register("aten::topk", aten_topk)
+    registry.register("aten::logsumexp", aten_logsumexp)

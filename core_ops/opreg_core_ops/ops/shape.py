@@ -1,4 +1,4 @@
-"""Shapes and views: view/reshape, flatten, permute/transpose, (un)squeeze, expand, stack/unbind, sizes."""
+"""Shapes and views: view/reshape, flatten, permute/transpose, (un)squeeze, expand, sizes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import rank_of
-from opreg_core_ops.ops.indexing import _same_type, split_into
+from opreg_core_ops.ops._helpers import Tensor, rank_of
 
 
 def _reshape(self, size):
@@ -19,22 +18,22 @@ def _reshape(self, size):
     return op18.Reshape(self, size)
 
 
-def aten_view(self, size: Sequence[int]):
+def aten_view(self: Tensor, size: Sequence[int]):
     """view(Tensor(a) self, SymInt[] size) -> Tensor(a): Reshape."""
     return _reshape(self, size)
 
 
-def aten_reshape(self, shape: Sequence[int]):
+def aten_reshape(self: Tensor, shape: Sequence[int]):
     """reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a): Reshape."""
     return _reshape(self, shape)
 
 
-def aten_unsafe_view(self, size: Sequence[int]):
+def aten_unsafe_view(self: Tensor, size: Sequence[int]):
     """_unsafe_view(Tensor self, SymInt[] size) -> Tensor: Reshape."""
     return _reshape(self, size)
 
 
-def aten_flatten(self, start_dim: int = 0, end_dim: int = -1):
+def aten_flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1):
     """flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a): Flatten or Reshape."""
     rank = rank_of(self)
     if rank is None:
@@ -58,7 +57,7 @@ def aten_flatten(self, start_dim: int = 0, end_dim: int = -1):
     return op18.Reshape(self, op18.Concat(head, [-1], tail, axis=0))
 
 
-def aten_permute(self, dims: Sequence[int]):
+def aten_permute(self: Tensor, dims: Sequence[int]):
     """permute(Tensor(a) self, int[] dims) -> Tensor(a): Transpose."""
     rank = len(dims)
     if rank == 0:
@@ -66,14 +65,14 @@ def aten_permute(self, dims: Sequence[int]):
     return op18.Transpose(self, perm=[d % rank for d in dims])
 
 
-def aten_t(self):
+def aten_t(self: Tensor):
     """t(Tensor(a) self) -> Tensor(a): Transpose (identity below 2-D)."""
     if (rank_of(self) or 0) < 2:
         return op18.Identity(self)
     return op18.Transpose(self, perm=[1, 0])
 
 
-def aten_transpose(self, dim0: int, dim1: int):
+def aten_transpose(self: Tensor, dim0: int, dim1: int):
     """transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a): Transpose."""
     rank = rank_of(self)
     if not rank:
@@ -83,7 +82,7 @@ def aten_transpose(self, dim0: int, dim1: int):
     return op18.Transpose(self, perm=perm)
 
 
-def aten_unsqueeze(self, dim: int):
+def aten_unsqueeze(self: Tensor, dim: int):
     """unsqueeze(Tensor(a) self, int dim) -> Tensor(a): Unsqueeze."""
     rank = rank_of(self)
     if dim < 0 and rank is not None:
@@ -91,7 +90,7 @@ def aten_unsqueeze(self, dim: int):
     return op18.Unsqueeze(self, [dim])
 
 
-def aten_squeeze_dims(self, dim: Sequence[int]):
+def aten_squeeze_dims(self: Tensor, dim: Sequence[int]):
     """squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a): Squeeze of the dims of size 1."""
     rank = rank_of(self)
     axes = [d % rank for d in dim if self.shape[d % rank] == 1] if rank else []
@@ -100,7 +99,7 @@ def aten_squeeze_dims(self, dim: Sequence[int]):
     return op18.Squeeze(self, axes)
 
 
-def aten_sym_size(self, dim: int):
+def aten_sym_size(self: Tensor, dim: int):
     """sym_size.int(Tensor self, int dim) -> SymInt: Shape (one dim) as a scalar INT64."""
     rank = rank_of(self)
     start = dim % rank if rank is not None else dim
@@ -108,40 +107,35 @@ def aten_sym_size(self, dim: int):
     return op18.Squeeze(op18.Shape(self, start=start, end=end), [0])
 
 
-def aten_clone(self, memory_format: str | None = None):
-    """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity."""
-    return op18.Identity(self)
-
-
-def aten_expand(self, size: Sequence[int], implicit: bool = False):
+def aten_expand(self: Tensor, size: Sequence[int], implicit: bool = False):
     """expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a): Expand (-1, keep a dim, as 1)."""
     if isinstance(size, ir.Value):
         return op18.Expand(self, op18.Abs(size))  # sizes are >= 0 or -1; Expand broadcasts a 1
     return op18.Expand(self, [1 if s == -1 else s for s in size])
 
 
-def aten_expand_as(self, other):
+def aten_expand_as(self: Tensor, other: Tensor):
     """expand_as(Tensor(a) self, Tensor other) -> Tensor(a): Expand to Shape(other)."""
     return op18.Expand(self, op18.Shape(other))
 
 
-def aten_squeeze_dim(self, dim: int):
+def aten_squeeze_dim(self: Tensor, dim: int):
     """squeeze.dim(Tensor(a) self, int dim) -> Tensor(a): Squeeze (Identity unless the dim has size 1)."""
     return aten_squeeze_dims(self, [dim])
 
 
-def aten_squeeze(self):
+def aten_squeeze(self: Tensor):
     """squeeze(Tensor(a) self) -> Tensor(a): Squeeze of the dims of (static) size 1."""
     rank = rank_of(self)
     return aten_squeeze_dims(self, list(range(rank or 0)))
 
 
-def aten_sym_numel(self):
+def aten_sym_numel(self: Tensor):
     """sym_numel(Tensor self) -> SymInt: Size."""
     return op18.Size(self)
 
 
-def aten_sym_stride(self, dim: int):
+def aten_sym_stride(self: Tensor, dim: int):
     """sym_stride.int(Tensor self, int dim) -> SymInt: ReduceProd of the later dims' sizes (contiguous strides)."""
     rank = rank_of(self)
     start = dim % rank
@@ -150,51 +144,20 @@ def aten_sym_stride(self, dim: int):
     return op18.ReduceProd(op18.Shape(self, start=start + 1), keepdims=0)
 
 
-def aten_unbind(self, dim: int = 0):
-    """unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]: Split into ones and Squeeze (static dim size)."""
-    rank = rank_of(self)
-    axis = dim % rank
-    size = self.shape[axis]
-    if not isinstance(size, int):
-        raise ValueError(f"unbind needs a static size for dim {dim}, got {size}")
-    if size == 1:
-        return (op18.Squeeze(self, [axis]),)
-    parts = split_into(self, [1] * size, axis, size)
-    return tuple(op18.Squeeze(p, [axis]) for p in parts)
-
-
-def aten_stack(tensors, dim: int = 0):
-    """stack(Tensor[] tensors, int dim=0) -> Tensor: Unsqueeze each and Concat (dtypes promoted)."""
-    rank = rank_of(tensors[0])
-    axis = dim + rank + 1 if dim < 0 else dim
-    tensors = _same_type(tensors)
-    parts = [op18.Unsqueeze(t, [axis]) for t in tensors]
-    return parts[0] if len(parts) == 1 else op18.Concat(*parts, axis=axis)
-
-
-def _unbind_is_static(node) -> bool:
-    value = node.args[0].meta.get("val")
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    return value is not None and value.dim() > 0 and isinstance(value.shape[dim], int)
-
-
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::view", aten_view, opset=18)
-    registry.register("aten::reshape", aten_reshape, opset=18)
-    registry.register("aten::_unsafe_view", aten_unsafe_view, opset=18)
-    registry.register("aten::flatten.using_ints", aten_flatten, opset=18)
-    registry.register("aten::permute", aten_permute, opset=18)
-    registry.register("aten::t", aten_t, opset=18)
-    registry.register("aten::transpose.int", aten_transpose, opset=18)
-    registry.register("aten::unsqueeze", aten_unsqueeze, opset=18)
-    registry.register("aten::squeeze.dims", aten_squeeze_dims, opset=18)
-    registry.register("aten::sym_size.int", aten_sym_size, opset=18)
-    registry.register("aten::clone", aten_clone, opset=18)
-    registry.register("aten::expand", aten_expand, opset=18)
-    registry.register("aten::expand_as", aten_expand_as, opset=18)
-    registry.register("aten::squeeze.dim", aten_squeeze_dim, opset=18)
-    registry.register("aten::squeeze.default", aten_squeeze, opset=18)
-    registry.register("aten::sym_numel", aten_sym_numel, opset=18)
-    registry.register("aten::sym_stride.int", aten_sym_stride, opset=18)
-    registry.register("aten::unbind.int", aten_unbind, opset=18, predicate=_unbind_is_static)
-    registry.register("aten::stack", aten_stack, opset=18)
+    registry.register("aten::view", aten_view)
+    registry.register("aten::reshape", aten_reshape)
+    registry.register("aten::_unsafe_view", aten_unsafe_view)
+    registry.register("aten::flatten.using_ints", aten_flatten)
+    registry.register("aten::permute", aten_permute)
+    registry.register("aten::t", aten_t)
+    registry.register("aten::transpose.int", aten_transpose)
+    registry.register("aten::unsqueeze", aten_unsqueeze)
+    registry.register("aten::squeeze.dims", aten_squeeze_dims)
+    registry.register("aten::sym_size.int", aten_sym_size)
+    registry.register("aten::expand", aten_expand)
+    registry.register("aten::expand_as", aten_expand_as)
+    registry.register("aten::squeeze.dim", aten_squeeze_dim)
+    registry.register("aten::squeeze.default", aten_squeeze)
+    registry.register("aten::sym_numel", aten_sym_numel)
+    registry.register("aten::sym_stride.int", aten_sym_stride)

@@ -1,14 +1,13 @@
-"""Neural-network layers: convolution, softmax (pooling is in pooling.py)."""
+"""Convolution: conv2d and convolution (transposed too)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import expand_param, rank_of, symmetric_pads
+from opreg_core_ops.ops._helpers import Tensor, expand_param, rank_of, symmetric_pads
 
 
 def _unbatched(input, weight) -> bool:
@@ -60,9 +59,9 @@ def _conv_transpose(input, weight, bias, stride, padding, dilation, output_paddi
 
 
 def aten_conv2d(
-    input,
-    weight,
-    bias=None,
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
     stride: Sequence[int] = (1, 1),
     padding: Sequence[int] = (0, 0),
     dilation: Sequence[int] = (1, 1),
@@ -73,9 +72,9 @@ def aten_conv2d(
 
 
 def aten_convolution(
-    input,
-    weight,
-    bias,
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
     stride: Sequence[int],
     padding: Sequence[int],
     dilation: Sequence[int],
@@ -89,41 +88,6 @@ def aten_convolution(
     return _conv_transpose(input, weight, bias, stride, padding, dilation, output_padding, groups)
 
 
-def _softmax_input(self, dtype):
-    """The input in the dtype the result has (``dtype``), and a 0-d input as 1-D."""
-    if dtype is not None and self.dtype != dtype:
-        self = op18.Cast(self, to=dtype)
-    return self
-
-
-def _softmax(self, dim, dtype, log):
-    x = _softmax_input(self, dtype)
-    fn = op18.LogSoftmax if log else op18.Softmax
-    if rank_of(self) == 0:
-        return op18.Squeeze(fn(op18.Unsqueeze(x, [0]), axis=0), [0])
-    return fn(x, axis=dim)
-
-
-def aten_softmax_internal(self, dim: int, half_to_float: bool):
-    """_softmax(Tensor self, int dim, bool half_to_float) -> Tensor: Softmax (float32 result for half_to_float)."""
-    return _softmax(self, dim, ir.DataType.FLOAT if half_to_float else None, log=False)
-
-
-def aten_log_softmax_internal(self, dim: int, half_to_float: bool):
-    """_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor: LogSoftmax (float32 result for half_to_float)."""
-    return _softmax(self, dim, ir.DataType.FLOAT if half_to_float else None, log=True)
-
-
-def aten_softmax(self, dim: int, dtype: int | None = None):
-    """softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor: Softmax (after a Cast to dtype)."""
-    return _softmax(self, dim, dtype, log=False)
-
-
-def aten_log_softmax(self, dim: int, dtype: int | None = None):
-    """log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor: LogSoftmax (after a Cast to dtype)."""
-    return _softmax(self, dim, dtype, log=True)
-
-
 def _floating_input(node) -> bool:
     """ONNX Conv/ConvTranspose take floating types only (no integer convolution)."""
     value = node.args[0].meta.get("val")
@@ -131,9 +95,5 @@ def _floating_input(node) -> bool:
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::conv2d", aten_conv2d, opset=18, predicate=_floating_input)
-    registry.register("aten::convolution", aten_convolution, opset=18, predicate=_floating_input)
-    registry.register("aten::_softmax", aten_softmax_internal, opset=18)
-    registry.register("aten::_log_softmax", aten_log_softmax_internal, opset=18)
-    registry.register("aten::softmax.int", aten_softmax, opset=18)
-    registry.register("aten::log_softmax.int", aten_log_softmax, opset=18)
+    registry.register("aten::conv2d", aten_conv2d, predicate=_floating_input)
+    registry.register("aten::convolution", aten_convolution, predicate=_floating_input)

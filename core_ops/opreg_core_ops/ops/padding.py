@@ -1,0 +1,109 @@
+"""Padding: constant (constant_pad_nd), reflection and replication."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.onnx_opset import opset18 as op18
+
+import opreg
+from opreg_core_ops.ops._helpers import Tensor, node_arg, rank_of
+
+
+def aten_constant_pad_nd(self: Tensor, pad: Sequence[int], value: float = 0):
+    """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor: Pad (constant mode; negative pads crop)."""
+    if isinstance(pad, ir.Value):
+        raise ValueError("constant_pad_nd needs static pads")
+    rank = rank_of(self)
+    begins, ends = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):
+        begins[rank - 1 - i] = pad[2 * i]
+        ends[rank - 1 - i] = pad[2 * i + 1]
+    return op18.Pad(self, begins + ends, op18.CastLike(value, self), mode="constant")
+
+
+def _pad(self, padding, mode: str):
+    if not isinstance(padding, (list, tuple)) or not all(isinstance(p, int) for p in padding):
+        raise ValueError(f"{mode} padding needs static pad sizes, got {padding}")
+    count = len(padding) // 2
+    rank = rank_of(self)
+    # torch lists (begin, end) pairs from the last dim backwards; ONNX all begins, then all ends.
+    begins = [padding[2 * (count - 1 - i)] for i in range(count)]
+    ends = [padding[2 * (count - 1 - i) + 1] for i in range(count)]
+    if mode == "edge" and any(p < 0 for p in begins + ends):
+        dims = list(self.shape[rank - count :])
+        if not all(isinstance(d, int) for d in dims):
+            raise ValueError(f"negative replication padding needs static sizes, got {self.shape}")
+        # torch reads x[clamp(i - begin, 0, size - 1)], even where a negative pad crops
+        # everything Pad would replicate from: a Gather per padded dim.
+        for axis, (size, begin, end) in enumerate(zip(dims, begins, ends, strict=True), start=rank - count):
+            if begin or end:
+                indices = np.clip(np.arange(size + begin + end) - begin, 0, size - 1).astype(np.int64)
+                self = op18.Gather(self, indices, axis=axis)
+        return self
+    lead = [0] * (rank - count)
+    return op18.Pad(self, lead + begins + lead + ends, mode=mode)
+
+
+def aten_reflection_pad1d(self: Tensor, padding: Sequence[int]):
+    """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (reflect)."""
+    return _pad(self, padding, "reflect")
+
+
+def aten_reflection_pad2d(self: Tensor, padding: Sequence[int]):
+    """reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (reflect)."""
+    return _pad(self, padding, "reflect")
+
+
+def aten_reflection_pad3d(self: Tensor, padding: Sequence[int]):
+    """reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (reflect)."""
+    return _pad(self, padding, "reflect")
+
+
+def aten_replication_pad1d(self: Tensor, padding: Sequence[int]):
+    """replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (edge)."""
+    return _pad(self, padding, "edge")
+
+
+def aten_replication_pad2d(self: Tensor, padding: Sequence[int]):
+    """replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (edge)."""
+    return _pad(self, padding, "edge")
+
+
+def aten_replication_pad3d(self: Tensor, padding: Sequence[int]):
+    """replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (edge)."""
+    return _pad(self, padding, "edge")
+
+
+def _static_pads(node) -> bool:
+    """Static pad sizes: all reflection padding needs."""
+    padding = node_arg(node, 1, "padding")
+    return isinstance(padding, (list, tuple)) and all(isinstance(p, int) for p in padding)
+
+
+def _static_replication_pads(node) -> bool:
+    """Static pads; negative ones (crops) need static sizes too, for a Gather per padded dim."""
+    if not _static_pads(node):
+        return False
+    if all(p >= 0 for p in node_arg(node, 1, "padding")):
+        return True
+    value = node.args[0].meta.get("val")
+    return value is not None and all(isinstance(d, int) for d in value.shape)
+
+
+def register(registry: opreg.Registrar) -> None:
+    registry.register("aten::constant_pad_nd", aten_constant_pad_nd)
+    for op, fn in (
+        ("aten::reflection_pad1d", aten_reflection_pad1d),
+        ("aten::reflection_pad2d", aten_reflection_pad2d),
+        ("aten::reflection_pad3d", aten_reflection_pad3d),
+    ):
+        registry.register(op, fn, predicate=_static_pads)
+    for op, fn in (
+        ("aten::replication_pad1d", aten_replication_pad1d),
+        ("aten::replication_pad2d", aten_replication_pad2d),
+        ("aten::replication_pad3d", aten_replication_pad3d),
+    ):
+        registry.register(op, fn, predicate=_static_replication_pads)
