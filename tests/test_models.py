@@ -42,8 +42,8 @@ def _check_graph(name: str, proto: onnx.ModelProto, opset: int) -> None:
     if name == "tutorial_cnn":
         assert (ops["Conv"], ops["MaxPool"], ops["Gemm"]) == (2, 2, 3)
     elif name == "resnet18":
-        # stem + 8 blocks x 2 convs + 3 downsample projections, each followed by batch norm
-        assert ops["Conv"] == ops["BatchNormalization"] == 20
+        # stem + 8 blocks x 2 convs + 3 downsample projections, each batch norm folded into its conv
+        assert (ops["Conv"], ops["BatchNormalization"]) == (20, 0)
         assert (ops["MaxPool"], ops["GlobalAveragePool"], ops["Add"], ops["Gemm"]) == (1, 1, 8, 1)
     elif name == "mobilenet":
         groups = [a.i for n in proto.graph.node if n.op_type == "Conv" for a in n.attribute if a.name == "group"]
@@ -104,3 +104,30 @@ def test_real_model(case, opset):
     for name, dims in case.dynamic_shapes.items():
         assert all(other[name].shape[i] != example[name].shape[i] for i in dims), name
     assert program.verify(*args, rtol=0, atol=ATOL, **kwargs).max_abs <= ATOL
+
+
+def test_batch_norm_is_folded_into_the_convolution_keeping_the_weights_names():
+    """The folded weight keeps the state_dict name of the weight it replaces (no node reads the
+    original any more); the metadata says how each folded tensor was computed; fold_weights=False
+    keeps every initializer as the state_dict has it."""
+    import json
+
+    import torch
+
+    case = FACTORIES["resnet18"]()
+    program = opreg.export(case.model, case.args, target=18)
+    folded = json.loads(program.model.metadata_props["opreg.folded_weights"])
+    assert folded["conv1.weight"] == "conv1.weight * bn1.weight / sqrt(bn1.running_var + eps)"
+    assert folded["conv1.weight_bias"] == "(0 - bn1.running_mean) * bn1.weight / sqrt(bn1.running_var + eps) + bn1.bias"
+    assert len(folded) == 40  # 20 convolutions: a weight and a new bias each
+    names = set(program.model.graph.initializers)
+    assert "conv1.weight" in names and "bn1.running_mean" not in names
+    assert program.verify(*case.args, rtol=0, atol=ATOL).max_abs <= ATOL
+
+    kept = opreg.export(case.model, case.args, target=18, fold_weights=False)
+    assert "opreg.folded_weights" not in kept.model.metadata_props
+    state = case.model.state_dict()
+    for name, value in kept.model.graph.initializers.items():
+        if name in state:
+            assert torch.equal(torch.from_numpy(value.const_value.numpy()), state[name]), name
+    assert sum(n.op_type == "BatchNormalization" for n in kept.model.graph) == 20

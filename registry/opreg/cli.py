@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true", help="run the model and compare with eager PyTorch")
     p.add_argument("--keep-functions", action="store_true", help="keep script impls as model-local functions")
     p.add_argument(
+        "--keep-weights", action="store_true",
+        help="keep every weight as the state_dict has it (no batch norm folded into convolutions)",
+    )  # fmt: skip
+    p.add_argument(
         "--external-data", action="store_true", help="write weights to a side file FILE.<token>.data the model names"
     )
     p.set_defaults(run=_cmd_export)
@@ -404,7 +408,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         try:
             program = exporter.export(
                 loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic,
-                registry=registry, inline=not args.keep_functions, progress=stage,
+                registry=registry, inline=not args.keep_functions, fold_weights=not args.keep_weights,
+                progress=stage,
             )  # fmt: skip
             stage("save")
             path = program.save(args.output, external_data=True if args.external_data else None)

@@ -40,6 +40,7 @@ def finish(
     inline: bool | int,
     embed_functions: bool,
     optimize: bool,
+    fold_weights: bool = True,
 ) -> OnnxProgram:
     """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`."""
     recorder = translation.recorder
@@ -63,6 +64,7 @@ def finish(
         versions,
         inline=inline,
         optimize=optimize,
+        fold_weights=fold_weights,
         metadata={"opreg.target": str(target), "opreg.packs": ",".join(packs)},
         definitions=definitions,
     )
@@ -230,6 +232,7 @@ def build_model(
     *,
     inline: bool | int,
     optimize: bool = True,
+    fold_weights: bool = True,
     metadata: Mapping[str, str],
     definitions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] | None = None,
 ) -> ir.Model:
@@ -264,7 +267,7 @@ def build_model(
     if optimize:
         from opreg.exporter._lean import lean
 
-        lean(model)  # which also removes what is unused
+        lean(model, fold_weights=fold_weights)  # which also removes what is unused
     else:
         # unused nodes, and unused trailing optional outputs (MaxPool's Indices), so the runtime need not compute them
         common_passes.RemoveUnusedNodesPass()(model)

@@ -4,6 +4,12 @@ work a whole-graph view removes.
 - Constant folding (onnxscript's), except of nodes that read the model's
   weights: folding ``Transpose(weight)`` would replace a ``state_dict``
   tensor by an anonymous copy, and users look weights up by name.
+- Batch norm folded into the convolution (or Gemm) before it, the folded
+  weight keeping the name of the one it replaces and the model's metadata
+  saying how each was computed (``fold_weights=False`` keeps every weight as
+  the ``state_dict`` has it).
+- ``Reshape`` to a shape with one size known only at run time uses ``-1``
+  for it, and the nodes that computed it go.
 - A few exact rewrites: no-op Cast/Expand/Transpose, Cast of Cast,
   Reshape of Reshape, Unsqueeze of Unsqueeze, and ``Unsqueeze(Squeeze(x))``
   on a one-element 1-D ``x``, which symbolic sizes produce (``sym_size``
@@ -14,6 +20,9 @@ work a whole-graph view removes.
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
 from onnxscript import optimizer, rewriter
@@ -57,11 +66,86 @@ RULES = (
 _RULE_SET = pattern.RewriteRuleSet(list(RULES))
 
 
-def lean(model: ir.Model) -> None:
+def reshape_with_one_unknown(model: ir.Model) -> None:
+    """``Reshape(x, Concat(...))`` whose target has exactly one size known only at run time and
+    all others positive constants becomes ``Reshape(x, [..., -1, ...])``: ONNX infers that size
+    from the element count (torch's sizes always match it), and the nodes that computed it go.
+    ``view(batch * seq, 16)`` then costs one node, as in torch.onnx's graphs."""
+    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
+        if node.op_type != "Reshape" or node.domain != "" or len(node.inputs) < 2 or node.inputs[1] is None:
+            continue
+        concat = node.inputs[1].producer()
+        if concat is None or concat.op_type != "Concat" or concat.domain != "":
+            continue
+        sizes: list[int | None] = []
+        for piece in concat.inputs:
+            const = ir.convenience.get_const_tensor(piece) if piece is not None else None
+            if const is not None:
+                sizes.extend(int(v) for v in const.numpy().reshape(-1))
+            elif piece is not None and piece.shape is not None and list(piece.shape) == [1]:
+                sizes.append(None)
+            else:
+                sizes = []
+                break
+        if sizes.count(None) != 1 or any(v is not None and v <= 0 for v in sizes):
+            continue
+        target = np.array([-1 if v is None else v for v in sizes], dtype=np.int64)
+        constant = ir.node("Constant", [], attributes={"value": ir.tensor(target)}, name=f"{node.name}_shape")
+        constant.outputs[0].name = f"{node.name}_shape"
+        constant.outputs[0].dtype, constant.outputs[0].shape = ir.DataType.INT64, ir.Shape([len(sizes)])
+        constant.metadata_props.update(node.metadata_props)
+        node.graph.insert_before(node, constant)
+        node.replace_input_with(1, constant.outputs[0])
+
+
+FOLDED_WEIGHTS_KEY = "opreg.folded_weights"
+"""Model metadata: JSON ``{initializer: how it was computed from the state_dict}`` for every
+weight the lean pass folded (batch norm into the convolution or Gemm before it)."""
+
+_FOLD_BATCH_NORM = pattern.RewriteRuleSet([
+    rules.fuse_batchnorm_into_conv_rule,
+    rules.fuse_batchnorm_into_conv_transpose_rule,
+    rules.fuse_batchnorm_into_gemm_rule,
+])  # fmt: skip
+
+
+def fold_batch_norm(model: ir.Model) -> dict[str, str]:
+    """Fold each BatchNormalization into the Conv, ConvTranspose or Gemm before it (onnxscript's
+    rules, as ONNX Runtime does when it loads the model). The folded weight keeps the name of the
+    weight it replaces, which no node reads any more; a bias the layer did not have is named
+    ``<weight>_bias``. Returns how each folded tensor was computed, by name."""
+    planned: dict[str, dict[str, str]] = {}  # batch-norm node -> {folded tensor: how it is computed}
+    for node in model.graph:
+        if node.op_type != "BatchNormalization" or node.domain != "" or node.inputs[0] is None:
+            continue
+        layer = node.inputs[0].producer()
+        if layer is None or layer.op_type not in ("Conv", "ConvTranspose", "Gemm") or len(layer.inputs) < 2:
+            continue
+        gamma, beta, mean, var = (v.name if v is not None else "?" for v in node.inputs[1:5])
+        scale = f"{gamma} / sqrt({var} + eps)"
+        weight = layer.inputs[1].name or "?"
+        bias = layer.inputs[2].name if len(layer.inputs) > 2 and layer.inputs[2] is not None else None
+        planned[node.name or ""] = {
+            weight: f"{weight} * {scale}",
+            bias or f"{weight}_bias": f"({bias or '0'} - {mean}) * {scale} + {beta}",
+        }
+    if not planned:
+        return {}
+    rewriter.RewritePass(_FOLD_BATCH_NORM)(model)
+    remaining = {node.name for node in model.graph if node.op_type == "BatchNormalization"}
+    return {
+        tensor: how for name, tensors in planned.items() if name not in remaining for tensor, how in tensors.items()
+    }
+
+
+def lean(model: ir.Model, fold_weights: bool = True) -> None:
     """Fold, rewrite and deduplicate ``model`` in place (see the module docstring).
 
-    Two outputs that turn out to compute the same value may end up as one value;
-    :func:`opreg.exporter._finish.bind_outputs` gives each output its own afterwards."""
+    ``fold_weights``: fold batch norm into the layer before it, recording in the model's
+    metadata (:data:`FOLDED_WEIGHTS_KEY`) how each folded weight was computed; ``False`` keeps
+    every weight exactly as the ``state_dict`` has it. Two outputs that turn out to compute
+    the same value may end up as one value; :func:`opreg.exporter._finish.bind_outputs` gives
+    each output its own afterwards."""
     weights = frozenset(model.graph.initializers)
 
     def should_fold(node: ir.Node) -> bool | None:
@@ -70,6 +154,11 @@ def lean(model: ir.Model) -> None:
         return None
 
     optimizer.fold_constants(model, onnx_shape_inference=False, should_fold=should_fold)
+    if fold_weights:
+        folded = fold_batch_norm(model)
+        if folded:
+            model.metadata_props[FOLDED_WEIGHTS_KEY] = json.dumps(folded, sort_keys=True)
+    reshape_with_one_unknown(model)
     rewriter.RewritePass(_RULE_SET)(model)  # without rewrite()'s own clean-up passes: the ones below do it once
     common_passes.CommonSubexpressionEliminationPass()(model)
     common_passes.IdentityEliminationPass()(model)

@@ -276,18 +276,35 @@ class Translator:
         return value
 
     def _int_list(self, recorder: GraphRecorder, items: Sequence[Any]) -> ir.Value:
-        """A 1-D INT64 tensor from a list mixing ints and symbolic (scalar INT64) sizes."""
-        parts = []
-        axes = recorder.constant([0], ir.DataType.INT64)
+        """A 1-D INT64 tensor from a list mixing ints and symbolic (scalar INT64) sizes: one
+        Concat of the sizes (each as ``[n]``) and the runs of ints between them (one constant each)."""
+        parts: list[ir.Value] = []
+        ints: list[int] = []
         for item in items:
-            if isinstance(item, ir.Value) and item.shape is not None and len(item.shape) == 0:
-                parts.append(recorder.add_node("", "Unsqueeze", [item, axes], [], 1, self.target.onnx).outputs[0])
-            elif isinstance(item, ir.Value):
-                parts.append(item)
-            else:
-                parts.append(recorder.constant([int(item)], ir.DataType.INT64))
+            if not isinstance(item, ir.Value):
+                ints.append(int(item))
+                continue
+            if ints:
+                parts.append(recorder.constant(ints, ir.DataType.INT64))
+                ints = []
+            parts.append(self._as_vector(recorder, item))
+        if ints:
+            parts.append(recorder.constant(ints, ir.DataType.INT64))
         node = recorder.add_node("", "Concat", parts, [ir.AttrInt64("axis", 0)], 1, self.target.onnx)
         return node.outputs[0]
+
+    def _as_vector(self, recorder: GraphRecorder, size: ir.Value) -> ir.Value:
+        """A symbolic size as a 1-element vector: the ``[n]`` it was squeezed from when there is
+        one (``sym_size`` is ``Squeeze(Shape(x, start, end))``), else an Unsqueeze of it."""
+        if size.shape is None or len(size.shape) != 0:
+            return size
+        producer = size.producer()
+        if producer is not None and producer.op_type == "Squeeze" and producer.domain == "":
+            source = producer.inputs[0]
+            if source is not None and source.shape is not None and list(source.shape) == [1]:
+                return source
+        axes = recorder.constant([0], ir.DataType.INT64)
+        return recorder.add_node("", "Unsqueeze", [size, axes], [], 1, self.target.onnx).outputs[0]
 
     # -- symbolic sizes ------------------------------------------------------------------------
 
