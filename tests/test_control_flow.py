@@ -240,3 +240,33 @@ def test_a_missing_op_in_a_branch_is_listed_with_its_location():
     assert missing.op.startswith("aten::special_zeta")
     assert "in the true branch of cond" in missing.locations[0] and f"{__file__}:" in missing.locations[0]
     assert opreg.exporter.plan_export(MissingInBranch().eval(), (torch.rand(3),), target=18) == [missing]
+
+
+def _block(x, w):
+    return (torch.relu(x @ w) + 1,)
+
+
+class Reused(torch.nn.Module):
+    """One subgraph invoked twice (what torch's nested compile regions leave as invoke_subgraph)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+        self.block = torch.fx.symbolic_trace(_block)
+
+    def forward(self, x):
+        from torch._higher_order_ops.invoke_subgraph import invoke_subgraph
+
+        (y,) = invoke_subgraph(self.block, "block", x, self.w)
+        (z,) = invoke_subgraph(self.block, "block", y, self.w)
+        return z
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_invoke_subgraph_is_translated_through_its_body_at_each_call(opset):
+    captured = torch.export.export(Reused().eval(), (torch.randn(2, 4),), strict=False)
+    hops = [n.target for n in captured.graph.nodes if isinstance(n.target, torch._ops.HigherOrderOperator)]
+    assert hops == [torch.ops.higher_order.invoke_subgraph] * 2
+    program = export(Reused(), (torch.randn(2, 4),), opset)
+    assert ops(program.model_proto.graph) == collections.Counter({"MatMul": 2, "Relu": 2, "Add": 2})
+    program.verify(torch.randn(2, 4), atol=ATOL)
