@@ -88,7 +88,8 @@ class Hop:
         name: the HOP's name (``cond``, ``while_loop``, ...).
         subgraphs: ``(role, argument index)`` of each subgraph argument.
         inline: the HOP only sets a context (no-grad, autocast off, a reused
-            subgraph); its body is translated in place of the node.
+            subgraph); its body is translated in place of the node, on the
+            node's arguments from index ``operands`` on.
         needs_decomposition: ``predicate(node)`` for nodes whose meaning
             ``torch.export``'s decomposition must spell out first (autocast on).
     """
@@ -96,6 +97,7 @@ class Hop:
     name: str
     subgraphs: tuple[tuple[str, int], ...]
     inline: bool = False
+    operands: int = 0
     needs_decomposition: Callable[[torch.fx.Node], bool] | None = None
 
 
@@ -115,11 +117,17 @@ HOPS: dict[Any, Hop] = {
         (_higher_order("while_loop"), Hop("while_loop", (("condition", 0), ("body", 1)))),
         (_higher_order("scan"), Hop("scan", (("combine", 0),))),
         (_higher_order("map_impl"), Hop("map", (("body", 0),))),
-        (_higher_order("invoke_subgraph"), Hop("invoke_subgraph", (("subgraph", 0),), inline=True)),
-        (_higher_order("wrap_with_set_grad_enabled"), Hop("wrap_with_set_grad_enabled", (("body", 1),), inline=True)),
+        # invoke_subgraph(subgraph, identifier, *operands)
+        (_higher_order("invoke_subgraph"), Hop("invoke_subgraph", (("subgraph", 0),), inline=True, operands=2)),
+        # wrap_with_set_grad_enabled(enabled, body, *operands)
+        (
+            _higher_order("wrap_with_set_grad_enabled"),
+            Hop("wrap_with_set_grad_enabled", (("body", 1),), inline=True, operands=2),
+        ),
+        # wrap_with_autocast(device_type, dtype, enabled, cache_enabled, body, *operands)
         (
             _higher_order("wrap_with_autocast"),
-            Hop("wrap_with_autocast", (("body", 4),), inline=True, needs_decomposition=_autocast_on),
+            Hop("wrap_with_autocast", (("body", 4),), inline=True, operands=5, needs_decomposition=_autocast_on),
         ),
     )
     if op is not None

@@ -340,10 +340,8 @@ class Translator:
         hop = _nodes.HOPS[node.target]
         if hop.inline:
             (_, module), *_ = _nodes.subgraphs(node)
-            operands = node.args[hop.subgraphs[0][1] + 1 :]
-            if hop.name == "invoke_subgraph":
-                operands = node.args[2:]  # invoke_subgraph(subgraph, identifier, *operands)
-            scope.values[node] = tuple(self._inline(scope, node, module, [self._value(scope, a) for a in operands]))
+            operands = [self._value(scope, a) for a in node.args[hop.operands :]]
+            scope.values[node] = tuple(self._inline(scope, node, module, operands))
             return
         handler = getattr(self, f"_hop_{hop.name}")
         self._stamp(scope.recorder, node, hop.name, _nodes.EXPORTER, hop.name, "<exporter>", scope.outer)
