@@ -99,6 +99,7 @@ def export(
     inline: bool | int = True,
     embed_functions: bool = False,
     optimize: bool = True,
+    rewrite: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
@@ -127,6 +128,10 @@ def export(
         optimize: fold constants (never the weights), remove no-op and
             duplicate nodes, and turn constants into initializers (default);
             ``False`` keeps every node the impls emitted.
+        rewrite: apply the graph-level rewrites the packs contribute for
+            ``target`` (``opreg_rewrite_rules``: fused kernels for patterns that
+            span several ops) after the lean pass (default); ``False`` leaves
+            them out.
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
     Raises:
@@ -155,7 +160,7 @@ def export(
     result = _finish.finish(
         translation, exported_program=program, module=model, target=resolved, registry=reg,
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
-        optimize=optimize,
+        optimize=optimize, rewrite=rewrite,
     )  # fmt: skip
     tick.done()
     return result
