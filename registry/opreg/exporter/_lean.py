@@ -8,12 +8,18 @@ work a whole-graph view removes.
   Reshape of Reshape, Unsqueeze of Unsqueeze, and ``Unsqueeze(Squeeze(x))``
   on a one-element 1-D ``x``, which symbolic sizes produce (``sym_size``
   gives a scalar; ``view``'s shape list wants it back as ``[n]``).
+- ``Abs`` of a size list dropped where every size is known to be >= 0 (``Shape``
+  of something, constants, and what reshapes and concatenations make of them):
+  ``expand`` writes ``Expand(x, Abs(sizes))`` so a ``-1`` keeps a dim, which
+  ONNX Runtime's symbolic shape inference (behind its transformer optimizer)
+  cannot follow; a ``-1`` in a constant part is folded to ``1`` instead.
 - Common subexpressions computed once (``Shape`` of the same input, ...).
 - Constants become initializers, as torch.onnx's graphs have them.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
 from onnxscript import optimizer, rewriter
@@ -54,6 +60,70 @@ RULES = (
 )
 
 
+_SIZE_PRESERVING = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Identity", "Slice", "Gather", "Flatten"})
+_SIZE_COMBINING = frozenset({"Concat", "Add", "Mul", "Max"})
+
+
+def _non_negative(value: ir.Value, depth: int = 0) -> bool:
+    """``value`` (an integer tensor) holds no negative number, as far as its producers show."""
+    if value.const_value is not None:
+        return bool((value.const_value.numpy() >= 0).all())
+    producer = value.producer()
+    if producer is None or depth > 16:
+        return False
+    if producer.op_type in ("Shape", "Size") and not producer.domain:
+        return True
+    if producer.op_type in _SIZE_PRESERVING and not producer.domain:
+        return _non_negative(producer.inputs[0], depth + 1)
+    if producer.op_type in _SIZE_COMBINING and not producer.domain:
+        return all(v is not None and _non_negative(v, depth + 1) for v in producer.inputs)
+    return False
+
+
+def _without_abs(node: ir.Node) -> ir.Value | None:
+    """What ``node`` (an ``Abs`` of sizes) can be replaced by, or ``None``: its input if no size
+    can be negative; for a ``Concat`` whose only possibly negative parts are constants, a new
+    ``Concat`` (inserted before ``node``) with those constants made non-negative."""
+    sizes = node.inputs[0]
+    if sizes is None:
+        return None
+    if _non_negative(sizes):
+        return sizes
+    concat = sizes.producer()
+    if concat is None or concat.op_type != "Concat" or concat.domain:
+        return None
+    if not all(p is not None and (p.const_value is not None or _non_negative(p)) for p in concat.inputs):
+        return None
+    owner = node.graph
+    assert owner is not None
+    parts = []
+    for part in concat.inputs:
+        assert part is not None
+        if part.const_value is None or _non_negative(part):
+            parts.append(part)
+            continue
+        constant = ir.node("Constant", [], attributes={"value": ir.tensor(np.abs(part.const_value.numpy()))})
+        constant.metadata_props.update(node.metadata_props)
+        owner.insert_before(node, constant)
+        parts.append(constant.outputs[0])
+    rebuilt = ir.node("Concat", parts, attributes={"axis": 0})
+    rebuilt.metadata_props.update(node.metadata_props)
+    owner.insert_before(node, rebuilt)
+    rebuilt.outputs[0].type, rebuilt.outputs[0].shape = sizes.type, sizes.shape
+    return rebuilt.outputs[0]
+
+
+def _drop_abs_of_sizes(model: ir.Model) -> None:
+    """Replace each ``Abs`` of sizes that :func:`_without_abs` can do without (see the module docstring)."""
+    for graph in (model.graph, *(f.graph for f in model.functions.values())):
+        for node in list(ir.traversal.RecursiveGraphIterator(graph)):
+            if node.op_type != "Abs" or node.domain or node.outputs[0].is_graph_output():
+                continue
+            replacement = _without_abs(node)
+            if replacement is not None:
+                ir.convenience.replace_all_uses_with(node.outputs[0], replacement)
+
+
 def lean(model: ir.Model) -> None:
     """Fold, rewrite and deduplicate ``model`` in place (see the module docstring).
 
@@ -68,6 +138,7 @@ def lean(model: ir.Model) -> None:
 
     optimizer.fold_constants(model, onnx_shape_inference=False, should_fold=should_fold)
     rewriter.rewrite(model, pattern_rewrite_rules=RULES)
+    _drop_abs_of_sizes(model)
     common_passes.CommonSubexpressionEliminationPass()(model)
     common_passes.IdentityEliminationPass()(model)
     common_passes.RemoveUnusedNodesPass()(model)
