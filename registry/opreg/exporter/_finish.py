@@ -285,10 +285,11 @@ def build_model(
     # unused nodes, and unused trailing optional outputs (MaxPool's Indices), so the runtime need not compute them
     common_passes.RemoveUnusedNodesPass()(model)
     common_passes.RemoveUnusedFunctionsPass()(model)
+    weights = frozenset(graph.initializers)
     if optimize:
         from opreg.exporter._lean import lean
 
-        lean(model)
+        lean(model, weights)
     if rewrites:
         if target is None:
             raise ValueError("rewrites need the target that gates them")
@@ -296,7 +297,7 @@ def build_model(
         if fired:
             model.metadata_props[REWRITES_KEY] = ",".join(f"{label}={count}" for label, count in fired.items())
             if optimize:
-                lean(model)
+                lean(model, weights)
             else:
                 common_passes.RemoveUnusedNodesPass()(model)
     _own_subgraph_outputs(graph)

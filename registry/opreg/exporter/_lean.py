@@ -5,9 +5,12 @@ work a whole-graph view removes.
   weights: folding ``Transpose(weight)`` would replace a ``state_dict``
   tensor by an anonymous copy, and users look weights up by name.
 - A few exact rewrites: no-op Cast/Expand/Transpose, Cast of Cast,
-  Reshape of Reshape, Unsqueeze of Unsqueeze, and ``Unsqueeze(Squeeze(x))``
-  on a one-element 1-D ``x``, which symbolic sizes produce (``sym_size``
-  gives a scalar; ``view``'s shape list wants it back as ``[n]``).
+  Reshape of Reshape, Transpose of Transpose, Unsqueeze of Unsqueeze,
+  ``Unsqueeze(Squeeze(x))`` on a one-element 1-D ``x``, which symbolic sizes
+  produce (``sym_size`` gives a scalar; ``view``'s shape list wants it back
+  as ``[n]``), and a Reshape (or two) whose result has the input's very
+  shape (the same dims, symbolic ones by name). Round trips between layouts
+  (heads split and merged again around an attention kernel) leave these.
 - ``Abs`` of a size list dropped where every size is known to be >= 0 (``Shape``
   of something, constants, and what reshapes and concatenations make of them):
   ``expand`` writes ``Expand(x, Abs(sizes))`` so a ``-1`` keeps a dim, which
@@ -22,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
-from onnxscript import optimizer, rewriter
+from onnxscript import optimizer
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.rules import common as rules
 
@@ -49,14 +52,38 @@ def _identity(op, x, **_):
 
 _SQUEEZE_UNSQUEEZE = pattern.RewriteRule(_squeeze_unsqueeze, _identity, _is_round_trip)
 
+
+def _reshape(op, x, shape):
+    return op.Reshape(x, shape, _allow_other_attributes=True)
+
+
+def _reshape_reshape(op, x, first, second):
+    return op.Reshape(op.Reshape(x, first, _allow_other_attributes=True), second, _allow_other_attributes=True)
+
+
+def _keeps_shape(context, x, **_) -> bool:
+    """The Reshape(s) give back ``x``'s shape: every dim known and equal (symbolic dims by name)."""
+    before, after = x.shape, context.output_values[0].shape
+    if before is None or after is None or len(before) != len(after):
+        return False
+    known = all(isinstance(d, int) or d.value is not None for d in before)
+    return known and list(before) == list(after)
+
+
+_NO_OP_RESHAPE = pattern.RewriteRule(_reshape, _identity, _keeps_shape, name="NoOpReshape")
+_RESHAPE_ROUND_TRIP = pattern.RewriteRule(_reshape_reshape, _identity, _keeps_shape, name="ReshapeRoundTrip")
+
 RULES = (
     rules.no_op_cast_rule,
     rules.no_op_expand_rule,
     rules.no_op_transpose_rule,
     rules.cast_cast_rule,
+    _RESHAPE_ROUND_TRIP,
     rules.reshape_reshape_rule,
+    rules.transpose_transpose_rule,
     rules.unsqueeze_unsqueeze_rule,
     _SQUEEZE_UNSQUEEZE,
+    _NO_OP_RESHAPE,
 )
 
 
@@ -124,12 +151,20 @@ def _drop_abs_of_sizes(model: ir.Model) -> None:
                 ir.convenience.replace_all_uses_with(node.outputs[0], replacement)
 
 
-def lean(model: ir.Model) -> None:
+MAX_SWEEPS = 4
+"""How often the exact rewrites sweep the graph at most: one rewrite can expose another
+(a Transpose pair cancelled leaves a Reshape pair), until none fires."""
+
+
+def lean(model: ir.Model, weights: frozenset[str] | None = None) -> None:
     """Fold, rewrite and deduplicate ``model`` in place (see the module docstring).
 
-    Two outputs that turn out to compute the same value may end up as one value;
-    :func:`opreg.exporter._finish.bind_outputs` gives each output its own afterwards."""
-    weights = frozenset(model.graph.initializers)
+    ``weights``: names of the initializers that are the model's weights, never folded
+    (default: every initializer; pass the original ones when leaning again a model whose
+    constants a first pass made initializers). Two outputs that turn out to compute the
+    same value may end up as one value; :func:`opreg.exporter._finish.bind_outputs`
+    gives each output its own afterwards."""
+    weights = frozenset(model.graph.initializers) if weights is None else weights
 
     def should_fold(node: ir.Node) -> bool | None:
         if any(value is not None and value.name in weights for value in node.inputs):
@@ -137,7 +172,13 @@ def lean(model: ir.Model) -> None:
         return None
 
     optimizer.fold_constants(model, onnx_shape_inference=False, should_fold=should_fold)
-    rewriter.rewrite(model, pattern_rewrite_rules=RULES)
+    rule_set = pattern.RewriteRuleSet(list(RULES))
+    for _ in range(MAX_SWEEPS):
+        fired = rule_set.apply_to_model(model)
+        common_passes.IdentityEliminationPass()(model)
+        if not fired:
+            break
+    common_passes.RemoveUnusedNodesPass()(model)
     _drop_abs_of_sizes(model)
     common_passes.CommonSubexpressionEliminationPass()(model)
     common_passes.IdentityEliminationPass()(model)
