@@ -18,15 +18,17 @@ measured by ``bench/ort_contrib.py`` on ONNX Runtime's CPU build:
   becomes a ``Sum``. ONNX Runtime fuses ``Add`` + ``LayerNormalization`` into its
   SkipLayerNormalization on its own, and that kernel is many times slower than the
   two it replaces on the CPU build; a ``Sum`` is the same addition, which it leaves be.
+- ``GroupedAttention``, ``AttentionOnHeads``, ``MultiHeadAttentionOnHeads``: the same
+  for ai.onnx Attention (``kv_num_heads``), and the attention kernels reading a KV cache
+  in its (batch, heads, seq, size) layout instead of a moved copy of it.
 - ``BiasGelu``, ``FastGelu`` (the tanh formula, GPT-2's ``gelu_new`` included, and a
   bias added before it), ``QuickGelu`` (``x * sigmoid(alpha * x)``, SiLU being alpha 1).
+- ``FusedMatMul``: ``MatMul(x, Transpose(W))`` of a weight becomes
+  ``FusedMatMul(x, W, transB=1)``: as fast in whole models (0.99-1.00x), and the weight
+  keeps its ``state_dict`` layout and name, with no Transpose left in the graph.
 
-Measured and left out: ``FusedMatMul(x, W, transB=1)`` for ``MatMul(x, Transpose(W))`` of a
-weight (it would keep the weight's layout and name) makes whole models 13-16% slower:
-ONNX Runtime folds the Transpose of a weight once and prepacks the MatMul's constant
-operand, which it does not for FusedMatMul. SkipLayerNormalization and
-SkipSimplifiedLayerNormalization are slower than the kernels they replace (see
-``ResidualSum`` and ``RMSNormalization``).
+Measured and left out: SkipLayerNormalization and SkipSimplifiedLayerNormalization,
+slower than the kernels they replace (see ``ResidualSum`` and ``RMSNormalization``).
 
 All of them are exact but for rounding (the kernels sum in another order): each is
 checked against eager PyTorch by the conformance kit (``samples.py``) and the tests.
@@ -448,6 +450,15 @@ class ResidualSum(pattern.RewriteRuleClassBase):
 # -- activations -------------------------------------------------------------------------------
 
 
+def _check_bias(x: ir.Value, bias: ir.Value) -> pattern.MatchResult:
+    """``bias`` is a float32 constant of ``x``'s last dim (what the bias inputs of the kernels take)."""
+    result = pattern.MatchResult()
+    dims, b = _dims(x), _dims(bias)
+    if _const(bias) is None or b is None or len(b) != 1 or dims is None or dims[-1] != b[0]:
+        return result.fail("the bias is not a constant of the last dim")
+    return result if _float32(x, bias) else result.fail("float32 only")
+
+
 class BiasGelu(pattern.RewriteRuleClassBase):
     """``Gelu(x + bias)`` (erf) with a 1-D constant bias -> BiasGelu."""
 
@@ -455,11 +466,7 @@ class BiasGelu(pattern.RewriteRuleClassBase):
         return op.Gelu(op.Add(x, bias), _domain=CONTRIB_DOMAIN)
 
     def check(self, context, x, bias, **_):
-        result = pattern.MatchResult()
-        dims, b = _dims(x), _dims(bias)
-        if _const(bias) is None or b is None or len(b) != 1 or dims is None or dims[-1] != b[0]:
-            return result.fail("the bias is not a constant of the last dim")
-        return result if _float32(x, bias) else result.fail("float32 only")
+        return _check_bias(x, bias)
 
     def rewrite(self, op, x, bias):
         return op.BiasGelu(x, bias, _domain=CONTRIB_DOMAIN)
@@ -505,7 +512,7 @@ class FastGeluBias(pattern.RewriteRuleClassBase):
         return op.FastGelu(op.Add(x, bias), _domain=CONTRIB_DOMAIN)
 
     def check(self, context, x, bias, **_):
-        return BiasGelu.check(self, context, x, bias)  # type: ignore[arg-type]
+        return _check_bias(x, bias)
 
     def rewrite(self, op, x, bias):
         return op.FastGelu(x, bias, _domain=CONTRIB_DOMAIN)
@@ -533,6 +540,26 @@ class QuickGelu(pattern.RewriteRuleClassBase):
         return op.QuickGelu(x, alpha=float(self._alpha), _domain=CONTRIB_DOMAIN)
 
 
+# -- matmul -----------------------------------------------------------------------------------------
+
+
+class FusedMatMul(pattern.RewriteRuleClassBase):
+    """``MatMul(x, Transpose(W))`` of a 2-D weight -> FusedMatMul(x, W, transB=1): as fast, and the
+    weight stays the ``state_dict`` tensor, in its layout, with no Transpose in the graph."""
+
+    def pattern(self, op, x, weight):
+        return op.MatMul(x, op.Transpose(weight, perm=[1, 0]))
+
+    def check(self, context, x, weight, **_):
+        result = pattern.MatchResult()
+        if not weight.is_initializer() or weight.shape is None or len(weight.shape) != 2:
+            return result.fail("not a 2-D weight")
+        return result if _float32(x, weight) else result.fail("float32 only")
+
+    def rewrite(self, op, x, weight):
+        return op.FusedMatMul(x, weight, transB=1, alpha=1.0, _domain=CONTRIB_DOMAIN)
+
+
 # -- what the pack offers ---------------------------------------------------------------------------
 
 RULES = {
@@ -552,6 +579,7 @@ RULES = {
         FastGeluBias.rule("FastGeluBias"),
         QuickGelu.rule("QuickGelu", sigmoid_first=False),
         QuickGelu.rule("QuickGeluSigmoidFirst", sigmoid_first=True),
+        FusedMatMul.rule("FusedMatMul"),
     )
 }
 """Every rule, by name, in the order they are applied."""

@@ -165,6 +165,7 @@ def samples() -> dict[str, list[ModelSample]]:
         "FastGeluBias": activation("gelu_tanh"),
         "QuickGelu": activation("silu"),
         "QuickGeluSigmoidFirst": activation("quick_gelu"),
+        "FusedMatMul": [ModelSample.of(PostNorm().eval(), x)],
     }
 
 
