@@ -11,8 +11,8 @@ opreg calls each pack's hooks one pack at a time, so a pack that raises is
 reported and left out without touching the others. The registration hooks
 (``opreg_targets``, ``opreg_schemas``, ``opreg_register_ops``) run when a
 registry is first built; the others when their moment comes (a session, a
-verification, an export with ``embed_functions=True``, the conformance kit).
-Never at import.
+verification, an export, an export with ``embed_functions=True``, the
+conformance kit). Never at import.
 """
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ if TYPE_CHECKING:
 
     import onnx
     import onnx.defs
+    import onnx_ir.passes
     import onnxruntime
     import onnxscript
     from onnx.reference.op_run import OpRun
+    from onnxscript.rewriter.pattern import RewriteRule, RewriteRuleSet
 
     from opreg.registrar import Registrar
-    from opreg.testing import Sample
+    from opreg.targets import Target
+    from opreg.testing import ModelSample, Sample
 
 PROJECT_NAME = "opreg"
 
@@ -130,6 +133,61 @@ def opreg_samples() -> Mapping[str, Sequence[Sample]]:
         ``opreg.testing.check_pack`` exports each impl with these samples and
         compares with eager PyTorch; ATen ops get PyTorch's OpInfo samples
         instead, so a pack need not provide samples for them.
+
+    Called only by the kit (``opreg pack-check``, the ``opreg`` pytest
+    plugin), never on export.
+    """
+
+
+@hookspec
+def opreg_rewrite_rules(
+    target: Target,
+) -> Sequence[RewriteRule | RewriteRuleSet | onnx_ir.passes.PassBase] | None:
+    """Contribute graph-level rewrites for patterns that span several ops, for one target.
+
+    Per-op impls (:func:`opreg_register_ops`) stay the main mechanism; a rewrite
+    is for what no single torch op shows, such as ``Add`` + ``LayerNormalization``
+    becoming ``com.microsoft::SkipLayerNormalization``.
+
+    :param target: the export's :class:`opreg.Target`, the version of every domain
+        the model may use. The target gates the rewrites: return only those whose
+        nodes it can run (``target.get("com.microsoft")`` is not ``None`` for a
+        com.microsoft op, ``target.onnx >= 23`` for ai.onnx's RMSNormalization),
+        and ``[]`` or ``None`` for the targets the pack does not serve. A rewrite
+        that makes a node of a domain the target lacks, or an ai.onnx op newer
+        than ``target.onnx``, fails the export naming it.
+    :return: a list, applied in its order to the whole model (and to the model's
+        functions and subgraphs): ``onnxscript.rewriter.pattern.RewriteRule``
+        objects (each applied on its own), ``RewriteRuleSet`` objects (their
+        rules tried together in one sweep over the graph), and ``onnx_ir``
+        passes (``onnx_ir.passes.PassBase`` instances that change the model in
+        place). Every rule needs a ``name``, unique within the pack (a pass is
+        named by its class). Each node a rule makes carries the provenance of
+        the nodes it replaced (``opreg.torch_op``, ``opreg.pack``, ``opreg.impl``,
+        ``opreg.module``, ``opreg.source``, distinct values joined with ``+``)
+        and ``opreg.rewrite = "pack:rule"``; a pass must copy the
+        ``metadata_props`` of what it replaces itself (opreg adds
+        ``opreg.rewrite`` and, where missing, ``opreg.pack``).
+
+    Called once per export (unless ``opreg.export(..., rewrite=False)``), after
+    translation and inlining, on the graph the lean pass made (constants
+    folded, no-op nodes removed; with ``optimize=False``, on the inlined
+    graph), packs in load order; the lean pass runs again after a rewrite
+    changed the model.
+    """
+
+
+@hookspec
+def opreg_rewrite_samples() -> Mapping[str, Sequence[ModelSample]]:
+    """Provide small models in which this pack's rewrite rules fire, for the conformance kit.
+
+    :return: ``{rule_name: [opreg.testing.ModelSample, ...]}``: for each rule (or
+        pass) that :func:`opreg_rewrite_rules` returns, models holding its
+        pattern, e.g. ``{"SkipLayerNorm": [ModelSample.of(Block(), torch.randn(2,
+        8, 16))]}``. ``opreg.testing.check_pack`` exports each at every target
+        the rule is offered for, checks that the rule fired (a node records
+        ``opreg.rewrite = "pack:rule"``) and compares the model's outputs with
+        eager PyTorch. A rule without samples fails ``PackCheck.assert_ok()``.
 
     Called only by the kit (``opreg pack-check``, the ``opreg`` pytest
     plugin), never on export.

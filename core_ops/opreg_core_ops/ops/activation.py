@@ -22,7 +22,10 @@ def aten_relu(self: Tensor):
 
 
 def aten_gelu(self: Tensor, approximate: str = "none"):
-    """gelu(Tensor self, *, str approximate='none') -> Tensor: Erf or Tanh decomposition."""
+    """gelu(Tensor self, *, str approximate='none') -> Tensor: Erf or Tanh decomposition.
+
+    Spelled ``x * (0.5 * (erf(x / sqrt(2)) + 1))`` (and the tanh form likewise), the order
+    ONNX Runtime's fusion tools match to make Gelu/FastGelu and BiasGelu."""
     half = op18.CastLike(0.5, self)
     one = op18.CastLike(1.0, self)
     if approximate == "tanh":
@@ -30,9 +33,9 @@ def aten_gelu(self: Tensor, approximate: str = "none"):
             op18.CastLike(math.sqrt(2.0 / math.pi), self),
             op18.Add(self, op18.Mul(op18.CastLike(0.044715, self), op18.Pow(self, op18.CastLike(3.0, self)))),
         )
-        return op18.Mul(op18.Mul(half, self), op18.Add(one, op18.Tanh(inner)))
+        return op18.Mul(self, op18.Mul(half, op18.Add(op18.Tanh(inner), one)))
     erf = op18.Erf(op18.Div(self, op18.CastLike(math.sqrt(2.0), self)))
-    return op18.Mul(op18.Mul(half, self), op18.Add(one, erf))
+    return op18.Mul(self, op18.Mul(half, op18.Add(erf, one)))
 
 
 def aten_gelu_opset20(self: Tensor, approximate: str = "none"):

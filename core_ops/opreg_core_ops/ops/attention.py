@@ -51,14 +51,16 @@ def _attention_scores(query, key, attn_mask, is_causal, scale, enable_gqa):
 
 
 def _safe_softmax(scores, masked: bool):
-    """Softmax over the last axis; rows masked out entirely give 0 (torch's _safe_softmax), not NaN."""
+    """Softmax over the last axis; rows masked out entirely give 0 (torch's _safe_softmax), not NaN.
+
+    A fully masked row is all -inf, whose softmax is NaN: ``Where(IsNaN(p), 0, p)`` zeroes it.
+    This is the form ONNX Runtime's attention fusions match (onnxscript's SDPA pattern, as
+    torch.onnx emits it); the price is that a NaN coming from the inputs of a masked
+    attention also becomes 0 where torch keeps it."""
     probs = op18.Softmax(scores, axis=-1)
     if not masked:
         return probs
-    all_masked = op18.ReduceMin(
-        op18.Cast(op18.Equal(scores, op18.CastLike(float("-inf"), scores)), to=ir.DataType.INT64), [-1], keepdims=1
-    )
-    return op18.Where(op18.Cast(all_masked, to=ir.DataType.BOOL), op18.CastLike(0.0, probs), probs)
+    return op18.Where(op18.IsNaN(probs), op18.CastLike(0.0, probs), probs)
 
 
 def _repeat_value(value, query, enable_gqa):

@@ -195,9 +195,10 @@ def aten_pow(self: Tensor, exponent: Tensor):
 
 
 def aten_pow_tensor_scalar(self: Tensor, exponent: float):
-    """pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor: Pow (Mul for squares), after torch's promotion."""
-    if exponent == 2 and self.dtype in FLOAT_TYPES:
-        return op18.Mul(self, self)  # exact, as torch computes x ** 2
+    """pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor: Pow, after torch's promotion.
+
+    Squares stay ``Pow(x, 2)``, the form fusion tools match in RMS norm; ONNX Runtime
+    computes it as ``x * x``, bit for bit, as torch does."""
     return _pow(self, exponent)
 
 

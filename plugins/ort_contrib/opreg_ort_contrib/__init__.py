@@ -28,7 +28,29 @@ def opreg_schemas():
 
 @opreg.hookimpl
 def opreg_register_ops(registry: opreg.Registrar) -> None:
-    from opreg_ort_contrib import activation, linalg
+    from opreg_ort_contrib import activation, attention, linalg
 
     activation.register(registry)
+    attention.register(registry)
     linalg.register(registry)
+
+
+@opreg.hookimpl
+def opreg_rewrite_rules(target):
+    from opreg_ort_contrib import fusions
+
+    return fusions.rules(target)
+
+
+@opreg.hookimpl
+def opreg_rewrite_samples():
+    from opreg_ort_contrib import samples
+
+    return samples.samples()
+
+
+@opreg.hookimpl
+def opreg_samples():
+    from opreg_ort_contrib import samples
+
+    return samples.op_samples()

@@ -16,7 +16,17 @@ def aten_gelu_contrib(self, approximate: str = "none"):
     return msft.Gelu(self)
 
 
+def _float32(node) -> bool:
+    """ONNX Runtime's CPU build has Gelu and FastGelu for float32 only; other dtypes go to the core pack."""
+    import torch
+
+    value = node.args[0].meta.get("val") if node.args else None
+    return value is not None and value.dtype == torch.float32
+
+
 def register(registry: opreg.Registrar) -> None:
     from opreg_ort_contrib import CONTRIB_DOMAIN, CONTRIB_PRIORITY
 
-    registry.register("aten::gelu", aten_gelu_contrib, domains={CONTRIB_DOMAIN: 1}, priority=CONTRIB_PRIORITY)
+    registry.register(
+        "aten::gelu", aten_gelu_contrib, domains={CONTRIB_DOMAIN: 1}, priority=CONTRIB_PRIORITY, predicate=_float32
+    )

@@ -100,6 +100,7 @@ def export(
     embed_functions: bool = False,
     optimize: bool = True,
     fold_weights: bool = True,
+    rewrite: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
@@ -125,14 +126,18 @@ def export(
         embed_functions: add the packs' ONNX function definitions
             (``opreg_functions``) of the custom-domain ops the model uses, so
             runtimes without the packs' kernels can run it.
-        optimize: fold constants, remove no-op and duplicate nodes, and turn
-            constants into initializers (default); ``False`` keeps every node
-            the impls emitted.
+        optimize: fold constants (weights only as ``fold_weights`` says), remove no-op and
+            duplicate nodes, and turn constants into initializers (default);
+            ``False`` keeps every node the impls emitted.
         fold_weights: with ``optimize``, fold batch norm into the convolution
             (or Gemm) before it; the folded weight keeps the replaced weight's
             name and the model's ``opreg.folded_weights`` metadata says how each
             folded tensor was computed (default). ``False`` keeps every
             initializer exactly as the ``state_dict`` has it.
+        rewrite: apply the graph-level rewrites the packs contribute for
+            ``target`` (``opreg_rewrite_rules``: fused kernels for patterns that
+            span several ops) after the lean pass (default); ``False`` leaves
+            them out.
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
     Raises:
@@ -161,7 +166,7 @@ def export(
     result = _finish.finish(
         translation, exported_program=program, module=model, target=resolved, registry=reg,
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
-        optimize=optimize, fold_weights=fold_weights,
+        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite,
     )  # fmt: skip
     tick.done()
     return result

@@ -1,8 +1,9 @@
 """Finishing: from a translated graph to a checked :class:`OnnxProgram`.
 
 One version per domain (checked against every emitter), the impls' script
-functions kept or inlined, the lean pass, the opset imports and IR version the
-model really needs, named outputs, and ``onnx.checker.check_model(full_check=True)``.
+functions kept or inlined, the lean pass, the packs' rewrite rules, the opset
+imports and IR version the model really needs, named outputs, and
+``onnx.checker.check_model(full_check=True)``.
 """
 
 from __future__ import annotations
@@ -17,14 +18,18 @@ import onnx_ir.passes.common as common_passes
 import torch
 
 from opreg.errors import ExportError, OpsetConflictError
+from opreg.exporter import _rewrite
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, Use
+from opreg.exporter._rewrite import Rewrite
 from opreg.exporter._translate import Translation
 from opreg.registry import Impl, Registry
 from opreg.targets import ONNX_DOMAIN, Target
 
 MIN_IR_VERSION = 10
 """Node ``metadata_props`` (provenance) need IR 10; newer opsets need more."""
+REWRITES_KEY = "opreg.rewrites"
+"""Model ``metadata_props``: the rewrite rules that fired, ``pack:rule=nodes made``, comma-separated."""
 MAX_CHECKED_BYTES = onnx.checker.MAXIMUM_PROTOBUF
 """A model larger than one protobuf holds (2 GB) is checked from its saved file instead."""
 
@@ -41,8 +46,10 @@ def finish(
     embed_functions: bool,
     optimize: bool,
     fold_weights: bool = True,
+    rewrite: bool = True,
 ) -> OnnxProgram:
-    """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`."""
+    """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`
+    (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false)."""
     recorder = translation.recorder
     graph = translation.graph
     out_spec = exported_program.call_spec.out_spec
@@ -57,7 +64,8 @@ def finish(
     definitions = {}
     if embed_functions:
         definitions = custom_op_definitions(graph, recorder.functions, registry.call_hook("opreg_functions"))
-    packs = sorted({impl.pack for impl in translation.used_impls.values()})
+    packs = {impl.pack for impl in translation.used_impls.values()}
+    rewrites = _rewrite.collect(registry.call_hook(_rewrite.HOOK, target=target)) if rewrite else []
     model = build_model(
         graph,
         recorder.functions,
@@ -65,9 +73,14 @@ def finish(
         inline=inline,
         optimize=optimize,
         fold_weights=fold_weights,
-        metadata={"opreg.target": str(target), "opreg.packs": ",".join(packs)},
+        metadata={"opreg.target": str(target)},
         definitions=definitions,
+        rewrites=rewrites,
+        target=target,
     )
+    fired = model.metadata_props.get(REWRITES_KEY, "")
+    packs.update(item.split(":", 1)[0] for item in fired.split(",") if item)
+    model.metadata_props["opreg.packs"] = ",".join(sorted(packs))
     named = iter(name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value))
     bind_outputs(model.graph, [next(named) for _ in model.graph.outputs], origins)
     slots = []
@@ -235,9 +248,17 @@ def build_model(
     fold_weights: bool = True,
     metadata: Mapping[str, str],
     definitions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] | None = None,
+    rewrites: Sequence[Rewrite] = (),
+    target: Target | None = None,
 ) -> ir.Model:
     """The model of ``graph``: functions kept or inlined, unused nodes, outputs and
-    opsets removed, lean (``optimize``), at the lowest IR version its opsets allow."""
+    opsets removed, lean (``optimize``), rewritten by ``rewrites`` (which ``target``
+    gates), at the lowest IR version its opsets allow.
+
+    The rewrites run after the lean pass, so their patterns meet the graph users and
+    fusion tools see (constants folded, no-op casts and duplicate shape computations
+    gone) rather than each impl's raw spelling; the lean pass runs again if they fired,
+    to fold and deduplicate what they made."""
     from opreg import __version__
 
     model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=__version__)
@@ -264,13 +285,24 @@ def build_model(
             return function.identifier() not in definitions and (limit is None or len(function) <= limit)
 
         common_passes.InlinePass(criteria=wanted)(model)
+    weights = frozenset(graph.initializers)
     if optimize:
         from opreg.exporter._lean import lean
 
-        lean(model, fold_weights=fold_weights)  # which also removes what is unused
+        lean(model, weights, fold_weights=fold_weights)  # which also removes what is unused
     else:
         # unused nodes, and unused trailing optional outputs (MaxPool's Indices), so the runtime need not compute them
         common_passes.RemoveUnusedNodesPass()(model)
+    if rewrites:
+        if target is None:
+            raise ValueError("rewrites need the target that gates them")
+        fired = _rewrite.apply(model, rewrites, target)
+        if fired:
+            model.metadata_props[REWRITES_KEY] = ",".join(f"{label}={count}" for label, count in fired.items())
+            if optimize:
+                lean(model, weights, fold_weights=False)
+            else:
+                common_passes.RemoveUnusedNodesPass()(model)
     common_passes.RemoveUnusedFunctionsPass()(model)
     _own_subgraph_outputs(graph)
     common_passes.RemoveUnusedOpsetsPass()(model)

@@ -11,9 +11,17 @@ work a whole-graph view removes.
 - ``Reshape`` to a shape with one size known only at run time uses ``-1``
   for it, and the nodes that computed it go.
 - A few exact rewrites: no-op Cast/Expand/Transpose, Cast of Cast,
-  Reshape of Reshape, Unsqueeze of Unsqueeze, and ``Unsqueeze(Squeeze(x))``
-  on a one-element 1-D ``x``, which symbolic sizes produce (``sym_size``
-  gives a scalar; ``view``'s shape list wants it back as ``[n]``).
+  Reshape of Reshape, Transpose of Transpose, Unsqueeze of Unsqueeze,
+  ``Unsqueeze(Squeeze(x))`` on a one-element 1-D ``x``, which symbolic sizes
+  produce (``sym_size`` gives a scalar; ``view``'s shape list wants it back
+  as ``[n]``), and a Reshape (or two) whose result has the input's very
+  shape (the same dims, symbolic ones by name). Round trips between layouts
+  (heads split and merged again around an attention kernel) leave these.
+- ``Abs`` of a size list dropped where every size is known to be >= 0 (``Shape``
+  of something, constants, and what reshapes and concatenations make of them):
+  ``expand`` writes ``Expand(x, Abs(sizes))`` so a ``-1`` keeps a dim, which
+  ONNX Runtime's symbolic shape inference (behind its transformer optimizer)
+  cannot follow; a ``-1`` in a constant part is folded to ``1`` instead.
 - Common subexpressions computed once (``Shape`` of the same input, ...).
 - Constants become initializers, as torch.onnx's graphs have them.
 """
@@ -52,18 +60,105 @@ def _identity(op, x, **_):
 
 _SQUEEZE_UNSQUEEZE = pattern.RewriteRule(_squeeze_unsqueeze, _identity, _is_round_trip)
 
+
+def _reshape(op, x, shape):
+    return op.Reshape(x, shape, _allow_other_attributes=True)
+
+
+def _reshape_reshape(op, x, first, second):
+    return op.Reshape(op.Reshape(x, first, _allow_other_attributes=True), second, _allow_other_attributes=True)
+
+
+def _keeps_shape(context, x, **_) -> bool:
+    """The Reshape(s) give back ``x``'s shape: every dim known and equal (symbolic dims by name)."""
+    before, after = x.shape, context.output_values[0].shape
+    if before is None or after is None or len(before) != len(after):
+        return False
+    known = all(isinstance(d, int) or d.value is not None for d in before)
+    return known and list(before) == list(after)
+
+
+_NO_OP_RESHAPE = pattern.RewriteRule(_reshape, _identity, _keeps_shape, name="NoOpReshape")
+_RESHAPE_ROUND_TRIP = pattern.RewriteRule(_reshape_reshape, _identity, _keeps_shape, name="ReshapeRoundTrip")
+
 RULES = (
     rules.no_op_cast_rule,
     rules.no_op_expand_rule,
     rules.no_op_transpose_rule,
     rules.cast_cast_rule,
+    _RESHAPE_ROUND_TRIP,
     rules.reshape_reshape_rule,
+    rules.transpose_transpose_rule,
     rules.unsqueeze_unsqueeze_rule,
     _SQUEEZE_UNSQUEEZE,
+    _NO_OP_RESHAPE,
 )
 
-
 _RULE_SET = pattern.RewriteRuleSet(list(RULES))
+
+
+_SIZE_PRESERVING = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Identity", "Slice", "Gather", "Flatten"})
+_SIZE_COMBINING = frozenset({"Concat", "Add", "Mul", "Max"})
+
+
+def _non_negative(value: ir.Value, depth: int = 0) -> bool:
+    """``value`` (an integer tensor) holds no negative number, as far as its producers show."""
+    if value.const_value is not None:
+        return bool((value.const_value.numpy() >= 0).all())
+    producer = value.producer()
+    if producer is None or depth > 16:
+        return False
+    if producer.op_type in ("Shape", "Size") and not producer.domain:
+        return True
+    if producer.op_type in _SIZE_PRESERVING and not producer.domain:
+        return _non_negative(producer.inputs[0], depth + 1)
+    if producer.op_type in _SIZE_COMBINING and not producer.domain:
+        return all(v is not None and _non_negative(v, depth + 1) for v in producer.inputs)
+    return False
+
+
+def _without_abs(node: ir.Node) -> ir.Value | None:
+    """What ``node`` (an ``Abs`` of sizes) can be replaced by, or ``None``: its input if no size
+    can be negative; for a ``Concat`` whose only possibly negative parts are constants, a new
+    ``Concat`` (inserted before ``node``) with those constants made non-negative."""
+    sizes = node.inputs[0]
+    if sizes is None:
+        return None
+    if _non_negative(sizes):
+        return sizes
+    concat = sizes.producer()
+    if concat is None or concat.op_type != "Concat" or concat.domain:
+        return None
+    if not all(p is not None and (p.const_value is not None or _non_negative(p)) for p in concat.inputs):
+        return None
+    owner = node.graph
+    assert owner is not None
+    parts = []
+    for part in concat.inputs:
+        assert part is not None
+        if part.const_value is None or _non_negative(part):
+            parts.append(part)
+            continue
+        constant = ir.node("Constant", [], attributes={"value": ir.tensor(np.abs(part.const_value.numpy()))})
+        constant.metadata_props.update(node.metadata_props)
+        owner.insert_before(node, constant)
+        parts.append(constant.outputs[0])
+    rebuilt = ir.node("Concat", parts, attributes={"axis": 0})
+    rebuilt.metadata_props.update(node.metadata_props)
+    owner.insert_before(node, rebuilt)
+    rebuilt.outputs[0].type, rebuilt.outputs[0].shape = sizes.type, sizes.shape
+    return rebuilt.outputs[0]
+
+
+def _drop_abs_of_sizes(model: ir.Model) -> None:
+    """Replace each ``Abs`` of sizes that :func:`_without_abs` can do without (see the module docstring)."""
+    for graph in (model.graph, *(f.graph for f in model.functions.values())):
+        for node in list(ir.traversal.RecursiveGraphIterator(graph)):
+            if node.op_type != "Abs" or node.domain or node.outputs[0].is_graph_output():
+                continue
+            replacement = _without_abs(node)
+            if replacement is not None:
+                ir.convenience.replace_all_uses_with(node.outputs[0], replacement)
 
 
 def reshape_with_one_unknown(model: ir.Model) -> None:
@@ -138,15 +233,22 @@ def fold_batch_norm(model: ir.Model) -> dict[str, str]:
     }
 
 
-def lean(model: ir.Model, fold_weights: bool = True) -> None:
+MAX_SWEEPS = 4
+"""How often the exact rewrites sweep the graph at most: one rewrite can expose another
+(a Transpose pair cancelled leaves a Reshape pair), until none fires."""
+
+
+def lean(model: ir.Model, weights: frozenset[str] | None = None, *, fold_weights: bool = True) -> None:
     """Fold, rewrite and deduplicate ``model`` in place (see the module docstring).
 
-    ``fold_weights``: fold batch norm into the layer before it, recording in the model's
-    metadata (:data:`FOLDED_WEIGHTS_KEY`) how each folded weight was computed; ``False`` keeps
-    every weight exactly as the ``state_dict`` has it. Two outputs that turn out to compute
-    the same value may end up as one value; :func:`opreg.exporter._finish.bind_outputs` gives
-    each output its own afterwards."""
-    weights = frozenset(model.graph.initializers)
+    ``weights``: names of the initializers that are the model's weights, never folded
+    (default: every initializer; pass the original ones when leaning again a model whose
+    constants a first pass made initializers). ``fold_weights``: fold batch norm into the
+    layer before it, recording in the model's metadata (:data:`FOLDED_WEIGHTS_KEY`) how each
+    folded weight was computed; ``False`` keeps every weight exactly as the ``state_dict``
+    has it. Two outputs that turn out to compute the same value may end up as one value;
+    :func:`opreg.exporter._finish.bind_outputs` gives each output its own afterwards."""
+    weights = frozenset(model.graph.initializers) if weights is None else weights
 
     def should_fold(node: ir.Node) -> bool | None:
         if any(value is not None and value.name in weights for value in node.inputs):
@@ -159,7 +261,13 @@ def lean(model: ir.Model, fold_weights: bool = True) -> None:
         if folded:
             model.metadata_props[FOLDED_WEIGHTS_KEY] = json.dumps(folded, sort_keys=True)
     reshape_with_one_unknown(model)
-    rewriter.RewritePass(_RULE_SET)(model)  # without rewrite()'s own clean-up passes: the ones below do it once
+    for _ in range(MAX_SWEEPS):
+        fired = _RULE_SET.apply_to_model(model)  # without rewrite()'s own clean-up passes: the ones below do it once
+        common_passes.IdentityEliminationPass()(model)
+        if not fired:
+            break
+    common_passes.RemoveUnusedNodesPass()(model)
+    _drop_abs_of_sizes(model)
     common_passes.CommonSubexpressionEliminationPass()(model)
     common_passes.IdentityEliminationPass()(model)
     common_passes.RemoveUnusedNodesPass()(model)

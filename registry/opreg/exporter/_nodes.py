@@ -61,6 +61,9 @@ WITH_EFFECTS = torch.ops.higher_order.with_effects
 PROVENANCE_KEYS = ("opreg.torch_op", "opreg.pack", "opreg.impl", "opreg.module", "opreg.source")
 """``metadata_props`` every node carries: torch op, pack, impl, module path, source line."""
 TORCH_OP_KEY, PACK_KEY, IMPL_KEY, MODULE_KEY, SOURCE_KEY = PROVENANCE_KEYS
+REWRITE_KEY = "opreg.rewrite"
+"""``metadata_props`` of a node a pack's rewrite rule made: ``pack:rule`` (``+``-joined when
+rules rewrote what earlier rules made); its other keys join those of the nodes it replaced."""
 EXPORTER = "opreg"
 """The pack name nodes the exporter itself makes carry (symbolic sizes, control flow)."""
 

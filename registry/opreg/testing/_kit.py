@@ -16,11 +16,17 @@ checks, each giving :class:`CheckResult` rows:
   highest targets it claims, run, and compared with eager PyTorch on
   PyTorch's OpInfo samples (ATen ops) or the pack's ``opreg_samples``. An
   impl whose samples could only be compared by shape and dtype (random or
-  uninitialized results) is ``skipped``, saying so, not ``passed``.
+  uninitialized results) is ``skipped``, saying so, not ``passed``;
+- ``rewrites``: each rewrite rule the pack offers (``opreg_rewrite_rules``) at
+  its profiles and the targets its impls are checked at is driven with the
+  pack's ``opreg_rewrite_samples``: each model is exported at that target, the
+  rule must fire (a node records ``opreg.rewrite = pack:rule``), and the model
+  must match eager PyTorch.
 
-:meth:`PackCheck.assert_ok` fails on any failed row, and also when no impl of
-the pack could be driven with a sample at all (unless ``allow_unsampled=True``):
-a pack with no samples has not been checked.
+:meth:`PackCheck.assert_ok` fails on any failed row, and also (unless
+``allow_unsampled=True``) when no impl of the pack could be driven with a
+sample at all, or when a rewrite rule has no sample: a pack with no samples
+has not been checked.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from opreg import plugins
 from opreg.errors import PluginNotFoundError
 from opreg.registrar import Registrar
 from opreg.registry import Impl, Registry
-from opreg.testing._samples import FAILED, PASSED, SHAPE_ONLY, SKIPPED, Compare, Sample, SampleCheck
+from opreg.testing._samples import FAILED, PASSED, SHAPE_ONLY, SKIPPED, Compare, ModelSample, Sample, SampleCheck
 
 LOAD = "load"
 IMPORT = "import"
@@ -47,7 +53,8 @@ HOOKS = "hooks"
 CONFLICTS = "conflicts"
 KERNELS = "kernels"
 SAMPLES = "samples"
-CHECKS = (LOAD, IMPORT, HOOKS, CONFLICTS, KERNELS, SAMPLES)
+REWRITES = "rewrites"
+CHECKS = (LOAD, IMPORT, HOOKS, CONFLICTS, KERNELS, SAMPLES, REWRITES)
 """The checks, in the order they run and are reported."""
 
 OPINFO_LIMIT = 8
@@ -55,6 +62,9 @@ OPINFO_LIMIT = 8
 LOWEST_CHECKED_OPSET = 18
 """The lowest ai.onnx version an impl is exported for (opreg's oldest default target)."""
 NO_SAMPLES = "no samples: provide them with opreg_samples"
+NO_REWRITE_SAMPLES = "no samples: provide models in which the rule fires with opreg_rewrite_samples"
+REWRITE_SUBJECT = "rewrite "
+"""How a rewrite rule is named among the :attr:`PackCheck.unsampled` (``rewrite pack:rule``)."""
 IMPORT_TIMEOUT = 300.0
 
 _STATUSES = (PASSED, FAILED, SKIPPED)
@@ -101,7 +111,8 @@ class PackCheck:
         results: every check's rows, in :data:`CHECKS` order.
         seconds: how long the kit ran.
         unsampled: the impls (``samples`` subjects) no sample went through: the kit
-            had none for them, torch rejected every one, or none reached the impl.
+            had none for them, torch rejected every one, or none reached the impl;
+            and the rewrite rules without samples (``rewrite pack:rule``).
     """
 
     pack: str
@@ -135,6 +146,15 @@ class PackCheck:
         if failures:
             lines = [f"{self.summary()}; failures:", *(f"  - {r}" for r in failures)]
             raise AssertionError("\n".join(lines))
+        rules = [u.removeprefix(REWRITE_SUBJECT) for u in self.unsampled if u.startswith(REWRITE_SUBJECT)]
+        if rules and not allow_unsampled:
+            raise AssertionError(
+                f"{self.summary()}; these rewrite rules have no sample, so the kit never saw them fire nor "
+                f"compared their models with eager PyTorch: {', '.join(rules)}. "
+                "Return models holding their patterns from opreg_rewrite_samples "
+                "({rule_name: [opreg.testing.ModelSample.of(module, *inputs)]}), or call "
+                "assert_ok(allow_unsampled=True) to accept unchecked rules"
+            )
         impls = {r.subject for r in self.results if r.check == SAMPLES and r.subject != self.pack}
         if impls and set(self.unsampled) >= impls and not allow_unsampled:
             why = [r for r in self.results if r.check == SAMPLES]
@@ -221,9 +241,13 @@ def check_pack(name: str, *, opinfo_limit: int = OPINFO_LIMIT) -> PackCheck:
         results += _check_kernels(impls, hook_results)
         rows, unsampled = _check_samples(registry, impls, targets, hook_results.samples, opinfo_limit)
         results += rows
+        rows, unchecked = _check_rewrites(registry, pack, rewrite_targets(registry, pack, impls), hook_results)
+        results += rows
+        unsampled += unchecked
     else:
         why = "the pack did not load (see the load check)"
-        results += [CheckResult(check, pack, "", SKIPPED, why) for check in (HOOKS, CONFLICTS, KERNELS, SAMPLES)]
+        checks = (HOOKS, CONFLICTS, KERNELS, SAMPLES, REWRITES)
+        results += [CheckResult(check, pack, "", SKIPPED, why) for check in checks]
     seconds = time.perf_counter() - started
     return PackCheck(pack, found.distribution, found.version, tuple(results), seconds, tuple(unsampled))
 
@@ -313,6 +337,7 @@ class _HookResults:
     kernels: list[Any] = dataclasses.field(default_factory=list)
     functions: list[Any] = dataclasses.field(default_factory=list)
     samples: dict[Any, list[Sample]] = dataclasses.field(default_factory=dict)
+    rewrite_samples: dict[str, list[ModelSample]] = dataclasses.field(default_factory=dict)
     configures_session: bool = False
 
 
@@ -430,6 +455,39 @@ def _validate_samples(result: Any, found: _HookResults, impls: Sequence[Impl], *
     return problems
 
 
+def _validate_rewrite_rules(result: Any, pack: str, **_: Any) -> list[str]:
+    from opreg.errors import PluginError
+    from opreg.exporter._rewrite import rewrites_of
+
+    try:
+        rewrites_of(pack, result)
+    except PluginError as e:
+        return [str(e)]
+    return []
+
+
+def _validate_rewrite_samples(result: Any, found: _HookResults, **_: Any) -> list[str]:
+    if not isinstance(result, Mapping):
+        return [f"must return a dict {{rule_name: [ModelSample, ...]}}, got {_type(result)}"]
+    problems = []
+    for name, samples in result.items():
+        if not isinstance(name, str) or not name:
+            problems.append(f"key {name!r} is not a rule name")
+            continue
+        problem = _sequence_problem(samples, "opreg.testing.ModelSample")
+        if problem:
+            problems.append(f"{name}: {problem}")
+            continue
+        bad = [s for s in samples if not isinstance(s, ModelSample)]
+        if bad:
+            problems.append(f"{name}: {bad[0]!r} is not an opreg.testing.ModelSample (ModelSample.of(module, *args))")
+        elif not samples:
+            problems.append(f"{name}: the list of samples is empty")
+        else:
+            found.rewrite_samples.setdefault(name, []).extend(samples)
+    return problems
+
+
 def _validate_configure_session(result: Any, found: _HookResults, **_: Any) -> list[str]:
     found.configures_session = True
     return _validate_register_ops(result)
@@ -443,12 +501,17 @@ _VALIDATORS: dict[str, Callable[..., list[str]]] = {
     "opreg_schemas": _validate_schemas,
     "opreg_functions": _validate_functions,
     "opreg_samples": _validate_samples,
+    "opreg_rewrite_rules": _validate_rewrite_rules,
+    "opreg_rewrite_samples": _validate_rewrite_samples,
 }
 
 
-def _hook_arguments(hook: str, pack: str) -> dict[str, Any]:
+def _hook_arguments(hook: str, pack: str, registry: Registry) -> dict[str, Any]:
     if hook == "opreg_register_ops":
         return {"registry": Registrar(pack)}
+    if hook == "opreg_rewrite_rules":  # the pack's own profile if it has one; the rewrites check tries them all
+        profiles = registry.packs.report(pack).profiles
+        return {"target": registry.target(profiles[0] if profiles else "onnx")}
     if hook == "opreg_configure_session":
         import onnxruntime
 
@@ -465,11 +528,11 @@ def _check_hooks(registry: Registry, pack: str, impls: Sequence[Impl], found: _H
             rows.append(CheckResult(HOOKS, hook, "", SKIPPED, "the kit does not validate this hook yet"))
             continue
         try:
-            outcomes = hooks.call_pack(pack, hook, **_hook_arguments(hook, pack))
+            outcomes = hooks.call_pack(pack, hook, **_hook_arguments(hook, pack, registry))
         except Exception as e:
             rows.append(CheckResult(HOOKS, hook, "", FAILED, f"raised {type(e).__name__}: {e}"))
             continue
-        problems = [p for outcome in outcomes for p in validate(outcome, found=found, impls=impls)]
+        problems = [p for outcome in outcomes for p in validate(outcome, found=found, impls=impls, pack=pack)]
         rows += [CheckResult(HOOKS, hook, "", FAILED, p) for p in problems]
         if not problems:
             rows.append(CheckResult(HOOKS, hook, "", PASSED, "returns what the hookspec says"))
@@ -712,6 +775,105 @@ def _summary_row(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) ->
     return CheckResult(
         SAMPLES, subject, check.target, PASSED, f"{drive.source}: {passed} sample(s) match{more}{by_torch}"
     )
+
+
+# -- rewrites ---------------------------------------------------------------------------------
+
+
+def rewrite_targets(registry: Registry, pack: str, impls: Sequence[Impl]) -> list[Any]:
+    """The targets a pack's rewrite rules are asked for: its own profiles, then the
+    targets its impls are checked at (:func:`impl_targets`), each once."""
+    targets = [registry.target(name) for name in registry.packs.report(pack).profiles]
+    for impl in impls:
+        targets += [registry.target(dict(t)) for t in impl_targets(impl)]
+    unique: list[Any] = []
+    for target in targets:
+        if all(target.versions != t.versions for t in unique):
+            unique.append(target)
+    return unique
+
+
+def _check_rewrites(
+    registry: Registry, pack: str, targets: Sequence[Any], found: _HookResults
+) -> tuple[list[CheckResult], list[str]]:
+    """The rows, and the rules (``rewrite pack:rule``) with no sample."""
+    from opreg.errors import PluginError
+    from opreg.exporter._rewrite import HOOK, rewrites_of
+
+    if HOOK not in registry.packs.implemented(pack):
+        return [CheckResult(REWRITES, pack, "", PASSED, "the pack contributes no rewrite rules")], []
+    rows: list[CheckResult] = []
+    offered: dict[str, list[Any]] = {}
+    for target in targets:
+        try:
+            for outcome in registry.packs.call_pack(pack, HOOK, target=target):
+                for rewrite in rewrites_of(pack, outcome):
+                    for name in rewrite.names:
+                        offered.setdefault(name, []).append(target)
+        except PluginError as e:
+            rows.append(CheckResult(REWRITES, pack, str(target), FAILED, str(e)))
+        except Exception as e:
+            rows.append(CheckResult(REWRITES, pack, str(target), FAILED, f"{HOOK} raised {type(e).__name__}: {e}"))
+    unknown = sorted(set(found.rewrite_samples) - set(offered))
+    for name in unknown:
+        rows.append(CheckResult(
+            REWRITES, f"{pack}:{name}", "", FAILED,
+            f"opreg_rewrite_samples has samples for {name!r}, which {HOOK} offers at none of "
+            f"{', '.join(map(str, targets))}",
+        ))  # fmt: skip
+    unsampled = []
+    for name, where in offered.items():
+        label = f"{pack}:{name}"
+        samples = found.rewrite_samples.get(name)
+        if not samples:
+            rows.append(CheckResult(REWRITES, label, "", SKIPPED, NO_REWRITE_SAMPLES))
+            unsampled.append(REWRITE_SUBJECT + label)
+            continue
+        for target in where:
+            rows += [_drive_rewrite(registry, label, target, sample) for sample in samples]
+    if not offered and not rows:
+        rows.append(CheckResult(REWRITES, pack, "", PASSED, f"{HOOK} offers no rewrite at the targets checked"))
+    return rows, unsampled
+
+
+def _drive_rewrite(registry: Registry, label: str, target: Any, sample: ModelSample) -> CheckResult:
+    """Export ``sample`` at ``target``: the rule ``label`` must fire and the model match eager PyTorch."""
+    import copy
+
+    from opreg.exporter import export
+    from opreg.exporter._nodes import REWRITE_KEY
+
+    where = str(target)
+    module = sample.module.eval()
+    try:
+        args, kwargs = copy.deepcopy((sample.args, sample.kwargs))
+        program = export(module, args, kwargs, target=target, registry=registry)
+    except Exception as e:
+        return CheckResult(REWRITES, label, where, FAILED, f"{sample.label}: export failed: {type(e).__name__}: {e}")
+    import onnx_ir as ir
+
+    nodes = list(ir.traversal.RecursiveGraphIterator(program.model.graph))
+    made = sorted({
+        f"{n.domain + '::' if n.domain else ''}{n.op_type}"
+        for n in nodes
+        if label in n.metadata_props.get(REWRITE_KEY, "").split("+")
+    })  # fmt: skip
+    if not made:
+        ops = ", ".join(sorted({n.op_type for n in nodes}))
+        return CheckResult(
+            REWRITES, label, where, FAILED, f"{sample.label}: the rule did not fire (the exported model is {ops})"
+        )
+    rtol, atol = sample.tolerances()
+    try:
+        args, kwargs = copy.deepcopy((sample.args, sample.kwargs))
+        verified = program.verify(*args, rtol=rtol, atol=atol, **kwargs)
+    except Exception as e:
+        return CheckResult(REWRITES, label, where, FAILED, f"{sample.label}: fired ({', '.join(made)}), but {e}")
+    return CheckResult(
+        REWRITES, label, where, PASSED,
+        f"{sample.label}: fired ({', '.join(made)}); matches eager PyTorch in {verified.runtime} "
+        f"(max abs {verified.max_abs:.2g}, rtol {rtol:g}, atol {atol:g})",
+    )  # fmt: skip
 
 
 def pack_names() -> Iterable[str]:

@@ -70,6 +70,47 @@ class Sample:
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelSample:
+    """A small model holding a pattern, and its inputs: what the conformance kit exports
+    to see one of a pack's rewrite rules fire (``opreg_rewrite_samples``).
+
+    Fields:
+        module: the model (put in ``eval()`` mode by the kit).
+        args, kwargs: its inputs, as ``module(*args, **kwargs)`` takes them.
+        label: how the sample is named in reports (default: the module's class and the inputs).
+        rtol, atol: tolerances for comparing with eager PyTorch (default: :data:`TOLERANCES`
+            by the inputs' floating dtype); a fused kernel may sum in another order.
+    """
+
+    module: torch.nn.Module
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    label: str = ""
+    rtol: float | None = None
+    atol: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.module, torch.nn.Module):
+            raise TypeError(f"ModelSample.module must be a torch.nn.Module, got {type(self.module).__name__}")
+
+    @classmethod
+    def of(cls, module: torch.nn.Module, *args: Any, **kwargs: Any) -> ModelSample:
+        """``module`` called with ``args`` and ``kwargs``, labelled by class and inputs."""
+        return cls(module, args, kwargs, f"{type(module).__name__}({describe(args, kwargs)})")
+
+    def tolerances(self) -> tuple[float, float]:
+        """``(rtol, atol)``: the given ones, else :data:`TOLERANCES` of the inputs' floating dtype."""
+        tensors = [t for t in torch.utils._pytree.tree_leaves((self.args, self.kwargs)) if _is_tensor(t)]
+        floating = [t.dtype for t in tensors if t.is_floating_point()]
+        rtol, atol = TOLERANCES.get(floating[0] if floating else torch.float32, (1e-5, 1e-5))
+        return (rtol if self.rtol is None else self.rtol, atol if self.atol is None else self.atol)
+
+    def with_tolerances(self, rtol: float, atol: float) -> ModelSample:
+        """This sample compared within ``rtol``/``atol``."""
+        return dataclasses.replace(self, rtol=rtol, atol=atol)
+
+
+@dataclasses.dataclass(frozen=True)
 class SampleResult:
     """How one sample fared.
 

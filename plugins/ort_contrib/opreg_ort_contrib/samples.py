@@ -1,0 +1,190 @@
+"""Small models in which each of the pack's rewrite rules fires, for the conformance kit.
+
+``opreg_rewrite_samples`` returns them; ``opreg.testing.check_pack`` exports each at
+every target the rule is offered for, checks that the rule fired and compares the
+model with eager PyTorch. Imported only by that hook (it imports torch).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from opreg.testing import ModelSample, Sample
+
+HIDDEN, HEADS, KV_HEADS, SEQ = 32, 4, 2, 6
+SIZE = HIDDEN // HEADS
+
+
+def _split(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """(batch, seq, heads * size) -> (batch, heads, seq, size), as transformers models write it."""
+    batch, seq, _ = x.shape
+    return x.view(batch, seq, heads, -1).transpose(1, 2)
+
+
+def _merge(x: torch.Tensor) -> torch.Tensor:
+    batch, _, seq, _ = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, -1)
+
+
+def _repeat_kv(x: torch.Tensor, times: int) -> torch.Tensor:
+    """transformers' repeat_kv: (batch, kv heads, seq, size) -> (batch, kv heads * times, seq, size)."""
+    batch, heads, seq, size = x.shape
+    return x[:, :, None].expand(batch, heads, times, seq, size).reshape(batch, heads * times, seq, size)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class GroupedSelfAttention(nn.Module):
+    """Llama's attention: q/k/v projections, rotary embedding of q and k, repeat_kv, sdpa with a mask."""
+
+    def __init__(self, rotary: bool = True) -> None:
+        super().__init__()
+        self.q = nn.Linear(HIDDEN, HEADS * SIZE, bias=False)
+        self.k = nn.Linear(HIDDEN, KV_HEADS * SIZE, bias=False)
+        self.v = nn.Linear(HIDDEN, KV_HEADS * SIZE, bias=False)
+        self.o = nn.Linear(HIDDEN, HIDDEN, bias=False)
+        self.rotary = rotary
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, SIZE, 2).float() / SIZE), persistent=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = _split(self.q(x), HEADS), _split(self.k(x), KV_HEADS), _split(self.v(x), KV_HEADS)
+        if self.rotary:
+            positions = torch.arange(x.shape[1], dtype=torch.float32)[None]
+            freqs = (self.inv_freq[None, :, None] @ positions[:, None, :]).transpose(1, 2)
+            angles = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = angles.cos()[:, None], angles.sin()[:, None]
+            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        k, v = _repeat_kv(k, HEADS // KV_HEADS), _repeat_kv(v, HEADS // KV_HEADS)
+        return self.o(_merge(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
+
+
+class CachedAttention(nn.Module):
+    """A decode step: one query token against keys and values given as (batch, heads, seq, size)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(HIDDEN, HIDDEN)
+
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return _merge(F.scaled_dot_product_attention(_split(self.q(x), HEADS), keys, values, attn_mask=mask))
+
+
+class RMSNorm(nn.Module):
+    """Llama's RMSNorm, weight first or last."""
+
+    def __init__(self, weight_first: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(HIDDEN) + 0.5)
+        self.weight_first = weight_first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normalized = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * normalized if self.weight_first else normalized * self.weight
+
+
+class PostNorm(nn.Module):
+    """BERT's residual: LayerNorm(dense(x) + x)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dense, self.norm = nn.Linear(HIDDEN, HIDDEN), nn.LayerNorm(HIDDEN)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.dense(x) + x)
+
+
+class Activation(nn.Module):
+    """A linear layer (with bias) and an activation written as in the models that use it."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.linear, self.kind = nn.Linear(HIDDEN, HIDDEN), kind
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        c = math.sqrt(2.0 / math.pi)
+        if self.kind == "gelu":
+            return F.gelu(y)
+        if self.kind == "gelu_tanh":
+            return F.gelu(y, approximate="tanh")
+        if self.kind == "gelu_new":  # GPT-2's NewGELUActivation
+            return 0.5 * y * (1.0 + torch.tanh(c * (y + 0.044715 * torch.pow(y, 3.0))))
+        if self.kind == "gelu_torch_order":  # torch.onnx's order of the same formula
+            return y * (0.5 * (torch.tanh(c * (y + 0.044715 * torch.pow(y, 3.0))) + 1.0))
+        if self.kind == "silu":
+            return F.silu(y)
+        if self.kind == "quick_gelu":  # CLIP's QuickGELU, sigmoid first
+            return torch.sigmoid(1.702 * y) * y
+        raise ValueError(self.kind)
+
+
+def _causal_mask(batch: int = 2, seq: int = SEQ) -> torch.Tensor:
+    """A causal mask with the first row's last two keys padded away."""
+    mask = torch.ones(seq, seq, dtype=torch.bool).tril().expand(batch, 1, seq, seq).clone()
+    mask[0, ..., -2:] = False
+    mask[0, :, -2:, -2:] = torch.eye(2, dtype=torch.bool)  # padded queries still see themselves
+    return mask
+
+
+def samples() -> dict[str, list[ModelSample]]:
+    """``{rule name: [ModelSample, ...]}`` for every rule in :mod:`opreg_ort_contrib.fusions`."""
+    torch.manual_seed(0)
+    x = torch.randn(2, SEQ, HIDDEN)
+    attention = ModelSample.of(GroupedSelfAttention().eval(), x, _causal_mask()).with_tolerances(1e-4, 1e-5)
+    plain_attention = ModelSample.of(GroupedSelfAttention(rotary=False).eval(), x, _causal_mask())
+    cache = 9
+    decode = ModelSample.of(
+        CachedAttention().eval(), torch.randn(2, 1, HIDDEN), torch.randn(2, HEADS, cache, SIZE),
+        torch.randn(2, HEADS, cache, SIZE), torch.rand(2, 1, 1, cache) > 0.3,
+    ).with_tolerances(1e-4, 1e-5)  # fmt: skip
+
+    def activation(kind: str) -> list[ModelSample]:
+        return [ModelSample.of(Activation(kind).eval(), x).with_tolerances(1e-4, 1e-5)]
+
+    return {
+        "GroupedAttention": [attention],
+        "GroupQueryAttention": [plain_attention.with_tolerances(1e-4, 1e-5)],
+        "AttentionOnHeads": [decode],
+        "MultiHeadAttentionOnHeads": [decode],
+        "RotaryEmbedding": [attention],
+        "RMSNormalization": [ModelSample.of(RMSNorm(weight_first=True).eval(), x).with_tolerances(1e-4, 1e-5)],
+        "RMSNormalizationWeightLast": [
+            ModelSample.of(RMSNorm(weight_first=False).eval(), x).with_tolerances(1e-4, 1e-5)
+        ],
+        "ResidualSum": [ModelSample.of(PostNorm().eval(), x)],
+        "FastGelu": activation("gelu_torch_order"),
+        "FastGeluHalfFirst": activation("gelu_new"),
+        "BiasGelu": activation("gelu"),
+        "FastGeluBias": activation("gelu_tanh"),
+        "QuickGelu": activation("silu"),
+        "QuickGeluSigmoidFirst": activation("quick_gelu"),
+        "FusedMatMul": [ModelSample.of(PostNorm().eval(), x)],
+    }
+
+
+def op_samples() -> dict[str, list[Sample]]:
+    """Samples for the pack's sdpa impls: what they take (no dropout, 4-D), each mask kind,
+    causal, a scale, grouped heads, and a query shorter than the keys. PyTorch's OpInfo
+    samples are mostly dropout or 3-D, which the impls leave to the core pack."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, HEADS, SEQ, SIZE) for _ in range(3))
+    kv = (torch.randn(2, KV_HEADS, SEQ, SIZE), torch.randn(2, KV_HEADS, SEQ, SIZE))
+    long_k, long_v = torch.randn(2, HEADS, SEQ + 3, SIZE), torch.randn(2, HEADS, SEQ + 3, SIZE)
+    return {
+        "aten::scaled_dot_product_attention": [
+            Sample.of(q, k, v),
+            Sample.of(q, k, v, is_causal=True),
+            Sample.of(q, k, v, attn_mask=_causal_mask()),
+            Sample.of(q, k, v, attn_mask=torch.randn(SEQ, SEQ), scale=0.3),
+            Sample.of(q, *kv, is_causal=True, enable_gqa=True),
+            Sample.of(q, *kv, attn_mask=_causal_mask(), enable_gqa=True),
+            Sample.of(q, long_k, long_v, attn_mask=torch.rand(2, 1, SEQ, SEQ + 3) > 0.3),
+        ]
+    }

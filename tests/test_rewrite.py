@@ -1,0 +1,268 @@
+"""Packs' graph-level rewrites (opreg_rewrite_rules): gated by the target, applied after the
+lean pass, provenance kept, wrong rules named; throwaway packs are real distributions."""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+import pytest
+import torch
+
+import opreg
+
+SKIP_NORM = """
+from onnxscript.rewriter import pattern
+
+def _add_norm(op, x, skip, scale, bias):
+    return op.LayerNormalization(op.Add(x, skip), scale, bias, axis=-1, _allow_other_attributes=True)
+
+def _same_shape(context, x, skip, **_):
+    return x.shape is not None and skip.shape is not None and list(x.shape) == list(skip.shape)
+
+def _skip_norm(op, x, skip, scale, bias):
+    return op.SkipLayerNormalization(x, skip, scale, bias, epsilon=1e-5, _domain="com.microsoft")
+
+RULE = pattern.RewriteRule(_add_norm, _skip_norm, _same_shape, name="SkipNorm")
+
+@opreg.hookimpl
+def opreg_rewrite_rules(target):
+    return [RULE] if target.get("com.microsoft") == 1 else []
+"""
+
+ALWAYS = """
+from onnxscript.rewriter import pattern
+
+def _relu(op, x):
+    return op.Relu(x)
+
+def _custom(op, x):
+    return op.FastRelu(x, _domain="my.kernels")
+
+def _rms(op, x):
+    return op.RMSNormalization(x, op.Constant(value_float=1.0))
+
+RULES = {
+    "custom": [pattern.RewriteRule(_relu, _custom, name="FastRelu")],
+    "rms": [pattern.RewriteRule(_relu, _rms, name="Rms")],
+    "unnamed": [pattern.RewriteRule(_relu, _custom)],
+    "twice": [pattern.RewriteRule(_relu, _custom, name="A"), pattern.RewriteRule(_relu, _custom, name="A")],
+    "junk": ["not a rule"],
+}
+KIND = "custom"
+
+@opreg.hookimpl
+def opreg_rewrite_rules(target):
+    return RULES[KIND]
+"""
+
+A_PASS = """
+import onnx_ir as ir
+from onnx_ir.passes import InPlacePass, PassResult
+
+class ReluToClip(InPlacePass):
+    def call(self, model):
+        modified = False
+        for node in list(model.graph):
+            if node.op_type == "Relu":
+                zero = ir.node("Constant", [], attributes={"value": ir.tensor(0.0)})
+                clip = ir.node("Clip", [node.inputs[0], zero.outputs[0]])
+                clip.metadata_props.update(node.metadata_props)
+                model.graph.insert_before(node, [zero, clip])
+                clip.outputs[0].type, clip.outputs[0].shape = node.outputs[0].type, node.outputs[0].shape
+                ir.convenience.replace_all_uses_with(node.outputs[0], clip.outputs[0], replace_graph_outputs=True)
+                model.graph.remove(node, safe=True)
+                modified = True
+        return PassResult(model, modified)
+
+@opreg.hookimpl
+def opreg_rewrite_rules(target):
+    return [ReluToClip()]
+"""
+
+
+class AddNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.norm(self.linear(x) + x)
+
+
+def _nodes(program) -> list[tuple[str, str]]:
+    return [(n.domain, n.op_type) for n in program.model_proto.graph.node]
+
+
+def _props(node: onnx.NodeProto) -> dict[str, str]:
+    return {p.key: p.value for p in node.metadata_props}
+
+
+def test_a_rule_fires_where_the_target_allows_and_keeps_provenance(make_pack):
+    make_pack("skipnorm", SKIP_NORM)
+    x = torch.randn(2, 3, 16)
+    model = AddNorm().eval()
+    program = opreg.export(model, (x,), target="onnx,com.microsoft=1", plugins=["skipnorm"])
+    assert ("com.microsoft", "SkipLayerNormalization") in _nodes(program)
+    assert ("", "LayerNormalization") not in _nodes(program)
+    assert {o.domain: o.version for o in program.model_proto.opset_import}["com.microsoft"] == 1
+    (fused,) = [n for n in program.model_proto.graph.node if n.op_type == "SkipLayerNormalization"]
+    props = _props(fused)
+    assert props["opreg.rewrite"].startswith("skipnorm:SkipNorm")
+    assert props["opreg.torch_op"] == "aten::add.Tensor+aten::layer_norm.default"
+    assert props["opreg.pack"] == "core"
+    assert props["opreg.impl"] == "aten_add+aten_layer_norm"
+    assert props["opreg.module"] == "norm"  # the Add is the root module's (""), which is not joined
+    assert "pkg.onnxscript.rewriter.rule_name" not in props
+    metadata = {p.key: p.value for p in program.model_proto.metadata_props}
+    assert metadata["opreg.rewrites"] == "skipnorm:SkipNorm=1"
+    assert metadata["opreg.packs"] == "core,skipnorm"
+    program.verify(x, atol=1e-5)
+
+
+def test_the_target_gates_rules_and_rewrite_false_leaves_them_out(make_pack):
+    make_pack("skipnorm", SKIP_NORM)
+    x = torch.randn(2, 3, 16)
+    model = AddNorm().eval()
+    standard = opreg.export(model, (x,), target=18, plugins=["skipnorm"])
+    assert ("", "LayerNormalization") in _nodes(standard)
+    assert all(domain == "" for domain, _ in _nodes(standard))
+    off = opreg.export(model, (x,), target="onnx,com.microsoft=1", plugins=["skipnorm"], rewrite=False)
+    assert ("", "LayerNormalization") in _nodes(off)
+    assert "opreg.rewrites" not in {p.key for p in off.model_proto.metadata_props}
+
+
+def test_a_rule_making_a_domain_the_target_lacks_is_an_error_naming_it(make_pack):
+    make_pack("always", ALWAYS)
+    model, x = torch.nn.ReLU(), torch.randn(3)
+    with pytest.raises(opreg.OpsetConflictError, match=r"rewrite always:FastRelu made my\.kernels::FastRelu"):
+        opreg.export(model, (x,), target=18, plugins=["always"])
+
+
+def test_a_rule_making_an_ai_onnx_op_newer_than_the_target_is_an_error(make_pack):
+    module = make_pack("always", ALWAYS)
+    model, x = torch.nn.ReLU(), torch.randn(3)
+    import importlib
+
+    importlib.import_module(module).KIND = "rms"
+    with pytest.raises(
+        opreg.OpsetConflictError, match=r"always:Rms made ai\.onnx::RMSNormalization, which ai\.onnx 18"
+    ):
+        opreg.export(model, (x,), target=18, plugins=["always"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("unnamed", "returned a rule without a name"),
+        ("twice", "two rewrites named 'A'"),
+        ("junk", "neither an onnxscript RewriteRule"),
+    ],
+)
+def test_invalid_rules_are_logged_and_left_out(make_pack, caplog, kind, message):
+    module = make_pack("always", ALWAYS)
+    import importlib
+
+    importlib.import_module(module).KIND = kind
+    model, x = torch.nn.ReLU(), torch.randn(3)
+    with caplog.at_level(logging.ERROR, logger="opreg.exporter._rewrite"):
+        program = opreg.export(model, (x,), target=18, plugins=["always"])
+    assert _nodes(program) == [("", "Relu")]
+    assert message in caplog.text
+
+
+def test_a_pass_runs_and_its_nodes_record_it(make_pack):
+    make_pack("clip", A_PASS)
+    model, x = torch.nn.ReLU(), torch.randn(3, 4)
+    program = opreg.export(model, (x,), target=18, plugins=["clip"])
+    assert [op for _, op in _nodes(program)] == ["Clip"]
+    props = _props(program.model_proto.graph.node[0])
+    assert props["opreg.rewrite"] == "clip:ReluToClip"
+    assert props["opreg.torch_op"] == "aten::relu.default"  # the pass copied them
+    program.verify(x)
+
+
+# -- the conformance kit ---------------------------------------------------------------------
+
+SAMPLES = """
+
+import torch
+
+class AddNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.norm(self.linear(x) + x)
+
+@opreg.hookimpl
+def opreg_targets():
+    return {"skipnorm": {"": 18, "com.microsoft": 1}}
+
+@opreg.hookimpl
+def opreg_rewrite_samples():
+    from opreg.testing import ModelSample
+
+    return {"SkipNorm": [ModelSample.of(AddNorm(), torch.randn(2, 3, 16))]}
+"""
+
+WRONG_EPSILON = SKIP_NORM.replace("epsilon=1e-5", "epsilon=10.0")
+NOT_FIRING = SAMPLES.replace("return self.norm(self.linear(x) + x)", "return self.norm(self.linear(x))")
+
+
+def _rows(report, check="rewrites"):
+    return [r for r in report.results if r.check == check]
+
+
+def test_the_kit_sees_a_rule_fire_and_match_eager(make_pack):
+    from opreg.testing import check_pack
+
+    make_pack("skipnorm", SKIP_NORM + SAMPLES)
+    report = check_pack("skipnorm")
+    report.assert_ok()
+    (row,) = _rows(report)
+    assert (row.subject, row.status) == ("skipnorm:SkipNorm", "passed")
+    assert "fired (com.microsoft::SkipLayerNormalization)" in row.detail
+    assert [r.status for r in report.results if r.subject in ("opreg_rewrite_rules", "opreg_rewrite_samples")] == [
+        "passed",
+        "passed",
+    ]
+
+
+def test_the_kit_fails_a_rule_that_changes_the_numbers(make_pack):
+    from opreg.testing import check_pack
+
+    make_pack("skipnorm", WRONG_EPSILON + SAMPLES)
+    (row,) = _rows(check_pack("skipnorm"))
+    assert row.status == "failed"
+    assert "differ from eager PyTorch" in row.detail
+
+
+def test_the_kit_fails_a_sample_in_which_the_rule_does_not_fire(make_pack):
+    from opreg.testing import check_pack
+
+    make_pack("skipnorm", SKIP_NORM + NOT_FIRING)
+    (row,) = _rows(check_pack("skipnorm"))
+    assert row.status == "failed"
+    assert "the rule did not fire" in row.detail
+
+
+def test_a_rule_without_samples_fails_assert_ok_naming_it(make_pack):
+    from opreg.testing import check_pack
+
+    make_pack(
+        "skipnorm",
+        SKIP_NORM + '\n@opreg.hookimpl\ndef opreg_targets():\n    return {"sn": {"": 18, "com.microsoft": 1}}\n',
+    )
+    report = check_pack("skipnorm")
+    (row,) = _rows(report)
+    assert (row.status, row.detail) == (
+        "skipped",
+        "no samples: provide models in which the rule fires with opreg_rewrite_samples",
+    )
+    with pytest.raises(AssertionError, match="these rewrite rules have no sample.*skipnorm:SkipNorm"):
+        report.assert_ok()
+    report.assert_ok(allow_unsampled=True)
