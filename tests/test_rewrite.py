@@ -12,8 +12,6 @@ import torch
 import opreg
 
 SKIP_NORM = """
-from onnxscript.rewriter import pattern
-
 def _add_norm(op, x, skip, scale, bias):
     return op.LayerNormalization(op.Add(x, skip), scale, bias, axis=-1, _allow_other_attributes=True)
 
@@ -23,11 +21,11 @@ def _same_shape(context, x, skip, **_):
 def _skip_norm(op, x, skip, scale, bias):
     return op.SkipLayerNormalization(x, skip, scale, bias, epsilon=1e-5, _domain="com.microsoft")
 
-RULE = pattern.RewriteRule(_add_norm, _skip_norm, _same_shape, name="SkipNorm")
-
 @opreg.hookimpl
 def opreg_rewrite_rules(target):
-    return [RULE] if target.get("com.microsoft") == 1 else []
+    from onnxscript.rewriter import pattern  # here, not at import: the rewriter imports torch
+
+    return [pattern.RewriteRule(_add_norm, _skip_norm, _same_shape, name="SkipNorm")] if target.get("com.microsoft") == 1 else []
 """
 
 ALWAYS = """
