@@ -70,6 +70,10 @@ class Impl:
         schema_checked: whether its signature was checked against torch's schema.
         params: the function's parameters as read at registration (the
             exporter maps a node's arguments onto them).
+        convention: how the exporter passes a node's arguments: ``"opreg"``, or
+            ``"torch.onnx"`` for a function written for torch.onnx (a
+            ``custom_translation_table`` value, the tutorials' ``register_op``),
+            which gets them as torch.onnx passes them.
     """
 
     op: OpName
@@ -83,6 +87,7 @@ class Impl:
     name: str = ""
     schema_checked: bool = False
     params: _inspect.Params | None = dataclasses.field(default=None, compare=False, repr=False)
+    convention: str = _inspect.OPREG
 
     def __post_init__(self) -> None:
         if not isinstance(self.op, OpName):
@@ -95,6 +100,8 @@ class Impl:
             raise RegistrationError(f"predicate of impl for {self.op} must be callable, got {self.predicate!r}")
         if self.kind not in (_inspect.SCRIPT, _inspect.TRACE):
             raise RegistrationError(f"impl kind must be 'script' or 'trace', got {self.kind!r}")
+        if self.convention not in (_inspect.OPREG, _inspect.TORCH_ONNX):
+            raise RegistrationError(f"impl convention must be 'opreg' or 'torch.onnx', got {self.convention!r}")
 
     @property
     def label(self) -> str:
@@ -280,6 +287,15 @@ class Registry:
             predicate=predicate, pack=USER_PACK, override=True,
         )  # fmt: skip
         return self._store(impl)
+
+    def add(self, *impls: Impl) -> None:
+        """Add impls already built (:func:`build_impl`, :func:`opreg.table_in.torch_impl`), under
+        the pack and with the override flag they carry."""
+        self._check_mutable()
+        for impl in impls:
+            if not isinstance(impl, Impl):
+                raise RegistrationError(f"Registry.add takes opreg.Impl objects, got {impl!r}")
+            self._store(impl)
 
     def add_profile(self, name: str, versions: Mapping[str, int], *, pack: str = USER_PACK) -> None:
         """Add the named target profile ``name``; a name already taken is an error."""
@@ -515,8 +531,15 @@ def build_impl(
     predicate: Predicate | None,
     pack: str,
     override: bool,
+    torch_function: bool = False,
 ) -> Impl:
-    """Validate and describe one impl; raise :class:`RegistrationError` on any problem."""
+    """Validate and describe one impl; raise :class:`RegistrationError` on any problem.
+
+    ``torch_function``: ``function`` was written for torch.onnx; it is checked
+    for what torch.onnx needs of it (see :func:`opreg._inspect.check_signature`)
+    and called as torch.onnx calls it. :func:`opreg.table_in.torch_impl` is the
+    way in for such functions.
+    """
     op = OpName.of(op)
     if not callable(function):
         raise RegistrationError(
@@ -530,8 +553,8 @@ def build_impl(
     schema = _inspect.torch_schema(op)
     params = _inspect.read_params(function)
     if schema is not None:
-        _inspect.check_signature(op, function, schema, params)
-    else:
+        _inspect.check_signature(op, function, schema, params, torch_function=torch_function)
+    elif not (torch_function and kind == _inspect.TRACE):
         _inspect.lint_unannotated_attributes(function, params)
 
     return Impl(
@@ -546,6 +569,7 @@ def build_impl(
         name=impl_name(function),
         schema_checked=schema is not None,
         params=params,
+        convention=_inspect.TORCH_ONNX if torch_function else _inspect.OPREG,
     )
 
 
