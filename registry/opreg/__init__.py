@@ -6,7 +6,7 @@ a registry is first needed.
 
 from __future__ import annotations
 
-from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export
+from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_translation_table
 from opreg.errors import (
     ExportError,
     FrozenRegistryError,
@@ -106,4 +106,5 @@ __all__ = [
     "newest_onnxruntime_opset",
     "newest_supported_opset",
     "onnx_opset_range",
+    "pack_from_translation_table",
 ]
