@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,8 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from opreg.errors import ExportError
-
-logger = logging.getLogger(__name__)
+from opreg.node_types import infer_node, op_schema
 
 OUTPUTS_KWARG = "_outputs"
 """onnxscript's way to say how many outputs a call has; never reaches the model."""
@@ -45,15 +43,6 @@ class Use:
     version: int | None
     emitter: str
     what: str
-
-
-@functools.lru_cache(maxsize=4096)
-def op_schema(op_type: str, version: int, domain: str) -> onnx.defs.OpSchema | None:
-    """The ``onnx.defs`` schema of ``domain::op_type`` at ``version``, or ``None`` if onnx has none."""
-    try:
-        return onnx.defs.get_schema(op_type, version, domain)
-    except onnx.defs.SchemaError:
-        return None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -258,7 +247,7 @@ class GraphRecorder:
             output.name = name + (f"_{i}" if n_outputs > 1 else "")
         self.graph.append(node)
         if version is not None:
-            _infer(node, version)
+            infer_node(node, version, _SMALL_CONSTANT)
         return node
 
     def constant(self, value: Any, dtype: ir.DataType | None) -> ir.Value:
@@ -385,60 +374,3 @@ def _called_functions(function: Any) -> list[Any]:
         return list(function.function_ir.get_called_functions().values())
     except AttributeError:
         return []
-
-
-# -- per-node type and shape inference ----------------------------------------------
-
-
-def _type_proto(value: ir.Value) -> onnx.TypeProto | None:
-    if value.dtype is None:
-        return None
-    shape = None
-    if value.shape is not None:
-        shape = [d if isinstance(d, int) else (d.value if isinstance(d.value, str) else None) for d in value.shape]
-    return onnx.helper.make_tensor_type_proto(int(value.dtype), shape)
-
-
-def _infer(node: ir.Node, version: int) -> None:
-    """Set the dtype and shape of ``node``'s outputs from ONNX's inference for its op."""
-    schema = op_schema(node.op_type, version, node.domain)
-    if schema is None or not schema.has_type_and_shape_inference_function:
-        return
-    types: dict[str, onnx.TypeProto] = {}
-    data: dict[str, onnx.TensorProto] = {}
-    for value in node.inputs:
-        if value is None:
-            continue
-        proto = _type_proto(value)
-        if proto is None:
-            return  # an input of unknown type: nothing to infer from
-        types[value.name] = proto
-        const = value.const_value
-        if const is not None and const.size <= _SMALL_CONSTANT:
-            data[value.name] = ir.serde.serialize_tensor(const)
-    try:
-        inferred = onnx.shape_inference.infer_node_outputs(
-            schema,
-            ir.serde.serialize_node(node),
-            types,
-            data,
-            opset_imports=[onnx.helper.make_opsetid(node.domain, version)],
-        )
-    except Exception as e:  # inference is a help for autocast, not a check: the checker runs at the end
-        logger.debug("shape inference failed for %s: %s", node.name, e)
-        return
-    for output in node.outputs:
-        proto = inferred.get(output.name)
-        if proto is None or not proto.HasField("tensor_type"):
-            continue
-        tensor_type = proto.tensor_type
-        if tensor_type.elem_type:
-            output.dtype = ir.DataType(tensor_type.elem_type)
-        if tensor_type.HasField("shape"):
-            dims: list[int | str | None] = []
-            for dim in tensor_type.shape.dim:
-                if dim.HasField("dim_value"):
-                    dims.append(dim.dim_value)
-                else:
-                    dims.append(dim.dim_param or None)
-            output.shape = ir.Shape(dims)
