@@ -24,6 +24,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         linalg,
         nn,
         normalization,
+        onnx_ops,
         pooling,
         reduction,
         shape,
@@ -42,6 +43,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         creation,
         indexing,
         shape,
+        onnx_ops,
     ):
         module.register(registry)
     unsupported.register(registry)
