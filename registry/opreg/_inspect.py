@@ -13,7 +13,7 @@ import functools
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from opreg.errors import RegistrationError, SignatureMismatchError
@@ -125,6 +125,68 @@ def used_opsets(function: Any) -> dict[str, set[int | None]]:
 
     visit(code)
     return dict(found)
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    """``code`` and every code object nested in it (inner functions, lambdas, comprehensions)."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_FAST"})
+_ATTRIBUTES = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+
+
+def emitted_ops(function: Any) -> set[tuple[str, int | None, str]]:
+    """Every ``(domain, version, op_type)`` the impl visibly calls.
+
+    A script function's are the nodes of its body (and of the script functions
+    it calls). A trace-only function's are the ``<opset>.<Op>`` expressions in
+    its code (and nested code) whose ``<opset>`` is an ``Opset`` reached from
+    its globals or closure (``op20.Gelu``, ``onnxscript.opset18.Add``); like
+    :func:`used_opsets`, a lint, not the proof.
+    """
+    import dis
+
+    found: set[tuple[str, int | None, str]] = set()
+    if _type_kind(type(function)) == "script":
+        protos = [function.to_function_proto()]
+        protos += [f.to_function_proto() for f in function.function_ir.get_called_functions().values()]
+        for proto in protos:
+            versions = {o.domain: o.version for o in proto.opset_import}
+            found.update((n.domain, versions.get(n.domain), n.op_type) for n in proto.node)
+        return found
+    func = python_function(function)
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return found
+    namespace = dict(getattr(func, "__globals__", {}))
+    cells = dict(zip(code.co_freevars, func.__closure__ or (), strict=False))
+    namespace.update({name: cell.cell_contents for name, cell in cells.items() if _cell_filled(cell)})
+    for each in _codes(code):
+        current: Any = None
+        for instruction in dis.get_instructions(each):
+            if instruction.opname in _LOADS:
+                current = namespace.get(instruction.argval)
+            elif instruction.opname in _ATTRIBUTES and current is not None:
+                if _type_kind(type(current)) == "opset":
+                    found.add((current.domain, current.version, instruction.argval))
+                    current = None
+                else:
+                    current = getattr(current, instruction.argval, None)
+            else:
+                current = None
+    return found
+
+
+def passes_keyword(function: Any, keyword: str) -> bool:
+    """Whether a trace-only impl's code (or nested code) passes ``keyword=`` to some call."""
+    code = getattr(python_function(function), "__code__", None)
+    if code is None:
+        return False
+    return any(isinstance(const, tuple) and keyword in const for each in _codes(code) for const in each.co_consts)
 
 
 def _cell_filled(cell: types.CellType) -> bool:

@@ -34,6 +34,25 @@ def _type_proto(value: ir.Value) -> onnx.TypeProto | None:
     return onnx.helper.make_tensor_type_proto(int(value.dtype), shape)
 
 
+def _serialize(node: ir.Node) -> onnx.NodeProto:
+    """``node`` as a NodeProto, even when it or its values have no name yet (torch.onnx's
+    recorder names them later); the names are restored."""
+    values = [v for v in (*node.inputs, *node.outputs) if v is not None]
+    names = [v.name for v in values]
+    node_name = node.name
+    try:
+        if node_name is None:
+            node.name = ""
+        for index, value in enumerate(values):
+            if value.name is None:
+                value.name = f"value_{index}"
+        return ir.serde.serialize_node(node)
+    finally:
+        node.name = node_name
+        for value, name in zip(values, names, strict=True):
+            value.name = name
+
+
 def infer_node(node: ir.Node, version: int, small_constant: int = 64) -> None:
     """Set the dtype and shape of ``node``'s outputs from ONNX's inference for its op at
     ``version``; constant inputs of up to ``small_constant`` elements are handed to it as
@@ -41,7 +60,7 @@ def infer_node(node: ir.Node, version: int, small_constant: int = 64) -> None:
     schema = op_schema(node.op_type, version, node.domain)
     if schema is None or not schema.has_type_and_shape_inference_function:
         return
-    proto = ir.serde.serialize_node(node)
+    proto = _serialize(node)
     types: dict[str, onnx.TypeProto] = {}
     data: dict[str, onnx.TensorProto] = {}
     for index, value in enumerate(node.inputs):  # named by position: values may have no name yet

@@ -479,6 +479,22 @@ class Registry:
         conflicts = ties[1:] if chosen is not None and ties and ties[0] is chosen else ()
         return Explanation(op, target, tuple(rows), chosen, tuple(conflicts))
 
+    def translation_table(self, target: TargetLike = "onnx") -> Any:
+        """This registry as a ``custom_translation_table`` for ``torch.onnx.export(dynamo=True)``.
+
+        Returns an :class:`opreg.table_out.TranslationTable`, a dict ``{torch op
+        overload: function}`` holding, for every op this registry resolves at
+        ``target`` (without a node), the impl opreg would choose, in a form
+        torch.onnx takes (:mod:`opreg.table_out`). Pass
+        ``opset_version=table.opset_version`` to ``torch.onnx.export``. What
+        torch.onnx cannot take (an impl with a predicate, an op torch has not
+        loaded, ...) is left out, listed in ``table.left_out`` and in one
+        :class:`opreg.table_out.TranslationTableWarning`.
+        """
+        from opreg import table_out
+
+        return table_out.build(self, target)
+
     def conflicts(self, target: TargetLike = "onnx") -> list[Conflict]:
         """Every op whose best unconditional impls tie at ``target``."""
         target = self.target(target)
