@@ -46,7 +46,7 @@ def _attributes(
     pools = {"i": attr_ints, "f": attr_floats, "s": attr_strs}
     decoded: dict[str, object] = {}
     for key, kind, (start, end) in zip(attr_keys, attr_types, attr_pos, strict=True):
-        pool = pools[kind[-1]]
+        pool = pools[kind[0]]
         decoded[key] = list(pool[start:end]) if len(kind) == 2 else pool[start]
     return decoded
 
@@ -243,8 +243,8 @@ def onnx_attention_opset23(
         past_key,
         past_value,
         is_causal=int(is_causal),
-        kv_num_heads=kv_num_heads,
-        q_num_heads=q_num_heads,
+        kv_num_heads=kv_num_heads or None,  # Attention-24 refuses head counts (even 0) with 4-D inputs
+        q_num_heads=q_num_heads or None,
         qk_matmul_output_mode=qk_matmul_output_mode,
         scale=None if scale is None else float(scale),
         softcap=float(softcap),
