@@ -143,13 +143,12 @@ def emitted_ops(function: Any) -> set[tuple[str, int | None, str]]:
     """Every ``(domain, version, op_type)`` the impl visibly calls.
 
     A script function's are the nodes of its body (and of the script functions
-    it calls). A trace-only function's are the ``<opset>.<Op>`` expressions in
-    its code (and nested code) whose ``<opset>`` is an ``Opset`` reached from
-    its globals or closure (``op20.Gelu``, ``onnxscript.opset18.Add``); like
-    :func:`used_opsets`, a lint, not the proof.
+    it calls). A trace-only function's are, in its code (and nested code), the
+    ``<opset>.<Op>`` expressions and ``Op(<opset>, "<Op>")`` calls whose
+    ``<opset>`` is an ``Opset`` reached from its globals or closure
+    (``op20.Gelu``, ``onnxscript.opset18.Add``); like :func:`used_opsets`, a
+    lint, not the proof: ops called in helpers are not seen.
     """
-    import dis
-
     found: set[tuple[str, int | None, str]] = set()
     if _type_kind(type(function)) == "script":
         protos = [function.to_function_proto()]
@@ -166,18 +165,42 @@ def emitted_ops(function: Any) -> set[tuple[str, int | None, str]]:
     cells = dict(zip(code.co_freevars, func.__closure__ or (), strict=False))
     namespace.update({name: cell.cell_contents for name, cell in cells.items() if _cell_filled(cell)})
     for each in _codes(code):
-        current: Any = None
-        for instruction in dis.get_instructions(each):
-            if instruction.opname in _LOADS:
-                current = namespace.get(instruction.argval)
-            elif instruction.opname in _ATTRIBUTES and current is not None:
-                if _type_kind(type(current)) == "opset":
-                    found.add((current.domain, current.version, instruction.argval))
-                    current = None
-                else:
-                    current = getattr(current, instruction.argval, None)
-            else:
+        found |= _ops_in(each, namespace)
+    return found
+
+
+def _ops_in(code: types.CodeType, namespace: dict[str, Any]) -> set[tuple[str, int | None, str]]:
+    import dis
+
+    from onnxscript.values import Op
+
+    found: set[tuple[str, int | None, str]] = set()
+    current: Any = None  # the object the last loads reached
+    op_class = False  # an Op(...) call is being built: its opset, then its name, come next
+    opset: Any = None
+    for instruction in dis.get_instructions(code):
+        name, value = instruction.opname, instruction.argval
+        if name in _LOADS:
+            current = namespace.get(value)
+            if op_class and _type_kind(type(current)) == "opset":
+                opset, op_class, current = current, False, None
+            elif current is Op:
+                op_class, current = True, None
+        elif name in _ATTRIBUTES and current is not None:
+            if _type_kind(type(current)) == "opset":
+                found.add((current.domain, current.version, value))
                 current = None
+            else:
+                current = getattr(current, value, None)
+                if current is Op:
+                    op_class, current = True, None
+        elif name == "LOAD_CONST" and opset is not None and isinstance(value, str):
+            found.add((opset.domain, opset.version, value))
+            opset = None
+        elif name.startswith("CALL"):
+            current, op_class, opset = None, False, None
+        elif name not in ("PUSH_NULL", "PRECALL"):
+            current = None
     return found
 
 
