@@ -31,6 +31,7 @@ from opreg.packset import PackReport, PackSet
 from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
 from opreg.registrar import Registrar, Rejection
 from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
+from opreg.table_out import TranslationTable, TranslationTableWarning
 from opreg.targets import (
     OpsetRequirement,
     Target,
@@ -95,6 +96,8 @@ __all__ = [
     "SaveError",
     "SignatureMismatchError",
     "Target",
+    "TranslationTable",
+    "TranslationTableWarning",
     "UnsupportedOpsError",
     "VerificationError",
     "VersionRange",

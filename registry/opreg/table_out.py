@@ -81,6 +81,9 @@ def build(registry: Registry, target: Any) -> TranslationTable:
         candidates = registry.candidates(op, target)
         if not candidates:
             continue
+        if op.namespace in TORCH_TRANSLATED_NAMESPACES:
+            table.left_out[str(op)] = "torch.onnx translates torch.onnx.ops itself"
+            continue
         chosen = registry.resolve(op, target)
         passed_over = [i for i in candidates[: candidates.index(chosen) if chosen else None] if i.predicate]
         reasons = [
@@ -123,8 +126,6 @@ def torch_overload(op: OpName) -> Any:
 
 def _problem(op: OpName, impl: Impl, overload: Any) -> str | None:
     """Why torch.onnx cannot take ``impl``, or ``None``."""
-    if op.namespace in TORCH_TRANSLATED_NAMESPACES:
-        return "torch.onnx translates torch.onnx.ops itself"
     if overload is None:
         return f"torch has no op {op} loaded (import the library that defines it before building the table)"
     function = impl.function
