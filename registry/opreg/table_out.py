@@ -188,7 +188,10 @@ def torch_callable(impl: Impl, overload: Any) -> Callable[..., Any]:
             named = {k: _int_list(v) if k in int_lists else v for k, v in named.items()}
             if impl.convention == _inspect.TORCH_ONNX:
                 mapped, named = _inspect.torch_convention(mapped, named)
-            return function(*mapped, **named)
+            result = function(*mapped, **named)
+            if isinstance(result, (list, tuple)):
+                return type(result)(_as_value(r) for r in result)
+            return _as_value(result)
 
     translate.opreg_impl = impl  # type: ignore[attr-defined]
     return translate
@@ -224,18 +227,48 @@ def _int_list(value: Any) -> Any:
     return op18.Concat(*parts, axis=0)
 
 
+def _as_value(value: Any) -> Any:
+    """A result opreg's exporter would make a constant (a numpy array, a Python number) as a
+    ``Constant`` node: torch.onnx takes only values."""
+    import numpy as np
+
+    if value is None or _is_value(value):
+        return value
+    from onnxscript.onnx_opset import opset18 as op18
+
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.asarray(value)
+    else:  # Python numbers as onnxscript types them
+        array = np.asarray(value, dtype=np.bool_ if isinstance(value, bool) else None)
+        if array.dtype == np.float64:
+            array = array.astype(np.float32)
+    return op18.Constant(value=_ir_tensor(array))
+
+
+def _ir_tensor(array: Any) -> Any:
+    import onnx_ir as ir
+
+    return ir.tensor(array)
+
+
 def _is_value(value: Any) -> bool:
     import onnx_ir as ir
 
     return isinstance(value, ir.Value)
 
 
+def _is_array(value: Any) -> bool:
+    import numpy as np
+
+    return isinstance(value, (np.ndarray, np.generic))
+
+
 class TypingRecorder:
     """An onnxscript evaluator that has torch.onnx's recorder record each op call, then
     gives the node's outputs the types ONNX infers for them (torch.onnx's recorder leaves
-    them unknown; opreg's impls may read them). It also drops opreg's ``_outputs=`` and
-    gives ``BatchNormalization`` in inference mode the optional outputs torch.onnx's
-    recorder leaves off, as ``None``."""
+    them unknown; opreg's impls may read them). It also drops opreg's ``_outputs=``, makes
+    numpy arguments constants (as opreg's recorder does), and gives ``BatchNormalization``
+    in inference mode the optional outputs torch.onnx's recorder leaves off, as ``None``."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -244,6 +277,7 @@ class TypingRecorder:
         from opreg.node_types import infer_node
 
         kwargs = {k: v for k, v in kwargs.items() if k != "_outputs"}
+        args = [_as_value(a) if _is_array(a) else a for a in args]  # torch.onnx's recorder takes no numpy
         if hasattr(self.inner, "eval"):  # torch.onnx's recorder speaks onnxscript's older interface
             result = self.inner.eval(op.op_schema, args, kwargs)
         else:
