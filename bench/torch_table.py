@@ -20,6 +20,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime
@@ -28,22 +29,28 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import opreg
-from opreg.testing import OpCall
+from opreg.testing import OpCall, Sample, compare_outputs
 from opreg.testing import opinfo as oi
 
 
-def export_and_compare(model: torch.nn.Module, inputs: tuple, table: dict | None, target: int) -> None:
+def export_and_compare(info: Any, sample: Sample, table: dict | None, target: int) -> None:
+    """Export ``info``'s op on ``sample`` with torch.onnx, run it, compare with eager as
+    opreg's harness does (indices by what they pick, uninitialized results by shape)."""
+    model, inputs = OpCall(info.op, [sample]), OpCall.inputs([sample])
     program = torch.onnx.export(
         model, inputs, dynamo=True, custom_translation_table=table, opset_version=target, verbose=False, optimize=False
     )
     session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs, strict=True)})
-    for value, eager in zip(got, model(*inputs), strict=True):
-        expected = eager.detach().numpy()
-        if expected.dtype.kind == "f":
-            np.testing.assert_allclose(value, expected, rtol=1e-3, atol=1e-4)
-        else:
-            np.testing.assert_array_equal(value, expected)
+    got = [torch.from_numpy(np.asarray(value)) for value in got]
+    expected = [t.detach() for t in model(*inputs)]
+    if oi.full_name(info) in oi.UNINITIALIZED:
+        problems = [f"output {i}" for i, (g, e) in enumerate(zip(got, expected, strict=True)) if g.shape != e.shape]
+    else:
+        compare = oi.compare_for(info) or compare_outputs
+        problems = compare(sample, got, expected, 1e-3, 1e-4)
+    if problems:
+        raise AssertionError("; ".join(problems))
 
 
 def root_cause(error: BaseException) -> str:
@@ -77,14 +84,13 @@ def main() -> int:
                 samples += [(info, s) for s in oi.samples(info, torch.float32, limit=options.limit)]
         failure, tried = None, 0
         for info, sample in samples:
-            model, inputs = OpCall(info.op, [sample]), OpCall.inputs([sample])
             try:
-                export_and_compare(model, inputs, None, options.target)
+                export_and_compare(info, sample, None, options.target)
             except Exception:
                 continue  # torch.onnx cannot export the sample on its own
             tried += 1
             try:
-                export_and_compare(model, inputs, {overload: function}, options.target)
+                export_and_compare(info, sample, {overload: function}, options.target)
             except Exception as e:
                 failure = f"{sample.label}: {root_cause(e)}"
                 break
