@@ -107,7 +107,7 @@ def build(registry: Registry, target: Any) -> TranslationTable:
         lines = "\n".join(f"  - {op}: {why}" for op, why in sorted(table.left_out.items()))
         warnings.warn(
             f"{len(table.left_out)} op(s) of the registry are not (or not fully) in the translation table for "
-            f"target {target}; torch.onnx translates them its own way:\n{lines}",
+            f"target {target}; what is not in it, torch.onnx translates its own way:\n{lines}",
             TranslationTableWarning,
             stacklevel=3,
         )
