@@ -14,17 +14,18 @@ limits with the errors torch.onnx gives):
   (torch.onnx translates ``torch.onnx.ops`` itself);
 - a script impl without a return annotation (torch.onnx counts a function's
   outputs from it);
-- an impl that calls an op onnx has no schema for (torch.onnx's recorder needs
-  one; a pack's ``opreg_schemas`` register theirs when the registry is built)
-  or a ``Split`` (torch.onnx's recorder counts its outputs only from
-  ``num_outputs``).
+- a trace-only impl that calls an op onnx has no schema for (torch.onnx's
+  recorder needs one; a pack's ``opreg_schemas`` register theirs when the
+  registry is built).
 
 Script impls go into the table as they are. A trace-only impl goes in wrapped
 (:func:`torch_callable`): torch.onnx passes a node's arguments its own way
 (devices as strings, ``dtype=None`` as ``-1``, symbolic sizes in a list as
 values), and its recorder leaves the values an impl makes untyped; the
 wrapper maps the call onto the impl's parameters as opreg's exporter does, and
-types each node the impl makes with ONNX's inference, as opreg's recorder does.
+records through :class:`TypingRecorder`, which brings what opreg's recorder
+does and torch's does not (types from ONNX's inference, numpy constants,
+``Split`` by sizes).
 
 The table's ai.onnx version is the target's: pass ``opset_version=table.opset_version``
 to ``torch.onnx.export``; a custom domain's version is the one the impls emit.
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
 
 TORCH_TRANSLATED_NAMESPACES = ("onnx", "onnx_symbolic")
 """Namespaces of ``torch.onnx.ops``: torch.onnx translates their ops itself."""
-COUNTED_BY_ATTRIBUTE = frozenset({("", "Split")})
-"""Ops whose number of outputs torch.onnx's recorder takes only from an attribute."""
 
 
 class TranslationTableWarning(UserWarning):
@@ -135,12 +134,9 @@ def _problem(op: OpName, impl: Impl, overload: Any) -> str | None:
             "(without one torch.onnx.export fails with 'ValueError: The number of values and replacements "
             "must match.')"
         )
+    if impl.kind == _inspect.SCRIPT:
+        return None  # torch.onnx records a call of the function and inlines its body
     for domain, version, op_type in sorted(_inspect.emitted_ops(function), key=str):
-        if (domain, op_type) in COUNTED_BY_ATTRIBUTE:
-            return (
-                f"it calls {op_type}, whose outputs torch.onnx's recorder counts only from num_outputs "
-                "('Could not determine the number of outputs for Split. num_outputs must be provided')"
-            )
         if not _has_schema(op_type, version, domain):
             return (
                 f"it calls {domain or 'ai.onnx'}::{op_type}, which onnx has no schema for at version {version}; "
@@ -257,6 +253,31 @@ def _is_value(value: Any) -> bool:
     return isinstance(value, ir.Value)
 
 
+def _split_sizes(op: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[int] | None:
+    """The static sizes of an ai.onnx ``Split`` given sizes (not ``num_outputs``), else ``None``."""
+    if op.name != "Split" or op.opset.domain or kwargs.get("num_outputs") is not None or len(args) < 2:
+        return None
+    sizes = args[1]
+    if sizes is None:
+        return None
+    if _is_value(sizes):
+        sizes = None if sizes.const_value is None else sizes.const_value.numpy().tolist()
+    if isinstance(sizes, (list, tuple)) and all(isinstance(s, int) for s in sizes):
+        return list(sizes)
+    return None
+
+
+def _slices(value: Any, sizes: list[int], axis: int) -> tuple[Any, ...]:
+    """``Split(value, sizes, axis)`` as one ``Slice`` per part."""
+    from onnxscript.onnx_opset import opset18 as op18
+
+    parts, start = [], 0
+    for size in sizes:
+        parts.append(op18.Slice(value, [start], [start + size], [axis]))
+        start += size
+    return tuple(parts)
+
+
 def _is_array(value: Any) -> bool:
     import numpy as np
 
@@ -267,8 +288,10 @@ class TypingRecorder:
     """An onnxscript evaluator that has torch.onnx's recorder record each op call, then
     gives the node's outputs the types ONNX infers for them (torch.onnx's recorder leaves
     them unknown; opreg's impls may read them). It also drops opreg's ``_outputs=``, makes
-    numpy arguments constants (as opreg's recorder does), and gives ``BatchNormalization``
-    in inference mode the optional outputs torch.onnx's recorder leaves off, as ``None``."""
+    numpy arguments constants (as opreg's recorder does), emits a ``Split`` by static sizes
+    as ``Slice`` s (torch.onnx's recorder counts Split's outputs only from ``num_outputs``),
+    and gives ``BatchNormalization`` in inference mode the optional outputs torch.onnx's
+    recorder leaves off, as ``None``."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -278,6 +301,9 @@ class TypingRecorder:
 
         kwargs = {k: v for k, v in kwargs.items() if k != "_outputs"}
         args = [_as_value(a) if _is_array(a) else a for a in args]  # torch.onnx's recorder takes no numpy
+        sizes = _split_sizes(op, args, kwargs)
+        if sizes is not None:  # torch.onnx's recorder counts Split's outputs only from num_outputs
+            return _slices(args[0], sizes, kwargs.get("axis", 0))
         if hasattr(self.inner, "eval"):  # torch.onnx's recorder speaks onnxscript's older interface
             result = self.inner.eval(op.op_schema, args, kwargs)
         else:
