@@ -198,6 +198,26 @@ def test_models_using_an_installed_table_export_and_verify(library, target):
     program.verify(*args)
 
 
+def test_an_installed_table_goes_back_out_to_torch_onnx(library):
+    """Both directions on a table opreg did not write: in as a pack, out as a table torch.onnx takes."""
+    import warnings
+
+    import onnxruntime
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = build_registry().translation_table(18)
+        args = _inputs()
+        program = torch.onnx.export(
+            Boxes(), args, dynamo=True, custom_translation_table=table, opset_version=18, verbose=False
+        )
+    assert table.impls["opreg_tables::clip_boxes.default"].pack == "tables"
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {i.name: a.numpy() for i, a in zip(session.get_inputs(), args, strict=True)})
+    for value, expected in zip(got, Boxes()(*args), strict=True):
+        np.testing.assert_allclose(value, expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_a_list_calls_the_first_function_whose_annotations_accept_the_inputs(library):
     class Double(torch.nn.Module):
         def forward(self, x):
