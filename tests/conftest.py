@@ -23,8 +23,10 @@ def write_pack(
     dist: str | None = None,
     version: str = "0.1",
     header: str = "import opreg\nOPREG_API_VERSION = 1\n",
+    attr: str | None = None,
 ) -> str:
-    """Write a distribution with one module and an ``opreg.plugins`` entry point.
+    """Write a distribution with one module and an ``opreg.plugins`` entry point
+    (naming the module, or its attribute ``attr``).
 
     Returns the (unique) module name. The module text is ``header`` + ``body``.
     """
@@ -35,7 +37,8 @@ def write_pack(
     info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(f"[opreg.plugins]\n{name} = {module}\n")
+    target = f"{module}:{attr}" if attr else module
+    (info / "entry_points.txt").write_text(f"[opreg.plugins]\n{name} = {target}\n")
     return module
 
 

@@ -25,7 +25,9 @@ def _skip_norm(op, x, skip, scale, bias):
 def opreg_rewrite_rules(target):
     from onnxscript.rewriter import pattern  # here, not at import: the rewriter imports torch
 
-    return [pattern.RewriteRule(_add_norm, _skip_norm, _same_shape, name="SkipNorm")] if target.get("com.microsoft") == 1 else []
+    if target.get("com.microsoft") != 1:
+        return []
+    return [pattern.RewriteRule(_add_norm, _skip_norm, _same_shape, name="SkipNorm")]
 """
 
 ALWAYS = """

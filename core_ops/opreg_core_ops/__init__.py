@@ -26,6 +26,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         joining,
         linalg,
         normalization,
+        onnx_ops,
         padding,
         pooling,
         reduction,
@@ -50,6 +51,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         indexing,
         joining,
         shape,
+        onnx_ops,
     ):
         module.register(registry)
     unsupported.register(registry)

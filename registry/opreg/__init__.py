@@ -6,7 +6,7 @@ a registry is first needed.
 
 from __future__ import annotations
 
-from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export
+from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_translation_table
 from opreg.errors import (
     ExportError,
     FrozenRegistryError,
@@ -32,6 +32,7 @@ from opreg.packset import PackReport, PackSet
 from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
 from opreg.registrar import Registrar, Rejection
 from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
+from opreg.table_out import TranslationTable, TranslationTableWarning
 from opreg.targets import (
     OpsetRequirement,
     Target,
@@ -98,6 +99,8 @@ __all__ = [
     "SaveError",
     "SignatureMismatchError",
     "Target",
+    "TranslationTable",
+    "TranslationTableWarning",
     "UnsupportedOpsError",
     "VerificationError",
     "VersionRange",
@@ -109,4 +112,5 @@ __all__ = [
     "newest_onnxruntime_opset",
     "newest_supported_opset",
     "onnx_opset_range",
+    "pack_from_translation_table",
 ]

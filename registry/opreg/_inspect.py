@@ -13,7 +13,7 @@ import functools
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from opreg.errors import RegistrationError, SignatureMismatchError
@@ -22,6 +22,12 @@ from opreg.targets import ONNX_DOMAIN
 
 SCRIPT = "script"
 TRACE = "trace"
+OPREG = "opreg"
+"""Calling convention of impls written for opreg: see CONTRIBUTING.md, "How the exporter calls an impl"."""
+TORCH_ONNX = "torch.onnx"
+"""Calling convention of functions written for torch.onnx (a ``custom_translation_table``, the
+tutorials' ``register_op``): device, layout and memory format as strings, a ``dtype``
+keyword left at ``None`` as ``-1``, as torch.onnx passes them (:func:`torch_convention`)."""
 
 _ATTRIBUTE_TYPES = (int, float, str, bool)
 _ONNXSCRIPT_DEFAULT_DOMAIN = "this"  # what onnxscript.script() names a function's domain unless told
@@ -151,6 +157,91 @@ def _read_by(func: Any) -> list[tuple[str, Any]]:
                 found.extend((f"{name}.{attr}", attrs[attr]) for attr in sorted(names) if attr in attrs)
         codes.extend(const for const in code_obj.co_consts if isinstance(const, types.CodeType))
     return found
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    """``code`` and every code object nested in it (inner functions, lambdas, comprehensions)."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_FAST"})
+_ATTRIBUTES = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+
+
+def emitted_ops(function: Any) -> set[tuple[str, int | None, str]]:
+    """Every ``(domain, version, op_type)`` the impl visibly calls.
+
+    A script function's are the nodes of its body (and of the script functions
+    it calls). A trace-only function's are, in its code (and nested code), the
+    ``<opset>.<Op>`` expressions and ``Op(<opset>, "<Op>")`` calls whose
+    ``<opset>`` is an ``Opset`` reached from its globals or closure
+    (``op20.Gelu``, ``onnxscript.opset18.Add``); like :func:`used_opsets`, a
+    lint, not the proof: ops called in helpers are not seen.
+    """
+    found: set[tuple[str, int | None, str]] = set()
+    if _type_kind(type(function)) == "script":
+        protos = [function.to_function_proto()]
+        protos += [f.to_function_proto() for f in function.function_ir.get_called_functions().values()]
+        for proto in protos:
+            versions = {o.domain: o.version for o in proto.opset_import}
+            found.update((n.domain, versions.get(n.domain), n.op_type) for n in proto.node)
+        return found
+    func = python_function(function)
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return found
+    namespace = dict(getattr(func, "__globals__", {}))
+    cells = dict(zip(code.co_freevars, func.__closure__ or (), strict=False))
+    namespace.update({name: cell.cell_contents for name, cell in cells.items() if _cell_filled(cell)})
+    for each in _codes(code):
+        found |= _ops_in(each, namespace)
+    return found
+
+
+def _ops_in(code: types.CodeType, namespace: dict[str, Any]) -> set[tuple[str, int | None, str]]:
+    import dis
+
+    from onnxscript.values import Op
+
+    found: set[tuple[str, int | None, str]] = set()
+    current: Any = None  # the object the last loads reached
+    op_class = False  # an Op(...) call is being built: its opset, then its name, come next
+    opset: Any = None
+    for instruction in dis.get_instructions(code):
+        name, value = instruction.opname, instruction.argval
+        if name in _LOADS:
+            current = namespace.get(value)
+            if op_class and _type_kind(type(current)) == "opset":
+                opset, op_class, current = current, False, None
+            elif current is Op:
+                op_class, current = True, None
+        elif name in _ATTRIBUTES and current is not None:
+            if _type_kind(type(current)) == "opset":
+                found.add((current.domain, current.version, value))
+                current = None
+            else:
+                current = getattr(current, value, None)
+                if current is Op:
+                    op_class, current = True, None
+        elif name == "LOAD_CONST" and opset is not None and isinstance(value, str):
+            found.add((opset.domain, opset.version, value))
+            opset = None
+        elif name.startswith("CALL"):
+            current, op_class, opset = None, False, None
+        elif name not in ("PUSH_NULL", "PRECALL"):
+            current = None
+    return found
+
+
+def passes_keyword(function: Any, keyword: str) -> bool:
+    """Whether a trace-only impl's code (or nested code) passes ``keyword=`` to some call."""
+    code = getattr(python_function(function), "__code__", None)
+    if code is None:
+        return False
+    return any(isinstance(const, tuple) and keyword in const for each in _codes(code) for const in each.co_consts)
 
 
 def _cell_filled(cell: types.CellType) -> bool:
@@ -287,7 +378,7 @@ def _element_type(jit_type: Any, *wrappers: type) -> Any:
     return jit_type
 
 
-def check_signature(op: OpName, function: Any, schema: Any, read: Params) -> None:
+def check_signature(op: OpName, function: Any, schema: Any, read: Params, *, torch_function: bool = False) -> None:
     """Raise :class:`SignatureMismatchError` if ``function`` cannot take ``op``'s arguments.
 
     Schema arguments map to impl parameters by position. Tensor inputs may be
@@ -295,7 +386,13 @@ def check_signature(op: OpName, function: Any, schema: Any, read: Params) -> Non
     schema's names because nodes pass them by keyword, and need a type
     annotation so onnxscript treats them as attributes. Trailing schema
     arguments with defaults may be left out; extra impl parameters need defaults.
+
+    A ``torch_function`` (written for torch.onnx) is held to what torch.onnx
+    needs of it: a trace-only one is called with Python values, so its
+    attributes need no annotation, and only keyword-only attributes must keep
+    the schema's names (the others are passed by position).
     """
+    trace_only = torch_function and impl_kind(function) == TRACE
     params, variadic = read.params, read.variadic
     arguments = [a for a in schema.arguments if not a.is_out]
 
@@ -318,12 +415,12 @@ def check_signature(op: OpName, function: Any, schema: Any, read: Params) -> Non
                 f"parameter {param.text!r} is annotated as an attribute but argument {arg.name!r} is a {arg.type}",
                 "Annotate it with a tensor type (or leave it unannotated).",
             )
-        if kind == "attribute" and not param.annotated:
+        if kind == "attribute" and not param.annotated and not trace_only:
             raise fail(
                 f"attribute {param.name!r} has no type annotation, so onnxscript would take it as a tensor input",
                 f"Annotate it, e.g. `{arg.name}: {_python_type_hint(arg)}`.",
             )
-        if kind != "tensor" and param.attribute and param.name != arg.name:
+        if kind != "tensor" and param.attribute and param.name != arg.name and (arg.kwarg_only or not torch_function):
             raise fail(
                 f"attribute {param.name!r} is in the place of argument {arg.name!r}",
                 f"Name it {arg.name!r}: nodes pass attributes by the schema's names.",
@@ -355,6 +452,116 @@ def _python_type_hint(arg: Any) -> str:
     if isinstance(unwrapped, torch.ListType):
         hint = f"Sequence[{hint}]"
     return f"{hint} | None" if isinstance(arg.type, torch.OptionalType) else hint
+
+
+# -- calling an impl ---------------------------------------------------------------
+
+_IGNORABLE_KINDS = frozenset({"DeviceObjType", "LayoutType", "MemoryFormatType"})
+"""Argument types that say nothing about the result's values; dropped when an
+impl has no parameter for them."""
+_INT_KINDS = frozenset({"IntType", "SymIntType"})
+
+
+class ArgumentsNotCovered(Exception):
+    """A call passes an argument the impl has no parameter for (and that is not its default)."""
+
+
+def _kind(arg_type: Any) -> str:
+    """The kind of a schema argument's type, through ``Optional``."""
+    kind = arg_type.kind()
+    return arg_type.getElementType().kind() if kind == "OptionalType" else kind
+
+
+def _is_int_list(arg_type: Any) -> bool:
+    if arg_type.kind() == "OptionalType":
+        arg_type = arg_type.getElementType()
+    return arg_type.kind() == "ListType" and arg_type.getElementType().kind() in _INT_KINDS
+
+
+def _same(value: Any, default: Any) -> bool:
+    try:
+        return bool(value == default)
+    except Exception:
+        return False
+
+
+def map_arguments(
+    schema: Any, given_args: Any, given_kwargs: Any, params: Params | None
+) -> tuple[list[Any], dict[str, Any], set[int | str]]:
+    """Map a call of a torch op (``given_args``/``given_kwargs``, as an FX node or torch.onnx
+    holds them) onto an impl's parameters: ``(args, kwargs, int_lists)``, ``int_lists``
+    being the positions (and keyword names) of ``int[]`` arguments.
+
+    Schema arguments map to parameters by position (the registry checked the
+    signature). Arguments the call leaves out are left out (the impl's
+    defaults apply) unless a later one is given; arguments past the impl's
+    parameters must be their defaults, or of a type that does not change the
+    values (device, layout, memory format), else :class:`ArgumentsNotCovered`.
+    """
+    arguments = [a for a in schema.arguments if not a.is_out]
+    given: dict[str, Any] = {}
+    for arg, value in zip(arguments, given_args, strict=False):
+        given[arg.name] = value
+    given.update(given_kwargs)
+    if params is None or params.variadic:
+        width = len(arguments)
+        keyword_only: set[int] = set()
+        names = [a.name for a in arguments]
+    else:
+        width = min(len(params.params), len(arguments))
+        keyword_only = {i for i, p in enumerate(params.params[:width]) if p.keyword_only}
+        names = [p.name for p in params.params[:width]]
+
+    for arg in arguments[width:]:
+        if arg.name not in given:
+            continue
+        value = given[arg.name]
+        if _kind(arg.type) in _IGNORABLE_KINDS or arg.name == "pin_memory":
+            continue
+        if arg.has_default_value() and _same(value, arg.default_value):
+            continue
+        raise ArgumentsNotCovered(f"it has no parameter for argument {arg.name}={value!r}")
+
+    last = max((i for i, a in enumerate(arguments[:width]) if a.name in given), default=-1)
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    int_lists: set[int | str] = set()
+    for i, arg in enumerate(arguments[: last + 1]):
+        if arg.name in given:
+            value = given[arg.name]
+        elif arg.has_default_value():
+            value = arg.default_value
+        else:
+            raise ArgumentsNotCovered(f"argument {arg.name} is missing")
+        if i in keyword_only or arg.kwarg_only:
+            if arg.name not in given:
+                continue
+            kwargs[names[i]] = value
+            if _is_int_list(arg.type):
+                int_lists.add(names[i])
+        else:
+            if _is_int_list(arg.type):
+                int_lists.add(len(args))
+            args.append(value)
+    return args, kwargs, int_lists
+
+
+_STRING_VALUED = ("device", "layout", "memory_format")
+
+
+def torch_convention(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """Arguments as torch.onnx passes them to a translation function: torch devices, layouts
+    and memory formats as their strings, and a ``dtype`` keyword left at ``None`` as ``-1``."""
+
+    def convert(value: Any) -> Any:
+        if type(value).__name__ in _STRING_VALUED and type(value).__module__ == "torch":
+            return str(value)
+        return value
+
+    converted = {key: convert(value) for key, value in kwargs.items()}
+    if "dtype" in converted and converted["dtype"] is None:
+        converted["dtype"] = -1
+    return [convert(a) for a in args], converted
 
 
 def lint_unannotated_attributes(function: Any, read: Params) -> None:

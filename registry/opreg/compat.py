@@ -18,10 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from opreg.errors import OpsetConflictError
+from opreg import table_in
+from opreg.errors import OpsetConflictError, RegistrationError
 from opreg.opname import OpName
-from opreg.plugins import default_registry
-from opreg.registry import Impl, Registry
+from opreg.plugins import default_registry, table_profile
+from opreg.registrar import Registrar
+from opreg.registry import USER_PACK, Impl, Registry
 from opreg.targets import Target
 
 TUTORIAL_INLINE_LIMIT = 3
@@ -47,9 +49,13 @@ class OnnxRegistry:
         """Use ``function`` (an onnxscript function) for ``namespace::op_name.overload``.
 
         It overrides every pack's impl of that op; its opset versions are read
-        from the function. Returns the registered :class:`opreg.Impl`.
+        from the function, and it is taken and called as torch.onnx takes and
+        calls it (:func:`opreg.table_in.torch_impl`, the path a
+        ``custom_translation_table`` takes too). Returns the registered
+        :class:`opreg.Impl`.
         """
-        impl = self.registry.register(self._name(namespace, op_name, overload), function)
+        impl = table_in.torch_impl(self._name(namespace, op_name, overload), function, pack=USER_PACK, override=True)
+        self.registry.add(impl)
         self._registered.append(impl)
         return impl
 
@@ -119,3 +125,46 @@ def dynamo_export(model: Any, /, *model_args: Any, export_options: ExportOptions
         registry=onnx_registry.registry,
         inline=TUTORIAL_INLINE_LIMIT,
     )
+
+
+def pack_from_translation_table(
+    name: str,
+    table: Any,
+    *,
+    opsets: table_in.OpsetsLike = None,
+    priority: int = 0,
+    registry: Registry | None = None,
+) -> Registry:
+    """A ``custom_translation_table`` (``{torch op: function}``, as ``torch.onnx.export(dynamo=True,
+    custom_translation_table=...)`` takes it) as pack ``name``.
+
+    Returns a new, unfrozen copy of ``registry`` (default: :func:`opreg.default_registry`)
+    with the table's functions registered as pack ``name``'s impls. They are
+    not user overrides: they rank by ``priority`` and opset requirement like
+    any pack's impls, and where one ties with another pack's impl (the core
+    pack's, say) the copy prefers pack ``name`` (pass ``priority=1`` to win
+    over newer-opset impls too). Each function's opset requirement is read from
+    the function unless ``opsets`` declares it (``{"": 18, "mylib.ops": 1}``).
+    If the table's functions emit custom domains, the copy has a target
+    profile ``name`` (the ``onnx`` profile plus those domains), when ``name``
+    is an identifier and free.
+
+    Keys may be op overloads, op packets (each overload the function fits) or
+    op names; values a function or a list of functions (see
+    :mod:`opreg.table_in`). Raises :class:`opreg.RegistrationError` listing
+    every entry opreg cannot take.
+    """
+    base = registry if registry is not None else default_registry()
+    registrar = Registrar(name)
+    impls = registrar.register_translation_table(table, opsets=opsets, priority=priority)
+    if registrar.rejected:
+        lines = "; ".join(f"{r.op} ({r.function}): {r.error}" for r in registrar.rejected)
+        raise RegistrationError(f"{len(registrar.rejected)} entry(ies) of table {name!r} cannot be used: {lines}")
+    result = base.copy()
+    result.add(*impls)
+    for op in sorted({impl.op for impl in impls}):
+        result.prefer(op, name)
+    profile = table_profile(impls)
+    if profile and name.isidentifier() and name not in result.profiles:
+        result.add_profile(name, profile, pack=name)
+    return result

@@ -48,9 +48,11 @@ def opreg_register_ops(registry: Registrar) -> None:
 
     :param registry: the pack's :class:`opreg.Registrar`: call
         ``registry.register(op, function, opset=..., domains=..., priority=...,
-        predicate=...)`` once per impl, and ``registry.mark_unsupported(op,
-        reason)`` for ops the pack deliberately leaves out. opreg fills in the
-        pack's name.
+        predicate=...)`` once per impl (or
+        ``registry.register_translation_table(table)`` for a
+        ``custom_translation_table`` written for torch.onnx), and
+        ``registry.mark_unsupported(op, reason)`` for ops the pack deliberately
+        leaves out. opreg fills in the pack's name.
     :return: nothing. An impl that fails validation is rejected and reported
         (the rest of the pack still loads); if every impl is rejected, or the
         hook raises, the pack is left out.

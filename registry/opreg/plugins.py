@@ -43,6 +43,9 @@ SUPPORTED_API_VERSIONS = frozenset({1})
 SLOW_IMPORT_SECONDS = 1.0
 """A pack whose entry point takes longer to import is reported as slow: every process
 that builds a registry pays it (defer heavy imports into the hooks)."""
+TABLE_ATTRIBUTE = "OPREG_TRANSLATION_TABLE"
+"""A pack module may define a ``custom_translation_table`` under this name; its functions
+are registered before the module's ``opreg_register_ops`` hook runs."""
 
 
 def hook_names() -> tuple[str, ...]:
@@ -245,6 +248,8 @@ def _load_one(pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport)
     except Exception as e:
         return failed(f"import of {ep.value} failed: {type(e).__name__}: {e}", error=e)
     imported = time.perf_counter() - started
+    if isinstance(obj, Mapping):  # the entry point names a custom_translation_table
+        return _load_table(pm, found, base, obj, imported)
 
     problem = _incompatibility(obj)
     if problem is not None:
@@ -270,8 +275,12 @@ def _load_one(pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport)
         hook = "opreg_schemas"
         for result in _call_one(pm, obj, hook):
             loaded.schemas.extend(result or ())
-        hook = "opreg_register_ops"
         registrar = Registrar(ep.name)
+        table = getattr(obj, TABLE_ATTRIBUTE, None)
+        if table is not None:
+            hook = TABLE_ATTRIBUTE
+            registrar.register_translation_table(table)
+        hook = "opreg_register_ops"
         _call_one(pm, obj, hook, registry=registrar)
     except Exception as e:
         pm.unregister(obj)
@@ -279,6 +288,51 @@ def _load_one(pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport)
     loaded.registrar = registrar
     loaded.report = dataclasses.replace(base, seconds=imported)
     return loaded
+
+
+class TablePack:
+    """What pluggy holds for a pack whose entry point names a ``custom_translation_table``:
+    no hooks, only the table's impls."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<translation table pack {self.name!r}>"
+
+
+def _load_table(
+    pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport, table: Mapping, imported: float
+) -> _Loaded:
+    """A pack that is a ``custom_translation_table``: its functions, and a target profile named
+    after it when they emit custom domains (see :func:`table_profile`)."""
+    name = found.name
+    registrar = Registrar(name)
+    try:
+        registrar.register_translation_table(table)
+    except Exception as e:  # the table cannot be read at all
+        reason = f"translation table {found.entry_point.value}: {type(e).__name__}: {e}"
+        _warn_once(name, reason, e)
+        return _Loaded(dataclasses.replace(base, status=FAILED, reason=reason))
+    plugin = TablePack(name)
+    pm.register(plugin, name=name)
+    profile = table_profile(registrar.impls)
+    profiles = {name: profile} if profile and name.isidentifier() else {}
+    report = dataclasses.replace(base, seconds=imported)
+    return _Loaded(report, plugin=plugin, registrar=registrar, profiles=profiles)
+
+
+def table_profile(impls: Iterable[Impl]) -> dict[str, int] | None:
+    """The target profile a table's impls need: the ``onnx`` profile plus every custom
+    domain they emit, at the newest minimum any of them declares; ``None`` when they
+    emit no custom domain."""
+    domains: dict[str, int] = {}
+    for impl in impls:
+        for domain, versions in impl.requirement.domains:
+            domains[domain] = max(domains.get(domain, 0), versions.min)
+    if not domains:
+        return None
+    return {**BUILTIN_PROFILES["onnx"], **domains}
 
 
 def _settle(loaded: _Loaded, taken_profiles: Mapping[str, str]) -> tuple[PackReport, list[tuple[str, dict, str]]]:
@@ -492,4 +546,5 @@ __all__ = [
     "hook_names",
     "pack_conflicts",
     "require_installed",
+    "table_profile",
 ]

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from opreg import table_in
+from opreg.errors import RegistrationError
 from opreg.opname import OpName
 from opreg.registry import Impl, Predicate, build_impl, impl_name
 from opreg.targets import VersionRangeLike
@@ -79,12 +81,56 @@ class Registrar:
                 predicate=predicate, pack=self.pack, override=False,
             )  # fmt: skip
         except Exception as e:  # a pack's mistake must not break the build
-            name = impl_name(function)
-            self.rejected.append(Rejection(str(op), name, f"{type(e).__name__}: {e}"))
-            logger.warning("pack %r: impl %s for %s rejected: %s", self.pack, name, op, e)
+            self._reject(op, function, e)
             return None
         self.impls.append(impl)
         return impl
+
+    def register_translation_table(
+        self, table: Any, *, opsets: table_in.OpsetsLike = None, priority: int = 0
+    ) -> list[Impl]:
+        """Register every function of a ``custom_translation_table`` (``{torch op: function}``
+        as ``torch.onnx.export(dynamo=True)`` takes it; see :mod:`opreg.table_in`).
+
+        Each function's opset requirement is read from the function unless
+        ``opsets`` declares it (``{"": 18, "com.microsoft": 1}``); ``priority``
+        ranks them against other packs' impls. Returns the impls accepted; the
+        others are rejected and reported like any impl. An op packet covers
+        each overload whose schema the function fits (it is rejected only if
+        it fits none).
+        """
+        accepted: list[Impl] = []
+        packets: dict[str, tuple[Any, list[Exception], int]] = {}  # key -> (function, errors, accepted)
+        for entry in table_in.entries(table):
+            if entry.op is None:
+                self._reject(entry.key, entry.function, RegistrationError(entry.error))
+                continue
+            try:
+                impl = table_in.torch_impl(
+                    entry.op, entry.function, opsets=opsets, priority=priority, pack=self.pack, override=False
+                )
+            except Exception as e:
+                if not entry.from_packet:
+                    self._reject(entry.op, entry.function, e)
+                    continue
+                impl = None
+                error: list[Exception] = [e]
+            else:
+                accepted.append(impl)
+                error = []
+            if entry.from_packet:
+                function, errors, count = packets.get(entry.key, (entry.function, [], 0))
+                packets[entry.key] = (function, errors + error, count + (impl is not None))
+        for key, (function, errors, count) in packets.items():
+            if not count and errors:  # the function fits none of the packet's overloads
+                self._reject(key, function, errors[0])
+        self.impls.extend(accepted)
+        return accepted
+
+    def _reject(self, op: Any, function: Any, error: Exception) -> None:
+        name = impl_name(function[0] if isinstance(function, (list, tuple)) and function else function)
+        self.rejected.append(Rejection(str(op), name, f"{type(error).__name__}: {error}"))
+        logger.warning("pack %r: impl %s for %s rejected: %s", self.pack, name, op, error)
 
     def mark_unsupported(self, op: Any, reason: str) -> None:
         """Declare that this pack deliberately has no impl for ``op``, and why

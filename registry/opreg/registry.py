@@ -71,6 +71,10 @@ class Impl:
         schema_checked: whether its signature was checked against torch's schema.
         params: the function's parameters as read at registration (the
             exporter maps a node's arguments onto them).
+        convention: how the exporter passes a node's arguments: ``"opreg"``, or
+            ``"torch.onnx"`` for a function written for torch.onnx (a
+            ``custom_translation_table`` value, the tutorials' ``register_op``),
+            which gets them as torch.onnx passes them.
     """
 
     op: OpName
@@ -84,6 +88,7 @@ class Impl:
     name: str = ""
     schema_checked: bool = False
     params: _inspect.Params | None = dataclasses.field(default=None, compare=False, repr=False)
+    convention: str = _inspect.OPREG
 
     def __post_init__(self) -> None:
         if not isinstance(self.op, OpName):
@@ -96,6 +101,8 @@ class Impl:
             raise RegistrationError(f"predicate of impl for {self.op} must be callable, got {self.predicate!r}")
         if self.kind not in (_inspect.SCRIPT, _inspect.TRACE):
             raise RegistrationError(f"impl kind must be 'script' or 'trace', got {self.kind!r}")
+        if self.convention not in (_inspect.OPREG, _inspect.TORCH_ONNX):
+            raise RegistrationError(f"impl convention must be 'opreg' or 'torch.onnx', got {self.convention!r}")
 
     @property
     def label(self) -> str:
@@ -281,6 +288,15 @@ class Registry:
             predicate=predicate, pack=USER_PACK, override=True,
         )  # fmt: skip
         return self._store(impl)
+
+    def add(self, *impls: Impl) -> None:
+        """Add impls already built (:func:`build_impl`, :func:`opreg.table_in.torch_impl`), under
+        the pack and with the override flag they carry."""
+        self._check_mutable()
+        for impl in impls:
+            if not isinstance(impl, Impl):
+                raise RegistrationError(f"Registry.add takes opreg.Impl objects, got {impl!r}")
+            self._store(impl)
 
     def add_profile(self, name: str, versions: Mapping[str, int], *, pack: str = USER_PACK) -> None:
         """Add the named target profile ``name``; a name already taken is an error."""
@@ -480,6 +496,22 @@ class Registry:
         conflicts = ties[1:] if chosen is not None and ties and ties[0] is chosen else ()
         return Explanation(op, target, tuple(rows), chosen, tuple(conflicts))
 
+    def translation_table(self, target: TargetLike = "onnx") -> Any:
+        """This registry as a ``custom_translation_table`` for ``torch.onnx.export(dynamo=True)``.
+
+        Returns an :class:`opreg.table_out.TranslationTable`, a dict ``{torch op
+        overload: function}`` holding, for every op this registry resolves at
+        ``target`` (without a node), the impl opreg would choose, in a form
+        torch.onnx takes (:mod:`opreg.table_out`). Pass
+        ``opset_version=table.opset_version`` to ``torch.onnx.export``. What
+        torch.onnx cannot take (an impl with a predicate, an op torch has not
+        loaded, ...) is left out, listed in ``table.left_out`` and in one
+        :class:`opreg.table_out.TranslationTableWarning`.
+        """
+        from opreg import table_out
+
+        return table_out.build(self, target)
+
     def conflicts(self, target: TargetLike = "onnx") -> list[Conflict]:
         """Every op whose best unconditional impls tie at ``target``."""
         target = self.target(target)
@@ -532,8 +564,15 @@ def build_impl(
     predicate: Predicate | None,
     pack: str,
     override: bool,
+    torch_function: bool = False,
 ) -> Impl:
-    """Validate and describe one impl; raise :class:`RegistrationError` on any problem."""
+    """Validate and describe one impl; raise :class:`RegistrationError` on any problem.
+
+    ``torch_function``: ``function`` was written for torch.onnx; it is checked
+    for what torch.onnx needs of it (see :func:`opreg._inspect.check_signature`)
+    and called as torch.onnx calls it. :func:`opreg.table_in.torch_impl` is the
+    way in for such functions.
+    """
     op = OpName.of(op)
     if not callable(function):
         raise RegistrationError(
@@ -547,8 +586,8 @@ def build_impl(
     schema = _inspect.torch_schema(op)
     params = _inspect.read_params(function)
     if schema is not None:
-        _inspect.check_signature(op, function, schema, params)
-    else:
+        _inspect.check_signature(op, function, schema, params, torch_function=torch_function)
+    elif not (torch_function and kind == _inspect.TRACE):
         _inspect.lint_unannotated_attributes(function, params)
 
     return Impl(
@@ -563,6 +602,7 @@ def build_impl(
         name=impl_name(function),
         schema_checked=schema is not None,
         params=params,
+        convention=_inspect.TORCH_ONNX if torch_function else _inspect.OPREG,
     )
 
 

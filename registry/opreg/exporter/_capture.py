@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -29,7 +30,8 @@ def capture(
         args = (args,)
     check_dynamic_shapes(model, args, kwargs, dynamic_shapes)
     try:
-        return torch.export.export(model, args, dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False)
+        with onnx_exporting():
+            return torch.export.export(model, args, dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:
         raise ExportError(
             f"torch.export could not capture {type(model).__name__}: {first_lines(e)}\n"
@@ -37,6 +39,24 @@ def capture(
             "traceback is the chained exception, or `--debug` on the command line; what torch.export "
             "supports: https://pytorch.org/docs/stable/export.html)."
         ) from e
+
+
+@contextlib.contextmanager
+def onnx_exporting() -> Iterator[None]:
+    """``torch.onnx.is_in_onnx_export()`` is true inside, as during ``torch.onnx.export``:
+    models take their ONNX path there (``torch.onnx.ops.symbolic`` in place of eager code).
+    torch keeps the flag in a private module; without it, nothing is set."""
+    try:
+        from torch.onnx._internal.exporter import _flags
+    except ImportError:  # another torch: the flag lives elsewhere
+        yield
+        return
+    previous = getattr(_flags, "_is_onnx_exporting", False)
+    _flags._is_onnx_exporting = True
+    try:
+        yield
+    finally:
+        _flags._is_onnx_exporting = previous
 
 
 def first_lines(error: BaseException, lines: int = 12) -> str:

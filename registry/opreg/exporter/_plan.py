@@ -12,16 +12,12 @@ from typing import Any
 
 import torch
 
+from opreg._inspect import TORCH_ONNX, ArgumentsNotCovered, map_arguments, torch_convention
 from opreg.errors import UnsupportedOpsError
 from opreg.exporter import _nodes
 from opreg.opname import OpName
 from opreg.registry import Impl, Registry
 from opreg.targets import Target
-
-_IGNORABLE_KINDS = frozenset({"DeviceObjType", "LayoutType", "MemoryFormatType"})
-"""Argument types that say nothing about the result's values; dropped when an
-impl has no parameter for them."""
-_INT_KINDS = frozenset({"IntType", "SymIntType"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,79 +152,14 @@ def _unsupported(
     return UnsupportedOpsError("\n".join(lines), tuple(entries))
 
 
-def _kind(arg_type: Any) -> str:
-    """The kind of a schema argument's type, through ``Optional``."""
-    kind = arg_type.kind()
-    return arg_type.getElementType().kind() if kind == "OptionalType" else kind
-
-
-def _is_int_list(arg_type: Any) -> bool:
-    if arg_type.kind() == "OptionalType":
-        arg_type = arg_type.getElementType()
-    return arg_type.kind() == "ListType" and arg_type.getElementType().kind() in _INT_KINDS
-
-
 def plan_call(node: torch.fx.Node, impl: Impl) -> Call:
-    """Map the node's arguments onto the impl's parameters.
-
-    Schema arguments map to parameters by position (the registry checked the
-    signature). Arguments the node leaves out are left out (the impl's
-    defaults apply) unless a later one is given; arguments past the impl's
-    parameters must be their defaults, or of a type that does not change the
-    values (device, layout, memory format).
-    """
-    schema = node.target._schema
-    arguments = [a for a in schema.arguments if not a.is_out]
-    given: dict[str, Any] = {}
-    for arg, value in zip(arguments, node.args, strict=False):
-        given[arg.name] = value
-    given.update(node.kwargs)
-    params = impl.params
-    if params is None or params.variadic:
-        width = len(arguments)
-        keyword_only: set[int] = set()
-        names = [a.name for a in arguments]
-    else:
-        width = min(len(params.params), len(arguments))
-        keyword_only = {i for i, p in enumerate(params.params[:width]) if p.keyword_only}
-        names = [p.name for p in params.params[:width]]
-
-    for arg in arguments[width:]:
-        if arg.name not in given:
-            continue
-        value = given[arg.name]
-        if _kind(arg.type) in _IGNORABLE_KINDS or arg.name == "pin_memory":
-            continue
-        if arg.has_default_value() and _same(value, arg.default_value):
-            continue
-        raise _NotCovered(f"it has no parameter for argument {arg.name}={value!r}")
-
-    last = max((i for i, a in enumerate(arguments[:width]) if a.name in given), default=-1)
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    int_lists: set[int | str] = set()
-    for i, arg in enumerate(arguments[: last + 1]):
-        if arg.name in given:
-            value = given[arg.name]
-        elif arg.has_default_value():
-            value = arg.default_value
-        else:
-            raise _NotCovered(f"argument {arg.name} is missing")
-        if i in keyword_only or arg.kwarg_only:
-            if arg.name not in given:
-                continue
-            kwargs[names[i]] = value
-            if _is_int_list(arg.type):
-                int_lists.add(names[i])
-        else:
-            if _is_int_list(arg.type):
-                int_lists.add(len(args))
-            args.append(value)
-    return Call(impl, tuple(args), kwargs, frozenset(int_lists))
-
-
-def _same(value: Any, default: Any) -> bool:
+    """Map the node's arguments onto the impl's parameters (:func:`opreg._inspect.map_arguments`);
+    an impl written for torch.onnx gets them as torch.onnx passes them
+    (:func:`opreg._inspect.torch_convention`)."""
     try:
-        return bool(value == default)
-    except Exception:
-        return False
+        args, kwargs, int_lists = map_arguments(node.target._schema, node.args, node.kwargs, impl.params)
+    except ArgumentsNotCovered as e:
+        raise _NotCovered(str(e)) from e
+    if impl.convention == TORCH_ONNX:
+        args, kwargs = torch_convention(args, kwargs)
+    return Call(impl, tuple(args), kwargs, frozenset(int_lists))

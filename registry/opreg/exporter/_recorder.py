@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,9 +24,8 @@ import onnx
 import onnx_ir as ir
 
 from opreg.errors import ExportError
+from opreg.node_types import infer_node, op_schema
 from opreg.targets import domain_label
-
-logger = logging.getLogger(__name__)
 
 OUTPUTS_KWARG = "_outputs"
 """onnxscript's way to say how many outputs a call has; never reaches the model."""
@@ -46,15 +44,6 @@ class Use:
     version: int | None
     emitter: str
     what: str
-
-
-@functools.lru_cache(maxsize=4096)
-def op_schema(op_type: str, version: int, domain: str) -> onnx.defs.OpSchema | None:
-    """The ``onnx.defs`` schema of ``domain::op_type`` at ``version``, or ``None`` if onnx has none."""
-    try:
-        return onnx.defs.get_schema(op_type, version, domain)
-    except onnx.defs.SchemaError:
-        return None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -277,7 +266,7 @@ class GraphRecorder:
         self.graph.append(node)
         self.added.append(node)
         if version is not None:
-            _infer(node, version)
+            infer_node(node, version, _SMALL_CONSTANT)
         node.metadata_props.update(self.metadata)  # after inference, which serialises the node
         return node
 
@@ -406,117 +395,3 @@ def _called_functions(function: Any) -> list[Any]:
         return list(function.function_ir.get_called_functions().values())
     except AttributeError:
         return []
-
-
-# -- per-node type and shape inference ----------------------------------------------
-
-
-def _type_proto(value: ir.Value) -> onnx.TypeProto | None:
-    if value.dtype is None:
-        return None
-    dims = None if value.shape is None else tuple(d if isinstance(d, int) else d.value for d in value.shape)
-    return _cached_type_proto(value.dtype, dims)
-
-
-@functools.lru_cache(maxsize=4096)
-def _cached_type_proto(dtype: ir.DataType, dims: tuple[int | str | None, ...] | None) -> onnx.TypeProto:
-    """The TypeProto of a tensor value (one per distinct type: building them shows in big exports)."""
-    proto = onnx.TypeProto()
-    ir.serde.serialize_type_into(proto, ir.TensorType(dtype))
-    if dims is not None:
-        ir.serde.serialize_shape_into(proto, ir.Shape(dims))
-    return proto
-
-
-_INFERRED: dict[tuple, list[tuple[ir.TypeProtocol | None, tuple | None]]] = {}
-"""Per-node inference results by what determines them (op, version, input types and small
-constant inputs, attributes): layers repeat, and each repeat would pay ONNX's inference again."""
-_INFERRED_LIMIT = 100_000
-
-
-def _dims(shape: ir.Shape | None) -> tuple | None:
-    return None if shape is None else tuple(d if isinstance(d, int) else d.value for d in shape)
-
-
-def _attribute_key(attr: ir.Attr) -> Any:
-    kind = attr.type
-    if kind in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS, ir.AttributeType.TENSORS) or attr.is_ref():
-        raise TypeError("not cached")
-    value = attr.value
-    if kind == ir.AttributeType.TENSOR:
-        return (value.dtype, tuple(value.shape), value.tobytes())
-    return tuple(value) if isinstance(value, list) else value
-
-
-def _inference_key(node: ir.Node, version: int) -> tuple | None:
-    inputs = []
-    for value in node.inputs:
-        if value is None:
-            inputs.append(None)
-            continue
-        const = value.const_value
-        data = const.tobytes() if const is not None and const.size <= _SMALL_CONSTANT else None
-        inputs.append((value.dtype, _dims(value.shape), data))
-    try:
-        attributes = tuple((name, attr.type, _attribute_key(attr)) for name, attr in node.attributes.items())
-        key = (node.domain, node.op_type, version, len(node.outputs), tuple(inputs), attributes)
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-def _infer(node: ir.Node, version: int) -> None:
-    """Set the dtype and shape of ``node``'s outputs from ONNX's inference for its op."""
-    key = _inference_key(node, version)
-    known = _INFERRED.get(key) if key is not None else None
-    if known is None:
-        known = _run_inference(node, version)
-        if known is None:
-            return
-        if key is not None and len(_INFERRED) < _INFERRED_LIMIT:
-            _INFERRED[key] = known
-    for output, (value_type, dims) in zip(node.outputs, known, strict=True):
-        if value_type is not None:
-            output.type = value_type
-        if dims is not None:
-            output.shape = ir.Shape(dims)
-
-
-def _run_inference(node: ir.Node, version: int) -> list[tuple[ir.TypeProtocol | None, tuple | None]] | None:
-    """ONNX's type and shape inference for ``node``: ``(type, dims)`` per output, or ``None``."""
-    schema = op_schema(node.op_type, version, node.domain)
-    if schema is None or not schema.has_type_and_shape_inference_function:
-        return None
-    types: dict[str, onnx.TypeProto] = {}
-    data: dict[str, onnx.TensorProto] = {}
-    for value in node.inputs:
-        if value is None:
-            continue
-        proto = _type_proto(value)
-        if proto is None:
-            return None  # an input of unknown type: nothing to infer from
-        types[value.name] = proto
-        const = value.const_value
-        if const is not None and const.size <= _SMALL_CONSTANT:
-            data[value.name] = ir.serde.serialize_tensor(const)
-    try:
-        inferred = onnx.shape_inference.infer_node_outputs(
-            schema,
-            ir.serde.serialize_node(node),
-            types,
-            data,
-            opset_imports=[onnx.helper.make_opsetid(node.domain, version)],
-        )
-    except Exception as e:  # inference is a help for autocast, not a check: the checker runs at the end
-        logger.debug("shape inference failed for %s: %s", node.name, e)
-        return None
-    found: list[tuple[ir.TypeProtocol | None, tuple | None]] = []
-    for output in node.outputs:
-        proto = inferred.get(output.name)
-        if proto is None or not proto.HasField("tensor_type"):
-            found.append((None, None))
-            continue
-        value_type = ir.serde.deserialize_type_proto_for_type(proto) if proto.tensor_type.elem_type else None
-        found.append((value_type, _dims(ir.serde.deserialize_type_proto_for_shape(proto))))
-    return found

@@ -20,7 +20,7 @@ import onnx_ir as ir
 
 from opreg.errors import OpsetConflictError, PluginError
 from opreg.exporter._nodes import PACK_KEY, PROVENANCE_KEYS, REWRITE_KEY
-from opreg.exporter._recorder import op_schema
+from opreg.node_types import op_schema
 from opreg.targets import ONNX_DOMAIN, Target, domain_label
 
 logger = logging.getLogger(__name__)
