@@ -49,8 +49,9 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
 
     ``opreg.export(model, args=(), kwargs=None, *, target="onnx",
     dynamic_shapes=None, plugins=None, exclude=None, registry=None,
-    inline=True, progress=None)`` returns an :class:`opreg.exporter.OnnxProgram`
-    with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
+    inline=True, embed_functions=False, optimize=True, seed=None, progress=None)``
+    returns an :class:`opreg.exporter.OnnxProgram` with ``model``, ``model_proto``,
+    ``save``, ``run`` and ``verify``.
     """
     from opreg import exporter
 

@@ -99,6 +99,7 @@ def export(
     inline: bool | int = True,
     embed_functions: bool = False,
     optimize: bool = True,
+    seed: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
@@ -127,6 +128,12 @@ def export(
         optimize: fold constants (never the weights), remove no-op and
             duplicate nodes, and turn constants into initializers (default);
             ``False`` keeps every node the impls emitted.
+        seed: give every random node (RandomNormal, RandomUniform and their
+            ``Like`` forms, Bernoulli, Multinomial, Dropout) a ``seed``
+            attribute: ``seed``, ``seed + 1``, ... in graph order. Each
+            session of the model then draws the same numbers, run after run;
+            ``None`` (default) leaves them unseeded: ONNX Runtime seeds them
+            from its process-wide seed (``onnxruntime.set_seed``).
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
     Raises:
@@ -155,7 +162,7 @@ def export(
     result = _finish.finish(
         translation, exported_program=program, module=model, target=resolved, registry=reg,
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
-        optimize=optimize,
+        optimize=optimize, seed=seed,
     )  # fmt: skip
     tick.done()
     return result

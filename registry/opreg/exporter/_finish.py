@@ -18,11 +18,14 @@ import torch
 
 from opreg.errors import ExportError, OpsetConflictError
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
-from opreg.exporter._recorder import OUTPUTS_KWARG, Use
+from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
 from opreg.exporter._translate import Translation
 from opreg.registry import Impl, Registry
 from opreg.targets import ONNX_DOMAIN, Target
+from opreg.values import is_complex
 
+MIN_OPSET_WITH_SEEDS = 18
+"""What :func:`seed_random_nodes` reads the ``seed`` attribute's type from when the graph names no ai.onnx version."""
 MIN_IR_VERSION = 10
 """Node ``metadata_props`` (provenance) need IR 10; newer opsets need more."""
 MAX_CHECKED_BYTES = onnx.checker.MAXIMUM_PROTOBUF
@@ -40,6 +43,7 @@ def finish(
     inline: bool | int,
     embed_functions: bool,
     optimize: bool,
+    seed: int | None = None,
 ) -> OnnxProgram:
     """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`."""
     recorder = translation.recorder
@@ -65,12 +69,15 @@ def finish(
         optimize=optimize,
         metadata={"opreg.target": str(target), "opreg.packs": ",".join(packs)},
         definitions=definitions,
+        seed=seed,
     )
     named = iter(name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value))
     bind_outputs(model.graph, [next(named) for _ in model.graph.outputs], origins)
     slots = []
     for name, value in zip(names, translation.outputs, strict=True):
-        slots.append(OutputSlot(name) if isinstance(value, ir.Value) else OutputSlot(None, value))
+        slots.append(
+            OutputSlot(name, complex=is_complex(value)) if isinstance(value, ir.Value) else OutputSlot(None, value)
+        )
     checked = check(model)
     return OnnxProgram(
         model,
@@ -232,9 +239,10 @@ def build_model(
     optimize: bool = True,
     metadata: Mapping[str, str],
     definitions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] | None = None,
+    seed: int | None = None,
 ) -> ir.Model:
-    """The model of ``graph``: functions kept or inlined, unused nodes, outputs and
-    opsets removed, lean (``optimize``), at the lowest IR version its opsets allow."""
+    """The model of ``graph``: functions kept or inlined, random nodes seeded (``seed``), unused
+    nodes, outputs and opsets removed, lean (``optimize``), at the lowest IR version its opsets allow."""
     from opreg import __version__
 
     model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=__version__)
@@ -261,6 +269,8 @@ def build_model(
             return function.identifier() not in definitions and (limit is None or len(function) <= limit)
 
         common_passes.InlinePass(criteria=wanted)(model)
+    if seed is not None:
+        seed_random_nodes(model, seed)
     if optimize:
         from opreg.exporter._lean import lean
 
@@ -279,6 +289,28 @@ def build_model(
     )
     model.metadata_props.update(metadata)
     return model
+
+
+def seed_random_nodes(model: ir.Model, seed: int) -> int:
+    """Give every random node (``_recorder.RANDOM_OPS``), in the graphs and the kept functions, a
+    ``seed`` attribute: ``seed``, ``seed + 1``, ... in order, so each node draws its own stream and
+    a new session draws the same numbers again. Returns how many nodes were seeded."""
+    nodes = [*ir.traversal.RecursiveGraphIterator(model.graph)]
+    for function in model.functions.values():
+        nodes.extend(ir.traversal.RecursiveGraphIterator(function))
+    count = 0
+    for node in nodes:
+        if not is_random(node):
+            continue
+        version = model.graph.opset_imports.get("", MIN_OPSET_WITH_SEEDS)
+        kind = onnx.defs.get_schema(node.op_type, version).attributes["seed"].type
+        value = seed + count
+        if kind == onnx.defs.OpSchema.AttrType.INT:
+            node.attributes["seed"] = ir.AttrInt64("seed", value)
+        else:
+            node.attributes["seed"] = ir.AttrFloat32("seed", float(value))
+        count += 1
+    return count
 
 
 def _own_subgraph_outputs(graph: ir.Graph) -> None:

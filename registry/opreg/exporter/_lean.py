@@ -10,15 +10,23 @@ work a whole-graph view removes.
   gives a scalar; ``view``'s shape list wants it back as ``[n]``).
 - Common subexpressions computed once (``Shape`` of the same input, ...).
 - Constants become initializers, as torch.onnx's graphs have them.
+
+Random nodes (``_recorder.RANDOM_OPS``) are never folded nor merged: two draws are
+two draws, even when they have the same inputs.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
 from onnxscript import optimizer, rewriter
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.rules import common as rules
+
+from opreg.exporter._recorder import is_random
 
 
 def _squeeze_unsqueeze(op, x, axes_squeeze, axes_unsqueeze):
@@ -56,6 +64,22 @@ RULES = (
 
 _RULE_SET = pattern.RewriteRuleSet(list(RULES))
 
+_DRAW = "_opreg_draw"
+
+
+@contextlib.contextmanager
+def _distinct_draws(graph: ir.Graph) -> Iterator[None]:
+    """Give each random node of ``graph`` an attribute of its own while the block runs, so passes that
+    merge equal nodes (CSE) see them as different, as they are."""
+    marked = [node for node in graph if is_random(node)]
+    for index, node in enumerate(marked):
+        node.attributes[_DRAW] = ir.AttrInt64(_DRAW, index)
+    try:
+        yield
+    finally:
+        for node in marked:
+            node.attributes.pop(_DRAW, None)
+
 
 def lean(model: ir.Model) -> None:
     """Fold, rewrite and deduplicate ``model`` in place (see the module docstring).
@@ -65,13 +89,14 @@ def lean(model: ir.Model) -> None:
     weights = frozenset(model.graph.initializers)
 
     def should_fold(node: ir.Node) -> bool | None:
-        if any(value is not None and value.name in weights for value in node.inputs):
+        if is_random(node) or any(value is not None and value.name in weights for value in node.inputs):
             return False
         return None
 
     optimizer.fold_constants(model, onnx_shape_inference=False, should_fold=should_fold)
     rewriter.RewritePass(_RULE_SET)(model)  # without rewrite()'s own clean-up passes: the ones below do it once
-    common_passes.CommonSubexpressionEliminationPass()(model)
+    with _distinct_draws(model.graph):  # the pass works on the main graph only
+        common_passes.CommonSubexpressionEliminationPass()(model)
     common_passes.IdentityEliminationPass()(model)
     common_passes.RemoveUnusedNodesPass()(model)
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
