@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from opreg.testing._kit import CheckResult, PackCheck, check_pack
     from opreg.testing._samples import (
+        DISTRIBUTION,
         FAILED,
         PASSED,
         SHAPE_ONLY,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         TOLERANCES,
         Arg,
         Compare,
+        Distribution,
         GatherIndices,
         OpCall,
         Sample,
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "DISTRIBUTION": "_samples",
     "FAILED": "_samples",
     "PASSED": "_samples",
     "SHAPE_ONLY": "_samples",
@@ -43,6 +46,7 @@ _LAZY = {
     "TOLERANCES": "_samples",
     "Arg": "_samples",
     "Compare": "_samples",
+    "Distribution": "_samples",
     "GatherIndices": "_samples",
     "OpCall": "_samples",
     "Sample": "_samples",
@@ -71,6 +75,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "DISTRIBUTION",
     "FAILED",
     "PASSED",
     "SHAPE_ONLY",
@@ -80,6 +85,7 @@ __all__ = [
     "Arg",
     "CheckResult",
     "Compare",
+    "Distribution",
     "GatherIndices",
     "OpCall",
     "PackCheck",
