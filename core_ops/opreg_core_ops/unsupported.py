@@ -16,13 +16,6 @@ _GRADIENT = (
 )
 
 
-def _rng(onnx_form: str) -> str:
-    return (
-        f"not implemented yet: would map to {onnx_form}, whose numbers follow the runtime's generator, "
-        "not torch's (so only their distribution can be checked); pass random tensors in as inputs meanwhile"
-    )
-
-
 UNSUPPORTED: dict[str, str] = {
     "aten::_adaptive_avg_pool2d_backward.default": _GRADIENT,
     "aten::avg_pool2d_backward.default": _GRADIENT,
@@ -31,9 +24,6 @@ UNSUPPORTED: dict[str, str] = {
     "aten::max_pool2d_with_indices_backward.default": _GRADIENT,
     "aten::native_group_norm_backward.default": _GRADIENT,
     "aten::native_layer_norm_backward.default": _GRADIENT,
-    "aten::rand.default": _rng("ONNX's RandomUniform"),
-    "aten::randn.default": _rng("ONNX's RandomNormal"),
-    "aten::randperm.default": _rng("the order of RandomUniform keys (TopK indices)"),
     "aten::_fft_r2c.default": (
         "not implemented yet: would map to ONNX's DFT (onesided), its complex result carried as a "
         "trailing dimension of 2 (real, imaginary), the convention opreg's design fixes for complex tensors"
