@@ -18,6 +18,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         activation,
         attention,
         comparison,
+        complex,
         convolution,
         creation,
         dropout,
@@ -52,6 +53,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         joining,
         shape,
         random,
+        complex,
     ):
         module.register(registry)
     unsupported.register(registry)
