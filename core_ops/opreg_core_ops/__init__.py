@@ -33,6 +33,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         reduction,
         resampling,
         shape,
+        spectral,
     )
 
     for module in (
@@ -54,6 +55,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         shape,
         random,
         complex,
+        spectral,
     ):
         module.register(registry)
     unsupported.register(registry)

@@ -24,14 +24,6 @@ UNSUPPORTED: dict[str, str] = {
     "aten::max_pool2d_with_indices_backward.default": _GRADIENT,
     "aten::native_group_norm_backward.default": _GRADIENT,
     "aten::native_layer_norm_backward.default": _GRADIENT,
-    "aten::_fft_r2c.default": (
-        "not implemented yet: would map to ONNX's DFT (onesided), its complex result carried as a "
-        "trailing dimension of 2 (real, imaginary), the convention opreg's design fixes for complex tensors"
-    ),
-    "aten::_fft_c2r.default": (
-        "not implemented yet: would map to ONNX's inverse DFT of the spectrum rebuilt from its "
-        "Hermitian half, the complex input carried as a trailing dimension of 2 (real, imaginary)"
-    ),
     "aten::_native_batch_norm_legit.default": (
         "the in-place form, writing the new running statistics into running_mean/running_var; "
         "torch.export replaces it with aten::_native_batch_norm_legit_functional, which returns them "
