@@ -1,5 +1,6 @@
 """Random numbers: rand/randn/randint (and their ``_like`` forms), normal, uniform, bernoulli,
-multinomial, randperm, exponential/geometric/log_normal/cauchy, and dropout in training.
+multinomial, randperm, exponential/geometric/log_normal/cauchy, rrelu's slopes, and dropout
+in training.
 
 Each becomes ONNX's random ops (RandomNormal, RandomUniform, their ``Like`` forms,
 Multinomial): the exported model draws fresh numbers at every run from the runtime's
@@ -109,10 +110,12 @@ def _like_dtype(self, dtype: int | None) -> ir.DataType:
 
 
 def _like_template(self, dtype: ir.DataType):
-    """What a ``_like`` op draws the shape of: ``self``, or ``self`` with a trailing 2 when a real
-    ``self`` asks for complex numbers."""
+    """What a ``_like`` op draws the shape of: ``self``, with a trailing 2 when a real ``self``
+    asks for complex numbers, or without its trailing 2 when a complex one asks for real ones."""
     if dtype in _COMPONENT and not is_complex(self):
         return op18.ConstantOfShape(_pair_size(op18.Shape(self)))
+    if dtype not in _COMPONENT and is_complex(self):
+        return op18.Gather(self, op18.Constant(value_int=0), axis=-1)
     return self
 
 
@@ -313,8 +316,9 @@ def aten_normal_float_float(
 
 
 def aten_normal_functional(self: Tensor, mean: float = 0.0, std: float = 1.0, generator: object = None):
-    """normal_functional(Tensor self, float mean=0., float std=1., *, Generator? generator=None) -> Tensor: RandomNormalLike."""
-    return cast_to(_normal(_compute(self.dtype), like=self, mean=float(mean), scale=float(std)), self.dtype)
+    """normal_functional(Tensor self, float mean=0., float std=1., *, Generator? generator=None) -> Tensor: RandomNormalLike (a complex self: each part with std / sqrt(2), as torch)."""
+    scale = float(std) * (_HALF_VARIANCE if is_complex(self) else 1.0)
+    return cast_to(_normal(_compute(self.dtype), like=self, mean=float(mean), scale=scale), self.dtype)
 
 
 def aten_uniform(self: Tensor, from_: float = 0.0, to: float = 1.0, generator: object = None):
@@ -429,6 +433,24 @@ def aten_native_dropout_training(input: Tensor, p: float, train: bool | None):
     return training_dropout(input, p)
 
 
+def aten_rrelu_with_noise_functional(
+    self: Tensor,
+    noise: Tensor,
+    lower: float = 0.125,
+    upper: float = 1.0 / 3.0,
+    training: bool = False,
+    generator: object = None,
+):
+    """rrelu_with_noise_functional(Tensor self, Tensor noise, Scalar lower=0.125, Scalar upper=0.33333333333333331, bool training=False, Generator? generator=None) -> (Tensor, Tensor noise_out): in training, slopes U(lower, upper) drawn for the elements <= 0 (RandomUniformLike); else the mean slope."""
+    zero = op18.CastLike(0.0, self)
+    if not training:
+        slope = op18.CastLike((float(lower) + float(upper)) / 2, self)
+        return op18.Where(op18.GreaterOrEqual(self, zero), self, op18.Mul(self, slope)), op18.Identity(noise)
+    slopes = cast_to(_uniform(_compute(self.dtype), like=self, low=float(lower), high=float(upper)), self.dtype)
+    drawn = op18.Where(op18.LessOrEqual(self, zero), slopes, op18.CastLike(1.0, self))
+    return op18.Mul(self, drawn), op18.CastLike(drawn, noise)
+
+
 def register(registry: opreg.Registrar) -> None:
     # dropout's eval form (Identity) is in dropout.py, with a predicate that wins where it applies
     registry.register("aten::dropout", aten_dropout_training)
@@ -447,8 +469,9 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::normal.float_Tensor", aten_normal_float_tensor)
     registry.register("aten::normal.Tensor_Tensor", aten_normal_tensor_tensor)
     registry.register("aten::normal.float_float", aten_normal_float_float)
-    registry.register("aten::normal_functional", aten_normal_functional)
-    registry.register("aten::uniform", aten_uniform)
+    for complex_ in (False, True):  # a complex self draws both parts (shaped like its pair)
+        registry.register("aten::normal_functional", aten_normal_functional, complex=complex_)
+        registry.register("aten::uniform", aten_uniform, complex=complex_)
     registry.register("aten::exponential", aten_exponential)
     registry.register("aten::geometric", aten_geometric)
     registry.register("aten::log_normal", aten_log_normal)
@@ -457,3 +480,4 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::bernoulli.p", aten_bernoulli_p)
     registry.register("aten::bernoulli.Tensor", aten_bernoulli_tensor)
     registry.register("aten::multinomial", aten_multinomial)
+    registry.register("aten::rrelu_with_noise_functional", aten_rrelu_with_noise_functional)

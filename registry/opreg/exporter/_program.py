@@ -357,7 +357,11 @@ def _to_torch(array: Any, complex: bool = False) -> torch.Tensor:
     if array.dtype.name == "bfloat16":
         return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
     tensor = torch.from_numpy(array)
-    return torch.view_as_complex(tensor.contiguous()) if complex else tensor
+    if not complex:
+        return tensor
+    if tensor.numel() == 0:  # view_as_complex wants a unit last stride, which numpy gives no empty array
+        return torch.empty(tensor.shape[:-1], dtype=tensor.dtype.to_complex())
+    return torch.view_as_complex(tensor.contiguous())
 
 
 def _as_pair(tensor: torch.Tensor) -> torch.Tensor:

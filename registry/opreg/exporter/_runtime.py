@@ -52,7 +52,7 @@ def _describe(ops: set[tuple[str, str]]) -> str:
     return ", ".join(f"{d}::{o}" for d, o in sorted(ops))
 
 
-_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\((\d+)\)")
+_NO_KERNEL = re.compile(r"(?:Could not find an implementation|Failed to find kernel) for (\w+)\((\d+)\)")
 
 
 def missing_random_kernel(error: BaseException) -> str | None:

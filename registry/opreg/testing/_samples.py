@@ -339,8 +339,8 @@ class Distribution:
     have eager's shape and dtype, and these statistics must agree with eager's:
 
     - over each draw's elements: the mean, the mean square (so the spread), the fraction of
-      zeros and of non-finite values, and, for outputs with at most ``categories`` distinct
-      values (integers, bool, 0/1 masks, permutations), the fraction of each value;
+      zeros and of non-finite values, and, for outputs whose values are at most ``categories``
+      distinct integers (integer types, bool, 0/1 masks, permutations), the fraction of each;
     - per element, over the draws: the mean (a tensor of means or probabilities is used
       element by element, not just on average).
 
@@ -424,7 +424,7 @@ class Distribution:
             "fraction of zeros": (_fraction(g == 0, g_finite), _fraction(e == 0, e_finite)),
             "fraction of non-finite values": ((~g_finite).double().mean(1), (~e_finite).double().mean(1)),
         }
-        if values.numel() <= self.categories:
+        if values.numel() <= self.categories and bool((values == values.round()).all()):  # integers, masks
             for value in values.tolist():
                 if math.isfinite(value):
                     per_draw[f"fraction of {value:g}s"] = ((g == value).double().mean(1), (e == value).double().mean(1))
