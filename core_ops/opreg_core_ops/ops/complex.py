@@ -278,6 +278,11 @@ def aten_flip_complex(self: Tensor, dims: Sequence[int]):
     return indexing.aten_flip(self, [_dim(d, rank) for d in dims])
 
 
+def aten_index_select_complex(self: Tensor, dim: int, index: Tensor):
+    """index_select(Tensor self, int dim, Tensor index) -> Tensor: Gather on the pair."""
+    return indexing.aten_index_select(self, _dim(dim, _rank(self)), index)
+
+
 def aten_cat_complex(tensors: Sequence[Tensor], dim: int = 0):
     """cat(Tensor[] tensors, int dim=0) -> Tensor: the pairs (real tensors with imaginary part 0) concatenated."""
     dtype = _part_type(*tensors)
@@ -305,6 +310,7 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::angle", aten_angle_complex, complex=True)
     registry.register("aten::_conj", aten_conj_complex, complex=True)
     registry.register("aten::conj_physical", aten_conj_physical_complex, complex=True)
+    registry.register("aten::_conj_physical", aten_conj_physical_complex, complex=True)
     registry.register("aten::exp", aten_exp_complex, complex=True)
     for op, impl in (
         ("aten::clone", aten_clone_complex),
@@ -323,6 +329,7 @@ def register(registry: opreg.Registrar) -> None:
         ("aten::select.int", aten_select_complex),
         ("aten::slice.Tensor", aten_slice_complex),
         ("aten::flip", aten_flip_complex),
+        ("aten::index_select", aten_index_select_complex),
         ("aten::cat", aten_cat_complex),
         ("aten::stack", aten_stack_complex),
     ):
