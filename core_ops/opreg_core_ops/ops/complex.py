@@ -1,7 +1,7 @@
 """Complex numbers: view_as_real/view_as_complex, complex/polar, the elementwise ops on complex
-values (add, sub, mul, div, abs, angle, conj, exp), and the copies and views that move them
-around (clone, _to_copy, view/reshape, permute/transpose, (un)squeeze, select/slice, expand,
-flip, cat/stack).
+values (add, sub, mul, div, abs, angle, conj, exp; angle of real tensors too), and the copies
+and views that move them around (clone, _to_copy, view/reshape, permute/transpose,
+(un)squeeze, select/slice, index_select, expand, flip, cat/stack).
 
 A complex tensor travels as a real one with a trailing dimension of 2, real then imaginary
 (DESIGN.md §5, :mod:`opreg.values`): view_as_real and view_as_complex are the identity, the
@@ -13,6 +13,7 @@ exactly the nodes with complex values, and the real impls of the same ops never 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import onnx_ir as ir
@@ -23,7 +24,7 @@ from opreg.values import is_complex
 from opreg_core_ops.ops import indexing, joining
 from opreg_core_ops.ops import shape as views
 from opreg_core_ops.ops._helpers import Tensor, rank_of
-from opreg_core_ops.ops._promotion import DEFAULT_FLOAT, FLOAT_TYPES, cast_to, result_dtype
+from opreg_core_ops.ops._promotion import DEFAULT_FLOAT, FLOAT_TYPES, as_float, cast_to, result_dtype
 from opreg_core_ops.ops.elementwise import aten_atan2
 
 _PART_OF = {
@@ -142,6 +143,14 @@ def aten_angle_complex(self: Tensor):
     """angle(Tensor self) -> Tensor: atan2(im, re), a real tensor."""
     real, imaginary = parts(self, self.dtype)
     return aten_atan2(imaginary, real)
+
+
+def aten_angle(self: Tensor):
+    """angle(Tensor self) -> Tensor: of a real tensor, pi where negative, else 0 (NaN stays NaN), in float."""
+    x = as_float(self)
+    zero = op18.CastLike(0.0, x)
+    turned = op18.Where(op18.Less(x, zero), op18.CastLike(math.pi, x), zero)
+    return op18.Where(op18.IsNaN(x), x, turned)
 
 
 def aten_conj_complex(self: Tensor):
@@ -307,6 +316,7 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::mul.Tensor", aten_mul_complex, complex=True)
     registry.register("aten::div.Tensor", aten_div_complex, complex=True)
     registry.register("aten::abs", aten_abs_complex, complex=True)
+    registry.register("aten::angle", aten_angle)
     registry.register("aten::angle", aten_angle_complex, complex=True)
     registry.register("aten::_conj", aten_conj_complex, complex=True)
     registry.register("aten::conj_physical", aten_conj_physical_complex, complex=True)

@@ -88,6 +88,11 @@ ALSO_COVERS: dict[str, tuple[str, ...]] = {
                  "fft.hfftn"),
     "_fft_c2r": ("fft.irfft", "fft.irfft2", "fft.irfftn", "fft.hfft", "fft.hfft2", "fft.hfftn"),
     "normal_functional": ("normal.in_place",),
+    "rrelu_with_noise_functional": ("nn.functional.rrelu",),
+    "bernoulli": (
+        "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
+        "nn.functional.feature_alpha_dropout.with_train",
+    ),
 }  # fmt: skip
 """ATen op base name -> OpInfo names whose samples reach it, where the names differ."""
 
