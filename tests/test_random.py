@@ -301,3 +301,9 @@ def test_onnx_runtimes_seed_makes_a_check_reproducible():
         return [program.run(torch.zeros(5)) for _ in range(3)]
 
     assert all(torch.equal(a, b) for a, b in zip(draws(), draws(), strict=True))
+
+
+def test_verify_of_a_random_model_says_how_to_check_it():
+    program = opreg.export(Lambda(lambda x: x + torch.randn_like(x)), (torch.zeros(8),), target=18)
+    with pytest.raises(opreg.VerificationError, match=r"RandomNormalLike.*in distribution.*Distribution\(\)"):
+        program.verify(torch.zeros(8))

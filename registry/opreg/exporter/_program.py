@@ -301,10 +301,23 @@ class OnnxProgram:
             lines = "\n".join(f"  {c}" for c in bad)
             raise VerificationError(
                 f"{len(bad)} of {len(checks)} output(s) differ from eager PyTorch "
-                f"({runtime}, rtol={rtol}, atol={atol}):\n{lines}",
+                f"({runtime}, rtol={rtol}, atol={atol}):\n{lines}{self._random_hint()}",
                 checks,
             )
         return Verification(runtime, checks)
+
+    def _random_hint(self) -> str:
+        """What to do when a model that draws random numbers does not match value by value."""
+        from opreg.exporter._recorder import is_random
+
+        drawn = sorted({n.op_type for n in ir.traversal.RecursiveGraphIterator(self.model.graph) if is_random(n)})
+        if not drawn:
+            return ""
+        return (
+            f"\nThe model draws random numbers ({', '.join(drawn)}) from the runtime's generator, not torch's: "
+            "its outputs can only match eager PyTorch in distribution. Check them with "
+            "opreg.testing.check_samples(..., compare=opreg.testing.Distribution())."
+        )
 
 
 def _describe_inputs(spec: Any) -> str:
