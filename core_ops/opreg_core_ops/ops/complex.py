@@ -92,17 +92,17 @@ def aten_complex(real: Tensor, imag: Tensor):
     return pair(op18.Expand(real, shape), op18.Expand(imag, shape))
 
 
-def aten_polar(magnitude: Tensor, phase: Tensor):
+def aten_polar(abs: Tensor, angle: Tensor):
     """polar(Tensor abs, Tensor angle) -> Tensor: (abs cos angle, abs sin angle)."""
-    return pair(op18.Mul(magnitude, op18.Cos(phase)), op18.Mul(magnitude, op18.Sin(phase)))
+    return pair(op18.Mul(abs, op18.Cos(angle)), op18.Mul(abs, op18.Sin(angle)))
 
 
-def aten_add_complex(self: Tensor, other: Tensor, alpha: complex = 1):
+def aten_add_complex(self: Tensor, other: Tensor, alpha: float = 1):
     """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: the parts added (alpha may be complex)."""
     return _add_scaled(self, other, alpha)
 
 
-def aten_sub_complex(self: Tensor, other: Tensor, alpha: complex = 1):
+def aten_sub_complex(self: Tensor, other: Tensor, alpha: float = 1):
     """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: the parts subtracted (alpha may be complex)."""
     return _add_scaled(self, other, -alpha)
 
@@ -164,6 +164,11 @@ def aten_conj_physical_complex(self: Tensor):
     return aten_conj_complex(self)
 
 
+def aten__conj_physical_complex(self: Tensor):
+    """_conj_physical(Tensor self) -> Tensor: the imaginary part negated."""
+    return aten_conj_complex(self)
+
+
 def aten_exp_complex(self: Tensor):
     """exp(Tensor self) -> Tensor: e^re (cos im + i sin im)."""
     real, imaginary = parts(self, self.dtype)
@@ -209,6 +214,11 @@ def aten_alias_complex(self: Tensor):
     return op18.Identity(self)
 
 
+def aten_lift_fresh_copy_complex(self: Tensor):
+    """lift_fresh_copy(Tensor self) -> Tensor: Identity of the pair."""
+    return op18.Identity(self)
+
+
 def aten_to_copy_complex(
     self: Tensor,
     dtype: int | None = None,
@@ -230,6 +240,11 @@ def aten_to_copy_complex(
 
 def aten_view_complex(self: Tensor, size: Sequence[int]):
     """view(Tensor(a) self, SymInt[] size) -> Tensor(a): the pair reshaped to size + [2]."""
+    return views.aten_view(self, _with_pair_dim(size))
+
+
+def aten_unsafe_view_complex(self: Tensor, size: Sequence[int]):
+    """_unsafe_view(Tensor self, SymInt[] size) -> Tensor: the pair reshaped to size + [2]."""
     return views.aten_view(self, _with_pair_dim(size))
 
 
@@ -320,15 +335,15 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::angle", aten_angle_complex, complex=True)
     registry.register("aten::_conj", aten_conj_complex, complex=True)
     registry.register("aten::conj_physical", aten_conj_physical_complex, complex=True)
-    registry.register("aten::_conj_physical", aten_conj_physical_complex, complex=True)
+    registry.register("aten::_conj_physical", aten__conj_physical_complex, complex=True)
     registry.register("aten::exp", aten_exp_complex, complex=True)
     for op, impl in (
         ("aten::clone", aten_clone_complex),
         ("aten::alias", aten_alias_complex),
-        ("aten::lift_fresh_copy", aten_alias_complex),
+        ("aten::lift_fresh_copy", aten_lift_fresh_copy_complex),
         ("aten::_to_copy", aten_to_copy_complex),
         ("aten::view", aten_view_complex),
-        ("aten::_unsafe_view", aten_view_complex),
+        ("aten::_unsafe_view", aten_unsafe_view_complex),
         ("aten::reshape", aten_reshape_complex),
         ("aten::expand", aten_expand_complex),
         ("aten::permute", aten_permute_complex),

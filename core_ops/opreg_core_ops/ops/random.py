@@ -41,9 +41,6 @@ _COMPONENT = {ir.DataType.COMPLEX64: ir.DataType.FLOAT, ir.DataType.COMPLEX128: 
 _HALF_VARIANCE = math.sqrt(0.5)
 """torch's complex randn draws real and imaginary parts with variance 1/2 each (so |z|^2 has mean 1)."""
 
-Size = Sequence[int] | Tensor
-"""A ``SymInt[]``: a list of ints, or a 1-D INT64 value when a size is symbolic."""
-
 
 # -- drawing -------------------------------------------------------------------------------
 
@@ -53,7 +50,7 @@ def _compute(dtype: ir.DataType) -> ir.DataType:
     return ir.DataType.DOUBLE if dtype == ir.DataType.DOUBLE else ir.DataType.FLOAT
 
 
-def _draw(fixed, like_op, dtype: ir.DataType, like, size: Size, **attributes):
+def _draw(fixed, like_op, dtype: ir.DataType, like, size: Sequence[int], **attributes):
     """One draw of ``dtype`` numbers: ``like_op`` (a ``RandomXLike``) shaped like ``like`` or, for a
     symbolic ``size``, like a tensor of that size; else ``fixed`` (a ``RandomX``) with ``size`` as its
     ``shape``. A 0-d draw is made 1-d and reshaped: onnx.reference (1.23) fails on 0-d ones."""
@@ -70,17 +67,17 @@ def _draw(fixed, like_op, dtype: ir.DataType, like, size: Size, **attributes):
     return like_op(like, **attributes)
 
 
-def _uniform(dtype: ir.DataType, like=None, size: Size = (), low: float = 0.0, high: float = 1.0):
+def _uniform(dtype: ir.DataType, like=None, size: Sequence[int] = (), low: float = 0.0, high: float = 1.0):
     """U[low, high) in ``dtype`` (FLOAT or DOUBLE), shaped like ``like`` or of ``size``."""
     return _draw(op18.RandomUniform, op18.RandomUniformLike, dtype, like, size, low=low, high=high)
 
 
-def _normal(dtype: ir.DataType, like=None, size: Size = (), mean: float = 0.0, scale: float = 1.0):
+def _normal(dtype: ir.DataType, like=None, size: Sequence[int] = (), mean: float = 0.0, scale: float = 1.0):
     """N(mean, scale^2) in ``dtype`` (FLOAT or DOUBLE), shaped like ``like`` or of ``size``."""
     return _draw(op18.RandomNormal, op18.RandomNormalLike, dtype, like, size, mean=mean, scale=scale)
 
 
-def _unit(dtype: ir.DataType, like=None, size: Size = ()):
+def _unit(dtype: ir.DataType, like=None, size: Sequence[int] = ()):
     """U[0, 1) as torch draws it in ``dtype``, in ``_compute(dtype)``."""
     u = _uniform(_compute(dtype), like, size)
     bits = _GRID_BITS.get(dtype)
@@ -89,7 +86,7 @@ def _unit(dtype: ir.DataType, like=None, size: Size = ()):
     return op18.Div(op18.Floor(op18.Mul(u, float(2**bits))), float(2**bits))
 
 
-def _pair_size(size: Size) -> Size:
+def _pair_size(size: Sequence[int]):
     """``size`` and a trailing 2: the shape a complex tensor of ``size`` travels as."""
     if isinstance(size, ir.Value):
         return op18.Concat(size, op18.Constant(value_ints=[2]), axis=0)
@@ -119,7 +116,7 @@ def _like_template(self, dtype: ir.DataType):
     return self
 
 
-def _standard(kind: str, dtype: ir.DataType, like=None, size: Size = ()):
+def _standard(kind: str, dtype: ir.DataType, like=None, size: Sequence[int] = ()):
     """``rand`` (``kind`` "uniform") or ``randn`` ("normal") numbers of ``dtype``; a complex dtype
     draws the real and imaginary parts (as torch: U[0, 1) each, or N(0, 1/2) each)."""
     component = _COMPONENT.get(dtype)
@@ -143,7 +140,7 @@ def _double(value):
     return float(value)
 
 
-def _randint(low, high, dtype: ir.DataType, like=None, size: Size = ()):
+def _randint(low, high, dtype: ir.DataType, like=None, size: Sequence[int] = ()):
     """Integers uniform in [low, high): floor(low + U * (high - low)) from a float64 U, kept below
     ``high`` (so as exact as torch's for ranges below 2^53)."""
     u = _uniform(ir.DataType.DOUBLE, like, size)
@@ -158,7 +155,7 @@ def _randint(low, high, dtype: ir.DataType, like=None, size: Size = ()):
 
 
 def aten_rand(
-    size: Size,
+    size: Sequence[int],
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -169,7 +166,7 @@ def aten_rand(
 
 
 def aten_randn(
-    size: Size,
+    size: Sequence[int],
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -207,7 +204,7 @@ def aten_randn_like(
 
 def aten_randint(
     high: int,
-    size: Size,
+    size: Sequence[int],
     dtype: int | None = ir.DataType.INT64,
     layout: int | None = None,
     device: str | None = None,
@@ -220,7 +217,7 @@ def aten_randint(
 def aten_randint_low(
     low: int,
     high: int,
-    size: Size,
+    size: Sequence[int],
     dtype: int | None = ir.DataType.INT64,
     layout: int | None = None,
     device: str | None = None,
@@ -278,21 +275,21 @@ def aten_randperm(
 # -- distributions of a tensor's shape -------------------------------------------------------
 
 
-def aten_normal_tensor_float(mean: Tensor, std: float = 1.0, generator: object = None):
+def aten_normal_tensor_float(mean: Tensor, std: float = 1.0, generator: str | None = None):
     """normal.Tensor_float(Tensor mean, float std=1., *, Generator? generator=None) -> Tensor: mean + std * RandomNormalLike."""
     compute = _compute(mean.dtype)
     noise = _normal(compute, like=mean, scale=float(std))
     return cast_to(op18.Add(cast_to(mean, compute), noise), mean.dtype)
 
 
-def aten_normal_float_tensor(mean: float, std: Tensor, generator: object = None):
+def aten_normal_float_tensor(mean: float, std: Tensor, generator: str | None = None):
     """normal.float_Tensor(float mean, Tensor std, *, Generator? generator=None) -> Tensor: mean + std * RandomNormalLike."""
     compute = _compute(std.dtype)
     noise = _normal(compute, like=std)
     return cast_to(op18.Add(op18.Mul(cast_to(std, compute), noise), float(mean)), std.dtype)
 
 
-def aten_normal_tensor_tensor(mean: Tensor, std: Tensor, generator: object = None):
+def aten_normal_tensor_tensor(mean: Tensor, std: Tensor, generator: str | None = None):
     """normal.Tensor_Tensor(Tensor mean, Tensor std, *, Generator? generator=None) -> Tensor: mean + std * RandomNormalLike (broadcast)."""
     compute = _compute(mean.dtype)
     mean_c, std_c = cast_to(mean, compute), cast_to(std, compute)
@@ -303,8 +300,8 @@ def aten_normal_tensor_tensor(mean: Tensor, std: Tensor, generator: object = Non
 def aten_normal_float_float(
     mean: float,
     std: float,
-    size: Size,
-    generator: object = None,
+    size: Sequence[int],
+    generator: str | None = None,
     dtype: int | None = None,
     layout: int | None = None,
     device: str | None = None,
@@ -315,38 +312,38 @@ def aten_normal_float_float(
     return cast_to(_normal(_compute(result), size=size, mean=float(mean), scale=float(std)), result)
 
 
-def aten_normal_functional(self: Tensor, mean: float = 0.0, std: float = 1.0, generator: object = None):
+def aten_normal_functional(self: Tensor, mean: float = 0.0, std: float = 1.0, generator: str | None = None):
     """normal_functional(Tensor self, float mean=0., float std=1., *, Generator? generator=None) -> Tensor: RandomNormalLike (a complex self: each part with std / sqrt(2), as torch)."""
     scale = float(std) * (_HALF_VARIANCE if is_complex(self) else 1.0)
     return cast_to(_normal(_compute(self.dtype), like=self, mean=float(mean), scale=scale), self.dtype)
 
 
-def aten_uniform(self: Tensor, from_: float = 0.0, to: float = 1.0, generator: object = None):
+def aten_uniform(self: Tensor, from_: float = 0.0, to: float = 1.0, generator: str | None = None):
     """uniform(Tensor self, float from=0., float to=1., *, Generator? generator=None) -> Tensor: from + (to - from) * RandomUniformLike."""
     u = _unit(self.dtype, like=self)
     return cast_to(op18.Add(op18.Mul(u, float(to) - float(from_)), float(from_)), self.dtype)
 
 
-def aten_exponential(self: Tensor, lambd: float = 1.0, generator: object = None):
+def aten_exponential(self: Tensor, lambd: float = 1.0, generator: str | None = None):
     """exponential(Tensor self, float lambd=1., *, Generator? generator=None) -> Tensor: -log(1 - U) / lambd."""
     compute = _compute(self.dtype)
     u = _uniform(compute, like=self)
     return cast_to(op18.Div(op18.Neg(op18.Log(op18.Sub(1.0, u))), float(lambd)), self.dtype)
 
 
-def aten_geometric(self: Tensor, p: float, generator: object = None):
+def aten_geometric(self: Tensor, p: float, generator: str | None = None):
     """geometric(Tensor self, float p, *, Generator? generator=None) -> Tensor: trials to the first success, ceil(log(1 - U) / log(1 - p)) >= 1."""
     u = _uniform(ir.DataType.DOUBLE, like=self)
     trials = op18.Ceil(op18.Div(op18.Log(op18.Sub(1.0, u)), math.log1p(-float(p))))
     return op18.Cast(op18.Max(trials, 1.0), to=int(self.dtype))
 
 
-def aten_log_normal(self: Tensor, mean: float = 1.0, std: float = 2.0, generator: object = None):
+def aten_log_normal(self: Tensor, mean: float = 1.0, std: float = 2.0, generator: str | None = None):
     """log_normal(Tensor self, float mean=1., float std=2., *, Generator? generator=None) -> Tensor: exp of RandomNormalLike."""
     return cast_to(op18.Exp(_normal(_compute(self.dtype), like=self, mean=float(mean), scale=float(std))), self.dtype)
 
 
-def aten_cauchy(self: Tensor, median: float = 0.0, sigma: float = 1.0, generator: object = None):
+def aten_cauchy(self: Tensor, median: float = 0.0, sigma: float = 1.0, generator: str | None = None):
     """cauchy(Tensor self, float median=0., float sigma=1., *, Generator? generator=None) -> Tensor: median + sigma * tan(pi * (U - 1/2))."""
     u = _uniform(_compute(self.dtype), like=self)
     spread = op18.Mul(op18.Tan(op18.Mul(op18.Sub(u, 0.5), math.pi)), float(sigma))
@@ -365,22 +362,22 @@ def _draw_ones(probabilities, like):
     return op18.Less(u, probabilities if isinstance(probabilities, float) else cast_to(probabilities, u.dtype))
 
 
-def aten_bernoulli(self: Tensor, generator: object = None):
+def aten_bernoulli(self: Tensor, generator: str | None = None):
     """bernoulli(Tensor self, *, Generator? generator=None) -> Tensor: U < self for a RandomUniformLike U."""
     return op18.Cast(_draw_ones(self, self), to=int(self.dtype))
 
 
-def aten_bernoulli_p(self: Tensor, p: float, generator: object = None):
+def aten_bernoulli_p(self: Tensor, p: float, generator: str | None = None):
     """bernoulli.p(Tensor self, float p, *, Generator? generator=None) -> Tensor: U < p for a RandomUniformLike U."""
     return op18.Cast(_draw_ones(float(p), self), to=int(self.dtype))
 
 
-def aten_bernoulli_tensor(self: Tensor, p: Tensor, generator: object = None):
+def aten_bernoulli_tensor(self: Tensor, p: Tensor, generator: str | None = None):
     """bernoulli.Tensor(Tensor self, Tensor p, *, Generator? generator=None) -> Tensor: U < p (broadcast) for a RandomUniformLike U."""
     return op18.Cast(_draw_ones(p, self), to=int(self.dtype))
 
 
-def aten_multinomial(self: Tensor, num_samples: int, replacement: bool = False, generator: object = None):
+def aten_multinomial(self: Tensor, num_samples: int, replacement: bool = False, generator: str | None = None):
     """multinomial(Tensor self, SymInt num_samples, bool replacement=False, *, Generator? generator=None) -> Tensor: Multinomial of log(self), or without replacement the top num_samples of log(self) + Gumbel noise.
 
     Without replacement torch picks the top num_samples of self / E with E ~ Exponential(1) (the
@@ -439,7 +436,7 @@ def aten_rrelu_with_noise_functional(
     lower: float = 0.125,
     upper: float = 1.0 / 3.0,
     training: bool = False,
-    generator: object = None,
+    generator: str | None = None,
 ):
     """rrelu_with_noise_functional(Tensor self, Tensor noise, Scalar lower=0.125, Scalar upper=0.33333333333333331, bool training=False, Generator? generator=None) -> (Tensor, Tensor noise_out): in training, slopes U(lower, upper) drawn for the elements <= 0 (RandomUniformLike); else the mean slope."""
     zero = op18.CastLike(0.0, self)
