@@ -1,7 +1,7 @@
 """Complex numbers: view_as_real/view_as_complex, complex/polar, the elementwise ops on complex
 values (add, sub, mul, div, abs, angle, conj, exp; angle of real tensors too), and the copies
 and views that move them around (clone, _to_copy, view/reshape, permute/transpose,
-(un)squeeze, select/slice, index_select, expand, flip, cat/stack).
+(un)squeeze, select/slice, index_select, expand, flip, constant_pad_nd, reflection_pad1d, cat/stack).
 
 A complex tensor travels as a real one with a trailing dimension of 2, real then imaginary
 (DESIGN.md §5, :mod:`opreg.values`): view_as_real and view_as_complex are the identity, the
@@ -22,6 +22,7 @@ from onnxscript.onnx_opset import opset18 as op18
 import opreg
 from opreg.values import is_complex
 from opreg_core_ops.ops import indexing, joining
+from opreg_core_ops.ops import padding as padding_ops
 from opreg_core_ops.ops import shape as views
 from opreg_core_ops.ops._helpers import Tensor, rank_of
 from opreg_core_ops.ops._promotion import DEFAULT_FLOAT, FLOAT_TYPES, as_float, cast_to, result_dtype
@@ -134,9 +135,16 @@ def aten_div_complex(self: Tensor, other: Tensor):
 
 
 def aten_abs_complex(self: Tensor):
-    """abs(Tensor self) -> Tensor: |z| = sqrt(re^2 + im^2), a real tensor."""
-    real, imaginary = parts(self, self.dtype)
-    return op18.Sqrt(op18.Add(op18.Mul(real, real), op18.Mul(imaginary, imaginary)))
+    """abs(Tensor self) -> Tensor: |z| as hypot(re, im) = m sqrt(1 + (n/m)^2), m and n the larger and smaller
+    part magnitudes, so squares of tiny or huge parts neither underflow nor overflow; a real tensor."""
+    real, imaginary = (op18.Abs(p) for p in parts(self, self.dtype))
+    larger, smaller = op18.Max(real, imaginary), op18.Min(real, imaginary)
+    ratio = op18.Div(smaller, larger)
+    scaled = op18.Mul(larger, op18.Sqrt(op18.Add(op18.CastLike(1.0, ratio), op18.Mul(ratio, ratio))))
+    # 0/0 and inf/inf: |z| is 0 and inf (an infinite part wins over NaN, as in C's hypot)
+    trivial = op18.Or(op18.Equal(larger, op18.CastLike(0.0, larger)), op18.IsInf(larger))
+    infinite = op18.Or(op18.IsInf(real), op18.IsInf(imaginary))
+    return op18.Where(infinite, op18.CastLike(float("inf"), larger), op18.Where(trivial, larger, scaled))
 
 
 def aten_angle_complex(self: Tensor):
@@ -307,6 +315,21 @@ def aten_index_select_complex(self: Tensor, dim: int, index: Tensor):
     return indexing.aten_index_select(self, _dim(dim, _rank(self)), index)
 
 
+def aten_constant_pad_nd_complex(self: Tensor, pad: Sequence[int], value: float = 0):
+    """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor: the pair padded (none on its last dim) with 0, or with a real value's real part and 0."""
+    if isinstance(pad, ir.Value):
+        raise ValueError("constant_pad_nd needs static pads")
+    number = complex(value)
+    if number.imag:
+        raise ValueError("constant_pad_nd of a complex tensor with a complex value is not exported")
+    return padding_ops.aten_constant_pad_nd(self, [0, 0, *pad], number.real)
+
+
+def aten_reflection_pad1d_complex(self: Tensor, padding: Sequence[int]):
+    """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: the pair reflected (none on its last dim)."""
+    return padding_ops.aten_reflection_pad1d(self, [0, 0, *padding])
+
+
 def aten_cat_complex(tensors: Sequence[Tensor], dim: int = 0):
     """cat(Tensor[] tensors, int dim=0) -> Tensor: the pairs (real tensors with imaginary part 0) concatenated."""
     dtype = _part_type(*tensors)
@@ -355,6 +378,8 @@ def register(registry: opreg.Registrar) -> None:
         ("aten::slice.Tensor", aten_slice_complex),
         ("aten::flip", aten_flip_complex),
         ("aten::index_select", aten_index_select_complex),
+        ("aten::constant_pad_nd", aten_constant_pad_nd_complex),
+        ("aten::reflection_pad1d", aten_reflection_pad1d_complex),
         ("aten::cat", aten_cat_complex),
         ("aten::stack", aten_stack_complex),
     ):

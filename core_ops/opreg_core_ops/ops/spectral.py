@@ -179,6 +179,8 @@ def _stft(self, n_fft: int, hop_length, win_length, window, normalized: bool, on
         signal = op18.Pad(signal, op18.Constant(value_ints=pads), mode=_PAD_MODES[pad_mode])
     if not pair:
         signal = op18.Unsqueeze(signal, op18.Constant(value_ints=[-1]))
+    if window is not None and is_complex(window):
+        raise ValueError("ONNX's STFT takes a real window; a complex one is not exported")
     part = signal if not pair else op18.Gather(signal, op18.Constant(value_int=0), axis=-1)
     frames = op18.STFT(
         signal,

@@ -7,7 +7,8 @@ are the samples exported one by one, so each result names its own sample.
 How a sample's outputs are compared is a :data:`Compare` hook:
 :func:`compare_outputs` (every output elementwise, the default),
 :class:`GatherIndices` (ops returning indices into their input, where ties
-make the indices ambiguous: sort, topk, max.dim, ...) or :class:`Distribution`
+make the indices ambiguous: sort, topk, max.dim, ...), :class:`ScaledTolerance`
+(transforms whose errors spread over every output: FFTs) or :class:`Distribution`
 (random ops: their outputs' distribution over many draws, against eager's).
 """
 
@@ -327,12 +328,38 @@ class GatherIndices:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScaledTolerance:
+    """A :data:`Compare` for transforms whose rounding errors spread over every output, as a
+    Fourier transform's do: a small bin carries the error of the whole sum, so a tolerance
+    relative to each element is wrong there. Each floating output must be within
+    ``atol + rtol * |eager| + scale * max|eager|`` of eager PyTorch everywhere (the largest
+    magnitude of that output); others are compared as :func:`compare_outputs` does.
+
+    Fields:
+        scale: the tolerance relative to the output's largest magnitude.
+    """
+
+    scale: float = 1e-5
+
+    def __call__(
+        self, sample: Sample, got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], rtol: float, atol: float
+    ) -> list[str]:
+        problems = []
+        for index, (g, e) in enumerate(zip(got, expected, strict=True)):
+            floating = isinstance(e, torch.Tensor) and (e.is_floating_point() or e.is_complex()) and e.numel()
+            magnitude = float(e.abs().nan_to_num(0.0, 0.0, 0.0).max()) if floating else 0.0
+            if problem := _elementwise(index, g, e, rtol, atol + self.scale * magnitude):
+                problems.append(problem)
+        return problems
+
+
+@dataclasses.dataclass(frozen=True)
 class Distribution:
     """A :data:`Compare` for random ops, which ONNX Runtime draws from its own generator, not
     torch's: their results are compared by distribution (DESIGN.md §5), never value by value.
 
     A sample whose eager results change with the seed is run ``draws`` times in the exported
-    model and ``draws`` times in eager PyTorch (``torch.manual_seed(seed + k)``). The model's
+    model and ``draws`` times in eager PyTorch (after ``torch.manual_seed(seed)``). The model's
     random nodes are left unseeded, as a user's are; ONNX Runtime's process-wide seed is set to
     ``seed`` before the session is made (``onnxruntime.set_seed``), so a check in ONNX Runtime is
     reproducible (the reference evaluator draws from fresh numpy generators). Every draw of every output must
@@ -360,7 +387,7 @@ class Distribution:
         draws: how many times the model and eager PyTorch are run.
         sigmas: how many standard errors two statistics may differ by.
         categories: outputs with at most this many distinct values get a frequency per value.
-        seed: ONNX Runtime's seed, and eager PyTorch's first seed.
+        seed: ONNX Runtime's seed, and eager PyTorch's.
     """
 
     draws: int = 200
@@ -599,13 +626,13 @@ class _Batch:
         return isinstance(self.compare, Distribution) and any(isinstance(e, _ShapeOnly) and e.random for e in expected)
 
     def _eager_draws(self, sample: Sample) -> list[list[torch.Tensor]]:
-        """Eager PyTorch's draws of a random ``sample`` (seeded ``seed + k``), made once."""
+        """Eager PyTorch's draws of a random ``sample`` (seeded with ``seed``, then drawn in turn), made once."""
         found = self.draws.get(id(sample))
         if found is None:
             found = []
-            for k in range(self.compare.draws):
+            torch.manual_seed(self.compare.seed)  # once: each draw continues torch's stream
+            for _ in range(self.compare.draws):
                 copied = sample.copy()
-                torch.manual_seed(self.compare.seed + k)
                 with torch.no_grad():
                     found.append(_tensors(self.fn(*copied.args, **copied.kwargs)))
             self.draws[id(sample)] = found
@@ -701,12 +728,17 @@ def _eager(fn: Callable[..., Any], sample: Sample, values: bool) -> list[Any] | 
         except Exception as e:
             return e
     first, second = runs
-    random = any(
-        a.shape != b.shape
-        or not (torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, equal_nan=True)))
-        for a, b in zip(first, second, strict=True)
-    )
+    random = any(not _same(a, b) for a, b in zip(first, second, strict=True))
     return [_ShapeOnly(t, random=values) for t in first] if random or not values else first
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shapes and values (NaN equal to NaN); complex32, which torch cannot compare, as complex64."""
+    if a.shape != b.shape:
+        return False
+    if a.dtype == torch.complex32:
+        a, b = a.to(torch.complex64), b.to(torch.complex64)
+    return torch.equal(a, b) or ((a.is_floating_point() or a.is_complex()) and torch.allclose(a, b, equal_nan=True))
 
 
 _NUMBER_DTYPES = (
