@@ -68,6 +68,7 @@ def distribution_ops(mean: torch.Tensor, std: torch.Tensor) -> tuple[torch.Tenso
         mean.clone().geometric_(0.3),
         mean.clone().log_normal_(0.0, 0.5),
         mean.clone().cauchy_(1.0, 0.5),
+        mean.clone().random_(6),
     )
 
 

@@ -15,6 +15,11 @@ _GRADIENT = (
     "(export a forward pass, not a training step)"
 )
 
+_SAMPLER = (
+    "not implemented yet: ONNX has no sampler for it, and an exact one from RandomUniform needs rejection "
+    "sampling, a Loop whose trip count depends on the draws"
+)
+
 
 UNSUPPORTED: dict[str, str] = {
     "aten::_adaptive_avg_pool2d_backward.default": _GRADIENT,
@@ -24,6 +29,18 @@ UNSUPPORTED: dict[str, str] = {
     "aten::max_pool2d_with_indices_backward.default": _GRADIENT,
     "aten::native_group_norm_backward.default": _GRADIENT,
     "aten::native_layer_norm_backward.default": _GRADIENT,
+    "aten::random.default": (
+        "not implemented yet: draws integers up to the dtype's largest (2^63 - 1 for int64), more than the 53 "
+        "bits of the float64 uniforms random ops are made of; random_(to) is implemented"
+    ),
+    "aten::random.from": (
+        "torch.export cannot capture it: FX writes the call as torch.ops.aten.random.from, a Python syntax "
+        "error (`from` is a keyword); random_(to) is implemented"
+    ),
+    "aten::poisson.default": _SAMPLER,
+    "aten::binomial.default": _SAMPLER,
+    "aten::_standard_gamma.default": _SAMPLER,
+    "aten::_sample_dirichlet.default": _SAMPLER,
     "aten::_native_batch_norm_legit.default": (
         "the in-place form, writing the new running statistics into running_mean/running_var; "
         "torch.export replaces it with aten::_native_batch_norm_legit_functional, which returns them "

@@ -1,6 +1,6 @@
 """Random numbers: rand/randn/randint (and their ``_like`` forms), normal, uniform, bernoulli,
-multinomial, randperm, exponential/geometric/log_normal/cauchy, rrelu's slopes, and dropout
-in training.
+multinomial, randperm, exponential/geometric/log_normal/cauchy, random_(to), rrelu's slopes,
+and dropout in training.
 
 Each becomes ONNX's random ops (RandomNormal, RandomUniform, their ``Like`` forms,
 Multinomial): the exported model draws fresh numbers at every run from the runtime's
@@ -272,6 +272,11 @@ def aten_randperm(
     return op18.Cast(order, to=int(_result_dtype(dtype, ir.DataType.INT64)))
 
 
+def aten_random_to(self: Tensor, to: int, generator: str | None = None):
+    """random.to(Tensor self, int to, *, Generator? generator=None) -> Tensor: integers uniform in [0, to), as self's dtype (floor of a float64 RandomUniformLike)."""
+    return _randint(0, to, self.dtype, like=self)
+
+
 # -- distributions of a tensor's shape -------------------------------------------------------
 
 
@@ -462,6 +467,7 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::randint_like", aten_randint_like)
     registry.register("aten::randint_like.low_dtype", aten_randint_like_low_dtype)
     registry.register("aten::randperm", aten_randperm)
+    registry.register("aten::random.to", aten_random_to)
     registry.register("aten::normal.Tensor_float", aten_normal_tensor_float)
     registry.register("aten::normal.float_Tensor", aten_normal_float_tensor)
     registry.register("aten::normal.Tensor_Tensor", aten_normal_tensor_tensor)
