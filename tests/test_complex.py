@@ -39,6 +39,8 @@ def test_complex_inputs_and_outputs_are_real_pairs_in_the_model(opset):
     assert product.dtype == torch.complex64 and magnitude.dtype == torch.float32
     (pair, real) = program.adapt_torch_inputs_to_onnx(z, x)
     assert torch.equal(pair, torch.view_as_real(z)) and real is x
+    with pytest.raises(opreg.InvalidInputError, match="must be a complex tensor, got torch.float32"):
+        program.run(torch.view_as_real(z), x)
 
 
 def opreg_dtype(name: str):

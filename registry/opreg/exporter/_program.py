@@ -18,6 +18,7 @@ import torch
 from opreg.errors import ExportError, InvalidInputError, OpregError, RuntimeUnavailableError, VerificationError
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
+from opreg.values import is_complex
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +185,9 @@ class OnnxProgram:
             value = leaves[index]
             if not isinstance(value, torch.Tensor):
                 raise InvalidInputError(f"input {name!r} must be a tensor, got {type(value).__name__}")
+            if is_complex(value_info) != value.is_complex():
+                kind = "a complex" if is_complex(value_info) else "a real"
+                raise InvalidInputError(f"input {name!r} must be {kind} tensor, got {value.dtype}")
             value = _as_pair(value)
             _check_input(name, value, value_info)
             tensors.append(value)
