@@ -112,6 +112,16 @@ def test_views_and_copies_of_complex_values(opset):
     check(views, _complex(2, 3, 4), opset=opset)
 
 
+@pytest.mark.parametrize("opset", OPSETS)
+def test_complex_inputs_with_a_dynamic_dim(opset):
+    batch = torch.export.Dim("batch")
+    model = Lambda(lambda z: torch.fft.ifft(z * z.shape[0]).reshape(z.shape[0], -1))
+    program = opreg.export(model, (_complex(3, 8),), target=opset, dynamic_shapes=(({0: batch},),))
+    for size in (2, 5):
+        z = _complex(size, 8)
+        program.verify(z, **FFT_TOLERANCE)
+
+
 def test_a_complex_node_needs_an_impl_for_complex_values():
     """sin of a pair would be the sin of its parts, which is not sin(z): refused, with the reason."""
     with pytest.raises(opreg.UnsupportedOpsError, match=r"aten::sin\.default.*complex values.*complex=True"):

@@ -1,7 +1,7 @@
 """Complex numbers: view_as_real/view_as_complex, complex/polar, the elementwise ops on complex
 values (add, sub, mul, div, abs, angle, conj, exp; angle of real tensors too), and the copies
 and views that move them around (clone, _to_copy, view/reshape, permute/transpose,
-(un)squeeze, select/slice, index_select, expand, flip, constant_pad_nd, reflection_pad1d, cat/stack).
+(un)squeeze, select/slice, index_select, expand, flip, constant_pad_nd, reflection_pad1d, cat/stack, sym_size/sym_numel).
 
 A complex tensor travels as a real one with a trailing dimension of 2, real then imaginary
 (DESIGN.md §5, :mod:`opreg.values`): view_as_real and view_as_complex are the identity, the
@@ -330,6 +330,16 @@ def aten_reflection_pad1d_complex(self: Tensor, padding: Sequence[int]):
     return padding_ops.aten_reflection_pad1d(self, [0, 0, *padding])
 
 
+def aten_sym_size_complex(self: Tensor, dim: int):
+    """sym_size.int(Tensor self, int dim) -> SymInt: the pair's dim (never its trailing 2)."""
+    return views.aten_sym_size(self, _dim(dim, _rank(self)))
+
+
+def aten_sym_numel_complex(self: Tensor):
+    """sym_numel(Tensor self) -> SymInt: the pair's size over 2."""
+    return op18.Div(op18.Size(self), op18.Constant(value=ir.tensor(2, dtype=ir.DataType.INT64)))
+
+
 def aten_cat_complex(tensors: Sequence[Tensor], dim: int = 0):
     """cat(Tensor[] tensors, int dim=0) -> Tensor: the pairs (real tensors with imaginary part 0) concatenated."""
     dtype = _part_type(*tensors)
@@ -380,6 +390,8 @@ def register(registry: opreg.Registrar) -> None:
         ("aten::index_select", aten_index_select_complex),
         ("aten::constant_pad_nd", aten_constant_pad_nd_complex),
         ("aten::reflection_pad1d", aten_reflection_pad1d_complex),
+        ("aten::sym_size.int", aten_sym_size_complex),
+        ("aten::sym_numel", aten_sym_numel_complex),
         ("aten::cat", aten_cat_complex),
         ("aten::stack", aten_stack_complex),
     ):
