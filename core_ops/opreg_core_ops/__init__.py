@@ -18,6 +18,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         activation,
         attention,
         comparison,
+        complex,
         convolution,
         creation,
         dropout,
@@ -29,9 +30,11 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         onnx_ops,
         padding,
         pooling,
+        random,
         reduction,
         resampling,
         shape,
+        spectral,
     )
 
     for module in (
@@ -52,6 +55,9 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         joining,
         shape,
         onnx_ops,
+        random,
+        complex,
+        spectral,
     ):
         module.register(registry)
     unsupported.register(registry)

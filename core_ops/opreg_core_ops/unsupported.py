@@ -15,12 +15,10 @@ _GRADIENT = (
     "(export a forward pass, not a training step)"
 )
 
-
-def _rng(onnx_form: str) -> str:
-    return (
-        f"not implemented yet: would map to {onnx_form}, whose numbers follow the runtime's generator, "
-        "not torch's (so only their distribution can be checked); pass random tensors in as inputs meanwhile"
-    )
+_SAMPLER = (
+    "not implemented yet: ONNX has no sampler for it, and an exact one from RandomUniform needs rejection "
+    "sampling, a Loop whose trip count depends on the draws"
+)
 
 
 UNSUPPORTED: dict[str, str] = {
@@ -31,17 +29,18 @@ UNSUPPORTED: dict[str, str] = {
     "aten::max_pool2d_with_indices_backward.default": _GRADIENT,
     "aten::native_group_norm_backward.default": _GRADIENT,
     "aten::native_layer_norm_backward.default": _GRADIENT,
-    "aten::rand.default": _rng("ONNX's RandomUniform"),
-    "aten::randn.default": _rng("ONNX's RandomNormal"),
-    "aten::randperm.default": _rng("the order of RandomUniform keys (TopK indices)"),
-    "aten::_fft_r2c.default": (
-        "not implemented yet: would map to ONNX's DFT (onesided), its complex result carried as a "
-        "trailing dimension of 2 (real, imaginary), the convention opreg's design fixes for complex tensors"
+    "aten::random.default": (
+        "not implemented yet: draws integers up to the dtype's largest (2^63 - 1 for int64), more than the 53 "
+        "bits of the float64 uniforms random ops are made of; random_(to) is implemented"
     ),
-    "aten::_fft_c2r.default": (
-        "not implemented yet: would map to ONNX's inverse DFT of the spectrum rebuilt from its "
-        "Hermitian half, the complex input carried as a trailing dimension of 2 (real, imaginary)"
+    "aten::random.from": (
+        "torch.export cannot capture it: FX writes the call as torch.ops.aten.random.from, a Python syntax "
+        "error (`from` is a keyword); random_(to) is implemented"
     ),
+    "aten::poisson.default": _SAMPLER,
+    "aten::binomial.default": _SAMPLER,
+    "aten::_standard_gamma.default": _SAMPLER,
+    "aten::_sample_dirichlet.default": _SAMPLER,
     "aten::_native_batch_norm_legit.default": (
         "the in-place form, writing the new running statistics into running_mean/running_var; "
         "torch.export replaces it with aten::_native_batch_norm_legit_functional, which returns them "

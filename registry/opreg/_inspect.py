@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import keyword
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -420,7 +421,12 @@ def check_signature(op: OpName, function: Any, schema: Any, read: Params, *, tor
                 f"attribute {param.name!r} has no type annotation, so onnxscript would take it as a tensor input",
                 f"Annotate it, e.g. `{arg.name}: {_python_type_hint(arg)}`.",
             )
-        if kind != "tensor" and param.attribute and param.name != arg.name and (arg.kwarg_only or not torch_function):
+        if (
+            kind != "tensor"
+            and param.attribute
+            and param.name != python_name(arg.name)
+            and (arg.kwarg_only or not torch_function)
+        ):
             raise fail(
                 f"attribute {param.name!r} is in the place of argument {arg.name!r}",
                 f"Name it {arg.name!r}: nodes pass attributes by the schema's names.",
@@ -432,6 +438,12 @@ def check_signature(op: OpName, function: Any, schema: Any, read: Params, *, tor
                 f"it takes no parameter for required argument(s) {', '.join(missing)}",
                 "Add them, in the schema's order.",
             )
+
+
+def python_name(name: str) -> str:
+    """A schema argument's name as a Python parameter: a keyword (``uniform``'s ``from``) gets a
+    trailing underscore, as PEP 8 suggests (``from_``)."""
+    return f"{name}_" if keyword.iskeyword(name) else name
 
 
 def _python_type_hint(arg: Any) -> str:

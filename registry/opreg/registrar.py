@@ -64,6 +64,7 @@ class Registrar:
         domains: Mapping[str, VersionRangeLike] | None = None,
         priority: int = 0,
         predicate: Predicate | None = None,
+        complex: bool = False,
     ) -> Impl | None:
         """Register ``function`` for torch op ``op``.
 
@@ -71,14 +72,16 @@ class Registrar:
         each custom domain the impl emits to its version; both default to what
         the function visibly uses. ``priority`` ranks impls of one op (higher
         wins; the core pack's are 0); ``predicate(node) -> bool`` limits the
-        impl to the nodes it accepts. Returns the impl, or ``None`` if it was
+        impl to the nodes it accepts; ``complex=True`` makes it the impl for nodes with
+        complex values, carried as real tensors with a trailing dimension of 2
+        (:mod:`opreg.values`), which no other impl sees. Returns the impl, or ``None`` if it was
         rejected (the reason is in the pack's report, ``opreg plugins`` and
         the log).
         """
         try:
             impl = build_impl(
                 op, function, opset=opset, domains=domains, priority=priority,
-                predicate=predicate, pack=self.pack, override=False,
+                predicate=predicate, pack=self.pack, override=False, complex=complex,
             )  # fmt: skip
         except Exception as e:  # a pack's mistake must not break the build
             self._reject(op, function, e)

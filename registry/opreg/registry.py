@@ -11,6 +11,8 @@ Resolution (DESIGN.md §4) for one op, one target and optionally one node:
    name, function name and requirement (:meth:`Impl.tie_break`), and last
    registration order, so the same impls always give the same answer;
 3. the first impl whose predicate accepts the node (or that has none) wins.
+   A node with complex values (:func:`opreg.values.has_complex`) is served
+   only by impls registered with ``complex=True``, and those serve no other.
 
 Two unconditional impls that tie on override, priority and requirement are a
 *conflict*: the order above still picks one, and :meth:`Registry.conflicts`
@@ -41,6 +43,7 @@ from opreg.targets import (
     normalize_domain,
     onnx_opset_range,
 )
+from opreg.values import has_complex
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +69,9 @@ class Impl:
         pack: the pack it came from, filled in by opreg (``"<user>"`` for
             impls registered by hand).
         override: registered by the user, so it wins over every pack.
+        complex: it serves exactly the nodes with complex values, which reach it as
+            real tensors with a trailing dimension of 2 (see :mod:`opreg.values`);
+            impls without it never see such a node.
         kind: ``"script"`` or ``"trace"``.
         name: the function's name, as shown in reports.
         schema_checked: whether its signature was checked against torch's schema.
@@ -84,6 +90,7 @@ class Impl:
     predicate: Predicate | None = None
     pack: str = USER_PACK
     override: bool = False
+    complex: bool = False
     kind: str = _inspect.TRACE
     name: str = ""
     schema_checked: bool = False
@@ -125,8 +132,16 @@ class Impl:
     def tie_key(self) -> tuple:
         return (self.override, self.priority, self.requirement.rank())
 
+    @property
+    def conditional(self) -> bool:
+        """Whether it covers only some nodes (it has a predicate, or serves complex values only)."""
+        return self.predicate is not None or self.complex
+
     def accepts(self, node: Any) -> bool:
-        """Whether this impl covers ``node``; a predicate that raises says no."""
+        """Whether this impl covers ``node``: complex values or not as it serves them, and
+        its predicate agrees (a predicate that raises says no)."""
+        if has_complex(node) != self.complex:
+            return False
         if self.predicate is None:
             return True
         try:
@@ -273,19 +288,21 @@ class Registry:
         domains: Mapping[str, VersionRangeLike] | None = None,
         priority: int = 0,
         predicate: Predicate | None = None,
+        complex: bool = False,
     ) -> Impl:
         """Register ``function`` for torch op ``op`` as a user override.
 
         Impls registered here win over every pack's (see :meth:`resolve`).
         ``opset`` is the ai.onnx range (``18``, ``(18, 20)``); ``domains`` maps
         each custom domain the impl emits to its version. Both default to what
-        the function visibly uses. Raises :class:`RegistrationError` (or its
+        the function visibly uses. ``complex=True`` makes it the impl for nodes with
+        complex values (see :mod:`opreg.values`). Raises :class:`RegistrationError` (or its
         :class:`SignatureMismatchError`) with what to fix.
         """
         self._check_mutable()
         impl = build_impl(
             op, function, opset=opset, domains=domains, priority=priority,
-            predicate=predicate, pack=USER_PACK, override=True,
+            predicate=predicate, pack=USER_PACK, override=True, complex=complex,
         )  # fmt: skip
         return self._store(impl)
 
@@ -459,11 +476,11 @@ class Registry:
     def resolve(self, op: Any, target: TargetLike = "onnx", node: Any = None) -> Impl | None:
         """The impl used for ``op`` (and ``node``, if given) at ``target``, or ``None``.
 
-        Without a node, impls with a predicate cannot be shown to apply and
-        are passed over.
+        Without a node, conditional impls (a predicate, or complex values only)
+        cannot be shown to apply and are passed over.
         """
         for impl in self.candidates(op, target):
-            if impl.predicate is None or (node is not None and impl.accepts(node)):
+            if (not impl.conditional) if node is None else impl.accepts(node):
                 return impl
         return None
 
@@ -484,15 +501,14 @@ class Registry:
         for impl in ordered:
             if impl is chosen:
                 rows.append(Candidate(impl, CHOSEN, _why_chosen(impl, ordered, self._preferred.get(op))))
-            elif impl.predicate is not None and (node is None or not impl.accepts(node)):
-                why = "has a predicate; no node to test it on" if node is None else "its predicate rejects the node"
-                rows.append(Candidate(impl, CONDITIONAL, why))
+            elif impl.conditional if node is None else not impl.accepts(node):
+                rows.append(Candidate(impl, CONDITIONAL, _why_not(impl, node)))
             else:
                 rows.append(Candidate(impl, OUTRANKED, f"ranked below {chosen.label}" if chosen else "not reached"))
         for impl in sorted(self._impls.get(op, ()), key=self._key(op)):
             if impl not in ordered:
                 rows.append(Candidate(impl, DROPPED, target.unmet(impl.requirement) or "not eligible"))
-        ties = _ties(ordered)
+        ties = _ties(ordered, complex=chosen is not None and chosen.complex)
         conflicts = ties[1:] if chosen is not None and ties and ties[0] is chosen else ()
         return Explanation(op, target, tuple(rows), chosen, tuple(conflicts))
 
@@ -517,22 +533,35 @@ class Registry:
         target = self.target(target)
         found = []
         for op in self.ops():
-            ties = _ties(self.candidates(op, target))
-            if len(ties) > 1:
-                found.append(Conflict(op, target, ties, preferred=op in self._preferred))
+            for complex in (False, True):
+                ties = _ties(self.candidates(op, target), complex=complex)
+                if len(ties) > 1:
+                    found.append(Conflict(op, target, ties, preferred=op in self._preferred))
         return found
 
 
-def _ties(ordered: tuple[Impl, ...]) -> tuple[Impl, ...]:
-    unconditional = [i for i in ordered if i.predicate is None]
+def _ties(ordered: tuple[Impl, ...], *, complex: bool) -> tuple[Impl, ...]:
+    """The best impls without a predicate that tie, among those for complex values or the others."""
+    unconditional = [i for i in ordered if i.predicate is None and i.complex is complex]
     if not unconditional:
         return ()
     top = unconditional[0].tie_key()
     return tuple(i for i in unconditional if i.tie_key() == top)
 
 
+def _why_not(impl: Impl, node: Any) -> str:
+    """Why a conditional impl is not chosen for ``node`` (``None``: no node to test it on)."""
+    if node is None:
+        return "for complex values only; no node to test" if impl.complex else "has a predicate; no node to test it on"
+    if has_complex(node) != impl.complex:
+        if impl.complex:
+            return "for complex values only; the node has none"
+        return "the node has complex values (real pairs), which this impl is not registered for (complex=True)"
+    return "its predicate rejects the node"
+
+
 def _why_chosen(impl: Impl, ordered: tuple[Impl, ...], preferred: str | None) -> str:
-    others = [i for i in ordered if i is not impl]
+    others = [i for i in ordered if i is not impl and i.complex is impl.complex]
     if impl.override:
         return "registered by the user (overrides packs)"
     if not others:
@@ -565,6 +594,7 @@ def build_impl(
     pack: str,
     override: bool,
     torch_function: bool = False,
+    complex: bool = False,
 ) -> Impl:
     """Validate and describe one impl; raise :class:`RegistrationError` on any problem.
 
@@ -598,6 +628,7 @@ def build_impl(
         predicate=predicate,
         pack=pack,
         override=override,
+        complex=bool(complex),
         kind=kind,
         name=impl_name(function),
         schema_checked=schema is not None,

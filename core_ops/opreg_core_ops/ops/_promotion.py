@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
+from opreg.values import is_complex
+
 FLOAT_TYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE})
 """The floating types ONNX and torch share (the types that can hold NaN)."""
 
@@ -30,7 +32,8 @@ def is_integral(dtype: ir.DataType | None) -> bool:
 
 def result_dtype(*operands) -> ir.DataType:
     """The dtype torch computes an elementwise op of ``operands`` in (its type promotion:
-    dimensioned tensors, then 0-d tensors, then Python scalars). ``None`` operands are skipped."""
+    dimensioned tensors, then 0-d tensors, then Python scalars). ``None`` operands are skipped;
+    complex values (:func:`opreg.values.is_complex`) and numbers count as complex."""
     import torch
     from onnx_ir import tensor_adapters
     from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
@@ -40,9 +43,10 @@ def result_dtype(*operands) -> ir.DataType:
         if value is None:
             continue
         if isinstance(value, ir.Value):
-            rank = 1 if value.shape is None or len(value.shape) else 0
+            pair = is_complex(value)  # a complex tensor travels as a real one with a trailing 2
+            rank = 1 if value.shape is None or len(value.shape) > int(pair) else 0
             dtype = tensor_adapters.to_torch_dtype(value.dtype)
-            examples.append(torch.empty((1,) * rank, dtype=dtype, device="meta"))
+            examples.append(torch.empty((1,) * rank, dtype=dtype.to_complex() if pair else dtype, device="meta"))
         else:
             examples.append(value)
     _, dtype = elementwise_dtypes(*examples, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)

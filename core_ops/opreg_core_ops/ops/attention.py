@@ -1,5 +1,5 @@
-"""Attention: scaled_dot_product_attention as MatMul/Softmax (opset 18) and as
-Attention (opset 23)."""
+"""Attention: scaled_dot_product_attention as MatMul/Softmax (opset 18; with dropout_p > 0, a
+random dropout of the attention weights) and as Attention (opset 23, without dropout)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from onnxscript.onnx_opset import opset23 as op23
 
 import opreg
 from opreg_core_ops.ops._helpers import Tensor, node_arg, node_rank, rank_of
+from opreg_core_ops.ops.random import training_dropout
 
 
 def _transpose_last(x):
@@ -78,9 +79,11 @@ def aten_scaled_dot_product_attention(
     scale: float | None = None,
     enable_gqa: bool = False,
 ):
-    """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor: MatMul/Softmax decomposition (no dropout)."""
+    """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor: MatMul/Softmax decomposition; dropout_p > 0 drops attention weights at random, as torch does even in eval()."""
     scores = _attention_scores(query, key, attn_mask, is_causal, scale, enable_gqa)
     probs = _safe_softmax(scores, attn_mask is not None)
+    if dropout_p > 0:
+        probs, _ = training_dropout(probs, dropout_p)
     return op18.MatMul(probs, _repeat_value(value, query, enable_gqa))
 
 
@@ -141,7 +144,7 @@ def _attention23_covered(node) -> bool:
 
 
 def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::scaled_dot_product_attention", aten_scaled_dot_product_attention, predicate=_no_dropout(4))
+    registry.register("aten::scaled_dot_product_attention", aten_scaled_dot_product_attention)
     registry.register(
         "aten::scaled_dot_product_attention",
         aten_scaled_dot_product_attention_opset23,

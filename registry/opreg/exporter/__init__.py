@@ -101,6 +101,7 @@ def export(
     optimize: bool = True,
     fold_weights: bool = True,
     rewrite: bool = True,
+    seed: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
@@ -138,6 +139,12 @@ def export(
             ``target`` (``opreg_rewrite_rules``: fused kernels for patterns that
             span several ops) after the lean pass (default); ``False`` leaves
             them out.
+        seed: give every random node (RandomNormal, RandomUniform and their
+            ``Like`` forms, Bernoulli, Multinomial, Dropout) a ``seed``
+            attribute: ``seed``, ``seed + 1``, ... in graph order. Each
+            session of the model then draws the same numbers, run after run;
+            ``None`` (default) leaves them unseeded: ONNX Runtime seeds them
+            from its process-wide seed (``onnxruntime.set_seed``).
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
     Raises:
@@ -166,7 +173,7 @@ def export(
     result = _finish.finish(
         translation, exported_program=program, module=model, target=resolved, registry=reg,
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
-        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite,
+        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed,
     )  # fmt: skip
     tick.done()
     return result

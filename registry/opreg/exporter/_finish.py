@@ -20,12 +20,15 @@ import torch
 from opreg.errors import ExportError, OpsetConflictError
 from opreg.exporter import _rewrite
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
-from opreg.exporter._recorder import OUTPUTS_KWARG, Use
+from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
 from opreg.exporter._rewrite import Rewrite
 from opreg.exporter._translate import Translation
 from opreg.registry import Impl, Registry
 from opreg.targets import ONNX_DOMAIN, Target
+from opreg.values import is_complex
 
+MIN_OPSET_WITH_SEEDS = 18
+"""What :func:`seed_random_nodes` reads the ``seed`` attribute's type from when the graph names no ai.onnx version."""
 MIN_IR_VERSION = 10
 """Node ``metadata_props`` (provenance) need IR 10; newer opsets need more."""
 REWRITES_KEY = "opreg.rewrites"
@@ -47,6 +50,7 @@ def finish(
     optimize: bool,
     fold_weights: bool = True,
     rewrite: bool = True,
+    seed: int | None = None,
 ) -> OnnxProgram:
     """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`
     (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false)."""
@@ -77,6 +81,7 @@ def finish(
         definitions=definitions,
         rewrites=rewrites,
         target=target,
+        seed=seed,
     )
     fired = model.metadata_props.get(REWRITES_KEY, "")
     packs.update(item.split(":", 1)[0] for item in fired.split(",") if item)
@@ -85,7 +90,9 @@ def finish(
     bind_outputs(model.graph, [next(named) for _ in model.graph.outputs], origins)
     slots = []
     for name, value in zip(names, translation.outputs, strict=True):
-        slots.append(OutputSlot(name) if isinstance(value, ir.Value) else OutputSlot(None, value))
+        slots.append(
+            OutputSlot(name, complex=is_complex(value)) if isinstance(value, ir.Value) else OutputSlot(None, value)
+        )
     checked = check(model)
     return OnnxProgram(
         model,
@@ -250,8 +257,9 @@ def build_model(
     definitions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] | None = None,
     rewrites: Sequence[Rewrite] = (),
     target: Target | None = None,
+    seed: int | None = None,
 ) -> ir.Model:
-    """The model of ``graph``: functions kept or inlined, unused nodes, outputs and
+    """The model of ``graph``: functions kept or inlined, random nodes seeded (``seed``), unused nodes, outputs and
     opsets removed, lean (``optimize``), rewritten by ``rewrites`` (which ``target``
     gates), at the lowest IR version its opsets allow.
 
@@ -285,6 +293,8 @@ def build_model(
             return function.identifier() not in definitions and (limit is None or len(function) <= limit)
 
         common_passes.InlinePass(criteria=wanted)(model)
+    if seed is not None:
+        seed_random_nodes(model, seed)
     weights = frozenset(graph.initializers)
     if optimize:
         from opreg.exporter._lean import lean
@@ -314,6 +324,28 @@ def build_model(
     )
     model.metadata_props.update(metadata)
     return model
+
+
+def seed_random_nodes(model: ir.Model, seed: int) -> int:
+    """Give every random node (``_recorder.RANDOM_OPS``), in the graphs and the kept functions, a
+    ``seed`` attribute: ``seed``, ``seed + 1``, ... in order, so each node draws its own stream and
+    a new session draws the same numbers again. Returns how many nodes were seeded."""
+    nodes = [*ir.traversal.RecursiveGraphIterator(model.graph)]
+    for function in model.functions.values():
+        nodes.extend(ir.traversal.RecursiveGraphIterator(function))
+    count = 0
+    for node in nodes:
+        if not is_random(node):
+            continue
+        version = model.graph.opset_imports.get("", MIN_OPSET_WITH_SEEDS)
+        kind = onnx.defs.get_schema(node.op_type, version).attributes["seed"].type
+        value = seed + count
+        if kind == onnx.defs.OpSchema.AttrType.INT:
+            node.attributes["seed"] = ir.AttrInt64("seed", value)
+        else:
+            node.attributes["seed"] = ir.AttrFloat32("seed", float(value))
+        count += 1
+    return count
 
 
 def _own_subgraph_outputs(graph: ir.Graph) -> None:

@@ -24,11 +24,16 @@ work a whole-graph view removes.
   cannot follow; a ``-1`` in a constant part is folded to ``1`` instead.
 - Common subexpressions computed once (``Shape`` of the same input, ...).
 - Constants become initializers, as torch.onnx's graphs have them.
+
+Random nodes (``_recorder.RANDOM_OPS``) are never folded nor merged: two draws are
+two draws, even when they have the same inputs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 
 import numpy as np
 import onnx_ir as ir
@@ -36,6 +41,8 @@ from onnx_ir.passes import common as common_passes
 from onnxscript import optimizer, rewriter
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.rules import common as rules
+
+from opreg.exporter._recorder import is_random
 
 
 def _squeeze_unsqueeze(op, x, axes_squeeze, axes_unsqueeze):
@@ -95,6 +102,22 @@ RULES = (
 )
 
 _RULE_SET = pattern.RewriteRuleSet(list(RULES))
+
+_DRAW = "_opreg_draw"
+
+
+@contextlib.contextmanager
+def _distinct_draws(graph: ir.Graph) -> Iterator[None]:
+    """Give each random node of ``graph`` an attribute of its own while the block runs, so passes that
+    merge equal nodes (CSE) see them as different, as they are."""
+    marked = [node for node in graph if is_random(node)]
+    for index, node in enumerate(marked):
+        node.attributes[_DRAW] = ir.AttrInt64(_DRAW, index)
+    try:
+        yield
+    finally:
+        for node in marked:
+            node.attributes.pop(_DRAW, None)
 
 
 _SIZE_PRESERVING = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Identity", "Slice", "Gather", "Flatten"})
@@ -251,7 +274,7 @@ def lean(model: ir.Model, weights: frozenset[str] | None = None, *, fold_weights
     weights = frozenset(model.graph.initializers) if weights is None else weights
 
     def should_fold(node: ir.Node) -> bool | None:
-        if any(value is not None and value.name in weights for value in node.inputs):
+        if is_random(node) or any(value is not None and value.name in weights for value in node.inputs):
             return False
         return None
 
@@ -268,7 +291,8 @@ def lean(model: ir.Model, weights: frozenset[str] | None = None, *, fold_weights
             break
     common_passes.RemoveUnusedNodesPass()(model)
     _drop_abs_of_sizes(model)
-    common_passes.CommonSubexpressionEliminationPass()(model)
+    with _distinct_draws(model.graph):  # the pass works on the main graph only
+        common_passes.CommonSubexpressionEliminationPass()(model)
     common_passes.IdentityEliminationPass()(model)
     common_passes.RemoveUnusedNodesPass()(model)
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)

@@ -18,6 +18,7 @@ from opreg.exporter import _nodes
 from opreg.opname import OpName
 from opreg.registry import Impl, Registry
 from opreg.targets import Target
+from opreg.values import has_complex
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +118,14 @@ def _plan_graph(
             impl = registry.resolve(op, target, node)
             if impl is None:
                 reason = "No installed pack implements it for this target."
-                if registry.candidates(op, target):
+                candidates = registry.candidates(op, target)
+                if candidates:
                     reason = "Its impls' predicates reject these nodes."
+                if has_complex(node) and not any(i.complex for i in candidates):
+                    reason = (
+                        "The node has complex values, which travel as real tensors with a trailing dimension "
+                        "of 2, and no installed impl is registered for them (complex=True)."
+                    )
                 for pack, why in registry.unsupported(op).values():
                     reason = f"Unsupported ({pack}): {why}"
                 missing.setdefault(str(op), []).append((node, reason, context, outer))

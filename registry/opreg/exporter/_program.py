@@ -18,6 +18,7 @@ import torch
 from opreg.errors import ExportError, InvalidInputError, OpregError, RuntimeUnavailableError, VerificationError
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
+from opreg.values import is_complex
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +33,12 @@ REFERENCE = "reference"
 @dataclasses.dataclass(frozen=True)
 class OutputSlot:
     """Where one leaf of the model's returned structure comes from: an ONNX output
-    (``name``) or a constant torch baked in (``value``)."""
+    (``name``) or a constant torch baked in (``value``); ``complex`` when the output is
+    a complex tensor the model returns as a real pair (trailing dimension of 2)."""
 
     name: str | None
     value: Any = None
+    complex: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +125,7 @@ class OnnxProgram:
         self._out_spec = out_spec
         self._checked = checked
         self._sessions: dict[str, Any] = {}
+        self._choice: str | None = None  # what runtime="auto" runs, once found
 
     def __repr__(self) -> str:
         opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(self.model.opset_imports.items()))
@@ -164,7 +168,8 @@ class OnnxProgram:
     # -- running -------------------------------------------------------------------------
 
     def adapt_torch_inputs_to_onnx(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        """The tensors among ``model(*args, **kwargs)``'s inputs, in the ONNX inputs' order."""
+        """The tensors among ``model(*args, **kwargs)``'s inputs, in the ONNX inputs' order
+        (a complex tensor as the real pair the model takes, ``torch.view_as_real``)."""
         pytree = torch.utils._pytree
         kwarg_spec = self._in_spec.child(1) if self._in_spec.num_children == 2 else None
         if kwarg_spec is not None and kwarg_spec.context and set(kwargs) == set(kwarg_spec.context):
@@ -180,36 +185,49 @@ class OnnxProgram:
             value = leaves[index]
             if not isinstance(value, torch.Tensor):
                 raise InvalidInputError(f"input {name!r} must be a tensor, got {type(value).__name__}")
+            if is_complex(value_info) != value.is_complex():
+                kind = "a complex" if is_complex(value_info) else "a real"
+                raise InvalidInputError(f"input {name!r} must be {kind} tensor, got {value.dtype}")
+            value = _as_pair(value)
             _check_input(name, value, value_info)
             tensors.append(value)
         return tensors
 
     def adapt_torch_outputs_to_onnx(self, outputs: Any) -> list[torch.Tensor]:
-        """The tensors among the module's ``outputs``, in the ONNX outputs' order."""
+        """The tensors among the module's ``outputs``, in the ONNX outputs' order (a complex
+        tensor as the real pair the model returns)."""
         leaves = torch.utils._pytree.tree_leaves(outputs)
         if len(leaves) != len(self._outputs):
             raise ExportError(f"expected {len(self._outputs)} output values like the export's, got {len(leaves)}")
-        return [leaf for leaf, slot in zip(leaves, self._outputs, strict=True) if slot.name is not None]
+        return [_as_pair(leaf) for leaf, slot in zip(leaves, self._outputs, strict=True) if slot.name is not None]
 
     def _flat_inputs(self, args: tuple, kwargs: dict[str, Any]) -> list[np.ndarray]:
         return [_to_numpy(t) for t in self.adapt_torch_inputs_to_onnx(*args, **kwargs)]
 
     def _unflatten(self, results: Sequence[np.ndarray]) -> Any:
         by_name = dict(zip(self.output_names, results, strict=True))
-        leaves = [_to_torch(by_name[s.name]) if s.name is not None else s.value for s in self._outputs]
+        leaves = [_to_torch(by_name[s.name], s.complex) if s.name is not None else s.value for s in self._outputs]
         return torch.utils._pytree.tree_unflatten(leaves, self._out_spec)
 
     def runtime_for(self) -> str:
-        """``onnxruntime`` if it can run every domain in the model, else ``reference``."""
+        """``onnxruntime`` if it can run every op in the model, else ``reference``: the model uses
+        custom ops no loaded pack gives ONNX Runtime kernels for, or random ops at an opset this
+        ONNX Runtime has no kernels for (22 and up, see ``_runtime.missing_random_kernel``)."""
         from opreg.exporter import _runtime
 
-        if _runtime.builtin_domains_only(self.model):
-            return ONNXRUNTIME
+        if self._choice is not None:
+            return self._choice
+        self._choice = ONNXRUNTIME
         try:
             self._session(ONNXRUNTIME)  # kept for run()
-        except RuntimeUnavailableError:
-            return REFERENCE
-        return ONNXRUNTIME
+        except RuntimeUnavailableError as e:
+            cause = e.__cause__ if e.__cause__ is not None else e
+            if not _runtime.builtin_domains_only(self.model):
+                self._choice = REFERENCE
+            elif _runtime.missing_random_kernel(cause):
+                logger.info("ONNX Runtime cannot run the model (%s); using the reference evaluator", cause)
+                self._choice = REFERENCE
+        return self._choice
 
     def _session(self, runtime: str) -> Any:
         """The ONNX Runtime session or reference evaluator of this model, made once."""
@@ -226,7 +244,8 @@ class OnnxProgram:
 
     def run(self, *args: Any, runtime: str = ONNXRUNTIME, **kwargs: Any) -> Any:
         """Run the model on torch inputs shaped like the export's; returns torch
-        outputs in the structure the module returns.
+        outputs in the structure the module returns. Complex inputs are fed as the
+        real pairs the model takes, and complex outputs come back complex.
 
         ``runtime`` is ``"onnxruntime"`` (with every loaded pack's
         ``opreg_configure_session`` applied), ``"reference"`` (``onnx.reference``
@@ -286,10 +305,23 @@ class OnnxProgram:
             lines = "\n".join(f"  {c}" for c in bad)
             raise VerificationError(
                 f"{len(bad)} of {len(checks)} output(s) differ from eager PyTorch "
-                f"({runtime}, rtol={rtol}, atol={atol}):\n{lines}",
+                f"({runtime}, rtol={rtol}, atol={atol}):\n{lines}{self._random_hint()}",
                 checks,
             )
         return Verification(runtime, checks)
+
+    def _random_hint(self) -> str:
+        """What to do when a model that draws random numbers does not match value by value."""
+        from opreg.exporter._recorder import is_random
+
+        drawn = sorted({n.op_type for n in ir.traversal.RecursiveGraphIterator(self.model.graph) if is_random(n)})
+        if not drawn:
+            return ""
+        return (
+            f"\nThe model draws random numbers ({', '.join(drawn)}) from the runtime's generator, not torch's: "
+            "its outputs can only match eager PyTorch in distribution. Check them with "
+            "opreg.testing.check_samples(..., compare=opreg.testing.Distribution())."
+        )
 
 
 def _describe_inputs(spec: Any) -> str:
@@ -336,11 +368,22 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
-def _to_torch(array: Any) -> torch.Tensor:
+def _to_torch(array: Any, complex: bool = False) -> torch.Tensor:
+    """A runtime's output as torch; ``complex``: a real pair (trailing dimension of 2) made complex again."""
     array = np.asarray(array)
     if array.dtype.name == "bfloat16":
         return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
-    return torch.from_numpy(array)
+    tensor = torch.from_numpy(array)
+    if not complex:
+        return tensor
+    if tensor.numel() == 0:  # view_as_complex wants a unit last stride, which numpy gives no empty array
+        return torch.empty(tensor.shape[:-1], dtype=tensor.dtype.to_complex())
+    return torch.view_as_complex(tensor.contiguous())
+
+
+def _as_pair(tensor: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as the real tensor with a trailing dimension of 2 the model takes (others as they are)."""
+    return torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
 
 
 def compare_output(name: str, got: Any, expected: Any, rtol: float, atol: float) -> OutputCheck:
@@ -363,7 +406,8 @@ def compare_output(name: str, got: Any, expected: Any, rtol: float, atol: float)
         diff = (got.to(torch.float64) - expected.to(torch.float64)).abs()
         ok = bool(torch.equal(got, expected)) if expected.dtype == torch.bool else bool((diff <= atol).all())
         return OutputCheck(name, float(diff.max()), 0.0, ok, "" if ok else "values differ")
-    g, e = got.to(torch.float64), expected.to(torch.float64)
+    wide = torch.complex128 if expected.is_complex() else torch.float64  # complex: |got - eager| as torch measures it
+    g, e = got.resolve_conj().to(wide), expected.resolve_conj().to(wide)
     close = torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
     both = torch.isfinite(g) & torch.isfinite(e)
     diff = (g - e).abs()[both]

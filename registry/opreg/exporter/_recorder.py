@@ -33,6 +33,18 @@ OUTPUTS_KWARG = "_outputs"
 _SMALL_CONSTANT = 64
 """Constants up to this many elements are handed to shape inference as data."""
 
+RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout"}
+)
+"""The ai.onnx ops that draw random numbers (Dropout in training mode), each with a ``seed`` attribute.
+onnxscript's folder and onnx_ir's CSE know the first four (and Multinomial), not Bernoulli or Dropout."""
+
+
+def is_random(node: ir.Node) -> bool:
+    """Whether ``node`` draws random numbers (see :data:`RANDOM_OPS`)."""
+    return node.domain in ("", "ai.onnx") and node.op_type in RANDOM_OPS
+
+
 _NO_NUMPY_FOLD = frozenset({ir.DataType.BFLOAT16, ir.DataType.STRING, ir.DataType.UNDEFINED})
 
 

@@ -8,6 +8,7 @@ configure the run; :class:`opreg.OnnxProgram` keeps the sessions they open.
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import onnx
 import onnx_ir as ir
 
 from opreg.errors import RuntimeUnavailableError
+from opreg.exporter._recorder import RANDOM_OPS
 from opreg.packset import PackSet
 
 logger = logging.getLogger(__name__)
@@ -50,6 +52,20 @@ def _describe(ops: set[tuple[str, str]]) -> str:
     return ", ".join(f"{d}::{o}" for d, o in sorted(ops))
 
 
+_NO_KERNEL = re.compile(r"(?:Could not find an implementation|Failed to find kernel) for (\w+)\((\d+)\)")
+
+
+def missing_random_kernel(error: BaseException) -> str | None:
+    """``Op(version)`` when ``error`` is ONNX Runtime refusing a model for want of a kernel for a
+    random op at the model's opset: its CPU kernels for RandomNormal, RandomUniform, their ``Like``
+    forms, Bernoulli and Multinomial stop before those ops' opset 22 versions
+    (microsoft/onnxruntime#32201), so ONNX Runtime runs them at targets up to 21 only."""
+    found = _NO_KERNEL.search(str(error))
+    if found is None or found.group(1) not in RANDOM_OPS:
+        return None
+    return f"{found.group(1)}({found.group(2)})"
+
+
 def initializer_bytes(model: ir.Model) -> int:
     return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
 
@@ -72,12 +88,19 @@ def onnxruntime_session(model: ir.Model, packs: PackSet) -> Any:
         return onnxruntime.InferenceSession(payload, options, providers=["CPUExecutionProvider"])
     except Exception as e:
         ops = custom_ops(model)
-        hint = (
-            f" The model uses custom ops {_describe(ops)}: install or load the pack that ships their "
-            "kernels (opreg_configure_session), or run with runtime='reference'."
-            if ops
-            else ""
-        )
+        random = missing_random_kernel(e)
+        hint = ""
+        if ops:
+            hint = (
+                f" The model uses custom ops {_describe(ops)}: install or load the pack that ships their "
+                "kernels (opreg_configure_session), or run with runtime='reference'."
+            )
+        elif random:
+            hint = (
+                f" This ONNX Runtime has no CPU kernel for {random}: its random-number kernels stop at "
+                "opset 21 (microsoft/onnxruntime#32201). Export with target=21 or lower to run the model "
+                "in ONNX Runtime, or run it with runtime='reference'."
+            )
         raise RuntimeUnavailableError(f"ONNX Runtime cannot load the model: {e}.{hint}") from e
 
 

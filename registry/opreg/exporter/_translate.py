@@ -31,6 +31,7 @@ from opreg.exporter._plan import Call, Plan
 from opreg.exporter._recorder import GraphRecorder
 from opreg.registry import Impl
 from opreg.targets import Target
+from opreg.values import COMPLEX_KEY
 
 
 @dataclasses.dataclass
@@ -104,7 +105,13 @@ class Translator:
         return ir.Shape(dims)
 
     def _describe(self, value: ir.Value, meta: Any) -> None:
-        if isinstance(meta, torch.Tensor):
+        """Type and shape ``value`` from its FX metadata; a complex tensor is a real one with a
+        trailing dimension of 2 (real, imaginary), marked for impls (:func:`opreg.values.is_complex`)."""
+        if isinstance(meta, torch.Tensor) and meta.dtype.is_complex:
+            value.dtype = tensor_adapters.from_torch_dtype(meta.dtype.to_real())
+            value.shape = ir.Shape([*self._shape(meta), 2])
+            value.meta[COMPLEX_KEY] = True
+        elif isinstance(meta, torch.Tensor):
             value.dtype = tensor_adapters.from_torch_dtype(meta.dtype)
             value.shape = self._shape(meta)
         elif isinstance(meta, torch.SymInt | int):
@@ -153,10 +160,11 @@ class Translator:
                 if not isinstance(tensor, torch.Tensor):
                     raise ExportError(f"{kind.name.lower()} {name!r} is a {type(tensor).__name__}, not a tensor")
                 tensor = tensor.detach()
-                if not tensor.is_contiguous():
-                    tensor = tensor.contiguous()
+                stored = torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
+                if not stored.is_contiguous():
+                    stored = stored.contiguous()
                 scope.recorder.claim(name)
-                value = ir.Value(name=name, const_value=tensor_adapters.TorchTensor(tensor, name=name))
+                value = ir.Value(name=name, const_value=tensor_adapters.TorchTensor(stored, name=name))
                 self._describe(value, tensor)
                 graph.register_initializer(value)
             else:
@@ -271,6 +279,10 @@ class Translator:
             return int(tensor_adapters.from_torch_dtype(value))
         if isinstance(value, (torch.device, torch.layout, torch.memory_format)):
             return None
+        if isinstance(value, torch.Tensor) and value.is_complex():
+            constant = scope.recorder.constant(torch.view_as_real(value.detach().cpu().resolve_conj()).numpy(), None)
+            constant.meta[COMPLEX_KEY] = True
+            return constant
         if isinstance(value, torch.Tensor):
             return scope.recorder.constant(value.detach().cpu().numpy(), None)
         return value
@@ -507,7 +519,7 @@ def _call_site(node: torch.fx.Node, impl: Impl) -> str:
 
 def _dtype_of(meta: Any) -> ir.DataType | None:
     if isinstance(meta, torch.Tensor):
-        return tensor_adapters.from_torch_dtype(meta.dtype)
+        return tensor_adapters.from_torch_dtype(meta.dtype.to_real() if meta.dtype.is_complex else meta.dtype)
     return _scalar_dtype(meta)
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from opreg.testing._kit import CheckResult, PackCheck, check_pack
     from opreg.testing._samples import (
+        DISTRIBUTION,
         FAILED,
         PASSED,
         SHAPE_ONLY,
@@ -24,18 +25,21 @@ if TYPE_CHECKING:
         TOLERANCES,
         Arg,
         Compare,
+        Distribution,
         GatherIndices,
         ModelSample,
         OpCall,
         Sample,
         SampleCheck,
         SampleResult,
+        ScaledTolerance,
         check_samples,
         compare_outputs,
         describe,
     )
 
 _LAZY = {
+    "DISTRIBUTION": "_samples",
     "FAILED": "_samples",
     "PASSED": "_samples",
     "SHAPE_ONLY": "_samples",
@@ -44,12 +48,14 @@ _LAZY = {
     "TOLERANCES": "_samples",
     "Arg": "_samples",
     "Compare": "_samples",
+    "Distribution": "_samples",
     "GatherIndices": "_samples",
     "ModelSample": "_samples",
     "OpCall": "_samples",
     "Sample": "_samples",
     "SampleCheck": "_samples",
     "SampleResult": "_samples",
+    "ScaledTolerance": "_samples",
     "check_samples": "_samples",
     "compare_outputs": "_samples",
     "describe": "_samples",
@@ -73,6 +79,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "DISTRIBUTION",
     "FAILED",
     "PASSED",
     "SHAPE_ONLY",
@@ -82,6 +89,7 @@ __all__ = [
     "Arg",
     "CheckResult",
     "Compare",
+    "Distribution",
     "GatherIndices",
     "ModelSample",
     "OpCall",
@@ -89,6 +97,7 @@ __all__ = [
     "Sample",
     "SampleCheck",
     "SampleResult",
+    "ScaledTolerance",
     "check_pack",
     "check_samples",
     "compare_outputs",

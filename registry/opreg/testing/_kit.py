@@ -14,7 +14,8 @@ checks, each giving :class:`CheckResult` rows:
   reference kernel, a session configuration or function definitions;
 - ``samples``: each impl, forced to be chosen, is exported for the lowest and
   highest targets it claims, run, and compared with eager PyTorch on
-  PyTorch's OpInfo samples (ATen ops) or the pack's ``opreg_samples``. An
+  PyTorch's OpInfo samples (ATen ops) or the pack's ``opreg_samples``; random
+  results of the OpInfos in ``opinfo.RANDOM`` by distribution. An
   impl whose samples could only be compared by shape and dtype (random or
   uninitialized results) is ``skipped``, saying so, not ``passed``;
 - ``rewrites``: each rewrite rule the pack offers (``opreg_rewrite_rules``) at
@@ -45,7 +46,17 @@ from opreg import plugins
 from opreg.errors import PluginNotFoundError
 from opreg.registrar import Registrar
 from opreg.registry import Impl, Registry
-from opreg.testing._samples import FAILED, PASSED, SHAPE_ONLY, SKIPPED, Compare, ModelSample, Sample, SampleCheck
+from opreg.testing._samples import (
+    DISTRIBUTION,
+    FAILED,
+    PASSED,
+    SHAPE_ONLY,
+    SKIPPED,
+    Compare,
+    ModelSample,
+    Sample,
+    SampleCheck,
+)
 
 LOAD = "load"
 IMPORT = "import"
@@ -681,7 +692,7 @@ def _drives(impl: Impl, provided: Mapping[Any, list[Sample]], limit: int) -> tup
         if picked:
             name = f"opinfo {opinfo.full_name(info)}"
             values = info.name not in opinfo.UNINITIALIZED
-            drives.append(_Drive(info.op, picked, name, values=values, compare=opinfo.compare_for(info)))
+            drives.append(_Drive(opinfo.op_for(info), picked, name, values=values, compare=opinfo.compare_for(info)))
     return drives, "" if drives else f"PyTorch has no OpInfo for {impl.op}; {NO_SAMPLES}"
 
 
@@ -690,7 +701,12 @@ def _forced(registry: Registry, impl: Impl) -> Registry:
     forced = registry.copy()
     requirement = impl.requirement
     forced.register(
-        impl.op, impl.function, opset=requirement.onnx, domains=requirement.domain_map, predicate=impl.predicate
+        impl.op,
+        impl.function,
+        opset=requirement.onnx,
+        domains=requirement.domain_map,
+        predicate=impl.predicate,
+        complex=impl.complex,
     )
     return forced
 
@@ -733,8 +749,9 @@ def _check_samples(
 
 
 def _reached(impl: Impl, check: SampleCheck) -> bool:
-    """A sample went through ``impl``: it failed, or it ran (by value or shape) in a model made with the impl."""
-    ran = check.count(PASSED) + check.count(SHAPE_ONLY)
+    """A sample went through ``impl``: it failed, or it ran (by value, distribution or shape) in a model made
+    with the impl."""
+    ran = check.count(PASSED) + check.count(DISTRIBUTION) + check.count(SHAPE_ONLY)
     return bool(check.failures()) or (ran > 0 and str(impl.op) in check.torch_ops)
 
 
@@ -752,7 +769,7 @@ def _sample_rows(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) ->
 
 
 def _summary_row(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) -> CheckResult:
-    passed = check.count(PASSED)
+    passed = check.count(PASSED) + check.count(DISTRIBUTION)
     shape_only = check.count(SHAPE_ONLY)
     skipped = [r for r in check.results if r.status == SKIPPED]
     if not passed and not shape_only:
@@ -771,7 +788,8 @@ def _summary_row(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) ->
             f"{drive.source}: values not compared: {shape_only} sample(s) match by shape and dtype only "
             f"(random or uninitialized results){by_torch}",
         )  # fmt: skip
-    more = f", {shape_only} compared by shape and dtype only" if shape_only else ""
+    more = f" ({check.count(DISTRIBUTION)} by distribution)" if check.count(DISTRIBUTION) else ""
+    more += f", {shape_only} compared by shape and dtype only" if shape_only else ""
     return CheckResult(
         SAMPLES, subject, check.target, PASSED, f"{drive.source}: {passed} sample(s) match{more}{by_torch}"
     )

@@ -5,9 +5,11 @@ because an export costs far more than running it; only when that model fails
 are the samples exported one by one, so each result names its own sample.
 
 How a sample's outputs are compared is a :data:`Compare` hook:
-:func:`compare_outputs` (every output elementwise, the default) or
+:func:`compare_outputs` (every output elementwise, the default),
 :class:`GatherIndices` (ops returning indices into their input, where ties
-make the indices ambiguous: sort, topk, max.dim, ...).
+make the indices ambiguous: sort, topk, max.dim, ...), :class:`ScaledTolerance`
+(transforms whose errors spread over every output: FFTs) or :class:`Distribution`
+(random ops: their outputs' distribution over many draws, against eager's).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import math
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -24,13 +28,16 @@ from opreg.registry import Registry
 from opreg.targets import TargetLike
 
 PASSED = "passed"
+DISTRIBUTION = "distribution"
 SHAPE_ONLY = "shape-only"
 FAILED = "failed"
 SKIPPED = "skipped"
-STATUSES = (PASSED, SHAPE_ONLY, FAILED, SKIPPED)
-"""A sample's status: its values matched; only its shapes and dtypes could be
-compared and they matched (uninitialized or random results); it failed; or
-eager PyTorch or ``torch.export`` rejected it (torch's limit, not the impl's)."""
+STATUSES = (PASSED, DISTRIBUTION, SHAPE_ONLY, FAILED, SKIPPED)
+"""A sample's status: its values matched; its results are random and their
+distribution over many draws matched eager PyTorch's (:class:`Distribution`);
+only its shapes and dtypes could be compared and they matched (uninitialized
+results, or random ones without a :class:`Distribution`); it failed; or eager
+PyTorch or ``torch.export`` rejected it (torch's limit, not the impl's)."""
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float32: (1e-5, 1e-5),
@@ -117,8 +124,8 @@ class SampleResult:
     Fields:
         index: the sample's position in the list driven.
         label: the sample's label.
-        status: one of :data:`STATUSES` (``passed``, ``shape-only``, ``failed``, ``skipped``).
-        detail: why it failed or was skipped, or what a shape-only sample's values are.
+        status: one of :data:`STATUSES` (``passed``, ``distribution``, ``shape-only``, ``failed``, ``skipped``).
+        detail: why it failed or was skipped, or how a distribution or shape-only sample was compared.
     """
 
     index: int
@@ -165,8 +172,9 @@ class SampleCheck:
 
     @property
     def compared(self) -> bool:
-        """At least one sample's values were compared with eager PyTorch and matched."""
-        return self.count(PASSED) > 0
+        """At least one sample's values were compared with eager PyTorch and matched: value by
+        value (``passed``) or, for random results, by distribution (``distribution``)."""
+        return self.count(PASSED) + self.count(DISTRIBUTION) > 0
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -175,8 +183,9 @@ class SampleCheck:
         return [r for r in self.results if r.status == FAILED]
 
     def __str__(self) -> str:
+        by_distribution = f"{self.count(DISTRIBUTION)} by distribution, " if self.count(DISTRIBUTION) else ""
         head = (
-            f"{self.name} [{self.dtype}] at {self.target}: {self.count(PASSED)} passed, "
+            f"{self.name} [{self.dtype}] at {self.target}: {self.count(PASSED)} passed, {by_distribution}"
             f"{self.count(SHAPE_ONLY)} shape-only, {self.count(FAILED)} failed, {self.count(SKIPPED)} skipped"
         )
         shown = [r for r in self.results if r.status != PASSED]
@@ -359,6 +368,176 @@ class GatherIndices:
         return f"{name}: {int((~same).sum())} of {same.numel()} pick an element unequal to eager PyTorch's pick"
 
 
+@dataclasses.dataclass(frozen=True)
+class ScaledTolerance:
+    """A :data:`Compare` for transforms whose rounding errors spread over every output, as a
+    Fourier transform's do: a small bin carries the error of the whole sum, so a tolerance
+    relative to each element is wrong there. Each floating output must be within
+    ``atol + rtol * |eager| + scale * max|eager|`` of eager PyTorch everywhere (the largest
+    magnitude of that output); others are compared as :func:`compare_outputs` does.
+
+    Fields:
+        scale: the tolerance relative to the output's largest magnitude.
+    """
+
+    scale: float = 1e-5
+
+    def __call__(
+        self, sample: Sample, got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], rtol: float, atol: float
+    ) -> list[str]:
+        problems = []
+        for index, (g, e) in enumerate(zip(got, expected, strict=True)):
+            floating = isinstance(e, torch.Tensor) and (e.is_floating_point() or e.is_complex()) and e.numel()
+            magnitude = float(e.abs().nan_to_num(0.0, 0.0, 0.0).max()) if floating else 0.0
+            if problem := _elementwise(index, g, e, rtol, atol + self.scale * magnitude):
+                problems.append(problem)
+        return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    """A :data:`Compare` for random ops, which ONNX Runtime draws from its own generator, not
+    torch's: their results are compared by distribution (DESIGN.md §5), never value by value.
+
+    A sample whose eager results change with the seed is run ``draws`` times in the exported
+    model and ``draws`` times in eager PyTorch (after ``torch.manual_seed(seed)``). The model's
+    random nodes are left unseeded, as a user's are; ONNX Runtime's process-wide seed is set to
+    ``seed`` before the session is made (``onnxruntime.set_seed``), so a check in ONNX Runtime is
+    reproducible (the reference evaluator draws from fresh numpy generators). Every draw of every output must
+    have eager's shape and dtype, and these statistics must agree with eager's:
+
+    - over each draw's elements: the mean, the mean square (so the spread), the fraction of
+      zeros and of non-finite values, and, for outputs whose values are at most ``categories``
+      distinct integers (integer types, bool, 0/1 masks, permutations), the fraction of each;
+    - per element, over the draws: the mean (a tensor of means or probabilities is used
+      element by element, not just on average).
+
+    Two statistics agree when they differ by at most ``sigmas`` standard errors of their
+    difference (estimated from both sets of draws), plus ``atol + rtol * |eager|`` for
+    rounding. Per element the bound is widened (Bonferroni) so that all elements together keep
+    the false-alarm rate of one test at ``sigmas``: with the defaults (200 draws, 6 standard
+    errors) a right impl fails about once in 10^9 checks. What a wrong one can hide shrinks
+    as 1 / sqrt(draws x elements): a dropout rate off by 0.1 on 10 elements, or by 0.01 on
+    1000, fails.
+
+    Samples whose eager results do not change with the seed (dropout in eval, p=0) are
+    compared elementwise, as :func:`compare_outputs`. A sample compared by distribution
+    gets the status ``distribution`` (:data:`DISTRIBUTION`), never ``passed``.
+
+    Fields:
+        draws: how many times the model and eager PyTorch are run.
+        sigmas: how many standard errors two statistics may differ by.
+        categories: outputs with at most this many distinct values get a frequency per value.
+        seed: ONNX Runtime's seed, and eager PyTorch's.
+    """
+
+    draws: int = 200
+    sigmas: float = 6.0
+    categories: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.draws < 2 or self.sigmas <= 0 or self.categories < 0:
+            raise ValueError("Distribution needs draws >= 2, sigmas > 0 and categories >= 0")
+
+    def __call__(
+        self, sample: Sample, got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], rtol: float, atol: float
+    ) -> list[str]:
+        """A deterministic sample: elementwise, as :func:`compare_outputs`."""
+        return compare_outputs(sample, got, expected, rtol, atol)
+
+    def judge(
+        self,
+        got: Sequence[Sequence[torch.Tensor]],
+        expected: Sequence[Sequence[torch.Tensor]],
+        rtol: float,
+        atol: float,
+    ) -> tuple[list[str], str]:
+        """Compare draws of one random sample: ``got[k][i]`` is output ``i`` of the model's draw ``k``,
+        ``expected[k][i]`` eager PyTorch's. Returns the problems (one line each) and a summary."""
+        problems: list[str] = []
+        closest = (0.0, "")
+        for index in range(len(expected[0])):
+            mine = [draw[index] for draw in got]
+            theirs = [draw[index] for draw in expected]
+            want = (tuple(theirs[0].shape), theirs[0].dtype)
+            wrong = next(((tuple(g.shape), g.dtype) for g in mine if (tuple(g.shape), g.dtype) != want), None)
+            if wrong is not None:
+                problems.append(f"output {index}: {wrong[1]}{wrong[0]} != {want[1]}{want[0]}")
+                continue
+            if theirs[0].numel() == 0:
+                continue
+            for name, ratio in self._statistics(torch.stack(mine), torch.stack(theirs), rtol, atol):
+                if ratio > 1 or math.isnan(ratio):
+                    problems.append(f"output {index}: {name}")
+                elif ratio >= closest[0]:
+                    closest = (ratio, f"output {index} {name}")
+        summary = f"by distribution over {len(got)} draws, within {self.sigmas:g} standard errors of eager PyTorch"
+        if closest[1]:
+            summary += f" (closest to its bound: {closest[1]}, {closest[0]:.0%} of it)"
+        return problems, summary
+
+    def _statistics(
+        self, got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float
+    ) -> Iterable[tuple[str, float]]:
+        """``(description, |difference| / bound)`` of every statistic of one output's draws
+        (``[draws, ...]`` tensors); above 1 is a mismatch."""
+        g, e = _as_draws(got), _as_draws(expected)
+        values = torch.cat([g, e]).unique()
+        g_finite, e_finite = g.isfinite(), e.isfinite()
+        g, e = g.where(g_finite, 0.0), e.where(e_finite, 0.0)
+        per_draw = {
+            "mean": (g.mean(1), e.mean(1)),
+            "mean square": ((g * g).mean(1), (e * e).mean(1)),
+            "fraction of zeros": (_fraction(g == 0, g_finite), _fraction(e == 0, e_finite)),
+            "fraction of non-finite values": ((~g_finite).double().mean(1), (~e_finite).double().mean(1)),
+        }
+        if values.numel() <= self.categories and bool((values == values.round()).all()):  # integers, masks
+            for value in values.tolist():
+                if math.isfinite(value):
+                    per_draw[f"fraction of {value:g}s"] = ((g == value).double().mean(1), (e == value).double().mean(1))
+        for name, (a, b) in per_draw.items():
+            yield self._agreement(name, a, b, self.sigmas, rtol, atol)
+        elements = g.shape[1]
+        if elements > 1:  # per element, over the draws; Bonferroni keeps the family's false-alarm rate
+            tail = 2 * (1 - statistics.NormalDist().cdf(self.sigmas)) / (2 * elements)
+            sigmas = statistics.NormalDist().inv_cdf(1 - tail) if tail > 0 else self.sigmas
+            yield self._agreement("mean per element", g, e, sigmas, rtol, atol)
+
+    @staticmethod
+    def _agreement(
+        name: str, got: torch.Tensor, expected: torch.Tensor, sigmas: float, rtol: float, atol: float
+    ) -> tuple[str, float]:
+        """How far the means over the draws (dim 0) of ``got`` and ``expected`` are, as a fraction of
+        their bound; for several columns (per element), the worst column."""
+        n = got.shape[0]
+        a, b = got.mean(0), expected.mean(0)
+        error = ((got.var(0) + expected.var(0)) / n).sqrt()
+        bound = sigmas * error + atol + rtol * b.abs()
+        ratio = ((a - b).abs() / bound.clamp_min(1e-300)).reshape(-1)
+        worst = int(ratio.argmax())
+        if ratio.numel() == 1:
+            return f"{name} {float(a):.4g} vs eager {float(b):.4g} (bound {float(bound):.2g})", float(ratio[0])
+        count = int((ratio > 1).sum())
+        a, b, bound = a.reshape(-1), b.reshape(-1), bound.reshape(-1)
+        text = (
+            f"{name}: {count} of {ratio.numel()} elements out of bounds, worst element {worst}: "
+            f"{float(a[worst]):.4g} vs eager {float(b[worst]):.4g} (bound {float(bound[worst]):.2g})"
+        )
+        return text if count else f"{name} (worst element {worst})", float(ratio[worst])
+
+
+def _as_draws(stacked: torch.Tensor) -> torch.Tensor:
+    """``[draws, ...]`` as float64 ``[draws, elements]`` (a complex output as its real and imaginary parts)."""
+    if stacked.is_complex():
+        stacked = torch.view_as_real(stacked.resolve_conj())
+    return stacked.reshape(stacked.shape[0], -1).to(torch.float64)
+
+
+def _fraction(hits: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+    return (hits & finite).double().mean(1)
+
+
 # -- driving --------------------------------------------------------------------------------
 
 
@@ -383,12 +562,15 @@ def check_samples(
     through opreg, to run, or to match is *failed*. ``tolerances`` is
     ``(rtol, atol)`` for floating results (default: :data:`TOLERANCES` by dtype).
     ``compare`` judges each sample's outputs (default :func:`compare_outputs`;
-    :class:`GatherIndices` for ops returning indices that ties make ambiguous).
+    :class:`GatherIndices` for ops returning indices that ties make ambiguous;
+    :class:`Distribution` for random ops).
 
-    Results are compared by shape and dtype only, and the sample is
-    *shape-only* rather than passed, when ``values`` is false (ops that return
-    uninitialized memory, like ``empty``) and for samples whose eager results
-    change with the random seed (``dropout`` in training).
+    Samples whose eager results change with the random seed (``dropout`` in
+    training, ``randn``) are compared by distribution over many draws when
+    ``compare`` is a :class:`Distribution`, and get the status *distribution*;
+    otherwise they are compared by shape and dtype only, and are *shape-only*
+    rather than passed, as are all samples when ``values`` is false (ops that
+    return uninitialized memory, like ``empty``).
     """
     from opreg.plugins import default_registry
 
@@ -406,14 +588,17 @@ def check_samples(
         if i not in runnable
     }
 
-    def matched(i: int) -> SampleResult:
+    def matched(i: int, summary: str | None) -> SampleResult:
+        if summary is not None:
+            return SampleResult(i, samples[i].label, DISTRIBUTION, summary)
         if any(isinstance(e, _ShapeOnly) for e in expected[i]):
             why = "values not compared: uninitialized or random results, compared by shape and dtype only"
             return SampleResult(i, samples[i].label, SHAPE_ONLY, why)
         return SampleResult(i, samples[i].label, PASSED)
 
     # All runnable samples in one model first; one by one only if that fails.
-    batch = _Batch(fn, [samples[i] for i in runnable], [expected[i] for i in runnable], compare)
+    draws: dict[int, list[list[torch.Tensor]]] = {}  # eager draws of random samples, by id(sample)
+    batch = _Batch(fn, [samples[i] for i in runnable], [expected[i] for i in runnable], compare, draws)
     per_target: dict[str, dict[int, SampleResult]] = {}
     ops: dict[str, set[str]] = {}
     targets = [registry.target(t) for t in targets]
@@ -426,20 +611,23 @@ def check_samples(
         if runnable and not isinstance(outcome, BaseException):
             verdict = batch.run(target, registry, runtime, rtol, atol, ops[key])
             if verdict is None:
-                for i in runnable:
-                    results[i] = matched(i)
+                for local, i in enumerate(runnable):
+                    results[i] = matched(i, batch.summaries.get(local))
                 continue
         for i in runnable:  # one by one, so each result is the sample's own
             single = singles.get(i)
             if single is None:
-                single = singles[i] = _Batch(fn, [samples[i]], [expected[i]], compare)
+                single = singles[i] = _Batch(fn, [samples[i]], [expected[i]], compare, draws)
                 single.capture(registry, target)
             captured = single.program
             if isinstance(captured, BaseException):
                 results[i] = SampleResult(i, samples[i].label, SKIPPED, f"torch.export rejects it: {_short(captured)}")
                 continue
             verdict = single.run(target, registry, runtime, rtol, atol, ops[key])
-            results[i] = matched(i) if verdict is None else SampleResult(i, samples[i].label, FAILED, verdict)
+            if verdict is None:
+                results[i] = matched(i, single.summaries.get(0))
+            else:
+                results[i] = SampleResult(i, samples[i].label, FAILED, verdict)
     dtype_name = str(dtype).replace("torch.", "")
     return [
         SampleCheck(
@@ -457,14 +645,39 @@ class _Batch:
     """Samples exported together: captured once, then exported for each target."""
 
     def __init__(
-        self, fn: Callable[..., Any], samples: list[Sample], expected: list[list[Any]], compare: Compare
+        self,
+        fn: Callable[..., Any],
+        samples: list[Sample],
+        expected: list[list[Any]],
+        compare: Compare,
+        draws: dict[int, list[list[torch.Tensor]]],
     ) -> None:
+        self.fn = fn
         self.samples = samples
         self.module = OpCall(fn, samples).eval()
         self.inputs = OpCall.inputs(samples)  # deep copies: the samples themselves never reach the export
         self.expected = expected
         self.compare = compare
         self.program: Any = None
+        self.draws = draws
+        self.summaries: dict[int, str] = {}
+        """Position in ``samples`` -> how its random results were compared by distribution (last run)."""
+
+    def _by_distribution(self, expected: list[Any]) -> bool:
+        return isinstance(self.compare, Distribution) and any(isinstance(e, _ShapeOnly) and e.random for e in expected)
+
+    def _eager_draws(self, sample: Sample) -> list[list[torch.Tensor]]:
+        """Eager PyTorch's draws of a random ``sample`` (seeded with ``seed``, then drawn in turn), made once."""
+        found = self.draws.get(id(sample))
+        if found is None:
+            found = []
+            torch.manual_seed(self.compare.seed)  # once: each draw continues torch's stream
+            for _ in range(self.compare.draws):
+                copied = sample.copy()
+                with torch.no_grad():
+                    found.append(_tensors(self.fn(*copied.args, **copied.kwargs)))
+            self.draws[id(sample)] = found
+        return found
 
     def capture(self, registry: Registry, target: Any) -> torch.export.ExportedProgram | BaseException:
         """Capture, and decompose for ``target``: other targets usually cover the
@@ -486,25 +699,41 @@ class _Batch:
         import opreg
         from opreg.exporter._nodes import TORCH_OP_KEY
 
+        random = any(self._by_distribution(e) for e in self.expected)
         try:
             program = opreg.export(self.program, target=target, registry=registry)
         except Exception as e:
             return f"export failed: {_short(e)}"
+        if random:  # ONNX Runtime seeds a session's random nodes from its process-wide seed
+            import onnxruntime
+
+            onnxruntime.set_seed(self.compare.seed)
         for node in program.model.graph:
             op = node.metadata_props.get(TORCH_OP_KEY)
             if op:
                 ops.add(op)
         try:
-            got = torch.utils._pytree.tree_leaves(program.run(*self.inputs, runtime=runtime))
+            runs = 1 + (self.compare.draws - 1 if random else 0)
+            draws = [torch.utils._pytree.tree_leaves(program.run(*self.inputs, runtime=runtime)) for _ in range(runs)]
         except Exception as e:
             return f"run failed: {_short(e)}"
+        got = draws[0]
         total = sum(len(e) for e in self.expected)
         if len(got) != total:
             return f"the model returned {len(got)} tensors, eager PyTorch {total}"
         bad = []
         start = 0
-        for sample, expected in zip(self.samples, self.expected, strict=True):
+        self.summaries = {}
+        for local, (sample, expected) in enumerate(zip(self.samples, self.expected, strict=True)):
             mine = got[start : start + len(expected)]
+            if self._by_distribution(expected):
+                problems, summary = self.compare.judge(
+                    [draw[start : start + len(expected)] for draw in draws], self._eager_draws(sample), rtol, atol
+                )
+                bad += problems
+                self.summaries[local] = summary
+                start += len(expected)
+                continue
             start += len(expected)
             if any(isinstance(e, _ShapeOnly) for e in expected):
                 bad += [
@@ -518,10 +747,11 @@ class _Batch:
 
 
 class _ShapeOnly:
-    """An expected result whose values say nothing (random or uninitialized)."""
+    """An expected result whose values say nothing: ``random`` (they change with the seed) or uninitialized."""
 
-    def __init__(self, tensor: torch.Tensor) -> None:
+    def __init__(self, tensor: torch.Tensor, random: bool) -> None:
         self.tensor = tensor
+        self.random = random
 
 
 def _eager(fn: Callable[..., Any], sample: Sample, values: bool) -> list[Any] | BaseException:
@@ -539,12 +769,17 @@ def _eager(fn: Callable[..., Any], sample: Sample, values: bool) -> list[Any] | 
         except Exception as e:
             return e
     first, second = runs
-    random = not values or any(
-        a.shape != b.shape
-        or not (torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, equal_nan=True)))
-        for a, b in zip(first, second, strict=True)
-    )
-    return [_ShapeOnly(t) for t in first] if random else first
+    random = any(not _same(a, b) for a, b in zip(first, second, strict=True))
+    return [_ShapeOnly(t, random=values) for t in first] if random or not values else first
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shapes and values (NaN equal to NaN); complex32, which torch cannot compare, as complex64."""
+    if a.shape != b.shape:
+        return False
+    if a.dtype == torch.complex32:
+        a, b = a.to(torch.complex64), b.to(torch.complex64)
+    return torch.equal(a, b) or ((a.is_floating_point() or a.is_complex()) and torch.allclose(a, b, equal_nan=True))
 
 
 _NUMBER_DTYPES = (

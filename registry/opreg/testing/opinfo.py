@@ -5,8 +5,9 @@ package ``expecttest``; it takes several seconds to import, so it is loaded
 once, on first use.
 
 Each OpInfo's samples are compared with :func:`compare_for` (elementwise,
-or by gathering the input for ops whose indices ties make ambiguous, see
-:data:`COMPARE`), and by shape and dtype only for :data:`UNINITIALIZED` ones.
+by gathering the input for ops whose indices ties make ambiguous, see
+:data:`COMPARE`, or by distribution for the random ops in :data:`RANDOM`),
+and by shape and dtype only for :data:`UNINITIALIZED` ones.
 """
 
 from __future__ import annotations
@@ -21,7 +22,17 @@ import torch
 from opreg.opname import OpName
 from opreg.registry import Registry
 from opreg.targets import TargetLike
-from opreg.testing._samples import Arg, Compare, GatherIndices, Sample, SampleCheck, check_samples, describe
+from opreg.testing._samples import (
+    Arg,
+    Compare,
+    Distribution,
+    GatherIndices,
+    Sample,
+    SampleCheck,
+    ScaledTolerance,
+    check_samples,
+    describe,
+)
 
 EXTRA_DTYPES = (torch.int64, torch.int32, torch.bool, torch.float16)
 """Tried beside float32 when the OpInfo supports them (one integer type: int64, else int32)."""
@@ -72,7 +83,18 @@ ALSO_COVERS: dict[str, tuple[str, ...]] = {
     "upsample_nearest1d": ("nn.functional.interpolate",),
     "upsample_nearest3d": ("nn.functional.interpolate",),
     "upsample_trilinear3d": ("nn.functional.interpolate",),
-}
+    "_fft_r2c": ("fft.rfft", "fft.rfft2", "fft.rfftn", "fft.fft", "fft.fft2", "fft.fftn", "fft.ihfft", "fft.ihfft2",
+                 "fft.ihfftn", "fft.ifft", "fft.ifft2", "fft.ifftn"),
+    "_fft_c2c": ("fft.fft", "fft.fft2", "fft.fftn", "fft.ifft", "fft.ifft2", "fft.ifftn", "fft.hfft", "fft.hfft2",
+                 "fft.hfftn"),
+    "_fft_c2r": ("fft.irfft", "fft.irfft2", "fft.irfftn", "fft.hfft", "fft.hfft2", "fft.hfftn"),
+    "normal_functional": ("normal.in_place",),
+    "rrelu_with_noise_functional": ("nn.functional.rrelu",),
+    "bernoulli": (
+        "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
+        "nn.functional.feature_alpha_dropout.with_train",
+    ),
+}  # fmt: skip
 """ATen op base name -> OpInfo names whose samples reach it, where the names differ."""
 
 
@@ -81,6 +103,8 @@ UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", 
 
 _DIM = Arg(1, "dim", -1)
 _KEEPDIM = Arg(2, "keepdim", False)
+
+_FFTS = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft")
 
 COMPARE: dict[str, Compare] = {
     "sort": GatherIndices(_DIM),
@@ -94,6 +118,9 @@ COMPARE: dict[str, Compare] = {
     "mode": GatherIndices(_DIM, _KEEPDIM),
     "cummax": GatherIndices(Arg(1, "dim")),
     "cummin": GatherIndices(Arg(1, "dim")),
+    **{f"fft.{kind}{dims}": ScaledTolerance(3e-5) for kind in _FFTS for dims in ("", "2", "n")},
+    "stft": ScaledTolerance(3e-5),
+    "istft": ScaledTolerance(3e-5),
 }
 """OpInfo full name -> how its samples' outputs are compared, where not elementwise.
 
@@ -103,12 +130,59 @@ leaves which of them is picked unspecified (``sort`` without ``stable=True``, ``
 so an index is right when it picks an element equal to eager PyTorch's pick
 (:class:`~opreg.testing._samples.GatherIndices`); values are compared as usual.
 ``argmax``/``argmin`` are documented to return the first occurrence and stay
-elementwise; ``msort`` returns values only."""
+elementwise; ``msort`` returns values only.
+
+Fourier transforms are compared within 3e-5 of each output's largest magnitude
+(:class:`~opreg.testing._samples.ScaledTolerance`): every bin is a sum over the whole
+signal, and ONNX Runtime sums sizes that are not powers of 2 directly, in float32, where
+torch's pocketfft factors them (observed: at most 1e-5 of the largest magnitude)."""
+
+
+RANDOM = frozenset(
+    {
+        "randn", "rand_like", "randn_like", "randint", "randint_like", "normal", "normal.number_mean",
+        "normal.in_place", "uniform", "bernoulli", "multinomial", "exponential", "cauchy", "geometric", "log_normal",
+        "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
+        "nn.functional.feature_alpha_dropout.with_train", "nn.functional.rrelu",
+        "nn.functional.scaled_dot_product_attention",
+    }
+)  # fmt: skip
+"""OpInfos with random results (in training, or with ``dropout_p > 0``): their random samples are
+compared by distribution (:class:`~opreg.testing._samples.Distribution`, default settings), the
+others elementwise."""
+
+
+def op_for(info: Any) -> Any:
+    """What drives ``info``'s samples: ``info.op``, except that a :data:`RANDOM` OpInfo's op draws
+    fresh numbers at every call. op_db wraps its random ops in ``wrapper_set_seed``, which seeds
+    torch with 42 at every call (so its tests see the same numbers each time); a comparison by
+    distribution needs many different draws, so the wrapper is bypassed for the call."""
+    op = info.op
+    namespace = getattr(op, "__globals__", None)
+    if full_name(info) not in RANDOM or namespace is None or "wrapper_set_seed" not in namespace:
+        return op
+
+    @functools.wraps(op)
+    def fresh(*args: Any, **kwargs: Any) -> Any:
+        reseeding = namespace["wrapper_set_seed"]
+        namespace["wrapper_set_seed"] = _call
+        try:
+            return op(*args, **kwargs)
+        finally:
+            namespace["wrapper_set_seed"] = reseeding
+
+    return fresh
+
+
+def _call(op: Any, *args: Any, **kwargs: Any) -> Any:
+    return op(*args, **kwargs)
 
 
 def compare_for(info: Any) -> Compare | None:
-    """How ``info``'s sample outputs are compared: :data:`COMPARE`'s hook, or ``None`` (elementwise)."""
-    return COMPARE.get(full_name(info))
+    """How ``info``'s sample outputs are compared: :data:`COMPARE`'s hook, a :class:`Distribution`
+    for :data:`RANDOM` OpInfos, or ``None`` (elementwise)."""
+    name = full_name(info)
+    return Distribution() if name in RANDOM else COMPARE.get(name)
 
 
 @functools.cache
@@ -195,7 +269,7 @@ def check_opinfo(
 ) -> list[SampleCheck]:
     """Drive ``info.op`` with its samples at ``dtype``; one :class:`SampleCheck` per target."""
     return check_samples(
-        info.op,
+        op_for(info),
         samples(info, dtype, limit),
         targets=targets,
         name=full_name(info),
