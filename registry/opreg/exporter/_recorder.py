@@ -14,6 +14,7 @@ export inlines).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import logging
@@ -477,8 +478,8 @@ def _infer(node: ir.Node, version: int) -> None:
         if key is not None and len(_INFERRED) < _INFERRED_LIMIT:
             _INFERRED[key] = known
     for output, (value_type, dims) in zip(node.outputs, known, strict=True):
-        if value_type is not None:
-            output.type = value_type
+        if value_type is not None:  # a copy: the cached type is shared, and setting a value's dtype mutates its type
+            output.type = copy.deepcopy(value_type)
         if dims is not None:
             output.shape = ir.Shape(dims)
 
