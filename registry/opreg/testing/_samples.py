@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
 from opreg.registry import Registry
-from opreg.targets import TargetLike
+from opreg.targets import Target, TargetLike
 
 PASSED = "passed"
 SHAPE_ONLY = "shape-only"
@@ -318,6 +319,15 @@ class GatherIndices:
         return f"{name}: {int((~same).sum())} of {same.numel()} pick an element unequal to eager PyTorch's pick"
 
 
+Exporter = Callable[[torch.export.ExportedProgram, Target], Callable[..., Any]]
+"""``exporter(program, target) -> run``: an exporter other than opreg, for side-by-side
+measures. It receives the captured (undecomposed) program of a batch of samples and the
+target, and returns ``run(*tensors)``, which runs its model on the samples' tensors (in
+:meth:`OpCall.inputs` order) and returns the outputs (any structure; their tensor leaves
+are compared with eager PyTorch's). An error it raises is an export failure, one ``run``
+raises a run failure."""
+
+
 # -- driving --------------------------------------------------------------------------------
 
 
@@ -332,6 +342,7 @@ def check_samples(
     tolerances: tuple[float, float] | None = None,
     values: bool = True,
     compare: Compare | None = None,
+    exporter: Exporter | None = None,
 ) -> list[SampleCheck]:
     """Export ``fn`` called on ``samples`` for each target, run it, compare with eager.
 
@@ -343,6 +354,9 @@ def check_samples(
     ``(rtol, atol)`` for floating results (default: :data:`TOLERANCES` by dtype).
     ``compare`` judges each sample's outputs (default :func:`compare_outputs`;
     :class:`GatherIndices` for ops returning indices that ties make ambiguous).
+
+    ``exporter`` drives another exporter instead of opreg (see :data:`Exporter`), with
+    the same samples and comparisons: ``bench/coverage.py --all`` measures torch.onnx so.
 
     Results are compared by shape and dtype only, and the sample is
     *shape-only* rather than passed, when ``values`` is false (ops that return
@@ -372,7 +386,7 @@ def check_samples(
         return SampleResult(i, samples[i].label, PASSED)
 
     # All runnable samples in one model first; one by one only if that fails.
-    batch = _Batch(fn, [samples[i] for i in runnable], [expected[i] for i in runnable], compare)
+    batch = _Batch(fn, [samples[i] for i in runnable], [expected[i] for i in runnable], compare, exporter)
     per_target: dict[str, dict[int, SampleResult]] = {}
     ops: dict[str, set[str]] = {}
     targets = [registry.target(t) for t in targets]
@@ -391,7 +405,7 @@ def check_samples(
         for i in runnable:  # one by one, so each result is the sample's own
             single = singles.get(i)
             if single is None:
-                single = singles[i] = _Batch(fn, [samples[i]], [expected[i]], compare)
+                single = singles[i] = _Batch(fn, [samples[i]], [expected[i]], compare, exporter)
                 single.capture(registry, target)
             captured = single.program
             if isinstance(captured, BaseException):
@@ -416,8 +430,14 @@ class _Batch:
     """Samples exported together: captured once, then exported for each target."""
 
     def __init__(
-        self, fn: Callable[..., Any], samples: list[Sample], expected: list[list[Any]], compare: Compare
+        self,
+        fn: Callable[..., Any],
+        samples: list[Sample],
+        expected: list[list[Any]],
+        compare: Compare,
+        exporter: Exporter | None = None,
     ) -> None:
+        self.exporter = exporter
         self.samples = samples
         self.module = OpCall(fn, samples).eval()
         self.inputs = OpCall.inputs(samples)  # deep copies: the samples themselves never reach the export
@@ -435,6 +455,8 @@ class _Batch:
         except Exception as e:
             self.program = e
             return e
+        if self.exporter is not None:  # another exporter decomposes as it sees fit
+            return self.program
         with contextlib.suppress(Exception):  # export() decomposes again and reports it
             self.program = _decompose.decompose(self.program, registry, target)
         return self.program
@@ -445,16 +467,23 @@ class _Batch:
         import opreg
         from opreg.exporter._nodes import TORCH_OP_KEY
 
+        if self.exporter is not None:
+            try:
+                run = self.exporter(self.program, target)
+            except Exception as e:
+                return f"export failed: {_short(e)}"
+        else:
+            try:
+                program = opreg.export(self.program, target=target, registry=registry)
+            except Exception as e:
+                return f"export failed: {_short(e)}"
+            for node in program.model.graph:
+                op = node.metadata_props.get(TORCH_OP_KEY)
+                if op:
+                    ops.add(op)
+            run = functools.partial(program.run, runtime=runtime)
         try:
-            program = opreg.export(self.program, target=target, registry=registry)
-        except Exception as e:
-            return f"export failed: {_short(e)}"
-        for node in program.model.graph:
-            op = node.metadata_props.get(TORCH_OP_KEY)
-            if op:
-                ops.add(op)
-        try:
-            got = torch.utils._pytree.tree_leaves(program.run(*self.inputs, runtime=runtime))
+            got = torch.utils._pytree.tree_leaves(run(*self.inputs))
         except Exception as e:
             return f"run failed: {_short(e)}"
         total = sum(len(e) for e in self.expected)

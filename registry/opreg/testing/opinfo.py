@@ -21,7 +21,16 @@ import torch
 from opreg.opname import OpName
 from opreg.registry import Registry
 from opreg.targets import TargetLike
-from opreg.testing._samples import Arg, Compare, GatherIndices, Sample, SampleCheck, check_samples, describe
+from opreg.testing._samples import (
+    Arg,
+    Compare,
+    Exporter,
+    GatherIndices,
+    Sample,
+    SampleCheck,
+    check_samples,
+    describe,
+)
 
 EXTRA_DTYPES = (torch.int64, torch.int32, torch.bool, torch.float16)
 """Tried beside float32 when the OpInfo supports them (one integer type: int64, else int32)."""
@@ -192,8 +201,10 @@ def check_opinfo(
     registry: Registry | None = None,
     limit: int | None = None,
     tolerances: tuple[float, float] | None = None,
+    exporter: Exporter | None = None,
 ) -> list[SampleCheck]:
-    """Drive ``info.op`` with its samples at ``dtype``; one :class:`SampleCheck` per target."""
+    """Drive ``info.op`` with its samples at ``dtype``; one :class:`SampleCheck` per target
+    (through ``exporter`` instead of opreg when given, see :data:`~opreg.testing.Exporter`)."""
     return check_samples(
         info.op,
         samples(info, dtype, limit),
@@ -203,4 +214,5 @@ def check_opinfo(
         tolerances=tolerances,
         values=info.name not in UNINITIALIZED,
         compare=compare_for(info),
+        exporter=exporter,
     )
