@@ -28,6 +28,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         normalization,
         padding,
         pooling,
+        quantization,
         reduction,
         resampling,
         shape,
@@ -50,6 +51,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         indexing,
         joining,
         shape,
+        quantization,
     ):
         module.register(registry)
     unsupported.register(registry)
