@@ -73,6 +73,7 @@ def main() -> int:
     parser.add_argument("--all", action="store_true", help="every OpInfo, opreg against torch.onnx (see above)")
     parser.add_argument("--opset", type=int, action="append", help="--all: an opset (default: 18 and newest)")
     parser.add_argument("--jobs", type=int, default=1, help="--all: worker processes (default 1)")
+    parser.add_argument("--exporter", action="append", choices=("opreg", "torch.onnx"), help="--all: run one side only")
     parser.add_argument("--timeout", type=int, default=600, help="--all: seconds per OpInfo and exporter")
     cache = Path(__file__).resolve().parents[1] / "build" / "coverage-all.jsonl"
     parser.add_argument("--cache", type=Path, default=cache, help="--all: results, resumed from")
