@@ -32,6 +32,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         reduction,
         resampling,
         shape,
+        special,
     )
 
     for module in (
@@ -52,6 +53,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         joining,
         shape,
         quantization,
+        special,
     ):
         module.register(registry)
     unsupported.register(registry)

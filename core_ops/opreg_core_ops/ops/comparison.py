@@ -194,6 +194,20 @@ def aten_isnan(self: Tensor):
     return op18.IsNaN(self)
 
 
+def aten_signbit(self: Tensor):
+    """signbit(Tensor self) -> Tensor: Less than 0, or -0.0 (1 / x is -inf); all False for bool and unsigned.
+
+    ONNX cannot read a NaN's sign bit (it has no bitcast): NaN gives False, as +NaN does in torch."""
+    if self.dtype in (_BOOL, ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64):
+        return _all_false(self)
+    zero = op18.CastLike(0, self)
+    negative = op18.Less(self, zero)
+    if self.dtype not in FLOAT_TYPES:
+        return negative
+    negative_zero = op18.And(op18.Equal(self, zero), op18.Less(op18.Div(op18.CastLike(1, self), self), zero))
+    return op18.Or(negative, negative_zero)
+
+
 def register(registry: opreg.Registrar) -> None:
     for op, function in (
         ("aten::eq.Tensor", aten_eq),
@@ -223,5 +237,6 @@ def register(registry: opreg.Registrar) -> None:
         ("aten::bitwise_not", aten_bitwise_not),
         ("aten::isinf", aten_isinf),
         ("aten::isnan", aten_isnan),
+        ("aten::signbit", aten_signbit),
     ):
         registry.register(op, function)
