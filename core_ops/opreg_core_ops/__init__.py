@@ -17,11 +17,13 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
     from opreg_core_ops.ops import (
         activation,
         attention,
+        binning,
         comparison,
         convolution,
         creation,
         dropout,
         elementwise,
+        embedding_bag,
         indexing,
         joining,
         linalg,
@@ -31,8 +33,10 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         quantization,
         reduction,
         resampling,
+        sets,
         shape,
         special,
+        views,
     )
 
     for module in (
@@ -54,6 +58,10 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         shape,
         quantization,
         special,
+        views,
+        embedding_bag,
+        binning,
+        sets,
     ):
         module.register(registry)
     unsupported.register(registry)
