@@ -131,6 +131,8 @@ def aten_embedding_bag_padding_idx(
 ):
     """embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor): as _embedding_bag_forward_only."""
     padding = -1 if padding_idx is None else padding_idx
+    if padding < -1 or (padding == -1 and padding_idx is not None):  # a negative index counts from the end
+        padding += weight.shape[0]
     return _outputs(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding)
 
 

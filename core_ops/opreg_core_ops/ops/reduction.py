@@ -468,6 +468,12 @@ def aten_linalg_vector_norm(
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
+def aten_dist(self: Tensor, other: Tensor, p: float = 2):
+    """dist(Tensor self, Tensor other, Scalar p=2) -> Tensor: the p-norm of self - other (broadcast) over every element."""
+    difference = op18.Sub(self, other)
+    return aten_linalg_vector_norm(difference, p)
+
+
 def aten_logcumsumexp(self: Tensor, dim: int):
     """logcumsumexp(Tensor self, int dim) -> Tensor: per position, a max-shifted logsumexp of the prefix (a masked n x n matrix along dim; half floats in float32).
 
@@ -528,3 +534,4 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::var_mean.correction", aten_var_mean_correction)
     registry.register("aten::linalg_vector_norm", aten_linalg_vector_norm)
     registry.register("aten::logcumsumexp", aten_logcumsumexp)
+    registry.register("aten::dist", aten_dist)

@@ -39,7 +39,7 @@ def aten_unique_consecutive(
 ):
     """unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int? dim=None) -> (Tensor, Tensor, Tensor): Compress where a run starts (Not Equal to the previous: each NaN its own run, as in torch), CumSum for the inverse, differences of the starts for the counts."""
     rank = rank_of(self)
-    if dim is None or rank == 0:
+    if dim is None or rank in (0, 1):  # along the only dim: the same as flattened
         rows, axis = op18.Reshape(self, [-1, 1]), None
     else:
         axis = dim % rank
