@@ -81,6 +81,15 @@ ALSO_COVERS: dict[str, tuple[str, ...]] = {
     "upsample_nearest1d": ("nn.functional.interpolate",),
     "upsample_nearest3d": ("nn.functional.interpolate",),
     "upsample_trilinear3d": ("nn.functional.interpolate",),
+    "_unique2": ("unique",),
+    "_trilinear": ("nn.functional.bilinear",),
+    "_batch_norm_with_update_functional": ("_batch_norm_with_update",),
+    "_embedding_bag_forward_only": ("nn.functional.embedding_bag",),
+    "linalg_vector_norm": ("norm", "nn.functional.normalize"),
+    "_linalg_slogdet": ("logdet",),
+    "var_mean": ("std_mean",),
+    "as_strided": ("resize_",),
+    "resize": ("resize_as_",),
 }
 """ATen op base name -> OpInfo names whose samples reach it, where the names differ."""
 
