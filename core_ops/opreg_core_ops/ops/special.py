@@ -1,4 +1,4 @@
-"""Special functions ONNX has no op for: erfc, erfcx (scaled erfc), exp2.
+"""Special functions ONNX has no op for: erfc, erfcx (scaled erfc), exp2, ldexp.
 
 erfc is ``1 - erf(x)`` only where that is exact enough (|x| < 0.5); beyond, ``1 - erf``
 cancels to 0 long before erfc underflows (erfc(5) = 1.5e-12 is 0 in float32), so it is
@@ -14,7 +14,7 @@ from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg_core_ops.ops._helpers import Tensor
-from opreg_core_ops.ops._promotion import as_float
+from opreg_core_ops.ops._promotion import as_float, promote
 
 _ERFC_FIT = (
     -1.26551223,
@@ -78,7 +78,15 @@ def aten_exp2(self: Tensor):
     return _back(op18.Pow(op18.CastLike(2.0, x), x), out_type)
 
 
+def aten_ldexp(self: Tensor, other: Tensor):
+    """ldexp.Tensor(Tensor self, Tensor other) -> Tensor: self * Pow(2, other), in the promoted float type."""
+    _, (x, exponent) = promote(self, other)
+    x, out_type = _floating(x)
+    return _back(op18.Mul(x, op18.Pow(op18.CastLike(2.0, x), op18.CastLike(exponent, x))), out_type)
+
+
 def register(registry: opreg.Registrar) -> None:
     registry.register("aten::erfc", aten_erfc)
     registry.register("aten::special_erfcx", aten_special_erfcx)
     registry.register("aten::exp2", aten_exp2)
+    registry.register("aten::ldexp.Tensor", aten_ldexp)
