@@ -1,6 +1,7 @@
 """Core ATen coverage: which ops have impls, and how PyTorch's OpInfo samples fare.
 
 Run: python bench/coverage.py [--dtype float32] [--limit 24] [--only NAME] [--failures]
+     python bench/coverage.py --all [--limit 3] [--jobs 2] [--opset 18] [--only NAME] [--failures]
 
 For each op tagged ``torch.Tag.core`` in this torch: implemented, declared
 unsupported (with the core pack's reason), or missing; then the OpInfo
@@ -11,6 +12,23 @@ and compared with eager PyTorch. Random results are compared by distribution
 that are uninitialized are compared by shape and dtype only and counted apart
 (shape-only); neither counts as passed. ``--only`` drives just the OpInfos whose
 name contains NAME (handy while fixing an impl).
+
+``--all`` measures opreg against ``torch.onnx.export(dynamo=True)`` in one run:
+every OpInfo of PyTorch's ``op_db`` (float32, or its first integer/bool dtype
+when it has no float32), the same first ``--limit`` samples through both
+exporters (``opreg.testing.Exporter``), at opset 18 and the newest supported
+one (``--opset`` picks), each model run in ONNX Runtime and compared with eager
+PyTorch by the same rules. An exporter passes an OpInfo when every sample that
+eager PyTorch and torch.export accept exports, runs and matches (at least one
+does); OpInfos whose every sample torch itself rejects are counted apart. It
+prints the four counts (both, opreg only, torch only, neither) per opset and
+the "torch only" list. torch.onnx is slow (about an hour for both opsets on two
+cores): results are appended to ``--cache`` (``build/coverage-all.jsonl``) as
+they come, keyed by what made them (torch.onnx's: the torch, onnxscript and
+onnxruntime versions; opreg's: a hash of opreg's and the core pack's sources),
+so an interrupted run resumes and a rerun after an opreg change redoes only
+opreg's side. ``--jobs N`` runs N worker processes; each OpInfo has
+``--timeout`` seconds per exporter.
 """
 
 from __future__ import annotations
@@ -50,12 +68,23 @@ def core_ops() -> list[OpName]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", default="float32", help="float32, int64, int32, bool, float16, or 'all'")
-    parser.add_argument("--limit", type=int, default=24, help="samples per OpInfo (default 24)")
+    parser.add_argument("--limit", type=int, default=None, help="samples per OpInfo (default 24; 3 with --all)")
     parser.add_argument("--only", default=None, help="drive only OpInfos whose name contains this")
     parser.add_argument("--failures", action="store_true", help="print every failing sample")
+    parser.add_argument("--all", action="store_true", help="every OpInfo, opreg against torch.onnx (see above)")
+    parser.add_argument("--opset", type=int, action="append", help="--all: an opset (default: 18 and newest)")
+    parser.add_argument("--jobs", type=int, default=1, help="--all: worker processes (default 1)")
+    parser.add_argument("--exporter", action="append", choices=("opreg", "torch.onnx"), help="--all: run one side only")
+    parser.add_argument("--timeout", type=int, default=600, help="--all: seconds per OpInfo and exporter")
+    cache = Path(__file__).resolve().parents[1] / "build" / "coverage-all.jsonl"
+    parser.add_argument("--cache", type=Path, default=cache, help="--all: results, resumed from")
     options = parser.parse_args()
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
+    if options.all:
+        from coverage_all import run_all  # the side-by-side mode, in its own module
+
+        return run_all(options)
 
     registry = opreg.default_registry()
     newest = opreg.newest_supported_opset()
@@ -73,7 +102,7 @@ def main() -> int:
         for dtype in dtypes:
             if dtype not in info.supported_dtypes("cpu"):
                 continue
-            checks = oi.check_opinfo(info, dtype, targets=targets, limit=options.limit)
+            checks = oi.check_opinfo(info, dtype, targets=targets, limit=options.limit or 24)
             results[(name, str(dtype).replace("torch.", ""))] = checks
             if options.failures:
                 for check in checks:

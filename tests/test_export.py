@@ -14,6 +14,7 @@ import opreg
 from opreg.exporter import PROVENANCE_KEYS
 from opreg.targets import DEFAULT_ONNX_OPSET
 from tests.models import AddModel, Nested, Sequence, TutorialCNN, Uncovered
+from tests.optest import Lambda
 
 NEWEST = opreg.newest_supported_opset()
 OPSETS = [18, NEWEST]
@@ -321,12 +322,14 @@ class Widen(torch.nn.Module):
         return x.to(torch.float32) * 2
 
 
-def test_bfloat16_inputs_run_in_the_reference_evaluator_and_onnxruntime_says_why_not():
+def test_bfloat16_inputs_and_outputs_run_in_onnxruntime_and_the_reference_evaluator():
     x = torch.randn(4).bfloat16()
     program = opreg.export(Widen(), (x,))
     assert program.verify(x, runtime="reference").max_abs == 0.0
-    with pytest.raises(opreg.RuntimeUnavailableError, match="bfloat16"):
-        program.run(x)
+    assert program.verify(x, runtime="onnxruntime").max_abs == 0.0  # bfloat16 in, through OrtValues
+    narrow = opreg.export(Lambda(lambda t: (t * 2).bfloat16()), (torch.randn(2, 3),))
+    out = narrow.run(torch.ones(2, 3))
+    assert out.dtype == torch.bfloat16 and torch.equal(out, torch.full((2, 3), 2.0, dtype=torch.bfloat16))
 
 
 class StarArgs(torch.nn.Module):

@@ -122,7 +122,6 @@ def test_unary_integer_and_bool(opset):
 @pytest.mark.parametrize("opset", OPSETS)
 def test_unary_bfloat16(opset):
     # most ONNX math ops take no bfloat16: computed in float32 and cast back, as torch does on CPU.
-    # The model casts in and out itself: OnnxProgram.run cannot feed or read bfloat16 (numpy has none).
     def fn(x, p, u):
         x, p, u = x.bfloat16(), p.bfloat16(), u.bfloat16()
         out = {

@@ -17,12 +17,14 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
     from opreg_core_ops.ops import (
         activation,
         attention,
+        binning,
         comparison,
         complex,
         convolution,
         creation,
         dropout,
         elementwise,
+        embedding_bag,
         indexing,
         joining,
         linalg,
@@ -30,11 +32,15 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         onnx_ops,
         padding,
         pooling,
+        quantization,
         random,
         reduction,
         resampling,
+        sets,
         shape,
+        special,
         spectral,
+        views,
     )
 
     for module in (
@@ -58,6 +64,12 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         random,
         complex,
         spectral,
+        quantization,
+        special,
+        views,
+        embedding_bag,
+        binning,
+        sets,
     ):
         module.register(registry)
     unsupported.register(registry)

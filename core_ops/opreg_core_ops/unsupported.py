@@ -4,8 +4,8 @@ implemented yet (and then what they would map to).
 This is the one place they are listed. They are declared to the registry, so
 ``opreg check`` and export errors give the reason instead of "no impl", and
 ``bench/coverage.py`` counts them apart from ops simply not written yet. Every
-reason must be true: ONNX *can* express random numbers, DFTs and static strided
-views, so those are "not implemented yet", never "ONNX cannot".
+reason must be true: ONNX *can* express random numbers and DFTs, so those are "not
+implemented yet", never "ONNX cannot".
 """
 
 from __future__ import annotations
@@ -45,11 +45,6 @@ UNSUPPORTED: dict[str, str] = {
         "the in-place form, writing the new running statistics into running_mean/running_var; "
         "torch.export replaces it with aten::_native_batch_norm_legit_functional, which returns them "
         "and is implemented, so an exported graph does not hold it"
-    ),
-    "aten::as_strided.default": (
-        "not implemented yet: with static size, stride and storage_offset it is a Gather of the "
-        "flattened input at offset + sum(index_k * stride_k) (exact for a contiguous input; a view "
-        "reads its base's storage)"
     ),
     "aten::sym_storage_offset.default": "asks for a storage offset; ONNX tensors have no storage",
     "aten::atan2.out": (

@@ -125,6 +125,52 @@ def _bitwise(self, other, bitwise, logical):
     return bitwise(a, b)
 
 
+_SIGNED_BITS = {ir.DataType.INT8: 8, ir.DataType.INT16: 16, ir.DataType.INT32: 32, ir.DataType.INT64: 64}
+_UNSIGNED_BITS = {ir.DataType.UINT8: 8, ir.DataType.UINT16: 16, ir.DataType.UINT32: 32, ir.DataType.UINT64: 64}
+
+
+def _shift(self, other, direction: str):
+    """torch's ``<<``/``>>`` after its promotion, through BitShift on UINT64 (ONNX Runtime's BitShift takes
+    unsigned types only): casts keep the two's-complement bits, a signed right shift is arithmetic
+    (``~(~x >> n)`` for negative x), and a shift by the width or more gives 0 (-1 for a negative x >> n)."""
+    dtype, (a, b) = promote(self, other)
+    bits = _SIGNED_BITS.get(dtype) or _UNSIGNED_BITS.get(dtype)
+    if bits is None:
+        raise ValueError(f"bitwise shifts take integer tensors, got {dtype}")
+    wide, count = ir.DataType.UINT64, op18.Cast(b, to=ir.DataType.UINT64)
+    too_far = op18.Not(op18.Less(b, op18.CastLike(bits, b)))
+
+    def shifted(x):
+        return op18.Cast(op18.BitShift(op18.Cast(x, to=wide), count, direction=direction), to=dtype)
+
+    zero = op18.CastLike(0, a)
+    if direction == "LEFT" or dtype in _UNSIGNED_BITS:
+        return op18.Where(too_far, zero, shifted(a))
+    negative = op18.Less(a, zero)
+    arithmetic = op18.Where(negative, op18.BitwiseNot(shifted(op18.BitwiseNot(a))), shifted(a))
+    return op18.Where(too_far, op18.Where(negative, op18.CastLike(-1, a), zero), arithmetic)
+
+
+def aten_bitwise_left_shift(self: Tensor, other: Tensor):
+    """bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor: BitShift LEFT (through UINT64)."""
+    return _shift(self, other, "LEFT")
+
+
+def aten_bitwise_left_shift_scalar(self: Tensor, other: float):
+    """bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor: BitShift LEFT (through UINT64)."""
+    return _shift(self, other, "LEFT")
+
+
+def aten_bitwise_right_shift(self: Tensor, other: Tensor):
+    """bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor: BitShift RIGHT (arithmetic for signed types)."""
+    return _shift(self, other, "RIGHT")
+
+
+def aten_bitwise_right_shift_scalar(self: Tensor, other: float):
+    """bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor: BitShift RIGHT (arithmetic for signed types)."""
+    return _shift(self, other, "RIGHT")
+
+
 def aten_bitwise_and(self: Tensor, other: Tensor):
     """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseAnd (And for bool)."""
     return _bitwise(self, other, op18.BitwiseAnd, op18.And)
@@ -194,6 +240,20 @@ def aten_isnan(self: Tensor):
     return op18.IsNaN(self)
 
 
+def aten_signbit(self: Tensor):
+    """signbit(Tensor self) -> Tensor: Less than 0, or -0.0 (1 / x is -inf); all False for bool and unsigned.
+
+    ONNX cannot read a NaN's sign bit (it has no bitcast): NaN gives False, as +NaN does in torch."""
+    if self.dtype in (_BOOL, ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64):
+        return _all_false(self)
+    zero = op18.CastLike(0, self)
+    negative = op18.Less(self, zero)
+    if self.dtype not in FLOAT_TYPES:
+        return negative
+    negative_zero = op18.And(op18.Equal(self, zero), op18.Less(op18.Div(op18.CastLike(1, self), self), zero))
+    return op18.Or(negative, negative_zero)
+
+
 def register(registry: opreg.Registrar) -> None:
     for op, function in (
         ("aten::eq.Tensor", aten_eq),
@@ -223,5 +283,10 @@ def register(registry: opreg.Registrar) -> None:
         ("aten::bitwise_not", aten_bitwise_not),
         ("aten::isinf", aten_isinf),
         ("aten::isnan", aten_isnan),
+        ("aten::signbit", aten_signbit),
+        ("aten::bitwise_left_shift.Tensor", aten_bitwise_left_shift),
+        ("aten::bitwise_left_shift.Tensor_Scalar", aten_bitwise_left_shift_scalar),
+        ("aten::bitwise_right_shift.Tensor", aten_bitwise_right_shift),
+        ("aten::bitwise_right_shift.Tensor_Scalar", aten_bitwise_right_shift_scalar),
     ):
         registry.register(op, function)

@@ -1,13 +1,17 @@
-"""Matrix products and distances: linear, matmul, mm, addmm, bmm, baddbmm, dot, cdist, pdist."""
+"""Matrix products and distances: linear, matmul, mm, addmm, addmv, addbmm, bmm, baddbmm, dot, _trilinear
+(bilinear), cdist, pdist; determinants (det, slogdet)."""
 
 from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
 
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg_core_ops.ops._helpers import Tensor, rank_of
-from opreg_core_ops.ops._promotion import FLOAT_TYPES
+from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES
 
 _GEMM_TYPES = FLOAT_TYPES  # ONNX Runtime has no integer Gemm
 
@@ -108,6 +112,82 @@ def aten_pdist_forward(self: Tensor, p: float = 2.0):
     return op18.GatherND(full, pairs)
 
 
+def aten_addmv(self: Tensor, mat: Tensor, vec: Tensor, beta: float = 1.0, alpha: float = 1.0):
+    """addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor: MatMul, Mul, Add (self ignored when beta=0)."""
+    return _scaled_sum(self, op18.MatMul(mat, vec), beta, alpha)
+
+
+def aten_addbmm(self: Tensor, batch1: Tensor, batch2: Tensor, beta: float = 1.0, alpha: float = 1.0):
+    """addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor: MatMul, ReduceSum over the batch, Mul, Add."""
+    batches = batch1.shape[0] if batch1.shape is not None else None
+    if self.dtype in HALF_TYPES and isinstance(batches, int) and batches > 0:
+        return _addbmm_rounded(self, batch1, batch2, batches, beta, alpha)
+    total = op18.ReduceSum(op18.MatMul(batch1, batch2), [0], keepdims=0)
+    return _scaled_sum(self, total, beta, alpha)
+
+
+def _addbmm_rounded(self, batch1, batch2, batches: int, beta, alpha):
+    """16-bit floats as torch's CPU kernel computes them: one addmm per batch, each in float32 and
+    rounded to the 16-bit type (``result = beta * self + alpha * b1[0] @ b2[0]``, then ``+= alpha * ...``)."""
+    out_type, wide = self.dtype, ir.DataType.FLOAT
+    result = self
+    for index in range(batches):
+        product = op18.MatMul(*(op18.Cast(op18.Gather(b, index, axis=0), to=wide) for b in (batch1, batch2)))
+        step = _scaled_sum(op18.Cast(result, to=wide), product, beta if index == 0 else 1, alpha)
+        result = op18.Cast(step, to=out_type)
+    return result
+
+
+def aten_trilinear(
+    i1: Tensor,
+    i2: Tensor,
+    i3: Tensor,
+    expand1: Sequence[int],
+    expand2: Sequence[int],
+    expand3: Sequence[int],
+    sumdim: Sequence[int],
+    unroll_dim: int = 1,
+):
+    """_trilinear(Tensor i1, Tensor i2, Tensor i3, int[] expand1, int[] expand2, int[] expand3, int[] sumdim, int unroll_dim=1) -> Tensor: Unsqueeze each, Mul, ReduceSum over sumdim."""
+    terms = [op18.Unsqueeze(t, list(e)) if e else t for t, e in ((i1, expand1), (i2, expand2), (i3, expand3))]
+    product = op18.Mul(op18.Mul(terms[0], terms[1]), terms[2])
+    return op18.ReduceSum(product, list(sumdim), keepdims=0) if sumdim else product
+
+
+def _first_output_only(node) -> bool:
+    """Only output 0 is read (det's LU factors and pivots have no ONNX form)."""
+    return all(user.target is operator.getitem and user.args[1] == 0 for user in node.users)
+
+
+def _determinant(a):
+    if a.dtype in FLOAT_TYPES - {ir.DataType.BFLOAT16}:
+        return op18.Det(a), a.dtype
+    return op18.Det(op18.Cast(a, to=ir.DataType.FLOAT)), a.dtype
+
+
+def aten_linalg_det(A: Tensor):
+    """_linalg_det(Tensor A) -> (Tensor result, Tensor LU, Tensor pivots): Det (only the result is exported)."""
+    det, out_type = _determinant(A)
+    det = det if det.dtype == out_type else op18.Cast(det, to=out_type)
+    return det, op18.Identity(A), op18.Constant(value_ints=[0])
+
+
+def _sign_and_log(node) -> bool:
+    return all(user.target is operator.getitem and user.args[1] in (0, 1) for user in node.users)
+
+
+def aten_linalg_slogdet(A: Tensor):
+    """_linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet, Tensor LU, Tensor pivots): Sign and Log(Abs) of Det (only those are exported).
+
+    Det's value must fit the type: a matrix whose determinant overflows float32 (say 100 x 100
+    of N(0, 1) entries) has a finite logabsdet in torch and inf here."""
+    det, out_type = _determinant(A)
+    sign, log = op18.Sign(det), op18.Log(op18.Abs(det))
+    if det.dtype != out_type:
+        sign, log = op18.Cast(sign, to=out_type), op18.Cast(log, to=out_type)
+    return sign, log, op18.Identity(A), op18.Constant(value_ints=[0])
+
+
 def register(registry: opreg.Registrar) -> None:
     registry.register("aten::linear", aten_linear)
     registry.register("aten::matmul", aten_matmul)
@@ -118,3 +198,8 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::dot", aten_dot)
     registry.register("aten::_cdist_forward", aten_cdist_forward)
     registry.register("aten::_pdist_forward", aten_pdist_forward)
+    registry.register("aten::addmv", aten_addmv)
+    registry.register("aten::addbmm", aten_addbmm)
+    registry.register("aten::_trilinear", aten_trilinear)
+    registry.register("aten::_linalg_det", aten_linalg_det, predicate=_first_output_only)
+    registry.register("aten::_linalg_slogdet", aten_linalg_slogdet, predicate=_sign_and_log)

@@ -384,6 +384,23 @@ def aten_native_batch_norm_legit_functional(
     return out, _like(mean, input), _like(rstd, input), updated(running_mean, mean), updated(running_var, unbiased)
 
 
+def aten_batch_norm_with_update_functional(
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor,
+    running_var: Tensor,
+    momentum: float,
+    eps: float,
+):
+    """_batch_norm_with_update_functional(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor, Tensor, Tensor running_mean_out, Tensor running_var_out): training batch norm, as _native_batch_norm_legit_functional with training=True (the reserve output empty, as on CPU)."""
+    out, mean, rstd, new_mean, new_var = aten_native_batch_norm_legit_functional(
+        input, weight, bias, running_mean, running_var, True, momentum, eps
+    )
+    reserve = op18.Constant(value=ir.tensor(np.zeros((0,), dtype=np.uint8)))
+    return out, mean, rstd, reserve, new_mean, new_var
+
+
 def aten_instance_norm(
     input: Tensor,
     weight: Tensor | None,
@@ -430,4 +447,5 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::native_batch_norm", aten_native_batch_norm, predicate=_eval_batch_norm)
     registry.register("aten::_native_batch_norm_legit.no_stats", aten_native_batch_norm_legit_no_stats)
     registry.register("aten::_native_batch_norm_legit_functional", aten_native_batch_norm_legit_functional)
+    registry.register("aten::_batch_norm_with_update_functional", aten_batch_norm_with_update_functional)
     registry.register("aten::instance_norm", aten_instance_norm, predicate=_instance_norm_covered)

@@ -273,24 +273,28 @@ def _variance(self, dim, correction, keepdim: bool):
         self = op18.Cast(self, to=ir.DataType.FLOAT)
     axes = _dims(dim, rank)
     axes_all = [] if rank == 0 or axes == [] else list(range(rank)) if axes is None else [a % rank for a in axes]
-    sizes = [self.shape[a] for a in axes_all]
     if axes_all:
         mean = op18.ReduceMean(self, axes_all, keepdims=1)
         deviation = op18.Sub(self, mean)
         total = op18.ReduceSum(op18.Mul(deviation, deviation), axes_all, keepdims=int(keepdim))
     else:
         total = op18.Sub(self, self)
-    if all(isinstance(s, int) for s in sizes):
-        count = math.prod(sizes)
+    count = _count(self, axes_all)
+    if isinstance(count, int):
         divisor = op18.CastLike(max(0.0, count - correction), self)
     else:
-        shape = op18.Shape(self)
-        count = op18.ReduceProd(op18.Gather(shape, axes_all), keepdims=0)
-        divisor = op18.Max(
-            op18.Sub(op18.CastLike(count, self), op18.CastLike(correction, self)), op18.CastLike(0.0, self)
-        )
+        divisor = op18.Max(op18.Sub(count, op18.CastLike(correction, self)), op18.CastLike(0.0, self))
     result = op18.Div(total, divisor)
     return result, out_type
+
+
+def _count(self, axes: list[int]):
+    """How many elements of ``self`` each slice over ``axes`` holds: an int when static, else a value typed like ``self``."""
+    sizes = [self.shape[a] for a in axes]
+    if all(isinstance(s, int) for s in sizes):
+        return math.prod(sizes)
+    count = op18.ReduceProd(op18.Gather(op18.Shape(self), axes), keepdims=0)
+    return op18.CastLike(count, self)
 
 
 def aten_var_correction(
@@ -417,6 +421,86 @@ def aten_logsumexp(self: Tensor, dim: Sequence[int], keepdim: bool = False):
     return result if out_type == result.dtype else op18.Cast(result, to=out_type)
 
 
+def aten_var_mean_correction(
+    self: Tensor, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
+):
+    """var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor): the variance, and ReduceSum / count (NaN for an empty slice, as torch)."""
+    variance = aten_var_correction(self, dim, correction, keepdim)
+    out_type = self.dtype
+    x = op18.Cast(self, to=ir.DataType.FLOAT) if out_type in HALF_TYPES else self
+    rank = rank_of(x)
+    axes = _dims(dim, rank)
+    if rank == 0 or axes == []:
+        return variance, op18.Identity(self)
+    axes = list(range(rank)) if axes is None else [a % rank for a in axes]
+    count = _count(x, axes)
+    mean = op18.Div(op18.ReduceSum(x, axes, keepdims=int(keepdim)), op18.CastLike(count, x))
+    return variance, mean if out_type == mean.dtype else op18.Cast(mean, to=out_type)
+
+
+def _vector_norm(x, ord: float, dim, keepdim: bool):
+    """``ord``-norm of float ``x`` over ``dim`` (None: all dims), as torch.linalg.vector_norm."""
+    if rank_of(x) == 0 or _dims(dim, rank_of(x)) == []:
+        return op18.Cast(op18.Not(op18.Equal(x, op18.CastLike(0, x))), to=x.dtype) if ord == 0 else op18.Abs(x)
+    if ord == 2:
+        return _reduce(op18.ReduceL2, x, dim, keepdim)
+    if ord == 1:
+        return _reduce(op18.ReduceL1, x, dim, keepdim)
+    if ord in (math.inf, -math.inf):
+        return _extremum(op18.ReduceMax if ord > 0 else op18.ReduceMin, op18.Abs(x), dim, keepdim)
+    if ord == 0:
+        nonzero = op18.Cast(op18.Not(op18.Equal(x, op18.CastLike(0, x))), to=x.dtype)
+        return _reduce(op18.ReduceSum, nonzero, dim, keepdim)
+    powered = op18.Pow(op18.Abs(x), op18.CastLike(ord, x))
+    return op18.Pow(_reduce(op18.ReduceSum, powered, dim, keepdim), op18.CastLike(1.0 / ord, x))
+
+
+def aten_linalg_vector_norm(
+    self: Tensor, ord: float = 2, dim: Sequence[int] | None = None, keepdim: bool = False, dtype: int | None = None
+):
+    """linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceL2, ReduceL1, ReduceMax/ReduceMin of Abs, or Pow-ReduceSum-Pow (half floats in float32)."""
+    if dtype is not None:
+        self = op18.Cast(self, to=dtype)
+    out_type = self.dtype
+    if out_type in HALF_TYPES:
+        self = op18.Cast(self, to=ir.DataType.FLOAT)
+    result = _vector_norm(self, float(ord), dim, keepdim)
+    return result if result.dtype == out_type else op18.Cast(result, to=out_type)
+
+
+def aten_dist(self: Tensor, other: Tensor, p: float = 2):
+    """dist(Tensor self, Tensor other, Scalar p=2) -> Tensor: the p-norm of self - other (broadcast) over every element."""
+    difference = op18.Sub(self, other)
+    return aten_linalg_vector_norm(difference, p)
+
+
+def aten_logcumsumexp(self: Tensor, dim: int):
+    """logcumsumexp(Tensor self, int dim) -> Tensor: per position, a max-shifted logsumexp of the prefix (a masked n x n matrix along dim; half floats in float32).
+
+    One shift for the whole slice would underflow the prefixes far below the slice's max
+    (log(0) = -inf for a true -200); each prefix has its own shift here, so it is exact."""
+    out_type = self.dtype
+    x = op18.Cast(self, to=ir.DataType.FLOAT) if out_type in HALF_TYPES else self
+    rank = rank_of(x)
+    if rank == 0:
+        return op18.Identity(self)
+    axis = dim % rank
+    perm = list(range(rank))
+    perm[axis], perm[-1] = perm[-1], perm[axis]
+    last = op18.Transpose(x, perm=perm) if axis != rank - 1 else x
+    size = op18.Shape(last, start=-1)
+    square = op18.Concat(size, size, axis=0)
+    prefix = op18.Cast(op18.Trilu(op18.Expand(op18.Constant(value_int=1), square), upper=0), to=ir.DataType.BOOL)
+    rows = op18.Where(prefix, op18.Unsqueeze(last, [-2]), op18.CastLike(-math.inf, last))  # (..., i, j<=i)
+    peak = op18.ReduceMax(rows, [-1], keepdims=1)
+    peak = op18.Where(op18.IsInf(peak), op18.CastLike(0.0, peak), peak)  # all -inf, or +inf: no shift
+    total = op18.ReduceSum(op18.Exp(op18.Sub(rows, peak)), [-1], keepdims=0)
+    result = op18.Add(op18.Log(total), op18.Squeeze(peak, [-1]))
+    if axis != rank - 1:
+        result = op18.Transpose(result, perm=perm)
+    return result if out_type == result.dtype else op18.Cast(result, to=out_type)
+
+
 def register(registry: opreg.Registrar) -> None:
     registry.register("aten::sum.default", aten_sum)
     registry.register("aten::sum.dim_IntList", aten_sum_dim)
@@ -447,3 +531,7 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::sort.stable", aten_sort_stable)
     registry.register("aten::topk", aten_topk)
     registry.register("aten::logsumexp", aten_logsumexp)
+    registry.register("aten::var_mean.correction", aten_var_mean_correction)
+    registry.register("aten::linalg_vector_norm", aten_linalg_vector_norm)
+    registry.register("aten::logcumsumexp", aten_logcumsumexp)
+    registry.register("aten::dist", aten_dist)

@@ -10,7 +10,7 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, rank_of
+from opreg_core_ops.ops._helpers import Tensor, node_arg, rank_of
 from opreg_core_ops.ops._promotion import HALF_TYPES
 
 _TORCH_CUBIC_A = -0.75
@@ -18,7 +18,7 @@ _TORCH_CUBIC_A = -0.75
 but says so only in the spec)."""
 
 
-def _resize(input, output_size, scale_factors, mode: str, align_corners: bool):
+def _resize(input, output_size, scale_factors, mode: str, align_corners: bool, antialias: bool = False):
     """torch's upsample_* as Resize. The attributes used are all in Resize-18 and unchanged since."""
     if mode == "nearest":
         attrs = dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
@@ -29,6 +29,8 @@ def _resize(input, output_size, scale_factors, mode: str, align_corners: bool):
         )
         if mode == "cubic":
             attrs["cubic_coeff_a"] = _TORCH_CUBIC_A
+        if antialias:  # torch's filter drops the taps outside the input and renormalizes: exclude_outside
+            attrs.update(antialias=1, exclude_outside=1)
     if output_size is None:
         scales = np.array([1.0, 1.0, *scale_factors], dtype=np.float32)
         return op18.Resize(input, None, scales, **attrs)
@@ -63,6 +65,32 @@ def aten_upsample_bilinear2d(
 ):
     """upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear)."""
     return _resize(input, output_size, scale_factors, "linear", align_corners)
+
+
+def aten_upsample_bilinear2d_aa(
+    self: Tensor,
+    output_size: Sequence[int],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+):
+    """_upsample_bilinear2d_aa(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor: Resize (linear, antialias: the filter widened by the downscale factor, taps outside the input dropped)."""
+    return _resize(self, output_size, None, "linear", align_corners, antialias=True)
+
+
+def _sized_by_output(node) -> bool:
+    """Antialiasing with the output size only: given scale factors, torch derives its filter (and the
+    sizes, in float64) from them, while Resize's antialias filter follows the sizes."""
+    if node.target.__name__.endswith("vec"):
+        return node_arg(node, 1, "output_size") is not None and node_arg(node, 3, "scale_factors") is None
+    return node_arg(node, 3, "scales_h") is None and node_arg(node, 4, "scales_w") is None
+
+
+def aten_upsample_bilinear2d_aa_vec(
+    input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
+):
+    """_upsample_bilinear2d_aa.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear, antialias)."""
+    return _resize(input, output_size, scale_factors, "linear", align_corners, antialias=True)
 
 
 def aten_upsample_trilinear3d(
@@ -171,5 +199,7 @@ def register(registry: opreg.Registrar) -> None:
         registry.register(op, fn)
     # At most 19: GridSample-20 renamed the modes (bilinear -> linear, bicubic -> cubic), so
     # GridSample-16's names, which this impl emits, are rejected in a model of ai.onnx 20 or newer.
+    registry.register("aten::_upsample_bilinear2d_aa", aten_upsample_bilinear2d_aa, predicate=_sized_by_output)
+    registry.register("aten::_upsample_bilinear2d_aa.vec", aten_upsample_bilinear2d_aa_vec, predicate=_sized_by_output)
     registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d, opset=(18, 19))
     registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d_opset20)

@@ -256,13 +256,15 @@ class OnnxProgram:
         if runtime not in (ONNXRUNTIME, REFERENCE):
             raise OpregError(f"unknown runtime {runtime!r}: use 'onnxruntime', 'reference' or 'auto'")
         feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
-        if runtime == ONNXRUNTIME and any(a.dtype.name == "bfloat16" for a in feeds.values()):
-            raise RuntimeUnavailableError(
-                "ONNX Runtime's Python API cannot take bfloat16 arrays: run with runtime='reference', "
-                "or cast to float32 at the model's boundary"
-            )
-        results = self._session(runtime).run(list(self.output_names), feeds)
+        session = self._session(runtime)
+        if runtime == ONNXRUNTIME and self._has_bfloat16(feeds):
+            return self._unflatten(_run_with_ort_values(session, list(self.output_names), feeds))
+        results = session.run(list(self.output_names), feeds)
         return self._unflatten(results)
+
+    def _has_bfloat16(self, feeds: dict[str, np.ndarray]) -> bool:
+        outputs = [v.dtype for v in self.model.graph.outputs]
+        return ir.DataType.BFLOAT16 in outputs or any(a.dtype.name == "bfloat16" for a in feeds.values())
 
     def verify(
         self,
@@ -366,6 +368,35 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
 
         return tensor.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
     return tensor.numpy()
+
+
+def _run_with_ort_values(session: Any, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """``session.run`` for models with bfloat16 inputs or outputs, which numpy cannot hold: bfloat16
+    goes in as an OrtValue of its bits (``ortvalue_from_numpy_with_onnx_type``) and comes out copied
+    from the OrtValue's buffer into an ml_dtypes array."""
+    import ctypes
+
+    import ml_dtypes
+    import onnxruntime
+
+    values = {}
+    for name, array in feeds.items():
+        if array.dtype.name == "bfloat16":
+            values[name] = onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                np.array(array, order="C").view(np.uint16), onnx_element_type=int(ir.DataType.BFLOAT16)
+            )
+        else:
+            values[name] = onnxruntime.OrtValue.ortvalue_from_numpy(np.array(array, order="C"))  # 0-d stays 0-d
+    results = []
+    for value in session.run_with_ort_values(names, values):
+        if value.data_type() != "tensor(bfloat16)":
+            results.append(value.numpy())
+            continue
+        shape = value.shape()
+        count = int(np.prod(shape, dtype=np.int64))
+        bits = np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(value.data_ptr())) if count else []
+        results.append(np.array(bits, dtype=np.uint16).reshape(shape).view(ml_dtypes.bfloat16))
+    return results
 
 
 def _to_torch(array: Any, complex: bool = False) -> torch.Tensor:

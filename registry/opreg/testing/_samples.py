@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from opreg.registry import Registry
-from opreg.targets import TargetLike
+from opreg.targets import Target, TargetLike
 
 PASSED = "passed"
 DISTRIBUTION = "distribution"
@@ -538,6 +539,15 @@ def _fraction(hits: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
     return (hits & finite).double().mean(1)
 
 
+Exporter = Callable[[torch.export.ExportedProgram, Target], Callable[..., Any]]
+"""``exporter(program, target) -> run``: an exporter other than opreg, for side-by-side
+measures. It receives the captured (undecomposed) program of a batch of samples and the
+target, and returns ``run(*tensors)``, which runs its model on the samples' tensors (in
+:meth:`OpCall.inputs` order) and returns the outputs (any structure; their tensor leaves
+are compared with eager PyTorch's). An error it raises is an export failure, one ``run``
+raises a run failure."""
+
+
 # -- driving --------------------------------------------------------------------------------
 
 
@@ -552,6 +562,7 @@ def check_samples(
     tolerances: tuple[float, float] | None = None,
     values: bool = True,
     compare: Compare | None = None,
+    exporter: Exporter | None = None,
 ) -> list[SampleCheck]:
     """Export ``fn`` called on ``samples`` for each target, run it, compare with eager.
 
@@ -571,6 +582,9 @@ def check_samples(
     otherwise they are compared by shape and dtype only, and are *shape-only*
     rather than passed, as are all samples when ``values`` is false (ops that
     return uninitialized memory, like ``empty``).
+
+    ``exporter`` drives another exporter instead of opreg (see :data:`Exporter`), with
+    the same samples and comparisons: ``bench/coverage.py --all`` measures torch.onnx so.
     """
     from opreg.plugins import default_registry
 
@@ -598,7 +612,7 @@ def check_samples(
 
     # All runnable samples in one model first; one by one only if that fails.
     draws: dict[int, list[list[torch.Tensor]]] = {}  # eager draws of random samples, by id(sample)
-    batch = _Batch(fn, [samples[i] for i in runnable], [expected[i] for i in runnable], compare, draws)
+    batch = _Batch(fn, [samples[i] for i in runnable], [expected[i] for i in runnable], compare, draws, exporter)
     per_target: dict[str, dict[int, SampleResult]] = {}
     ops: dict[str, set[str]] = {}
     targets = [registry.target(t) for t in targets]
@@ -617,7 +631,7 @@ def check_samples(
         for i in runnable:  # one by one, so each result is the sample's own
             single = singles.get(i)
             if single is None:
-                single = singles[i] = _Batch(fn, [samples[i]], [expected[i]], compare, draws)
+                single = singles[i] = _Batch(fn, [samples[i]], [expected[i]], compare, draws, exporter)
                 single.capture(registry, target)
             captured = single.program
             if isinstance(captured, BaseException):
@@ -651,8 +665,10 @@ class _Batch:
         expected: list[list[Any]],
         compare: Compare,
         draws: dict[int, list[list[torch.Tensor]]],
+        exporter: Exporter | None = None,
     ) -> None:
         self.fn = fn
+        self.exporter = exporter
         self.samples = samples
         self.module = OpCall(fn, samples).eval()
         self.inputs = OpCall.inputs(samples)  # deep copies: the samples themselves never reach the export
@@ -689,6 +705,8 @@ class _Batch:
         except Exception as e:
             self.program = e
             return e
+        if self.exporter is not None:  # another exporter decomposes as it sees fit
+            return self.program
         with contextlib.suppress(Exception):  # export() decomposes again and reports it
             self.program = _decompose.decompose(self.program, registry, target)
         return self.program
@@ -700,21 +718,28 @@ class _Batch:
         from opreg.exporter._nodes import TORCH_OP_KEY
 
         random = any(self._by_distribution(e) for e in self.expected)
-        try:
-            program = opreg.export(self.program, target=target, registry=registry)
-        except Exception as e:
-            return f"export failed: {_short(e)}"
+        if self.exporter is not None:
+            try:
+                run = self.exporter(self.program, target)
+            except Exception as e:
+                return f"export failed: {_short(e)}"
+        else:
+            try:
+                program = opreg.export(self.program, target=target, registry=registry)
+            except Exception as e:
+                return f"export failed: {_short(e)}"
+            for node in program.model.graph:
+                op = node.metadata_props.get(TORCH_OP_KEY)
+                if op:
+                    ops.add(op)
+            run = functools.partial(program.run, runtime=runtime)
         if random:  # ONNX Runtime seeds a session's random nodes from its process-wide seed
             import onnxruntime
 
             onnxruntime.set_seed(self.compare.seed)
-        for node in program.model.graph:
-            op = node.metadata_props.get(TORCH_OP_KEY)
-            if op:
-                ops.add(op)
         try:
             runs = 1 + (self.compare.draws - 1 if random else 0)
-            draws = [torch.utils._pytree.tree_leaves(program.run(*self.inputs, runtime=runtime)) for _ in range(runs)]
+            draws = [torch.utils._pytree.tree_leaves(run(*self.inputs)) for _ in range(runs)]
         except Exception as e:
             return f"run failed: {_short(e)}"
         got = draws[0]

@@ -26,6 +26,7 @@ from opreg.testing._samples import (
     Arg,
     Compare,
     Distribution,
+    Exporter,
     GatherIndices,
     Sample,
     SampleCheck,
@@ -94,6 +95,15 @@ ALSO_COVERS: dict[str, tuple[str, ...]] = {
         "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
         "nn.functional.feature_alpha_dropout.with_train",
     ),
+    "_unique2": ("unique",),
+    "_trilinear": ("nn.functional.bilinear",),
+    "_batch_norm_with_update_functional": ("_batch_norm_with_update",),
+    "_embedding_bag_forward_only": ("nn.functional.embedding_bag",),
+    "linalg_vector_norm": ("norm", "nn.functional.normalize"),
+    "_linalg_slogdet": ("logdet",),
+    "var_mean": ("std_mean",),
+    "as_strided": ("resize_",),
+    "resize": ("resize_as_",),
 }  # fmt: skip
 """ATen op base name -> OpInfo names whose samples reach it, where the names differ."""
 
@@ -266,8 +276,10 @@ def check_opinfo(
     registry: Registry | None = None,
     limit: int | None = None,
     tolerances: tuple[float, float] | None = None,
+    exporter: Exporter | None = None,
 ) -> list[SampleCheck]:
-    """Drive ``info.op`` with its samples at ``dtype``; one :class:`SampleCheck` per target."""
+    """Drive ``info.op`` with its samples at ``dtype``; one :class:`SampleCheck` per target
+    (through ``exporter`` instead of opreg when given, see :data:`~opreg.testing.Exporter`)."""
     return check_samples(
         op_for(info),
         samples(info, dtype, limit),
@@ -277,4 +289,5 @@ def check_opinfo(
         tolerances=tolerances,
         values=info.name not in UNINITIALIZED,
         compare=compare_for(info),
+        exporter=exporter,
     )
