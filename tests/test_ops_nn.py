@@ -250,12 +250,6 @@ def test_attention_dynamic_sequence():
     assert program.model_proto.graph.input[0].type.tensor_type.shape.dim[2].dim_param == "seq"
 
 
-def test_attention_dropout_is_unsupported():
-    module = Lambda(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5))
-    with pytest.raises(opreg.UnsupportedOpsError):
-        opreg.export(module, (Q, K, V), target=18)
-
-
 # -- pooling ------------------------------------------------------------------------------------
 
 
@@ -441,12 +435,6 @@ def test_dropout_in_eval_is_identity(opset):
     drop = nn.Dropout(0.5).eval()
     program = check(lambda x: drop(x) * 2, torch.randn(2, 3), opset=opset)
     assert "Dropout" not in onnx_ops(program)
-
-
-def test_dropout_in_training_is_unsupported():
-    drop = nn.Dropout(0.5).train()
-    with pytest.raises(opreg.UnsupportedOpsError):
-        opreg.export(drop, (torch.randn(2, 3),), target=18)
 
 
 def test_native_dropout_eval():
