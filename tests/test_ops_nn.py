@@ -254,6 +254,46 @@ def test_attention_dynamic_sequence():
 
 
 @pytest.mark.parametrize("opset", OPSETS)
+def test_adaptive_max_pool(opset):
+    """Values and torch's per-plane indices, for even bins (MaxPool) and uneven ones (per bin)."""
+    program = check(
+        lambda a, b: (F.adaptive_max_pool2d(a, (2, 3), return_indices=True), F.adaptive_max_pool3d(b, (1, 2, 2), True)),
+        torch.randn(2, 3, 4, 9),
+        torch.randn(1, 2, 3, 4, 6),
+        opset=opset,
+    )
+    assert onnx_ops(program).count("MaxPool") == 2
+    ties = torch.tensor([[[[1.0, 3, 3, 0, 2], [3, 1, 0, 3, 2], [0, 0, 1, 1, 1], [2, 3, 3, 0, 0]]]])
+    uneven = check(
+        lambda a, b: (F.adaptive_max_pool2d(a, (3, 3), True), F.adaptive_max_pool3d(b, (2, 3, 4), True)),
+        ties,
+        torch.randn(2, 3, 3, 4, 5),
+        opset=opset,
+    )
+    assert "MaxPool" not in onnx_ops(uneven) and "ArgMax" in onnx_ops(uneven)
+
+
+def test_max_pool2d_backward_adds_each_gradient_at_its_maximum():
+    """Overlapping windows (stride < kernel) send two gradients to one maximum: they add up."""
+
+    def grad(x, g):
+        _, indices = torch.ops.aten.max_pool2d_with_indices(x, [3, 3], [1, 2], [1, 1], [1, 1], False)
+        return torch.ops.aten.max_pool2d_with_indices_backward(g, x, [3, 3], [1, 2], [1, 1], [1, 1], False, indices)
+
+    x = torch.randn(2, 3, 5, 6)
+    program = check(grad, x, torch.randn(2, 3, 5, 3), opset=18)
+    assert "ScatterElements" in onnx_ops(program)
+
+
+def test_new_empty_strided_and_asserted_storage_offsets():
+    """tensor_split at tensor indices: torch's decomposition asserts each piece's storage offset >= 0."""
+    program = check(torch.tensor_split, torch.randn(5, 4), torch.tensor([1, 3]), opset=18)
+    assert "Slice" in onnx_ops(program)
+    empty = opreg.export(Lambda(lambda x: x.new_empty_strided((2, 3), (3, 1)) * 0 + 1), (torch.randn(2),), target=18)
+    assert empty.run(torch.randn(2)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
 def test_max_pool(opset):
     pool1 = nn.MaxPool1d(3, 2, 1)
     pool2 = nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True)

@@ -26,7 +26,6 @@ UNSUPPORTED: dict[str, str] = {
     "aten::avg_pool2d_backward.default": _GRADIENT,
     "aten::convolution_backward.default": _GRADIENT,
     "aten::embedding_dense_backward.default": _GRADIENT,
-    "aten::max_pool2d_with_indices_backward.default": _GRADIENT,
     "aten::native_group_norm_backward.default": _GRADIENT,
     "aten::native_layer_norm_backward.default": _GRADIENT,
     "aten::random.default": (
@@ -46,7 +45,6 @@ UNSUPPORTED: dict[str, str] = {
         "torch.export replaces it with aten::_native_batch_norm_legit_functional, which returns them "
         "and is implemented, so an exported graph does not hold it"
     ),
-    "aten::sym_storage_offset.default": "asks for a storage offset; ONNX tensors have no storage",
     "aten::atan2.out": (
         "an out= variant writes into a preallocated tensor; torch.export's functional graphs use "
         "aten::atan2.default, which is implemented"

@@ -204,6 +204,19 @@ def aten_new_empty(
     return _full(size, 0, self.dtype if dtype is None else dtype)
 
 
+def aten_new_empty_strided(
+    self: Tensor,
+    size: Sequence[int],
+    stride: Sequence[int],
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+):
+    """new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0 (zeros; ONNX tensors have no strides)."""
+    return _full(size, 0, self.dtype if dtype is None else dtype)
+
+
 def aten_scalar_tensor(
     s: float,
     dtype: int | None = None,
@@ -412,6 +425,7 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::new_zeros", aten_new_zeros)
     registry.register("aten::new_ones", aten_new_ones)
     registry.register("aten::new_empty", aten_new_empty)
+    registry.register("aten::new_empty_strided", aten_new_empty_strided)
     registry.register("aten::scalar_tensor", aten_scalar_tensor)
     registry.register("aten::fill.Scalar", aten_fill_scalar)
     registry.register("aten::fill.Tensor", aten_fill_tensor)

@@ -378,6 +378,83 @@ def aten_adaptive_avg_pool3d_internal(self: Tensor, output_size: Sequence[int]):
     return _adaptive_avg_pool(self, output_size, 3)
 
 
+def _adaptive_max_pool(self, output_size, spatial: int):
+    """Static sizes (the predicate checks). Even bins: MaxPool with kernel = stride = input size /
+    output size. Uneven bins (torch's bin i spans floor(i*n/m) .. ceil((i+1)*n/m)): one axis at a
+    time, last first, ReduceMax and ArgMax over each bin's Slice; the coordinates found for the
+    later axes follow the maxima chosen along each earlier one (GatherElements), so the index is
+    the window's first maximum in row-major order, as torch picks it."""
+    x, added = _batched(self, spatial)
+    dims = _static_dims(x, 2)
+    assert dims is not None
+    size = expand_param(output_size, spatial)
+    if all(d % s == 0 for d, s in zip(dims, size, strict=True)):
+        kernel = [d // s for d, s in zip(dims, size, strict=True)]
+        return _max_pool(self, kernel, kernel, [0] * spatial, [1] * spatial, False, spatial, with_indices=True)
+    values, coordinates = x, []  # coordinates: (axis, chosen position along it), later axes first
+    for axis in reversed(range(2, spatial + 2)):
+        n, m = dims[axis - 2], size[axis - 2]
+        maxima, positions = [], []
+        for i in range(m):
+            start, end = (i * n) // m, -((-(i + 1) * n) // m)
+            window = op18.Slice(values, [start], [end], [axis])
+            maxima.append(op18.ReduceMax(window, [axis], keepdims=1))
+            positions.append(op18.Add(op18.ArgMax(window, axis=axis, keepdims=1), start))
+        chosen = op18.Concat(*positions, axis=axis)
+        coordinates = [(a, op18.GatherElements(c, chosen, axis=axis)) for a, c in coordinates]
+        coordinates.append((axis, chosen))
+        values = op18.Concat(*maxima, axis=axis)
+    flat = None
+    for axis, position in coordinates:
+        stride = math.prod(dims[axis - 1 :])
+        term = op18.Mul(position, stride) if stride != 1 else position
+        flat = term if flat is None else op18.Add(flat, term)
+    return _unbatch(values, added), _unbatch(flat, added)
+
+
+def aten_adaptive_max_pool2d(self: Tensor, output_size: Sequence[int]):
+    """adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor): MaxPool (even bins) or ReduceMax/ArgMax per bin."""
+    return _adaptive_max_pool(self, output_size, 2)
+
+
+def aten_adaptive_max_pool3d(self: Tensor, output_size: Sequence[int]):
+    """adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor): MaxPool (even bins) or ReduceMax/ArgMax per bin."""
+    return _adaptive_max_pool(self, output_size, 3)
+
+
+def _static_bins(node) -> bool:
+    """Static spatial sizes and output sizes (the bins are then known when exporting)."""
+    size = node_arg(node, 1, "output_size")
+    value = node.args[0].meta.get("val")
+    if value is None or not isinstance(size, (list, tuple)):
+        return False
+    dims = list(value.shape[-len(size) :])
+    return all(isinstance(d, int) and isinstance(s, int) and s > 0 for d, s in zip(dims, size, strict=True))
+
+
+def aten_max_pool2d_with_indices_backward(
+    grad_output: Tensor,
+    self: Tensor,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    ceil_mode: bool,
+    indices: Tensor,
+):
+    """max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor: each gradient added at its maximum's place (ScatterElements with add over each plane)."""
+    plane_shape = op18.Concat(op18.Shape(self, end=-2), [-1], axis=0)
+    zeros = op18.Reshape(op18.Expand(op18.CastLike(0, self), op18.Shape(self)), plane_shape)
+    grad = op18.ScatterElements(
+        zeros,
+        op18.Reshape(indices, plane_shape),
+        op18.Reshape(grad_output, plane_shape),
+        axis=-1,
+        reduction="add",
+    )
+    return op18.Reshape(grad, op18.Shape(self))
+
+
 def _static_spatial_output(node) -> bool:
     """Adaptive pools need static input sizes unless the output is all ones."""
     size = node_arg(node, 1, "output_size")
@@ -469,3 +546,6 @@ def register(registry: opreg.Registrar) -> None:
     ):
         registry.register(op, fn, predicate=_static_spatial_output)
     registry.register("aten::im2col", aten_im2col, predicate=_static_channels_and_sizes)
+    registry.register("aten::adaptive_max_pool2d", aten_adaptive_max_pool2d, predicate=_static_bins)
+    registry.register("aten::adaptive_max_pool3d", aten_adaptive_max_pool3d, predicate=_static_bins)
+    registry.register("aten::max_pool2d_with_indices_backward", aten_max_pool2d_with_indices_backward)

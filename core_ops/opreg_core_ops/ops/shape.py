@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import onnx_ir as ir
@@ -144,6 +145,27 @@ def aten_sym_stride(self: Tensor, dim: int):
     return op18.ReduceProd(op18.Shape(self, start=start + 1), keepdims=0)
 
 
+def aten_sym_storage_offset(self: Tensor):
+    """sym_storage_offset(Tensor self) -> SymInt: 0. ONNX tensors have no storage; the predicate
+    admits only offsets that nothing but torch's runtime assertions read (``offset >= 0``, which
+    the exporter drops), as torch's own decompositions of views leave them."""
+    return op18.Constant(value_int=0)
+
+
+_ASSERTION_INPUTS = frozenset({operator.ge, operator.gt, operator.le, operator.lt, operator.eq, operator.ne})
+
+
+def _read_by_assertions_only(node) -> bool:
+    """Every user of ``node`` is a comparison whose every user is ``aten::_assert_scalar``."""
+    import torch
+
+    assert_scalar = torch.ops.aten._assert_scalar.default
+    return all(
+        user.target in _ASSERTION_INPUTS and user.users and all(u.target is assert_scalar for u in user.users)
+        for user in node.users
+    )
+
+
 def register(registry: opreg.Registrar) -> None:
     registry.register("aten::view", aten_view)
     registry.register("aten::reshape", aten_reshape)
@@ -161,3 +183,4 @@ def register(registry: opreg.Registrar) -> None:
     registry.register("aten::squeeze.default", aten_squeeze)
     registry.register("aten::sym_numel", aten_sym_numel)
     registry.register("aten::sym_stride.int", aten_sym_stride)
+    registry.register("aten::sym_storage_offset", aten_sym_storage_offset, predicate=_read_by_assertions_only)
