@@ -30,7 +30,7 @@ DEFAULT_ONNX_OPSET = 23
 """ai.onnx version of the built-in ``onnx`` profile.
 
 The newest opset with a top-level ``onnxscript.opsetNN`` module, and one that
-every onnxruntime opreg supports (1.29+) loads. Targets up to
+every onnxruntime opreg supports (1.30+) loads. Targets up to
 :func:`onnx_opset_range`'s maximum are accepted; this is only the default.
 """
 

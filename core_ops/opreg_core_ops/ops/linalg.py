@@ -79,8 +79,12 @@ def aten_dot(self: Tensor, tensor: Tensor):
 def _distances(x1, x2, p: float):
     """p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M): (..., P, R)."""
     difference = op18.Sub(op18.Unsqueeze(x1, [-2]), op18.Unsqueeze(x2, [-3]))
-    # ONNX Runtime's reductions return an empty input unreduced, so the result is reshaped
-    # to (..., P, R) explicitly (allowzero: a 0 there is a size, not "copy").
+    # ONNX Runtime before 1.32 returns an empty input to a reduction unreduced: a result known
+    # to be empty is made directly, and one that may be is reshaped to (..., P, R) explicitly
+    # (allowzero: a 0 there is a size, not "copy"; the lean pass keeps such a Reshape).
+    dims = difference.shape
+    if dims is not None and all(isinstance(d, int) for d in dims) and 0 in list(dims)[:-1]:
+        return op18.Expand(op18.CastLike(0, difference), list(dims)[:-1])
     shape = op18.Shape(difference, end=-1)
     return op18.Reshape(_reduce_norm(difference, p), shape, allowzero=1)
 

@@ -89,8 +89,20 @@ def test_conformance_kit(opreg_pack_check):
 
 # -- attention -------------------------------------------------------------------------------------
 
+PROFILE_ONNX = opreg.default_registry().target("onnxruntime").onnx
+"""The ``onnxruntime`` profile's ai.onnx: the newest the installed onnx, onnxscript and ONNX Runtime allow."""
+STANDARD_ATTENTION = 23 <= PROFILE_ONNX <= 24
+"""At ai.onnx 23-24 the pack emits ai.onnx Attention (ONNX Runtime has its kernel); from 25 on,
+MultiHeadAttention and GroupQueryAttention (ONNX Runtime 1.32 runs Attention-25's function body)."""
+
+
+def _attention_at_profile(kind: str) -> str:
+    """The attention node the profile gets where the contrib kernel would be ``kind``."""
+    return "Attention" if STANDARD_ATTENTION else f"com.microsoft::{kind}"
+
+
 ATTENTION_TARGETS = {
-    "onnxruntime": {"MultiHeadAttention", "GroupQueryAttention"},  # ai.onnx 27: no Attention-25 kernel in ORT
+    "onnxruntime": {"Attention"} if STANDARD_ATTENTION else {"MultiHeadAttention", "GroupQueryAttention"},
     "24,com.microsoft=1": {"Attention"},
     "18,com.microsoft=1": {"MultiHeadAttention", "GroupQueryAttention"},
 }
@@ -148,7 +160,7 @@ def test_rows_whose_keys_are_all_masked_give_zero_as_in_torch():
 
 def test_shape_inference_understands_the_attention_kernels():
     model, args = _attention_cases()["gqa_mask"]
-    proto = opreg.export(model, args, target="onnxruntime").model_proto
+    proto = opreg.export(model, args, target="18,com.microsoft=1").model_proto
     del proto.graph.value_info[:]
     inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=True)
     (gqa,) = [n for n in inferred.graph.node if n.op_type == "GroupQueryAttention"]
@@ -160,13 +172,18 @@ def test_shape_inference_understands_the_attention_kernels():
 
 # model -> ops the onnxruntime export must hold, ops it must not
 REAL_MODELS = {
-    "bert": ({"com.microsoft::MultiHeadAttention", "com.microsoft::BiasGelu", "Sum"}, {"Softmax"}),
-    "gpt2": ({"com.microsoft::MultiHeadAttention", "com.microsoft::FastGelu"}, {"Softmax", "Tanh"}),
+    "bert": ({_attention_at_profile("MultiHeadAttention"), "com.microsoft::BiasGelu", "Sum"}, {"Softmax"}),
+    "gpt2": ({_attention_at_profile("MultiHeadAttention"), "com.microsoft::FastGelu"}, {"Softmax", "Tanh"}),
     "llama": (
-        {"com.microsoft::GroupQueryAttention", "RotaryEmbedding", "RMSNormalization", "com.microsoft::QuickGelu"},
+        {
+            _attention_at_profile("GroupQueryAttention"),
+            "RotaryEmbedding",
+            "RMSNormalization",
+            "com.microsoft::QuickGelu",
+        },
         {"Softmax", "ReduceMean", "Neg"},
     ),
-    "vit": ({"com.microsoft::MultiHeadAttention", "com.microsoft::BiasGelu"}, {"Softmax"}),
+    "vit": ({_attention_at_profile("MultiHeadAttention"), "com.microsoft::BiasGelu"}, {"Softmax"}),
 }
 
 
@@ -219,10 +236,10 @@ def test_a_llama_decode_step_with_a_static_cache_reads_the_cache_in_place():
     inputs = {"input_ids": torch.tensor([[5]]), "cache_position": torch.tensor([7])}
     captured = torch.export.export(step, (), inputs, strict=True)  # non-strict capture cannot be decomposed
     program = opreg.export(captured, (), inputs, target="onnxruntime")
-    attention = [n for n in program.model_proto.graph.node if n.op_type == "MultiHeadAttention"]
+    kernel = "Attention" if STANDARD_ATTENTION else "MultiHeadAttention"
+    attention = [n for n in program.model_proto.graph.node if n.op_type == kernel]
     assert len(attention) == 2
     assert all(
-        {p.key: p.value for p in n.metadata_props}["opreg.rewrite"].endswith("MultiHeadAttentionOnHeads")
-        for n in attention
+        {p.key: p.value for p in n.metadata_props}["opreg.rewrite"].endswith(f"{kernel}OnHeads") for n in attention
     )
     program.verify(rtol=1e-4, atol=1e-5, **inputs)

@@ -76,8 +76,19 @@ def _reshape_reshape(op, x, first, second):
     return op.Reshape(op.Reshape(x, first, _allow_other_attributes=True), second, _allow_other_attributes=True)
 
 
+def _protective_reshape(node: ir.Node) -> bool:
+    """A Reshape with ``allowzero=1``, kept even where shapes say it changes nothing: impls write it
+    where a size may be 0, and runtimes get empty tensors wrong just before it (ONNX Runtime
+    before 1.32 returns an empty input to ``ReduceL2`` and friends unreduced, which cdist's
+    Reshape puts right)."""
+    return node.op_type == "Reshape" and not node.domain and bool(node.attributes.get_int("allowzero", 0))
+
+
 def _keeps_shape(context, x, **_) -> bool:
-    """The Reshape(s) give back ``x``'s shape: every dim known and equal (symbolic dims by name)."""
+    """The Reshape(s) give back ``x``'s shape: every dim known and equal (symbolic dims by name);
+    never a :func:`_protective_reshape`."""
+    if any(_protective_reshape(n) for n in context.nodes):
+        return False
     before, after = x.shape, context.output_values[0].shape
     if before is None or after is None or len(before) != len(after):
         return False
@@ -275,6 +286,8 @@ def lean(model: ir.Model, weights: frozenset[str] | None = None, *, fold_weights
 
     def should_fold(node: ir.Node) -> bool | None:
         if is_random(node) or any(value is not None and value.name in weights for value in node.inputs):
+            return False
+        if _protective_reshape(node):
             return False
         return None
 
