@@ -164,14 +164,14 @@ def export(
     plan = _plan.plan(program.graph, reg, resolved)
     tick("translate")
     symbols = {}
+    eager = captured  # what verify() compares with: an ExportedProgram's module is made when first needed
     if isinstance(model, torch.nn.Module):
         symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
-    else:
-        model = captured.module()
+        eager = model
     translation = _translate.Translator(program, plan, resolved, symbols).run()
     tick("finish")
     result = _finish.finish(
-        translation, exported_program=program, module=model, target=resolved, registry=reg,
+        translation, exported_program=program, module=eager, target=resolved, registry=reg,
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
         optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed,
     )  # fmt: skip

@@ -41,7 +41,7 @@ def finish(
     translation: Translation,
     *,
     exported_program: torch.export.ExportedProgram,
-    module: torch.nn.Module,
+    module: torch.nn.Module | torch.export.ExportedProgram,
     target: Target,
     registry: Registry,
     input_leaves: Sequence[int],

@@ -104,7 +104,7 @@ class OnnxProgram:
         target: Target,
         registry: Registry,
         exported_program: torch.export.ExportedProgram,
-        module: torch.nn.Module,
+        module: torch.nn.Module | torch.export.ExportedProgram,
         input_names: Sequence[str],
         input_leaves: Sequence[int],
         outputs: Sequence[OutputSlot],
@@ -286,6 +286,8 @@ class OnnxProgram:
         self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
         if runtime == "auto":
             runtime = self.runtime_for()
+        if isinstance(self._module, torch.export.ExportedProgram):  # made when first needed: it costs
+            self._module = self._module.module()
         module = self._module
         if any(m.training for m in module.modules()):
             module = copy.deepcopy(module)  # training mode updates buffers (batch-norm statistics): not the user's
