@@ -134,7 +134,7 @@ KNOWN: dict[tuple[str, str], Known] = {
 
 SHAPE_ONLY = {
     name: "uninitialized memory: only the shape and dtype say anything"
-    for name in ("empty", "empty_like", "empty_strided", "new_empty")
+    for name in ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
 }
 """OpInfos whose samples are all compared by shape and dtype only (``oi.UNINITIALIZED``), with why;
 any other OpInfo must have a sample compared by value."""

@@ -444,15 +444,20 @@ def aten_max_pool2d_with_indices_backward(
 ):
     """max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor: each gradient added at its maximum's place (ScatterElements with add over each plane)."""
     plane_shape = op18.Concat(op18.Shape(self, end=-2), [-1], axis=0)
-    zeros = op18.Reshape(op18.Expand(op18.CastLike(0, self), op18.Shape(self)), plane_shape)
+    # ONNX Runtime's CPU ScatterElements adds float and double only: half types sum in float
+    updates = grad_output
+    if grad_output.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        updates = op18.Cast(grad_output, to=ir.DataType.FLOAT)
+    zeros = op18.Reshape(op18.Expand(op18.CastLike(0, updates), op18.Shape(self)), plane_shape)
     grad = op18.ScatterElements(
         zeros,
         op18.Reshape(indices, plane_shape),
-        op18.Reshape(grad_output, plane_shape),
+        op18.Reshape(updates, plane_shape),
         axis=-1,
         reduction="add",
     )
-    return op18.Reshape(grad, op18.Shape(self))
+    grad = op18.Reshape(grad, op18.Shape(self))
+    return grad if updates is grad_output else op18.CastLike(grad, grad_output)
 
 
 def _static_spatial_output(node) -> bool:
