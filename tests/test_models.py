@@ -106,6 +106,32 @@ def test_real_model(case, opset):
     assert program.verify(*args, rtol=0, atol=ATOL, **kwargs).max_abs <= ATOL
 
 
+def test_linear_weights_on_3d_inputs_are_stored_transposed_under_their_names():
+    """MatMul(x, Transpose(W)) becomes MatMul(x, W') with W' named as W (nothing else reads W), the
+    metadata saying how; fold_weights=False keeps the Transpose and the state_dict's layout. At the
+    onnxruntime target FusedMatMul reads the weight as it is, before any folding."""
+    import json
+
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(2, 5, 8)
+    program = opreg.export(model, (x,), target=18)
+    assert "Transpose" not in [n.op_type for n in program.model.graph]
+    folded = json.loads(program.model.metadata_props["opreg.folded_weights"])
+    assert folded == {"0.weight": "transpose(0.weight, perm=[1, 0])", "2.weight": "transpose(2.weight, perm=[1, 0])"}
+    stored = program.model.graph.initializers["0.weight"].const_value.numpy()
+    assert torch.equal(torch.from_numpy(stored), model.state_dict()["0.weight"].T)
+    assert program.verify(x, rtol=0, atol=ATOL).max_abs <= ATOL
+
+    kept = opreg.export(model, (x,), target=18, fold_weights=False)
+    assert [n.op_type for n in kept.model.graph].count("Transpose") == 2
+    assert "opreg.folded_weights" not in kept.model.metadata_props
+    fused = opreg.export(model, (x,), target="onnxruntime")
+    assert [n.op_type for n in fused.model.graph].count("FusedMatMul") == 2
+    assert "opreg.folded_weights" not in fused.model.metadata_props
+
+
 def test_batch_norm_is_folded_into_the_convolution_keeping_the_weights_names():
     """The folded weight keeps the state_dict name of the weight it replaces (no node reads the
     original any more); the metadata says how each folded tensor was computed; fold_weights=False

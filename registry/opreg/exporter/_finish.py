@@ -8,6 +8,7 @@ imports and IR version the model really needs, named outputs, and
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -313,6 +314,13 @@ def build_model(
                 lean(model, weights, fold_weights=False)
             else:
                 common_passes.RemoveUnusedNodesPass()(model)
+    if optimize and fold_weights:  # after the rewrites, whose patterns (FusedMatMul's) may read Transpose(W)
+        from opreg.exporter._lean import FOLDED_WEIGHTS_KEY, fold_weight_transposes
+
+        transposed = fold_weight_transposes(model, weights)
+        if transposed:
+            folded = json.loads(model.metadata_props.get(FOLDED_WEIGHTS_KEY, "{}"))
+            model.metadata_props[FOLDED_WEIGHTS_KEY] = json.dumps({**folded, **transposed}, sort_keys=True)
     common_passes.RemoveUnusedFunctionsPass()(model)
     _own_subgraph_outputs(graph)
     common_passes.RemoveUnusedOpsetsPass()(model)

@@ -267,6 +267,37 @@ def fold_batch_norm(model: ir.Model) -> dict[str, str]:
     }
 
 
+def fold_weight_transposes(model: ir.Model, weights: frozenset[str]) -> dict[str, str]:
+    """Store each weight that is read only through one ``Transpose`` already transposed, under its
+    own name, and drop the node: a Linear on a 3-D input reads ``Transpose(W)``, which torch.onnx
+    folds into a new anonymous tensor and ONNX Runtime otherwise folds at every session creation.
+    The transposed data is made when the model is serialized (a lazy tensor), so a model of many
+    gigabytes never holds both layouts of every weight. Returns how each folded tensor was computed."""
+    folded: dict[str, str] = {}
+    for node in list(model.graph):
+        if node.op_type != "Transpose" or node.domain or node.outputs[0].is_graph_output():
+            continue
+        weight = node.inputs[0]
+        if weight is None or weight.name not in weights or weight.const_value is None:
+            continue
+        if len(weight.uses()) != 1 or weight.is_graph_output() or weight.is_graph_input():
+            continue
+        source = weight.const_value
+        rank = len(source.shape)
+        perm = list(node.attributes.get_ints("perm", list(reversed(range(rank)))))
+        shape = ir.Shape([source.shape[p] for p in perm])
+
+        def transposed(source=source, perm=perm) -> ir.TensorProtocol:
+            return ir.tensor(np.ascontiguousarray(source.numpy().transpose(perm)))
+
+        weight.const_value = ir.LazyTensor(transposed, dtype=source.dtype, shape=shape, name=weight.name)
+        weight.shape = shape
+        node.outputs[0].replace_all_uses_with(weight)
+        model.graph.remove(node, safe=True)
+        folded[weight.name] = f"transpose({weight.name}, perm={perm})"
+    return folded
+
+
 MAX_SWEEPS = 4
 """How often the exact rewrites sweep the graph at most: one rewrite can expose another
 (a Transpose pair cancelled leaves a Reshape pair), until none fires."""
