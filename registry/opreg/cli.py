@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-functions", action="store_true", help="keep script impls as model-local functions")
     p.add_argument(
         "--keep-weights", action="store_true",
-        help="keep every weight as the state_dict has it (no batch norm folded into convolutions)",
+        help="keep every weight as the state_dict has it (no batch norm folded, no weight stored transposed)",
     )  # fmt: skip
     p.add_argument(
         "--external-data", action="store_true", help="write weights to a side file FILE.<token>.data the model names"

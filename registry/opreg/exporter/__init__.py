@@ -131,7 +131,8 @@ def export(
             duplicate nodes, and turn constants into initializers (default);
             ``False`` keeps every node the impls emitted.
         fold_weights: with ``optimize``, fold batch norm into the convolution
-            (or Gemm) before it; the folded weight keeps the replaced weight's
+            (or Gemm) before it, and store a weight read only through a
+            Transpose transposed; the folded weight keeps the replaced weight's
             name and the model's ``opreg.folded_weights`` metadata says how each
             folded tensor was computed (default). ``False`` keeps every
             initializer exactly as the ``state_dict`` has it.

@@ -4,10 +4,11 @@ work a whole-graph view removes.
 - Constant folding (onnxscript's), except of nodes that read the model's
   weights: folding ``Transpose(weight)`` would replace a ``state_dict``
   tensor by an anonymous copy, and users look weights up by name.
-- Batch norm folded into the convolution (or Gemm) before it, the folded
-  weight keeping the name of the one it replaces and the model's metadata
-  saying how each was computed (``fold_weights=False`` keeps every weight as
-  the ``state_dict`` has it).
+- Batch norm folded into the convolution (or Gemm) before it, and (after the
+  packs' rewrite rules, :func:`fold_weight_transposes`) a weight read only
+  through a Transpose stored transposed, the folded weight keeping the name of
+  the one it replaces and the model's metadata saying how each was computed
+  (``fold_weights=False`` keeps every weight as the ``state_dict`` has it).
 - ``Reshape`` to a shape with one size known only at run time uses ``-1``
   for it, and the nodes that computed it go.
 - A few exact rewrites: no-op Cast/Expand/Transpose, Cast of Cast,
