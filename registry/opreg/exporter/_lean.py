@@ -268,12 +268,18 @@ def fold_batch_norm(model: ir.Model) -> dict[str, str]:
     }
 
 
+TRANSPOSE_FOLD_MAX_BYTES = 16 * 2**20
+"""Weights up to this size are stored transposed (:func:`fold_weight_transposes`); a larger one
+keeps its Transpose, which ONNX Runtime folds at load: transposing it when the model is saved
+would hold another copy of it, and a big model's peak memory is the weights plus that copy."""
+
+
 def fold_weight_transposes(model: ir.Model, weights: frozenset[str]) -> dict[str, str]:
-    """Store each weight that is read only through one ``Transpose`` already transposed, under its
-    own name, and drop the node: a Linear on a 3-D input reads ``Transpose(W)``, which torch.onnx
-    folds into a new anonymous tensor and ONNX Runtime otherwise folds at every session creation.
-    The transposed data is made when the model is serialized (a lazy tensor), so a model of many
-    gigabytes never holds both layouts of every weight. Returns how each folded tensor was computed."""
+    """Store each weight (up to :data:`TRANSPOSE_FOLD_MAX_BYTES`) that is read only through one
+    ``Transpose`` already transposed, under its own name, and drop the node: a Linear on a 3-D
+    input reads ``Transpose(W)``, which torch.onnx folds into a new anonymous tensor and ONNX
+    Runtime otherwise folds at every session creation. The transposed data is made when the model
+    is serialized (a lazy tensor), one weight at a time. Returns how each folded tensor was computed."""
     folded: dict[str, str] = {}
     for node in list(model.graph):
         if node.op_type != "Transpose" or node.domain or node.outputs[0].is_graph_output():
@@ -284,6 +290,8 @@ def fold_weight_transposes(model: ir.Model, weights: frozenset[str]) -> dict[str
         if len(weight.uses()) != 1 or weight.is_graph_output() or weight.is_graph_input():
             continue
         source = weight.const_value
+        if source.nbytes > TRANSPOSE_FOLD_MAX_BYTES:
+            continue
         rank = len(source.shape)
         perm = list(node.attributes.get_ints("perm", list(reversed(range(rank)))))
         shape = ir.Shape([source.shape[p] for p in perm])
