@@ -194,3 +194,78 @@ def test_an_interrupted_save_leaves_a_consistent_pair(tmp_path, pause, sig):
     assert save_in_child(path, 3, None, None) == 0
     assert matches(path, 3)
     assert hidden(tmp_path) == [] and data_files(tmp_path) == sorted(_save.referenced_data(path))
+
+
+# -- a save removes only what opreg wrote for this path ---------------------------------------------
+
+
+def foreign_model(path: Path, location: str) -> None:
+    """A model from elsewhere whose one weight is external data at ``location``."""
+    import onnx
+    from onnx import helper
+
+    weight = helper.make_tensor("w", onnx.TensorProto.FLOAT, [1], [0.0])
+    weight.data_location = onnx.TensorProto.EXTERNAL
+    del weight.float_data[:]
+    weight.external_data.add(key="location", value=location)
+    weight.external_data.add(key="length", value="4")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "foreign",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+        [weight],
+    )
+    onnx.save(helper.make_model(graph), str(path))
+
+
+@pytest.mark.parametrize("location", ["victim.txt", "m.onnx.data", "m.onnx.0badf00d.data"])
+def test_replacing_a_model_from_elsewhere_deletes_none_of_its_files(tmp_path, location):
+    path = tmp_path / "m.onnx"
+    foreign_model(path, location)
+    for name in {location, "m.onnx.data", "m.onnx.0badf00d.data"}:  # files a careless clean-up would take
+        (tmp_path / name).write_bytes(b"user data")
+    before = {p.name for p in tmp_path.iterdir()}
+    opreg.export(linear(1), (X,)).save(path, external_data=True)
+    (ours,) = _save.referenced_data(path)
+    assert {p.name for p in tmp_path.iterdir()} == before | {ours}
+    assert (tmp_path / location).read_bytes() == b"user data"
+    assert matches(path, 1)
+
+
+def test_a_copy_of_a_saved_model_keeps_its_data_when_the_original_is_saved_again(tmp_path):
+    path = tmp_path / "m.onnx"
+    opreg.export(linear(1), (X,)).save(path, external_data=True)
+    backup = tmp_path / "m_backup.onnx"
+    backup.write_bytes(path.read_bytes())  # cp m.onnx m_backup.onnx
+    opreg.export(linear(2), (X,)).save(path, external_data=True)
+    assert matches(path, 2) and matches(backup, 1)
+    assert set(data_files(tmp_path)) == _save.referenced_data(path) | _save.referenced_data(backup)
+
+
+def test_the_model_names_the_data_file_it_owns(tmp_path):
+    import onnx
+
+    path = opreg.export(linear(1), (X,)).save(tmp_path / "m.onnx", external_data=True)
+    proto = onnx.load(str(path), load_external_data=False)
+    owner = {p.key: p.value for p in proto.metadata_props}[_save.OWNED_DATA_KEY]
+    assert {owner} == _save.referenced_data(path) == _save.owned_data(path)
+
+
+def test_a_live_save_keeps_its_staging_folder_whatever_its_pid_says(tmp_path):
+    """A save in another PID namespace (another container on a shared volume) has a PID that
+    means nothing here: its folder is kept because it holds the folder's lock."""
+    import fcntl
+
+    staging = tmp_path / f"{_save.STAGING_PREFIX}999999999-live"
+    staging.mkdir()
+    (staging / "m.onnx").write_bytes(b"half written")
+    fd = os.open(staging / "lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as the other save holds it
+        opreg.export(linear(1), (X,)).save(tmp_path / "m.onnx", external_data=True)
+        assert (staging / "m.onnx").read_bytes() == b"half written"
+    finally:
+        os.close(fd)
+    opreg.export(linear(2), (X,)).save(tmp_path / "m.onnx", external_data=True)  # now it is stale
+    assert not staging.exists()

@@ -7,21 +7,37 @@ wrong answers. So every save writes its weights to a data file of a new name
 (``model.onnx.<token>.data``) that only the new model references:
 
 1. write the model and its data into a hidden staging folder beside the target;
-2. move the data file into place (no file the old model reads is touched);
+2. write a journal there naming the data file about to be moved in and the
+   data file the old model owns, then move the data file into place (no file
+   the old model reads is touched);
 3. move the model file over the old one (one atomic rename: the switch);
-4. remove the data file the old model referenced.
+4. remove the data file the old model owned.
 
 At every instant the target path holds the complete old pair or the complete
-new one. SIGTERM is turned into ``KeyboardInterrupt`` for the duration, so it
-cleans up like Ctrl-C; after a SIGKILL the next save in that folder removes
-the staging folders and unreferenced data files that crashed saves left.
+new one.
+
+A save deletes only what opreg wrote for this path. The model records the
+data file it owns under the metadata key :data:`OWNED_DATA_KEY`; a data file is
+removed only when its name is one a save of this path writes, the model being
+replaced names it as its own (or a crashed save's journal names it), and no
+other file in the folder references it (a copy of the model keeps its data).
+A model from elsewhere, whatever its external-data locations, loses nothing.
+
+SIGTERM is turned into ``KeyboardInterrupt`` for the duration, so it cleans up
+like Ctrl-C. Each save holds an exclusive ``flock`` on a file in its staging
+folder; after a SIGKILL the lock is free, and the next save in that folder
+removes the staging folder and the data files its journal names that nothing
+references. A live save's folder is never removed, whatever PID namespace it
+runs in.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
+import mmap
 import os
 import re
 import secrets
@@ -43,7 +59,19 @@ logger = logging.getLogger(__name__)
 
 STAGING_PREFIX = ".opreg-staging-"
 """Hidden staging folders are named ``.opreg-staging-<pid>-<random>``."""
-_STAGING = re.compile(rf"^{re.escape(STAGING_PREFIX)}(?P<pid>\d+)-")
+_LOCK_NAME = "lock"
+"""The file in a staging folder its save holds an exclusive ``flock`` on."""
+_JOURNAL_NAME = "journal.json"
+"""What a save moves into its folder: ``{"model": name, "added": [...], "replaced": [...]}``."""
+_UNLOCKED_GRACE_SECONDS = 600
+"""A staging folder without a lock file is a save's only for the instant between creating the
+folder and its lock file (or one from an older opreg): younger than this, it is left alone."""
+_SCAN_LIMIT = 1 << 30
+"""Files larger than this are not searched for references to a data file (a model with
+external data is small; a larger file is a data file or not a model)."""
+OWNED_DATA_KEY = "opreg.external_data"
+"""Model metadata: the data file this save wrote for the model (the only one a later save of
+the same path may remove)."""
 DATA_SUFFIX = ".data"
 _TOKEN_BYTES = 4
 PAUSE_ENV = "OPREG_SAVE_PAUSE"
@@ -100,10 +128,7 @@ def save_model(model: ir.Model, path: str | os.PathLike[str], *, external_data: 
     with _terminate_as_interrupt(), _staging(folder, target) as scratch:
         staged = scratch / target.name
         try:
-            if data_name is None:
-                ir.save(model, staged)
-            else:
-                ir.save(model, staged, external_data=data_name)
+            _write(model, staged, data_name)
         except OSError as e:
             raise _save_error(target, e) from e
         _pause("staged")
@@ -115,7 +140,8 @@ def save_model(model: ir.Model, path: str | os.PathLike[str], *, external_data: 
         written = scratch / data_name if data_name else None
         new_refs = {data_name} if written is not None and written.is_file() and written.stat().st_size else set()
         with _folder_lock(folder):
-            old_refs = referenced_data(target) if _has_data_files(folder, target.name) else set()
+            owned = owned_data(target)
+            _write_journal(scratch, target.name, new_refs, owned)
             try:
                 for name in new_refs:
                     os.replace(scratch / name, folder / name)
@@ -123,14 +149,52 @@ def save_model(model: ir.Model, path: str | os.PathLike[str], *, external_data: 
                 _pause("data-moved")
                 os.replace(staged, target)
                 _fsync(folder)
-            except OSError as e:
-                for name in new_refs - old_refs:
+            except BaseException as e:  # before the switch the old pair stays: take back the new data
+                moved = {name for name in new_refs if (folder / name).exists()}  # new names: ours
+                for name in moved - referenced_data(target):  # (after the switch, the new model needs it)
                     with contextlib.suppress(OSError):
                         (folder / name).unlink()
-                raise _save_error(target, e) from e
-            _pause("model-moved")
-            _remove_old_data(folder, target.name, old_refs, new_refs)
+                if isinstance(e, OSError):
+                    raise _save_error(target, e) from e
+                raise
+            try:  # the new pair is in place: an interrupt from here on still removes the old data
+                _pause("model-moved")
+            finally:
+                _remove_unreferenced(folder, target.name, owned - new_refs)
     return target
+
+
+def _write(model: ir.Model, path: Path, data_name: str | None) -> None:
+    """``ir.save`` with :data:`OWNED_DATA_KEY` naming the data file (and only while saving)."""
+    props = model.metadata_props
+    previous = props.pop(OWNED_DATA_KEY, None)
+    try:
+        if data_name is None:
+            ir.save(model, path)
+        else:
+            props[OWNED_DATA_KEY] = data_name
+            ir.save(model, path, external_data=data_name)
+    finally:
+        props.pop(OWNED_DATA_KEY, None)
+        if previous is not None:
+            props[OWNED_DATA_KEY] = previous
+
+
+def owned_data(model_path: Path) -> set[str]:
+    """The data file opreg wrote for the model at ``model_path``: the one its metadata names
+    as its own, if the model references it and its name is one a save of this path writes.
+    ``set()`` for a model from elsewhere, or when no such file lies beside it."""
+    pattern = data_file_pattern(model_path.name)
+    try:
+        if not any(pattern.match(p.name) for p in model_path.parent.iterdir()):
+            return set()  # cheap: no candidate, so the (maybe large) old model is not read
+        proto = onnx.load(str(model_path), load_external_data=False)
+    except Exception:  # missing, unreadable or not a model: it owns nothing we may remove
+        return set()
+    owner = next((p.value for p in proto.metadata_props if p.key == OWNED_DATA_KEY), None)
+    if owner is None or not pattern.match(owner):
+        return set()
+    return {owner} if owner in _locations(proto) else set()
 
 
 def referenced_data(model_path: Path) -> set[str]:
@@ -141,6 +205,10 @@ def referenced_data(model_path: Path) -> set[str]:
         proto = onnx.load(str(model_path), load_external_data=False)
     except Exception:  # not a model we can read: it references nothing we know of
         return set()
+    return _locations(proto)
+
+
+def _locations(proto: onnx.ModelProto) -> set[str]:
     found = set()
     for tensor in iter_tensors(proto.graph):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
@@ -163,19 +231,18 @@ def iter_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                 yield from iter_tensors(sub)
 
 
-def _has_data_files(folder: Path, model_name: str) -> bool:
+def _remove_unreferenced(folder: Path, model_name: str, names: set[str]) -> None:
+    """Remove the data files ``names`` (a save of ``model_name`` wrote them) unless the model at
+    ``model_name`` or any other file in ``folder`` references them (a copy keeps its data)."""
     pattern = data_file_pattern(model_name)
-    legacy = f"{model_name}{DATA_SUFFIX}"
-    return any(p.name == legacy or pattern.match(p.name) for p in folder.iterdir())
-
-
-def _remove_old_data(folder: Path, model_name: str, old_refs: set[str], new_refs: set[str]) -> None:
-    """Remove what the replaced model referenced, and data files of earlier saves of this
-    model that nothing references (a crash between the switch and this clean-up)."""
-    pattern = data_file_pattern(model_name)
-    doomed = {name for name in old_refs if "/" not in name and os.sep not in name}
-    doomed |= {p.name for p in folder.iterdir() if pattern.match(p.name)}
-    for name in sorted(doomed - new_refs):
+    names = {n for n in names if pattern.match(n) and (folder / n).is_file()}
+    if not names:
+        return
+    names -= referenced_data(folder / model_name)
+    for name in sorted(names):
+        if _referenced_elsewhere(folder, name, skip={model_name}):
+            logger.info("keeping %s: another file in %s references it", name, folder)
+            continue
         try:
             (folder / name).unlink()
         except FileNotFoundError:
@@ -184,42 +251,107 @@ def _remove_old_data(folder: Path, model_name: str, old_refs: set[str], new_refs
             logger.warning("could not remove the replaced data file %s: %s", folder / name, e)
 
 
+def _referenced_elsewhere(folder: Path, data_name: str, skip: set[str]) -> bool:
+    """Whether a file in ``folder`` other than ``skip`` and data files holds ``data_name``
+    (a model referencing it as an external-data location holds the name's bytes)."""
+    needle = data_name.encode()
+    for entry in folder.iterdir():
+        if entry.name in skip or entry.name.endswith(DATA_SUFFIX) or entry.name.startswith(STAGING_PREFIX):
+            continue
+        try:
+            if not entry.is_file() or not 0 < entry.stat().st_size <= _SCAN_LIMIT:
+                continue
+            with open(entry, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                if data.find(needle) != -1:
+                    return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def _write_journal(scratch: Path, model_name: str, added: set[str], replaced: set[str]) -> None:
+    journal = {"model": model_name, "added": sorted(added), "replaced": sorted(replaced)}
+    (scratch / _JOURNAL_NAME).write_text(json.dumps(journal))
+
+
 def remove_stale_staging(folder: Path) -> None:
-    """Remove staging folders of saves whose process no longer runs (killed mid-save)."""
+    """Remove staging folders of saves that no longer run (killed mid-save), and the data
+    files their journals name that nothing references. A folder whose save still holds its
+    lock is left alone."""
     try:
         entries = list(folder.iterdir())
     except OSError:
         return
     for entry in entries:
-        match = _STAGING.match(entry.name)
-        if match is None or not entry.is_dir() or _alive(int(match["pid"])):
+        if not entry.name.startswith(STAGING_PREFIX) or not entry.is_dir() or entry.is_symlink():
             continue
-        logger.info("removing %s, left by a save that did not finish", entry)
-        shutil.rmtree(entry, ignore_errors=True)
+        with _stale(entry) as stale:
+            if not stale:
+                continue
+            logger.info("removing %s, left by a save that did not finish", entry)
+            journal = _read_journal(entry)
+            if journal is not None:
+                model, added, replaced = journal
+                _remove_unreferenced(folder, model, added | replaced)
+            shutil.rmtree(entry, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
+def _read_journal(scratch: Path) -> tuple[str, set[str], set[str]] | None:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        journal = json.loads((scratch / _JOURNAL_NAME).read_text())
+        model = journal["model"]
+        added, replaced = set(journal["added"]), set(journal["replaced"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(model, str) or "/" in model or os.sep in model:
+        return None
+    return model, {n for n in added if isinstance(n, str)}, {n for n in replaced if isinstance(n, str)}
+
+
+@contextlib.contextmanager
+def _stale(scratch: Path) -> Iterator[bool]:
+    """Whether the save that made ``scratch`` is gone: its lock can be taken (and is held
+    while the caller removes the folder)."""
+    try:
+        fd = os.open(scratch / _LOCK_NAME, os.O_RDWR)
+    except FileNotFoundError:
+        try:
+            age = time.time() - scratch.stat().st_mtime
+        except OSError:
+            age = 0.0
+        yield age > _UNLOCKED_GRACE_SECONDS
+        return
+    except OSError:
+        yield False
+        return
+    try:
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False  # a live save holds it
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
 def _staging(folder: Path, target: Path) -> Iterator[Path]:
     try:
         scratch = Path(tempfile.mkdtemp(dir=folder, prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
+        lock = os.open(scratch / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
         raise _save_error(target, e) from e
     try:
+        import fcntl
+
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held until the folder is gone: the save is alive
         yield scratch
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        os.close(lock)
 
 
 def _save_error(target: Path, error: OSError) -> SaveError:
