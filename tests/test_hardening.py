@@ -301,3 +301,55 @@ def test_verify_leaves_a_training_module_as_it_was():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     program.verify(torch.randn(8, 4))
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+# -- an impl's result is checked as it is produced, and the fault is the impl's ----------------------
+
+
+def _relu_returning_none(self):
+    return None
+
+
+def _relu_as_double(self):
+    from onnxscript.onnx_opset import opset18 as op
+
+    return op.Cast(op.Relu(self), to=11)  # DOUBLE where torch computes FLOAT
+
+
+def _relu_flattened(self):
+    from onnxscript.onnx_opset import opset18 as op
+
+    return op.Reshape(op.Relu(self), op.Constant(value_ints=[-1]))  # rank 1 where torch keeps rank 2
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.fc(x)))
+
+
+@pytest.mark.parametrize(
+    ("impl", "message"),
+    [
+        (_relu_returning_none, r"returned None where the op has a FLOAT rank-2 tensor output"),
+        (_relu_as_double, r"returned a DOUBLE tensor where torch computes FLOAT"),
+        (_relu_flattened, r"returned a rank-1 tensor where torch computes rank 2"),
+    ],
+    ids=["none", "dtype", "rank"],
+)
+@pytest.mark.parametrize("way", ["pack", "table"])
+def test_a_wrong_impl_result_is_an_error_naming_the_pack_impl_and_node(impl, message, way):
+    if way == "pack":
+        registry = opreg.default_registry().copy()
+        registrar = opreg.Registrar("brokenpack")
+        assert registrar.register("aten::relu", impl, opset=18, priority=5) is not None
+        registry.add(*registrar.impls)
+    else:
+        registry = opreg.pack_from_translation_table("brokentable", {torch.ops.aten.relu.default: impl}, priority=5)
+    pack = "brokenpack" if way == "pack" else "brokentable"
+    where = rf"impl {pack}:{impl.__name__} for aten::relu(\.default)? \(node relu"
+    with pytest.raises(opreg.ExportError, match=rf"{where}.*{message}"):
+        opreg.export(_Block().eval(), (torch.randn(2, 4),), registry=registry, target=18)

@@ -239,28 +239,38 @@ class Translator:
 
     def _results(self, scope: _Scope, node: torch.fx.Node, impl: Impl, result: Any, made: set[int]) -> Any:
         meta = node.meta.get("val")
+        site = _call_site(node, impl)
         if isinstance(meta, (list, tuple)):
             if not isinstance(result, (list, tuple)) or len(result) != len(meta):
                 got = len(result) if isinstance(result, (list, tuple)) else 1
-                raise ExportError(f"{_call_site(node, impl)} returned {got} value(s); the op has {len(meta)} outputs")
+                raise ExportError(f"{site} returned {got} value(s); the op has {len(meta)} outputs")
             return tuple(
-                self._result(scope, f"{node.name}_{i}", r, m, made) if m is not None else None
+                self._result(scope, f"{node.name}_{i}", r, m, made, f"{site}, output {i}") if m is not None else None
                 for i, (r, m) in enumerate(zip(result, meta, strict=True))
             )
         if isinstance(result, (list, tuple)):
             if len(result) != 1:
-                raise ExportError(f"{_call_site(node, impl)} returned {len(result)} values; the op has one output")
+                raise ExportError(f"{site} returned {len(result)} values; the op has one output")
             result = result[0]
-        return self._result(scope, node.name, result, meta, made)
+        return self._result(scope, node.name, result, meta, made, site)
 
-    def _result(self, scope: _Scope, name: str, value: Any, meta: Any, made: set[int]) -> ir.Value:
+    def _result(self, scope: _Scope, name: str, value: Any, meta: Any, made: set[int], site: str) -> ir.Value:
+        """The impl's result ``value`` for the op output ``meta`` describes, checked against it
+        (a missing result, or a dtype or rank torch's meta result contradicts, is the impl's
+        error, named with its pack), then named and typed from ``meta``."""
         if isinstance(value, (list, tuple)) and any(isinstance(v, ir.Value) for v in value):
             raise ExportError(
-                f"the impl returned {len(value)} values where the op has a single tensor ({name}): "
+                f"{site} returned {len(value)} values where the op has a single tensor ({name}): "
                 "unpack multi-output ONNX ops (`y, _ = op.X(...)`) and return one value per op output"
+            )
+        if value is None and meta is not None:
+            raise ExportError(
+                f"{site} returned None where the op has a {_describe_meta(meta)} output: "
+                "return the ONNX value the impl computed"
             )
         if not isinstance(value, ir.Value):
             value = scope.recorder.constant(value, None if meta is None else _dtype_of(meta))
+        _check_result(value, meta, site)
         producer = value.producer()
         if producer is not None and id(producer) in made and producer.op_type != "Constant":
             value.name = scope.recorder.claim(name)
@@ -515,6 +525,37 @@ def _is_constant(value: ir.Value) -> bool:
 
 def _call_site(node: torch.fx.Node, impl: Impl) -> str:
     return f"impl {impl.label} for {impl.op} (node {node.name}, {_nodes.where(node)})"
+
+
+def _expected(meta: torch.Tensor) -> tuple[ir.DataType, int]:
+    """The dtype and rank an impl's result must have for the tensor ``meta`` (a complex tensor
+    travels as real pairs: its real dtype, one more dimension)."""
+    real = meta.dtype.to_real() if meta.dtype.is_complex else meta.dtype
+    return tensor_adapters.from_torch_dtype(real), meta.dim() + (1 if meta.dtype.is_complex else 0)
+
+
+def _describe_meta(meta: Any) -> str:
+    if isinstance(meta, torch.Tensor):
+        dtype, rank = _expected(meta)
+        return f"{dtype.name} rank-{rank} tensor"
+    return type(meta).__name__
+
+
+def _check_result(value: ir.Value, meta: Any, site: str) -> None:
+    """Refuse a result whose known dtype or rank contradicts torch's meta result."""
+    if not isinstance(meta, torch.Tensor):
+        return
+    dtype, rank = _expected(meta)
+    if value.dtype is not None and value.dtype != dtype:
+        raise ExportError(
+            f"{site} returned a {value.dtype.name} tensor where torch computes {dtype.name}: "
+            f"cast the result (op.Cast(y, to={dtype.name})) or fix the impl's arithmetic"
+        )
+    if value.shape is not None and len(value.shape) != rank:
+        raise ExportError(
+            f"{site} returned a rank-{len(value.shape)} tensor where torch computes rank {rank} "
+            f"(shape {tuple(meta.shape)}): fix the impl's reshapes or reductions"
+        )
 
 
 def _dtype_of(meta: Any) -> ir.DataType | None:
