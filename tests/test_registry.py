@@ -379,3 +379,69 @@ def test_same_pack_and_name_tie_is_broken_by_requirement_not_order():
         for order in [(via_ms, via_test), (via_test, via_ms)]
     }
     assert len(chosen) == 1
+
+
+# -- impl metadata on the def: @opreg.impl and Registrar.register_module --------------------------
+
+DIALECT_MODULE = """
+import onnxscript
+from onnxscript.onnx_opset import opset18 as op18
+from onnxscript.onnx_opset import opset20 as op20
+
+import opreg
+
+from other_module import imported_impl  # registered with its own module, not this one
+
+
+@opreg.impl("aten::gelu")
+def aten_gelu(self, approximate: str = "none"):
+    return op18.Mul(self, op18.Sigmoid(op18.Mul(self, op18.CastLike(1.702, self))))
+
+
+@opreg.impl("aten::gelu", opset=20, priority=1)
+def aten_gelu_opset20(self, approximate: str = "none"):
+    return op20.Gelu(self, approximate=approximate)
+
+
+@opreg.impl("aten::relu")
+@opreg.impl("aten::relu6", predicate=lambda node: True)
+def aten_relu_like(self):
+    return op18.Relu(self)
+
+
+@opreg.impl("aten::abs")
+@onnxscript.script(onnxscript.values.Opset("dialect.ops", 1))
+def aten_abs(self):
+    return op18.Abs(self)
+
+
+def helper(x):  # not marked: not an impl
+    return x
+"""
+
+
+def test_register_module_registers_every_marked_function_in_definition_order(tmp_path, monkeypatch):
+    (tmp_path / "other_module.py").write_text(
+        "import opreg\nfrom onnxscript.onnx_opset import opset18 as op18\n\n"
+        "@opreg.impl('aten::neg')\ndef imported_impl(self):\n    return op18.Neg(self)\n"
+    )
+    (tmp_path / "dialect_pack_ops.py").write_text(DIALECT_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import dialect_pack_ops
+
+    registrar = opreg.Registrar("dialect")
+    impls = registrar.register_module(dialect_pack_ops)
+    assert [(str(i.op), i.name, i.priority, i.predicate is not None) for i in impls] == [
+        ("aten::gelu.default", "aten_gelu", 0, False),
+        ("aten::gelu.default", "aten_gelu_opset20", 1, False),
+        ("aten::relu6.default", "aten_relu_like", 0, True),
+        ("aten::relu.default", "aten_relu_like", 0, False),
+        ("aten::abs.default", "aten_abs", 0, False),
+    ]
+    assert impls[1].requirement.onnx.min == 20 and registrar.rejected == []
+    assert dialect_pack_ops.aten_gelu.__opreg_impls__ == (opreg.ImplSpec("aten::gelu"),)  # metadata only
+
+
+def test_a_bad_impl_spec_is_refused_at_the_def():
+    with pytest.raises(RegistrationError, match="priority must be an int"):
+        opreg.impl("aten::relu", priority="high")

@@ -30,7 +30,7 @@ from opreg.hookspecs import hookimpl
 from opreg.opname import OpName
 from opreg.packset import PackReport, PackSet
 from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
-from opreg.registrar import Registrar, Rejection
+from opreg.registrar import ImplSpec, Registrar, Rejection, impl
 from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
 from opreg.table_out import TranslationTable, TranslationTableWarning
 from opreg.targets import (
@@ -80,6 +80,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidInputError",
     "Impl",
+    "ImplSpec",
     "InvalidOpNameError",
     "InvalidTargetError",
     "NoImplementationError",
@@ -110,6 +111,7 @@ __all__ = [
     "dynamo_export",
     "export",
     "hookimpl",
+    "impl",
     "newest_onnxruntime_opset",
     "newest_supported_opset",
     "onnx_opset_range",
