@@ -244,8 +244,11 @@ class Translator:
             if not isinstance(result, (list, tuple)) or len(result) != len(meta):
                 got = len(result) if isinstance(result, (list, tuple)) else 1
                 raise ExportError(f"{site} returned {got} value(s); the op has {len(meta)} outputs")
+            read = _outputs_read(node)  # an output nothing reads may be a placeholder: not checked
             return tuple(
-                self._result(scope, f"{node.name}_{i}", r, m, made, f"{site}, output {i}") if m is not None else None
+                self._result(scope, f"{node.name}_{i}", r, m, made, f"{site}, output {i}")
+                if m is not None and (read is None or i in read)
+                else None
                 for i, (r, m) in enumerate(zip(result, meta, strict=True))
             )
         if isinstance(result, (list, tuple)):
@@ -265,7 +268,7 @@ class Translator:
             )
         if value is None and meta is not None:
             raise ExportError(
-                f"{site} returned None where the op has a {_describe_meta(meta)} output: "
+                f"{site} returned None where the op has {_a(_describe_meta(meta))} output: "
                 "return the ONNX value the impl computed"
             )
         if not isinstance(value, ir.Value):
@@ -527,6 +530,16 @@ def _call_site(node: torch.fx.Node, impl: Impl) -> str:
     return f"impl {impl.label} for {impl.op} (node {node.name}, {_nodes.where(node)})"
 
 
+def _outputs_read(node: torch.fx.Node) -> set[int] | None:
+    """The indices of ``node``'s outputs its users read (``None``: a user takes the whole tuple)."""
+    read = set()
+    for user in node.users:
+        if user.op != "call_function" or _nodes.classify(user) is not _nodes.Kind.GETITEM:
+            return None
+        read.add(user.args[1])
+    return read
+
+
 def _expected(meta: torch.Tensor) -> tuple[ir.DataType, int]:
     """The dtype and rank an impl's result must have for the tensor ``meta`` (a complex tensor
     travels as real pairs: its real dtype, one more dimension)."""
@@ -541,6 +554,10 @@ def _describe_meta(meta: Any) -> str:
     return type(meta).__name__
 
 
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'AEIOUaeiou' else 'a'} {noun}"
+
+
 def _check_result(value: ir.Value, meta: Any, site: str) -> None:
     """Refuse a result whose known dtype or rank contradicts torch's meta result."""
     if not isinstance(meta, torch.Tensor):
@@ -548,7 +565,7 @@ def _check_result(value: ir.Value, meta: Any, site: str) -> None:
     dtype, rank = _expected(meta)
     if value.dtype is not None and value.dtype != dtype:
         raise ExportError(
-            f"{site} returned a {value.dtype.name} tensor where torch computes {dtype.name}: "
+            f"{site} returned {_a(value.dtype.name)} tensor where torch computes {dtype.name}: "
             f"cast the result (op.Cast(y, to={dtype.name})) or fix the impl's arithmetic"
         )
     if value.shape is not None and len(value.shape) != rank:
