@@ -295,12 +295,16 @@ def test_python_api(program, tmp_path, monkeypatch, name):
 
 
 def test_verify_leaves_a_training_module_as_it_was():
-    """verify runs eager PyTorch on a copy of a module in train(): its statistics do not move."""
+    """verify runs eager PyTorch on a copy of a module in train(): its statistics do not move,
+    nor does the program's state."""
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)).train()
-    program = opreg.export(model, (torch.randn(8, 4),), target=18)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    program.verify(torch.randn(8, 4))
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    for state in ("io", "drop"):
+        program = opreg.export(model, (torch.randn(8, 4),), target=18, state=state)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        kept = {k: v.clone() for k, v in program.state.items()}
+        program.verify(torch.randn(8, 4))
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+        assert program.state.keys() == kept.keys() and all(torch.equal(kept[k], program.state[k]) for k in kept)
 
 
 # -- an impl's result is checked as it is produced, and the fault is the impl's ----------------------

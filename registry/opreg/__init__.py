@@ -23,6 +23,7 @@ from opreg.errors import (
     RuntimeUnavailableError,
     SaveError,
     SignatureMismatchError,
+    StateError,
     UnsupportedOpsError,
     VerificationError,
 )
@@ -51,7 +52,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
     ``opreg.export(model, args=(), kwargs=None, *, target="onnx",
     dynamic_shapes=None, plugins=None, exclude=None, registry=None,
     inline=True, embed_functions=False, optimize=True, fold_weights=True, rewrite=True, seed=None,
-    progress=None)``
+    state="error", progress=None)``
     returns an :class:`opreg.exporter.OnnxProgram`
     with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
     """
@@ -62,7 +63,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
     # The exporter's types import torch: load them on first use only.
-    if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp"):
+    if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "StateSlot"):
         from opreg import exporter
 
         return getattr(exporter, name)
@@ -100,6 +101,7 @@ __all__ = [
     "RuntimeUnavailableError",
     "SaveError",
     "SignatureMismatchError",
+    "StateError",
     "Target",
     "TranslationTable",
     "TranslationTableWarning",

@@ -111,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--external-data", action="store_true", help="write weights to a side file FILE.<token>.data the model names"
     )
+    p.add_argument(
+        "--state", choices=("error", "io", "drop"), default="error",
+        help="a model that updates buffers or inputs in forward: refuse it (error, default), export each as an "
+        "input and an output (io), or leave the updates out (drop)",
+    )  # fmt: skip
     p.set_defaults(run=_cmd_export)
 
     p = sub.add_parser("inspect", parents=[output], help="what an ONNX file holds, and whether it is usable")
@@ -409,7 +414,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             program = exporter.export(
                 loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic,
                 registry=registry, inline=not args.keep_functions, fold_weights=not args.keep_weights,
-                progress=stage,
+                state=args.state, progress=stage,
             )  # fmt: skip
             stage("save")
             path = program.save(args.output, external_data=True if args.external_data else None)

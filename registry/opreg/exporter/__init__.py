@@ -15,10 +15,11 @@ from typing import Any
 import torch
 
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError
-from opreg.exporter import _capture, _decompose, _finish, _plan, _translate
+from opreg.exporter import _capture, _decompose, _finish, _plan, _state, _translate
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
+from opreg.exporter._state import StateSlot
 from opreg.plugins import default_registry
 from opreg.registry import Registry
 from opreg.targets import Target, TargetLike
@@ -35,6 +36,7 @@ __all__ = [
     "MissingOp",
     "OnnxProgram",
     "OutputCheck",
+    "StateSlot",
     "Verification",
     "export",
     "plan_export",
@@ -102,6 +104,7 @@ def export(
     fold_weights: bool = True,
     rewrite: bool = True,
     seed: int | None = None,
+    state: str = "error",
     progress: Callable[[str], None] | None = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
@@ -146,14 +149,23 @@ def export(
             session of the model then draws the same numbers, run after run;
             ``None`` (default) leaves them unseeded: ONNX Runtime seeds them
             from its process-wide seed (``onnxruntime.set_seed``).
+        state: what to do when ``forward`` updates a buffer (batch-norm statistics in
+            training, a counter, a static KV cache) or an input in place, which an ONNX graph
+            cannot hold: ``"error"`` (default) raises :class:`opreg.StateError` naming them;
+            ``"io"`` makes each mutated buffer an input (named by its ``state_dict`` key) and
+            each mutated buffer and input an output (``<input>_out``), listed in the program's
+            ``state_slots`` (``run`` feeds and keeps the buffers' values in ``program.state``);
+            ``"drop"`` leaves the updates out (the model reads the exported values each call).
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
     Raises:
         UnsupportedOpsError: some ops have no impl for the target; lists all.
+        StateError: the model updates buffers or inputs, and ``state`` is ``"error"``.
         OpsetConflictError: impls need incompatible versions of one domain.
         ExportError: capture, translation or validation failed.
     """
     reg = _registry(registry, plugins, exclude)
+    _state.check_mode(state)
     tick = _Ticker(progress)
     args = _as_tuple(args)
     tick("capture")
@@ -161,6 +173,7 @@ def export(
     captured = _capture.capture(model, args, kwargs, dynamic_shapes)
     tick("decompose")
     program = _decompose.decompose(captured, reg, resolved)
+    _state.check(program, state, _model_name(model))
     tick("coverage")
     plan = _plan.plan(program.graph, reg, resolved)
     tick("translate")
@@ -169,7 +182,7 @@ def export(
     if isinstance(model, torch.nn.Module):
         symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
         eager = model
-    translation = _translate.Translator(program, plan, resolved, symbols).run()
+    translation = _translate.Translator(program, plan, resolved, symbols, state_io=state == "io").run()
     tick("finish")
     result = _finish.finish(
         translation, exported_program=program, module=eager, target=resolved, registry=reg,
@@ -178,6 +191,12 @@ def export(
     )  # fmt: skip
     tick.done()
     return result
+
+
+def _model_name(model: Any) -> str:
+    if isinstance(model, torch.export.ExportedProgram):
+        return "the exported program"
+    return type(model).__name__
 
 
 def _as_tuple(args: Any) -> tuple:

@@ -23,6 +23,7 @@ from opreg.exporter import _rewrite
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
 from opreg.exporter._rewrite import Rewrite
+from opreg.exporter._state import StateSlot
 from opreg.exporter._translate import Translation
 from opreg.registry import Impl, Registry
 from opreg.targets import ONNX_DOMAIN, Target
@@ -62,6 +63,8 @@ def finish(
         out_spec, len(translation.outputs), taken={v.name for v in graph.inputs} | set(graph.initializers)
     )
     values = [v for v in translation.outputs if isinstance(v, ir.Value)]
+    state = state_slots(translation, taken={v.name for v in graph.inputs} | set(graph.initializers) | set(names))
+    values += [value for *_, value in translation.state]
     graph.outputs.extend(values)
     # where each output came from, for the Identity an output folded into a constant gets
     origins = [dict(v.producer().metadata_props) if v.producer() is not None else {} for v in values]
@@ -87,8 +90,8 @@ def finish(
     fired = model.metadata_props.get(REWRITES_KEY, "")
     packs.update(item.split(":", 1)[0] for item in fired.split(",") if item)
     model.metadata_props["opreg.packs"] = ",".join(sorted(packs))
-    named = iter(name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value))
-    bind_outputs(model.graph, [next(named) for _ in model.graph.outputs], origins)
+    named = [name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value)]
+    bind_outputs(model.graph, named + [slot.output for slot in state], origins)
     slots = []
     for name, value in zip(names, translation.outputs, strict=True):
         slots.append(
@@ -107,7 +110,21 @@ def finish(
         in_spec=exported_program.call_spec.in_spec,
         out_spec=out_spec,
         checked=checked,
+        state=state,
     )
+
+
+def state_slots(translation: Translation, taken: set[str]) -> list[StateSlot]:
+    """A slot per piece of state exported as an input/output pair, its output named
+    ``<input>_out`` (``_out`` repeated while the name is taken)."""
+    slots = []
+    for kind, key, input_name, _ in translation.state:
+        output = f"{input_name}_out"
+        while output in taken:
+            output += "_out"
+        taken.add(output)
+        slots.append(StateSlot(kind, key, input_name, output))
+    return slots
 
 
 # -- outputs --------------------------------------------------------------------------

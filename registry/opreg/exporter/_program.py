@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import onnx_ir as ir
 import torch
 
 from opreg.errors import ExportError, InvalidInputError, OpregError, RuntimeUnavailableError, VerificationError
+from opreg.exporter._state import BUFFER, INPUT, StateSlot
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
 from opreg.values import is_complex
@@ -94,7 +96,14 @@ class OnnxProgram:
             ``save`` read it each time).
         target: the :class:`opreg.Target` it was built for.
         exported_program: the ``torch.export.ExportedProgram`` it came from.
-        input_names / output_names: ONNX input and output names, in order.
+        input_names / output_names: the ONNX inputs and outputs of the module's own
+            inputs and outputs, in order.
+        state_slots: with ``state="io"``, one :class:`StateSlot` per buffer or input the model
+            updates: the ONNX input it is read from and the output its new value is written to
+            (after ``input_names`` and ``output_names`` in the graph).
+        state: the current value of each buffer in ``state_slots``, by ``state_dict`` name: at
+            first the value it was exported with; :meth:`run` feeds these and keeps the new ones,
+            as calling the module updates its buffers. Assign to it to start again.
     """
 
     def __init__(
@@ -111,6 +120,7 @@ class OnnxProgram:
         in_spec: Any,
         out_spec: Any,
         checked: bool,
+        state: Sequence[StateSlot] = (),
     ) -> None:
         self.model = model
         self.target = target
@@ -126,12 +136,17 @@ class OnnxProgram:
         self._checked = checked
         self._sessions: dict[str, Any] = {}
         self._choice: str | None = None  # what runtime="auto" runs, once found
+        self.state_slots = tuple(state)
+        self.state: dict[str, torch.Tensor] = {
+            slot.key: _initial_value(exported_program, slot.key) for slot in self.state_slots if slot.kind == BUFFER
+        }
 
     def __repr__(self) -> str:
         opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(self.model.opset_imports.items()))
+        state = f", state {[s.key for s in self.state_slots]}" if self.state_slots else ""
         return (
             f"<OnnxProgram {len(self.model.graph)} nodes, inputs {list(self.input_names)}, "
-            f"outputs {list(self.output_names)}, opsets {opsets}>"
+            f"outputs {list(self.output_names)}{state}, opsets {opsets}>"
         )
 
     @property
@@ -170,6 +185,22 @@ class OnnxProgram:
     def adapt_torch_inputs_to_onnx(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         """The tensors among ``model(*args, **kwargs)``'s inputs, in the ONNX inputs' order
         (a complex tensor as the real pair the model takes, ``torch.view_as_real``)."""
+        tensors = []
+        leaves = self._input_tensors(args, kwargs)
+        for leaf, name, value_info in zip(leaves, self.input_names, self.model.graph.inputs, strict=False):
+            if not isinstance(leaf, torch.Tensor):
+                raise InvalidInputError(f"input {name!r} must be a tensor, got {type(leaf).__name__}")
+            if is_complex(value_info) != leaf.is_complex():
+                kind = "a complex" if is_complex(value_info) else "a real"
+                raise InvalidInputError(f"input {name!r} must be {kind} tensor, got {leaf.dtype}")
+            value = _as_pair(leaf)
+            _check_input(name, value, value_info)
+            tensors.append(value)
+        return tensors
+
+    def _input_tensors(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        """The leaves of ``(args, kwargs)`` the ONNX inputs take, in their order (as given:
+        not checked, not converted)."""
         pytree = torch.utils._pytree
         kwarg_spec = self._in_spec.child(1) if self._in_spec.num_children == 2 else None
         if kwarg_spec is not None and kwarg_spec.context and set(kwargs) == set(kwarg_spec.context):
@@ -180,18 +211,7 @@ class OnnxProgram:
                 f"the inputs do not have the structure of the export's example inputs: expected "
                 f"{_describe_inputs(self._in_spec)}, got {_describe_inputs(spec)}"
             )
-        tensors = []
-        for index, name, value_info in zip(self._input_leaves, self.input_names, self.model.graph.inputs, strict=True):
-            value = leaves[index]
-            if not isinstance(value, torch.Tensor):
-                raise InvalidInputError(f"input {name!r} must be a tensor, got {type(value).__name__}")
-            if is_complex(value_info) != value.is_complex():
-                kind = "a complex" if is_complex(value_info) else "a real"
-                raise InvalidInputError(f"input {name!r} must be {kind} tensor, got {value.dtype}")
-            value = _as_pair(value)
-            _check_input(name, value, value_info)
-            tensors.append(value)
-        return tensors
+        return [leaves[index] for index in self._input_leaves]
 
     def adapt_torch_outputs_to_onnx(self, outputs: Any) -> list[torch.Tensor]:
         """The tensors among the module's ``outputs``, in the ONNX outputs' order (a complex
@@ -256,11 +276,28 @@ class OnnxProgram:
         if runtime not in (ONNXRUNTIME, REFERENCE):
             raise OpregError(f"unknown runtime {runtime!r}: use 'onnxruntime', 'reference' or 'auto'")
         feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
+        feeds.update({s.input: _to_numpy(self.state[s.key]) for s in self.state_slots if s.kind == BUFFER})
         session = self._session(runtime)
+        names = [*self.output_names, *(s.output for s in self.state_slots)]
         if runtime == ONNXRUNTIME and self._has_bfloat16(feeds):
-            return self._unflatten(_run_with_ort_values(session, list(self.output_names), feeds))
-        results = session.run(list(self.output_names), feeds)
-        return self._unflatten(results)
+            results = _run_with_ort_values(session, names, feeds)
+        else:
+            results = session.run(names, feeds)
+        self._advance_state(results[len(self.output_names) :], args, kwargs)
+        return self._unflatten(results[: len(self.output_names)])
+
+    def _advance_state(self, updates: Sequence[Any], args: tuple, kwargs: dict[str, Any]) -> None:
+        """Keep the buffers' new values, and write the inputs' into the tensors given, as eager PyTorch does."""
+        if not self.state_slots:
+            return
+        given = dict(zip(self.input_names, self._input_tensors(args, kwargs), strict=True))
+        for slot, update in zip(self.state_slots, updates, strict=True):
+            value = _to_torch(update)
+            if slot.kind == BUFFER:
+                self.state[slot.key] = value
+            else:
+                with torch.no_grad():
+                    given[slot.input].copy_(value)
 
     def _has_bfloat16(self, feeds: dict[str, np.ndarray]) -> bool:
         outputs = [v.dtype for v in self.model.graph.outputs]
@@ -289,14 +326,30 @@ class OnnxProgram:
         if isinstance(self._module, torch.export.ExportedProgram):  # made when first needed: it costs
             self._module = self._module.module()
         module = self._module
-        if any(m.training for m in module.modules()):
-            module = copy.deepcopy(module)  # training mode updates buffers (batch-norm statistics): not the user's
-        with torch.no_grad():
-            expected = module(*args, **kwargs)
-        got = self.run(*args, runtime=runtime, **kwargs)
-        exp_leaves = torch.utils._pytree.tree_leaves(expected)
-        got_leaves = torch.utils._pytree.tree_leaves(got)
-        names = [s.name or f"constant_{i}" for i, s in enumerate(self._outputs)]
+        saved = dict(self.state)
+        eager_inputs, onnx_inputs = (args, kwargs), (args, kwargs)
+        if any(slot.kind == INPUT for slot in self.state_slots):  # updated in place: each side its own copy
+            eager_inputs, onnx_inputs = copy.deepcopy((args, kwargs)), copy.deepcopy((args, kwargs))
+        with torch.no_grad(), _buffers_kept(module):  # the call may update buffers (batch-norm statistics)
+            for key, value in self.state.items():  # eager starts from the state the model is fed
+                module.get_buffer(key).copy_(value)
+            expected = module(*eager_inputs[0], **eager_inputs[1])
+            updated = {key: module.get_buffer(key).clone() for key in self.state}
+        try:
+            got = self.run(*onnx_inputs[0], runtime=runtime, **onnx_inputs[1])
+            exp_leaves = torch.utils._pytree.tree_leaves(expected)
+            got_leaves = torch.utils._pytree.tree_leaves(got)
+            names = [s.name or f"constant_{i}" for i, s in enumerate(self._outputs)]
+            for slot in self.state_slots:  # and the state it leaves
+                names.append(slot.output)
+                if slot.kind == BUFFER:
+                    exp_leaves.append(updated[slot.key])
+                    got_leaves.append(self.state[slot.key])
+                else:
+                    exp_leaves.append(self._input_tensors(*eager_inputs)[self.input_names.index(slot.input)])
+                    got_leaves.append(self._input_tensors(*onnx_inputs)[self.input_names.index(slot.input)])
+        finally:
+            self.state = saved  # verify leaves the state as it found it
         if len(exp_leaves) != len(got_leaves):
             raise VerificationError(
                 f"eager PyTorch returned {len(exp_leaves)} values, the ONNX model {len(got_leaves)}"
@@ -326,6 +379,27 @@ class OnnxProgram:
             "its outputs can only match eager PyTorch in distribution. Check them with "
             "opreg.testing.check_samples(..., compare=opreg.testing.Distribution())."
         )
+
+
+@contextlib.contextmanager
+def _buffers_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Every buffer of ``module`` as it was before, after the block (the user's module, even
+    when its ``forward`` updates buffers in place or assigns new ones)."""
+    kept = [(name, buffer, buffer.clone()) for name, buffer in module.named_buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buffer, value in kept:
+                owner, _, leaf = name.rpartition(".")
+                buffer.copy_(value)
+                setattr(module.get_submodule(owner), leaf, buffer)
+
+
+def _initial_value(program: torch.export.ExportedProgram, key: str) -> torch.Tensor:
+    """A buffer's value when it was exported (a non-persistent buffer is among the constants)."""
+    value = program.state_dict[key] if key in program.state_dict else program.constants[key]
+    return value.detach().clone()
 
 
 def _describe_inputs(spec: Any) -> str:

@@ -26,7 +26,7 @@ from onnx_ir import tensor_adapters
 from torch.export.graph_signature import InputKind, OutputKind
 
 from opreg.errors import ExportError
-from opreg.exporter import _nodes
+from opreg.exporter import _nodes, _state
 from opreg.exporter._plan import Call, Plan
 from opreg.exporter._recorder import GraphRecorder
 from opreg.registry import Impl
@@ -45,6 +45,9 @@ class Translation:
         outputs: the values of the module's outputs, in order: ``ir.Value`` s,
             or Python values torch baked in.
         used_impls: ``pack:function`` -> impl, of every impl called.
+        state: with ``state_io``, ``(kind, key, input name, value after the call)`` of each
+            mutated buffer and input (:mod:`opreg.exporter._state`); the buffers' inputs
+            follow ``input_names`` in the graph.
     """
 
     graph: ir.Graph
@@ -52,6 +55,7 @@ class Translation:
     input_names: list[str]
     outputs: list[Any]
     used_impls: dict[str, Impl]
+    state: list[tuple[str, str, str, ir.Value]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -67,22 +71,37 @@ class _Scope:
 class Translator:
     """Translates one planned ``ExportedProgram``, subgraphs included."""
 
-    def __init__(self, program: torch.export.ExportedProgram, plan: Plan, target: Target, symbols: dict[str, str]):
+    def __init__(
+        self,
+        program: torch.export.ExportedProgram,
+        plan: Plan,
+        target: Target,
+        symbols: dict[str, str],
+        state_io: bool = False,
+    ):
         self.program = program
         self.plan = plan
         self.target = target
         self.symbols = symbols
+        self.state_io = state_io
+        """Mutated buffers become inputs, and mutated buffers and inputs outputs (``state="io"``)."""
         self.used_impls: dict[str, Impl] = {}
 
     def run(self) -> Translation:
         graph = ir.Graph([], [], nodes=[], name="main_graph")
         scope = _Scope(GraphRecorder(graph, self.target.onnx))
-        input_names = self._inputs(scope)
+        input_names, state_inputs = self._inputs(scope)
         results = self._walk(scope, self.program.graph)
         specs = self.program.graph_signature.output_specs
-        # buffer and input mutations are not outputs: ONNX graphs are functional
         outputs = [value for spec, value in zip(specs, results, strict=True) if spec.kind == OutputKind.USER_OUTPUT]
-        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls)
+        state = []
+        if self.state_io:  # else the updates are left out: _state.check refused them or was told to drop them
+            for spec, value in zip(specs, results, strict=True):
+                if spec.kind == OutputKind.BUFFER_MUTATION:
+                    state.append((_state.BUFFER, spec.target, state_inputs[spec.target], value))
+                elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+                    state.append((_state.INPUT, spec.target, spec.target, value))
+        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls, state)
 
     # -- values ------------------------------------------------------------------------
 
@@ -131,12 +150,16 @@ class Translator:
 
     # -- inputs ------------------------------------------------------------------------
 
-    def _inputs(self, scope: _Scope) -> list[str]:
+    def _inputs(self, scope: _Scope) -> tuple[list[str], dict[str, str]]:
+        """Bind the placeholders; returns the user inputs' names and, with ``state_io``, the
+        input name of each mutated buffer (graph inputs after the user's)."""
         specs = {s.arg.name: s for s in self.program.graph_signature.input_specs if hasattr(s.arg, "name")}
         state = self.program.state_dict
         constants = self.program.constants
         graph = scope.recorder.graph
         names = []
+        mutated = set(_state.mutations(self.program).buffers) if self.state_io else set()
+        state_inputs: dict[str, ir.Value] = {}
         for node in self.program.graph.nodes:
             if node.op != "placeholder":
                 continue
@@ -154,6 +177,9 @@ class Translator:
                 names.append(node.name)
             elif kind == InputKind.TOKEN:
                 value = None  # effect tokens order side effects; ONNX has none
+            elif kind == InputKind.BUFFER and spec.target in mutated:
+                value = self._typed(scope.recorder.claim(spec.target), meta)
+                state_inputs[spec.target] = value
             elif kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
                 name = spec.target
                 tensor = state[name] if name in state else constants[name]
@@ -170,7 +196,8 @@ class Translator:
             else:
                 raise ExportError(f"input {node.name!r} of kind {kind.name} cannot be exported to ONNX")
             scope.values[node] = value
-        return names
+        graph.inputs.extend(state_inputs.values())
+        return names, {key: value.name for key, value in state_inputs.items()}
 
     # -- walking a graph ------------------------------------------------------------------
 
