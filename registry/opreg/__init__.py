@@ -62,6 +62,10 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
 
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    if name == "llm":  # opreg.llm: imported on first use (it is cheap, but needs no loading otherwise)
+        import opreg.llm
+
+        return opreg.llm
     # The exporter's types import torch: load them on first use only.
     if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "StateSlot"):
         from opreg import exporter

@@ -7,7 +7,7 @@ import copy
 import dataclasses
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,14 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from opreg.errors import ExportError, InvalidInputError, OpregError, RuntimeUnavailableError, VerificationError
+from opreg.errors import (
+    ExportError,
+    InvalidArgumentError,
+    InvalidInputError,
+    OpregError,
+    RuntimeUnavailableError,
+    VerificationError,
+)
 from opreg.exporter._state import BUFFER, INPUT, StateSlot
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
@@ -148,6 +155,34 @@ class OnnxProgram:
             f"<OnnxProgram {len(self.model.graph)} nodes, inputs {list(self.input_names)}, "
             f"outputs {list(self.output_names)}{state}, opsets {opsets}>"
         )
+
+    def rename(self, names: Mapping[str, str]) -> None:
+        """Rename ONNX inputs and outputs, ``{old: new}``; ``run``, ``verify`` and ``save`` use
+        the new names (an intermediate value holding a new name gets another)."""
+        graph = self.model.graph
+        ends = {v.name: v for v in [*graph.inputs, *graph.outputs]}
+        unknown = sorted(set(names) - set(ends))
+        if unknown:
+            raise InvalidArgumentError(f"the model has no input or output {', '.join(unknown)}; it has {list(ends)}")
+        final = [names.get(name, name) for name in ends]
+        if len(set(final)) != len(final):
+            raise InvalidArgumentError(f"renaming {dict(names)} would give two inputs or outputs one name")
+        values = {v.name: v for node in ir.traversal.RecursiveGraphIterator(graph) for v in node.outputs}
+        values.update((name, v) for name, v in graph.initializers.items())
+        for old, new in names.items():
+            clash = values.get(new)
+            if clash is not None and clash is not ends[old] and new not in ends:
+                clash.name = _unused(f"{new}_", values)
+                values[clash.name] = clash
+            ends[old].name = new
+        self.input_names = tuple(names.get(n, n) for n in self.input_names)
+        self.output_names = tuple(names.get(n, n) for n in self.output_names)
+        self._outputs = tuple(dataclasses.replace(s, name=names.get(s.name, s.name)) for s in self._outputs)
+        self.state_slots = tuple(
+            dataclasses.replace(s, input=names.get(s.input, s.input), output=names.get(s.output, s.output))
+            for s in self.state_slots
+        )
+        self._sessions.clear()
 
     @property
     def model_proto(self) -> onnx.ModelProto:
@@ -394,6 +429,13 @@ def _buffers_kept(module: torch.nn.Module) -> Iterator[None]:
                 owner, _, leaf = name.rpartition(".")
                 buffer.copy_(value)
                 setattr(module.get_submodule(owner), leaf, buffer)
+
+
+def _unused(stem: str, taken: Mapping[str, Any]) -> str:
+    index = 0
+    while f"{stem}{index}" in taken:
+        index += 1
+    return f"{stem}{index}"
 
 
 def _initial_value(program: torch.export.ExportedProgram, key: str) -> torch.Tensor:
