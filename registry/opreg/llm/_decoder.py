@@ -197,12 +197,13 @@ class Decoder:
         return self.program.run(**inputs)
 
     def eager(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """What the transformers model computes for :meth:`inputs`, its cache filled the way
-        ``generate`` fills it (an empty past is no cache)."""
+        """What the transformers model computes for :meth:`inputs`, its cache a ``DynamicCache``
+        holding the past (every layer keeps every position, as the decoder's do: a sliding-window
+        layer's attention is limited by the mask, not by cutting its cache)."""
         from transformers import DynamicCache
 
         past = inputs["past_key_values"]
-        cache = None
+        cache = DynamicCache()
         if past and past[0].shape[2] > 0:
             cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layout.num_layers)])
         extra = {"position_ids": inputs["position_ids"]} if self.layout.position_ids else {}
@@ -324,7 +325,7 @@ def layout_of(model: Any) -> DecoderLayout:
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
     except Exception as e:
         raise ExportError(f"{type(model).__name__} does not run on token ids: {type(e).__name__}: {e}") from e
-    cache = getattr(out, "past_key_values", None)
+    cache = getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)  # state-space models'
     layers = getattr(cache, "layers", None)
     if getattr(out, "logits", None) is None or not layers:
         raise ExportError(
