@@ -86,6 +86,7 @@ class Translator:
         self.state_io = state_io
         """Mutated buffers become inputs, and mutated buffers and inputs outputs (``state="io"``)."""
         self.used_impls: dict[str, Impl] = {}
+        self._dims: dict[Any, int | str] = {}
 
     def run(self) -> Translation:
         graph = ir.Graph([], [], nodes=[], name="main_graph")
@@ -109,19 +110,25 @@ class Translator:
         dims: list[int | ir.SymbolicDim] = []
         for dim in value.shape:
             if isinstance(dim, torch.SymInt):
-                expr = dim.node.expr
-                if getattr(expr, "is_number", False):
-                    dims.append(int(expr))
-                    continue
-                text = str(expr)
-                if text in self.symbols:
-                    dims.append(ir.SymbolicDim(self.symbols[text]))
-                else:
-                    renamed = expr.xreplace({s: type(s)(self.symbols.get(str(s), str(s))) for s in expr.free_symbols})
-                    dims.append(ir.SymbolicDim(str(renamed)))
+                size = self._dim(dim.node.expr)
+                dims.append(size if isinstance(size, int) else ir.SymbolicDim(size))
             else:
                 dims.append(int(dim))
         return ir.Shape(dims)
+
+    def _dim(self, expr: Any) -> int | str:
+        """A symbolic size as an int or a dim name, torch's symbols renamed to the user's
+        (memoised: printing and rewriting sympy expressions is slow, and few are distinct)."""
+        found = self._dims.get(expr)
+        if found is None:
+            if getattr(expr, "is_number", False):
+                found = int(expr)
+            elif str(expr) in self.symbols:
+                found = self.symbols[str(expr)]
+            else:
+                found = str(expr.xreplace({s: type(s)(self.symbols.get(str(s), str(s))) for s in expr.free_symbols}))
+            self._dims[expr] = found
+        return found
 
     def _describe(self, value: ir.Value, meta: Any) -> None:
         """Type and shape ``value`` from its FX metadata; a complex tensor is a real one with a
