@@ -96,7 +96,11 @@ def _builder(model: Any, scratch: Path, row: dict[str, Any], timeout: float) -> 
         errors = [line for line in lines if "Error" in line or "not supported" in line.lower()]
         row["builder"] = "fails: " + _short((errors or lines or ["no output"])[-1])
         return
-    row["builder_tokens"] = _greedy_pair(model, out)
+    try:
+        row["builder_tokens"] = _greedy_pair(model, out)
+    except Exception as e:
+        row["builder"] = "builds; GenAI fails to run it: " + _short(e)
+        return
     row["builder"] = "ok" if row["builder_tokens"] else "tokens differ"
 
 
