@@ -15,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime
 import pytest
+import torch
 
 import opreg
 from opreg.llm import LAYOUT
@@ -241,3 +242,23 @@ def test_import_opreg_llm_is_cheap():
     code = "import sys, opreg.llm; assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
     assert opreg.llm.LAYOUT is LAYOUT and Path(opreg.llm.__file__).parent.name == "llm"
+
+
+def test_a_forward_with_use_cache_exports_and_its_cache_is_the_decoders_present():
+    """The issue's failing case (Qwen2 with ``use_cache=True``: ``aten::detach`` and the ``DynamicCache``
+    it returns) exports with dynamic batch and sequence, and the cache it returns is what the
+    decoder's prefill returns as ``present``."""
+    model = lm.causal_lm("qwen2")
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    dims = {"input_ids": {0: batch, 1: sequence}, "use_cache": None}
+    example = torch.randint(2, lm.VOCAB, (2, 5))
+    program = opreg.export(model, (), {"input_ids": example, "use_cache": True}, dynamic_shapes=dims)
+    assert program.output_names[:3] == ("logits", "past_key_values.0.key", "past_key_values.0.value")
+    ids = torch.randint(2, lm.VOCAB, (3, 7))
+    program.verify(input_ids=ids, use_cache=True)
+    cache = program.run(input_ids=ids, use_cache=True).past_key_values
+    decoder = opreg.llm.export_decoder(model)
+    present = decoder.run(decoder.inputs(ids))["present"]
+    for layer in range(2):
+        torch.testing.assert_close(cache.layers[layer].keys, present[2 * layer], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(cache.layers[layer].values, present[2 * layer + 1], rtol=1e-5, atol=1e-5)

@@ -23,7 +23,8 @@ import torch
 from opreg.errors import ExportError, InvalidArgumentError, VerificationError
 from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._program import compare_output
-from opreg.llm import LAYOUT
+from opreg.llm import LAYOUT, _genai
+from opreg.llm._genai import text_config
 from opreg.registry import Registry
 from opreg.targets import TargetLike
 
@@ -275,15 +276,11 @@ class Decoder:
 
     def genai_config(self) -> dict[str, Any]:
         """``genai_config.json`` for this decoder (see :mod:`opreg.llm._genai`)."""
-        from opreg.llm import _genai
-
         return _genai.config(self)
 
     def save(self, folder: str | os.PathLike[str], external_data: bool | None = None) -> Path:
         """Write ``model.onnx``, ``genai_config.json`` and the tokenizer's files to ``folder``
         (created if missing); returns the folder."""
-        from opreg.llm import _genai
-
         return _genai.save(self, Path(folder), external_data=external_data)
 
 
@@ -363,12 +360,6 @@ def layout_of(model: Any) -> DecoderLayout:
         position_ids=takes_positions,
         dtype=out.logits.dtype,
     )
-
-
-def text_config(model: Any) -> Any:
-    """The config of the model's text decoder (the model's own, unless it is multimodal)."""
-    config = model.config
-    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
 
 def export_decoder(

@@ -98,8 +98,6 @@ def config(decoder: Decoder) -> dict[str, Any]:
 def special_tokens(model: Any) -> tuple[int | None, int | list[int], int]:
     """``(bos, eos, pad)`` token ids: the generation config's, else the model config's; padding
     is the (first) end-of-sequence token when the model names none, as ``generate`` pads."""
-    from opreg.llm._decoder import text_config
-
     sources = [getattr(model, "generation_config", None), model.config, text_config(model)]
 
     def first(name: str) -> Any:
@@ -120,6 +118,12 @@ def special_tokens(model: Any) -> tuple[int | None, int | list[int], int]:
     pad = int(pad) if pad is not None else (eos[0] if isinstance(eos, list) else eos)
     bos = first("bos_token_id")
     return (int(bos) if bos is not None else None), eos, pad
+
+
+def text_config(model: Any) -> Any:
+    """The config of the model's text decoder (the model's own, unless it is multimodal)."""
+    config = model.config
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
 
 def shares_buffer(decoder: Decoder) -> bool:
