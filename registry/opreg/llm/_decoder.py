@@ -374,6 +374,8 @@ def export_decoder(
     context_length: int | None = None,
 ) -> Decoder:
     model, folder = load(model)
+    if context_length is None:
+        context_length = int(getattr(text_config(model), "max_position_embeddings", 0) or 4096)
     was_training = model.training
     model.eval()
     try:
@@ -387,20 +389,21 @@ def export_decoder(
                   for _ in range(2 * layout.num_layers)],
         )  # fmt: skip
         program = export(
-            step, (), example, target=target, dynamic_shapes=_dynamic_shapes(layout), plugins=plugins,
+            step, (), example, target=target, dynamic_shapes=_dynamic_shapes(layout, context_length), plugins=plugins,
             exclude=exclude, registry=registry, optimize=optimize,
         )  # fmt: skip
     finally:
         model.train(was_training)
     _name(program, layout)
-    if context_length is None:
-        context_length = int(getattr(text_config(model), "max_position_embeddings", 0) or 4096)
     return Decoder(program, layout, model, tokenizer if tokenizer is not None else folder, context_length)
 
 
-def _dynamic_shapes(layout: DecoderLayout) -> dict[str, Any]:
+def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any]:
+    """Batch, sequence and past length dynamic; the lengths bounded by the context GenAI is
+    allowed (packs may size tables by a dim's bound: a rotary table in a fused attention)."""
     Dim = torch.export.Dim
-    batch, length, past = Dim(BATCH), Dim(SEQUENCE), Dim(PAST)
+    bound = max(context_length, EXAMPLE[1] + EXAMPLE[2])
+    batch, length, past = Dim(BATCH), Dim(SEQUENCE, max=bound), Dim(PAST, max=bound)
     # the mask covers past and new tokens: torch.export derives it from the model's own checks
     shapes: dict[str, Any] = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: Dim.AUTO}}
     if layout.position_ids:
