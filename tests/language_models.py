@@ -31,6 +31,7 @@ SMALL: dict[str, Any] = {
     "num_heads": 4,
     "num_key_value_heads": 2,
     "head_dim": 16,
+    "rotary_dim": 16,
     "intermediate_size": 128,
     "ffn_dim": 128,
     "n_inner": 128,
