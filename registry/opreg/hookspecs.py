@@ -47,10 +47,12 @@ def opreg_register_ops(registry: Registrar) -> None:
     """Register this pack's impls.
 
     :param registry: the pack's :class:`opreg.Registrar`: call
-        ``registry.register(op, function, opset=..., domains=..., priority=...,
-        predicate=...)`` once per impl (or
+        ``registry.register_module(*modules)`` over the modules whose impls carry
+        their registration on the ``def`` (``@opreg.impl(op, opset=...,
+        domains=..., priority=..., predicate=...)``),
+        ``registry.register(op, function, ...)`` for a function built at run time,
         ``registry.register_translation_table(table)`` for a
-        ``custom_translation_table`` written for torch.onnx), and
+        ``custom_translation_table`` written for torch.onnx, and
         ``registry.mark_unsupported(op, reason)`` for ops the pack deliberately
         leaves out. opreg fills in the pack's name.
     :return: nothing. An impl that fails validation is rejected and reported

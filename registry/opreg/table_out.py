@@ -216,7 +216,7 @@ def torch_callable(impl: Impl, overload: Any) -> Callable[..., Any]:
             named = {k: _int_list(v) if k in int_lists else v for k, v in named.items()}
             if impl.convention == _inspect.TORCH_ONNX:
                 mapped, named = _inspect.torch_convention(mapped, named)
-            result = function(*mapped, **named)
+            result = function(*mapped, **named, **impl.keywords)
             if isinstance(result, (list, tuple)):
                 return type(result)(_as_value(r) for r in result)
             return _as_value(result)
