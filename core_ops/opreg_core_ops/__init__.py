@@ -28,6 +28,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         indexing,
         joining,
         linalg,
+        noops,
         normalization,
         onnx_ops,
         padding,
@@ -46,7 +47,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
     registry.register_module(
         elementwise, comparison, activation, linalg, convolution, normalization, attention, pooling, resampling,
         padding, dropout, reduction, creation, indexing, joining, shape, onnx_ops, random, complex, spectral,
-        quantization, special, views, embedding_bag, binning, sets,
+        quantization, special, views, embedding_bag, binning, sets, noops,
     )  # fmt: skip
     for op, reason in unsupported.UNSUPPORTED.items():
         registry.mark_unsupported(op, reason)
