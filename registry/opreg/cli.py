@@ -226,6 +226,14 @@ def _warn_conflicts(registry: Any) -> None:
             err.print(_styled(f"warning: packs tie on {op}: {detail} (settle it with --prefer {op}=PACK)", "yellow"))
 
 
+def _warn_hook_failures(registry: Any) -> None:
+    """Each pack hook that raised or broke its contract during the command, as the loader reports
+    a failed pack (which pack, which hook, the error); ``--strict`` made it an error instead."""
+    err = _console(stderr=True)
+    for error in registry.packs.failures:
+        err.print(_styled(f"warning: {error}; left out", "yellow"))
+
+
 # -- commands ---------------------------------------------------------------------------------
 
 
@@ -440,6 +448,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             status.stop()
             err.print(_styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{e}", "red"))
             return EXIT_FINDINGS
+    _warn_hook_failures(registry)
     opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
     console = _console()
     console.print(

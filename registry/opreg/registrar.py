@@ -13,7 +13,6 @@ registrar in one go.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import types
 from collections.abc import Mapping
@@ -23,27 +22,13 @@ from opreg import table_in
 from opreg.errors import RegistrationError
 from opreg.marks import IMPL_ATTRIBUTE, ImplSpec, impl, marked
 from opreg.opname import OpName
+from opreg.pluginapi import Rejection
 from opreg.registry import Impl, Predicate, build_impl, impl_name
 from opreg.targets import VersionRangeLike
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["IMPL_ATTRIBUTE", "ImplSpec", "Registrar", "Rejection", "impl"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Rejection:
-    """An impl a pack tried to register and opreg refused.
-
-    Fields:
-        op: the torch op, as the pack wrote it.
-        function: the impl's name.
-        error: why it was refused (the exception's type and message).
-    """
-
-    op: str
-    function: str
-    error: str
 
 
 class Registrar:

@@ -426,19 +426,21 @@ class Registry:
         return target
 
     def _check_served(self, target: Target) -> None:
-        """Refuse a custom domain no impl of this registry emits (a typo, most likely), unless a
-        pack offers rewrite rules for ``target``, whose domains only exporting shows."""
+        """Refuse a custom domain no impl of this registry emits and no profile names (a typo, most
+        likely). Data only: a pack whose rewrite rules make nodes of a domain no impl emits names it
+        in a profile (``opreg_targets``); no pack code runs to parse a target."""
         impls = self.impls()
         if not impls:
             return  # a registry being built by hand: anything may come
         emitted = {d for i in impls for d, _ in i.requirement.domains}
-        unknown = [d for d, _ in target.versions if d != ONNX_DOMAIN and d not in emitted]
-        if unknown and any(rules for _, rules in self.call_hook("opreg_rewrite_rules", target=target)):
-            return
-        for domain in unknown:
-            close = difflib.get_close_matches(domain, sorted(emitted), n=1)
+        named = {d for versions, _ in self._profiles.values() for d in versions}
+        known = (emitted | named) - {ONNX_DOMAIN}
+        for domain in [d for d, _ in target.versions if d != ONNX_DOMAIN and d not in known]:
+            close = difflib.get_close_matches(domain, sorted(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f" (impls emit {', '.join(sorted(emitted)) or 'none'})"
-            raise InvalidTargetError(f"no impl in the registry emits domain {domain!r} of target {target}{hint}")
+            raise InvalidTargetError(
+                f"no impl in the registry emits domain {domain!r} of target {target} and no profile names it{hint}"
+            )
 
     def _failed_packs_hint(self) -> str:
         failed = [r for r in self.packs if r.status in ("failed", "incompatible")]

@@ -39,14 +39,17 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opreg import _inspect
 from opreg.opname import OpName
 from opreg.targets import Target
 
-if TYPE_CHECKING:
-    from opreg.registry import Impl, Registry
+# The registry builds its table here (Registry.translation_table), so this module imports nothing
+# of the registry: its impls and the registry itself are passed in (``Impl``/``Registry`` below name
+# opreg.Impl and opreg.Registry for the reader).
+Impl = Any
+Registry = Any
 
 TORCH_TRANSLATED_NAMESPACES = ("onnx", "onnx_symbolic")
 """Namespaces of ``torch.onnx.ops``: torch.onnx translates their ops itself."""
