@@ -154,6 +154,22 @@ def test_onnxruntime_genai_runs_the_folder_and_generates_eager_greedy_tokens(lla
     assert lm.genai_greedy(folder, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
 
 
+def test_at_target_onnxruntime_the_folder_shares_past_and_present_exactly_when_group_query_attention_reads_them(
+    tmp_path,
+):
+    """ONNX Runtime's kernels (the ort_contrib pack): the decoder still matches transformers when run
+    plainly (past in, present out), and GenAI, given one buffer for past and present only where
+    GroupQueryAttention writes the cache in place, generates eager's greedy tokens."""
+    model = lm.causal_lm("llama")
+    decoder = opreg.llm.export_decoder(model, tmp_path, target="onnxruntime", tokenizer=lm.tokenizer())
+    decoder.verify([(1, 1, 0), (3, 7, 5)])
+    graph = decoder.program.model.graph
+    attention = {(n.domain, n.op_type) for n in graph} & {("com.microsoft", "GroupQueryAttention")}
+    config = json.loads((tmp_path / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is bool(attention)
+    assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+
+
 # one architecture per family the sample names; Llama-likes (Qwen2/3, OLMo, Granite, SmolLM3, ...)
 # and the rest run in bench/llm_models.py
 FAMILIES = {
