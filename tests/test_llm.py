@@ -228,6 +228,16 @@ def test_a_folder_without_a_checkpoint_is_refused(tmp_path):
         opreg.llm.export_decoder(42)
 
 
+def test_more_export_options_pass_on_to_opreg_export_except_the_decoders_own():
+    stages = []
+    opreg.llm.export_decoder(lm.causal_lm("llama"), progress=stages.append)
+    assert stages == list(opreg.exporter.STAGES)
+    with pytest.raises(opreg.InvalidArgumentError, match="export_decoder sets dynamic_shapes, state itself"):
+        opreg.llm.export_decoder(lm.causal_lm("llama"), dynamic_shapes={}, state="io")
+    with pytest.raises(opreg.InvalidArgumentError, match="got fold_weight, which opreg.export does not take"):
+        opreg.llm.export_decoder(lm.causal_lm("llama"), fold_weight=False)
+
+
 def test_cli_llm_export_writes_a_folder_genai_runs(tmp_path, capsys):
     model = lm.causal_lm("qwen2")
     checkpoint = lm.checkpoint(model, tmp_path / "checkpoint")

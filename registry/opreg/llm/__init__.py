@@ -60,6 +60,7 @@ def export_decoder(
     optimize: bool = True,
     external_data: bool | None = None,
     context_length: int | None = None,
+    **export_options: Any,
 ) -> Decoder:
     """Export a transformers causal LM as one decoder for prefill and decode (the layout of
     :mod:`opreg.llm`), and write a folder ONNX Runtime GenAI loads when ``output_folder`` is given.
@@ -75,6 +76,9 @@ def export_decoder(
         tokenizer: what to save beside the model: a transformers tokenizer, or a folder holding
             one; by default the checkpoint folder's, when ``model`` is a folder.
         plugins, exclude, registry, optimize: as :func:`opreg.export` takes them.
+        export_options: more of :func:`opreg.export`'s keyword arguments (``fold_weights``,
+            ``rewrite``, ``inline``, ...), passed on as they are; not the ones the decoder's
+            layout sets (``dynamic_shapes``, ``state``).
         external_data: as :meth:`OnnxProgram.save` takes it.
         context_length: the longest sequence GenAI may generate (``genai_config.json``'s
             ``context_length`` and ``search.max_length``); default the model's
@@ -92,7 +96,7 @@ def export_decoder(
 
     decoder = _decoder.export_decoder(
         model, target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
-        tokenizer=tokenizer, context_length=context_length,
+        tokenizer=tokenizer, context_length=context_length, **export_options,
     )  # fmt: skip
     if output_folder is not None:
         decoder.save(output_folder, external_data=external_data)

@@ -372,7 +372,17 @@ def export_decoder(
     optimize: bool = True,
     tokenizer: Any = None,
     context_length: int | None = None,
+    **export_options: Any,
 ) -> Decoder:
+    taken = sorted(set(export_options) & {"args", "kwargs", "dynamic_shapes", "state"})
+    if taken:
+        raise InvalidArgumentError(
+            f"export_decoder sets {', '.join(taken)} itself (the decoder's inputs and dynamic lengths); leave "
+            f"{'it' if len(taken) == 1 else 'them'} out"
+        )
+    unknown = sorted(set(export_options) - set(inspect.signature(export).parameters))
+    if unknown:
+        raise InvalidArgumentError(f"export_decoder got {', '.join(unknown)}, which opreg.export does not take")
     model, folder = load(model)
     if context_length is None:
         context_length = int(getattr(text_config(model), "max_position_embeddings", 0) or 4096)
@@ -390,7 +400,7 @@ def export_decoder(
         )  # fmt: skip
         program = export(
             step, (), example, target=target, dynamic_shapes=_dynamic_shapes(layout, context_length), plugins=plugins,
-            exclude=exclude, registry=registry, optimize=optimize,
+            exclude=exclude, registry=registry, optimize=optimize, **export_options,
         )  # fmt: skip
     finally:
         model.train(was_training)
