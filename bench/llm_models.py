@@ -1,6 +1,6 @@
 """Which causal LMs opreg exports as a GenAI decoder, and which ONNX Runtime GenAI's builder builds.
 
-Run: python bench/llm_models.py [--all] [--types llama,qwen2,...] [-j 2] [--timeout 900] [--fresh]
+Run: python bench/llm_models.py [--all] [--types llama,qwen2,...] [-j 2] [--timeout 900] [--fresh] [--markdown]
 
 For each architecture (by default the sample of ``tests/language_models.py``'s ``SAMPLE``; with
 ``--all`` every entry of transformers' causal-LM mapping), in a process of its own with a timeout:
@@ -223,6 +223,27 @@ def _table(rows: list[dict[str, Any]]) -> None:
             print(f"  opreg {row['type']}: {row.get('opreg')}")
 
 
+def _markdown(rows: list[dict[str, Any]]) -> None:
+    """The matrix as docs/language-models.md shows it."""
+    print("| architecture | class | opreg decoder | builder | opreg export, CPU s |\n|---|---|---|---|---|")
+    for row in rows:
+        opreg, builder = str(row.get("opreg", "?")), str(row.get("builder", "?"))
+        if opreg == "ok":
+            opreg = f"ok (max abs {row['opreg_max_abs']:.0e}, tokens match)"
+        if row.get("note"):
+            opreg += f"; {row['note']}"
+        if builder == "ok":
+            builder = "ok (tokens match)"
+        elif "is not currently supported" in builder:
+            builder = "not supported (NotImplementedError)"
+        elif "GenAI fails" in builder:
+            builder = builder.split(": RuntimeError")[0] + " (" + builder.split("running ")[-1].split(" node")[0] + ")"
+        if opreg.startswith("refused"):
+            opreg = opreg.split(" (a state-space")[0].replace("ExportError: ", "") + "; " + opreg.split("; ")[-1]
+        cells = [row["type"], row.get("class", "-"), opreg, builder, str(row.get("opreg_export_cpu_s", "-"))]
+        print("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all", action="store_true", help="every architecture of transformers' causal-LM mapping")
@@ -230,12 +251,16 @@ def main() -> None:
     parser.add_argument("-j", "--jobs", type=int, default=1, help="architectures at once (at most 2 here)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the builder of one architecture")
     parser.add_argument("--fresh", action="store_true", help="ignore kept results")
+    parser.add_argument("--markdown", action="store_true", help="print the kept results as a Markdown table")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(args.one, args.timeout), default=str))
         return
     types = _types(args)
+    if args.markdown:
+        _markdown([row for t, row in _load().items() if t in types])
+        return
     kept = {} if args.fresh else _load()
     todo = [t for t in types if t not in kept]
     RESULTS.parent.mkdir(exist_ok=True)

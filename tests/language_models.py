@@ -70,10 +70,20 @@ SAMPLE: dict[str, dict[str, Any]] = {
     "starcoder2": {},
     "gemma": {},
     "smollm3": {},
+    "bloom": {},
+    "opt": {},
+    "gptj": {},
+    "codegen": {},
+    "gpt_bigcode": {},
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},  # one pair for 2 layers
+    "mpt": {},
+    "cohere": {},
+    "cohere2": {"sliding_window": 4},
 }
 """The architectures the issue names (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma-2, Gemma-3,
-GPT-NeoX, Falcon, OLMo, a mixture of experts, a state-space model) and others GenAI's builder
-knows, by ``model_type``, with what their tiny config needs besides :data:`SMALL`."""
+GPT-NeoX, Falcon, OLMo, a mixture of experts, a state-space model), others GenAI's builder
+knows, and other common causal LMs, by ``model_type``, with what their tiny config needs
+besides :data:`SMALL` (``bench/llm_models.py`` runs them all)."""
 
 
 def config(model_type: str, **overrides: Any) -> Any:
