@@ -66,6 +66,47 @@ def test_each_save_names_a_new_data_file_and_removes_the_replaced_one(tmp_path):
     assert hidden(tmp_path) == []
 
 
+@pytest.mark.parametrize("external_data", [False, True], ids=["inline", "external"])
+def test_the_new_model_is_renamed_into_place(tmp_path, external_data):
+    """Replacing the model is one rename, never a write into the file at ``path``: the path gets a
+    new inode, and a reader that opened the old model keeps reading it whole (a copy onto the path
+    would truncate and rewrite the very file that reader holds)."""
+    path = tmp_path / "m.onnx"
+    opreg.export(linear(1), (X,)).save(path, external_data=external_data)
+    with open(path, "rb") as reader:
+        old = os.fstat(reader.fileno())
+        before = reader.read()
+        opreg.export(linear(2), (X,)).save(path, external_data=external_data)
+        assert os.stat(path).st_ino != old.st_ino
+        assert os.fstat(reader.fileno()).st_nlink == 0  # the old file left the folder, unchanged
+        reader.seek(0)
+        assert reader.read() == before and os.fstat(reader.fileno()).st_size == old.st_size
+    assert matches(path, 2)
+
+
+def test_weights_over_the_threshold_go_to_a_data_file_unasked(tmp_path, monkeypatch):
+    """``save(path)`` writes the weights to a data file when they exceed EXTERNAL_DATA_THRESHOLD
+    (90% of the 2 GB one protobuf holds). Here the threshold is set just below and at this model's
+    256 KB of weights, so as not to write 2 GB."""
+    import onnx
+
+    from opreg.exporter import _program
+
+    assert 0.8 * onnx.checker.MAXIMUM_PROTOBUF < _program.EXTERNAL_DATA_THRESHOLD < onnx.checker.MAXIMUM_PROTOBUF
+    program = opreg.export(linear(1), (X,))
+    size = program.initializer_bytes()
+    assert size == (WIDTH * WIDTH + WIDTH) * 4
+    monkeypatch.setattr(_program, "EXTERNAL_DATA_THRESHOLD", size - 1)
+    big = program.save(tmp_path / "big.onnx")
+    (data,) = data_files(tmp_path)
+    assert _save.referenced_data(big) == {data} and (tmp_path / data).stat().st_size >= WIDTH * WIDTH * 4
+    assert matches(big, 1)
+    monkeypatch.setattr(_program, "EXTERNAL_DATA_THRESHOLD", size)
+    small = program.save(tmp_path / "small.onnx")
+    assert _save.referenced_data(small) == set() and data_files(tmp_path) == [data]
+    assert matches(small, 1)
+
+
 def test_saving_without_external_data_removes_the_earlier_data_file(tmp_path):
     path = tmp_path / "m.onnx"
     opreg.export(linear(1), (X,)).save(path, external_data=True)
@@ -143,9 +184,9 @@ CHILD = textwrap.dedent(
 ).format(width=WIDTH)
 
 
-def save_in_child(path: Path, seed: int, pause: str | None, sig: signal.Signals | None) -> int:
+def save_in_child(path: Path, seed: int, pause: str | None, sig: signal.Signals | None) -> tuple[int, str]:
     """Save ``linear(seed)`` to ``path`` in a child process; if ``pause``, send ``sig``
-    when the save reaches that point. Returns the child's exit code."""
+    when the save reaches that point. Returns the child's exit code and the rest of its stderr."""
     script = path.parent / "child.py"
     script.write_text(CHILD)
     env = {**os.environ, _save.PAUSE_ENV: pause or ""}
@@ -165,7 +206,8 @@ def save_in_child(path: Path, seed: int, pause: str | None, sig: signal.Signals 
                 line = child.stderr.readline()
                 assert line or child.poll() is None, f"the child ended before pausing: {child.stderr.read()}"
             child.send_signal(sig)
-        return child.wait(timeout=120)
+        code = child.wait(timeout=120)
+        return code, child.stderr.read()
     finally:
         if child.poll() is None:
             child.kill()
@@ -176,11 +218,17 @@ def save_in_child(path: Path, seed: int, pause: str | None, sig: signal.Signals 
 @pytest.mark.parametrize("pause", ["staged", "data-moved", "model-moved"])
 def test_an_interrupted_save_leaves_a_consistent_pair(tmp_path, pause, sig):
     path = tmp_path / "m.onnx"
-    assert save_in_child(path, 1, None, None) == 0
+    assert save_in_child(path, 1, None, None)[0] == 0
     assert matches(path, 1)
 
-    code = save_in_child(path, 2, pause, sig)
-    assert code != 0
+    code, stderr = save_in_child(path, 2, pause, sig)
+    # The signal ended the child, not an error: SIGKILL kills it; SIGTERM (turned into KeyboardInterrupt
+    # by the save) and SIGINT end it through KeyboardInterrupt, after which Python kills itself with SIGINT.
+    assert code == (-signal.SIGKILL if sig is signal.SIGKILL else -signal.SIGINT), (code, stderr)
+    if sig is not signal.SIGKILL:
+        assert stderr.rstrip().splitlines()[-1].startswith("KeyboardInterrupt"), stderr
+    if sig is signal.SIGTERM:
+        assert "KeyboardInterrupt: signal SIGTERM" in stderr, stderr
     # Whatever the instant, the model on disk computes with its own weights: the old pair, or the new.
     assert matches(path, 2 if pause == "model-moved" else 1)
     assert _save.referenced_data(path) <= set(data_files(tmp_path))
@@ -191,7 +239,7 @@ def test_an_interrupted_save_leaves_a_consistent_pair(tmp_path, pause, sig):
         assert hidden(tmp_path) == []
 
     # The next save cleans whatever a killed save left: staging folders and orphaned data files.
-    assert save_in_child(path, 3, None, None) == 0
+    assert save_in_child(path, 3, None, None)[0] == 0
     assert matches(path, 3)
     assert hidden(tmp_path) == [] and data_files(tmp_path) == sorted(_save.referenced_data(path))
 
