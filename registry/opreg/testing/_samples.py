@@ -398,6 +398,35 @@ class ScaledTolerance:
 
 
 @dataclasses.dataclass(frozen=True)
+class UpcastReference:
+    """A :data:`Compare` for ops whose half-precision CPU kernel in torch rounds each step, where an
+    impl that computes in float32 and rounds once is closer to the exact result: a float16 or
+    bfloat16 sample's outputs are compared with ``fn`` run on the sample's inputs in float32, its
+    results rounded to the sample's types (at the sample's tolerances); other samples with
+    eager PyTorch, as :func:`compare_outputs` does.
+
+    Fields:
+        fn: the op, called as the samples call it.
+    """
+
+    fn: Callable[..., Any]
+
+    def __call__(
+        self, sample: Sample, got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], rtol: float, atol: float
+    ) -> list[str]:
+        half = (torch.float16, torch.bfloat16)
+        if not any(e.dtype in half for e in expected):
+            return compare_outputs(sample, got, expected, rtol, atol)
+        copy = sample.copy()
+        args, kwargs = torch.utils._pytree.tree_map(
+            lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype in half else v, (copy.args, copy.kwargs)
+        )
+        results = result_tensors(self.fn(*args, **kwargs))
+        reference = [r.to(e.dtype) for r, e in zip(results, expected, strict=True)]
+        return compare_outputs(sample, got, reference, rtol, atol)
+
+
+@dataclasses.dataclass(frozen=True)
 class Distribution:
     """A :data:`Compare` for random ops, which ONNX Runtime draws from its own generator, not
     torch's: their results are compared by distribution (DESIGN.md §5), never value by value.
