@@ -1,6 +1,7 @@
 """Mutation testing with mutmut: how many small changes to a chosen set of modules the tests catch.
 
     python tools/mutation.py run [--max-children 2] [--tests-from REV]   # mutate, test, print the score
+    python tools/mutation.py run --only opreg/packset.py --tests tests/test_registry.py  # a part of it
     python tools/mutation.py results                                    # the score and the survivors again
     python tools/mutation.py show NAME                                  # one mutant's diff
 
@@ -53,17 +54,17 @@ PYTEST_ARGS = ["-p", "no:opreg", "-p", "no:cacheprovider", "-q"]
 """opreg's own pytest plugin would import opreg before mutmut puts the mutants first on sys.path."""
 
 
-def config() -> str:
+def config(modules=MODULES, tests=TESTS) -> str:
     def strings(values) -> str:
         return "[" + ", ".join(json.dumps(v) for v in values) + "]"
 
     return "\n".join([
         "[tool.mutmut]",
         'source_paths = ["src"]',
-        f"only_mutate = {strings(f'src/{m}' for m in MODULES)}",
+        f"only_mutate = {strings(f'src/{m}' for m in modules)}",
         'also_copy = ["conftest.py"]',
         f"pytest_add_cli_args = {strings(PYTEST_ARGS)}",
-        f"pytest_add_cli_args_test_selection = {strings([*TESTS, '-k', 'not interrupted'])}",
+        f"pytest_add_cli_args_test_selection = {strings([*tests, '-k', 'not interrupted'])}",
         'process_isolation = "forkserver"',
         "use_git_change_detection = false",
         "",
@@ -106,7 +107,7 @@ def build(rev: str | None) -> Path:
     return ROOT / "build" / ("mutation" if rev is None else f"mutation-{rev.replace('/', '_')}")
 
 
-def prepare(rev: str | None) -> None:
+def prepare(rev: str | None, modules=MODULES, tests=TESTS) -> None:
     folder = build(rev)
     folder.mkdir(parents=True, exist_ok=True)
     for name, source in PACKAGES.items():
@@ -116,7 +117,7 @@ def prepare(rev: str | None) -> None:
     shutil.copytree(origin / "tests", folder / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     conftest = origin / "conftest.py"
     (folder / "conftest.py").write_text(conftest.read_text() if conftest.exists() else "")
-    (folder / "pyproject.toml").write_text(config())
+    (folder / "pyproject.toml").write_text(config(modules, tests))
 
 
 def mutmut(rev: str | None, *args: str) -> int:
@@ -140,6 +141,8 @@ def main() -> int:
     run = commands.add_parser("run", help="mutate, run the tests, print the score")
     run.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
     run.add_argument("--tests-from", metavar="REV", help="take tests/ and conftest.py from this git revision")
+    run.add_argument("--only", nargs="+", choices=MODULES, default=MODULES, help="mutate these of MODULES only")
+    run.add_argument("--tests", nargs="+", choices=TESTS, default=TESTS, help="run these of TESTS only")
     results = commands.add_parser("results", help="the score and every surviving mutant")
     show = commands.add_parser("show", help="one mutant's diff")
     show.add_argument("name")
@@ -149,7 +152,7 @@ def main() -> int:
     options = parser.parse_args()
     rev = options.tests_from
     if options.command == "run":
-        prepare(rev)
+        prepare(rev, options.only, options.tests)
         code = mutmut(rev, "run", "--max-children", str(options.max_children))
         score(rev)
         return code
