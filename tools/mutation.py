@@ -2,6 +2,8 @@
 
     python tools/mutation.py run [--max-children 2] [--tests-from REV]   # mutate, test, print the score
     python tools/mutation.py run --only opreg/packset.py --tests tests/test_registry.py  # a part of it
+    python tools/mutation.py run 'opreg.exporter._save.x_save_model__mutmut_*' \
+        --only opreg/exporter/_save.py --tests tests/test_save.py        # one function's mutants
     python tools/mutation.py results                                    # the score and the survivors again
     python tools/mutation.py show NAME                                  # one mutant's diff
 
@@ -44,12 +46,14 @@ TESTS = (
     "tests/test_save.py",
     "tests/test_registry.py",
     "tests/test_plugins.py",
+    "tests/test_hooks.py",
     "tests/test_ops_tensor.py",
     "tests/test_ops_nn.py",
     "tests/test_random.py",
 )
 """The test files each mutant may run (mutmut runs those of their tests that reach the mutated
-function). The save's interrupt tests are left out: their child processes import opreg unmutated."""
+function). The save's interrupt tests (every name with "interrupt") are left out: their child
+processes import opreg unmutated, and under mutmut some end before the signal reaches them."""
 PYTEST_ARGS = ["-p", "no:opreg", "-p", "no:cacheprovider", "-q"]
 """opreg's own pytest plugin would import opreg before mutmut puts the mutants first on sys.path."""
 
@@ -64,7 +68,7 @@ def config(modules=MODULES, tests=TESTS) -> str:
         f"only_mutate = {strings(f'src/{m}' for m in modules)}",
         'also_copy = ["conftest.py"]',
         f"pytest_add_cli_args = {strings(PYTEST_ARGS)}",
-        f"pytest_add_cli_args_test_selection = {strings([*tests, '-k', 'not interrupted'])}",
+        f"pytest_add_cli_args_test_selection = {strings([*tests, '-k', 'not interrupt'])}",
         'process_isolation = "forkserver"',
         "use_git_change_detection = false",
         "",
@@ -117,7 +121,10 @@ def prepare(rev: str | None, modules=MODULES, tests=TESTS) -> None:
     shutil.copytree(origin / "tests", folder / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     conftest = origin / "conftest.py"
     (folder / "conftest.py").write_text(conftest.read_text() if conftest.exists() else "")
-    (folder / "pyproject.toml").write_text(config(modules, tests))
+    settings = folder / "pyproject.toml"
+    if settings.exists() and settings.read_text() != config(modules, tests):
+        shutil.rmtree(folder / "mutants", ignore_errors=True)  # mutmut keeps mutants of the old selection
+    settings.write_text(config(modules, tests))
 
 
 def mutmut(rev: str | None, *args: str) -> int:
@@ -143,6 +150,7 @@ def main() -> int:
     run.add_argument("--tests-from", metavar="REV", help="take tests/ and conftest.py from this git revision")
     run.add_argument("--only", nargs="+", choices=MODULES, default=MODULES, help="mutate these of MODULES only")
     run.add_argument("--tests", nargs="+", choices=TESTS, default=TESTS, help="run these of TESTS only")
+    run.add_argument("names", nargs="*", help="mutmut's names (or globs) of the mutants to test; default all")
     results = commands.add_parser("results", help="the score and every surviving mutant")
     show = commands.add_parser("show", help="one mutant's diff")
     show.add_argument("name")
@@ -153,7 +161,7 @@ def main() -> int:
     rev = options.tests_from
     if options.command == "run":
         prepare(rev, options.only, options.tests)
-        code = mutmut(rev, "run", "--max-children", str(options.max_children))
+        code = mutmut(rev, "run", "--max-children", str(options.max_children), *options.names)
         score(rev)
         return code
     if options.command == "results":
