@@ -10,6 +10,7 @@ from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_t
 from opreg.errors import (
     ExportError,
     FrozenRegistryError,
+    InterruptedAfterSave,
     InvalidArgumentError,
     InvalidInputError,
     InvalidOpNameError,
@@ -77,6 +78,7 @@ __all__ = [
     "ExportOptions",
     "Explanation",
     "FrozenRegistryError",
+    "InterruptedAfterSave",
     "InvalidArgumentError",
     "InvalidInputError",
     "Impl",
