@@ -15,7 +15,7 @@ import torch
 
 from opreg.errors import ExportError
 from opreg.exporter import _nodes
-from opreg.exporter._capture import first_lines
+from opreg.exporter._capture import TRACING_LOCK, first_lines
 from opreg.opname import OpName
 from opreg.registry import Registry
 from opreg.targets import Target
@@ -39,7 +39,7 @@ def decompose(
     if getattr(program, _DECOMPOSED_WITH, None) == kept:  # already decomposed with this very table
         return program
     try:
-        with warnings.catch_warnings():
+        with TRACING_LOCK, warnings.catch_warnings():
             # torch deep-copies its own pytree specs here and warns about its own deprecated API
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             decomposed = program.run_decompositions(table)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
+import numbers
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +17,14 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from opreg.errors import ExportError, InvalidInputError, OpregError, RuntimeUnavailableError, VerificationError
+from opreg.errors import (
+    ExportError,
+    InvalidArgumentError,
+    InvalidInputError,
+    OpregError,
+    RuntimeUnavailableError,
+    VerificationError,
+)
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
 from opreg.values import is_complex
@@ -283,6 +292,11 @@ class OnnxProgram:
         ``runtime="auto"`` uses ONNX Runtime when it can run every domain in
         the model, else the reference evaluator.
         """
+        for name, value in (("rtol", rtol), ("atol", atol)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+                raise InvalidArgumentError(
+                    f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, got {value!r}"
+                )
         self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
         if runtime == "auto":
             runtime = self.runtime_for()
