@@ -10,6 +10,7 @@ chooses; ``tests/test_inspect.py`` has the broken files ``opreg inspect`` must r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -446,6 +447,11 @@ PYTHON_CASES = {
         r"rtol= takes a tolerance: a finite number >= 0 such as 1e-4, got -1",
     ),
     "verify-string-atol": (lambda p: p.verify(X, atol="a"), opreg.InvalidArgumentError, r"atol= .* got 'a'"),
+    "verify-string-rtol": (lambda p: p.verify(X, rtol="a"), opreg.InvalidArgumentError, r"rtol= .* got 'a'"),
+    "prefer-a-misspelled-op": (
+        lambda p: opreg.default_registry(prefer={"aten::rleu": "core"}), opreg.InvalidArgumentError,
+        r"cannot prefer pack 'core' for aten::rleu.default: it has no impl of it \(did you mean aten::relu.default\?\)",
+    ),
     "verify-nan-rtol": (lambda p: p.verify(X, rtol=float("nan")), opreg.InvalidArgumentError, r"got nan"),
     # round 3, defect 5: a translation table's pack name is its own
     "table-named-core": (
@@ -575,15 +581,18 @@ def _rand_like_as_double(
     return op.RandomUniformLike(self, dtype=11)  # DOUBLE where torch draws FLOAT
 
 
-def _rand_like_returning_none(
-    self,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-    memory_format: str | None = None,
-):
-    return None
+def _returning_none(like: Callable, name: str) -> Callable:
+    """An impl with ``like``'s signature that returns None."""
+
+    @functools.wraps(like)
+    def impl(*args, **kwargs):
+        return None
+
+    impl.__name__ = impl.__qualname__ = name
+    return impl
+
+
+_rand_like_returning_none = _returning_none(_rand_like_as_double, "_rand_like_returning_none")
 
 
 def _complex_mul_of_real_parts(self, other):
