@@ -156,17 +156,24 @@ class OnnxProgram:
 
         return _runtime.initializer_bytes(self.model)
 
-    def save(self, path: str | os.PathLike[str], external_data: bool | None = None) -> Path:
+    def save(self, path: str | bytes | os.PathLike[str], external_data: bool | None = None) -> Path:
         """Write the model to ``path``; returns the path (a symlink's target, if ``path`` is one).
 
         ``external_data=None`` keeps weights inside the file unless they exceed
         what one protobuf holds (about 2 GB); then, or with ``True``, they go to
         a side file ``<file name>.<token>.data`` that the model names (a new
-        token at each save). The save is atomic for the pair: at every instant
-        ``path`` holds the complete old model with its data, or the complete new
-        one, even if the process is killed; the old data file is removed after
-        the new model is in place. Raises :class:`opreg.SaveError` if the
-        location cannot be written (nothing there is changed).
+        token at each save; tensors of at most 256 bytes stay inside). The save
+        is atomic for the pair: at every instant ``path`` holds the complete old
+        model with its data, or the complete new one, even if the process is
+        killed; the old data file (the one the old model records as opreg's, and
+        only that one) is removed after the new model is in place.
+
+        Raises :class:`opreg.SaveError` for any ``OSError`` (a folder that cannot
+        be written, a name too long, a full disk; nothing there is changed),
+        :class:`opreg.InvalidArgumentError` for a ``path`` that is not one, and,
+        on Ctrl-C or SIGTERM once the new model is in place,
+        :class:`opreg.InterruptedAfterSave` (a ``KeyboardInterrupt``; before that
+        instant a plain one, and the old pair stays).
         """
         from opreg.exporter import _save
 

@@ -207,22 +207,37 @@ def save_model(model: ir.Model, path: str | os.PathLike[str], *, external_data: 
             f"cannot save to {path} with external data: it is a symbolic link, and runtimes look for a model's "
             f"data beside the path they open, so the pair would not load through the link; save to {target}"
         )
+    written: list[tuple[int, int]] = []  # the new model file's identity, once it is written
     try:
-        _save(model, target, external_data, check)
+        _save(model, target, external_data, check, written)
     except SaveError:
         raise
     except OSError as e:
         raise _save_error(target, e) from e
+    except KeyboardInterrupt as e:  # one that hit after the clean-up, in the last instructions of the save
+        if not isinstance(e, InterruptedAfterSave) and written and _file_id(target) == written[0]:
+            raise InterruptedAfterSave(target) from e
+        raise
     return target
 
 
-def _save(model: ir.Model, target: Path, external_data: bool, check: bool) -> None:
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """Which file ``path`` is (a rename keeps it): device and inode, or ``None`` if none is there."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _save(model: ir.Model, target: Path, external_data: bool, check: bool, written: list[tuple[int, int]]) -> None:
     folder = target.parent
     remove_stale_staging(folder)
     data_name = f"{target.name}.{secrets.token_hex(_TOKEN_BYTES)}{DATA_SUFFIX}" if external_data else None
     with _terminate_as_interrupt(), _staging(folder, target) as scratch:
         staged = scratch / target.name
         _write(model, staged, data_name)
+        written.extend(filter(None, [_file_id(staged)]))
         _pause("staged")
         if check:
             try:
@@ -243,6 +258,7 @@ def _save(model: ir.Model, target: Path, external_data: bool, check: bool) -> No
                 _fsync(folder)
                 _pause("model-moved")
                 _remove_unreferenced(folder, target.name, owned - new_refs)
+                (scratch / _JOURNAL_NAME).unlink()  # done: nothing is left for a later save to clean
             except BaseException as e:
                 if _settle(folder, target, scratch, new_refs, owned):  # the new pair is in place
                     if isinstance(e, KeyboardInterrupt):
@@ -250,7 +266,6 @@ def _save(model: ir.Model, target: Path, external_data: bool, check: bool) -> No
                     logger.warning("saved %s, but its clean-up failed: %s", target, e)
                     return
                 raise
-            (scratch / _JOURNAL_NAME).unlink()  # done: nothing is left for a later save to clean
 
 
 def _settle(folder: Path, target: Path, scratch: Path, new_refs: set[str], owned: set[str]) -> bool:
@@ -267,7 +282,7 @@ def _settle(folder: Path, target: Path, scratch: Path, new_refs: set[str], owned
             moved = {name for name in new_refs if (folder / name).exists()}  # new names: ours
             for name in moved - referenced_data(target):
                 (folder / name).unlink()
-        (scratch / _JOURNAL_NAME).unlink()
+        (scratch / _JOURNAL_NAME).unlink(missing_ok=True)
     except BaseException:  # a second interrupt: the journal is the record
         logger.info("left the journal in %s for the next save in %s", scratch, folder)
     return switched
