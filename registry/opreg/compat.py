@@ -143,8 +143,9 @@ def pack_from_translation_table(
     not user overrides: they rank by ``priority`` and opset requirement like
     any pack's impls, and the copy prefers pack ``name`` over any other pack's
     impl of the same priority and requirement (the core pack's, conditional or
-    not); pass ``priority=1`` to win over newer-opset impls too. Each function's opset requirement is read from
-    the function unless ``opsets`` declares it (``{"": 18, "mylib.ops": 1}``).
+    not); pass ``priority=1`` to win over newer-opset impls too. Each
+    function's opset requirement is read from the function unless ``opsets``
+    declares it (``{"": 18, "mylib.ops": 1}``).
     If the table's functions emit custom domains, the copy has a target
     profile ``name`` (the ``onnx`` profile plus those domains), when ``name``
     is an identifier and free.
