@@ -682,13 +682,17 @@ def test_wrong_results_of_multi_output_random_and_complex_impls_name_the_pack(
 # -- round 3 through the command line: failed packs, a wrong impl, a live save, an OSError ----------
 
 NONE_RELU = """
+import sys
+
+
+@opreg.impl("aten::relu", opset=18, priority=1)
 def aten_relu(self):
     return None
 
 
 @opreg.hookimpl
 def opreg_register_ops(registry):
-    registry.register("aten::relu", aten_relu, opset=18, priority=1)
+    registry.register_module(sys.modules[__name__])
 """
 
 
