@@ -29,6 +29,7 @@ from opreg.errors import (
 from opreg.hookspecs import hookimpl
 from opreg.opname import OpName
 from opreg.packset import PackReport, PackSet
+from opreg.patching import CapturePatch, PatchOutcome
 from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
 from opreg.registrar import ImplSpec, Registrar, Rejection, impl
 from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
@@ -51,7 +52,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
     ``opreg.export(model, args=(), kwargs=None, *, target="onnx",
     dynamic_shapes=None, plugins=None, exclude=None, registry=None,
     inline=True, embed_functions=False, optimize=True, fold_weights=True, rewrite=True, seed=None,
-    progress=None)``
+    patches=True, exclude_patches=(), progress=None)``
     returns an :class:`opreg.exporter.OnnxProgram`
     with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
     """
@@ -72,6 +73,7 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
 __all__ = [
     "PLUGIN_API_VERSION",
     "Candidate",
+    "CapturePatch",
     "Conflict",
     "ExportError",
     "ExportOptions",
@@ -91,6 +93,7 @@ __all__ = [
     "OpsetRequirement",
     "PackReport",
     "PackSet",
+    "PatchOutcome",
     "PluginError",
     "PluginNotFoundError",
     "Registrar",

@@ -11,8 +11,8 @@ opreg calls each pack's hooks one pack at a time, so a pack that raises is
 reported and left out without touching the others. The registration hooks
 (``opreg_targets``, ``opreg_schemas``, ``opreg_register_ops``) run when a
 registry is first built; the others when their moment comes (a session, a
-verification, an export, an export with ``embed_functions=True``, the
-conformance kit). Never at import.
+verification, a capture, an export, an export with ``embed_functions=True``,
+the conformance kit). Never at import.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from onnx.reference.op_run import OpRun
     from onnxscript.rewriter.pattern import RewriteRule, RewriteRuleSet
 
+    from opreg.patching import CapturePatch
     from opreg.registrar import Registrar
     from opreg.targets import Target
     from opreg.testing import ModelSample, Sample
@@ -190,6 +191,53 @@ def opreg_rewrite_samples() -> Mapping[str, Sequence[ModelSample]]:
         the rule is offered for, checks that the rule fired (a node records
         ``opreg.rewrite = "pack:rule"``) and compares the model's outputs with
         eager PyTorch. A rule without samples fails ``PackCheck.assert_ok()``.
+
+    Called only by the kit (``opreg pack-check``, the ``opreg`` pytest
+    plugin), never on export.
+    """
+
+
+@hookspec
+def opreg_capture_patches() -> Sequence[CapturePatch]:
+    """Offer export-friendly replacements for library code that ``torch.export`` cannot capture.
+
+    The pluggable form of optimum's model patchers: a library function that
+    branches on a data-dependent size, calls ``len()`` on a tensor of
+    data-dependent length or loops over detections gets an equivalent that
+    captures, installed only while opreg captures a model that uses it.
+
+    :return: :class:`opreg.CapturePatch` objects, each naming what it patches
+        (``module``, ``function``), the library ``versions`` it was written for
+        and its ``replacement`` (or a ``context`` that installs it), with a
+        ``name`` unique within the pack (users turn one off as ``pack:name``).
+        opreg installs a patch for a capture when its library is installed at a
+        version it admits, the patched module is imported and the model holds a
+        submodule from its ``used_by`` prefixes; it reverts the patch afterwards,
+        also on error, and records the patches the capture called in the model's
+        ``opreg.capture_patches`` metadata. A patch that raises (installing,
+        during the capture, reverting) is reported against the pack and the
+        capture runs again without it; a hook that raises or returns something
+        else costs the pack its patches, not the export.
+
+    Called once per export of a ``torch.nn.Module`` (not for an
+    ``ExportedProgram``, which is already captured), unless the user turned
+    patches off (``opreg.export(..., patches=False)``, ``--no-patches``); also
+    by ``opreg explain`` and the conformance kit. Import the patched library
+    inside the replacements, not at module level.
+    """
+
+
+@hookspec
+def opreg_capture_samples() -> Mapping[str, Sequence[ModelSample]]:
+    """Provide models whose eager run goes through this pack's capture patches, for the conformance kit.
+
+    :return: ``{patch_name: [opreg.testing.ModelSample, ...]}``: for each patch
+        :func:`opreg_capture_patches` offers, models that call the patched code,
+        on inputs covering its edge cases (e.g. images giving no, one and many
+        detections). ``opreg.testing.check_pack`` runs each model in eager mode
+        without the patch and with it installed: the patch must be called and
+        every output must match (within the sample's ``rtol``/``atol``). A patch
+        without samples fails ``PackCheck.assert_ok()``.
 
     Called only by the kit (``opreg pack-check``, the ``opreg`` pytest
     plugin), never on export.

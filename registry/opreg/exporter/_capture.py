@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError
+from opreg.patching import FAILED, PatchedCapture
 
 
 def capture(
@@ -16,10 +17,13 @@ def capture(
     args: tuple,
     kwargs: Mapping[str, Any] | None,
     dynamic_shapes: Any,
+    patches: PatchedCapture | None = None,
 ) -> torch.export.ExportedProgram:
     """``torch.export.export`` in non-strict mode, with errors that say what failed.
 
-    An ``ExportedProgram`` is taken as already captured."""
+    An ``ExportedProgram`` is taken as already captured. ``patches``: the packs'
+    capture patches, installed around the capture where they apply to ``model``
+    (what happened to each is left in ``patches.outcomes``)."""
     if isinstance(model, torch.export.ExportedProgram):
         return model
     if not isinstance(model, torch.nn.Module):
@@ -29,15 +33,22 @@ def capture(
     if not isinstance(args, tuple):
         args = (args,)
     check_dynamic_shapes(model, args, kwargs, dynamic_shapes)
-    try:
+
+    def run() -> torch.export.ExportedProgram:
         with onnx_exporting():
             return torch.export.export(model, args, dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False)
+
+    try:
+        return run() if patches is None else patches.run(model, run)
     except Exception as e:
+        failed = [str(o) for o in (patches.outcomes if patches is not None else ()) if o.status == FAILED]
         raise ExportError(
             f"torch.export could not capture {type(model).__name__}: {first_lines(e)}\n"
-            "opreg exports what torch.export captures: fix the model or its example inputs (torch's own "
-            "traceback is the chained exception, or `--debug` on the command line; what torch.export "
-            "supports: https://pytorch.org/docs/stable/export.html)."
+            + (f"Capture patches that failed: {'; '.join(failed)}.\n" if failed else "")
+            + "opreg exports what torch.export captures: fix the model or its example inputs, or install a pack "
+            "whose capture patches make its library capturable (torch's own traceback is the chained exception, "
+            "or `--debug` on the command line; what torch.export supports: "
+            "https://pytorch.org/docs/stable/export.html)."
         ) from e
 
 
