@@ -250,18 +250,16 @@ def _channel_mapping(rois_count: int, channels_out: int, pooled_height: int, poo
     return per_roi.reshape(1, channels_out, pooled_height, pooled_width).repeat(rois_count, 1, 1, 1)
 
 
-def _roi_align_sample(plane: Any, y: Any, x: Any) -> Any:
-    """torchvision's RoIAlign ``bilinear_interpolate`` at float coordinates ``y``, ``x`` (tensors of one
-    shape) of every channel of ``plane`` (C, H, W): 0 outside ``[-1, H] x [-1, W]`` (NaN too), clamped
-    to the last row/column, ``hy * hx * v1 + hy * lx * v2 + ly * hx * v3 + ly * lx * v4``."""
+def _roi_align_sample(planes: Any, y: Any, x: Any) -> Any:
+    """torchvision's RoIAlign ``bilinear_interpolate`` of ``planes`` (K, C, H, W) at float coordinates
+    ``y``, ``x`` (K, S) of each roi's plane: 0 outside ``[-1, H] x [-1, W]`` (NaN too), clamped to the last
+    row/column, ``hy * hx * v1 + hy * lx * v2 + ly * hx * v3 + ly * lx * v4``; (K, C, S)."""
     import torch
 
-    height, width = plane.shape[-2], plane.shape[-1]
+    height, width = planes.shape[-2], planes.shape[-1]
     outside = ~((y >= -1.0) & (y <= height) & (x >= -1.0) & (x <= width))
-    y = torch.where(y <= 0, torch.zeros_like(y), y)
-    x = torch.where(x <= 0, torch.zeros_like(x), x)
-    y = torch.where(outside, torch.zeros_like(y), y)
-    x = torch.where(outside, torch.zeros_like(x), x)
+    y = torch.where(outside | (y <= 0), torch.zeros_like(y), y)
+    x = torch.where(outside | (x <= 0), torch.zeros_like(x), x)
     y_low, x_low = y.long(), x.long()  # truncation of non-negative values
     last_y, last_x = y_low >= height - 1, x_low >= width - 1
     y_low = torch.where(last_y, height - 1, y_low)
@@ -272,10 +270,15 @@ def _roi_align_sample(plane: Any, y: Any, x: Any) -> Any:
     x_high = torch.where(last_x, x_low, x_low + 1)
     ly, lx = y - y_low.to(y.dtype), x - x_low.to(x.dtype)
     hy, hx = 1.0 - ly, 1.0 - lx
-    v1, v2 = plane[:, y_low, x_low], plane[:, y_low, x_high]
-    v3, v4 = plane[:, y_high, x_low], plane[:, y_high, x_high]
-    value = (hy * hx) * v1 + (hy * lx) * v2 + (ly * hx) * v3 + (ly * lx) * v4
-    return torch.where(outside, torch.zeros_like(value), value)
+    flat = planes.reshape(planes.shape[0], planes.shape[1], height * width)
+
+    def read(row: Any, col: Any) -> Any:
+        index = (row * width + col)[:, None, :].expand(flat.shape[0], flat.shape[1], row.shape[1])
+        return flat.gather(2, index)
+
+    w1, w2, w3, w4 = ((hy * hx)[:, None], (hy * lx)[:, None], (ly * hx)[:, None], (ly * lx)[:, None])
+    value = w1 * read(y_low, x_low) + w2 * read(y_low, x_high) + w3 * read(y_high, x_low) + w4 * read(y_high, x_high)
+    return torch.where(outside[:, None], torch.zeros_like(value), value)
 
 
 def ps_roi_align(
@@ -286,29 +289,13 @@ def ps_roi_align(
     output channel c, bin (ph, pw) read from input channel ``(c * PH + ph) * PW + pw``."""
     import torch
 
-    T = _scalar_type(input)
-    rois_count, channels = rois.shape[0], input.shape[1]
-    channels_out = channels // (pooled_height * pooled_width)
-    output = input.new_zeros((rois_count, channels_out, pooled_height, pooled_width))
-    mapping = _channel_mapping(rois_count, channels_out, pooled_height, pooled_width)
-    scale, half = T(spatial_scale), T(0.5)
+    channels_out = input.shape[1] // (pooled_height * pooled_width)
+    sums, count = _roi_align_sums(input, rois, spatial_scale, (pooled_height, pooled_width), sampling_ratio, True)
     bins = torch.arange(pooled_height * pooled_width)
-    for k in range(rois_count):
-        values = [T(v) for v in rois[k].tolist()]
-        start_w, start_h = T(values[1] * scale - half), T(values[2] * scale - half)
-        size_w, size_h = T(T(values[3] * scale - half) - start_w), T(T(values[4] * scale - half) - start_h)
-        sums, grid_h, grid_w = _roi_align_bins(
-            input[int(values[0])], (start_h, start_w), (size_h, size_w), (pooled_height, pooled_width),
-            sampling_ratio, T,
-        )  # fmt: skip
-        count = float(T(grid_h * grid_w))
-        if sums is None:  # no sample: 0 / count, which is NaN for a count of 0
-            output[k] = 0.0 / count if count else float("nan")
-            continue
-        grouped = sums.reshape(channels_out, pooled_height * pooled_width, pooled_height * pooled_width)
-        picked = grouped[:, bins, bins].reshape(channels_out, pooled_height, pooled_width)  # channel of each bin
-        output[k] = picked / count if count else picked * float("nan")
-    return output, mapping
+    grouped = sums.reshape(len(rois), channels_out, pooled_height * pooled_width, pooled_height * pooled_width)
+    picked = grouped[:, :, bins, bins].reshape(len(rois), channels_out, pooled_height, pooled_width)
+    mapping = _channel_mapping(len(rois), channels_out, pooled_height, pooled_width)
+    return picked / count[:, None, None, None], mapping
 
 
 def deform_conv2d(
@@ -415,47 +402,47 @@ def roi_align(
     otherwise a size of at least 1), ``grid = sampling_ratio`` or ``ceil(size / pooled)`` samples per bin,
     their sum divided by ``max(grid_h * grid_w, 1)``. (torchvision's Python ``_roi_align`` differs from
     the C++ kernel for boxes that leave the map, so it is not the reference.)"""
-    T = _scalar_type(input)
-    output = input.new_zeros((rois.shape[0], input.shape[1], pooled_height, pooled_width))
-    scale, offset = T(spatial_scale), T(0.5 if aligned else 0.0)
-    for k in range(rois.shape[0]):
-        values = [T(v) for v in rois[k].tolist()]
-        start_w, start_h = T(values[1] * scale - offset), T(values[2] * scale - offset)
-        size_w, size_h = T(T(values[3] * scale - offset) - start_w), T(T(values[4] * scale - offset) - start_h)
-        if not aligned:
-            size_w, size_h = max(size_w, T(1.0)), max(size_h, T(1.0))
-        sums, grid_h, grid_w = _roi_align_bins(
-            input[int(values[0])], (start_h, start_w), (size_h, size_w), (pooled_height, pooled_width),
-            sampling_ratio, T,
-        )  # fmt: skip
-        if sums is not None:
-            output[k] = sums / float(T(max(grid_h * grid_w, 1)))
-    return output
+    sums, count = _roi_align_sums(input, rois, spatial_scale, (pooled_height, pooled_width), sampling_ratio, aligned)
+    return sums / count.clamp(min=1)[:, None, None, None]
 
 
-def _roi_align_bins(
-    plane: Any, start: tuple[Any, Any], size: tuple[Any, Any], pooled: tuple[int, int], sampling_ratio: int, T: Any
-) -> tuple[Any, int, int]:
-    """The sums over each bin's samples of one roi, for every channel of ``plane`` (C, PH, PW), or ``None``
-    when the grid is empty, and the grid's rows and columns: the arithmetic the RoIAlign kernels share
-    (``start + p * bin + (i + 0.5) * bin / grid`` in T, :func:`_roi_align_sample`)."""
+def _roi_align_sums(
+    input: Any, rois: Any, spatial_scale: float, pooled: tuple[int, int], sampling_ratio: int, aligned: bool
+) -> tuple[Any, Any]:
+    """For every roi at once: the sums over each bin's samples (K, C, PH, PW) and the samples per bin
+    ``grid_h * grid_w`` (K,), in the arithmetic the RoIAlign kernels share, each step rounded to the input's
+    type as the C++ does: ``start = x * scale - offset``, ``bin = size / pooled``, sample ``i`` of bin ``p`` at
+    ``(start + p * bin) + (i + 0.5) * bin / grid`` (:func:`_roi_align_sample`). The grid is the largest roi's,
+    each roi's extra samples masked."""
     import torch
 
-    grids, axes = [], []
-    for start_, size_, bins in zip(start, size, pooled, strict=True):
-        bin_size = T(size_ / T(bins))
-        grid = sampling_ratio if sampling_ratio > 0 else math.ceil(T(size_ / T(bins)))
-        grids.append(grid)
-        axes.append([
-            T(T(start_ + T(T(p) * bin_size)) + T(T(T(i + 0.5) * bin_size) / T(grid)))
-            for p in range(bins)
-            for i in range(max(grid, 0))
-        ])  # fmt: skip
-    if not axes[0] or not axes[1]:
-        return None, grids[0], grids[1]
-    ys = torch.tensor(axes[0], dtype=plane.dtype)
-    xs = torch.tensor(axes[1], dtype=plane.dtype)
-    y, x = torch.meshgrid(ys, xs, indexing="ij")
-    samples = _roi_align_sample(plane, y, x)  # (C, PH * grid_h, PW * grid_w)
-    shape = (plane.shape[0], pooled[0], grids[0], pooled[1], grids[1])
-    return samples.reshape(shape).sum(dim=(2, 4)), grids[0], grids[1]
+    dtype = input.dtype
+    boxes = rois[:, 1:5].to(dtype)
+    scaled = boxes * torch.tensor(spatial_scale, dtype=dtype) - torch.tensor(0.5 if aligned else 0.0, dtype=dtype)
+    start, size = scaled[:, :2], scaled[:, 2:] - scaled[:, :2]  # (K, 2): x, y
+    if not aligned:
+        size = size.clamp(min=1.0)
+    bins = torch.tensor([pooled[1], pooled[0]], dtype=dtype)
+    bin_size = size / bins
+    grid = torch.full_like(size, float(sampling_ratio)) if sampling_ratio > 0 else torch.ceil(size / bins)
+    count = grid.prod(dim=1)
+    largest = [int(max(grid[:, axis].max().item(), 1.0)) if len(rois) else 1 for axis in (0, 1)]
+    axes = []
+    for axis in (0, 1):
+        p = torch.arange(int(bins[axis]), dtype=dtype)[None, :, None]
+        i = torch.arange(largest[axis], dtype=dtype)[None, None, :]
+        step, first, samples = bin_size[:, axis, None, None], start[:, axis, None, None], grid[:, axis, None, None]
+        position = (first + p * step) + (i + 0.5) * step / samples  # (K, bins, largest)
+        axes.append((position, (i < samples).expand(position.shape)))
+    (x, x_used), (y, y_used) = axes
+    count_rois, rows, columns = len(rois), y.shape[1] * y.shape[2], x.shape[1] * x.shape[2]
+    samples = rows * columns
+    ys = y.reshape(count_rois, rows, 1).expand(count_rois, rows, columns).reshape(count_rois, samples)
+    xs = x.reshape(count_rois, 1, columns).expand(count_rois, rows, columns).reshape(count_rois, samples)
+    used = y_used.reshape(count_rois, rows, 1) & x_used.reshape(count_rois, 1, columns)
+    used = used.reshape(count_rois, 1, samples)
+    planes = input[rois[:, 0].long()]  # each roi's image (the kernel's int cast of the index)
+    values = _roi_align_sample(planes, ys, xs) * used.to(dtype)  # (K, C, rows * columns)
+    shape = (count_rois, input.shape[1], pooled[0], largest[1], pooled[1], largest[0])
+    sums = values.reshape(shape).sum(dim=(3, 5))
+    return sums, count
