@@ -302,7 +302,7 @@ def test_a_hook_that_raises_or_returns_junk_costs_its_pack_its_patches_only(make
     program = opreg.export(model_of(library), (torch.tensor([1.0, -2.0]),))
     assert outcome(program, "positive_sum").status == "applied"
     problems = {o.pack: o for o in program.capture_patches if o.status == "failed"}
-    assert "must return opreg.CapturePatch objects" in problems["junk"].detail
+    assert "'not a patch' is not an opreg.CapturePatch" in problems["junk"].detail
     assert "KeyError" in problems["raiser"].detail
 
 

@@ -28,8 +28,9 @@ from opreg.errors import (
 )
 from opreg.hookspecs import hookimpl
 from opreg.opname import OpName
-from opreg.packset import PackReport, PackSet
+from opreg.packset import PackSet
 from opreg.patching import CapturePatch, PatchOutcome
+from opreg.pluginapi import HookError, ModelSample, PackReport, Sample
 from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
 from opreg.registrar import ImplSpec, Registrar, Rejection, impl
 from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
@@ -79,10 +80,12 @@ __all__ = [
     "ExportOptions",
     "Explanation",
     "FrozenRegistryError",
+    "HookError",
     "InvalidArgumentError",
     "InvalidInputError",
     "Impl",
     "ImplSpec",
+    "ModelSample",
     "InvalidOpNameError",
     "InvalidTargetError",
     "NoImplementationError",
@@ -100,6 +103,7 @@ __all__ = [
     "RegistrationError",
     "Rejection",
     "Registry",
+    "Sample",
     "RuntimeUnavailableError",
     "SaveError",
     "SignatureMismatchError",
