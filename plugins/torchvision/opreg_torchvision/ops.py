@@ -26,8 +26,6 @@ RoiAlign and MaxRoiPool run float and double only.
 
 from __future__ import annotations
 
-from typing import TypeAlias
-
 import numpy as np
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
@@ -35,9 +33,7 @@ from onnxscript.onnx_opset import opset19 as op19
 from onnxscript.onnx_opset import opset22 as op22
 
 import opreg
-
-Tensor: TypeAlias = ir.Value
-"""A tensor argument: the ``onnx_ir.Value`` the exporter hands a trace-only impl."""
+from opreg.ops import Tensor
 
 FLOAT = ir.DataType.FLOAT
 INT64 = ir.DataType.INT64
@@ -174,6 +170,7 @@ def torchvision_nms(dets: Tensor, scores: Tensor, iou_threshold: float):
 
 
 @opreg.impl("torchvision::roi_align", opset=(18, LAST_ROI_OPSET))
+@opreg.impl("torchvision::roi_align", opset=GRID_OPSET)
 def torchvision_roi_align(
     input: Tensor,
     rois: Tensor,
@@ -182,25 +179,28 @@ def torchvision_roi_align(
     pooled_width: int,
     sampling_ratio: int,
     aligned: bool,
+    *,
+    opset: int,
 ):
     """roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width,
     int sampling_ratio, bool aligned) -> Tensor: RoiAlign-16, average mode; ``aligned`` is the half_pixel
-    coordinate transformation (output_half_pixel otherwise), a sampling ratio of 0 or less adaptive."""
-    pooled = op18.RoiAlign(
-        _float(input),
-        _column(_float(rois), 1, 5),
-        _batch_indices(rois),
-        coordinate_transformation_mode="half_pixel" if aligned else "output_half_pixel",
-        mode="avg",
-        output_height=int(pooled_height),
-        output_width=int(pooled_width),
-        sampling_ratio=max(int(sampling_ratio), 0),
+    coordinate transformation (output_half_pixel otherwise), a sampling ratio of 0 or less adaptive. From
+    ai.onnx 22, where ONNX Runtime has no RoiAlign kernel, GridSample at each bin's sampling grid, averaged
+    (see the module)."""
+    pooled = (int(pooled_height), int(pooled_width))
+    if opset >= GRID_OPSET:
+        return _like(_sampled_bins(input, rois, spatial_scale, pooled, int(sampling_ratio), aligned, True), input)
+    result = op18.RoiAlign(
+        _float(input), _column(_float(rois), 1, 5), _batch_indices(rois),
+        coordinate_transformation_mode="half_pixel" if aligned else "output_half_pixel", mode="avg",
+        output_height=pooled[0], output_width=pooled[1], sampling_ratio=max(int(sampling_ratio), 0),
         spatial_scale=float(spatial_scale),
-    )
-    return _like(pooled, input)
+    )  # fmt: skip
+    return _like(result, input)
 
 
 @opreg.impl("torchvision::ps_roi_align", opset=(18, LAST_ROI_OPSET))
+@opreg.impl("torchvision::ps_roi_align", opset=GRID_OPSET)
 def torchvision_ps_roi_align(
     input: Tensor,
     rois: Tensor,
@@ -208,21 +208,28 @@ def torchvision_ps_roi_align(
     pooled_height: int,
     pooled_width: int,
     sampling_ratio: int,
+    *,
+    opset: int,
 ):
     """ps_roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width,
-    int sampling_ratio) -> (Tensor, Tensor): RoiAlign-16 (half_pixel) over every channel, bin (ph, pw) of output
-    channel c taken from input channel (c * PH + ph) * PW + pw; a bin whose adaptive sampling grid is empty
-    (a roi of size (-PH, 0]) is NaN, as torchvision divides by its zero sample count; and the channel mapping."""
+    int sampling_ratio) -> (Tensor, Tensor): RoIAlign (half pixel; RoiAlign-16, or GridSample from ai.onnx 22)
+    over every channel, bin (ph, pw) of output channel c taken from input channel (c * PH + ph) * PW + pw; a
+    bin whose adaptive sampling grid is empty (a roi of size (-PH, 0]) is NaN, as torchvision divides by its
+    zero sample count; and the channel mapping."""
     channels_out = _channels_out(input, pooled_height, pooled_width, "ps_roi_align")
-    data = _float(input)
-    boxes = _column(_float(rois), 1, 5)
-    pooled = op18.RoiAlign(
-        data, boxes, _batch_indices(rois), coordinate_transformation_mode="half_pixel", mode="avg",
-        output_height=int(pooled_height), output_width=int(pooled_width),
-        sampling_ratio=max(int(sampling_ratio), 0), spatial_scale=float(spatial_scale),
-    )  # fmt: skip
+    pooled = (int(pooled_height), int(pooled_width))
     count = op18.Shape(rois, start=0, end=1)
-    picked = _position_sensitive(pooled, count, channels_out, pooled_height, pooled_width)
+    if opset >= GRID_OPSET:
+        averaged = _sampled_bins(input, rois, spatial_scale, pooled, int(sampling_ratio), True, False)
+        picked = _position_sensitive(averaged, count, channels_out, *pooled)
+        return _like(picked, input), _channel_mapping(count, channels_out, *pooled)
+    boxes = _column(_float(rois), 1, 5)
+    averaged = op18.RoiAlign(
+        _float(input), boxes, _batch_indices(rois), coordinate_transformation_mode="half_pixel", mode="avg",
+        output_height=pooled[0], output_width=pooled[1], sampling_ratio=max(int(sampling_ratio), 0),
+        spatial_scale=float(spatial_scale),
+    )  # fmt: skip
+    picked = _position_sensitive(averaged, count, channels_out, *pooled)
     if sampling_ratio <= 0:  # torchvision's count = ceil(h / PH) * ceil(w / PW) has no floor of 1
         scale = _scalar(spatial_scale, boxes)
         half = _scalar(0.5, boxes)
@@ -233,7 +240,7 @@ def torchvision_ps_roi_align(
         samples = op18.ReduceProd(grid, [1], keepdims=1)  # (K, 1)
         empty = op18.Reshape(op18.Equal(samples, _scalar(0.0, samples)), [-1, 1, 1, 1])
         picked = op18.Where(empty, op18.CastLike(op18.Constant(value_float=float("nan")), picked), picked)
-    return _like(picked, input), _channel_mapping(count, channels_out, pooled_height, pooled_width)
+    return _like(picked, input), _channel_mapping(count, channels_out, *pooled)
 
 
 def _sampled_bins(input: Tensor, rois: Tensor, spatial_scale: float, pooled: tuple[int, int], sampling_ratio: int,
@@ -308,44 +315,6 @@ def _sampled_bins(input: Tensor, rois: Tensor, spatial_scale: float, pooled: tup
     return op18.Div(summed, op18.Reshape(op18.CastLike(count, summed), [-1, 1, 1, 1]))
 
 
-@opreg.impl("torchvision::roi_align", opset=GRID_OPSET)
-def torchvision_roi_align_grid(
-    input: Tensor,
-    rois: Tensor,
-    spatial_scale: float,
-    pooled_height: int,
-    pooled_width: int,
-    sampling_ratio: int,
-    aligned: bool,
-):
-    """roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width,
-    int sampling_ratio, bool aligned) -> Tensor: from ai.onnx 22, where ONNX Runtime has no RoiAlign kernel,
-    GridSample at each bin's sampling grid, averaged (see the module)."""
-    pooled = _sampled_bins(input, rois, spatial_scale, (int(pooled_height), int(pooled_width)), int(sampling_ratio),
-                           aligned, floor_count=True)  # fmt: skip
-    return _like(pooled, input)
-
-
-@opreg.impl("torchvision::ps_roi_align", opset=GRID_OPSET)
-def torchvision_ps_roi_align_grid(
-    input: Tensor,
-    rois: Tensor,
-    spatial_scale: float,
-    pooled_height: int,
-    pooled_width: int,
-    sampling_ratio: int,
-):
-    """ps_roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width,
-    int sampling_ratio) -> (Tensor, Tensor): from ai.onnx 22, the GridSample RoIAlign (half pixel, the sum
-    over the sample count, 0 / 0 for an empty grid) over every channel, each bin from its own channel."""
-    channels_out = _channels_out(input, pooled_height, pooled_width, "ps_roi_align")
-    pooled = _sampled_bins(input, rois, spatial_scale, (int(pooled_height), int(pooled_width)), int(sampling_ratio),
-                           True, floor_count=False)  # fmt: skip
-    count = op18.Shape(rois, start=0, end=1)
-    picked = _position_sensitive(pooled, count, channels_out, pooled_height, pooled_width)
-    return _like(picked, input), _channel_mapping(count, channels_out, pooled_height, pooled_width)
-
-
 # -- roi_pool ----------------------------------------------------------------------------------------
 
 
@@ -395,29 +364,25 @@ def _roi_pool_argmax(values: Tensor, region: Tensor, pooled: Tensor, area: Tenso
 
 
 @opreg.impl("torchvision::roi_pool", opset=(18, LAST_ROI_OPSET))
-def torchvision_roi_pool(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int, pooled_width: int):
-    """roi_pool(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width)
-    -> (Tensor, Tensor): MaxRoiPool; the argmax (int32, ``h * W + w`` of each bin's first maximum, -1 for an
-    empty bin) by a decomposition whose memory grows with K*C*PH*PW*H*W, which inference never reads (the
-    lean pass drops it)."""
-    values, region, area, data = _roi_pool_regions(input, rois, spatial_scale, pooled_height, pooled_width)
-    pooled = op18.MaxRoiPool(data, _float(rois), pooled_shape=[int(pooled_height), int(pooled_width)],
-                             spatial_scale=float(spatial_scale))  # fmt: skip
-    return _like(pooled, input), _roi_pool_argmax(values, region, pooled, area)
-
-
 @opreg.impl("torchvision::roi_pool", opset=GRID_OPSET)
-def torchvision_roi_pool_masked(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int,
-                                pooled_width: int):  # fmt: skip
+def torchvision_roi_pool(
+    input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int, pooled_width: int, *, opset: int
+):
     """roi_pool(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width)
-    -> (Tensor, Tensor): from ai.onnx 22, where ONNX Runtime has no MaxRoiPool kernel, each bin's maximum over
-    its region from ``-FLT_MAX`` (0 when empty), memory K*C*PH*PW*H*W; and the argmax."""
-    values, region, area, _ = _roi_pool_regions(input, rois, spatial_scale, pooled_height, pooled_width)
-    lowest = _scalar(-MAX_FLOAT32, values)
-    counted = op18.Where(op18.And(region, op18.Not(op18.IsNaN(values))), values, lowest)
-    pooled = op18.Max(op18.ReduceMax(counted, [4, 5], keepdims=0), lowest)
-    covered = op18.ReduceSum(op18.Cast(region, to=FLOAT), [4, 5], keepdims=0)  # (K, 1, PH, PW) pixels per bin
-    pooled = op18.Where(op18.LessOrEqual(covered, _scalar(0.0, covered)), _scalar(0.0, pooled), pooled)
+    -> (Tensor, Tensor): MaxRoiPool (from ai.onnx 22, where ONNX Runtime has no MaxRoiPool kernel, each bin's
+    maximum over its region from ``-FLT_MAX``, 0 when empty, memory K*C*PH*PW*H*W); the argmax (int32,
+    ``h * W + w`` of each bin's first maximum, -1 for an empty bin) by a decomposition of the same memory,
+    which inference never reads (the lean pass drops it)."""
+    values, region, area, data = _roi_pool_regions(input, rois, spatial_scale, pooled_height, pooled_width)
+    if opset >= GRID_OPSET:
+        lowest = _scalar(-MAX_FLOAT32, values)
+        counted = op18.Where(op18.And(region, op18.Not(op18.IsNaN(values))), values, lowest)
+        pooled = op18.Max(op18.ReduceMax(counted, [4, 5], keepdims=0), lowest)
+        covered = op18.ReduceSum(op18.Cast(region, to=FLOAT), [4, 5], keepdims=0)  # (K, 1, PH, PW) pixels per bin
+        pooled = op18.Where(op18.LessOrEqual(covered, _scalar(0.0, covered)), _scalar(0.0, pooled), pooled)
+    else:
+        pooled = op18.MaxRoiPool(data, _float(rois), pooled_shape=[int(pooled_height), int(pooled_width)],
+                                 spatial_scale=float(spatial_scale))  # fmt: skip
     return _like(pooled, input), _roi_pool_argmax(values, region, pooled, area)
 
 
@@ -456,26 +421,10 @@ def _deform_arguments(weight: Tensor, groups: int, offset_groups: int) -> tuple[
     return int(weight.shape[2]), int(weight.shape[3])
 
 
-@opreg.impl("torchvision::deform_conv2d", opset=DEFORM_CONV_OPSET, priority=1)
-def torchvision_deform_conv2d_opset19(
-    input: Tensor,
-    weight: Tensor,
-    offset: Tensor,
-    mask: Tensor,
-    bias: Tensor,
-    stride_h: int,
-    stride_w: int,
-    pad_h: int,
-    pad_w: int,
-    dilation_h: int,
-    dilation_w: int,
-    groups: int,
-    offset_groups: int,
-    use_mask: bool,
-):
-    """deform_conv2d(Tensor input, Tensor weight, Tensor offset, Tensor mask, Tensor bias, SymInt stride_h,
-    SymInt stride_w, SymInt pad_h, SymInt pad_w, SymInt dilation_h, SymInt dilation_w, SymInt groups,
-    SymInt offset_groups, bool use_mask) -> Tensor: DeformConv-19 (the mask input only with ``use_mask``)."""
+def _deform_conv(input: Tensor, weight: Tensor, offset: Tensor, mask: Tensor, bias: Tensor, stride: tuple,
+                 pad: tuple, dilation: tuple, groups: int, offset_groups: int, use_mask: bool) -> Tensor:  # fmt: skip
+    """DeformConv-19 with torchvision's arguments."""
+    (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = stride, pad, dilation
     kernel_h, kernel_w = _deform_arguments(weight, groups, offset_groups)
     data = _float(input)
     inputs = [data, op18.CastLike(weight, data), op18.CastLike(offset, data), op18.CastLike(bias, data)]
@@ -490,6 +439,7 @@ def torchvision_deform_conv2d_opset19(
 
 
 @opreg.impl("torchvision::deform_conv2d", opset=18)
+@opreg.impl("torchvision::deform_conv2d", opset=DEFORM_CONV_OPSET)
 def torchvision_deform_conv2d(
     input: Tensor,
     weight: Tensor,
@@ -505,12 +455,18 @@ def torchvision_deform_conv2d(
     groups: int,
     offset_groups: int,
     use_mask: bool,
+    *,
+    opset: int,
 ):
     """deform_conv2d(Tensor input, Tensor weight, Tensor offset, Tensor mask, Tensor bias, SymInt stride_h,
     SymInt stride_w, SymInt pad_h, SymInt pad_w, SymInt dilation_h, SymInt dilation_w, SymInt groups,
-    SymInt offset_groups, bool use_mask) -> Tensor: for targets before DeformConv (ai.onnx 19): each kernel
-    tap samples its channels bilinearly at its offset position (zero outside the image, as torchvision's
-    ``bilinear_interpolate``) with GatherElements, times the mask, then a grouped MatMul with the weight."""
+    SymInt offset_groups, bool use_mask) -> Tensor: DeformConv-19 (the mask input only with ``use_mask``); at
+    ai.onnx 18 each kernel tap samples its channels bilinearly at its offset position (zero outside the image,
+    as torchvision's ``bilinear_interpolate``) with GatherElements, times the mask, then a grouped MatMul with
+    the weight."""
+    if opset >= DEFORM_CONV_OPSET:
+        return _deform_conv(input, weight, offset, mask, bias, (stride_h, stride_w), (pad_h, pad_w),
+                            (dilation_h, dilation_w), groups, offset_groups, use_mask)  # fmt: skip
     kernel_h, kernel_w = _deform_arguments(weight, groups, offset_groups)
     taps = kernel_h * kernel_w
     data = _float(input)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from typing import Any
 
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-
-Tensor: TypeAlias = ir.Value
-"""A tensor argument: the ``onnx_ir.Value`` the exporter hands a trace-only impl."""
+from opreg.ops import Tensor
 
 
 @opreg.impl("transformers::grouped_mm_fallback", opset=18)
