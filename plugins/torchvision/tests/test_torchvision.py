@@ -53,7 +53,7 @@ def assert_same_detections(got: dict[str, torch.Tensor], expected: dict[str, tor
 
 @pytest.mark.parametrize("kind", samples.KINDS)
 def test_detector_exports_with_a_data_dependent_number_of_detections(kind):
-    model, images = samples.calibrated(kind)
+    model, images = samples.calibrated_quickly(kind)
     wrapped = samples.FirstImage(model)
     program = opreg.export(wrapped, (images[2],))  # the default target (ai.onnx 23): RoIAlign by GridSample
     applied = {o.name for o in program.capture_patches if o.status == "applied"}
@@ -69,7 +69,7 @@ def test_detector_exports_with_a_data_dependent_number_of_detections(kind):
 def test_detector_takes_images_of_any_size(kind):
     """The image size is dynamic too: R-CNNs resize by the shorter side (the resize_image patch keeps the
     scale an expression of it), SSDs to their fixed size."""
-    model, images = samples.calibrated(kind)
+    model, images = samples.calibrated_quickly(kind)
     wrapped = samples.FirstImage(model)
     height, width = torch.export.Dim("height", min=32, max=256), torch.export.Dim("width", min=32, max=256)
     program = opreg.export(wrapped, (images[2],), dynamic_shapes={"image": {1: height, 2: width}})
