@@ -7,8 +7,10 @@ Each model is a torchvision builder with random weights (no downloads), in eval 
 to ``--size``. Its score threshold is calibrated first (``opreg_torchvision.samples``) so three images give
 no, one and several detections; both exports are then run on all three in ONNX Runtime and compared with
 eager PyTorch (detections matched in score order, ties in any order: boxes, labels, scores, masks,
-keypoints). Latency is the median of ``--runs`` runs on the image with several detections, both sessions
-at one thread, timed in turns so load on a shared machine falls on both alike.
+keypoints). Where no threshold fits, the first three candidates are used with a threshold leaving five
+detections on the third (the table shows the counts). Latency is the median of ``--runs`` ONNX Runtime runs
+on the image with several detections at one thread, beside eager PyTorch at one thread; torch.onnx's
+program, where it exports, is checked for correctness only.
 """
 
 from __future__ import annotations
@@ -66,8 +68,10 @@ def calibrate(model: torch.nn.Module, size: int) -> list[torch.Tensor]:
     samples.set_score_thresh(model.model, 0.0)
     images = samples.candidate_images(size=size)
     found = samples._calibrate(model.model, images, many=3)
-    if found is None:
-        samples.set_score_thresh(model.model, 0.05)
+    if found is None:  # five detections on the third image at least, whatever the others give
+        with torch.no_grad():
+            top = model.model([images[2]])[0]["scores"].sort(descending=True).values
+        samples.set_score_thresh(model.model, float(top[4] + top[5]) / 2 if len(top) > 5 else 0.0)
         return images[:3]
     return found[1]
 
@@ -163,14 +167,14 @@ def main() -> None:
                 our_session.run(None, feed)
                 times.append(time.perf_counter() - start)
             row["opreg ms"] = f"{statistics.median(times) * 1e3:.0f}"
-            eager = []
+            eager, threads = [], torch.get_num_threads()
             with torch.no_grad():
                 torch.set_num_threads(1)
                 for _ in range(max(args.runs // 2, 1)):
                     start = time.perf_counter()
                     model(images[2])
                     eager.append(time.perf_counter() - start)
-                torch.set_num_threads(torch.get_num_threads())
+                torch.set_num_threads(threads)
             row["eager ms"] = f"{statistics.median(eager) * 1e3:.0f}"
         rows.append(row)
         print(row, flush=True)
