@@ -57,6 +57,8 @@ def build(name: str, size: int) -> torch.nn.Module:
         options.update(min_size=size, max_size=size)
     model = torchvision.models.get_model(name, **options).eval()
     for module_name, module in model.named_modules():  # random classifiers score everything alike: spread them
+        if not isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
+            continue
         if module_name.endswith(("cls_logits", "cls_score")) or ".classification_head.module_list." in module_name:
             torch.nn.init.normal_(module.weight, std=0.5 if isinstance(module, torch.nn.Linear) else 0.1)
     return samples.FirstImage(model)
