@@ -1,8 +1,17 @@
-"""Capture: ``torch.export`` of the user's module, and the names of its symbolic dimensions."""
+"""Capture: ``torch.export`` of the user's module, and the names of its symbolic dimensions.
+
+``torch.export`` keeps its tracing state in globals (the proxy dispatch mode's slot, the
+module-hierarchy and patcher globals of non-strict export): two captures in two threads at
+once fail with assertions about that state (measured: 18 of 24 exports from 8 threads;
+plain ``torch.export.export`` fails the same way). So opreg captures, and retraces to
+decompose, one model at a time per process (:data:`TRACING_LOCK`); translation and
+everything after it run in parallel.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -14,6 +23,10 @@ from opreg.patching import FAILED, PatchedCapture
 
 RETRIES = 4
 """How many classes a capture may register as pytree nodes (each costs a capture again)."""
+
+TRACING_LOCK = threading.RLock()
+"""Held while torch traces a model (capture, decomposition): torch's tracing state is global.
+``torch.export`` called by other code at the same time does not take it."""
 
 
 def capture(
@@ -37,9 +50,9 @@ def capture(
     if not isinstance(args, tuple):
         args = (args,)
     check_dynamic_shapes(model, args, kwargs, dynamic_shapes)
-    _pytrees.register_known_types()
 
     def run() -> torch.export.ExportedProgram:
+        _pytrees.register_known_types()
         for attempt in range(RETRIES + 1):
             try:
                 with onnx_exporting():
@@ -53,11 +66,12 @@ def capture(
                 raise
         raise AssertionError("unreachable")
 
-    try:
-        return run() if patches is None else patches.run(model, run)
-    except Exception as e:
-        failed = [str(o) for o in (patches.outcomes if patches is not None else ()) if o.status == FAILED]
-        raise _capture_error(model, e, failed) from e
+    with TRACING_LOCK:  # torch's tracing state, pytree's registry and the patched library modules are global
+        try:
+            return run() if patches is None else patches.run(model, run)
+        except Exception as e:
+            failed = [str(o) for o in (patches.outcomes if patches is not None else ()) if o.status == FAILED]
+            raise _capture_error(model, e, failed) from e
 
 
 def _capture_error(model: torch.nn.Module, e: Exception, failed_patches: list[str]) -> ExportError:
