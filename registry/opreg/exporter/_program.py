@@ -28,6 +28,7 @@ from opreg.errors import (
     VerificationError,
 )
 from opreg.exporter._capture import constant_inputs, symbolic_int_inputs
+from opreg.patching import PatchOutcome
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
 from opreg.values import is_complex
@@ -107,6 +108,9 @@ class OnnxProgram:
         target: the :class:`opreg.Target` it was built for.
         exported_program: the ``torch.export.ExportedProgram`` it came from.
         input_names / output_names: ONNX input and output names, in order.
+        capture_patches: what happened to each capture patch the packs offered
+            (:class:`opreg.PatchOutcome`; the applied ones are also in the model's
+            ``opreg.capture_patches`` metadata).
     """
 
     def __init__(
@@ -123,8 +127,10 @@ class OnnxProgram:
         in_spec: Any,
         out_spec: Any,
         checked: bool,
+        capture_patches: Sequence[PatchOutcome] = (),
     ) -> None:
         self.model = model
+        self.capture_patches = tuple(capture_patches)
         self.target = target
         self.registry = registry
         self.exported_program = exported_program
