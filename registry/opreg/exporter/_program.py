@@ -9,6 +9,7 @@ import enum
 import inspect
 import logging
 import math
+import numbers
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ from opreg.errors import (
 )
 from opreg.exporter._capture import constant_inputs, symbolic_int_inputs
 from opreg.exporter._state import BUFFER, INPUT, StateSlot
+from opreg.patching import PatchOutcome
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
 from opreg.values import is_complex
@@ -115,6 +117,9 @@ class OnnxProgram:
         state: the current value of each buffer in ``state_slots``, by ``state_dict`` name: at
             first the value it was exported with; :meth:`run` feeds these and keeps the new ones,
             as calling the module updates its buffers. Assign to it to start again.
+        capture_patches: what happened to each capture patch the packs offered
+            (:class:`opreg.PatchOutcome`; the applied ones are also in the model's
+            ``opreg.capture_patches`` metadata).
     """
 
     def __init__(
@@ -132,8 +137,10 @@ class OnnxProgram:
         out_spec: Any,
         checked: bool,
         state: Sequence[StateSlot] = (),
+        capture_patches: Sequence[PatchOutcome] = (),
     ) -> None:
         self.model = model
+        self.capture_patches = tuple(capture_patches)
         self.target = target
         self.registry = registry
         self.exported_program = exported_program
@@ -203,17 +210,24 @@ class OnnxProgram:
 
         return _runtime.initializer_bytes(self.model)
 
-    def save(self, path: str | os.PathLike[str], external_data: bool | None = None) -> Path:
+    def save(self, path: str | bytes | os.PathLike[str], external_data: bool | None = None) -> Path:
         """Write the model to ``path``; returns the path (a symlink's target, if ``path`` is one).
 
         ``external_data=None`` keeps weights inside the file unless they exceed
         what one protobuf holds (about 2 GB); then, or with ``True``, they go to
         a side file ``<file name>.<token>.data`` that the model names (a new
-        token at each save). The save is atomic for the pair: at every instant
-        ``path`` holds the complete old model with its data, or the complete new
-        one, even if the process is killed; the old data file is removed after
-        the new model is in place. Raises :class:`opreg.SaveError` if the
-        location cannot be written (nothing there is changed).
+        token at each save; tensors of at most 256 bytes stay inside). The save
+        is atomic for the pair: at every instant ``path`` holds the complete old
+        model with its data, or the complete new one, even if the process is
+        killed; the old data file (the one the old model records as opreg's, and
+        only that one) is removed after the new model is in place.
+
+        Raises :class:`opreg.SaveError` for any ``OSError`` (a folder that cannot
+        be written, a name too long, a full disk; nothing there is changed),
+        :class:`opreg.InvalidArgumentError` for a ``path`` that is not one, and,
+        on Ctrl-C or SIGTERM once the new model is in place,
+        :class:`opreg.InterruptedAfterSave` (a ``KeyboardInterrupt``; before that
+        instant a plain one, and the old pair stays).
         """
         from opreg.exporter import _save
 
@@ -384,6 +398,11 @@ class OnnxProgram:
         ``runtime="auto"`` uses ONNX Runtime when it can run every domain in
         the model, else the reference evaluator.
         """
+        for name, value in (("rtol", rtol), ("atol", atol)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+                raise InvalidArgumentError(
+                    f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, got {value!r}"
+                )
         self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
         if runtime == "auto":
             runtime = self.runtime_for()
