@@ -249,12 +249,10 @@ class Decoder:
                         seq_dim = 0 if name == LAYOUT["logits"] else 1
                         mine, theirs = mine.index_select(seq_dim, keep), theirs.index_select(seq_dim, keep)
                     checks.append(compare_output(f"{name} ({label}{what})", mine, theirs, rtol, atol))
-        bad = [c for c in checks if not c.ok]
-        if bad:
-            lines = "\n".join(f"  {c}" for c in bad)
+        if bad := [c for c in checks if not c.ok]:
             raise VerificationError(
                 f"{len(bad)} of {len(checks)} decoder outputs differ from transformers' (rtol={rtol}, atol={atol}):\n"
-                f"{lines}",
+                + "\n".join(f"  {c}" for c in bad),
                 tuple(checks),
             )
         return checks

@@ -14,13 +14,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opreg.errors import ExportError, SaveError
 from opreg.llm import LAYOUT
 
-if TYPE_CHECKING:
-    from opreg.llm._decoder import Decoder
+Decoder = Any
+"""An :class:`opreg.llm.Decoder` (not imported: ``_decoder`` imports this module)."""
 
 GENAI_CONFIG = "genai_config.json"
 MODEL_FILE = "model.onnx"
