@@ -108,6 +108,7 @@ def finish(
         in_spec=exported_program.call_spec.in_spec,
         out_spec=out_spec,
         checked=checked,
+        traces=translation.traces,
     )
 
 
