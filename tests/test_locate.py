@@ -56,6 +56,18 @@ def aten_slice_shifted(self, dim: int = 0, start: int | None = None, end: int | 
 '''
 )
 
+RANK_DROPPING_MEAN = (
+    REGISTER
+    + '''
+@opreg.impl("aten::mean.dim", opset=18, priority=10)
+def aten_mean_dropping(self, dim: list[int] | None = None, keepdim: bool = False, dtype: int = -1):
+    """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor, keepdim
+    ignored; its axes computed, so translation cannot see the rank."""
+    axes = op.Sub(op.Size(op.Shape(self)), op.Constant(value_ints=[1]))
+    return op.ReduceMean(self, axes, keepdims=0)
+'''
+)
+
 LEAKY_TABLE = """
 import torch
 from onnxscript.onnx_opset import opset18 as op
@@ -108,6 +120,16 @@ class SlicingBlock(Block):
         x = x + self.attn(y, y, y, need_weights=False)[0]
         half = x[..., 4:20]
         return torch.tanh(self.fc1(torch.cat([half, half], dim=-1)))
+
+
+class CenteringBlock(Block):
+    """The block, centring the MLP's input on its mean."""
+
+    def forward(self, x):
+        y = self.ln1(x)
+        x = x + self.attn(y, y, y, need_weights=False)[0]
+        x = x - x.mean(-1, keepdim=True)
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 
 
 class CNN(torch.nn.Module):
@@ -232,6 +254,14 @@ def test_an_off_by_one_slice_is_named(make_pack):
     _assert_only(location, "shifted:aten_slice_shifted", "aten::slice.Tensor")
     (culprit,) = location.culprits
     assert culprit.source.startswith(__file__)
+
+
+def test_a_wrong_rank_is_refused_at_export_naming_the_impl(make_pack):
+    make_pack("droprank", RANK_DROPPING_MEAN)
+    model, x = CenteringBlock().eval(), _block_input()
+    with pytest.raises(opreg.ExportError, match=r"made by impl droprank:aten_mean_dropping for aten::mean.dim") as e:
+        opreg.export(model, (x,), plugins=["droprank"])
+    assert f"{__file__}:" in str(e.value)  # the model's line, not only a node name the user never wrote
 
 
 def test_a_rewrite_rule_with_wrong_values_is_named_not_the_impls_it_replaced(make_pack):
