@@ -166,6 +166,11 @@ def _block_input():
     return torch.randn(2, 5, 32)
 
 
+def make_block():
+    """``opreg export tests.test_locate:make_block``."""
+    return Block().eval(), (_block_input(),)
+
+
 def _cnn():
     torch.manual_seed(0)
     model = CNN()
@@ -303,6 +308,27 @@ def test_the_report_is_json_ready(make_pack):
     (culprit,) = [d for d in data["divergences"] if d["faulty"]]
     assert culprit["torch_op"] == "aten::gelu.default" and culprit["impl_source"]
     assert culprit["error"]["ratio"] > 1 and data["grew_most"]["node"] == "gelu"
+
+
+def test_export_verify_locate_prints_the_table_and_json(make_pack, capsys, tmp_path):
+    from tests.test_cli import run
+
+    make_pack("wronggelu", WRONG_GELU)
+    output = tmp_path / "block.onnx"
+    model = "tests.test_locate:make_block"
+    code, out, err = run(capsys, "export", model, "-o", str(output), "--verify", "-p", "wronggelu")
+    assert code == 1 and "rerun with --locate" in err
+    code, out, err = run(capsys, "export", model, "-o", str(output), "--verify", "--locate", "-p", "wronggelu")
+    assert code == 1 and "does not match eager PyTorch" in err
+    assert "where it goes wrong" in out and "wronggelu:aten_gelu_sigmoid" in out and "WRONG" in out
+    assert "wronggelu:aten_gelu_sigmoid is wrong at node gelu" in out
+    code, out, _ = run(capsys, "export", model, "-o", str(output), "--verify", "--locate", "--json", "-p", "wronggelu")
+    data = json.loads(out)
+    assert code == 1 and data["verified"] is False and data["location"]["suspects"] == ["wronggelu:aten_gelu_sigmoid"]
+    code, out, _ = run(
+        capsys, "export", model, "-o", str(output), "--verify", "--locate", "--json", "-p", "no:wronggelu"
+    )
+    assert code == 0 and json.loads(out)["verified"] is True
 
 
 # -- control flow, random ops, complex values ---------------------------------------------
