@@ -478,10 +478,13 @@ def locate(
     runtime: str,
     rtol: float,
     atol: float,
+    outputs: Mapping[str, str] | None = None,
 ) -> Location:
     """Compare every value of ``model``'s main graph ``traces`` names with eager PyTorch.
 
-    ``run(model, names, feeds)`` runs a model and returns the named values (as torch tensors).
+    ``run(model, names, feeds)`` runs a model and returns the named values (as torch tensors);
+    ``outputs`` maps the FX nodes the model returns to its output names (a rewrite may have
+    replaced an output's value by one of another name).
     """
     env = eager_values(program, user_leaves)
     live = live_values(model.graph)
@@ -506,6 +509,9 @@ def locate(
         if trace is None or node in tainted or _nodes.classify(node) is _nodes.Kind.GETITEM:
             continue
         values = resolve(trace, live)
+        returned = (outputs or {}).get(node.name)
+        if all(v is None for v in values) and len(values) == 1 and returned in live:
+            values = [live[returned]]
         if any(v is not None for v in values):
             wanted[node] = values
     names = sorted({v.name for vs in wanted.values() for v in vs if v is not None and v.name})

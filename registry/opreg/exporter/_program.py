@@ -379,8 +379,22 @@ class OnnxProgram:
             raise OpregError("this program has no record of what each node became: export it again with opreg.export")
         return _locate.locate(
             program=self.exported_program, traces=self._traces, model=self.model, user_leaves=leaves, feeds=feeds,
-            run=self._run_exposed(runtime), runtime=runtime, rtol=rtol, atol=atol,
+            run=self._run_exposed(runtime), runtime=runtime, rtol=rtol, atol=atol, outputs=self._output_nodes(),
         )  # fmt: skip
+
+    def _output_nodes(self) -> dict[str, str]:
+        """The FX nodes the model returns (by name) -> the ONNX outputs they became."""
+        from torch.export.graph_signature import OutputKind
+
+        output = next(n for n in self.exported_program.graph.nodes if n.op == "output")
+        results = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+        specs = self.exported_program.graph_signature.output_specs
+        user = [r for r, s in zip(results, specs, strict=True) if s.kind == OutputKind.USER_OUTPUT]
+        return {
+            r.name: slot.name
+            for r, slot in zip(user, self._outputs, strict=True)
+            if isinstance(r, torch.fx.Node) and slot.name is not None
+        }
 
     def _run_exposed(self, runtime: str) -> Any:
         """``run(model, names, feeds)``: a copy of the model (with extra outputs) run in ``runtime``."""
