@@ -359,6 +359,35 @@ def test_a_fault_inside_a_scan_body_names_the_scan_and_the_impls_its_body_used(m
     assert culprit.torch_op == "scan" and culprit.impl == "opreg:scan"
     assert "wronggelu:aten_gelu_sigmoid" in culprit.body_impls
     assert any("compared at its outputs" in note for note in location.notes)
+    # the body, exported alone and located on its first iteration, names the impl inside it
+    assert culprit.inner is not None and culprit.inner.suspects == ("wronggelu:aten_gelu_sigmoid",)
+    assert location.suspects == ("wronggelu:aten_gelu_sigmoid",)
+    assert "inside its body" in str(location)
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        def true_fn(x):
+            return torch.nn.functional.gelu(self.lin(x))
+
+        def false_fn(x):
+            return torch.tanh(x)
+
+        return torch.cond(x.sum() > 0, true_fn, false_fn, (x,)) * 2
+
+
+def test_a_fault_inside_a_cond_branch_is_named_from_inside_the_branch_taken(make_pack):
+    make_pack("wronggelu", WRONG_GELU)
+    x = torch.ones(2, 8)
+    program = opreg.export(Branchy().eval(), (x,), plugins=["wronggelu"])
+    location = program.locate(x)
+    (culprit,) = location.culprits
+    assert culprit.torch_op == "cond" and location.suspects == ("wronggelu:aten_gelu_sigmoid",), location
+    assert program.locate(-x).verdict == "ok"  # the other branch has no gelu
 
 
 class Noisy(torch.nn.Module):

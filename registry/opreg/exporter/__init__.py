@@ -181,6 +181,7 @@ def export(
         optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed,
     )  # fmt: skip
     tick.done()
+    result.exporter = export
     return result
 
 

@@ -42,8 +42,6 @@ GROWTH_SHARE = 0.5
 as a single jump; drift spreads its growth over many steps."""
 DTYPE_TOLERANCES = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
 """The least ``(rtol, atol)`` a half-precision value is held to (``torch.testing``'s defaults)."""
-PROVENANCE = "provenance"
-"""``Trace.values``' provenance read from the ONNX node that makes a value."""
 
 
 @dataclasses.dataclass
@@ -135,6 +133,9 @@ class Divergence:
             compared inputs and its value.
         onnx_ops: the ONNX ops between them (control flow: with its body's ops).
         body_impls: for control flow, the impls its body used.
+        inner: for control flow at fault, the :class:`Location` inside its body: the body
+            exported on its own (with the same registry and target) and located on the
+            inputs of its first call (the branch taken, the first iteration).
         module / source: the model's module path and source line that made the node.
         error: its value against eager.
         local: its value against its torch op replayed on the ONNX model's own inputs to it
@@ -156,6 +157,7 @@ class Divergence:
     error: Error
     local: Error | None
     first: bool
+    inner: Location | None = None
 
     @property
     def faulty(self) -> bool:
@@ -164,13 +166,19 @@ class Divergence:
 
     @property
     def suspect(self) -> str:
-        """What to fix: the rewrite rules that made its nodes, else its impl."""
-        return JOIN.join(self.rules) if self.rules else self.impl
+        """What to fix: the rewrite rules that made its nodes, else (control flow) what is wrong
+        inside its body, else its impl."""
+        if self.rules:
+            return JOIN.join(self.rules)
+        if self.inner is not None and self.inner.suspects:
+            return JOIN.join(self.inner.suspects)
+        return self.impl
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["error"] = dataclasses.asdict(self.error)
         data["local"] = dataclasses.asdict(self.local) if self.local is not None else None
+        data["inner"] = self.inner.to_dict() if self.inner is not None else None
         data["faulty"], data["suspect"] = self.faulty, self.suspect
         return _finite(data)
 
@@ -246,6 +254,11 @@ class Location:
         lines = []
         if self.culprits:
             for d in self.culprits:
+                if d.inner is not None and d.inner.culprits:
+                    inner = "\n  ".join(d.inner.summary().splitlines())
+                    lines.append(f"{d.torch_op} at node {d.node} ({_where(d)}) differs from eager; inside its body:")
+                    lines.append(f"  {inner}")
+                    continue
                 lines.append(
                     f"{d.suspect} is wrong at node {d.node} ({d.torch_op}, {_where(d)}): {d.error}; "
                     f"given the model's own inputs to it, still {d.local}"
@@ -364,13 +377,6 @@ def _worst(errors: Sequence[Error]) -> Error:
 # -- eager -------------------------------------------------------------------------------
 
 
-class _Recorder(torch.fx.Interpreter):
-    """Runs a graph module and keeps every node's value."""
-
-    def __init__(self, module: torch.fx.GraphModule) -> None:
-        super().__init__(module, garbage_collect_values=False)
-
-
 def lifted_inputs(program: torch.export.ExportedProgram, user_leaves: Sequence[Any]) -> list[Any]:
     """The flat arguments of ``program.graph_module``: weights, buffers and constants by their
     specs, the user's leaves in order."""
@@ -387,9 +393,23 @@ def lifted_inputs(program: torch.export.ExportedProgram, user_leaves: Sequence[A
     return flat
 
 
+class _Keeper(torch.fx.Interpreter):
+    """Runs a graph and keeps every node's value as it was made (an in-place op's result is
+    copied: a later in-place op would change it under the report)."""
+
+    def __init__(self, module: torch.fx.GraphModule) -> None:
+        super().__init__(module, garbage_collect_values=False)
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        result = super().run_node(n)
+        if isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable:
+            return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, result)
+        return result
+
+
 def eager_values(program: torch.export.ExportedProgram, user_leaves: Sequence[Any]) -> dict[torch.fx.Node, Any]:
     """Every node's value when ``program``'s graph runs in eager PyTorch on ``user_leaves``."""
-    recorder = _Recorder(program.graph_module)
+    recorder = _Keeper(program.graph_module)
     with torch.no_grad():
         recorder.run(*lifted_inputs(program, user_leaves), enable_io_processing=False)
     return recorder.env
@@ -479,12 +499,14 @@ def locate(
     rtol: float,
     atol: float,
     outputs: Mapping[str, str] | None = None,
+    inside: Callable[[torch.fx.GraphModule, tuple], Location] | None = None,
 ) -> Location:
     """Compare every value of ``model``'s main graph ``traces`` names with eager PyTorch.
 
     ``run(model, names, feeds)`` runs a model and returns the named values (as torch tensors);
     ``outputs`` maps the FX nodes the model returns to its output names (a rewrite may have
-    replaced an output's value by one of another name).
+    replaced an output's value by one of another name); ``inside(module, args)`` exports a
+    control-flow body on its own and locates it (what :attr:`Divergence.inner` holds).
     """
     env = eager_values(program, user_leaves)
     live = live_values(model.graph)
@@ -547,9 +569,53 @@ def locate(
             continue
         first = all(compared[a].error.ok for a in ancestors[node])
         local = _replay(node, compared, onnx_torch, env, rtol, atol)
-        divergences.append(_divergence(item, model, ancestors[node], compared, local, first))
+        divergence = _divergence(item, model, ancestors[node], compared, local, first)
+        if divergence.faulty and inside is not None and _nodes.classify(node) is _nodes.Kind.HOP:
+            inner, why = _look_inside(node, env, inside)
+            divergence = dataclasses.replace(divergence, inner=inner)
+            if why:
+                notes.append(f"inside {node.name} ({divergence.torch_op}): {why}")
+        divergences.append(divergence)
     path = _path(program, compared, ancestors)
     return Location(runtime, rtol, atol, len(compared), tuple(divergences), path, tuple(notes))
+
+
+def _first_call(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> tuple[torch.fx.GraphModule, tuple] | None:
+    """The body a control-flow node runs first, and its eager arguments: the branch ``cond``
+    takes, the first iteration of ``scan``, ``map`` and ``while_loop``."""
+    value = lambda a: env[a] if isinstance(a, torch.fx.Node) else a  # noqa: E731
+    name = _nodes.HOPS[node.target].name
+    if name == "cond":  # cond(pred, true_fn, false_fn, operands)
+        index = 1 if bool(value(node.args[0])) else 2
+        return _nodes.subgraph_module(node, index), tuple(value(a) for a in node.args[3])
+    if name == "scan":  # scan(combine_fn, init, xs, additional_inputs)
+        _, init, xs, extra = node.args
+        operands = [*map(value, init), *(value(x)[0] for x in xs), *map(value, extra)]
+        return _nodes.subgraph_module(node, 0), tuple(operands)
+    if name == "map":  # map_impl(f, xs, pos_args)
+        _, xs, extra = node.args
+        return _nodes.subgraph_module(node, 0), tuple([*(value(x)[0] for x in xs), *map(value, extra)])
+    if name == "while_loop":  # while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)
+        _, _, carried, extra = node.args
+        return _nodes.subgraph_module(node, 1), tuple([*map(value, carried), *map(value, extra)])
+    return None
+
+
+def _look_inside(
+    node: torch.fx.Node, env: Mapping[torch.fx.Node, Any], inside: Callable[[torch.fx.GraphModule, tuple], Location]
+) -> tuple[Location | None, str]:
+    """The location inside ``node``'s body on its first call, and a note when it could not be made."""
+    call = _first_call(node, env)
+    if call is None:
+        return None, "opreg does not look inside this body"
+    module, args = call
+    try:
+        inner = inside(module, args)
+    except Exception as e:  # the body alone may not export (a size only the loop knows): say so
+        return None, f"its body could not be exported alone to look inside ({type(e).__name__}: {e})"
+    if inner.verdict != "fault":
+        return inner, "its body matches eager on its first call: the fault shows in a later one"
+    return inner, ""
 
 
 def _torch(array: Any) -> torch.Tensor:

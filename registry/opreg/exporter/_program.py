@@ -100,6 +100,8 @@ class OnnxProgram:
         target: the :class:`opreg.Target` it was built for.
         exported_program: the ``torch.export.ExportedProgram`` it came from.
         input_names / output_names: ONNX input and output names, in order.
+        exporter: the function that made it (``opreg.export``); :meth:`locate` exports a
+            control-flow body alone with it.
     """
 
     def __init__(
@@ -133,6 +135,7 @@ class OnnxProgram:
         self._out_spec = out_spec
         self._checked = checked
         self._traces = dict(traces or {})
+        self.exporter: Any = None  # opreg.export sets itself here: locate() exports control-flow bodies alone
         self._sessions: dict[str, Any] = {}
         self._choice: str | None = None  # what runtime="auto" runs, once found
 
@@ -380,7 +383,15 @@ class OnnxProgram:
         return _locate.locate(
             program=self.exported_program, traces=self._traces, model=self.model, user_leaves=leaves, feeds=feeds,
             run=self._run_exposed(runtime), runtime=runtime, rtol=rtol, atol=atol, outputs=self._output_nodes(),
+            inside=lambda module, inputs: self._locate_body(module, inputs, runtime, rtol, atol),
         )  # fmt: skip
+
+    def _locate_body(self, module: torch.fx.GraphModule, inputs: tuple, runtime: str, rtol: float, atol: float):
+        """A control-flow body exported on its own, with this export's registry and target, and located."""
+        if self.exporter is None:
+            raise OpregError("this program does not know the exporter that made it")
+        body = self.exporter(module, inputs, target=self.target, registry=self.registry)
+        return body.locate(*inputs, rtol=rtol, atol=atol, runtime=runtime)
 
     def _output_nodes(self) -> dict[str, str]:
         """The FX nodes the model returns (by name) -> the ONNX outputs they became."""
