@@ -16,7 +16,8 @@ agree and outputs do not) and the path along which the error grew.
 
 What is compared: the main graph's values. The bodies of ``If``, ``Loop`` and ``Scan``
 are compared at the control-flow node's outputs (ONNX Runtime cannot expose a value of
-a subgraph); a fault inside names the control-flow node and the impls its body used.
+a subgraph); a control-flow node at fault is looked inside: its body, exported alone with
+the same registry and target, is located on the inputs of its first call.
 Random ops and every value computed from them are left out, with a note: they match
 eager only in distribution. Complex values are compared as the real pairs the model
 carries (``torch.view_as_real``).
