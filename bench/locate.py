@@ -7,7 +7,7 @@ a user's first call makes them). locate() runs the exported program once in eage
 keeping every value, and the model once in ONNX Runtime with those values as extra outputs,
 then replays each node out of tolerance; a correct model has none to replay.
 
-Run: python bench/locate.py [--models tutorial_cnn,resnet18,bert,gpt2] [--repeat 3]
+Run: python bench/locate.py [--models tutorial_cnn,resnet18,bert,gpt2] [--repeat 3] [--exporters opreg]
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated names from tests/real_models.py")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--exporters", default="opreg,torch.onnx", help="which rows: opreg, torch.onnx or both")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
@@ -87,6 +88,8 @@ def main() -> None:
     for name in args.models.split(","):
         case = FACTORIES[name]()
         for exporter, row in (("opreg", opreg_row), ("torch.onnx", torch_row)):
+            if exporter not in args.exporters.split(","):
+                continue
             try:
                 plain, located, compared = row(case, args.repeat)
                 cells = f"{compared:>6} {plain:>9.3f} {located:>9.3f} {located / plain:>6.1f}"
