@@ -77,6 +77,7 @@ class Translator:
         self.symbols = symbols
         self.used_impls: dict[str, Impl] = {}
         self.traces: dict[str, Trace] = {}
+        self.main_graph: ir.Graph | None = None
 
     def run(self) -> Translation:
         graph = self.main_graph = ir.Graph([], [], nodes=[], name="main_graph")
