@@ -30,6 +30,7 @@ from opreg.errors import (
 from opreg.hookspecs import hookimpl
 from opreg.opname import OpName
 from opreg.packset import PackSet
+from opreg.patching import CapturePatch, PatchOutcome
 from opreg.pluginapi import HookError, ModelSample, PackReport, Sample
 from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
 from opreg.registrar import ImplSpec, Registrar, Rejection, impl
@@ -53,7 +54,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
     ``opreg.export(model, args=(), kwargs=None, *, target="onnx",
     dynamic_shapes=None, plugins=None, exclude=None, registry=None,
     inline=True, embed_functions=False, optimize=True, fold_weights=True, rewrite=True, seed=None,
-    progress=None)``
+    patches=True, exclude_patches=(), progress=None)``
     returns an :class:`opreg.exporter.OnnxProgram`
     with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
     """
@@ -74,6 +75,7 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
 __all__ = [
     "PLUGIN_API_VERSION",
     "Candidate",
+    "CapturePatch",
     "Conflict",
     "ExportError",
     "ExportOptions",
@@ -96,6 +98,7 @@ __all__ = [
     "OpsetRequirement",
     "PackReport",
     "PackSet",
+    "PatchOutcome",
     "PluginError",
     "PluginNotFoundError",
     "Registrar",

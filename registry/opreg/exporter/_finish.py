@@ -20,12 +20,14 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import torch
 
+from opreg import patching
 from opreg.errors import ExportError, OpsetConflictError
 from opreg.exporter import _capture, _pytrees, _rewrite
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
 from opreg.exporter._rewrite import Rewrite
 from opreg.exporter._translate import Translation
+from opreg.patching import PatchOutcome
 from opreg.registry import Impl, Registry
 from opreg.targets import ONNX_DOMAIN, Target
 from opreg.values import is_complex
@@ -54,9 +56,11 @@ def finish(
     fold_weights: bool = True,
     rewrite: bool = True,
     seed: int | None = None,
+    capture_patches: Sequence[PatchOutcome] = (),
 ) -> OnnxProgram:
     """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`
-    (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false)."""
+    (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false;
+    the capture patches that were applied recorded in its metadata)."""
     recorder = translation.recorder
     graph = translation.graph
     out_spec = exported_program.call_spec.out_spec
@@ -88,6 +92,10 @@ def finish(
     )
     fired = model.metadata_props.get(REWRITES_KEY, "")
     packs.update(item.split(":", 1)[0] for item in fired.split(",") if item)
+    applied = patching.metadata(capture_patches)
+    if applied is not None:
+        model.metadata_props[patching.METADATA_KEY] = applied
+        packs.update(o.pack for o in capture_patches if o.status == patching.APPLIED)
     model.metadata_props["opreg.packs"] = ",".join(sorted(packs))
     named = iter(name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value))
     bind_outputs(model.graph, [next(named) for _ in model.graph.outputs], origins)
@@ -110,6 +118,7 @@ def finish(
         out_spec=out_spec,
         checked=checked,
         traces=translation.traces,
+        capture_patches=capture_patches,
     )
 
 

@@ -29,6 +29,7 @@ from opreg.errors import (
 )
 from opreg.exporter._capture import constant_inputs, symbolic_int_inputs
 from opreg.exporter._locate import Location, Trace
+from opreg.patching import PatchOutcome
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
 from opreg.values import is_complex
@@ -110,6 +111,9 @@ class OnnxProgram:
         input_names / output_names: ONNX input and output names, in order.
         exporter: the function that made it (``opreg.export``); :meth:`locate` exports a
             control-flow body alone with it.
+        capture_patches: what happened to each capture patch the packs offered
+            (:class:`opreg.PatchOutcome`; the applied ones are also in the model's
+            ``opreg.capture_patches`` metadata).
     """
 
     def __init__(
@@ -127,8 +131,10 @@ class OnnxProgram:
         out_spec: Any,
         checked: bool,
         traces: Mapping[str, Trace] | None = None,
+        capture_patches: Sequence[PatchOutcome] = (),
     ) -> None:
         self.model = model
+        self.capture_patches = tuple(capture_patches)
         self.target = target
         self.registry = registry
         self.exported_program = exported_program

@@ -361,6 +361,8 @@ class Translator:
         elif len(operands) == 2 and operands[0].dtype != operands[1].dtype:
             operands = [self._cast(recorder, v, ir.DataType.FLOAT) for v in operands]
         result = recorder.add_node("", op_type, operands, [], 1, self.target.onnx).outputs[0]
+        if isinstance(meta, torch.SymInt) and result.dtype == ir.DataType.FLOAT:  # math.floor/ceil of a float
+            result = self._cast(recorder, result, ir.DataType.INT64)
         result.name = recorder.claim(node.name)
         self._describe(result, meta)
         scope.values[node] = result
