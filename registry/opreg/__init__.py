@@ -65,7 +65,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
     # The exporter's types import torch: load them on first use only.
-    if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp"):
+    if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location"):
         from opreg import exporter
 
         return getattr(exporter, name)

@@ -16,6 +16,7 @@ import torch
 
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError
 from opreg.exporter import _capture, _decompose, _finish, _plan, _translate
+from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
@@ -33,9 +34,12 @@ __all__ = [
     "PROVENANCE_KEYS",
     "SKIPPED_OPS",
     "STAGES",
+    "Divergence",
+    "Location",
     "MissingOp",
     "OnnxProgram",
     "OutputCheck",
+    "Step",
     "Verification",
     "export",
     "plan_export",
@@ -206,6 +210,7 @@ def export(
         capture_patches=patched.outcomes if patched is not None else (),
     )  # fmt: skip
     tick.done()
+    result.exporter = export
     return result
 
 

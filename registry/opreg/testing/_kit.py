@@ -758,8 +758,8 @@ def _drive_rewrite(registry: Registry, label: str, target: Any, sample: ModelSam
     rtol, atol = sample.tolerances()
     try:
         args, kwargs = copy.deepcopy((sample.args, sample.kwargs))
-        verified = program.verify(*args, rtol=rtol, atol=atol, **kwargs)
-    except Exception as e:
+        verified = program.verify(*args, rtol=rtol, atol=atol, locate=True, **kwargs)
+    except Exception as e:  # a mismatch's message ends with where it goes wrong (verify(locate=True))
         return CheckResult(REWRITES, label, where, FAILED, f"{sample.label}: fired ({', '.join(made)}), but {e}")
     return CheckResult(
         REWRITES, label, where, PASSED,
