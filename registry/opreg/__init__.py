@@ -70,7 +70,7 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
 
         return opreg.llm
     # The exporter's types import torch: load them on first use only.
-    if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "StateSlot"):
+    if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location", "StateSlot"):
         from opreg import exporter
 
         return getattr(exporter, name)

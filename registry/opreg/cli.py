@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from opreg.errors import OpregError, PluginError, PluginNotFoundError
@@ -27,6 +28,8 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+LOCATE_ROWS = 12
+"""How many nodes out of tolerance ``export --locate``'s table shows (suspects first)."""
 PIPE_WIDTH = 160
 """Columns for tables printed to a pipe (which has no terminal width): wide enough not to fold them."""
 STATUS_STYLES = {
@@ -128,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .onnx file to write")
     p.add_argument("--dynamic", action="append", default=[], metavar="SPEC", help=dynamic_help)
     p.add_argument("--verify", action="store_true", help="run the model and compare with eager PyTorch")
+    p.add_argument(
+        "--locate", action="store_true",
+        help="with --verify, on a mismatch compare every intermediate value and name the impl or rule at fault",
+    )  # fmt: skip
+    p.add_argument("--rtol", type=float, default=1e-4, help="--verify's relative tolerance (default 1e-4)")
+    p.add_argument("--atol", type=float, default=1e-4, help="--verify's absolute tolerance (default 1e-4)")
     p.add_argument("--keep-functions", action="store_true", help="keep script impls as model-local functions")
     p.add_argument(
         "--keep-weights", action="store_true",
@@ -554,7 +563,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
             path = program.save(args.output, external_data=True if args.external_data else None)
             if args.verify:
                 stage("verify")
-                result = program.verify(*loaded.args, **loaded.kwargs)
+                result = program.verify(
+                    *loaded.args, rtol=args.rtol, atol=args.atol, locate=args.locate, **loaded.kwargs
+                )
             stage("")
         except UnsupportedOpsError as e:
             status.stop()
@@ -563,13 +574,36 @@ def _cmd_export(args: argparse.Namespace) -> int:
             return EXIT_FINDINGS
         except VerificationError as e:
             status.stop()
-            err.print(_styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{e}", "red"))
+            location = getattr(e, "location", None)
+            if args.json:
+                checks = [dataclasses.asdict(c) for c in e.results]
+                _print_json({
+                    "file": str(Path(args.output).resolve()), "verified": False, "outputs": checks,
+                    "location": location.to_dict() if location is not None else None,
+                })  # fmt: skip
+                return EXIT_FINDINGS
+            if location is None:
+                err.print(_styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{e}", "red"))
+                if args.verify and not args.locate:
+                    err.print("rerun with --locate to find the impl or rewrite rule at fault")
+                return EXIT_FINDINGS
+            lines = "\n".join(f"  {c}" for c in e.results if not c.ok)
+            err.print(_styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{lines}", "red"))
+            _location_table(_console(), location)
             return EXIT_FINDINGS
         except KeyboardInterrupt as e:
             status.stop()
             sys.stderr.write(f"opreg: interrupted: {_interrupted_export(e, last[0], args)}\n")
             return EXIT_INTERRUPTED
     _warn_hook_failures(registry)
+    if args.json:
+        _print_json({
+            "file": str(Path(path).resolve()), "nodes": len(program.model.graph),
+            "opsets": {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())},
+            "verified": bool(args.verify) or None,
+            "outputs": [dataclasses.asdict(c) for c in result.outputs] if args.verify else [],
+        })  # fmt: skip
+        return EXIT_OK
     opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
     console = _console()
     console.print(
@@ -651,6 +685,35 @@ def _cmd_llm_export(args: argparse.Namespace) -> int:
             f"verified: {len(checks)} outputs match transformers (max abs {summary['max_abs']:.3g})", markup=False
         )
     return EXIT_OK
+
+
+def _location_table(console: Any, location: Any) -> None:
+    """``program.locate``'s report: the nodes out of tolerance, the suspects first, then the verdict."""
+    rows = sorted(location.divergences, key=lambda d: (not d.faulty, not d.first))[:LOCATE_ROWS]
+    table = _table(
+        f"where it goes wrong ({location.compared} values compared with eager, {location.runtime}, "
+        f"rtol={location.rtol:g}, atol={location.atol:g})",
+        ["node", "torch op", "impl / rule", "impl at", "model line", "error", "alone", "verdict"],
+        whole=["impl / rule", "impl at"],
+    )
+    for d in rows:
+        verdict = "WRONG" if d.faulty else ("first" if d.first else "carried")
+        alone = _times(d.local.ratio) if d.local is not None else "?"
+        table.add_row(
+            d.node, d.torch_op, d.suspect, _short_source(d.impl_source), _short_source(d.source) or d.module,
+            _times(d.error.ratio), alone, _styled(verdict, "red" if d.faulty else ""),
+        )  # fmt: skip
+    console.print(table)
+    if len(location.divergences) > len(rows):
+        console.print(
+            f"... and {len(location.divergences) - len(rows)} more node(s) out of tolerance (--json lists all)"
+        )
+    console.print(_styled(location.summary(), "red" if location.verdict == "fault" else "yellow"), markup=False)
+    console.print("error: x the tolerance (atol + rtol * |eager|); alone: the node on the model's own inputs to it")
+
+
+def _times(ratio: float) -> str:
+    return "inf" if ratio == float("inf") else f"{ratio:.3g} x"
 
 
 def _print_patches(console: Any, err: Any, outcomes: Sequence[Any]) -> None:

@@ -16,6 +16,7 @@ import torch
 
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError
 from opreg.exporter import _capture, _decompose, _finish, _plan, _state, _translate
+from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
@@ -34,10 +35,13 @@ __all__ = [
     "PROVENANCE_KEYS",
     "SKIPPED_OPS",
     "STAGES",
+    "Divergence",
+    "Location",
     "MissingOp",
     "OnnxProgram",
     "OutputCheck",
     "StateSlot",
+    "Step",
     "Verification",
     "export",
     "plan_export",
@@ -219,6 +223,7 @@ def export(
         capture_patches=patched.outcomes if patched is not None else (),
     )  # fmt: skip
     tick.done()
+    result.exporter = export
     return result
 
 

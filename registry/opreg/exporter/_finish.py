@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -120,6 +121,7 @@ def finish(
         out_spec=out_spec,
         checked=checked,
         state=state,
+        traces=translation.traces,
         capture_patches=capture_patches,
     )
 
@@ -465,8 +467,35 @@ def check(model: ir.Model) -> bool:
     try:
         onnx.checker.check_model(data, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        made = _made_by(model, str(e))
+        if made:
+            raise ExportError(f"the exported model is not valid ONNX: {e}\n{made}") from e
         raise ExportError(
             f"the exported model is not valid ONNX: {e}\nThis is a bug in opreg or in the pack whose impl "
             "made the node named in the message (see the node's opreg.pack metadata); please report it."
         ) from e
     return True
+
+
+_NODE_NAME = re.compile(r"node name: ([^)\s]+)\)")
+
+
+def _made_by(model: ir.Model, message: str) -> str:
+    """Who made the nodes the checker's ``message`` names: their impl (or rewrite rule), torch op and
+    where in the model, from their provenance (``""`` when it names none)."""
+    from opreg.exporter._locate import provenance
+
+    names = set(_NODE_NAME.findall(message))
+    lines = []
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.name not in names:
+            continue
+        props = provenance(node)
+        rule = props.get("rewrite")
+        maker = f"rewrite rule {rule}" if rule else f"impl {props.get('pack', '?')}:{props.get('impl', '?')}"
+        where = " at ".join(p for p in (props.get("module") or "<root>", props.get("source", "")) if p)
+        lines.append(
+            f"node {node.name} was made by {maker} for {props.get('torch_op', '?')} ({where}): fix it there, "
+            "or report it to its pack"
+        )
+    return "\n".join(lines)

@@ -27,6 +27,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from opreg.errors import ExportError
 from opreg.exporter import _nodes, _state
+from opreg.exporter._locate import Trace, trace_of
 from opreg.exporter._plan import Call, Plan
 from opreg.exporter._recorder import GraphRecorder
 from opreg.registry import Impl
@@ -48,6 +49,7 @@ class Translation:
         state: with ``state_io``, ``(kind, key, input name, value after the call)`` of each
             mutated buffer and input (:mod:`opreg.exporter._state`); the buffers' inputs
             follow ``input_names`` in the graph.
+        traces: FX node name -> what each node of the main graph became (the locator's map).
     """
 
     graph: ir.Graph
@@ -56,6 +58,7 @@ class Translation:
     outputs: list[Any]
     used_impls: dict[str, Impl]
     state: list[tuple[str, str, str, ir.Value]] = dataclasses.field(default_factory=list)
+    traces: dict[str, Trace] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -87,9 +90,11 @@ class Translator:
         """Mutated buffers become inputs, and mutated buffers and inputs outputs (``state="io"``)."""
         self.used_impls: dict[str, Impl] = {}
         self._dims: dict[Any, int | str] = {}
+        self.traces: dict[str, Trace] = {}
+        self.main_graph: ir.Graph | None = None
 
     def run(self) -> Translation:
-        graph = ir.Graph([], [], nodes=[], name="main_graph")
+        graph = self.main_graph = ir.Graph([], [], nodes=[], name="main_graph")
         scope = _Scope(GraphRecorder(graph, self.target.onnx))
         input_names, state_inputs = self._inputs(scope)
         results = self._walk(scope, self.program.graph)
@@ -102,7 +107,9 @@ class Translator:
                     state.append((_state.BUFFER, spec.target, state_inputs[spec.target], value))
                 elif spec.kind == OutputKind.USER_INPUT_MUTATION:
                     state.append((_state.INPUT, spec.target, spec.target, value))
-        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls, state)
+        for trace in self.traces.values():
+            trace.snapshot()
+        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls, state, self.traces)
 
     # -- values ------------------------------------------------------------------------
 
@@ -257,6 +264,8 @@ class Translator:
             raise ExportError(f"{_call_site(node, impl)} raised {type(e).__name__}: {e}") from e
         made = {id(n) for n in recorder.added[first:]}
         scope.values[node] = self._results(scope, node, impl, result, made)
+        if scope.outer is None and scope.recorder.graph is self.main_graph:
+            self.traces[node.name] = trace_of(scope.values[node], impl)
         if _nodes.classify(node) is _nodes.Kind.INPLACE:
             scope.values[node.args[0]] = scope.values[node]  # later reads of self see the mutation
 
@@ -406,10 +415,12 @@ class Translator:
             (_, module), *_ = _nodes.subgraphs(node)
             operands = [self._value(scope, a) for a in node.args[hop.operands :]]
             scope.values[node] = tuple(self._inline(scope, node, module, operands))
-            return
-        handler = getattr(self, f"_hop_{hop.name}")
-        self._stamp(scope.recorder, node, hop.name, _nodes.EXPORTER, hop.name, "<exporter>", scope.outer)
-        scope.values[node] = tuple(handler(scope, node))
+        else:
+            handler = getattr(self, f"_hop_{hop.name}")
+            self._stamp(scope.recorder, node, hop.name, _nodes.EXPORTER, hop.name, "<exporter>", scope.outer)
+            scope.values[node] = tuple(handler(scope, node))
+        if scope.outer is None and scope.recorder.graph is self.main_graph:
+            self.traces[node.name] = trace_of(scope.values[node], None)
 
     def _inline(
         self, scope: _Scope, node: torch.fx.Node, module: torch.fx.GraphModule, operands: Sequence[Any]

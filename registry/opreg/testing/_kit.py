@@ -167,24 +167,30 @@ class PackCheck:
         if failures:
             lines = [f"{self.summary()}; failures:", *(f"  - {r}" for r in failures)]
             raise AssertionError("\n".join(lines))
-        patches = [u.removeprefix(PATCH_SUBJECT) for u in self.unsampled if u.startswith(PATCH_SUBJECT)]
-        if patches and not allow_unsampled:
-            raise AssertionError(
-                f"{self.summary()}; these capture patches have no sample, so the kit never compared a model "
-                f"run through them with the same model run without them: {', '.join(patches)}. Return models "
-                "that call the patched code from opreg_capture_samples "
-                "({patch_name: [opreg.testing.ModelSample.of(module, *inputs)]}), or call "
-                "assert_ok(allow_unsampled=True) to accept unchecked patches"
-            )
-        rules = [u.removeprefix(REWRITE_SUBJECT) for u in self.unsampled if u.startswith(REWRITE_SUBJECT)]
-        if rules and not allow_unsampled:
-            raise AssertionError(
-                f"{self.summary()}; these rewrite rules have no sample, so the kit never saw them fire nor "
-                f"compared their models with eager PyTorch: {', '.join(rules)}. "
-                "Return models holding their patterns from opreg_rewrite_samples "
-                "({rule_name: [opreg.testing.ModelSample.of(module, *inputs)]}), or call "
-                "assert_ok(allow_unsampled=True) to accept unchecked rules"
-            )
+        unchecked = {
+            PATCH_SUBJECT: (
+                "capture patches",
+                "never compared a model run through them with the same model run without them",
+                "Return models that call the patched code from opreg_capture_samples",
+                "patch_name",
+                "patches",
+            ),
+            REWRITE_SUBJECT: (
+                "rewrite rules",
+                "never saw them fire nor compared their models with eager PyTorch",
+                "Return models holding their patterns from opreg_rewrite_samples",
+                "rule_name",
+                "rules",
+            ),
+        }
+        for prefix, (what, missed, fix, key, plural) in unchecked.items():
+            names = [u.removeprefix(prefix) for u in self.unsampled if u.startswith(prefix)]
+            if names and not allow_unsampled:
+                raise AssertionError(
+                    f"{self.summary()}; these {what} have no sample, so the kit {missed}: {', '.join(names)}. "
+                    f"{fix} ({{{key}: [opreg.testing.ModelSample.of(module, *inputs)]}}), or call "
+                    f"assert_ok(allow_unsampled=True) to accept unchecked {plural}"
+                )
         impls = {r.subject for r in self.results if r.check == SAMPLES and r.subject != self.pack}
         if impls and set(self.unsampled) >= impls and not allow_unsampled:
             why = [r for r in self.results if r.check == SAMPLES]
@@ -758,8 +764,8 @@ def _drive_rewrite(registry: Registry, label: str, target: Any, sample: ModelSam
     rtol, atol = sample.tolerances()
     try:
         args, kwargs = copy.deepcopy((sample.args, sample.kwargs))
-        verified = program.verify(*args, rtol=rtol, atol=atol, **kwargs)
-    except Exception as e:
+        verified = program.verify(*args, rtol=rtol, atol=atol, locate=True, **kwargs)
+    except Exception as e:  # a mismatch's message ends with where it goes wrong (verify(locate=True))
         return CheckResult(REWRITES, label, where, FAILED, f"{sample.label}: fired ({', '.join(made)}), but {e}")
     return CheckResult(
         REWRITES, label, where, PASSED,
