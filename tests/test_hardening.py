@@ -789,7 +789,7 @@ def test_save_takes_a_bytes_path(program, tmp_path, monkeypatch):
 
 
 class _Stateful(torch.nn.Module):
-    """Batch norm in training: a buffer mutation, so the export decomposes too."""
+    """Batch norm in training: a buffer mutation (exported as state, state="io"), so the export decomposes too."""
 
     def __init__(self):
         super().__init__()
@@ -807,7 +807,7 @@ def test_exports_from_several_threads_all_succeed():
     def export_and_verify(seed: int) -> float:
         torch.manual_seed(seed)
         model, x = _Stateful().train(), torch.randn(8, 4)
-        return opreg.export(model, (x,), target=18).verify(x).outputs[0].max_abs
+        return opreg.export(model, (x,), target=18, state="io").verify(x).outputs[0].max_abs
 
     with ThreadPoolExecutor(max_workers=6) as pool:
         errors = list(pool.map(export_and_verify, range(12)))
