@@ -11,8 +11,8 @@ For each architecture (by default the sample of ``tests/language_models.py``'s `
    ``Decoder.verify`` against transformers' forward (batch 1 and 3, sequence 1 and 7, past 0 and 5,
    left padding; rtol=atol=1e-4), then ONNX Runtime GenAI's greedy generation from the folder
    against transformers' greedy ``generate`` (24 tokens, token for token). A mixture of experts
-   whose default experts call ``transformers::grouped_mm_fallback`` (no pack translates it yet)
-   is retried with transformers' ``batched_mm`` experts, and says so;
+   whose default experts call ``transformers::grouped_mm_fallback`` without a pack installed that
+   translates it (opreg-transformers) is retried with transformers' ``batched_mm`` experts, and says so;
 3. the builder: the model saved as a checkpoint, ``python -m onnxruntime_genai.models.builder -p
    fp32 -e cpu``, and if it builds, the same greedy comparison through GenAI.
 
@@ -85,7 +85,7 @@ def _opreg(model: Any, folder: Path, row: dict[str, Any]) -> None:
         if "grouped_mm_fallback" not in str(e) or not hasattr(model, "set_experts_implementation"):
             raise
         model.set_experts_implementation("batched_mm")
-        row["note"] = "experts as transformers' batched_mm (grouped_mm_fallback has no pack yet)"
+        row["note"] = "experts as transformers' batched_mm (no installed pack translates grouped_mm_fallback)"
         started = time.process_time()
         decoder = opreg.llm.export_decoder(model, folder, tokenizer=lm.tokenizer())
     except opreg.ExportError as e:
