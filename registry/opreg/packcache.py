@@ -21,10 +21,11 @@ while nothing it came from has changed:
   distribution's folder anew on every install, so a ``pip install``, upgrade,
   reinstall or uninstall of any distribution (a pack, opreg, torch, onnx, ...)
   invalidates it;
-- the files of opreg and of every discovered pack's package when they are not
-  in a ``site-packages`` directory (editable installs, source trees on
-  ``PYTHONPATH``), and of every other module outside the standard library and
-  ``site-packages`` that was imported when the entry was written: their
+- the source files of opreg and of every discovered pack's package that are
+  not installed copies (editable installs, source trees on ``PYTHONPATH``),
+  and of every other module imported when the entry was written that is
+  neither in the standard library nor in a folder pip installs into (a site
+  directory, a ``sys.path`` entry holding ``*.dist-info`` folders): their
   modification times and sizes, so an edit of an editable pack invalidates it;
 - the environment variables that change what loads (``OPREG_DISABLE_PLUGIN_AUTOLOAD``,
   ``OPREG_SLOW_IMPORT_SECONDS``).
@@ -190,13 +191,36 @@ def _file_state(paths: Iterable[str]) -> list[list[Any]]:
     return state
 
 
+def _changed(old: list[list[Any]], new: list[list[Any]]) -> str | None:
+    """The first path whose state differs between two sorted lists of ``[path, state...]`` (a
+    distribution inside a ``sys.path`` entry, for :func:`_path_state`), or ``None``."""
+    if old == new:
+        return None
+    for before, now in zip(old, new, strict=False):
+        if before == now:
+            continue
+        if before[0] == now[0] and isinstance(now[1], list) and isinstance(before[1], list):
+            return _changed(before[1], now[1]) or str(now[0])
+        return str(min(before[0], now[0]))
+    longer = old if len(old) > len(new) else new
+    return str(longer[min(len(old), len(new))][0])
+
+
 def _installed_roots() -> tuple[str, ...]:
-    """Directories whose contents change only through pip (and the standard library)."""
+    """Folders whose files change only through pip (or never): the standard library, the site
+    directories, and every ``sys.path`` entry that holds a ``*.dist-info`` folder (one pip, or a
+    tool like it, installs into; their distributions are watched by :func:`_path_state`)."""
     import site
 
     roots = {sysconfig.get_paths().get(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
     roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
     roots.add(site.getusersitepackages() if hasattr(site, "getusersitepackages") else None)
+    for entry in sys.path:
+        try:
+            if any(name.endswith(".dist-info") for name in os.listdir(entry or ".")):
+                roots.add(entry or ".")
+        except OSError:
+            continue
     return tuple(os.path.join(os.path.realpath(r), "") for r in roots if r)
 
 
@@ -327,11 +351,11 @@ def read(selection: Selection, directory: Path | None = None) -> Declared | None
     try:
         if entry["key"] != key:
             return None
-        if entry["path_state"] != _path_state():
-            logger.debug("cache entry %s: a distribution or sys.path entry changed", path)
-            return None
-        if entry["file_state"] != _file_state(f for f, _, _ in entry["file_state"]):
-            logger.debug("cache entry %s: a source file changed", path)
+        changed = _changed(entry["path_state"], _path_state())
+        if changed is None:
+            changed = _changed(entry["file_state"], _file_state(f for f, _, _ in entry["file_state"]))
+        if changed is not None:
+            logger.debug("cache entry %s not used: %s changed since it was written", path, changed)
             return None
         low, high = entry["onnx_opset_range"]
         assume_onnx_opset_range((low, high))  # a fact of the installed onnx and onnxscript, as the key is
