@@ -14,25 +14,27 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.metadata
 import logging
 import os
 import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pluggy
-
-from opreg import hookspecs
 from opreg.errors import InvalidArgumentError, InvalidTargetError, OpregError, PluginError, PluginNotFoundError
 from opreg.opname import OpName
 from opreg.packset import PackSet
 from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, HookError, PackReport, Rejection
-from opreg.registrar import Registrar
 from opreg.registry import CORE_PACK, USER_PACK, Impl, Registry
 from opreg.targets import BUILTIN_PROFILES, Target, domain_label
+
+if TYPE_CHECKING:  # imported where packs are found and loaded: assembling cached data needs none of them
+    import importlib.metadata
+
+    import pluggy
+
+    from opreg.registrar import Registrar
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +73,8 @@ def slow_import_seconds() -> float:
 
 def hook_names() -> tuple[str, ...]:
     """The hooks a pack may implement: every spec in :mod:`opreg.hookspecs`, in its order."""
+    from opreg import hookspecs
+
     marker = f"{hookspecs.PROJECT_NAME}_spec"
     return tuple(name for name, value in vars(hookspecs).items() if hasattr(value, marker))
 
@@ -131,6 +135,8 @@ def discovered() -> tuple[DiscoveredPack, ...]:
     with _cache_lock:
         found = _ep_cache.get(key)
         if found is None:
+            import importlib.metadata
+
             eps = [DiscoveredPack.of(ep) for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
             found = tuple(sorted(eps, key=lambda f: (f.name != CORE_PACK, f.name, f.distribution)))
             _ep_cache[key] = found
@@ -193,6 +199,8 @@ def require_installed(names: Iterable[str], what: str = "pack", *, installed: It
 
 
 def _torch_version() -> str | None:
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
@@ -242,6 +250,8 @@ def _call_one(pm: pluggy.PluginManager, plugin: Any, pack: str, hook: str, **kwa
     """``plugin``'s ``hook`` (if it implements it), checked against the hook's contract
     (:data:`opreg.hookspecs.CONTRACTS`): a :class:`~opreg.hookspecs.Checked`, or the
     :class:`~opreg.pluginapi.HookError` the exporter and the kit would give for it."""
+    from opreg import hookspecs
+
     others = [p for p in pm.get_plugins() if p is not plugin]
     try:
         results = pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
@@ -263,6 +273,10 @@ def _warn_once(pack: str, reason: str, error: BaseException | None = None) -> No
 
 
 def _load_one(pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport) -> _Loaded:
+    import pluggy
+
+    from opreg.registrar import Registrar
+
     ep = found.entry_point
     started = time.perf_counter()
 
@@ -341,6 +355,8 @@ def _load_table(
 ) -> _Loaded:
     """A pack that is a ``custom_translation_table``: its functions, and a target profile named
     after it when they emit custom domains (see :func:`table_profile`)."""
+    from opreg.registrar import Registrar
+
     name = found.name
     registrar = Registrar(name)
     try:
@@ -525,6 +541,10 @@ def build_registry(
 def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared, PackSet]:
     """Import and hook the selected packs (their code runs): what they declare, and the
     :class:`PackSet` that calls their hooks (``strict``: a failing hook raises)."""
+    import pluggy
+
+    from opreg import hookspecs
+
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     reports: list[PackReport] = []
@@ -675,7 +695,6 @@ __all__ = [
     "DiscoveredPack",
     "PackReport",
     "PackSet",
-    "Registrar",
     "Rejection",
     "Selection",
     "assemble",
