@@ -41,8 +41,9 @@ def cli(capsys, *argv):
     return code, out, err
 
 
-def entries(directory: Path) -> list[Path]:
-    return sorted(directory.glob("*.json"))
+def entries(root: Path) -> list[Path]:
+    """The entries in the cache whose root folder (``OPREG_CACHE_DIR``) is ``root``."""
+    return sorted((root / packcache.SUBDIR).glob("*.json"))
 
 
 def probe(python: Path | str, cache: Path, *argv: str, cwd: Path, timeout: float = 300) -> tuple[str, dict]:
@@ -153,7 +154,10 @@ def test_the_cache_is_left_alone_when_a_pack_changes_while_it_loads(tmp_path):
     packcache.write(Selection.of(), opreg.plugins.Declared((), ()), before, tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
     packcache.write(
-        Selection.of(), opreg.plugins.Declared((), ()), packcache._file_state([str(source)]), tmp_path / "c"
+        Selection.of(),
+        opreg.plugins.Declared((), ()),
+        packcache._file_state([str(source)]),
+        tmp_path / "c" / packcache.SUBDIR,
     )
     assert len(entries(tmp_path / "c")) == 1
 
@@ -164,7 +168,7 @@ def test_location_and_switches(capsys, tmp_path, monkeypatch):
     if sys.platform.startswith("linux"):
         assert packcache.cache_dir() == tmp_path / "xdg" / "opreg" / "declared"
     monkeypatch.setenv(packcache.CACHE_ENV, str(tmp_path / "mine"))
-    assert packcache.cache_dir() == tmp_path / "mine"
+    assert packcache.cache_dir() == tmp_path / "mine" / "declared"
     cli(capsys, "plugins", "--no-cache")
     assert not (tmp_path / "mine").exists()
     monkeypatch.setenv(packcache.NO_CACHE_ENV, "1")

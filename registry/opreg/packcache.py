@@ -38,11 +38,11 @@ every run, as :func:`opreg.plugins.assemble` does after loading.
 
 Where it lives
 --------------
-``$OPREG_CACHE_DIR`` if set, else ``opreg/declared`` in the user cache
-directory (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches``
-on macOS, ``%LOCALAPPDATA%`` on Windows). One JSON file per selection and
-interpreter; the oldest are removed beyond :data:`MAX_ENTRIES`. Deleting the
-directory is always safe. ``OPREG_NO_CACHE=1`` (or the commands' ``--no-cache``)
+The ``declared`` folder of opreg's cache folder: ``$OPREG_CACHE_DIR`` if set,
+else ``opreg`` in the user cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``
+on Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%\\opreg\\Cache`` on
+Windows). One JSON file per selection and interpreter; the oldest are removed
+beyond :data:`MAX_ENTRIES`. Deleting the folder is always safe. ``OPREG_NO_CACHE=1`` (or the commands' ``--no-cache``)
 turns it off: every run then loads the packs.
 """
 
@@ -79,7 +79,8 @@ from opreg.targets import OpsetRequirement, VersionRange, assume_onnx_opset_rang
 logger = logging.getLogger(__name__)
 
 CACHE_ENV = "OPREG_CACHE_DIR"
-"""Where the cache lives, if set (a directory; created when first written)."""
+"""opreg's cache folder, if set (created when first written); the entries are in its ``declared`` folder."""
+SUBDIR = "declared"
 NO_CACHE_ENV = "OPREG_NO_CACHE"
 """Set to ``1`` to turn the cache off."""
 FORMAT = 1
@@ -130,13 +131,16 @@ def user_cache_dir() -> Path:
     return Path(base, "opreg")
 
 
-def cache_dir() -> Path | None:
-    """The cache directory: ``$OPREG_CACHE_DIR``, else ``declared`` in :func:`user_cache_dir`;
-    ``None`` when ``OPREG_NO_CACHE`` turns the cache off."""
-    if disabled():
-        return None
+def cache_root() -> Path:
+    """opreg's cache folder: ``$OPREG_CACHE_DIR`` if set, else :func:`user_cache_dir`."""
     value = os.environ.get(CACHE_ENV, "").strip()
-    return Path(value).expanduser() if value else user_cache_dir() / "declared"
+    return Path(value).expanduser() if value else user_cache_dir()
+
+
+def cache_dir() -> Path | None:
+    """Where the entries live: ``declared`` in :func:`cache_root`; ``None`` when
+    ``OPREG_NO_CACHE`` turns the cache off."""
+    return None if disabled() else cache_root() / SUBDIR
 
 
 # -- the key and the state it was written in ------------------------------------------------------
@@ -450,6 +454,7 @@ __all__ = [
     "NO_CACHE_ENV",
     "Declaration",
     "cache_dir",
+    "cache_root",
     "disabled",
     "read",
     "registry",
