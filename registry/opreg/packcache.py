@@ -109,6 +109,12 @@ class Declaration:
     def __repr__(self) -> str:
         return f"<declared {self.name}>"
 
+    def __eq__(self, other: object) -> bool:  # impls read from two entries alike compare equal
+        return isinstance(other, Declaration) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash((Declaration, self.name))
+
 
 # -- where -------------------------------------------------------------------------------------
 
