@@ -49,13 +49,11 @@ turns it off: every run then loads the packs.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
 import sys
-import sysconfig
-import tempfile
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -169,8 +167,10 @@ def _key(selection: Selection) -> dict[str, Any]:
 
 
 def _entry_path(directory: Path, key: Mapping[str, Any]) -> Path:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-    return directory / f"{digest}.json"
+    """The entry's file, named by a checksum of ``key`` (the entry holds the key itself, so two keys
+    that share a checksum only take turns; zlib's, as hashlib's import costs a command's start-up)."""
+    text = json.dumps(key, sort_keys=True).encode()
+    return directory / f"{zlib.crc32(text):08x}{zlib.adler32(text):08x}.json"
 
 
 def _path_state() -> list[list[Any]]:
@@ -221,6 +221,7 @@ def _installed_roots() -> tuple[str, ...]:
     directories, and every ``sys.path`` entry that holds a ``*.dist-info`` folder (one pip, or a
     tool like it, installs into; their distributions are watched by :func:`_path_state`)."""
     import site
+    import sysconfig
 
     roots = {sysconfig.get_paths().get(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
     roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
@@ -399,6 +400,8 @@ def write(selection: Selection, declared: Declared, before: list[list[Any]], dir
         "onnx_opset_range": list(onnx_opset_range()),
     }
     path = _entry_path(directory, key)
+    import tempfile
+
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=directory)
