@@ -58,19 +58,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from opreg import plugins as loader
 from opreg.errors import OpregError
 from opreg.opname import OpName
 from opreg.pluginapi import PackReport, Rejection
-from opreg.plugins import (
-    AUTOLOAD_ENV,
-    SLOW_IMPORT_ENV,
-    Declared,
-    Selection,
-    assemble,
-    discovered,
-    load_packs,
-    require_installed,
-)
+from opreg.plugins import Declared, Selection
 from opreg.registry import Impl, Registry
 from opreg.targets import OpsetRequirement, VersionRange, assume_onnx_opset_range, onnx_opset_range
 
@@ -85,7 +77,7 @@ FORMAT = 1
 """The entries' format; an entry of another format is not read."""
 MAX_ENTRIES = 32
 """Entries kept in the cache directory (one per selection and interpreter); older ones are removed."""
-WATCHED_ENV = (AUTOLOAD_ENV, SLOW_IMPORT_ENV)
+WATCHED_ENV = (loader.AUTOLOAD_ENV, loader.SLOW_IMPORT_ENV)
 DIST_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".pth")
 
 
@@ -245,7 +237,7 @@ def _package_files(roots: tuple[str, ...]) -> set[str]:
     known before any pack is imported, so a file edited while the packs load is seen."""
     import importlib.util
 
-    tops = {"opreg"} | {found.entry_point.value.split(":")[0].split(".")[0].strip() for found in discovered()}
+    tops = {"opreg"} | {found.entry_point.value.split(":")[0].split(".")[0].strip() for found in loader.discovered()}
     files: set[str] = set()
     for top in sorted(tops):
         try:
@@ -446,15 +438,15 @@ def registry(
     directory = cache_dir()
     declared = read(selection, directory) if directory is not None else None
     installed = None if declared is None else [r.name for r in declared.reports]
-    require_installed(require, installed=installed)
+    loader.require_installed(require, installed=installed)
     selection.require_installed(installed)
     if declared is not None:
-        return assemble(declared, selection, strict=strict)
+        return loader.assemble(declared, selection, strict=strict)
     before = _file_state(_package_files(_installed_roots())) if directory is not None else []
-    declared, packs = load_packs(selection, strict=strict)
+    declared, packs = loader.load_packs(selection, strict=strict)
     if directory is not None:
         write(selection, declared, before, directory)
-    return assemble(declared, selection, strict=strict, packs=packs)
+    return loader.assemble(declared, selection, strict=strict, packs=packs)
 
 
 __all__ = [
