@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from opreg.hookspecs import hookimpl
     from opreg.opname import OpName
     from opreg.packset import PackSet
+    from opreg.patching import CapturePatch, PatchOutcome
     from opreg.pluginapi import HookError, ModelSample, PackReport, Sample
     from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
     from opreg.registrar import ImplSpec, Registrar, Rejection, impl
@@ -58,6 +59,8 @@ _LAZY = {
     "hookimpl": "opreg.hookspecs",
     "OpName": "opreg.opname",
     "PackSet": "opreg.packset",
+    "CapturePatch": "opreg.patching",
+    "PatchOutcome": "opreg.patching",
     "HookError": "opreg.pluginapi",
     "ModelSample": "opreg.pluginapi",
     "PackReport": "opreg.pluginapi",
@@ -95,13 +98,16 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
     ``opreg.export(model, args=(), kwargs=None, *, target="onnx",
     dynamic_shapes=None, plugins=None, exclude=None, registry=None,
     inline=True, embed_functions=False, optimize=True, fold_weights=True, rewrite=True, seed=None,
-    progress=None)``
+    patches=True, exclude_patches=(), progress=None)``
     returns an :class:`opreg.exporter.OnnxProgram`
     with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
     """
     from opreg import exporter
 
     return exporter.export(model, args, kwargs, **options)
+
+
+_EXPORTER_NAMES = ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location")
 
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
@@ -111,7 +117,7 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
         globals()[name] = value  # found once
         return value
     # The exporter's types import torch: load them on first use only.
-    if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp"):
+    if name in _EXPORTER_NAMES:
         from opreg import exporter
 
         return getattr(exporter, name)
@@ -125,12 +131,13 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, "OnnxProgram", "OutputCheck", "Verification", "MissingOp"})
+    return sorted({*globals(), *_LAZY, *_EXPORTER_NAMES})
 
 
 __all__ = [
     "PLUGIN_API_VERSION",
     "Candidate",
+    "CapturePatch",
     "Conflict",
     "ExportError",
     "ExportOptions",
@@ -153,6 +160,7 @@ __all__ = [
     "OpsetRequirement",
     "PackReport",
     "PackSet",
+    "PatchOutcome",
     "PluginError",
     "PluginNotFoundError",
     "Registrar",
