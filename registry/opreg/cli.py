@@ -67,6 +67,15 @@ def _pack_options() -> argparse.ArgumentParser:
     return parent
 
 
+def _cache_options() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--no-cache", action="store_true",
+        help="load the packs instead of reading what they declare from opreg's cache (see OPREG_NO_CACHE)",
+    )  # fmt: skip
+    return parent
+
+
 def _target_options() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
@@ -94,23 +103,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opreg", description="Inspect opreg's op packs, registry and resolution.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    output, packs, target, patches = _output_options(), _pack_options(), _target_options(), _patch_options()
+    output, packs, target = _output_options(), _pack_options(), _target_options()
+    patches, cache = _patch_options(), _cache_options()
     model_help = (
         "path/to/file.py:factory (opreg runs that file, with its folder first on sys.path, as Python runs a "
         "script) or package.module:factory (imported); factory() returns (module, args[, kwargs])"
     )
     dynamic_help = "dynamic dims of a forward input: NAME:DIM=LABEL[,DIM=LABEL] (repeatable), e.g. x:0=batch"
 
-    p = sub.add_parser("plugins", parents=[output, packs], help="installed packs: loaded, failed or disabled, and why")
+    p = sub.add_parser(
+        "plugins", parents=[output, packs, cache], help="installed packs: loaded, failed or disabled, and why"
+    )
     p.set_defaults(run=_cmd_plugins)
 
-    p = sub.add_parser("ops", parents=[output, packs, target], help="registered ops and their impls")
+    p = sub.add_parser("ops", parents=[output, packs, target, cache], help="registered ops and their impls")
     p.add_argument("pattern", nargs="?", help="only ops matching this glob or substring (e.g. 'aten::gelu*')")
     p.add_argument("--pack", action="append", default=[], help="only impls from this pack (repeatable)")
     p.set_defaults(run=_cmd_ops)
 
     p = sub.add_parser(
-        "explain", parents=[output, packs, target],
+        "explain", parents=[output, packs, target, cache],
         help="how one op resolves for a target, and why; or what a capture patch patches and whether it applies",
     )  # fmt: skip
     p.add_argument(
@@ -196,17 +208,25 @@ def _version() -> str:
 # -- shared pieces -------------------------------------------------------------------------
 
 
-def _registry(args: argparse.Namespace) -> Any:
+def _registry(args: argparse.Namespace, *, declared: bool = False) -> Any:
+    """The registry of the packs ``args`` select; ``declared``: what they declare is enough (to list
+    and explain, not to export), so it may come from :mod:`opreg.packcache` without loading them."""
     from opreg import plugins
 
     wanted = [a for a in args.plugin_args if not a.startswith("no:")]
     unwanted = [a[3:] for a in args.plugin_args if a.startswith("no:")]
     if any(not name for name in wanted + unwanted):
         raise _UsageError("-p needs a pack name: -p NAME or -p no:NAME")
+    selection = wanted if plugins.autoload_disabled() else None
+    if declared and not args.no_cache:
+        from opreg import packcache
+
+        prefer = _preferences(args.prefer)
+        return packcache.registry(selection, unwanted, strict=args.strict, prefer=prefer, require=wanted + unwanted)
     plugins.require_installed(wanted)
     plugins.require_installed(unwanted)
-    selection = wanted if plugins.autoload_disabled() else None
-    return plugins.build_registry(selection, unwanted, strict=args.strict, prefer=_preferences(args.prefer))
+    prefer = _preferences(args.prefer)
+    return plugins.build_registry(selection, unwanted, strict=args.strict, prefer=prefer)
 
 
 def _preferences(items: Sequence[str]) -> dict[str, str]:
@@ -319,7 +339,7 @@ def _warn_hook_failures(registry: Any) -> None:
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
-    registry = _registry(args)
+    registry = _registry(args, declared=True)
     conflicts = _conflict_rows(registry)
     if args.json:
         rows = []
@@ -361,7 +381,7 @@ def _matches(op: str, pattern: str | None) -> bool:
 def _cmd_ops(args: argparse.Namespace) -> int:
     from opreg.targets import domain_label
 
-    registry = _registry(args)
+    registry = _registry(args, declared=True)
     target = registry.target(args.target)
     known_packs = {r.name for r in registry.packs} | {i.pack for i in registry.impls()}
     unknown = sorted(set(args.pack) - known_packs)
@@ -402,9 +422,9 @@ def _cmd_ops(args: argparse.Namespace) -> int:
 def _cmd_explain(args: argparse.Namespace) -> int:
     from opreg.opname import OpName
 
-    registry = _registry(args)
-    if "::" not in args.op:
-        return _explain_patches(args, registry)
+    if "::" not in args.op:  # a capture patch: whether it applies is the packs' hooks' to say
+        return _explain_patches(args, _registry(args))
+    registry = _registry(args, declared=True)
     op = OpName.of(args.op)
     explanation = registry.explain(op, args.target)
     if args.json:

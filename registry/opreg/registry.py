@@ -65,9 +65,11 @@ CORE_PACK = "core"
 Predicate = Callable[[Any], bool]
 
 
-@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Impl:
-    """One registered implementation of a torch op.
+    """One registered implementation of a torch op: a value (frozen, hashable, compared field by
+    field; ``function`` and ``predicate`` by identity, as Python compares functions; ``params``,
+    read from ``function``, not at all).
 
     Fields:
         op: the torch op it implements.
@@ -241,6 +243,25 @@ class Conflict:
         names = ", ".join(i.label for i in self.impls)
         how = "as preferred" if self.preferred else "by default; choose with prefer="
         return f"{self.op} at {self.target}: {names} tie; {self.impls[0].label} is used ({how})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RegistryData:
+    """What a :class:`Registry` holds (:meth:`Registry.data`): hashable, comparable values.
+
+    Fields:
+        impls: every impl, in registration order.
+        profiles: ``(name, ((domain, version), ...), pack)`` for every target profile, built-in ones first.
+        unsupported: ``(op, pack, reason)`` for every op a pack (or the user) declines.
+        preferences: ``(op, pack)`` for every op whose ties a preferred pack settles.
+        capture_patches: ``(pack, patch)`` for every capture patch added by hand (the packs' come from a hook).
+    """
+
+    impls: tuple[Impl, ...]
+    profiles: tuple[tuple[str, tuple[tuple[str, int], ...], str], ...]
+    unsupported: tuple[tuple[OpName, str, str], ...]
+    preferences: tuple[tuple[OpName, str], ...]
+    capture_patches: tuple[tuple[str, CapturePatch], ...] = ()
 
 
 class Registry:
@@ -500,6 +521,19 @@ class Registry:
     def preferences(self) -> dict[OpName, str]:
         """Op -> the pack :meth:`prefer` chose for its ties."""
         return dict(self._preferred)
+
+    def data(self) -> RegistryData:
+        """What this registry holds, as one hashable value: two registries built from the same
+        packs (or a registry and its copy) give equal data; the pack set is not part of it."""
+        return RegistryData(
+            impls=self.impls(),
+            profiles=tuple(
+                (name, tuple(sorted(versions.items())), pack) for name, (versions, pack) in self._profiles.items()
+            ),
+            unsupported=tuple((op, pack, reason) for op, (pack, reason) in self._unsupported.items()),
+            preferences=tuple(self._preferred.items()),
+            capture_patches=self.capture_patches(),
+        )
 
     def __contains__(self, op: object) -> bool:
         return OpName.of(op) in self._impls
