@@ -514,12 +514,16 @@ def test_python_api(program, tmp_path, monkeypatch, name):
 
 
 def test_verify_leaves_a_training_module_as_it_was():
-    """verify runs eager PyTorch on a copy of a module in train(): its statistics do not move."""
+    """verify runs eager PyTorch on a copy of a module in train(): its statistics do not move,
+    nor does the program's state."""
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)).train()
-    program = opreg.export(model, (torch.randn(8, 4),), target=18)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    program.verify(torch.randn(8, 4))
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    for state in ("io", "drop"):
+        program = opreg.export(model, (torch.randn(8, 4),), target=18, state=state)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        kept = {k: v.clone() for k, v in program.state.items()}
+        program.verify(torch.randn(8, 4))
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+        assert program.state.keys() == kept.keys() and all(torch.equal(kept[k], program.state[k]) for k in kept)
 
 
 # -- an impl's result is checked as it is produced, and the fault is the impl's ----------------------
@@ -785,7 +789,7 @@ def test_save_takes_a_bytes_path(program, tmp_path, monkeypatch):
 
 
 class _Stateful(torch.nn.Module):
-    """Batch norm in training: a buffer mutation, so the export decomposes too."""
+    """Batch norm in training: a buffer mutation (exported as state, state="io"), so the export decomposes too."""
 
     def __init__(self):
         super().__init__()
@@ -803,7 +807,7 @@ def test_exports_from_several_threads_all_succeed():
     def export_and_verify(seed: int) -> float:
         torch.manual_seed(seed)
         model, x = _Stateful().train(), torch.randn(8, 4)
-        return opreg.export(model, (x,), target=18).verify(x).outputs[0].max_abs
+        return opreg.export(model, (x,), target=18, state="io").verify(x).outputs[0].max_abs
 
     with ThreadPoolExecutor(max_workers=6) as pool:
         errors = list(pool.map(export_and_verify, range(12)))

@@ -150,11 +150,14 @@ def test_instance_norm(opset):
 @pytest.mark.parametrize("opset", OPSETS)
 def test_batch_norm_in_training_normalises_with_the_batch_statistics(opset):
     """train(): torch.export turns BatchNorm2d into _native_batch_norm_legit_functional; the output
-    matches eager (check() would put the model in eval(), so this exports it as it is)."""
+    matches eager (check() would put the model in eval(), so this exports it as it is), and with
+    state="io" so do the updated running statistics (verify compares them as outputs)."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), _trained_batch_norm(nn.BatchNorm2d(4)).train(), nn.ReLU()).train()
     x = torch.randn(2, 3, 8, 8)
-    program = opreg.export(model, (x,), target=opset)
+    program = opreg.export(model, (x,), target=opset, state="io")
+    stats = ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
+    assert [(s.input, s.output) for s in program.state_slots] == [(k, f"{k}_out") for k in stats]
     nodes = program.exported_program.graph.nodes
     assert any(n.target is torch.ops.aten._native_batch_norm_legit_functional.default for n in nodes)
     assert "BatchNormalization" not in onnx_ops(program)  # batch statistics, not the running ones

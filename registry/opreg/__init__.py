@@ -27,6 +27,7 @@ from opreg.errors import (
     RuntimeUnavailableError,
     SaveError,
     SignatureMismatchError,
+    StateError,
     UnsupportedOpsError,
     VerificationError,
 )
@@ -98,7 +99,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
     ``opreg.export(model, args=(), kwargs=None, *, target="onnx",
     dynamic_shapes=None, plugins=None, exclude=None, registry=None,
     inline=True, embed_functions=False, optimize=True, fold_weights=True, rewrite=True, seed=None,
-    patches=True, exclude_patches=(), progress=None)``
+    state="error", patches=True, exclude_patches=(), progress=None)``
     returns an :class:`opreg.exporter.OnnxProgram`
     with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
     """
@@ -107,7 +108,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
     return exporter.export(model, args, kwargs, **options)
 
 
-_EXPORTER_NAMES = ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location")
+_EXPORTER_NAMES = ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location", "StateSlot")
 
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
@@ -171,6 +172,7 @@ __all__ = [
     "RuntimeUnavailableError",
     "SaveError",
     "SignatureMismatchError",
+    "StateError",
     "Target",
     "TranslationTable",
     "TranslationTableWarning",

@@ -158,7 +158,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--external-data", action="store_true",
         help="write weights to a side file FILE.<token>.data the model names (weights of up to 256 bytes stay inline)",
     )  # fmt: skip
+    p.add_argument(
+        "--state", choices=("error", "io", "drop"), default="error",
+        help="a model that updates buffers or inputs in forward: refuse it (error, default), export each as an "
+        "input and an output (io), or leave the updates out (drop)",
+    )  # fmt: skip
     p.set_defaults(run=_cmd_export)
+
+    p = sub.add_parser("llm", help="language models: a causal LM as a decoder ONNX Runtime GenAI runs")
+    llm = p.add_subparsers(dest="llm_command", required=True, metavar="COMMAND")
+    p = llm.add_parser(
+        "export", parents=[output, packs, target],
+        help="export a transformers checkpoint folder to a folder ONNX Runtime GenAI loads",
+    )  # fmt: skip
+    p.add_argument("folder", metavar="FOLDER", help="a transformers checkpoint (config.json, weights, tokenizer)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write (created if missing)")
+    p.add_argument(
+        "--verify", action="store_true",
+        help="compare the decoder with the transformers model (prefill, decode, left padding)",
+    )  # fmt: skip
+    p.add_argument("--context-length", type=int, metavar="N", help="the longest sequence GenAI may generate")
+    p.add_argument("--external-data", action="store_true", help="write the weights to a side file")
+    p.set_defaults(run=_cmd_llm_export)
 
     p = sub.add_parser("inspect", parents=[output], help="what an ONNX file holds, and whether it is usable")
     p.add_argument("file", metavar="FILE", help="an .onnx file")
@@ -556,7 +577,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             program = exporter.export(
                 loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic,
                 registry=registry, inline=not args.keep_functions, fold_weights=not args.keep_weights,
-                patches=args.patches, exclude_patches=args.exclude_patches, progress=stage,
+                state=args.state, patches=args.patches, exclude_patches=args.exclude_patches, progress=stage,
             )  # fmt: skip
             stage("save")
             path = program.save(args.output, external_data=True if args.external_data else None)
@@ -623,6 +644,65 @@ def _cmd_export(args: argparse.Namespace) -> int:
             f"verified with {result.runtime}: {len(result.outputs)} output(s) match eager PyTorch "
             f"(max abs {worst:.3g})",
             markup=False,
+        )
+    return EXIT_OK
+
+
+def _cmd_llm_export(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from opreg.errors import VerificationError
+    from opreg.llm import _decoder
+
+    registry = _registry(args)
+    target = registry.target(args.target)
+    if not (Path(args.folder) / "config.json").is_file():
+        raise _UsageError(f"{args.folder} is not a transformers checkpoint folder (no config.json)")
+    _warn_conflicts(registry)
+    if not args.debug:
+        logging.getLogger("torch").setLevel(logging.CRITICAL)  # torch logs tracebacks of errors opreg reports
+    started = time.perf_counter()
+    err = _console(stderr=True)
+    with err.status(f"exporting {args.folder}..."):
+        decoder = _decoder.export_decoder(
+            args.folder, target=target, registry=registry, context_length=args.context_length
+        )
+        exported = time.perf_counter() - started
+        folder = decoder.save(args.output, external_data=True if args.external_data else None)
+    checks = []
+    if args.verify:
+        with err.status("verifying..."):
+            try:
+                checks = decoder.verify()
+            except VerificationError as e:
+                err.print(_styled(f"wrote {folder}, but the decoder does not match transformers:\n{e}", "red"))
+                return EXIT_FINDINGS
+    layout = decoder.layout
+    summary = {
+        "folder": str(folder),
+        "files": sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")),
+        "target": target.as_dict(),
+        "layers": layout.num_layers,
+        "inputs": list(decoder.program.input_names),
+        "outputs": list(decoder.program.output_names),
+        "nodes": len(decoder.program.model.graph),
+        "export_seconds": round(exported, 2),
+        "verified": len(checks),
+        "max_abs": max((c.max_abs for c in checks), default=None),
+    }
+    if args.json:
+        _print_json(summary)
+        return EXIT_OK
+    console = _console()
+    console.print(
+        f"wrote {folder} ({', '.join(summary['files'])}): {type(decoder.model).__name__}, {layout.num_layers} layers, "
+        f"{summary['nodes']} nodes, exported in {exported:.1f} s",
+        markup=False,
+    )
+    if checks:
+        console.print(
+            f"verified: {len(checks)} outputs match transformers (max abs {summary['max_abs']:.3g})", markup=False
         )
     return EXIT_OK
 

@@ -85,6 +85,20 @@ class UnsupportedOpsError(ExportError):
         self.missing = missing
 
 
+class StateError(ExportError):
+    """The model updates state during ``forward`` (a buffer, or an input in place) and the
+    export was not told what to do with it: ONNX graphs hold no state.
+
+    ``buffers`` and ``inputs`` name what the model mutates. Export with ``state="io"`` (each
+    becomes an input and an output of the model) or ``state="drop"`` (the updates are left out).
+    """
+
+    def __init__(self, message: str, buffers: tuple[str, ...] = (), inputs: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.buffers = buffers
+        self.inputs = inputs
+
+
 class OpsetConflictError(ExportError):
     """Two impls in one export need incompatible versions of one domain."""
 

@@ -15,11 +15,12 @@ from typing import Any
 import torch
 
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError
-from opreg.exporter import _capture, _decompose, _finish, _plan, _translate
+from opreg.exporter import _capture, _decompose, _finish, _plan, _state, _translate
 from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
+from opreg.exporter._state import StateSlot
 from opreg.patching import PatchedCapture
 from opreg.plugins import default_registry
 from opreg.registry import Registry
@@ -39,6 +40,7 @@ __all__ = [
     "MissingOp",
     "OnnxProgram",
     "OutputCheck",
+    "StateSlot",
     "Step",
     "Verification",
     "export",
@@ -113,6 +115,7 @@ def export(
     fold_weights: bool = True,
     rewrite: bool = True,
     seed: int | None = None,
+    state: str = "error",
     patches: bool = True,
     exclude_patches: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
@@ -159,6 +162,13 @@ def export(
             session of the model then draws the same numbers, run after run;
             ``None`` (default) leaves them unseeded: ONNX Runtime seeds them
             from its process-wide seed (``onnxruntime.set_seed``).
+        state: what to do when ``forward`` updates a buffer (batch-norm statistics in
+            training, a counter, a static KV cache) or an input in place, which an ONNX graph
+            cannot hold: ``"error"`` (default) raises :class:`opreg.StateError` naming them;
+            ``"io"`` makes each mutated buffer an input (named by its ``state_dict`` key) and
+            each mutated buffer and input an output (``<input>_out``), listed in the program's
+            ``state_slots`` (``run`` feeds and keeps the buffers' values in ``program.state``);
+            ``"drop"`` leaves the updates out (the model reads the exported values each call).
         patches: install the packs' capture patches (``opreg_capture_patches``)
             that apply to ``model`` while capturing it (default); ``False``
             captures the model's own code. What happened to each patch is in
@@ -179,6 +189,7 @@ def export(
             tuple, ``kwargs`` not a dict, ``seed`` not an int, ...), before
             anything is captured.
         UnsupportedOpsError: some ops have no impl for the target; lists all.
+        StateError: the model updates buffers or inputs, and ``state`` is ``"error"``.
         OpsetConflictError: impls need incompatible versions of one domain.
         ExportError: capture, translation or validation failed.
     """
@@ -186,6 +197,7 @@ def export(
     _check_options(inline=inline, seed=seed, embed_functions=embed_functions, optimize=optimize,
                    fold_weights=fold_weights, rewrite=rewrite)  # fmt: skip
     reg = _registry(registry, plugins, exclude)
+    _state.check_mode(state)
     tick = _Ticker(progress)
     tick("capture")
     resolved = reg.target(target)
@@ -193,6 +205,7 @@ def export(
     captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
     tick("decompose")
     program = _decompose.decompose(captured, reg, resolved)
+    _state.check(program, state, _model_name(model))
     tick("coverage")
     plan = _plan.plan(program.graph, reg, resolved)
     tick("translate")
@@ -201,7 +214,7 @@ def export(
     if isinstance(model, torch.nn.Module):
         symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
         eager = model
-    translation = _translate.Translator(program, plan, resolved, symbols).run()
+    translation = _translate.Translator(program, plan, resolved, symbols, state_io=state == "io").run()
     tick("finish")
     result = _finish.finish(
         translation, exported_program=program, module=eager, target=resolved, registry=reg,
@@ -212,6 +225,12 @@ def export(
     tick.done()
     result.exporter = export
     return result
+
+
+def _model_name(model: Any) -> str:
+    if isinstance(model, torch.export.ExportedProgram):
+        return "the exported program"
+    return type(model).__name__
 
 
 def _check_inputs(model: Any, args: Any, kwargs: Any) -> tuple:

@@ -26,6 +26,7 @@ from opreg.exporter import _capture, _pytrees, _rewrite
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
 from opreg.exporter._rewrite import Rewrite
+from opreg.exporter._state import StateSlot
 from opreg.exporter._translate import Translation
 from opreg.patching import PatchOutcome
 from opreg.registry import Impl, Registry
@@ -68,6 +69,8 @@ def finish(
         out_spec, len(translation.outputs), taken={v.name for v in graph.inputs} | set(graph.initializers)
     )
     values = [v for v in translation.outputs if isinstance(v, ir.Value)]
+    state = state_slots(translation, taken={v.name for v in graph.inputs} | set(graph.initializers) | set(names))
+    values += [value for *_, value in translation.state]
     graph.outputs.extend(values)
     # where each output came from, for the Identity an output folded into a constant gets
     origins = [dict(v.producer().metadata_props) if v.producer() is not None else {} for v in values]
@@ -97,8 +100,8 @@ def finish(
         model.metadata_props[patching.METADATA_KEY] = applied
         packs.update(o.pack for o in capture_patches if o.status == patching.APPLIED)
     model.metadata_props["opreg.packs"] = ",".join(sorted(packs))
-    named = iter(name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value))
-    bind_outputs(model.graph, [next(named) for _ in model.graph.outputs], origins)
+    named = [name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value)]
+    bind_outputs(model.graph, named + [slot.output for slot in state], origins)
     slots = []
     for name, value in zip(names, translation.outputs, strict=True):
         slots.append(
@@ -117,9 +120,23 @@ def finish(
         in_spec=exported_program.call_spec.in_spec,
         out_spec=out_spec,
         checked=checked,
+        state=state,
         traces=translation.traces,
         capture_patches=capture_patches,
     )
+
+
+def state_slots(translation: Translation, taken: set[str]) -> list[StateSlot]:
+    """A slot per piece of state exported as an input/output pair, its output named
+    ``<input>_out`` (``_out`` repeated while the name is taken)."""
+    slots = []
+    for kind, key, input_name, _ in translation.state:
+        output = f"{input_name}_out"
+        while output in taken:
+            output += "_out"
+        taken.add(output)
+        slots.append(StateSlot(kind, key, input_name, output))
+    return slots
 
 
 # -- outputs --------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import enum
@@ -10,7 +11,7 @@ import logging
 import math
 import numbers
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from opreg.errors import (
 )
 from opreg.exporter._capture import constant_inputs, symbolic_int_inputs
 from opreg.exporter._locate import Location, Trace
+from opreg.exporter._state import BUFFER, INPUT, StateSlot
 from opreg.patching import PatchOutcome
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
@@ -108,7 +110,14 @@ class OnnxProgram:
             ``save`` read it each time).
         target: the :class:`opreg.Target` it was built for.
         exported_program: the ``torch.export.ExportedProgram`` it came from.
-        input_names / output_names: ONNX input and output names, in order.
+        input_names / output_names: the ONNX inputs and outputs of the module's own
+            inputs and outputs, in order.
+        state_slots: with ``state="io"``, one :class:`StateSlot` per buffer or input the model
+            updates: the ONNX input it is read from and the output its new value is written to
+            (after ``input_names`` and ``output_names`` in the graph).
+        state: the current value of each buffer in ``state_slots``, by ``state_dict`` name: at
+            first the value it was exported with; :meth:`run` feeds these and keeps the new ones,
+            as calling the module updates its buffers. Assign to it to start again.
         exporter: the function that made it (``opreg.export``); :meth:`locate` exports a
             control-flow body alone with it.
         capture_patches: what happened to each capture patch the packs offered
@@ -131,6 +140,7 @@ class OnnxProgram:
         out_spec: Any,
         checked: bool,
         traces: Mapping[str, Trace] | None = None,
+        state: Sequence[StateSlot] = (),
         capture_patches: Sequence[PatchOutcome] = (),
     ) -> None:
         self.model = model
@@ -152,13 +162,46 @@ class OnnxProgram:
         self.exporter: Any = None  # opreg.export sets itself here: locate() exports control-flow bodies alone
         self._sessions: dict[str, Any] = {}
         self._choice: str | None = None  # what runtime="auto" runs, once found
+        self.state_slots = tuple(state)
+        self.state: dict[str, torch.Tensor] = {
+            slot.key: _initial_value(exported_program, slot.key) for slot in self.state_slots if slot.kind == BUFFER
+        }
 
     def __repr__(self) -> str:
         opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(self.model.opset_imports.items()))
+        state = f", state {[s.key for s in self.state_slots]}" if self.state_slots else ""
         return (
             f"<OnnxProgram {len(self.model.graph)} nodes, inputs {list(self.input_names)}, "
-            f"outputs {list(self.output_names)}, opsets {opsets}>"
+            f"outputs {list(self.output_names)}{state}, opsets {opsets}>"
         )
+
+    def rename(self, names: Mapping[str, str]) -> None:
+        """Rename ONNX inputs and outputs, ``{old: new}``; ``run``, ``verify`` and ``save`` use
+        the new names (an intermediate value holding a new name gets another)."""
+        graph = self.model.graph
+        ends = {v.name: v for v in [*graph.inputs, *graph.outputs]}
+        unknown = sorted(set(names) - set(ends))
+        if unknown:
+            raise InvalidArgumentError(f"the model has no input or output {', '.join(unknown)}; it has {list(ends)}")
+        final = [names.get(name, name) for name in ends]
+        if len(set(final)) != len(final):
+            raise InvalidArgumentError(f"renaming {dict(names)} would give two inputs or outputs one name")
+        values = {v.name: v for node in ir.traversal.RecursiveGraphIterator(graph) for v in node.outputs}
+        values.update((name, v) for name, v in graph.initializers.items())
+        for old, new in names.items():
+            clash = values.get(new)
+            if clash is not None and clash is not ends[old] and new not in ends:
+                clash.name = _unused(f"{new}_", values)
+                values[clash.name] = clash
+            ends[old].name = new
+        self.input_names = tuple(names.get(n, n) for n in self.input_names)
+        self.output_names = tuple(names.get(n, n) for n in self.output_names)
+        self._outputs = tuple(dataclasses.replace(s, name=names.get(s.name, s.name)) for s in self._outputs)
+        self.state_slots = tuple(
+            dataclasses.replace(s, input=names.get(s.input, s.input), output=names.get(s.output, s.output))
+            for s in self.state_slots
+        )
+        self._sessions.clear()
 
     @property
     def model_proto(self) -> onnx.ModelProto:
@@ -210,7 +253,7 @@ class OnnxProgram:
         for index, (name, exported) in self._constants.items():
             _check_constant(name, leaves[index], exported)
         tensors = []
-        for index, name, value_info in zip(self._input_leaves, self.input_names, self.model.graph.inputs, strict=True):
+        for index, name, value_info in zip(self._input_leaves, self.input_names, self.model.graph.inputs, strict=False):
             value = leaves[index]
             if index in self._int_inputs and isinstance(value, int) and not isinstance(value, bool):
                 value = torch.tensor(value, dtype=torch.int64)  # a dynamic int: the model's 0-d INT64 input
@@ -224,6 +267,12 @@ class OnnxProgram:
             _check_input(name, value, value_info)
             tensors.append(value)
         return tensors
+
+    def _input_tensors(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        """The leaves of ``(args, kwargs)`` the ONNX inputs take, in their order (as given:
+        not checked, not converted)."""
+        leaves = self._flatten_call(args, kwargs)
+        return [leaves[index] for index in self._input_leaves]
 
     def _flat_call(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
         pytree = torch.utils._pytree
@@ -311,11 +360,28 @@ class OnnxProgram:
         if runtime not in (ONNXRUNTIME, REFERENCE):
             raise OpregError(f"unknown runtime {runtime!r}: use 'onnxruntime', 'reference' or 'auto'")
         feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
+        feeds.update({s.input: _to_numpy(self.state[s.key]) for s in self.state_slots if s.kind == BUFFER})
         session = self._session(runtime)
+        names = [*self.output_names, *(s.output for s in self.state_slots)]
         if runtime == ONNXRUNTIME and self._has_bfloat16(feeds):
-            return self._unflatten(_run_with_ort_values(session, list(self.output_names), feeds))
-        results = session.run(list(self.output_names), feeds)
-        return self._unflatten(results)
+            results = _run_with_ort_values(session, names, feeds)
+        else:
+            results = session.run(names, feeds)
+        self._advance_state(results[len(self.output_names) :], args, kwargs)
+        return self._unflatten(results[: len(self.output_names)])
+
+    def _advance_state(self, updates: Sequence[Any], args: tuple, kwargs: dict[str, Any]) -> None:
+        """Keep the buffers' new values, and write the inputs' into the tensors given, as eager PyTorch does."""
+        if not self.state_slots:
+            return
+        given = dict(zip(self.input_names, self._input_tensors(args, kwargs), strict=True))
+        for slot, update in zip(self.state_slots, updates, strict=True):
+            value = _to_torch(update)
+            if slot.kind == BUFFER:
+                self.state[slot.key] = value
+            else:
+                with torch.no_grad():
+                    given[slot.input].copy_(value)
 
     def _has_bfloat16(self, feeds: dict[str, np.ndarray]) -> bool:
         outputs = [v.dtype for v in self.model.graph.outputs]
@@ -353,14 +419,30 @@ class OnnxProgram:
         if isinstance(self._module, torch.export.ExportedProgram):  # made when first needed: it costs
             self._module = self._module.module()
         module = self._module
-        if any(m.training for m in module.modules()):
-            module = copy.deepcopy(module)  # training mode updates buffers (batch-norm statistics): not the user's
-        with torch.no_grad():
-            expected = module(*args, **kwargs)
-        got = self.run(*args, runtime=runtime, **kwargs)
-        exp_leaves = torch.utils._pytree.tree_leaves(expected)
-        got_leaves = torch.utils._pytree.tree_leaves(got)
-        names = [s.name or f"constant_{i}" for i, s in enumerate(self._outputs)]
+        saved = dict(self.state)
+        eager_inputs, onnx_inputs = (args, kwargs), (args, kwargs)
+        if any(slot.kind == INPUT for slot in self.state_slots):  # updated in place: each side its own copy
+            eager_inputs, onnx_inputs = copy.deepcopy((args, kwargs)), copy.deepcopy((args, kwargs))
+        with torch.no_grad(), _buffers_kept(module):  # the call may update buffers (batch-norm statistics)
+            for key, value in self.state.items():  # eager starts from the state the model is fed
+                module.get_buffer(key).copy_(value)
+            expected = module(*eager_inputs[0], **eager_inputs[1])
+            updated = {key: module.get_buffer(key).clone() for key in self.state}
+        try:
+            got = self.run(*onnx_inputs[0], runtime=runtime, **onnx_inputs[1])
+            exp_leaves = torch.utils._pytree.tree_leaves(expected)
+            got_leaves = torch.utils._pytree.tree_leaves(got)
+            names = [s.name or f"constant_{i}" for i, s in enumerate(self._outputs)]
+            for slot in self.state_slots:  # and the state it leaves
+                names.append(slot.output)
+                if slot.kind == BUFFER:
+                    exp_leaves.append(updated[slot.key])
+                    got_leaves.append(self.state[slot.key])
+                else:
+                    exp_leaves.append(self._input_tensors(*eager_inputs)[self.input_names.index(slot.input)])
+                    got_leaves.append(self._input_tensors(*onnx_inputs)[self.input_names.index(slot.input)])
+        finally:
+            self.state = saved  # verify leaves the state as it found it
         if len(exp_leaves) != len(got_leaves):
             raise VerificationError(
                 f"eager PyTorch returned {len(exp_leaves)} values, the ONNX model {len(got_leaves)}"
@@ -462,6 +544,34 @@ class OnnxProgram:
             "its outputs can only match eager PyTorch in distribution. Check them with "
             "opreg.testing.check_samples(..., compare=opreg.testing.Distribution())."
         )
+
+
+@contextlib.contextmanager
+def _buffers_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Every buffer of ``module`` as it was before, after the block (the user's module, even
+    when its ``forward`` updates buffers in place or assigns new ones)."""
+    kept = [(name, buffer, buffer.clone()) for name, buffer in module.named_buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buffer, value in kept:
+                owner, _, leaf = name.rpartition(".")
+                buffer.copy_(value)
+                setattr(module.get_submodule(owner), leaf, buffer)
+
+
+def _unused(stem: str, taken: Mapping[str, Any]) -> str:
+    index = 0
+    while f"{stem}{index}" in taken:
+        index += 1
+    return f"{stem}{index}"
+
+
+def _initial_value(program: torch.export.ExportedProgram, key: str) -> torch.Tensor:
+    """A buffer's value when it was exported (a non-persistent buffer is among the constants)."""
+    value = program.state_dict[key] if key in program.state_dict else program.constants[key]
+    return value.detach().clone()
 
 
 def _rebind(module: Any, in_spec: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]] | None:

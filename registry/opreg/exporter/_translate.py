@@ -26,7 +26,7 @@ from onnx_ir import tensor_adapters
 from torch.export.graph_signature import InputKind, OutputKind
 
 from opreg.errors import ExportError
-from opreg.exporter import _nodes
+from opreg.exporter import _nodes, _state
 from opreg.exporter._locate import Trace, trace_of
 from opreg.exporter._plan import Call, Plan
 from opreg.exporter._recorder import GraphRecorder
@@ -46,6 +46,9 @@ class Translation:
         outputs: the values of the module's outputs, in order: ``ir.Value`` s,
             or Python values torch baked in.
         used_impls: ``pack:function`` -> impl, of every impl called.
+        state: with ``state_io``, ``(kind, key, input name, value after the call)`` of each
+            mutated buffer and input (:mod:`opreg.exporter._state`); the buffers' inputs
+            follow ``input_names`` in the graph.
         traces: FX node name -> what each node of the main graph became (the locator's map).
     """
 
@@ -54,6 +57,7 @@ class Translation:
     input_names: list[str]
     outputs: list[Any]
     used_impls: dict[str, Impl]
+    state: list[tuple[str, str, str, ir.Value]] = dataclasses.field(default_factory=list)
     traces: dict[str, Trace] = dataclasses.field(default_factory=dict)
 
 
@@ -70,26 +74,42 @@ class _Scope:
 class Translator:
     """Translates one planned ``ExportedProgram``, subgraphs included."""
 
-    def __init__(self, program: torch.export.ExportedProgram, plan: Plan, target: Target, symbols: dict[str, str]):
+    def __init__(
+        self,
+        program: torch.export.ExportedProgram,
+        plan: Plan,
+        target: Target,
+        symbols: dict[str, str],
+        state_io: bool = False,
+    ):
         self.program = program
         self.plan = plan
         self.target = target
         self.symbols = symbols
+        self.state_io = state_io
+        """Mutated buffers become inputs, and mutated buffers and inputs outputs (``state="io"``)."""
         self.used_impls: dict[str, Impl] = {}
+        self._dims: dict[Any, int | str] = {}
         self.traces: dict[str, Trace] = {}
         self.main_graph: ir.Graph | None = None
 
     def run(self) -> Translation:
         graph = self.main_graph = ir.Graph([], [], nodes=[], name="main_graph")
         scope = _Scope(GraphRecorder(graph, self.target.onnx))
-        input_names = self._inputs(scope)
+        input_names, state_inputs = self._inputs(scope)
         results = self._walk(scope, self.program.graph)
         specs = self.program.graph_signature.output_specs
-        # buffer and input mutations are not outputs: ONNX graphs are functional
         outputs = [value for spec, value in zip(specs, results, strict=True) if spec.kind == OutputKind.USER_OUTPUT]
+        state = []
+        if self.state_io:  # else the updates are left out: _state.check refused them or was told to drop them
+            for spec, value in zip(specs, results, strict=True):
+                if spec.kind == OutputKind.BUFFER_MUTATION:
+                    state.append((_state.BUFFER, spec.target, state_inputs[spec.target], value))
+                elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+                    state.append((_state.INPUT, spec.target, spec.target, value))
         for trace in self.traces.values():
             trace.snapshot()
-        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls, self.traces)
+        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls, state, self.traces)
 
     # -- values ------------------------------------------------------------------------
 
@@ -97,19 +117,25 @@ class Translator:
         dims: list[int | ir.SymbolicDim] = []
         for dim in value.shape:
             if isinstance(dim, torch.SymInt):
-                expr = dim.node.expr
-                if getattr(expr, "is_number", False):
-                    dims.append(int(expr))
-                    continue
-                text = str(expr)
-                if text in self.symbols:
-                    dims.append(ir.SymbolicDim(self.symbols[text]))
-                else:
-                    renamed = expr.xreplace({s: type(s)(self.symbols.get(str(s), str(s))) for s in expr.free_symbols})
-                    dims.append(ir.SymbolicDim(str(renamed)))
+                size = self._dim(dim.node.expr)
+                dims.append(size if isinstance(size, int) else ir.SymbolicDim(size))
             else:
                 dims.append(int(dim))
         return ir.Shape(dims)
+
+    def _dim(self, expr: Any) -> int | str:
+        """A symbolic size as an int or a dim name, torch's symbols renamed to the user's
+        (memoised: printing and rewriting sympy expressions is slow, and few are distinct)."""
+        found = self._dims.get(expr)
+        if found is None:
+            if getattr(expr, "is_number", False):
+                found = int(expr)
+            elif str(expr) in self.symbols:
+                found = self.symbols[str(expr)]
+            else:
+                found = str(expr.xreplace({s: type(s)(self.symbols.get(str(s), str(s))) for s in expr.free_symbols}))
+            self._dims[expr] = found
+        return found
 
     def _describe(self, value: ir.Value, meta: Any) -> None:
         """Type and shape ``value`` from its FX metadata; a complex tensor is a real one with a
@@ -138,12 +164,16 @@ class Translator:
 
     # -- inputs ------------------------------------------------------------------------
 
-    def _inputs(self, scope: _Scope) -> list[str]:
+    def _inputs(self, scope: _Scope) -> tuple[list[str], dict[str, str]]:
+        """Bind the placeholders; returns the user inputs' names and, with ``state_io``, the
+        input name of each mutated buffer (graph inputs after the user's)."""
         specs = {s.arg.name: s for s in self.program.graph_signature.input_specs if hasattr(s.arg, "name")}
         state = self.program.state_dict
         constants = self.program.constants
         graph = scope.recorder.graph
         names = []
+        mutated = set(_state.mutations(self.program).buffers) if self.state_io else set()
+        state_inputs: dict[str, ir.Value] = {}
         for node in self.program.graph.nodes:
             if node.op != "placeholder":
                 continue
@@ -164,6 +194,9 @@ class Translator:
                 names.append(node.name)
             elif kind == InputKind.TOKEN:
                 value = None  # effect tokens order side effects; ONNX has none
+            elif kind == InputKind.BUFFER and spec.target in mutated:
+                value = self._typed(scope.recorder.claim(spec.target), meta)
+                state_inputs[spec.target] = value
             elif kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
                 name = spec.target
                 tensor = state[name] if name in state else constants[name]
@@ -180,7 +213,8 @@ class Translator:
             else:
                 raise ExportError(f"input {node.name!r} of kind {kind.name} cannot be exported to ONNX")
             scope.values[node] = value
-        return names
+        graph.inputs.extend(state_inputs.values())
+        return names, {key: value.name for key, value in state_inputs.items()}
 
     # -- walking a graph ------------------------------------------------------------------
 

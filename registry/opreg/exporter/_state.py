@@ -1,0 +1,91 @@
+"""State: buffers a model updates during ``forward``, and inputs it updates in place.
+
+An ONNX graph holds no state, so such an update is either exported as an input/output
+pair (``state="io"``), knowingly left out (``state="drop"``), or refused with an error
+naming what the model mutates (``state="error"``, the default). It is never dropped
+without a word (DESIGN.md §5).
+
+What a model mutates is read from the decomposed program's signature: torch's
+functionalization lists every mutated buffer and input there, and the decomposition
+stage always runs for a graph that mutates one (:func:`opreg.exporter._decompose.covered_as_captured`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch.export.graph_signature import OutputKind
+
+from opreg.errors import InvalidArgumentError, StateError
+
+MODES = ("error", "io", "drop")
+"""The values of ``opreg.export(..., state=...)``."""
+BUFFER = "buffer"
+INPUT = "input"
+
+
+@dataclasses.dataclass(frozen=True)
+class StateSlot:
+    """One piece of state a model exported with ``state="io"`` updates.
+
+    Fields:
+        kind: ``"buffer"`` (a buffer of the module) or ``"input"`` (an input updated in place).
+        key: the buffer's ``state_dict`` name, or the input's name.
+        input: the ONNX input holding the value before the call (for an input, the input itself).
+        output: the ONNX output holding the value after the call.
+    """
+
+    kind: str
+    key: str
+    input: str
+    output: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutations:
+    """What a program mutates: buffers by ``state_dict`` name and user inputs by placeholder
+    name, each in the order of the program's outputs."""
+
+    buffers: tuple[str, ...]
+    inputs: tuple[str, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.buffers or self.inputs)
+
+
+def check_mode(state: str) -> str:
+    if state not in MODES:
+        raise InvalidArgumentError(
+            f"state={state!r}: use 'error' (refuse a model that updates buffers or inputs), 'io' (export "
+            "each as an input and an output) or 'drop' (leave the updates out)"
+        )
+    return state
+
+
+def mutations(program: torch.export.ExportedProgram) -> Mutations:
+    specs = program.graph_signature.output_specs
+    buffers = tuple(s.target for s in specs if s.kind == OutputKind.BUFFER_MUTATION)
+    inputs = tuple(s.target for s in specs if s.kind == OutputKind.USER_INPUT_MUTATION)
+    return Mutations(buffers, inputs)
+
+
+def check(program: torch.export.ExportedProgram, state: str, model_name: str) -> Mutations:
+    """What ``program`` mutates; raises :class:`opreg.StateError` when it mutates anything
+    and ``state`` is ``"error"``."""
+    found = mutations(program)
+    if state != "error" or not found:
+        return found
+    parts = []
+    if found.buffers:
+        parts.append(f"buffer(s) {', '.join(map(repr, found.buffers))}")
+    if found.inputs:
+        parts.append(f"input(s) {', '.join(map(repr, found.inputs))} in place")
+    raise StateError(
+        f"{model_name} updates {' and '.join(parts)} during forward, and an ONNX graph holds no state: "
+        "export with state='io' (CLI: --state io) to make each an input and an output of the model (feed "
+        "the output back as the next call's input), or state='drop' (--state drop) to leave the updates "
+        "out (the model then always reads the values it was exported with)",
+        buffers=found.buffers,
+        inputs=found.inputs,
+    )

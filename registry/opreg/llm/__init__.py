@@ -1,0 +1,111 @@
+"""Language models: a transformers causal LM as one ONNX decoder for prefill and decode,
+in a folder ONNX Runtime GenAI runs.
+
+``opreg.llm.export_decoder(model_or_folder, output_folder)`` (and ``opreg llm export FOLDER -o
+OUT``) exports the model with its KV cache as inputs and outputs, in the names and layout ONNX
+Runtime GenAI reads (:data:`LAYOUT`):
+
+- inputs ``input_ids`` ``[batch_size, sequence_length]`` (int64), ``attention_mask``
+  ``[batch_size, total_sequence_length]`` (int64, 1 for a token and 0 for padding; left padding
+  works), ``position_ids`` ``[batch_size, sequence_length]`` (int64, where the architecture takes
+  them), and per layer ``past_key_values.%d.key`` / ``.value``
+  ``[batch_size, num_key_value_heads, past_sequence_length, head_size]`` (BNSH, unrepeated heads);
+- outputs ``logits`` ``[batch_size, sequence_length, vocab_size]`` and per layer ``present.%d.key``
+  / ``.value`` ``[batch_size, num_key_value_heads, total_sequence_length, head_size]``: the past
+  with this call's keys and values appended.
+
+``total_sequence_length`` is ``past_sequence_length + sequence_length``; every length is dynamic,
+0 and 1 included (a prefill has an empty past, a decode step one token).
+
+Importing this module is cheap: torch and transformers are imported when a function runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from opreg.targets import TargetLike
+
+if TYPE_CHECKING:
+    from opreg.llm._decoder import Decoder, DecoderLayout
+    from opreg.registry import Registry
+
+__all__ = ["LAYOUT", "Decoder", "DecoderLayout", "export_decoder"]
+
+LAYOUT = {
+    "input_ids": "input_ids",
+    "attention_mask": "attention_mask",
+    "position_ids": "position_ids",
+    "past_key": "past_key_values.%d.key",
+    "past_value": "past_key_values.%d.value",
+    "logits": "logits",
+    "present_key": "present.%d.key",
+    "present_value": "present.%d.value",
+}
+"""The decoder's input and output names (``%d``: the layer), as ONNX Runtime GenAI's
+``genai_config.json`` names them."""
+
+
+def export_decoder(
+    model: Any,
+    output_folder: str | os.PathLike[str] | None = None,
+    *,
+    target: TargetLike = "onnx",
+    tokenizer: Any = None,
+    plugins: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    registry: Registry | None = None,
+    optimize: bool = True,
+    external_data: bool | None = None,
+    context_length: int | None = None,
+    **export_options: Any,
+) -> Decoder:
+    """Export a transformers causal LM as one decoder for prefill and decode (the layout of
+    :mod:`opreg.llm`), and write a folder ONNX Runtime GenAI loads when ``output_folder`` is given.
+
+    Args:
+        model: a ``transformers`` causal LM (``*ForCausalLM``, weights as they are), or the path of
+            a local checkpoint folder (``config.json`` and weights; loaded in float32).
+        output_folder: where to write ``model.onnx``, ``genai_config.json`` and the tokenizer's
+            files (created if missing; files of the same names are replaced).
+        target: as :func:`opreg.export` takes it: ``"onnx"`` (plain ONNX: attention as Attention or
+            MatMul/Softmax, the cache a Concat of past and new keys and values) or
+            ``"onnxruntime"`` (with ``opreg-ort-contrib``: ONNX Runtime's fused kernels).
+        tokenizer: what to save beside the model: a transformers tokenizer, or a folder holding
+            one; by default the checkpoint folder's, when ``model`` is a folder.
+        plugins, exclude, registry, optimize: as :func:`opreg.export` takes them.
+        export_options: more of :func:`opreg.export`'s keyword arguments (``fold_weights``,
+            ``rewrite``, ``inline``, ...), passed on as they are; not the ones the decoder's
+            layout sets (``dynamic_shapes``, ``state``).
+        external_data: as :meth:`OnnxProgram.save` takes it.
+        context_length: the longest sequence GenAI may generate (``genai_config.json``'s
+            ``context_length`` and ``search.max_length``); default the model's
+            ``max_position_embeddings``.
+
+    Returns:
+        a :class:`Decoder`: the :class:`opreg.OnnxProgram`, the :class:`DecoderLayout`, and
+        ``verify``/``save``.
+
+    Raises:
+        opreg.ExportError: the model is not a causal LM with a key/value cache opreg can lay out,
+            or torch.export cannot capture it; the export's own errors as :func:`opreg.export`.
+    """
+    from opreg.llm import _decoder
+
+    decoder = _decoder.export_decoder(
+        model, target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
+        tokenizer=tokenizer, context_length=context_length, **export_options,
+    )  # fmt: skip
+    if output_folder is not None:
+        decoder.save(output_folder, external_data=external_data)
+    return decoder
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Decoder", "DecoderLayout"):
+        from opreg.llm import _decoder
+
+        return getattr(_decoder, name)
+    raise AttributeError(f"module 'opreg.llm' has no attribute {name!r}")

@@ -1,0 +1,453 @@
+"""The decoder export: a transformers causal LM with its KV cache as inputs and outputs.
+
+The model is wrapped in a module whose ``forward`` takes the cache as tensors, fills a
+transformers ``DynamicCache`` with them, calls the model, and returns the logits and every
+layer's cache after the call. torch.export captures that with dynamic batch, sequence and
+past lengths; opreg exports it; the inputs and outputs are then named as ONNX Runtime GenAI
+reads them (:data:`opreg.llm.LAYOUT`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+import torch
+
+from opreg.errors import ExportError, InvalidArgumentError, VerificationError
+from opreg.exporter import OnnxProgram, OutputCheck, export
+from opreg.exporter._program import compare_output
+from opreg.llm import LAYOUT, _genai
+from opreg.llm._genai import text_config
+from opreg.registry import Registry
+from opreg.targets import TargetLike
+
+logger = logging.getLogger(__name__)
+
+BATCH, SEQUENCE, PAST, TOTAL = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"
+"""The dim names of the decoder's inputs and outputs (ONNX Runtime GenAI's builder uses the same)."""
+EXAMPLE = (2, 3, 4)
+"""Batch, sequence and past length of the example the decoder is captured with: none 0 or 1,
+which torch.export would specialise."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderLayout:
+    """The shape of an exported decoder, as ``genai_config.json`` describes it.
+
+    Fields:
+        num_layers: layers, each with a ``past_key_values.%d.key``/``.value`` pair in and a
+            ``present.%d.key``/``.value`` pair out.
+        num_attention_heads: query heads.
+        num_key_value_heads: key/value heads of the cache (fewer than the query heads with
+            grouped-query attention; the cache holds them unrepeated).
+        head_size: the last dim of the cache.
+        hidden_size, vocab_size: the model's.
+        position_ids: whether the decoder takes ``position_ids``.
+        dtype: the cache's and logits' element type (``torch.float32``).
+    """
+
+    num_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_size: int
+    hidden_size: int
+    vocab_size: int
+    position_ids: bool
+    dtype: torch.dtype
+
+    @property
+    def input_names(self) -> list[str]:
+        names = [LAYOUT["input_ids"], LAYOUT["attention_mask"]]
+        if self.position_ids:
+            names.append(LAYOUT["position_ids"])
+        for layer in range(self.num_layers):
+            names += [LAYOUT["past_key"] % layer, LAYOUT["past_value"] % layer]
+        return names
+
+    @property
+    def output_names(self) -> list[str]:
+        names = [LAYOUT["logits"]]
+        for layer in range(self.num_layers):
+            names += [LAYOUT["present_key"] % layer, LAYOUT["present_value"] % layer]
+        return names
+
+    def empty_cache(self, batch: int) -> list[torch.Tensor]:
+        """Every layer's key and value for a prefill: ``past_sequence_length`` 0."""
+        shape = (batch, self.num_key_value_heads, 0, self.head_size)
+        return [torch.zeros(shape, dtype=self.dtype) for _ in range(2 * self.num_layers)]
+
+
+def decoder_inputs(
+    layout: DecoderLayout,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    past: Sequence[torch.Tensor] | None = None,
+) -> dict[str, Any]:
+    """The inputs of a decoder of ``layout`` for ``input_ids`` after ``past`` (default: none, a
+    prefill): the mask all ones where not given (it covers past and new tokens), the position
+    ids as transformers' ``generate`` makes them (a padding token counts no position)."""
+    batch, length = input_ids.shape
+    past = list(past) if past is not None else layout.empty_cache(batch)
+    if attention_mask is None:
+        attention_mask = torch.ones(batch, past[0].shape[2] + length, dtype=torch.int64)
+    inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if layout.position_ids:
+        positions = attention_mask.long().cumsum(-1) - 1
+        inputs["position_ids"] = positions.masked_fill(attention_mask == 0, 1)[:, -length:].contiguous()
+    inputs["past_key_values"] = past
+    return inputs
+
+
+# -- the module torch.export captures -------------------------------------------------------
+
+
+def _past_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class PastLayer(DynamicLayer):
+        """A ``DynamicLayer`` holding a past given as tensors, its length read from their shape
+        (``DynamicLayer`` returns 0 for an empty tensor: a branch on the size torch.export would
+        specialise to ``past > 0``)."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+            super().__init__()
+            self.keys, self.values = keys, values
+            self.dtype, self.device = keys.dtype, keys.device
+            self.is_initialized = True
+
+        def get_seq_length(self) -> int:
+            return self.keys.shape[-2]
+
+    return PastLayer
+
+
+class DecoderStep(torch.nn.Module):
+    """``model`` with its cache as tensors: ``forward(input_ids, attention_mask, position_ids,
+    past_key_values)`` returns ``{"logits": ..., "present": [key 0, value 0, key 1, ...]}``."""
+
+    def __init__(self, model: torch.nn.Module, num_layers: int) -> None:
+        super().__init__()
+        self.model = model
+        self.num_layers = num_layers
+        self._layer = _past_layer_class()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Sequence[torch.Tensor] = (),
+    ) -> dict[str, Any]:
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        cache.layers = [self._layer(past_key_values[2 * i], past_key_values[2 * i + 1]) for i in range(self.num_layers)]
+        extra = {} if position_ids is None else {"position_ids": position_ids}
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True, **extra
+        )
+        present = []
+        for layer in cache.layers:
+            present += [layer.keys, layer.values]
+        return {"logits": out.logits, "present": present}
+
+
+# -- the result ----------------------------------------------------------------------------
+
+
+class Decoder:
+    """An exported decoder.
+
+    Attributes:
+        program: the :class:`opreg.OnnxProgram` (inputs and outputs named as :data:`opreg.llm.LAYOUT`).
+        layout: its :class:`DecoderLayout`.
+        model: the transformers model it was exported from.
+        context_length: what ``genai_config.json`` allows GenAI to generate up to.
+    """
+
+    def __init__(
+        self, program: OnnxProgram, layout: DecoderLayout, model: Any, tokenizer: Any, context_length: int
+    ) -> None:
+        self.program = program
+        self.layout = layout
+        self.model = model
+        self.tokenizer = tokenizer
+        self.context_length = context_length
+
+    def __repr__(self) -> str:
+        return f"<Decoder {type(self.model).__name__}, {self.layout.num_layers} layers, {self.program!r}>"
+
+    def inputs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        past: Sequence[torch.Tensor] | None = None,
+    ) -> dict[str, Any]:
+        """The decoder's inputs for ``input_ids`` after ``past`` (see :func:`decoder_inputs`)."""
+        return decoder_inputs(self.layout, input_ids, attention_mask, past)
+
+    def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The decoder in ONNX Runtime on :meth:`inputs`: ``{"logits": ..., "present": [...]}``."""
+        return self.program.run(**inputs)
+
+    def eager(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """What the transformers model computes for :meth:`inputs`, its cache a ``DynamicCache``
+        holding the past (every layer keeps every position, as the decoder's do: a sliding-window
+        layer's attention is limited by the mask, not by cutting its cache)."""
+        from transformers import DynamicCache
+
+        past = inputs["past_key_values"]
+        cache = DynamicCache()
+        if past and past[0].shape[2] > 0:
+            cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layout.num_layers)])
+        extra = {"position_ids": inputs["position_ids"]} if self.layout.position_ids else {}
+        with torch.no_grad():
+            out = self.model(
+                input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], past_key_values=cache,
+                use_cache=True, **extra,
+            )  # fmt: skip
+        present = []
+        for layer in out.past_key_values.layers:
+            present += [layer.keys, layer.values]
+        return {"logits": out.logits, "present": present}
+
+    def verify(
+        self,
+        shapes: Iterable[tuple[int, int, int]] = ((1, 1, 0), (1, 7, 0), (3, 1, 5), (3, 7, 5)),
+        *,
+        left_padding: bool = True,
+        rtol: float = 1e-4,
+        atol: float = 1e-4,
+        seed: int = 0,
+    ) -> list[OutputCheck]:
+        """Compare the decoder in ONNX Runtime with the transformers model on random tokens and
+        caches of each ``(batch, sequence, past)`` in ``shapes``, and on a left-padded batch
+        (positions of padding are not compared: the model may compute anything there). Raises
+        :class:`opreg.VerificationError` listing what differs; returns every check."""
+        generator = torch.Generator().manual_seed(seed)
+        checks: list[OutputCheck] = []
+        cases = [(f"batch {b}, sequence {s}, past {p}", self._random(b, s, p, generator)) for b, s, p in shapes]
+        if left_padding:
+            cases.append(("left padding", self._left_padded(generator)))
+        names = self.layout.output_names
+        for label, (inputs, rows) in cases:
+            got, expected = self.run(inputs), self.eager(inputs)
+            pairs = zip(
+                names, [got["logits"], *got["present"]], [expected["logits"], *expected["present"]], strict=True
+            )
+            for name, g, e in pairs:
+                for row, (what, keep) in enumerate(rows):  # padding positions are not compared
+                    mine, theirs = g[row], e[row]
+                    if keep is not None:
+                        seq_dim = 0 if name == LAYOUT["logits"] else 1
+                        mine, theirs = mine.index_select(seq_dim, keep), theirs.index_select(seq_dim, keep)
+                    checks.append(compare_output(f"{name} ({label}{what})", mine, theirs, rtol, atol))
+        if bad := [c for c in checks if not c.ok]:
+            raise VerificationError(
+                f"{len(bad)} of {len(checks)} decoder outputs differ from transformers' (rtol={rtol}, atol={atol}):\n"
+                + "\n".join(f"  {c}" for c in bad),
+                tuple(checks),
+            )
+        return checks
+
+    def _random(self, batch: int, length: int, past: int, generator: torch.Generator) -> tuple[dict[str, Any], list]:
+        """Random tokens after a random cache; every row and position compared."""
+        ids = torch.randint(0, self.layout.vocab_size, (batch, length), generator=generator)
+        shape = (batch, self.layout.num_key_value_heads, past, self.layout.head_size)
+        dtype = self.layout.dtype
+        cache = [torch.randn(shape, generator=generator).to(dtype) for _ in range(2 * self.layout.num_layers)]
+        return self.inputs(ids, past=cache), [(f", row {r}" if batch > 1 else "", None) for r in range(batch)]
+
+    def _left_padded(self, generator: torch.Generator) -> tuple[dict[str, Any], list]:
+        """A prefill of two rows, the second padded on the left by 3 tokens: its padding not compared."""
+        ids = torch.randint(0, self.layout.vocab_size, (2, 6), generator=generator)
+        mask = torch.ones(2, 6, dtype=torch.int64)
+        mask[1, :3] = 0
+        return self.inputs(ids, mask), [(", row 0", None), (", row 1's tokens", torch.arange(3, 6))]
+
+    def genai_config(self) -> dict[str, Any]:
+        """``genai_config.json`` for this decoder (see :mod:`opreg.llm._genai`)."""
+        return _genai.config(self)
+
+    def save(self, folder: str | os.PathLike[str], external_data: bool | None = None) -> Path:
+        """Write ``model.onnx``, ``genai_config.json`` and the tokenizer's files to ``folder``
+        (created if missing); returns the folder."""
+        return _genai.save(self, Path(folder), external_data=external_data)
+
+
+# -- exporting -----------------------------------------------------------------------------
+
+
+def load(model: Any) -> tuple[Any, Path | None]:
+    """The transformers model ``model`` names (a model, or a local checkpoint folder) and the
+    folder it came from."""
+    if isinstance(model, (str, os.PathLike)):
+        folder = Path(model)
+        if not (folder / "config.json").is_file():
+            raise ExportError(
+                f"{folder} is not a transformers checkpoint folder (no config.json): give a folder saved with "
+                "save_pretrained, or the model itself"
+            )
+        from transformers import AutoModelForCausalLM
+
+        try:
+            loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        except Exception as e:
+            raise ExportError(f"transformers could not load a causal LM from {folder}: {type(e).__name__}: {e}") from e
+        return loaded.eval(), folder
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentError(
+            f"export_decoder takes a transformers causal LM or a checkpoint folder, got {type(model).__name__}"
+        )
+    return model, None
+
+
+def layout_of(model: Any) -> DecoderLayout:
+    """Read the cache's layout from one eager call: what each layer stores, as the model stores it."""
+    if getattr(model, "config", None) is None:
+        raise ExportError(f"{type(model).__name__} is not a transformers model (it has no config)")
+    text = text_config(model)
+    ids = torch.zeros(1, 2, dtype=torch.int64)
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+    except Exception as e:
+        raise ExportError(f"{type(model).__name__} does not run on token ids: {type(e).__name__}: {e}") from e
+    cache = getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)  # state-space models'
+    layers = getattr(cache, "layers", None)
+    if getattr(out, "logits", None) is None or not layers:
+        raise ExportError(
+            f"{type(model).__name__} returns no logits and key/value cache (transformers' Cache) with use_cache=True: "
+            "export_decoder exports causal LMs with a key/value cache"
+        )
+    shapes = set()
+    for index, layer in enumerate(layers):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor) or keys.dim() != 4:
+            raise ExportError(
+                f"layer {index} of {type(model).__name__}'s cache is a {type(layer).__name__} without 4-D keys and "
+                "values (a state-space or linear-attention layer?): export_decoder lays out key/value caches only"
+            )
+        shapes.add((keys.shape[1], keys.shape[3], values.shape[1], values.shape[3]))
+    if len(shapes) != 1:
+        raise ExportError(
+            f"{type(model).__name__}'s layers cache keys and values of different shapes {sorted(shapes)}: ONNX Runtime "
+            "GenAI needs one (heads, head size) for every layer"
+        )
+    ((kv_heads, head_size, value_heads, value_size),) = shapes
+    if (kv_heads, head_size) != (value_heads, value_size):
+        raise ExportError(
+            f"{type(model).__name__} caches keys of {kv_heads}x{head_size} and values of {value_heads}x{value_size}: "
+            "ONNX Runtime GenAI needs both in one shape"
+        )
+    takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+    return DecoderLayout(
+        num_layers=len(layers),
+        num_attention_heads=int(getattr(text, "num_attention_heads", kv_heads)),
+        num_key_value_heads=int(kv_heads),
+        head_size=int(head_size),
+        hidden_size=int(getattr(text, "hidden_size", 0)),
+        vocab_size=int(out.logits.shape[-1]),
+        position_ids=takes_positions,
+        dtype=out.logits.dtype,
+    )
+
+
+def export_decoder(
+    model: Any,
+    *,
+    target: TargetLike = "onnx",
+    plugins: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    registry: Registry | None = None,
+    optimize: bool = True,
+    tokenizer: Any = None,
+    context_length: int | None = None,
+    **export_options: Any,
+) -> Decoder:
+    taken = sorted(set(export_options) & {"args", "kwargs", "dynamic_shapes", "state"})
+    if taken:
+        raise InvalidArgumentError(
+            f"export_decoder sets {', '.join(taken)} itself (the decoder's inputs and dynamic lengths); leave "
+            f"{'it' if len(taken) == 1 else 'them'} out"
+        )
+    unknown = sorted(set(export_options) - set(inspect.signature(export).parameters))
+    if unknown:
+        raise InvalidArgumentError(f"export_decoder got {', '.join(unknown)}, which opreg.export does not take")
+    model, folder = load(model)
+    if context_length is None:
+        context_length = int(getattr(text_config(model), "max_position_embeddings", 0) or 4096)
+    was_training = model.training
+    model.eval()
+    try:
+        layout = layout_of(model)
+        step = DecoderStep(model, layout.num_layers).eval()
+        batch, length, past = EXAMPLE
+        example = decoder_inputs(
+            layout,
+            torch.randint(0, layout.vocab_size, (batch, length)),
+            past=[torch.randn(batch, layout.num_key_value_heads, past, layout.head_size, dtype=layout.dtype)
+                  for _ in range(2 * layout.num_layers)],
+        )  # fmt: skip
+        program = export(
+            step, (), example, target=target, dynamic_shapes=_dynamic_shapes(layout, context_length), plugins=plugins,
+            exclude=exclude, registry=registry, optimize=optimize, **export_options,
+        )  # fmt: skip
+    finally:
+        model.train(was_training)
+    _name(program, layout)
+    return Decoder(program, layout, model, tokenizer if tokenizer is not None else folder, context_length)
+
+
+def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any]:
+    """Batch, sequence and past length dynamic; the lengths bounded by the context GenAI is
+    allowed (packs may size tables by a dim's bound: a rotary table in a fused attention)."""
+    Dim = torch.export.Dim
+    bound = max(context_length, EXAMPLE[1] + EXAMPLE[2])
+    batch, length, past = Dim(BATCH), Dim(SEQUENCE, max=bound), Dim(PAST, max=bound)
+    # the mask covers past and new tokens: torch.export derives it from the model's own checks
+    shapes: dict[str, Any] = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: Dim.AUTO}}
+    if layout.position_ids:
+        shapes["position_ids"] = {0: batch, 1: length}
+    shapes["past_key_values"] = [{0: batch, 2: past} for _ in range(2 * layout.num_layers)]
+    return shapes
+
+
+def _name(program: OnnxProgram, layout: DecoderLayout) -> None:
+    """Name the inputs, outputs and their dims as ONNX Runtime GenAI reads them, and refuse a
+    decoder whose lengths torch.export fixed."""
+    program.rename(dict(zip(program.input_names, layout.input_names, strict=True)))
+    program.rename(dict(zip(program.output_names, layout.output_names, strict=True)))
+    graph = program.model.graph
+    dims = {LAYOUT["input_ids"]: (BATCH, SEQUENCE), LAYOUT["attention_mask"]: (BATCH, TOTAL)}
+    if layout.position_ids:
+        dims[LAYOUT["position_ids"]] = (BATCH, SEQUENCE)
+    for value in graph.inputs:
+        names = dims.get(value.name, (BATCH, None, PAST, None))
+        _set_dims(value, names)
+    for value in graph.outputs:
+        names = (BATCH, SEQUENCE, None) if value.name == LAYOUT["logits"] else (BATCH, None, TOTAL, None)
+        _set_dims(value, names)
+
+
+def _set_dims(value: ir.Value, names: Sequence[str | None]) -> None:
+    shape = list(value.shape or ())
+    if len(shape) != len(names):
+        raise ExportError(f"the decoder's {value.name} has shape {shape}, expected {len(names)} dims")
+    for index, name in enumerate(names):
+        if name is None:
+            continue
+        if isinstance(shape[index], int):
+            raise ExportError(
+                f"torch.export fixed dim {index} ({name}) of the decoder's {value.name} at {shape[index]}: the "
+                "model's code branches on that length; the decoder would only run at that size"
+            )
+        shape[index] = ir.SymbolicDim(name)
+    value.shape = ir.Shape(shape)

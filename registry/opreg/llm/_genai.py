@@ -1,0 +1,197 @@
+"""The folder ONNX Runtime GenAI loads: ``model.onnx``, ``genai_config.json``, the tokenizer.
+
+``genai_config.json`` follows what ONNX Runtime GenAI's model builder writes
+(``onnxruntime_genai/models/builders/base.py``, ``make_genai_config``) for a decoder-only
+model, with ``"type": "decoder"``: GenAI's generic decoder, which runs any architecture whose
+graph has the layout of :mod:`opreg.llm` (the graph carries the architecture; a type such as
+``gpt2`` would select another cache layout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from opreg.errors import ExportError, SaveError
+from opreg.llm import LAYOUT
+
+Decoder = Any
+"""An :class:`opreg.llm.Decoder` (not imported: ``_decoder`` imports this module)."""
+
+GENAI_CONFIG = "genai_config.json"
+MODEL_FILE = "model.onnx"
+GENAI_TYPE = "decoder"
+"""GenAI's model type for a decoder-only LLM it has no special handling for."""
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+"""A checkpoint's tokenizer files, copied as they are when transformers cannot load its tokenizer."""
+
+
+def config(decoder: Decoder) -> dict[str, Any]:
+    """``genai_config.json`` for ``decoder``."""
+    layout = decoder.layout
+    bos, eos, pad = special_tokens(decoder.model)
+    inputs = {"input_ids": LAYOUT["input_ids"], "attention_mask": LAYOUT["attention_mask"]}
+    if layout.position_ids:
+        inputs["position_ids"] = LAYOUT["position_ids"]
+    inputs.update(past_key_names=LAYOUT["past_key"], past_value_names=LAYOUT["past_value"])
+    outputs = {
+        "logits": LAYOUT["logits"],
+        "present_key_names": LAYOUT["present_key"],
+        "present_value_names": LAYOUT["present_value"],
+    }
+    model: dict[str, Any] = {
+        "bos_token_id": bos,
+        "context_length": decoder.context_length,
+        "decoder": {
+            "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+            "filename": MODEL_FILE,
+            "head_size": layout.head_size,
+            "hidden_size": layout.hidden_size,
+            "inputs": inputs,
+            "outputs": outputs,
+            "num_attention_heads": layout.num_attention_heads,
+            "num_hidden_layers": layout.num_layers,
+            "num_key_value_heads": layout.num_key_value_heads,
+        },
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+        "type": GENAI_TYPE,
+        "vocab_size": layout.vocab_size,
+    }
+    if bos is None:
+        del model["bos_token_id"]
+    return {
+        "model": model,
+        "search": {
+            "diversity_penalty": 0.0,
+            "do_sample": False,
+            "early_stopping": True,
+            "length_penalty": 1.0,
+            "max_length": decoder.context_length,
+            "min_length": 0,
+            "no_repeat_ngram_size": 0,
+            "num_beams": 1,
+            "num_return_sequences": 1,
+            "past_present_share_buffer": shares_buffer(decoder),
+            "repetition_penalty": 1.0,
+            "temperature": 1.0,
+            "top_k": 50,
+            "top_p": 1.0,
+        },
+    }
+
+
+def special_tokens(model: Any) -> tuple[int | None, int | list[int], int]:
+    """``(bos, eos, pad)`` token ids: the generation config's, else the model config's; padding
+    is the (first) end-of-sequence token when the model names none, as ``generate`` pads."""
+    sources = [getattr(model, "generation_config", None), model.config, text_config(model)]
+
+    def first(name: str) -> Any:
+        for source in sources:
+            value = getattr(source, name, None) if source is not None else None
+            if value is not None:
+                return value
+        return None
+
+    eos = first("eos_token_id")
+    if eos is None:
+        raise ExportError(
+            f"{type(model).__name__} names no end-of-sequence token (eos_token_id in its config or generation "
+            "config): ONNX Runtime GenAI needs one to stop; set model.generation_config.eos_token_id"
+        )
+    eos = [int(t) for t in eos] if isinstance(eos, (list, tuple)) else int(eos)
+    pad = first("pad_token_id")
+    pad = int(pad) if pad is not None else (eos[0] if isinstance(eos, list) else eos)
+    bos = first("bos_token_id")
+    return (int(bos) if bos is not None else None), eos, pad
+
+
+def text_config(model: Any) -> Any:
+    """The config of the model's text decoder (the model's own, unless it is multimodal)."""
+    config = model.config
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
+def shares_buffer(decoder: Decoder) -> bool:
+    """Whether GenAI may give each layer one buffer as past and present: only when every past
+    input goes straight into, and every present output comes straight out of, ONNX Runtime's
+    GroupQueryAttention, which writes the new keys and values into the past in place. A graph
+    that concatenates past and new (the standard target) needs them apart."""
+    graph = decoder.program.model.graph
+    for value in graph.inputs:
+        if value.name.startswith("past_key_values."):
+            for node, _ in value.uses():
+                if (node.domain, node.op_type) != ("com.microsoft", "GroupQueryAttention"):
+                    return False
+    for value in graph.outputs:
+        if value.name.startswith("present."):
+            node = value.producer()
+            if node is None or (node.domain, node.op_type) != ("com.microsoft", "GroupQueryAttention"):
+                return False
+    return True
+
+
+def save(decoder: Decoder, folder: Path, external_data: bool | None) -> Path:
+    """Write the model, the tokenizer's files and ``genai_config.json`` (last: a folder without
+    it is not a GenAI model) into ``folder``."""
+    if folder.exists() and not folder.is_dir():
+        raise SaveError(f"cannot write the decoder to {folder}: it is a file; give a folder")
+    if not folder.parent.is_dir():
+        raise SaveError(f"cannot write the decoder to {folder}: {folder.parent} does not exist; create it first")
+    genai = json.dumps(config(decoder), indent=2) + "\n"  # errors in the config before anything is written
+    created = not folder.exists()
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as e:
+        raise SaveError(f"cannot create {folder}: {e.strerror or e}") from e
+    try:
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".opreg-") as staging:
+            staged = Path(staging)
+            names = _save_tokenizer(decoder.tokenizer, staged)
+            decoder.program.save(folder / MODEL_FILE, external_data=external_data)
+            (staged / GENAI_CONFIG).write_text(genai)
+            for name in [*names, GENAI_CONFIG]:
+                os.replace(staged / name, folder / name)
+    except BaseException:
+        if created:  # nothing half-written left behind
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
+
+
+def _save_tokenizer(tokenizer: Any, folder: Path) -> list[str]:
+    """Write ``tokenizer`` (a transformers tokenizer, or a folder holding one) into ``folder``;
+    the names written."""
+    if tokenizer is None:
+        return []
+    if isinstance(tokenizer, (str, os.PathLike)):
+        source = Path(tokenizer)
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(source)
+        except Exception:  # a tokenizer transformers cannot load here: its files, as they are
+            names = [name for name in TOKENIZER_FILES if (source / name).is_file()]
+            for name in names:
+                shutil.copyfile(source / name, folder / name)
+            return names
+    if not hasattr(tokenizer, "save_pretrained"):
+        raise ExportError(
+            f"tokenizer= takes a transformers tokenizer or a folder holding one, got {type(tokenizer).__name__}"
+        )
+    tokenizer.save_pretrained(folder)
+    return sorted(path.name for path in folder.iterdir() if path.is_file())

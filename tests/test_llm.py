@@ -1,0 +1,294 @@
+"""opreg.llm: a transformers causal LM as one ONNX decoder for prefill and decode, its KV cache
+as inputs and outputs, in a folder ONNX Runtime GenAI runs.
+
+Tiny random-init models (tests/language_models.py) and a tokenizer trained here: nothing is
+downloaded. Numerics are compared with transformers' own forward (rtol=atol=1e-4, float32);
+generation with transformers' greedy ``generate``, token for token.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime
+import pytest
+import torch
+
+import opreg
+from opreg.llm import LAYOUT
+from tests import language_models as lm
+from tests.test_cli import run
+
+PROMPT_TEXT = "hello world, the quick fox"
+LENGTH = 24
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """A Llama (4 query heads, 2 key/value heads) exported to a GenAI folder with its tokenizer."""
+    model = lm.causal_lm("llama")
+    folder = tmp_path_factory.mktemp("llama") / "genai"
+    decoder = opreg.llm.export_decoder(model, folder, tokenizer=lm.tokenizer())
+    return model, decoder, folder
+
+
+def prompt() -> list[int]:
+    return list(lm.tokenizer()(PROMPT_TEXT)["input_ids"])
+
+
+def test_the_decoder_has_genai_names_and_every_length_dynamic(llama):
+    _, decoder, _ = llama
+    graph = decoder.program.model.graph
+    layers = range(2)
+    assert [v.name for v in graph.inputs] == [
+        "input_ids", "attention_mask", "position_ids",
+        *[f"past_key_values.{i}.{kind}" for i in layers for kind in ("key", "value")],
+    ]  # fmt: skip
+    assert [v.name for v in graph.outputs] == [
+        "logits",
+        *[f"present.{i}.{kind}" for i in layers for kind in ("key", "value")],
+    ]
+
+    def dims(value):
+        return [d if isinstance(d, int) else d.value for d in value.shape]
+
+    by_name = {v.name: v for v in [*graph.inputs, *graph.outputs]}
+    assert dims(by_name["input_ids"]) == ["batch_size", "sequence_length"]
+    assert dims(by_name["attention_mask"]) == ["batch_size", "total_sequence_length"]
+    assert dims(by_name["position_ids"]) == ["batch_size", "sequence_length"]
+    assert dims(by_name["past_key_values.1.value"]) == ["batch_size", 2, "past_sequence_length", 16]  # BNSH
+    assert dims(by_name["logits"]) == ["batch_size", "sequence_length", lm.VOCAB]
+    assert dims(by_name["present.0.key"]) == ["batch_size", 2, "total_sequence_length", 16]
+    assert by_name["input_ids"].dtype == by_name["attention_mask"].dtype == ir.DataType.INT64
+    layout = decoder.layout
+    assert (layout.num_layers, layout.num_attention_heads, layout.num_key_value_heads, layout.head_size) == (
+        2,
+        4,
+        2,
+        16,
+    )
+
+
+def test_at_the_standard_target_the_cache_is_a_concat_of_past_and_new(llama):
+    """Plain ONNX: each present is a Concat whose first input is the past, attention is Attention."""
+    _, decoder, _ = llama
+    graph = decoder.program.model.graph
+    assert set(decoder.program.model.opset_imports) == {""}
+    for layer in range(2):
+        for kind in ("key", "value"):
+            producer = next(v for v in graph.outputs if v.name == f"present.{layer}.{kind}").producer()
+            assert producer.op_type == "Concat"
+            assert producer.inputs[0].name == f"past_key_values.{layer}.{kind}"
+    assert sum(node.op_type == "Attention" for node in graph) == 2
+
+
+def test_the_decoder_matches_transformers_at_batch_1_and_3_sequence_1_and_7_past_0_and_5_and_left_padded(llama):
+    _, decoder, _ = llama
+    checks = decoder.verify()  # the default shapes: every combination the issue names, and left padding
+    labels = {c.name.split(" (", 1)[1] for c in checks}
+    assert {
+        "batch 1, sequence 1, past 0)",
+        "batch 3, sequence 7, past 5, row 2)",
+        "left padding, row 1's tokens)",
+    } <= labels
+    assert all(c.ok for c in checks) and max(c.max_abs for c in checks) < 1e-4
+
+
+def test_verify_fails_when_the_decoder_does_not_match(llama):
+    _, decoder, _ = llama
+    original = decoder.model
+    other = lm.causal_lm("llama", seed=1)  # other weights: the same graph, other numbers
+    decoder.model = other
+    try:
+        with pytest.raises(opreg.VerificationError, match="decoder outputs differ from transformers'"):
+            decoder.verify([(1, 3, 2)], left_padding=False)
+    finally:
+        decoder.model = original
+
+
+def test_prefill_and_decode_in_a_plain_session_generate_eager_greedy_tokens(llama):
+    """One model for both: a prefill with an empty past, then one token at a time, each call's
+    present fed back as the next call's past."""
+    model, _, folder = llama
+    session = onnxruntime.InferenceSession(str(folder / "model.onnx"))
+    tokens = prompt()
+    past = {f"past_key_values.{i}.{k}": np.zeros((1, 2, 0, 16), np.float32) for i in range(2) for k in ("key", "value")}
+    step = np.array([tokens], dtype=np.int64)
+    while len(tokens) < LENGTH:
+        total = past["past_key_values.0.key"].shape[2] + step.shape[1]
+        feeds = {
+            "input_ids": step,
+            "attention_mask": np.ones((1, total), np.int64),
+            "position_ids": np.arange(total - step.shape[1], total, dtype=np.int64)[None],
+            **past,
+        }
+        logits, *present = session.run(None, feeds)
+        tokens.append(int(logits[0, -1].argmax()))
+        past = dict(zip(past, present, strict=True))
+        step = np.array([[tokens[-1]]], dtype=np.int64)
+    assert tokens == lm.greedy(model, prompt(), LENGTH)
+
+
+def test_onnxruntime_genai_runs_the_folder_and_generates_eager_greedy_tokens(llama):
+    import onnxruntime_genai as og
+
+    model, _, folder = llama
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "genai_config.json", "model.onnx", "tokenizer.json", "tokenizer_config.json"
+    ]  # fmt: skip
+    config = json.loads((folder / "genai_config.json").read_text())
+    decoder = config["model"]["decoder"]
+    assert config["model"]["type"] == "decoder" and decoder["filename"] == "model.onnx"
+    assert decoder["inputs"]["past_key_names"] == LAYOUT["past_key"] == "past_key_values.%d.key"
+    assert decoder["outputs"]["present_value_names"] == "present.%d.value"
+    assert (decoder["num_hidden_layers"], decoder["num_key_value_heads"], decoder["head_size"]) == (2, 2, 16)
+    assert config["model"]["eos_token_id"] == lm.EOS and config["model"]["context_length"] == 256
+    assert config["search"]["past_present_share_buffer"] is False  # past and present are apart: a Concat
+    # the tokenizer beside the model reads text as transformers' does
+    tokenizer = og.Tokenizer(og.Model(str(folder)))
+    assert list(tokenizer.encode(PROMPT_TEXT)) == prompt()
+    assert tokenizer.decode(tokenizer.encode(PROMPT_TEXT)) == PROMPT_TEXT
+    assert lm.genai_greedy(folder, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+
+
+def test_at_target_onnxruntime_the_folder_shares_past_and_present_exactly_when_group_query_attention_reads_them(
+    tmp_path,
+):
+    """ONNX Runtime's kernels (the ort_contrib pack): the decoder still matches transformers when run
+    plainly (past in, present out), and GenAI, given one buffer for past and present only where
+    GroupQueryAttention writes the cache in place, generates eager's greedy tokens."""
+    model = lm.causal_lm("llama")
+    decoder = opreg.llm.export_decoder(model, tmp_path, target="onnxruntime", tokenizer=lm.tokenizer())
+    decoder.verify([(1, 1, 0), (3, 7, 5)])
+    graph = decoder.program.model.graph
+    attention = {(n.domain, n.op_type) for n in graph} & {("com.microsoft", "GroupQueryAttention")}
+    config = json.loads((tmp_path / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is bool(attention)
+    assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+
+
+# one architecture per family the sample names; Llama-likes (Qwen2/3, OLMo, Granite, SmolLM3, ...)
+# and the rest run in bench/llm_models.py
+FAMILIES = {
+    "mistral": "sliding-window attention (window 4, shorter than the sequences compared)",
+    "gemma2": "alternating sliding and full layers, logit soft-capping, scaled embeddings",
+    "gpt_neox": "partial rotary, parallel attention and MLP, fused QKV",
+    "falcon": "multi-query attention (one key/value head), fused QKV",
+    "phi3": "fused QKV and gate/up projections",
+}
+
+
+@pytest.mark.parametrize("model_type", list(FAMILIES))
+def test_architectures_export_verify_and_generate_in_genai(model_type, tmp_path):
+    model = lm.causal_lm(model_type)
+    decoder = opreg.llm.export_decoder(model, tmp_path, tokenizer=lm.tokenizer())
+    decoder.verify([(1, 1, 0), (3, 7, 5)])
+    assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+
+
+def test_a_mixture_of_experts_exports_with_transformers_batched_experts(tmp_path):
+    """Mixtral's experts as transformers' ``batched_mm`` implementation (plain gathers and matmuls)."""
+    model = lm.causal_lm("mixtral")
+    model.set_experts_implementation("batched_mm")
+    decoder = opreg.llm.export_decoder(model, tmp_path, tokenizer=lm.tokenizer())
+    decoder.verify([(1, 1, 0), (3, 7, 5)], left_padding=False)
+    assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+
+
+def test_a_mixture_of_experts_with_transformers_default_experts(tmp_path):
+    """Mixtral's default CPU experts call the custom op ``transformers::grouped_mm_fallback``: the
+    opreg-transformers pack translates it; without that pack installed the export names the op."""
+    from importlib.metadata import entry_points
+
+    model = lm.causal_lm("mixtral")
+    if "transformers" not in {ep.name for ep in entry_points(group="opreg.plugins")}:
+        with pytest.raises(opreg.UnsupportedOpsError, match="transformers::grouped_mm_fallback"):
+            opreg.llm.export_decoder(model)
+        return
+    opreg.llm.export_decoder(model, tmp_path, tokenizer=lm.tokenizer()).verify([(1, 1, 0), (3, 7, 5)])
+    assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+
+
+def test_a_state_space_model_is_refused_with_the_reason():
+    with pytest.raises(opreg.ExportError, match="LinearAttentionLayer without 4-D keys and values"):
+        opreg.llm.export_decoder(lm.causal_lm("mamba"))
+
+
+def test_a_model_without_a_cache_is_refused():
+    from transformers import BertConfig, BertModel
+
+    model = BertModel(BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2)).eval()
+    with pytest.raises(opreg.ExportError, match="BertModel returns no logits and key/value cache"):
+        opreg.llm.export_decoder(model)
+
+
+def test_a_folder_without_a_checkpoint_is_refused(tmp_path):
+    with pytest.raises(opreg.ExportError, match="is not a transformers checkpoint folder"):
+        opreg.llm.export_decoder(tmp_path)
+    with pytest.raises(opreg.InvalidArgumentError, match="takes a transformers causal LM"):
+        opreg.llm.export_decoder(42)
+
+
+def test_more_export_options_pass_on_to_opreg_export_except_the_decoders_own():
+    stages = []
+    opreg.llm.export_decoder(lm.causal_lm("llama"), progress=stages.append)
+    assert stages == list(opreg.exporter.STAGES)
+    with pytest.raises(opreg.InvalidArgumentError, match="export_decoder sets dynamic_shapes, state itself"):
+        opreg.llm.export_decoder(lm.causal_lm("llama"), dynamic_shapes={}, state="io")
+    with pytest.raises(opreg.InvalidArgumentError, match="got fold_weight, which opreg.export does not take"):
+        opreg.llm.export_decoder(lm.causal_lm("llama"), fold_weight=False)
+
+
+def test_cli_llm_export_writes_a_folder_genai_runs(tmp_path, capsys):
+    model = lm.causal_lm("qwen2")
+    checkpoint = lm.checkpoint(model, tmp_path / "checkpoint")
+    out = tmp_path / "out"
+    code, stdout, _ = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "--verify", "--json")
+    assert code == 0
+    summary = json.loads(stdout)
+    assert summary["files"] == ["genai_config.json", "model.onnx", "tokenizer.json", "tokenizer_config.json"]
+    assert summary["inputs"][:3] == ["input_ids", "attention_mask", "position_ids"] and summary["verified"] > 0
+    assert lm.genai_greedy(out, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+    code, _, err = run(capsys, "llm", "export", str(tmp_path / "nothing"), "-o", str(out))
+    assert code == 2 and "is not a transformers checkpoint folder" in err
+
+
+def test_a_failed_save_leaves_no_folder(llama, tmp_path):
+    _, decoder, _ = llama
+    with pytest.raises(opreg.ExportError, match="tokenizer= takes a transformers tokenizer"):
+        opreg.llm.export_decoder(lm.causal_lm("llama"), tmp_path / "new", tokenizer=object())
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(opreg.SaveError, match="does not exist; create it first"):
+        decoder.save(tmp_path / "missing" / "folder")
+
+
+def test_import_opreg_llm_is_cheap():
+    import subprocess
+    import sys
+
+    code = "import sys, opreg.llm; assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert opreg.llm.LAYOUT is LAYOUT and Path(opreg.llm.__file__).parent.name == "llm"
+
+
+def test_a_forward_with_use_cache_exports_and_its_cache_is_the_decoders_present():
+    """The issue's failing case (Qwen2 with ``use_cache=True``: ``aten::detach`` and the ``DynamicCache``
+    it returns) exports with dynamic batch and sequence, and the cache it returns is what the
+    decoder's prefill returns as ``present``."""
+    model = lm.causal_lm("qwen2")
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    dims = {"input_ids": {0: batch, 1: sequence}, "use_cache": None}
+    example = torch.randint(2, lm.VOCAB, (2, 5))
+    program = opreg.export(model, (), {"input_ids": example, "use_cache": True}, dynamic_shapes=dims)
+    assert program.output_names[:3] == ("logits", "past_key_values.0.key", "past_key_values.0.value")
+    ids = torch.randint(2, lm.VOCAB, (3, 7))
+    program.verify(input_ids=ids, use_cache=True)
+    cache = program.run(input_ids=ids, use_cache=True).past_key_values
+    decoder = opreg.llm.export_decoder(model)
+    present = decoder.run(decoder.inputs(ids))["present"]
+    for layer in range(2):
+        torch.testing.assert_close(cache.layers[layer].keys, present[2 * layer], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(cache.layers[layer].values, present[2 * layer + 1], rtol=1e-5, atol=1e-5)
