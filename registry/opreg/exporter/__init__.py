@@ -15,17 +15,17 @@ from typing import Any
 import torch
 
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError
-from opreg.exporter import _capture, _decompose, _finish, _plan, _translate
+from opreg.exporter import _capture, _finish, _plan, _translate
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
 from opreg.plugins import default_registry
 from opreg.registry import Registry
-from opreg.targets import Target, TargetLike
+from opreg.targets import TargetLike
 
 logger = logging.getLogger(__name__)
 
-STAGES = ("capture", "decompose", "coverage", "translate", "finish")
+STAGES = ("capture", "plan", "translate", "finish")
 """The export stages, in order, as reported to a ``progress`` callback."""
 
 __all__ = [
@@ -54,15 +54,6 @@ def _registry(registry: Registry | None, plugins: Iterable[str] | None, exclude:
     return default_registry(plugins=plugins, exclude=exclude)
 
 
-def _prepare(
-    model: Any, args: Any, kwargs: Any, target: TargetLike, dynamic_shapes: Any, registry: Registry
-) -> tuple[torch.export.ExportedProgram, torch.export.ExportedProgram, Target]:
-    """Capture and decompose: the captured and the decomposed programs, and the target."""
-    resolved = registry.target(target)
-    captured = _capture.capture(model, args, kwargs, dynamic_shapes)
-    return captured, _decompose.decompose(captured, registry, resolved), resolved
-
-
 def plan_export(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: tuple = (),
@@ -74,13 +65,14 @@ def plan_export(
     exclude: Iterable[str] | None = None,
     registry: Registry | None = None,
 ) -> list[MissingOp]:
-    """Capture and decompose ``model`` and return every op no impl covers at ``target``,
+    """Capture and plan ``model`` (decomposing it where needed) and return every op no impl covers at ``target``,
     in the main graph and in every subgraph (``[]`` when the model can be exported).
     What ``opreg check`` prints."""
     reg = _registry(registry, plugins, exclude)
-    _, program, resolved = _prepare(model, _as_tuple(args), kwargs, target, dynamic_shapes, reg)
+    resolved = reg.target(target)
+    captured = _capture.capture(model, _as_tuple(args), kwargs, dynamic_shapes)
     try:
-        _plan.plan(program.graph, reg, resolved)
+        _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
         return list(e.missing)
     return []
@@ -159,10 +151,8 @@ def export(
     tick("capture")
     resolved = reg.target(target)
     captured = _capture.capture(model, args, kwargs, dynamic_shapes)
-    tick("decompose")
-    program = _decompose.decompose(captured, reg, resolved)
-    tick("coverage")
-    plan = _plan.plan(program.graph, reg, resolved)
+    tick("plan")
+    program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
     tick("translate")
     symbols = {}
     eager = captured  # what verify() compares with: an ExportedProgram's module is made when first needed

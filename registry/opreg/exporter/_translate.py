@@ -191,7 +191,8 @@ class Translator:
         return scope.values[value] if isinstance(value, torch.fx.Node) else value
 
     def _call(self, scope: _Scope, node: torch.fx.Node) -> None:
-        kind = _nodes.classify(node)
+        step = self.plan.steps[node]
+        kind = step.kind
         if kind is _nodes.Kind.GETITEM:
             container, index = node.args
             scope.values[node] = scope.values[container][index]
@@ -202,9 +203,10 @@ class Translator:
         elif kind is _nodes.Kind.HOP:
             self._hop(scope, node)
         else:
-            self._op(scope, node, self.plan.calls[node])
+            assert step.call is not None
+            self._op(scope, node, step.call, kind)
 
-    def _op(self, scope: _Scope, node: torch.fx.Node, call: Call) -> None:
+    def _op(self, scope: _Scope, node: torch.fx.Node, call: Call, kind: _nodes.Kind) -> None:
         impl = call.impl
         self.used_impls[impl.label] = impl
         recorder = scope.recorder
@@ -220,7 +222,7 @@ class Translator:
             raise ExportError(f"{_call_site(node, impl)} raised {type(e).__name__}: {e}") from e
         made = {id(n) for n in recorder.added[first:]}
         scope.values[node] = self._results(scope, node, impl, result, made)
-        if _nodes.classify(node) is _nodes.Kind.INPLACE:
+        if kind is _nodes.Kind.INPLACE:
             scope.values[node.args[0]] = scope.values[node]  # later reads of self see the mutation
 
     @staticmethod
@@ -244,7 +246,7 @@ class Translator:
             if not isinstance(result, (list, tuple)) or len(result) != len(meta):
                 got = len(result) if isinstance(result, (list, tuple)) else 1
                 raise ExportError(f"{site} returned {got} value(s); the op has {len(meta)} outputs")
-            read = _outputs_read(node)  # an output nothing reads may be a placeholder: not checked
+            read = self._outputs_read(node)  # an output nothing reads may be a placeholder: not checked
             return tuple(
                 self._result(scope, f"{node.name}_{i}", r, m, made, f"{site}, output {i}")
                 if m is not None and (read is None or i in read)
@@ -279,6 +281,16 @@ class Translator:
             value.name = scope.recorder.claim(name)
         self._describe(value, meta)
         return value
+
+    def _outputs_read(self, node: torch.fx.Node) -> set[int] | None:
+        """The indices of ``node``'s outputs its users read (``None``: a user takes the whole tuple)."""
+        read = set()
+        for user in node.users:
+            step = self.plan.steps.get(user)
+            if step is None or step.kind is not _nodes.Kind.GETITEM:
+                return None
+            read.add(user.args[1])
+        return read
 
     def _argument(self, scope: _Scope, value: Any, int_list: bool) -> Any:
         if isinstance(value, torch.fx.Node):
@@ -528,16 +540,6 @@ def _is_constant(value: ir.Value) -> bool:
 
 def _call_site(node: torch.fx.Node, impl: Impl) -> str:
     return f"impl {impl.label} for {impl.op} (node {node.name}, {_nodes.where(node)})"
-
-
-def _outputs_read(node: torch.fx.Node) -> set[int] | None:
-    """The indices of ``node``'s outputs its users read (``None``: a user takes the whole tuple)."""
-    read = set()
-    for user in node.users:
-        if user.op != "call_function" or _nodes.classify(user) is not _nodes.Kind.GETITEM:
-            return None
-        read.add(user.args[1])
-    return read
 
 
 def _expected(meta: torch.Tensor) -> tuple[ir.DataType, int]:
