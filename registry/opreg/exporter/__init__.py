@@ -94,6 +94,7 @@ def export(
     fold_weights: bool = True,
     rewrite: bool = True,
     seed: int | None = None,
+    strict: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
@@ -138,12 +139,16 @@ def export(
             session of the model then draws the same numbers, run after run;
             ``None`` (default) leaves them unseeded: ONNX Runtime seeds them
             from its process-wide seed (``onnxruntime.set_seed``).
+        strict: a pack's rewrite that raises or leaves an invalid graph fails the export
+            (:class:`PluginError` naming the pack and the rule or pass); by default it is
+            undone and left out with a warning, and the export goes on without it.
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
     Raises:
         UnsupportedOpsError: some ops have no impl for the target; lists all.
         OpsetConflictError: impls need incompatible versions of one domain.
         ExportError: capture, translation or validation failed.
+        PluginError: with ``strict``, a pack's rewrite failed.
     """
     reg = _registry(registry, plugins, exclude)
     tick = _Ticker(progress)
@@ -164,7 +169,7 @@ def export(
     result = _finish.finish(
         translation, exported_program=program, module=eager, target=resolved, registry=reg,
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
-        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed,
+        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed, strict=strict,
     )  # fmt: skip
     tick.done()
     return result

@@ -45,6 +45,9 @@ class Translation:
         outputs: the values of the module's outputs, in order: ``ir.Value`` s,
             or Python values torch baked in.
         used_impls: ``pack:function`` -> impl, of every impl called.
+        weights: the initializers that are ``state_dict`` entries (parameters and persistent
+            buffers), whose names users look weights up by; other initializers (lifted
+            constants, non-persistent buffers) may be folded away.
     """
 
     graph: ir.Graph
@@ -52,6 +55,7 @@ class Translation:
     input_names: list[str]
     outputs: list[Any]
     used_impls: dict[str, Impl]
+    weights: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass
@@ -73,6 +77,7 @@ class Translator:
         self.target = target
         self.symbols = symbols
         self.used_impls: dict[str, Impl] = {}
+        self.weights: set[str] = set()
 
     def run(self) -> Translation:
         graph = ir.Graph([], [], nodes=[], name="main_graph")
@@ -82,7 +87,7 @@ class Translator:
         specs = self.program.graph_signature.output_specs
         # buffer and input mutations are not outputs: ONNX graphs are functional
         outputs = [value for spec, value in zip(specs, results, strict=True) if spec.kind == OutputKind.USER_OUTPUT]
-        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls)
+        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls, frozenset(self.weights))
 
     # -- values ------------------------------------------------------------------------
 
@@ -164,6 +169,8 @@ class Translator:
                 if not stored.is_contiguous():
                     stored = stored.contiguous()
                 scope.recorder.claim(name)
+                if kind == InputKind.PARAMETER or (kind == InputKind.BUFFER and spec.persistent is not False):
+                    self.weights.add(name)
                 value = ir.Value(name=name, const_value=tensor_adapters.TorchTensor(stored, name=name))
                 self._describe(value, tensor)
                 graph.register_initializer(value)
@@ -570,11 +577,21 @@ def _check_result(value: ir.Value, meta: Any, site: str) -> None:
             f"{site} returned {_a(value.dtype.name)} tensor where torch computes {dtype.name}: "
             f"cast the result (op.Cast(y, to={dtype.name})) or fix the impl's arithmetic"
         )
-    if value.shape is not None and len(value.shape) != rank:
+    if value.shape is None:
+        return
+    if len(value.shape) != rank:
         raise ExportError(
             f"{site} returned a rank-{len(value.shape)} tensor where torch computes rank {rank} "
             f"(shape {tuple(meta.shape)}): fix the impl's reshapes or reductions"
         )
+    sizes = [*meta.shape, *((2,) if meta.dtype.is_complex else ())]
+    for index, (got, want) in enumerate(zip(value.shape, sizes, strict=True)):
+        if isinstance(got, int) and isinstance(want, int) and got != want:
+            raise ExportError(
+                f"{site} returned a tensor of shape {list(value.shape)} where torch computes "
+                f"{[s if isinstance(s, int) else str(s) for s in sizes]} (dim {index}): fix the impl's reshapes "
+                "or broadcasting"
+            )
 
 
 def _dtype_of(meta: Any) -> ir.DataType | None:
