@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import opreg.plugins
+import opreg.targets
 
 _counter = itertools.count()
 
@@ -60,6 +61,15 @@ def make_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., 
     opreg.plugins.clear_cache()
     for mod in [m for m in sys.modules if m.startswith("opreg_testpack_")]:
         del sys.modules[mod]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _opreg_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """opreg's per-user cache in a folder of the session's, not the home of whoever runs the suite."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv(opreg.targets.CACHE_ENV, str(tmp_path_factory.mktemp("opreg-cache")))
+    yield
+    patch.undo()
 
 
 @pytest.fixture(autouse=True)
