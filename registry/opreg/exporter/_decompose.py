@@ -9,7 +9,9 @@ when the captured graph cannot be translated as it is.
 
 from __future__ import annotations
 
+import logging
 import warnings
+from collections.abc import Sequence
 
 import torch
 
@@ -19,16 +21,19 @@ from opreg.opname import OpName
 from opreg.registry import Registry
 from opreg.targets import Target
 
+logger = logging.getLogger(__name__)
+
 
 def decompose(
-    program: torch.export.ExportedProgram, registry: Registry, target: Target
+    program: torch.export.ExportedProgram, registry: Registry, target: Target, reasons: Sequence[str] = ()
 ) -> torch.export.ExportedProgram:
     """``program`` decomposed with torch's default table minus the ops the registry has
-    impls of at ``target``."""
+    impls of at ``target``; ``reasons`` (why it is needed) are logged."""
     table = torch.export.default_decompositions()
     for op in list(table.keys()):
         if registry.candidates(OpName.of(op), target):
             del table[op]
+    logger.info("running torch's decomposition for: %s", ", ".join(reasons) or "(no reason given)")
     try:
         with warnings.catch_warnings():
             # torch deep-copies its own pytree specs here and warns about its own deprecated API

@@ -108,7 +108,8 @@ class _Survey:
 
     steps: dict[torch.fx.Node, Step] = dataclasses.field(default_factory=dict)
     missing: _Missing = dataclasses.field(default_factory=dict)
-    needs_decomposition: bool = False
+    needs_decomposition: list[str] = dataclasses.field(default_factory=list)
+    """Why torch's decomposition must run although every op may have an impl."""
 
 
 def prepare(
@@ -120,7 +121,8 @@ def prepare(
     :class:`UnsupportedOpsError` with every op that still has no impl."""
     survey = _survey(program, registry, target)
     if survey.needs_decomposition or survey.missing:
-        program = _decompose.decompose(program, registry, target)
+        reasons = [*survey.needs_decomposition, *survey.missing]
+        program = _decompose.decompose(program, registry, target, reasons)
         survey = _survey(program, registry, target)
     if survey.missing:
         raise _unsupported(survey.missing, registry, target)
@@ -139,8 +141,8 @@ def plan(graph: torch.fx.Graph, registry: Registry, target: Target) -> Plan:
 def _survey(program: torch.export.ExportedProgram, registry: Registry, target: Target) -> _Survey:
     survey = _Survey()
     signature = program.graph_signature
-    # a mutated input or buffer: torch's decomposition makes the graph functional
-    survey.needs_decomposition = bool(signature.buffers_to_mutate or signature.user_inputs_to_mutate)
+    if signature.buffers_to_mutate or signature.user_inputs_to_mutate:  # the decomposition makes it functional
+        survey.needs_decomposition.append("a mutated input or buffer")
     _plan_graph(program.graph, registry, target, survey, "", None)
     return survey
 
@@ -169,7 +171,7 @@ def _plan_graph(
         elif kind is _nodes.Kind.HOP:
             hop = _nodes.HOPS[node.target]
             if hop.needs_decomposition is not None and hop.needs_decomposition(node):
-                survey.needs_decomposition = True
+                survey.needs_decomposition.append(hop.name)
             for role, module in _nodes.subgraphs(node):
                 inner = f"in the {role} of {hop.name} ({node.name})"
                 where = f"{inner}, {context}" if context else inner
