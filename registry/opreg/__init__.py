@@ -10,6 +10,7 @@ from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_t
 from opreg.errors import (
     ExportError,
     FrozenRegistryError,
+    InterruptedAfterSave,
     InvalidArgumentError,
     InvalidInputError,
     InvalidOpNameError,
@@ -79,6 +80,7 @@ __all__ = [
     "Explanation",
     "FrozenRegistryError",
     "HookError",
+    "InterruptedAfterSave",
     "InvalidArgumentError",
     "InvalidInputError",
     "Impl",

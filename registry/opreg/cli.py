@@ -3,7 +3,9 @@
 Exit codes: 0 success; 1 the command ran and found problems (ops without an
 impl, a model that does not match, an unusable file, a pack that failed or a
 tie under ``--strict``); 2 bad input or an opreg error (one line on stderr);
-130 interrupted. ``--debug`` shows tracebacks and debug logs.
+130 interrupted (Ctrl-C or SIGTERM; ``export`` says what its output file holds:
+unchanged, or the new model when the save had already switched to it, which a
+save does atomically). ``--debug`` shows tracebacks and debug logs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import dataclasses
 import fnmatch
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -79,7 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     output, packs, target = _output_options(), _pack_options(), _target_options()
-    model_help = "path/to/file.py:factory or package.module:factory; factory() returns (module, args[, kwargs])"
+    model_help = (
+        "path/to/file.py:factory (opreg runs that file, with its folder first on sys.path, as Python runs a "
+        "script) or package.module:factory (imported); factory() returns (module, args[, kwargs])"
+    )
     dynamic_help = "dynamic dims of a forward input: NAME:DIM=LABEL[,DIM=LABEL] (repeatable), e.g. x:0=batch"
 
     p = sub.add_parser("plugins", parents=[output, packs], help="installed packs: loaded, failed or disabled, and why")
@@ -112,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep every weight as the state_dict has it (no batch norm folded, no weight stored transposed)",
     )  # fmt: skip
     p.add_argument(
-        "--external-data", action="store_true", help="write weights to a side file FILE.<token>.data the model names"
-    )
+        "--external-data", action="store_true",
+        help="write weights to a side file FILE.<token>.data the model names (weights of up to 256 bytes stay inline)",
+    )  # fmt: skip
     p.set_defaults(run=_cmd_export)
 
     p = sub.add_parser("inspect", parents=[output], help="what an ONNX file holds, and whether it is usable")
@@ -219,6 +226,31 @@ def _conflict_rows(registry: Any) -> list[tuple[str, str]]:
     for group in plugins.pack_conflicts(registry.impls(), registry.preferences()):
         rows.append((str(group[0].op), ", ".join(i.label for i in group) + f"; {group[0].label} is used"))
     return rows
+
+
+class _RequestedPackFailed(PluginError):
+    """A pack asked for with ``-p NAME`` did not load (exit 1: the command found a problem)."""
+
+
+def _report_failed_packs(registry: Any, args: argparse.Namespace) -> None:
+    """A pack asked for with ``-p`` that did not load is an error; any other that did not
+    load is a warning (its ops are missing from what the command reports or writes)."""
+    from opreg.packset import FAILED, INCOMPATIBLE
+
+    wanted = {a for a in args.plugin_args if not a.startswith("no:")}
+    failed = [r for r in registry.packs if r.status in (FAILED, INCOMPATIBLE)]
+    for report in failed:
+        if report.name in wanted:
+            raise _RequestedPackFailed(
+                f"pack {report.name!r}, asked for with -p {report.name}, did not load: {_one_line_text(report.reason)}"
+                f"; fix or reinstall it ({report.distribution}), or leave out -p {report.name}"
+            )
+    err = _console(stderr=True)
+    for report in failed:
+        err.print(_styled(
+            f"warning: pack {report.name!r} did not load and is left out: {_one_line_text(report.reason)} "
+            "(see opreg plugins)", "yellow",
+        ), soft_wrap=True)  # fmt: skip
 
 
 def _warn_conflicts(registry: Any) -> None:
@@ -387,6 +419,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     registry = _registry(args)
     target = registry.target(args.target)
+    _report_failed_packs(registry, args)
     loaded, dynamic = _load_model(args)
     _warn_conflicts(registry)
     missing = exporter.plan_export(
@@ -412,13 +445,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     from opreg import exporter
     from opreg.errors import UnsupportedOpsError, VerificationError
-    from opreg.exporter._save import check_output_path
+    from opreg.exporter._save import INLINE_LIMIT_BYTES, check_output_path, referenced_data
     from opreg.targets import domain_label
 
     err = _console(stderr=True)
     registry = _registry(args)
     target = registry.target(args.target)
-    check_output_path(args.output)  # before the export, not after it
+    check_output_path(args.output, external_data=args.external_data)  # before the export, not after it
+    _report_failed_packs(registry, args)
     _warn_conflicts(registry)
     started = time.perf_counter()
     with err.status("loading the model") as status:
@@ -451,6 +485,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
             status.stop()
             err.print(_styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{e}", "red"))
             return EXIT_FINDINGS
+        except KeyboardInterrupt as e:
+            status.stop()
+            sys.stderr.write(f"opreg: interrupted: {_interrupted_export(e, last[0], args)}\n")
+            return EXIT_INTERRUPTED
     _warn_hook_failures(registry)
     opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
     console = _console()
@@ -458,6 +496,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
         f"wrote {path} ({len(program.model.graph)} nodes; opsets {opsets}) in {time.perf_counter() - started:.1f} s",
         markup=False,
     )
+    if args.external_data and not referenced_data(path):
+        console.print(
+            f"note: no weight is over {INLINE_LIMIT_BYTES} bytes, so every weight is inside {path} "
+            "and --external-data wrote no data file",
+            markup=False,
+            soft_wrap=True,
+        )
     if args.verify:
         worst = max((o.max_abs for o in result.outputs), default=0.0)
         console.print(
@@ -466,6 +511,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
             markup=False,
         )
     return EXIT_OK
+
+
+def _interrupted_export(error: KeyboardInterrupt, stage: str, args: argparse.Namespace) -> str:
+    """What an interrupt of ``opreg export`` during ``stage`` left at the output path."""
+    from opreg.errors import InterruptedAfterSave
+
+    if isinstance(error, InterruptedAfterSave) or stage in ("verify", ""):
+        return f"{args.output} holds the new model (saved before the interrupt){', not verified' * args.verify}"
+    return f"{args.output} was not changed" if os.path.lexists(args.output) else "nothing was written"
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -581,7 +635,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"opreg: error: {_one_line(e)}\n")
         strict = getattr(args, "strict", False) and not isinstance(e, PluginNotFoundError)
-        return EXIT_FINDINGS if isinstance(e, PluginError) and strict else EXIT_ERROR
+        found = isinstance(e, _RequestedPackFailed) or (isinstance(e, PluginError) and strict)
+        return EXIT_FINDINGS if found else EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("opreg: interrupted\n")
         return EXIT_INTERRUPTED
@@ -598,7 +653,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _one_line(error: BaseException) -> str:
     """An error's message on one line (torch's multi-line reports folded)."""
-    return " ".join(line.strip() for line in str(error).strip().splitlines() if line.strip())
+    return _one_line_text(str(error))
+
+
+def _one_line_text(text: str) -> str:
+    return " ".join(line.strip() for line in text.strip().splitlines() if line.strip())
 
 
 if __name__ == "__main__":

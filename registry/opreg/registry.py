@@ -354,8 +354,10 @@ class Registry:
 
     def prefer(self, op: Any, pack: str) -> None:
         """Resolve ties of ``op`` in favour of ``pack``'s impl (by default the core pack
-        wins a tie, then the pack whose name sorts first). Only ties are affected:
-        overrides, priority and opset requirements still rank first."""
+        wins a tie, then the pack whose name sorts first): among impls of equal override,
+        priority and opset requirement, ``pack``'s come first, also before another pack's
+        conditional impl (one with a predicate). Overrides, priority and opset
+        requirements still rank first."""
         self._check_mutable()
         op = OpName.of(op)
         packs = {i.pack for i in self._impls.get(op, ())}
@@ -478,8 +480,16 @@ class Registry:
     # -- resolving ------------------------------------------------------------
 
     def _key(self, op: OpName) -> Callable[[Impl], tuple]:
+        # the preferred pack goes first among impls of equal override, priority and requirement,
+        # before the rank's last item (a conditional impl before an unconditional one)
         preferred = self._preferred.get(op)
-        return lambda impl: (*impl.rank(), impl.pack != preferred, *impl.tie_break(), self._order.get(impl, 0))
+        return lambda impl: (
+            *impl.rank()[:-1],
+            impl.pack != preferred,
+            impl.rank()[-1],
+            *impl.tie_break(),
+            self._order.get(impl, 0),
+        )
 
     def candidates(self, op: Any, target: TargetLike = "onnx") -> tuple[Impl, ...]:
         """Impls of ``op`` that ``target`` can use, best first (predicates not evaluated)."""

@@ -68,9 +68,10 @@ def plan_export(
     """Capture and plan ``model`` (decomposing it where needed) and return every op no impl covers at ``target``,
     in the main graph and in every subgraph (``[]`` when the model can be exported).
     What ``opreg check`` prints."""
+    args = _check_inputs(model, args, kwargs)
     reg = _registry(registry, plugins, exclude)
     resolved = reg.target(target)
-    captured = _capture.capture(model, _as_tuple(args), kwargs, dynamic_shapes)
+    captured = _capture.capture(model, args, kwargs, dynamic_shapes)
     try:
         _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
@@ -144,15 +145,26 @@ def export(
             undone and left out with a warning, and the export goes on without it.
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
+    Threads: ``export`` may be called from several threads at once. torch.export's
+    tracing state is global, so capture and decomposition run one model at a time
+    (a process-wide lock); translation and the later stages run in parallel. Code of
+    your own that calls ``torch.export`` in another thread at the same time is not
+    covered by that lock.
+
     Raises:
+        InvalidArgumentError: an argument of the wrong type (``args`` not a
+            tuple, ``kwargs`` not a dict, ``seed`` not an int, ...), before
+            anything is captured.
         UnsupportedOpsError: some ops have no impl for the target; lists all.
         OpsetConflictError: impls need incompatible versions of one domain.
         ExportError: capture, translation or validation failed.
         PluginError: with ``strict``, a pack's rewrite failed.
     """
+    args = _check_inputs(model, args, kwargs)
+    _check_options(inline=inline, seed=seed, embed_functions=embed_functions, optimize=optimize,
+                   fold_weights=fold_weights, rewrite=rewrite)  # fmt: skip
     reg = _registry(registry, plugins, exclude)
     tick = _Ticker(progress)
-    args = _as_tuple(args)
     tick("capture")
     resolved = reg.target(target)
     captured = _capture.capture(model, args, kwargs, dynamic_shapes)
@@ -175,8 +187,63 @@ def export(
     return result
 
 
-def _as_tuple(args: Any) -> tuple:
-    return args if isinstance(args, tuple) else (args,)
+def _check_inputs(model: Any, args: Any, kwargs: Any) -> tuple:
+    """Refuse a model, ``args`` or ``kwargs`` torch.export would refuse later in its own words;
+    returns ``args`` as a tuple (a lone tensor is one positional input)."""
+    if not isinstance(model, (torch.nn.Module, torch.export.ExportedProgram)):
+        hint = (
+            ": wrap it in a torch.nn.Module whose forward calls it"
+            if callable(model) and not isinstance(model, type)
+            else (": pass an instance, e.g. Model()" if isinstance(model, type) else "")
+        )
+        raise InvalidArgumentError(
+            f"the model to export is a torch.nn.Module or a torch.export.ExportedProgram, got {_describe(model)}{hint}"
+        )
+    if isinstance(args, torch.Tensor):
+        args = (args,)
+    elif args is None:
+        args = ()
+    elif isinstance(args, list):
+        raise InvalidArgumentError(
+            f"args= takes a tuple of the model's positional inputs, got a list of {len(args)}: write tuple(args) "
+            "for that many inputs, or (args,) if the model takes one list"
+        )
+    elif isinstance(args, Mapping):
+        raise InvalidArgumentError(
+            "args= takes a tuple of the model's positional inputs, got a dict: pass keyword inputs as kwargs="
+        )
+    elif not isinstance(args, tuple):
+        raise InvalidArgumentError(
+            f"args= takes a tuple of the model's positional inputs, got {_describe(args)}: write (value,) for one"
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise InvalidArgumentError(
+            f"kwargs= takes a dict of the model's keyword inputs ({{'name': tensor}}), got {_describe(kwargs)}"
+        )
+    if kwargs is not None and any(not isinstance(k, str) for k in kwargs):
+        raise InvalidArgumentError(f"kwargs= keys are forward's parameter names (strings), got {list(kwargs)!r}")
+    return args
+
+
+def _check_options(*, inline: Any, seed: Any, **flags: Any) -> None:
+    """Refuse options of the wrong type before the export starts (not after it, or never)."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise InvalidArgumentError(f"{name}= takes True or False, got {_describe(value)}")
+    if not isinstance(inline, (bool, int)) or (not isinstance(inline, bool) and inline < 0):
+        raise InvalidArgumentError(
+            f"inline= takes True, False or a node count N >= 0 (inline functions of at most N nodes), "
+            f"got {_describe(inline)}"
+        )
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise InvalidArgumentError(f"seed= takes an int (or None for unseeded random nodes), got {_describe(seed)}")
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "None"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 class _Ticker:

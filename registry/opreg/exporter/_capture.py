@@ -1,8 +1,17 @@
-"""Capture: ``torch.export`` of the user's module, and the names of its symbolic dimensions."""
+"""Capture: ``torch.export`` of the user's module, and the names of its symbolic dimensions.
+
+``torch.export`` keeps its tracing state in globals (the proxy dispatch mode's slot, the
+module-hierarchy and patcher globals of non-strict export): two captures in two threads at
+once fail with assertions about that state (measured: 18 of 24 exports from 8 threads;
+plain ``torch.export.export`` fails the same way). So opreg captures, and retraces to
+decompose, one model at a time per process (:data:`TRACING_LOCK`); translation and
+everything after it run in parallel.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -13,6 +22,10 @@ from opreg.exporter import _pytrees
 
 RETRIES = 4
 """How many classes a capture may register as pytree nodes (each costs a capture again)."""
+
+TRACING_LOCK = threading.RLock()
+"""Held while torch traces a model (capture, decomposition): torch's tracing state is global.
+``torch.export`` called by other code at the same time does not take it."""
 
 
 def capture(
@@ -33,16 +46,19 @@ def capture(
     if not isinstance(args, tuple):
         args = (args,)
     check_dynamic_shapes(model, args, kwargs, dynamic_shapes)
-    _pytrees.register_known_types()
-    for attempt in range(RETRIES + 1):
-        try:
-            with onnx_exporting():
-                return torch.export.export(model, args, dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False)
-        except Exception as e:
-            # a returned object of a class pytree does not know: register it, and capture again
-            if attempt < RETRIES and _pytrees.register_refused_type(e) is not None:
-                continue
-            raise _capture_error(model, e) from e
+    with TRACING_LOCK:  # torch's tracing state, and pytree's registry, are global
+        _pytrees.register_known_types()
+        for attempt in range(RETRIES + 1):
+            try:
+                with onnx_exporting():
+                    return torch.export.export(
+                        model, args, dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False
+                    )
+            except Exception as e:
+                # a returned object of a class pytree does not know: register it, and capture again
+                if attempt < RETRIES and _pytrees.register_refused_type(e) is not None:
+                    continue
+                raise _capture_error(model, e) from e
     raise AssertionError("unreachable")
 
 

@@ -8,6 +8,7 @@ import enum
 import inspect
 import logging
 import math
+import numbers
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +19,14 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from opreg.errors import ExportError, InvalidInputError, OpregError, RuntimeUnavailableError, VerificationError
+from opreg.errors import (
+    ExportError,
+    InvalidArgumentError,
+    InvalidInputError,
+    OpregError,
+    RuntimeUnavailableError,
+    VerificationError,
+)
 from opreg.exporter._capture import constant_inputs, symbolic_int_inputs
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
@@ -153,17 +161,24 @@ class OnnxProgram:
 
         return _runtime.initializer_bytes(self.model)
 
-    def save(self, path: str | os.PathLike[str], external_data: bool | None = None) -> Path:
+    def save(self, path: str | bytes | os.PathLike[str], external_data: bool | None = None) -> Path:
         """Write the model to ``path``; returns the path (a symlink's target, if ``path`` is one).
 
         ``external_data=None`` keeps weights inside the file unless they exceed
         what one protobuf holds (about 2 GB); then, or with ``True``, they go to
         a side file ``<file name>.<token>.data`` that the model names (a new
-        token at each save). The save is atomic for the pair: at every instant
-        ``path`` holds the complete old model with its data, or the complete new
-        one, even if the process is killed; the old data file is removed after
-        the new model is in place. Raises :class:`opreg.SaveError` if the
-        location cannot be written (nothing there is changed).
+        token at each save; tensors of at most 256 bytes stay inside). The save
+        is atomic for the pair: at every instant ``path`` holds the complete old
+        model with its data, or the complete new one, even if the process is
+        killed; the old data file (the one the old model records as opreg's, and
+        only that one) is removed after the new model is in place.
+
+        Raises :class:`opreg.SaveError` for any ``OSError`` (a folder that cannot
+        be written, a name too long, a full disk; nothing there is changed),
+        :class:`opreg.InvalidArgumentError` for a ``path`` that is not one, and,
+        on Ctrl-C or SIGTERM once the new model is in place,
+        :class:`opreg.InterruptedAfterSave` (a ``KeyboardInterrupt``; before that
+        instant a plain one, and the old pair stays).
         """
         from opreg.exporter import _save
 
@@ -311,6 +326,11 @@ class OnnxProgram:
         ``runtime="auto"`` uses ONNX Runtime when it can run every domain in
         the model, else the reference evaluator.
         """
+        for name, value in (("rtol", rtol), ("atol", atol)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+                raise InvalidArgumentError(
+                    f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, got {value!r}"
+                )
         self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
         if runtime == "auto":
             runtime = self.runtime_for()
