@@ -26,7 +26,7 @@ from onnx_ir.passes import InPlacePass, PassBase, PassResult
 
 from opreg.errors import ExportError, OpsetConflictError
 from opreg.exporter import _capture, _lean, _pytrees, _rewrite
-from opreg.exporter._passes import IfModified, Pipeline, all_nodes
+from opreg.exporter._passes import IfModified, Pipeline, all_nodes, subgraphs_of
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
 from opreg.exporter._rewrite import REWRITES_KEY, Rewrite
@@ -463,29 +463,22 @@ def own_subgraph_outputs(graph: ir.Graph) -> bool:
     Returns whether an Identity was added."""
     added = False
     for node in ir.traversal.RecursiveGraphIterator(graph):
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                subgraphs = [attr.as_graph()]
-            elif attr.type == ir.AttributeType.GRAPHS:
-                subgraphs = list(attr.as_graphs())
-            else:
-                continue
-            for sub in subgraphs:
-                made = {id(out) for n in sub for out in n.outputs}
-                seen: set[int] = set()
-                for index, value in enumerate(list(sub.outputs)):
-                    if id(value) in made and id(value) not in seen and value.const_value is None:
-                        seen.add(id(value))
-                        continue
-                    copy = ir.node("Identity", [value], name=f"{sub.name}_output_{index}")
-                    copy.metadata_props.update(node.metadata_props)
-                    out = copy.outputs[0]
-                    out.name = f"{sub.name}_output_{index}"
-                    out.type, out.shape = value.type, value.shape
-                    sub.append(copy)
-                    sub.outputs[index] = out
-                    seen.add(id(out))
-                    added = True
+        for sub in subgraphs_of(node):
+            made = {id(out) for n in sub for out in n.outputs}
+            seen: set[int] = set()
+            for index, value in enumerate(list(sub.outputs)):
+                if id(value) in made and id(value) not in seen and value.const_value is None:
+                    seen.add(id(value))
+                    continue
+                copy = ir.node("Identity", [value], name=f"{sub.name}_output_{index}")
+                copy.metadata_props.update(node.metadata_props)
+                out = copy.outputs[0]
+                out.name = f"{sub.name}_output_{index}"
+                out.type, out.shape = value.type, value.shape
+                sub.append(copy)
+                sub.outputs[index] = out
+                seen.add(id(out))
+                added = True
     return added
 
 

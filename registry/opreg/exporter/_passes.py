@@ -36,6 +36,17 @@ def all_graphs(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
     yield from model.functions.values()
 
 
+def subgraphs_of(node: ir.Node) -> list[ir.Graph]:
+    """The graphs ``node`` holds in its attributes (an If's branches, a Loop's or Scan's body)."""
+    graphs: list[ir.Graph] = []
+    for attr in node.attributes.values():
+        if attr.type == ir.AttributeType.GRAPH:
+            graphs.append(attr.as_graph())
+        elif attr.type == ir.AttributeType.GRAPHS:
+            graphs.extend(attr.as_graphs())
+    return graphs
+
+
 def all_nodes(model: ir.Model) -> Iterator[ir.Node]:
     """Every node of the model: the main graph, its subgraphs, the functions and theirs."""
     for owner in all_graphs(model):

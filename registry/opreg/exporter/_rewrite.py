@@ -27,7 +27,7 @@ from onnx_ir.passes import InPlacePass, PassResult
 
 from opreg.errors import PluginError
 from opreg.exporter._nodes import PACK_KEY, PROVENANCE_KEYS, REWRITE_KEY
-from opreg.exporter._passes import Pipeline, all_nodes
+from opreg.exporter._passes import Pipeline, all_nodes, subgraphs_of
 from opreg.node_types import node_problem, op_schema
 from opreg.targets import ONNX_DOMAIN, Target, domain_label
 
@@ -302,17 +302,10 @@ def _graph_problem(graph: ir.Graph | ir.Function, outer: set[int]) -> tuple[str,
                     f"left node {node.name!r} ({what}) reading {_describe_value(value)}, which nothing in the "
                     "graph defines before it"
                 )
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                subgraphs = [attr.as_graph()]
-            elif attr.type == ir.AttributeType.GRAPHS:
-                subgraphs = list(attr.as_graphs())
-            else:
-                continue
-            for sub in subgraphs:
-                problem = _graph_problem(sub, defined)
-                if problem is not None:
-                    return problem
+        for sub in subgraphs_of(node):
+            problem = _graph_problem(sub, defined)
+            if problem is not None:
+                return problem
         defined.update(id(out) for out in node.outputs)
     for value in graph.outputs:
         if id(value) not in defined:
