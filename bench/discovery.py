@@ -24,28 +24,35 @@ which:
 5. checks that every synthetic pack is ``loaded`` with all its impls, and
    otherwise exits non-zero naming the pack.
 
-Then it runs the real console command ``opreg plugins --json`` per scenario
-and reports its whole-process wall time (best / median), which includes
-interpreter start-up and the torch import.
+Then it runs the real console command ``opreg plugins --json --no-cache`` per
+scenario and reports its whole-process wall time (best / median), which
+includes interpreter start-up, the torch import and loading every pack. And it
+runs ``opreg plugins --json``, ``opreg ops --json`` and ``opreg explain
+aten::relu --json`` as a user's second run does, answered from the cache of
+what packs declare (:mod:`opreg.packcache`, in a temp dir, filled once per
+scenario by an untimed run): whole-process wall time, median over the rounds,
+and each run checked to import no torch.
 
 Every measurement is repeated over ``ROUNDS`` rounds that visit the scenarios
 in turn, so drift in machine load hits all rows alike. Reported: median cold
 build over the rounds' processes, median of all warm builds, median resolve
-time (each process: median of 5 timeit repeats).
+time (each process: median of 5 timeit repeats), median cached command time.
 
 How to read it
 --------------
 ``added vs 0 packs`` is a row's build time minus the 0-pack row's (cold /
 warm): what the synthetic packs cost a registry build. The goals are checked
 against this run's own numbers, as differences, never against another
-machine's: 100 packs add < 150 ms to a cold build, and resolving one op takes
-< 20 µs (worst scenario). Cold builds carry tens of ms of noise (one sample
+machine's: 100 packs add < 150 ms to a cold build, resolving one op takes
+< 20 µs (worst scenario), and with nothing changed since the last run each of
+``opreg plugins``, ``ops`` and ``explain`` answers in <= 0.5 s wall (median, worst
+scenario; issue 28). Cold builds carry tens of ms of noise (one sample
 per process, and the 0-pack baseline includes test_customop defining its torch
 custom op); warm builds are steadier. The 10- and 100-pack rows show whether
 the cost grows linearly with the number of packs.
 
-Run from the repo root: ``python bench/discovery.py [--json]`` (about a minute
-and a half on 2 cores).
+Run from the repo root: ``python bench/discovery.py [--json]`` (about two
+minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -74,6 +81,15 @@ ROUNDS = 3
 WARM_BUILDS = 5
 RESOLVE_REPEATS = 5
 AUTOLOAD_ENV = "OPREG_DISABLE_PLUGIN_AUTOLOAD"
+CACHE_ENV = "OPREG_CACHE_DIR"
+NO_CACHE_ENV = "OPREG_NO_CACHE"
+CACHED_COMMANDS = {
+    "plugins": ["plugins", "--json"],
+    "ops": ["ops", "--json"],
+    "explain": ["explain", RESOLVE_OP, "--json"],
+}
+"""The commands that answer from the cache of what packs declare, as timed."""
+CACHED_GOAL_S = 0.5
 HEAVY_IMPORTS = ("torch", "onnx", "onnxscript", "onnxruntime")
 """Imported, untimed, before measuring, in this order: torch first as in a user's program (the order
 changes what a first build costs), onnxruntime because ort_contrib's ``opreg_targets`` hook imports it."""
@@ -164,10 +180,13 @@ def write_packs(root: Path, count: int) -> None:
         raise BenchError(f"synthetic packs in {root} do not compile")
 
 
-def scenario_env(root: Path) -> dict[str, str]:
-    """Environment for a measured process: ``root`` first on the path, autoload on."""
+def scenario_env(root: Path, cache: Path) -> dict[str, str]:
+    """Environment for a measured process: ``root`` first on the path, autoload on, the cache of
+    what packs declare in ``cache`` (never the user's)."""
     env = dict(os.environ)
     env.pop(AUTOLOAD_ENV, None)
+    env.pop(NO_CACHE_ENV, None)
+    env[CACHE_ENV] = str(cache)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
     return env
 
@@ -277,20 +296,36 @@ def opreg_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "opreg.cli"]
 
 
-def time_cli(command: list[str], count: int, env: dict[str, str]) -> float:
-    """Wall time (s) of one ``opreg plugins --json``; checks the packs it lists."""
+def time_cli(command: list[str], count: int, env: dict[str, str], argv: list[str]) -> float:
+    """Wall time (s) of one ``opreg ARGV``; checks the packs ``opreg plugins`` lists, and that a
+    command answered from the cache imported no torch (``--debug`` logs where it read from)."""
+    cached = "--no-cache" not in argv
     started = time.perf_counter()
-    proc = subprocess.run([*command, "plugins", "--json"], env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run([*command, *argv], env=env, capture_output=True, text=True, check=False)
     wall_s = time.perf_counter() - started
+    shown = " ".join(argv)
     if proc.returncode != 0:
-        raise BenchError(f"`opreg plugins --json` with {count} packs exited {proc.returncode}:\n{proc.stderr}")
-    problems = synthetic_problems(json.loads(proc.stdout), count)
-    if problems:
-        raise BenchError(f"`opreg plugins` with {count} packs:\n  " + "\n  ".join(problems))
+        raise BenchError(f"`opreg {shown}` with {count} packs exited {proc.returncode}:\n{proc.stderr}")
+    if argv[0] == "plugins":
+        problems = synthetic_problems(json.loads(proc.stdout), count)
+        if problems:
+            raise BenchError(f"`opreg {shown}` with {count} packs:\n  " + "\n  ".join(problems))
+    if cached and not any(Path(env[CACHE_ENV]).glob("declared/*.json")):
+        raise BenchError(f"`opreg {shown}` with {count} packs left no cache entry in {env[CACHE_ENV]}")
     return wall_s
 
 
-def summarize(count: int, runs: list[dict[str, Any]], cli: list[float]) -> dict[str, Any]:
+def imports_torch(command: list[str], env: dict[str, str], argv: list[str]) -> bool:
+    """Whether ``opreg ARGV`` imports torch (read from ``-X importtime``; untimed)."""
+    script = command if command[0] == sys.executable else [sys.executable, *command]
+    proc = subprocess.run([*script[:1], "-X", "importtime", *script[1:], *argv], env=env, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    return any(line.rstrip().endswith("| torch") for line in proc.stderr.splitlines())
+
+
+def summarize(
+    count: int, runs: list[dict[str, Any]], cli: list[float], cached: dict[str, list[float]]
+) -> dict[str, Any]:
     """One scenario's row from its processes' raw numbers."""
     warm = [ms for run in runs for ms in run["warm_build_ms"]]
     last = runs[-1]
@@ -306,6 +341,8 @@ def summarize(count: int, runs: list[dict[str, Any]], cli: list[float]) -> dict[
         "warm_build_ms_all": warm,
         "resolve_us_all": [run["resolve_us"] for run in runs],
         "cli_wall_s_all": cli,
+        "cached_wall_s_median": {name: statistics.median(times) for name, times in cached.items()},
+        "cached_wall_s_all": cached,
         "import_s": [run["import_s"] for run in runs],
         "registry_impls": last["registry_impls"],
         "resolve_candidates": last["resolve_candidates"],
@@ -319,19 +356,26 @@ def measure(progress: Any) -> dict[str, Any]:
     command = opreg_command()
     runs: dict[int, list[dict[str, Any]]] = {count: [] for count in SCENARIOS}
     cli: dict[int, list[float]] = {count: [] for count in SCENARIOS}
+    cached: dict[int, dict[str, list[float]]] = {count: {name: [] for name in CACHED_COMMANDS} for count in SCENARIOS}
     with tempfile.TemporaryDirectory(prefix="opreg-bench-discovery-") as tmp:
         envs = {}
         for count in SCENARIOS:
             root = Path(tmp) / f"site-{count}"
             write_packs(root, count)
-            envs[count] = scenario_env(root)
+            envs[count] = scenario_env(root, Path(tmp) / f"cache-{count}")
+            time_cli(command, count, envs[count], CACHED_COMMANDS["plugins"])  # fills the cache, untimed
+            for argv in CACHED_COMMANDS.values():
+                if imports_torch(command, envs[count], argv):
+                    raise BenchError(f"`opreg {' '.join(argv)}` with {count} packs imports torch: not from the cache")
         for round_ in range(1, ROUNDS + 1):
             for count in SCENARIOS:
                 progress.print(f"[dim]round {round_}/{ROUNDS}, {count} packs: registry builds, `opreg plugins`[/]")
                 runs[count].append(run_worker(count, envs[count]))
-                cli[count].append(time_cli(command, count, envs[count]))
+                cli[count].append(time_cli(command, count, envs[count], ["plugins", "--json", "--no-cache"]))
+                for name, argv in CACHED_COMMANDS.items():
+                    cached[count][name].append(time_cli(command, count, envs[count], argv))
 
-    scenarios = [summarize(count, runs[count], cli[count]) for count in SCENARIOS]
+    scenarios = [summarize(count, runs[count], cli[count], cached[count]) for count in SCENARIOS]
     base = scenarios[0]
     for row in scenarios:
         row["added_cold_ms"] = row["cold_build_ms"] - base["cold_build_ms"]
@@ -352,6 +396,14 @@ def measure(progress: Any) -> dict[str, Any]:
             "pass": worst_resolve < RESOLVE_GOAL_US,
         },
     ]
+    for name in CACHED_COMMANDS:
+        worst = max(row["cached_wall_s_median"][name] for row in scenarios)
+        goals.append({
+            "goal": f"`opreg {name}`, nothing changed since the last run, answers in <= {CACHED_GOAL_S:g} s wall",
+            "value": f"{worst:.3f} s median (worst scenario); loading the packs: "
+            f"{max(row['cli_wall_s_median'] for row in scenarios):.2f} s",
+            "pass": worst <= CACHED_GOAL_S,
+        })  # fmt: skip
     return {
         "python": sys.version.split()[0],
         "opreg_command": command,
@@ -371,13 +423,15 @@ def render(results: dict[str, Any], console: Any) -> None:
         header_style="bold",
         caption=(
             f"cold: median over {ROUNDS} fresh processes; warm: median of {ROUNDS}x{WARM_BUILDS} builds after "
-            f"clear_cache(); resolve: {RESOLVE_OP}, per call;\n`opreg plugins --json`: best / median of "
-            f"{ROUNDS} runs, whole process"
+            f"clear_cache(); resolve: {RESOLVE_OP}, per call;\n`opreg plugins --json --no-cache` (loads the packs): "
+            f"best / median of {ROUNDS} runs, whole process; cached: `opreg plugins --json`, `ops --json`, "
+            f"`explain {RESOLVE_OP} --json`\nanswered from the cache of what packs declare, median of {ROUNDS} runs, "
+            "whole process"
         ),
         caption_justify="left",
     )
     columns = ["packs", "impls", "cold build ms", "warm build ms (median)", "added vs 0 packs (ms) cold / warm"]
-    columns += ["resolve µs", "`opreg plugins` wall s"]
+    columns += ["resolve µs", "`opreg plugins --no-cache` wall s", "cached plugins / ops / explain wall s"]
     for column in columns:
         table.add_column(column, justify="right")
     for row in results["scenarios"]:
@@ -389,6 +443,7 @@ def render(results: dict[str, Any], console: Any) -> None:
             f"{row['added_cold_ms']:+.1f} / {row['added_warm_ms']:+.1f}",
             f"{row['resolve_us']:.2f}",
             f"{row['cli_wall_s_best']:.2f} / {row['cli_wall_s_median']:.2f}",
+            " / ".join(f"{row['cached_wall_s_median'][name]:.3f}" for name in CACHED_COMMANDS),
         )
     console.print(table)
     for goal in results["goals"]:

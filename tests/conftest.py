@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import opreg.packcache
 import opreg.plugins
 import opreg.targets
 
@@ -76,3 +77,10 @@ def _opreg_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 def _no_autoload_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests start with autoload on, whatever the calling shell has set."""
     monkeypatch.delenv(opreg.plugins.AUTOLOAD_ENV, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _own_pack_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test has its own, empty cache of what packs declare (never the user's), turned on."""
+    monkeypatch.setenv(opreg.packcache.CACHE_ENV, str(tmp_path_factory.mktemp("opreg-cache")))
+    monkeypatch.delenv(opreg.packcache.NO_CACHE_ENV, raising=False)

@@ -87,7 +87,7 @@ def test_explain_shows_the_choice_and_why(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["explain", "gelu"], "is not a torch op name"),
+        (["explain", "gelu"], "is neither a torch op (namespace::name) nor a capture patch"),
         (["explain", "aten::gelu", "-t", "99"], "use a version from 18 to"),
         (["explain", "aten::gelu", "-t", "17"], "use a version from 18 to"),
         (["explain", "aten::gelu", "-t", ""], "the target is empty: write a profile name"),

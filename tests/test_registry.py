@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import onnx_ir as ir
@@ -462,3 +463,24 @@ def test_one_body_for_several_opsets_is_told_its_version():
     assert registry.resolve("aten::gelu", 19) is old and registry.resolve("aten::gelu", 21) is new
     with pytest.raises(RegistrationError, match=r"takes the opset it is registered at .* opset=N"):
         registry.register("aten::gelu", aten_gelu_versioned)
+
+
+def test_the_registry_is_data_impls_profiles_preferences_and_unsupported_compare_and_hash():
+    """Issue 25: two registries built from the same packs hold equal data; changing one changes it."""
+    built, again = opreg.build_registry(), opreg.build_registry()
+    assert built is not again and built.impls()[0] is not again.impls()[0]
+    assert built.data() == again.data() and hash(built.data()) == hash(again.data())
+    assert set(built.impls()) == set(again.impls()) and len(set(built.impls())) == len(built)
+    assert built.explain("aten::gelu", "onnxruntime") == again.explain("aten::gelu", "onnxruntime")
+    preferred = opreg.build_registry(prefer={"aten::gelu": "ort_contrib"}).data()
+    assert preferred != built.data() and preferred.preferences == ((opreg.OpName.of("aten::gelu"), "ort_contrib"),)
+    copy = built.copy()
+    assert copy.data() == built.data()
+    copy.mark_unsupported("aten::frobnicate", "no such op")
+    assert copy.data() != built.data() and copy.data().unsupported[-1][1:] == ("<user>", "no such op")
+    other = built.copy()
+    other.add_profile("mine", {"": 18})
+    assert other.data() != built.data() and other.data().profiles[-1] == ("mine", (("", 18),), "<user>")
+    impl = built.impls("aten::gelu")[0]
+    assert dataclasses.replace(impl, priority=impl.priority + 1) != impl
+    assert dataclasses.replace(impl, params=None) == impl  # read from the function, not compared

@@ -1,12 +1,15 @@
 """opreg: export PyTorch models to ONNX through a registry of op packs.
 
 Importing opreg is cheap: no pack, no torch, no onnxruntime is imported until
-a registry is first needed.
+a registry is first needed, and the names below are imported from their modules
+when first used.
 """
 
 from __future__ import annotations
 
-from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_translation_table
+import importlib
+from typing import TYPE_CHECKING
+
 from opreg.errors import (
     ExportError,
     FrozenRegistryError,
@@ -27,22 +30,64 @@ from opreg.errors import (
     UnsupportedOpsError,
     VerificationError,
 )
-from opreg.hookspecs import hookimpl
-from opreg.opname import OpName
-from opreg.packset import PackSet
-from opreg.pluginapi import HookError, ModelSample, PackReport, Sample
-from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
-from opreg.registrar import ImplSpec, Registrar, Rejection, impl
-from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
-from opreg.table_out import TranslationTable, TranslationTableWarning
-from opreg.targets import (
-    OpsetRequirement,
-    Target,
-    VersionRange,
-    newest_onnxruntime_opset,
-    newest_supported_opset,
-    onnx_opset_range,
-)
+
+if TYPE_CHECKING:
+    from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_translation_table
+    from opreg.hookspecs import hookimpl
+    from opreg.opname import OpName
+    from opreg.packset import PackSet
+    from opreg.patching import CapturePatch, PatchOutcome
+    from opreg.pluginapi import HookError, ModelSample, PackReport, Sample
+    from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
+    from opreg.registrar import ImplSpec, Registrar, Rejection, impl
+    from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
+    from opreg.table_out import TranslationTable, TranslationTableWarning
+    from opreg.targets import (
+        OpsetRequirement,
+        Target,
+        VersionRange,
+        newest_onnxruntime_opset,
+        newest_supported_opset,
+        onnx_opset_range,
+    )
+
+_LAZY = {
+    "ExportOptions": "opreg.compat",
+    "OnnxRegistry": "opreg.compat",
+    "dynamo_export": "opreg.compat",
+    "pack_from_translation_table": "opreg.compat",
+    "hookimpl": "opreg.hookspecs",
+    "OpName": "opreg.opname",
+    "PackSet": "opreg.packset",
+    "CapturePatch": "opreg.patching",
+    "PatchOutcome": "opreg.patching",
+    "HookError": "opreg.pluginapi",
+    "ModelSample": "opreg.pluginapi",
+    "PackReport": "opreg.pluginapi",
+    "Sample": "opreg.pluginapi",
+    "PLUGIN_API_VERSION": "opreg.plugins",
+    "build_registry": "opreg.plugins",
+    "default_registry": "opreg.plugins",
+    "ImplSpec": "opreg.registrar",
+    "Registrar": "opreg.registrar",
+    "Rejection": "opreg.registrar",
+    "impl": "opreg.registrar",
+    "Candidate": "opreg.registry",
+    "Conflict": "opreg.registry",
+    "Explanation": "opreg.registry",
+    "Impl": "opreg.registry",
+    "Registry": "opreg.registry",
+    "TranslationTable": "opreg.table_out",
+    "TranslationTableWarning": "opreg.table_out",
+    "OpsetRequirement": "opreg.targets",
+    "Target": "opreg.targets",
+    "VersionRange": "opreg.targets",
+    "newest_onnxruntime_opset": "opreg.targets",
+    "newest_supported_opset": "opreg.targets",
+    "onnx_opset_range": "opreg.targets",
+}
+"""Public name -> the module that defines it, imported on first use (PEP 562): ``import opreg``
+runs only :mod:`opreg.errors`, so a command that reads a cache starts fast."""
 
 __version__ = "0.1.0"
 
@@ -53,7 +98,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
     ``opreg.export(model, args=(), kwargs=None, *, target="onnx",
     dynamic_shapes=None, plugins=None, exclude=None, registry=None,
     inline=True, embed_functions=False, optimize=True, fold_weights=True, rewrite=True, seed=None,
-    strict=False, progress=None)``
+    strict=False, patches=True, exclude_patches=(), progress=None)``
     returns an :class:`opreg.exporter.OnnxProgram`
     with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
     """
@@ -62,18 +107,37 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
     return exporter.export(model, args, kwargs, **options)
 
 
+_EXPORTER_NAMES = ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location")
+
+
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # found once
+        return value
     # The exporter's types import torch: load them on first use only.
-    if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp"):
+    if name in _EXPORTER_NAMES:
         from opreg import exporter
 
         return getattr(exporter, name)
+    if not name.startswith("__"):  # a submodule, as an eager import of it used to make it an attribute
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
     raise AttributeError(f"module 'opreg' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_EXPORTER_NAMES})
 
 
 __all__ = [
     "PLUGIN_API_VERSION",
     "Candidate",
+    "CapturePatch",
     "Conflict",
     "ExportError",
     "ExportOptions",
@@ -96,6 +160,7 @@ __all__ = [
     "OpsetRequirement",
     "PackReport",
     "PackSet",
+    "PatchOutcome",
     "PluginError",
     "PluginNotFoundError",
     "Registrar",

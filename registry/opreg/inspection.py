@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from opreg.errors import OpregError
+from opreg.patching import METADATA_KEY as PATCHES_KEY
+from opreg.patching import read_metadata
 from opreg.targets import domain_label
 
 PACK_KEY = "opreg.pack"
@@ -293,6 +295,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
         "subgraphs": _subgraphs(model),
         "initializers": {"count": len(model.graph.initializers), "bytes": total, "external": external},
         "metadata": dict(model.metadata_props),
+        "capture_patches": read_metadata(model.metadata_props.get(PATCHES_KEY)),
         "provenance": {
             "packs": dict(sorted(by_pack.items())),
             "torch_ops": [

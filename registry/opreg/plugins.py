@@ -14,25 +14,27 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.metadata
 import logging
 import os
 import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pluggy
-
-from opreg import hookspecs
 from opreg.errors import InvalidArgumentError, InvalidTargetError, OpregError, PluginError, PluginNotFoundError
 from opreg.opname import OpName
 from opreg.packset import PackSet
 from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, HookError, PackReport, Rejection
-from opreg.registrar import Registrar
 from opreg.registry import CORE_PACK, USER_PACK, Impl, Registry
 from opreg.targets import BUILTIN_PROFILES, Target, domain_label
+
+if TYPE_CHECKING:  # imported where packs are found and loaded: assembling cached data needs none of them
+    import importlib.metadata
+
+    import pluggy
+
+    from opreg.registrar import Registrar
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +73,8 @@ def slow_import_seconds() -> float:
 
 def hook_names() -> tuple[str, ...]:
     """The hooks a pack may implement: every spec in :mod:`opreg.hookspecs`, in its order."""
+    from opreg import hookspecs
+
     marker = f"{hookspecs.PROJECT_NAME}_spec"
     return tuple(name for name, value in vars(hookspecs).items() if hasattr(value, marker))
 
@@ -131,6 +135,8 @@ def discovered() -> tuple[DiscoveredPack, ...]:
     with _cache_lock:
         found = _ep_cache.get(key)
         if found is None:
+            import importlib.metadata
+
             eps = [DiscoveredPack.of(ep) for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
             found = tuple(sorted(eps, key=lambda f: (f.name != CORE_PACK, f.name, f.distribution)))
             _ep_cache[key] = found
@@ -174,10 +180,14 @@ def _names(value: Iterable[str] | None, what: str) -> frozenset[str] | None:
     return names
 
 
-def require_installed(names: Iterable[str], what: str = "pack") -> None:
-    """Raise :class:`PluginNotFoundError` naming every pack in ``names`` that is not installed."""
-    installed = {f.name for f in discovered()}
-    missing = sorted(set(names) - installed)
+def require_installed(names: Iterable[str], what: str = "pack", *, installed: Iterable[str] | None = None) -> None:
+    """Raise :class:`PluginNotFoundError` naming every pack in ``names`` that is not installed
+    (``installed``: the installed packs' names, if known; by default, the discovered ones)."""
+    names = set(names)
+    if not names:
+        return
+    installed = {f.name for f in discovered()} if installed is None else set(installed)
+    missing = sorted(names - installed)
     if missing:
         raise PluginNotFoundError(
             f"no installed {what} named {', '.join(map(repr, missing))}; installed packs: "
@@ -189,6 +199,8 @@ def require_installed(names: Iterable[str], what: str = "pack") -> None:
 
 
 def _torch_version() -> str | None:
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
@@ -238,6 +250,8 @@ def _call_one(pm: pluggy.PluginManager, plugin: Any, pack: str, hook: str, **kwa
     """``plugin``'s ``hook`` (if it implements it), checked against the hook's contract
     (:data:`opreg.hookspecs.CONTRACTS`): a :class:`~opreg.hookspecs.Checked`, or the
     :class:`~opreg.pluginapi.HookError` the exporter and the kit would give for it."""
+    from opreg import hookspecs
+
     others = [p for p in pm.get_plugins() if p is not plugin]
     try:
         results = pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
@@ -259,6 +273,10 @@ def _warn_once(pack: str, reason: str, error: BaseException | None = None) -> No
 
 
 def _load_one(pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport) -> _Loaded:
+    import pluggy
+
+    from opreg.registrar import Registrar
+
     ep = found.entry_point
     started = time.perf_counter()
 
@@ -337,6 +355,8 @@ def _load_table(
 ) -> _Loaded:
     """A pack that is a ``custom_translation_table``: its functions, and a target profile named
     after it when they emit custom domains (see :func:`table_profile`)."""
+    from opreg.registrar import Registrar
+
     name = found.name
     registrar = Registrar(name)
     try:
@@ -444,6 +464,58 @@ def pack_conflicts(impls: Iterable[Impl], preferences: Mapping[OpName, str] | No
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class Declared:
+    """What the selected packs declare, as data: what a registry is built from besides the packs' hooks.
+
+    Fields:
+        reports: every discovered pack's :class:`~opreg.pluginapi.PackReport`, in load order.
+        impls: the loaded packs' impls, in registration order.
+        profiles: ``(name, {domain: version}, pack)`` for each target profile a loaded pack adds.
+        unsupported: ``(op, pack, reason)`` for each op a loaded pack declares unsupported.
+    """
+
+    reports: tuple[PackReport, ...]
+    impls: tuple[Impl, ...]
+    profiles: tuple[tuple[str, Mapping[str, int], str], ...] = ()
+    unsupported: tuple[tuple[OpName, str, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """Which packs to load and how to settle their ties: :func:`build_registry`'s arguments, checked.
+
+    Fields:
+        plugins: pack names to load besides the core pack (``None``: every installed pack,
+            unless ``OPREG_DISABLE_PLUGIN_AUTOLOAD`` is set).
+        exclude: pack names to leave out.
+        prefer: op -> the pack that wins that op's ties.
+    """
+
+    plugins: frozenset[str] | None = None
+    exclude: frozenset[str] = frozenset()
+    prefer: Mapping[OpName, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        plugins: Iterable[str] | None = None,
+        exclude: Iterable[str] | None = None,
+        prefer: Mapping[Any, str] | None = None,
+    ) -> Selection:
+        return cls(
+            _names(plugins, "plugins"),
+            _names(exclude, "exclude") or frozenset(),
+            {OpName.of(op): pack for op, pack in (prefer or {}).items()},
+        )
+
+    def require_installed(self, installed: Iterable[str] | None = None) -> None:
+        """Raise :class:`PluginNotFoundError` for a pack this selection names that is not installed
+        (``installed``: the installed packs' names; by default, the discovered ones)."""
+        require_installed(self.plugins or (), installed=installed)
+        require_installed(set(self.prefer.values()) - {USER_PACK}, "pack to prefer", installed=installed)
+
+
 def build_registry(
     plugins: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
@@ -460,11 +532,18 @@ def build_registry(
     packs tie on an op that ``prefer`` does not settle. The load reports and
     the packs' hooks are in ``registry.packs``.
     """
-    wanted = _names(plugins, "plugins")
-    unwanted = _names(exclude, "exclude") or frozenset()
-    preferences = {OpName.of(op): pack for op, pack in (prefer or {}).items()}
-    require_installed(wanted or ())
-    require_installed(set(preferences.values()) - {USER_PACK}, "pack to prefer")
+    selection = Selection.of(plugins, exclude, prefer)
+    selection.require_installed()
+    declared, packs = load_packs(selection, strict=strict)
+    return assemble(declared, selection, strict=strict, packs=packs)
+
+
+def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared, PackSet]:
+    """Import and hook the selected packs (their code runs): what they declare, and the
+    :class:`PackSet` that calls their hooks (``strict``: a failing hook raises)."""
+    import pluggy
+
+    from opreg import hookspecs
 
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
@@ -483,7 +562,7 @@ def build_registry(
             reports.append(dataclasses.replace(base, status=FAILED, reason=reason))
             continue
         seen[name] = base.distribution
-        reason = _selection_reason(name, wanted, unwanted)
+        reason = _selection_reason(name, selection.plugins, selection.exclude)
         if reason is not None:
             reports.append(dataclasses.replace(base, reason=reason))
             continue
@@ -503,13 +582,32 @@ def build_registry(
         unsupported += [(op, name, why) for op, why in loaded.registrar.declined.items()]
 
     reports = [dataclasses.replace(r, hooks=_hooks_of(pm, loaded_plugins.get(r.name))) for r in reports]
-    packs = PackSet(tuple(reports), pm, loaded_plugins, contracts=hookspecs.CONTRACTS, strict=strict)
-    known = {(i.op, i.pack) for i in impls}
-    _check_preferences(preferences, impls, set(loaded_plugins))
+    declared = Declared(tuple(reports), tuple(impls), tuple(profiles), tuple(unsupported))
+    return declared, PackSet(declared.reports, pm, loaded_plugins, contracts=hookspecs.CONTRACTS, strict=strict)
+
+
+def assemble(
+    declared: Declared, selection: Selection, *, strict: bool = False, packs: PackSet | None = None
+) -> Registry:
+    """The frozen registry of what packs ``declared``, ties settled as ``selection`` prefers (data only:
+    no pack code runs). ``packs`` calls the packs' hooks; without it the registry has only the reports
+    (:func:`opreg.packcache.registry` builds one so, from its cache). ``strict`` as for :func:`build_registry`."""
+    preferences = selection.prefer
+    loaded = {r.name for r in declared.reports if r.status == LOADED}
+    _check_preferences(preferences, declared.impls, loaded)
+    known = {(i.op, i.pack) for i in declared.impls}
     settled = {op: pack for op, pack in preferences.items() if (op, pack) in known}
-    registry = Registry.build(impls, profiles=profiles, unsupported=unsupported, preferences=settled, packs=packs)
+    if packs is None:
+        packs = PackSet(declared.reports, strict=strict)
+    registry = Registry.build(
+        declared.impls,
+        profiles=declared.profiles,
+        unsupported=declared.unsupported,
+        preferences=settled,
+        packs=packs,
+    )
     if strict:
-        _refuse_problems(reports, impls, preferences)
+        _refuse_problems(declared.reports, declared.impls, preferences)
     return registry
 
 
@@ -593,17 +691,20 @@ __all__ = [
     "LOADED",
     "PLUGIN_API_VERSION",
     "USER_PACK",
+    "Declared",
     "DiscoveredPack",
     "PackReport",
     "PackSet",
-    "Registrar",
     "Rejection",
+    "Selection",
+    "assemble",
     "build_registry",
     "clear_cache",
     "default_registry",
     "discover",
     "discovered",
     "hook_names",
+    "load_packs",
     "pack_conflicts",
     "require_installed",
     "table_profile",

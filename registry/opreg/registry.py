@@ -26,10 +26,16 @@ import dataclasses
 import difflib
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opreg import _inspect
-from opreg.errors import FrozenRegistryError, InvalidTargetError, NoImplementationError, RegistrationError
+from opreg.errors import (
+    FrozenRegistryError,
+    InvalidArgumentError,
+    InvalidTargetError,
+    NoImplementationError,
+    RegistrationError,
+)
 from opreg.marks import marked
 from opreg.opname import OpName
 from opreg.packset import PackSet
@@ -46,6 +52,9 @@ from opreg.targets import (
 )
 from opreg.values import has_complex
 
+if TYPE_CHECKING:
+    from opreg.pluginapi import CapturePatch
+
 logger = logging.getLogger(__name__)
 
 USER_PACK = "<user>"
@@ -56,9 +65,11 @@ CORE_PACK = "core"
 Predicate = Callable[[Any], bool]
 
 
-@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Impl:
-    """One registered implementation of a torch op.
+    """One registered implementation of a torch op: a value (frozen, hashable, compared field by
+    field; ``function`` and ``predicate`` by identity, as Python compares functions; ``params``,
+    read from ``function``, not at all).
 
     Fields:
         op: the torch op it implements.
@@ -234,14 +245,33 @@ class Conflict:
         return f"{self.op} at {self.target}: {names} tie; {self.impls[0].label} is used ({how})"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RegistryData:
+    """What a :class:`Registry` holds (:meth:`Registry.data`): hashable, comparable values.
+
+    Fields:
+        impls: every impl, in registration order.
+        profiles: ``(name, ((domain, version), ...), pack)`` for every target profile, built-in ones first.
+        unsupported: ``(op, pack, reason)`` for every op a pack (or the user) declines.
+        preferences: ``(op, pack)`` for every op whose ties a preferred pack settles.
+        capture_patches: ``(pack, patch)`` for every capture patch added by hand (the packs' come from a hook).
+    """
+
+    impls: tuple[Impl, ...]
+    profiles: tuple[tuple[str, tuple[tuple[str, int], ...], str], ...]
+    unsupported: tuple[tuple[OpName, str, str], ...]
+    preferences: tuple[tuple[OpName, str], ...]
+    capture_patches: tuple[tuple[str, CapturePatch], ...] = ()
+
+
 class Registry:
     """Torch op -> impls, with profiles and resolution for targets.
 
     :func:`opreg.default_registry` gives the registry built from the installed
     packs (:meth:`build`): shared and frozen, a value. :meth:`copy` it to
     extend it, or start from ``Registry()``; :meth:`register`,
-    :meth:`add_profile`, :meth:`mark_unsupported` and :meth:`prefer` change an
-    unfrozen registry.
+    :meth:`add_profile`, :meth:`mark_unsupported`, :meth:`prefer` and
+    :meth:`add_capture_patch` change an unfrozen registry.
 
     Attributes:
         packs: the :class:`opreg.PackSet` it was built from: each discovered
@@ -259,6 +289,7 @@ class Registry:
         self._frozen = False
         self._ordered: dict[tuple[OpName, Target], tuple[Impl, ...]] = {}
         self._targets: dict[Any, Target] = {}
+        self._patches: dict[str, CapturePatch] = {}
         self.packs: PackSet = PackSet()
 
     @classmethod
@@ -367,6 +398,25 @@ class Registry:
         self._preferred[op] = pack
         self._ordered.clear()
 
+    def add_capture_patch(self, patch: CapturePatch) -> CapturePatch:
+        """Add a capture patch of your own (``user:name``), installed for the captures this registry exports
+        as the packs' ``opreg_capture_patches`` are (see :mod:`opreg.patching`). A name already added is an
+        :class:`InvalidArgumentError`."""
+        from opreg.pluginapi import CapturePatch
+
+        self._check_mutable()
+        if not isinstance(patch, CapturePatch):
+            raise InvalidArgumentError(f"add_capture_patch takes an opreg.CapturePatch, got {type(patch).__name__}")
+        if patch.name in self._patches:
+            raise InvalidArgumentError(f"a capture patch named {patch.name!r} was already added: choose another name")
+        self._patches[patch.name] = patch
+        return patch
+
+    def capture_patches(self) -> tuple[tuple[str, CapturePatch], ...]:
+        """``(USER_PACK, patch)`` for each capture patch added with :meth:`add_capture_patch`, in order
+        (the packs' come from their hook)."""
+        return tuple((USER_PACK, patch) for patch in self._patches.values())
+
     def _store(self, impl: Impl) -> Impl:
         self._impls.setdefault(impl.op, []).append(impl)
         self._order[impl] = len(self._order)
@@ -396,6 +446,7 @@ class Registry:
         new._order = dict(self._order)
         new._unsupported = dict(self._unsupported)
         new._preferred = dict(self._preferred)
+        new._patches = dict(self._patches)
         new.packs = self.packs
         return new
 
@@ -470,6 +521,19 @@ class Registry:
     def preferences(self) -> dict[OpName, str]:
         """Op -> the pack :meth:`prefer` chose for its ties."""
         return dict(self._preferred)
+
+    def data(self) -> RegistryData:
+        """What this registry holds, as one hashable value: two registries built from the same
+        packs (or a registry and its copy) give equal data; the pack set is not part of it."""
+        return RegistryData(
+            impls=self.impls(),
+            profiles=tuple(
+                (name, tuple(sorted(versions.items())), pack) for name, (versions, pack) in self._profiles.items()
+            ),
+            unsupported=tuple((op, pack, reason) for op, (pack, reason) in self._unsupported.items()),
+            preferences=tuple(self._preferred.items()),
+            capture_patches=self.capture_patches(),
+        )
 
     def __contains__(self, op: object) -> bool:
         return OpName.of(op) in self._impls

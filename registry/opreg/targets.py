@@ -62,7 +62,6 @@ def domain_label(domain: str) -> str:
     return domain or "ai.onnx"
 
 
-@functools.cache
 def onnx_opset_range() -> tuple[int, int]:
     """The ai.onnx versions a target may have: :data:`MIN_ONNX_OPSET` up to what opreg
     can build with the installed onnx and onnxscript.
@@ -70,11 +69,32 @@ def onnx_opset_range() -> tuple[int, int]:
     The maximum is the lower of onnx's newest opset and the newest
     ``onnxscript.onnx_opset.opsetNN`` module: impls are written with those
     modules, so an opset onnxscript has no module for has no impl written
-    (or tested) against its schemas.
+    (or tested) against its schemas. Read once per process (importing onnx
+    and onnxscript), unless :func:`assume_onnx_opset_range` gave it.
     """
+    if not _opset_range:
+        _opset_range.append(_read_onnx_opset_range())
+    return _opset_range[0]
+
+
+_opset_range: list[tuple[int, int]] = []
+"""This process's :func:`onnx_opset_range`, once known: a fact of the installed onnx and onnxscript."""
+
+
+def _read_onnx_opset_range() -> tuple[int, int]:
     import onnx.defs
 
     return MIN_ONNX_OPSET, min(max(_onnxscript_opsets()), onnx.defs.onnx_opset_version())
+
+
+def assume_onnx_opset_range(value: tuple[int, int]) -> None:
+    """Take ``value`` as :func:`onnx_opset_range` in this process without importing onnx and
+    onnxscript: the range an earlier process read with the same onnx and onnxscript installed
+    (:mod:`opreg.packcache` keeps it with what the packs declare, keyed on the installed
+    distributions). Ignored once the range is known."""
+    if not _opset_range:
+        low, high = value
+        _opset_range.append((int(low), int(high)))
 
 
 @functools.cache

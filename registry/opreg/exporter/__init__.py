@@ -16,9 +16,11 @@ import torch
 
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError
 from opreg.exporter import _capture, _finish, _plan, _translate
+from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
+from opreg.patching import PatchedCapture
 from opreg.plugins import default_registry
 from opreg.registry import Registry
 from opreg.targets import TargetLike
@@ -32,9 +34,12 @@ __all__ = [
     "PROVENANCE_KEYS",
     "SKIPPED_OPS",
     "STAGES",
+    "Divergence",
+    "Location",
     "MissingOp",
     "OnnxProgram",
     "OutputCheck",
+    "Step",
     "Verification",
     "export",
     "plan_export",
@@ -54,6 +59,15 @@ def _registry(registry: Registry | None, plugins: Iterable[str] | None, exclude:
     return default_registry(plugins=plugins, exclude=exclude)
 
 
+def _patches(model: Any, registry: Registry, patches: bool, exclude: Iterable[str]) -> PatchedCapture | None:
+    """The capture patches for ``model`` (``None`` for an ``ExportedProgram``: it is already captured)."""
+    if isinstance(exclude, str):
+        raise InvalidArgumentError(f"exclude_patches= takes a list of patch names, got the string {exclude!r}")
+    if isinstance(model, torch.export.ExportedProgram):
+        return None
+    return PatchedCapture.of(registry, enabled=patches, exclude=exclude)
+
+
 def plan_export(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: tuple = (),
@@ -64,14 +78,17 @@ def plan_export(
     plugins: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
     registry: Registry | None = None,
+    patches: bool = True,
+    exclude_patches: Iterable[str] = (),
 ) -> list[MissingOp]:
-    """Capture and plan ``model`` (decomposing it where needed) and return every op no impl covers at ``target``,
-    in the main graph and in every subgraph (``[]`` when the model can be exported).
-    What ``opreg check`` prints."""
+    """Capture (with the packs' capture patches, as :func:`export` does) and plan ``model``
+    (decomposing it where needed) and return every op no impl covers at ``target``, in the main
+    graph and in every subgraph (``[]`` when the model can be exported). What ``opreg check`` prints."""
     args = _check_inputs(model, args, kwargs)
     reg = _registry(registry, plugins, exclude)
     resolved = reg.target(target)
-    captured = _capture.capture(model, args, kwargs, dynamic_shapes)
+    patched = _patches(model, reg, patches, exclude_patches)
+    captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
     try:
         _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
@@ -96,6 +113,8 @@ def export(
     rewrite: bool = True,
     seed: int | None = None,
     strict: bool = False,
+    patches: bool = True,
+    exclude_patches: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
@@ -143,6 +162,13 @@ def export(
         strict: a pack's rewrite that raises or leaves an invalid graph fails the export
             (:class:`PluginError` naming the pack and the rule or pass); by default it is
             undone and left out with a warning, and the export goes on without it.
+        patches: install the packs' capture patches (``opreg_capture_patches``)
+            that apply to ``model`` while capturing it (default); ``False``
+            captures the model's own code. What happened to each patch is in
+            the result's ``capture_patches``; the applied ones are also in the
+            model's ``opreg.capture_patches`` metadata.
+        exclude_patches: names of patches to leave out (``"pack:name"``, a
+            patch's name, or what it patches, ``"module.function"``).
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
     Threads: ``export`` may be called from several threads at once. torch.export's
@@ -167,7 +193,8 @@ def export(
     tick = _Ticker(progress)
     tick("capture")
     resolved = reg.target(target)
-    captured = _capture.capture(model, args, kwargs, dynamic_shapes)
+    patched = _patches(model, reg, patches, exclude_patches)
+    captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
     tick("plan")
     program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
     tick("translate")
@@ -182,8 +209,10 @@ def export(
         translation, exported_program=program, module=eager, target=resolved, registry=reg,
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
         optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed, strict=strict,
+        capture_patches=patched.outcomes if patched is not None else (),
     )  # fmt: skip
     tick.done()
+    result.exporter = export
     return result
 
 

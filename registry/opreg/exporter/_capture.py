@@ -19,6 +19,7 @@ import torch
 
 from opreg.errors import ExportError
 from opreg.exporter import _pytrees
+from opreg.patching import FAILED, PatchedCapture
 
 RETRIES = 4
 """How many classes a capture may register as pytree nodes (each costs a capture again)."""
@@ -33,10 +34,13 @@ def capture(
     args: tuple,
     kwargs: Mapping[str, Any] | None,
     dynamic_shapes: Any,
+    patches: PatchedCapture | None = None,
 ) -> torch.export.ExportedProgram:
     """``torch.export.export`` in non-strict mode, with errors that say what failed.
 
-    An ``ExportedProgram`` is taken as already captured."""
+    An ``ExportedProgram`` is taken as already captured. ``patches``: the packs'
+    capture patches, installed around the capture where they apply to ``model``
+    (what happened to each is left in ``patches.outcomes``)."""
     if isinstance(model, torch.export.ExportedProgram):
         return model
     if not isinstance(model, torch.nn.Module):
@@ -46,7 +50,8 @@ def capture(
     if not isinstance(args, tuple):
         args = (args,)
     check_dynamic_shapes(model, args, kwargs, dynamic_shapes)
-    with TRACING_LOCK:  # torch's tracing state, and pytree's registry, are global
+
+    def run() -> torch.export.ExportedProgram:
         _pytrees.register_known_types()
         for attempt in range(RETRIES + 1):
             try:
@@ -58,11 +63,18 @@ def capture(
                 # a returned object of a class pytree does not know: register it, and capture again
                 if attempt < RETRIES and _pytrees.register_refused_type(e) is not None:
                     continue
-                raise _capture_error(model, e) from e
-    raise AssertionError("unreachable")
+                raise
+        raise AssertionError("unreachable")
+
+    with TRACING_LOCK:  # torch's tracing state, pytree's registry and the patched library modules are global
+        try:
+            return run() if patches is None else patches.run(model, run)
+        except Exception as e:
+            failed = [str(o) for o in (patches.outcomes if patches is not None else ()) if o.status == FAILED]
+            raise _capture_error(model, e, failed) from e
 
 
-def _capture_error(model: torch.nn.Module, e: Exception) -> ExportError:
+def _capture_error(model: torch.nn.Module, e: Exception, failed_patches: list[str]) -> ExportError:
     hint = ""
     if "Unfamiliar meta val" in str(e):  # torch 2.13: an enum (or other object) argument beside dynamic_shapes
         hint = (
@@ -70,11 +82,13 @@ def _capture_error(model: torch.nn.Module, e: Exception) -> ExportError:
             "is given (it does without dynamic_shapes): fix it in a wrapper module's forward, or pass it as "
             "a bool, int, float or str."
         )
+    if failed_patches:
+        hint += f"\nCapture patches that failed: {'; '.join(failed_patches)}."
     return ExportError(
         f"torch.export could not capture {type(model).__name__}: {first_lines(e)}{hint}\n"
-        "opreg exports what torch.export captures: fix the model or its example inputs (torch's own "
-        "traceback is the chained exception, or `--debug` on the command line; what torch.export "
-        "supports: https://pytorch.org/docs/stable/export.html)."
+        "opreg exports what torch.export captures: fix the model or its example inputs, or install a pack "
+        "whose capture patches make its library capturable (torch's own traceback is the chained exception, "
+        "or `--debug` on the command line; what torch.export supports: https://pytorch.org/docs/stable/export.html)."
     )
 
 

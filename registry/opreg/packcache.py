@@ -1,0 +1,464 @@
+"""A cache of what the installed packs declare, so that listing them does not import them.
+
+``opreg plugins``, ``opreg ops`` and ``opreg explain`` need only what the packs
+*declare*: each pack's report, its impls' metadata (op, requirement, priority,
+whether it has a predicate, ``file:line``), its target profiles and the ops it
+declines. Building that means importing every pack, and so torch (about two
+seconds); reading it back from this cache takes a few milliseconds, and no pack,
+torch, onnx or onnxscript is imported. :func:`registry` gives a frozen
+:class:`~opreg.Registry` of that data (its impls' functions and predicates are
+:class:`Declaration` stand-ins that cannot be called, and its pack set calls no
+hooks), which resolves, explains and lists exactly as the real one does.
+
+When an entry is used
+---------------------
+An entry is written for one selection of packs (``-p``, ``-p no:``, autoload)
+in one interpreter (its executable, version and ``sys.path``) and is used only
+while nothing it came from has changed:
+
+- the distributions (``*.dist-info``, ``*.egg-info``) and ``.pth`` files in
+  every ``sys.path`` entry, by name and modification time: pip writes a
+  distribution's folder anew on every install, so a ``pip install``, upgrade,
+  reinstall or uninstall of any distribution (a pack, opreg, torch, onnx, ...)
+  invalidates it;
+- the source files of opreg and of every discovered pack's package that are
+  not installed copies (editable installs, source trees on ``PYTHONPATH``),
+  and of every other module imported when the entry was written that is
+  neither in the standard library nor in a folder pip installs into (a site
+  directory, a ``sys.path`` entry holding ``*.dist-info`` folders): their
+  modification times and sizes, so an edit of an editable pack invalidates it;
+- the environment variables that change what loads (``OPREG_DISABLE_PLUGIN_AUTOLOAD``,
+  ``OPREG_SLOW_IMPORT_SECONDS``).
+
+Not watched: a file edited by hand inside ``site-packages`` (pip never does
+that), data files a pack reads while it registers, and other environment
+variables a pack may read; turn the cache off (below) where that matters.
+Preferences (``--prefer``) and ``--strict`` are applied to the cached data on
+every run, as :func:`opreg.plugins.assemble` does after loading.
+
+Where it lives
+--------------
+The ``declared`` folder of opreg's cache folder: ``$OPREG_CACHE_DIR`` if set,
+else ``opreg`` in the user cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``
+on Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%\\opreg\\Cache`` on
+Windows). One JSON file per selection and interpreter; the oldest are removed
+beyond :data:`MAX_ENTRIES`. Deleting the folder is always safe. ``OPREG_NO_CACHE=1`` (or the commands' ``--no-cache``)
+turns it off: every run then loads the packs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import zlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from opreg import plugins as loader
+from opreg.errors import OpregError
+from opreg.opname import OpName
+from opreg.pluginapi import PackReport, Rejection
+from opreg.plugins import Declared, Selection
+from opreg.registry import Impl, Registry
+from opreg.targets import OpsetRequirement, VersionRange, assume_onnx_opset_range, onnx_opset_range
+
+logger = logging.getLogger(__name__)
+
+CACHE_ENV = "OPREG_CACHE_DIR"
+"""opreg's cache folder, if set (created when first written); the entries are in its ``declared`` folder."""
+SUBDIR = "declared"
+NO_CACHE_ENV = "OPREG_NO_CACHE"
+"""Set to ``1`` to turn the cache off."""
+FORMAT = 1
+"""The entries' format; an entry of another format is not read."""
+MAX_ENTRIES = 32
+"""Entries kept in the cache directory (one per selection and interpreter); older ones are removed."""
+WATCHED_ENV = (loader.AUTOLOAD_ENV, loader.SLOW_IMPORT_ENV)
+DIST_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".pth")
+
+
+class Declaration:
+    """Stands for an impl's function or predicate in a registry read from the cache: it has the
+    name, and calling it is an :class:`~opreg.OpregError` (build the registry to run impls)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise OpregError(
+            f"{self.name} was read from opreg's cache of what packs declare and cannot run: "
+            "use opreg.build_registry() or opreg.default_registry() to export"
+        )
+
+    def __repr__(self) -> str:
+        return f"<declared {self.name}>"
+
+    def __eq__(self, other: object) -> bool:  # impls read from two entries alike compare equal
+        return isinstance(other, Declaration) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash((Declaration, self.name))
+
+
+# -- where -------------------------------------------------------------------------------------
+
+
+def disabled() -> bool:
+    """Whether ``OPREG_NO_CACHE`` turns the cache off."""
+    return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def user_cache_dir() -> Path:
+    """opreg's folder in the user cache directory of this platform."""
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.join(os.path.expanduser("~"), "AppData", "Local")
+        return Path(base, "opreg", "Cache")
+    if sys.platform == "darwin":
+        return Path(os.path.expanduser("~"), "Library", "Caches", "opreg")
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base, "opreg")
+
+
+def cache_root() -> Path:
+    """opreg's cache folder: ``$OPREG_CACHE_DIR`` if set, else :func:`user_cache_dir`."""
+    value = os.environ.get(CACHE_ENV, "").strip()
+    return Path(value).expanduser() if value else user_cache_dir()
+
+
+def cache_dir() -> Path | None:
+    """Where the entries live: ``declared`` in :func:`cache_root`; ``None`` when
+    ``OPREG_NO_CACHE`` turns the cache off."""
+    return None if disabled() else cache_root() / SUBDIR
+
+
+# -- the key and the state it was written in ------------------------------------------------------
+
+
+def _key(selection: Selection) -> dict[str, Any]:
+    """What an entry is for: the format, opreg's version, the interpreter, the pack selection."""
+    from opreg import __version__
+
+    return {
+        "format": FORMAT,
+        "opreg": __version__,
+        "python": sys.version,
+        "executable": sys.executable,
+        "path": [os.path.abspath(p) for p in sys.path],
+        "plugins": None if selection.plugins is None else sorted(selection.plugins),
+        "exclude": sorted(selection.exclude),
+        "env": {name: os.environ.get(name) for name in WATCHED_ENV},
+    }
+
+
+def _entry_path(directory: Path, key: Mapping[str, Any]) -> Path:
+    """The entry's file, named by a checksum of ``key`` (the entry holds the key itself, so two keys
+    that share a checksum only take turns; zlib's, as hashlib's import costs a command's start-up)."""
+    text = json.dumps(key, sort_keys=True).encode()
+    return directory / f"{zlib.crc32(text):08x}{zlib.adler32(text):08x}.json"
+
+
+def _path_state() -> list[list[Any]]:
+    """For each ``sys.path`` entry, the distributions (``*.dist-info``, ``*.egg-info``) and ``.pth``
+    files in it, each with its modification time: pip writes a distribution's folder anew whenever
+    it installs one (a reinstall of the same version too) and removes it when it uninstalls one."""
+    state: list[list[Any]] = []
+    for entry in sys.path:
+        path = os.path.abspath(entry)
+        try:
+            names = sorted(n for n in os.listdir(path) if n.endswith(DIST_SUFFIXES))
+        except OSError:  # not a folder (a zip file, a missing entry)
+            names = []
+        state.append([path, _file_state(os.path.join(path, n) for n in names)])
+    return state
+
+
+def _file_state(paths: Iterable[str]) -> list[list[Any]]:
+    """``[path, mtime_ns, size]`` of each file or folder, sorted (``None`` for one that is gone)."""
+    state: list[list[Any]] = []
+    for path in sorted(set(paths)):
+        try:
+            info = os.stat(path)
+        except OSError:
+            state.append([path, None, None])
+            continue
+        state.append([path, info.st_mtime_ns, info.st_size])
+    return state
+
+
+def _changed(old: list[list[Any]], new: list[list[Any]]) -> str | None:
+    """The first path whose state differs between two sorted lists of ``[path, state...]`` (a
+    distribution inside a ``sys.path`` entry, for :func:`_path_state`), or ``None``."""
+    if old == new:
+        return None
+    for before, now in zip(old, new, strict=False):
+        if before == now:
+            continue
+        if before[0] == now[0] and isinstance(now[1], list) and isinstance(before[1], list):
+            return _changed(before[1], now[1]) or str(now[0])
+        return str(min(before[0], now[0]))
+    longer = old if len(old) > len(new) else new
+    return str(longer[min(len(old), len(new))][0])
+
+
+def _installed_roots() -> tuple[str, ...]:
+    """Folders whose files change only through pip (or never): the standard library, the site
+    directories, and every ``sys.path`` entry that holds a ``*.dist-info`` folder (one pip, or a
+    tool like it, installs into; their distributions are watched by :func:`_path_state`)."""
+    import site
+    import sysconfig
+
+    roots = {sysconfig.get_paths().get(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    roots.add(site.getusersitepackages() if hasattr(site, "getusersitepackages") else None)
+    for entry in sys.path:
+        try:
+            if any(name.endswith(".dist-info") for name in os.listdir(entry or ".")):
+                roots.add(entry or ".")
+        except OSError:
+            continue
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots if r)
+
+
+def _outside(path: str, roots: tuple[str, ...]) -> bool:
+    return not os.path.realpath(path).startswith(roots)
+
+
+def _package_files(roots: tuple[str, ...]) -> set[str]:
+    """The source files of opreg's package and of every discovered pack's top-level package,
+    where they are not installed copies (an editable install, a source tree on ``sys.path``):
+    known before any pack is imported, so a file edited while the packs load is seen."""
+    import importlib.util
+
+    tops = {"opreg"} | {found.entry_point.value.split(":")[0].split(".")[0].strip() for found in loader.discovered()}
+    files: set[str] = set()
+    for top in sorted(tops):
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            for folder in spec.submodule_search_locations:
+                if not _outside(folder, roots):
+                    continue
+                for parent, dirs, names in os.walk(folder):
+                    dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+                    files.update(os.path.join(parent, n) for n in names if n.endswith(".py"))
+        elif spec.origin and os.path.isfile(spec.origin) and _outside(spec.origin, roots):
+            files.add(spec.origin)
+    return files
+
+
+def _module_files(roots: tuple[str, ...]) -> set[str]:
+    """Files of the imported modules that are neither standard library nor installed copies."""
+    files = set()
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and os.path.isfile(path) and _outside(path, roots):
+            files.add(path)
+    return files
+
+
+# -- entries -----------------------------------------------------------------------------------
+
+
+def _impl_data(impl: Impl) -> dict[str, Any]:
+    requirement = impl.requirement
+    return {
+        "op": str(impl.op),
+        "name": impl.name,
+        "pack": impl.pack,
+        "onnx": [requirement.onnx.min, requirement.onnx.max],
+        "domains": [[d, r.min, r.max] for d, r in requirement.domains],
+        "priority": impl.priority,
+        "predicate": impl.predicate is not None,
+        "override": impl.override,
+        "complex": impl.complex,
+        "kind": impl.kind,
+        "schema_checked": impl.schema_checked,
+        "convention": impl.convention,
+        "source": impl.source,
+    }
+
+
+def _impl_of(data: Mapping[str, Any]) -> Impl:
+    domains = tuple((d, VersionRange(low, high)) for d, low, high in data["domains"])
+    name = data["name"]
+    return Impl(
+        op=OpName.of(data["op"]),
+        function=Declaration(name),
+        requirement=OpsetRequirement(VersionRange(*data["onnx"]), domains),
+        priority=data["priority"],
+        predicate=Declaration(f"the predicate of {name}") if data["predicate"] else None,
+        pack=data["pack"],
+        override=data["override"],
+        complex=data["complex"],
+        kind=data["kind"],
+        name=name,
+        schema_checked=data["schema_checked"],
+        convention=data["convention"],
+        source=data["source"],
+    )
+
+
+def _report_of(data: Mapping[str, Any]) -> PackReport:
+    fields = dict(data)
+    fields["rejected"] = tuple(Rejection(**r) for r in data["rejected"])
+    for name in ("domains", "profiles", "hooks"):
+        fields[name] = tuple(data[name])
+    return PackReport(**fields)
+
+
+def _declared_data(declared: Declared) -> dict[str, Any]:
+    return {
+        "reports": [dataclasses.asdict(r) for r in declared.reports],
+        "impls": [_impl_data(i) for i in declared.impls],
+        "profiles": [[name, dict(versions), pack] for name, versions, pack in declared.profiles],
+        "unsupported": [[str(op), pack, reason] for op, pack, reason in declared.unsupported],
+    }
+
+
+def _declared_of(data: Mapping[str, Any]) -> Declared:
+    return Declared(
+        reports=tuple(_report_of(r) for r in data["reports"]),
+        impls=tuple(_impl_of(i) for i in data["impls"]),
+        profiles=tuple((name, versions, pack) for name, versions, pack in data["profiles"]),
+        unsupported=tuple((OpName.of(op), pack, reason) for op, pack, reason in data["unsupported"]),
+    )
+
+
+def read(selection: Selection, directory: Path | None = None) -> Declared | None:
+    """What the packs of ``selection`` declare, from the cache, if an entry for it exists and
+    nothing it came from has changed; else ``None``."""
+    directory = directory or cache_dir()
+    if directory is None:
+        return None
+    key = _key(selection)
+    path = _entry_path(directory, key)
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        logger.debug("cache entry %s unreadable (%s); loading the packs", path, e)
+        return None
+    try:
+        if entry["key"] != key:
+            return None
+        changed = _changed(entry["path_state"], _path_state())
+        if changed is None:
+            changed = _changed(entry["file_state"], _file_state(f for f, _, _ in entry["file_state"]))
+        if changed is not None:
+            logger.debug("cache entry %s not used: %s changed since it was written", path, changed)
+            return None
+        low, high = entry["onnx_opset_range"]
+        assume_onnx_opset_range((low, high))  # a fact of the installed onnx and onnxscript, as the key is
+        declared = _declared_of(entry["declared"])
+    except (KeyError, TypeError, ValueError, OpregError) as e:
+        logger.debug("cache entry %s unusable (%s); loading the packs", path, e)
+        return None
+    logger.debug("what the packs declare read from %s", path)
+    return declared
+
+
+def write(selection: Selection, declared: Declared, before: list[list[Any]], directory: Path | None = None) -> None:
+    """Store what the packs of ``selection`` declared. ``before``: :func:`_file_state` of the
+    :func:`_package_files` taken before they loaded; if any changed since, nothing is stored.
+    A cache that cannot be written is left alone (logged at DEBUG)."""
+    directory = directory or cache_dir()
+    if directory is None:
+        return
+    roots = _installed_roots()
+    known = {f for f, _, _ in before}
+    after = _file_state(known | _module_files(roots))
+    if [s for s in after if s[0] in known] != before:
+        logger.debug("a pack's file changed while the packs loaded; not caching what they declared")
+        return
+    key = _key(selection)
+    entry = {
+        "key": key,
+        "path_state": _path_state(),
+        "file_state": after,
+        "declared": _declared_data(declared),
+        "onnx_opset_range": list(onnx_opset_range()),
+    }
+    path = _entry_path(directory, key)
+    import tempfile
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(entry, f)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        _prune(directory)
+    except OSError as e:
+        logger.debug("cannot write the cache entry %s: %s", path, e)
+
+
+def _prune(directory: Path) -> None:
+    """Remove all but the :data:`MAX_ENTRIES` newest entries."""
+    entries = []
+    for path in directory.glob("*.json"):
+        try:
+            entries.append((path.stat().st_mtime_ns, path))
+        except OSError:
+            continue
+    for _, path in sorted(entries, reverse=True)[MAX_ENTRIES:]:
+        path.unlink(missing_ok=True)
+
+
+def registry(
+    plugins: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    strict: bool = False,
+    prefer: Mapping[Any, str] | None = None,
+    *,
+    require: Iterable[str] = (),
+) -> Registry:
+    """The registry :func:`opreg.build_registry` would build (same arguments, same errors), for
+    listing and explaining: read from the cache when nothing changed, else built (the packs load)
+    and stored. ``require``: more pack names that must be installed (``-p no:NAME``'s).
+    A registry read from the cache has :class:`Declaration` s for functions and predicates,
+    and calls no hooks: use :func:`opreg.build_registry` to export."""
+    selection = Selection.of(plugins, exclude, prefer)
+    directory = cache_dir()
+    declared = read(selection, directory) if directory is not None else None
+    installed = None if declared is None else [r.name for r in declared.reports]
+    loader.require_installed(require, installed=installed)
+    selection.require_installed(installed)
+    if declared is not None:
+        return loader.assemble(declared, selection, strict=strict)
+    before = _file_state(_package_files(_installed_roots())) if directory is not None else []
+    declared, packs = loader.load_packs(selection, strict=strict)
+    if directory is not None:
+        write(selection, declared, before, directory)
+    return loader.assemble(declared, selection, strict=strict, packs=packs)
+
+
+__all__ = [
+    "CACHE_ENV",
+    "MAX_ENTRIES",
+    "NO_CACHE_ENV",
+    "Declaration",
+    "cache_dir",
+    "cache_root",
+    "disabled",
+    "read",
+    "registry",
+    "user_cache_dir",
+    "write",
+]

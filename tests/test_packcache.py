@@ -1,0 +1,309 @@
+"""The cache of what packs declare (opreg.packcache): ``opreg plugins``, ``ops`` and ``explain``
+answer from it without importing torch, and it never serves data older than the installed
+distributions or the packs' source files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import opreg
+from opreg import packcache
+from opreg.cli import main
+from opreg.errors import OpregError, PluginError
+from opreg.plugins import Selection
+from tests.test_plugins import GOOD
+from tests.test_scaffold import layered_venv
+from tests.test_scaffold import run as run_clean
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBE = """
+import json, sys
+from opreg.cli import main
+code = main(sys.argv[1:])
+sys.stdout.flush()
+heavy = sorted(m for m in ("torch", "onnx", "onnxscript", "onnxruntime") if m in sys.modules)
+print(json.dumps({"code": code, "heavy": heavy}), file=sys.stderr)
+sys.exit(code)
+"""
+"""Runs the CLI in a fresh process, then says on stderr which heavy modules it imported."""
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def entries(root: Path) -> list[Path]:
+    """The entries in the cache whose root folder (``OPREG_CACHE_DIR``) is ``root``."""
+    return sorted((root / packcache.SUBDIR).glob("*.json"))
+
+
+def probe(python: Path | str, cache: Path, *argv: str, cwd: Path, timeout: float = 300) -> tuple[str, dict]:
+    """``opreg ARGV`` in a fresh ``python`` with cache ``cache``: its stdout, and what it imported."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPREG_DISABLE_PLUGIN_AUTOLOAD")}
+    env[packcache.CACHE_ENV] = str(cache)
+    env.pop(packcache.NO_CACHE_ENV, None)
+    proc = subprocess.run(
+        [str(python), "-c", PROBE, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, json.loads(proc.stderr.strip().splitlines()[-1])
+
+
+def without_seconds(text: str) -> list[dict]:
+    """``opreg plugins --json`` rows without the import time (each loading run measures its own)."""
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in json.loads(text)]
+
+
+def test_a_second_run_reads_the_cache_and_imports_no_torch(tmp_path):
+    cache = tmp_path / "cache"
+    for argv in (["plugins", "--json"], ["ops", "aten::gelu*", "--json", "-t", "onnxruntime"],
+                 ["explain", "aten::gelu", "--json", "-t", "onnxruntime"]):  # fmt: skip
+        first, _ = probe(sys.executable, cache, *argv, "--no-cache", cwd=tmp_path)
+        second, cached = probe(sys.executable, cache, *argv, cwd=tmp_path)
+        if argv[0] == "plugins":  # the first command run with the cache loads the packs and fills it
+            assert "torch" in cached["heavy"]
+            second, cached = probe(sys.executable, cache, *argv, cwd=tmp_path)
+        assert cached == {"code": 0, "heavy": []}, argv
+        if argv[0] == "plugins":
+            assert without_seconds(second) == without_seconds(first)
+        else:
+            assert second == first, argv
+    assert len(entries(cache)) == 1  # one selection, one interpreter: one entry
+
+
+def test_a_cached_registry_resolves_and_explains_as_the_loaded_one():
+    selection = Selection.of()
+    loaded = packcache.registry()  # loads the packs and fills the cache
+    assert len(entries(Path(os.environ[packcache.CACHE_ENV]))) == 1 and packcache.read(selection) is not None
+    cached = packcache.registry()
+    assert loaded.packs.loaded and not cached.packs.loaded  # the packs' hooks are behind the first only
+    assert len(cached) == len(loaded) and cached.ops() == loaded.ops()
+    assert list(cached.packs) == list(loaded.packs) and cached.profiles == loaded.profiles
+    assert cached.unsupported() == loaded.unsupported()
+    for target in ("onnx", "onnxruntime", "18", "test_customop"):
+        for op in ("aten::gelu", "aten::add.Tensor", "aten::scaled_dot_product_attention", "mylibrary::addandround_op"):
+            assert str(cached.explain(op, target)) == str(loaded.explain(op, target)), (op, target)
+        assert [str(c) for c in cached.conflicts(target)] == [str(c) for c in loaded.conflicts(target)]
+    impl = cached.resolve("aten::gelu", "onnx")
+    assert impl.source == loaded.resolve("aten::gelu", "onnx").source and impl.source.endswith(".py:24")
+    with pytest.raises(OpregError, match="read from opreg's cache of what packs declare"):
+        impl.function()
+    assert cached.call_hook("opreg_rewrite_rules") == []  # no pack code behind a cached registry
+
+
+def test_preferences_and_strict_apply_to_cached_data(capsys, make_pack):
+    make_pack("extra", GOOD.replace("priority=1", "priority=0"))  # ties with the core pack on aten::neg
+    cli(capsys, "plugins")  # fills the cache
+    code, out, _ = cli(capsys, "explain", "aten::neg", "--json", "--prefer", "aten::neg=extra")
+    assert code == 0 and json.loads(out)["chosen"].startswith("extra:")
+    code, _, err = cli(capsys, "plugins", "--strict")
+    assert code == 1 and "tie" in err
+    code, _, err = cli(capsys, "explain", "aten::neg", "--prefer", "aten::gelu=extra")
+    assert code == 2 and "cannot prefer pack 'extra' for aten::gelu.default" in err
+    code, _, err = cli(capsys, "plugins", "-p", "no:nosuch")
+    assert code == 2 and "no installed pack named 'nosuch'" in err
+
+
+def test_a_new_or_changed_pack_on_the_path_is_seen(capsys, make_pack):
+    cli(capsys, "plugins")
+    make_pack("later", GOOD)
+    _, out, _ = cli(capsys, "plugins", "--json")
+    assert {r["name"]: r["status"] for r in json.loads(out)}["later"] == "loaded"
+
+
+def test_an_edit_of_a_source_pack_is_seen(capsys, tmp_path, monkeypatch):
+    """A pack whose package is a source tree on the path (as an editable install's is)."""
+    source = tmp_path / "src"
+    module = source / "opreg_testpack_edited"
+    module.mkdir(parents=True)
+    site = tmp_path / "site"
+    info = site / "opreg_testpack_edited-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: opreg-testpack-edited\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[opreg.plugins]\nedited = opreg_testpack_edited\n")
+    (module / "__init__.py").write_text("import opreg\nOPREG_API_VERSION = 1\n" + GOOD)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(source))
+    try:
+        _, out, _ = cli(capsys, "ops", "aten::neg", "--json", "--pack", "edited")
+        assert [r["priority"] for r in json.loads(out)["impls"]] == [1]
+        del sys.modules["opreg_testpack_edited"]
+        (module / "__init__.py").write_text(
+            "import opreg\nOPREG_API_VERSION = 1\n" + GOOD.replace("=1)", "=17)")
+        )  # size differs: pyc checks whole seconds
+        _, out, _ = cli(capsys, "ops", "aten::neg", "--json", "--pack", "edited")
+        assert [r["priority"] for r in json.loads(out)["impls"]] == [17]
+    finally:
+        sys.modules.pop("opreg_testpack_edited", None)
+
+
+def test_the_cache_is_left_alone_when_a_pack_changes_while_it_loads(tmp_path):
+    source = tmp_path / "pack.py"
+    source.write_text("x = 1\n")
+    before = packcache._file_state([str(source)])
+    source.write_text("x = 22\n")  # what a pack's edit during the loading looks like
+    packcache.write(Selection.of(), opreg.plugins.Declared((), ()), before, tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+    packcache.write(
+        Selection.of(),
+        opreg.plugins.Declared((), ()),
+        packcache._file_state([str(source)]),
+        tmp_path / "c" / packcache.SUBDIR,
+    )
+    assert len(entries(tmp_path / "c")) == 1
+
+
+def test_location_and_switches(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv(packcache.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    if sys.platform.startswith("linux"):
+        assert packcache.cache_dir() == tmp_path / "xdg" / "opreg" / "declared"
+    monkeypatch.setenv(packcache.CACHE_ENV, str(tmp_path / "mine"))
+    assert packcache.cache_dir() == tmp_path / "mine" / "declared"
+    cli(capsys, "plugins", "--no-cache")
+    assert not (tmp_path / "mine").exists()
+    monkeypatch.setenv(packcache.NO_CACHE_ENV, "1")
+    assert packcache.cache_dir() is None
+    cli(capsys, "ops", "gelu")
+    assert not (tmp_path / "mine").exists()
+    monkeypatch.delenv(packcache.NO_CACHE_ENV)
+    cli(capsys, "explain", "aten::gelu")
+    (entry,) = entries(tmp_path / "mine")
+    entry.write_text("{not json")  # a damaged entry is loaded over, never an error
+    code, out, _ = cli(capsys, "plugins", "--json")
+    assert code == 0 and "core" in out and json.loads(entry.read_text())["key"]["format"] == packcache.FORMAT
+
+
+def test_a_cache_that_cannot_be_written_is_no_error(capsys, tmp_path, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv(packcache.CACHE_ENV, str(blocked / "cache"))
+    code, out, _ = cli(capsys, "plugins", "--json")
+    assert code == 0 and "core" in out
+
+
+def test_cached_failures_read_as_loaded_ones(capsys, make_pack):
+    make_pack("broken", "raise ImportError('missing dependency frob')")
+    for _ in range(2):  # loaded, then cached
+        code, out, err = cli(capsys, "plugins")
+        assert code == 0 and "missing dependency frob" in out
+        code, _, err = cli(capsys, "plugins", "--strict")
+        assert code == 1 and err.startswith("opreg: error: strict mode: pack 'broken'")
+    with pytest.raises(PluginError):
+        packcache.registry(strict=True)
+
+
+PACK_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "opreg-cachedpack"
+version = "{version}"
+
+[project.entry-points."opreg.plugins"]
+cachedpack = "opreg_cachedpack"
+
+[tool.setuptools]
+packages = ["opreg_cachedpack"]
+"""
+
+PACK_MODULE = """\
+import sys
+
+from onnxscript.onnx_opset import opset18 as op18
+
+import opreg
+
+OPREG_API_VERSION = 1
+
+
+@opreg.impl("aten::neg", opset=18, priority={priority})
+def cached_neg(self):
+    return op18.Neg(self)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register_module(sys.modules[__name__])
+"""
+
+
+def write_source(source: Path, version: str, priority: int) -> None:
+    (source / "opreg_cachedpack").mkdir(parents=True, exist_ok=True)
+    (source / "pyproject.toml").write_text(PACK_PYPROJECT.format(version=version))
+    (source / "opreg_cachedpack" / "__init__.py").write_text(PACK_MODULE.format(priority=priority))
+
+
+def test_pip_install_reinstall_edit_and_uninstall_are_never_served_stale(tmp_path):
+    """A real distribution, installed by pip into a venv of its own: each change is seen by the next run."""
+    python = layered_venv(tmp_path / "venv")
+    cache, source = tmp_path / "cache", tmp_path / "source"
+
+    def pip(*args: str) -> None:
+        done = run_clean(python, "-m", "pip", *args, cwd=tmp_path, timeout=300)
+        assert done.returncode == 0, done.stderr
+
+    def pack() -> tuple[dict | None, dict]:
+        out, imported = probe(python, cache, "ops", "aten::neg", "--json", cwd=tmp_path)
+        rows = [r for r in json.loads(out)["impls"] if r["pack"] == "cachedpack"]
+        return (rows[0] if rows else None), imported
+
+    def version() -> str | None:
+        out, _ = probe(python, cache, "plugins", "--json", cwd=tmp_path)
+        return {r["name"]: r["version"] for r in json.loads(out)}.get("cachedpack")
+
+    install = ("install", "-q", "--no-deps", "--no-build-isolation", "--no-index")
+    assert pack()[0] is None
+    write_source(source, "0.1", priority=1)
+    pip(*install, str(source))
+    row, imported = pack()
+    assert row["priority"] == 1 and row["status"] == "chosen" and imported["heavy"]
+    row, imported = pack()
+    assert row["priority"] == 1 and imported["heavy"] == []  # nothing changed: read from the cache
+    assert version() == "0.1"
+
+    write_source(source, "0.1", priority=2)  # the same version, other code, installed again
+    pip(*install, "--force-reinstall", str(source))
+    assert pack()[0]["priority"] == 2
+
+    write_source(source, "0.2", priority=3)  # an upgrade
+    pip(*install, "--upgrade", str(source))
+    assert pack()[0]["priority"] == 3 and version() == "0.2"
+
+    pip("uninstall", "-y", "-q", "opreg-cachedpack")
+    assert pack()[0] is None and version() is None
+
+    pip(*install, "-e", str(source))  # editable: an edit of its source is seen without reinstalling
+    assert pack()[0]["priority"] == 3
+    (source / "opreg_cachedpack" / "__init__.py").write_text(PACK_MODULE.format(priority=4))
+    assert pack()[0]["priority"] == 4
+    row, imported = pack()
+    assert row["priority"] == 4 and imported["heavy"] == []
+
+
+def test_the_docs_say_where_the_cache_lives_and_how_to_turn_it_off():
+    text = "\n".join(p.read_text() for p in (ROOT / "docs").glob("*.md")) + (ROOT / "README.md").read_text()
+    for needle in (packcache.CACHE_ENV, packcache.NO_CACHE_ENV, "--no-cache", "~/.cache/opreg"):
+        assert needle in text, needle
+
+
+def test_cached_reports_keep_their_fields(tmp_path):
+    declared, _ = opreg.plugins.load_packs(Selection.of())
+    selection = Selection.of()
+    packcache.write(selection, declared, [], tmp_path)
+    again = packcache.read(selection, tmp_path)
+    assert again is not None and again.reports == declared.reports
+    assert [packcache._impl_data(i) for i in again.impls] == [packcache._impl_data(i) for i in declared.impls]
+    assert again.profiles == tuple((n, dict(v), p) for n, v, p in declared.profiles)
+    assert again.unsupported == declared.unsupported
