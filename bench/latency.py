@@ -6,7 +6,8 @@ Run: python bench/latency.py [--runs 100] [--opset 18] [--models NAME ...]
 Both exporters export each model of tests/real_models.py (and the small models of
 tests/models.py) in this process; each model's two sessions are then timed in turns
 (opreg, torch, opreg, ...) so that load on a shared machine falls on both alike. The table
-gives medians and the ratio opreg / torch (below 1.0 opreg's model runs faster).
+gives medians and the ratio opreg / torch (below 1.0 opreg's model runs faster);
+session creation is the CPU time of creating a one-thread session, median of ``--loads``.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ from bench.export_speed import models
 
 
 def session(proto_bytes: bytes, threads: int) -> tuple[onnxruntime.InferenceSession, float]:
+    """A session and the CPU time its creation took (a shared machine disturbs CPU time far
+    less than wall time; at one thread they agree)."""
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    start = time.perf_counter()
+    start = time.process_time()
     created = onnxruntime.InferenceSession(proto_bytes, options, providers=["CPUExecutionProvider"])
-    return created, time.perf_counter() - start
+    return created, time.process_time() - start
 
 
 def feeds(sess: onnxruntime.InferenceSession, tensors: list[torch.Tensor]) -> dict:
@@ -64,6 +67,7 @@ def main() -> None:
     parser.add_argument("--opset", type=int, default=18)
     parser.add_argument("--models", nargs="*", help="only these models")
     parser.add_argument("--threads", type=int, default=0, help="'all threads' (default: ONNX Runtime's choice)")
+    parser.add_argument("--loads", type=int, default=20, help="session creations per model and exporter (median)")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     header = (
@@ -90,7 +94,7 @@ def main() -> None:
         cells = []
         our_bytes, their_bytes = ours.model_proto.SerializeToString(), theirs.model_proto.SerializeToString()
         loads = [[], []]
-        for _ in range(5):  # session creation, in turns; the first of each is a warm-up
+        for _ in range(args.loads + 1):  # session creation at one thread, in turns; the first of each is a warm-up
             loads[0].append(session(our_bytes, 1)[1])
             loads[1].append(session(their_bytes, 1)[1])
         our_load, their_load = statistics.median(loads[0][1:]), statistics.median(loads[1][1:])

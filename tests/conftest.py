@@ -12,6 +12,7 @@ import pytest
 
 import opreg.packcache
 import opreg.plugins
+import opreg.targets
 
 _counter = itertools.count()
 
@@ -61,6 +62,15 @@ def make_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., 
     opreg.plugins.clear_cache()
     for mod in [m for m in sys.modules if m.startswith("opreg_testpack_")]:
         del sys.modules[mod]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _opreg_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """opreg's per-user cache in a folder of the session's, not the home of whoever runs the suite."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv(opreg.targets.CACHE_ENV, str(tmp_path_factory.mktemp("opreg-cache")))
+    yield
+    patch.undo()
 
 
 @pytest.fixture(autouse=True)

@@ -126,7 +126,7 @@ def test_export_writes_verifies_and_shows_stages(capsys, model_file, tmp_path):
         capsys, "export", f"{model_file}:make", "-o", str(output), "--verify", "--dynamic", "x:0=batch", "-t", "18"
     )
     assert code == 0, err
-    for stage in ("capture", "decompose", "coverage", "translate", "finish", "save", "verify"):
+    for stage in ("capture", "plan", "translate", "finish", "save", "verify"):
         assert f"done {stage}" in err
     assert "verified with onnxruntime" in out
     model = onnx.load(str(output))

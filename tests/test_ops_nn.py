@@ -90,7 +90,8 @@ def test_group_norm(opset):
     nn.init.normal_(norm.bias)
     plain = nn.GroupNorm(3, 6, affine=False)
     program = check(lambda x, y: (norm(x), plain(y)), torch.randn(2, 6, 4, 5), torch.randn(2, 6, 7), opset=opset)
-    assert ("GroupNormalization" in onnx_ops(program)) == (opset >= 21)
+    # InstanceNormalization of the grouped view at every opset: ONNX Runtime runs it fastest (bench/group_norm.py)
+    assert "InstanceNormalization" in onnx_ops(program) and "GroupNormalization" not in onnx_ops(program)
 
 
 @pytest.mark.parametrize("opset", sorted({18, 21, NEWEST}))

@@ -4,6 +4,7 @@ lean pass, provenance kept, wrong rules named; throwaway packs are real distribu
 from __future__ import annotations
 
 import logging
+import re
 
 import onnx
 import pytest
@@ -137,23 +138,30 @@ def test_the_target_gates_rules_and_rewrite_false_leaves_them_out(make_pack):
     assert "opreg.rewrites" not in {p.key for p in off.model_proto.metadata_props}
 
 
-def test_a_rule_making_a_domain_the_target_lacks_is_an_error_naming_it(make_pack):
+def test_a_rule_making_a_domain_the_target_lacks_is_left_out_naming_it(make_pack, caplog):
     make_pack("always", ALWAYS)
     model, x = torch.nn.ReLU(), torch.randn(3)
-    with pytest.raises(opreg.OpsetConflictError, match=r"rewrite always:FastRelu made my\.kernels::FastRelu"):
-        opreg.export(model, (x,), target=18, plugins=["always"])
+    with caplog.at_level(logging.WARNING, logger="opreg.exporter._rewrite"):
+        program = opreg.export(model, (x,), target=18, plugins=["always"])
+    assert _nodes(program) == [("", "Relu")]  # undone: the export goes on without the rule
+    assert "pack 'always': rewrite always:FastRelu made my.kernels::FastRelu" in caplog.text
+    assert "left out" in caplog.text
+    with pytest.raises(opreg.PluginError, match=r"rewrite always:FastRelu made my\.kernels::FastRelu.*strict"):
+        opreg.export(model, (x,), target=18, plugins=["always"], strict=True)
 
 
-def test_a_rule_making_an_ai_onnx_op_newer_than_the_target_is_an_error(make_pack):
+def test_a_rule_making_an_ai_onnx_op_newer_than_the_target_is_left_out(make_pack, caplog):
     module = make_pack("always", ALWAYS)
     model, x = torch.nn.ReLU(), torch.randn(3)
     import importlib
 
     importlib.import_module(module).KIND = "rms"
-    with pytest.raises(
-        opreg.OpsetConflictError, match=r"always:Rms made ai\.onnx::RMSNormalization, which ai\.onnx 18"
-    ):
-        opreg.export(model, (x,), target=18, plugins=["always"])
+    with caplog.at_level(logging.WARNING, logger="opreg.exporter._rewrite"):
+        program = opreg.export(model, (x,), target=18, plugins=["always"])
+    assert _nodes(program) == [("", "Relu")]
+    assert "always:Rms made ai.onnx::RMSNormalization, which ai.onnx 18" in caplog.text
+    with pytest.raises(opreg.PluginError, match=r"always:Rms made ai\.onnx::RMSNormalization, which ai\.onnx 18"):
+        opreg.export(model, (x,), target=18, plugins=["always"], strict=True)
 
 
 @pytest.mark.parametrize(
@@ -185,6 +193,115 @@ def test_a_pass_runs_and_its_nodes_record_it(make_pack):
     assert props["opreg.rewrite"] == "clip:ReluToClip"
     assert props["opreg.torch_op"] == "aten::relu.default"  # the pass copied them
     program.verify(x)
+
+
+# -- a pack's faults are the pack's ---------------------------------------------------------------
+
+FAULTY = """
+import onnx_ir as ir
+from onnx_ir.passes import InPlacePass, PassResult
+from onnxscript.rewriter import pattern
+
+def _relu(op, x):
+    return op.Relu(x)
+
+def _neg(op, x):
+    return op.Neg(x)
+
+def _clip(op, x):
+    return op.Clip(x, op.Constant(value_float=0.0))
+
+def _boom(context, x, **_):
+    raise ValueError("boom in the check")
+
+class Raises(InPlacePass):
+    def call(self, model):
+        raise ValueError("boom in the pass")
+
+class Dangles(InPlacePass):
+    \"\"\"Feeds the first Relu a value nothing defines (a Neg it never puts in the graph).\"\"\"
+
+    def call(self, model):
+        for node in model.graph:
+            if node.op_type == "Relu":
+                node.replace_input_with(0, ir.node("Neg", [node.inputs[0]]).outputs[0])
+                return PassResult(model, True)
+        return PassResult(model, False)
+
+RULES = {
+    "rule": [pattern.RewriteRule(_relu, _neg, _boom, name="Boom")],
+    "set": [pattern.RewriteRuleSet([
+        pattern.RewriteRule(_relu, _neg, _boom, name="Boom"), pattern.RewriteRule(_relu, _clip, name="ReluClip"),
+    ])],
+    "pass": [Raises()],
+    "dangling": [Dangles()],
+}
+KIND = "rule"
+
+@opreg.hookimpl
+def opreg_rewrite_rules(target):
+    return RULES[KIND]
+"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "label", "what"),
+    [
+        ("rule", "faulty:Boom", "raised ValueError: boom in the check"),
+        ("pass", "faulty:Raises", "raised ValueError: boom in the pass"),
+        (
+            "dangling",
+            "faulty:Dangles",
+            r"left node '.*' \(ai\.onnx::Relu\) reading an unnamed value \(made by ai\.onnx::Neg node None\), "
+            "which nothing in the graph defines before it",
+        ),
+    ],
+)
+def test_a_faulty_rewrite_is_undone_and_left_out_naming_the_pack(make_pack, caplog, kind, label, what):
+    import importlib
+
+    importlib.import_module(make_pack("faulty", FAULTY)).KIND = kind
+    model, x = torch.nn.ReLU(), torch.randn(3)
+    with caplog.at_level(logging.WARNING, logger="opreg.exporter._rewrite"):
+        program = opreg.export(model, (x,), target=18, plugins=["faulty"])
+    assert _nodes(program) == [("", "Relu")]  # as if the pack offered no rewrite
+    assert "opreg.rewrites" not in {p.key for p in program.model_proto.metadata_props}
+    program.verify(x)
+    (record,) = [r for r in caplog.records if r.name == "opreg.exporter._rewrite"]
+    assert record.levelname == "WARNING"
+    assert re.search(rf"pack 'faulty': rewrite {label} {what}.*left out", record.getMessage())
+    with pytest.raises(opreg.PluginError, match=rf"pack 'faulty': rewrite {label} {what}.*strict mode"):
+        opreg.export(model, (x,), target=18, plugins=["faulty"], strict=True)
+
+
+def test_a_raising_rule_of_a_set_is_left_out_and_the_others_apply(make_pack, caplog):
+    import importlib
+
+    importlib.import_module(make_pack("faulty", FAULTY)).KIND = "set"
+    model, x = torch.nn.ReLU(), torch.randn(3)
+    with caplog.at_level(logging.WARNING, logger="opreg.exporter._rewrite"):
+        program = opreg.export(model, (x,), target=18, plugins=["faulty"])
+    assert [op for _, op in _nodes(program)] == ["Clip"]
+    assert {p.key: p.value for p in program.model_proto.metadata_props}["opreg.rewrites"] == "faulty:ReluClip=1"
+    assert "rewrite faulty:Boom raised ValueError: boom in the check" in caplog.text
+    program.verify(x)
+
+
+def test_the_pipeline_lists_its_passes_and_the_packs_rewrites(make_pack):
+    from opreg.exporter import _finish, _rewrite
+
+    make_pack("skipnorm", SKIP_NORM)
+    registry = opreg.default_registry()
+    target = registry.target("onnx,com.microsoft=1")
+    rewrites = _rewrite.collect(registry.call_hook(_rewrite.HOOK, target=target))
+    lines = _finish.pipeline(weights=frozenset(), rewrites=rewrites, target=target, seed=3).describe()
+    steps = [line.strip() for line in lines]
+    assert steps[:3] == ["StripAuthoringAttributes", "InlinePass", "SeedRandomNodes"]
+    assert steps.index("lean:") < steps.index("packs' rewrites:") < steps.index("skipnorm: SkipNorm")
+    assert steps.index("skipnorm: SkipNorm") < steps.index("lean again:") < steps.index("FoldWeightTransposes")
+    assert "exact rewrites (until nothing changes, at most 4 times):" in steps
+    bare = [line.strip() for line in _finish.pipeline(weights=frozenset(), optimize=False, inline=False).describe()]
+    assert "lean:" not in bare and "InlinePass" not in bare and "RemoveUnusedNodesPass" in bare
 
 
 # -- the conformance kit ---------------------------------------------------------------------

@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 import opreg
-from opreg.exporter import _capture, _decompose
+from opreg.exporter import _capture, _plan
 from tests.test_cli import run as run_cli
 
 ATOL = 1e-5
@@ -320,7 +320,8 @@ def test_detach_translates_as_captured_without_the_decomposition():
     captured = _capture.capture(Detaching(), (x,), None, None)
     ops = {str(n.target) for n in captured.graph.nodes if n.op == "call_function"}
     assert {"aten.detach.default", "aten.detach_.default"} <= ops
-    assert _decompose.covered_as_captured(captured, registry, target)  # no retrace by torch's decomposition
+    program, _ = _plan.prepare(captured, registry, target)
+    assert program is captured  # no retrace by torch's decomposition
     opreg.export(Detaching(), (x,), target=18).verify(x)
 
 

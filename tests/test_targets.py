@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import onnx.defs
 import pytest
 
+import opreg
 from opreg import InvalidTargetError, OpsetRequirement, Target, VersionRange
 from opreg.targets import DEFAULT_ONNX_OPSET, onnx_opset_range
 
@@ -89,3 +95,23 @@ def test_version_range_validation():
         VersionRange.of("18")
     with pytest.raises(InvalidTargetError, match="not in domains"):
         OpsetRequirement.build(18, {"ai.onnx": 18})
+
+
+def test_the_newest_onnxruntime_opset_is_probed_once_per_install(tmp_path):
+    """Exporting needs the onnxruntime profile's version, not onnxruntime: the probe's answer is
+    cached per install, and an answer for another install is not used."""
+    env = {**os.environ, "OPREG_CACHE_DIR": str(tmp_path)}
+    code = "import sys, opreg; print(opreg.newest_onnxruntime_opset(), 'onnxruntime' in sys.modules)"
+
+    def probe() -> list[str]:
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        return done.stdout.split()
+
+    first = probe()
+    assert first[1] == "True"  # probed: onnxruntime loaded the test models
+    assert probe() == [first[0], "False"]  # from the cache, onnxruntime not even imported
+    cache = tmp_path / "onnxruntime-opset.json"
+    ((key, value),) = json.loads(cache.read_text()).items()
+    assert value == int(first[0]) == opreg.newest_onnxruntime_opset()
+    cache.write_text(json.dumps({key.replace("@", "@1", 1): 5}))  # an answer for another install time
+    assert probe() == [first[0], "True"]

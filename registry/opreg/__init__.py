@@ -99,7 +99,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
     ``opreg.export(model, args=(), kwargs=None, *, target="onnx",
     dynamic_shapes=None, plugins=None, exclude=None, registry=None,
     inline=True, embed_functions=False, optimize=True, fold_weights=True, rewrite=True, seed=None,
-    state="error", patches=True, exclude_patches=(), progress=None)``
+    strict=False, state="error", patches=True, exclude_patches=(), progress=None)``
     returns an :class:`opreg.exporter.OnnxProgram`
     with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
     """

@@ -63,7 +63,10 @@ def _pack_options() -> argparse.ArgumentParser:
         "--prefer", action="append", default=[], metavar="OP=PACK",
         help="when packs tie on OP, use PACK's impl (by default the core pack wins a tie)",
     )  # fmt: skip
-    parent.add_argument("--strict", action="store_true", help="fail if a selected pack fails or packs tie")
+    parent.add_argument(
+        "--strict", action="store_true",
+        help="fail if a selected pack fails, packs tie, or (export) a pack's rewrite raises or breaks the graph",
+    )  # fmt: skip
     return parent
 
 
@@ -577,7 +580,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
             program = exporter.export(
                 loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic,
                 registry=registry, inline=not args.keep_functions, fold_weights=not args.keep_weights,
-                state=args.state, patches=args.patches, exclude_patches=args.exclude_patches, progress=stage,
+                strict=args.strict, state=args.state, patches=args.patches, exclude_patches=args.exclude_patches,
+                progress=stage,
             )  # fmt: skip
             stage("save")
             path = program.save(args.output, external_data=True if args.external_data else None)

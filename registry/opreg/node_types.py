@@ -60,9 +60,10 @@ def _serialize(node: ir.Node) -> onnx.NodeProto:
 Inferred = list[tuple[ir.DataType | None, tuple[int | str | None, ...] | None]]
 """``(dtype, dims)`` per output of a node, ``None`` where ONNX inferred nothing."""
 
-_INFERRED: dict[tuple, Inferred] = {}
-"""Per-node inference results by what determines them (op, version, input types and small
-constant inputs, attributes): layers repeat, and each repeat would pay ONNX's inference again."""
+_INFERRED: dict[tuple, tuple[bool, Inferred | None]] = {}
+"""Per-node results by what determines them (op, version, input types and small constant
+inputs, attributes): whether ONNX confirmed the node, and what it inferred. Layers repeat,
+and each repeat would pay ONNX's checks and inference again: they run once per distinct node."""
 _INFERRED_LIMIT = 100_000
 
 
@@ -94,36 +95,67 @@ def _inference_key(node: ir.Node, version: int, small_constant: int) -> tuple | 
     return key
 
 
-def infer_node(node: ir.Node, version: int, small_constant: int = 64) -> None:
+def infer_node(node: ir.Node, version: int, small_constant: int = 64) -> bool:
     """Set the dtype and shape of ``node``'s outputs from ONNX's inference for its op at
     ``version``; constant inputs of up to ``small_constant`` elements are handed to it as
     data. Nothing is set when an input's type is unknown or onnx has no inference for the op.
-    Results are remembered by what determines them, and each output gets a shape of its own."""
+
+    Returns whether ONNX confirmed the node: its schema accepts it
+    (``onnx.checker.check_node``: attributes, input and output counts) and its inference ran
+    on typed inputs without finding a type error, so the whole-model checker has nothing to
+    add about it. Results are remembered by what determines them (one check and inference
+    per distinct node), and each output gets a shape of its own."""
     key = _inference_key(node, version, small_constant)
     known = _INFERRED.get(key) if key is not None else None
     if known is None:
         known = _run_inference(node, version, small_constant)
-        if known is None:
-            return
         if key is not None and len(_INFERRED) < _INFERRED_LIMIT:
             _INFERRED[key] = known
-    for output, (dtype, dims) in zip(node.outputs, known, strict=True):
+    confirmed, inferred = known
+    for output, (dtype, dims) in zip(node.outputs, inferred or (), strict=False):
         if dtype is not None:
             output.dtype = dtype
         if dims is not None:
             output.shape = ir.Shape(dims)
+    return confirmed
 
 
-def _run_inference(node: ir.Node, version: int, small_constant: int) -> Inferred | None:
-    """ONNX's type and shape inference for ``node``: ``(dtype, dims)`` per output, or ``None``."""
+def node_problem(node: ir.Node, version: int) -> str | None:
+    """What ONNX finds wrong with ``node`` at ``version`` of its domain (unknown attributes,
+    missing inputs, inconsistent input types, outputs typed otherwise than inference says),
+    or ``None``; also ``None`` when onnx has no schema for the op or an input's type is
+    unknown (there is nothing to check it against)."""
     schema = op_schema(node.op_type, version, node.domain)
-    if schema is None or not schema.has_type_and_shape_inference_function:
+    if schema is None or any(v is not None and v.dtype is None for v in node.inputs):
         return None
+    problem, inferred = _check_and_infer(node, version, 0, schema)
+    if problem is not None:
+        return problem
+    for index, (output, (dtype, _)) in enumerate(zip(node.outputs, inferred or (), strict=False)):
+        if dtype is not None and output.dtype is not None and output.dtype != dtype:
+            return f"output {index} is typed {output.dtype.name}, but the op computes {dtype.name}"
+    return None
+
+
+def _run_inference(node: ir.Node, version: int, small_constant: int) -> tuple[bool, Inferred | None]:
+    """Whether ONNX confirms ``node``, and its inference: ``(dtype, dims)`` per output, or ``None``."""
+    schema = op_schema(node.op_type, version, node.domain)
+    if schema is None or any(value is not None and value.dtype is None for value in node.inputs):
+        return False, None  # no schema, or an input of unknown type: nothing to infer from
+    problem, inferred = _check_and_infer(node, version, small_constant, schema)
+    if problem is not None:  # inference is a help for autocast, not a check: the checker reports it
+        logger.debug("ONNX's check of %s failed: %s", node.name, problem)
+    return problem is None and inferred is not None, inferred
+
+
+def _check_and_infer(
+    node: ir.Node, version: int, small_constant: int, schema: onnx.defs.OpSchema
+) -> tuple[str | None, Inferred | None]:
+    """``onnx.checker.check_node`` and ONNX's inference for ``node`` (inputs typed): what
+    either found wrong (or ``None``), and what inference found (``None`` where it has no
+    inference function or failed)."""
     types: dict[str, onnx.TypeProto] = {}
     data: dict[str, onnx.TensorProto] = {}
-    for value in node.inputs:
-        if value is not None and value.dtype is None:
-            return None  # an input of unknown type: nothing to infer from
     proto = _serialize(node)
     for index, value in enumerate(node.inputs):  # named by position: values may have no name yet
         name = f"input_{index}"
@@ -138,12 +170,17 @@ def _run_inference(node: ir.Node, version: int, small_constant: int) -> Inferred
     for index in range(len(proto.output)):
         proto.output[index] = f"output_{index}"
     try:
+        onnx.checker.check_node(proto, _checker_context(node.domain, version))
+    except onnx.checker.ValidationError as e:
+        return str(e).strip(), None
+    if not schema.has_type_and_shape_inference_function:
+        return None, None
+    try:
         inferred = onnx.shape_inference.infer_node_outputs(
             schema, proto, types, data, opset_imports=[onnx.helper.make_opsetid(node.domain, version)]
         )
-    except Exception as e:  # inference is a help for autocast, not a check: the checker runs at the end
-        logger.debug("shape inference failed for %s: %s", node.name, e)
-        return None
+    except Exception as e:
+        return str(e).strip() or type(e).__name__, None
     found: Inferred = []
     for index in range(len(node.outputs)):
         result = inferred.get(f"output_{index}")
@@ -157,4 +194,12 @@ def _run_inference(node: ir.Node, version: int, small_constant: int) -> Inferred
                 d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor_type.shape.dim
             )
         found.append((ir.DataType(tensor_type.elem_type) if tensor_type.elem_type else None, dims))
-    return found
+    return None, found
+
+
+@functools.lru_cache(maxsize=64)
+def _checker_context(domain: str, version: int) -> Any:
+    context = onnx.checker.C.CheckerContext()
+    context.ir_version = onnx.IR_VERSION
+    context.opset_imports = {domain: version} if domain in ("", "ai.onnx") else {"": 18, domain: version}
+    return context

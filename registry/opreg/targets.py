@@ -12,10 +12,14 @@ custom domain the impl emits at a version in that domain's range.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import json
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from opreg.errors import InvalidTargetError
 
@@ -102,14 +106,74 @@ def _onnxscript_opsets() -> tuple[int, ...]:
     )
 
 
+CACHE_ENV = "OPREG_CACHE_DIR"
+"""Where opreg keeps what it found out about the installed runtime (default
+``$XDG_CACHE_HOME/opreg``, else ``~/.cache/opreg``)."""
+
+
+def cache_dir() -> Path:
+    """The folder of opreg's per-user cache (see :data:`CACHE_ENV`)."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "opreg"
+
+
+_RUNTIME_CACHE = "onnxruntime-opset.json"
+
+
+def _runtime_fingerprint() -> str | None:
+    """What the probe's answer depends on, without importing onnxruntime: where its package
+    is and when it was installed, and onnx's version (``None`` if either is missing)."""
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        installed = os.stat(spec.origin).st_mtime_ns
+        onnx_version = importlib.metadata.version("onnx")
+    except (OSError, importlib.metadata.PackageNotFoundError):
+        return None
+    return f"{spec.origin}@{installed};onnx={onnx_version}"
+
+
 @functools.cache
 def newest_onnxruntime_opset() -> int:
     """The newest ai.onnx opset the installed onnxruntime loads, found by trying
     every opset the installed onnx defines, newest first.
 
-    It may exceed what opreg can build (:func:`onnx_opset_range`); the newest
-    target opreg supports is :func:`newest_supported_opset`.
+    The answer is kept in opreg's per-user cache (:func:`cache_dir`), keyed on the
+    onnxruntime package's location and install time and on onnx's version, so a
+    process that only exports does not import onnxruntime for it; a new install
+    of either is probed again. It may exceed what opreg can build
+    (:func:`onnx_opset_range`); the newest target opreg supports is
+    :func:`newest_supported_opset`.
     """
+    fingerprint = _runtime_fingerprint()
+    path = cache_dir() / _RUNTIME_CACHE
+    known: dict[str, int] = {}
+    if fingerprint is not None:
+        try:
+            known = json.loads(path.read_text())
+            cached = known.get(fingerprint)
+            if isinstance(cached, int) and not isinstance(cached, bool):
+                return cached
+        except (OSError, ValueError, AttributeError):
+            known = {}
+    version = _probe_onnxruntime_opset()
+    if fingerprint is not None:
+        with contextlib.suppress(OSError):  # a cache that cannot be written only costs the probe again
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            staged.write_text(json.dumps({**known, fingerprint: version} if isinstance(known, dict) else {}))
+            os.replace(staged, path)
+    return version
+
+
+def _probe_onnxruntime_opset() -> int:
     import onnx
     import onnx.defs
     import onnxruntime

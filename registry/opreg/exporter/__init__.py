@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError
-from opreg.exporter import _capture, _decompose, _finish, _plan, _state, _translate
+from opreg.exporter import _capture, _finish, _plan, _state, _translate
 from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import MissingOp
@@ -28,7 +28,7 @@ from opreg.targets import TargetLike
 
 logger = logging.getLogger(__name__)
 
-STAGES = ("capture", "decompose", "coverage", "translate", "finish")
+STAGES = ("capture", "plan", "translate", "finish")
 """The export stages, in order, as reported to a ``progress`` callback."""
 
 __all__ = [
@@ -83,17 +83,16 @@ def plan_export(
     patches: bool = True,
     exclude_patches: Iterable[str] = (),
 ) -> list[MissingOp]:
-    """Capture (with the packs' capture patches, as :func:`export` does) and decompose ``model``
-    and return every op no impl covers at ``target``, in the main graph and in every subgraph
-    (``[]`` when the model can be exported). What ``opreg check`` prints."""
+    """Capture (with the packs' capture patches, as :func:`export` does) and plan ``model``
+    (decomposing it where needed) and return every op no impl covers at ``target``, in the main
+    graph and in every subgraph (``[]`` when the model can be exported). What ``opreg check`` prints."""
     args = _check_inputs(model, args, kwargs)
     reg = _registry(registry, plugins, exclude)
     resolved = reg.target(target)
     patched = _patches(model, reg, patches, exclude_patches)
     captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
-    program = _decompose.decompose(captured, reg, resolved)
     try:
-        _plan.plan(program.graph, reg, resolved)
+        _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
         return list(e.missing)
     return []
@@ -115,6 +114,7 @@ def export(
     fold_weights: bool = True,
     rewrite: bool = True,
     seed: int | None = None,
+    strict: bool = False,
     state: str = "error",
     patches: bool = True,
     exclude_patches: Iterable[str] = (),
@@ -162,6 +162,9 @@ def export(
             session of the model then draws the same numbers, run after run;
             ``None`` (default) leaves them unseeded: ONNX Runtime seeds them
             from its process-wide seed (``onnxruntime.set_seed``).
+        strict: a pack's rewrite that raises or leaves an invalid graph fails the export
+            (:class:`PluginError` naming the pack and the rule or pass); by default it is
+            undone and left out with a warning, and the export goes on without it.
         state: what to do when ``forward`` updates a buffer (batch-norm statistics in
             training, a counter, a static KV cache) or an input in place, which an ONNX graph
             cannot hold: ``"error"`` (default) raises :class:`opreg.StateError` naming them;
@@ -192,6 +195,7 @@ def export(
         StateError: the model updates buffers or inputs, and ``state`` is ``"error"``.
         OpsetConflictError: impls need incompatible versions of one domain.
         ExportError: capture, translation or validation failed.
+        PluginError: with ``strict``, a pack's rewrite failed.
     """
     args = _check_inputs(model, args, kwargs)
     _check_options(inline=inline, seed=seed, embed_functions=embed_functions, optimize=optimize,
@@ -203,11 +207,9 @@ def export(
     resolved = reg.target(target)
     patched = _patches(model, reg, patches, exclude_patches)
     captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
-    tick("decompose")
-    program = _decompose.decompose(captured, reg, resolved)
+    tick("plan")
+    program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
     _state.check(program, state, _model_name(model))
-    tick("coverage")
-    plan = _plan.plan(program.graph, reg, resolved)
     tick("translate")
     symbols = {}
     eager = captured  # what verify() compares with: an ExportedProgram's module is made when first needed
@@ -219,7 +221,7 @@ def export(
     result = _finish.finish(
         translation, exported_program=program, module=eager, target=resolved, registry=reg,
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
-        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed,
+        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed, strict=strict,
         capture_patches=patched.outcomes if patched is not None else (),
     )  # fmt: skip
     tick.done()

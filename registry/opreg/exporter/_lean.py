@@ -1,23 +1,29 @@
 """Making the translated graph lean: what impls emit one node at a time leaves
-work a whole-graph view removes.
+work a whole-graph view removes. Each step is an ``onnx_ir`` pass;
+:func:`lean_passes` lists them in order for the finishing pipeline.
 
-- Constant folding (onnxscript's), except of nodes that read the model's
-  weights: folding ``Transpose(weight)`` would replace a ``state_dict``
-  tensor by an anonymous copy, and users look weights up by name.
+- Constant folding (onnxscript's ``FoldConstantsPass``), except of nodes that
+  read the model's weights (its ``state_dict`` entries): folding
+  ``Transpose(weight)`` would replace a weight by an anonymous copy, and users
+  look weights up by name. Non-persistent buffers and lifted constants are folded.
 - Batch norm folded into the convolution (or Gemm) before it, and (after the
-  packs' rewrite rules, :func:`fold_weight_transposes`) a weight read only
+  packs' rewrite rules, :class:`FoldWeightTransposes`) a weight read only
   through a Transpose stored transposed, the folded weight keeping the name of
   the one it replaces and the model's metadata saying how each was computed
   (``fold_weights=False`` keeps every weight as the ``state_dict`` has it).
-- ``Reshape`` to a shape with one size known only at run time uses ``-1``
-  for it, and the nodes that computed it go.
-- A few exact rewrites: no-op Cast/Expand/Transpose, Cast of Cast,
+- A few exact rewrites, repeated until none fires (onnxscript's rules where it
+  has them): no-op Cast/Expand/Transpose, arithmetic with a neutral scalar
+  (``x * 1``, ``x + 0``, ``x - 0``, ``x / 1``), Cast of Cast,
   Reshape of Reshape, Transpose of Transpose, Unsqueeze of Unsqueeze,
   ``Unsqueeze(Squeeze(x))`` on a one-element 1-D ``x``, which symbolic sizes
   produce (``sym_size`` gives a scalar; ``view``'s shape list wants it back
-  as ``[n]``), and a Reshape (or two) whose result has the input's very
-  shape (the same dims, symbolic ones by name). Round trips between layouts
-  (heads split and merged again around an attention kernel) leave these.
+  as ``[n]``), a Reshape (or two) whose result has the input's very
+  shape (the same dims, symbolic ones by name), and (onnxscript's
+  ``MaterializeReshapeShape``) a ``Reshape`` whose result has at most one size
+  known only at run time gets a constant shape, ``-1`` for that size, so the
+  nodes that computed it go. Round trips between layouts (heads split and
+  merged again around an attention kernel) leave these; ONNX Runtime would
+  otherwise do some of them again at every session creation.
 - ``Abs`` of a size list dropped where every size is known to be >= 0 (``Shape``
   of something, constants, and what reshapes and concatenations make of them):
   ``expand`` writes ``Expand(x, Abs(sizes))`` so a ``-1`` keeps a dim, which
@@ -38,11 +44,14 @@ from collections.abc import Iterator
 
 import numpy as np
 import onnx_ir as ir
+from onnx_ir.passes import InPlacePass, PassBase, PassResult
 from onnx_ir.passes import common as common_passes
-from onnxscript import optimizer, rewriter
+from onnxscript.optimizer import _constant_folding
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.rules import common as rules
+from onnxscript.rewriter.rules.common._materialize_reshape_shape import MaterializeReshapeShape
 
+from opreg.exporter._passes import Pipeline, Rules, all_graphs
 from opreg.exporter._recorder import is_random
 
 
@@ -100,10 +109,32 @@ def _keeps_shape(context, x, **_) -> bool:
 _NO_OP_RESHAPE = pattern.RewriteRule(_reshape, _identity, _keeps_shape, name="NoOpReshape")
 _RESHAPE_ROUND_TRIP = pattern.RewriteRule(_reshape_reshape, _identity, _keeps_shape, name="ReshapeRoundTrip")
 
+
+class _MaterializeShape(MaterializeReshapeShape):
+    """onnxscript's ``MaterializeReshapeShape``, with ``allowzero`` only where a size is 0: a
+    Reshape with ``allowzero=1`` is an impl's :func:`_protective_reshape`, and ONNX forbids
+    ``allowzero=1`` with a ``-1``, so a shape holding both is left as it is."""
+
+    def check(self, context, data, shape):  # type: ignore[no-untyped-def]
+        result = super().check(context, data, shape)
+        if result and 0 in self._new_dims and -1 in self._new_dims:
+            return result.fail("a 0 size and a size known only at run time: allowzero cannot be set")
+        return result
+
+    def rewrite(self, op, data, shape):  # type: ignore[no-untyped-def]
+        if 0 in self._new_dims:
+            return super().rewrite(op, data, shape)
+        return op.Reshape(data, op.Constant(value=ir.tensor(self._new_dims, dtype=ir.DataType.INT64)))
+
+
 RULES = (
     rules.no_op_cast_rule,
     rules.no_op_expand_rule,
     rules.no_op_transpose_rule,
+    *rules.mul_by_1_rule.commute(),
+    *rules.add_0_rule.commute(),
+    rules.sub_0_rule,
+    rules.div_by_1_rule,
     rules.cast_cast_rule,
     _RESHAPE_ROUND_TRIP,
     rules.reshape_reshape_rule,
@@ -111,9 +142,9 @@ RULES = (
     rules.unsqueeze_unsqueeze_rule,
     _SQUEEZE_UNSQUEEZE,
     _NO_OP_RESHAPE,
+    _MaterializeShape.rule(),  # after the rules that remove a Reshape: each node gets the first that fires
 )
-
-_RULE_SET = pattern.RewriteRuleSet(list(RULES))
+"""The exact rewrites of the clean-up sweeps, in the order a node tries them."""
 
 _DRAW = "_opreg_draw"
 
@@ -185,47 +216,20 @@ def _without_abs(node: ir.Node) -> ir.Value | None:
     return rebuilt.outputs[0]
 
 
-def _drop_abs_of_sizes(model: ir.Model) -> None:
+class DropAbsOfSizes(InPlacePass):
     """Replace each ``Abs`` of sizes that :func:`_without_abs` can do without (see the module docstring)."""
-    for graph in (model.graph, *(f.graph for f in model.functions.values())):
-        for node in list(ir.traversal.RecursiveGraphIterator(graph)):
-            if node.op_type != "Abs" or node.domain or node.outputs[0].is_graph_output():
-                continue
-            replacement = _without_abs(node)
-            if replacement is not None:
-                ir.convenience.replace_all_uses_with(node.outputs[0], replacement)
 
-
-def reshape_with_one_unknown(model: ir.Model) -> None:
-    """``Reshape(x, Concat(...))`` whose target has exactly one size known only at run time and
-    all others positive constants becomes ``Reshape(x, [..., -1, ...])``: ONNX infers that size
-    from the element count (torch's sizes always match it), and the nodes that computed it go.
-    ``view(batch * seq, 16)`` then costs one node, as in torch.onnx's graphs."""
-    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
-        if node.op_type != "Reshape" or node.domain != "" or len(node.inputs) < 2 or node.inputs[1] is None:
-            continue
-        concat = node.inputs[1].producer()
-        if concat is None or concat.op_type != "Concat" or concat.domain != "":
-            continue
-        sizes: list[int | None] = []
-        for piece in concat.inputs:
-            const = ir.convenience.get_const_tensor(piece) if piece is not None else None
-            if const is not None:
-                sizes.extend(int(v) for v in const.numpy().reshape(-1))
-            elif piece is not None and piece.shape is not None and list(piece.shape) == [1]:
-                sizes.append(None)
-            else:
-                sizes = []
-                break
-        if sizes.count(None) != 1 or any(v is not None and v <= 0 for v in sizes):
-            continue
-        target = np.array([-1 if v is None else v for v in sizes], dtype=np.int64)
-        constant = ir.node("Constant", [], attributes={"value": ir.tensor(target)}, name=f"{node.name}_shape")
-        constant.outputs[0].name = f"{node.name}_shape"
-        constant.outputs[0].dtype, constant.outputs[0].shape = ir.DataType.INT64, ir.Shape([len(sizes)])
-        constant.metadata_props.update(node.metadata_props)
-        node.graph.insert_before(node, constant)
-        node.replace_input_with(1, constant.outputs[0])
+    def call(self, model: ir.Model) -> PassResult:
+        modified = False
+        for owner in all_graphs(model):
+            for node in list(ir.traversal.RecursiveGraphIterator(owner)):
+                if node.op_type != "Abs" or node.domain or node.outputs[0].is_graph_output():
+                    continue
+                replacement = _without_abs(node)
+                if replacement is not None:
+                    ir.convenience.replace_all_uses_with(node.outputs[0], replacement)
+                    modified = True
+        return PassResult(model, modified)
 
 
 FOLDED_WEIGHTS_KEY = "opreg.folded_weights"
@@ -261,7 +265,7 @@ def fold_batch_norm(model: ir.Model) -> dict[str, str]:
         }
     if not planned:
         return {}
-    rewriter.RewritePass(_FOLD_BATCH_NORM)(model)
+    _FOLD_BATCH_NORM.apply_to_model(model)
     remaining = {node.name for node in model.graph if node.op_type == "BatchNormalization"}
     return {
         tensor: how for name, tensors in planned.items() if name not in remaining for tensor, how in tensors.items()
@@ -307,22 +311,51 @@ def fold_weight_transposes(model: ir.Model, weights: frozenset[str]) -> dict[str
     return folded
 
 
+def _record_folded(model: ir.Model, folded: dict[str, str]) -> None:
+    """Add ``folded`` to the model's :data:`FOLDED_WEIGHTS_KEY` metadata."""
+    before = json.loads(model.metadata_props.get(FOLDED_WEIGHTS_KEY, "{}"))
+    model.metadata_props[FOLDED_WEIGHTS_KEY] = json.dumps({**before, **folded}, sort_keys=True)
+
+
+class FoldBatchNorm(InPlacePass):
+    """:func:`fold_batch_norm`, recording how each folded weight was computed in the model's metadata."""
+
+    def call(self, model: ir.Model) -> PassResult:
+        folded = fold_batch_norm(model)
+        if folded:
+            _record_folded(model, folded)
+        return PassResult(model, bool(folded))
+
+
+class FoldWeightTransposes(InPlacePass):
+    """:func:`fold_weight_transposes` of ``weights``, recording each in the model's metadata."""
+
+    def __init__(self, weights: frozenset[str]) -> None:
+        self.weights = weights
+
+    def call(self, model: ir.Model) -> PassResult:
+        folded = fold_weight_transposes(model, self.weights)
+        if folded:
+            _record_folded(model, folded)
+        return PassResult(model, bool(folded))
+
+
+class DistinctDrawsCSE(InPlacePass):
+    """onnx_ir's common subexpression elimination, random nodes kept apart (:func:`_distinct_draws`)."""
+
+    def call(self, model: ir.Model) -> PassResult:
+        with _distinct_draws(model.graph):  # the pass works on the main graph only
+            return common_passes.CommonSubexpressionEliminationPass()(model)
+
+
 MAX_SWEEPS = 4
 """How often the exact rewrites sweep the graph at most: one rewrite can expose another
 (a Transpose pair cancelled leaves a Reshape pair), until none fires."""
 
 
-def lean(model: ir.Model, weights: frozenset[str] | None = None, *, fold_weights: bool = True) -> None:
-    """Fold, rewrite and deduplicate ``model`` in place (see the module docstring).
-
-    ``weights``: names of the initializers that are the model's weights, never folded
-    (default: every initializer; pass the original ones when leaning again a model whose
-    constants a first pass made initializers). ``fold_weights``: fold batch norm into the
-    layer before it, recording in the model's metadata (:data:`FOLDED_WEIGHTS_KEY`) how each
-    folded weight was computed; ``False`` keeps every weight exactly as the ``state_dict``
-    has it. Two outputs that turn out to compute the same value may end up as one value;
-    :func:`opreg.exporter._finish.bind_outputs` gives each output its own afterwards."""
-    weights = frozenset(model.graph.initializers) if weights is None else weights
+def fold_constants(weights: frozenset[str]) -> PassBase:
+    """onnxscript's constant folding, never of a node reading one of ``weights`` (or a random
+    node, or a :func:`_protective_reshape`)."""
 
     def should_fold(node: ir.Node) -> bool | None:
         if is_random(node) or any(value is not None and value.name in weights for value in node.inputs):
@@ -331,21 +364,42 @@ def lean(model: ir.Model, weights: frozenset[str] | None = None, *, fold_weights
             return False
         return None
 
-    optimizer.fold_constants(model, onnx_shape_inference=False, should_fold=should_fold)
+    return _constant_folding.FoldConstantsPass(
+        shape_inference=False,
+        input_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
+        output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
+        should_fold=should_fold,
+    )
+
+
+def lean_passes(weights: frozenset[str], *, fold_weights: bool = True) -> list[PassBase]:
+    """The lean pass's steps, in order (see the module docstring).
+
+    ``weights``: names of the initializers that are the model's weights, never folded.
+    ``fold_weights``: fold batch norm into the layer before it, recording in the model's
+    metadata (:data:`FOLDED_WEIGHTS_KEY`) how each folded weight was computed; ``False``
+    keeps every weight exactly as the ``state_dict`` has it. Two outputs that turn out to
+    compute the same value may end up as one value; the output binding gives each output
+    its own afterwards."""
+    passes: list[PassBase] = [fold_constants(weights)]
     if fold_weights:
-        folded = fold_batch_norm(model)
-        if folded:
-            model.metadata_props[FOLDED_WEIGHTS_KEY] = json.dumps(folded, sort_keys=True)
-    reshape_with_one_unknown(model)
-    for _ in range(MAX_SWEEPS):
-        fired = _RULE_SET.apply_to_model(model)  # without rewrite()'s own clean-up passes: the ones below do it once
-        common_passes.IdentityEliminationPass()(model)
-        if not fired:
-            break
-    common_passes.RemoveUnusedNodesPass()(model)
-    _drop_abs_of_sizes(model)
-    with _distinct_draws(model.graph):  # the pass works on the main graph only
-        common_passes.CommonSubexpressionEliminationPass()(model)
-    common_passes.IdentityEliminationPass()(model)
-    common_passes.RemoveUnusedNodesPass()(model)
-    common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
+        passes.append(FoldBatchNorm())
+    sweeps = Pipeline(
+        "exact rewrites", [Rules("exact rewrites", RULES), common_passes.IdentityEliminationPass()], steps=MAX_SWEEPS
+    )
+    passes += [
+        sweeps,
+        common_passes.RemoveUnusedNodesPass(),
+        DropAbsOfSizes(),
+        DistinctDrawsCSE(),
+        common_passes.IdentityEliminationPass(),
+        common_passes.RemoveUnusedNodesPass(),
+        common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+    ]
+    return passes
+
+
+def lean(model: ir.Model, weights: frozenset[str] | None = None, *, fold_weights: bool = True) -> None:
+    """Run :func:`lean_passes` on ``model`` in place (``weights``: default every initializer)."""
+    weights = frozenset(model.graph.initializers) if weights is None else weights
+    Pipeline("lean", lean_passes(weights, fold_weights=fold_weights))(model)

@@ -1,5 +1,5 @@
-"""What each FX node is, and where it came from: the one place both the
-decomposition step and planning read a captured graph from.
+"""What each FX node is, and where it came from: the one place planning reads a
+captured graph from.
 
 :func:`classify` sorts a ``call_function`` node into a :class:`Kind`; the
 higher-order ops opreg translates are described by :data:`HOPS` (which of
@@ -255,24 +255,13 @@ def _aliases(node: torch.fx.Node) -> bool:
     return fn is not operator.getitem and node.op == "call_function"
 
 
-def torch_op(node: torch.fx.Node) -> OpName:
-    """The op whose impl translates an ``OP`` or ``INPLACE`` node."""
-    if classify(node) is Kind.INPLACE:
+def torch_op(node: torch.fx.Node, kind: Kind | None = None) -> OpName:
+    """The op whose impl translates an ``OP`` or ``INPLACE`` node (``kind``: the node's, when known)."""
+    if (kind or classify(node)) is Kind.INPLACE:
         functional = functional_form(node)
         assert functional is not None
         return functional
     return op_name(node.target)
-
-
-def walk(graph: torch.fx.Graph) -> Iterator[torch.fx.Node]:
-    """Every ``call_function`` node of ``graph`` and, depth first, of the subgraphs of its HOPs."""
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        yield node
-        if node.target in HOPS:
-            for _, module in subgraphs(node):
-                yield from walk(module.graph)
 
 
 # -- where a node came from -------------------------------------------------------

@@ -1,8 +1,11 @@
-"""Planning: every node's impl, and how its arguments map onto the impl's parameters.
+"""Planning: what each node is, its impl, and how its arguments map onto the impl's parameters.
 
 Planning sees every node, in the main graph and in every subgraph of a
 higher-order op, before anything is translated: what fails is collected, so
 one :class:`UnsupportedOpsError` lists every missing op with where it is.
+Each node is classified and resolved once, here; translation reads the
+:class:`Plan`. When the captured graph translates as it is, torch's
+decomposition is skipped (:func:`prepare`).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import torch
 
 from opreg._inspect import TORCH_ONNX, ArgumentsNotCovered, map_arguments, torch_convention
 from opreg.errors import UnsupportedOpsError
-from opreg.exporter import _nodes
+from opreg.exporter import _decompose, _nodes
 from opreg.opname import OpName
 from opreg.registry import Impl, Registry
 from opreg.targets import Target
@@ -67,39 +70,97 @@ class Call:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
-    """Every node's :class:`Call`, in the main graph and in every subgraph."""
+class Step:
+    """What translation does with one ``call_function`` node, decided once, here.
 
-    calls: dict[torch.fx.Node, Call]
+    Fields:
+        kind: what the node is (:class:`opreg.exporter._nodes.Kind`).
+        call: for an ``OP`` or ``INPLACE`` node, how it calls its impl.
+    """
+
+    kind: _nodes.Kind
+    call: Call | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Every ``call_function`` node's :class:`Step`, in the main graph and in every subgraph."""
+
+    steps: dict[torch.fx.Node, Step]
+
+    @property
+    def calls(self) -> dict[torch.fx.Node, Call]:
+        """The :class:`Call` of every op node."""
+        return {node: step.call for node, step in self.steps.items() if step.call is not None}
 
 
 class _NotCovered(Exception):
     pass
 
 
+_Missing = dict[str, list[tuple[torch.fx.Node, str, str, "torch.fx.Node | None"]]]
+
+
+@dataclasses.dataclass
+class _Survey:
+    """One pass over a graph: each node's step, what is missing, and whether torch's
+    decomposition must run first."""
+
+    steps: dict[torch.fx.Node, Step] = dataclasses.field(default_factory=dict)
+    missing: _Missing = dataclasses.field(default_factory=dict)
+    needs_decomposition: list[str] = dataclasses.field(default_factory=list)
+    """Why torch's decomposition must run although every op may have an impl."""
+
+
+def prepare(
+    program: torch.export.ExportedProgram, registry: Registry, target: Target
+) -> tuple[torch.export.ExportedProgram, Plan]:
+    """The program to translate and its plan: ``program`` itself when every node translates as
+    captured (each node classified and resolved once, here), else ``program`` decomposed for
+    ``target`` (:func:`opreg.exporter._decompose.decompose`) and planned. Raises
+    :class:`UnsupportedOpsError` with every op that still has no impl."""
+    survey = _survey(program, registry, target)
+    if survey.needs_decomposition or survey.missing:
+        reasons = [*survey.needs_decomposition, *survey.missing]
+        program = _decompose.decompose(program, registry, target, reasons)
+        survey = _survey(program, registry, target)
+    if survey.missing:
+        raise _unsupported(survey.missing, registry, target)
+    return program, Plan(survey.steps)
+
+
 def plan(graph: torch.fx.Graph, registry: Registry, target: Target) -> Plan:
     """Resolve every node's impl and map its arguments; raise with every missing op."""
-    calls: dict[torch.fx.Node, Call] = {}
-    missing: dict[str, list[tuple[torch.fx.Node, str, str, torch.fx.Node | None]]] = {}
-    _plan_graph(graph, registry, target, calls, missing, "", None)
-    if missing:
-        raise _unsupported(missing, registry, target)
-    return Plan(calls)
+    survey = _Survey()
+    _plan_graph(graph, registry, target, survey, "", None)
+    if survey.missing:
+        raise _unsupported(survey.missing, registry, target)
+    return Plan(survey.steps)
+
+
+def _survey(program: torch.export.ExportedProgram, registry: Registry, target: Target) -> _Survey:
+    survey = _Survey()
+    signature = program.graph_signature
+    if signature.buffers_to_mutate or signature.user_inputs_to_mutate:  # the decomposition makes it functional
+        survey.needs_decomposition.append("a mutated input or buffer")
+    _plan_graph(program.graph, registry, target, survey, "", None)
+    return survey
 
 
 def _plan_graph(
     graph: torch.fx.Graph,
     registry: Registry,
     target: Target,
-    calls: dict[torch.fx.Node, Call],
-    missing: dict[str, list[tuple[torch.fx.Node, str, str, torch.fx.Node | None]]],
+    survey: _Survey,
     context: str,
     outer: torch.fx.Node | None,
 ) -> None:
+    missing = survey.missing
     for node in graph.nodes:
         if node.op != "call_function":
             continue
         kind = _nodes.classify(node)
+        survey.steps[node] = Step(kind)
         if kind is _nodes.Kind.UNSUPPORTED:
             name = getattr(node.target, "__name__", str(node.target))
             if node.target is _nodes.WITH_EFFECTS:
@@ -109,12 +170,14 @@ def _plan_graph(
             missing.setdefault(name, []).append((node, _nodes.unsupported_reason(node), context, outer))
         elif kind is _nodes.Kind.HOP:
             hop = _nodes.HOPS[node.target]
+            if hop.needs_decomposition is not None and hop.needs_decomposition(node):
+                survey.needs_decomposition.append(hop.name)
             for role, module in _nodes.subgraphs(node):
                 inner = f"in the {role} of {hop.name} ({node.name})"
                 where = f"{inner}, {context}" if context else inner
-                _plan_graph(module.graph, registry, target, calls, missing, where, outer or node)
+                _plan_graph(module.graph, registry, target, survey, where, outer or node)
         elif kind in (_nodes.Kind.OP, _nodes.Kind.INPLACE):
-            op = _nodes.torch_op(node)
+            op = _nodes.torch_op(node, kind)
             impl = registry.resolve(op, target, node)
             if impl is None:
                 reason = "No installed pack implements it for this target."
@@ -131,15 +194,13 @@ def _plan_graph(
                 missing.setdefault(str(op), []).append((node, reason, context, outer))
                 continue
             try:
-                calls[node] = plan_call(node, impl)
+                survey.steps[node] = Step(kind, plan_call(node, impl))
             except _NotCovered as e:
                 why = f"{impl.label} cannot take the call: {e}"
                 missing.setdefault(str(op), []).append((node, why, context, outer))
 
 
-def _unsupported(
-    found: dict[str, list[tuple[torch.fx.Node, str, str, torch.fx.Node | None]]], registry: Registry, target: Target
-) -> UnsupportedOpsError:
+def _unsupported(found: _Missing, registry: Registry, target: Target) -> UnsupportedOpsError:
     entries = []
     for name, nodes in sorted(found.items()):
         locations = list(dict.fromkeys(_nodes.where(n, context, outer) for n, _, context, outer in nodes))

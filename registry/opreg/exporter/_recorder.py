@@ -122,6 +122,7 @@ class _Model:
     functions: dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] = dataclasses.field(default_factory=dict)
     counter: int = 0
     names: set[str] = dataclasses.field(default_factory=set)
+    unconfirmed: int = 0
 
 
 class GraphRecorder:
@@ -154,6 +155,14 @@ class GraphRecorder:
     def uses(self) -> list[Use]:
         """Every (domain, version) an emitted node or kept function needs, in all graphs."""
         return self._model.uses
+
+    @property
+    def unconfirmed(self) -> int:
+        """How many nodes, in all graphs, ONNX's per-node check and inference did not confirm
+        (:func:`opreg.node_types.infer_node`): an op without a schema, a control-flow node, a
+        node with an input of unknown type or one ONNX finds wrong. The model's full check
+        is needed only when there is one."""
+        return self._model.unconfirmed
 
     @property
     def functions(self) -> dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]]:
@@ -277,8 +286,8 @@ class GraphRecorder:
             output.name = name + (f"_{i}" if n_outputs > 1 else "")
         self.graph.append(node)
         self.added.append(node)
-        if version is not None:
-            infer_node(node, version, _SMALL_CONSTANT)
+        if version is None or not infer_node(node, version, _SMALL_CONSTANT):
+            self._model.unconfirmed += 1
         node.metadata_props.update(self.metadata)  # after inference, which serialises the node
         return node
 

@@ -1,31 +1,41 @@
-"""The packs' graph-level rewrites (``opreg_rewrite_rules``), applied to a finished graph.
+"""The packs' graph-level rewrites (``opreg_rewrite_rules``), each a pass of the finishing pipeline.
 
 A pack gives, for the export's target, onnxscript rewrite rules, rule sets and
 ``onnx_ir`` passes (:func:`opreg.hookspecs.opreg_rewrite_rules`, whose contract checks
-and names them). :func:`collect` takes every loaded pack's; :func:`apply` runs them in
-order. A node a rule makes inherits the provenance of the nodes it replaced
-(distinct values joined with ``+``) and records the rule in ``opreg.rewrite``;
-afterwards every node must be one the target can run, and the domains the
-rewrites brought in are imported at the target's versions.
+and names them). :func:`collect` takes every loaded pack's; :func:`passes` makes each item
+a :class:`PackRewrite` pass. A node a rule makes inherits the provenance of the
+nodes it replaced (distinct values joined with ``+``) and records the rule in
+``opreg.rewrite``; the domains the rewrites bring in are imported at the target's
+versions.
+
+A fault is the pack's, and named with its rule or pass: a rule or pass that
+raises, or leaves a graph that is not valid (a node reading a value nothing
+defines, a node ONNX refuses, a domain or ai.onnx op the target lacks), is
+undone, right after it ran, and left out with a warning; the export goes on
+without it (``strict``: fails with a :class:`PluginError` naming it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
+from onnx_ir.passes import InPlacePass, PassResult
 
-from opreg.errors import OpsetConflictError, PluginError
+from opreg.errors import PluginError
 from opreg.exporter._nodes import PACK_KEY, PROVENANCE_KEYS, REWRITE_KEY
-from opreg.node_types import op_schema
+from opreg.exporter._passes import Pipeline, all_nodes, subgraphs_of
+from opreg.node_types import node_problem, op_schema
 from opreg.targets import ONNX_DOMAIN, Target, domain_label
 
 logger = logging.getLogger(__name__)
 
 HOOK = "opreg_rewrite_rules"
+REWRITES_KEY = "opreg.rewrites"
+"""Model ``metadata_props``: the rewrite rules that fired, ``pack:rule=nodes made``, comma-separated."""
 JOIN = "+"
 """How the distinct provenance values of the nodes a rule replaced are joined."""
 _ONNXSCRIPT_RULE_TAG = "pkg.onnxscript.rewriter.rule_name"
@@ -97,8 +107,18 @@ def merged_provenance(replaced: Sequence[ir.Node], label: str) -> dict[str, str]
     return merged
 
 
+class _RuleRaised(Exception):
+    """A pack's rule raised while it was tried or built its replacement."""
+
+    def __init__(self, label: str, error: BaseException) -> None:
+        super().__init__(label)
+        self.label = label
+        self.error = error
+
+
 class _Stamping:
-    """A rule that gives the nodes it makes the provenance of the nodes it matched.
+    """A rule that gives the nodes it makes the provenance of the nodes it matched, and whose
+    errors name it.
 
     Everything but ``try_rewrite`` is the wrapped rule's; the stamp is written before
     onnxscript merges the matched nodes' metadata, so it wins there."""
@@ -113,7 +133,10 @@ class _Stamping:
         return getattr(self._rule, name)
 
     def try_rewrite(self, model: ir.Model, graph_or_function: Any, node: ir.Node, **kwargs: Any) -> Any:
-        delta = self._rule.try_rewrite(model, graph_or_function, node, **kwargs)
+        try:
+            delta = self._rule.try_rewrite(model, graph_or_function, node, **kwargs)
+        except Exception as e:  # the graph is untouched: onnxscript changes it after try_rewrite returns
+            raise _RuleRaised(self._label, e) from e
         if delta is None or kwargs.get("tracer") is not None:
             return delta
         matched = getattr(getattr(delta, "match", None), "nodes", None) or [node]
@@ -125,74 +148,209 @@ class _Stamping:
         return delta
 
 
-def _all_nodes(model: ir.Model) -> Iterator[ir.Node]:
-    yield from ir.traversal.RecursiveGraphIterator(model.graph)
-    for function in model.functions.values():
-        yield from ir.traversal.RecursiveGraphIterator(function)
+# -- a pack's item as a pass ---------------------------------------------------------------------
 
 
-def _apply_rules(model: ir.Model, rewrite: Rewrite) -> dict[str, int]:
-    from onnxscript.rewriter import pattern
+class _Fault(Exception):
+    """What went wrong with one rule or pass of a pack."""
 
-    rules = list(rewrite.item.rules) if _is_rule_set(rewrite.item) else [rewrite.item]
-    order = {id(node): index for index, node in enumerate(_all_nodes(model))}
-    stamping = [_Stamping(rule, label, order) for rule, label in zip(rules, rewrite.labels(), strict=True)]
-    pattern.RewriteRuleSet(stamping).apply_to_model(model)  # type: ignore[arg-type]
-    return {s._label: s.fired for s in stamping if s.fired}
-
-
-def _apply_pass(model: ir.Model, rewrite: Rewrite) -> dict[str, int]:
-    (label,) = rewrite.labels()
-    before = {id(node) for node in _all_nodes(model)}
-    result = rewrite.item(model)
-    if result.model is not model:
-        raise PluginError(f"rewrite {label} returned a new model: opreg applies passes that change the model in place")
-    made = [node for node in _all_nodes(model) if id(node) not in before]
-    for node in made:
-        node.metadata_props[REWRITE_KEY] = label
-        node.metadata_props.setdefault(PACK_KEY, rewrite.pack)
-    return {label: len(made)} if result.modified else {}
+    def __init__(self, label: str, what: str) -> None:
+        super().__init__(f"{label} {what}")
+        self.label = label
+        self.what = what
 
 
-def apply(model: ir.Model, rewrites: Sequence[Rewrite], target: Target) -> dict[str, int]:
-    """Apply ``rewrites`` to ``model`` in order; how many nodes each rule (``pack:name``)
-    made, for those that fired. Afterwards every node must be one ``target`` can run:
-    a domain the rewrites brought in is imported at the target's version, and a node
-    of a domain the target lacks, or an ai.onnx op newer than it, is an
-    :class:`OpsetConflictError` naming the rewrite."""
-    fired: dict[str, int] = {}
-    for rewrite in rewrites:
-        done = _apply_pass(model, rewrite) if rewrite.is_pass else _apply_rules(model, rewrite)
-        for label, count in done.items():
-            fired[label] = fired.get(label, 0) + count
-    if fired:
-        import_domains(model, target)
-    for node in _all_nodes(model):
-        node.metadata_props.pop(_ONNXSCRIPT_RULE_TAG, None)
-    return fired
+def _snapshot(model: ir.Model) -> ir.Model:
+    return model.clone()  # the graphs; tensors are shared
 
 
-def import_domains(model: ir.Model, target: Target) -> None:
-    """Import every domain the rewrites' nodes use at the target's version (onnxscript's
-    rewriter imports them at whatever version a rule's builder used), checking that the
-    target has the domain, and for ai.onnx, the op."""
-    owners: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
-    for owner in owners:
-        imports = owner.opset_imports
-        for node in ir.traversal.RecursiveGraphIterator(owner):
-            label = node.metadata_props.get(REWRITE_KEY)
-            if not label:
+def _restore(model: ir.Model, snapshot: ir.Model) -> None:
+    """Put ``snapshot``'s graphs, functions and metadata back into ``model`` (in place: the
+    pipeline holds ``model``)."""
+    model.graph = snapshot.graph
+    model.functions.clear()
+    model.functions.update(snapshot.functions)
+    model.metadata_props.clear()
+    model.metadata_props.update(snapshot.metadata_props)
+
+
+class PackRewrite(InPlacePass):
+    """One item a pack's ``opreg_rewrite_rules`` returned, as a pass: a rule, a rule set (its
+    rules tried together in one sweep) or the pack's own pass. The nodes it makes record
+    ``opreg.rewrite = pack:name`` and the provenance of what they replaced, the model's
+    :data:`REWRITES_KEY` metadata counts them, and their domains are imported at the
+    target's versions.
+
+    A rule or pass that raises, or leaves a graph that is not valid (:func:`graph_problem`,
+    :func:`_made_problem`), is undone and left out with a warning naming the pack and the
+    rule or pass (the other rules of a set still apply); under ``strict`` it is a
+    :class:`PluginError`."""
+
+    def __init__(self, rewrite: Rewrite, target: Target, strict: bool = False) -> None:
+        self.rewrite = rewrite
+        self.target = target
+        self.strict = strict
+        self.name = f"{rewrite.pack}: {', '.join(rewrite.names)}"
+
+    def call(self, model: ir.Model) -> PassResult:
+        rewrite = self.rewrite
+        rules = [] if rewrite.is_pass else list(rewrite.item.rules if _is_rule_set(rewrite.item) else [rewrite.item])
+        labels = list(rewrite.labels())
+        while True:
+            snapshot = _snapshot(model)
+            before = {id(node) for node in all_nodes(model)}
+            try:
+                fired = self._apply_pass(model) if rewrite.is_pass else self._apply_rules(model, rules, labels)
+                made = [node for node in all_nodes(model) if id(node) not in before]
+                problem = graph_problem(model) or _made_problem(made, self.target)
+                if problem is not None:
+                    raise _Fault(problem[0] or ",".join(fired) or labels[0], problem[1])
+            except _Fault as fault:
+                _restore(model, snapshot)
+                self._report(fault)
+                if rewrite.is_pass or fault.label not in labels or len(labels) == 1:
+                    return PassResult(model, False)
+                index = labels.index(fault.label)  # leave the rule out, try the set's others again
+                del rules[index], labels[index]
                 continue
-            what = f"{domain_label(node.domain)}::{node.op_type}"
-            version = target.get(node.domain)
-            if version is None:
-                raise OpsetConflictError(
-                    f"rewrite {label} made {what}, but the target {target} has no {domain_label(node.domain)}: "
-                    "its pack's opreg_rewrite_rules must return it only for targets that name the domain"
+            break
+        if not fired:
+            return PassResult(model, False)
+        _import_domains({id(node) for node in made}, model, self.target)
+        counts = _counts(model.metadata_props.get(REWRITES_KEY, ""))
+        for label, count in fired.items():
+            counts[label] = counts.get(label, 0) + count
+        model.metadata_props[REWRITES_KEY] = ",".join(f"{label}={count}" for label, count in counts.items())
+        return PassResult(model, True)
+
+    def _apply_rules(self, model: ir.Model, rules: Sequence[Any], labels: Sequence[str]) -> dict[str, int]:
+        from onnxscript.rewriter import pattern
+
+        order = {id(node): index for index, node in enumerate(all_nodes(model))}
+        stamping = [_Stamping(rule, label, order) for rule, label in zip(rules, labels, strict=True)]
+        try:
+            pattern.RewriteRuleSet(stamping).apply_to_model(model)  # type: ignore[arg-type]
+        except _RuleRaised as e:
+            raise _Fault(e.label, f"raised {type(e.error).__name__}: {e.error}") from e
+        except Exception as e:  # while onnxscript put a replacement in
+            raise _Fault(labels[0] if len(labels) == 1 else "", f"raised {type(e).__name__}: {e}") from e
+        for node in all_nodes(model):
+            node.metadata_props.pop(_ONNXSCRIPT_RULE_TAG, None)
+        return {s._label: s.fired for s in stamping if s.fired}
+
+    def _apply_pass(self, model: ir.Model) -> dict[str, int]:
+        (label,) = self.rewrite.labels()
+        before = {id(node) for node in all_nodes(model)}
+        try:
+            result = self.rewrite.item(model)
+        except Exception as e:
+            raise _Fault(label, f"raised {type(e).__name__}: {e}") from e
+        if result.model is not model:
+            raise _Fault(label, "returned a new model: opreg applies passes that change the model in place")
+        made = [node for node in all_nodes(model) if id(node) not in before]
+        for node in made:
+            node.metadata_props[REWRITE_KEY] = label
+            node.metadata_props.setdefault(PACK_KEY, self.rewrite.pack)
+        return {label: len(made)} if result.modified else {}
+
+    def _report(self, fault: _Fault) -> None:
+        pack = self.rewrite.pack
+        label = fault.label or ", ".join(self.rewrite.labels())
+        message = f"pack {pack!r}: rewrite {label} {fault.what}"
+        if self.strict:
+            raise PluginError(f"{message} (strict mode; without it the rewrite is left out and the export goes on)")
+        logger.warning("%s; it is left out, the export goes on without it", message)
+
+
+def passes(rewrites: Sequence[Rewrite], target: Target, strict: bool = False) -> Pipeline:
+    """The packs' rewrites as one pipeline, in order."""
+    return Pipeline("packs' rewrites", [PackRewrite(r, target, strict) for r in rewrites])
+
+
+def _counts(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in filter(None, text.split(",")):
+        label, _, count = item.rpartition("=")
+        counts[label] = int(count)
+    return counts
+
+
+# -- what makes a rewritten graph invalid ------------------------------------------------------
+
+
+def graph_problem(model: ir.Model) -> tuple[str, str] | None:
+    """The first node (of every graph and function, subgraphs included) that reads a value
+    nothing before it defines, or a graph output nothing defines: ``(the node's
+    opreg.rewrite label or "", what is wrong)``, or ``None``."""
+    for owner in (model.graph, *model.functions.values()):
+        problem = _graph_problem(owner, set())
+        if problem is not None:
+            return problem
+    return None
+
+
+def _graph_problem(graph: ir.Graph | ir.Function, outer: set[int]) -> tuple[str, str] | None:
+    defined = set(outer)
+    defined.update(id(v) for v in graph.inputs)
+    if isinstance(graph, ir.Graph):
+        defined.update(id(v) for v in graph.initializers.values())
+    for node in graph:
+        for value in node.inputs:
+            if value is not None and id(value) not in defined:
+                what = f"{domain_label(node.domain)}::{node.op_type}"
+                return node.metadata_props.get(REWRITE_KEY, ""), (
+                    f"left node {node.name!r} ({what}) reading {_describe_value(value)}, which nothing in the "
+                    "graph defines before it"
                 )
-            if node.domain == ONNX_DOMAIN and op_schema(node.op_type, version, ONNX_DOMAIN) is None:
-                raise OpsetConflictError(
-                    f"rewrite {label} made {what}, which ai.onnx {version} (the target's) does not have: its "
-                    "pack's opreg_rewrite_rules must return it only for targets with a new enough ai.onnx"
-                )
-            imports[node.domain] = version
+        for sub in subgraphs_of(node):
+            problem = _graph_problem(sub, defined)
+            if problem is not None:
+                return problem
+        defined.update(id(out) for out in node.outputs)
+    for value in graph.outputs:
+        if id(value) not in defined:
+            return "", f"left graph output {value.name!r} defined by nothing in the graph"
+    return None
+
+
+def _describe_value(value: ir.Value) -> str:
+    text = repr(value.name) if value.name else "an unnamed value"
+    producer = value.producer()
+    if producer is not None:
+        text += f" (made by {domain_label(producer.domain)}::{producer.op_type} node {producer.name!r})"
+    return text
+
+
+def _made_problem(made: Sequence[ir.Node], target: Target) -> tuple[str, str] | None:
+    """The first node a rewrite made that the target cannot run (a domain it lacks, an ai.onnx
+    op newer than it) or that ONNX refuses at the target's version of its domain."""
+    for node in made:
+        label = node.metadata_props.get(REWRITE_KEY, "")
+        what = f"{domain_label(node.domain)}::{node.op_type}"
+        version = target.get(node.domain)
+        if version is None:
+            return label, (
+                f"made {what}, but the target {target} has no {domain_label(node.domain)}: its pack's "
+                "opreg_rewrite_rules must return it only for targets that name the domain"
+            )
+        if node.domain == ONNX_DOMAIN and op_schema(node.op_type, version, ONNX_DOMAIN) is None:
+            return label, (
+                f"made {what}, which ai.onnx {version} (the target's) does not have: its pack's "
+                "opreg_rewrite_rules must return it only for targets with a new enough ai.onnx"
+            )
+        problem = node_problem(node, version)
+        if problem is not None:
+            return label, f"made {what} ({node.name}), which ONNX refuses: {problem}"
+    return None
+
+
+def _import_domains(made: set[int], model: ir.Model, target: Target) -> None:
+    """Import every domain the rewrites' nodes (``made``, by id) use at the target's version, in
+    the graph or function holding them (onnxscript's rewriter imports them at whatever version
+    a rule's builder used)."""
+    for owner in (model.graph, *model.functions.values()):
+        for node in ir.traversal.RecursiveGraphIterator(owner):
+            if id(node) in made:
+                version = target.get(node.domain)
+                if version is not None:
+                    owner.opset_imports[node.domain] = version

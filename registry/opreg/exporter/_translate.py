@@ -49,6 +49,9 @@ class Translation:
         state: with ``state_io``, ``(kind, key, input name, value after the call)`` of each
             mutated buffer and input (:mod:`opreg.exporter._state`); the buffers' inputs
             follow ``input_names`` in the graph.
+        weights: the initializers that are ``state_dict`` entries (parameters and persistent
+            buffers), whose names users look weights up by; other initializers (lifted
+            constants, non-persistent buffers) may be folded away.
         traces: FX node name -> what each node of the main graph became (the locator's map).
     """
 
@@ -58,6 +61,7 @@ class Translation:
     outputs: list[Any]
     used_impls: dict[str, Impl]
     state: list[tuple[str, str, str, ir.Value]] = dataclasses.field(default_factory=list)
+    weights: frozenset[str] = frozenset()
     traces: dict[str, Trace] = dataclasses.field(default_factory=dict)
 
 
@@ -90,6 +94,7 @@ class Translator:
         """Mutated buffers become inputs, and mutated buffers and inputs outputs (``state="io"``)."""
         self.used_impls: dict[str, Impl] = {}
         self._dims: dict[Any, int | str] = {}
+        self.weights: set[str] = set()
         self.traces: dict[str, Trace] = {}
         self.main_graph: ir.Graph | None = None
 
@@ -109,7 +114,10 @@ class Translator:
                     state.append((_state.INPUT, spec.target, spec.target, value))
         for trace in self.traces.values():
             trace.snapshot()
-        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls, state, self.traces)
+        return Translation(
+            graph, scope.recorder, input_names, outputs, self.used_impls,
+            state=state, weights=frozenset(self.weights), traces=self.traces,
+        )  # fmt: skip
 
     # -- values ------------------------------------------------------------------------
 
@@ -207,6 +215,8 @@ class Translator:
                 if not stored.is_contiguous():
                     stored = stored.contiguous()
                 scope.recorder.claim(name)
+                if kind == InputKind.PARAMETER or (kind == InputKind.BUFFER and spec.persistent is not False):
+                    self.weights.add(name)
                 value = ir.Value(name=name, const_value=tensor_adapters.TorchTensor(stored, name=name))
                 self._describe(value, tensor)
                 graph.register_initializer(value)
@@ -235,7 +245,8 @@ class Translator:
         return scope.values[value] if isinstance(value, torch.fx.Node) else value
 
     def _call(self, scope: _Scope, node: torch.fx.Node) -> None:
-        kind = _nodes.classify(node)
+        step = self.plan.steps[node]
+        kind = step.kind
         if kind is _nodes.Kind.GETITEM:
             container, index = node.args
             scope.values[node] = scope.values[container][index]
@@ -246,9 +257,10 @@ class Translator:
         elif kind is _nodes.Kind.HOP:
             self._hop(scope, node)
         else:
-            self._op(scope, node, self.plan.calls[node])
+            assert step.call is not None
+            self._op(scope, node, step.call, kind)
 
-    def _op(self, scope: _Scope, node: torch.fx.Node, call: Call) -> None:
+    def _op(self, scope: _Scope, node: torch.fx.Node, call: Call, kind: _nodes.Kind) -> None:
         impl = call.impl
         self.used_impls[impl.label] = impl
         recorder = scope.recorder
@@ -266,7 +278,7 @@ class Translator:
         scope.values[node] = self._results(scope, node, impl, result, made)
         if scope.outer is None and scope.recorder.graph is self.main_graph:
             self.traces[node.name] = trace_of(scope.values[node], impl)
-        if _nodes.classify(node) is _nodes.Kind.INPLACE:
+        if kind is _nodes.Kind.INPLACE:
             scope.values[node.args[0]] = scope.values[node]  # later reads of self see the mutation
 
     @staticmethod
@@ -290,7 +302,7 @@ class Translator:
             if not isinstance(result, (list, tuple)) or len(result) != len(meta):
                 got = len(result) if isinstance(result, (list, tuple)) else 1
                 raise ExportError(f"{site} returned {got} value(s); the op has {len(meta)} outputs")
-            read = _outputs_read(node)  # an output nothing reads may be a placeholder: not checked
+            read = self._outputs_read(node)  # an output nothing reads may be a placeholder: not checked
             return tuple(
                 self._result(scope, f"{node.name}_{i}", r, m, made, f"{site}, output {i}")
                 if m is not None and (read is None or i in read)
@@ -325,6 +337,16 @@ class Translator:
             value.name = scope.recorder.claim(name)
         self._describe(value, meta)
         return value
+
+    def _outputs_read(self, node: torch.fx.Node) -> set[int] | None:
+        """The indices of ``node``'s outputs its users read (``None``: a user takes the whole tuple)."""
+        read = set()
+        for user in node.users:
+            step = self.plan.steps.get(user)
+            if step is None or step.kind is not _nodes.Kind.GETITEM:
+                return None
+            read.add(user.args[1])
+        return read
 
     def _argument(self, scope: _Scope, value: Any, int_list: bool) -> Any:
         if isinstance(value, torch.fx.Node):
@@ -580,16 +602,6 @@ def _call_site(node: torch.fx.Node, impl: Impl) -> str:
     return f"impl {impl.label} for {impl.op} (node {node.name}, {_nodes.where(node)})"
 
 
-def _outputs_read(node: torch.fx.Node) -> set[int] | None:
-    """The indices of ``node``'s outputs its users read (``None``: a user takes the whole tuple)."""
-    read = set()
-    for user in node.users:
-        if user.op != "call_function" or _nodes.classify(user) is not _nodes.Kind.GETITEM:
-            return None
-        read.add(user.args[1])
-    return read
-
-
 def _expected(meta: torch.Tensor) -> tuple[ir.DataType, int]:
     """The dtype and rank an impl's result must have for the tensor ``meta`` (a complex tensor
     travels as real pairs: its real dtype, one more dimension)."""
@@ -618,11 +630,21 @@ def _check_result(value: ir.Value, meta: Any, site: str) -> None:
             f"{site} returned {_a(value.dtype.name)} tensor where torch computes {dtype.name}: "
             f"cast the result (op.Cast(y, to={dtype.name})) or fix the impl's arithmetic"
         )
-    if value.shape is not None and len(value.shape) != rank:
+    if value.shape is None:
+        return
+    if len(value.shape) != rank:
         raise ExportError(
             f"{site} returned a rank-{len(value.shape)} tensor where torch computes rank {rank} "
             f"(shape {tuple(meta.shape)}): fix the impl's reshapes or reductions"
         )
+    sizes = [*meta.shape, *((2,) if meta.dtype.is_complex else ())]
+    for index, (got, want) in enumerate(zip(value.shape, sizes, strict=True)):
+        if isinstance(got, int) and isinstance(want, int) and got != want:
+            raise ExportError(
+                f"{site} returned a tensor of shape {list(value.shape)} where torch computes "
+                f"{[s if isinstance(s, int) else str(s) for s in sizes]} (dim {index}): fix the impl's reshapes "
+                "or broadcasting"
+            )
 
 
 def _dtype_of(meta: Any) -> ir.DataType | None:

@@ -790,7 +790,7 @@ class _Batch:
     def capture(self, registry: Registry, target: Any) -> torch.export.ExportedProgram | BaseException:
         """Capture, and decompose for ``target``: other targets usually cover the
         same ops, and then export it as it is instead of decomposing again."""
-        from opreg.exporter import _decompose
+        from opreg.exporter import _plan
 
         try:
             self.program = torch.export.export(self.module, self.inputs, strict=False)
@@ -799,8 +799,8 @@ class _Batch:
             return e
         if self.exporter is not None:  # another exporter decomposes as it sees fit
             return self.program
-        with contextlib.suppress(Exception):  # export() decomposes again and reports it
-            self.program = _decompose.decompose(self.program, registry, target)
+        with contextlib.suppress(Exception):  # export() plans again and reports it
+            self.program, _ = _plan.prepare(self.program, registry, target)
         return self.program
 
     def run(self, target: Any, registry: Registry, runtime: str, rtol: float, atol: float, ops: set[str]) -> str | None:
