@@ -310,10 +310,6 @@ def python_sources() -> dict[str, str]:
 
 
 KNOWN_DUPLICATES: dict[frozenset[tuple[str, str]], str] = {
-    frozenset({
-        ("registry/opreg/exporter/_finish.py", "_own_subgraph_outputs"),
-        ("registry/opreg/inspection.py", "_subgraphs"),
-    }): "the subgraphs of a node's attributes, walked twice: to share when finish becomes a pass pipeline (issue 25)",
     frozenset({("registry/opreg/patching.py", ""), ("registry/opreg/registry.py", "")}):
         "module preambles of the same shape (TYPE_CHECKING import, logger, documented constants); no logic to share",
 }  # fmt: skip

@@ -279,5 +279,13 @@ def test_the_docs_name_every_flag_and_command_the_cli_has():
     for flag in flags:
         assert f"`{flag}" in guide, f"docs/exporting.md does not document opreg export {flag}"
     named = set(re.findall(r"`(--[a-z][a-z-]*)", readme + guide))
-    known = {f for parser_ in [parser, *commands.choices.values()] for a in parser_._actions for f in a.option_strings}
+
+    def parsers(parser_):  # every parser, nested commands' (opreg llm export) too
+        yield parser_
+        for action in parser_._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    yield from parsers(child)
+
+    known = {f for parser_ in parsers(parser) for a in parser_._actions for f in a.option_strings}
     assert named <= known, f"the docs name flags the CLI lacks: {sorted(named - known)}"

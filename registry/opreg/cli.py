@@ -70,23 +70,26 @@ def _pack_options() -> argparse.ArgumentParser:
     return parent
 
 
-def _cache_options() -> argparse.ArgumentParser:
+def _options(*flags: str, **settings: Any) -> argparse.ArgumentParser:
+    """A parent parser holding one option."""
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(
-        "--no-cache", action="store_true",
-        help="load the packs instead of reading what they declare from opreg's cache (see OPREG_NO_CACHE)",
-    )  # fmt: skip
+    parent.add_argument(*flags, **settings)
     return parent
 
 
+def _cache_options() -> argparse.ArgumentParser:
+    return _options(
+        "--no-cache", action="store_true",
+        help="load the packs instead of reading what they declare from opreg's cache (see OPREG_NO_CACHE)",
+    )  # fmt: skip
+
+
 def _target_options() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(
+    return _options(
         "--target", "-t", default="onnx",
         help="a profile (onnx, onnxruntime, ...), an ai.onnx version (18), or domain=version items "
         "(onnx,com.microsoft=1); default: onnx",
     )  # fmt: skip
-    return parent
 
 
 def _patch_options() -> argparse.ArgumentParser:
