@@ -306,20 +306,21 @@ def test_a_returned_cache_is_named_per_layer_and_comes_back_as_a_cache():
 
 
 class Detaching(nn.Module):
-    """``detach`` and, on a fresh tensor, ``detach_`` (what a cache's ``torch.tensor([])`` leaves)."""
+    """``detach``, ``contiguous`` and, on a fresh tensor, ``detach_`` (what a cache's ``torch.tensor([])``
+    leaves): no-ops that sent the whole graph through torch's decomposition."""
 
     def forward(self, x):
         empty = torch.tensor([1.0, 2.0]).detach_()
-        return x.detach() * empty.sum()
+        return x.detach().t().contiguous() * empty.sum()
 
 
 def test_detach_translates_as_captured_without_the_decomposition():
     registry = opreg.default_registry()
     target = registry.target(18)
-    x = torch.randn(3)
+    x = torch.randn(3, 2)
     captured = _capture.capture(Detaching(), (x,), None, None)
     ops = {str(n.target) for n in captured.graph.nodes if n.op == "call_function"}
-    assert {"aten.detach.default", "aten.detach_.default"} <= ops
+    assert {"aten.detach.default", "aten.detach_.default", "aten.contiguous.default"} <= ops
     assert _decompose.covered_as_captured(captured, registry, target)  # no retrace by torch's decomposition
     opreg.export(Detaching(), (x,), target=18).verify(x)
 
