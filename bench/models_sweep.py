@@ -108,62 +108,42 @@ TRANSFORMERS: list[tuple[str, str, str]] = [
     # (model_type, class, modality)
     *((t, c, TEXT) for t, c in [
         ("bert", "BertModel"), ("roberta", "RobertaForSequenceClassification"), ("distilbert", "DistilBertModel"),
-        ("albert", "AlbertForMaskedLM"), ("electra", "ElectraModel"), ("deberta", "DebertaModel"),
-        ("deberta-v2", "DebertaV2ForTokenClassification"), ("xlm-roberta", "XLMRobertaModel"),
-        ("mpnet", "MPNetModel"), ("funnel", "FunnelModel"), ("convbert", "ConvBertModel"),
-        ("megatron-bert", "MegatronBertModel"), ("roformer", "RoFormerModel"), ("nystromformer", "NystromformerModel"),
-        ("mobilebert", "MobileBertModel"), ("layoutlm", "LayoutLMModel"), ("ernie", "ErnieModel"), ("esm", "EsmModel"),
-        ("rembert", "RemBertModel"), ("xlnet", "XLNetModel"), ("big_bird", "BigBirdModel"), ("fnet", "FNetModel"),
-        ("canine", "CanineModel"), ("squeezebert", "SqueezeBertModel"), ("modernbert", "ModernBertModel"),
-        ("data2vec-text", "Data2VecTextModel"), ("ibert", "IBertModel"), ("luke", "LukeModel"),
-        ("mra", "MraModel"), ("yoso", "YosoModel"), ("longformer", "LongformerModel"), ("xmod", "XmodModel"),
+        ("albert", "AlbertForMaskedLM"), ("electra", "ElectraModel"), ("deberta-v2", "DebertaV2ForTokenClassification"),
+        ("xlm-roberta", "XLMRobertaModel"), ("mpnet", "MPNetModel"), ("funnel", "FunnelModel"), ("xlnet", "XLNetModel"),
+        ("big_bird", "BigBirdModel"), ("fnet", "FNetModel"), ("modernbert", "ModernBertModel"),
+        ("longformer", "LongformerModel"),
     ]),
     *((t, c, DECODER) for t, c in [
         ("gpt2", "GPT2LMHeadModel"), ("gpt_neo", "GPTNeoForCausalLM"), ("gptj", "GPTJForCausalLM"),
         ("gpt_neox", "GPTNeoXForCausalLM"), ("opt", "OPTForCausalLM"), ("bloom", "BloomForCausalLM"),
         ("llama", "LlamaForCausalLM"), ("mistral", "MistralForCausalLM"), ("mixtral", "MixtralForCausalLM"),
-        ("qwen2", "Qwen2ForCausalLM"), ("qwen3", "Qwen3ForCausalLM"), ("qwen2_moe", "Qwen2MoeForCausalLM"),
-        ("qwen3_moe", "Qwen3MoeForCausalLM"), ("phi", "PhiForCausalLM"), ("phi3", "Phi3ForCausalLM"),
-        ("gemma", "GemmaForCausalLM"), ("gemma2", "Gemma2ForCausalLM"), ("gemma3_text", "Gemma3ForCausalLM"),
-        ("falcon", "FalconForCausalLM"), ("stablelm", "StableLmForCausalLM"), ("starcoder2", "Starcoder2ForCausalLM"),
-        ("olmo", "OlmoForCausalLM"), ("olmo2", "Olmo2ForCausalLM"), ("codegen", "CodeGenForCausalLM"),
-        ("cohere", "CohereForCausalLM"), ("granite", "GraniteForCausalLM"), ("mpt", "MptForCausalLM"),
-        ("biogpt", "BioGptForCausalLM"), ("xglm", "XGLMForCausalLM"), ("persimmon", "PersimmonForCausalLM"),
-        ("mamba", "MambaForCausalLM"), ("glm", "GlmForCausalLM"), ("helium", "HeliumForCausalLM"),
-        ("smollm3", "SmolLM3ForCausalLM"), ("deepseek_v3", "DeepseekV3ForCausalLM"), ("ctrl", "CTRLLMHeadModel"),
-        ("gpt_bigcode", "GPTBigCodeForCausalLM"), ("qwen3_next", "Qwen3NextForCausalLM"),
+        ("qwen2", "Qwen2ForCausalLM"), ("qwen3", "Qwen3ForCausalLM"), ("phi3", "Phi3ForCausalLM"),
+        ("gemma2", "Gemma2ForCausalLM"), ("gemma3_text", "Gemma3ForCausalLM"), ("falcon", "FalconForCausalLM"),
+        ("mamba", "MambaForCausalLM"), ("deepseek_v3", "DeepseekV3ForCausalLM"),
+        ("gpt_bigcode", "GPTBigCodeForCausalLM"),
+        ("qwen3_next", "Qwen3NextForCausalLM"),
     ]),
     *((t, c, SEQ2SEQ) for t, c in [
-        ("t5", "T5ForConditionalGeneration"), ("bart", "BartForConditionalGeneration"), ("mbart", "MBartModel"),
-        ("pegasus", "PegasusForConditionalGeneration"), ("marian", "MarianMTModel"),
-        ("blenderbot", "BlenderbotModel"), ("m2m_100", "M2M100ForConditionalGeneration"), ("mt5", "MT5Model"),
-        ("longt5", "LongT5Model"), ("led", "LEDModel"), ("plbart", "PLBartModel"), ("umt5", "UMT5Model"),
-        ("switch_transformers", "SwitchTransformersModel"), ("prophetnet", "ProphetNetModel"),
+        ("t5", "T5ForConditionalGeneration"), ("bart", "BartForConditionalGeneration"), ("marian", "MarianMTModel"),
+        ("m2m_100", "M2M100ForConditionalGeneration"), ("mt5", "MT5Model"), ("led", "LEDModel"),
+        ("switch_transformers", "SwitchTransformersModel"),
     ]),
     *((t, c, VISION) for t, c in [
         ("vit", "ViTForImageClassification"), ("deit", "DeiTModel"), ("beit", "BeitModel"), ("swin", "SwinModel"),
-        ("swinv2", "Swinv2Model"), ("convnext", "ConvNextForImageClassification"), ("convnextv2", "ConvNextV2Model"),
-        ("resnet", "ResNetForImageClassification"), ("regnet", "RegNetModel"), ("mobilenet_v1", "MobileNetV1Model"),
-        ("mobilenet_v2", "MobileNetV2Model"), ("mobilevit", "MobileViTModel"), ("efficientnet", "EfficientNetModel"),
-        ("levit", "LevitModel"), ("poolformer", "PoolFormerModel"), ("segformer", "SegformerForSemanticSegmentation"),
-        ("dinov2", "Dinov2Model"), ("dpt", "DPTForDepthEstimation"), ("vit_mae", "ViTMAEModel"),
-        ("cvt", "CvtModel"), ("focalnet", "FocalNetModel"), ("pvt", "PvtModel"), ("pvt_v2", "PvtV2Model"),
-        ("bit", "BitModel"), ("glpn", "GLPNModel"), ("hiera", "HieraModel"), ("vit_msn", "ViTMSNModel"),
-        ("yolos", "YolosModel"), ("dinov3_vit", "DINOv3ViTModel"), ("siglip_vision_model", "SiglipVisionModel"),
+        ("swinv2", "Swinv2Model"), ("convnext", "ConvNextForImageClassification"),
+        ("resnet", "ResNetForImageClassification"), ("mobilevit", "MobileViTModel"), ("levit", "LevitModel"),
+        ("efficientnet", "EfficientNetModel"), ("segformer", "SegformerForSemanticSegmentation"),
+        ("dinov2", "Dinov2Model"), ("dpt", "DPTForDepthEstimation"), ("hiera", "HieraModel"),
     ]),
     *((t, c, AUDIO_WAVE) for t, c in [
         ("wav2vec2", "Wav2Vec2ForCTC"), ("hubert", "HubertModel"), ("wavlm", "WavLMModel"),
-        ("data2vec-audio", "Data2VecAudioModel"), ("unispeech", "UniSpeechModel"), ("sew", "SEWModel"),
-        ("unispeech-sat", "UniSpeechSatModel"), ("wav2vec2-conformer", "Wav2Vec2ConformerModel"),
     ]),
     *((t, c, AUDIO_FEATURES) for t, c in [
         ("whisper", "WhisperForConditionalGeneration"), ("speech_to_text", "Speech2TextModel"),
         ("audio-spectrogram-transformer", "ASTModel"),
     ]),
     *((t, c, CLIP) for t, c in [
-        ("clip", "CLIPModel"), ("siglip", "SiglipModel"), ("owlvit", "OwlViTModel"), ("altclip", "AltCLIPModel"),
-        ("chinese_clip", "ChineseCLIPModel"), ("groupvit", "GroupViTModel"), ("blip", "BlipModel"),
-        ("x_clip", "XCLIPModel"),
+        ("clip", "CLIPModel"), ("siglip", "SiglipModel"), ("owlvit", "OwlViTModel"), ("blip", "BlipModel"),
     ]),
 ]  # fmt: skip
 """The transformers sample: (model type, class, modality). Classes whose small config does not
@@ -510,11 +490,11 @@ BUILDERS: dict[str, Callable[..., tuple[Any, tuple, dict[str, Any]]]] = {
 
 
 def fingerprint(exporter: str) -> str:
-    """What a result of ``exporter`` depends on: opreg's sources, or torch.onnx's versions."""
+    """What a result of ``exporter`` depends on: opreg's sources (its test kit aside), or torch.onnx's versions."""
     if exporter == OPREG:
         digest = hashlib.sha256()
         for folder in _SOURCES:
-            for path in sorted(folder.rglob("*.py")):
+            for path in sorted(p for p in folder.rglob("*.py") if "testing" not in p.parts):
                 digest.update(str(path.relative_to(ROOT)).encode())
                 digest.update(path.read_bytes())
         return digest.hexdigest()[:12]
