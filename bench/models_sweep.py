@@ -630,8 +630,10 @@ def worker(name: str, exporters: list[str], timeout: int) -> None:
     entry = {e.name: e for e in catalog(timm_choices())}[name]
     signal.signal(signal.SIGALRM, _alarm)
 
+    prints = {exporter: fingerprint(exporter) for exporter in exporters}  # of the code this process runs
+
     def emit(exporter: str, record: dict[str, Any]) -> None:
-        print("RESULT " + json.dumps({"exporter": exporter, **record}), flush=True)
+        print("RESULT " + json.dumps({"exporter": exporter, "fingerprint": prints[exporter], **record}), flush=True)
 
     try:
         signal.alarm(timeout)
@@ -704,18 +706,28 @@ def run_entry(entry: Entry, exporters: list[str], timeout: int, prints: dict[str
             records[exporter] = {"exporter": exporter, "stage": "export", "error": one_line(f"process died: {tail[0]}")}
     result = []
     for exporter in exporters:
-        record = {"name": entry.name, "source": entry.source, "family": entry.family, "entry": entry.key(),
-                  "fingerprint": prints[exporter], **records[exporter]}  # fmt: skip
+        record = {
+            "name": entry.name,
+            "source": entry.source,
+            "family": entry.family,
+            "entry": entry.key(),
+            "fingerprint": prints[exporter],
+            **records[exporter],
+        }  # fmt: skip  (the worker's, when it said)
         result.append(record)
     return result
 
 
-def sweep(entries: list[Entry], jobs: int, timeout: int, rerun: bool) -> None:
+def sweep(entries: list[Entry], jobs: int, timeout: int, rerun: bool, keep: bool = False) -> None:
     prints = {e: fingerprint(e) for e in EXPORTERS}
     cache = load_cache()
     todo = []
     for entry in entries:
-        wanted = [e for e in EXPORTERS if rerun or not _fresh(cache.get((entry.name, e)), entry, prints)]
+        wanted = [
+            e
+            for e in EXPORTERS
+            if rerun or not (_fresh(cache.get((entry.name, e)), entry, prints) or (keep and (entry.name, e) in cache))
+        ]
         if wanted:
             todo.append((entry, wanted))
     print(f"{len(entries)} models, {len(todo)} to run ({jobs} at a time, {timeout} s per exporter)", flush=True)
@@ -752,7 +764,10 @@ def report(entries: list[Entry]) -> int:
         for name in names:
             source = name.split("/", 1)[0]
             by_source.setdefault(source, dict.fromkeys(groups, 0))[key] += 1
-    print(f"\n{len(built)} architectures exported by both (results in {CACHE.relative_to(ROOT)})")
+    prints = {e: fingerprint(e) for e in EXPORTERS}
+    stale = sum(1 for got in rows.values() for r in got.values() if r.get("fingerprint") != prints[r["exporter"]])
+    print(f"\n{len(built)} architectures tried by both (results in {CACHE.relative_to(ROOT)}", end="")
+    print(f"; {stale} results made by other code: rerun without --keep)" if stale else ")")
     print(f"{'source':<14}" + "".join(f"{k:>12}" for k in groups) + f"{'total':>8}")
     for source, counts in sorted(by_source.items()):
         print(f"{source:<14}" + "".join(f"{counts[k]:>12}" for k in groups) + f"{sum(counts.values()):>8}")
@@ -801,6 +816,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="glob on model names (repeatable)")
     parser.add_argument("--source", action="append", help="transformers, timm, torchvision or diffusers")
     parser.add_argument("--rerun", action="store_true", help="ignore cached results")
+    parser.add_argument("--keep", action="store_true", help="keep cached results made by other code (iterating)")
     parser.add_argument("--report", action="store_true", help="print the report from the cache only")
     parser.add_argument("--list", action="store_true", help="print the catalog")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -816,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(entries)} models")
         return 0
     if not options.report:
-        sweep(entries, max(1, min(options.jobs, 2)), options.timeout, options.rerun)
+        sweep(entries, max(1, min(options.jobs, 2)), options.timeout, options.rerun, options.keep)
     return report(entries)
 
 
