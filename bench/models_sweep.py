@@ -47,6 +47,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -170,12 +171,20 @@ def _shrink(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+FITTED = {
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},  # one entry per layer
+    "gptj": {"rotary_dim": 8},  # at most the head size
+    "codegen": {"rotary_dim": 8},
+}
+"""Settings a family's small config needs besides :data:`SMALL` to stay consistent."""
+
+
 def small_config(model_type: str) -> Any:
     """``model_type``'s default config with :data:`SMALL` sizes (and one block per vision stage)."""
     import transformers
 
     base = transformers.AutoConfig.for_model(model_type)
-    return transformers.AutoConfig.for_model(model_type, **_shrink(base.to_dict()))
+    return transformers.AutoConfig.for_model(model_type, **_shrink(base.to_dict()), **FITTED.get(model_type, {}))
 
 
 def _image_size(config: Any, default: int = 224) -> int:
@@ -514,11 +523,17 @@ def _alarm(signum: int, frame: Any) -> None:
 
 
 def one_line(error: BaseException | str, limit: int = 300) -> str:
-    """The first informative line of an error (torch's exporter wraps the cause in banners)."""
+    """The first informative lines of an error, on one line: torch.onnx wraps the cause in banners
+    and an "Exception summary", whose first lines are what is kept then."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    text = text.replace("\x1b", "")
+    text = re.sub(r"\x1b?\[\d+(;\d+)*m", "", text)
+    if "## Exception summary" in text:
+        text = text.split("## Exception summary", 1)[1]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    keep = [line for line in lines if not line.startswith(("[", "-", "For more", "See ", "The above", "Traceback"))]
+    keep = [
+        line for line in lines
+        if not line.startswith(("[", "-", "#", "For more", "See ", "The above", "Traceback", "(Refer to"))
+    ]  # fmt: skip
     line = " | ".join((keep or lines or ["?"])[:2])
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
