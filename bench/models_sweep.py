@@ -175,6 +175,10 @@ FITTED = {
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},  # one entry per layer
     "gptj": {"rotary_dim": 8},  # at most the head size
     "codegen": {"rotary_dim": 8},
+    "deepseek_v3": {"head_dim": 8},  # its rotary part: qk_rope_head_dim
+    "qwen3_next": {"layer_types": ["linear_attention", "full_attention"]},  # one of each
+    "swin": {"num_heads": [2, 4, 8, 16]},  # dividing the doubling widths
+    "swinv2": {"num_heads": [2, 4, 8, 16]},
 }
 """Settings a family's small config needs besides :data:`SMALL` to stay consistent."""
 
@@ -184,7 +188,7 @@ def small_config(model_type: str) -> Any:
     import transformers
 
     base = transformers.AutoConfig.for_model(model_type)
-    return transformers.AutoConfig.for_model(model_type, **_shrink(base.to_dict()), **FITTED.get(model_type, {}))
+    return transformers.AutoConfig.for_model(model_type, **{**_shrink(base.to_dict()), **FITTED.get(model_type, {})})
 
 
 def _image_size(config: Any, default: int = 224) -> int:
