@@ -325,6 +325,39 @@ def test_detach_translates_as_captured_without_the_decomposition():
     opreg.export(Detaching(), (x,), target=18).verify(x)
 
 
+class Composite(nn.Module):
+    """Ops torch.export keeps as the model wrote them (composite ones, not decomposed), which the
+    models sweep found sending graphs through torch's decomposition: ``chunk`` (rotary halves),
+    ``type_as``, ``where`` with a scalar, ``min``/``max`` of two tensors, ``1 - x`` (``rsub``),
+    ``conv1d`` (audio front ends) and ``conv3d`` (video)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(3, 3, 3, padding=1)
+        self.conv3 = nn.Conv3d(1, 2, 3, padding=1)
+
+    def forward(self, x, mask, volume):
+        a, b = x.chunk(2, dim=-1)
+        y = torch.where(mask, a, -1.0) + torch.min(a, b) * torch.max(a, b) + mask.type_as(x)
+        y = (1 - y) + self.conv1(y.unsqueeze(0))[0]
+        return y, torch.where(mask, 0.5, b), self.conv3(volume)
+
+
+def test_composite_ops_translate_as_captured_without_the_decomposition():
+    registry = opreg.default_registry()
+    target = registry.target(18)
+    inputs = (torch.randn(3, 6), torch.tensor([[True, False, True]] * 3), torch.randn(1, 1, 3, 4, 4))
+    captured = _capture.capture(Composite(), inputs, None, None)
+    ops = {str(n.target) for n in captured.graph.nodes if n.op == "call_function"}
+    expected = {
+        "aten.chunk.default", "aten.type_as.default", "aten.where.ScalarOther", "aten.where.ScalarSelf",
+        "aten.min.other", "aten.max.other", "aten.rsub.Scalar", "aten.conv1d.default", "aten.conv3d.default",
+    }  # fmt: skip
+    assert expected <= ops, sorted(expected - ops)
+    assert _decompose.decomposition_reasons(captured, registry, target) == []
+    opreg.export(Composite(), inputs, target=18).verify(*inputs, atol=ATOL)
+
+
 def test_a_language_model_returning_its_cache_exports_and_matches_eager():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
