@@ -345,11 +345,11 @@ def _diffusers_table() -> dict[str, tuple[dict[str, Any], Callable[[], tuple[tup
                                       down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
                                       up_block_types=("UpBlock2D", "CrossAttnUpBlock2D")),
                                  lambda: ((r(1, 4, 32, 32), t([10]), r(1, 7, 32)), flat)),
-        "ControlNetModel": (dict(cross, in_channels=4, conditioning_embedding_out_channels=(16, 32),
+        "ControlNetModel": (dict(cross, in_channels=4, conditioning_embedding_out_channels=(16, 16, 32, 32),
                                  down_block_types=("CrossAttnDownBlock2D", "DownBlock2D")),
                             lambda: ((r(1, 4, 32, 32), t([10]), r(1, 7, 32)),
                                      {"controlnet_cond": r(1, 3, 256, 256), **flat})),
-        "UNet1DModel": (dict(block_out_channels=(32, 32, 64), in_channels=2, out_channels=2, extra_in_channels=16,
+        "UNet1DModel": (dict(block_out_channels=(32, 32, 64), in_channels=2, out_channels=2, extra_in_channels=64,
                              layers_per_block=1),
                         lambda: ((r(1, 2, 64), t([10])), flat)),
         "UNet3DConditionModel": (dict(cross, in_channels=4, out_channels=4, sample_size=16,
@@ -404,10 +404,10 @@ def _diffusers_table() -> dict[str, tuple[dict[str, Any], Callable[[], tuple[tup
             lambda: ((r(1, 16, 16),), {"encoder_hidden_states": r(1, 7, 32), "pooled_projections": r(1, 16),
                                        "timestep": t([0.5]), "img_ids": r(16, 3), "txt_ids": r(7, 3)})),
         "HunyuanDiT2DModel": (
-            dict(num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4, patch_size=2,
-                 sample_size=8, num_layers=2, cross_attention_dim=32, cross_attention_dim_t5=32,
+            dict(num_attention_heads=2, attention_head_dim=16, in_channels=4, learn_sigma=False, patch_size=2,
+                 sample_size=8, hidden_size=32, num_layers=2, cross_attention_dim=32, cross_attention_dim_t5=32,
                  pooled_projection_dim=16, text_len=7, text_len_t5=7),
-            lambda: ((r(1, 4, 8, 8), t([3])), {
+            lambda: ((r(1, 4, 8, 8), t([3.0])), {  # a float timestep: its dtype is the embeddings'
                 "encoder_hidden_states": r(1, 7, 32), "text_embedding_mask": torch.ones(1, 7),
                 "encoder_hidden_states_t5": r(1, 7, 32), "text_embedding_mask_t5": torch.ones(1, 7),
                 "image_meta_size": r(1, 6), "style": torch.zeros(1, dtype=torch.long),
