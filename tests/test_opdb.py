@@ -81,7 +81,17 @@ _MULTINOMIAL_ERROR = r"run failed: RuntimeImplementationError: No registered imp
 _COMPLEX_WINDOW = "ONNX's STFT takes a real window; stft with a complex one is refused by the impl"
 _COMPLEX_ISTFT = "istft with return_complex=True (a complex signal) is refused by the impl: only real signals"
 
+_REPEATS_TENSOR = (
+    "repeat_interleave with a tensor of repeats is repeat_interleave.Tensor, whose output size depends on the "
+    "repeats' values: no impl (repeats as an int is covered)"
+)
+_REPEATS_TENSOR_ERROR = r"UnsupportedOpsError: .* aten::repeat_interleave\.Tensor: .*No installed pack implements it"
+
 KNOWN: dict[tuple[str, str], Known] = {
+    **{
+        ("repeat_interleave", dtype): Known(_REPEATS_TENSOR, {3, 4}, _REPEATS_TENSOR_ERROR)
+        for dtype in ("float32", "int64", "bool", "float16")
+    },
     ("nn.functional.conv1d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
     ("nn.functional.conv2d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
     ("nn.functional.conv3d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),

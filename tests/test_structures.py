@@ -329,7 +329,8 @@ class Composite(nn.Module):
     """Ops torch.export keeps as the model wrote them (composite ones, not decomposed), which the
     models sweep found sending graphs through torch's decomposition: ``chunk`` (rotary halves),
     ``type_as``, ``where`` with a scalar, ``min``/``max`` of two tensors, ``1 - x`` (``rsub``),
-    ``conv1d`` (audio front ends) and ``conv3d`` (video)."""
+    ``conv1d`` (audio front ends), ``conv3d`` (video), ``pad``, ``unflatten``, ``einsum`` and
+    ``repeat_interleave`` by an int."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -340,7 +341,9 @@ class Composite(nn.Module):
         a, b = x.chunk(2, dim=-1)
         y = torch.where(mask, a, -1.0) + torch.min(a, b) * torch.max(a, b) + mask.type_as(x)
         y = (1 - y) + self.conv1(y.unsqueeze(0))[0]
-        return y, torch.where(mask, 0.5, b), self.conv3(volume)
+        pad = nn.functional.pad
+        z = torch.einsum("ij,kj->ik", pad(y, (1, 0), value=2.0), pad(x.unflatten(1, (2, 3))[:, 0], (0, 1)))
+        return z.repeat_interleave(2, dim=0), torch.where(mask, 0.5, b), self.conv3(volume)
 
 
 def test_composite_ops_translate_as_captured_without_the_decomposition():
@@ -352,10 +355,26 @@ def test_composite_ops_translate_as_captured_without_the_decomposition():
     expected = {
         "aten.chunk.default", "aten.type_as.default", "aten.where.ScalarOther", "aten.where.ScalarSelf",
         "aten.min.other", "aten.max.other", "aten.rsub.Scalar", "aten.conv1d.default", "aten.conv3d.default",
+        "aten.pad.default", "aten.unflatten.int", "aten.einsum.default", "aten.repeat_interleave.self_int",
     }  # fmt: skip
     assert expected <= ops, sorted(expected - ops)
     assert _decompose.decomposition_reasons(captured, registry, target) == []
     opreg.export(Composite(), inputs, target=18).verify(*inputs, atol=ATOL)
+
+
+class Broadcasting(nn.Module):
+    def forward(self, x, y):
+        return torch.einsum("...ik,...j->ij", x, y)  # an ellipsis of two ranks: ONNX's Einsum cannot
+
+
+def test_a_node_its_impls_predicates_reject_goes_through_the_decomposition():
+    registry = opreg.default_registry()
+    inputs = (torch.randn(1, 2, 3), torch.randn(3))
+    captured = _capture.capture(Broadcasting(), inputs, None, None)
+    assert _decompose.decomposition_reasons(captured, registry, registry.target(18)) == ["aten::einsum.default"]
+    program = opreg.export(Broadcasting(), inputs, target=18)
+    assert "Einsum" not in {n.op_type for n in program.model.graph}
+    program.verify(*inputs, atol=ATOL)
 
 
 def test_a_language_model_returning_its_cache_exports_and_matches_eager():

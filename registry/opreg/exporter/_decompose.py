@@ -1,4 +1,5 @@
-"""Decomposition: torch's default table, minus every op the registry covers.
+"""Decomposition: torch's default table, minus every op the registry covers (an op whose impls'
+predicates reject one of its nodes stays in the table).
 
 So a pack that registers ``aten::gelu.default`` sees gelu nodes, not the erf
 and multiplications torch would break them into. Decomposition retraces the
@@ -35,9 +36,11 @@ def decompose(
     reasons = decomposition_reasons(program, registry, target)
     if not reasons:
         return program
+    rejected = _rejected(program, registry, target)
     table = torch.export.default_decompositions()
     for op in list(table.keys()):
-        if registry.candidates(OpName.of(op), target):
+        name = OpName.of(op)
+        if registry.candidates(name, target) and name not in rejected:
             del table[op]
     kept = frozenset(table)
     if getattr(program, _DECOMPOSED_WITH, None) == kept:  # already decomposed with this very table
@@ -52,6 +55,18 @@ def decompose(
         raise ExportError(f"torch could not decompose the captured graph: {first_lines(e)}") from e
     setattr(decomposed, _DECOMPOSED_WITH, kept)
     return decomposed
+
+
+def _rejected(program: torch.export.ExportedProgram, registry: Registry, target: Target) -> set[OpName]:
+    """Ops with impls at ``target`` whose predicates reject a node of the graph: torch's table
+    decomposes those where it can (a ``chunk`` of a dynamic size, an ``einsum`` of half floats)."""
+    rejected = set()
+    for node in _nodes.walk(program.graph):
+        if _nodes.classify(node) in (_nodes.Kind.OP, _nodes.Kind.INPLACE):
+            op = _nodes.torch_op(node)
+            if registry.candidates(op, target) and registry.resolve(op, target, node) is None:
+                rejected.add(op)
+    return rejected
 
 
 def covered_as_captured(program: torch.export.ExportedProgram, registry: Registry, target: Target) -> bool:

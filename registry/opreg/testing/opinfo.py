@@ -66,6 +66,7 @@ ALSO_COVERS: dict[str, tuple[str, ...]] = {
     "_unsafe_view": ("view",),
     "split_with_sizes": ("split",),
     "constant_pad_nd": ("nn.functional.pad",),
+    "pad": ("nn.functional.pad",),
     "reflection_pad2d": ("nn.functional.pad",),
     "replication_pad2d": ("nn.functional.pad",),
     "embedding": ("nn.functional.embedding",),
