@@ -34,6 +34,10 @@ LIMIT = 8
 generate hundreds of near-duplicates; ``bench/coverage.py`` drives 24 by default)."""
 
 TOLERANCES = {
+    "nn.functional.conv3d": (
+        (1e-4, 1e-4),
+        "sums of 64 products (a 4x4x4 kernel, dilated) accumulated in another order by ONNX Runtime's Conv",
+    ),
     "nn.functional.scaled_dot_product_attention": (
         (1e-4, 1e-4),
         "softmax over rows of 10+ scores, summed in another order by ONNX Runtime's MatMul",
@@ -77,7 +81,7 @@ class Known:
 
 
 _INT_CONV = "ONNX Conv/ConvTranspose have no integer types; integer inputs are refused by the impl's predicate"
-_INT_CONV_ERROR = r"UnsupportedOpsError: .* aten::(convolution|conv2d)\.default: .*predicates reject these nodes"
+_INT_CONV_ERROR = r"UnsupportedOpsError: .* aten::conv(olution|1d|2d|3d)\.default: .*predicates reject these nodes"
 _MULTINOMIAL = (
     "multinomial with replacement is ONNX's Multinomial, which nothing here runs at opset 22 and up: ONNX "
     "Runtime 1.32 has no kernel past opset 21 (microsoft/onnxruntime#32201) and onnx.reference none at all"
@@ -86,9 +90,20 @@ _MULTINOMIAL_ERROR = r"run failed: RuntimeImplementationError: No registered imp
 _COMPLEX_WINDOW = "ONNX's STFT takes a real window; stft with a complex one is refused by the impl"
 _COMPLEX_ISTFT = "istft with return_complex=True (a complex signal) is refused by the impl: only real signals"
 
+_REPEATS_TENSOR = (
+    "repeat_interleave with a tensor of repeats is repeat_interleave.Tensor, whose output size depends on the "
+    "repeats' values: no impl (repeats as an int is covered)"
+)
+_REPEATS_TENSOR_ERROR = r"UnsupportedOpsError: .* aten::repeat_interleave\.Tensor: .*No installed pack implements it"
+
 KNOWN: dict[tuple[str, str], Known] = {
+    **{
+        ("repeat_interleave", dtype): Known(_REPEATS_TENSOR, {3, 4}, _REPEATS_TENSOR_ERROR)
+        for dtype in ("float32", "int64", "bool", "float16")
+    },
     ("nn.functional.conv1d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
     ("nn.functional.conv2d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
+    ("nn.functional.conv3d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
     ("nn.functional.conv_transpose2d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
     ("nn.functional.conv_transpose2d", "float16"): Known(
         "torch's float16 CPU conv_transpose rounds partial sums; ONNX Runtime's result is closer to "

@@ -219,12 +219,14 @@ _BOOL_MASK = torch.rand(5, 6) > 0.4
 _BOOL_MASK[:, 0] = True
 _BOOL_MASK[2] = False  # a row that attends to nothing: torch gives zeros
 _FLOAT_MASK = torch.randn(2, 1, 5, 6)
+_KEY_MASK = torch.randn(2, 1, 1, 6)  # one row for every query (a padding mask, diffusers' LTX-Video)
 
 ATTENTION = {
     "plain": (F.scaled_dot_product_attention, (Q, K, V)),
     "causal_scale": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3), (Q, K, V)),
     "bool_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), (Q, K, V, _BOOL_MASK)),
     "float_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), (Q, K, V, _FLOAT_MASK)),
+    "key_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), (Q, K, V, _KEY_MASK)),
     "gqa": (
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
         (torch.randn(2, 8, 5, 8), K, V),

@@ -306,23 +306,79 @@ def test_a_returned_cache_is_named_per_layer_and_comes_back_as_a_cache():
 
 
 class Detaching(nn.Module):
-    """``detach`` and, on a fresh tensor, ``detach_`` (what a cache's ``torch.tensor([])`` leaves)."""
+    """``detach``, ``contiguous`` and, on a fresh tensor, ``detach_`` (what a cache's ``torch.tensor([])``
+    leaves): no-ops that sent the whole graph through torch's decomposition."""
 
     def forward(self, x):
         empty = torch.tensor([1.0, 2.0]).detach_()
-        return x.detach() * empty.sum()
+        return x.detach().t().contiguous() * empty.sum()
 
 
 def test_detach_translates_as_captured_without_the_decomposition():
     registry = opreg.default_registry()
     target = registry.target(18)
-    x = torch.randn(3)
+    x = torch.randn(3, 2)
     captured = _capture.capture(Detaching(), (x,), None, None)
     ops = {str(n.target) for n in captured.graph.nodes if n.op == "call_function"}
-    assert {"aten.detach.default", "aten.detach_.default"} <= ops
+    assert {"aten.detach.default", "aten.detach_.default", "aten.contiguous.default"} <= ops
     program, _ = _plan.prepare(captured, registry, target)
     assert program is captured  # no retrace by torch's decomposition
     opreg.export(Detaching(), (x,), target=18).verify(x)
+
+
+class Composite(nn.Module):
+    """Ops torch.export keeps as the model wrote them (composite ones, not decomposed), which the
+    models sweep found sending graphs through torch's decomposition: ``chunk`` (rotary halves),
+    ``type_as``, ``where`` with a scalar, ``min``/``max`` of two tensors, ``1 - x`` (``rsub``),
+    ``conv1d`` (audio front ends), ``conv3d`` (video), ``pad``, ``unflatten``, ``einsum`` and
+    ``repeat_interleave`` by an int."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(3, 3, 3, padding=1)
+        self.conv3 = nn.Conv3d(1, 2, 3, padding=1)
+
+    def forward(self, x, mask, volume):
+        a, b = x.chunk(2, dim=-1)
+        y = torch.where(mask, a, -1.0) + torch.min(a, b) * torch.max(a, b) + mask.type_as(x)
+        y = (1 - y) + self.conv1(y.unsqueeze(0))[0]
+        pad = nn.functional.pad
+        z = torch.einsum("ij,kj->ik", pad(y, (1, 0), value=2.0), pad(x.unflatten(1, (2, 3))[:, 0], (0, 1)))
+        return z.repeat_interleave(2, dim=0), torch.where(mask, 0.5, b), self.conv3(volume)
+
+
+def test_composite_ops_translate_as_captured_without_the_decomposition():
+    registry = opreg.default_registry()
+    target = registry.target(18)
+    inputs = (torch.randn(3, 6), torch.tensor([[True, False, True]] * 3), torch.randn(1, 1, 3, 4, 4))
+    captured = _capture.capture(Composite(), inputs, None, None)
+    ops = {str(n.target) for n in captured.graph.nodes if n.op == "call_function"}
+    expected = {
+        "aten.chunk.default", "aten.type_as.default", "aten.where.ScalarOther", "aten.where.ScalarSelf",
+        "aten.min.other", "aten.max.other", "aten.rsub.Scalar", "aten.conv1d.default", "aten.conv3d.default",
+        "aten.pad.default", "aten.unflatten.int", "aten.einsum.default", "aten.repeat_interleave.self_int",
+    }  # fmt: skip
+    assert expected <= ops, sorted(expected - ops)
+    program, _ = _plan.prepare(captured, registry, target)
+    assert program is captured  # no retrace by torch's decomposition
+    opreg.export(Composite(), inputs, target=18).verify(*inputs, atol=ATOL)
+
+
+class Broadcasting(nn.Module):
+    def forward(self, x, y):
+        return torch.einsum("...ik,...j->ij", x, y)  # an ellipsis of two ranks: ONNX's Einsum cannot
+
+
+def test_a_node_its_impls_predicates_reject_goes_through_the_decomposition():
+    registry = opreg.default_registry()
+    inputs = (torch.randn(1, 2, 3), torch.randn(3))
+    captured = _capture.capture(Broadcasting(), inputs, None, None)
+    decomposed, _ = _plan.prepare(captured, registry, registry.target(18))
+    assert decomposed is not captured
+    assert "aten.einsum.default" not in {str(n.target) for n in decomposed.graph.nodes}
+    program = opreg.export(Broadcasting(), inputs, target=18)
+    assert "Einsum" not in {n.op_type for n in program.model.graph}
+    program.verify(*inputs, atol=ATOL)
 
 
 def test_a_language_model_returning_its_cache_exports_and_matches_eager():

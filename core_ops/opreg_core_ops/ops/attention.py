@@ -68,6 +68,20 @@ def _repeat_value(value, query, enable_gqa):
     return _repeat_heads(value, query.shape[-3] // value.shape[-3]) if enable_gqa else value
 
 
+def _full_mask(attn_mask, query, key):
+    """``attn_mask`` expanded over its last two dims to (query length, key length): ONNX Runtime's
+    Attention refuses a mask that broadcasts there ("inconsistent q_sequence_length"), torch's does not."""
+    mask_shape, q_shape, k_shape = attn_mask.shape, query.shape, key.shape
+    if (
+        mask_shape is not None and q_shape is not None and k_shape is not None
+        and mask_shape[-2] == q_shape[-2] and mask_shape[-1] == k_shape[-2]
+    ):  # fmt: skip
+        return attn_mask
+    ones = [1] * (rank_of(attn_mask) - 2)
+    lengths = [op18.Shape(query, start=-2, end=-1), op18.Shape(key, start=-2, end=-1)]
+    return op18.Expand(attn_mask, op18.Concat(*([ones] if ones else []), *lengths, axis=0))
+
+
 def _attention23_covered(node) -> bool:
     """Attention-23 reads 3-D inputs as (batch, seq, heads*size), torch as (batch, seq, size): 4-D only."""
     if node_arg(node, 4, "dropout_p", 0.0) != 0.0:
@@ -99,7 +113,7 @@ def aten_scaled_dot_product_attention(
             query,
             key,
             value,
-            attn_mask,
+            None if attn_mask is None else _full_mask(attn_mask, query, key),
             is_causal=int(is_causal),
             scale=None if scale is None else float(scale),
         )

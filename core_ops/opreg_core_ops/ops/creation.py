@@ -356,6 +356,12 @@ def _cast(self, dtype: int | None):
     return op18.Cast(self, to=dtype)
 
 
+@opreg.impl("aten::type_as")
+def aten_type_as(self: Tensor, other: Tensor):
+    """type_as(Tensor self, Tensor other) -> Tensor: Cast to other's dtype (Identity when it is self's)."""
+    return _cast(self, other.dtype)
+
+
 @opreg.impl("aten::to.dtype")
 def aten_to_dtype(
     self: Tensor, dtype: int, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None

@@ -159,6 +159,18 @@ def aten_sub_scalar(self: Tensor, other: float, alpha: float = 1.0):
     return _add(self, other, alpha, subtract=True)
 
 
+@opreg.impl("aten::rsub.Tensor")
+def aten_rsub(self: Tensor, other: Tensor, alpha: float = 1.0):
+    """rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Sub of other and alpha times self, after torch's promotion."""
+    return _add(other, self, alpha, subtract=True)
+
+
+@opreg.impl("aten::rsub.Scalar")
+def aten_rsub_scalar(self: Tensor, other: float, alpha: float = 1.0):
+    """rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Sub of other and alpha times self, after torch's promotion."""
+    return _add(other, self, alpha, subtract=True)
+
+
 @opreg.impl("aten::mul.Tensor")
 def aten_mul(self: Tensor, other: Tensor):
     """mul.Tensor(Tensor self, Tensor other) -> Tensor: Mul (And for bool), after torch's promotion."""
@@ -292,6 +304,18 @@ def aten_minimum(self: Tensor, other: Tensor):
     return _extremum(self, other, maximum=False)
 
 
+@opreg.impl("aten::max.other")
+def aten_max_other(self: Tensor, other: Tensor):
+    """max.other(Tensor self, Tensor other) -> Tensor: Max (Or for bool), after torch's promotion (maximum)."""
+    return _extremum(self, other, maximum=True)
+
+
+@opreg.impl("aten::min.other")
+def aten_min_other(self: Tensor, other: Tensor):
+    """min.other(Tensor self, Tensor other) -> Tensor: Min (And for bool), after torch's promotion (minimum)."""
+    return _extremum(self, other, maximum=False)
+
+
 @opreg.impl("aten::clamp")
 def aten_clamp(self: Tensor, min: float | None = None, max: float | None = None):
     """clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor: Clip, after torch's promotion."""
@@ -319,6 +343,18 @@ def aten_where(condition: Tensor, self: Tensor, other: Tensor):
     """where.self(Tensor condition, Tensor self, Tensor other) -> Tensor: Where (And/Or/Not for bool), after torch's promotion of self and other."""
     _, (a, b) = promote(self, other)
     return where(cast_to(condition, ir.DataType.BOOL), a, b)
+
+
+@opreg.impl("aten::where.ScalarOther")
+def aten_where_scalar_other(condition: Tensor, self: Tensor, other: float):
+    """where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor: Where, after torch's promotion of self and other."""
+    return aten_where(condition, self, other)
+
+
+@opreg.impl("aten::where.ScalarSelf")
+def aten_where_scalar_self(condition: Tensor, self: float, other: Tensor):
+    """where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor: Where, after torch's promotion of self and other."""
+    return aten_where(condition, self, other)
 
 
 # -- unary math ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Joining and splitting: cat and stack (dtypes promoted), split, split_with_sizes, unbind."""
+"""Joining and splitting: cat and stack (dtypes promoted), split, split_with_sizes, chunk, unbind."""
 
 from __future__ import annotations
 
@@ -56,6 +56,21 @@ def aten_split(self: Tensor, split_size: int, dim: int = 0):
         raise ValueError("split.Tensor needs a static dim size and split size")
     sizes = [split_size] * (size // split_size) + ([size % split_size] if size % split_size else [])
     return aten_split_with_sizes(self, sizes or [0], dim)
+
+
+def _chunk_is_static(node) -> bool:
+    self = node.args[0].meta.get("val")
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    return self is not None and self.dim() > 0 and isinstance(self.shape[dim], int) and isinstance(node.args[1], int)
+
+
+@opreg.impl("aten::chunk", predicate=_chunk_is_static)
+def aten_chunk(self: Tensor, chunks: int, dim: int = 0):
+    """chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]: Split into ceil(size / chunks) (static dim size)."""
+    size = self.shape[dim]
+    if not isinstance(size, int):
+        raise ValueError("chunk needs a static dim size")
+    return aten_split(self, max(-(-size // chunks), 1), dim)
 
 
 @opreg.impl("aten::stack")

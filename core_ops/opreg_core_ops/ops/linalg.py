@@ -1,4 +1,4 @@
-"""Matrix products and distances: linear, matmul, mm, addmm, addmv, addbmm, bmm, baddbmm, dot, _trilinear
+"""Matrix products and distances: linear, einsum, matmul, mm, addmm, addmv, addbmm, bmm, baddbmm, dot, _trilinear
 (bilinear), cdist, pdist; determinants (det, slogdet)."""
 
 from __future__ import annotations
@@ -31,6 +31,20 @@ def aten_linear(input: Tensor, weight: Tensor, bias: Tensor | None = None):
         return op18.Gemm(input, weight, bias, transB=1)
     result = op18.MatMul(input, op18.Transpose(weight, perm=[1, 0]))
     return result if bias is None else op18.Add(result, bias)
+
+
+def _einsum_covered(node) -> bool:
+    """Float32/float64 operands (the types ONNX Runtime's Einsum computes in as torch does), and no
+    ellipsis (ONNX's shape inference does not broadcast ellipses of different ranks, torch does)."""
+    values = [t.meta.get("val") for t in node.args[1]]
+    floats = all(v is not None and str(v.dtype) in ("torch.float32", "torch.float64") for v in values)
+    return floats and "..." not in node.args[0]
+
+
+@opreg.impl("aten::einsum", predicate=_einsum_covered)
+def aten_einsum(equation: str, tensors: Sequence[Tensor], *, path: Sequence[int] | None = None):
+    """einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor: Einsum."""
+    return op18.Einsum(*tensors, equation=equation.replace(" ", ""))
 
 
 @opreg.impl("aten::matmul")

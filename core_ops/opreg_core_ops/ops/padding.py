@@ -25,6 +25,21 @@ def aten_constant_pad_nd(self: Tensor, pad: Sequence[int], value: float = 0):
     return op18.Pad(self, begins + ends, op18.CastLike(value, self), mode="constant")
 
 
+def _pad_covered(node) -> bool:
+    """Static pads and a mode ONNX Pad has at every opset here (not circular: ``wrap`` is opset 19)."""
+    pad = node_arg(node, 1, "pad")
+    static = isinstance(pad, (list, tuple)) and all(isinstance(p, int) for p in pad)
+    return static and node_arg(node, 2, "mode", "constant") in ("constant", "reflect", "replicate")
+
+
+@opreg.impl("aten::pad", predicate=_pad_covered)
+def aten_pad(self: Tensor, pad: Sequence[int], mode: str = "constant", value: float | None = None):
+    """pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor: Pad (constant, reflect or edge)."""
+    if mode == "constant":
+        return aten_constant_pad_nd(self, pad, 0 if value is None else value)
+    return _pad(self, pad, "reflect" if mode == "reflect" else "edge")
+
+
 def _pad(self, padding, mode: str):
     if not isinstance(padding, (list, tuple)) or not all(isinstance(p, int) for p in padding):
         raise ValueError(f"{mode} padding needs static pad sizes, got {padding}")

@@ -1,7 +1,9 @@
-"""Shapes and views: view/reshape, flatten, permute/transpose, (un)squeeze, expand, sizes."""
+"""Shapes and views: view/reshape, flatten/unflatten, permute/transpose, (un)squeeze, expand,
+repeat_interleave by an int, sizes."""
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 
@@ -60,6 +62,51 @@ def aten_flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1):
     head = op18.Slice(shape, [0], [start])
     tail = op18.Slice(shape, [end + 1], [rank])
     return op18.Reshape(self, op18.Concat(head, [-1], tail, axis=0))
+
+
+def _static_sizes(node) -> bool:
+    sizes = node.args[2] if len(node.args) > 2 else node.kwargs.get("sizes")
+    return isinstance(sizes, (list, tuple)) and all(isinstance(s, int) for s in sizes)
+
+
+@opreg.impl("aten::unflatten.int", predicate=_static_sizes)
+def aten_unflatten(self: Tensor, dim: int, sizes: Sequence[int]):
+    """unflatten.int(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a): Reshape (the other dims kept)."""
+    rank = rank_of(self)
+    if rank is None:
+        raise ValueError("unflatten needs the input's rank")
+    axis = dim % rank
+    dims = list(self.shape)
+    if all(isinstance(d, int) for d in dims):
+        return _reshape(self, dims[:axis] + list(sizes) + dims[axis + 1 :])
+    parts = [op18.Shape(self, start=0, end=axis)] if axis else []
+    parts.append(list(sizes))
+    if axis + 1 < rank:
+        parts.append(op18.Shape(self, start=axis + 1))
+    return op18.Reshape(self, op18.Concat(*parts, axis=0), allowzero=int(0 in sizes))
+
+
+def _static_repeats(node) -> bool:
+    repeats = node.args[1] if len(node.args) > 1 else node.kwargs.get("repeats")
+    value = node.args[0].meta.get("val")
+    return isinstance(repeats, int) and value is not None and all(isinstance(d, int) for d in value.shape)
+
+
+@opreg.impl("aten::repeat_interleave.self_int", predicate=_static_repeats)
+def aten_repeat_interleave_self_int(
+    self: Tensor, repeats: int, dim: int | None = None, *, output_size: int | None = None
+):
+    """repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor: Unsqueeze, Expand and Reshape (static shape)."""
+    dims = list(self.shape)
+    if dim is None:
+        self, dims, axis = op18.Reshape(self, [-1]), [math.prod(dims)], 0
+    else:
+        axis = dim % max(len(dims), 1)
+    if not dims:  # a 0-d tensor along dim 0
+        self, dims = op18.Reshape(self, [1]), [1]
+    wide = [*dims[: axis + 1], repeats, *dims[axis + 1 :]]
+    expanded = op18.Expand(op18.Unsqueeze(self, [axis + 1]), wide)
+    return _reshape(expanded, [*dims[:axis], dims[axis] * repeats, *dims[axis + 1 :]])
 
 
 @opreg.impl("aten::permute")

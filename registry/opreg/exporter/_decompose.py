@@ -1,4 +1,5 @@
-"""Decomposition: torch's default table, minus every op the registry covers.
+"""Decomposition: torch's default table, minus every op the registry covers (an op whose impls'
+predicates reject one of its nodes stays in the table).
 
 So a pack that registers ``aten::gelu.default`` sees gelu nodes, not the erf
 and multiplications torch would break them into. Decomposition retraces the
@@ -28,10 +29,12 @@ def decompose(
     program: torch.export.ExportedProgram, registry: Registry, target: Target, reasons: Sequence[str] = ()
 ) -> torch.export.ExportedProgram:
     """``program`` decomposed with torch's default table minus the ops the registry has
-    impls of at ``target``; ``reasons`` (why it is needed) are logged."""
+    impls of at ``target`` that accept the graph's nodes; ``reasons`` (why it is needed) are logged."""
+    rejected = _rejected(program, registry, target)
     table = torch.export.default_decompositions()
     for op in list(table.keys()):
-        if registry.candidates(OpName.of(op), target):
+        name = OpName.of(op)
+        if registry.candidates(name, target) and name not in rejected:
             del table[op]
     logger.info("running torch's decomposition for: %s", ", ".join(reasons) or "(no reason given)")
     try:
@@ -41,3 +44,15 @@ def decompose(
             return program.run_decompositions(table)
     except Exception as e:
         raise ExportError(f"torch could not decompose the captured graph: {first_lines(e)}") from e
+
+
+def _rejected(program: torch.export.ExportedProgram, registry: Registry, target: Target) -> set[OpName]:
+    """Ops with impls at ``target`` whose predicates reject a node of the graph: torch's table
+    decomposes those where it can (a ``chunk`` of a dynamic size, an ``einsum`` of half floats)."""
+    rejected = set()
+    for node in _nodes.walk(program.graph):
+        if _nodes.classify(node) in (_nodes.Kind.OP, _nodes.Kind.INPLACE):
+            op = _nodes.torch_op(node)
+            if registry.candidates(op, target) and registry.resolve(op, target, node) is None:
+                rejected.add(op)
+    return rejected

@@ -7,7 +7,7 @@ without a word (DESIGN.md §5).
 
 What a model mutates is read from the decomposed program's signature: torch's
 functionalization lists every mutated buffer and input there, and the decomposition
-stage always runs for a graph that mutates one (:func:`opreg.exporter._decompose.covered_as_captured`).
+stage always runs for a graph that mutates one (:func:`opreg.exporter._plan.prepare`).
 """
 
 from __future__ import annotations

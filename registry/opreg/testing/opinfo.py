@@ -40,7 +40,9 @@ EXTRA_DTYPES = (torch.int64, torch.int32, torch.bool, torch.float16)
 
 ALSO_COVERS: dict[str, tuple[str, ...]] = {
     "convolution": ("nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv_transpose2d"),
+    "conv1d": ("nn.functional.conv1d",),
     "conv2d": ("nn.functional.conv2d",),
+    "conv3d": ("nn.functional.conv3d",),
     "_adaptive_avg_pool2d": ("nn.functional.adaptive_avg_pool2d",),
     "adaptive_avg_pool2d": ("nn.functional.adaptive_avg_pool2d",),
     "max_pool2d_with_indices": ("nn.functional.max_pool2d",),
@@ -65,6 +67,7 @@ ALSO_COVERS: dict[str, tuple[str, ...]] = {
     "_unsafe_view": ("view",),
     "split_with_sizes": ("split",),
     "constant_pad_nd": ("nn.functional.pad",),
+    "pad": ("nn.functional.pad",),
     "reflection_pad2d": ("nn.functional.pad",),
     "replication_pad2d": ("nn.functional.pad",),
     "embedding": ("nn.functional.embedding",),
