@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 
@@ -26,11 +26,16 @@ logger = logging.getLogger(__name__)
 
 
 def decompose(
-    program: torch.export.ExportedProgram, registry: Registry, target: Target, reasons: Sequence[str] = ()
+    program: torch.export.ExportedProgram,
+    registry: Registry,
+    target: Target,
+    reasons: Sequence[str] = (),
+    *,
+    rejected: Collection[OpName] = (),
 ) -> torch.export.ExportedProgram:
     """``program`` decomposed with torch's default table minus the ops the registry has
-    impls of at ``target`` that accept the graph's nodes; ``reasons`` (why it is needed) are logged."""
-    rejected = _rejected(program, registry, target)
+    impls of at ``target``, except the ``rejected`` ones (whose impls refuse a node of the
+    graph: torch decomposes those where it can); ``reasons`` (why it is needed) are logged."""
     table = torch.export.default_decompositions()
     for op in list(table.keys()):
         name = OpName.of(op)
@@ -44,15 +49,3 @@ def decompose(
             return program.run_decompositions(table)
     except Exception as e:
         raise ExportError(f"torch could not decompose the captured graph: {first_lines(e)}") from e
-
-
-def _rejected(program: torch.export.ExportedProgram, registry: Registry, target: Target) -> set[OpName]:
-    """Ops with impls at ``target`` whose predicates reject a node of the graph: torch's table
-    decomposes those where it can (a ``chunk`` of a dynamic size, an ``einsum`` of half floats)."""
-    rejected = set()
-    for node in _nodes.walk(program.graph):
-        if _nodes.classify(node) in (_nodes.Kind.OP, _nodes.Kind.INPLACE):
-            op = _nodes.torch_op(node)
-            if registry.candidates(op, target) and registry.resolve(op, target, node) is None:
-                rejected.add(op)
-    return rejected

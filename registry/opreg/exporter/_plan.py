@@ -110,6 +110,9 @@ class _Survey:
     missing: _Missing = dataclasses.field(default_factory=dict)
     needs_decomposition: list[str] = dataclasses.field(default_factory=list)
     """Why torch's decomposition must run although every op may have an impl."""
+    rejected: set[OpName] = dataclasses.field(default_factory=set)
+    """Ops with impls at the target that refuse a node (predicates, or a call they cannot take):
+    torch's table decomposes those where it can (a ``chunk`` of a dynamic size, an ``einsum`` of half floats)."""
 
 
 def prepare(
@@ -122,7 +125,7 @@ def prepare(
     survey = _survey(program, registry, target)
     if survey.needs_decomposition or survey.missing:
         reasons = [*survey.needs_decomposition, *survey.missing]
-        program = _decompose.decompose(program, registry, target, reasons)
+        program = _decompose.decompose(program, registry, target, reasons, rejected=survey.rejected)
         survey = _survey(program, registry, target)
     if survey.missing:
         raise _unsupported(survey.missing, registry, target)
@@ -184,6 +187,7 @@ def _plan_graph(
                 candidates = registry.candidates(op, target)
                 if candidates:
                     reason = "Its impls' predicates reject these nodes."
+                    survey.rejected.add(op)
                 if has_complex(node) and not any(i.complex for i in candidates):
                     reason = (
                         "The node has complex values, which travel as real tensors with a trailing dimension "
@@ -197,6 +201,7 @@ def _plan_graph(
                 survey.steps[node] = Step(kind, plan_call(node, impl))
             except _NotCovered as e:
                 why = f"{impl.label} cannot take the call: {e}"
+                survey.rejected.add(op)
                 missing.setdefault(str(op), []).append((node, why, context, outer))
 
 
