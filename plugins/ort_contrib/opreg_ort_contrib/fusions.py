@@ -602,7 +602,11 @@ the attention op the sdpa impl emits there, and those that make opset-23 ops."""
 
 
 def rules(target) -> list:
-    """The rules for ``target``: none without com.microsoft 1, else those :data:`OFFERED` at its ai.onnx."""
+    """The rules for ``target``: none without com.microsoft 1, else those :data:`OFFERED` at its ai.onnx,
+    then (where the attention is com.microsoft's) the decoder's attention on its KV cache."""
     if target.get(CONTRIB_DOMAIN) != 1:
         return []
-    return [rule for name, rule in RULES.items() if OFFERED.get(name, lambda _: True)(target.onnx)]
+    from opreg_ort_contrib.kv_cache import GroupQueryAttentionOnCache
+
+    offered = [rule for name, rule in RULES.items() if OFFERED.get(name, lambda _: True)(target.onnx)]
+    return offered + ([GroupQueryAttentionOnCache()] if target.onnx not in ATTENTION_23 else [])

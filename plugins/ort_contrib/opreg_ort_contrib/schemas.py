@@ -103,6 +103,20 @@ def _attention_output(ctx) -> None:
     _output(ctx, 0, 0, [query[0], query[1], hidden])
 
 
+def _group_query_attention_output(ctx) -> None:
+    """GroupQueryAttention: the output as :func:`_attention_output`; the present keys and values
+    (batch, kv heads, ?, head size) in the past's type (their length is the buffer's or the total)."""
+    _attention_output(ctx)
+    for index, past in ((1, 3), (2, 4)):
+        if ctx.has_output(index) and ctx.has_input(past):
+            dims = _dims(ctx, past)
+            unknown = None
+            if dims is not None and len(dims) == 4:
+                unknown = copy.deepcopy(dims[2])
+                unknown.Clear()
+            _output(ctx, index, past, None if dims is None or len(dims) != 4 else [dims[0], dims[1], unknown, dims[3]])
+
+
 def _packed_attention_output(ctx) -> None:
     """Attention: (batch, sequence, v hidden size) from ``qkv_hidden_sizes`` or the weights."""
     x, weights = _dims(ctx, 0), _dims(ctx, 1)
@@ -198,11 +212,17 @@ def _attention_schemas() -> list:
             _input("sin_cache", "T", "rotary sin cache", optional=True),
             _input("position_ids", "tensor(int64)", "rotary positions", optional=True),
             _input("attention_bias", "T", "added to QK' (batch or 1, heads or 1, sequence, total)", optional=True),
+            _input("head_sink", "T", "(heads,): added to each head's softmax denominator", optional=True),
+            _input("k_scale", "tensor(float)", "scale of a quantized past_key", optional=True),
+            _input("v_scale", "tensor(float)", "scale of a quantized past_value", optional=True),
+            _input("q_norm_weight", "T", "(head size): RMS norm of each query head first", optional=True),
+            _input("k_norm_weight", "T", "(head size): RMS norm of each key head first", optional=True),
+            _input("query_seqlens", "M", "(batch,): the query's valid (not right-padded) rows", optional=True),
         ],
         [
             _input("output", "T", "(batch, sequence, heads * head size)"),
-            _input("present_key", "T", "present keys", optional=True),
-            _input("present_value", "T", "present values", optional=True),
+            _input("present_key", "T", "present keys (batch, kv heads, total or buffer, head size)", optional=True),
+            _input("present_value", "T", "present values (batch, kv heads, total or buffer, head size)", optional=True),
         ],
         t,
         [
@@ -215,7 +235,7 @@ def _attention_schemas() -> list:
             _attr("local_window_size", "INT", "sliding window (-1: none)"),
             _attr("softcap", "FLOAT", "softcap of the scores (0: none)"),
         ],
-        _attention_output,
+        _group_query_attention_output,
     )
     packed = _schema(
         "Attention",
