@@ -606,7 +606,10 @@ def rules(target) -> list:
     then (where the attention is com.microsoft's) the decoder's attention on its KV cache."""
     if target.get(CONTRIB_DOMAIN) != 1:
         return []
+    from opreg_ort_contrib.gqa_fusions import PackedQKV, RotaryInsideAttention
     from opreg_ort_contrib.kv_cache import GroupQueryAttentionOnCache
 
     offered = [rule for name, rule in RULES.items() if OFFERED.get(name, lambda _: True)(target.onnx)]
-    return offered + ([GroupQueryAttentionOnCache()] if target.onnx not in ATTENTION_23 else [])
+    if target.onnx in ATTENTION_23:
+        return offered
+    return [*offered, GroupQueryAttentionOnCache(), RotaryInsideAttention(), PackedQKV()]

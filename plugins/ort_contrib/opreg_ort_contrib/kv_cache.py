@@ -8,13 +8,13 @@ target, with every layer's attention written as the sdpa impl and the lean pass 
     present_k = Concat(past_k, k_new, axis=2)                      # a graph input, a graph output
     keys = Reshape(Expand(Unsqueeze(present_k, 2), ...), ...)    # transformers' repeat_kv
     y = MultiHeadAttention(q, keys, values, bias)                # bias: the model's 4-D mask
-    y = Mul(y, rows_with_keys)                                   # a fully masked row gives 0
+    y = Mul(y, rows_with_keys)                                   # a row with no key gives 0, as torch's
 
 :class:`GroupQueryAttentionOnCache` makes it one node per layer::
 
     y, present_k, present_v = GroupQueryAttention(q, k_new, v_new, past_k, past_v,
                                                   seqlens_k, total_sequence_length, ...,
-                                                  attention_bias, ..., query_seqlens)
+                                                  attention_bias, head_sink, ..., query_seqlens)
 
 on the unrepeated cache, which it appends to in place when past and present are bound to
 one buffer (ONNX Runtime GenAI's ``past_present_share_buffer``), and which it returns
@@ -22,8 +22,8 @@ as ``past + new`` when they are not. Everything it reads comes from the 2-D atte
 (batch, total length): ``total_sequence_length`` is the mask's length ``T``, every row's
 ``seqlens_k`` is ``T - 1`` (a row's keys are the mask's columns, left padding included),
 the padding becomes ``attention_bias`` (0 or float32's lowest), ``query_seqlens`` is the
-query length, and the rows with keys are the mask's running sum. The kernel's causal mask
-does the rest. This is exact for left padding, for a batch of prompts after a cache
+query length, and a ``head_sink`` far below any score makes a row with no key (a left-padded
+query of a prompt) 0, as torch gives it. The kernel's causal mask does the rest. This is exact for left padding, for a batch of prompts after a cache
 (``query_seqlens`` lifts the kernel's batch-1 limit there), and with a shared buffer, whose
 length (the longest generation) the graph never reads; ONNX Runtime GenAI's builder
 derives ``seqlens_k`` from the mask's sum instead, which a left-padded row gets wrong.
@@ -43,19 +43,22 @@ left out, at most 1% of a decode step and slower in a prompt (see the bench's ke
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common
 
 from opreg_ort_contrib import CONTRIB_DOMAIN
+from opreg_ort_contrib.probe import Slice, dim_name, dims, provenance
 
 _LOWEST = float(np.finfo(np.float32).min)
-_MAX_SLICE_NODES = 400
-"""A mask computed by more nodes than this is not probed (it is not a mask)."""
-_MAX_CONSTANT_ELEMENTS = 1 << 16
-"""Constants the mask's nodes read are copied into the probe; a bigger one is a weight, not a mask's."""
+_SINK = -1e30
+"""GroupQueryAttention's ``head_sink``: a logit added to each row's softmax. Far below any
+score, it changes nothing in a row that sees a key; in a row that sees none (a left-padded
+query of a prompt, every key at float32's lowest) it is the only term left, so the row's
+output is 0, as torch's. Measured as fast as the kernel without it, or faster."""
+_MASK_TYPES = (ir.DataType.INT64, ir.DataType.INT32, ir.DataType.BOOL)
 LONG_PAST = 1 << 17
 """The past of the probe's long decode step: a mask with a sliding window shorter than this differs
 from a causal one there."""
@@ -72,10 +75,6 @@ def _ints(value: ir.Value | None) -> list[int] | None:
 def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
     node = None if value is None else value.producer()
     return node if node is not None and node.op_type == op_type and node.domain == "" else None
-
-
-def _dims(value: ir.Value | None) -> list | None:
-    return None if value is None or value.shape is None else list(value.shape)
 
 
 def _unrepeated(keys: ir.Value) -> ir.Value | None:
@@ -117,7 +116,7 @@ def _cache(value: ir.Value | None) -> _Cache | None:
     past, new = concat.inputs
     if past is None or new is None or not past.is_graph_input() or not value.is_graph_output():
         return None
-    if len(_dims(past) or ()) != 4 or len(_dims(new) or ()) != 4:
+    if len(dims(past) or ()) != 4 or len(dims(new) or ()) != 4:
         return None
     return _Cache(concat, past, new)
 
@@ -151,12 +150,12 @@ def _layers(graph: ir.Graph) -> Iterator[_Layer]:
             continue
         key, value = _cache(_unrepeated(keys)), _cache(_unrepeated(values))
         heads = node.attributes["num_heads"].as_int()
-        if key is None or value is None or len(_dims(query) or ()) != 3:
+        if key is None or value is None or len(dims(query) or ()) != 3:
             continue
-        kv_heads, size = _dims(key.past)[1], _dims(key.past)[3]
+        kv_heads, size = dims(key.past)[1], dims(key.past)[3]
         if not isinstance(kv_heads, int) or not isinstance(size, int) or heads % kv_heads or size % 8:
             continue  # GroupQueryAttention's head size is a multiple of 8
-        if _dims(value.past)[1] != kv_heads or _dims(bias) is None or len(_dims(bias)) != 4:
+        if dims(value.past)[1] != kv_heads or dims(bias) is None or len(dims(bias)) != 4:
             continue
         if query.dtype != ir.DataType.FLOAT or key.past.dtype != ir.DataType.FLOAT:
             continue  # its CPU kernel is float32's
@@ -168,66 +167,6 @@ def _layers(graph: ir.Graph) -> Iterator[_Layer]:
 
 
 # -- the mask, by its values ---------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class _Slice:
-    """The nodes computing a value from the graph's inputs: one 2-D mask input, read as values,
-    and other inputs read only through ``Shape``."""
-
-    nodes: list[ir.Node]
-    mask: ir.Value
-    shapes: list[ir.Node]
-    constants: list[ir.Value]
-
-
-def _slice(value: ir.Value) -> _Slice | None:
-    nodes: dict[int, ir.Node] = {}
-    constants: dict[int, ir.Value] = {}
-    masks: set[ir.Value] = set()
-    shapes: list[ir.Node] = []
-    stack = [value]
-    while stack:
-        current = stack.pop()
-        producer = current.producer()
-        if producer is None:
-            if current.is_initializer() or current.const_value is not None:
-                tensor = current.const_value
-                if tensor is None or tensor.size > _MAX_CONSTANT_ELEMENTS:
-                    return None
-                constants[id(current)] = current
-                continue
-            if not current.is_graph_input():
-                return None
-            masks.add(current)
-            continue
-        if id(producer) in nodes:
-            continue
-        if producer.domain not in ("", "ai.onnx") or any(
-            a.type == ir.AttributeType.GRAPH for a in producer.attributes.values()
-        ):
-            return None
-        if producer.op_type == "Shape" and producer.inputs[0] is not None and producer.inputs[0].is_graph_input():
-            shapes.append(producer)
-            nodes[id(producer)] = producer
-            continue
-        nodes[id(producer)] = producer
-        if len(nodes) > _MAX_SLICE_NODES:
-            return None
-        stack.extend(v for v in producer.inputs if v is not None)
-    if len(masks) != 1:
-        return None
-    (mask,) = masks
-    if len(_dims(mask) or ()) != 2 or mask.dtype not in (ir.DataType.INT64, ir.DataType.INT32, ir.DataType.BOOL):
-        return None
-    order = {id(node): index for index, node in enumerate(value.graph or [])}
-    ordered = sorted(nodes.values(), key=lambda n: order.get(id(n), -1))
-    return _Slice([n for n in ordered if n not in shapes], mask, shapes, list(constants.values()))
-
-
-def _name(dim) -> int | str | None:
-    """A dim as an int or its symbol's name; ``None`` for an unnamed one."""
-    return dim if isinstance(dim, int) else getattr(dim, "value", None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,7 +181,7 @@ class _Sizes:
 
     @staticmethod
     def of(*dims) -> _Sizes | None:
-        names = [_name(d) for d in dims]
+        names = [dim_name(d) for d in dims]
         return None if any(n is None for n in names) else _Sizes(*names)
 
     def values(self, batch: int, query: int, past: int) -> dict[str, int]:
@@ -280,92 +219,33 @@ def _expected(query: int, past: int, mask: np.ndarray) -> np.ndarray:
     return causal[None, None] & (mask[:, None, None, :] != 0)
 
 
-def _probe_model(cut: _Slice, output: ir.Value, opsets: dict[str, int]):
-    import onnx
-
-    names = {}
-
-    def name(value: ir.Value) -> str:
-        if id(value) not in names:
-            names[id(value)] = f"v{len(names)}"
-        return names[id(value)]
-
-    graph_inputs = [onnx.helper.make_tensor_value_info(name(cut.mask), int(cut.mask.dtype), [None, None])]
-    for shape in cut.shapes:
-        graph_inputs.append(onnx.helper.make_tensor_value_info(name(shape.outputs[0]), onnx.TensorProto.INT64, [None]))
-    initializers = []
-    for constant in cut.constants:
-        proto = ir.serde.serialize_tensor(constant.const_value)
-        proto.name = name(constant)
-        initializers.append(proto)
-    nodes = []
-    for node in cut.nodes:
-        proto = ir.serde.serialize_node(node)
-        del proto.input[:]
-        proto.input.extend(name(v) if v is not None else "" for v in node.inputs)
-        del proto.output[:]
-        proto.output.extend(name(v) for v in node.outputs)
-        del proto.metadata_props[:]
-        nodes.append(proto)
-    out = onnx.helper.make_tensor_value_info(name(output), int(output.dtype), None)
-    graph = onnx.helper.make_graph(nodes, "mask_probe", graph_inputs, [out], initializer=initializers)
-    imports = [onnx.helper.make_opsetid(d, v) for d, v in opsets.items() if d in ("", "ai.onnx")]
-    return onnx.helper.make_model(graph, opset_imports=imports, ir_version=10)
-
-
-def _shape_of(node: ir.Node, values: dict[str, int]) -> np.ndarray | None:
-    """What ``Shape(graph input)`` gives in a probe where the symbolic dims take ``values``."""
-    dims = []
-    for dim in _dims(node.inputs[0]) or ():
-        if isinstance(dim, int):
-            dims.append(dim)
-        elif _name(dim) in values:
-            dims.append(values[_name(dim)])
-        else:
-            return None  # a dim the probe does not know how to size
-    start = node.attributes["start"].as_int() if "start" in node.attributes else 0
-    end = node.attributes["end"].as_int() if "end" in node.attributes else len(dims)
-    return np.array(dims[start:end], dtype=np.int64)
-
-
 def is_causal_padding_mask(bias: ir.Value, batch, query, past) -> ir.Value | None:
     """The 2-D mask input from which ``bias`` (bool: True sees; float: 0 sees, float32's lowest
     or -inf does not) is computed as "causal and not padding", for the ``batch``, ``query`` and
     ``past`` dims (ints or symbolic dims), checked by running its nodes (see the module
     docstring); ``None`` if it is not that, or cannot be checked."""
-    import onnxruntime
-
-    cut = _slice(bias)
-    if cut is None or bias.graph is None:
+    cut = Slice.of(bias)
+    mask = None if cut is None else cut.source
+    if mask is None or len(dims(mask) or ()) != 2 or mask.dtype not in _MASK_TYPES:
         return None
-    sizes = _Sizes.of(batch, query, past, _dims(cut.mask)[1])
-    if sizes is None or _name(_dims(cut.mask)[0]) != sizes.batch:
+    sizes = _Sizes.of(batch, query, past, dims(mask)[1])
+    if sizes is None or dim_name(dims(mask)[0]) != sizes.batch:
+        return None
+    prober = cut.prober()
+    if prober is None:
         return None
     roles = ("batch", "query", "past", "total")
     static = {role: getattr(sizes, role) for role in roles if isinstance(getattr(sizes, role), int)}
-    try:
-        model = _probe_model(cut, bias, dict(bias.graph.opset_imports))
-        session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception:  # not something ONNX Runtime runs on its own: leave the attention as it is
-        return None
-    names = [i.name for i in session.get_inputs()]
     probed = 0
-    for rows, length, cached, mask in _probe_cases(static):
+    for rows, length, cached, padded in _probe_cases(static):
         try:
             values = sizes.values(rows, length, cached)
         except ValueError:
             continue
-        feeds = {names[0]: mask.astype(cut.mask.dtype.numpy())}
-        for name, shape in zip(names[1:], cut.shapes, strict=True):
-            found = _shape_of(shape, values)
-            if found is None:
-                return None
-            feeds[name] = found
+        got, expected = prober(padded, values), _expected(length, cached, padded)
         try:
-            (got,) = session.run(None, feeds)
-            expected = _expected(length, cached, mask)
             got = np.broadcast_to(got, expected.shape)
-        except Exception:  # fails to run at these sizes, or gives another shape: not the mask
+        except (TypeError, ValueError):  # failed to run at these sizes, or another shape: not the mask
             return None
         if got.dtype == np.bool_:
             sees = got
@@ -376,7 +256,7 @@ def is_causal_padding_mask(bias: ir.Value, batch, query, past) -> ir.Value | Non
         if not np.array_equal(sees, expected):
             return None
         probed += 1
-    return cut.mask if probed else None
+    return mask if probed else None
 
 
 # -- the rewrite -----------------------------------------------------------------------------------
@@ -399,49 +279,30 @@ class _Builder:
         return self("Constant", value=ir.tensor(np.asarray(array)))
 
 
-def _provenance(nodes: Sequence[ir.Node]) -> dict[str, str]:
-    """The nodes' metadata_props merged: each key's distinct values joined with ``+``."""
-    merged: dict[str, list[str]] = {}
-    for node in nodes:
-        for key, value in node.metadata_props.items():
-            for part in value.split("+"):
-                if part and part not in merged.setdefault(key, []):
-                    merged[key].append(part)
-    return {key: "+".join(values) for key, values in merged.items()}
-
-
 @dataclasses.dataclass
 class _MaskInputs:
     """What every layer's GroupQueryAttention reads, computed once from the mask."""
 
     bias: ir.Value
-    keep: ir.Value
     seqlens: ir.Value
     total: ir.Value
     query_lengths: ir.Value
 
 
 def _mask_inputs(build: _Builder, mask: ir.Value, query: ir.Value) -> _MaskInputs:
-    i64 = ir.DataType.INT64
     source, axis = _size_source(build.graph, query, 1)
     length = build("Shape", source, start=axis, end=axis + 1)  # the query length, (1,)
     batch = build("Shape", mask, start=0, end=1)
     total = build("Shape", mask, start=1, end=2)
-    counts = mask if mask.dtype == i64 else build("Cast", mask, to=i64)
     seen = build("Cast", mask, to=ir.DataType.BOOL) if mask.dtype != ir.DataType.BOOL else mask
     padding = build("Where", build("Unsqueeze", seen, build.constant([1, 2])), build.constant(np.float32(0.0)),
                     build.constant(np.float32(_LOWEST)))  # fmt: skip
     bias = build("Expand", padding, build("Concat", batch, build.constant([1]), length, total, axis=0))
-    # a query row sees a key if the mask has a 1 at or before its own column
-    running = build("Slice", build("CumSum", counts, build.constant(np.int64(1))), build("Neg", length),
-                    build.constant([np.iinfo(np.int64).max]), build.constant([1]))  # fmt: skip
-    keep = build("Unsqueeze", build("Cast", build("Greater", running, build.constant(np.int64(0))), to=ir.DataType.FLOAT),
-                 build.constant([-1]))  # fmt: skip
     i32 = ir.DataType.INT32
     total32 = build("Cast", total, to=i32)
     seqlens = build("Expand", build("Sub", total32, build.constant(np.array([1], np.int32))), batch)
     query_lengths = build("Expand", build("Cast", length, to=i32), batch)
-    return _MaskInputs(bias, keep, seqlens, build("Squeeze", total32), query_lengths)
+    return _MaskInputs(bias, seqlens, build("Squeeze", total32), query_lengths)
 
 
 def _size_source(graph: ir.Graph, value: ir.Value, axis: int) -> tuple[ir.Value, int]:
@@ -456,42 +317,65 @@ def _size_source(graph: ir.Graph, value: ir.Value, axis: int) -> tuple[ir.Value,
     return value, axis
 
 
-def _heads_last(build: _Builder, x: ir.Value) -> ir.Value:
-    """(batch, heads, seq, size) -> (batch, seq, heads * size): the 3-D value ``x`` was split
-    from (``Transpose(Reshape(p, (batch, seq, heads, size)), [0, 2, 1, 3])``), or moved."""
+def _split_from(x: ir.Value) -> ir.Value | None:
+    """The 3-D (batch, seq, heads * size) value ``x`` (batch, heads, seq, size) was split from
+    (``Transpose(Reshape(p, (batch, seq, heads, size)), [0, 2, 1, 3])``), if it was."""
     transpose = _producer(x, "Transpose")
     reshape = _producer(transpose.inputs[0], "Reshape") if transpose is not None else None
-    if reshape is not None and list(transpose.attributes["perm"].as_ints()) == [0, 2, 1, 3]:
-        source, split = reshape.inputs[0], _dims(reshape.outputs[0])
-        if len(_dims(source) or ()) == 3 and split is not None and len(split) == 4:
-            return source
+    if reshape is None or list(transpose.attributes["perm"].as_ints()) != [0, 2, 1, 3]:
+        return None
+    source, split = reshape.inputs[0], dims(reshape.outputs[0])
+    return source if len(dims(source) or ()) == 3 and split is not None and len(split) == 4 else None
+
+
+def _heads_last(build: _Builder, x: ir.Value) -> ir.Value:
+    """(batch, heads, seq, size) -> (batch, seq, heads * size): the value ``x`` was split from, or
+    ``x`` moved."""
+    source = _split_from(x)
+    if source is not None:
+        return source
     return build("Reshape", build("Transpose", x, perm=[0, 2, 1, 3]), build.constant([0, 0, -1]))
 
 
-def _rewrite(graph: ir.Graph, layer: _Layer, shared: dict[int, _MaskInputs], mask: ir.Value) -> None:
+def _merged(query: ir.Value) -> ir.Value:
+    """The attention's 3-D query without a split and merge of its heads around it (the lean
+    pass removes such round trips only after the rewrites)."""
+    reshape = _producer(query, "Reshape")
+    transpose = _producer(reshape.inputs[0], "Transpose") if reshape is not None else None
+    if (
+        transpose is None
+        or _ints(reshape.inputs[1]) != [0, 0, -1]
+        or list(transpose.attributes["perm"].as_ints()) != [0, 2, 1, 3]
+    ):
+        return query
+    source = _split_from(transpose.inputs[0])
+    return query if source is None or dims(source) != dims(query) else source
+
+
+def _rewrite(graph: ir.Graph, layer: _Layer, shared: dict, mask: ir.Value) -> None:
     replaced = [layer.node, layer.key.concat, layer.value.concat]
     if layer.output is not layer.node.outputs[0]:
         replaced.append(layer.output.producer())
-    build = _Builder(graph, layer.node, _provenance(replaced))
-    if id(mask) not in shared:
-        shared[id(mask)] = _mask_inputs(build, mask, layer.query)
-    inputs = shared[id(mask)]
+    build = _Builder(graph, layer.node, provenance(replaced))
+    if ("mask", id(mask)) not in shared:
+        shared["mask", id(mask)] = _mask_inputs(build, mask, layer.query)
+    inputs = shared["mask", id(mask)]
     extra = {}
     if "scale" in layer.node.attributes:
         extra["scale"] = layer.node.attributes["scale"].as_float()
+    if ("sink", layer.heads) not in shared:  # every head's sink: a logit no key reaches, which a row with no key gets
+        shared["sink", layer.heads] = build.constant(np.full(layer.heads, _SINK, np.float32))
     out, present_key, present_value = build(
-        "GroupQueryAttention", layer.query, _heads_last(build, layer.key.new), _heads_last(build, layer.value.new),
+        "GroupQueryAttention", _merged(layer.query), _heads_last(build, layer.key.new), _heads_last(build, layer.value.new),
         layer.key.past, layer.value.past, inputs.seqlens, inputs.total, None, None, None, inputs.bias,
-        None, None, None, None, None, inputs.query_lengths,
+        shared["sink", layer.heads], None, None, None, None, inputs.query_lengths,
         domain=CONTRIB_DOMAIN, outputs=3, num_heads=layer.heads, kv_num_heads=layer.kv_heads, **extra,
     )  # fmt: skip
-    out.type, out.shape = layer.query.type, layer.output.shape
-    result = build("Mul", out, inputs.keep)
-    result.type, result.shape = layer.output.type, layer.output.shape
+    out.type, out.shape = layer.output.type, layer.output.shape
     for cache, present in ((layer.key, present_key), (layer.value, present_value)):
         present.type, present.shape = cache.present.type, cache.present.shape
         ir.convenience.replace_all_uses_with(cache.present, present, replace_graph_outputs=True)
-    ir.convenience.replace_all_uses_with(layer.output, result, replace_graph_outputs=True)
+    ir.convenience.replace_all_uses_with(layer.output, out, replace_graph_outputs=True)
 
 
 class GroupQueryAttentionOnCache(ir.passes.InPlacePass):
@@ -501,13 +385,13 @@ class GroupQueryAttentionOnCache(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
-        shared: dict[int, _MaskInputs] = {}
+        shared: dict = {}  # what the layers share: the mask's inputs, the sinks
         verdicts: dict[int, ir.Value | None] = {}
         modified = False
         for layer in list(_layers(graph)):
             if id(layer.bias) not in verdicts:
-                past = _dims(layer.key.past)
-                verdicts[id(layer.bias)] = is_causal_padding_mask(layer.bias, past[0], _dims(layer.query)[1], past[2])
+                past = dims(layer.key.past)
+                verdicts[id(layer.bias)] = is_causal_padding_mask(layer.bias, past[0], dims(layer.query)[1], past[2])
             mask = verdicts[id(layer.bias)]
             if mask is None:
                 continue

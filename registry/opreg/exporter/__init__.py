@@ -102,6 +102,7 @@ def export(
     fold_weights: bool = True,
     rewrite: bool = True,
     seed: int | None = None,
+    passes: Iterable[Any] = (),
     progress: Callable[[str], None] | None = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
@@ -146,6 +147,12 @@ def export(
             session of the model then draws the same numbers, run after run;
             ``None`` (default) leaves them unseeded: ONNX Runtime seeds them
             from its process-wide seed (``onnxruntime.set_seed``).
+        passes: more graph rewrites to apply after the packs' (``onnx_ir`` passes that
+            change the model in place, onnxscript rewrite rules or rule sets), each
+            recorded as ``export:<name>`` like a pack's rewrite and gated by the target
+            the same way (e.g. ``opreg_ort_contrib.MatMulNBitsQuantization(bits=4)``,
+            which quantizes the float weights of linear layers). They run even with
+            ``rewrite=False``.
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
     Raises:
@@ -154,6 +161,7 @@ def export(
         ExportError: capture, translation or validation failed.
     """
     reg = _registry(registry, plugins, exclude)
+    extra = _finish.export_passes(passes)
     tick = _Ticker(progress)
     args = _as_tuple(args)
     tick("capture")
@@ -164,7 +172,7 @@ def export(
     tick("coverage")
     plan = _plan.plan(program.graph, reg, resolved)
     tick("translate")
-    symbols = {}
+    symbols: dict[str, str] = {}
     eager = captured  # what verify() compares with: an ExportedProgram's module is made when first needed
     if isinstance(model, torch.nn.Module):
         symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
@@ -174,7 +182,8 @@ def export(
     result = _finish.finish(
         translation, exported_program=program, module=eager, target=resolved, registry=reg,
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
-        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed,
+        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed, passes=extra,
+        dim_bounds=_capture.dim_bounds(program, symbols),
     )  # fmt: skip
     tick.done()
     return result

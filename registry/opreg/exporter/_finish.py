@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -18,7 +18,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import torch
 
-from opreg.errors import ExportError, OpsetConflictError
+from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError, PluginError
 from opreg.exporter import _rewrite
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
@@ -32,6 +32,9 @@ MIN_OPSET_WITH_SEEDS = 18
 """What :func:`seed_random_nodes` reads the ``seed`` attribute's type from when the graph names no ai.onnx version."""
 MIN_IR_VERSION = 10
 """Node ``metadata_props`` (provenance) need IR 10; newer opsets need more."""
+DIM_BOUNDS_KEY = "opreg.dim_bounds"
+"""Model ``metadata_props``: ``{dim name: [min, max]}`` (JSON) of the symbolic dims given a finite ``max``
+(``torch.export.Dim(name, max=N)``); set before the rewrites, which may read it (a table sized by a length's bound)."""
 REWRITES_KEY = "opreg.rewrites"
 """Model ``metadata_props``: the rewrite rules that fired, ``pack:rule=nodes made``, comma-separated."""
 MAX_CHECKED_BYTES = onnx.checker.MAXIMUM_PROTOBUF
@@ -52,9 +55,12 @@ def finish(
     fold_weights: bool = True,
     rewrite: bool = True,
     seed: int | None = None,
+    passes: Sequence[Rewrite] = (),
+    dim_bounds: Mapping[str, Sequence[int]] | None = None,
 ) -> OnnxProgram:
     """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`
-    (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false)."""
+    (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false,
+    then the export's own ``passes``: see :func:`export_passes`)."""
     recorder = translation.recorder
     graph = translation.graph
     out_spec = exported_program.call_spec.out_spec
@@ -71,6 +77,7 @@ def finish(
         definitions = custom_op_definitions(graph, recorder.functions, registry.call_hook("opreg_functions"))
     packs = {impl.pack for impl in translation.used_impls.values()}
     rewrites = _rewrite.collect(registry.call_hook(_rewrite.HOOK, target=target)) if rewrite else []
+    rewrites = [*rewrites, *passes]
     model = build_model(
         graph,
         recorder.functions,
@@ -78,7 +85,7 @@ def finish(
         inline=inline,
         optimize=optimize,
         fold_weights=fold_weights,
-        metadata={"opreg.target": str(target)},
+        metadata={"opreg.target": str(target), **({DIM_BOUNDS_KEY: json.dumps(dim_bounds)} if dim_bounds else {})},
         definitions=definitions,
         rewrites=rewrites,
         target=target,
@@ -108,6 +115,23 @@ def finish(
         out_spec=out_spec,
         checked=checked,
     )
+
+
+EXPORT_PASSES = "export"
+"""What the rewrites given to ``opreg.export(passes=...)`` are recorded under (``export:<name>``)."""
+
+
+def export_passes(passes: Any) -> list[Rewrite]:
+    """``opreg.export``'s ``passes`` as rewrites applied after the packs'; an
+    :class:`InvalidArgumentError` naming an item that is not a pass or rule."""
+    if isinstance(passes, (str, bytes)) or not isinstance(passes, Iterable):
+        raise InvalidArgumentError(f"passes must be a list of onnx_ir passes or rewrite rules, got {passes!r}")
+    try:
+        return _rewrite.rewrites_of(EXPORT_PASSES, list(passes))
+    except PluginError as e:
+        raise InvalidArgumentError(
+            f"passes: {str(e).removeprefix(f'pack {EXPORT_PASSES!r}: {_rewrite.HOOK} ')}"
+        ) from e
 
 
 # -- outputs --------------------------------------------------------------------------
@@ -271,6 +295,7 @@ def build_model(
     from opreg import __version__
 
     model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=__version__)
+    model.metadata_props.update(metadata)  # before the rewrites, which may read it
     graph.opset_imports.clear()
     graph.opset_imports.update(versions)  # every version first: the passes below read them, then drop the unused
     definitions = dict(definitions or {})
@@ -330,7 +355,6 @@ def build_model(
             [onnx.helper.make_opsetid(d, v) for d, v in graph.opset_imports.items()], ignore_unknown=True
         ),
     )
-    model.metadata_props.update(metadata)
     return model
 
 

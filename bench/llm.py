@@ -1,0 +1,581 @@
+"""opreg's language-model decoder against ONNX Runtime GenAI's model builder, in one run.
+
+Run: python bench/llm.py [--rounds N] [--skip-kernels] [--no-ablation] [--work DIR]
+
+The checkpoint is the one issue 22 measured: a random-init Llama (hidden 512, 8 layers, 8
+query and 2 key/value heads, intermediate 1376, vocab 32000: 55M parameters), saved with a
+local word-level tokenizer under ``--work`` (nothing is downloaded). From it, in this run:
+
+1. Kernels: each com.microsoft kernel (or form) the decoder could use against what it would
+   replace, at this model's sizes, for a decode step and a 128-token prompt (1 thread,
+   ratio = baseline / candidate: above 1 the candidate is faster). What the pack emits
+   follows from these and from the ablation (part 5).
+2. Builds: ``python -m onnxruntime_genai.models.builder`` (fp32 and int4, CPU) and opreg
+   (``target="onnxruntime"``; int4 with ``MatMulNBitsQuantization``, the builder's block size
+   32, symmetric, accuracy level 4), each in a fresh process: CPU time, wall time, file size.
+3. Correctness: every model against eager PyTorch on a batch of two left-padded prompts and a
+   decode step (logits and cache); 64 greedy tokens from a plain ONNX Runtime loop (past in,
+   present out) against eager ``generate`` (fp32) and between the two int4 models.
+4. Latency: ONNX Runtime sessions (CPU, 1 thread, thread CPU time, the best of interleaved
+   rounds) for a decode step at past 128 and 1024 and a 128-token prompt; ratio opreg /
+   builder at each precision (below 1.0 opreg is faster).
+5. Ablation: opreg with each of the pack's rewrites that fired left out, same timing.
+6. ONNX Runtime GenAI: ``Model(folder)`` and a ``Generator`` (greedy, past and present sharing
+   one buffer, 1 thread) on both folders: tokens per second for 128 new tokens after a
+   128-token prompt, and whether the two folders generate the same tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import json
+import logging
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ort_contrib import Kernel, _model, part_kernels, timings
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 512, 8, 8, 2, 1376, 32000
+SIZE = HIDDEN // HEADS
+PROMPT, GREEDY = 128, 64
+CASES = (("decode, past 128", 128, 1), ("decode, past 1024", 1024, 1), ("prompt, 128 tokens", 0, PROMPT))
+INT4 = {"bits": 4, "block_size": 32, "symmetric": True, "accuracy_level": 4}
+"""The builder's defaults for ``-p int4 -e cpu``, so both quantize the same weights to the same bytes."""
+
+
+@contextlib.contextmanager
+def _quiet():
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        previous = logging.root.manager.disable
+        logging.disable(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.disable(previous)
+
+
+# -- the checkpoint --------------------------------------------------------------------------
+
+
+def checkpoint(folder: Path) -> Path:
+    """The random-init Llama and a word-level tokenizer, saved once under ``folder``."""
+    if (folder / "config.json").is_file():
+        return folder
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=2048,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )  # fmt: skip
+    with _quiet():
+        LlamaForCausalLM(config).eval().save_pretrained(folder)
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, bos_token="t1", eos_token="t2", pad_token="t0")
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+# -- opreg's export (until opreg.llm lands: the cache as inputs and outputs, by hand) ----------
+
+
+def decoder(model):
+    """``model`` as a module taking the cache as inputs and returning it as outputs."""
+    import torch
+    from transformers import DynamicCache
+
+    class Decoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, past_key_values):
+            cache = DynamicCache(config=self.model.config)
+            for layer, (key, value) in enumerate(past_key_values):
+                cache.update(key, value, layer)
+            positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
+            out = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, past_key_values=cache,
+                use_cache=True,
+            )  # fmt: skip
+            return out.logits, [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+
+    return Decoder().eval()
+
+
+def opreg_export(source: Path, out: Path, int4: bool) -> None:
+    """opreg's folder for ``source``: the decoder at ``target="onnxruntime"`` (int4: its linear
+    layers' weights as MatMulNBits), the builder's genai_config with opreg's names, the tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import opreg
+    import opreg_ort_contrib
+
+    with _quiet():
+        model = AutoModelForCausalLM.from_pretrained(source).eval()
+    config = model.config
+    batch, seq, past = (
+        torch.export.Dim("batch", max=64),
+        torch.export.Dim("seq", max=2048),
+        torch.export.Dim("past", max=2048),
+    )
+    cache = [
+        (torch.randn(2, KV_HEADS, 3, SIZE), torch.randn(2, KV_HEADS, 3, SIZE)) for _ in range(config.num_hidden_layers)
+    ]
+    args = (torch.randint(3, VOCAB, (2, 4)), torch.ones(2, 7, dtype=torch.int64), cache)
+    dims = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: torch.export.Dim.AUTO},
+            "past_key_values": [({0: batch, 2: past}, {0: batch, 2: past})] * config.num_hidden_layers}  # fmt: skip
+    passes = [opreg_ort_contrib.MatMulNBitsQuantization(**INT4)] if int4 else []
+    program = opreg.export(decoder(model), args, target="onnxruntime", dynamic_shapes=dims, passes=passes)
+    out.mkdir(parents=True, exist_ok=True)
+    program.save(out / "model.onnx", external_data=True)
+    genai = json.loads((out.parent / f"builder_{'int4' if int4 else 'fp32'}" / "genai_config.json").read_text())
+    names = genai["model"]["decoder"]
+    names["inputs"].update(past_key_names="past_key_values_%d_0", past_value_names="past_key_values_%d_1")
+    names["outputs"].update(logits="output_0", present_key_names="output_1_%d_0", present_value_names="output_1_%d_1")
+    (out / "genai_config.json").write_text(json.dumps(genai, indent=4))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(source / name, out / name)
+
+
+# -- builds ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Build:
+    name: str
+    folder: Path
+    cpu: float
+    wall: float
+
+    @property
+    def megabytes(self) -> float:
+        return sum(f.stat().st_size for f in self.folder.glob("model.onnx*")) / 1e6
+
+
+def _timed(command: list[str]) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of ``command`` in a fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
+
+
+def builds(source: Path, work: Path) -> dict[str, Build]:
+    """The builder's and opreg's folders, fp32 and int4 (the builder's first: opreg's genai_config
+    starts from it)."""
+    made = {}
+    for precision in ("fp32", "int4"):
+        folder = work / f"builder_{precision}"
+        shutil.rmtree(folder, ignore_errors=True)
+        command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(folder),
+                   "-p", precision, "-e", "cpu", "-c", str(work / "cache")]  # fmt: skip
+        made[f"builder {precision}"] = Build(f"builder {precision}", folder, *_timed(command))
+        folder = work / f"opreg_{precision}"
+        shutil.rmtree(folder, ignore_errors=True)
+        command = [sys.executable, __file__, "--export", str(source), str(folder)] + (
+            ["--int4"] if precision == "int4" else []
+        )
+        made[f"opreg {precision}"] = Build(f"opreg {precision}", folder, *_timed(command))
+    return made
+
+
+# -- running a folder in plain ONNX Runtime ----------------------------------------------------
+
+
+class Runner:
+    """A folder's model in an ONNX Runtime session, fed by the names its genai_config gives."""
+
+    def __init__(self, folder: Path, threads: int = 1) -> None:
+        config = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
+        self.inputs, self.outputs = config["inputs"], config["outputs"]
+        self.layers = config["num_hidden_layers"]
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        self.session = onnxruntime.InferenceSession(
+            str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        self.names = {i.name for i in self.session.get_inputs()}
+
+    def feeds(self, ids: np.ndarray, mask: np.ndarray, cache: list[tuple[np.ndarray, np.ndarray]]) -> dict:
+        feeds = {self.inputs["input_ids"]: ids, self.inputs["attention_mask"]: mask}
+        if "position_ids" in self.inputs and self.inputs["position_ids"] in self.names:
+            feeds[self.inputs["position_ids"]] = (np.maximum(mask.cumsum(-1) - 1, 0))[:, -ids.shape[1] :]
+        for layer, (key, value) in enumerate(cache):
+            feeds[self.inputs["past_key_names"] % layer] = key
+            feeds[self.inputs["past_value_names"] % layer] = value
+        return feeds
+
+    def run(self, feeds: dict) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+        names = [self.outputs["logits"]]
+        for layer in range(self.layers):
+            names += [self.outputs["present_key_names"] % layer, self.outputs["present_value_names"] % layer]
+        results = self.session.run(names, feeds)
+        return results[0], list(zip(results[1::2], results[2::2], strict=True))
+
+    def greedy(self, prompt: np.ndarray, steps: int) -> list[int]:
+        cache = [(np.zeros((1, KV_HEADS, 0, SIZE), np.float32),) * 2 for _ in range(self.layers)]
+        ids, mask, tokens = prompt, np.ones_like(prompt), []
+        for _ in range(steps):
+            logits, cache = self.run(self.feeds(ids, mask, cache))
+            tokens.append(int(logits[0, -1].argmax()))
+            ids = np.array([[tokens[-1]]], np.int64)
+            mask = np.ones((1, mask.shape[1] + 1), np.int64)
+        return tokens
+
+
+def random_cache(batch: int, past: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [
+        tuple(rng.standard_normal((batch, KV_HEADS, past, SIZE), dtype=np.float32) for _ in range(2))
+        for _ in range(LAYERS)
+    ]
+
+
+# -- part 3: correctness -----------------------------------------------------------------------
+
+
+CHECKS = (
+    ("2 prompts of 7 after a past of 5", 5, 7),
+    ("2 prompts of 7, no past", 0, 7),
+    ("a decode step of 2 rows after a past of 9", 9, 1),
+)
+"""What part 3 compares with eager PyTorch: (label, past, new tokens); the second row is left-padded by 3."""
+
+
+def correctness(source: Path, runners: dict[str, Runner]) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    print("3. Correctness against eager PyTorch: max abs difference of the logits (of the rows' real tokens) and cache")
+    with _quiet():
+        model = AutoModelForCausalLM.from_pretrained(source).eval()
+    wrapped = decoder(model)
+    rng = np.random.default_rng(1)
+    for label, past, seq in CHECKS:
+        ids = rng.integers(3, VOCAB, (2, seq))
+        mask = np.ones((2, past + seq), np.int64)
+        mask[1, :3] = 0
+        cache = random_cache(2, past, seed=2)
+        with torch.no_grad():
+            logits, present = wrapped(
+                torch.from_numpy(ids), torch.from_numpy(mask), [tuple(map(torch.from_numpy, kv)) for kv in cache]
+            )
+        real = mask[:, past:] != 0
+        cells = []
+        for name, runner in runners.items():
+            try:
+                got, got_cache = runner.run(runner.feeds(ids, mask, cache))
+            except Exception as e:
+                cells.append(f"{name}: fails ({str(e).split('Status Message: ')[-1][:70]})")
+                continue
+            logit_diff = float(np.abs(got - logits.numpy())[real].max())
+            cache_diff = max(
+                float(np.abs(mine - theirs.numpy()).max())
+                for ours, eager in zip(got_cache, present, strict=True)
+                for mine, theirs in zip(ours, eager, strict=True)
+            )
+            cells.append(f"{name}: {logit_diff:.1e} / {cache_diff:.1e}")
+        print(f"   {label}:")
+        for cell in cells:
+            print(f"     {cell}")
+    prompt = rng.integers(3, VOCAB, (1, PROMPT))
+    with torch.no_grad(), _quiet():
+        eager = model.generate(torch.from_numpy(prompt), max_new_tokens=GREEDY, min_new_tokens=GREEDY, do_sample=False)
+    tokens = {"eager": eager[0, PROMPT:].tolist()}
+    tokens.update((name, runner.greedy(prompt, GREEDY)) for name, runner in runners.items())
+    print(f"   {GREEDY} greedy tokens after a {PROMPT}-token prompt (plain loop: past in, present out), equal to:")
+    for name in runners:
+        reference = "builder int4" if name == "opreg int4" else "eager"
+        same = sum(a == b for a, b in zip(tokens[name], tokens[reference], strict=True))
+        print(f"     {name:<12} {same}/{GREEDY} of {reference}'s")
+    print()
+
+
+# -- part 4: latency ---------------------------------------------------------------------------
+
+
+def latency(runners: dict[str, Runner], rounds: int) -> dict[str, dict[str, float]]:
+    """Seconds per run of each runner's session for each case (the best of interleaved rounds)."""
+    result: dict[str, dict[str, float]] = {}
+    for label, past, seq in CASES:
+        rng = np.random.default_rng(3)
+        ids = rng.integers(3, VOCAB, (1, seq))
+        mask = np.ones((1, past + seq), np.int64)
+        cache = random_cache(1, past)
+        sessions = {name: r.session for name, r in runners.items()}
+        inputs = {name: r.feeds(ids, mask, cache) for name, r in runners.items()}
+        result[label] = timings(sessions, inputs, rounds, 5 if seq == 1 else 1)
+    return result
+
+
+def print_latency(title: str, result: dict[str, dict[str, float]], pairs: list[tuple[str, str]]) -> None:
+    print(title)
+    for label, times in result.items():
+        cells = [f"{a} {times[a] * 1e3:6.2f} ms / {b} {times[b] * 1e3:6.2f} ms = {times[a] / times[b]:.2f}x"
+                 for a, b in pairs]  # fmt: skip
+        print(f"   {label:<20} " + " | ".join(cells))
+    print()
+
+
+# -- part 1: kernels ---------------------------------------------------------------------------
+
+
+def kernels():
+    """Every attention, normalization and projection form a decoder layer could take, at this model's
+    sizes, for a decode step at past 128 and 1024 and a prompt of 128."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, DefaultWeightOnlyQuantizer
+
+    rng = np.random.default_rng(0)
+    quantizer = DefaultWeightOnlyQuantizer(
+        DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, accuracy_level=4, bits=4)
+    )
+    max_positions = 4096
+    angles = np.arange(max_positions)[:, None] * (1.0 / 10000 ** (np.arange(0, SIZE, 2) / SIZE))[None]
+    tables = {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
+    for label, past, seq in CASES:
+        total = past + seq
+        q, k, v = (rng.standard_normal((1, seq, n * SIZE), dtype=np.float32) for n in (HEADS, KV_HEADS, KV_HEADS))
+        pk, pv = (rng.standard_normal((1, KV_HEADS, past, SIZE), dtype=np.float32) for _ in range(2))
+        positions = np.arange(past, total)[None]
+        feeds = {"q": q, "k": k, "v": v, "pk": pk, "pv": pv, "qkv": np.concatenate([q, k, v], -1), "pos": positions,
+                 "seqlens": np.full(1, total - 1, np.int32), "total": np.array(total, np.int32),
+                 "bias": np.zeros((1, 1, seq, total), np.float32), "lengths": np.full(1, seq, np.int32)}  # fmt: skip
+        io = {n: feeds[n] for n in ("q", "k", "v", "pk", "pv", "seqlens", "total")}
+        outputs = {
+            "y": [1, seq, HIDDEN],
+            "present_k": [1, KV_HEADS, total, SIZE],
+            "present_v": [1, KV_HEADS, total, SIZE],
+        }
+
+        def gqa(inputs, extra=None, **attributes):
+            node = ("ms.GroupQueryAttention", inputs, ["y", "present_k", "present_v"],
+                    {"num_heads": HEADS, "kv_num_heads": KV_HEADS, **attributes})  # fmt: skip
+            used = {n: feeds[n] for n in inputs if n in feeds}
+            return _model([node], used, outputs, extra)
+
+        plain = gqa(["q", "k", "v", "pk", "pv", "seqlens", "total"])
+        masked = ["q", "k", "v", "pk", "pv", "seqlens", "total", "", "", "", "bias", "", "", "", "", "", "lengths"]
+        yield Kernel(
+            f"GroupQueryAttention with attention_bias and query_seqlens vs without, {label}", plain, gqa(masked),
+            io | {"bias": feeds["bias"], "lengths": feeds["lengths"]}, "kept: exact for left padding and batched prompts",
+        )  # fmt: skip
+        rotary_outside = [
+            ("Gather", ["cos", "pos"], ["c"], {}), ("Gather", ["sin", "pos"], ["s"], {}),
+            ("RotaryEmbedding", ["q0", "c", "s"], ["q"], {"num_heads": HEADS}),
+            ("RotaryEmbedding", ["k0", "c", "s"], ["k"], {"num_heads": KV_HEADS}),
+            ("ms.GroupQueryAttention", masked, ["y", "present_k", "present_v"], {"num_heads": HEADS, "kv_num_heads": KV_HEADS}),
+        ]  # fmt: skip
+        outside_io = {
+            "q0": q,
+            "k0": k,
+            **{n: feeds[n] for n in ("v", "pk", "pv", "seqlens", "total", "bias", "lengths", "pos")},
+        }
+        outside = _model(rotary_outside, outside_io, outputs, tables)
+        inside_inputs = [
+            "q",
+            "k",
+            "v",
+            "pk",
+            "pv",
+            "seqlens",
+            "total",
+            "cos",
+            "sin",
+            "pos",
+            "bias",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "lengths",
+        ]
+        yield Kernel(
+            f"rotary inside GroupQueryAttention vs RotaryEmbedding-23 before it, {label}", outside,
+            gqa(inside_inputs, tables, do_rotary=1), {**outside_io, "q": q, "k": k}, "see the ablation",
+        )  # fmt: skip
+        x = rng.standard_normal((1, seq, HIDDEN), dtype=np.float32)
+        weights = [rng.standard_normal((HIDDEN, n * SIZE), dtype=np.float32) for n in (HEADS, KV_HEADS, KV_HEADS)]
+
+        def nbits(name, weight, out):
+            packed, scales, _ = quantizer.qbits_block_quant(weight)
+            node = ("ms.MatMulNBits", ["x", f"{name}_q", f"{name}_s"], [out],
+                    {"K": weight.shape[0], "N": weight.shape[1], "bits": 4, "block_size": 32, "accuracy_level": 4})  # fmt: skip
+            return node, {f"{name}_q": packed, f"{name}_s": scales}
+
+        three = [nbits(n, w, n) for n, w in zip("qkv", weights, strict=True)]
+        fused = nbits("qkv", np.concatenate(weights, 1), "qkv")
+        proj_out = {"q": [1, seq, HIDDEN], "k": [1, seq, KV_HEADS * SIZE], "v": [1, seq, KV_HEADS * SIZE]}
+        yield Kernel(
+            f"one int4 MatMulNBits for q, k, v vs three, {label}",
+            _model([n for n, _ in three], {"x": x}, proj_out, {k: v for _, i in three for k, v in i.items()}),
+            _model([fused[0]], {"x": x}, {"qkv": [1, seq, (HEADS + 2 * KV_HEADS) * SIZE]}, fused[1]),
+            {"x": x}, "see the ablation (packed q, k, v go to GroupQueryAttention as one input)",
+            compare=False,
+        )  # fmt: skip
+        skip, gamma = rng.standard_normal((1, seq, HIDDEN), dtype=np.float32), np.ones(HIDDEN, np.float32)
+        norm_io = ({"x": x.shape, "skip": x.shape}, {"y": x.shape, "s": x.shape})
+        yield Kernel(
+            f"Add + RMSNormalization-23 vs SkipSimplifiedLayerNormalization, {label}",
+            _model([("ms.SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y", "", "", "s"], {"epsilon": 1e-6})],
+                   *norm_io, {"gamma": gamma}),
+            _model([("Add", ["x", "skip"], ["s"], {}), ("RMSNormalization", ["s", "gamma"], ["y"], {"epsilon": 1e-6})],
+                   *norm_io, {"gamma": gamma}),
+            {"x": x, "skip": skip}, "Add + RMSNormalization-23 kept (SkipSimplified: even at one token, slower over a prompt)",
+        )  # fmt: skip
+
+
+# -- part 6: ONNX Runtime GenAI ----------------------------------------------------------------
+
+
+def genai(made: dict[str, Build], rounds: int) -> None:
+    import onnxruntime_genai as og
+
+    print(f"6. ONNX Runtime GenAI: tokens/s for {PROMPT} new tokens after a {PROMPT}-token prompt "
+          "(greedy, shared buffer, 1 thread; the best of interleaved rounds)")  # fmt: skip
+    models = {}
+    for name, build in made.items():
+        config_path = build.folder / "genai_config.json"
+        config = json.loads(config_path.read_text())
+        config["model"]["decoder"]["session_options"].update(intra_op_num_threads=1, inter_op_num_threads=1)
+        config_path.write_text(json.dumps(config, indent=4))
+        models[name] = og.Model(str(build.folder))
+    prompt = np.random.default_rng(4).integers(3, VOCAB, PROMPT).tolist()
+    best = dict.fromkeys(models, 0.0)
+    tokens: dict[str, list[int]] = {}
+    for _ in range(rounds):
+        for name, model in models.items():
+            params = og.GeneratorParams(model)
+            params.set_search_options(max_length=2 * PROMPT, do_sample=False, past_present_share_buffer=True)
+            generator = og.Generator(model, params)
+            start = time.perf_counter()
+            generator.append_tokens(prompt)
+            while not generator.is_done():
+                generator.generate_next_token()
+            elapsed = time.perf_counter() - start
+            tokens[name] = list(generator.get_sequence(0))[PROMPT:]
+            best[name] = max(best[name], len(tokens[name]) / elapsed)
+    for precision in ("fp32", "int4"):
+        b, o = f"builder {precision}", f"opreg {precision}"
+        if b in best and o in best:
+            same = sum(x == y for x, y in zip(tokens[b], tokens[o]))
+            print(f"   {precision}: builder {best[b]:6.1f} tokens/s, opreg {best[o]:6.1f} tokens/s "
+                  f"(ratio {best[b] / best[o]:.2f}x); same tokens {same}/{len(tokens[b])}")  # fmt: skip
+    print()
+
+
+# -- part 5: ablation --------------------------------------------------------------------------
+
+
+def ablation(source: Path, work: Path, runners: dict[str, Runner], rounds: int) -> None:
+    """opreg's fp32 and int4 exports with each pack rewrite that fired left out, timed beside the full ones."""
+    print("5. Ablation: opreg with each of the pack's rewrites that fired left out (ratio to the full export)")
+    variants = {}
+    for precision in ("fp32", "int4"):
+        full = work / f"opreg_{precision}"
+        fired = _fired(full / "model.onnx")
+        for rule in fired:
+            folder = work / f"opreg_{precision}_without_{rule}"
+            command = [sys.executable, __file__, "--export", str(source), str(folder), "--without", rule]
+            subprocess.run(command + (["--int4"] if precision == "int4" else []), check=True, capture_output=True)
+            variants[f"{precision} without {rule}"] = (Runner(folder), f"opreg {precision}")
+    sessions = {name: r for name, r in runners.items() if name.startswith("opreg")}
+    sessions.update({name: runner for name, (runner, _) in variants.items()})
+    result = latency(sessions, rounds)
+    for label, times in result.items():
+        print(f"   {label}")
+        for name, (_, full) in variants.items():
+            print(f"     {name:<48} {times[name] / times[full]:.2f}x")
+    print()
+
+
+def _fired(path: Path) -> list[str]:
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    fired = {p.key: p.value for p in proto.metadata_props}.get("opreg.rewrites", "")
+    return [item.split("=")[0].split(":", 1)[1] for item in fired.split(",") if item.startswith("ort_contrib:")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", type=Path, default=Path("build/llm-bench"))
+    parser.add_argument("--rounds", type=int, default=40, help="interleaved timing rounds")
+    parser.add_argument("--skip-kernels", action="store_true")
+    parser.add_argument("--no-ablation", action="store_true")
+    parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
+    parser.add_argument("--int4", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--without", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.export:
+        with _without(args.without):
+            opreg_export(*args.export, int4=args.int4)
+        return
+    import torch
+
+    print(f"onnxruntime {onnxruntime.__version__}, onnxruntime-genai "
+          f"{__import__('onnxruntime_genai').__version__}, torch {torch.__version__}, CPU x{os.cpu_count()}\n")  # fmt: skip
+    args.work.mkdir(parents=True, exist_ok=True)
+    source = checkpoint(args.work / "llama")
+    if not args.skip_kernels:
+        part_kernels(args.rounds, kernels(), "1. Kernels at 1 thread, this model's sizes: ratio = baseline / candidate")
+    made = builds(source, args.work)
+    print("2. Builds (each in a fresh process)")
+    for build in made.values():
+        print(f"   {build.name:<14} CPU {build.cpu:5.1f} s, wall {build.wall:5.1f} s, files {build.megabytes:6.1f} MB")
+    print()
+    runners = {name: Runner(build.folder) for name, build in made.items()}
+    correctness(source, runners)
+    result = latency(runners, args.rounds)
+    print_latency(
+        "4. Latency at 1 thread (thread CPU time, best of interleaved rounds): opreg / builder",
+        result, [("opreg fp32", "builder fp32"), ("opreg int4", "builder int4")],
+    )  # fmt: skip
+    if not args.no_ablation:
+        ablation(source, args.work, runners, args.rounds)
+    genai(made, max(3, args.rounds // 10))
+
+
+@contextlib.contextmanager
+def _without(rule: str | None):
+    """The pack's rewrites with ``rule`` left out, for this process (the ablation's exports)."""
+    if rule is None:
+        yield
+        return
+    from opreg_ort_contrib import fusions
+
+    rules = fusions.rules
+    fusions.rules = lambda target: [r for r in rules(target) if getattr(r, "name", type(r).__name__) != rule]
+    try:
+        yield
+    finally:
+        fusions.rules = rules
+
+
+if __name__ == "__main__":
+    main()
