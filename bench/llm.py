@@ -122,7 +122,7 @@ def decoder(model):
     return Decoder().eval()
 
 
-def opreg_export(source: Path, out: Path, int4: bool) -> None:
+def opreg_export(source: Path, out: Path, int4: bool, skip_norm: bool = False) -> None:
     """opreg's folder for ``source``: the decoder at ``target="onnxruntime"`` (int4: its linear
     layers' weights as MatMulNBits), the builder's genai_config with opreg's names, the tokenizer."""
     import torch
@@ -145,7 +145,8 @@ def opreg_export(source: Path, out: Path, int4: bool) -> None:
     args = (torch.randint(3, VOCAB, (2, 4)), torch.ones(2, 7, dtype=torch.int64), cache)
     dims = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: torch.export.Dim.AUTO},
             "past_key_values": [({0: batch, 2: past}, {0: batch, 2: past})] * config.num_hidden_layers}  # fmt: skip
-    passes = [opreg_ort_contrib.MatMulNBitsQuantization(**INT4)] if int4 else []
+    passes = [skip_norm_pass()] if skip_norm else []
+    passes += [opreg_ort_contrib.MatMulNBitsQuantization(**INT4)] if int4 else []
     program = opreg.export(decoder(model), args, target="onnxruntime", dynamic_shapes=dims, passes=passes)
     out.mkdir(parents=True, exist_ok=True)
     program.save(out / "model.onnx", external_data=True)
@@ -177,7 +178,7 @@ def _timed(command: list[str]) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of ``command`` in a fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, check=False, capture_output=True, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -346,108 +347,107 @@ def print_latency(title: str, result: dict[str, dict[str, float]], pairs: list[t
 
 
 def kernels():
-    """Every attention, normalization and projection form a decoder layer could take, at this model's
-    sizes, for a decode step at past 128 and 1024 and a prompt of 128."""
-    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, DefaultWeightOnlyQuantizer
-
+    """Every attention, projection and normalization form a decoder layer could take, at this model's
+    sizes, for each of :data:`CASES`."""
     rng = np.random.default_rng(0)
-    quantizer = DefaultWeightOnlyQuantizer(
-        DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, accuracy_level=4, bits=4)
-    )
-    max_positions = 4096
-    angles = np.arange(max_positions)[:, None] * (1.0 / 10000 ** (np.arange(0, SIZE, 2) / SIZE))[None]
+    angles = np.arange(4096)[:, None] * (1.0 / 10000 ** (np.arange(0, SIZE, 2) / SIZE))[None]
     tables = {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
     for label, past, seq in CASES:
-        total = past + seq
-        q, k, v = (rng.standard_normal((1, seq, n * SIZE), dtype=np.float32) for n in (HEADS, KV_HEADS, KV_HEADS))
-        pk, pv = (rng.standard_normal((1, KV_HEADS, past, SIZE), dtype=np.float32) for _ in range(2))
-        positions = np.arange(past, total)[None]
-        feeds = {"q": q, "k": k, "v": v, "pk": pk, "pv": pv, "qkv": np.concatenate([q, k, v], -1), "pos": positions,
-                 "seqlens": np.full(1, total - 1, np.int32), "total": np.array(total, np.int32),
-                 "bias": np.zeros((1, 1, seq, total), np.float32), "lengths": np.full(1, seq, np.int32)}  # fmt: skip
-        io = {n: feeds[n] for n in ("q", "k", "v", "pk", "pv", "seqlens", "total")}
-        outputs = {
-            "y": [1, seq, HIDDEN],
-            "present_k": [1, KV_HEADS, total, SIZE],
-            "present_v": [1, KV_HEADS, total, SIZE],
-        }
+        yield from _attention_kernels(rng, label, past, seq, tables)
+        yield from _layer_kernels(rng, label, seq)
 
-        def gqa(inputs, extra=None, **attributes):
-            node = ("ms.GroupQueryAttention", inputs, ["y", "present_k", "present_v"],
-                    {"num_heads": HEADS, "kv_num_heads": KV_HEADS, **attributes})  # fmt: skip
-            used = {n: feeds[n] for n in inputs if n in feeds}
-            return _model([node], used, outputs, extra)
 
-        plain = gqa(["q", "k", "v", "pk", "pv", "seqlens", "total"])
-        masked = ["q", "k", "v", "pk", "pv", "seqlens", "total", "", "", "", "bias", "", "", "", "", "", "lengths"]
-        yield Kernel(
-            f"GroupQueryAttention with attention_bias and query_seqlens vs without, {label}", plain, gqa(masked),
-            io | {"bias": feeds["bias"], "lengths": feeds["lengths"]}, "kept: exact for left padding and batched prompts",
-        )  # fmt: skip
-        rotary_outside = [
-            ("Gather", ["cos", "pos"], ["c"], {}), ("Gather", ["sin", "pos"], ["s"], {}),
-            ("RotaryEmbedding", ["q0", "c", "s"], ["q"], {"num_heads": HEADS}),
-            ("RotaryEmbedding", ["k0", "c", "s"], ["k"], {"num_heads": KV_HEADS}),
-            ("ms.GroupQueryAttention", masked, ["y", "present_k", "present_v"], {"num_heads": HEADS, "kv_num_heads": KV_HEADS}),
-        ]  # fmt: skip
-        outside_io = {
-            "q0": q,
-            "k0": k,
-            **{n: feeds[n] for n in ("v", "pk", "pv", "seqlens", "total", "bias", "lengths", "pos")},
-        }
-        outside = _model(rotary_outside, outside_io, outputs, tables)
-        inside_inputs = [
-            "q",
-            "k",
-            "v",
-            "pk",
-            "pv",
-            "seqlens",
-            "total",
-            "cos",
-            "sin",
-            "pos",
-            "bias",
-            "",
-            "",
-            "",
-            "",
-            "",
-            "lengths",
-        ]
-        yield Kernel(
-            f"rotary inside GroupQueryAttention vs RotaryEmbedding-23 before it, {label}", outside,
-            gqa(inside_inputs, tables, do_rotary=1), {**outside_io, "q": q, "k": k}, "see the ablation",
-        )  # fmt: skip
-        x = rng.standard_normal((1, seq, HIDDEN), dtype=np.float32)
-        weights = [rng.standard_normal((HIDDEN, n * SIZE), dtype=np.float32) for n in (HEADS, KV_HEADS, KV_HEADS)]
+_GQA_INPUTS = ("q", "k", "v", "pk", "pv", "seqlens", "total", "cos", "sin", "pos", "bias", "sink", "", "", "", "",
+               "lengths")  # fmt: skip
+"""GroupQueryAttention's inputs, by the names the kernels below feed (in ONNX Runtime 1.32's order)."""
 
-        def nbits(name, weight, out):
-            packed, scales, _ = quantizer.qbits_block_quant(weight)
-            node = ("ms.MatMulNBits", ["x", f"{name}_q", f"{name}_s"], [out],
-                    {"K": weight.shape[0], "N": weight.shape[1], "bits": 4, "block_size": 32, "accuracy_level": 4})  # fmt: skip
-            return node, {f"{name}_q": packed, f"{name}_s": scales}
 
-        three = [nbits(n, w, n) for n, w in zip("qkv", weights, strict=True)]
-        fused = nbits("qkv", np.concatenate(weights, 1), "qkv")
-        proj_out = {"q": [1, seq, HIDDEN], "k": [1, seq, KV_HEADS * SIZE], "v": [1, seq, KV_HEADS * SIZE]}
-        yield Kernel(
-            f"one int4 MatMulNBits for q, k, v vs three, {label}",
-            _model([n for n, _ in three], {"x": x}, proj_out, {k: v for _, i in three for k, v in i.items()}),
-            _model([fused[0]], {"x": x}, {"qkv": [1, seq, (HEADS + 2 * KV_HEADS) * SIZE]}, fused[1]),
-            {"x": x}, "see the ablation (packed q, k, v go to GroupQueryAttention as one input)",
-            compare=False,
-        )  # fmt: skip
-        skip, gamma = rng.standard_normal((1, seq, HIDDEN), dtype=np.float32), np.ones(HIDDEN, np.float32)
-        norm_io = ({"x": x.shape, "skip": x.shape}, {"y": x.shape, "s": x.shape})
-        yield Kernel(
-            f"Add + RMSNormalization-23 vs SkipSimplifiedLayerNormalization, {label}",
-            _model([("ms.SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y", "", "", "s"], {"epsilon": 1e-6})],
-                   *norm_io, {"gamma": gamma}),
-            _model([("Add", ["x", "skip"], ["s"], {}), ("RMSNormalization", ["s", "gamma"], ["y"], {"epsilon": 1e-6})],
-                   *norm_io, {"gamma": gamma}),
-            {"x": x, "skip": skip}, "Add + RMSNormalization-23 kept (SkipSimplified: even at one token, slower over a prompt)",
-        )  # fmt: skip
+def _gqa(*used: str, **attributes) -> tuple:
+    """A GroupQueryAttention node reading the inputs ``used`` of :data:`_GQA_INPUTS` (the others left out)."""
+    inputs = [name if name in used else "" for name in _GQA_INPUTS]
+    while not inputs[-1]:
+        inputs.pop()
+    return ("ms.GroupQueryAttention", inputs, ["y", "present_k", "present_v"],
+            {"num_heads": HEADS, "kv_num_heads": KV_HEADS, **attributes})  # fmt: skip
+
+
+def _attention_kernels(rng, label: str, past: int, seq: int, tables: dict):
+    total = past + seq
+    q, k, v = (rng.standard_normal((1, seq, n * SIZE), dtype=np.float32) for n in (HEADS, KV_HEADS, KV_HEADS))
+    feeds = {
+        "q": q, "k": k, "v": v, "q0": q, "k0": k, "pos": np.arange(past, total)[None],
+        "pk": rng.standard_normal((1, KV_HEADS, past, SIZE), dtype=np.float32),
+        "pv": rng.standard_normal((1, KV_HEADS, past, SIZE), dtype=np.float32),
+        "seqlens": np.full(1, total - 1, np.int32), "total": np.array(total, np.int32),
+        "bias": np.zeros((1, 1, seq, total), np.float32), "lengths": np.full(1, seq, np.int32),
+    }  # fmt: skip
+    outputs = {"y": [1, seq, HIDDEN], "present_k": [1, KV_HEADS, total, SIZE], "present_v": [1, KV_HEADS, total, SIZE]}
+
+    def model(nodes, constants=None):
+        """A model of ``nodes``: its inputs are what the nodes read that no node makes and no constant is."""
+        made = {name for node in nodes for name in node[2]} | set(constants or {})
+        read = [name for node in nodes for name in node[1] if name and name not in made]
+        return _model(nodes, {name: feeds[name] for name in dict.fromkeys(read)}, outputs, constants)
+
+    base = ("q", "k", "v", "pk", "pv", "seqlens", "total")
+    masked = (*base, "bias", "lengths")
+    yield Kernel(
+        f"GroupQueryAttention + attention_bias, query_seqlens vs without, {label}", model([_gqa(*base)]),
+        model([_gqa(*masked)]), feeds, "kept: exact for left padding and for batched prompts after a cache",
+    )  # fmt: skip
+    keep = [_gqa(*masked), ("Mul", ["y0", "keep"], ["y"], {})]
+    keep[0] = (keep[0][0], keep[0][1], ["y0", "present_k", "present_v"], keep[0][3])
+    sink = {"sink": np.full(HEADS, -1e30, np.float32)}
+    yield Kernel(
+        f"head_sink vs a Mul by the rows with keys, {label}", model(keep, {"keep": np.ones((1, seq, 1), np.float32)}),
+        model([_gqa(*masked, "sink")], sink), feeds, "head_sink kept (a row with no key gives 0, as torch's)",
+    )  # fmt: skip
+    outside = [
+        ("Gather", ["cos", "pos"], ["c"], {}), ("Gather", ["sin", "pos"], ["s"], {}),
+        ("RotaryEmbedding", ["q0", "c", "s"], ["q"], {"num_heads": HEADS}),
+        ("RotaryEmbedding", ["k0", "c", "s"], ["k"], {"num_heads": KV_HEADS}), _gqa(*masked, "sink"),
+    ]  # fmt: skip
+    inside = _gqa(*masked, "sink", "cos", "sin", "pos", do_rotary=1)
+    yield Kernel(
+        f"rotary inside GroupQueryAttention vs RotaryEmbedding-23 before it, {label}",
+        model(outside, {**tables, **sink}), model([inside], {**tables, **sink}), feeds, "see the ablation",
+    )  # fmt: skip
+
+
+def _layer_kernels(rng, label: str, seq: int):
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        DefaultWeightOnlyQuantizer,
+    )
+
+    quantizer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, bits=4))
+    x = rng.standard_normal((1, seq, HIDDEN), dtype=np.float32)
+    weights = [rng.standard_normal((HIDDEN, n * SIZE), dtype=np.float32) for n in (HEADS, KV_HEADS, KV_HEADS)]
+
+    def nbits(name, weight):
+        packed, scales, _ = quantizer.qbits_block_quant(weight)
+        attributes = {"K": weight.shape[0], "N": weight.shape[1], "bits": 4, "block_size": 32, "accuracy_level": 4}
+        return ("ms.MatMulNBits", ["x", f"{name}_q", f"{name}_s"], [name], attributes), {
+            f"{name}_q": packed, f"{name}_s": scales,
+        }  # fmt: skip
+
+    three = [nbits(n, w) for n, w in zip("qkv", weights, strict=True)]
+    packed = nbits("qkv", np.concatenate(weights, 1))
+    shapes = {"q": [1, seq, HIDDEN], "k": [1, seq, KV_HEADS * SIZE], "v": [1, seq, KV_HEADS * SIZE]}
+    yield Kernel(
+        f"one int4 MatMulNBits for q, k, v vs three, {label}",
+        _model([n for n, _ in three], {"x": x}, shapes, {k: v for _, i in three for k, v in i.items()}),
+        _model([packed[0]], {"x": x}, {"qkv": [1, seq, (HEADS + 2 * KV_HEADS) * SIZE]}, packed[1]),
+        {"x": x}, "see the ablation (the packed result is GroupQueryAttention's query)", compare=False,
+    )  # fmt: skip
+    skip, gamma = rng.standard_normal((1, seq, HIDDEN), dtype=np.float32), {"gamma": np.ones(HIDDEN, np.float32)}
+    io = ({"x": x.shape, "skip": x.shape}, {"y": x.shape, "s": x.shape})
+    fused = ("ms.SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y", "", "", "s"], {"epsilon": 1e-6})
+    pair = [("Add", ["x", "skip"], ["s"], {}), ("RMSNormalization", ["s", "gamma"], ["y"], {"epsilon": 1e-6})]
+    yield Kernel(
+        f"Add + RMSNormalization-23 vs SkipSimplifiedLayerNormalization, {label}", _model([fused], *io, gamma),
+        _model(pair, *io, gamma), {"x": x, "skip": skip}, "Add + RMSNormalization-23 kept: see the ablation",
+    )  # fmt: skip
 
 
 # -- part 6: ONNX Runtime GenAI ----------------------------------------------------------------
@@ -483,7 +483,7 @@ def genai(made: dict[str, Build], rounds: int) -> None:
     for precision in ("fp32", "int4"):
         b, o = f"builder {precision}", f"opreg {precision}"
         if b in best and o in best:
-            same = sum(x == y for x, y in zip(tokens[b], tokens[o]))
+            same = sum(x == y for x, y in zip(tokens[b], tokens[o], strict=False))
             print(f"   {precision}: builder {best[b]:6.1f} tokens/s, opreg {best[o]:6.1f} tokens/s "
                   f"(ratio {best[b] / best[o]:.2f}x); same tokens {same}/{len(tokens[b])}")  # fmt: skip
     print()
@@ -492,25 +492,37 @@ def genai(made: dict[str, Build], rounds: int) -> None:
 # -- part 5: ablation --------------------------------------------------------------------------
 
 
+ABLATED = ("GroupQueryAttentionOnCache", "RotaryInsideAttention", "PackedQKV", "RMSNormalization", "QuickGelu",
+           "FusedMatMul")  # fmt: skip
+"""The pack's rewrites part 5 leaves out one at a time (each fires in this decoder)."""
+
+
 def ablation(source: Path, work: Path, runners: dict[str, Runner], rounds: int) -> None:
-    """opreg's fp32 and int4 exports with each pack rewrite that fired left out, timed beside the full ones."""
-    print("5. Ablation: opreg with each of the pack's rewrites that fired left out (ratio to the full export)")
+    """opreg's fp32 and int4 exports with each of :data:`ABLATED` left out, and with
+    SkipSimplifiedLayerNormalization added, timed beside the full ones."""
+    print("5. Ablation: opreg without each rewrite (and with SkipSimplifiedLayerNormalization, which the pack leaves "
+          "out), ratio to the full export (above 1: the rewrite pays)")  # fmt: skip
     variants = {}
     for precision in ("fp32", "int4"):
-        full = work / f"opreg_{precision}"
-        fired = _fired(full / "model.onnx")
-        for rule in fired:
-            folder = work / f"opreg_{precision}_without_{rule}"
-            command = [sys.executable, __file__, "--export", str(source), str(folder), "--without", rule]
+        fired = _fired(work / f"opreg_{precision}" / "model.onnx")
+        options = [(f"without {rule}", ["--without", rule]) for rule in ABLATED if rule in fired]
+        options.append(("with SkipSimplifiedLayerNormalization", ["--skip-norm"]))
+        for label, option in options:
+            folder = work / f"opreg_{precision}_{option[-1]}"
+            command = [sys.executable, __file__, "--export", str(source), str(folder), *option]
             subprocess.run(command + (["--int4"] if precision == "int4" else []), check=True, capture_output=True)
-            variants[f"{precision} without {rule}"] = (Runner(folder), f"opreg {precision}")
+            variants[f"{precision} {label}"] = (Runner(folder), f"opreg {precision}")
     sessions = {name: r for name, r in runners.items() if name.startswith("opreg")}
     sessions.update({name: runner for name, (runner, _) in variants.items()})
     result = latency(sessions, rounds)
-    for label, times in result.items():
-        print(f"   {label}")
-        for name, (_, full) in variants.items():
-            print(f"     {name:<48} {times[name] / times[full]:.2f}x")
+    names = list(variants)
+    print(f"   {'':<48} " + " ".join(f"{label[:18]:>18}" for label, _, _ in CASES))
+    for name in names:
+        full = variants[name][1]
+        print(
+            f"   {name:<48} "
+            + " ".join(f"{result[label][name] / result[label][full]:>17.2f}x" for label, _, _ in CASES)
+        )
     print()
 
 
@@ -522,6 +534,34 @@ def _fired(path: Path) -> list[str]:
     return [item.split("=")[0].split(":", 1)[1] for item in fired.split(",") if item.startswith("ort_contrib:")]
 
 
+def skip_norm_pass():
+    """A pass making ``Add`` + ``RMSNormalization`` (the residual kept) one SkipSimplifiedLayerNormalization:
+    what the builder emits and the pack leaves out, for the ablation."""
+    import onnx_ir as ir
+
+    class SkipSimplifiedNorm(ir.passes.InPlacePass):
+        def call(self, model):
+            modified = False
+            for node in list(model.graph):
+                if node.op_type != "RMSNormalization" or node.domain != "":
+                    continue
+                add = node.inputs[0].producer()
+                if add is None or add.op_type != "Add" or add.domain != "" or len(node.inputs) != 2:
+                    continue
+                epsilon = node.attributes["epsilon"].as_float() if "epsilon" in node.attributes else 1e-5
+                fused = ir.node("SkipSimplifiedLayerNormalization", [*add.inputs, node.inputs[1]],
+                                {"epsilon": epsilon}, domain="com.microsoft", num_outputs=4)  # fmt: skip
+                model.graph.insert_before(node, fused)
+                for old, new in ((node.outputs[0], fused.outputs[0]), (add.outputs[0], fused.outputs[3])):
+                    new.type, new.shape = old.type, old.shape
+                    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+                modified = True
+            ir.passes.common.RemoveUnusedNodesPass()(model)
+            return ir.passes.PassResult(model, modified)
+
+    return SkipSimplifiedNorm()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=Path("build/llm-bench"))
@@ -531,19 +571,21 @@ def main() -> None:
     parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--int4", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--without", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--skip-norm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.export:
         with _without(args.without):
-            opreg_export(*args.export, int4=args.int4)
+            opreg_export(*args.export, int4=args.int4, skip_norm=args.skip_norm)
         return
+    import onnxruntime_genai
     import torch
 
-    print(f"onnxruntime {onnxruntime.__version__}, onnxruntime-genai "
-          f"{__import__('onnxruntime_genai').__version__}, torch {torch.__version__}, CPU x{os.cpu_count()}\n")  # fmt: skip
+    print(f"onnxruntime {onnxruntime.__version__}, onnxruntime-genai {onnxruntime_genai.__version__}, "
+          f"torch {torch.__version__}, CPU x{os.cpu_count()}\n")  # fmt: skip
     args.work.mkdir(parents=True, exist_ok=True)
     source = checkpoint(args.work / "llama")
     if not args.skip_kernels:
-        part_kernels(args.rounds, kernels(), "1. Kernels at 1 thread, this model's sizes: ratio = baseline / candidate")
+        part_kernels(args.rounds, kernels(), "1. Kernels at 1 thread, this model's sizes")
     made = builds(source, args.work)
     print("2. Builds (each in a fresh process)")
     for build in made.values():
