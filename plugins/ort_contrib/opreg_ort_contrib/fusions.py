@@ -608,8 +608,11 @@ def rules(target) -> list:
         return []
     from opreg_ort_contrib.gqa_fusions import PackedQKV, RotaryInsideAttention
     from opreg_ort_contrib.kv_cache import GroupQueryAttentionOnCache
+    from opreg_ort_contrib.quantize import TorchaoWeights
 
     offered = [rule for name, rule in RULES.items() if OFFERED.get(name, lambda _: True)(target.onnx)]
-    if target.onnx in ATTENTION_23:
-        return offered
-    return [*offered, GroupQueryAttentionOnCache(), RotaryInsideAttention(), PackedQKV()]
+    if target.onnx not in ATTENTION_23:
+        offered.append(GroupQueryAttentionOnCache())
+    if target.onnx > max(ATTENTION_23):  # they take RotaryEmbedding-23 into GroupQueryAttention
+        offered += [RotaryInsideAttention(), PackedQKV()]
+    return [*offered, TorchaoWeights()]

@@ -290,10 +290,8 @@ class _MaskInputs:
 
 
 def _mask_inputs(build: _Builder, mask: ir.Value, query: ir.Value) -> _MaskInputs:
-    source, axis = _size_source(build.graph, query, 1)
-    length = build("Shape", source, start=axis, end=axis + 1)  # the query length, (1,)
-    batch = build("Shape", mask, start=0, end=1)
-    total = build("Shape", mask, start=1, end=2)
+    length = _size(build, query, 1)  # the query length, (1,)
+    batch, total = _size(build, mask, 0), _size(build, mask, 1)
     seen = build("Cast", mask, to=ir.DataType.BOOL) if mask.dtype != ir.DataType.BOOL else mask
     padding = build("Where", build("Unsqueeze", seen, build.constant([1, 2])), build.constant(np.float32(0.0)),
                     build.constant(np.float32(_LOWEST)))  # fmt: skip
@@ -303,6 +301,16 @@ def _mask_inputs(build: _Builder, mask: ir.Value, query: ir.Value) -> _MaskInput
     seqlens = build("Expand", build("Sub", total32, build.constant(np.array([1], np.int32))), batch)
     query_lengths = build("Expand", build("Cast", length, to=i32), batch)
     return _MaskInputs(bias, seqlens, build("Squeeze", total32), query_lengths)
+
+
+def _size(build: _Builder, value: ir.Value, axis: int) -> ir.Value:
+    """``value``'s size at ``axis`` as a (1,) int64: a constant if static, else read from a graph input
+    with the same symbolic dim (every layer then reads the same ``Shape``), or ``value`` itself."""
+    dim = dims(value)[axis] if dims(value) is not None else None
+    if isinstance(dim, int):
+        return build.constant([dim])
+    source, index = _size_source(build.graph, value, axis)
+    return build("Shape", source, start=index, end=index + 1)
 
 
 def _size_source(graph: ir.Graph, value: ir.Value, axis: int) -> tuple[ir.Value, int]:

@@ -41,23 +41,38 @@ class Slice:
 
     Fields:
         output: the value probed.
-        source: the one value the slice reads as values (a graph input, or the cut).
+        source: the one value the slice reads as values (a graph input, or the cut); ``None``
+            for a value computed from constants alone (:meth:`constant`).
         nodes: the nodes between them, in graph order.
         shapes: ``Shape`` nodes of other graph inputs, whose outputs the probe feeds.
         constants: the initializers and constants the nodes read.
     """
 
     output: ir.Value
-    source: ir.Value
+    source: ir.Value | None
     nodes: list[ir.Node]
     shapes: list[ir.Node]
     constants: list[ir.Value]
 
     @staticmethod
-    def of(output: ir.Value, cut: ir.Value | None = None) -> Slice | None:
+    def constant(output: ir.Value) -> Slice | None:
+        """The slice of a value computed from initializers and constants alone, of any size (a
+        weight dequantized in the graph), or ``None``."""
+        return Slice.of(output, sources=0, max_constant=None)
+
+    @staticmethod
+    def of(
+        output: ir.Value,
+        cut: ir.Value | None = None,
+        *,
+        sources: int = 1,
+        max_constant: int | None = MAX_CONSTANT_ELEMENTS,
+    ) -> Slice | None:
         """The slice of ``output``: from ``cut`` if given (which must be the only runtime value it
-        reads), else from the one graph input it reads as values; ``None`` if there is no such
-        slice (several runtime values, custom ops, subgraphs, big constants, too many nodes)."""
+        reads), else from the one graph input it reads as values (``sources=0``: from none);
+        ``None`` if there is no such slice (other runtime values, custom ops, subgraphs,
+        constants over ``max_constant`` elements, too many nodes)."""
+        sources_wanted = sources
         nodes: dict[int, ir.Node] = {}
         constants: dict[int, ir.Value] = {}
         sources: dict[int, ir.Value] = {}
@@ -72,10 +87,10 @@ class Slice:
             if producer is None:
                 if current.is_initializer() or current.const_value is not None:
                     tensor = current.const_value
-                    if tensor is None or tensor.size > MAX_CONSTANT_ELEMENTS:
+                    if tensor is None or (max_constant is not None and tensor.size > max_constant):
                         return None
                     constants[id(current)] = current
-                elif current.is_graph_input() and cut is None:
+                elif current.is_graph_input() and cut is None and sources_wanted:
                     sources[id(current)] = current
                 else:
                     return None
@@ -93,11 +108,11 @@ class Slice:
                 shapes.append(producer)
                 continue
             stack.extend(v for v in producer.inputs if v is not None)
-        if len(sources) != 1:
+        if len(sources) != sources_wanted or (sources_wanted == 0 and shapes):
             return None
         order = {id(node): index for index, node in enumerate(output.graph or [])}
         ordered = sorted((n for n in nodes.values() if n not in shapes), key=lambda n: order.get(id(n), -1))
-        return Slice(output, next(iter(sources.values())), ordered, shapes, list(constants.values()))
+        return Slice(output, next(iter(sources.values()), None), ordered, shapes, list(constants.values()))
 
     def model(self, opsets: Mapping[str, int]):
         """The slice as an ``onnx.ModelProto``: inputs the source and each ``Shape``'s output."""
@@ -108,7 +123,9 @@ class Slice:
         def name(value: ir.Value) -> str:
             return names.setdefault(id(value), f"v{len(names)}")
 
-        inputs = [onnx.helper.make_tensor_value_info(name(self.source), int(self.source.dtype), None)]
+        inputs = []
+        if self.source is not None:
+            inputs.append(onnx.helper.make_tensor_value_info(name(self.source), int(self.source.dtype), None))
         for shape in self.shapes:
             inputs.append(onnx.helper.make_tensor_value_info(name(shape.outputs[0]), onnx.TensorProto.INT64, [None]))
         initializers = []
@@ -151,13 +168,15 @@ class Prober:
     slice: Slice
     session: object
 
-    def __call__(self, source: np.ndarray, sizes: Mapping[str, int]) -> np.ndarray | None:
+    def __call__(self, source: np.ndarray | None = None, sizes: Mapping[str, int] | None = None) -> np.ndarray | None:
         """The output for ``source``, the graph inputs' symbolic dims sized by ``sizes``
         (name -> value); ``None`` if a dim is not in ``sizes`` or the slice fails there."""
         names = [i.name for i in self.session.get_inputs()]
-        feeds = {names[0]: source.astype(self.slice.source.dtype.numpy())}
-        for name, shape in zip(names[1:], self.slice.shapes, strict=True):
-            found = _shape_of(shape, sizes)
+        feeds = {}
+        if self.slice.source is not None:
+            feeds[names.pop(0)] = source.astype(self.slice.source.dtype.numpy())
+        for name, shape in zip(names, self.slice.shapes, strict=True):
+            found = _shape_of(shape, sizes or {})
             if found is None:
                 return None
             feeds[name] = found
