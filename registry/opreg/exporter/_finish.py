@@ -129,9 +129,8 @@ def export_passes(passes: Any) -> list[Rewrite]:
     try:
         return _rewrite.rewrites_of(EXPORT_PASSES, list(passes))
     except PluginError as e:
-        raise InvalidArgumentError(
-            f"passes: {str(e).removeprefix(f'pack {EXPORT_PASSES!r}: {_rewrite.HOOK} ')}"
-        ) from e
+        reason = str(e).removeprefix(f"pack {EXPORT_PASSES!r}: {_rewrite.HOOK} ")
+        raise InvalidArgumentError(f"passes: {reason}") from e
 
 
 # -- outputs --------------------------------------------------------------------------
