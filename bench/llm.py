@@ -47,7 +47,7 @@ import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ort_contrib import Kernel, _model, part_kernels, timings
+from bench.ort_contrib import Kernel, _model, part_kernels, round_times
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 512, 8, 8, 2, 1376, 32000
 SIZE = HIDDEN // HEADS
@@ -99,27 +99,44 @@ def checkpoint(folder: Path) -> Path:
 
 
 def decoder(model):
-    """``model`` as a module taking the cache as inputs and returning it as outputs."""
+    """``model`` as a module taking the cache as inputs and returning it as outputs (the layout of
+    opreg.llm: ``input_ids``, ``attention_mask``, ``position_ids``, the cache)."""
     import torch
     from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class PastLayer(DynamicLayer):
+        """A layer holding a given past; its length read from its shape (DynamicLayer says 0 for an
+        empty one, a branch torch.export would specialise)."""
+
+        def __init__(self, keys, values) -> None:
+            super().__init__()
+            self.keys, self.values, self.dtype, self.device = keys, values, keys.dtype, keys.device
+            self.is_initialized = True
+
+        def get_seq_length(self) -> int:
+            return self.keys.shape[-2]
 
     class Decoder(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
-        def forward(self, input_ids, attention_mask, past_key_values):
-            cache = DynamicCache(config=self.model.config)
-            for layer, (key, value) in enumerate(past_key_values):
-                cache.update(key, value, layer)
-            positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
+        def forward(self, input_ids, attention_mask, position_ids, past_key_values):
+            cache = DynamicCache()
+            cache.layers = [PastLayer(key, value) for key, value in past_key_values]
             out = self.model(
-                input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, past_key_values=cache,
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, past_key_values=cache,
                 use_cache=True,
             )  # fmt: skip
-            return out.logits, [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+            return out.logits, [(layer.keys, layer.values) for layer in cache.layers]
 
     return Decoder().eval()
+
+
+def positions(mask: np.ndarray, seq: int) -> np.ndarray:
+    """The position of each of the last ``seq`` tokens: the count of real tokens before it (left padding)."""
+    return np.maximum(mask.cumsum(-1) - 1, 0)[:, -seq:]
 
 
 def opreg_export(source: Path, out: Path, int4: bool, skip_norm: bool = False) -> None:
@@ -142,8 +159,10 @@ def opreg_export(source: Path, out: Path, int4: bool, skip_norm: bool = False) -
     cache = [
         (torch.randn(2, KV_HEADS, 3, SIZE), torch.randn(2, KV_HEADS, 3, SIZE)) for _ in range(config.num_hidden_layers)
     ]
-    args = (torch.randint(3, VOCAB, (2, 4)), torch.ones(2, 7, dtype=torch.int64), cache)
+    mask = np.ones((2, 7), np.int64)
+    args = (torch.randint(3, VOCAB, (2, 4)), torch.from_numpy(mask), torch.from_numpy(positions(mask, 4)), cache)
     dims = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: torch.export.Dim.AUTO},
+            "position_ids": {0: batch, 1: torch.export.Dim.AUTO},
             "past_key_values": [({0: batch, 2: past}, {0: batch, 2: past})] * config.num_hidden_layers}  # fmt: skip
     passes = [skip_norm_pass()] if skip_norm else []
     passes += [opreg_ort_contrib.MatMulNBitsQuantization(**INT4)] if int4 else []
@@ -152,7 +171,9 @@ def opreg_export(source: Path, out: Path, int4: bool, skip_norm: bool = False) -
     program.save(out / "model.onnx", external_data=True)
     genai = json.loads((out.parent / f"builder_{'int4' if int4 else 'fp32'}" / "genai_config.json").read_text())
     names = genai["model"]["decoder"]
-    names["inputs"].update(past_key_names="past_key_values_%d_0", past_value_names="past_key_values_%d_1")
+    names["inputs"].update(
+        position_ids="position_ids", past_key_names="past_key_values_%d_0", past_value_names="past_key_values_%d_1"
+    )
     names["outputs"].update(logits="output_0", present_key_names="output_1_%d_0", present_value_names="output_1_%d_1")
     (out / "genai_config.json").write_text(json.dumps(genai, indent=4))
     for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -212,6 +233,7 @@ class Runner:
     """A folder's model in an ONNX Runtime session, fed by the names its genai_config gives."""
 
     def __init__(self, folder: Path, threads: int = 1) -> None:
+        self.folder = folder
         config = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
         self.inputs, self.outputs = config["inputs"], config["outputs"]
         self.layers = config["num_hidden_layers"]
@@ -225,7 +247,7 @@ class Runner:
     def feeds(self, ids: np.ndarray, mask: np.ndarray, cache: list[tuple[np.ndarray, np.ndarray]]) -> dict:
         feeds = {self.inputs["input_ids"]: ids, self.inputs["attention_mask"]: mask}
         if "position_ids" in self.inputs and self.inputs["position_ids"] in self.names:
-            feeds[self.inputs["position_ids"]] = (np.maximum(mask.cumsum(-1) - 1, 0))[:, -ids.shape[1] :]
+            feeds[self.inputs["position_ids"]] = positions(mask, ids.shape[1])
         for layer, (key, value) in enumerate(cache):
             feeds[self.inputs["past_key_names"] % layer] = key
             feeds[self.inputs["past_value_names"] % layer] = value
@@ -284,8 +306,9 @@ def correctness(source: Path, runners: dict[str, Runner]) -> None:
         cache = random_cache(2, past, seed=2)
         with torch.no_grad():
             logits, present = wrapped(
-                torch.from_numpy(ids), torch.from_numpy(mask), [tuple(map(torch.from_numpy, kv)) for kv in cache]
-            )
+                torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(positions(mask, seq)),
+                [tuple(map(torch.from_numpy, kv)) for kv in cache],
+            )  # fmt: skip
         real = mask[:, past:] != 0
         cells = []
         for name, runner in runners.items():
@@ -320,9 +343,25 @@ def correctness(source: Path, runners: dict[str, Runner]) -> None:
 # -- part 4: latency ---------------------------------------------------------------------------
 
 
-def latency(runners: dict[str, Runner], rounds: int) -> dict[str, dict[str, float]]:
-    """Seconds per run of each runner's session for each case (the best of interleaved rounds)."""
-    result: dict[str, dict[str, float]] = {}
+@dataclasses.dataclass
+class Timing:
+    """One session's seconds per run in each interleaved round of a case."""
+
+    rounds: list[float]
+
+    @property
+    def best(self) -> float:
+        return min(self.rounds)
+
+    def ratio(self, other: Timing) -> float:
+        """The median, over rounds, of this session's time over ``other``'s in the same round:
+        each pair ran back to back, under the same load."""
+        return float(np.median(np.array(self.rounds) / np.array(other.rounds)))
+
+
+def latency(runners: dict[str, Runner], rounds: int) -> dict[str, dict[str, Timing]]:
+    """Each runner's session timed in each of :data:`CASES`, in interleaved rounds."""
+    result: dict[str, dict[str, Timing]] = {}
     for label, past, seq in CASES:
         rng = np.random.default_rng(3)
         ids = rng.integers(3, VOCAB, (1, seq))
@@ -330,15 +369,20 @@ def latency(runners: dict[str, Runner], rounds: int) -> dict[str, dict[str, floa
         cache = random_cache(1, past)
         sessions = {name: r.session for name, r in runners.items()}
         inputs = {name: r.feeds(ids, mask, cache) for name, r in runners.items()}
-        result[label] = timings(sessions, inputs, rounds, 5 if seq == 1 else 1)
+        times = round_times(sessions, inputs, rounds, 10 if seq == 1 else 1)
+        result[label] = {name: Timing(values) for name, values in times.items()}
     return result
 
 
-def print_latency(title: str, result: dict[str, dict[str, float]], pairs: list[tuple[str, str]]) -> None:
+def print_latency(title: str, result: dict[str, dict[str, Timing]], pairs: list[tuple[str, str]]) -> None:
     print(title)
     for label, times in result.items():
-        cells = [f"{a} {times[a] * 1e3:6.2f} ms / {b} {times[b] * 1e3:6.2f} ms = {times[a] / times[b]:.2f}x"
-                 for a, b in pairs]  # fmt: skip
+        cells = []
+        for a, b in pairs:
+            first, second = times[a], times[b]
+            cells.append(
+                f"{a} {first.best * 1e3:6.2f} ms / {b} {second.best * 1e3:6.2f} ms: {first.ratio(second):.2f}x"
+            )
         print(f"   {label:<20} " + " | ".join(cells))
     print()
 
@@ -511,18 +555,12 @@ def ablation(source: Path, work: Path, runners: dict[str, Runner], rounds: int) 
             folder = work / f"opreg_{precision}_{option[-1]}"
             command = [sys.executable, __file__, "--export", str(source), str(folder), *option]
             subprocess.run(command + (["--int4"] if precision == "int4" else []), check=True, capture_output=True)
-            variants[f"{precision} {label}"] = (Runner(folder), f"opreg {precision}")
-    sessions = {name: r for name, r in runners.items() if name.startswith("opreg")}
-    sessions.update({name: runner for name, (runner, _) in variants.items()})
-    result = latency(sessions, rounds)
-    names = list(variants)
+            variants[f"{precision} {label}"] = (folder, f"opreg {precision}")
     print(f"   {'':<48} " + " ".join(f"{label[:18]:>18}" for label, _, _ in CASES))
-    for name in names:
-        full = variants[name][1]
-        print(
-            f"   {name:<48} "
-            + " ".join(f"{result[label][name] / result[label][full]:>17.2f}x" for label, _, _ in CASES)
-        )
+    for name, (folder, full) in variants.items():  # each beside a fresh session of its full export, alone
+        result = latency({full: Runner(runners[full].folder), name: Runner(folder)}, rounds)
+        print(f"   {name:<48} " + " ".join(f"{result[label][name].ratio(result[label][full]):>17.2f}x"
+                                             for label, _, _ in CASES))  # fmt: skip
     print()
 
 
@@ -595,7 +633,8 @@ def main() -> None:
     correctness(source, runners)
     result = latency(runners, args.rounds)
     print_latency(
-        "4. Latency at 1 thread (thread CPU time, best of interleaved rounds): opreg / builder",
+        "4. Latency at 1 thread (thread CPU time; the best round's ms, and the median over interleaved rounds of "
+        "opreg / builder in the round)",
         result, [("opreg fp32", "builder fp32"), ("opreg int4", "builder int4")],
     )  # fmt: skip
     if not args.no_ablation:

@@ -312,18 +312,28 @@ def timings(
     thread's CPU time: time other processes take from this core is not counted, which keeps
     the ratios steady on a shared machine. With more threads the kernels run on a pool, and
     the clock is the wall clock (read those numbers with the machine's load in mind)."""
+    return {name: min(values) for name, values in round_times(sessions, inputs, rounds, runs, threads).items()}
+
+
+def round_times(
+    sessions: dict[str, onnxruntime.InferenceSession], inputs: dict[str, dict], rounds: int, runs: int, threads: int = 1
+) -> dict[str, list[float]]:
+    """Seconds per run of each session in each of ``rounds`` interleaved rounds (see :func:`timings`);
+    each round starts with the next session, so none always runs right after the same other."""
     clock = time.thread_time if threads == 1 else time.perf_counter
     for name, s in sessions.items():
         for _ in range(3):
             s.run(None, inputs[name])
     samples: dict[str, list[float]] = {name: [] for name in sessions}
-    for _ in range(rounds):
-        for name, s in sessions.items():
+    names = list(sessions)
+    for index in range(rounds):
+        for name in names[index % len(names) :] + names[: index % len(names)]:  # each round starts elsewhere
+            s = sessions[name]
             start = clock()
             for _ in range(runs):
                 s.run(None, inputs[name])
             samples[name].append((clock() - start) / runs)
-    return {name: min(values) for name, values in samples.items()}
+    return samples
 
 
 # -- part 1: kernels ----------------------------------------------------------------------------
