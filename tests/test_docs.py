@@ -15,7 +15,9 @@ from opreg import hookspecs
 from opreg.plugins import hook_names
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "CONTRIBUTING.md"]
+PAGES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
+DOCS = ["README.md", "CONTRIBUTING.md", "BENCHMARKS.md", *PAGES]
+HOOKS_GUIDE = "docs/writing-packs.md"  # its section "The hooks" documents every hook
 
 
 def python_blocks(path: Path) -> list[str]:
@@ -25,10 +27,12 @@ def python_blocks(path: Path) -> list[str]:
 def test_every_hook_is_a_documented_spec():
     specs = sorted(name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("opreg_"))
     assert specs == sorted(hook_names())
-    contributing = (ROOT / "CONTRIBUTING.md").read_text()
+    guide = (ROOT / HOOKS_GUIDE).read_text()
+    hooks = guide[guide.index("\n## The hooks\n") :]
+    hooks = hooks[: hooks.index("\n## ", 1)]
     for name in specs:
         assert len(inspect.getdoc(getattr(hookspecs, name)) or "") > 80, f"{name} needs a real docstring"
-        assert f"`{name}(" in contributing, f"CONTRIBUTING.md does not document hook {name}"
+        assert f"`{name}(" in hooks, f"{HOOKS_GUIDE}, 'The hooks', does not document hook {name}"
 
 
 SET_UP = "python3 -m venv .venv && . .venv/bin/activate && python -m pip install -r requirements-dev.txt"
@@ -76,6 +80,35 @@ def _installed(name: str) -> str | None:
         return None
 
 
+def test_readme_is_a_door():
+    """README stays short and links every reference page, BENCHMARKS.md and CONTRIBUTING.md."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200, "README.md is a door: move reference text to a page under docs/"
+    for page in [*PAGES, "BENCHMARKS.md", "CONTRIBUTING.md"]:
+        assert f"]({page})" in readme, f"README.md does not link {page}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_relative_links_resolve(doc):
+    """Every relative link of a page names a file that exists, and an anchor a heading of it."""
+    text = (ROOT / doc).read_text()
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if "://" in target:
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (ROOT / doc).parent / path if path else ROOT / doc
+        assert linked.exists(), f"{doc} links {target}: no such file"
+        if anchor and linked.suffix == ".md":
+            assert anchor in headings(linked), f"{doc} links {target}: no such heading"
+
+
+def headings(page: Path) -> set[str]:
+    """GitHub's anchors of a Markdown page's headings (code blocks left out)."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    titles = re.findall(r"^#+ (.+)$", text, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", t.lower()).replace(" ", "-") for t in titles}
+
+
 @pytest.mark.parametrize(
     ("doc", "index"),
     [(doc, i) for doc in DOCS for i in range(len(python_blocks(ROOT / doc)))],
@@ -84,7 +117,7 @@ def test_python_blocks_run(doc, index, tmp_path, monkeypatch):
     source = python_blocks(ROOT / doc)[index]
     monkeypatch.chdir(tmp_path)
     if source.startswith("# my_pack/__init__.py"):
-        run_pack_skeleton(source, tmp_path, monkeypatch)
+        run_pack_skeleton(source, ROOT / doc, tmp_path, monkeypatch)
     else:
         name = f"{doc}[block {index}]"
         # onnxscript.script reads its function's source and module: let inspect find both
@@ -94,8 +127,9 @@ def test_python_blocks_run(doc, index, tmp_path, monkeypatch):
         exec(compile(source, name, "exec"), module.__dict__)
 
 
-def run_pack_skeleton(source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Install the guide's pack module as a real distribution and load it."""
+def run_pack_skeleton(source: str, guide: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Install the guide's pack module, with the entry point of the guide's first toml block, as a
+    real distribution and load it."""
     import sys
 
     import opreg.plugins
@@ -109,7 +143,7 @@ def run_pack_skeleton(source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     info = tmp_path / "my_pack-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-pack\nVersion: 0.1\n")
-    toml = re.search(r"```toml\n(.*?)```", (ROOT / "CONTRIBUTING.md").read_text(), flags=re.S).group(1)
+    toml = re.search(r"```toml\n(.*?)```", guide.read_text(), flags=re.S).group(1)
     ini = toml.replace('[project.entry-points."opreg.plugins"]', "[opreg.plugins]").replace('"', "")
     (info / "entry_points.txt").write_text(ini)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -79,7 +79,7 @@ def test_kwargs_and_nested_outputs():
     program = opreg.export(model, (x,), {"extra": extra})
 
     assert program.input_names == ("x", "extra_shift", "extra_bias")
-    assert program.output_names == ("logits", "pair_0", "pair_1")
+    assert program.output_names == ("logits", "pair.0", "pair.1")  # parts of a path joined with dots
     weights = {"proj.weight", "proj.bias", "scale"}  # state_dict names, untouched by constant folding
     initializers = program.model.graph.initializers
     assert weights <= set(initializers)

@@ -205,17 +205,33 @@ def test_a_failed_packs_profile_names_the_failure(capsys, make_pack):
     assert "packs that did not load and may define it: pack 'broken'" in err and "missing dependency frob" in err
 
 
-def test_a_slow_pack_is_reported_and_fails_the_kit(capsys, make_pack):
-    """12: a pack that takes seconds to import is not healthy."""
+def test_a_slow_pack_is_reported_and_fails_the_kit(capsys, make_pack, monkeypatch):
+    """12: a pack that takes seconds to import is not healthy. The pack sleeps 2 s, eight times the
+    threshold the test sets: no machine is fast enough to miss it."""
+    monkeypatch.setenv(opreg.plugins.SLOW_IMPORT_ENV, "0.25")
     outranking = TIE.replace("opset=18)", "opset=18, priority=1)")  # no tie here: only the import is slow
-    make_pack("sleepy", "import time\ntime.sleep(1.2)\n" + outranking)
+    make_pack("sleepy", "import time\ntime.sleep(2.0)\n" + outranking)
     _, out, _ = run(capsys, "plugins", "--json")
-    (report,) = [r for r in json.loads(out) if r["name"] == "sleepy"]
-    assert report["status"] == "loaded" and "slow import" in report["reason"] and report["seconds"] > 1
+    reports = {r["name"]: r for r in json.loads(out)}
+    assert reports["sleepy"]["status"] == "loaded" and reports["sleepy"]["seconds"] >= 2
+    assert "slow import: importing opreg_testpack_sleepy" in reports["sleepy"]["reason"]
     from opreg.testing import check_pack
 
     (row,) = [r for r in check_pack("sleepy").results if r.check == "import"]
-    assert row.status == "failed" and "importing the pack takes" in row.detail
+    assert row.status == "failed" and "importing the pack takes" in row.detail and "more than 0.25 s" in row.detail
+    monkeypatch.setenv(opreg.plugins.SLOW_IMPORT_ENV, "60")  # the suite's threshold: every pack is fast enough
+    opreg.plugins.clear_cache()
+    _, out, _ = run(capsys, "plugins", "--json")
+    assert "slow import" not in {r["name"]: r for r in json.loads(out)}["sleepy"]["reason"]
+    (row,) = [r for r in check_pack("sleepy").results if r.check == "import"]
+    assert row.status == "passed"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon"])
+def test_a_wrong_slow_import_threshold_is_named(monkeypatch, value):
+    monkeypatch.setenv(opreg.plugins.SLOW_IMPORT_ENV, value)
+    with pytest.raises(opreg.InvalidArgumentError, match=f"OPREG_SLOW_IMPORT_SECONDS='{value}': give a positive"):
+        opreg.plugins.slow_import_seconds()
 
 
 def test_a_failed_pack_is_logged_once_per_process_with_its_traceback_at_debug(make_pack, caplog):

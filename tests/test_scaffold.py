@@ -27,9 +27,8 @@ def run(*args: str | os.PathLike[str], cwd: Path, timeout: float = 120) -> subpr
 
 
 def guide_commands() -> list[list[str]]:
-    """The shell block that opens CONTRIBUTING.md's "Writing an op pack", one command a line."""
-    guide = (ROOT / "CONTRIBUTING.md").read_text()
-    section = guide[guide.index("## Writing an op pack") :]
+    """The shell block that opens docs/writing-packs.md, one command a line."""
+    section = (ROOT / "docs" / "writing-packs.md").read_text()
     block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
     return [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
 

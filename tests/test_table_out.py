@@ -1,5 +1,5 @@
 """Translation tables out: opreg's packs serve torch.onnx.export(dynamo=True) users, and the
-limits of torch's custom_translation_table that README quotes are what torch does."""
+limits of torch's custom_translation_table that docs/torch-onnx.md quotes are what torch does."""
 
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ def test_what_torch_onnx_cannot_take_is_left_out_with_one_warning():
     assert all(op in message for op in left)
 
 
-# -- torch.onnx's own limits, as README quotes them ------------------------------------------
+# -- torch.onnx's own limits, as docs/torch-onnx.md quotes them ---------------------------------
 
 
 class Gelu(torch.nn.Module):

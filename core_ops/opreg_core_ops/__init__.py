@@ -28,6 +28,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         indexing,
         joining,
         linalg,
+        noops,
         normalization,
         onnx_ops,
         padding,
@@ -72,4 +73,5 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         sets,
     ):
         module.register(registry)
+    registry.register_module(noops)
     unsupported.register(registry)

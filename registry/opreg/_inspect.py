@@ -24,7 +24,7 @@ from opreg.targets import ONNX_DOMAIN
 SCRIPT = "script"
 TRACE = "trace"
 OPREG = "opreg"
-"""Calling convention of impls written for opreg: see CONTRIBUTING.md, "How the exporter calls an impl"."""
+"""Calling convention of impls written for opreg: see docs/writing-packs.md, "How the exporter calls an impl"."""
 TORCH_ONNX = "torch.onnx"
 """Calling convention of functions written for torch.onnx (a ``custom_translation_table``, the
 tutorials' ``register_op``): device, layout and memory format as strings, a ``dtype``

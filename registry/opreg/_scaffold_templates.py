@@ -1,7 +1,7 @@
 """The files ``opreg new-pack`` writes; ``{{name}}`` stands for a field of
 :class:`opreg.scaffold.PackNames` (or ``title``).
 
-The generated pack is the guide's running example (CONTRIBUTING.md, "Writing
+The generated pack is the guide's running example (docs/writing-packs.md, "Writing
 an op pack"): change both together. ``tests/test_scaffold.py`` installs it and
 runs its tests.
 """
@@ -76,7 +76,7 @@ Layout: `torch_ops.py` defines the torch op, `impls.py` the ONNX impls,
 `runtime.py` the schema, reference kernel and function definition,
 `__init__.py` the hooks. When an op's ONNX schema changes, bump the domain
 version and keep the old impl registered for the old version (see opreg's
-CONTRIBUTING.md, "Versioning a pack").
+docs/writing-packs.md, "Versioning a pack").
 """
 
 INIT = '''

@@ -457,6 +457,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     line("opsets: " + ", ".join(f"{d}={v}" for d, v in report["opset_imports"].items()))
     for kind in ("inputs", "outputs"):
         line(f"{kind}: " + ", ".join(f"{v['name']} {v['dtype']}{v['shape']}" for v in report[kind]))
+    if report["constant_inputs"]:
+        fixed = ", ".join(f"{name}={json.dumps(value)}" for name, value in report["constant_inputs"].items())
+        line(f"constant inputs (fixed when exported; run() refuses other values): {fixed}")
     weights = report["initializers"]
     external = ", external data" if weights["external"] else ""
     line(f"initializers: {weights['count']} ({weights['bytes']:,} bytes{external})")

@@ -12,6 +12,8 @@ from opreg.targets import domain_label
 
 PACK_KEY = "opreg.pack"
 TORCH_OP_KEY = "opreg.torch_op"
+CONSTANT_INPUTS_KEY = "opreg.constant_inputs"
+"""The arguments ``torch.export`` made constants (bools, ints, strings...): a JSON object, name -> value."""
 
 
 class InspectionError(OpregError):
@@ -138,6 +140,20 @@ def _subgraphs(model: Any) -> list[dict[str, Any]]:
     return found
 
 
+def _constant_inputs(metadata: Any) -> dict[str, Any]:
+    """The arguments the export made constants of the model (``opreg.constant_inputs``), by name."""
+    import json
+
+    text = metadata.get(CONSTANT_INPUTS_KEY)
+    if not text:
+        return {}
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return {"?": text}
+    return found if isinstance(found, dict) else {"?": found}
+
+
 def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
     import onnx_ir as ir
 
@@ -167,6 +183,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
         "producer": " ".join(p for p in (model.producer_name, model.producer_version) if p),
         "opset_imports": {domain_label(d): v for d, v in sorted(model.opset_imports.items())},
         "inputs": [_value(v) for v in model.graph.inputs],
+        "constant_inputs": _constant_inputs(model.metadata_props),
         "outputs": [_value(v) for v in model.graph.outputs],
         "node_count": count,
         "ops": [

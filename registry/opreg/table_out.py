@@ -4,7 +4,7 @@
 resolves at a target (:meth:`~opreg.Registry.resolve` without a node, as
 torch.onnx gives none), the impl opreg would choose, in a form torch.onnx takes.
 What torch.onnx cannot take is left out, and one :class:`TranslationTableWarning`
-says what and why (README, "Moving between torch.onnx and opreg", lists these
+says what and why (docs/torch-onnx.md, "Moving between torch.onnx and opreg", lists these
 limits with the errors torch.onnx gives):
 
 - an impl with a predicate: torch.onnx calls a translation function with the

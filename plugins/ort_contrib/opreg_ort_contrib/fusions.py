@@ -1,7 +1,7 @@
 """Graph-level rewrites for the `onnxruntime` target: patterns that span several ops.
 
 Each rule is an onnxscript ``RewriteRule`` that opreg applies after translation and
-the lean pass (see ``opreg_rewrite_rules`` in CONTRIBUTING.md). Which ones the pack
+the lean pass (see ``opreg_rewrite_rules`` in docs/writing-packs.md). Which ones the pack
 offers, and for which targets, is :func:`rules`; why each is there (or is not) is
 measured by ``bench/ort_contrib.py`` on ONNX Runtime's CPU build:
 

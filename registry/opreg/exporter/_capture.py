@@ -9,6 +9,10 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError
+from opreg.exporter import _pytrees
+
+RETRIES = 4
+"""How many classes a capture may register as pytree nodes (each costs a capture again)."""
 
 
 def capture(
@@ -29,16 +33,33 @@ def capture(
     if not isinstance(args, tuple):
         args = (args,)
     check_dynamic_shapes(model, args, kwargs, dynamic_shapes)
-    try:
-        with onnx_exporting():
-            return torch.export.export(model, args, dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False)
-    except Exception as e:
-        raise ExportError(
-            f"torch.export could not capture {type(model).__name__}: {first_lines(e)}\n"
-            "opreg exports what torch.export captures: fix the model or its example inputs (torch's own "
-            "traceback is the chained exception, or `--debug` on the command line; what torch.export "
-            "supports: https://pytorch.org/docs/stable/export.html)."
-        ) from e
+    _pytrees.register_known_types()
+    for attempt in range(RETRIES + 1):
+        try:
+            with onnx_exporting():
+                return torch.export.export(model, args, dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False)
+        except Exception as e:
+            # a returned object of a class pytree does not know: register it, and capture again
+            if attempt < RETRIES and _pytrees.register_refused_type(e) is not None:
+                continue
+            raise _capture_error(model, e) from e
+    raise AssertionError("unreachable")
+
+
+def _capture_error(model: torch.nn.Module, e: Exception) -> ExportError:
+    hint = ""
+    if "Unfamiliar meta val" in str(e):  # torch 2.13: an enum (or other object) argument beside dynamic_shapes
+        hint = (
+            "\nThat value is a non-tensor argument torch.export cannot keep as a constant when dynamic_shapes "
+            "is given (it does without dynamic_shapes): fix it in a wrapper module's forward, or pass it as "
+            "a bool, int, float or str."
+        )
+    return ExportError(
+        f"torch.export could not capture {type(model).__name__}: {first_lines(e)}{hint}\n"
+        "opreg exports what torch.export captures: fix the model or its example inputs (torch's own "
+        "traceback is the chained exception, or `--debug` on the command line; what torch.export "
+        "supports: https://pytorch.org/docs/stable/export.html)."
+    )
 
 
 @contextlib.contextmanager
@@ -85,6 +106,8 @@ def _dynamic_dims(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]
                 if dim is not None:
                     yield path, value, index, dim
             return
+        if torch.utils._pytree.tree_is_leaf(value):
+            return  # an int made dynamic (Dim.DYNAMIC), or a constant: no dims
         if isinstance(value, Mapping) and isinstance(shapes, Mapping):
             for key, item in value.items():
                 if key in shapes:
@@ -150,9 +173,11 @@ def dim_names(
     for leaf, input_spec in zip(leaves, user_inputs, strict=False):
         names = named.get(id(leaf))
         node = placeholders.get(getattr(input_spec.arg, "name", ""))
+        value = None if node is None else node.meta.get("val")
+        if isinstance(value, torch.SymInt) and not getattr(value.node.expr, "is_number", False):
+            symbols.setdefault(str(value.node.expr), node.name)  # a dynamic int: sizes it sets are named after it
         if not names or node is None:
             continue
-        value = node.meta.get("val")
         for index, name in names.items():
             if isinstance(value, torch.Tensor) and index < value.dim():
                 dim = value.shape[index]
@@ -174,8 +199,68 @@ def dim_bounds(program: torch.export.ExportedProgram, symbols: Mapping[str, str]
 
 
 def input_leaves(program: torch.export.ExportedProgram) -> list[int]:
-    """Which leaves of the flattened ``(args, kwargs)`` are the ONNX inputs, in order."""
-    from torch.export.graph_signature import InputKind, TensorArgument
+    """Which leaves of the flattened ``(args, kwargs)`` are the ONNX inputs, in order: the tensors,
+    and the ints captured as symbolic (``Dim.DYNAMIC``), which become 0-d INT64 inputs."""
+    from torch.export.graph_signature import InputKind
 
     user = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-    return [i for i, spec in enumerate(user) if isinstance(spec.arg, TensorArgument)]
+    return [i for i, spec in enumerate(user) if isinstance(spec.arg, ONNX_INPUT_ARGUMENTS)]
+
+
+def constant_inputs(program: torch.export.ExportedProgram, module: Any = None) -> dict[int, tuple[str, Any]]:
+    """The leaves of the flattened ``(args, kwargs)`` that ``torch.export`` made constants of the
+    capture (bools, ints, floats, strings, ``None``, enums): leaf index -> (path, value), the path
+    as Python spells the argument (:func:`argument_paths`)."""
+    from torch.export.graph_signature import ConstantArgument, CustomObjArgument, InputKind
+
+    user = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    paths = argument_paths(program.call_spec.in_spec, module)
+    found = {}
+    for i, spec in enumerate(user):
+        if isinstance(spec.arg, ConstantArgument):
+            found[i] = (paths[i], spec.arg.value)
+        elif isinstance(spec.arg, CustomObjArgument) and not isinstance(spec.arg.fake_val, torch.ScriptObject):
+            found[i] = (paths[i], spec.arg.fake_val)  # an enum member: torch keeps it as an opaque object
+    return found
+
+
+def argument_paths(in_spec: Any, module: Any = None) -> list[str]:
+    """Each leaf of a call's ``(args, kwargs)`` as Python spells it: ``scale``, ``cfg['flag']``,
+    ``pair[0]``; a positional argument by ``module.forward``'s parameter name (``args[2]`` past
+    them, or when ``module`` is not a module)."""
+    names: list[str] = []
+    if isinstance(module, torch.nn.Module):
+        import inspect
+
+        try:
+            parameters = inspect.signature(module.forward).parameters.values()
+        except (TypeError, ValueError):
+            parameters = []
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        names = [p.name for p in parameters if p.kind in kinds]
+    paths = []
+    for where, head, *rest in _pytrees.leaf_paths(in_spec):
+        name = head
+        if where == "0":
+            index = int(head)
+            name = names[index] if index < len(names) else f"args[{index}]"
+        paths.append(name + "".join(f"[{part}]" if part.isdigit() else f"[{part!r}]" for part in rest))
+    return paths
+
+
+def symbolic_int_inputs(program: torch.export.ExportedProgram) -> list[int]:
+    """The leaves of the flattened ``(args, kwargs)`` that are dynamic ints (``Dim.DYNAMIC``)."""
+    from torch.export.graph_signature import InputKind, SymIntArgument
+
+    user = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    return [i for i, spec in enumerate(user) if isinstance(spec.arg, SymIntArgument)]
+
+
+def _onnx_input_arguments() -> tuple[type, ...]:
+    from torch.export import graph_signature as gs
+
+    return tuple(getattr(gs, name) for name in ("TensorArgument", "SymIntArgument") if hasattr(gs, name))
+
+
+ONNX_INPUT_ARGUMENTS = _onnx_input_arguments()
+"""The kinds of user input that become ONNX inputs (a tensor; a symbolic int as a 0-d INT64 tensor)."""

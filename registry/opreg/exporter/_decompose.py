@@ -9,6 +9,7 @@ is (:func:`covered_as_captured`).
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import torch
@@ -20,6 +21,8 @@ from opreg.opname import OpName
 from opreg.registry import Registry
 from opreg.targets import Target
 
+logger = logging.getLogger(__name__)
+
 _DECOMPOSED_WITH = "_opreg_decomposed_with"
 """Set on a program :func:`decompose` made: the table it used, so exporting it again
 for a target that keeps the same ops does not decompose it again."""
@@ -29,7 +32,8 @@ def decompose(
     program: torch.export.ExportedProgram, registry: Registry, target: Target
 ) -> torch.export.ExportedProgram:
     """``program`` decomposed for ``target`` (or as it is, when nothing needs it)."""
-    if covered_as_captured(program, registry, target):
+    reasons = decomposition_reasons(program, registry, target)
+    if not reasons:
         return program
     table = torch.export.default_decompositions()
     for op in list(table.keys()):
@@ -38,6 +42,7 @@ def decompose(
     kept = frozenset(table)
     if getattr(program, _DECOMPOSED_WITH, None) == kept:  # already decomposed with this very table
         return program
+    logger.info("running torch's decomposition for: %s", ", ".join(reasons))
     try:
         with warnings.catch_warnings():
             # torch deep-copies its own pytree specs here and warns about its own deprecated API
@@ -52,20 +57,28 @@ def decompose(
 def covered_as_captured(program: torch.export.ExportedProgram, registry: Registry, target: Target) -> bool:
     """Whether the captured graph (and every subgraph of its higher-order ops) mutates no
     input or buffer and every node in it translates at ``target`` as it is."""
+    return not decomposition_reasons(program, registry, target)
+
+
+def decomposition_reasons(program: torch.export.ExportedProgram, registry: Registry, target: Target) -> list[str]:
+    """Why the captured graph needs torch's decomposition at ``target`` (``[]``: it does not):
+    each op without an impl as captured, each call opreg cannot translate, a higher-order op
+    whose meaning the decomposition spells out, a mutated input or buffer. Logged when it runs."""
     signature = program.graph_signature
+    reasons: dict[str, None] = {}
     if signature.buffers_to_mutate or signature.user_inputs_to_mutate:
-        return False
+        reasons["a mutated input or buffer"] = None
     for node in _nodes.walk(program.graph):
         kind = _nodes.classify(node)
         if kind is _nodes.Kind.UNSUPPORTED:
-            return False
-        if kind is _nodes.Kind.HOP:
+            reasons[f"{node.target} (untranslatable as captured)"] = None
+        elif kind is _nodes.Kind.HOP:
             check = _nodes.HOPS[node.target].needs_decomposition
             if check is not None and check(node):
-                return False
+                reasons[_nodes.HOPS[node.target].name] = None
         elif (
             kind in (_nodes.Kind.OP, _nodes.Kind.INPLACE)
             and registry.resolve(_nodes.torch_op(node), target, node) is None
         ):
-            return False
-    return True
+            reasons[str(_nodes.torch_op(node))] = None
+    return list(reasons)

@@ -8,8 +8,9 @@ imports and IR version the model really needs, named outputs, and
 
 from __future__ import annotations
 
+import enum
 import json
-import re
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ import onnx_ir.passes.common as common_passes
 import torch
 
 from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError, PluginError
-from opreg.exporter import _rewrite
+from opreg.exporter import _capture, _pytrees, _rewrite
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
 from opreg.exporter._rewrite import Rewrite
@@ -85,7 +86,11 @@ def finish(
         inline=inline,
         optimize=optimize,
         fold_weights=fold_weights,
-        metadata={"opreg.target": str(target), **({DIM_BOUNDS_KEY: json.dumps(dim_bounds)} if dim_bounds else {})},
+        metadata={
+            "opreg.target": str(target),
+            **constants_metadata(exported_program, module),
+            **({DIM_BOUNDS_KEY: json.dumps(dim_bounds)} if dim_bounds else {}),
+        },
         definitions=definitions,
         rewrites=rewrites,
         target=target,
@@ -136,35 +141,26 @@ def export_passes(passes: Any) -> list[Rewrite]:
 # -- outputs --------------------------------------------------------------------------
 
 
-def _key_text(key: Any) -> str:
-    for attr in ("key", "idx", "name"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
-
-
-def _clean(text: str) -> str:
-    text = re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_")
-    return text or "output"
-
-
 def output_names(out_spec: Any, count: int, taken: set[str] | frozenset[str] = frozenset()) -> list[str]:
-    """Readable, distinct names for the flattened outputs: ``output`` for a lone tensor,
-    ``output_0``... for a tuple, the keys (``logits``, ``pair_1``) for dicts; a name an
-    input or a weight has gets ``_out``."""
-    pytree = torch.utils._pytree
-    skeleton = pytree.tree_unflatten(list(range(count)), out_spec)
-    paths = [path for path, _ in pytree.tree_flatten_with_path(skeleton)[0]]
+    """Readable, distinct names for the flattened outputs, from each one's path in the returned
+    structure (:func:`_pytrees.leaf_paths`), its parts joined with ``.``: ``output`` for a lone
+    tensor, ``output_0``, ``output_1.0`` for tuples, the keys and fields of dicts, dataclasses and
+    ``ModelOutput`` s (``logits``, ``pair.1``, ``past_key_values.0.key``); a name an input, a
+    weight or an earlier output has gets ``_out``."""
+    paths = _pytrees.leaf_paths(out_spec)
+    if len(paths) != count:
+        raise ExportError(f"the output structure has {len(paths)} leaves, the graph {count} outputs")
+    root_is_sequence = out_spec.type in (tuple, list)
     names = []
     used = set(taken)
     for path in paths:
-        parts = [_key_text(k) for k in path]
+        parts = [_pytrees.clean(part) or "_" for part in path]
         if not parts:
             name = "output"
-        elif parts[0].isdigit():
-            name = _clean("output_" + "_".join(parts))
         else:
-            name = _clean("_".join(parts))
+            if root_is_sequence:
+                parts[0] = f"output_{parts[0]}"
+            name = ".".join(parts)
         while name in used:
             name += "_out"
         used.add(name)
@@ -213,6 +209,28 @@ def _fresh(stem: str, taken: Mapping[str, Any]) -> str:
     while f"{stem}{index}" in taken:
         index += 1
     return f"{stem}{index}"
+
+
+CONSTANT_INPUTS_KEY = "opreg.constant_inputs"
+"""Model ``metadata_props``: the arguments ``torch.export`` made constants of the capture, as a JSON
+object ``{argument: value}``, the argument as Python spells it (``scale``, ``cfg['flag']``), an enum
+member as ``Class.MEMBER``, another value JSON lacks as its ``repr``."""
+
+
+def constants_metadata(program: torch.export.ExportedProgram, module: Any = None) -> dict[str, str]:
+    """The model's :data:`CONSTANT_INPUTS_KEY` entry (none when every argument is a tensor)."""
+    constants = {name: _jsonable(value) for name, value in _capture.constant_inputs(program, module).values()}
+    return {CONSTANT_INPUTS_KEY: json.dumps(constants)} if constants else {}
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    return repr(value)
 
 
 # -- one version per domain --------------------------------------------------------------

@@ -35,6 +35,10 @@ SKIPPED_OPS = frozenset(
 )
 """Runtime checks torch.export leaves in; they produce nothing ONNX needs."""
 
+METADATA_ONLY = frozenset({"aten::detach_"})
+"""In-place ops that change only autograd metadata: translated by their functional form (Identity)
+wherever they sit, views included, since no value any node reads changes."""
+
 SYMBOLIC_OPS: dict[Callable[..., Any], tuple[str, ir.DataType | None]] = {
     operator.add: ("Add", None),
     operator.sub: ("Sub", None),
@@ -216,6 +220,8 @@ def functional_form(node: torch.fx.Node) -> OpName | None:
     name = schema.name.partition("::")[2]
     if not name.endswith("_") or name.startswith("_") or not schema.arguments:
         return None
+    if schema.name in METADATA_ONLY:  # the data is untouched: what reads self, through views or not, sees no change
+        return OpName(schema.name.partition("::")[0], name[:-1], schema.overload_name or "default")
     mutated = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
     if len(mutated) != 1 or mutated[0] is not schema.arguments[0] or not node.args:
         return None

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
+import inspect
 import logging
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +19,7 @@ import onnx_ir as ir
 import torch
 
 from opreg.errors import ExportError, InvalidInputError, OpregError, RuntimeUnavailableError, VerificationError
+from opreg.exporter._capture import constant_inputs, symbolic_int_inputs
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
 from opreg.values import is_complex
@@ -120,6 +124,8 @@ class OnnxProgram:
         self.output_names = tuple(s.name for s in outputs if s.name is not None)
         self._module = module
         self._input_leaves = tuple(input_leaves)
+        self._constants = constant_inputs(exported_program, module)
+        self._int_inputs = frozenset(symbolic_int_inputs(exported_program))
         self._outputs = tuple(outputs)
         self._in_spec = in_spec
         self._out_spec = out_spec
@@ -168,23 +174,22 @@ class OnnxProgram:
     # -- running -------------------------------------------------------------------------
 
     def adapt_torch_inputs_to_onnx(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        """The tensors among ``model(*args, **kwargs)``'s inputs, in the ONNX inputs' order
-        (a complex tensor as the real pair the model takes, ``torch.view_as_real``)."""
-        pytree = torch.utils._pytree
-        kwarg_spec = self._in_spec.child(1) if self._in_spec.num_children == 2 else None
-        if kwarg_spec is not None and kwarg_spec.context and set(kwargs) == set(kwarg_spec.context):
-            kwargs = {key: kwargs[key] for key in kwarg_spec.context}  # the export's keyword order
-        leaves, spec = pytree.tree_flatten((args, kwargs))
-        if spec != self._in_spec:
-            raise InvalidInputError(
-                f"the inputs do not have the structure of the export's example inputs: expected "
-                f"{_describe_inputs(self._in_spec)}, got {_describe_inputs(spec)}"
-            )
+        """The tensors among ``model(*args, **kwargs)``'s inputs, in the ONNX inputs' order (a complex
+        tensor as the real pair the model takes, ``torch.view_as_real``; a dynamic int as a 0-d int64
+        tensor). The call may spell arguments as the module's ``forward`` takes them (by position or
+        keyword, defaults left out); an argument the export made a constant must have the value it
+        had then, else :class:`opreg.InvalidInputError` names it and both values."""
+        leaves = self._flatten_call(args, kwargs)
+        for index, (name, exported) in self._constants.items():
+            _check_constant(name, leaves[index], exported)
         tensors = []
         for index, name, value_info in zip(self._input_leaves, self.input_names, self.model.graph.inputs, strict=True):
             value = leaves[index]
+            if index in self._int_inputs and isinstance(value, int) and not isinstance(value, bool):
+                value = torch.tensor(value, dtype=torch.int64)  # a dynamic int: the model's 0-d INT64 input
             if not isinstance(value, torch.Tensor):
-                raise InvalidInputError(f"input {name!r} must be a tensor, got {type(value).__name__}")
+                kind = "an int" if index in self._int_inputs else "a tensor"
+                raise InvalidInputError(f"input {name!r} must be {kind}, got {type(value).__name__}")
             if is_complex(value_info) != value.is_complex():
                 kind = "a complex" if is_complex(value_info) else "a real"
                 raise InvalidInputError(f"input {name!r} must be {kind} tensor, got {value.dtype}")
@@ -192,6 +197,29 @@ class OnnxProgram:
             _check_input(name, value, value_info)
             tensors.append(value)
         return tensors
+
+    def _flat_call(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
+        pytree = torch.utils._pytree
+        kwarg_spec = self._in_spec.child(1) if self._in_spec.num_children == 2 else None
+        if kwarg_spec is not None and kwarg_spec.context and set(kwargs) == set(kwarg_spec.context):
+            kwargs = {key: kwargs[key] for key in kwarg_spec.context}  # the export's keyword order
+        return pytree.tree_flatten((args, kwargs))
+
+    def _flatten_call(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        """The leaves of ``(args, kwargs)`` in the export's structure: a call that spells the
+        arguments otherwise (a keyword given by position, a default left out) is bound to the
+        module's ``forward`` first."""
+        leaves, spec = self._flat_call(args, kwargs)
+        if spec != self._in_spec:
+            rebound = _rebind(self._module, self._in_spec, args, kwargs)
+            if rebound is not None:
+                leaves, spec = self._flat_call(*rebound)
+        if spec != self._in_spec:
+            raise InvalidInputError(
+                f"the inputs do not have the structure of the export's example inputs: expected "
+                f"{_describe_inputs(self._in_spec)}, got {_describe_inputs(spec)}"
+            )
+        return leaves
 
     def adapt_torch_outputs_to_onnx(self, outputs: Any) -> list[torch.Tensor]:
         """The tensors among the module's ``outputs``, in the ONNX outputs' order (a complex
@@ -326,6 +354,74 @@ class OnnxProgram:
             "its outputs can only match eager PyTorch in distribution. Check them with "
             "opreg.testing.check_samples(..., compare=opreg.testing.Distribution())."
         )
+
+
+def _rebind(module: Any, in_spec: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]] | None:
+    """``(args, kwargs)`` spelled as the export's call spelled them (the same positional count and
+    keywords), by binding them to ``module.forward``'s signature with its defaults; ``None`` when
+    they do not bind or the signature cannot say. An argument the export's call left out took its
+    default then: a call that gives it another value is refused (:func:`_check_constant`)."""
+    if not isinstance(module, torch.nn.Module) or in_spec.num_children != 2:
+        return None
+    try:
+        signature = inspect.signature(module.forward)
+        bound = signature.bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return None
+    given = dict(bound.arguments)
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    kinds = inspect.Parameter
+    positional: list[Any] = []  # the values forward's positional parameters and *args bound
+    named: list[str] = []
+    extra: dict[str, Any] = {}
+    for parameter in signature.parameters.values():
+        if parameter.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD):
+            positional.append(values[parameter.name])
+            named.append(parameter.name)
+        elif parameter.kind is kinds.VAR_POSITIONAL:
+            positional.extend(values.pop(parameter.name, ()))
+        elif parameter.kind is kinds.VAR_KEYWORD:
+            extra = dict(values.pop(parameter.name, {}))
+    count = in_spec.child(0).num_children
+    keywords = list(in_spec.child(1).context or ())
+    scope = {**values, **extra}
+    if len(positional) < count or set(named[:count]) & set(keywords) or any(k not in scope for k in keywords):
+        return None
+    for name in set(given) - set(named[:count]) - set(keywords):
+        parameter = signature.parameters[name]
+        if parameter.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD):
+            _check_constant(name, given[name], parameter.default)
+    return tuple(positional[:count]), {k: scope[k] for k in keywords}
+
+
+def _same_constant(given: Any, exported: Any) -> bool:
+    if type(given) is not type(exported):
+        return False
+    if isinstance(exported, float) and math.isnan(exported):
+        return math.isnan(given)
+    try:
+        return bool(given == exported)
+    except Exception:
+        return given is exported
+
+
+def _check_constant(name: str, given: Any, exported: Any) -> None:
+    """An argument the export made a constant must be passed with the value it had then."""
+    if _same_constant(given, exported):
+        return
+    shown, wanted = _show(exported), _show(given)
+    again = f"{name}={wanted}" if name.isidentifier() else "that value"
+    if isinstance(exported, int) and not isinstance(exported, bool) and isinstance(given, int):
+        again += f" (an int that varies at run time: dynamic_shapes={{{name!r}: torch.export.Dim.DYNAMIC}})"
+    raise InvalidInputError(
+        f"argument {name} was {shown} when the model was exported, got {wanted}: torch.export made it a "
+        f"constant, so the model always computes with {shown}. Pass {shown}, or export again with {again}"
+    )
+
+
+def _show(value: Any) -> str:
+    return f"{type(value).__name__}.{value.name}" if isinstance(value, enum.Enum) else repr(value)
 
 
 def _describe_inputs(spec: Any) -> str:

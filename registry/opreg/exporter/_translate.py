@@ -144,12 +144,15 @@ class Translator:
             kind = spec.kind if spec is not None else InputKind.USER_INPUT
             meta = node.meta.get("val")
             if kind == InputKind.USER_INPUT:
-                if not isinstance(meta, torch.Tensor):
-                    raise ExportError(
-                        f"input {node.name!r} is a {type(meta).__name__}, not a tensor: ONNX inputs are tensors. "
-                        "Pass it as a tensor, or leave it static (torch.export then bakes it in)."
-                    )
-                value = self._typed(scope.recorder.claim(node.name), meta)
+                if not isinstance(meta, (torch.Tensor, torch.SymInt)):
+                    if isinstance(meta, (torch.SymFloat, torch.SymBool)):
+                        raise ExportError(
+                            f"input {node.name!r} is a symbolic {type(meta).__name__[3:].lower()}: opreg exports "
+                            "tensors and symbolic ints (Dim.DYNAMIC) as inputs; pass it as a tensor"
+                        )
+                    scope.values[node] = meta  # a constant of the capture (bool, int, str, None, ...)
+                    continue
+                value = self._typed(scope.recorder.claim(node.name), meta)  # a tensor, or a dynamic int (0-d INT64)
                 graph.inputs.append(value)
                 names.append(node.name)
             elif kind == InputKind.TOKEN:

@@ -6,7 +6,7 @@ checks, each giving :class:`CheckResult` rows:
 - ``load``: the pack loads, and opreg rejected none of its impls (an impl
   whose signature does not match the torch op's schema is rejected here);
 - ``import``: importing its entry point in a fresh interpreter does not
-  import onnxruntime and takes under ``opreg.plugins.SLOW_IMPORT_SECONDS`` (torch is reported);
+  import onnxruntime and takes under ``opreg.plugins.slow_import_seconds()`` (torch is reported);
 - ``hooks``: every hook it implements returns what ``opreg.hookspecs`` says;
 - ``conflicts``: none of its impls ties with a core impl (or with another of
   its own) at the targets its impls are checked at;
@@ -327,10 +327,11 @@ def _check_import(found: plugins.DiscoveredPack) -> list[CheckResult]:
             "(opreg_configure_session), never at module level"
         )
         return [CheckResult(IMPORT, subject, "", FAILED, detail)]
-    if outcome["seconds"] > plugins.SLOW_IMPORT_SECONDS:
+    threshold = plugins.slow_import_seconds()
+    if outcome["seconds"] > threshold:
         heavy = " (it imports torch)" if "torch" in modules else ""
         detail = (
-            f"importing the pack takes {took}{heavy}, more than {plugins.SLOW_IMPORT_SECONDS:.0f} s: every process "
+            f"importing the pack takes {took}{heavy}, more than {threshold:g} s: every process "
             "that discovers packs pays it; import heavy modules inside the hooks that need them"
         )
         return [CheckResult(IMPORT, subject, "", FAILED, detail)]
