@@ -38,6 +38,18 @@ BITS = (4, 8)
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 
 
+def _transposed_b(node: ir.Node) -> bool:
+    """``node`` is ``FusedMatMul(x, W, transB=1)`` and nothing else (a plain product with W (N, K))."""
+    if node.op_type != "FusedMatMul" or node.domain != CONTRIB_DOMAIN:
+        return False
+    attributes = {a.name: a.value for a in node.attributes.values()}
+    return (
+        attributes.get("transB", 0) == 1
+        and all(attributes.get(name, 0) == 0 for name in ("transA", "transBatchA", "transBatchB"))
+        and attributes.get("alpha", 1.0) == 1.0
+    )
+
+
 def _weight_of(node: ir.Node) -> tuple[ir.Value, bool] | None:
     """``(weight, stored (N, K))`` if ``node`` is a linear layer on a float32 2-D initializer:
     ``MatMul(x, W)`` (W is (K, N)), ``MatMul(x, Transpose(W))`` or ``FusedMatMul(x, W, transB=1)``
@@ -57,12 +69,8 @@ def _weight_of(node: ir.Node) -> tuple[ir.Value, bool] | None:
         return None
     if node.op_type == "MatMul" and node.domain == "":
         return weight, transposed
-    if node.op_type == "FusedMatMul" and node.domain == CONTRIB_DOMAIN:
-        attributes = {a.name: a.value for a in node.attributes.values()}
-        plain = attributes.get("transA", 0) == 0 and attributes.get("alpha", 1.0) == 1.0
-        plain = plain and attributes.get("transBatchA", 0) == 0 and attributes.get("transBatchB", 0) == 0
-        if plain and attributes.get("transB", 0) == 1:
-            return weight, True
+    if _transposed_b(node) and not transposed:
+        return weight, True
     return None
 
 
@@ -360,7 +368,8 @@ class TorchaoWeights(ir.passes.InPlacePass):
         graph = model.graph
         modified = False
         for node in list(graph):
-            if node.op_type != "MatMul" or node.domain != "" or len(node.inputs) != 2:
+            stored_nk = _transposed_b(node)  # FusedMatMul(x, W, transB=1): W is (N, K)
+            if ((node.op_type, node.domain) != ("MatMul", "") and not stored_nk) or len(node.inputs) != 2:
                 continue
             x, weight = node.inputs
             if weight is None or weight.is_initializer() or x is None or x.dtype != ir.DataType.FLOAT:
@@ -370,10 +379,11 @@ class TorchaoWeights(ir.passes.InPlacePass):
             value = None if prober is None else prober()
             if value is None or value.ndim != 2 or value.dtype != np.float32:
                 continue
-            after = _scale_after(node, value.shape[1])
-            found = _dequantized(np.ascontiguousarray(value.T), cut, None)
+            weight_nk = np.ascontiguousarray(value if stored_nk else value.T)
+            after = _scale_after(node, weight_nk.shape[0])
+            found = _dequantized(weight_nk, cut, None)
             if found is None and after is not None:
-                found = _dequantized(np.ascontiguousarray(value.T), cut, after[2])
+                found = _dequantized(weight_nk, cut, after[2])
             else:
                 after = None
             made = None if found is None else found.matmul_nbits()
