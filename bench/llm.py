@@ -139,8 +139,8 @@ def positions(mask: np.ndarray, seq: int) -> np.ndarray:
     return np.maximum(mask.cumsum(-1) - 1, 0)[:, -seq:]
 
 
-def opreg_export(source: Path, out: Path, int4: bool, skip_norm: bool = False) -> None:
-    """opreg's folder for ``source``: the decoder at ``target="onnxruntime"`` (int4: its linear
+def opreg_export(source: Path, out: Path, bits: int | None, skip_norm: bool = False) -> None:
+    """opreg's folder for ``source``: the decoder at ``target="onnxruntime"`` (with ``bits``: its linear
     layers' weights as MatMulNBits), the builder's genai_config with opreg's names, the tokenizer."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -156,8 +156,9 @@ def opreg_export(source: Path, out: Path, int4: bool, skip_norm: bool = False) -
         torch.export.Dim("seq", max=2048),
         torch.export.Dim("past", max=2048),
     )
+    kv_heads, size = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
     cache = [
-        (torch.randn(2, KV_HEADS, 3, SIZE), torch.randn(2, KV_HEADS, 3, SIZE)) for _ in range(config.num_hidden_layers)
+        (torch.randn(2, kv_heads, 3, size), torch.randn(2, kv_heads, 3, size)) for _ in range(config.num_hidden_layers)
     ]
     mask = np.ones((2, 7), np.int64)
     args = (torch.randint(3, VOCAB, (2, 4)), torch.from_numpy(mask), torch.from_numpy(positions(mask, 4)), cache)
@@ -165,11 +166,14 @@ def opreg_export(source: Path, out: Path, int4: bool, skip_norm: bool = False) -
             "position_ids": {0: batch, 1: torch.export.Dim.AUTO},
             "past_key_values": [({0: batch, 2: past}, {0: batch, 2: past})] * config.num_hidden_layers}  # fmt: skip
     passes = [skip_norm_pass()] if skip_norm else []
-    passes += [opreg_ort_contrib.MatMulNBitsQuantization(**INT4)] if int4 else []
+    passes += [opreg_ort_contrib.MatMulNBitsQuantization(**{**INT4, "bits": bits})] if bits else []
     program = opreg.export(decoder(model), args, target="onnxruntime", dynamic_shapes=dims, passes=passes)
     out.mkdir(parents=True, exist_ok=True)
     program.save(out / "model.onnx", external_data=True)
-    genai = json.loads((out.parent / f"builder_{'int4' if int4 else 'fp32'}" / "genai_config.json").read_text())
+    builder = out / "genai_config.json"  # written there first (part 7), else the builder's for this precision
+    if not builder.is_file():
+        builder = out.parent / f"builder_{'int4' if bits else 'fp32'}" / "genai_config.json"
+    genai = json.loads(builder.read_text())
     names = genai["model"]["decoder"]
     names["inputs"].update(
         position_ids="position_ids", past_key_names="past_key_values_%d_0", past_value_names="past_key_values_%d_1"
@@ -236,7 +240,11 @@ class Runner:
         self.folder = folder
         config = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
         self.inputs, self.outputs = config["inputs"], config["outputs"]
-        self.layers = config["num_hidden_layers"]
+        self.layers, self.kv_heads, self.head_size = (
+            config["num_hidden_layers"],
+            config["num_key_value_heads"],
+            config["head_size"],
+        )
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         self.session = onnxruntime.InferenceSession(
@@ -261,7 +269,7 @@ class Runner:
         return results[0], list(zip(results[1::2], results[2::2], strict=True))
 
     def greedy(self, prompt: np.ndarray, steps: int) -> list[int]:
-        cache = [(np.zeros((1, KV_HEADS, 0, SIZE), np.float32),) * 2 for _ in range(self.layers)]
+        cache = [(np.zeros((1, self.kv_heads, 0, self.head_size), np.float32),) * 2 for _ in range(self.layers)]
         ids, mask, tokens = prompt, np.ones_like(prompt), []
         for _ in range(steps):
             logits, cache = self.run(self.feeds(ids, mask, cache))
@@ -606,14 +614,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40, help="interleaved timing rounds")
     parser.add_argument("--skip-kernels", action="store_true")
     parser.add_argument("--no-ablation", action="store_true")
+    parser.add_argument("--training-steps", type=int, default=300, help="steps of the model part 7 trains")
     parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--int4", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--int8", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--without", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--skip-norm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.export:
         with _without(args.without):
-            opreg_export(*args.export, int4=args.int4, skip_norm=args.skip_norm)
+            bits = 4 if args.int4 else 8 if args.int8 else None
+            opreg_export(*args.export, bits=bits, skip_norm=args.skip_norm)
         return
     import onnxruntime_genai
     import torch
@@ -640,6 +651,123 @@ def main() -> None:
     if not args.no_ablation:
         ablation(source, args.work, runners, args.rounds)
     genai(made, max(3, args.rounds // 10))
+    accuracy(args.work, args.training_steps)
+
+
+# -- part 7: accuracy on a trained model --------------------------------------------------------
+
+TRAINED = {"vocab_size": 512, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+           "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 512}  # fmt: skip
+"""A small Llama trained on text from a random Markov chain: random-init logits are nearly flat (their
+argmax says nothing about quantization), a trained model's are not."""
+
+
+def _chain(rng, vocab: int) -> np.ndarray:
+    """Each token's next-token probabilities: four likely successors (0.55, 0.25, 0.1, 0.05), the rest rare."""
+    table = np.full((vocab, vocab), 0.05 / (vocab - 4))
+    for token in range(vocab):
+        table[token, rng.choice(vocab, 4, replace=False)] = (0.55, 0.25, 0.1, 0.05)
+    return table / table.sum(1, keepdims=True)
+
+
+def _text(rng, table: np.ndarray, rows: int, length: int) -> np.ndarray:
+    tokens = np.empty((rows, length), np.int64)
+    tokens[:, 0] = rng.integers(3, len(table), rows)
+    cumulative = table.cumsum(1)
+    for step in range(1, length):
+        draws = rng.random(rows)[:, None]
+        tokens[:, step] = np.minimum((draws > cumulative[tokens[:, step - 1]]).sum(1), len(table) - 1)
+    return tokens
+
+
+def trained_checkpoint(folder: Path, steps: int) -> tuple[Path, np.ndarray]:
+    """The small Llama of :data:`TRAINED` after ``steps`` steps of AdamW on the chain's text, saved
+    with a word-level tokenizer; and held-out text."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    rng = np.random.default_rng(5)
+    table = _chain(rng, TRAINED["vocab_size"])
+    held_out = _text(np.random.default_rng(6), table, 16, 128)
+    if (folder / "config.json").is_file():
+        return folder, held_out
+    torch.manual_seed(0)
+    config = LlamaConfig(**TRAINED, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = LlamaForCausalLM(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(steps):
+        batch = torch.from_numpy(_text(rng, table, 32, 64))
+        loss = model(input_ids=batch, labels=batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(f"   trained {steps} steps: loss {loss.item():.2f} (the chain's entropy is "
+          f"{-(table * np.log(table)).sum(1).mean():.2f})")  # fmt: skip
+    with _quiet():
+        model.eval().save_pretrained(folder)
+    vocab = TRAINED["vocab_size"]
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=words, bos_token="t1", eos_token="t2", pad_token="t0").save_pretrained(
+        folder
+    )
+    return folder, held_out
+
+
+def accuracy(work: Path, steps: int) -> None:
+    """opreg's int4 and int8 against fp32 on the trained model, and the builder's int4 on the same weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    print("7. Accuracy on a trained model (next-token logits of 16 held-out texts of 128 tokens; greedy 32 tokens "
+          "after 8 prompts of 16)")  # fmt: skip
+    source, held_out = trained_checkpoint(work / "trained", steps)
+    folders = {"builder int4": work / "trained_builder_int4"}  # first: opreg's folders take its genai_config
+    shutil.rmtree(folders["builder int4"], ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o",
+                    str(folders["builder int4"]), "-p", "int4", "-e", "cpu", "-c", str(work / "cache")],
+                   check=True, capture_output=True)  # fmt: skip
+    for name, option in (("opreg fp32", []), ("opreg int4", ["--int4"]), ("opreg int8", ["--int8"])):
+        folders[name] = work / f"trained_{name.replace(' ', '_')}"
+        folders[name].mkdir(parents=True, exist_ok=True)
+        shutil.copy(folders["builder int4"] / "genai_config.json", folders[name] / "genai_config.json")
+        subprocess.run([sys.executable, __file__, "--export", str(source), str(folders[name]), *option],
+                       check=True, capture_output=True)  # fmt: skip
+    runners = {name: Runner(folder) for name, folder in folders.items()}
+    mask = np.ones_like(held_out)
+    logits = {}
+    for name, runner in runners.items():
+        empty = [(np.zeros((len(held_out), runner.kv_heads, 0, runner.head_size), np.float32),) * 2] * runner.layers
+        logits[name] = runner.run(runner.feeds(held_out, mask, empty))[0]
+    with torch.no_grad(), _quiet():
+        eager = AutoModelForCausalLM.from_pretrained(source).eval()
+        logits["eager"] = eager(input_ids=torch.from_numpy(held_out)).logits.numpy()
+    reference, spread = logits["opreg fp32"], float(logits["opreg fp32"].std())
+    truth = held_out[:, 1:]
+
+    def perplexity(values: np.ndarray) -> float:
+        shifted = values[:, :-1] - values[:, :-1].max(-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        return float(np.exp(-np.take_along_axis(log_probs, truth[..., None], -1).mean()))
+
+    prompts = held_out[:8, :16]
+    generated = {name: [runner.greedy(prompt[None], 32) for prompt in prompts] for name, runner in runners.items()}
+    fp32_tokens = generated["opreg fp32"]
+    print(
+        f"   opreg fp32 against eager PyTorch: max abs logit difference {np.abs(reference - logits['eager']).max():.1e}"
+    )
+    print(f"   {'':<14} {'top-1 = fp32':>13} {'logit error / spread':>21} {'perplexity':>11} {'greedy = fp32':>14}")
+    for name in runners:
+        agree = float((logits[name].argmax(-1) == reference.argmax(-1)).mean())
+        error = float(np.abs(logits[name] - reference).mean()) / spread
+        same = np.mean([np.mean(np.array(a) == np.array(b)) for a, b in zip(generated[name], fp32_tokens, strict=True)])
+        print(f"   {name:<14} {agree:>12.1%} {error:>21.4f} {perplexity(logits[name]):>11.2f} {same:>13.1%}")
+    agree = float((logits["opreg int4"].argmax(-1) == logits["builder int4"].argmax(-1)).mean())
+    difference = float(np.abs(logits["opreg int4"] - logits["builder int4"]).mean()) / spread
+    print(f"   opreg int4 against builder int4 (same weights, same quantizer): top-1 equal {agree:.1%}, "
+          f"mean logit difference / spread {difference:.4f}")  # fmt: skip
+    print()
 
 
 @contextlib.contextmanager
