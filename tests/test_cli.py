@@ -54,25 +54,34 @@ def test_ops_lists_impls_with_requirements(capsys):
     assert code == 0
     data = json.loads(out)
     assert data["target"] == {"": 18}
-    rows = {(r["pack"], r["function"]): r for r in data["impls"]}
-    assert rows["core", "aten_gelu"]["status"] == "chosen" and rows["core", "aten_gelu"]["onnx"] == ">=18"
-    assert rows["core", "aten_gelu_opset20"]["status"] == "unusable"
-    assert rows["ort_contrib", "aten_gelu_contrib"]["domains"] == {"com.microsoft": ">=1"}
+    rows = {(r["pack"], r["function"], r["onnx"]): r for r in data["impls"]}
+    assert rows["core", "aten_gelu", ">=18"]["status"] == "chosen"
+    assert rows["core", "aten_gelu", ">=20"]["status"] == "unusable"  # one body, registered at 18 and at 20
+    assert rows["ort_contrib", "aten_gelu_contrib", ">=18"]["domains"] == {"com.microsoft": ">=1"}
+    assert rows["core", "aten_gelu", ">=20"]["source"].endswith("activation.py:24")
     assert {r["op"] for r in data["impls"]} == {"aten::gelu.default"}
     code, out, _ = run(capsys, "ops", "gelu", "--pack", "core")
-    assert code == 0 and "aten_gelu_opset20" in out and "aten_gelu_contrib" not in out
+    assert code == 0 and "ai.onnx>=20" in out and "aten_gelu_contrib" not in out
 
 
 def test_explain_shows_the_choice_and_why(capsys):
     code, out, _ = run(capsys, "explain", "aten::gelu", "--target", "onnxruntime", "--json")
     data = json.loads(out)
-    assert code == 0 and data["chosen"] == "core:aten_gelu_opset20"
-    statuses = {c["function"]: (c["status"], c["reason"]) for c in data["candidates"]}
+    assert code == 0 and data["chosen"] == "core:aten_gelu"
+    statuses = {(c["function"], c["requires"]): (c["status"], c["reason"]) for c in data["candidates"]}
     # ORT's Gelu kernel is float32 only: a predicate, which only a node can answer
-    assert statuses["aten_gelu_contrib"] == ("conditional", "has a predicate; no node to test it on")
-    assert statuses["aten_gelu_opset20"][0] == "chosen" and "highest priority" in statuses["aten_gelu_opset20"][1]
+    contrib = statuses["aten_gelu_contrib", "ai.onnx>=18, com.microsoft>=1"]
+    assert contrib == ("conditional", "has a predicate; no node to test it on")
+    chosen = statuses["aten_gelu", "ai.onnx>=20"]
+    assert chosen[0] == "chosen" and "highest priority" in chosen[1]
+    assert statuses["aten_gelu", "ai.onnx>=18"] == ("outranked", "ranked below core:aten_gelu at ai.onnx>=20")
+    sources = {c["source"] for c in data["candidates"]}
+    assert {s.rsplit("/", 1)[-1] for s in sources} == {"activation.py:22", "activation.py:24"}, sources
+    code, out, _ = run(capsys, "explain", "aten::gelu", "-t", "18", "--json")
+    reasons = [c["reason"] for c in json.loads(out)["candidates"]]
+    assert code == 0 and "needs ai.onnx>=20, target has 18" in reasons and "needs com.microsoft>=1" in reasons[1]
     code, out, _ = run(capsys, "explain", "aten::gelu", "-t", "18")
-    assert code == 0 and "needs ai.onnx>=20, target has 18" in out and "needs com.microsoft>=1" in out
+    assert code == 0 and "core_ops/opreg_core_ops/ops/activation.py:24" in out  # where each impl is defined
 
 
 @pytest.mark.parametrize(

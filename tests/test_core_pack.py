@@ -13,37 +13,60 @@ from onnxscript.onnx_opset import opset20 as op20
 from onnxscript.values import Opset
 
 from opreg import _inspect
+from opreg.ops import Tensor
 from opreg.plugins import build_registry
 from opreg_core_ops import ops
-from opreg_core_ops.ops._helpers import Tensor, where
+from opreg_core_ops.ops.elementwise import aten_where
 
 CORE = [i for i in build_registry(plugins=[]).impls() if i.pack == "core"]
 
 
 def onnx_aliases(function) -> dict[str, Opset]:
-    """The ai.onnx opsets an impl reads, by the name it reads them under: the impl's own
-    code and its helpers', as registration sees them (``_inspect.names_read``)."""
+    """The ai.onnx opsets an impl reads by name (not inside a mapping of version-specific pieces,
+    ``NAME[]``): the impl's own code and its helpers', as registration sees them (``_inspect.names_read``)."""
     return {
-        name: value for name, value in _inspect.names_read(function) if isinstance(value, Opset) and value.domain == ""
+        name: value
+        for name, value in _inspect.names_read(function)
+        if isinstance(value, Opset) and value.domain == "" and not name.endswith("[]")
     }
 
 
-def check_opsets(function, requirement) -> None:
+def check_opsets(function, requirement, versions=None) -> None:
     """``op20.X`` in an impl that declares ai.onnx >= 20: every alias is named after its
-    version, and the declared minimum is the newest version the code (helpers included) uses."""
+    version, and the declared minimum is the newest version the code (helpers included) uses.
+    A function registered at several ``versions`` (one body, told its opset) uses exactly
+    the opsets of those versions."""
     name = getattr(function, "__name__", function)
     aliases = onnx_aliases(function)
     assert aliases, f"{name} uses no ai.onnx opset alias"
     for alias, opset in aliases.items():
         assert alias == f"op{opset.version}", f"{name}: alias {alias} for opset {opset.version}"
     used = _inspect.onnx_module_versions(_inspect.used_opsets(function))
-    assert used == {o.version for o in aliases.values()}
+    assert {o.version for o in aliases.values()} <= used
+    if versions is not None:
+        assert used == versions, f"{name} is registered at {sorted(versions)} but its code uses {sorted(used)}"
+        return
     assert requirement.onnx.min == max(used), f"{name} declares {requirement} but its code uses {sorted(used)}"
 
 
-@pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}")
+def registered_versions(impl) -> set[int] | None:
+    """The ai.onnx versions ``impl``'s function is registered at for its op, if it is told its opset."""
+    if not impl.params.takes_opset:
+        return None
+    return {i.requirement.onnx.min for i in CORE if i.function is impl.function and i.op == impl.op}
+
+
+@pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}:{i.requirement.onnx.min}")
 def test_declared_requirement_is_what_the_code_uses(impl):
-    check_opsets(impl.function, impl.requirement)
+    check_opsets(impl.function, impl.requirement, registered_versions(impl))
+
+
+def test_every_versioned_impl_has_several_versions():
+    """One body for several opsets replaces the ``_opsetNN`` twins: none is left, and a function told
+    its opset is registered at more than one."""
+    assert not [i.name for i in CORE if "_opset" in i.name]
+    versioned = {(i.op, i.name): registered_versions(i) for i in CORE if i.params.takes_opset}
+    assert len(versioned) == 27 and all(len(v) > 1 for v in versioned.values()), versioned
 
 
 # -- the check above can fail -------------------------------------------------------------
@@ -80,7 +103,7 @@ def test_used_opsets_follow_helpers_through_cycles():
 
 
 def where_elsewhere(condition, self, other):
-    return where(condition, self, other)
+    return aten_where(condition, self, other)
 
 
 def test_the_opset_check_can_fail():
@@ -89,6 +112,8 @@ def test_the_opset_check_can_fail():
         check_opsets(gelu_through_helpers, requirement)
     with pytest.raises(AssertionError, match="alias op19 for opset 20"):
         check_opsets(gelu_misnamed, requirement)
+    with pytest.raises(AssertionError, match=r"registered at \[18, 21\] but its code uses \[18, 20\]"):
+        check_opsets(gelu_through_helpers, requirement, {18, 21})
 
 
 def test_every_family_module_is_loaded():

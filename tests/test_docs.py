@@ -137,9 +137,8 @@ def run_pack_skeleton(source: str, guide: Path, tmp_path: Path, monkeypatch: pyt
     package = tmp_path / "my_pack"
     package.mkdir()
     (package / "__init__.py").write_text(source)
-    (package / "impls.py").write_text(
-        "from onnxscript.onnx_opset import opset18 as op18\n\ndef aten_relu(self):\n    return op18.Relu(self)\n"
-    )
+    (impls,) = [b for b in python_blocks(guide) if b.startswith("# my_pack/impls.py")]
+    (package / "impls.py").write_text(impls)
     info = tmp_path / "my_pack-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-pack\nVersion: 0.1\n")

@@ -434,8 +434,8 @@ def test_register_module_registers_every_marked_function_in_definition_order(tmp
     assert [(str(i.op), i.name, i.priority, i.predicate is not None) for i in impls] == [
         ("aten::gelu.default", "aten_gelu", 0, False),
         ("aten::gelu.default", "aten_gelu_opset20", 1, False),
+        ("aten::relu.default", "aten_relu_like", 0, False),  # stacked marks register top to bottom
         ("aten::relu6.default", "aten_relu_like", 0, True),
-        ("aten::relu.default", "aten_relu_like", 0, False),
         ("aten::abs.default", "aten_abs", 0, False),
     ]
     assert impls[1].requirement.onnx.min == 20 and registrar.rejected == []
@@ -445,3 +445,20 @@ def test_register_module_registers_every_marked_function_in_definition_order(tmp
 def test_a_bad_impl_spec_is_refused_at_the_def():
     with pytest.raises(RegistrationError, match="priority must be an int"):
         opreg.impl("aten::relu", priority="high")
+
+
+def test_one_body_for_several_opsets_is_told_its_version():
+    """A function with a keyword-only ``opset`` is an impl per mark, each passed the version it is
+    registered at; without a declared opset there is no version to pass."""
+
+    def aten_gelu_versioned(self, approximate: str = "none", *, opset: int):
+        return op18.Identity(self) if opset < 20 else op20.Gelu(self, approximate=approximate)
+
+    registry = opreg.Registry()
+    old = registry.register("aten::gelu", aten_gelu_versioned, opset=18)  # uses op20 too: the body branches
+    new = registry.register("aten::gelu", aten_gelu_versioned, opset=20)
+    assert (old.keywords, new.keywords) == ({"opset": 18}, {"opset": 20})
+    assert [p.name for p in old.params.params] == ["self", "approximate"]  # not a node argument
+    assert registry.resolve("aten::gelu", 19) is old and registry.resolve("aten::gelu", 21) is new
+    with pytest.raises(RegistrationError, match=r"takes the opset it is registered at .* opset=N"):
+        registry.register("aten::gelu", aten_gelu_versioned)

@@ -75,12 +75,12 @@ def test_the_guides_commands_make_a_pack_that_loads_and_passes_its_tests(tmp_pat
         outputs.append(done.stdout)
     # no staging directory left (pytest-benchmark, if installed, leaves .benchmarks)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".benchmarks") == ["opreg-mypack", "venv"]
-    assert re.search(r"mypack +│ opreg-mypack +│ 0\.1\.0 +│ loaded +│ 2 ", outputs[2]), outputs[2]
-    assert "4 passed" in outputs[3], outputs[3]
+    assert re.search(r"mypack +│ opreg-mypack +│ 0\.1\.0 +│ loaded +│ 1 ", outputs[2]), outputs[2]
+    assert "8 passed" in outputs[3], outputs[3]  # the template's own tests, renamed
 
     listed = run(python, "-m", "opreg", "plugins", "--json", cwd=tmp_path)
     (report,) = [r for r in json.loads(listed.stdout) if r["name"] == "mypack"]
-    assert (report["distribution"], report["status"], report["impls"]) == ("opreg-mypack", "loaded", 2), report
+    assert (report["distribution"], report["status"], report["impls"]) == ("opreg-mypack", "loaded", 1), report
     assert report["profiles"] == ["mypack"] and "mypack.ops" in report["domains"]
     assert run(sys.executable, "-c", "import opreg_mypack", cwd=ROOT).returncode == 1  # only in the venv
 
@@ -105,6 +105,55 @@ def test_new_pack_reports_what_it_wrote(tmp_path):
     assert 'mypack = "opreg_mypack"' in (pack / "pyproject.toml").read_text()
 
 
+def test_the_pack_is_a_renamed_copy_of_the_template(tmp_path):
+    """Every file of plugins/test_customop, each template name replaced and nothing else changed."""
+    template = ROOT / "plugins" / "test_customop"
+    pack = scaffold.new_pack("opreg-mypack", directory=tmp_path / "pack")
+    copied = sorted(str(p.relative_to(pack)) for p in pack.rglob("*") if p.is_file())
+    originals = scaffold.template_files(template)
+    assert len(copied) == len(originals) == 7
+    for original in originals:
+        text = (template / original).read_text()
+        new = (
+            "tests/test_mypack.py"
+            if original == "tests/test_customop.py"
+            else original.replace("opreg_test_customop", "opreg_mypack")
+        )
+        written = (pack / new).read_text()
+        for old_name in ("test_customop", "test.customop", "mylibrary", "opreg-test-customop"):
+            assert old_name not in written, (new, old_name)
+        kept = [line for line in text.splitlines() if scaffold.MARKER not in line]
+        assert len(written.splitlines()) == len(kept), new  # renamed line by line, template-only lines left out
+    assert 'DOMAIN = "mypack.ops"' in (pack / "opreg_mypack" / "__init__.py").read_text()
+    torch_ops = (pack / "opreg_mypack" / "torch_ops.py").read_text()
+    assert '@torch.library.custom_op("opreg_mypack::addandround_op"' in torch_ops
+    assert "template pack" not in (pack / "README.md").read_text()
+
+
+def test_the_wheel_ships_the_template(tmp_path):
+    """Built as a user installs it, opreg's wheel holds the template and the list of well-known names."""
+    import shutil
+    import zipfile
+
+    source = tmp_path / "source"  # a copy: pip builds in the tree it is given
+    leftovers = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", ".*")
+    for part in ("pyproject.toml", "README.md", "registry", "core_ops", "plugins/test_customop"):
+        if (ROOT / part).is_dir():
+            shutil.copytree(ROOT / part, source / part, ignore=leftovers)
+        else:
+            source.mkdir(exist_ok=True)
+            shutil.copy(ROOT / part, source / part)
+    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path, source,
+                cwd=tmp_path, timeout=300)  # fmt: skip
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = tmp_path.glob("opreg-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    template = {f"opreg/_template/{f}" for f in scaffold.template_files(ROOT / "plugins" / "test_customop")}
+    assert template <= names, sorted(template - names)
+    assert "opreg/well_known_names.txt" in names
+    assert not [n for n in names if "_template" in n and ("egg-info" in n or "__pycache__" in n)]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -114,6 +163,21 @@ def test_new_pack_reports_what_it_wrote(tmp_path):
         (["opreg-3d"], "not a Python identifier"),
         (["opreg-class"], "Python keyword"),
         (["core"], "taken by opreg"),
+        # opreg's own packages, whichever way the name is written (issue 27, defect 4)
+        (["opreg-core-ops"], "one of opreg's own packages"),
+        (["opreg_core_ops"], "one of opreg's own packages"),
+        (["core-ops"], "'opreg_core_ops', one of opreg's own packages"),
+        (["opreg-ort-contrib"], "one of opreg's own packages"),
+        (["ort_contrib"], "one of opreg's own packages"),
+        (["opreg-test-customop"], "one of opreg's own packages"),
+        # installed distributions, importable names, well-known projects
+        (["onnxscript"], "a distribution installed here"),
+        (["pluggy"], "a distribution installed here"),
+        (["boto3"], "a well-known PyPI project"),
+        (["scikit_learn"], "a well-known PyPI project"),  # canonical name scikit-learn
+        (["Flask"], "a well-known PyPI project"),
+        (["opreg-dev-torchvision-shim"], "a distribution installed here"),
+        (["dev-torchvision-shim"], "import name 'opreg_dev_torchvision_shim' of 'dev-torchvision-shim' is already"),
         (["mypack", "--domain", "my..ops"], "not dotted identifiers"),
         (["mypack", "--domain", "my-company.ops"], "not dotted identifiers"),
         (["mypack", "--domain", "ai.onnx"], "belongs to ai.onnx"),

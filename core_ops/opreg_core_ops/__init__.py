@@ -44,34 +44,10 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         views,
     )
 
-    for module in (
-        elementwise,
-        comparison,
-        activation,
-        linalg,
-        convolution,
-        normalization,
-        attention,
-        pooling,
-        resampling,
-        padding,
-        dropout,
-        reduction,
-        creation,
-        indexing,
-        joining,
-        shape,
-        onnx_ops,
-        random,
-        complex,
-        spectral,
-        quantization,
-        special,
-        views,
-        embedding_bag,
-        binning,
-        sets,
-    ):
-        module.register(registry)
-    registry.register_module(noops)
-    unsupported.register(registry)
+    registry.register_module(
+        elementwise, comparison, activation, linalg, convolution, normalization, attention, pooling, resampling,
+        padding, dropout, reduction, creation, indexing, joining, shape, onnx_ops, random, complex, spectral,
+        quantization, special, views, embedding_bag, binning, sets, noops,
+    )  # fmt: skip
+    for op, reason in unsupported.UNSUPPORTED.items():
+        registry.mark_unsupported(op, reason)

@@ -51,8 +51,3 @@ UNSUPPORTED: dict[str, str] = {
     ),
 }
 """Torch op -> why the core pack has no impl for it."""
-
-
-def register(registry) -> None:
-    for op, reason in UNSUPPORTED.items():
-        registry.mark_unsupported(op, reason)

@@ -28,7 +28,8 @@ from opreg.errors import (
 )
 from opreg.hookspecs import hookimpl
 from opreg.opname import OpName
-from opreg.packset import PackReport, PackSet
+from opreg.packset import PackSet
+from opreg.pluginapi import HookError, ModelSample, PackReport, Sample
 from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
 from opreg.registrar import ImplSpec, Registrar, Rejection, impl
 from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
@@ -77,10 +78,12 @@ __all__ = [
     "ExportOptions",
     "Explanation",
     "FrozenRegistryError",
+    "HookError",
     "InvalidArgumentError",
     "InvalidInputError",
     "Impl",
     "ImplSpec",
+    "ModelSample",
     "InvalidOpNameError",
     "InvalidTargetError",
     "NoImplementationError",
@@ -97,6 +100,7 @@ __all__ = [
     "RegistrationError",
     "Rejection",
     "Registry",
+    "Sample",
     "RuntimeUnavailableError",
     "SaveError",
     "SignatureMismatchError",

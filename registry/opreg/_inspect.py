@@ -67,6 +67,12 @@ def python_function(function: Any) -> Callable[..., Any]:
     return function
 
 
+def source_location(function: Any) -> str:
+    """``path/to/module.py:LINE`` of the impl's ``def`` (its first decorator's line), or ``""``."""
+    code = getattr(python_function(function), "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+
+
 def display_signature(function: Any) -> str:
     inner = python_function(function)
     try:
@@ -102,14 +108,20 @@ def used_opsets(function: Any) -> dict[str, set[int | None]]:
     return dict(found)
 
 
+PUBLIC_HELPERS = "opreg.ops"
+"""The module of helpers every pack may use; :func:`names_read` follows them like a pack's own."""
+
+
 def names_read(function: Any) -> list[tuple[str, Any]]:
     """``(name, value)`` for every global, closure variable and module attribute
     (``onnxscript.opset18``) that the impl's code reads, nested code included,
     and in turn that the helpers it reads read: Python functions (and traced
     onnxscript functions) defined in the impl's own top-level package
-    (``opreg_core_ops.ops._helpers.where`` for an impl in
-    ``opreg_core_ops.ops.elementwise``), each followed once. Functions of other
-    packages (onnxscript's, numpy's) are not followed.
+    (``opreg_core_ops.ops.spectral._r2c`` for an impl in
+    ``opreg_core_ops.ops.spectral``) or in :data:`PUBLIC_HELPERS`, each followed
+    once. Functions of other packages (onnxscript's, numpy's) are not followed.
+    The values of a dict, tuple or list it reads count as read too, named ``NAME[]``
+    (``{18: op18, 21: op21}``: the version-specific pieces of an impl registered at several opsets).
     """
     start = python_function(function)
     package = _package(start)
@@ -122,11 +134,24 @@ def names_read(function: Any) -> list[tuple[str, Any]]:
             continue
         seen.add(id(func))
         for name, value in _read_by(func):
-            found.append((name, value))
-            helper = value.func if _type_kind(type(value)) == "traced" else value
-            if isinstance(helper, types.FunctionType) and _package(helper) == package and id(helper) not in seen:
-                pending.append(helper)
+            for each, where in ((value, name), *((m, f"{name}[]") for m in _members(value))):
+                found.append((where, each))
+                helper = each.func if _type_kind(type(each)) == "traced" else each
+                if (
+                    isinstance(helper, types.FunctionType)
+                    and id(helper) not in seen
+                    and (_package(helper) == package or helper.__module__ == PUBLIC_HELPERS)
+                ):
+                    pending.append(helper)
     return found
+
+
+def _members(value: Any, depth: int = 2) -> list[Any]:
+    """The values held by a dict, tuple or list (and by those it holds, ``depth`` levels down)."""
+    if depth == 0 or not isinstance(value, (dict, tuple, list)):
+        return []
+    items = list(value.values()) if isinstance(value, dict) else list(value)
+    return [m for item in items for m in (item, *_members(item, depth - 1))]
 
 
 def _package(func: Any) -> str:
@@ -278,12 +303,21 @@ def _is_attribute_annotation(annotation: Any) -> bool:
     return False
 
 
+OPSET_PARAMETER = "opset"
+"""A trace-only impl with a keyword-only parameter of this name is registered at one or more
+opsets (``@opreg.impl(op, opset=18)`` and ``@opreg.impl(op, opset=20)`` on one ``def``) and is
+passed, on every call, the ai.onnx version it was registered at: one body for every version."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Params:
-    """An impl's named parameters, and whether it also takes ``*args``/``**kwargs``."""
+    """An impl's named parameters (the node's arguments map onto these), whether it also takes
+    ``*args``/``**kwargs``, and whether it takes the opset it is registered at
+    (:data:`OPSET_PARAMETER`, which is not among ``params``)."""
 
     params: list[_Param]
     variadic: bool
+    takes_opset: bool = False
 
 
 def read_params(function: Any) -> Params:
@@ -298,10 +332,14 @@ def read_params(function: Any) -> Params:
             "Import the names they use at run time (not only under `if TYPE_CHECKING:`)."
         ) from e
     params: list[_Param] = []
-    variadic = False
+    variadic = takes_opset = False
+    trace = impl_kind(function) == TRACE
     for p in signature.parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             variadic = True
+            continue
+        if trace and p.kind is p.KEYWORD_ONLY and p.name == OPSET_PARAMETER:
+            takes_opset = True
             continue
         annotated = p.annotation is not p.empty
         params.append(
@@ -314,7 +352,7 @@ def read_params(function: Any) -> Params:
                 text=str(p),
             )
         )
-    return Params(params, variadic)
+    return Params(params, variadic, takes_opset)
 
 
 # -- torch schemas --------------------------------------------------------------

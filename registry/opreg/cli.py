@@ -176,12 +176,13 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, soft_wrap=False, width=None if stream.isatty() else PIPE_WIDTH)
 
 
-def _table(title: str, columns: Sequence[str]) -> Any:
+def _table(title: str, columns: Sequence[str], whole: Sequence[str] = ()) -> Any:
+    """A table whose cells fold to fit, except those of the ``whole`` columns (paths to copy)."""
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", header_style="bold")
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column in whole)
     return table
 
 
@@ -190,6 +191,17 @@ def _styled(text: str, style: str | None = None) -> Any:
     from rich.text import Text
 
     return Text(text, style=style if style is not None else STATUS_STYLES.get(text, ""))
+
+
+def _short_source(source: str) -> str:
+    """``file:line`` relative to the ``sys.path`` entry it lies under (``opreg_core_ops/ops/activation.py:25``)."""
+    import os
+
+    roots = sorted((os.path.join(os.path.abspath(p), "") for p in sys.path if p), key=len, reverse=True)
+    for root in roots:
+        if source.startswith(root):
+            return source[len(root) :]
+    return source
 
 
 def _print_json(data: Any) -> None:
@@ -212,6 +224,14 @@ def _warn_conflicts(registry: Any) -> None:
         err = _console(stderr=True)
         for op, detail in rows:
             err.print(_styled(f"warning: packs tie on {op}: {detail} (settle it with --prefer {op}=PACK)", "yellow"))
+
+
+def _warn_hook_failures(registry: Any) -> None:
+    """Each pack hook that raised or broke its contract during the command, as the loader reports
+    a failed pack (which pack, which hook, the error); ``--strict`` made it an error instead."""
+    err = _console(stderr=True)
+    for error in registry.packs.failures:
+        err.print(_styled(f"warning: {error}; left out", "yellow"))
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -283,7 +303,7 @@ def _cmd_ops(args: argparse.Namespace) -> int:
             "impls": [
                 {"op": str(op), "pack": i.pack, "function": i.name, "kind": i.kind, "onnx": str(i.requirement.onnx),
                  "domains": {domain_label(d): str(r) for d, r in i.requirement.domains},
-                 "priority": i.priority, "predicate": i.predicate is not None, "status": status}
+                 "priority": i.priority, "predicate": i.predicate is not None, "status": status, "source": i.source}
                 for op, i, status in rows
             ],
         })  # fmt: skip
@@ -312,7 +332,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             "conflicts": [i.label for i in explanation.conflicts],
             "candidates": [
                 {"pack": c.impl.pack, "function": c.impl.name, "requires": str(c.impl.requirement),
-                 "priority": c.impl.priority, "status": c.status, "reason": c.reason}
+                 "priority": c.impl.priority, "status": c.status, "reason": c.reason, "source": c.impl.source}
                 for c in explanation.candidates
             ],
         })  # fmt: skip
@@ -324,11 +344,13 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         console.print(f"No impl is registered for {op}.{hint}", markup=False)
         return EXIT_OK
     table = _table(
-        f"{op} at target {explanation.target}", ["status", "pack", "function", "requires", "priority", "reason"]
+        f"{op} at target {explanation.target}",
+        ["status", "pack", "function", "requires", "priority", "reason", "defined at"],
+        whole=["defined at"],
     )
     for c in explanation.candidates:
         table.add_row(_styled(c.status), c.impl.pack, c.impl.name, str(c.impl.requirement), str(c.impl.priority),
-                      c.reason)  # fmt: skip
+                      c.reason, _short_source(c.impl.source))  # fmt: skip
     console.print(table)
     if explanation.conflicts:
         names = ", ".join(i.label for i in explanation.conflicts)
@@ -426,6 +448,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             status.stop()
             err.print(_styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{e}", "red"))
             return EXIT_FINDINGS
+    _warn_hook_failures(registry)
     opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
     console = _console()
     console.print(

@@ -1,96 +1,56 @@
-"""The packs a registry was built from: what happened to each, and their hooks.
+"""The plugin host: the packs a registry was built from, what happened to each, and their hooks.
 
-A :class:`PackSet` is built by :func:`opreg.build_registry` and held by the
-registry (``registry.packs``). It iterates over the :class:`PackReport` of
-every discovered pack, and calls the loaded packs' runtime hooks
-(``opreg_configure_session``, ``opreg_reference_kernels``, ...) one pack at a
-time through pluggy's ``subset_hook_caller``, so a pack whose hook raises is
-logged and left out while the others answer.
+A :class:`PackSet` is built by :func:`opreg.build_registry` with the registry and held by
+it (``registry.packs``); the exporter and the conformance kit call hooks through it. It
+iterates over the :class:`~opreg.pluginapi.PackReport` of every discovered pack, and
+calls the loaded packs' hooks one pack at a time through pluggy's
+``subset_hook_caller`` (cached per pack and hook), checking each result against the
+hook's contract (:data:`opreg.hookspecs.CONTRACTS`). A pack whose hook raises or
+breaks its contract is logged once per host and left out while the others answer;
+with ``strict`` the :class:`~opreg.pluginapi.HookError` is raised instead.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import pluggy
-
-    from opreg.registrar import Rejection
+from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, STATUSES, HookError, PackReport, Rejection
 
 logger = logging.getLogger(__name__)
 
-LOADED = "loaded"
-FAILED = "failed"
-DISABLED = "disabled"
-INCOMPATIBLE = "incompatible"
-STATUSES = (LOADED, FAILED, INCOMPATIBLE, DISABLED)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PackReport:
-    """What happened to one discovered pack.
-
-    Fields:
-        name: the entry-point name (what ``-p NAME`` takes).
-        distribution: the distribution that declares it.
-        version: that distribution's version.
-        value: the entry point's target (``module`` or ``module:attr``).
-        status: ``loaded``, ``failed``, ``incompatible`` or ``disabled``.
-        reason: why it is not loaded (or what went partly wrong), else ``""``.
-        hook: the hook that failed, if one did.
-        impls: how many impls it registered.
-        domains: the ONNX domains its impls emit.
-        profiles: the target profiles it contributes.
-        rejected: impls opreg refused.
-        seconds: how long importing its entry point took.
-    """
-
-    name: str
-    distribution: str
-    version: str
-    value: str
-    status: str
-    reason: str = ""
-    hook: str | None = None
-    impls: int = 0
-    domains: tuple[str, ...] = ()
-    profiles: tuple[str, ...] = ()
-    rejected: tuple[Rejection, ...] = ()
-    seconds: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"pack status must be one of {', '.join(STATUSES)}, got {self.status!r}")
-
-    @property
-    def ok(self) -> bool:
-        return self.status in (LOADED, DISABLED) and not self.rejected
-
-    def describe(self) -> str:
-        where = f"pack {self.name!r} ({self.distribution} {self.version})"
-        hook = f" in hook {self.hook}" if self.hook else ""
-        return f"{where} {self.status}{hook}: {self.reason}" if self.reason else f"{where} {self.status}"
+__all__ = ["DISABLED", "FAILED", "INCOMPATIBLE", "LOADED", "STATUSES", "PackReport", "PackSet", "Rejection"]
 
 
 class PackSet:
     """The reports of every discovered pack, and the hooks of the loaded ones.
 
-    Iterating gives the :class:`PackReport` s in load order. A hand-built
+    Iterating gives the :class:`~opreg.pluginapi.PackReport` s in load order. A hand-built
     registry has the empty set: no reports, and no hook answers.
+
+    Attributes:
+        strict: a hook that raises or breaks its contract raises :class:`~opreg.pluginapi.HookError`
+            instead of being left out (``strict=True`` / ``--strict`` when the registry was built).
     """
 
     def __init__(
         self,
         reports: tuple[PackReport, ...] = (),
-        manager: pluggy.PluginManager | None = None,
+        manager: Any = None,
         plugins: Mapping[str, object] | None = None,
+        *,
+        contracts: Mapping[str, Any] | None = None,
+        strict: bool = False,
     ) -> None:
         self._reports = tuple(reports)
         self._manager = manager
         self._plugins = dict(plugins or {})
+        self._contracts = dict(contracts or {})
+        self.strict = strict
+        self._callers: dict[tuple[str, str], Any] = {}
+        self._implemented: dict[str, tuple[str, ...]] = {}
+        self._failures: dict[str, HookError] = {}
 
     # -- reports ----------------------------------------------------------------------
 
@@ -118,38 +78,71 @@ class PackSet:
         """Names of the packs whose hooks this set calls, in load order."""
         return tuple(self._plugins)
 
+    @property
+    def failures(self) -> tuple[HookError, ...]:
+        """The hook failures met so far (each once), in order: what the CLI reports after a command."""
+        return tuple(self._failures.values())
+
     # -- hooks -----------------------------------------------------------------------
 
     def implemented(self, pack: str) -> tuple[str, ...]:
         """The hooks loaded pack ``pack`` implements, sorted (``()`` if it is not loaded)."""
-        plugin = self._plugins.get(pack)
-        if plugin is None or self._manager is None:
-            return ()
-        return tuple(sorted(caller.name for caller in self._manager.get_hookcallers(plugin) or ()))
+        found = self._implemented.get(pack)
+        if found is None:
+            plugin = self._plugins.get(pack)
+            if plugin is None or self._manager is None:
+                return ()
+            found = tuple(sorted(caller.name for caller in self._manager.get_hookcallers(plugin) or ()))
+            self._implemented[pack] = found
+        return found
 
-    def call_pack(self, pack: str, hook: str, **kwargs: Any) -> list[Any]:
-        """The non-``None`` results of pack ``pack``'s ``hook``; an exception propagates
-        (the conformance kit reports it). ``KeyError`` if the pack is not loaded."""
+    def call_pack(self, pack: str, hook: str, **kwargs: Any) -> Any:
+        """Pack ``pack``'s ``hook``, checked against its contract: a
+        :class:`~opreg.hookspecs.Checked` (the normalized value, and the problems of the items
+        left out of it). :class:`~opreg.pluginapi.HookError` if the hook raises or its result
+        cannot be used; ``KeyError`` if the pack is not loaded."""
         plugin = self._plugins[pack]
-        assert self._manager is not None
-        others = [p for p in self._manager.get_plugins() if p is not plugin]
-        return list(self._manager.subset_hook_caller(hook, remove_plugins=others)(**kwargs))
+        caller = self._callers.get((pack, hook))
+        if caller is None:
+            assert self._manager is not None
+            others = [p for p in self._manager.get_plugins() if p is not plugin]
+            caller = self._callers[(pack, hook)] = self._manager.subset_hook_caller(hook, remove_plugins=others)
+        try:
+            results = caller(**kwargs)
+        except Exception as e:
+            error = HookError(pack, hook, f"raised {type(e).__name__}: {e}")
+            error.__cause__ = e
+            raise error from e
+        contract = self._contracts[hook]
+        return contract.apply(pack, results[0] if results else None)
 
     def call(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """``(pack, result)`` for each loaded pack implementing ``hook``, in load order
-        (``None`` results are not listed, as pluggy calls hooks); a pack whose hook
-        raises is logged and left out."""
+        """``(pack, value)`` for each loaded pack implementing ``hook``, in load order, each value
+        checked against the hook's contract (``None`` values are not listed). A pack whose hook
+        raises or returns something it cannot use is logged (once per host) and left out, an
+        item its contract refuses is logged and left out of the value; with :attr:`strict`,
+        either raises :class:`~opreg.pluginapi.HookError`."""
         results = []
         for pack in self._plugins:
+            if hook not in self.implemented(pack):
+                continue
             try:
-                results += [(pack, result) for result in self.call_pack(pack, hook, **kwargs)]
-            except Exception as e:
-                reason = f"{type(e).__name__}: {e}"
-                if (pack, hook, reason) not in _WARNED:  # once per process: the hook is called again and again
-                    _WARNED.add((pack, hook, reason))
-                    logger.warning("pack %r: hook %s raised (%s); leaving it out", pack, hook, reason)
-                logger.debug("pack %r: hook %s raised", pack, hook, exc_info=e)
+                checked = self.call_pack(pack, hook, **kwargs)
+            except HookError as e:
+                self._fail(e, "leaving it out")
+                continue
+            for problem in checked.problems:
+                self._fail(HookError(pack, hook, problem), "leaving that item out")
+            if checked.value is not None:  # as pluggy calls hooks: None answers are not listed
+                results.append((pack, checked.value))
         return results
 
-
-_WARNED: set[tuple[str, str, str]] = set()
+    def _fail(self, error: HookError, consequence: str) -> None:
+        if self.strict:
+            raise error
+        if str(error) in self._failures:
+            return  # once per host: hooks are called again and again
+        self._failures[str(error)] = error
+        logger.warning("%s; %s", error, consequence)
+        if error.__cause__ is not None:
+            logger.debug("%s: traceback", error, exc_info=error.__cause__)

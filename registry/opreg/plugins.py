@@ -27,8 +27,9 @@ import pluggy
 from opreg import hookspecs
 from opreg.errors import InvalidArgumentError, InvalidTargetError, OpregError, PluginError, PluginNotFoundError
 from opreg.opname import OpName
-from opreg.packset import DISABLED, FAILED, INCOMPATIBLE, LOADED, PackReport, PackSet
-from opreg.registrar import Registrar, Rejection
+from opreg.packset import PackSet
+from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, HookError, PackReport, Rejection
+from opreg.registrar import Registrar
 from opreg.registry import CORE_PACK, USER_PACK, Impl, Registry
 from opreg.targets import BUILTIN_PROFILES, Target, domain_label
 
@@ -229,12 +230,19 @@ class _Loaded:
     registrar: Registrar | None = None
     profiles: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     schemas: list[Any] = dataclasses.field(default_factory=list)
+    problems: list[str] = dataclasses.field(default_factory=list)
 
 
-def _call_one(pm: pluggy.PluginManager, plugin: Any, hook: str, **kwargs: Any) -> list[Any]:
-    """The non-``None`` results of ``plugin``'s ``hook`` (if it implements it)."""
+def _call_one(pm: pluggy.PluginManager, plugin: Any, pack: str, hook: str, **kwargs: Any) -> Any:
+    """``plugin``'s ``hook`` (if it implements it), checked against the hook's contract
+    (:data:`opreg.hookspecs.CONTRACTS`): a :class:`~opreg.hookspecs.Checked`, or the
+    :class:`~opreg.pluginapi.HookError` the exporter and the kit would give for it."""
     others = [p for p in pm.get_plugins() if p is not plugin]
-    return list(pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs))
+    try:
+        results = pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
+    except Exception as e:
+        raise HookError(pack, hook, f"raised {type(e).__name__}: {e}") from e
+    return hookspecs.CONTRACTS[hook].apply(pack, results[0] if results else None)
 
 
 def _warn_once(pack: str, reason: str, error: BaseException | None = None) -> None:
@@ -287,23 +295,26 @@ def _load_one(pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport)
     loaded = _Loaded(base, plugin=obj)
     hook = "opreg_targets"
     try:
-        for result in _call_one(pm, obj, hook):
-            if not isinstance(result, Mapping):
-                raise PluginError(f"must return a dict of profile -> {{domain: version}}, got {type(result).__name__}")
-            loaded.profiles.update({name: dict(versions) for name, versions in result.items()})
+        checked = _call_one(pm, obj, ep.name, hook)
+        loaded.profiles.update(checked.value)
+        loaded.problems += [f"{hook}: {problem}" for problem in checked.problems]
         hook = "opreg_schemas"
-        for result in _call_one(pm, obj, hook):
-            loaded.schemas.extend(result or ())
+        checked = _call_one(pm, obj, ep.name, hook)
+        loaded.schemas.extend(checked.value)
+        loaded.problems += [f"{hook}: {problem}" for problem in checked.problems]
         registrar = Registrar(ep.name)
         table = getattr(obj, TABLE_ATTRIBUTE, None)
         if table is not None:
             hook = TABLE_ATTRIBUTE
             registrar.register_translation_table(table)
         hook = "opreg_register_ops"
-        _call_one(pm, obj, hook, registry=registrar)
+        _call_one(pm, obj, ep.name, hook, registry=registrar)
+    except HookError as e:
+        pm.unregister(obj)
+        return failed(e.problem, hook=hook, error=e.__cause__)
     except Exception as e:
         pm.unregister(obj)
-        return failed(f"{type(e).__name__}: {e}", hook=hook, error=e)
+        return failed(f"raised {type(e).__name__}: {e}", hook=hook, error=e)
     loaded.registrar = registrar
     loaded.report = dataclasses.replace(base, seconds=imported)
     return loaded
@@ -366,7 +377,7 @@ def _settle(loaded: _Loaded, taken_profiles: Mapping[str, str]) -> tuple[PackRep
         return dataclasses.replace(
             report, status=FAILED, hook="opreg_register_ops", rejected=rejected, reason=reason
         ), []
-    problems = []
+    problems = list(loaded.problems)
     profiles = []
     for name, versions in loaded.profiles.items():
         if name in taken_profiles:
@@ -490,13 +501,21 @@ def build_registry(
         profiles += accepted
         unsupported += [(op, name, why) for op, why in loaded.registrar.declined.items()]
 
-    packs = PackSet(tuple(reports), pm, loaded_plugins)
+    reports = [dataclasses.replace(r, hooks=_hooks_of(pm, loaded_plugins.get(r.name))) for r in reports]
+    packs = PackSet(tuple(reports), pm, loaded_plugins, contracts=hookspecs.CONTRACTS, strict=strict)
     known = {(i.op, i.pack) for i in impls}
     settled = {op: pack for op, pack in preferences.items() if (op, pack) in known}
     registry = Registry.build(impls, profiles=profiles, unsupported=unsupported, preferences=settled, packs=packs)
     if strict:
         _refuse_problems(reports, impls, preferences)
     return registry
+
+
+def _hooks_of(pm: pluggy.PluginManager, plugin: Any) -> tuple[str, ...]:
+    """The hooks a loaded pack implements, sorted (a fact of its report: data, not a call)."""
+    if plugin is None:
+        return ()
+    return tuple(sorted(caller.name for caller in pm.get_hookcallers(plugin) or ()))
 
 
 def _refuse_problems(reports: Iterable[PackReport], impls: Iterable[Impl], preferences: Mapping[OpName, str]) -> None:

@@ -1,15 +1,7 @@
-"""The registry as a pack sees it: what ``opreg_register_ops`` receives, and
-the :func:`impl` decorator that puts an impl's metadata on its ``def``.
+"""The registry as a pack sees it: what ``opreg_register_ops`` receives.
 
-A pack marks each impl where it is written::
-
-    @opreg.impl("aten::gelu", opset=20)
-    def aten_gelu(self: Tensor, approximate: str = "none"):
-        ...
-
-The decorator only records an :class:`ImplSpec` on the function; it fills no
-global table. The pack's ``opreg_register_ops`` hook hands its modules to
-:meth:`Registrar.register_module`, which registers every marked function.
+A pack marks each impl on its ``def`` with :func:`opreg.impl` (:mod:`opreg.marks`)
+and its hook hands the modules to :meth:`Registrar.register_module`.
 
 A :class:`Registrar` collects one pack's impls. Each ``register`` call is
 validated at once; an impl opreg refuses is recorded as a :class:`Rejection`
@@ -21,107 +13,22 @@ registrar in one go.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import types
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from opreg import table_in
 from opreg.errors import RegistrationError
+from opreg.marks import IMPL_ATTRIBUTE, ImplSpec, impl, marked
 from opreg.opname import OpName
+from opreg.pluginapi import Rejection
 from opreg.registry import Impl, Predicate, build_impl, impl_name
 from opreg.targets import VersionRangeLike
 
 logger = logging.getLogger(__name__)
 
-IMPL_ATTRIBUTE = "__opreg_impls__"
-"""The attribute :func:`impl` sets on a function: a tuple of :class:`ImplSpec`."""
-
-F = TypeVar("F")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ImplSpec:
-    """What :func:`impl` records on a function: the arguments of one :meth:`Registrar.register` call.
-
-    Fields:
-        op: the torch op (``"aten::gelu"``, ``"aten::add.Tensor"``, an ``OpOverload``).
-        opset: the ai.onnx range the impl needs (``18``, ``(18, 20)``); ``None``: what it visibly uses.
-        domains: ``((domain, version), ...)``, each custom domain it emits; ``None``: what it visibly uses.
-        priority: ranks impls of one op (higher wins; the core pack's are 0).
-        predicate: ``predicate(node) -> bool`` limits the impl to the nodes it accepts.
-        complex: the impl serves nodes with complex values (as real pairs) and no others.
-    """
-
-    op: Any
-    opset: VersionRangeLike | None = None
-    domains: tuple[tuple[str, VersionRangeLike], ...] | None = None
-    priority: int = 0
-    predicate: Callable[[Any], bool] | None = None
-    complex: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
-            raise RegistrationError(f"@opreg.impl({self.op!r}): priority must be an int, got {self.priority!r}")
-        if self.predicate is not None and not callable(self.predicate):
-            raise RegistrationError(f"@opreg.impl({self.op!r}): predicate must be callable, got {self.predicate!r}")
-
-
-def impl(
-    op: Any,
-    *,
-    opset: VersionRangeLike | None = None,
-    domains: Mapping[str, VersionRangeLike] | None = None,
-    priority: int = 0,
-    predicate: Callable[[Any], bool] | None = None,
-    complex: bool = False,
-) -> Callable[[F], F]:
-    """Mark a function as the impl of torch op ``op``; arguments as :meth:`Registrar.register` takes them.
-
-    Metadata only: the function is returned unchanged but for an attribute
-    (:data:`IMPL_ATTRIBUTE`), and nothing is registered until the pack's
-    ``opreg_register_ops`` hands the module to :meth:`Registrar.register_module`.
-    Stack it to register one function for several ops. Put it above
-    ``@onnxscript.script()`` (it marks the script function).
-    """
-    spec = ImplSpec(
-        op, opset=opset, domains=None if domains is None else tuple(domains.items()),
-        priority=priority, predicate=predicate, complex=complex,
-    )  # fmt: skip
-
-    def mark(function: F) -> F:
-        setattr(function, IMPL_ATTRIBUTE, (*_specs(function), spec))
-        return function
-
-    return mark
-
-
-def _specs(function: Any) -> tuple[ImplSpec, ...]:
-    specs = getattr(function, IMPL_ATTRIBUTE, None)
-    if specs is None and callable(getattr(function, "function", None)):  # a script function marked inside
-        specs = getattr(function.function, IMPL_ATTRIBUTE, None)
-    return tuple(specs or ())
-
-
-def _defined_in(function: Any, module: types.ModuleType) -> bool:
-    inner = getattr(function, "function", function)  # onnxscript.OnnxFunction wraps the Python function
-    return getattr(inner, "__module__", None) == module.__name__
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Rejection:
-    """An impl a pack tried to register and opreg refused.
-
-    Fields:
-        op: the torch op, as the pack wrote it.
-        function: the impl's name.
-        error: why it was refused (the exception's type and message).
-    """
-
-    op: str
-    function: str
-    error: str
+__all__ = ["IMPL_ATTRIBUTE", "ImplSpec", "Registrar", "Rejection", "impl"]
 
 
 class Registrar:
@@ -182,19 +89,10 @@ class Registrar:
         others are rejected and reported like any impl.
         """
         accepted: list[Impl] = []
-        for module in modules:
-            for function in list(vars(module).values()):
-                specs = _specs(function)
-                if not specs or not _defined_in(function, module):
-                    continue
-                for spec in specs:
-                    done = self.register(
-                        spec.op, function, opset=spec.opset,
-                        domains=None if spec.domains is None else dict(spec.domains),
-                        priority=spec.priority, predicate=spec.predicate, complex=spec.complex,
-                    )  # fmt: skip
-                    if done is not None:
-                        accepted.append(done)
+        for function, spec in marked(*modules):
+            done = self.register(spec.op, function, **spec.arguments())
+            if done is not None:
+                accepted.append(done)
         return accepted
 
     def register_translation_table(

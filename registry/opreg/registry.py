@@ -30,6 +30,7 @@ from typing import Any
 
 from opreg import _inspect
 from opreg.errors import FrozenRegistryError, InvalidTargetError, NoImplementationError, RegistrationError
+from opreg.marks import marked
 from opreg.opname import OpName
 from opreg.packset import PackSet
 from opreg.targets import (
@@ -81,6 +82,7 @@ class Impl:
             ``"torch.onnx"`` for a function written for torch.onnx (a
             ``custom_translation_table`` value, the tutorials' ``register_op``),
             which gets them as torch.onnx passes them.
+        source: ``path/to/module.py:LINE`` where the function is defined (``""`` if unknown).
     """
 
     op: OpName
@@ -96,6 +98,7 @@ class Impl:
     schema_checked: bool = False
     params: _inspect.Params | None = dataclasses.field(default=None, compare=False, repr=False)
     convention: str = _inspect.OPREG
+    source: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.op, OpName):
@@ -131,6 +134,15 @@ class Impl:
 
     def tie_key(self) -> tuple:
         return (self.override, self.priority, self.requirement.rank())
+
+    @property
+    def keywords(self) -> dict[str, int]:
+        """What every call of the function gets besides the node's arguments: for an impl whose
+        function takes the opset it is registered at (one body for several versions), that
+        version (``{"opset": 20}``); else nothing."""
+        if self.params is not None and self.params.takes_opset:
+            return {_inspect.OPSET_PARAMETER: self.requirement.onnx.min}
+        return {}
 
     @property
     def conditional(self) -> bool:
@@ -306,6 +318,12 @@ class Registry:
         )  # fmt: skip
         return self._store(impl)
 
+    def register_module(self, *modules: Any) -> list[Impl]:
+        """Register, as user overrides, every function of ``modules`` marked with :func:`opreg.impl`
+        (see :meth:`opreg.Registrar.register_module`); returns the impls. Raises like :meth:`register`
+        at the first mark it cannot take."""
+        return [self.register(spec.op, function, **spec.arguments()) for function, spec in marked(*modules)]
+
     def add(self, *impls: Impl) -> None:
         """Add impls already built (:func:`build_impl`, :func:`opreg.table_in.torch_impl`), under
         the pack and with the override flag they carry."""
@@ -408,19 +426,21 @@ class Registry:
         return target
 
     def _check_served(self, target: Target) -> None:
-        """Refuse a custom domain no impl of this registry emits (a typo, most likely), unless a
-        pack offers rewrite rules for ``target``, whose domains only exporting shows."""
+        """Refuse a custom domain no impl of this registry emits and no profile names (a typo, most
+        likely). Data only: a pack whose rewrite rules make nodes of a domain no impl emits names it
+        in a profile (``opreg_targets``); no pack code runs to parse a target."""
         impls = self.impls()
         if not impls:
             return  # a registry being built by hand: anything may come
         emitted = {d for i in impls for d, _ in i.requirement.domains}
-        unknown = [d for d, _ in target.versions if d != ONNX_DOMAIN and d not in emitted]
-        if unknown and any(rules for _, rules in self.call_hook("opreg_rewrite_rules", target=target)):
-            return
-        for domain in unknown:
-            close = difflib.get_close_matches(domain, sorted(emitted), n=1)
+        named = {d for versions, _ in self._profiles.values() for d in versions}
+        known = (emitted | named) - {ONNX_DOMAIN}
+        for domain in [d for d, _ in target.versions if d != ONNX_DOMAIN and d not in known]:
+            close = difflib.get_close_matches(domain, sorted(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f" (impls emit {', '.join(sorted(emitted)) or 'none'})"
-            raise InvalidTargetError(f"no impl in the registry emits domain {domain!r} of target {target}{hint}")
+            raise InvalidTargetError(
+                f"no impl in the registry emits domain {domain!r} of target {target} and no profile names it{hint}"
+            )
 
     def _failed_packs_hint(self) -> str:
         failed = [r for r in self.packs if r.status in ("failed", "incompatible")]
@@ -504,7 +524,9 @@ class Registry:
             elif impl.conditional if node is None else not impl.accepts(node):
                 rows.append(Candidate(impl, CONDITIONAL, _why_not(impl, node)))
             else:
-                rows.append(Candidate(impl, OUTRANKED, f"ranked below {chosen.label}" if chosen else "not reached"))
+                rows.append(
+                    Candidate(impl, OUTRANKED, f"ranked below {_name(chosen, impl)}" if chosen else "not reached")
+                )
         for impl in sorted(self._impls.get(op, ()), key=self._key(op)):
             if impl not in ordered:
                 rows.append(Candidate(impl, DROPPED, target.unmet(impl.requirement) or "not eligible"))
@@ -547,6 +569,11 @@ def _ties(ordered: tuple[Impl, ...], *, complex: bool) -> tuple[Impl, ...]:
         return ()
     top = unconditional[0].tie_key()
     return tuple(i for i in unconditional if i.tie_key() == top)
+
+
+def _name(impl: Impl, other: Impl) -> str:
+    """``impl``'s label, with its requirement where ``other`` is another version of the same function."""
+    return impl.label if impl.label != other.label else f"{impl.label} at {impl.requirement}"
 
 
 def _why_not(impl: Impl, node: Any) -> str:
@@ -610,11 +637,16 @@ def build_impl(
         )
     kind = _inspect.impl_kind(function)
     _inspect.lint_script_domain(function)
+    params = _inspect.read_params(function)
+    if params.takes_opset and opset is None:
+        raise RegistrationError(
+            f"impl {_inspect.display_signature(function)} for {op} takes the opset it is registered at "
+            f"(keyword-only parameter {_inspect.OPSET_PARAMETER!r}): declare it, @opreg.impl({str(op)!r}, opset=N)"
+        )
     used = _inspect.used_opsets(function)
-    requirement = _requirement(op, function, used, opset, domains)
+    requirement = _requirement(op, function, used, opset, domains, versioned=params.takes_opset)
 
     schema = _inspect.torch_schema(op)
-    params = _inspect.read_params(function)
     if schema is not None:
         _inspect.check_signature(op, function, schema, params, torch_function=torch_function)
     elif not (torch_function and kind == _inspect.TRACE):
@@ -634,6 +666,7 @@ def build_impl(
         schema_checked=schema is not None,
         params=params,
         convention=_inspect.TORCH_ONNX if torch_function else _inspect.OPREG,
+        source=_inspect.source_location(function),
     )
 
 
@@ -648,7 +681,13 @@ def _requirement(
     used: dict[str, set[int | None]],
     opset: VersionRangeLike | None,
     domains: Mapping[str, VersionRangeLike] | None,
+    *,
+    versioned: bool = False,
 ) -> OpsetRequirement:
+    """The impl's requirement: the declared one, checked against the opsets its code visibly uses.
+    A ``versioned`` impl (one body for several opsets, told its own) uses every version's opset
+    module; what it emits at each is checked when a model is exported."""
+
     def name() -> str:  # formatted only for an error message
         return _inspect.display_signature(function)
 
@@ -658,7 +697,7 @@ def _requirement(
     else:
         onnx_range = VersionRange.of(opset)
         newest = max(modules, default=None)
-        if newest is not None and newest > onnx_range.min:
+        if newest is not None and newest > onnx_range.min and not versioned:
             raise RegistrationError(
                 f"impl {name()} for {op} uses ai.onnx opset {newest} but declares ai.onnx{onnx_range}: "
                 f"declare opset={newest} (or more), or use opset{onnx_range.min}'s ops"

@@ -1,24 +1,30 @@
-"""``opreg new-pack``: write a complete, installable op pack to start from.
+"""``opreg new-pack``: a renamed copy of opreg's template pack, ``plugins/test_customop``.
 
-:func:`pack_names` derives every name a pack needs from its distribution name
-and refuses names that would not work; :func:`new_pack` renders the files in
-memory, writes them to a temporary directory beside the destination and
-renames it into place, so a refusal or a failure leaves nothing behind.
+The template is a complete, tested first-party pack (distribution
+``opreg-test-customop``): its files are shipped in the ``opreg`` wheel as
+package data (``opreg/_template``) and read from the source tree in a
+checkout. :func:`pack_names` derives every name a pack needs from its
+distribution name and refuses names that would not work or would collide;
+:func:`render` renames the template's files in memory; :func:`new_pack` writes
+them to a temporary directory beside the destination and renames it into
+place, so a refusal or a failure leaves nothing behind.
 
-For a distribution ``opreg-mypack`` (or ``mypack``):
+For a distribution ``opreg-mypack`` (or ``mypack``) the copy renames:
 
-- pack (entry-point and target-profile) name ``mypack``;
-- import name ``opreg_mypack``, also the torch library namespace of the
-  example custom op (``opreg_mypack::scaled_add``): a module name is unique
-  in an environment, and so is a torch namespace that copies it;
-- custom ONNX domain ``mypack.ops`` (``--domain com.example.mypack`` when the
-  author owns a DNS name): the entry-point name it derives from is unique
-  among installed packs.
+- the distribution ``opreg-test-customop`` to ``opreg-mypack``;
+- the import package ``opreg_test_customop`` to ``opreg_mypack``, also the torch
+  library namespace of the example custom op (``mylibrary``, the tutorial's, becomes
+  ``opreg_mypack``: a module name is unique in an environment, and so is a torch
+  namespace that copies it);
+- the entry-point and target-profile name ``test_customop`` to ``mypack``;
+- the custom ONNX domain ``test.customop`` to ``mypack.ops`` (``--domain
+  com.example.mypack`` when the author owns a DNS name).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import keyword
 import os
 import re
@@ -26,7 +32,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from opreg import _scaffold_templates as templates
 from opreg.errors import OpregError
 
 _DISTRIBUTION_RE = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
@@ -36,17 +41,29 @@ RESERVED_DOMAINS = ("ai.onnx", "com.microsoft", "pkg.onnxscript")
 """Domains (and their subdomains) that belong to ONNX, ONNX Runtime and onnxscript."""
 RESERVED_PACK_NAMES = frozenset({"core", "onnx", "onnxruntime"})
 """Taken by opreg's core pack, its built-in profile and ONNX Runtime's profile."""
-WELL_KNOWN_DISTRIBUTIONS = frozenset({
-    "torch", "torchvision", "torchaudio", "onnx", "onnxruntime", "onnxruntime-gpu", "onnxscript", "onnx-ir",
-    "numpy", "protobuf", "transformers", "pluggy", "pip", "setuptools", "wheel", "opreg", "opreg-ort-contrib",
-    "opreg-test-customop",
+OPREG_DISTRIBUTIONS = frozenset({
+    "opreg", "opreg-core-ops", "opreg-ort-contrib", "opreg-test-customop", "opreg-torchvision", "opreg-transformers",
 })  # fmt: skip
-"""Distribution names a new pack must never take, installed here or not: installing the pack
-(``pip install -e``) would replace the real one."""
+"""opreg's own distribution names, its core pack's and its first-party packs' (canonical form)."""
+OPREG_PACKAGES = frozenset(name.replace("-", "_") for name in OPREG_DISTRIBUTIONS)
+"""The import packages of :data:`OPREG_DISTRIBUTIONS` (``opreg``, ``opreg_core_ops``, ...)."""
+WELL_KNOWN_LIST = Path(__file__).with_name("well_known_names.txt")
+"""The most-downloaded PyPI projects (see the file's header): names a new pack must never take,
+installed here or not, because installing the pack (``pip install -e``) would replace the real one."""
+MARKER = "<!-- template only -->"
+"""A line of the template carrying this marker is left out of the copy."""
 
 
 class ScaffoldError(OpregError, ValueError):
     """``opreg new-pack`` was given a name, domain or directory it cannot use."""
+
+
+def _check_distribution(name: str) -> None:
+    if not _DISTRIBUTION_RE.match(name):
+        raise ScaffoldError(
+            f"{name!r} is not a valid distribution name: use letters, digits, '-', '_' and '.', "
+            "starting and ending with a letter or digit (e.g. opreg-mypack)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,80 +110,138 @@ class PackNames:
                     f"pass your own, e.g. --domain com.example.{self.pack}"
                 )
 
-    def substitutions(self) -> dict[str, str]:
-        title = self.pack.replace("_", " ")
-        return {**dataclasses.asdict(self), "title": title}
+
+TEMPLATE = PackNames("opreg-test-customop", "test_customop", "opreg_test_customop", "mylibrary", "test.customop")
+"""The names of the template pack, each replaced in the copy by the new pack's."""
 
 
 def pack_names(distribution: str, domain: str | None = None) -> PackNames:
     """Derive a pack's names from its distribution name (``opreg-mypack`` or ``mypack``).
 
-    Raises :class:`ScaffoldError` with what to do when a name is unusable.
+    Raises :class:`ScaffoldError` with what to do when a name is unusable or taken:
+    opreg's own names, an installed distribution, an importable top-level name, or
+    one of the most-downloaded PyPI projects.
     """
     _check_distribution(distribution)
-    _check_not_taken(distribution)
     normalized = re.sub(r"[-_.]+", "_", distribution).lower()
     pack = normalized.removeprefix("opreg_") if normalized != "opreg" else ""
     if not pack:
         raise ScaffoldError(f"{distribution!r} is opreg's own distribution: name the pack, e.g. opreg-mypack")
-    package = f"opreg_{pack}"
-    return PackNames(distribution, pack, package, package, domain if domain is not None else f"{pack}.ops")
+    names = PackNames(
+        distribution, pack, f"opreg_{pack}", f"opreg_{pack}", domain if domain is not None else f"{pack}.ops"
+    )
+    _check_not_taken(names)
+    return names
 
 
-def _check_not_taken(distribution: str) -> None:
-    """Refuse the name of an installed or well-known distribution: the new pack would replace it."""
-    import importlib.metadata
-
+def _canonical(name: str) -> str:
     from packaging.utils import canonicalize_name
 
-    name = canonicalize_name(distribution)
-    if name == "opreg":
-        return  # named below: opreg's own distribution
+    return canonicalize_name(name)
+
+
+def _check_not_taken(names: PackNames) -> None:
+    """Refuse names the new pack would share with a package that exists: installing it would replace
+    that one, or importing one would give the other."""
+    import importlib.metadata
+    import importlib.util
+
+    distribution = _canonical(names.distribution)
+    suggestion = _suggestion(distribution)
+    if distribution in OPREG_DISTRIBUTIONS or names.package in OPREG_PACKAGES:
+        taken = distribution if distribution in OPREG_DISTRIBUTIONS else names.package
+        raise ScaffoldError(
+            f"{names.distribution!r} would be {taken!r}, one of opreg's own packages: name the pack e.g. {suggestion}"
+        )
     try:
-        installed = importlib.metadata.distribution(name).version
+        installed = importlib.metadata.distribution(distribution).version
     except importlib.metadata.PackageNotFoundError:
         installed = None
-    if installed is not None or name in WELL_KNOWN_DISTRIBUTIONS:
-        where = f"installed here (version {installed})" if installed else "a well-known package"
+    if installed is not None:
         raise ScaffoldError(
-            f"{distribution!r} is the name of a distribution {where}: installing the new pack under it would "
-            f"replace that one; name the pack e.g. {_suggestion(name)}"
+            f"{names.distribution!r} is the name of a distribution installed here (version {installed}): installing "
+            f"the new pack would replace it; name the pack e.g. {suggestion}"
         )
+    if distribution in well_known_names():
+        raise ScaffoldError(
+            f"{names.distribution!r} is the name of a well-known PyPI project: installing the new pack would replace "
+            f"it; name the pack e.g. {suggestion}"
+        )
+    try:
+        spec = importlib.util.find_spec(names.package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None:
+        where = spec.origin or ", ".join(spec.submodule_search_locations or ()) or "?"
+        raise ScaffoldError(
+            f"import name {names.package!r} of {names.distribution!r} is already importable here ({where}): "
+            f"the new pack would shadow it or be shadowed; name the pack e.g. {suggestion}"
+        )
+
+
+@functools.cache
+def well_known_names() -> frozenset[str]:
+    """The canonical names of :data:`WELL_KNOWN_LIST`."""
+    lines = WELL_KNOWN_LIST.read_text(encoding="utf-8").splitlines()
+    return frozenset(_canonical(line) for line in lines if line.strip() and not line.startswith("#"))
 
 
 def _suggestion(name: str) -> str:
-    stem = re.sub(r"[^a-z0-9]+", "", name)
+    stem = re.sub(r"[^a-z0-9]+", "", name.lower())
     return "opreg-mypack" if not stem or stem.startswith("opreg") else f"opreg-{stem}"
 
 
-def _check_distribution(name: str) -> None:
-    if not _DISTRIBUTION_RE.match(name):
-        raise ScaffoldError(
-            f"{name!r} is not a valid distribution name: use letters, digits, '-', '_' and '.', "
-            "starting and ending with a letter or digit (e.g. opreg-mypack)"
-        )
+# -- the template -----------------------------------------------------------------------------
+
+
+def template_root() -> Path:
+    """Where the template pack's files are: ``opreg/_template`` in an installed wheel, else
+    ``plugins/test_customop`` of the source tree opreg runs from (an editable install)."""
+    shipped = Path(__file__).with_name("_template")
+    if (shipped / "pyproject.toml").is_file():
+        return shipped
+    checkout = Path(__file__).resolve().parents[2] / "plugins" / TEMPLATE.pack
+    if (checkout / "pyproject.toml").is_file():
+        return checkout
+    raise ScaffoldError(f"opreg's template pack is missing (looked in {shipped} and {checkout}): reinstall opreg")
+
+
+def template_files(root: Path | None = None) -> list[str]:
+    """The template's files, relative to its root and sorted: what a pack is (its ``pyproject.toml``
+    and README, its package's modules, its tests), without build or cache leftovers."""
+    root = template_root() if root is None else root
+    files = ["pyproject.toml", "README.md"]
+    for folder in (TEMPLATE.package, "tests"):
+        files += sorted(str(p.relative_to(root)) for p in (root / folder).glob("*.py"))
+    return sorted(files)
+
+
+def _renamer(names: PackNames):  # type: ignore[no-untyped-def]
+    """A function renaming every template name in a text to ``names``' (longest first, in one pass,
+    so a new name is never renamed again); a domain written as a regular expression too."""
+    mapping = {
+        TEMPLATE.distribution: names.distribution,
+        TEMPLATE.package: names.package,
+        re.escape(TEMPLATE.domain): re.escape(names.domain),
+        TEMPLATE.domain: names.domain,
+        TEMPLATE.pack: names.pack,
+        TEMPLATE.namespace: names.namespace,
+    }
+    pattern = re.compile("|".join(re.escape(old) for old in sorted(mapping, key=len, reverse=True)))
+    return lambda text: pattern.sub(lambda m: mapping[m.group(0)], text)
 
 
 def render(names: PackNames) -> dict[str, str]:
-    """The pack's files, ``{relative path: text}``."""
-    values = names.substitutions()
-    files = {
-        "pyproject.toml": templates.PYPROJECT,
-        "README.md": templates.README,
-        f"{names.package}/__init__.py": templates.INIT,
-        f"{names.package}/torch_ops.py": templates.TORCH_OPS,
-        f"{names.package}/impls.py": templates.IMPLS,
-        f"{names.package}/runtime.py": templates.RUNTIME,
-        f"tests/test_{names.pack}.py": templates.TESTS,
-    }
-    return {path: _fill(text, values) for path, text in files.items()}
-
-
-def _fill(template: str, values: dict[str, str]) -> str:
-    def one(match: re.Match[str]) -> str:
-        return values[match.group(1)]
-
-    return re.sub(r"\{\{(\w+)\}\}", one, template).lstrip("\n")
+    """The new pack's files, ``{relative path: text}``: the template's, renamed."""
+    root = template_root()
+    rename = _renamer(names)
+    files = {}
+    for relative in template_files(root):
+        text = (root / relative).read_text(encoding="utf-8")
+        text = "".join(line for line in text.splitlines(keepends=True) if MARKER not in line)
+        tests = relative == f"tests/{TEMPLATE.pack}.py"  # the template's tests, named after the pack
+        files[f"tests/test_{names.pack}.py" if tests else rename(relative)] = rename(text)
+    return files
 
 
 def new_pack(distribution: str, *, domain: str | None = None, directory: str | os.PathLike[str] | None = None) -> Path:

@@ -39,14 +39,17 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opreg import _inspect
 from opreg.opname import OpName
 from opreg.targets import Target
 
-if TYPE_CHECKING:
-    from opreg.registry import Impl, Registry
+# The registry builds its table here (Registry.translation_table), so this module imports nothing
+# of the registry: its impls and the registry itself are passed in (``Impl``/``Registry`` below name
+# opreg.Impl and opreg.Registry for the reader).
+Impl = Any
+Registry = Any
 
 TORCH_TRANSLATED_NAMESPACES = ("onnx", "onnx_symbolic")
 """Namespaces of ``torch.onnx.ops``: torch.onnx translates their ops itself."""
@@ -216,7 +219,7 @@ def torch_callable(impl: Impl, overload: Any) -> Callable[..., Any]:
             named = {k: _int_list(v) if k in int_lists else v for k, v in named.items()}
             if impl.convention == _inspect.TORCH_ONNX:
                 mapped, named = _inspect.torch_convention(mapped, named)
-            result = function(*mapped, **named)
+            result = function(*mapped, **named, **impl.keywords)
             if isinstance(result, (list, tuple)):
                 return type(result)(_as_value(r) for r in result)
             return _as_value(result)

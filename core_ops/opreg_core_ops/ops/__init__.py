@@ -1,1 +1,1 @@
-"""Core impls, one module per op family; each module's ``register`` adds its impls."""
+"""Core impls, one module per op family; each impl carries its registration (``@opreg.impl``) on its def."""

@@ -10,7 +10,7 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset23 as op23
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, node_arg, node_rank, rank_of
+from opreg.ops import Tensor, node_arg, node_rank, rank_of
 from opreg_core_ops.ops.random import training_dropout
 
 
@@ -68,6 +68,19 @@ def _repeat_value(value, query, enable_gqa):
     return _repeat_heads(value, query.shape[-3] // value.shape[-3]) if enable_gqa else value
 
 
+def _attention23_covered(node) -> bool:
+    """Attention-23 reads 3-D inputs as (batch, seq, heads*size), torch as (batch, seq, size): 4-D only."""
+    if node_arg(node, 4, "dropout_p", 0.0) != 0.0:
+        return False
+    # ONNX Runtime's float16 Attention strays from torch beyond float16 tolerance; the decomposition does not.
+    query = node.args[0].meta.get("val")
+    if query is not None and query.dtype.itemsize < 4:
+        return False
+    return all(node_rank(node, i) == 4 for i in range(3))
+
+
+@opreg.impl("aten::scaled_dot_product_attention", opset=18)
+@opreg.impl("aten::scaled_dot_product_attention", opset=23, predicate=_attention23_covered)
 def aten_scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,
@@ -78,8 +91,19 @@ def aten_scaled_dot_product_attention(
     *,
     scale: float | None = None,
     enable_gqa: bool = False,
+    opset: int,
 ):
-    """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor: MatMul/Softmax decomposition; dropout_p > 0 drops attention weights at random, as torch does even in eval()."""
+    """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor: MatMul/Softmax decomposition; dropout_p > 0 drops attention weights at random, as torch does even in eval(). From opset 23, Attention for the 4-D nodes without dropout its predicate accepts."""
+    if opset >= 23:
+        out, _present_key, _present_value, _qk = op23.Attention(
+            query,
+            key,
+            value,
+            attn_mask,
+            is_causal=int(is_causal),
+            scale=None if scale is None else float(scale),
+        )
+        return out
     scores = _attention_scores(query, key, attn_mask, is_causal, scale, enable_gqa)
     probs = _safe_softmax(scores, attn_mask is not None)
     if dropout_p > 0:
@@ -87,6 +111,11 @@ def aten_scaled_dot_product_attention(
     return op18.MatMul(probs, _repeat_value(value, query, enable_gqa))
 
 
+def _no_dropout(index: int):
+    return lambda node: node_arg(node, index, "dropout_p", 0.0) == 0.0
+
+
+@opreg.impl("aten::_scaled_dot_product_flash_attention_for_cpu", predicate=_no_dropout(3))
 def aten_scaled_dot_product_flash_attention_for_cpu(
     query: Tensor,
     key: Tensor,
@@ -103,55 +132,3 @@ def aten_scaled_dot_product_flash_attention_for_cpu(
     out = op18.MatMul(probs, value)
     logsumexp = op18.ReduceLogSumExp(op18.Cast(scores, to=ir.DataType.FLOAT), [-1], keepdims=0)
     return out, logsumexp
-
-
-def aten_scaled_dot_product_attention_opset23(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    *,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-):
-    """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor: Attention (opset 23; no dropout)."""
-    out, _present_key, _present_value, _qk = op23.Attention(
-        query,
-        key,
-        value,
-        attn_mask,
-        is_causal=int(is_causal),
-        scale=None if scale is None else float(scale),
-    )
-    return out
-
-
-def _no_dropout(index: int):
-    return lambda node: node_arg(node, index, "dropout_p", 0.0) == 0.0
-
-
-def _attention23_covered(node) -> bool:
-    """Attention-23 reads 3-D inputs as (batch, seq, heads*size), torch as (batch, seq, size): 4-D only."""
-    if node_arg(node, 4, "dropout_p", 0.0) != 0.0:
-        return False
-    # ONNX Runtime's float16 Attention strays from torch beyond float16 tolerance; the decomposition does not.
-    query = node.args[0].meta.get("val")
-    if query is not None and query.dtype.itemsize < 4:
-        return False
-    return all(node_rank(node, i) == 4 for i in range(3))
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::scaled_dot_product_attention", aten_scaled_dot_product_attention)
-    registry.register(
-        "aten::scaled_dot_product_attention",
-        aten_scaled_dot_product_attention_opset23,
-        predicate=_attention23_covered,
-    )
-    registry.register(
-        "aten::_scaled_dot_product_flash_attention_for_cpu",
-        aten_scaled_dot_product_flash_attention_for_cpu,
-        predicate=_no_dropout(3),
-    )

@@ -13,8 +13,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, rank_of
-from opreg_core_ops.ops._promotion import FLOAT_TYPES, promote
+from opreg.ops import FLOAT_TYPES, Tensor, promote, rank_of
 
 _INT64 = ir.DataType.INT64
 
@@ -38,16 +37,19 @@ def _side(right: bool, side: str | None) -> bool:
     return side == "right" if side is not None else right
 
 
+@opreg.impl("aten::bucketize.Tensor")
 def aten_bucketize(self: Tensor, boundaries: Tensor, out_int32: bool = False, right: bool = False):
     """bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor: boundaries each value passes (compare with all, ReduceSum)."""
     return _insertion(boundaries, self, right, out_int32)
 
 
+@opreg.impl("aten::bucketize.Scalar")
 def aten_bucketize_scalar(self: float, boundaries: Tensor, out_int32: bool = False, right: bool = False):
     """bucketize.Scalar(Scalar self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor: as bucketize.Tensor, of a 0-d value."""
     return _insertion(boundaries, op18.CastLike(self, boundaries), right, out_int32)
 
 
+@opreg.impl("aten::searchsorted.Tensor")
 def aten_searchsorted(
     sorted_sequence: Tensor,
     self: Tensor,
@@ -60,6 +62,7 @@ def aten_searchsorted(
     return _insertion(sorted_sequence, self, _side(right, side), out_int32, sorter)
 
 
+@opreg.impl("aten::searchsorted.Scalar")
 def aten_searchsorted_scalar(
     sorted_sequence: Tensor,
     self: float,
@@ -76,6 +79,7 @@ def aten_searchsorted_scalar(
     return _insertion(sorted_sequence, value, _side(right, side), out_int32, sorter)
 
 
+@opreg.impl("aten::histc")
 def aten_histc(self: Tensor, bins: int = 100, min: float = 0, max: float = 0):
     """histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor: each value's bin (Floor), one-hot counts (ReduceSum); min = max = 0: the data's range."""
     x = op18.Reshape(self, [-1])
@@ -95,6 +99,7 @@ def aten_histc(self: Tensor, bins: int = 100, min: float = 0, max: float = 0):
     return op18.ReduceSum(op18.CastLike(hits, x), [0], keepdims=0)
 
 
+@opreg.impl("aten::bincount")
 def aten_bincount(self: Tensor, weights: Tensor | None = None, minlength: int = 0):
     """bincount(Tensor self, Tensor? weights=None, SymInt minlength=0) -> Tensor: one-hot matches against Range(max(max + 1, minlength)), summed (weighted)."""
     values = op18.Cast(op18.Reshape(self, [-1]), to=_INT64)
@@ -107,12 +112,3 @@ def aten_bincount(self: Tensor, weights: Tensor | None = None, minlength: int = 
         weights = op18.Cast(weights, to=ir.DataType.DOUBLE)  # torch counts integer weights in float64
     weighted = op18.Where(hits, op18.Unsqueeze(op18.Reshape(weights, [-1]), [1]), op18.CastLike(0, weights))
     return op18.ReduceSum(weighted, [0], keepdims=0)
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::bucketize.Tensor", aten_bucketize)
-    registry.register("aten::bucketize.Scalar", aten_bucketize_scalar)
-    registry.register("aten::searchsorted.Tensor", aten_searchsorted)
-    registry.register("aten::searchsorted.Scalar", aten_searchsorted_scalar)
-    registry.register("aten::histc", aten_histc)
-    registry.register("aten::bincount", aten_bincount)

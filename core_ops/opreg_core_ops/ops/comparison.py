@@ -7,8 +7,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor
-from opreg_core_ops.ops._promotion import FLOAT_TYPES, cast_to, promote
+from opreg.ops import FLOAT_TYPES, Tensor, cast_to, promote
 from opreg_core_ops.ops.elementwise import isinf
 
 _BOOL = ir.DataType.BOOL
@@ -29,61 +28,73 @@ def _order(self, other, compare):
     return compare(a, b)
 
 
+@opreg.impl("aten::eq.Tensor")
 def aten_eq(self: Tensor, other: Tensor):
     """eq.Tensor(Tensor self, Tensor other) -> Tensor: Equal, after torch's promotion."""
     return _equal(self, other)
 
 
+@opreg.impl("aten::eq.Scalar")
 def aten_eq_scalar(self: Tensor, other: float):
     """eq.Scalar(Tensor self, Scalar other) -> Tensor: Equal, after torch's promotion."""
     return _equal(self, other)
 
 
+@opreg.impl("aten::ne.Tensor")
 def aten_ne(self: Tensor, other: Tensor):
     """ne.Tensor(Tensor self, Tensor other) -> Tensor: Not of Equal, after torch's promotion."""
     return op18.Not(_equal(self, other))
 
 
+@opreg.impl("aten::ne.Scalar")
 def aten_ne_scalar(self: Tensor, other: float):
     """ne.Scalar(Tensor self, Scalar other) -> Tensor: Not of Equal, after torch's promotion."""
     return op18.Not(_equal(self, other))
 
 
+@opreg.impl("aten::lt.Tensor")
 def aten_lt(self: Tensor, other: Tensor):
     """lt.Tensor(Tensor self, Tensor other) -> Tensor: Less, after torch's promotion."""
     return _order(self, other, op18.Less)
 
 
+@opreg.impl("aten::lt.Scalar")
 def aten_lt_scalar(self: Tensor, other: float):
     """lt.Scalar(Tensor self, Scalar other) -> Tensor: Less, after torch's promotion."""
     return _order(self, other, op18.Less)
 
 
+@opreg.impl("aten::le.Tensor")
 def aten_le(self: Tensor, other: Tensor):
     """le.Tensor(Tensor self, Tensor other) -> Tensor: LessOrEqual, after torch's promotion."""
     return _order(self, other, op18.LessOrEqual)
 
 
+@opreg.impl("aten::le.Scalar")
 def aten_le_scalar(self: Tensor, other: float):
     """le.Scalar(Tensor self, Scalar other) -> Tensor: LessOrEqual, after torch's promotion."""
     return _order(self, other, op18.LessOrEqual)
 
 
+@opreg.impl("aten::gt.Tensor")
 def aten_gt(self: Tensor, other: Tensor):
     """gt.Tensor(Tensor self, Tensor other) -> Tensor: Greater, after torch's promotion."""
     return _order(self, other, op18.Greater)
 
 
+@opreg.impl("aten::gt.Scalar")
 def aten_gt_scalar(self: Tensor, other: float):
     """gt.Scalar(Tensor self, Scalar other) -> Tensor: Greater, after torch's promotion."""
     return _order(self, other, op18.Greater)
 
 
+@opreg.impl("aten::ge.Tensor")
 def aten_ge(self: Tensor, other: Tensor):
     """ge.Tensor(Tensor self, Tensor other) -> Tensor: GreaterOrEqual, after torch's promotion."""
     return _order(self, other, op18.GreaterOrEqual)
 
 
+@opreg.impl("aten::ge.Scalar")
 def aten_ge_scalar(self: Tensor, other: float):
     """ge.Scalar(Tensor self, Scalar other) -> Tensor: GreaterOrEqual, after torch's promotion."""
     return _order(self, other, op18.GreaterOrEqual)
@@ -92,21 +103,25 @@ def aten_ge_scalar(self: Tensor, other: float):
 # -- logical --------------------------------------------------------------------------------
 
 
+@opreg.impl("aten::logical_and")
 def aten_logical_and(self: Tensor, other: Tensor):
     """logical_and(Tensor self, Tensor other) -> Tensor: And of the inputs as bool."""
     return op18.And(cast_to(self, _BOOL), cast_to(other, _BOOL))
 
 
+@opreg.impl("aten::logical_or")
 def aten_logical_or(self: Tensor, other: Tensor):
     """logical_or(Tensor self, Tensor other) -> Tensor: Or of the inputs as bool."""
     return op18.Or(cast_to(self, _BOOL), cast_to(other, _BOOL))
 
 
+@opreg.impl("aten::logical_xor")
 def aten_logical_xor(self: Tensor, other: Tensor):
     """logical_xor(Tensor self, Tensor other) -> Tensor: Xor of the inputs as bool."""
     return op18.Xor(cast_to(self, _BOOL), cast_to(other, _BOOL))
 
 
+@opreg.impl("aten::logical_not")
 def aten_logical_not(self: Tensor):
     """logical_not(Tensor self) -> Tensor: Not of the input as bool."""
     return op18.Not(cast_to(self, _BOOL))
@@ -151,66 +166,79 @@ def _shift(self, other, direction: str):
     return op18.Where(too_far, op18.Where(negative, op18.CastLike(-1, a), zero), arithmetic)
 
 
+@opreg.impl("aten::bitwise_left_shift.Tensor")
 def aten_bitwise_left_shift(self: Tensor, other: Tensor):
     """bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor: BitShift LEFT (through UINT64)."""
     return _shift(self, other, "LEFT")
 
 
+@opreg.impl("aten::bitwise_left_shift.Tensor_Scalar")
 def aten_bitwise_left_shift_scalar(self: Tensor, other: float):
     """bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor: BitShift LEFT (through UINT64)."""
     return _shift(self, other, "LEFT")
 
 
+@opreg.impl("aten::bitwise_right_shift.Tensor")
 def aten_bitwise_right_shift(self: Tensor, other: Tensor):
     """bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor: BitShift RIGHT (arithmetic for signed types)."""
     return _shift(self, other, "RIGHT")
 
 
+@opreg.impl("aten::bitwise_right_shift.Tensor_Scalar")
 def aten_bitwise_right_shift_scalar(self: Tensor, other: float):
     """bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor: BitShift RIGHT (arithmetic for signed types)."""
     return _shift(self, other, "RIGHT")
 
 
+@opreg.impl("aten::bitwise_and.Tensor")
 def aten_bitwise_and(self: Tensor, other: Tensor):
     """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseAnd (And for bool)."""
     return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
+@opreg.impl("aten::bitwise_and.Scalar")
 def aten_bitwise_and_scalar(self: Tensor, other: float):
     """bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseAnd (And for bool)."""
     return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
+@opreg.impl("aten::bitwise_or.Tensor")
 def aten_bitwise_or(self: Tensor, other: Tensor):
     """bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseOr (Or for bool)."""
     return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
+@opreg.impl("aten::bitwise_or.Scalar")
 def aten_bitwise_or_scalar(self: Tensor, other: float):
     """bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseOr (Or for bool)."""
     return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
+@opreg.impl("aten::bitwise_xor.Tensor")
 def aten_bitwise_xor(self: Tensor, other: Tensor):
     """bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseXor (Xor for bool)."""
     return _bitwise(self, other, op18.BitwiseXor, op18.Xor)
 
 
+@opreg.impl("aten::bitwise_xor.Scalar")
 def aten_bitwise_xor_scalar(self: Tensor, other: float):
     """bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseXor (Xor for bool)."""
     return _bitwise(self, other, op18.BitwiseXor, op18.Xor)
 
 
+@opreg.impl("aten::__and__.Tensor")
 def aten_and(self: Tensor, other: Tensor):
     """__and__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_and (the ``&`` operator)."""
     return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
+@opreg.impl("aten::__or__.Tensor")
 def aten_or(self: Tensor, other: Tensor):
     """__or__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_or (the ``|`` operator)."""
     return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
+@opreg.impl("aten::bitwise_not")
 def aten_bitwise_not(self: Tensor):
     """bitwise_not(Tensor self) -> Tensor: BitwiseNot (Not for bool)."""
     if self.dtype == _BOOL:
@@ -226,6 +254,7 @@ def _all_false(self):
     return op18.Not(op18.Equal(self, self))
 
 
+@opreg.impl("aten::isinf")
 def aten_isinf(self: Tensor):
     """isinf(Tensor self) -> Tensor: IsInf (all False for integers and bool)."""
     if self.dtype not in FLOAT_TYPES:
@@ -233,6 +262,7 @@ def aten_isinf(self: Tensor):
     return isinf(self)
 
 
+@opreg.impl("aten::isnan")
 def aten_isnan(self: Tensor):
     """isnan(Tensor self) -> Tensor: IsNaN (all False for integers and bool)."""
     if self.dtype not in FLOAT_TYPES:
@@ -240,6 +270,7 @@ def aten_isnan(self: Tensor):
     return op18.IsNaN(self)
 
 
+@opreg.impl("aten::signbit")
 def aten_signbit(self: Tensor):
     """signbit(Tensor self) -> Tensor: Less than 0, or -0.0 (1 / x is -inf); all False for bool and unsigned.
 
@@ -252,41 +283,3 @@ def aten_signbit(self: Tensor):
         return negative
     negative_zero = op18.And(op18.Equal(self, zero), op18.Less(op18.Div(op18.CastLike(1, self), self), zero))
     return op18.Or(negative, negative_zero)
-
-
-def register(registry: opreg.Registrar) -> None:
-    for op, function in (
-        ("aten::eq.Tensor", aten_eq),
-        ("aten::eq.Scalar", aten_eq_scalar),
-        ("aten::ne.Tensor", aten_ne),
-        ("aten::ne.Scalar", aten_ne_scalar),
-        ("aten::lt.Tensor", aten_lt),
-        ("aten::lt.Scalar", aten_lt_scalar),
-        ("aten::le.Tensor", aten_le),
-        ("aten::le.Scalar", aten_le_scalar),
-        ("aten::gt.Tensor", aten_gt),
-        ("aten::gt.Scalar", aten_gt_scalar),
-        ("aten::ge.Tensor", aten_ge),
-        ("aten::ge.Scalar", aten_ge_scalar),
-        ("aten::logical_and", aten_logical_and),
-        ("aten::logical_or", aten_logical_or),
-        ("aten::logical_xor", aten_logical_xor),
-        ("aten::logical_not", aten_logical_not),
-        ("aten::bitwise_and.Tensor", aten_bitwise_and),
-        ("aten::bitwise_and.Scalar", aten_bitwise_and_scalar),
-        ("aten::bitwise_or.Tensor", aten_bitwise_or),
-        ("aten::bitwise_or.Scalar", aten_bitwise_or_scalar),
-        ("aten::bitwise_xor.Tensor", aten_bitwise_xor),
-        ("aten::bitwise_xor.Scalar", aten_bitwise_xor_scalar),
-        ("aten::__and__.Tensor", aten_and),
-        ("aten::__or__.Tensor", aten_or),
-        ("aten::bitwise_not", aten_bitwise_not),
-        ("aten::isinf", aten_isinf),
-        ("aten::isnan", aten_isnan),
-        ("aten::signbit", aten_signbit),
-        ("aten::bitwise_left_shift.Tensor", aten_bitwise_left_shift),
-        ("aten::bitwise_left_shift.Tensor_Scalar", aten_bitwise_left_shift_scalar),
-        ("aten::bitwise_right_shift.Tensor", aten_bitwise_right_shift),
-        ("aten::bitwise_right_shift.Tensor_Scalar", aten_bitwise_right_shift_scalar),
-    ):
-        registry.register(op, function)

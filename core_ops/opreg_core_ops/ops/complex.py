@@ -20,12 +20,11 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
+from opreg.ops import DEFAULT_FLOAT, FLOAT_TYPES, Tensor, as_float, cast_to, rank_of, result_dtype
 from opreg.values import is_complex
 from opreg_core_ops.ops import indexing, joining
 from opreg_core_ops.ops import padding as padding_ops
 from opreg_core_ops.ops import shape as views
-from opreg_core_ops.ops._helpers import Tensor, rank_of
-from opreg_core_ops.ops._promotion import DEFAULT_FLOAT, FLOAT_TYPES, as_float, cast_to, result_dtype
 from opreg_core_ops.ops.elementwise import aten_atan2
 
 _PART_OF = {
@@ -75,16 +74,19 @@ def _multiply(a_re, a_im, b_re, b_im):
     return real, imaginary
 
 
+@opreg.impl("aten::view_as_real", complex=True)
 def aten_view_as_real(self: Tensor):
     """view_as_real(Tensor(a) self) -> Tensor(a): Identity (the pair is the real view)."""
     return op18.Identity(self)
 
 
+@opreg.impl("aten::view_as_complex", complex=True)
 def aten_view_as_complex(self: Tensor):
     """view_as_complex(Tensor(a) self) -> Tensor(a): Identity (a trailing 2 is how complex values travel)."""
     return op18.Identity(self)
 
 
+@opreg.impl("aten::complex", complex=True)
 def aten_complex(real: Tensor, imag: Tensor):
     """complex(Tensor real, Tensor imag) -> Tensor: the parts stacked (broadcast)."""
     dtype = _part_type(real, imag)
@@ -93,16 +95,19 @@ def aten_complex(real: Tensor, imag: Tensor):
     return pair(op18.Expand(real, shape), op18.Expand(imag, shape))
 
 
+@opreg.impl("aten::polar", complex=True)
 def aten_polar(abs: Tensor, angle: Tensor):
     """polar(Tensor abs, Tensor angle) -> Tensor: (abs cos angle, abs sin angle)."""
     return pair(op18.Mul(abs, op18.Cos(angle)), op18.Mul(abs, op18.Sin(angle)))
 
 
+@opreg.impl("aten::add.Tensor", complex=True)
 def aten_add_complex(self: Tensor, other: Tensor, alpha: float = 1):
     """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: the parts added (alpha may be complex)."""
     return _add_scaled(self, other, alpha)
 
 
+@opreg.impl("aten::sub.Tensor", complex=True)
 def aten_sub_complex(self: Tensor, other: Tensor, alpha: float = 1):
     """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: the parts subtracted (alpha may be complex)."""
     return _add_scaled(self, other, -alpha)
@@ -117,12 +122,14 @@ def _add_scaled(self, other, alpha):
     return pair(op18.Add(a_re, b_re), op18.Add(a_im, b_im))
 
 
+@opreg.impl("aten::mul.Tensor", complex=True)
 def aten_mul_complex(self: Tensor, other: Tensor):
     """mul.Tensor(Tensor self, Tensor other) -> Tensor: (ac - bd) + (ad + bc)i."""
     dtype = _part_type(self, other)
     return pair(*_multiply(*parts(self, dtype), *parts(other, dtype)))
 
 
+@opreg.impl("aten::div.Tensor", complex=True)
 def aten_div_complex(self: Tensor, other: Tensor):
     """div.Tensor(Tensor self, Tensor other) -> Tensor: ((ac + bd) + (bc - ad)i) / (c^2 + d^2)."""
     dtype = _part_type(self, other)
@@ -134,6 +141,7 @@ def aten_div_complex(self: Tensor, other: Tensor):
     return pair(op18.Div(real, norm), op18.Div(imaginary, norm))
 
 
+@opreg.impl("aten::abs", complex=True)
 def aten_abs_complex(self: Tensor):
     """abs(Tensor self) -> Tensor: |z| as hypot(re, im) = m sqrt(1 + (n/m)^2), m and n the larger and smaller
     part magnitudes, so squares of tiny or huge parts neither underflow nor overflow; a real tensor."""
@@ -147,12 +155,14 @@ def aten_abs_complex(self: Tensor):
     return op18.Where(infinite, op18.CastLike(float("inf"), larger), op18.Where(trivial, larger, scaled))
 
 
+@opreg.impl("aten::angle", complex=True)
 def aten_angle_complex(self: Tensor):
     """angle(Tensor self) -> Tensor: atan2(im, re), a real tensor."""
     real, imaginary = parts(self, self.dtype)
     return aten_atan2(imaginary, real)
 
 
+@opreg.impl("aten::angle")
 def aten_angle(self: Tensor):
     """angle(Tensor self) -> Tensor: of a real tensor, pi where negative, else 0 (NaN stays NaN), in float."""
     x = as_float(self)
@@ -161,22 +171,26 @@ def aten_angle(self: Tensor):
     return op18.Where(op18.IsNaN(x), x, turned)
 
 
+@opreg.impl("aten::_conj", complex=True)
 def aten_conj_complex(self: Tensor):
     """_conj(Tensor(a) self) -> Tensor(a): the imaginary part negated."""
     real, imaginary = parts(self, self.dtype)
     return pair(real, op18.Neg(imaginary))
 
 
+@opreg.impl("aten::conj_physical", complex=True)
 def aten_conj_physical_complex(self: Tensor):
     """conj_physical(Tensor self) -> Tensor: the imaginary part negated."""
     return aten_conj_complex(self)
 
 
+@opreg.impl("aten::_conj_physical", complex=True)
 def aten__conj_physical_complex(self: Tensor):
     """_conj_physical(Tensor self) -> Tensor: the imaginary part negated."""
     return aten_conj_complex(self)
 
 
+@opreg.impl("aten::exp", complex=True)
 def aten_exp_complex(self: Tensor):
     """exp(Tensor self) -> Tensor: e^re (cos im + i sin im)."""
     real, imaginary = parts(self, self.dtype)
@@ -212,21 +226,25 @@ def _as_pair(value, dtype: ir.DataType):
     return pair(real, op18.Expand(imaginary, op18.Shape(real)))
 
 
+@opreg.impl("aten::clone", complex=True)
 def aten_clone_complex(self: Tensor, memory_format: str | None = None):
     """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity of the pair."""
     return op18.Identity(self)
 
 
+@opreg.impl("aten::alias", complex=True)
 def aten_alias_complex(self: Tensor):
     """alias(Tensor(a) self) -> Tensor(a): Identity of the pair."""
     return op18.Identity(self)
 
 
+@opreg.impl("aten::lift_fresh_copy", complex=True)
 def aten_lift_fresh_copy_complex(self: Tensor):
     """lift_fresh_copy(Tensor self) -> Tensor: Identity of the pair."""
     return op18.Identity(self)
 
 
+@opreg.impl("aten::_to_copy", complex=True)
 def aten_to_copy_complex(
     self: Tensor,
     dtype: int | None = None,
@@ -246,75 +264,89 @@ def aten_to_copy_complex(
     return op18.Cast(real, to=int(target))
 
 
+@opreg.impl("aten::view", complex=True)
 def aten_view_complex(self: Tensor, size: Sequence[int]):
     """view(Tensor(a) self, SymInt[] size) -> Tensor(a): the pair reshaped to size + [2]."""
     return views.aten_view(self, _with_pair_dim(size))
 
 
+@opreg.impl("aten::_unsafe_view", complex=True)
 def aten_unsafe_view_complex(self: Tensor, size: Sequence[int]):
     """_unsafe_view(Tensor self, SymInt[] size) -> Tensor: the pair reshaped to size + [2]."""
     return views.aten_view(self, _with_pair_dim(size))
 
 
+@opreg.impl("aten::reshape", complex=True)
 def aten_reshape_complex(self: Tensor, shape: Sequence[int]):
     """reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a): the pair reshaped to shape + [2]."""
     return views.aten_reshape(self, _with_pair_dim(shape))
 
 
+@opreg.impl("aten::expand", complex=True)
 def aten_expand_complex(self: Tensor, size: Sequence[int], implicit: bool = False):
     """expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a): the pair expanded to size + [2]."""
     return views.aten_expand(self, _with_pair_dim(size))
 
 
+@opreg.impl("aten::permute", complex=True)
 def aten_permute_complex(self: Tensor, dims: Sequence[int]):
     """permute(Tensor(a) self, int[] dims) -> Tensor(a): the pair transposed, its last dim kept last."""
     rank = _rank(self)
     return views.aten_permute(self, [*(_dim(d, rank) for d in dims), rank])
 
 
+@opreg.impl("aten::transpose.int", complex=True)
 def aten_transpose_complex(self: Tensor, dim0: int, dim1: int):
     """transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a): the pair's two dims swapped."""
     rank = _rank(self)
     return views.aten_transpose(self, _dim(dim0, rank), _dim(dim1, rank))
 
 
+@opreg.impl("aten::unsqueeze", complex=True)
 def aten_unsqueeze_complex(self: Tensor, dim: int):
     """unsqueeze(Tensor(a) self, int dim) -> Tensor(a): a dim of 1 inserted before the pair's last."""
     return views.aten_unsqueeze(self, _dim(dim, _rank(self) + 1))
 
 
+@opreg.impl("aten::squeeze.dims", complex=True)
 def aten_squeeze_dims_complex(self: Tensor, dim: Sequence[int]):
     """squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a): the pair's dims of size 1 among them squeezed."""
     rank = _rank(self)
     return views.aten_squeeze_dims(self, [_dim(d, rank) for d in dim])
 
 
+@opreg.impl("aten::squeeze.dim", complex=True)
 def aten_squeeze_dim_complex(self: Tensor, dim: int):
     """squeeze.dim(Tensor(a) self, int dim) -> Tensor(a): the pair's dim squeezed if of size 1."""
     return aten_squeeze_dims_complex(self, [dim])
 
 
+@opreg.impl("aten::select.int", complex=True)
 def aten_select_complex(self: Tensor, dim: int, index: int):
     """select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a): Gather on the pair."""
     return indexing.aten_select(self, _dim(dim, _rank(self)), index)
 
 
+@opreg.impl("aten::slice.Tensor", complex=True)
 def aten_slice_complex(self: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1):
     """slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a): Slice of the pair."""
     return indexing.aten_slice(self, _dim(dim, _rank(self)), start, end, step)
 
 
+@opreg.impl("aten::flip", complex=True)
 def aten_flip_complex(self: Tensor, dims: Sequence[int]):
     """flip(Tensor self, int[] dims) -> Tensor: the pair reversed along dims."""
     rank = _rank(self)
     return indexing.aten_flip(self, [_dim(d, rank) for d in dims])
 
 
+@opreg.impl("aten::index_select", complex=True)
 def aten_index_select_complex(self: Tensor, dim: int, index: Tensor):
     """index_select(Tensor self, int dim, Tensor index) -> Tensor: Gather on the pair."""
     return indexing.aten_index_select(self, _dim(dim, _rank(self)), index)
 
 
+@opreg.impl("aten::constant_pad_nd", complex=True)
 def aten_constant_pad_nd_complex(self: Tensor, pad: Sequence[int], value: float = 0):
     """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor: the pair padded (none on its last dim) with 0, or with a real value's real part and 0."""
     if isinstance(pad, ir.Value):
@@ -325,21 +357,25 @@ def aten_constant_pad_nd_complex(self: Tensor, pad: Sequence[int], value: float 
     return padding_ops.aten_constant_pad_nd(self, [0, 0, *pad], number.real)
 
 
+@opreg.impl("aten::reflection_pad1d", complex=True)
 def aten_reflection_pad1d_complex(self: Tensor, padding: Sequence[int]):
     """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: the pair reflected (none on its last dim)."""
     return padding_ops.aten_reflection_pad1d(self, [0, 0, *padding])
 
 
+@opreg.impl("aten::sym_size.int", complex=True)
 def aten_sym_size_complex(self: Tensor, dim: int):
     """sym_size.int(Tensor self, int dim) -> SymInt: the pair's dim (never its trailing 2)."""
     return views.aten_sym_size(self, _dim(dim, _rank(self)))
 
 
+@opreg.impl("aten::sym_numel", complex=True)
 def aten_sym_numel_complex(self: Tensor):
     """sym_numel(Tensor self) -> SymInt: the pair's size over 2."""
     return op18.Div(op18.Size(self), op18.Constant(value=ir.tensor(2, dtype=ir.DataType.INT64)))
 
 
+@opreg.impl("aten::cat", complex=True)
 def aten_cat_complex(tensors: Sequence[Tensor], dim: int = 0):
     """cat(Tensor[] tensors, int dim=0) -> Tensor: the pairs (real tensors with imaginary part 0) concatenated."""
     dtype = _part_type(*tensors)
@@ -347,52 +383,9 @@ def aten_cat_complex(tensors: Sequence[Tensor], dim: int = 0):
     return joining.aten_cat(pairs, _dim(dim, _rank(pairs[0])))
 
 
+@opreg.impl("aten::stack", complex=True)
 def aten_stack_complex(tensors: Sequence[Tensor], dim: int = 0):
     """stack(Tensor[] tensors, int dim=0) -> Tensor: the pairs (real tensors with imaginary part 0) stacked."""
     dtype = _part_type(*tensors)
     pairs = [_as_pair(t, dtype) for t in tensors]
     return joining.aten_stack(pairs, _dim(dim, _rank(pairs[0]) + 1))
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::view_as_real", aten_view_as_real, complex=True)
-    registry.register("aten::view_as_complex", aten_view_as_complex, complex=True)
-    registry.register("aten::complex", aten_complex, complex=True)
-    registry.register("aten::polar", aten_polar, complex=True)
-    registry.register("aten::add.Tensor", aten_add_complex, complex=True)
-    registry.register("aten::sub.Tensor", aten_sub_complex, complex=True)
-    registry.register("aten::mul.Tensor", aten_mul_complex, complex=True)
-    registry.register("aten::div.Tensor", aten_div_complex, complex=True)
-    registry.register("aten::abs", aten_abs_complex, complex=True)
-    registry.register("aten::angle", aten_angle)
-    registry.register("aten::angle", aten_angle_complex, complex=True)
-    registry.register("aten::_conj", aten_conj_complex, complex=True)
-    registry.register("aten::conj_physical", aten_conj_physical_complex, complex=True)
-    registry.register("aten::_conj_physical", aten__conj_physical_complex, complex=True)
-    registry.register("aten::exp", aten_exp_complex, complex=True)
-    for op, impl in (
-        ("aten::clone", aten_clone_complex),
-        ("aten::alias", aten_alias_complex),
-        ("aten::lift_fresh_copy", aten_lift_fresh_copy_complex),
-        ("aten::_to_copy", aten_to_copy_complex),
-        ("aten::view", aten_view_complex),
-        ("aten::_unsafe_view", aten_unsafe_view_complex),
-        ("aten::reshape", aten_reshape_complex),
-        ("aten::expand", aten_expand_complex),
-        ("aten::permute", aten_permute_complex),
-        ("aten::transpose.int", aten_transpose_complex),
-        ("aten::unsqueeze", aten_unsqueeze_complex),
-        ("aten::squeeze.dims", aten_squeeze_dims_complex),
-        ("aten::squeeze.dim", aten_squeeze_dim_complex),
-        ("aten::select.int", aten_select_complex),
-        ("aten::slice.Tensor", aten_slice_complex),
-        ("aten::flip", aten_flip_complex),
-        ("aten::index_select", aten_index_select_complex),
-        ("aten::constant_pad_nd", aten_constant_pad_nd_complex),
-        ("aten::reflection_pad1d", aten_reflection_pad1d_complex),
-        ("aten::sym_size.int", aten_sym_size_complex),
-        ("aten::sym_numel", aten_sym_numel_complex),
-        ("aten::cat", aten_cat_complex),
-        ("aten::stack", aten_stack_complex),
-    ):
-        registry.register(op, impl, complex=True)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, expand_param, rank_of, symmetric_pads
+from opreg.ops import Tensor, expand_param, rank_of, symmetric_pads
 
 
 def _unbatched(input, weight) -> bool:
@@ -58,6 +58,13 @@ def _conv_transpose(input, weight, bias, stride, padding, dilation, output_paddi
     return op18.Squeeze(y, [0]) if unbatched else y
 
 
+def _floating_input(node) -> bool:
+    """ONNX Conv/ConvTranspose take floating types only (no integer convolution)."""
+    value = node.args[0].meta.get("val")
+    return value is None or value.is_floating_point()
+
+
+@opreg.impl("aten::conv2d", predicate=_floating_input)
 def aten_conv2d(
     input: Tensor,
     weight: Tensor,
@@ -71,6 +78,7 @@ def aten_conv2d(
     return _conv(input, weight, bias, stride, padding, dilation, groups)
 
 
+@opreg.impl("aten::convolution", predicate=_floating_input)
 def aten_convolution(
     input: Tensor,
     weight: Tensor,
@@ -86,14 +94,3 @@ def aten_convolution(
     if not transposed:
         return _conv(input, weight, bias, stride, padding, dilation, groups)
     return _conv_transpose(input, weight, bias, stride, padding, dilation, output_padding, groups)
-
-
-def _floating_input(node) -> bool:
-    """ONNX Conv/ConvTranspose take floating types only (no integer convolution)."""
-    value = node.args[0].meta.get("val")
-    return value is None or value.is_floating_point()
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::conv2d", aten_conv2d, predicate=_floating_input)
-    registry.register("aten::convolution", aten_convolution, predicate=_floating_input)

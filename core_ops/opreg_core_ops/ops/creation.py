@@ -9,8 +9,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor
-from opreg_core_ops.ops._promotion import DEFAULT_FLOAT, is_integral
+from opreg.ops import DEFAULT_FLOAT, Tensor, is_integral
 
 
 def _scalar_type(value) -> ir.DataType:
@@ -48,6 +47,7 @@ def _full(size, fill_value, dtype: int):
     return op18.Expand(_constant(fill_value, dtype), size)
 
 
+@opreg.impl("aten::full")
 def aten_full(
     size: Sequence[int],
     fill_value: float,
@@ -60,6 +60,7 @@ def aten_full(
     return _full(size, fill_value, _scalar_type(fill_value) if dtype is None else dtype)
 
 
+@opreg.impl("aten::zeros")
 def aten_zeros(
     size: Sequence[int],
     dtype: int | None = None,
@@ -71,6 +72,7 @@ def aten_zeros(
     return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
 
 
+@opreg.impl("aten::ones")
 def aten_ones(
     size: Sequence[int],
     dtype: int | None = None,
@@ -82,6 +84,7 @@ def aten_ones(
     return _full(size, 1, DEFAULT_FLOAT if dtype is None else dtype)
 
 
+@opreg.impl("aten::empty.memory_format")
 def aten_empty_memory_format(
     size: Sequence[int],
     dtype: int | None = None,
@@ -94,6 +97,7 @@ def aten_empty_memory_format(
     return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
 
 
+@opreg.impl("aten::empty_strided")
 def aten_empty_strided(
     size: Sequence[int],
     stride: Sequence[int],
@@ -106,6 +110,7 @@ def aten_empty_strided(
     return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
 
 
+@opreg.impl("aten::full_like")
 def aten_full_like(
     self: Tensor,
     fill_value: float,
@@ -119,6 +124,7 @@ def aten_full_like(
     return _full(op18.Shape(self), fill_value, self.dtype if dtype is None else dtype)
 
 
+@opreg.impl("aten::zeros_like")
 def aten_zeros_like(
     self: Tensor,
     dtype: int | None = None,
@@ -131,6 +137,7 @@ def aten_zeros_like(
     return _full(op18.Shape(self), 0, self.dtype if dtype is None else dtype)
 
 
+@opreg.impl("aten::ones_like")
 def aten_ones_like(
     self: Tensor,
     dtype: int | None = None,
@@ -143,6 +150,7 @@ def aten_ones_like(
     return _full(op18.Shape(self), 1, self.dtype if dtype is None else dtype)
 
 
+@opreg.impl("aten::empty_like")
 def aten_empty_like(
     self: Tensor,
     dtype: int | None = None,
@@ -155,6 +163,7 @@ def aten_empty_like(
     return _full(op18.Shape(self), 0, self.dtype if dtype is None else dtype)
 
 
+@opreg.impl("aten::new_full")
 def aten_new_full(
     self: Tensor,
     size: Sequence[int],
@@ -168,6 +177,7 @@ def aten_new_full(
     return _full(size, fill_value, self.dtype if dtype is None else dtype)
 
 
+@opreg.impl("aten::new_zeros")
 def aten_new_zeros(
     self: Tensor,
     size: Sequence[int],
@@ -180,6 +190,7 @@ def aten_new_zeros(
     return _full(size, 0, self.dtype if dtype is None else dtype)
 
 
+@opreg.impl("aten::new_ones")
 def aten_new_ones(
     self: Tensor,
     size: Sequence[int],
@@ -192,6 +203,7 @@ def aten_new_ones(
     return _full(size, 1, self.dtype if dtype is None else dtype)
 
 
+@opreg.impl("aten::new_empty")
 def aten_new_empty(
     self: Tensor,
     size: Sequence[int],
@@ -204,6 +216,7 @@ def aten_new_empty(
     return _full(size, 0, self.dtype if dtype is None else dtype)
 
 
+@opreg.impl("aten::new_empty_strided")
 def aten_new_empty_strided(
     self: Tensor,
     size: Sequence[int],
@@ -217,6 +230,7 @@ def aten_new_empty_strided(
     return _full(size, 0, self.dtype if dtype is None else dtype)
 
 
+@opreg.impl("aten::scalar_tensor")
 def aten_scalar_tensor(
     s: float,
     dtype: int | None = None,
@@ -228,11 +242,13 @@ def aten_scalar_tensor(
     return _constant(s, DEFAULT_FLOAT if dtype is None else dtype)
 
 
+@opreg.impl("aten::fill.Scalar")
 def aten_fill_scalar(self: Tensor, value: float):
     """fill.Scalar(Tensor self, Scalar value) -> Tensor: Expand of a constant to Shape(self)."""
     return _full(op18.Shape(self), value, self.dtype)
 
 
+@opreg.impl("aten::fill.Tensor")
 def aten_fill_tensor(self: Tensor, value: Tensor):
     """fill.Tensor(Tensor self, Tensor value) -> Tensor: Expand of CastLike(value, self) to Shape(self)."""
     return op18.Expand(op18.CastLike(value, self), op18.Shape(self))
@@ -281,6 +297,7 @@ def _arange(start, end, step, dtype: int | None):
     return op18.Cast(op18.Add(start_d, op18.Mul(index, step_d)), to=dtype)
 
 
+@opreg.impl("aten::arange.start_step")
 def aten_arange_start_step(
     start: float,
     end: float,
@@ -294,6 +311,7 @@ def aten_arange_start_step(
     return _arange(start, end, step, dtype)
 
 
+@opreg.impl("aten::arange.start")
 def aten_arange_start(
     start: float,
     end: float,
@@ -306,6 +324,7 @@ def aten_arange_start(
     return _arange(start, end, 1, dtype)
 
 
+@opreg.impl("aten::arange.default")
 def aten_arange(
     end: float,
     dtype: int | None = None,
@@ -317,6 +336,7 @@ def aten_arange(
     return _arange(0, end, 1, dtype)
 
 
+@opreg.impl("aten::_to_copy")
 def aten_to_copy(
     self: Tensor,
     dtype: int | None = None,
@@ -336,6 +356,7 @@ def _cast(self, dtype: int | None):
     return op18.Cast(self, to=dtype)
 
 
+@opreg.impl("aten::to.dtype")
 def aten_to_dtype(
     self: Tensor, dtype: int, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None
 ):
@@ -343,6 +364,7 @@ def aten_to_dtype(
     return _cast(self, dtype)
 
 
+@opreg.impl("aten::to.device")
 def aten_to_device(
     self: Tensor,
     device: str | None,
@@ -355,6 +377,7 @@ def aten_to_device(
     return _cast(self, dtype)
 
 
+@opreg.impl("aten::to.dtype_layout")
 def aten_to_dtype_layout(
     self: Tensor,
     dtype: int | None = None,
@@ -369,6 +392,7 @@ def aten_to_dtype_layout(
     return _cast(self, dtype)
 
 
+@opreg.impl("aten::to.other")
 def aten_to_other(
     self: Tensor, other: Tensor, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None
 ):
@@ -376,26 +400,31 @@ def aten_to_other(
     return _cast(self, other.dtype)
 
 
+@opreg.impl("aten::clone")
 def aten_clone(self: Tensor, memory_format: str | None = None):
     """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity."""
     return op18.Identity(self)
 
 
+@opreg.impl("aten::alias")
 def aten_alias(self: Tensor):
     """alias(Tensor(a) self) -> Tensor(a): Identity."""
     return op18.Identity(self)
 
 
+@opreg.impl("aten::lift_fresh_copy")
 def aten_lift_fresh_copy(self: Tensor):
     """lift_fresh_copy(Tensor self) -> Tensor: Identity."""
     return op18.Identity(self)
 
 
+@opreg.impl("aten::copy")
 def aten_copy(self: Tensor, src: Tensor, non_blocking: bool = False):
     """copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor: CastLike(src, self) expanded to Shape(self)."""
     return op18.Expand(op18.CastLike(src, self), op18.Shape(self))
 
 
+@opreg.impl("aten::_local_scalar_dense")
 def aten_local_scalar_dense(self: Tensor):
     """_local_scalar_dense(Tensor self) -> Scalar: Reshape to 0-d and Cast to INT64, FLOAT or BOOL (the scalar's type)."""
     if self.dtype == ir.DataType.BOOL:
@@ -406,36 +435,3 @@ def aten_local_scalar_dense(self: Tensor):
         to = ir.DataType.INT64
     scalar = op18.Reshape(self, [])
     return scalar if self.dtype == to else op18.Cast(scalar, to=to)
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::arange.start_step", aten_arange_start_step)
-    registry.register("aten::arange.start", aten_arange_start)
-    registry.register("aten::arange.default", aten_arange)
-    registry.register("aten::full", aten_full)
-    registry.register("aten::zeros", aten_zeros)
-    registry.register("aten::ones", aten_ones)
-    registry.register("aten::empty.memory_format", aten_empty_memory_format)
-    registry.register("aten::empty_strided", aten_empty_strided)
-    registry.register("aten::full_like", aten_full_like)
-    registry.register("aten::zeros_like", aten_zeros_like)
-    registry.register("aten::ones_like", aten_ones_like)
-    registry.register("aten::empty_like", aten_empty_like)
-    registry.register("aten::new_full", aten_new_full)
-    registry.register("aten::new_zeros", aten_new_zeros)
-    registry.register("aten::new_ones", aten_new_ones)
-    registry.register("aten::new_empty", aten_new_empty)
-    registry.register("aten::new_empty_strided", aten_new_empty_strided)
-    registry.register("aten::scalar_tensor", aten_scalar_tensor)
-    registry.register("aten::fill.Scalar", aten_fill_scalar)
-    registry.register("aten::fill.Tensor", aten_fill_tensor)
-    registry.register("aten::_to_copy", aten_to_copy)
-    registry.register("aten::to.dtype", aten_to_dtype)
-    registry.register("aten::to.device", aten_to_device)
-    registry.register("aten::to.dtype_layout", aten_to_dtype_layout)
-    registry.register("aten::to.other", aten_to_other)
-    registry.register("aten::clone", aten_clone)
-    registry.register("aten::alias", aten_alias)
-    registry.register("aten::lift_fresh_copy", aten_lift_fresh_copy)
-    registry.register("aten::copy", aten_copy)
-    registry.register("aten::_local_scalar_dense", aten_local_scalar_dense)

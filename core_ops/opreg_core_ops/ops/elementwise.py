@@ -10,8 +10,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, where
-from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES, as_float, cast_to, promote
+from opreg.ops import FLOAT_TYPES, HALF_TYPES, Tensor, as_float, cast_to, promote, where
 
 _POW_TYPES = frozenset({ir.DataType.INT32, ir.DataType.INT64}) | FLOAT_TYPES
 
@@ -136,51 +135,61 @@ def _extremum(self, other, maximum: bool):
 # -- add, sub, mul, div --------------------------------------------------------------------
 
 
+@opreg.impl("aten::add.Tensor")
 def aten_add(self: Tensor, other: Tensor, alpha: float = 1.0):
     """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Add (and Mul for alpha; Or for bool), after torch's promotion."""
     return _add(self, other, alpha, subtract=False)
 
 
+@opreg.impl("aten::add.Scalar")
 def aten_add_scalar(self: Tensor, other: float, alpha: float = 1.0):
     """add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Add (Or for bool), after torch's promotion."""
     return _add(self, other, alpha, subtract=False)
 
 
+@opreg.impl("aten::sub.Tensor")
 def aten_sub(self: Tensor, other: Tensor, alpha: float = 1.0):
     """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Sub (and Mul for alpha), after torch's promotion."""
     return _add(self, other, alpha, subtract=True)
 
 
+@opreg.impl("aten::sub.Scalar")
 def aten_sub_scalar(self: Tensor, other: float, alpha: float = 1.0):
     """sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Sub, after torch's promotion."""
     return _add(self, other, alpha, subtract=True)
 
 
+@opreg.impl("aten::mul.Tensor")
 def aten_mul(self: Tensor, other: Tensor):
     """mul.Tensor(Tensor self, Tensor other) -> Tensor: Mul (And for bool), after torch's promotion."""
     return _mul(self, other)
 
 
+@opreg.impl("aten::mul.Scalar")
 def aten_mul_scalar(self: Tensor, other: float):
     """mul.Scalar(Tensor self, Scalar other) -> Tensor: Mul (And for bool), after torch's promotion."""
     return _mul(self, other)
 
 
+@opreg.impl("aten::div.Tensor")
 def aten_div(self: Tensor, other: Tensor):
     """div.Tensor(Tensor self, Tensor other) -> Tensor: Div (integers cast to float first)."""
     return _divide(self, other, None)
 
 
+@opreg.impl("aten::div.Scalar")
 def aten_div_scalar(self: Tensor, other: float):
     """div.Scalar(Tensor self, Scalar other) -> Tensor: Div (integers cast to float first)."""
     return _divide(self, other, None)
 
 
+@opreg.impl("aten::div.Tensor_mode")
 def aten_div_mode(self: Tensor, other: Tensor, rounding_mode: str | None = None):
     """div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor: Div, with Floor/Ceil/Where for trunc and Mod for floor."""
     return _divide(self, other, rounding_mode)
 
 
+@opreg.impl("aten::div.Scalar_mode")
 def aten_div_scalar_mode(self: Tensor, other: float, rounding_mode: str | None = None):
     """div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor: Div, with Floor/Ceil/Where for trunc and Mod for floor."""
     return _divide(self, other, rounding_mode)
@@ -189,11 +198,13 @@ def aten_div_scalar_mode(self: Tensor, other: float, rounding_mode: str | None =
 # -- pow, fmod, remainder, atan2 -------------------------------------------------------------
 
 
+@opreg.impl("aten::pow.Tensor_Tensor")
 def aten_pow(self: Tensor, exponent: Tensor):
     """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor: Pow, after torch's promotion."""
     return _pow(self, exponent)
 
 
+@opreg.impl("aten::pow.Tensor_Scalar")
 def aten_pow_tensor_scalar(self: Tensor, exponent: float):
     """pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor: Pow, after torch's promotion.
 
@@ -202,36 +213,43 @@ def aten_pow_tensor_scalar(self: Tensor, exponent: float):
     return _pow(self, exponent)
 
 
+@opreg.impl("aten::pow.Scalar")
 def aten_pow_scalar(self: float, exponent: Tensor):
     """pow.Scalar(Scalar self, Tensor exponent) -> Tensor: Pow of a constant base, after torch's promotion."""
     return _pow(self, exponent)
 
 
+@opreg.impl("aten::fmod.Tensor")
 def aten_fmod(self: Tensor, other: Tensor):
     """fmod.Tensor(Tensor self, Tensor other) -> Tensor: Mod (fmod=1), after torch's promotion."""
     return _fmod_promoted(self, other)
 
 
+@opreg.impl("aten::fmod.Scalar")
 def aten_fmod_scalar(self: Tensor, other: float):
     """fmod.Scalar(Tensor self, Scalar other) -> Tensor: Mod (fmod=1), after torch's promotion."""
     return _fmod_promoted(self, other)
 
 
+@opreg.impl("aten::remainder.Tensor")
 def aten_remainder(self: Tensor, other: Tensor):
     """remainder.Tensor(Tensor self, Tensor other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
     return _remainder(self, other)
 
 
+@opreg.impl("aten::remainder.Scalar")
 def aten_remainder_scalar(self: Tensor, other: float):
     """remainder.Scalar(Tensor self, Scalar other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
     return _remainder(self, other)
 
 
+@opreg.impl("aten::remainder.Scalar_Tensor")
 def aten_remainder_scalar_tensor(self: float, other: Tensor):
     """remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
     return _remainder(self, other)
 
 
+@opreg.impl("aten::atan2")
 def aten_atan2(self: Tensor, other: Tensor):
     """atan2(Tensor self, Tensor other) -> Tensor: Atan of the ratio with Where for the quadrant, zeros and infinities (ONNX has no Atan2)."""
     dtype, (y, x) = promote(self, other)
@@ -262,16 +280,19 @@ def _negative(x):
 # -- maximum, minimum, clamp, where ---------------------------------------------------------------
 
 
+@opreg.impl("aten::maximum")
 def aten_maximum(self: Tensor, other: Tensor):
     """maximum(Tensor self, Tensor other) -> Tensor: Max (Or for bool), after torch's promotion."""
     return _extremum(self, other, maximum=True)
 
 
+@opreg.impl("aten::minimum")
 def aten_minimum(self: Tensor, other: Tensor):
     """minimum(Tensor self, Tensor other) -> Tensor: Min (And for bool), after torch's promotion."""
     return _extremum(self, other, maximum=False)
 
 
+@opreg.impl("aten::clamp")
 def aten_clamp(self: Tensor, min: float | None = None, max: float | None = None):
     """clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor: Clip, after torch's promotion."""
     dtype, (x, low, high) = promote(self, min, max)
@@ -282,6 +303,7 @@ def aten_clamp(self: Tensor, min: float | None = None, max: float | None = None)
     return op18.Clip(x, low, high)  # keeps NaN, as torch does
 
 
+@opreg.impl("aten::clamp.Tensor")
 def aten_clamp_tensor(self: Tensor, min: Tensor | None = None, max: Tensor | None = None):
     """clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor: Max and Min (the bounds broadcast)."""
     _, (x, low, high) = promote(self, min, max)
@@ -292,6 +314,7 @@ def aten_clamp_tensor(self: Tensor, min: Tensor | None = None, max: Tensor | Non
     return op18.Identity(x) if low is None and high is None else x
 
 
+@opreg.impl("aten::where.self")
 def aten_where(condition: Tensor, self: Tensor, other: Tensor):
     """where.self(Tensor condition, Tensor self, Tensor other) -> Tensor: Where (And/Or/Not for bool), after torch's promotion of self and other."""
     _, (a, b) = promote(self, other)
@@ -301,11 +324,13 @@ def aten_where(condition: Tensor, self: Tensor, other: Tensor):
 # -- unary math ---------------------------------------------------------------------------------
 
 
+@opreg.impl("aten::abs")
 def aten_abs(self: Tensor):
     """abs(Tensor self) -> Tensor: Abs."""
     return op18.Abs(self)
 
 
+@opreg.impl("aten::neg")
 def aten_neg(self: Tensor):
     """neg(Tensor self) -> Tensor: Neg (Sub from 0 for unsigned integers, which wrap as in torch)."""
     if self.dtype in (ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64):
@@ -313,6 +338,7 @@ def aten_neg(self: Tensor):
     return op18.Neg(self)
 
 
+@opreg.impl("aten::sign")
 def aten_sign(self: Tensor):
     """sign(Tensor self) -> Tensor: Sign (NaN -> 0 as torch; Identity for bool)."""
     if self.dtype == ir.DataType.BOOL:
@@ -329,16 +355,19 @@ def _rounding(self, rounder):
     return float_unary(self, rounder)
 
 
+@opreg.impl("aten::ceil")
 def aten_ceil(self: Tensor):
     """ceil(Tensor self) -> Tensor: Ceil (Identity for integers)."""
     return _rounding(self, op18.Ceil)
 
 
+@opreg.impl("aten::floor")
 def aten_floor(self: Tensor):
     """floor(Tensor self) -> Tensor: Floor (Identity for integers)."""
     return _rounding(self, op18.Floor)
 
 
+@opreg.impl("aten::round")
 def aten_round(self: Tensor):
     """round(Tensor self) -> Tensor: Round (half to even, as torch; Identity for integers)."""
     return _rounding(self, op18.Round)
@@ -351,6 +380,7 @@ def _round_decimals(x, decimals: int):
     return op18.Mul(op18.Round(op18.Div(x, scale)), scale)
 
 
+@opreg.impl("aten::round.decimals")
 def aten_round_decimals(self: Tensor, decimals: int):
     """round.decimals(Tensor self, *, int decimals) -> Tensor: Mul, Round and Div by the power of ten (as torch computes it)."""
     if decimals == 0:
@@ -358,76 +388,91 @@ def aten_round_decimals(self: Tensor, decimals: int):
     return _rounding(self, lambda x: _round_decimals(x, decimals))
 
 
+@opreg.impl("aten::trunc")
 def aten_trunc(self: Tensor):
     """trunc(Tensor self) -> Tensor: Ceil below zero, Floor above (ONNX has no Trunc; Identity for integers)."""
     return _rounding(self, trunc)
 
 
+@opreg.impl("aten::acos")
 def aten_acos(self: Tensor):
     """acos(Tensor self) -> Tensor: Acos."""
     return float_unary(self, op18.Acos)
 
 
+@opreg.impl("aten::acosh")
 def aten_acosh(self: Tensor):
     """acosh(Tensor self) -> Tensor: Acosh."""
     return float_unary(self, op18.Acosh)
 
 
+@opreg.impl("aten::asin")
 def aten_asin(self: Tensor):
     """asin(Tensor self) -> Tensor: Asin."""
     return float_unary(self, op18.Asin)
 
 
+@opreg.impl("aten::asinh")
 def aten_asinh(self: Tensor):
     """asinh(Tensor self) -> Tensor: Asinh."""
     return float_unary(self, op18.Asinh)
 
 
+@opreg.impl("aten::atan")
 def aten_atan(self: Tensor):
     """atan(Tensor self) -> Tensor: Atan."""
     return float_unary(self, op18.Atan)
 
 
+@opreg.impl("aten::atanh")
 def aten_atanh(self: Tensor):
     """atanh(Tensor self) -> Tensor: Atanh."""
     return float_unary(self, op18.Atanh)
 
 
+@opreg.impl("aten::cos")
 def aten_cos(self: Tensor):
     """cos(Tensor self) -> Tensor: Cos."""
     return float_unary(self, op18.Cos)
 
 
+@opreg.impl("aten::cosh")
 def aten_cosh(self: Tensor):
     """cosh(Tensor self) -> Tensor: Cosh."""
     return float_unary(self, op18.Cosh)
 
 
+@opreg.impl("aten::sin")
 def aten_sin(self: Tensor):
     """sin(Tensor self) -> Tensor: Sin."""
     return float_unary(self, op18.Sin)
 
 
+@opreg.impl("aten::sinh")
 def aten_sinh(self: Tensor):
     """sinh(Tensor self) -> Tensor: Sinh."""
     return float_unary(self, op18.Sinh)
 
 
+@opreg.impl("aten::tan")
 def aten_tan(self: Tensor):
     """tan(Tensor self) -> Tensor: Tan."""
     return float_unary(self, op18.Tan)
 
 
+@opreg.impl("aten::tanh")
 def aten_tanh(self: Tensor):
     """tanh(Tensor self) -> Tensor: Tanh."""
     return float_unary(self, op18.Tanh)
 
 
+@opreg.impl("aten::erf")
 def aten_erf(self: Tensor):
     """erf(Tensor self) -> Tensor: Erf."""
     return float_unary(self, op18.Erf)
 
 
+@opreg.impl("aten::exp")
 def aten_exp(self: Tensor):
     """exp(Tensor self) -> Tensor: Exp."""
     return float_unary(self, op18.Exp)
@@ -443,11 +488,13 @@ def _expm1(x):
     return op18.Where(op18.Or(op18.Equal(um1, op18.Neg(one)), isinf(u)), um1, corrected)
 
 
+@opreg.impl("aten::expm1")
 def aten_expm1(self: Tensor):
     """expm1(Tensor self) -> Tensor: Exp, Sub, and Kahan's correction (Log, Div) to keep precision near 0."""
     return float_unary(self, _expm1)
 
 
+@opreg.impl("aten::log")
 def aten_log(self: Tensor):
     """log(Tensor self) -> Tensor: Log."""
     return float_unary(self, op18.Log)
@@ -460,6 +507,7 @@ def _log1p(x):
     return op18.Where(op18.Or(op18.Equal(u, one), isinf(u)), op18.Where(op18.Equal(u, one), x, u), corrected)
 
 
+@opreg.impl("aten::log1p")
 def aten_log1p(self: Tensor):
     """log1p(Tensor self) -> Tensor: Add, Log, and Kahan's correction (Mul, Div) to keep precision near 0."""
     return float_unary(self, _log1p)
@@ -469,6 +517,7 @@ def _log2(x):
     return op18.Div(op18.Log(x), op18.CastLike(math.log(2.0), x))
 
 
+@opreg.impl("aten::log2")
 def aten_log2(self: Tensor):
     """log2(Tensor self) -> Tensor: Log and Div by ln 2."""
     return float_unary(self, _log2)
@@ -478,26 +527,31 @@ def _log10(x):
     return op18.Div(op18.Log(x), op18.CastLike(math.log(10.0), x))
 
 
+@opreg.impl("aten::log10")
 def aten_log10(self: Tensor):
     """log10(Tensor self) -> Tensor: Log and Div by ln 10."""
     return float_unary(self, _log10)
 
 
+@opreg.impl("aten::reciprocal")
 def aten_reciprocal(self: Tensor):
     """reciprocal(Tensor self) -> Tensor: Reciprocal."""
     return float_unary(self, op18.Reciprocal)
 
 
+@opreg.impl("aten::sqrt")
 def aten_sqrt(self: Tensor):
     """sqrt(Tensor self) -> Tensor: Sqrt."""
     return float_unary(self, op18.Sqrt)
 
 
+@opreg.impl("aten::rsqrt")
 def aten_rsqrt(self: Tensor):
     """rsqrt(Tensor self) -> Tensor: Sqrt and Reciprocal."""
     return float_unary(self, lambda x: op18.Reciprocal(op18.Sqrt(x)))
 
 
+@opreg.impl("aten::sigmoid")
 def aten_sigmoid(self: Tensor):
     """sigmoid(Tensor self) -> Tensor: Sigmoid."""
     return float_unary(self, op18.Sigmoid)
@@ -536,32 +590,3 @@ _UNARY = (
     ("aten::rsqrt", aten_rsqrt),
     ("aten::sigmoid", aten_sigmoid),
 )
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::add.Tensor", aten_add)
-    registry.register("aten::add.Scalar", aten_add_scalar)
-    registry.register("aten::sub.Tensor", aten_sub)
-    registry.register("aten::sub.Scalar", aten_sub_scalar)
-    registry.register("aten::mul.Tensor", aten_mul)
-    registry.register("aten::mul.Scalar", aten_mul_scalar)
-    registry.register("aten::div.Tensor", aten_div)
-    registry.register("aten::div.Scalar", aten_div_scalar)
-    registry.register("aten::div.Tensor_mode", aten_div_mode)
-    registry.register("aten::div.Scalar_mode", aten_div_scalar_mode)
-    registry.register("aten::pow.Tensor_Tensor", aten_pow)
-    registry.register("aten::pow.Tensor_Scalar", aten_pow_tensor_scalar)
-    registry.register("aten::pow.Scalar", aten_pow_scalar)
-    registry.register("aten::fmod.Tensor", aten_fmod)
-    registry.register("aten::fmod.Scalar", aten_fmod_scalar)
-    registry.register("aten::remainder.Tensor", aten_remainder)
-    registry.register("aten::remainder.Scalar", aten_remainder_scalar)
-    registry.register("aten::remainder.Scalar_Tensor", aten_remainder_scalar_tensor)
-    registry.register("aten::atan2", aten_atan2)
-    registry.register("aten::maximum", aten_maximum)
-    registry.register("aten::minimum", aten_minimum)
-    registry.register("aten::clamp", aten_clamp)
-    registry.register("aten::clamp.Tensor", aten_clamp_tensor)
-    registry.register("aten::where.self", aten_where)
-    for op, function in _UNARY:
-        registry.register(op, function)

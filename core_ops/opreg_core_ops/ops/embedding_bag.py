@@ -20,7 +20,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor
+from opreg.ops import Tensor
 
 _SUM, _MEAN, _MAX = 0, 1, 2
 
@@ -74,6 +74,7 @@ def _outputs(weight, indices, offsets, mode, per_sample_weights, include_last_of
     return bags, empty, empty, empty
 
 
+@opreg.impl("aten::_embedding_bag_forward_only", predicate=_only_the_bags)
 def aten_embedding_bag_forward_only(
     weight: Tensor,
     indices: Tensor,
@@ -89,6 +90,7 @@ def aten_embedding_bag_forward_only(
     return _outputs(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx)
 
 
+@opreg.impl("aten::_embedding_bag", predicate=_only_the_bags)
 def aten_embedding_bag_private(
     weight: Tensor,
     indices: Tensor,
@@ -104,6 +106,7 @@ def aten_embedding_bag_private(
     return _outputs(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx)
 
 
+@opreg.impl("aten::embedding_bag", predicate=_only_the_bags)
 def aten_embedding_bag(
     weight: Tensor,
     indices: Tensor,
@@ -118,6 +121,7 @@ def aten_embedding_bag(
     return _outputs(weight, indices, offsets, mode, per_sample_weights, include_last_offset, -1)
 
 
+@opreg.impl("aten::embedding_bag.padding_idx", predicate=_only_the_bags)
 def aten_embedding_bag_padding_idx(
     weight: Tensor,
     indices: Tensor,
@@ -134,10 +138,3 @@ def aten_embedding_bag_padding_idx(
     if padding < -1 or (padding == -1 and padding_idx is not None):  # a negative index counts from the end
         padding += weight.shape[0]
     return _outputs(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding)
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::_embedding_bag_forward_only", aten_embedding_bag_forward_only, predicate=_only_the_bags)
-    registry.register("aten::_embedding_bag", aten_embedding_bag_private, predicate=_only_the_bags)
-    registry.register("aten::embedding_bag", aten_embedding_bag, predicate=_only_the_bags)
-    registry.register("aten::embedding_bag.padding_idx", aten_embedding_bag_padding_idx, predicate=_only_the_bags)

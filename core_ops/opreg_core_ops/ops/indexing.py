@@ -10,8 +10,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, rank_of, where
-from opreg_core_ops.ops._promotion import HALF_TYPES
+from opreg.ops import HALF_TYPES, Tensor, rank_of, where
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 _INT64_MIN = int(np.iinfo(np.int64).min)
@@ -49,6 +48,7 @@ def _int_index(index):
     return op18.Cast(index, to=ir.DataType.INT64)
 
 
+@opreg.impl("aten::gather")
 def aten_gather(self: Tensor, dim: int, index: Tensor, sparse_grad: bool = False):
     """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor: GatherElements (0-d self as 1-D)."""
     index = _int_index(index)
@@ -61,6 +61,7 @@ def aten_gather(self: Tensor, dim: int, index: Tensor, sparse_grad: bool = False
     return op18.GatherElements(self, index, axis=dim)
 
 
+@opreg.impl("aten::index_select")
 def aten_index_select(self: Tensor, dim: int, index: Tensor):
     """index_select(Tensor self, int dim, Tensor index) -> Tensor: Gather of the 1-D index."""
     index = _int_index(index)
@@ -70,6 +71,7 @@ def aten_index_select(self: Tensor, dim: int, index: Tensor):
     return op18.Gather(self, op18.Reshape(index, [-1]), axis=dim)
 
 
+@opreg.impl("aten::embedding")
 def aten_embedding(
     weight: Tensor, indices: Tensor, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False
 ):
@@ -77,6 +79,7 @@ def aten_embedding(
     return op18.Gather(weight, indices, axis=0)
 
 
+@opreg.impl("aten::embedding_renorm")
 def aten_embedding_renorm(self: Tensor, indices: Tensor, max_norm: float, norm_type: float):
     """embedding_renorm(Tensor self, Tensor indices, float max_norm, float norm_type) -> Tensor: the rows that indices
     name and whose norm exceeds max_norm scaled by max_norm / (norm + 1e-7) (ReduceL1/L2/Max or Pow and ReduceSum)."""
@@ -133,6 +136,7 @@ def _flat(scatter, self, index, src, *args):
     return op18.Reshape(result, [])
 
 
+@opreg.impl("aten::scatter.src")
 def aten_scatter_src(self: Tensor, dim: int, index: Tensor, src: Tensor):
     """scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor: ScatterElements."""
     if rank_of(self) == 0:
@@ -141,6 +145,7 @@ def aten_scatter_src(self: Tensor, dim: int, index: Tensor, src: Tensor):
     return op18.ScatterElements(self, index, op18.CastLike(_scatter_updates(index, src), self), axis=dim)
 
 
+@opreg.impl("aten::scatter.value")
 def aten_scatter_value(self: Tensor, dim: int, index: Tensor, value: float):
     """scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor: ScatterElements of the value expanded to the index."""
     if rank_of(self) == 0:
@@ -154,6 +159,7 @@ _SCATTER_REDUCTIONS = {"add": "add", "multiply": "mul"}
 """scatter's legacy ``reduce=`` names -> ScatterElements reductions."""
 
 
+@opreg.impl("aten::scatter.reduce")
 def aten_scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str):
     """scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor: ScatterElements(reduction="add" or "mul")."""
     if rank_of(self) == 0:
@@ -163,6 +169,7 @@ def aten_scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, redu
     return _scatter_elements(self, index, updates, dim, _SCATTER_REDUCTIONS[reduce])
 
 
+@opreg.impl("aten::scatter.value_reduce")
 def aten_scatter_value_reduce(self: Tensor, dim: int, index: Tensor, value: float, reduce: str):
     """scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce) -> Tensor: ScatterElements(reduction="add" or "mul") of the value expanded to the index."""
     if rank_of(self) == 0:
@@ -172,6 +179,7 @@ def aten_scatter_value_reduce(self: Tensor, dim: int, index: Tensor, value: floa
     return _scatter_elements(self, index, updates, dim, _SCATTER_REDUCTIONS[reduce])
 
 
+@opreg.impl("aten::scatter_add")
 def aten_scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor):
     """scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor: ScatterElements(reduction="add")."""
     if rank_of(self) == 0:
@@ -200,6 +208,7 @@ _SCATTER_REDUCE_TWO = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max"
 """scatter_reduce's ``reduce`` names -> ScatterElements reductions (mean: a sum, divided by the count after)."""
 
 
+@opreg.impl("aten::scatter_reduce.two")
 def aten_scatter_reduce_two(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True):
     """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor: ScatterElements with add/mul/max/min (mean: sum / count)."""
     if rank_of(self) == 0:
@@ -233,6 +242,7 @@ def aten_scatter_reduce_two(self: Tensor, dim: int, index: Tensor, src: Tensor, 
 # -- select / slice ----------------------------------------------------------------------
 
 
+@opreg.impl("aten::select.int")
 def aten_select(self: Tensor, dim: int, index: int):
     """select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a): Gather of a scalar index."""
     if isinstance(index, ir.Value):
@@ -242,6 +252,7 @@ def aten_select(self: Tensor, dim: int, index: int):
     return op18.Gather(self, index, axis=dim)
 
 
+@opreg.impl("aten::slice.Tensor")
 def aten_slice(self: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1):
     """slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a): Slice."""
     if rank_of(self) == 0:
@@ -278,6 +289,7 @@ def _positions(self, src, dim: int, start, step):
     return op18.Expand(op18.Reshape(positions, shape), op18.Shape(src))
 
 
+@opreg.impl("aten::slice_scatter")
 def aten_slice_scatter(
     self: Tensor, src: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
 ):
@@ -291,6 +303,7 @@ def aten_slice_scatter(
     return op18.ScatterElements(self, _positions(self, src, dim, start, step), src, axis=dim)
 
 
+@opreg.impl("aten::select_scatter")
 def aten_select_scatter(self: Tensor, src: Tensor, dim: int, index: int):
     """select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor: ScatterElements of Unsqueeze(src) at index along dim."""
     rank = rank_of(self)
@@ -305,6 +318,7 @@ def aten_select_scatter(self: Tensor, src: Tensor, dim: int, index: int):
 # -- rearranging ------------------------------------------------------------------------------
 
 
+@opreg.impl("aten::flip")
 def aten_flip(self: Tensor, dims: Sequence[int]):
     """flip(Tensor self, int[] dims) -> Tensor: Slice with step -1."""
     if not dims or rank_of(self) == 0:
@@ -313,6 +327,7 @@ def aten_flip(self: Tensor, dims: Sequence[int]):
     return op18.Slice(self, [-1] * count, [_INT64_MIN] * count, list(dims), [-1] * count)
 
 
+@opreg.impl("aten::repeat")
 def aten_repeat(self: Tensor, repeats: Sequence[int]):
     """repeat(Tensor self, SymInt[] repeats) -> Tensor: Tile (leading dims added by Unsqueeze)."""
     rank = rank_of(self)
@@ -324,6 +339,7 @@ def aten_repeat(self: Tensor, repeats: Sequence[int]):
     return op18.Tile(self, repeats)
 
 
+@opreg.impl("aten::diagonal")
 def aten_diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1):
     """diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a): Transpose, Slice and GatherElements."""
     rank = rank_of(self)
@@ -345,6 +361,7 @@ def aten_diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1):
     return op18.Squeeze(gathered, [-1])
 
 
+@opreg.impl("aten::nonzero")
 def aten_nonzero(self: Tensor):
     """nonzero(Tensor self) -> Tensor: NonZero, transposed to (count, rank) (a 0-d self gives (count, 0))."""
     if rank_of(self) == 0:
@@ -356,6 +373,7 @@ def aten_nonzero(self: Tensor):
 # -- masks ----------------------------------------------------------------------------------------
 
 
+@opreg.impl("aten::masked_fill.Scalar")
 def aten_masked_fill_scalar(self: Tensor, mask: Tensor, value: float):
     """masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor: Where."""
     if isinstance(value, ir.Value):
@@ -363,6 +381,7 @@ def aten_masked_fill_scalar(self: Tensor, mask: Tensor, value: float):
     return where(_bool(mask), op18.CastLike(value, self), self)
 
 
+@opreg.impl("aten::masked_fill.Tensor")
 def aten_masked_fill_tensor(self: Tensor, mask: Tensor, value: Tensor):
     """masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor: Where."""
     return where(_bool(mask), op18.CastLike(value, self), self)
@@ -372,6 +391,7 @@ def _bool(mask):
     return mask if mask.dtype == ir.DataType.BOOL else op18.Cast(mask, to=ir.DataType.BOOL)
 
 
+@opreg.impl("aten::masked_scatter")
 def aten_masked_scatter(self: Tensor, mask: Tensor, source: Tensor):
     """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor: CumSum of the mask, Gather from source, Where (self and mask broadcast)."""
     mask = _bool(mask)
@@ -450,6 +470,7 @@ def _index_rank(indices) -> int:
     return max(ranks)
 
 
+@opreg.impl("aten::index.Tensor")
 def aten_index(self: Tensor, indices: Sequence[Tensor | None]):
     """index.Tensor(Tensor self, Tensor?[] indices) -> Tensor: Gather (one index tensor) or Transpose and GatherND (boolean masks via NonZero)."""
     given = [i for i, index in enumerate(indices) if index is not None]
@@ -469,6 +490,7 @@ def aten_index(self: Tensor, indices: Sequence[Tensor | None]):
     return op18.Transpose(result, perm=order)
 
 
+@opreg.impl("aten::index_put")
 def aten_index_put(self: Tensor, indices: Sequence[Tensor | None], values: Tensor, accumulate: bool = False):
     """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor: ScatterND (reduction="add" to accumulate), transposed when the indexed dims are not leading."""
     rank = rank_of(self)
@@ -506,29 +528,3 @@ def aten_index_put(self: Tensor, indices: Sequence[Tensor | None], values: Tenso
         return result
     inverse = [perm.index(d) for d in range(rank)]
     return op18.Transpose(result, perm=inverse)
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::gather", aten_gather)
-    registry.register("aten::index_select", aten_index_select)
-    registry.register("aten::embedding", aten_embedding)
-    registry.register("aten::embedding_renorm", aten_embedding_renorm)
-    registry.register("aten::scatter.src", aten_scatter_src)
-    registry.register("aten::scatter.value", aten_scatter_value)
-    registry.register("aten::scatter.reduce", aten_scatter_reduce)
-    registry.register("aten::scatter.value_reduce", aten_scatter_value_reduce)
-    registry.register("aten::scatter_add", aten_scatter_add)
-    registry.register("aten::scatter_reduce.two", aten_scatter_reduce_two)
-    registry.register("aten::select.int", aten_select)
-    registry.register("aten::slice.Tensor", aten_slice)
-    registry.register("aten::slice_scatter", aten_slice_scatter)
-    registry.register("aten::select_scatter", aten_select_scatter)
-    registry.register("aten::flip", aten_flip)
-    registry.register("aten::repeat", aten_repeat)
-    registry.register("aten::diagonal", aten_diagonal)
-    registry.register("aten::nonzero", aten_nonzero)
-    registry.register("aten::masked_fill.Scalar", aten_masked_fill_scalar)
-    registry.register("aten::masked_fill.Tensor", aten_masked_fill_tensor)
-    registry.register("aten::masked_scatter", aten_masked_scatter)
-    registry.register("aten::index.Tensor", aten_index)
-    registry.register("aten::index_put", aten_index_put)

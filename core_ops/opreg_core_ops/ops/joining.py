@@ -8,10 +8,10 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, rank_of
-from opreg_core_ops.ops._promotion import same_type
+from opreg.ops import Tensor, rank_of, same_type
 
 
+@opreg.impl("aten::cat")
 def aten_cat(tensors: Sequence[Tensor], dim: int = 0):
     """cat(Tensor[] tensors, int dim=0) -> Tensor: Concat (dtypes promoted; legacy empty 1-D inputs dropped)."""
     ranks = {rank_of(t) for t in tensors}
@@ -23,6 +23,7 @@ def aten_cat(tensors: Sequence[Tensor], dim: int = 0):
     return op18.Concat(*tensors, axis=dim)
 
 
+@opreg.impl("aten::split_with_sizes")
 def aten_split_with_sizes(self: Tensor, split_sizes: Sequence[int], dim: int = 0):
     """split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]: Split."""
     count = split_sizes.shape[0] if isinstance(split_sizes, ir.Value) else len(split_sizes)
@@ -40,6 +41,14 @@ def _split_into(x, sizes, axis: int, count: int) -> tuple:
     return tuple(op18.Split(x, list(sizes), axis=axis))
 
 
+def _split_is_static(node) -> bool:
+    self = node.args[0].meta.get("val")
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    size = self.shape[dim] if self is not None and self.dim() > 0 else None
+    return isinstance(size, int) and isinstance(node.args[1], int) and node.args[1] > 0
+
+
+@opreg.impl("aten::split.Tensor", predicate=_split_is_static)
 def aten_split(self: Tensor, split_size: int, dim: int = 0):
     """split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]: Split (static sizes)."""
     size = self.shape[dim]
@@ -49,13 +58,7 @@ def aten_split(self: Tensor, split_size: int, dim: int = 0):
     return aten_split_with_sizes(self, sizes or [0], dim)
 
 
-def _split_is_static(node) -> bool:
-    self = node.args[0].meta.get("val")
-    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
-    size = self.shape[dim] if self is not None and self.dim() > 0 else None
-    return isinstance(size, int) and isinstance(node.args[1], int) and node.args[1] > 0
-
-
+@opreg.impl("aten::stack")
 def aten_stack(tensors: Sequence[Tensor], dim: int = 0):
     """stack(Tensor[] tensors, int dim=0) -> Tensor: Unsqueeze each and Concat (dtypes promoted)."""
     rank = rank_of(tensors[0])
@@ -65,6 +68,13 @@ def aten_stack(tensors: Sequence[Tensor], dim: int = 0):
     return parts[0] if len(parts) == 1 else op18.Concat(*parts, axis=axis)
 
 
+def _unbind_is_static(node) -> bool:
+    value = node.args[0].meta.get("val")
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    return value is not None and value.dim() > 0 and isinstance(value.shape[dim], int)
+
+
+@opreg.impl("aten::unbind.int", predicate=_unbind_is_static)
 def aten_unbind(self: Tensor, dim: int = 0):
     """unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]: Split into ones and Squeeze (static dim size)."""
     rank = rank_of(self)
@@ -76,17 +86,3 @@ def aten_unbind(self: Tensor, dim: int = 0):
         return (op18.Squeeze(self, [axis]),)
     parts = _split_into(self, [1] * size, axis, size)
     return tuple(op18.Squeeze(p, [axis]) for p in parts)
-
-
-def _unbind_is_static(node) -> bool:
-    value = node.args[0].meta.get("val")
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    return value is not None and value.dim() > 0 and isinstance(value.shape[dim], int)
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::cat", aten_cat)
-    registry.register("aten::stack", aten_stack)
-    registry.register("aten::split_with_sizes", aten_split_with_sizes)
-    registry.register("aten::split.Tensor", aten_split, predicate=_split_is_static)
-    registry.register("aten::unbind.int", aten_unbind, predicate=_unbind_is_static)

@@ -10,8 +10,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, rank_of
-from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES
+from opreg.ops import FLOAT_TYPES, HALF_TYPES, Tensor, rank_of
 
 _GEMM_TYPES = FLOAT_TYPES  # ONNX Runtime has no integer Gemm
 
@@ -23,6 +22,7 @@ def _gemm_ok(a, b) -> bool:
     return rank_of(b) == 2 and a.dtype in _GEMM_TYPES and isinstance(inner, int) and inner > 0
 
 
+@opreg.impl("aten::linear")
 def aten_linear(input: Tensor, weight: Tensor, bias: Tensor | None = None):
     """linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor: Gemm for 2-D floating input, else MatMul (+ Add)."""
     if _gemm_ok(input, weight):
@@ -33,16 +33,19 @@ def aten_linear(input: Tensor, weight: Tensor, bias: Tensor | None = None):
     return result if bias is None else op18.Add(result, bias)
 
 
+@opreg.impl("aten::matmul")
 def aten_matmul(self: Tensor, other: Tensor):
     """matmul(Tensor self, Tensor other) -> Tensor: MatMul."""
     return op18.MatMul(self, other)
 
 
+@opreg.impl("aten::mm")
 def aten_mm(self: Tensor, mat2: Tensor):
     """mm(Tensor self, Tensor mat2) -> Tensor: MatMul."""
     return op18.MatMul(self, mat2)
 
 
+@opreg.impl("aten::bmm")
 def aten_bmm(self: Tensor, mat2: Tensor):
     """bmm(Tensor self, Tensor mat2) -> Tensor: MatMul."""
     return op18.MatMul(self, mat2)
@@ -59,6 +62,7 @@ def _scaled_sum(self, product, beta, alpha):
     return op18.Add(self, product)
 
 
+@opreg.impl("aten::addmm")
 def aten_addmm(self: Tensor, mat1: Tensor, mat2: Tensor, beta: float = 1.0, alpha: float = 1.0):
     """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor: Gemm (floating, K > 0), else MatMul, Mul, Add."""
     if _gemm_ok(mat1, mat2) and beta != 0:
@@ -66,11 +70,13 @@ def aten_addmm(self: Tensor, mat1: Tensor, mat2: Tensor, beta: float = 1.0, alph
     return _scaled_sum(self, op18.MatMul(mat1, mat2), beta, alpha)
 
 
+@opreg.impl("aten::baddbmm")
 def aten_baddbmm(self: Tensor, batch1: Tensor, batch2: Tensor, beta: float = 1.0, alpha: float = 1.0):
     """baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor: MatMul, Mul, Add (self ignored when beta=0)."""
     return _scaled_sum(self, op18.MatMul(batch1, batch2), beta, alpha)
 
 
+@opreg.impl("aten::dot")
 def aten_dot(self: Tensor, tensor: Tensor):
     """dot(Tensor self, Tensor tensor) -> Tensor: MatMul of two vectors."""
     return op18.MatMul(self, tensor)
@@ -103,11 +109,13 @@ def _reduce_norm(difference, p: float):
     return op18.Pow(op18.ReduceSum(powered, [-1], keepdims=0), op18.CastLike(1.0 / p, difference))
 
 
+@opreg.impl("aten::_cdist_forward")
 def aten_cdist_forward(x1: Tensor, x2: Tensor, p: float, compute_mode: int | None):
     """_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor: Sub of broadcast rows, then ReduceL2/ReduceL1/ReduceMax/Pow-ReduceSum."""
     return _distances(x1, x2, p)
 
 
+@opreg.impl("aten::_pdist_forward")
 def aten_pdist_forward(self: Tensor, p: float = 2.0):
     """_pdist_forward(Tensor self, float p=2.) -> Tensor: all distances, then GatherND of the upper triangle (Trilu, NonZero)."""
     full = _distances(self, self, p)
@@ -116,11 +124,13 @@ def aten_pdist_forward(self: Tensor, p: float = 2.0):
     return op18.GatherND(full, pairs)
 
 
+@opreg.impl("aten::addmv")
 def aten_addmv(self: Tensor, mat: Tensor, vec: Tensor, beta: float = 1.0, alpha: float = 1.0):
     """addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor: MatMul, Mul, Add (self ignored when beta=0)."""
     return _scaled_sum(self, op18.MatMul(mat, vec), beta, alpha)
 
 
+@opreg.impl("aten::addbmm")
 def aten_addbmm(self: Tensor, batch1: Tensor, batch2: Tensor, beta: float = 1.0, alpha: float = 1.0):
     """addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor: MatMul, ReduceSum over the batch, Mul, Add."""
     batches = batch1.shape[0] if batch1.shape is not None else None
@@ -142,6 +152,7 @@ def _addbmm_rounded(self, batch1, batch2, batches: int, beta, alpha):
     return result
 
 
+@opreg.impl("aten::_trilinear")
 def aten_trilinear(
     i1: Tensor,
     i2: Tensor,
@@ -169,6 +180,7 @@ def _determinant(a):
     return op18.Det(op18.Cast(a, to=ir.DataType.FLOAT)), a.dtype
 
 
+@opreg.impl("aten::_linalg_det", predicate=_first_output_only)
 def aten_linalg_det(A: Tensor):
     """_linalg_det(Tensor A) -> (Tensor result, Tensor LU, Tensor pivots): Det (only the result is exported)."""
     det, out_type = _determinant(A)
@@ -180,6 +192,7 @@ def _sign_and_log(node) -> bool:
     return all(user.target is operator.getitem and user.args[1] in (0, 1) for user in node.users)
 
 
+@opreg.impl("aten::_linalg_slogdet", predicate=_sign_and_log)
 def aten_linalg_slogdet(A: Tensor):
     """_linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet, Tensor LU, Tensor pivots): Sign and Log(Abs) of Det (only those are exported).
 
@@ -190,20 +203,3 @@ def aten_linalg_slogdet(A: Tensor):
     if det.dtype != out_type:
         sign, log = op18.Cast(sign, to=out_type), op18.Cast(log, to=out_type)
     return sign, log, op18.Identity(A), op18.Constant(value_ints=[0])
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::linear", aten_linear)
-    registry.register("aten::matmul", aten_matmul)
-    registry.register("aten::mm", aten_mm)
-    registry.register("aten::bmm", aten_bmm)
-    registry.register("aten::addmm", aten_addmm)
-    registry.register("aten::baddbmm", aten_baddbmm)
-    registry.register("aten::dot", aten_dot)
-    registry.register("aten::_cdist_forward", aten_cdist_forward)
-    registry.register("aten::_pdist_forward", aten_pdist_forward)
-    registry.register("aten::addmv", aten_addmv)
-    registry.register("aten::addbmm", aten_addbmm)
-    registry.register("aten::_trilinear", aten_trilinear)
-    registry.register("aten::_linalg_det", aten_linalg_det, predicate=_first_output_only)
-    registry.register("aten::_linalg_slogdet", aten_linalg_slogdet, predicate=_sign_and_log)

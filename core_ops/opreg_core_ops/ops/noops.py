@@ -11,7 +11,7 @@ from __future__ import annotations
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor
+from opreg.ops import Tensor
 
 
 @opreg.impl("aten::detach", complex=True)

@@ -23,8 +23,7 @@ from onnxscript.onnx_opset import opset21 as op21
 from onnxscript.onnx_opset import opset23 as op23
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, node_arg, rank_of
-from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES
+from opreg.ops import FLOAT_TYPES, HALF_TYPES, Tensor, node_arg, rank_of
 
 _STASH_FLOAT = int(ir.DataType.FLOAT)
 """``stash_type`` of the normalization ops: mean and variance in float32, as torch computes them for half inputs."""
@@ -76,6 +75,7 @@ def _layer_norm(input, normalized_shape, weight, bias, eps):
     return out, mean, rstd
 
 
+@opreg.impl("aten::layer_norm")
 def aten_layer_norm(
     input: Tensor,
     normalized_shape: Sequence[int],
@@ -89,6 +89,7 @@ def aten_layer_norm(
     return out
 
 
+@opreg.impl("aten::native_layer_norm")
 def aten_native_layer_norm(
     input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
 ):
@@ -115,6 +116,7 @@ def _layer_norm_decomposed(input, normalized_shape, weight, bias, eps):
     return out, _like(mean, input), _like(rstd, input)
 
 
+@opreg.impl("aten::layer_norm", priority=-1)
 def aten_layer_norm_decomposed(
     input: Tensor,
     normalized_shape: Sequence[int],
@@ -128,6 +130,7 @@ def aten_layer_norm_decomposed(
     return out
 
 
+@opreg.impl("aten::native_layer_norm", priority=-1)
 def aten_native_layer_norm_decomposed(
     input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
 ):
@@ -161,26 +164,6 @@ def _group_norm_decomposed(input, weight, bias, group, eps):
     return out, _like(op18.Squeeze(mean, [2]), input), _like(op18.Squeeze(rstd, [2]), input)
 
 
-def aten_group_norm(
-    input: Tensor,
-    num_groups: int,
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
-    eps: float = 1e-05,
-    cudnn_enabled: bool = True,
-):
-    """group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enabled=True) -> Tensor: Reshape/ReduceMean decomposition."""
-    out, _mean, _rstd = _group_norm_decomposed(input, weight, bias, num_groups, eps)
-    return out
-
-
-def aten_native_group_norm(
-    input: Tensor, weight: Tensor | None, bias: Tensor | None, N: int, C: int, HxW: int, group: int, eps: float
-):
-    """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor): Reshape/ReduceMean decomposition."""
-    return _group_norm_decomposed(input, weight, bias, group, eps)
-
-
 def _group_norm_21(input, weight, bias, group, eps):
     if input.shape is not None and input.shape[0] == 0:
         # GroupNormalization's function body reshapes with -1, which fails on an empty batch.
@@ -191,22 +174,42 @@ def _group_norm_21(input, weight, bias, group, eps):
     return op21.GroupNormalization(input, scale, shift, num_groups=group, epsilon=float(eps), stash_type=_STASH_FLOAT)
 
 
-def aten_group_norm_opset21(
+@opreg.impl("aten::group_norm", opset=18)
+@opreg.impl("aten::group_norm", opset=21)
+def aten_group_norm(
     input: Tensor,
     num_groups: int,
     weight: Tensor | None = None,
     bias: Tensor | None = None,
     eps: float = 1e-05,
     cudnn_enabled: bool = True,
+    *,
+    opset: int,
 ):
-    """group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enabled=True) -> Tensor: GroupNormalization (opset 21)."""
-    return _group_norm_21(input, weight, bias, num_groups, eps)
+    """group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enabled=True) -> Tensor: Reshape/ReduceMean decomposition; GroupNormalization from opset 21."""
+    if opset >= 21:
+        return _group_norm_21(input, weight, bias, num_groups, eps)
+    out, _mean, _rstd = _group_norm_decomposed(input, weight, bias, num_groups, eps)
+    return out
 
 
-def aten_native_group_norm_opset21(
-    input: Tensor, weight: Tensor | None, bias: Tensor | None, N: int, C: int, HxW: int, group: int, eps: float
+@opreg.impl("aten::native_group_norm", opset=18)
+@opreg.impl("aten::native_group_norm", opset=21)
+def aten_native_group_norm(
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    N: int,
+    C: int,
+    HxW: int,
+    group: int,
+    eps: float,
+    *,
+    opset: int,
 ):
-    """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor): GroupNormalization (opset 21), statistics decomposed (dropped when unused)."""
+    """native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor): Reshape/ReduceMean decomposition; from opset 21 GroupNormalization, the statistics decomposed (dropped when unused)."""
+    if opset < 21:
+        return _group_norm_decomposed(input, weight, bias, group, eps)
     out = _group_norm_21(input, weight, bias, group, eps)
     _out, mean, rstd = _group_norm_decomposed(input, None, None, group, eps)
     return out, mean, rstd
@@ -215,28 +218,29 @@ def aten_native_group_norm_opset21(
 # -- RMS norm -------------------------------------------------------------------------
 
 
+@opreg.impl("aten::rms_norm", opset=18)
+@opreg.impl("aten::rms_norm", opset=23)
 def aten_rms_norm(
-    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None, eps: float | None = None
+    input: Tensor,
+    normalized_shape: Sequence[int],
+    weight: Tensor | None = None,
+    eps: float | None = None,
+    *,
+    opset: int,
 ):
-    """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor: Mul/ReduceMean/Sqrt decomposition."""
+    """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor: Mul/ReduceMean/Sqrt decomposition; RMSNormalization from opset 23."""
+    epsilon = _default_eps(input.dtype) if eps is None else float(eps)
+    if opset >= 23:
+        axis = -_norm_count(normalized_shape)
+        scale = weight if weight is not None else _ones_of(input, axis)
+        return op23.RMSNormalization(input, scale, axis=axis, epsilon=epsilon, stash_type=_STASH_FLOAT)
     rank = rank_of(input)
     axes = list(range(rank - _norm_count(normalized_shape), rank))
-    epsilon = _default_eps(input.dtype) if eps is None else float(eps)
     x = _upcast(input)
     mean_square = op18.ReduceMean(op18.Mul(x, x), axes, keepdims=1)
     rms = op18.Sqrt(op18.Add(mean_square, op18.CastLike(epsilon, x)))
     out = _like(op18.Div(x, rms), input)
     return out if weight is None else op18.Mul(out, weight)
-
-
-def aten_rms_norm_opset23(
-    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None, eps: float | None = None
-):
-    """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor: RMSNormalization (opset 23)."""
-    axis = -_norm_count(normalized_shape)
-    epsilon = _default_eps(input.dtype) if eps is None else float(eps)
-    scale = weight if weight is not None else _ones_of(input, axis)
-    return op23.RMSNormalization(input, scale, axis=axis, epsilon=epsilon, stash_type=_STASH_FLOAT)
 
 
 # -- batch and instance norm -------------------------------------------------------------
@@ -272,6 +276,7 @@ def _batch_norm_eval(input, weight, bias, running_mean, running_var, eps):
     return out
 
 
+@opreg.impl("aten::_native_batch_norm_legit_no_training")
 def aten_native_batch_norm_legit_no_training(
     input: Tensor,
     weight: Tensor | None,
@@ -286,6 +291,12 @@ def aten_native_batch_norm_legit_no_training(
     return out, _empty_stats(), _empty_stats()
 
 
+def _eval_batch_norm(node) -> bool:
+    """Running statistics, not updated: batch norm in eval mode."""
+    return node_arg(node, 5, "training") is False and node_arg(node, 3, "running_mean") is not None
+
+
+@opreg.impl("aten::batch_norm", predicate=_eval_batch_norm)
 def aten_batch_norm(
     input: Tensor,
     weight: Tensor | None,
@@ -301,6 +312,7 @@ def aten_batch_norm(
     return _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
 
 
+@opreg.impl("aten::native_batch_norm", predicate=_eval_batch_norm)
 def aten_native_batch_norm(
     input: Tensor,
     weight: Tensor | None,
@@ -340,6 +352,7 @@ def _batch_norm_training(input, weight, bias, eps):
     return out, op18.Reshape(mean, [-1]), op18.Reshape(rstd, [-1]), op18.Reshape(squares, [-1]), count
 
 
+@opreg.impl("aten::_native_batch_norm_legit.no_stats")
 def aten_native_batch_norm_legit_no_stats(
     input: Tensor, weight: Tensor | None, bias: Tensor | None, training: bool, momentum: float, eps: float
 ):
@@ -354,6 +367,7 @@ def _computing(value, input):
     return value if value.dtype == wanted else op18.Cast(value, to=wanted)
 
 
+@opreg.impl("aten::_native_batch_norm_legit_functional")
 def aten_native_batch_norm_legit_functional(
     input: Tensor,
     weight: Tensor | None,
@@ -384,6 +398,7 @@ def aten_native_batch_norm_legit_functional(
     return out, _like(mean, input), _like(rstd, input), updated(running_mean, mean), updated(running_var, unbiased)
 
 
+@opreg.impl("aten::_batch_norm_with_update_functional")
 def aten_batch_norm_with_update_functional(
     input: Tensor,
     weight: Tensor | None,
@@ -401,6 +416,13 @@ def aten_batch_norm_with_update_functional(
     return out, mean, rstd, reserve, new_mean, new_var
 
 
+def _instance_norm_covered(node) -> bool:
+    """Batch statistics, or running statistics that are given (not training-time updates)."""
+    use_input_stats = node_arg(node, 5, "use_input_stats")
+    return bool(use_input_stats) or node_arg(node, 3, "running_mean") is not None
+
+
+@opreg.impl("aten::instance_norm", predicate=_instance_norm_covered)
 def aten_instance_norm(
     input: Tensor,
     weight: Tensor | None,
@@ -418,34 +440,3 @@ def aten_instance_norm(
     scale = weight if weight is not None else _ones_of(input, 1, 2)
     shift = bias if bias is not None else _zeros_of(input, 1, 2)
     return op18.InstanceNormalization(input, scale, shift, epsilon=float(eps))
-
-
-def _eval_batch_norm(node) -> bool:
-    """Running statistics, not updated: batch norm in eval mode."""
-    return node_arg(node, 5, "training") is False and node_arg(node, 3, "running_mean") is not None
-
-
-def _instance_norm_covered(node) -> bool:
-    """Batch statistics, or running statistics that are given (not training-time updates)."""
-    use_input_stats = node_arg(node, 5, "use_input_stats")
-    return bool(use_input_stats) or node_arg(node, 3, "running_mean") is not None
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::layer_norm", aten_layer_norm)
-    registry.register("aten::layer_norm", aten_layer_norm_decomposed, priority=-1)
-    registry.register("aten::native_layer_norm", aten_native_layer_norm)
-    registry.register("aten::native_layer_norm", aten_native_layer_norm_decomposed, priority=-1)
-    registry.register("aten::group_norm", aten_group_norm)
-    registry.register("aten::group_norm", aten_group_norm_opset21)
-    registry.register("aten::native_group_norm", aten_native_group_norm)
-    registry.register("aten::native_group_norm", aten_native_group_norm_opset21)
-    registry.register("aten::rms_norm", aten_rms_norm)
-    registry.register("aten::rms_norm", aten_rms_norm_opset23)
-    registry.register("aten::_native_batch_norm_legit_no_training", aten_native_batch_norm_legit_no_training)
-    registry.register("aten::batch_norm", aten_batch_norm, predicate=_eval_batch_norm)
-    registry.register("aten::native_batch_norm", aten_native_batch_norm, predicate=_eval_batch_norm)
-    registry.register("aten::_native_batch_norm_legit.no_stats", aten_native_batch_norm_legit_no_stats)
-    registry.register("aten::_native_batch_norm_legit_functional", aten_native_batch_norm_legit_functional)
-    registry.register("aten::_batch_norm_with_update_functional", aten_batch_norm_with_update_functional)
-    registry.register("aten::instance_norm", aten_instance_norm, predicate=_instance_norm_covered)

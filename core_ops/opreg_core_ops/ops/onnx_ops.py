@@ -17,11 +17,12 @@ from collections.abc import Sequence
 import onnx.defs
 import onnx_ir as ir
 import onnxscript
+import torch.onnx.ops  # noqa: F401 - defines the onnx:: and onnx_symbolic:: ops, whose schemas impls are checked against
 from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset23 as op23
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, node_arg, rank_of
+from opreg.ops import Tensor, node_arg, rank_of
 
 LOWEST_ONNX = 18
 """ai.onnx version a symbolic node without a version is emitted at, when its op exists there."""
@@ -92,6 +93,7 @@ def _emit(
     return outputs
 
 
+@opreg.impl("onnx_symbolic::_symbolic", opset=18)
 def onnx_symbolic_symbolic(
     inputs: Sequence[Tensor | None],
     op_type: str,
@@ -116,6 +118,7 @@ def onnx_symbolic_symbolic(
     return out
 
 
+@opreg.impl("onnx_symbolic::_symbolic_multi_out", opset=18)
 def onnx_symbolic_symbolic_multi_out(
     inputs: Sequence[Tensor | None],
     op_type: str,
@@ -142,33 +145,13 @@ def onnx_symbolic_symbolic_multi_out(
 # -- RotaryEmbedding ---------------------------------------------------------------------------------
 
 
-def onnx_rotary_embedding_opset23(
-    x: Tensor,
-    cos_cache: Tensor,
-    sin_cache: Tensor,
-    position_ids: Tensor | None = None,
-    *,
-    interleaved: bool = False,
-    num_heads: int = 0,
-    rotary_embedding_dim: int = 0,
-):
-    """RotaryEmbedding.opset23(Tensor x, Tensor cos_cache, Tensor sin_cache, Tensor? position_ids=None, *, bool interleaved=False, SymInt num_heads=0, SymInt rotary_embedding_dim=0) -> Tensor: RotaryEmbedding (ai.onnx 23)."""
-    return op23.RotaryEmbedding(
-        x,
-        cos_cache,
-        sin_cache,
-        position_ids,
-        interleaved=int(interleaved),
-        num_heads=num_heads,
-        rotary_embedding_dim=rotary_embedding_dim,
-    )
-
-
 def _last(x, start: int, end: int = _INT64_MAX, step: int = 1):
     """``x[..., start:end:step]``."""
     return op18.Slice(x, [start], [end], [-1], [step])
 
 
+@opreg.impl("onnx::RotaryEmbedding.opset23", opset=18)
+@opreg.impl("onnx::RotaryEmbedding.opset23", opset=23)
 def onnx_rotary_embedding(
     x: Tensor,
     cos_cache: Tensor,
@@ -178,8 +161,19 @@ def onnx_rotary_embedding(
     interleaved: bool = False,
     num_heads: int = 0,
     rotary_embedding_dim: int = 0,
+    opset: int,
 ):
-    """RotaryEmbedding.opset23(Tensor x, Tensor cos_cache, Tensor sin_cache, Tensor? position_ids=None, *, bool interleaved=False, SymInt num_heads=0, SymInt rotary_embedding_dim=0) -> Tensor: its decomposition (Gather of the caches, Mul/Sub/Add on the halves or the interleaved pairs)."""
+    """RotaryEmbedding.opset23(Tensor x, Tensor cos_cache, Tensor sin_cache, Tensor? position_ids=None, *, bool interleaved=False, SymInt num_heads=0, SymInt rotary_embedding_dim=0) -> Tensor: RotaryEmbedding from ai.onnx 23, before it its decomposition (Gather of the caches, Mul/Sub/Add on the halves or the interleaved pairs)."""
+    if opset >= 23:
+        return op23.RotaryEmbedding(
+            x,
+            cos_cache,
+            sin_cache,
+            position_ids,
+            interleaved=int(interleaved),
+            num_heads=num_heads,
+            rotary_embedding_dim=rotary_embedding_dim,
+        )
     rank = rank_of(x)
     if rank == 4:  # (batch, heads, seq, head) -> (batch, seq, heads, head)
         rotated = op18.Transpose(x, perm=[0, 2, 1, 3])
@@ -218,38 +212,13 @@ def onnx_rotary_embedding(
 # -- Attention ---------------------------------------------------------------------------------------
 
 
-def onnx_attention_opset23(
-    Q: Tensor,
-    K: Tensor,
-    V: Tensor,
-    attn_mask: Tensor | None = None,
-    past_key: Tensor | None = None,
-    past_value: Tensor | None = None,
-    *,
-    is_causal: bool = False,
-    kv_num_heads: int = 0,
-    q_num_heads: int = 0,
-    qk_matmul_output_mode: int = 0,
-    scale: float | None = None,
-    softcap: float = 0.0,
-    softmax_precision: int | None = None,
-):
-    """Attention.opset23(Tensor Q, Tensor K, Tensor V, Tensor? attn_mask=None, Tensor? past_key=None, Tensor? past_value=None, *, bool is_causal=False, SymInt kv_num_heads=0, SymInt q_num_heads=0, SymInt qk_matmul_output_mode=0, float? scale=None, float softcap=0., SymInt? softmax_precision=None) -> (Tensor, Tensor, Tensor, Tensor): Attention (ai.onnx 23)."""
-    return op23.Attention(
-        Q,
-        K,
-        V,
-        attn_mask,
-        past_key,
-        past_value,
-        is_causal=int(is_causal),
-        kv_num_heads=kv_num_heads or None,  # Attention-24 refuses head counts (even 0) with 4-D inputs
-        q_num_heads=q_num_heads or None,
-        qk_matmul_output_mode=qk_matmul_output_mode,
-        scale=None if scale is None else float(scale),
-        softcap=float(softcap),
-        softmax_precision=softmax_precision,
-    )
+def _runtime_agrees(node) -> bool:
+    """ONNX Runtime's Attention-23 (1.32) applies softcap before the mask (torch's reference, as the
+    ONNX spec's diagram, after it: a masked score becomes -softcap, not -inf) and writes masked
+    scores of qk_matmul_output_mode=1 otherwise: those nodes take the decomposition."""
+    masked = node_arg(node, 3, "attn_mask") is not None or node.kwargs.get("is_causal", False)
+    softcap = node.kwargs.get("softcap", 0.0) or 0.0
+    return not masked or (softcap == 0.0 and node.kwargs.get("qk_matmul_output_mode", 0) != 1)
 
 
 def _heads_first(x, heads: int):
@@ -271,6 +240,8 @@ def _static(value, what: str) -> int:
     return value
 
 
+@opreg.impl("onnx::Attention.opset23", opset=18)
+@opreg.impl("onnx::Attention.opset23", opset=23, predicate=_runtime_agrees)
 def onnx_attention(
     Q: Tensor,
     K: Tensor,
@@ -286,8 +257,25 @@ def onnx_attention(
     scale: float | None = None,
     softcap: float = 0.0,
     softmax_precision: int | None = None,
+    opset: int,
 ):
-    """Attention.opset23(Tensor Q, Tensor K, Tensor V, Tensor? attn_mask=None, Tensor? past_key=None, Tensor? past_value=None, *, bool is_causal=False, SymInt kv_num_heads=0, SymInt q_num_heads=0, SymInt qk_matmul_output_mode=0, float? scale=None, float softcap=0., SymInt? softmax_precision=None) -> (Tensor, Tensor, Tensor, Tensor): its decomposition (MatMul, masks, Softmax)."""
+    """Attention.opset23(Tensor Q, Tensor K, Tensor V, Tensor? attn_mask=None, Tensor? past_key=None, Tensor? past_value=None, *, bool is_causal=False, SymInt kv_num_heads=0, SymInt q_num_heads=0, SymInt qk_matmul_output_mode=0, float? scale=None, float softcap=0., SymInt? softmax_precision=None) -> (Tensor, Tensor, Tensor, Tensor): Attention from ai.onnx 23 where ONNX Runtime agrees with torch (predicate), else its decomposition (MatMul, masks, Softmax)."""
+    if opset >= 23:
+        return op23.Attention(
+            Q,
+            K,
+            V,
+            attn_mask,
+            past_key,
+            past_value,
+            is_causal=int(is_causal),
+            kv_num_heads=kv_num_heads or None,  # Attention-24 refuses head counts (even 0) with 4-D inputs
+            q_num_heads=q_num_heads or None,
+            qk_matmul_output_mode=qk_matmul_output_mode,
+            scale=None if scale is None else float(scale),
+            softcap=float(softcap),
+            softmax_precision=softmax_precision,
+        )
     three_d = rank_of(Q) == 3
     if three_d:
         if not (q_num_heads and kv_num_heads):
@@ -333,23 +321,3 @@ def onnx_attention(
     if three_d:  # (batch, heads, seq, size) -> (batch, seq, heads * size)
         out = op18.Reshape(op18.Transpose(out, perm=[0, 2, 1, 3]), [0, 0, -1])
     return out, present_key, present_value, output_qk
-
-
-def _runtime_agrees(node) -> bool:
-    """ONNX Runtime's Attention-23 (1.32) applies softcap before the mask (torch's reference, as the
-    ONNX spec's diagram, after it: a masked score becomes -softcap, not -inf) and writes masked
-    scores of qk_matmul_output_mode=1 otherwise: those nodes take the decomposition."""
-    masked = node_arg(node, 3, "attn_mask") is not None or node.kwargs.get("is_causal", False)
-    softcap = node.kwargs.get("softcap", 0.0) or 0.0
-    return not masked or (softcap == 0.0 and node.kwargs.get("qk_matmul_output_mode", 0) != 1)
-
-
-def register(registry: opreg.Registrar) -> None:
-    import torch.onnx.ops  # noqa: F401 - defines the onnx:: and onnx_symbolic:: ops, whose schemas impls are checked against
-
-    registry.register("onnx_symbolic::_symbolic", onnx_symbolic_symbolic, opset=18)
-    registry.register("onnx_symbolic::_symbolic_multi_out", onnx_symbolic_symbolic_multi_out, opset=18)
-    registry.register("onnx::RotaryEmbedding.opset23", onnx_rotary_embedding, opset=18)
-    registry.register("onnx::RotaryEmbedding.opset23", onnx_rotary_embedding_opset23, opset=23)
-    registry.register("onnx::Attention.opset23", onnx_attention, opset=18)
-    registry.register("onnx::Attention.opset23", onnx_attention_opset23, opset=23, predicate=_runtime_agrees)

@@ -9,9 +9,10 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, node_arg, rank_of
+from opreg.ops import Tensor, node_arg, rank_of
 
 
+@opreg.impl("aten::constant_pad_nd")
 def aten_constant_pad_nd(self: Tensor, pad: Sequence[int], value: float = 0):
     """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor: Pad (constant mode; negative pads crop)."""
     if isinstance(pad, ir.Value):
@@ -47,40 +48,28 @@ def _pad(self, padding, mode: str):
     return op18.Pad(self, lead + begins + lead + ends, mode=mode)
 
 
+def _static_pads(node) -> bool:
+    """Static pad sizes: all reflection padding needs."""
+    padding = node_arg(node, 1, "padding")
+    return isinstance(padding, (list, tuple)) and all(isinstance(p, int) for p in padding)
+
+
+@opreg.impl("aten::reflection_pad1d", predicate=_static_pads)
 def aten_reflection_pad1d(self: Tensor, padding: Sequence[int]):
     """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (reflect)."""
     return _pad(self, padding, "reflect")
 
 
+@opreg.impl("aten::reflection_pad2d", predicate=_static_pads)
 def aten_reflection_pad2d(self: Tensor, padding: Sequence[int]):
     """reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (reflect)."""
     return _pad(self, padding, "reflect")
 
 
+@opreg.impl("aten::reflection_pad3d", predicate=_static_pads)
 def aten_reflection_pad3d(self: Tensor, padding: Sequence[int]):
     """reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (reflect)."""
     return _pad(self, padding, "reflect")
-
-
-def aten_replication_pad1d(self: Tensor, padding: Sequence[int]):
-    """replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (edge)."""
-    return _pad(self, padding, "edge")
-
-
-def aten_replication_pad2d(self: Tensor, padding: Sequence[int]):
-    """replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (edge)."""
-    return _pad(self, padding, "edge")
-
-
-def aten_replication_pad3d(self: Tensor, padding: Sequence[int]):
-    """replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (edge)."""
-    return _pad(self, padding, "edge")
-
-
-def _static_pads(node) -> bool:
-    """Static pad sizes: all reflection padding needs."""
-    padding = node_arg(node, 1, "padding")
-    return isinstance(padding, (list, tuple)) and all(isinstance(p, int) for p in padding)
 
 
 def _static_replication_pads(node) -> bool:
@@ -93,17 +82,19 @@ def _static_replication_pads(node) -> bool:
     return value is not None and all(isinstance(d, int) for d in value.shape)
 
 
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::constant_pad_nd", aten_constant_pad_nd)
-    for op, fn in (
-        ("aten::reflection_pad1d", aten_reflection_pad1d),
-        ("aten::reflection_pad2d", aten_reflection_pad2d),
-        ("aten::reflection_pad3d", aten_reflection_pad3d),
-    ):
-        registry.register(op, fn, predicate=_static_pads)
-    for op, fn in (
-        ("aten::replication_pad1d", aten_replication_pad1d),
-        ("aten::replication_pad2d", aten_replication_pad2d),
-        ("aten::replication_pad3d", aten_replication_pad3d),
-    ):
-        registry.register(op, fn, predicate=_static_replication_pads)
+@opreg.impl("aten::replication_pad1d", predicate=_static_replication_pads)
+def aten_replication_pad1d(self: Tensor, padding: Sequence[int]):
+    """replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (edge)."""
+    return _pad(self, padding, "edge")
+
+
+@opreg.impl("aten::replication_pad2d", predicate=_static_replication_pads)
+def aten_replication_pad2d(self: Tensor, padding: Sequence[int]):
+    """replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (edge)."""
+    return _pad(self, padding, "edge")
+
+
+@opreg.impl("aten::replication_pad3d", predicate=_static_replication_pads)
+def aten_replication_pad3d(self: Tensor, padding: Sequence[int]):
+    """replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (edge)."""
+    return _pad(self, padding, "edge")

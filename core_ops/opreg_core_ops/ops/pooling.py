@@ -11,7 +11,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, expand_param, node_arg, rank_of, symmetric_pads
+from opreg.ops import Tensor, expand_param, node_arg, rank_of, symmetric_pads
 
 
 def _static_dims(x, start: int) -> list[int] | None:
@@ -139,6 +139,7 @@ def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, spatial: 
     return _unbatch(pooled, added), _unbatch(indices, added)
 
 
+@opreg.impl("aten::max_pool1d")
 def aten_max_pool1d(
     self: Tensor,
     kernel_size: Sequence[int],
@@ -151,6 +152,7 @@ def aten_max_pool1d(
     return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, 1, with_indices=False)
 
 
+@opreg.impl("aten::max_pool2d")
 def aten_max_pool2d(
     self: Tensor,
     kernel_size: Sequence[int],
@@ -163,6 +165,7 @@ def aten_max_pool2d(
     return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, 2, with_indices=False)
 
 
+@opreg.impl("aten::max_pool3d")
 def aten_max_pool3d(
     self: Tensor,
     kernel_size: Sequence[int],
@@ -175,6 +178,7 @@ def aten_max_pool3d(
     return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, 3, with_indices=False)
 
 
+@opreg.impl("aten::max_pool1d_with_indices")
 def aten_max_pool1d_with_indices(
     self: Tensor,
     kernel_size: Sequence[int],
@@ -187,6 +191,7 @@ def aten_max_pool1d_with_indices(
     return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, 1, with_indices=True)
 
 
+@opreg.impl("aten::max_pool2d_with_indices")
 def aten_max_pool2d_with_indices(
     self: Tensor,
     kernel_size: Sequence[int],
@@ -199,6 +204,7 @@ def aten_max_pool2d_with_indices(
     return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, 2, with_indices=True)
 
 
+@opreg.impl("aten::max_pool3d_with_indices")
 def aten_max_pool3d_with_indices(
     self: Tensor,
     kernel_size: Sequence[int],
@@ -265,6 +271,16 @@ def _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, 
     return _unbatch(pooled, added)
 
 
+def _avg_pool_covered(node) -> bool:
+    """divisor_override and non-float inputs are pooled over slices, which need static sizes."""
+    value = node.args[0].meta.get("val")
+    divisor_override = node_arg(node, 6, "divisor_override")
+    if value is not None and value.is_floating_point() and divisor_override is None:
+        return True
+    return value is not None and all(isinstance(d, int) for d in value.shape)
+
+
+@opreg.impl("aten::avg_pool1d", predicate=_avg_pool_covered)
 def aten_avg_pool1d(
     self: Tensor,
     kernel_size: Sequence[int],
@@ -277,6 +293,7 @@ def aten_avg_pool1d(
     return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1)
 
 
+@opreg.impl("aten::avg_pool2d", predicate=_avg_pool_covered)
 def aten_avg_pool2d(
     self: Tensor,
     kernel_size: Sequence[int],
@@ -290,6 +307,7 @@ def aten_avg_pool2d(
     return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2)
 
 
+@opreg.impl("aten::avg_pool3d", predicate=_avg_pool_covered)
 def aten_avg_pool3d(
     self: Tensor,
     kernel_size: Sequence[int],
@@ -301,15 +319,6 @@ def aten_avg_pool3d(
 ):
     """avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor: AveragePool, or Slice/Add/Div over the windows (divisor_override, integers)."""
     return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3)
-
-
-def _avg_pool_covered(node) -> bool:
-    """divisor_override and non-float inputs are pooled over slices, which need static sizes."""
-    value = node.args[0].meta.get("val")
-    divisor_override = node_arg(node, 6, "divisor_override")
-    if value is not None and value.is_floating_point() and divisor_override is None:
-        return True
-    return value is not None and all(isinstance(d, int) for d in value.shape)
 
 
 # -- adaptive average pooling -----------------------------------------------------------
@@ -353,26 +362,40 @@ def _adaptive_avg_pool(self, output_size, spatial: int):
     return _unbatch(op18.CastLike(y, x) if y.dtype != x.dtype else y, added)
 
 
+def _static_spatial_output(node) -> bool:
+    """Adaptive pools need static input sizes unless the output is all ones."""
+    size = node_arg(node, 1, "output_size")
+    value = node.args[0].meta.get("val")
+    if isinstance(size, (list, tuple)) and all(s == 1 for s in size):
+        return True
+    return value is not None and all(isinstance(d, int) for d in value.shape) and all(isinstance(s, int) for s in size)
+
+
+@opreg.impl("aten::adaptive_avg_pool1d", predicate=_static_spatial_output)
 def aten_adaptive_avg_pool1d(self: Tensor, output_size: Sequence[int]):
     """adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 1)
 
 
+@opreg.impl("aten::adaptive_avg_pool2d", predicate=_static_spatial_output)
 def aten_adaptive_avg_pool2d(self: Tensor, output_size: Sequence[int]):
     """adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 2)
 
 
+@opreg.impl("aten::_adaptive_avg_pool2d", predicate=_static_spatial_output)
 def aten_adaptive_avg_pool2d_internal(self: Tensor, output_size: Sequence[int]):
     """_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 2)
 
 
+@opreg.impl("aten::adaptive_avg_pool3d", predicate=_static_spatial_output)
 def aten_adaptive_avg_pool3d(self: Tensor, output_size: Sequence[int]):
     """adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 3)
 
 
+@opreg.impl("aten::_adaptive_avg_pool3d", predicate=_static_spatial_output)
 def aten_adaptive_avg_pool3d_internal(self: Tensor, output_size: Sequence[int]):
     """_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
     return _adaptive_avg_pool(self, output_size, 3)
@@ -412,16 +435,6 @@ def _adaptive_max_pool(self, output_size, spatial: int):
     return _unbatch(values, added), _unbatch(flat, added)
 
 
-def aten_adaptive_max_pool2d(self: Tensor, output_size: Sequence[int]):
-    """adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor): MaxPool (even bins) or ReduceMax/ArgMax per bin."""
-    return _adaptive_max_pool(self, output_size, 2)
-
-
-def aten_adaptive_max_pool3d(self: Tensor, output_size: Sequence[int]):
-    """adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor): MaxPool (even bins) or ReduceMax/ArgMax per bin."""
-    return _adaptive_max_pool(self, output_size, 3)
-
-
 def _static_bins(node) -> bool:
     """Static spatial sizes and output sizes (the bins are then known when exporting)."""
     size = node_arg(node, 1, "output_size")
@@ -432,6 +445,19 @@ def _static_bins(node) -> bool:
     return all(isinstance(d, int) and isinstance(s, int) and s > 0 for d, s in zip(dims, size, strict=True))
 
 
+@opreg.impl("aten::adaptive_max_pool2d", predicate=_static_bins)
+def aten_adaptive_max_pool2d(self: Tensor, output_size: Sequence[int]):
+    """adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor): MaxPool (even bins) or ReduceMax/ArgMax per bin."""
+    return _adaptive_max_pool(self, output_size, 2)
+
+
+@opreg.impl("aten::adaptive_max_pool3d", predicate=_static_bins)
+def aten_adaptive_max_pool3d(self: Tensor, output_size: Sequence[int]):
+    """adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor): MaxPool (even bins) or ReduceMax/ArgMax per bin."""
+    return _adaptive_max_pool(self, output_size, 3)
+
+
+@opreg.impl("aten::max_pool2d_with_indices_backward")
 def aten_max_pool2d_with_indices_backward(
     grad_output: Tensor,
     self: Tensor,
@@ -460,18 +486,10 @@ def aten_max_pool2d_with_indices_backward(
     return grad if updates is grad_output else op18.CastLike(grad, grad_output)
 
 
-def _static_spatial_output(node) -> bool:
-    """Adaptive pools need static input sizes unless the output is all ones."""
-    size = node_arg(node, 1, "output_size")
-    value = node.args[0].meta.get("val")
-    if isinstance(size, (list, tuple)) and all(s == 1 for s in size):
-        return True
-    return value is not None and all(isinstance(d, int) for d in value.shape) and all(isinstance(s, int) for s in size)
-
-
 # -- col2im / im2col ---------------------------------------------------------------------
 
 
+@opreg.impl("aten::col2im")
 def aten_col2im(
     self: Tensor,
     output_size: Sequence[int],
@@ -493,6 +511,12 @@ def aten_col2im(
     return _unbatch(image, added)
 
 
+def _static_channels_and_sizes(node) -> bool:
+    value = node.args[0].meta.get("val")
+    return value is not None and all(isinstance(d, int) for d in value.shape[-3:])
+
+
+@opreg.impl("aten::im2col", predicate=_static_channels_and_sizes)
 def aten_im2col(
     self: Tensor,
     kernel_size: Sequence[int],
@@ -521,36 +545,3 @@ def aten_im2col(
     patches = op18.Concat(*windows, axis=2)
     shape = op18.Concat(op18.Shape(x, end=1), [channels * math.prod(kernel), math.prod(out)], axis=0)
     return _unbatch(op18.Reshape(patches, shape, allowzero=1), added)
-
-
-def _static_channels_and_sizes(node) -> bool:
-    value = node.args[0].meta.get("val")
-    return value is not None and all(isinstance(d, int) for d in value.shape[-3:])
-
-
-def register(registry: opreg.Registrar) -> None:
-    for op, fn in (
-        ("aten::max_pool1d", aten_max_pool1d),
-        ("aten::max_pool2d", aten_max_pool2d),
-        ("aten::max_pool3d", aten_max_pool3d),
-        ("aten::max_pool1d_with_indices", aten_max_pool1d_with_indices),
-        ("aten::max_pool2d_with_indices", aten_max_pool2d_with_indices),
-        ("aten::max_pool3d_with_indices", aten_max_pool3d_with_indices),
-        ("aten::col2im", aten_col2im),
-    ):
-        registry.register(op, fn)
-    registry.register("aten::avg_pool1d", aten_avg_pool1d, predicate=_avg_pool_covered)
-    registry.register("aten::avg_pool2d", aten_avg_pool2d, predicate=_avg_pool_covered)
-    registry.register("aten::avg_pool3d", aten_avg_pool3d, predicate=_avg_pool_covered)
-    for op, fn in (
-        ("aten::adaptive_avg_pool1d", aten_adaptive_avg_pool1d),
-        ("aten::adaptive_avg_pool2d", aten_adaptive_avg_pool2d),
-        ("aten::_adaptive_avg_pool2d", aten_adaptive_avg_pool2d_internal),
-        ("aten::adaptive_avg_pool3d", aten_adaptive_avg_pool3d),
-        ("aten::_adaptive_avg_pool3d", aten_adaptive_avg_pool3d_internal),
-    ):
-        registry.register(op, fn, predicate=_static_spatial_output)
-    registry.register("aten::im2col", aten_im2col, predicate=_static_channels_and_sizes)
-    registry.register("aten::adaptive_max_pool2d", aten_adaptive_max_pool2d, predicate=_static_bins)
-    registry.register("aten::adaptive_max_pool3d", aten_adaptive_max_pool3d, predicate=_static_bins)
-    registry.register("aten::max_pool2d_with_indices_backward", aten_max_pool2d_with_indices_backward)

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
+import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines the quantized_decomposed ops (schema check)
 from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset21 as op21
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, rank_of
+from opreg.ops import Tensor, rank_of
 
 _FLOAT = ir.DataType.FLOAT
 _RANGES = {
@@ -50,7 +51,11 @@ _QDQ_TYPES = {
     18: (ir.DataType.INT8, ir.DataType.UINT8),
     21: (ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16, ir.DataType.UINT16),
 }
-"""The integer types QuantizeLinear and DequantizeLinear take, by the opset of the impl's form."""
+"""The integer types QuantizeLinear and DequantizeLinear take, by the version an impl is registered at."""
+
+_QDQ_OPSETS = {18: op18, 21: op21}
+"""The opset QuantizeLinear and DequantizeLinear come from, by the version an impl is registered at:
+every impl with a 16-bit or 4-bit form is registered at 18 and at 21, the newest the target allows wins."""
 
 _CLIPPABLE = (ir.DataType.INT8, ir.DataType.UINT8)
 """Integer types ONNX Runtime's Clip runs on (it has no 16-bit integer Clip)."""
@@ -105,9 +110,9 @@ def _qdq_type(version: int, dtype: ir.DataType, quant_min, quant_max) -> ir.Data
     return dtype
 
 
-def _quantize(version: int, qdq, x, scale, zero_point, axis: int | None, quant_min, quant_max, dtype: int):
+def _quantize(version: int, x, scale, zero_point, axis: int | None, quant_min, quant_max, dtype: int):
     """torch's ``clamp(round(x / scale) + zero_point, quant_min, quant_max).to(dtype)``: QuantizeLinear
-    of ``qdq`` (an opset module) where the type allows, else arithmetic. ``axis`` is None per tensor."""
+    of opset ``version`` where the type allows, else arithmetic. ``axis`` is None per tensor."""
     dtype = ir.DataType(dtype)
     x = op18.Cast(x, to=int(_FLOAT)) if x.dtype != _FLOAT else x
     qtype = _qdq_type(version, dtype, quant_min, quant_max)
@@ -123,7 +128,7 @@ def _quantize(version: int, qdq, x, scale, zero_point, axis: int | None, quant_m
     if narrower and dtype not in _CLIPPABLE:  # 16-bit: clip the input to what quantizes to the bounds
         x = _clamp_input(x, scale, zero_point, axis, quant_min, quant_max)
     axes = {} if axis is None else {"axis": axis}
-    quantized = qdq.QuantizeLinear(x, scale, zero_point, **axes)
+    quantized = _QDQ_OPSETS[version].QuantizeLinear(x, scale, zero_point, **axes)
     if qtype != dtype:
         quantized = op18.Cast(quantized, to=int(dtype))
     if narrower and dtype in _CLIPPABLE and (not static or (quant_min, quant_max) != _RANGES[qtype]):
@@ -161,7 +166,7 @@ def _float(value):
 # -- dequantize ------------------------------------------------------------------------------
 
 
-def _dequantize(version: int, qdq, x, scale, zero_point, axis: int | None, out_dtype: int | None):
+def _dequantize(version: int, x, scale, zero_point, axis: int | None, out_dtype: int | None):
     """torch's ``(x.to(out_dtype) - zero_point) * scale``: DequantizeLinear (float32) where ``x``'s type
     allows, else arithmetic; then Cast to ``out_dtype`` (default float32)."""
     per = _scalar if axis is None else _per_axis
@@ -169,7 +174,7 @@ def _dequantize(version: int, qdq, x, scale, zero_point, axis: int | None, out_d
         inputs = [x, per(scale, _FLOAT)]
         if zero_point is not None:
             inputs.append(per(zero_point, x.dtype))
-        result = qdq.DequantizeLinear(*inputs, **({} if axis is None else {"axis": axis}))
+        result = _QDQ_OPSETS[version].DequantizeLinear(*inputs, **({} if axis is None else {"axis": axis}))
     else:
         result = _dequantize_arithmetic(x, scale, zero_point, axis)
     if out_dtype is None or ir.DataType(out_dtype) == _FLOAT:
@@ -190,46 +195,49 @@ def _dequantize_arithmetic(x, scale, zero_point, axis: int | None):
 # -- quantized_decomposed: per tensor ---------------------------------------------------------
 
 
-def qd_quantize_per_tensor(input: Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int, dtype: int):
-    """quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear (int8/uint8), Clip to a narrower range."""
-    return _quantize(18, op18, input, scale, zero_point, None, quant_min, quant_max, dtype)
-
-
-def qd_quantize_per_tensor_opset21(
-    input: Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int, dtype: int
+@opreg.impl("quantized_decomposed::quantize_per_tensor.default", opset=18)
+@opreg.impl("quantized_decomposed::quantize_per_tensor.default", opset=21)
+def qd_quantize_per_tensor(
+    input: Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int, dtype: int, *, opset: int
 ):
-    """quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear (also int16/uint16, int4 ranges)."""
-    return _quantize(21, op21, input, scale, zero_point, None, quant_min, quant_max, dtype)
+    """quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear (int8/uint8), Clip to a narrower range; from opset 21 also 16-bit (and 4-bit) types."""
+    return _quantize(opset, input, scale, zero_point, None, quant_min, quant_max, dtype)
 
 
+@opreg.impl("quantized_decomposed::quantize_per_tensor.tensor", opset=18)
+@opreg.impl("quantized_decomposed::quantize_per_tensor.tensor", opset=21)
 def qd_quantize_per_tensor_tensor(
-    input: Tensor, scale: Tensor, zero_point: Tensor, quant_min: int, quant_max: int, dtype: int
+    input: Tensor,
+    scale: Tensor,
+    zero_point: Tensor,
+    quant_min: int,
+    quant_max: int,
+    dtype: int,
+    *,
+    opset: int,
 ):
-    """quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear (int8/uint8)."""
-    return _quantize(18, op18, input, scale, zero_point, None, quant_min, quant_max, dtype)
+    """quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear (int8/uint8); from opset 21 also 16-bit (and 4-bit) types."""
+    return _quantize(opset, input, scale, zero_point, None, quant_min, quant_max, dtype)
 
 
-def qd_quantize_per_tensor_tensor_opset21(
-    input: Tensor, scale: Tensor, zero_point: Tensor, quant_min: int, quant_max: int, dtype: int
-):
-    """quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear (also 16-bit, int4 ranges)."""
-    return _quantize(21, op21, input, scale, zero_point, None, quant_min, quant_max, dtype)
-
-
+@opreg.impl("quantized_decomposed::quantize_per_tensor.tensor2", opset=18)
+@opreg.impl("quantized_decomposed::quantize_per_tensor.tensor2", opset=21)
 def qd_quantize_per_tensor_tensor2(
-    input: Tensor, scale: Tensor, zero_point: Tensor, quant_min: Tensor, quant_max: Tensor, dtype: int
+    input: Tensor,
+    scale: Tensor,
+    zero_point: Tensor,
+    quant_min: Tensor,
+    quant_max: Tensor,
+    dtype: int,
+    *,
+    opset: int,
 ):
-    """quantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype) -> Tensor: QuantizeLinear, Clip to the range."""
-    return _quantize(18, op18, input, scale, zero_point, None, quant_min, quant_max, dtype)
+    """quantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype) -> Tensor: QuantizeLinear, Clip to the range; from opset 21 also 16-bit (and 4-bit) types."""
+    return _quantize(opset, input, scale, zero_point, None, quant_min, quant_max, dtype)
 
 
-def qd_quantize_per_tensor_tensor2_opset21(
-    input: Tensor, scale: Tensor, zero_point: Tensor, quant_min: Tensor, quant_max: Tensor, dtype: int
-):
-    """quantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype) -> Tensor: QuantizeLinear (also 16-bit), clamped to the range."""
-    return _quantize(21, op21, input, scale, zero_point, None, quant_min, quant_max, dtype)
-
-
+@opreg.impl("quantized_decomposed::dequantize_per_tensor.default", opset=18)
+@opreg.impl("quantized_decomposed::dequantize_per_tensor.default", opset=21)
 def qd_dequantize_per_tensor(
     input: Tensor,
     scale: float,
@@ -238,24 +246,15 @@ def qd_dequantize_per_tensor(
     quant_max: int,
     dtype: int,
     out_dtype: int | None = None,
+    *,
+    opset: int,
 ):
-    """dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear."""
-    return _dequantize(18, op18, input, scale, zero_point, None, out_dtype)
+    """dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types."""
+    return _dequantize(opset, input, scale, zero_point, None, out_dtype)
 
 
-def qd_dequantize_per_tensor_opset21(
-    input: Tensor,
-    scale: float,
-    zero_point: int,
-    quant_min: int,
-    quant_max: int,
-    dtype: int,
-    out_dtype: int | None = None,
-):
-    """dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear (also 16-bit)."""
-    return _dequantize(21, op21, input, scale, zero_point, None, out_dtype)
-
-
+@opreg.impl("quantized_decomposed::dequantize_per_tensor.tensor", opset=18)
+@opreg.impl("quantized_decomposed::dequantize_per_tensor.tensor", opset=21)
 def qd_dequantize_per_tensor_tensor(
     input: Tensor,
     scale: Tensor,
@@ -264,24 +263,15 @@ def qd_dequantize_per_tensor_tensor(
     quant_max: int,
     dtype: int,
     out_dtype: int | None = None,
+    *,
+    opset: int,
 ):
-    """dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear."""
-    return _dequantize(18, op18, input, scale, zero_point, None, out_dtype)
+    """dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types."""
+    return _dequantize(opset, input, scale, zero_point, None, out_dtype)
 
 
-def qd_dequantize_per_tensor_tensor_opset21(
-    input: Tensor,
-    scale: Tensor,
-    zero_point: Tensor,
-    quant_min: int,
-    quant_max: int,
-    dtype: int,
-    out_dtype: int | None = None,
-):
-    """dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear (also 16-bit)."""
-    return _dequantize(21, op21, input, scale, zero_point, None, out_dtype)
-
-
+@opreg.impl("quantized_decomposed::dequantize_per_tensor.tensor2", opset=18)
+@opreg.impl("quantized_decomposed::dequantize_per_tensor.tensor2", opset=21)
 def qd_dequantize_per_tensor_tensor2(
     input: Tensor,
     scale: Tensor,
@@ -290,41 +280,35 @@ def qd_dequantize_per_tensor_tensor2(
     quant_max: Tensor,
     dtype: int,
     out_dtype: int | None = None,
+    *,
+    opset: int,
 ):
-    """dequantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear."""
-    return _dequantize(18, op18, input, scale, zero_point, None, out_dtype)
-
-
-def qd_dequantize_per_tensor_tensor2_opset21(
-    input: Tensor,
-    scale: Tensor,
-    zero_point: Tensor,
-    quant_min: Tensor,
-    quant_max: Tensor,
-    dtype: int,
-    out_dtype: int | None = None,
-):
-    """dequantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear (also 16-bit)."""
-    return _dequantize(21, op21, input, scale, zero_point, None, out_dtype)
+    """dequantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types."""
+    return _dequantize(opset, input, scale, zero_point, None, out_dtype)
 
 
 # -- quantized_decomposed: per channel ---------------------------------------------------------
 
 
+@opreg.impl("quantized_decomposed::quantize_per_channel.default", opset=18)
+@opreg.impl("quantized_decomposed::quantize_per_channel.default", opset=21)
 def qd_quantize_per_channel(
-    input: Tensor, scales: Tensor, zero_points: Tensor, axis: int, quant_min: int, quant_max: int, dtype: int
+    input: Tensor,
+    scales: Tensor,
+    zero_points: Tensor,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+    dtype: int,
+    *,
+    opset: int,
 ):
-    """quantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear along axis."""
-    return _quantize(18, op18, input, scales, zero_points, axis, quant_min, quant_max, dtype)
+    """quantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear along axis; from opset 21 also 16-bit (and 4-bit) types."""
+    return _quantize(opset, input, scales, zero_points, axis, quant_min, quant_max, dtype)
 
 
-def qd_quantize_per_channel_opset21(
-    input: Tensor, scales: Tensor, zero_points: Tensor, axis: int, quant_min: int, quant_max: int, dtype: int
-):
-    """quantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear along axis (also 16-bit, int4 ranges)."""
-    return _quantize(21, op21, input, scales, zero_points, axis, quant_min, quant_max, dtype)
-
-
+@opreg.impl("quantized_decomposed::dequantize_per_channel.default", opset=18)
+@opreg.impl("quantized_decomposed::dequantize_per_channel.default", opset=21)
 def qd_dequantize_per_channel(
     input: Tensor,
     scales: Tensor,
@@ -334,23 +318,11 @@ def qd_dequantize_per_channel(
     quant_max: int,
     dtype: int,
     out_dtype: int | None = None,
+    *,
+    opset: int,
 ):
-    """dequantize_per_channel(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear along axis."""
-    return _dequantize(18, op18, input, scales, zero_points, axis, out_dtype)
-
-
-def qd_dequantize_per_channel_opset21(
-    input: Tensor,
-    scales: Tensor,
-    zero_points: Tensor | None,
-    axis: int,
-    quant_min: int,
-    quant_max: int,
-    dtype: int,
-    out_dtype: int | None = None,
-):
-    """dequantize_per_channel(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear along axis (also 16-bit)."""
-    return _dequantize(21, op21, input, scales, zero_points, axis, out_dtype)
+    """dequantize_per_channel(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear along axis; from opset 21 also 16-bit (and 4-bit) types."""
+    return _dequantize(opset, input, scales, zero_points, axis, out_dtype)
 
 
 # -- quantized_decomposed: per token and per channel group (torch's arithmetic) ----------------
@@ -364,6 +336,7 @@ def _rowwise_quantize(x, scales, zero_points, quant_min: int, quant_max: int, dt
     return op18.Cast(op18.Clip(rounded, _scalar(quant_min, _FLOAT), _scalar(quant_max, _FLOAT)), to=dtype)
 
 
+@opreg.impl("quantized_decomposed::quantize_per_token.default")
 def qd_quantize_per_token(
     input: Tensor, scales: Tensor, zero_points: Tensor, quant_min: int, quant_max: int, dtype: int
 ):
@@ -371,6 +344,7 @@ def qd_quantize_per_token(
     return _rowwise_quantize(input, scales, zero_points, quant_min, quant_max, dtype)
 
 
+@opreg.impl("quantized_decomposed::dequantize_per_token.default")
 def qd_dequantize_per_token(
     input: Tensor,
     scales: Tensor,
@@ -390,6 +364,7 @@ def _groups(x, group_size: int):
     return op18.Reshape(x, [-1, group_size])
 
 
+@opreg.impl("quantized_decomposed::quantize_per_channel_group.default")
 def qd_quantize_per_channel_group(
     input: Tensor,
     scales: Tensor,
@@ -406,6 +381,7 @@ def qd_quantize_per_channel_group(
     return op18.Reshape(quantized, op18.Shape(input))
 
 
+@opreg.impl("quantized_decomposed::dequantize_per_channel_group.default")
 def qd_dequantize_per_channel_group(
     input: Tensor,
     scales: Tensor,
@@ -445,16 +421,19 @@ def _choose(x, quant_min: int, quant_max: int, eps: float, dtype: int, symmetric
     return op18.Cast(scale, to=int(ir.DataType.DOUBLE)), zero_point
 
 
+@opreg.impl("quantized_decomposed::choose_qparams.tensor")
 def qd_choose_qparams_tensor(input: Tensor, quant_min: int, quant_max: int, eps: float, dtype: int):
     """choose_qparams.tensor(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype) -> (Tensor, Tensor): ReduceMin/ReduceMax, affine scale and zero point."""
     return _choose(input, quant_min, quant_max, eps, dtype, symmetric=False)
 
 
+@opreg.impl("quantized_decomposed::choose_qparams_symmetric.tensor")
 def qd_choose_qparams_symmetric_tensor(input: Tensor, quant_min: int, quant_max: int, eps: float, dtype: int):
     """choose_qparams_symmetric.tensor(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype) -> (Tensor, Tensor): ReduceMin/ReduceMax, symmetric scale (zero point 0, 128 for uint8)."""
     return _choose(input, quant_min, quant_max, eps, dtype, symmetric=True)
 
 
+@opreg.impl("quantized_decomposed::choose_qparams_per_token.default")
 def qd_choose_qparams_per_token(input: Tensor, dtype: int):
     """choose_qparams_per_token(Tensor input, ScalarType dtype) -> (Tensor, Tensor): max |x| per row / 127 (at least 1e-5 / 127), zero points 0.
 
@@ -467,11 +446,13 @@ def qd_choose_qparams_per_token(input: Tensor, dtype: int):
     return op18.Cast(scales, to=int(ir.DataType.DOUBLE)), zero_points
 
 
+@opreg.impl("quantized_decomposed::choose_qparams_per_token_asymmetric.default")
 def qd_choose_qparams_per_token_asymmetric(input: Tensor, dtype: int):
     """choose_qparams_per_token_asymmetric(Tensor input, ScalarType dtype) -> (Tensor, Tensor): per row, XNNPACK's int8 scale and zero point."""
     return _per_token_asymmetric(input)
 
 
+@opreg.impl("quantized_decomposed::_choose_qparams_per_token_asymmetric_impl.default")
 def qd_choose_qparams_per_token_asymmetric_impl(input: Tensor, dtype: int):
     """_choose_qparams_per_token_asymmetric_impl(Tensor input, ScalarType dtype) -> (Tensor, Tensor): per row, XNNPACK's int8 scale and zero point."""
     return _per_token_asymmetric(input)
@@ -513,7 +494,7 @@ def _fake_type(version: int, quant_min: int, quant_max: int) -> tuple[ir.DataTyp
     return None, False
 
 
-def _fake_quantize(version: int, qdq, x, scale, zero_point, axis: int | None, quant_min: int, quant_max: int):
+def _fake_quantize(version: int, x, scale, zero_point, axis: int | None, quant_min: int, quant_max: int):
     """``(clamp(round(x / scale) + zero_point, quant_min, quant_max) - zero_point) * scale``: a
     QuantizeLinear/DequantizeLinear pair in the narrowest type holding the range (x's dtype kept)."""
     out_type = x.dtype
@@ -527,6 +508,7 @@ def _fake_quantize(version: int, qdq, x, scale, zero_point, axis: int | None, qu
         scale, zero_point = per(scale, _FLOAT), per(zero_point, qtype)
         if qtype not in _CLIPPABLE and _RANGES[qtype] != (quant_min, quant_max):
             x = _clamp_input(x, scale, zero_point, axis, quant_min, quant_max)
+        qdq = _QDQ_OPSETS[version]
         quantized = qdq.QuantizeLinear(x, scale, zero_point, **axes)
         if clip:
             quantized = op18.Clip(quantized, _scalar(quant_min, qtype), _scalar(quant_max, qtype))
@@ -555,46 +537,44 @@ def _in_range_mask(x, scale, zero_point, axis: int | None, quant_min: int, quant
     )
 
 
-def aten_fake_quantize_per_tensor_affine(self: Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int):
-    """fake_quantize_per_tensor_affine(Tensor self, float scale, int zero_point, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear."""
-    return _fake_quantize(18, op18, self, scale, zero_point, None, quant_min, quant_max)
-
-
-def aten_fake_quantize_per_tensor_affine_opset21(
-    self: Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int
+@opreg.impl("aten::fake_quantize_per_tensor_affine.default", opset=18)
+@opreg.impl("aten::fake_quantize_per_tensor_affine.default", opset=21)
+def aten_fake_quantize_per_tensor_affine(
+    self: Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int, *, opset: int
 ):
-    """fake_quantize_per_tensor_affine(Tensor self, float scale, int zero_point, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear (also 4- and 16-bit)."""
-    return _fake_quantize(21, op21, self, scale, zero_point, None, quant_min, quant_max)
+    """fake_quantize_per_tensor_affine(Tensor self, float scale, int zero_point, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types."""
+    return _fake_quantize(opset, self, scale, zero_point, None, quant_min, quant_max)
 
 
+@opreg.impl("aten::fake_quantize_per_tensor_affine.tensor_qparams", opset=18)
+@opreg.impl("aten::fake_quantize_per_tensor_affine.tensor_qparams", opset=21)
 def aten_fake_quantize_per_tensor_affine_tensor_qparams(
-    self: Tensor, scale: Tensor, zero_point: Tensor, quant_min: int, quant_max: int
+    self: Tensor,
+    scale: Tensor,
+    zero_point: Tensor,
+    quant_min: int,
+    quant_max: int,
+    *,
+    opset: int,
 ):
-    """fake_quantize_per_tensor_affine.tensor_qparams(Tensor self, Tensor scale, Tensor zero_point, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear."""
-    return _fake_quantize(18, op18, self, scale, zero_point, None, quant_min, quant_max)
+    """fake_quantize_per_tensor_affine.tensor_qparams(Tensor self, Tensor scale, Tensor zero_point, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types."""
+    return _fake_quantize(opset, self, scale, zero_point, None, quant_min, quant_max)
 
 
-def aten_fake_quantize_per_tensor_affine_tensor_qparams_opset21(
-    self: Tensor, scale: Tensor, zero_point: Tensor, quant_min: int, quant_max: int
-):
-    """fake_quantize_per_tensor_affine.tensor_qparams(Tensor self, Tensor scale, Tensor zero_point, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear (also 4- and 16-bit)."""
-    return _fake_quantize(21, op21, self, scale, zero_point, None, quant_min, quant_max)
-
-
+@opreg.impl("aten::fake_quantize_per_tensor_affine_cachemask.default", opset=18)
+@opreg.impl("aten::fake_quantize_per_tensor_affine_cachemask.default", opset=21)
 def aten_fake_quantize_per_tensor_affine_cachemask(
-    self: Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int
+    self: Tensor,
+    scale: float,
+    zero_point: int,
+    quant_min: int,
+    quant_max: int,
+    *,
+    opset: int,
 ):
-    """fake_quantize_per_tensor_affine_cachemask(Tensor self, float scale, int zero_point, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear; the in-range mask."""
+    """fake_quantize_per_tensor_affine_cachemask(Tensor self, float scale, int zero_point, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear; the in-range mask; from opset 21 also 16-bit (and 4-bit) types."""
     mask = _in_range_mask(self, scale, zero_point, None, quant_min, quant_max)
-    return _fake_quantize(18, op18, self, scale, zero_point, None, quant_min, quant_max), mask
-
-
-def aten_fake_quantize_per_tensor_affine_cachemask_opset21(
-    self: Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int
-):
-    """fake_quantize_per_tensor_affine_cachemask(Tensor self, float scale, int zero_point, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear (also 4- and 16-bit); the mask."""
-    mask = _in_range_mask(self, scale, zero_point, None, quant_min, quant_max)
-    return _fake_quantize(21, op21, self, scale, zero_point, None, quant_min, quant_max), mask
+    return _fake_quantize(opset, self, scale, zero_point, None, quant_min, quant_max), mask
 
 
 def _enabled(fake_quant_enabled, fake, mask, self):
@@ -604,144 +584,67 @@ def _enabled(fake_quant_enabled, fake, mask, self):
     return op18.Where(on, fake, self), op18.Or(op18.And(everywhere, mask), op18.Not(everywhere))
 
 
+@opreg.impl("aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default", opset=18)
+@opreg.impl("aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default", opset=21)
 def aten_fake_quantize_per_tensor_affine_cachemask_tensor_qparams(
-    self: Tensor, scale: Tensor, zero_point: Tensor, fake_quant_enabled: Tensor, quant_min: int, quant_max: int
+    self: Tensor,
+    scale: Tensor,
+    zero_point: Tensor,
+    fake_quant_enabled: Tensor,
+    quant_min: int,
+    quant_max: int,
+    *,
+    opset: int,
 ):
-    """_fake_quantize_per_tensor_affine_cachemask_tensor_qparams(Tensor self, Tensor scale, Tensor zero_point, Tensor fake_quant_enabled, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear where enabled."""
-    fake = _fake_quantize(18, op18, self, scale, zero_point, None, quant_min, quant_max)
+    """_fake_quantize_per_tensor_affine_cachemask_tensor_qparams(Tensor self, Tensor scale, Tensor zero_point, Tensor fake_quant_enabled, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear where enabled; from opset 21 also 16-bit (and 4-bit) types."""
+    fake = _fake_quantize(opset, self, scale, zero_point, None, quant_min, quant_max)
     return _enabled(fake_quant_enabled, fake, _in_range_mask(self, scale, zero_point, None, quant_min, quant_max), self)
 
 
-def aten_fake_quantize_per_tensor_affine_cachemask_tensor_qparams_opset21(
-    self: Tensor, scale: Tensor, zero_point: Tensor, fake_quant_enabled: Tensor, quant_min: int, quant_max: int
-):
-    """_fake_quantize_per_tensor_affine_cachemask_tensor_qparams(Tensor self, Tensor scale, Tensor zero_point, Tensor fake_quant_enabled, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear where enabled (also 4- and 16-bit)."""
-    fake = _fake_quantize(21, op21, self, scale, zero_point, None, quant_min, quant_max)
-    return _enabled(fake_quant_enabled, fake, _in_range_mask(self, scale, zero_point, None, quant_min, quant_max), self)
-
-
+@opreg.impl("aten::fake_quantize_per_channel_affine.default", opset=18)
+@opreg.impl("aten::fake_quantize_per_channel_affine.default", opset=21)
 def aten_fake_quantize_per_channel_affine(
-    self: Tensor, scale: Tensor, zero_point: Tensor, axis: int, quant_min: int, quant_max: int
+    self: Tensor,
+    scale: Tensor,
+    zero_point: Tensor,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+    *,
+    opset: int,
 ):
-    """fake_quantize_per_channel_affine(Tensor self, Tensor scale, Tensor zero_point, int axis, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear along axis."""
-    return _fake_quantize(18, op18, self, scale, zero_point, axis, quant_min, quant_max)
+    """fake_quantize_per_channel_affine(Tensor self, Tensor scale, Tensor zero_point, int axis, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear along axis; from opset 21 also 16-bit (and 4-bit) types."""
+    return _fake_quantize(opset, self, scale, zero_point, axis, quant_min, quant_max)
 
 
-def aten_fake_quantize_per_channel_affine_opset21(
-    self: Tensor, scale: Tensor, zero_point: Tensor, axis: int, quant_min: int, quant_max: int
-):
-    """fake_quantize_per_channel_affine(Tensor self, Tensor scale, Tensor zero_point, int axis, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear along axis (also 4- and 16-bit)."""
-    return _fake_quantize(21, op21, self, scale, zero_point, axis, quant_min, quant_max)
-
-
+@opreg.impl("aten::fake_quantize_per_channel_affine_cachemask.default", opset=18)
+@opreg.impl("aten::fake_quantize_per_channel_affine_cachemask.default", opset=21)
 def aten_fake_quantize_per_channel_affine_cachemask(
-    self: Tensor, scale: Tensor, zero_point: Tensor, axis: int, quant_min: int, quant_max: int
+    self: Tensor,
+    scale: Tensor,
+    zero_point: Tensor,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+    *,
+    opset: int,
 ):
-    """fake_quantize_per_channel_affine_cachemask(Tensor self, Tensor scale, Tensor zero_point, int axis, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear along axis; the mask."""
+    """fake_quantize_per_channel_affine_cachemask(Tensor self, Tensor scale, Tensor zero_point, int axis, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear along axis; the mask; from opset 21 also 16-bit (and 4-bit) types."""
     mask = _in_range_mask(self, scale, zero_point, axis, quant_min, quant_max)
-    return _fake_quantize(18, op18, self, scale, zero_point, axis, quant_min, quant_max), mask
+    return _fake_quantize(opset, self, scale, zero_point, axis, quant_min, quant_max), mask
 
 
-def aten_fake_quantize_per_channel_affine_cachemask_opset21(
-    self: Tensor, scale: Tensor, zero_point: Tensor, axis: int, quant_min: int, quant_max: int
-):
-    """fake_quantize_per_channel_affine_cachemask(Tensor self, Tensor scale, Tensor zero_point, int axis, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear along axis (also 4- and 16-bit); the mask."""
-    mask = _in_range_mask(self, scale, zero_point, axis, quant_min, quant_max)
-    return _fake_quantize(21, op21, self, scale, zero_point, axis, quant_min, quant_max), mask
-
-
+@opreg.impl("quantized_decomposed::fake_quant_per_channel.default", opset=18)
+@opreg.impl("quantized_decomposed::fake_quant_per_channel.default", opset=21)
 def qd_fake_quant_per_channel(
-    input: Tensor, scales: Tensor, zero_points: Tensor, axis: int, quant_min: int, quant_max: int
+    input: Tensor,
+    scales: Tensor,
+    zero_points: Tensor,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+    *,
+    opset: int,
 ):
-    """fake_quant_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear along axis."""
-    return _fake_quantize(18, op18, input, scales, zero_points, axis, quant_min, quant_max)
-
-
-def qd_fake_quant_per_channel_opset21(
-    input: Tensor, scales: Tensor, zero_points: Tensor, axis: int, quant_min: int, quant_max: int
-):
-    """fake_quant_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear along axis (also 4- and 16-bit)."""
-    return _fake_quantize(21, op21, input, scales, zero_points, axis, quant_min, quant_max)
-
-
-_VERSIONED = {
-    "quantized_decomposed::quantize_per_tensor.default": (qd_quantize_per_tensor, qd_quantize_per_tensor_opset21),
-    "quantized_decomposed::quantize_per_tensor.tensor": (
-        qd_quantize_per_tensor_tensor,
-        qd_quantize_per_tensor_tensor_opset21,
-    ),
-    "quantized_decomposed::quantize_per_tensor.tensor2": (
-        qd_quantize_per_tensor_tensor2,
-        qd_quantize_per_tensor_tensor2_opset21,
-    ),
-    "quantized_decomposed::dequantize_per_tensor.default": (
-        qd_dequantize_per_tensor,
-        qd_dequantize_per_tensor_opset21,
-    ),
-    "quantized_decomposed::dequantize_per_tensor.tensor": (
-        qd_dequantize_per_tensor_tensor,
-        qd_dequantize_per_tensor_tensor_opset21,
-    ),
-    "quantized_decomposed::dequantize_per_tensor.tensor2": (
-        qd_dequantize_per_tensor_tensor2,
-        qd_dequantize_per_tensor_tensor2_opset21,
-    ),
-    "quantized_decomposed::quantize_per_channel.default": (qd_quantize_per_channel, qd_quantize_per_channel_opset21),
-    "quantized_decomposed::dequantize_per_channel.default": (
-        qd_dequantize_per_channel,
-        qd_dequantize_per_channel_opset21,
-    ),
-    "quantized_decomposed::fake_quant_per_channel.default": (
-        qd_fake_quant_per_channel,
-        qd_fake_quant_per_channel_opset21,
-    ),
-    "aten::fake_quantize_per_tensor_affine.default": (
-        aten_fake_quantize_per_tensor_affine,
-        aten_fake_quantize_per_tensor_affine_opset21,
-    ),
-    "aten::fake_quantize_per_tensor_affine.tensor_qparams": (
-        aten_fake_quantize_per_tensor_affine_tensor_qparams,
-        aten_fake_quantize_per_tensor_affine_tensor_qparams_opset21,
-    ),
-    "aten::fake_quantize_per_tensor_affine_cachemask.default": (
-        aten_fake_quantize_per_tensor_affine_cachemask,
-        aten_fake_quantize_per_tensor_affine_cachemask_opset21,
-    ),
-    "aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default": (
-        aten_fake_quantize_per_tensor_affine_cachemask_tensor_qparams,
-        aten_fake_quantize_per_tensor_affine_cachemask_tensor_qparams_opset21,
-    ),
-    "aten::fake_quantize_per_channel_affine.default": (
-        aten_fake_quantize_per_channel_affine,
-        aten_fake_quantize_per_channel_affine_opset21,
-    ),
-    "aten::fake_quantize_per_channel_affine_cachemask.default": (
-        aten_fake_quantize_per_channel_affine_cachemask,
-        aten_fake_quantize_per_channel_affine_cachemask_opset21,
-    ),
-}
-"""Ops with an opset 18 form (int8/uint8) and an opset 21 form (also int16/uint16 and 4-bit types)."""
-
-_PLAIN = {
-    "quantized_decomposed::quantize_per_token.default": qd_quantize_per_token,
-    "quantized_decomposed::dequantize_per_token.default": qd_dequantize_per_token,
-    "quantized_decomposed::quantize_per_channel_group.default": qd_quantize_per_channel_group,
-    "quantized_decomposed::dequantize_per_channel_group.default": qd_dequantize_per_channel_group,
-    "quantized_decomposed::choose_qparams.tensor": qd_choose_qparams_tensor,
-    "quantized_decomposed::choose_qparams_symmetric.tensor": qd_choose_qparams_symmetric_tensor,
-    "quantized_decomposed::choose_qparams_per_token.default": qd_choose_qparams_per_token,
-    "quantized_decomposed::choose_qparams_per_token_asymmetric.default": qd_choose_qparams_per_token_asymmetric,
-    "quantized_decomposed::_choose_qparams_per_token_asymmetric_impl.default": (
-        qd_choose_qparams_per_token_asymmetric_impl
-    ),
-}
-
-
-def register(registry: opreg.Registrar) -> None:
-    import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines the quantized_decomposed ops (schema check)
-
-    for op, (lowest, newer) in _VERSIONED.items():
-        registry.register(op, lowest)
-        registry.register(op, newer)
-    for op, function in _PLAIN.items():
-        registry.register(op, function)
+    """fake_quant_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear along axis; from opset 21 also 16-bit (and 4-bit) types."""
+    return _fake_quantize(opset, input, scales, zero_points, axis, quant_min, quant_max)

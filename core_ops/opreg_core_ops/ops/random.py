@@ -28,9 +28,8 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
+from opreg.ops import DEFAULT_FLOAT, Tensor, cast_to, rank_of
 from opreg.values import is_complex
-from opreg_core_ops.ops._helpers import Tensor, rank_of
-from opreg_core_ops.ops._promotion import DEFAULT_FLOAT, cast_to
 
 _GRID_BITS = {ir.DataType.FLOAT16: 11, ir.DataType.BFLOAT16: 8}
 """torch draws float16/bfloat16 uniforms as k * 2^-bits (the type's significand bits), k < 2^bits."""
@@ -154,6 +153,8 @@ def _randint(low, high, dtype: ir.DataType, like=None, size: Sequence[int] = ())
 # -- creation ------------------------------------------------------------------------------
 
 
+@opreg.impl("aten::rand")
+@opreg.impl("aten::rand", complex=True)
 def aten_rand(
     size: Sequence[int],
     dtype: int | None = None,
@@ -165,6 +166,8 @@ def aten_rand(
     return _standard("uniform", _result_dtype(dtype, DEFAULT_FLOAT), size=size)
 
 
+@opreg.impl("aten::randn")
+@opreg.impl("aten::randn", complex=True)
 def aten_randn(
     size: Sequence[int],
     dtype: int | None = None,
@@ -176,6 +179,8 @@ def aten_randn(
     return _standard("normal", _result_dtype(dtype, DEFAULT_FLOAT), size=size)
 
 
+@opreg.impl("aten::rand_like")
+@opreg.impl("aten::rand_like", complex=True)
 def aten_rand_like(
     self: Tensor,
     dtype: int | None = None,
@@ -189,6 +194,8 @@ def aten_rand_like(
     return _standard("uniform", result, like=_like_template(self, result))
 
 
+@opreg.impl("aten::randn_like")
+@opreg.impl("aten::randn_like", complex=True)
 def aten_randn_like(
     self: Tensor,
     dtype: int | None = None,
@@ -202,6 +209,7 @@ def aten_randn_like(
     return _standard("normal", result, like=_like_template(self, result))
 
 
+@opreg.impl("aten::randint")
 def aten_randint(
     high: int,
     size: Sequence[int],
@@ -214,6 +222,7 @@ def aten_randint(
     return _randint(0, high, _result_dtype(dtype, ir.DataType.INT64), size=size)
 
 
+@opreg.impl("aten::randint.low")
 def aten_randint_low(
     low: int,
     high: int,
@@ -227,6 +236,7 @@ def aten_randint_low(
     return _randint(low, high, _result_dtype(dtype, ir.DataType.INT64), size=size)
 
 
+@opreg.impl("aten::randint_like")
 def aten_randint_like(
     self: Tensor,
     high: int,
@@ -240,6 +250,7 @@ def aten_randint_like(
     return _randint(0, high, _result_dtype(dtype, self.dtype), like=self)
 
 
+@opreg.impl("aten::randint_like.low_dtype")
 def aten_randint_like_low_dtype(
     self: Tensor,
     low: int,
@@ -254,6 +265,7 @@ def aten_randint_like_low_dtype(
     return _randint(low, high, _result_dtype(dtype, self.dtype), like=self)
 
 
+@opreg.impl("aten::randperm")
 def aten_randperm(
     n: int,
     dtype: int | None = ir.DataType.INT64,
@@ -272,6 +284,7 @@ def aten_randperm(
     return op18.Cast(order, to=int(_result_dtype(dtype, ir.DataType.INT64)))
 
 
+@opreg.impl("aten::random.to")
 def aten_random_to(self: Tensor, to: int, generator: str | None = None):
     """random.to(Tensor self, int to, *, Generator? generator=None) -> Tensor: integers uniform in [0, to), as self's dtype (floor of a float64 RandomUniformLike)."""
     return _randint(0, to, self.dtype, like=self)
@@ -280,6 +293,7 @@ def aten_random_to(self: Tensor, to: int, generator: str | None = None):
 # -- distributions of a tensor's shape -------------------------------------------------------
 
 
+@opreg.impl("aten::normal.Tensor_float")
 def aten_normal_tensor_float(mean: Tensor, std: float = 1.0, generator: str | None = None):
     """normal.Tensor_float(Tensor mean, float std=1., *, Generator? generator=None) -> Tensor: mean + std * RandomNormalLike."""
     compute = _compute(mean.dtype)
@@ -287,6 +301,7 @@ def aten_normal_tensor_float(mean: Tensor, std: float = 1.0, generator: str | No
     return cast_to(op18.Add(cast_to(mean, compute), noise), mean.dtype)
 
 
+@opreg.impl("aten::normal.float_Tensor")
 def aten_normal_float_tensor(mean: float, std: Tensor, generator: str | None = None):
     """normal.float_Tensor(float mean, Tensor std, *, Generator? generator=None) -> Tensor: mean + std * RandomNormalLike."""
     compute = _compute(std.dtype)
@@ -294,6 +309,7 @@ def aten_normal_float_tensor(mean: float, std: Tensor, generator: str | None = N
     return cast_to(op18.Add(op18.Mul(cast_to(std, compute), noise), float(mean)), std.dtype)
 
 
+@opreg.impl("aten::normal.Tensor_Tensor")
 def aten_normal_tensor_tensor(mean: Tensor, std: Tensor, generator: str | None = None):
     """normal.Tensor_Tensor(Tensor mean, Tensor std, *, Generator? generator=None) -> Tensor: mean + std * RandomNormalLike (broadcast)."""
     compute = _compute(mean.dtype)
@@ -302,6 +318,7 @@ def aten_normal_tensor_tensor(mean: Tensor, std: Tensor, generator: str | None =
     return cast_to(op18.Add(op18.Mul(std_c, noise), mean_c), mean.dtype)
 
 
+@opreg.impl("aten::normal.float_float")
 def aten_normal_float_float(
     mean: float,
     std: float,
@@ -317,18 +334,23 @@ def aten_normal_float_float(
     return cast_to(_normal(_compute(result), size=size, mean=float(mean), scale=float(std)), result)
 
 
+@opreg.impl("aten::normal_functional")
+@opreg.impl("aten::normal_functional", complex=True)
 def aten_normal_functional(self: Tensor, mean: float = 0.0, std: float = 1.0, generator: str | None = None):
     """normal_functional(Tensor self, float mean=0., float std=1., *, Generator? generator=None) -> Tensor: RandomNormalLike (a complex self: each part with std / sqrt(2), as torch)."""
     scale = float(std) * (_HALF_VARIANCE if is_complex(self) else 1.0)
     return cast_to(_normal(_compute(self.dtype), like=self, mean=float(mean), scale=scale), self.dtype)
 
 
+@opreg.impl("aten::uniform")
+@opreg.impl("aten::uniform", complex=True)
 def aten_uniform(self: Tensor, from_: float = 0.0, to: float = 1.0, generator: str | None = None):
     """uniform(Tensor self, float from=0., float to=1., *, Generator? generator=None) -> Tensor: from + (to - from) * RandomUniformLike."""
     u = _unit(self.dtype, like=self)
     return cast_to(op18.Add(op18.Mul(u, float(to) - float(from_)), float(from_)), self.dtype)
 
 
+@opreg.impl("aten::exponential")
 def aten_exponential(self: Tensor, lambd: float = 1.0, generator: str | None = None):
     """exponential(Tensor self, float lambd=1., *, Generator? generator=None) -> Tensor: -log(1 - U) / lambd."""
     compute = _compute(self.dtype)
@@ -336,6 +358,7 @@ def aten_exponential(self: Tensor, lambd: float = 1.0, generator: str | None = N
     return cast_to(op18.Div(op18.Neg(op18.Log(op18.Sub(1.0, u))), float(lambd)), self.dtype)
 
 
+@opreg.impl("aten::geometric")
 def aten_geometric(self: Tensor, p: float, generator: str | None = None):
     """geometric(Tensor self, float p, *, Generator? generator=None) -> Tensor: trials to the first success, ceil(log(1 - U) / log(1 - p)) >= 1."""
     u = _uniform(ir.DataType.DOUBLE, like=self)
@@ -343,11 +366,13 @@ def aten_geometric(self: Tensor, p: float, generator: str | None = None):
     return op18.Cast(op18.Max(trials, 1.0), to=int(self.dtype))
 
 
+@opreg.impl("aten::log_normal")
 def aten_log_normal(self: Tensor, mean: float = 1.0, std: float = 2.0, generator: str | None = None):
     """log_normal(Tensor self, float mean=1., float std=2., *, Generator? generator=None) -> Tensor: exp of RandomNormalLike."""
     return cast_to(op18.Exp(_normal(_compute(self.dtype), like=self, mean=float(mean), scale=float(std))), self.dtype)
 
 
+@opreg.impl("aten::cauchy")
 def aten_cauchy(self: Tensor, median: float = 0.0, sigma: float = 1.0, generator: str | None = None):
     """cauchy(Tensor self, float median=0., float sigma=1., *, Generator? generator=None) -> Tensor: median + sigma * tan(pi * (U - 1/2))."""
     u = _uniform(_compute(self.dtype), like=self)
@@ -367,21 +392,25 @@ def _draw_ones(probabilities, like):
     return op18.Less(u, probabilities if isinstance(probabilities, float) else cast_to(probabilities, u.dtype))
 
 
+@opreg.impl("aten::bernoulli")
 def aten_bernoulli(self: Tensor, generator: str | None = None):
     """bernoulli(Tensor self, *, Generator? generator=None) -> Tensor: U < self for a RandomUniformLike U."""
     return op18.Cast(_draw_ones(self, self), to=int(self.dtype))
 
 
+@opreg.impl("aten::bernoulli.p")
 def aten_bernoulli_p(self: Tensor, p: float, generator: str | None = None):
     """bernoulli.p(Tensor self, float p, *, Generator? generator=None) -> Tensor: U < p for a RandomUniformLike U."""
     return op18.Cast(_draw_ones(float(p), self), to=int(self.dtype))
 
 
+@opreg.impl("aten::bernoulli.Tensor")
 def aten_bernoulli_tensor(self: Tensor, p: Tensor, generator: str | None = None):
     """bernoulli.Tensor(Tensor self, Tensor p, *, Generator? generator=None) -> Tensor: U < p (broadcast) for a RandomUniformLike U."""
     return op18.Cast(_draw_ones(p, self), to=int(self.dtype))
 
 
+@opreg.impl("aten::multinomial")
 def aten_multinomial(self: Tensor, num_samples: int, replacement: bool = False, generator: str | None = None):
     """multinomial(Tensor self, SymInt num_samples, bool replacement=False, *, Generator? generator=None) -> Tensor: Multinomial of log(self), or without replacement the top num_samples of log(self) + Gumbel noise.
 
@@ -424,17 +453,20 @@ def training_dropout(input, p: float):
     return op18.Mul(kept, op18.CastLike(1.0 / (1.0 - float(p)), input)), mask
 
 
+@opreg.impl("aten::dropout")
 def aten_dropout_training(input: Tensor, p: float, train: bool):
     """dropout(Tensor input, float p, bool train) -> Tensor: Dropout in training mode (a fresh mask at every run)."""
     output, _ = training_dropout(input, p)
     return output
 
 
+@opreg.impl("aten::native_dropout")
 def aten_native_dropout_training(input: Tensor, p: float, train: bool | None):
     """native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor): Dropout in training mode, and its mask."""
     return training_dropout(input, p)
 
 
+@opreg.impl("aten::rrelu_with_noise_functional")
 def aten_rrelu_with_noise_functional(
     self: Tensor,
     noise: Tensor,
@@ -451,36 +483,3 @@ def aten_rrelu_with_noise_functional(
     slopes = cast_to(_uniform(_compute(self.dtype), like=self, low=float(lower), high=float(upper)), self.dtype)
     drawn = op18.Where(op18.LessOrEqual(self, zero), slopes, op18.CastLike(1.0, self))
     return op18.Mul(self, drawn), op18.CastLike(drawn, noise)
-
-
-def register(registry: opreg.Registrar) -> None:
-    # dropout's eval form (Identity) is in dropout.py, with a predicate that wins where it applies
-    registry.register("aten::dropout", aten_dropout_training)
-    registry.register("aten::native_dropout", aten_native_dropout_training)
-    for complex_ in (False, True):  # complex dtypes draw the real and imaginary parts
-        registry.register("aten::rand", aten_rand, complex=complex_)
-        registry.register("aten::randn", aten_randn, complex=complex_)
-        registry.register("aten::rand_like", aten_rand_like, complex=complex_)
-        registry.register("aten::randn_like", aten_randn_like, complex=complex_)
-    registry.register("aten::randint", aten_randint)
-    registry.register("aten::randint.low", aten_randint_low)
-    registry.register("aten::randint_like", aten_randint_like)
-    registry.register("aten::randint_like.low_dtype", aten_randint_like_low_dtype)
-    registry.register("aten::randperm", aten_randperm)
-    registry.register("aten::random.to", aten_random_to)
-    registry.register("aten::normal.Tensor_float", aten_normal_tensor_float)
-    registry.register("aten::normal.float_Tensor", aten_normal_float_tensor)
-    registry.register("aten::normal.Tensor_Tensor", aten_normal_tensor_tensor)
-    registry.register("aten::normal.float_float", aten_normal_float_float)
-    for complex_ in (False, True):  # a complex self draws both parts (shaped like its pair)
-        registry.register("aten::normal_functional", aten_normal_functional, complex=complex_)
-        registry.register("aten::uniform", aten_uniform, complex=complex_)
-    registry.register("aten::exponential", aten_exponential)
-    registry.register("aten::geometric", aten_geometric)
-    registry.register("aten::log_normal", aten_log_normal)
-    registry.register("aten::cauchy", aten_cauchy)
-    registry.register("aten::bernoulli", aten_bernoulli)
-    registry.register("aten::bernoulli.p", aten_bernoulli_p)
-    registry.register("aten::bernoulli.Tensor", aten_bernoulli_tensor)
-    registry.register("aten::multinomial", aten_multinomial)
-    registry.register("aten::rrelu_with_noise_functional", aten_rrelu_with_noise_functional)

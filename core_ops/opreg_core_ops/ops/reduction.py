@@ -30,8 +30,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, rank_of
-from opreg_core_ops.ops._promotion import FLOAT_TYPES, HALF_TYPES, is_integral
+from opreg.ops import FLOAT_TYPES, HALF_TYPES, Tensor, is_integral, rank_of
 
 
 def _dims(dim, rank: int | None) -> list[int] | None:
@@ -74,21 +73,25 @@ def _accumulating(reduce, self, dim, keepdim: bool, dtype: int | None):
     return _reduce(reduce, self, dim, keepdim)
 
 
+@opreg.impl("aten::sum.default")
 def aten_sum(self: Tensor, dtype: int | None = None):
     """sum(Tensor self, *, ScalarType? dtype=None) -> Tensor: ReduceSum over all dims (ints as INT64)."""
     return _accumulating(op18.ReduceSum, self, None, False, dtype)
 
 
+@opreg.impl("aten::sum.dim_IntList")
 def aten_sum_dim(self: Tensor, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
     """sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceSum (ints as INT64)."""
     return _accumulating(op18.ReduceSum, self, dim, keepdim, dtype)
 
 
+@opreg.impl("aten::prod.default")
 def aten_prod(self: Tensor, dtype: int | None = None):
     """prod(Tensor self, *, ScalarType? dtype=None) -> Tensor: ReduceProd over all dims (ints as INT64)."""
     return _accumulating(op18.ReduceProd, self, None, False, dtype)
 
 
+@opreg.impl("aten::prod.dim_int")
 def aten_prod_dim(self: Tensor, dim: int, keepdim: bool = False, dtype: int | None = None):
     """prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceProd (ints as INT64)."""
     return _accumulating(op18.ReduceProd, self, [dim], keepdim, dtype)
@@ -105,11 +108,13 @@ def _mean(self, dim, keepdim: bool, dtype: int | None):
     return _reduce(op18.ReduceMean, self, dim, keepdim)
 
 
+@opreg.impl("aten::mean.default")
 def aten_mean(self: Tensor, dtype: int | None = None):
     """mean(Tensor self, *, ScalarType? dtype=None) -> Tensor: ReduceMean over all dims."""
     return _mean(self, None, False, dtype)
 
 
+@opreg.impl("aten::mean.dim")
 def aten_mean_dim(self: Tensor, dim: Sequence[int] | None, keepdim: bool = False, dtype: int | None = None):
     """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor: ReduceMean."""
     return _mean(self, dim, keepdim, dtype)
@@ -157,21 +162,25 @@ def _nan_arg(arg, self, axis: int, keepdim: bool):
     return arg(_nan_key(self, nan_largest=arg == op18.ArgMax), axis=axis, keepdims=int(keepdim))
 
 
+@opreg.impl("aten::amax")
 def aten_amax(self: Tensor, dim: Sequence[int] = (), keepdim: bool = False):
     """amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor: ReduceMax (every dim when dim=[])."""
     return _extremum(op18.ReduceMax, self, dim, keepdim)
 
 
+@opreg.impl("aten::amin")
 def aten_amin(self: Tensor, dim: Sequence[int] = (), keepdim: bool = False):
     """amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor: ReduceMin (every dim when dim=[])."""
     return _extremum(op18.ReduceMin, self, dim, keepdim)
 
 
+@opreg.impl("aten::max.default")
 def aten_max(self: Tensor):
     """max(Tensor self) -> Tensor: ReduceMax over all dims."""
     return _extremum(op18.ReduceMax, self, None, False)
 
 
+@opreg.impl("aten::min.default")
 def aten_min(self: Tensor):
     """min(Tensor self) -> Tensor: ReduceMin over all dims."""
     return _extremum(op18.ReduceMin, self, None, False)
@@ -208,21 +217,25 @@ def _max_min_dim(reduce, arg, self, dim: int, keepdim: bool):
     return op18.Squeeze(values, [dim]), op18.Squeeze(indices, [dim])
 
 
+@opreg.impl("aten::max.dim")
 def aten_max_dim(self: Tensor, dim: int, keepdim: bool = False):
     """max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices): ReduceMax and ArgMax."""
     return _max_min_dim(op18.ReduceMax, op18.ArgMax, self, dim, keepdim)
 
 
+@opreg.impl("aten::min.dim")
 def aten_min_dim(self: Tensor, dim: int, keepdim: bool = False):
     """min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices): ReduceMin and ArgMin."""
     return _max_min_dim(op18.ReduceMin, op18.ArgMin, self, dim, keepdim)
 
 
+@opreg.impl("aten::argmax")
 def aten_argmax(self: Tensor, dim: int | None = None, keepdim: bool = False):
     """argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor: ArgMax (of the flattened input when dim=None)."""
     return _arg(op18.ArgMax, self, dim, keepdim)
 
 
+@opreg.impl("aten::argmin")
 def aten_argmin(self: Tensor, dim: int | None = None, keepdim: bool = False):
     """argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor: ArgMin (of the flattened input when dim=None)."""
     return _arg(op18.ArgMin, self, dim, keepdim)
@@ -234,31 +247,37 @@ def _any_all(reduce, self, dim, keepdim: bool):
     return _extremum(reduce, flags, dim, keepdim)
 
 
+@opreg.impl("aten::any.default")
 def aten_any(self: Tensor):
     """any(Tensor self) -> Tensor: Cast to BOOL and ReduceMax over all dims."""
     return _any_all(op18.ReduceMax, self, None, False)
 
 
+@opreg.impl("aten::any.dim")
 def aten_any_dim(self: Tensor, dim: int, keepdim: bool = False):
     """any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMax."""
     return _any_all(op18.ReduceMax, self, [dim], keepdim)
 
 
+@opreg.impl("aten::any.dims")
 def aten_any_dims(self: Tensor, dim: Sequence[int] | None = None, keepdim: bool = False):
     """any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMax."""
     return _any_all(op18.ReduceMax, self, dim, keepdim)
 
 
+@opreg.impl("aten::all.default")
 def aten_all(self: Tensor):
     """all(Tensor self) -> Tensor: Cast to BOOL and ReduceMin over all dims."""
     return _any_all(op18.ReduceMin, self, None, False)
 
 
+@opreg.impl("aten::all.dim")
 def aten_all_dim(self: Tensor, dim: int, keepdim: bool = False):
     """all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMin."""
     return _any_all(op18.ReduceMin, self, [dim], keepdim)
 
 
+@opreg.impl("aten::all.dims")
 def aten_all_dims(self: Tensor, dim: Sequence[int] | None = None, keepdim: bool = False):
     """all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMin."""
     return _any_all(op18.ReduceMin, self, dim, keepdim)
@@ -297,6 +316,7 @@ def _count(self, axes: list[int]):
     return op18.CastLike(count, self)
 
 
+@opreg.impl("aten::var.correction")
 def aten_var_correction(
     self: Tensor, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
 ):
@@ -305,12 +325,14 @@ def aten_var_correction(
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
+@opreg.impl("aten::var.dim")
 def aten_var_dim(self: Tensor, dim: Sequence[int] | None, unbiased: bool = True, keepdim: bool = False):
     """var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor: ReduceMean, Sub, Mul, ReduceSum, Div."""
     result, out_type = _variance(self, dim, 1 if unbiased else 0, keepdim)
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
+@opreg.impl("aten::std.correction")
 def aten_std_correction(
     self: Tensor, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
 ):
@@ -320,6 +342,7 @@ def aten_std_correction(
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
+@opreg.impl("aten::std.dim")
 def aten_std_dim(self: Tensor, dim: Sequence[int] | None, unbiased: bool = True, keepdim: bool = False):
     """std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor: Sqrt of the variance."""
     result, out_type = _variance(self, dim, 1 if unbiased else 0, keepdim)
@@ -327,6 +350,7 @@ def aten_std_dim(self: Tensor, dim: Sequence[int] | None, unbiased: bool = True,
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
+@opreg.impl("aten::cumsum")
 def aten_cumsum(self: Tensor, dim: int, dtype: int | None = None):
     """cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor: CumSum (ints as INT64)."""
     if dtype is not None:
@@ -380,16 +404,19 @@ def _sorted(self, dim: int, descending: bool):
     return values, indices
 
 
+@opreg.impl("aten::sort.default")
 def aten_sort(self: Tensor, dim: int = -1, descending: bool = False):
     """sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices): TopK of the whole dim (stable)."""
     return _sorted(self, dim, descending)
 
 
+@opreg.impl("aten::sort.stable")
 def aten_sort_stable(self: Tensor, stable: bool | None = None, dim: int = -1, descending: bool = False):
     """sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices): TopK of the whole dim (stable: ties keep their order)."""
     return _sorted(self, dim, descending)
 
 
+@opreg.impl("aten::topk")
 def aten_topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
     """topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices): TopK (always sorted)."""
     k = op18.Reshape(k, [1]) if isinstance(k, ir.Value) else [k]
@@ -401,6 +428,7 @@ def aten_topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted:
     return values, indices
 
 
+@opreg.impl("aten::logsumexp")
 def aten_logsumexp(self: Tensor, dim: Sequence[int], keepdim: bool = False):
     """logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor: ReduceMax, Exp, ReduceSum, Log (max-shifted)."""
     if is_integral(self.dtype):
@@ -421,6 +449,7 @@ def aten_logsumexp(self: Tensor, dim: Sequence[int], keepdim: bool = False):
     return result if out_type == result.dtype else op18.Cast(result, to=out_type)
 
 
+@opreg.impl("aten::var_mean.correction")
 def aten_var_mean_correction(
     self: Tensor, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
 ):
@@ -455,6 +484,7 @@ def _vector_norm(x, ord: float, dim, keepdim: bool):
     return op18.Pow(_reduce(op18.ReduceSum, powered, dim, keepdim), op18.CastLike(1.0 / ord, x))
 
 
+@opreg.impl("aten::linalg_vector_norm")
 def aten_linalg_vector_norm(
     self: Tensor, ord: float = 2, dim: Sequence[int] | None = None, keepdim: bool = False, dtype: int | None = None
 ):
@@ -468,12 +498,14 @@ def aten_linalg_vector_norm(
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
+@opreg.impl("aten::dist")
 def aten_dist(self: Tensor, other: Tensor, p: float = 2):
     """dist(Tensor self, Tensor other, Scalar p=2) -> Tensor: the p-norm of self - other (broadcast) over every element."""
     difference = op18.Sub(self, other)
     return aten_linalg_vector_norm(difference, p)
 
 
+@opreg.impl("aten::logcumsumexp")
 def aten_logcumsumexp(self: Tensor, dim: int):
     """logcumsumexp(Tensor self, int dim) -> Tensor: per position, a max-shifted logsumexp of the prefix (a masked n x n matrix along dim; half floats in float32).
 
@@ -499,39 +531,3 @@ def aten_logcumsumexp(self: Tensor, dim: int):
     if axis != rank - 1:
         result = op18.Transpose(result, perm=perm)
     return result if out_type == result.dtype else op18.Cast(result, to=out_type)
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::sum.default", aten_sum)
-    registry.register("aten::sum.dim_IntList", aten_sum_dim)
-    registry.register("aten::prod.default", aten_prod)
-    registry.register("aten::prod.dim_int", aten_prod_dim)
-    registry.register("aten::mean.default", aten_mean)
-    registry.register("aten::mean.dim", aten_mean_dim)
-    registry.register("aten::amax", aten_amax)
-    registry.register("aten::amin", aten_amin)
-    registry.register("aten::max.default", aten_max)
-    registry.register("aten::min.default", aten_min)
-    registry.register("aten::max.dim", aten_max_dim)
-    registry.register("aten::min.dim", aten_min_dim)
-    registry.register("aten::argmax", aten_argmax)
-    registry.register("aten::argmin", aten_argmin)
-    registry.register("aten::any.default", aten_any)
-    registry.register("aten::any.dim", aten_any_dim)
-    registry.register("aten::any.dims", aten_any_dims)
-    registry.register("aten::all.default", aten_all)
-    registry.register("aten::all.dim", aten_all_dim)
-    registry.register("aten::all.dims", aten_all_dims)
-    registry.register("aten::var.correction", aten_var_correction)
-    registry.register("aten::var.dim", aten_var_dim)
-    registry.register("aten::std.correction", aten_std_correction)
-    registry.register("aten::std.dim", aten_std_dim)
-    registry.register("aten::cumsum", aten_cumsum)
-    registry.register("aten::sort.default", aten_sort)
-    registry.register("aten::sort.stable", aten_sort_stable)
-    registry.register("aten::topk", aten_topk)
-    registry.register("aten::logsumexp", aten_logsumexp)
-    registry.register("aten::var_mean.correction", aten_var_mean_correction)
-    registry.register("aten::linalg_vector_norm", aten_linalg_vector_norm)
-    registry.register("aten::logcumsumexp", aten_logcumsumexp)
-    registry.register("aten::dist", aten_dist)

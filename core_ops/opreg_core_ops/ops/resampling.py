@@ -10,8 +10,7 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, node_arg, rank_of
-from opreg_core_ops.ops._promotion import HALF_TYPES
+from opreg.ops import HALF_TYPES, Tensor, node_arg, rank_of
 
 _TORCH_CUBIC_A = -0.75
 """The cubic convolution coefficient torch's bicubic interpolation uses (Resize's default is -0.75 too,
@@ -38,21 +37,25 @@ def _resize(input, output_size, scale_factors, mode: str, align_corners: bool, a
     return op18.Resize(input, None, None, sizes, **attrs)
 
 
+@opreg.impl("aten::upsample_nearest1d.vec")
 def aten_upsample_nearest1d(input: Tensor, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
     """upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor: Resize (nearest, asymmetric, floor)."""
     return _resize(input, output_size, scale_factors, "nearest", False)
 
 
+@opreg.impl("aten::upsample_nearest2d.vec")
 def aten_upsample_nearest2d(input: Tensor, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
     """upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor: Resize (nearest, asymmetric, floor)."""
     return _resize(input, output_size, scale_factors, "nearest", False)
 
 
+@opreg.impl("aten::upsample_nearest3d.vec")
 def aten_upsample_nearest3d(input: Tensor, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
     """upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor: Resize (nearest, asymmetric, floor)."""
     return _resize(input, output_size, scale_factors, "nearest", False)
 
 
+@opreg.impl("aten::upsample_linear1d.vec")
 def aten_upsample_linear1d(
     input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
 ):
@@ -60,6 +63,7 @@ def aten_upsample_linear1d(
     return _resize(input, output_size, scale_factors, "linear", align_corners)
 
 
+@opreg.impl("aten::upsample_bilinear2d.vec")
 def aten_upsample_bilinear2d(
     input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
 ):
@@ -67,6 +71,15 @@ def aten_upsample_bilinear2d(
     return _resize(input, output_size, scale_factors, "linear", align_corners)
 
 
+def _sized_by_output(node) -> bool:
+    """Antialiasing with the output size only: given scale factors, torch derives its filter (and the
+    sizes, in float64) from them, while Resize's antialias filter follows the sizes."""
+    if node.target.__name__.endswith("vec"):
+        return node_arg(node, 1, "output_size") is not None and node_arg(node, 3, "scale_factors") is None
+    return node_arg(node, 3, "scales_h") is None and node_arg(node, 4, "scales_w") is None
+
+
+@opreg.impl("aten::_upsample_bilinear2d_aa", predicate=_sized_by_output)
 def aten_upsample_bilinear2d_aa(
     self: Tensor,
     output_size: Sequence[int],
@@ -78,14 +91,7 @@ def aten_upsample_bilinear2d_aa(
     return _resize(self, output_size, None, "linear", align_corners, antialias=True)
 
 
-def _sized_by_output(node) -> bool:
-    """Antialiasing with the output size only: given scale factors, torch derives its filter (and the
-    sizes, in float64) from them, while Resize's antialias filter follows the sizes."""
-    if node.target.__name__.endswith("vec"):
-        return node_arg(node, 1, "output_size") is not None and node_arg(node, 3, "scale_factors") is None
-    return node_arg(node, 3, "scales_h") is None and node_arg(node, 4, "scales_w") is None
-
-
+@opreg.impl("aten::_upsample_bilinear2d_aa.vec", predicate=_sized_by_output)
 def aten_upsample_bilinear2d_aa_vec(
     input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
 ):
@@ -93,6 +99,7 @@ def aten_upsample_bilinear2d_aa_vec(
     return _resize(input, output_size, scale_factors, "linear", align_corners, antialias=True)
 
 
+@opreg.impl("aten::upsample_trilinear3d.vec")
 def aten_upsample_trilinear3d(
     input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
 ):
@@ -100,6 +107,7 @@ def aten_upsample_trilinear3d(
     return _resize(input, output_size, scale_factors, "linear", align_corners)
 
 
+@opreg.impl("aten::upsample_bicubic2d.vec")
 def aten_upsample_bicubic2d(
     input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
 ):
@@ -110,11 +118,13 @@ def aten_upsample_bicubic2d(
 _GRID_PADDING = ("zeros", "border", "reflection")
 """GridSample's padding_mode for torch's padding_mode number."""
 
-_GRID_MODES_16 = ("bilinear", "nearest", "bicubic")
-"""GridSample-16's mode for torch's interpolation_mode number."""
-
-_GRID_MODES_20 = ("linear", "nearest", "cubic")
-"""GridSample-20's mode for torch's interpolation_mode number (20 renamed bilinear and bicubic)."""
+_GRID_SAMPLE = {
+    18: (op18, ("bilinear", "nearest", "bicubic")),
+    20: (op20, ("linear", "nearest", "cubic")),
+}
+"""GridSample's opset and its mode for torch's interpolation_mode number, by the version of the impl:
+GridSample-20 renamed bilinear and bicubic, and rejects GridSample-16's names in a model of ai.onnx
+20 or newer (so the opset-18 form is registered for 18 and 19 only)."""
 
 
 def _grid_sample_inputs(input, grid):
@@ -126,28 +136,18 @@ def _grid_sample_inputs(input, grid):
     return op18.Cast(input, to=ir.DataType.FLOAT), op18.Cast(grid, to=ir.DataType.FLOAT), out_type
 
 
-def aten_grid_sampler_2d(input: Tensor, grid: Tensor, interpolation_mode: int, padding_mode: int, align_corners: bool):
-    """grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor: GridSample-16 (modes bilinear/nearest/bicubic)."""
-    input, grid, out_type = _grid_sample_inputs(input, grid)
-    result = op18.GridSample(
-        input,
-        grid,
-        mode=_GRID_MODES_16[interpolation_mode],
-        padding_mode=_GRID_PADDING[padding_mode],
-        align_corners=int(align_corners),
-    )
-    return result if out_type is None else op18.Cast(result, to=out_type)
-
-
-def aten_grid_sampler_2d_opset20(
-    input: Tensor, grid: Tensor, interpolation_mode: int, padding_mode: int, align_corners: bool
+@opreg.impl("aten::grid_sampler_2d", opset=(18, 19))
+@opreg.impl("aten::grid_sampler_2d", opset=20)
+def aten_grid_sampler_2d(
+    input: Tensor, grid: Tensor, interpolation_mode: int, padding_mode: int, align_corners: bool, *, opset: int
 ):
-    """grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor: GridSample-20 (modes linear/nearest/cubic)."""
+    """grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor: GridSample-16 (modes bilinear/nearest/bicubic), GridSample-20 from opset 20 (linear/nearest/cubic)."""
+    grid_sample, modes = _GRID_SAMPLE[opset]
     input, grid, out_type = _grid_sample_inputs(input, grid)
-    result = op20.GridSample(
+    result = grid_sample.GridSample(
         input,
         grid,
-        mode=_GRID_MODES_20[interpolation_mode],
+        mode=modes[interpolation_mode],
         padding_mode=_GRID_PADDING[padding_mode],
         align_corners=int(align_corners),
     )
@@ -174,32 +174,13 @@ def _shuffle(x, factor: int, up: bool):
     return op18.Reshape(y, op18.Concat(head, *joined, axis=0), allowzero=1)
 
 
+@opreg.impl("aten::pixel_shuffle")
 def aten_pixel_shuffle(self: Tensor, upscale_factor: int):
     """pixel_shuffle(Tensor self, int upscale_factor) -> Tensor: Reshape, Transpose, Reshape."""
     return _shuffle(self, upscale_factor, up=True)
 
 
+@opreg.impl("aten::pixel_unshuffle")
 def aten_pixel_unshuffle(self: Tensor, downscale_factor: int):
     """pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor: Reshape, Transpose, Reshape."""
     return _shuffle(self, downscale_factor, up=False)
-
-
-def register(registry: opreg.Registrar) -> None:
-    for op, fn in (
-        ("aten::upsample_nearest1d.vec", aten_upsample_nearest1d),
-        ("aten::upsample_nearest2d.vec", aten_upsample_nearest2d),
-        ("aten::upsample_nearest3d.vec", aten_upsample_nearest3d),
-        ("aten::upsample_linear1d.vec", aten_upsample_linear1d),
-        ("aten::upsample_bilinear2d.vec", aten_upsample_bilinear2d),
-        ("aten::upsample_trilinear3d.vec", aten_upsample_trilinear3d),
-        ("aten::upsample_bicubic2d.vec", aten_upsample_bicubic2d),
-        ("aten::pixel_shuffle", aten_pixel_shuffle),
-        ("aten::pixel_unshuffle", aten_pixel_unshuffle),
-    ):
-        registry.register(op, fn)
-    # At most 19: GridSample-20 renamed the modes (bilinear -> linear, bicubic -> cubic), so
-    # GridSample-16's names, which this impl emits, are rejected in a model of ai.onnx 20 or newer.
-    registry.register("aten::_upsample_bilinear2d_aa", aten_upsample_bilinear2d_aa, predicate=_sized_by_output)
-    registry.register("aten::_upsample_bilinear2d_aa.vec", aten_upsample_bilinear2d_aa_vec, predicate=_sized_by_output)
-    registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d, opset=(18, 19))
-    registry.register("aten::grid_sampler_2d", aten_grid_sampler_2d_opset20)

@@ -11,7 +11,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, rank_of
+from opreg.ops import Tensor, rank_of
 
 _INT64 = ir.DataType.INT64
 _UNIQUE_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.INT8, ir.DataType.INT64})
@@ -21,6 +21,7 @@ def _empty():
     return op18.Constant(value=ir.tensor([], dtype=_INT64))
 
 
+@opreg.impl("aten::_unique2")
 def aten_unique2(self: Tensor, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False):
     """_unique2(Tensor self, bool sorted=True, bool return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor): Unique (sorted) of the flattened input."""
     flat = op18.Reshape(self, [-1])
@@ -34,6 +35,7 @@ def aten_unique2(self: Tensor, sorted: bool = True, return_inverse: bool = False
     return values, inverse, counts if return_counts else _empty()
 
 
+@opreg.impl("aten::unique_consecutive")
 def aten_unique_consecutive(
     self: Tensor, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
 ):
@@ -65,8 +67,3 @@ def aten_unique_consecutive(
         ends = op18.Concat(op18.Slice(positions, [1], [2**62], [0]), length, axis=0)
         counts = op18.Sub(ends, positions)
     return values, inverse, counts
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::_unique2", aten_unique2)
-    registry.register("aten::unique_consecutive", aten_unique_consecutive)

@@ -9,7 +9,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, rank_of
+from opreg.ops import Tensor, rank_of
 
 
 def _reshape(self, size):
@@ -19,21 +19,25 @@ def _reshape(self, size):
     return op18.Reshape(self, size)
 
 
+@opreg.impl("aten::view")
 def aten_view(self: Tensor, size: Sequence[int]):
     """view(Tensor(a) self, SymInt[] size) -> Tensor(a): Reshape."""
     return _reshape(self, size)
 
 
+@opreg.impl("aten::reshape")
 def aten_reshape(self: Tensor, shape: Sequence[int]):
     """reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a): Reshape."""
     return _reshape(self, shape)
 
 
+@opreg.impl("aten::_unsafe_view")
 def aten_unsafe_view(self: Tensor, size: Sequence[int]):
     """_unsafe_view(Tensor self, SymInt[] size) -> Tensor: Reshape."""
     return _reshape(self, size)
 
 
+@opreg.impl("aten::flatten.using_ints")
 def aten_flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1):
     """flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a): Flatten or Reshape."""
     rank = rank_of(self)
@@ -58,6 +62,7 @@ def aten_flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1):
     return op18.Reshape(self, op18.Concat(head, [-1], tail, axis=0))
 
 
+@opreg.impl("aten::permute")
 def aten_permute(self: Tensor, dims: Sequence[int]):
     """permute(Tensor(a) self, int[] dims) -> Tensor(a): Transpose."""
     rank = len(dims)
@@ -66,6 +71,7 @@ def aten_permute(self: Tensor, dims: Sequence[int]):
     return op18.Transpose(self, perm=[d % rank for d in dims])
 
 
+@opreg.impl("aten::t")
 def aten_t(self: Tensor):
     """t(Tensor(a) self) -> Tensor(a): Transpose (identity below 2-D)."""
     if (rank_of(self) or 0) < 2:
@@ -73,6 +79,7 @@ def aten_t(self: Tensor):
     return op18.Transpose(self, perm=[1, 0])
 
 
+@opreg.impl("aten::transpose.int")
 def aten_transpose(self: Tensor, dim0: int, dim1: int):
     """transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a): Transpose."""
     rank = rank_of(self)
@@ -83,6 +90,7 @@ def aten_transpose(self: Tensor, dim0: int, dim1: int):
     return op18.Transpose(self, perm=perm)
 
 
+@opreg.impl("aten::unsqueeze")
 def aten_unsqueeze(self: Tensor, dim: int):
     """unsqueeze(Tensor(a) self, int dim) -> Tensor(a): Unsqueeze."""
     rank = rank_of(self)
@@ -91,6 +99,7 @@ def aten_unsqueeze(self: Tensor, dim: int):
     return op18.Unsqueeze(self, [dim])
 
 
+@opreg.impl("aten::squeeze.dims")
 def aten_squeeze_dims(self: Tensor, dim: Sequence[int]):
     """squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a): Squeeze of the dims of size 1."""
     rank = rank_of(self)
@@ -100,6 +109,7 @@ def aten_squeeze_dims(self: Tensor, dim: Sequence[int]):
     return op18.Squeeze(self, axes)
 
 
+@opreg.impl("aten::sym_size.int")
 def aten_sym_size(self: Tensor, dim: int):
     """sym_size.int(Tensor self, int dim) -> SymInt: Shape (one dim) as a scalar INT64."""
     rank = rank_of(self)
@@ -108,6 +118,7 @@ def aten_sym_size(self: Tensor, dim: int):
     return op18.Squeeze(op18.Shape(self, start=start, end=end), [0])
 
 
+@opreg.impl("aten::expand")
 def aten_expand(self: Tensor, size: Sequence[int], implicit: bool = False):
     """expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a): Expand (-1, keep a dim, as 1)."""
     if isinstance(size, ir.Value):
@@ -115,27 +126,32 @@ def aten_expand(self: Tensor, size: Sequence[int], implicit: bool = False):
     return op18.Expand(self, [1 if s == -1 else s for s in size])
 
 
+@opreg.impl("aten::expand_as")
 def aten_expand_as(self: Tensor, other: Tensor):
     """expand_as(Tensor(a) self, Tensor other) -> Tensor(a): Expand to Shape(other)."""
     return op18.Expand(self, op18.Shape(other))
 
 
+@opreg.impl("aten::squeeze.dim")
 def aten_squeeze_dim(self: Tensor, dim: int):
     """squeeze.dim(Tensor(a) self, int dim) -> Tensor(a): Squeeze (Identity unless the dim has size 1)."""
     return aten_squeeze_dims(self, [dim])
 
 
+@opreg.impl("aten::squeeze.default")
 def aten_squeeze(self: Tensor):
     """squeeze(Tensor(a) self) -> Tensor(a): Squeeze of the dims of (static) size 1."""
     rank = rank_of(self)
     return aten_squeeze_dims(self, list(range(rank or 0)))
 
 
+@opreg.impl("aten::sym_numel")
 def aten_sym_numel(self: Tensor):
     """sym_numel(Tensor self) -> SymInt: Size."""
     return op18.Size(self)
 
 
+@opreg.impl("aten::sym_stride.int")
 def aten_sym_stride(self: Tensor, dim: int):
     """sym_stride.int(Tensor self, int dim) -> SymInt: ReduceProd of the later dims' sizes (contiguous strides)."""
     rank = rank_of(self)
@@ -143,16 +159,6 @@ def aten_sym_stride(self: Tensor, dim: int):
     if start == rank - 1:
         return op18.Constant(value_int=1)
     return op18.ReduceProd(op18.Shape(self, start=start + 1), keepdims=0)
-
-
-def aten_sym_storage_offset(self: Tensor):
-    """sym_storage_offset(Tensor self) -> SymInt: 0. ONNX tensors have no storage; the predicate
-    admits only offsets that nothing but torch's runtime assertions read (``offset >= 0``, which
-    the exporter drops), as torch's own decompositions of views leave them."""
-    return op18.Constant(value_int=0)
-
-
-_ASSERTION_INPUTS = frozenset({operator.ge, operator.gt, operator.le, operator.lt, operator.eq, operator.ne})
 
 
 def _read_by_assertions_only(node) -> bool:
@@ -166,21 +172,12 @@ def _read_by_assertions_only(node) -> bool:
     )
 
 
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::view", aten_view)
-    registry.register("aten::reshape", aten_reshape)
-    registry.register("aten::_unsafe_view", aten_unsafe_view)
-    registry.register("aten::flatten.using_ints", aten_flatten)
-    registry.register("aten::permute", aten_permute)
-    registry.register("aten::t", aten_t)
-    registry.register("aten::transpose.int", aten_transpose)
-    registry.register("aten::unsqueeze", aten_unsqueeze)
-    registry.register("aten::squeeze.dims", aten_squeeze_dims)
-    registry.register("aten::sym_size.int", aten_sym_size)
-    registry.register("aten::expand", aten_expand)
-    registry.register("aten::expand_as", aten_expand_as)
-    registry.register("aten::squeeze.dim", aten_squeeze_dim)
-    registry.register("aten::squeeze.default", aten_squeeze)
-    registry.register("aten::sym_numel", aten_sym_numel)
-    registry.register("aten::sym_stride.int", aten_sym_stride)
-    registry.register("aten::sym_storage_offset", aten_sym_storage_offset, predicate=_read_by_assertions_only)
+@opreg.impl("aten::sym_storage_offset", predicate=_read_by_assertions_only)
+def aten_sym_storage_offset(self: Tensor):
+    """sym_storage_offset(Tensor self) -> SymInt: 0. ONNX tensors have no storage; the predicate
+    admits only offsets that nothing but torch's runtime assertions read (``offset >= 0``, which
+    the exporter drops), as torch's own decompositions of views leave them."""
+    return op18.Constant(value_int=0)
+
+
+_ASSERTION_INPUTS = frozenset({operator.ge, operator.gt, operator.le, operator.lt, operator.eq, operator.ne})

@@ -13,8 +13,7 @@ import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor
-from opreg_core_ops.ops._promotion import as_float, promote
+from opreg.ops import Tensor, as_float, promote
 
 _ERFC_FIT = (
     -1.26551223,
@@ -52,6 +51,7 @@ def _back(result, out_type):
     return result if result.dtype == out_type else op18.Cast(result, to=int(out_type))
 
 
+@opreg.impl("aten::erfc")
 def aten_erfc(self: Tensor):
     """erfc(Tensor self) -> Tensor: 1 - Erf near 0, else the Chebyshev fit (2 - it for x < 0)."""
     x, out_type = _floating(self)
@@ -62,6 +62,7 @@ def aten_erfc(self: Tensor):
     return _back(op18.Where(near, op18.Sub(op18.CastLike(1.0, x), op18.Erf(x)), tail), out_type)
 
 
+@opreg.impl("aten::special_erfcx")
 def aten_special_erfcx(self: Tensor):
     """special_erfcx(Tensor self) -> Tensor: exp(x^2) * erfc(x), with exp(-x^2) cancelled from the fit for x >= 0."""
     x, out_type = _floating(self)
@@ -72,21 +73,16 @@ def aten_special_erfcx(self: Tensor):
     return _back(op18.Where(op18.Less(x, op18.CastLike(0.0, x)), negative, scaled), out_type)
 
 
+@opreg.impl("aten::exp2")
 def aten_exp2(self: Tensor):
     """exp2(Tensor self) -> Tensor: Pow(2, x)."""
     x, out_type = _floating(self)
     return _back(op18.Pow(op18.CastLike(2.0, x), x), out_type)
 
 
+@opreg.impl("aten::ldexp.Tensor")
 def aten_ldexp(self: Tensor, other: Tensor):
     """ldexp.Tensor(Tensor self, Tensor other) -> Tensor: self * Pow(2, other), in the promoted float type."""
     _, (x, exponent) = promote(self, other)
     x, out_type = _floating(x)
     return _back(op18.Mul(x, op18.Pow(op18.CastLike(2.0, x), op18.CastLike(exponent, x))), out_type)
-
-
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::erfc", aten_erfc)
-    registry.register("aten::special_erfcx", aten_special_erfcx)
-    registry.register("aten::exp2", aten_exp2)
-    registry.register("aten::ldexp.Tensor", aten_ldexp)

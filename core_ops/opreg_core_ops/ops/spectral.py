@@ -3,7 +3,8 @@
 torch.fft.* reach ATen as the three primitives; each becomes ONNX's DFT, one per transformed
 dim, with complex values as real tensors with a trailing dimension of 2 (DESIGN.md §5), the
 form DFT takes and returns. DFT's axis was an attribute until opset 20 made it (and kept
-dft_length) an input: an impl per form, the newest the target allows wins. ONNX's DFT is
+dft_length) an input: each impl is registered at 18 and at 20 and calls the form of its
+version (``_DFT``), the newest the target allows wins. ONNX's DFT is
 unnormalised forward and divides by n inverse; torch's ``normalization`` (0 none, 1 by
 1/sqrt(n), 2 by 1/n) is applied after. stft is ONNX's STFT, istft an inverse DFT per frame
 and Col2Im's overlap-add divided by the window's.
@@ -19,8 +20,8 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 
 import opreg
+from opreg.ops import Tensor, rank_of
 from opreg.values import is_complex
-from opreg_core_ops.ops._helpers import Tensor, rank_of
 
 _BY_SQRT_N, _BY_N = 1, 2
 """torch's ``normalization`` codes (0: none)."""
@@ -38,6 +39,10 @@ def _dft20(signal, axis: int, inverse: bool, onesided: bool, length=None):
     """DFT-20 (axis an input) of ``signal`` (a real ``[..., 1]`` or complex ``[..., 2]`` tensor)."""
     axis_input = op20.Constant(value=ir.tensor(axis, dtype=ir.DataType.INT64))
     return op20.DFT(signal, length, axis_input, inverse=int(inverse), onesided=int(onesided))
+
+
+_DFT = {18: _dft17, 20: _dft20}
+"""The DFT of each version of the impls below (opset 18 emits DFT-17)."""
 
 
 def _scalar(value):
@@ -119,34 +124,28 @@ def _c2r(self, dim: Sequence[int], normalization: int, last_dim_size: int, dft):
     return _normalize(signal, normalization, points, inverse=True)
 
 
-def aten__fft_r2c(self: Tensor, dim: Sequence[int], normalization: int, onesided: bool):
-    """_fft_r2c(Tensor self, int[] dim, int normalization, bool onesided) -> Tensor: DFT-17 of each dim (onesided on the last), as a complex pair."""
-    return _r2c(self, dim, normalization, onesided, _dft17)
+# the primitives have complex values on one side at least
 
 
-def aten__fft_r2c_opset20(self: Tensor, dim: Sequence[int], normalization: int, onesided: bool):
-    """_fft_r2c(Tensor self, int[] dim, int normalization, bool onesided) -> Tensor: DFT-20 of each dim (onesided on the last), as a complex pair."""
-    return _r2c(self, dim, normalization, onesided, _dft20)
+@opreg.impl("aten::_fft_r2c", opset=18, complex=True)
+@opreg.impl("aten::_fft_r2c", opset=20, complex=True)
+def aten__fft_r2c(self: Tensor, dim: Sequence[int], normalization: int, onesided: bool, *, opset: int):
+    """_fft_r2c(Tensor self, int[] dim, int normalization, bool onesided) -> Tensor: DFT of each dim (onesided on the last), as a complex pair."""
+    return _r2c(self, dim, normalization, onesided, _DFT[opset])
 
 
-def aten__fft_c2c(self: Tensor, dim: Sequence[int], normalization: int, forward: bool):
-    """_fft_c2c(Tensor self, SymInt[] dim, int normalization, bool forward) -> Tensor: DFT-17 (inverse unless forward) of each dim."""
-    return _c2c(self, dim, normalization, forward, _dft17)
+@opreg.impl("aten::_fft_c2c", opset=18, complex=True)
+@opreg.impl("aten::_fft_c2c", opset=20, complex=True)
+def aten__fft_c2c(self: Tensor, dim: Sequence[int], normalization: int, forward: bool, *, opset: int):
+    """_fft_c2c(Tensor self, SymInt[] dim, int normalization, bool forward) -> Tensor: DFT (inverse unless forward) of each dim."""
+    return _c2c(self, dim, normalization, forward, _DFT[opset])
 
 
-def aten__fft_c2c_opset20(self: Tensor, dim: Sequence[int], normalization: int, forward: bool):
-    """_fft_c2c(Tensor self, SymInt[] dim, int normalization, bool forward) -> Tensor: DFT-20 (inverse unless forward) of each dim."""
-    return _c2c(self, dim, normalization, forward, _dft20)
-
-
-def aten__fft_c2r(self: Tensor, dim: Sequence[int], normalization: int, last_dim_size: int):
-    """_fft_c2r(Tensor self, int[] dim, int normalization, SymInt last_dim_size) -> Tensor: inverse DFT-17 of each dim, the last one-sided (IRFFT) to a real signal."""
-    return _c2r(self, dim, normalization, last_dim_size, _dft17)
-
-
-def aten__fft_c2r_opset20(self: Tensor, dim: Sequence[int], normalization: int, last_dim_size: int):
-    """_fft_c2r(Tensor self, int[] dim, int normalization, SymInt last_dim_size) -> Tensor: inverse DFT-20 of each dim, the last one-sided (IRFFT) to a real signal."""
-    return _c2r(self, dim, normalization, last_dim_size, _dft20)
+@opreg.impl("aten::_fft_c2r", opset=18, complex=True)
+@opreg.impl("aten::_fft_c2r", opset=20, complex=True)
+def aten__fft_c2r(self: Tensor, dim: Sequence[int], normalization: int, last_dim_size: int, *, opset: int):
+    """_fft_c2r(Tensor self, int[] dim, int normalization, SymInt last_dim_size) -> Tensor: inverse DFT of each dim, the last one-sided (IRFFT) to a real signal."""
+    return _c2r(self, dim, normalization, last_dim_size, _DFT[opset])
 
 
 # -- stft and istft ---------------------------------------------------------------------------
@@ -195,6 +194,8 @@ def _stft(self, n_fft: int, hop_length, win_length, window, normalized: bool, on
     return spectrum if batched else op18.Squeeze(spectrum, op18.Constant(value_ints=[0]))
 
 
+@opreg.impl("aten::stft", complex=True)
+@opreg.impl("aten::stft")  # return_complex=False returns the pair as a real tensor
 def aten_stft(
     self: Tensor,
     n_fft: int,
@@ -212,6 +213,8 @@ def aten_stft(
     return _stft(self, n_fft, hop_length, win_length, window, normalized, onesided)
 
 
+@opreg.impl("aten::stft.center", complex=True)
+@opreg.impl("aten::stft.center")  # return_complex=False: the pair as a real tensor
 def aten_stft_center(
     self: Tensor,
     n_fft: int,
@@ -269,6 +272,8 @@ def _istft(self, n_fft: int, hop_length, win_length, window, center: bool, norma
     return signal if batched else op18.Squeeze(signal, op18.Constant(value_ints=[0]))
 
 
+@opreg.impl("aten::istft", opset=18, complex=True)
+@opreg.impl("aten::istft", opset=20, complex=True)
 def aten_istft(
     self: Tensor,
     n_fft: int,
@@ -280,41 +285,10 @@ def aten_istft(
     onesided: bool | None = None,
     length: int | None = None,
     return_complex: bool = False,
+    *,
+    opset: int,
 ):
-    """istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor: inverse DFT-17 of each frame (IRFFT), windowed, overlap-added (Col2Im) and divided by the window's own overlap-add."""
+    """istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor: inverse DFT of each frame (IRFFT), windowed, overlap-added (Col2Im) and divided by the window's own overlap-add."""
     if return_complex:
         raise ValueError("istft with return_complex=True is not exported (only real signals)")
-    return _istft(self, n_fft, hop_length, win_length, window, center, normalized, onesided, length, _dft17)
-
-
-def aten_istft_opset20(
-    self: Tensor,
-    n_fft: int,
-    hop_length: int | None = None,
-    win_length: int | None = None,
-    window: Tensor | None = None,
-    center: bool = True,
-    normalized: bool = False,
-    onesided: bool | None = None,
-    length: int | None = None,
-    return_complex: bool = False,
-):
-    """istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor: inverse DFT-20 of each frame (IRFFT), windowed, overlap-added (Col2Im) and divided by the window's own overlap-add."""
-    if return_complex:
-        raise ValueError("istft with return_complex=True is not exported (only real signals)")
-    return _istft(self, n_fft, hop_length, win_length, window, center, normalized, onesided, length, _dft20)
-
-
-def register(registry: opreg.Registrar) -> None:
-    # the primitives have complex values on one side at least
-    registry.register("aten::_fft_r2c", aten__fft_r2c, complex=True)
-    registry.register("aten::_fft_r2c", aten__fft_r2c_opset20, complex=True)
-    registry.register("aten::_fft_c2c", aten__fft_c2c, complex=True)
-    registry.register("aten::_fft_c2c", aten__fft_c2c_opset20, complex=True)
-    registry.register("aten::_fft_c2r", aten__fft_c2r, complex=True)
-    registry.register("aten::_fft_c2r", aten__fft_c2r_opset20, complex=True)
-    registry.register("aten::istft", aten_istft, complex=True)
-    registry.register("aten::istft", aten_istft_opset20, complex=True)
-    for complex_ in (True, False):  # return_complex=False returns the pair as a real tensor
-        registry.register("aten::stft", aten_stft, complex=complex_)
-        registry.register("aten::stft.center", aten_stft_center, complex=complex_)
+    return _istft(self, n_fft, hop_length, win_length, window, center, normalized, onesided, length, _DFT[opset])

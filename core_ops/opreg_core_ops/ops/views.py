@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg_core_ops.ops._helpers import Tensor, node_arg, rank_of
+from opreg.ops import Tensor, node_arg, rank_of
 from opreg_core_ops.ops.indexing import aten_slice
 from opreg_core_ops.ops.joining import aten_unbind
 from opreg_core_ops.ops.shape import aten_permute, aten_view
@@ -48,11 +48,13 @@ def _static_strides(node) -> bool:
     return all(isinstance(v, int) for v in values) and (offset is None or isinstance(offset, int))
 
 
+@opreg.impl("aten::as_strided", predicate=_static_strides)
 def aten_as_strided(self: Tensor, size: Sequence[int], stride: Sequence[int], storage_offset: int | None = None):
     """as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a): Gather of the flattened input at the strided indices (static sizes)."""
     return _as_strided(self, size, stride, storage_offset)
 
 
+@opreg.impl("aten::as_strided_copy", predicate=_static_strides)
 def aten_as_strided_copy(self: Tensor, size: Sequence[int], stride: Sequence[int], storage_offset: int | None = None):
     """as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor: as as_strided."""
     return _as_strided(self, size, stride, storage_offset)
@@ -72,15 +74,10 @@ def _unfold(self, dimension: int, size: int, step: int):
     return op18.Transpose(gathered, perm=perm)
 
 
+@opreg.impl("aten::unfold")
 def aten_unfold(self: Tensor, dimension: int, size: int, step: int):
     """unfold(Tensor(a) self, int dimension, int size, int step) -> Tensor(a): Gather of the windows' indices along dimension, the window's axis moved last."""
     return _unfold(self, dimension, size, step)
-
-
-def aten_resize(self: Tensor, size: Sequence[int], memory_format: str | None = None):
-    """resize(Tensor self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor: the first prod(size) elements, reshaped (no larger than the input)."""
-    flat = op18.Reshape(self, [-1])
-    return op18.Reshape(op18.Slice(flat, [0], [math.prod(size)], [0]), list(size))
 
 
 def _resize_fits(node) -> bool:
@@ -94,33 +91,11 @@ def _resize_fits(node) -> bool:
     )
 
 
-def aten_narrow_copy(self: Tensor, dim: int, start: int, length: int):
-    """narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor: Slice from start (negative: from the end) for length."""
-    if isinstance(start, int) and start < 0:
-        start += self.shape[dim]
-    end = start + length if isinstance(start, int) and isinstance(length, int) else op18.Add(start, length)
-    return aten_slice(self, dim, start, end)
-
-
-def aten_permute_copy(self: Tensor, dims: Sequence[int]):
-    """permute_copy(Tensor self, int[] dims) -> Tensor: as permute (Transpose)."""
-    return aten_permute(self, dims)
-
-
-def aten_view_copy(self: Tensor, size: Sequence[int]):
-    """view_copy(Tensor self, SymInt[] size) -> Tensor: as view (Reshape)."""
-    return aten_view(self, size)
-
-
-def aten_unbind_copy(self: Tensor, dim: int = 0):
-    """unbind_copy.int(Tensor self, int dim=0) -> Tensor[]: as unbind (Split and Squeeze, static dim size)."""
-    return aten_unbind(self, dim)
-
-
-def _static_dim(node) -> bool:
-    value = node.args[0].meta.get("val")
-    dim = node_arg(node, 1, "dim", 0)
-    return value is not None and value.dim() > 0 and isinstance(value.shape[dim], int)
+@opreg.impl("aten::resize", predicate=_resize_fits)
+def aten_resize(self: Tensor, size: Sequence[int], memory_format: str | None = None):
+    """resize(Tensor self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor: the first prod(size) elements, reshaped (no larger than the input)."""
+    flat = op18.Reshape(self, [-1])
+    return op18.Reshape(op18.Slice(flat, [0], [math.prod(size)], [0]), list(size))
 
 
 def _static_narrow(node) -> bool:
@@ -130,12 +105,34 @@ def _static_narrow(node) -> bool:
     )
 
 
-def register(registry: opreg.Registrar) -> None:
-    registry.register("aten::as_strided", aten_as_strided, predicate=_static_strides)
-    registry.register("aten::as_strided_copy", aten_as_strided_copy, predicate=_static_strides)
-    registry.register("aten::unfold", aten_unfold)
-    registry.register("aten::resize", aten_resize, predicate=_resize_fits)
-    registry.register("aten::narrow_copy", aten_narrow_copy, predicate=_static_narrow)
-    registry.register("aten::permute_copy", aten_permute_copy)
-    registry.register("aten::view_copy", aten_view_copy)
-    registry.register("aten::unbind_copy.int", aten_unbind_copy, predicate=_static_dim)
+@opreg.impl("aten::narrow_copy", predicate=_static_narrow)
+def aten_narrow_copy(self: Tensor, dim: int, start: int, length: int):
+    """narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor: Slice from start (negative: from the end) for length."""
+    if isinstance(start, int) and start < 0:
+        start += self.shape[dim]
+    end = start + length if isinstance(start, int) and isinstance(length, int) else op18.Add(start, length)
+    return aten_slice(self, dim, start, end)
+
+
+@opreg.impl("aten::permute_copy")
+def aten_permute_copy(self: Tensor, dims: Sequence[int]):
+    """permute_copy(Tensor self, int[] dims) -> Tensor: as permute (Transpose)."""
+    return aten_permute(self, dims)
+
+
+@opreg.impl("aten::view_copy")
+def aten_view_copy(self: Tensor, size: Sequence[int]):
+    """view_copy(Tensor self, SymInt[] size) -> Tensor: as view (Reshape)."""
+    return aten_view(self, size)
+
+
+def _static_dim(node) -> bool:
+    value = node.args[0].meta.get("val")
+    dim = node_arg(node, 1, "dim", 0)
+    return value is not None and value.dim() > 0 and isinstance(value.shape[dim], int)
+
+
+@opreg.impl("aten::unbind_copy.int", predicate=_static_dim)
+def aten_unbind_copy(self: Tensor, dim: int = 0):
+    """unbind_copy.int(Tensor self, int dim=0) -> Tensor[]: as unbind (Split and Squeeze, static dim size)."""
+    return aten_unbind(self, dim)

@@ -42,9 +42,7 @@ def opreg_schemas():
 def opreg_register_ops(registry: opreg.Registrar) -> None:
     from opreg_ort_contrib import activation, attention, linalg
 
-    activation.register(registry)
-    attention.register(registry)
-    linalg.register(registry)
+    registry.register_module(activation, attention, linalg)
 
 
 @opreg.hookimpl

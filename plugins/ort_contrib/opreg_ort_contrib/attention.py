@@ -43,17 +43,10 @@ from onnxscript.onnx_opset import opset23 as op23
 from onnxscript.values import Opset
 
 import opreg
+from opreg.ops import node_arg, node_value
+from opreg_ort_contrib import CONTRIB_DOMAIN, CONTRIB_PRIORITY
 
 msft = Opset("com.microsoft", 1)
-
-
-def _value(node, index: int, name: str):
-    arg = node.args[index] if len(node.args) > index else node.kwargs.get(name)
-    return getattr(arg, "meta", {}).get("val") if arg is not None else None
-
-
-def _arg(node, index: int, name: str, default=None):
-    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
 
 
 def _same(a, b) -> bool:
@@ -69,10 +62,10 @@ def _covered(node) -> bool:
     query and key have the same length (see the module docstring)."""
     import torch
 
-    query, key, value = (_value(node, i, n) for i, n in enumerate(("query", "key", "value")))
+    query, key, value = (node_value(node, i, n) for i, n in enumerate(("query", "key", "value")))
     if any(t is None or t.dim() != 4 or t.dtype != torch.float32 for t in (query, key, value)):
         return False
-    if _arg(node, 4, "dropout_p", 0.0) != 0.0:
+    if node_arg(node, 4, "dropout_p", 0.0) != 0.0:
         return False
     sizes = (query.shape[1], key.shape[1], value.shape[1], query.shape[3], value.shape[3])
     if not all(isinstance(s, int) for s in sizes):
@@ -81,11 +74,11 @@ def _covered(node) -> bool:
     if kv_heads != value.shape[1] or heads % kv_heads:
         return False
     same_length = _same(query.shape[2], key.shape[2])
-    if heads != kv_heads and (not same_length or not _arg(node, 7, "enable_gqa", False)):
+    if heads != kv_heads and (not same_length or not node_arg(node, 7, "enable_gqa", False)):
         return False
-    if _arg(node, 5, "is_causal", False) and not same_length:
+    if node_arg(node, 5, "is_causal", False) and not same_length:
         return False
-    mask = _value(node, 3, "attn_mask")
+    mask = node_value(node, 3, "attn_mask")
     return mask is None or (mask.dim() <= 4 and mask.dtype in (torch.bool, torch.float32))
 
 
@@ -145,42 +138,39 @@ def _covered_23(node) -> bool:
     """What the 3-D Attention-23 takes: as :func:`_covered`, but any query and key lengths."""
     import torch
 
-    query, key, value = (_value(node, i, n) for i, n in enumerate(("query", "key", "value")))
+    query, key, value = (node_value(node, i, n) for i, n in enumerate(("query", "key", "value")))
     if any(t is None or t.dim() != 4 or t.dtype != torch.float32 for t in (query, key, value)):
         return False
-    if _arg(node, 4, "dropout_p", 0.0) != 0.0:
+    if node_arg(node, 4, "dropout_p", 0.0) != 0.0:
         return False
     sizes = (query.shape[1], key.shape[1], value.shape[1], query.shape[3], key.shape[3], value.shape[3])
     if not all(isinstance(s, int) for s in sizes):
         return False
     heads, kv_heads = query.shape[1], key.shape[1]
-    if kv_heads != value.shape[1] or heads % kv_heads or (heads != kv_heads and not _arg(node, 7, "enable_gqa", False)):
+    if (
+        kv_heads != value.shape[1]
+        or heads % kv_heads
+        or (heads != kv_heads and not node_arg(node, 7, "enable_gqa", False))
+    ):
         return False
-    mask = _value(node, 3, "attn_mask")
+    mask = node_value(node, 3, "attn_mask")
     return mask is None or (mask.dim() <= 4 and mask.dtype in (torch.bool, torch.float32))
 
 
-def aten_scaled_dot_product_attention_opset23(
-    query,
-    key,
-    value,
-    attn_mask=None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    *,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-):
-    """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor: ai.onnx Attention (opset 23) on (batch, sequence, hidden) inputs, grouped heads as kv_num_heads."""
-    heads, kv_heads, size = query.shape[1], key.shape[1], value.shape[3]
-    extra = {} if scale is None else {"scale": float(scale)}
-    out, *_ = op23.Attention(
-        _heads_last(query), _heads_last(key), _heads_last(value), attn_mask,
-        q_num_heads=heads, kv_num_heads=kv_heads, is_causal=int(is_causal), **extra,
-    )  # fmt: skip
-    return _heads_first(out, heads, size)
-
-
+@opreg.impl(
+    "aten::scaled_dot_product_attention",
+    opset=18,
+    domains={CONTRIB_DOMAIN: 1},
+    priority=CONTRIB_PRIORITY,
+    predicate=_covered,
+)
+@opreg.impl(
+    "aten::scaled_dot_product_attention",
+    opset=(23, 24),  # ONNX Runtime 1.32 has no Attention-25 kernel: it expands the function body, 2-3x slower
+    domains={CONTRIB_DOMAIN: 1},  # ai.onnx ops only, but chosen by measurement for ONNX Runtime targets
+    priority=CONTRIB_PRIORITY,
+    predicate=_covered_23,
+)
 def aten_scaled_dot_product_attention_contrib(
     query,
     key,
@@ -191,9 +181,17 @@ def aten_scaled_dot_product_attention_contrib(
     *,
     scale: float | None = None,
     enable_gqa: bool = False,
+    opset: int,
 ):
-    """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor: com.microsoft::MultiHeadAttention, or GroupQueryAttention for fewer key/value heads."""
+    """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor: com.microsoft::MultiHeadAttention, or GroupQueryAttention for fewer key/value heads; at ai.onnx 23 and 24, ai.onnx Attention on (batch, sequence, hidden) inputs, grouped heads as kv_num_heads."""
     heads, kv_heads, size = query.shape[1], key.shape[1], value.shape[3]
+    extra = {} if scale is None else {"scale": float(scale)}
+    if opset >= 23:
+        out, *_ = op23.Attention(
+            _heads_last(query), _heads_last(key), _heads_last(value), attn_mask,
+            q_num_heads=heads, kv_num_heads=kv_heads, is_causal=int(is_causal), **extra,
+        )  # fmt: skip
+        return _heads_first(out, heads, size)
     # Rows whose keys are all masked: the kernels give NaN over a -inf bias, torch gives 0. With a
     # bool mask, a finite bias and a multiplication by "has a key" (one op, computed once) fix it;
     # a float mask may hold -inf itself, and its NaN rows are zeroed after the kernel.
@@ -201,7 +199,6 @@ def aten_scaled_dot_product_attention_contrib(
     bias = None
     if attn_mask is not None:
         bias = _attention_bias(attn_mask, query, key, _LOWEST if keep is not None else float("-inf"))
-    extra = {} if scale is None else {"scale": float(scale)}
     q, k, v = _heads_last(query), _heads_last(key), _heads_last(value)
     if heads == kv_heads:
         out = msft.MultiHeadAttention(
@@ -218,24 +215,3 @@ def aten_scaled_dot_product_attention_contrib(
     elif attn_mask is not None:
         out = op18.Where(op18.IsNaN(out), op18.CastLike(0.0, out), out)
     return _heads_first(out, heads, size)
-
-
-def register(registry: opreg.Registrar) -> None:
-    from opreg_ort_contrib import CONTRIB_DOMAIN, CONTRIB_PRIORITY
-
-    registry.register(
-        "aten::scaled_dot_product_attention",
-        aten_scaled_dot_product_attention_contrib,
-        opset=18,
-        domains={CONTRIB_DOMAIN: 1},
-        priority=CONTRIB_PRIORITY,
-        predicate=_covered,
-    )
-    registry.register(
-        "aten::scaled_dot_product_attention",
-        aten_scaled_dot_product_attention_opset23,
-        opset=(23, 24),  # ONNX Runtime 1.32 has no Attention-25 kernel: it expands the function body, 2-3x slower
-        domains={CONTRIB_DOMAIN: 1},  # ai.onnx ops only, but chosen by measurement for ONNX Runtime targets
-        priority=CONTRIB_PRIORITY,
-        predicate=_covered_23,
-    )

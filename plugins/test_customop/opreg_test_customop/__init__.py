@@ -14,6 +14,8 @@ OPREG_API_VERSION = 1
 OPREG_REQUIRES_TORCH = ">=2.6"
 
 DOMAIN = "test.customop"
+DOMAIN_VERSION = 1
+"""The version of test.customop this pack's ops are at; bump it when an op's schema changes."""
 
 
 def __getattr__(name: str) -> Any:
@@ -28,7 +30,7 @@ def __getattr__(name: str) -> Any:
 def opreg_targets():
     from opreg.targets import DEFAULT_ONNX_OPSET
 
-    return {"test_customop": {"": DEFAULT_ONNX_OPSET, DOMAIN: 1}}
+    return {"test_customop": {"": DEFAULT_ONNX_OPSET, DOMAIN: DOMAIN_VERSION}}
 
 
 @opreg.hookimpl
@@ -55,7 +57,6 @@ def opreg_functions():
 @opreg.hookimpl
 def opreg_samples():
     import torch
-
     from opreg.testing import Sample
 
     generator = torch.Generator().manual_seed(0)
@@ -74,4 +75,4 @@ def opreg_samples():
 def opreg_register_ops(registry: opreg.Registrar) -> None:
     from opreg_test_customop import impls, torch_ops  # noqa: F401 - torch_ops defines the torch op
 
-    registry.register("mylibrary::addandround_op", impls.custom_addandround, opset=18, domains={DOMAIN: 1})
+    registry.register_module(impls)  # every @opreg.impl of the module

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import onnx
 import onnxscript
+import opreg
 import pytest
 import torch
-
-import opreg
 from opreg.targets import DEFAULT_ONNX_OPSET
+
 from opreg_test_customop import addandround_op
 
 

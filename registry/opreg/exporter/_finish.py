@@ -434,9 +434,8 @@ def custom_op_definitions(
     """The packs' function definitions (``opreg_functions``) of the custom ops used by
     ``graph`` or by the impls' functions it calls."""
     available: dict[tuple[str, str], tuple[onnx.FunctionProto, str]] = {}
-    for pack, result in provided:
-        for item in result or ():
-            proto = item if isinstance(item, onnx.FunctionProto) else item.to_function_proto()
+    for pack, protos in provided:  # checked by the hook's contract: FunctionProtos with a domain
+        for proto in protos:
             available.setdefault((proto.domain, proto.name), (proto, pack))
     used = {(node.domain, node.op_type) for node in ir.traversal.RecursiveGraphIterator(graph)}
     for proto, _ in functions.values():

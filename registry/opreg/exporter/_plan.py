@@ -169,4 +169,4 @@ def plan_call(node: torch.fx.Node, impl: Impl) -> Call:
         raise _NotCovered(str(e)) from e
     if impl.convention == TORCH_ONNX:
         args, kwargs = torch_convention(args, kwargs)
-    return Call(impl, tuple(args), kwargs, frozenset(int_lists))
+    return Call(impl, tuple(args), {**kwargs, **impl.keywords}, frozenset(int_lists))

@@ -1,8 +1,8 @@
 """The packs' graph-level rewrites (``opreg_rewrite_rules``), applied to a finished graph.
 
 A pack gives, for the export's target, onnxscript rewrite rules, rule sets and
-``onnx_ir`` passes (:func:`opreg.hookspecs.opreg_rewrite_rules`). :func:`collect`
-asks every loaded pack and checks what it returns; :func:`apply` runs them in
+``onnx_ir`` passes (:func:`opreg.hookspecs.opreg_rewrite_rules`, whose contract checks
+and names them). :func:`collect` takes every loaded pack's; :func:`apply` runs them in
 order. A node a rule makes inherits the provenance of the nodes it replaced
 (distinct values joined with ``+``) and records the rule in ``opreg.rewrite``;
 afterwards every node must be one the target can run, and the domains the
@@ -71,55 +71,10 @@ def _is_rule_set(item: Any) -> bool:
     return isinstance(item, pattern.RewriteRuleSet)
 
 
-def rewrites_of(pack: str, result: Any) -> list[Rewrite]:
-    """The :class:`Rewrite` s of what ``pack``'s hook returned; :class:`PluginError` naming
-    the first problem (a wrong type, a rule without a name, a name used twice)."""
-    from onnx_ir.passes import PassBase
-
-    if result is None:
-        return []
-    if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, Iterable):
-        raise PluginError(
-            f"pack {pack!r}: {HOOK} must return a list of rewrite rules, rule sets and passes, "
-            f"got {type(result).__name__}"
-        )
-    rewrites = []
-    seen: set[str] = set()
-    for item in result:
-        if _is_rule(item):
-            names = (item.name,)
-        elif _is_rule_set(item):
-            names = tuple(rule.name for rule in item.rules)
-        elif isinstance(item, PassBase):
-            names = (type(item).__name__,)
-        else:
-            raise PluginError(
-                f"pack {pack!r}: {HOOK} returned {item!r}, which is neither an onnxscript RewriteRule or "
-                "RewriteRuleSet nor an onnx_ir.passes.PassBase"
-            )
-        if not all(isinstance(n, str) and n for n in names):
-            raise PluginError(
-                f"pack {pack!r}: {HOOK} returned a rule without a name ({item!r}): give each rule one, "
-                "e.g. RewriteRule(pattern, replacement, check, name='MyFusion'); opreg records it on the nodes"
-            )
-        twice = sorted(seen.intersection(names)) or sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise PluginError(f"pack {pack!r}: {HOOK} returned two rewrites named {twice[0]!r}: names must be unique")
-        seen.update(names)
-        rewrites.append(Rewrite(pack, item, names))
-    return rewrites
-
-
 def collect(calls: Iterable[tuple[str, Any]]) -> list[Rewrite]:
-    """The rewrites of every pack's hook result ``(pack, result)``, in order. A pack whose
-    result is invalid is logged and its rewrites are left out; the others still apply."""
-    rewrites: list[Rewrite] = []
-    for pack, result in calls:
-        try:
-            rewrites += rewrites_of(pack, result)
-        except PluginError as e:
-            logger.error("%s; leaving the pack's rewrites out", e)
-    return rewrites
+    """The rewrites of every pack's checked hook result ``(pack, [(item, names), ...])``, in order
+    (the host left out, and reported, a pack whose hook raised or broke its contract)."""
+    return [Rewrite(pack, item, names) for pack, items in calls for item, names in items]
 
 
 # -- provenance ------------------------------------------------------------------------

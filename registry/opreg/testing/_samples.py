@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from opreg.pluginapi import TOLERANCES as _TOLERANCES
+from opreg.pluginapi import Sample
 from opreg.registry import Registry
 from opreg.targets import Target, TargetLike
 
@@ -40,82 +42,8 @@ only its shapes and dtypes could be compared and they matched (uninitialized
 results, or random ones without a :class:`Distribution`); it failed; or eager
 PyTorch or ``torch.export`` rejected it (torch's limit, not the impl's)."""
 
-TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float32: (1e-5, 1e-5),
-    torch.float16: (5e-3, 5e-3),
-    torch.bfloat16: (1.6e-2, 1e-2),
-    torch.float64: (1e-7, 1e-7),
-}
-"""Default ``(rtol, atol)`` by the sample's dtype; integer and bool results must be exact.
-float32: torch's own ``assert_close`` atol, a looser rtol for different summation
-orders; float16: about five float16 ulps, since ONNX Runtime often computes
-float16 ops in float32 and rounds once where torch's CPU kernels round each step."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Sample:
-    """One call of an op: ``fn(*args, **kwargs)``.
-
-    Fields:
-        args, kwargs: the arguments; tensors anywhere in them (also in lists)
-            become the model's inputs, everything else is baked in.
-        label: how the sample is named in reports (shapes and scalars).
-    """
-
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    label: str = ""
-
-    @classmethod
-    def of(cls, *args: Any, **kwargs: Any) -> Sample:
-        return cls(args, kwargs, describe(args, kwargs))
-
-    def copy(self) -> Sample:
-        """A deep copy (tensors, lists and dicts copied; tensors shared within the sample stay shared),
-        so running an op that mutates its arguments on the copy leaves this sample untouched."""
-        args, kwargs = copy.deepcopy((self.args, self.kwargs))
-        return Sample(args, kwargs, self.label)
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSample:
-    """A small model holding a pattern, and its inputs: what the conformance kit exports
-    to see one of a pack's rewrite rules fire (``opreg_rewrite_samples``).
-
-    Fields:
-        module: the model (put in ``eval()`` mode by the kit).
-        args, kwargs: its inputs, as ``module(*args, **kwargs)`` takes them.
-        label: how the sample is named in reports (default: the module's class and the inputs).
-        rtol, atol: tolerances for comparing with eager PyTorch (default: :data:`TOLERANCES`
-            by the inputs' floating dtype); a fused kernel may sum in another order.
-    """
-
-    module: torch.nn.Module
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    label: str = ""
-    rtol: float | None = None
-    atol: float | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.module, torch.nn.Module):
-            raise TypeError(f"ModelSample.module must be a torch.nn.Module, got {type(self.module).__name__}")
-
-    @classmethod
-    def of(cls, module: torch.nn.Module, *args: Any, **kwargs: Any) -> ModelSample:
-        """``module`` called with ``args`` and ``kwargs``, labelled by class and inputs."""
-        return cls(module, args, kwargs, f"{type(module).__name__}({describe(args, kwargs)})")
-
-    def tolerances(self) -> tuple[float, float]:
-        """``(rtol, atol)``: the given ones, else :data:`TOLERANCES` of the inputs' floating dtype."""
-        tensors = [t for t in torch.utils._pytree.tree_leaves((self.args, self.kwargs)) if _is_tensor(t)]
-        floating = [t.dtype for t in tensors if t.is_floating_point()]
-        rtol, atol = TOLERANCES.get(floating[0] if floating else torch.float32, (1e-5, 1e-5))
-        return (rtol if self.rtol is None else self.rtol, atol if self.atol is None else self.atol)
-
-    def with_tolerances(self, rtol: float, atol: float) -> ModelSample:
-        """This sample compared within ``rtol``/``atol``."""
-        return dataclasses.replace(self, rtol=rtol, atol=atol)
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {getattr(torch, name): t for name, t in _TOLERANCES.items()}
+"""Default ``(rtol, atol)`` by the sample's dtype (:data:`opreg.pluginapi.TOLERANCES`, by torch dtype)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,23 +119,6 @@ class SampleCheck:
         )
         shown = [r for r in self.results if r.status != PASSED]
         return "\n".join([head, *(f"  {r}" for r in shown)])
-
-
-def describe(args: Any, kwargs: Any = None) -> str:
-    """A short label for arguments: tensors as ``f32[2,3]``, the rest as repr."""
-
-    def one(value: Any) -> str:
-        if isinstance(value, torch.Tensor):
-            dtype = str(value.dtype).replace("torch.", "")
-            return f"{dtype}[{','.join(map(str, value.shape))}]"
-        if isinstance(value, (list, tuple)):
-            inner = ", ".join(one(v) for v in value)
-            return f"[{inner}]" if isinstance(value, list) else f"({inner})"
-        text = repr(value)
-        return text if len(text) <= 40 else text[:37] + "..."
-
-    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in (kwargs or {}).items()]
-    return ", ".join(parts)
 
 
 class OpCall(torch.nn.Module):

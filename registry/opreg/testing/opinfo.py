@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from opreg.opname import OpName
+from opreg.pluginapi import Sample, describe
 from opreg.registry import Registry
 from opreg.targets import TargetLike
 from opreg.testing._samples import (
@@ -28,11 +29,9 @@ from opreg.testing._samples import (
     Distribution,
     Exporter,
     GatherIndices,
-    Sample,
     SampleCheck,
     ScaledTolerance,
     check_samples,
-    describe,
 )
 
 EXTRA_DTYPES = (torch.int64, torch.int32, torch.bool, torch.float16)
