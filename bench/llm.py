@@ -198,6 +198,21 @@ class Build:
     def megabytes(self) -> float:
         return sum(f.stat().st_size for f in self.folder.glob("model.onnx*")) / 1e6
 
+    def nodes(self) -> str:
+        """The graph's node count, and how many of them are the ops a decoder's speed turns on."""
+        import collections
+
+        import onnx
+
+        graph = onnx.load(self.folder / "model.onnx", load_external_data=False).graph
+        counts = collections.Counter(node.op_type for node in graph.node)
+        shown = ", ".join(f"{op} {counts[op]}" for op in _SHOWN_OPS if counts[op])
+        return f"{len(graph.node)} nodes ({shown})"
+
+
+_SHOWN_OPS = ("GroupQueryAttention", "MatMulNBits", "MatMul", "FusedMatMul", "SkipSimplifiedLayerNormalization",
+              "SimplifiedLayerNormalization", "RMSNormalization", "RotaryEmbedding", "Transpose")  # fmt: skip
+
 
 def _timed(command: list[str]) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of ``command`` in a fresh process."""
@@ -638,7 +653,8 @@ def main() -> None:
     made = builds(source, args.work)
     print("2. Builds (each in a fresh process)")
     for build in made.values():
-        print(f"   {build.name:<14} CPU {build.cpu:5.1f} s, wall {build.wall:5.1f} s, files {build.megabytes:6.1f} MB")
+        print(f"   {build.name:<14} CPU {build.cpu:5.1f} s, wall {build.wall:5.1f} s, files {build.megabytes:6.1f} MB, "
+              f"{build.nodes()}")  # fmt: skip
     print()
     runners = {name: Runner(build.folder) for name, build in made.items()}
     correctness(source, runners)
