@@ -19,7 +19,8 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import torch
 
-from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError, PluginError
+from opreg import hookspecs
+from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
 from opreg.exporter import _capture, _pytrees, _rewrite
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
@@ -132,10 +133,10 @@ def export_passes(passes: Any) -> list[Rewrite]:
     if isinstance(passes, (str, bytes)) or not isinstance(passes, Iterable):
         raise InvalidArgumentError(f"passes must be a list of onnx_ir passes or rewrite rules, got {passes!r}")
     try:
-        return _rewrite.rewrites_of(EXPORT_PASSES, list(passes))
-    except PluginError as e:
-        reason = str(e).removeprefix(f"pack {EXPORT_PASSES!r}: {_rewrite.HOOK} ")
-        raise InvalidArgumentError(f"passes: {reason}") from e
+        checked = hookspecs.rewrites_of(list(passes))  # what a pack's opreg_rewrite_rules is held to
+    except ValueError as e:
+        raise InvalidArgumentError(f"passes: {str(e).removeprefix('returned ')}") from None
+    return [Rewrite(EXPORT_PASSES, item, names) for item, names in checked]
 
 
 # -- outputs --------------------------------------------------------------------------
