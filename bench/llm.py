@@ -178,7 +178,7 @@ def opreg_export(source: Path, out: Path, bits: int | None, skip_norm: bool = Fa
     names["inputs"].update(
         position_ids="position_ids", past_key_names="past_key_values_%d_0", past_value_names="past_key_values_%d_1"
     )
-    names["outputs"].update(logits="output_0", present_key_names="output_1_%d_0", present_value_names="output_1_%d_1")
+    names["outputs"].update(logits="output_0", present_key_names="output_1.%d.0", present_value_names="output_1.%d.1")
     (out / "genai_config.json").write_text(json.dumps(genai, indent=4))
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(source / name, out / name)
