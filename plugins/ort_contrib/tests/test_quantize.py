@@ -99,11 +99,6 @@ def test_bad_options_say_what_to_write(options, message):
         MatMulNBitsQuantization(**options)
 
 
-def test_passes_must_be_passes_or_rules():
-    with pytest.raises(opreg.InvalidArgumentError, match="passes"):
-        opreg.export(torch.nn.ReLU(), (torch.randn(3),), passes=["int4"])
-
-
 def test_passes_run_without_the_packs_rewrites_and_need_the_target_to_have_their_domain():
     model, ids = MLP().eval(), torch.randint(0, 50, (2, 5))
     program = opreg.export(model, (ids,), target="onnxruntime", rewrite=False, passes=[MatMulNBitsQuantization()])
