@@ -30,16 +30,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import io
 import json
-import logging
 import os
 import resource
 import shutil
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +44,7 @@ import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ort_contrib import Kernel, _model, part_kernels, round_times
+from bench.ort_contrib import Kernel, _model, _quiet, part_kernels, round_times
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 512, 8, 8, 2, 1376, 32000
 SIZE = HIDDEN // HEADS
@@ -55,18 +52,6 @@ PROMPT, GREEDY = 128, 64
 CASES = (("decode, past 128", 128, 1), ("decode, past 1024", 1024, 1), ("prompt, 128 tokens", 0, PROMPT))
 INT4 = {"bits": 4, "block_size": 32, "symmetric": True, "accuracy_level": 4}
 """The builder's defaults for ``-p int4 -e cpu``, so both quantize the same weights to the same bytes."""
-
-
-@contextlib.contextmanager
-def _quiet():
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        previous = logging.root.manager.disable
-        logging.disable(logging.WARNING)
-        try:
-            yield
-        finally:
-            logging.disable(previous)
 
 
 # -- the checkpoint --------------------------------------------------------------------------
