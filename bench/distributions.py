@@ -5,8 +5,8 @@ Run: python bench/distributions.py [--draws 400] [--opset 18]
 Each case is a small module calling one random op. It is exported by opreg and by
 ``torch.onnx.export(dynamo=True)``, each model is run ``--draws`` times in ONNX Runtime
 (a fresh draw per run) and eager PyTorch as many times, and the draws are compared with
-``opreg.testing.Distribution`` (mean, mean square, fraction of zeros, frequency of each
-integer value, mean of every element; 6 standard errors). A row says ``ok``, what differs,
+``opreg.testing.Distribution`` (moments, the shape of the distribution, each element's; a
+false-alarm rate of 1e-6 per output). A row says ``ok``, what differs,
 or why the exporter could not export or run it.
 
 Then ONNX Runtime's own kernels, which explain the differences: Bernoulli's frequency of

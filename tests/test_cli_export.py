@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,8 +12,11 @@ from pathlib import Path
 import onnx
 import pytest
 
+from opreg.cli import main
 from opreg.targets import DEFAULT_ONNX_OPSET
 from tests.test_cli import run
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MODEL_FILE = textwrap.dedent(
     """
@@ -60,6 +64,33 @@ MODEL_FILE = textwrap.dedent(
 
     def broken():
         return "not a module", ()
+
+
+    class Normed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm = nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return self.norm(self.conv(x))
+
+
+    def normed():
+        torch.manual_seed(0)
+        model = Normed()
+        model.norm.running_mean.uniform_(-1, 1)
+        return model.eval(), (torch.randn(2, 1, 8, 8),)
+
+
+    class Rounding(nn.Module):
+        def forward(self, x):
+            from opreg_test_customop import addandround_op
+
+            return addandround_op(x)
+
+
+    def rounding():
+        return Rounding(), (torch.tensor([0.25, 0.75, -1.3]),)
     """
 )
 
@@ -168,3 +199,85 @@ def test_console_script_exports(model_file, tmp_path):
     proc = subprocess.run([script, "export", f"{model_file}:make", "-o", str(output)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert output.exists()
+
+
+# -- every flag the docs name ----------------------------------------------------------------------
+
+
+def test_version_prints_the_installed_distributions(capsys):
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"opreg {importlib.metadata.version('opreg')}\n"
+
+
+def test_keep_functions_keeps_script_impls_as_model_local_functions(capsys, model_file, tmp_path):
+    """test_customop's impl is an @onnxscript.script function: inlined by default, kept with the flag."""
+    for flag, functions in (((), []), (("--keep-functions",), [("test.customop", "custom_addandround")])):
+        output = tmp_path / f"rounding{len(flag)}.onnx"
+        code, _, err = run(capsys, "export", f"{model_file}:rounding", "-o", str(output), "-t", "test_customop", *flag)
+        assert code == 0, err
+        model = onnx.load(str(output))
+        assert [(f.domain, f.name) for f in model.functions] == functions
+        called = [(n.domain, n.op_type) for n in model.graph.node]
+        assert (("test.customop", "custom_addandround") in called) == bool(flag)
+
+
+def test_keep_weights_keeps_every_weight_as_the_state_dict_has_it(capsys, model_file, tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("net_for_keep_weights", model_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    state = module.normed()[0].state_dict()
+    for flag in ((), ("--keep-weights",)):
+        output = tmp_path / f"normed{len(flag)}.onnx"
+        assert run(capsys, "export", f"{model_file}:normed", "-o", str(output), "--verify", *flag)[0] == 0
+        model = onnx.load(str(output))
+        ops = [n.op_type for n in model.graph.node]
+        weights = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+        metadata = {p.key for p in model.metadata_props}
+        if flag:
+            assert ops == ["Conv", "BatchNormalization"] and "opreg.folded_weights" not in metadata
+            assert set(weights) == {k for k in state if k != "norm.num_batches_tracked"}
+            for name, value in weights.items():
+                assert (value == state[name].numpy()).all(), name
+        else:  # batch norm folded into the convolution, the metadata saying how
+            assert ops == ["Conv"] and "opreg.folded_weights" in metadata
+            assert not (weights["conv.weight"] == state["conv.weight"].numpy()).all()
+
+
+def test_external_data_writes_weights_beside_the_model(capsys, model_file, tmp_path):
+    output = tmp_path / "net.onnx"
+    assert run(capsys, "export", f"{model_file}:make", "-o", str(output), "--external-data")[0] == 0
+    (data,) = [p.name for p in tmp_path.iterdir() if p.name != "net.onnx" and p.suffix == ".data"]
+    assert re.fullmatch(r"net\.onnx\.[0-9a-f]{8}\.data", data)
+    code, out, _ = run(capsys, "inspect", str(output), "--json")
+    assert code == 0 and json.loads(out)["initializers"]["external"] is True
+    without = tmp_path / "inline.onnx"
+    assert run(capsys, "export", f"{model_file}:make", "-o", str(without))[0] == 0
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".data"] == [data]  # small weights stay inside
+
+
+def test_the_docs_name_every_flag_and_command_the_cli_has():
+    """README's table names every command, docs/exporting.md every flag of `opreg export`, and
+    each flag they name exists (the tests above run each of export's)."""
+    import argparse
+
+    from opreg.cli import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    readme = (ROOT / "README.md").read_text()
+    for name in commands.choices:
+        assert f"`opreg {name}" in readme, f"README's CLI table lacks opreg {name}"
+    export = commands.choices["export"]
+    flags = {f for a in export._actions for f in a.option_strings if f.startswith("--") and f != "--help"}
+    guide = (ROOT / "docs" / "exporting.md").read_text()
+    for flag in flags:
+        assert f"`{flag}" in guide, f"docs/exporting.md does not document opreg export {flag}"
+    named = set(re.findall(r"`(--[a-z][a-z-]*)", readme + guide))
+    known = {f for parser_ in [parser, *commands.choices.values()] for a in parser_._actions for f in a.option_strings}
+    assert named <= known, f"the docs name flags the CLI lacks: {sorted(named - known)}"

@@ -71,6 +71,24 @@ def make():
 """
 
 
+def test_a_raising_hook_logs_its_traceback_at_debug_once(make_pack, caplog):
+    """The warning is one line; the hook's own exception, with its traceback, is at DEBUG, once
+    however often the hook is called (mutation testing found these unchecked)."""
+    make_pack("raisingrules", RAISING_RULES)
+    registry = opreg.build_registry(plugins=["raisingrules"])
+    model, x = torch.nn.ReLU(), torch.randn(3)
+    with caplog.at_level(logging.DEBUG, logger="opreg"):
+        opreg.export(model, (x,), target=18, registry=registry)
+        opreg.export(model, (x,), target=18, registry=registry)
+    sentence = "pack 'raisingrules' failed in hook opreg_rewrite_rules: raised ValueError: rules broke"
+    ours = [r for r in caplog.records if r.name.startswith("opreg") and "raisingrules" in r.getMessage()]
+    assert [(r.levelno, r.getMessage()) for r in ours] == [
+        (logging.WARNING, f"{sentence}; leaving it out"),
+        (logging.DEBUG, f"{sentence}: traceback"),
+    ]
+    assert ours[1].exc_info[0] is ValueError and str(ours[1].exc_info[1]) == "rules broke"
+
+
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out, err = capsys.readouterr()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import onnx
@@ -118,3 +119,63 @@ def test_subgraphs_are_counted_and_their_provenance_shown(capsys, tmp_path):
     assert else_branch["nodes"] == 1
     code, out, _ = run(capsys, "inspect", str(path))
     assert "subgraphs" in out and "then_branch" in out
+
+
+def _external_entry(proto: onnx.ModelProto, key: str, value: str) -> None:
+    (tensor,) = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    entries = {e.key: e.value for e in tensor.external_data}
+    entries[key] = value
+    del tensor.external_data[:]
+    for k, v in entries.items():
+        tensor.external_data.add(key=k, value=v)
+
+
+def _unknown_type(proto: onnx.ModelProto) -> None:
+    proto.graph.initializer[0].data_type = 99
+    proto.graph.input[0].type.tensor_type.elem_type = 99
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (lambda p: _external_entry(p, "offset", "-64"), r"tensor 'weight' has external data offset '-64': it must be "
+         r"a whole number >= 0"),
+        (lambda p: _external_entry(p, "length", "lots"), r"external data length 'lots': it must be a whole number"),
+        (_unknown_type, r"tensor 'weight' has data type 99, which no ONNX version defines"),
+        (lambda p: _external_entry(p, "location", "../elsewhere.data"), r"external data location '../elsewhere.data' "
+         r"of tensor 'weight' goes up with '..': runtimes read external data only from the model's folder"),
+        (lambda p: _external_entry(p, "location", "/etc/passwd"), r"'/etc/passwd' of tensor 'weight' is an absolute "
+         r"path"),
+        (lambda p: _external_entry(p, "location", "zero"), r"'zero' of tensor 'weight' is a link to /dev/zero, outside "
+         r"the model's folder"),
+        (lambda p: _external_entry(p, "location", "fifo"), r"external data file fifo is a FIFO \(named pipe\), not a "
+         r"regular file"),
+    ],
+    ids=["negative-offset", "length-not-a-number", "unknown-data-type", "dot-dot", "absolute", "link-out", "fifo"],
+)  # fmt: skip
+def test_a_model_with_bad_external_data_or_types_is_unusable_with_the_reason(capsys, saved, tmp_path, edit, problem):
+    import os
+
+    model, _ = copy_pair(saved, tmp_path)
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "fifo")
+    proto = onnx.load(str(model), load_external_data=False)
+    edit(proto)
+    model.write_bytes(proto.SerializeToString())
+    code, report, err = inspect(capsys, model)
+    assert code == 1 and not report["usable"], err
+    assert any(re.search(problem, p) for p in report["problems"]), report["problems"]
+    code, out, _ = run(capsys, "inspect", str(model))  # the table is printed, the reason too
+    assert code == 1 and "unusable: " in out and "nodes by op" in out
+
+
+@pytest.mark.parametrize(("path", "kind"), [("/dev/zero", "a character device"), ("fifo", r"a FIFO \(named pipe\)")])
+def test_a_device_or_a_fifo_is_named_not_called_empty(capsys, tmp_path, path, kind):
+    import os
+
+    if path == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)  # opening it would block: it must not be opened
+    code, report, err = inspect(capsys, path)
+    assert code == 2 and report is None
+    assert re.fullmatch(rf"opreg: error: {path} is {kind}, not a regular file: give an \.onnx file\n", err), err

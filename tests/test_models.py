@@ -132,6 +132,24 @@ def test_linear_weights_on_3d_inputs_are_stored_transposed_under_their_names():
     assert "opreg.folded_weights" not in fused.model.metadata_props
 
 
+@pytest.mark.parametrize(("out_features", "folded"), [(2048, True), (2049, False)], ids=["16MiB", "16MiB+8KiB"])
+def test_weights_over_16_mib_keep_their_transpose(out_features, folded):
+    """A weight stored transposed is a second copy of it while the model is saved: one of 16 MiB
+    (2048 x 2048 float32) is still stored transposed, one 8 KiB larger keeps its Transpose, which
+    ONNX Runtime folds when it loads the model (README, "Exporting"; BENCHMARKS.md, big model)."""
+    import torch
+
+    from opreg.exporter import _lean
+
+    model = torch.nn.Linear(2048, out_features, bias=False).eval()
+    assert model.weight.numel() * 4 - _lean.TRANSPOSE_FOLD_MAX_BYTES == (0 if folded else 2048 * 4)
+    x = torch.randn(1, 2, 2048)
+    program = opreg.export(model, (x,), target=18)
+    assert [n.op_type for n in program.model.graph] == (["MatMul"] if folded else ["Transpose", "MatMul"])
+    assert ("opreg.folded_weights" in program.model.metadata_props) is folded
+    assert program.verify(x, rtol=1e-4, atol=1e-4).max_abs <= 1e-4
+
+
 def test_batch_norm_is_folded_into_the_convolution_keeping_the_weights_names():
     """The folded weight keeps the state_dict name of the weight it replaces (no node reads the
     original any more); the metadata says how each folded tensor was computed; fold_weights=False

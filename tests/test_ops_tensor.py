@@ -327,6 +327,45 @@ def test_slicing_with_a_dynamic_dim(opset):
     program.verify(torch.randn(9, 4), i)
 
 
+SLICE_STARTS = (None, 0, 1, 3, -1, -4, -5)
+SLICE_ENDS = (None, 0, 2, 3, 4, 5, -1, -3, -4, -5)
+SLICE_STEPS = (1, 2, 3)
+"""Boundaries of a slice of a dim of size 4: each end of the dim, one inside (``end = size - 1``), one
+past, negative ones, and steps that do and do not divide the size. (torch refuses steps below 1.)"""
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_slice_boundaries(opset):
+    """Every combination of SLICE_STARTS, SLICE_ENDS and SLICE_STEPS on a static dim of size 4, in one model."""
+    bounds = [(a, b, c) for a in SLICE_STARTS for b in SLICE_ENDS for c in SLICE_STEPS]
+    program = check(lambda x: tuple(x[:, a:b:c] for a, b, c in bounds), torch.randn(3, 4, 2), opset=opset)
+    assert [tuple(v.shape) for v in program.model.graph.outputs] == [(3, len(range(4)[a:b:c]), 2) for a, b, c in bounds]
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_slice_boundaries_of_a_dynamic_dim(opset):
+    """The same boundaries where the dim's size is known only at run time: ``size - 1`` as a symbolic end too."""
+
+    def fn(x):
+        size = x.shape[1]
+        return (
+            x[:, : size - 1],
+            x[:, 1 : size - 1],
+            x[:, :-1],
+            x[:, -3:],
+            x[:, -1:],
+            x[:, :3],
+            x[:, : size + 1],
+            x[:, size - 1 :],
+            x[:, ::2],
+            x[:, -size:],
+        )  # fmt: skip (most steps on a dynamic dim make torch.export specialize it)
+
+    program = check(fn, torch.randn(3, 4), opset=opset, dynamic_shapes=(({1: N},),))
+    for width in (4, 5, 9):
+        program.verify(torch.randn(3, width))
+
+
 @pytest.mark.parametrize("opset", OPSETS)
 def test_creation_and_shapes_with_a_dynamic_dim(opset):
     def fn(x):

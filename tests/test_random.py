@@ -2,13 +2,16 @@
 
 Each check runs the exported model and eager PyTorch many times and compares the
 distribution of their results with ``opreg.testing.Distribution`` (its docstring states
-the statistics and the tolerance: 6 standard errors of the difference, 200 draws);
-every check here runs at the lowest and the newest supported opset. At opset 22 and up
+the tests: moments, shape, per element; 200 draws, a false-alarm rate of 1e-6 per output);
+every check here runs at the lowest and the newest supported opset. The wrong distributions
+of issue 26 (``tests/wrong_distributions.py``) are checked at the same sample sizes, and found. At opset 22 and up
 ONNX Runtime 1.32 has no CPU kernels for the random ops (microsoft/onnxruntime#32201),
 so those models run in onnx's reference evaluator, and say so.
 """
 
 from __future__ import annotations
+
+import re
 
 import onnx
 import onnxruntime
@@ -21,6 +24,7 @@ from torch import nn
 import opreg
 from opreg.testing import DISTRIBUTION, FAILED, PASSED, Distribution, Sample, check_samples
 from tests.optest import NEWEST, OPSETS, Lambda, onnx_ops
+from tests.wrong_distributions import RANDN_SIZE, WRONG, WrongDistribution
 
 torch.manual_seed(0)
 
@@ -29,9 +33,13 @@ RANDOM_KERNELS_STOP = 21
 
 
 def _by_distribution(fn, *samples: Sample, compare: Distribution | None = None, registry=None) -> list:
+    """Every check compares: no sample fails, and each check has one compared by distribution (a check
+    whose samples torch itself skipped would pass while comparing nothing)."""
     checks = check_samples(fn, samples, targets=OPSETS, compare=compare or Distribution(), registry=registry)
+    assert [c.target for c in checks] == [str(opreg.Target.of(t)) for t in OPSETS]
     for check in checks:
         assert not check.failures(), str(check)
+        assert check.count(DISTRIBUTION) == len(samples), f"a sample was not compared by distribution:\n{check}"
     return checks
 
 
@@ -45,7 +53,7 @@ def _statuses(checks) -> set[str]:
 def creation_ops(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return (
         torch.rand(3, 5),
-        torch.randn(2, 4, dtype=torch.float64),
+        torch.randn(*RANDN_SIZE, dtype=torch.float64),
         torch.randn(4, dtype=torch.complex64),
         torch.randint(-3, 7, (40,)),
         torch.randint(5, (2, 20), dtype=torch.int32),
@@ -94,12 +102,14 @@ def test_creation_ops_by_distribution():
 
 
 def test_distribution_ops_by_distribution():
-    _by_distribution(distribution_ops, Sample.of(torch.randn(4, 5), torch.rand(4, 5) + 0.1))
+    (mean,) = WRONG[0].sample().args  # the mean wrong Cauchy impls are checked with
+    _by_distribution(distribution_ops, Sample.of(mean, torch.rand(4, 5) + 0.1))
 
 
 def test_sampling_ops_by_distribution():
     weights = torch.tensor([[0.0, 1.0, 2.0, 3.0, 4.0], [5.0, 1.0, 0.5, 0.0, 2.0]])
-    _by_distribution(sampling_ops, Sample.of(torch.rand(4, 6), weights))
+    (p,) = WRONG[3].sample().args  # the probabilities a wrong dropout is checked with
+    _by_distribution(sampling_ops, Sample.of(p, weights))
 
 
 def test_multinomial_with_replacement_by_distribution_where_a_runtime_runs_it():
@@ -269,6 +279,34 @@ def test_distribution_fails_a_wrong_distribution():
                                  registry=registry)  # fmt: skip
         (result,) = check.results
         assert result.status == FAILED, str(check)
+
+
+WRONG_FOUND_BY = {
+    "Cauchy with swapped parameters": r"fraction at or below each decile \(p=",
+    "Cauchy with 3x the scale": r"fraction at or below each decile \(p=",
+    "uniform with the normal's mean and variance": r"fraction at or below each decile \(p=",
+    "dropout 0.25 instead of 0.3": r"fraction of zeros 0\.2\d* vs eager 0\.3",
+}
+"""The test each wrong distribution fails (in this seeded run): the shape, where the moments agree."""
+
+
+@pytest.mark.parametrize("case", WRONG, ids=lambda c: c.name)
+def test_issue_26s_wrong_distributions_are_found(case: WrongDistribution):
+    """Each wrong impl, at the sample size the suite checks the right one with, seeded: one
+    deterministic run. ``bench/distribution_power.py`` counts how often over 20 seeds."""
+    (check,) = check_samples(case.fn, [case.sample()], targets=[18], compare=Distribution(), registry=case.registry())
+    (result,) = check.results
+    assert result.status == FAILED, str(check)
+    assert re.search(WRONG_FOUND_BY[case.name], result.detail), result.detail
+
+
+@pytest.mark.parametrize("case", [c for c in WRONG if "Cauchy" in c.name or "uniform" in c.name], ids=lambda c: c.name)
+def test_moments_alone_miss_a_wrong_shape(case: WrongDistribution):
+    """What the shape tests are for: the moments (means, mean squares, zeros, per-element means)
+    of these wrong distributions agree with eager's in this seeded run."""
+    compare = Distribution(shape=False)
+    (check,) = check_samples(case.fn, [case.sample()], targets=[18], compare=compare, registry=case.registry())
+    assert [r.status for r in check.results] == [DISTRIBUTION], str(check)
 
 
 def test_distribution_reports_which_statistic_and_needs_the_shape():

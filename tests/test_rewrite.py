@@ -270,6 +270,7 @@ def test_the_kit_fails_a_rule_that_changes_the_numbers(make_pack):
     (row,) = _rows(check_pack("skipnorm"))
     assert row.status == "failed"
     assert "differ from eager PyTorch" in row.detail
+    assert "skipnorm:SkipNorm is wrong at node" in row.detail  # located: the rule, not the impls it replaced
 
 
 def test_the_kit_fails_a_sample_in_which_the_rule_does_not_fire(make_pack):

@@ -66,6 +66,47 @@ def test_each_save_names_a_new_data_file_and_removes_the_replaced_one(tmp_path):
     assert hidden(tmp_path) == []
 
 
+@pytest.mark.parametrize("external_data", [False, True], ids=["inline", "external"])
+def test_the_new_model_is_renamed_into_place(tmp_path, external_data):
+    """Replacing the model is one rename, never a write into the file at ``path``: the path gets a
+    new inode, and a reader that opened the old model keeps reading it whole (a copy onto the path
+    would truncate and rewrite the very file that reader holds)."""
+    path = tmp_path / "m.onnx"
+    opreg.export(linear(1), (X,)).save(path, external_data=external_data)
+    with open(path, "rb") as reader:
+        old = os.fstat(reader.fileno())
+        before = reader.read()
+        opreg.export(linear(2), (X,)).save(path, external_data=external_data)
+        assert os.stat(path).st_ino != old.st_ino
+        assert os.fstat(reader.fileno()).st_nlink == 0  # the old file left the folder, unchanged
+        reader.seek(0)
+        assert reader.read() == before and os.fstat(reader.fileno()).st_size == old.st_size
+    assert matches(path, 2)
+
+
+def test_weights_over_the_threshold_go_to_a_data_file_unasked(tmp_path, monkeypatch):
+    """``save(path)`` writes the weights to a data file when they exceed EXTERNAL_DATA_THRESHOLD
+    (90% of the 2 GB one protobuf holds). Here the threshold is set just below and at this model's
+    256 KB of weights, so as not to write 2 GB."""
+    import onnx
+
+    from opreg.exporter import _program
+
+    assert 0.8 * onnx.checker.MAXIMUM_PROTOBUF < _program.EXTERNAL_DATA_THRESHOLD < onnx.checker.MAXIMUM_PROTOBUF
+    program = opreg.export(linear(1), (X,))
+    size = program.initializer_bytes()
+    assert size == (WIDTH * WIDTH + WIDTH) * 4
+    monkeypatch.setattr(_program, "EXTERNAL_DATA_THRESHOLD", size - 1)
+    big = program.save(tmp_path / "big.onnx")
+    (data,) = data_files(tmp_path)
+    assert _save.referenced_data(big) == {data} and (tmp_path / data).stat().st_size >= WIDTH * WIDTH * 4
+    assert matches(big, 1)
+    monkeypatch.setattr(_program, "EXTERNAL_DATA_THRESHOLD", size)
+    small = program.save(tmp_path / "small.onnx")
+    assert _save.referenced_data(small) == set() and data_files(tmp_path) == [data]
+    assert matches(small, 1)
+
+
 def test_saving_without_external_data_removes_the_earlier_data_file(tmp_path):
     path = tmp_path / "m.onnx"
     opreg.export(linear(1), (X,)).save(path, external_data=True)
@@ -137,35 +178,47 @@ CHILD = textwrap.dedent(
     model = torch.nn.Linear({width}, {width}).eval()
     program = opreg.export(model, (torch.randn(2, {width}),))
     print("exported", flush=True)
-    program.save(sys.argv[1], external_data=True)
+    try:
+        program.save(sys.argv[1], external_data=True)
+    except KeyboardInterrupt as e:
+        print(f"raised {{type(e).__name__}}; by {{e.__cause__ or e}}", file=sys.stderr, flush=True)
+        sys.exit(130)
     print("saved", flush=True)
     """
 ).format(width=WIDTH)
 
 
-def save_in_child(path: Path, seed: int, pause: str | None, sig: signal.Signals | None) -> int:
-    """Save ``linear(seed)`` to ``path`` in a child process; if ``pause``, send ``sig``
-    when the save reaches that point. Returns the child's exit code."""
+def save_here(path: Path, seed: int) -> None:
+    opreg.export(linear(seed), (X,)).save(path, external_data=True)
+
+
+def save_in_child(
+    path: Path, seed: int, pause: str | None, sig: signal.Signals | None, argv: list[str] | None = None
+) -> tuple[int, str]:
+    """Save ``linear(seed)`` to ``path`` in a child process (or run ``argv``); at each stage
+    of ``pause`` (comma-separated) send ``sig`` when the save reaches it. Returns the child's
+    exit code and the rest of its stderr."""
     script = path.parent / "child.py"
     script.write_text(CHILD)
     env = {**os.environ, _save.PAUSE_ENV: pause or ""}
     child = subprocess.Popen(
-        [sys.executable, str(script), str(path), str(seed)],
+        argv or [sys.executable, str(script), str(path), str(seed)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        if pause is not None:
-            deadline = time.monotonic() + 120
+        for _ in pause.split(",") if pause else ():
+            deadline = time.monotonic() + 300
             line = ""
             while "paused" not in line:
                 assert time.monotonic() < deadline, "the save never reached its pause"
                 line = child.stderr.readline()
                 assert line or child.poll() is None, f"the child ended before pausing: {child.stderr.read()}"
             child.send_signal(sig)
-        return child.wait(timeout=120)
+        code = child.wait(timeout=300)
+        return code, child.stderr.read()
     finally:
         if child.poll() is None:
             child.kill()
@@ -176,24 +229,72 @@ def save_in_child(path: Path, seed: int, pause: str | None, sig: signal.Signals 
 @pytest.mark.parametrize("pause", ["staged", "data-moved", "model-moved"])
 def test_an_interrupted_save_leaves_a_consistent_pair(tmp_path, pause, sig):
     path = tmp_path / "m.onnx"
-    assert save_in_child(path, 1, None, None) == 0
+    save_here(path, 1)
     assert matches(path, 1)
+    (old,) = data_files(tmp_path)
 
-    code = save_in_child(path, 2, pause, sig)
-    assert code != 0
+    code, err = save_in_child(path, 2, pause, sig)
+    # The signal ended the child, not an error: SIGKILL kills it; SIGTERM (which the save turns into
+    # KeyboardInterrupt) and SIGINT raise KeyboardInterrupt, the only exception the child exits 130 on.
+    assert code == (-signal.SIGKILL if sig is signal.SIGKILL else 130), (code, err)
+    if sig is signal.SIGTERM:
+        assert "by signal SIGTERM" in err, err
     # Whatever the instant, the model on disk computes with its own weights: the old pair, or the new.
-    assert matches(path, 2 if pause == "model-moved" else 1)
+    switched = pause == "model-moved"
+    assert matches(path, 2 if switched else 1)
     assert _save.referenced_data(path) <= set(data_files(tmp_path))
     if sig is signal.SIGKILL:
         left = hidden(tmp_path)
         assert left == [] or all(name.startswith(_save.STAGING_PREFIX) for name in left)
-    else:  # SIGTERM and SIGINT clean up their staging folder
+        # Any later save in the folder, of any name, removes what the killed one left.
+        save_here(tmp_path / "other.onnx", 4)
+        owned = _save.referenced_data(path) | _save.referenced_data(tmp_path / "other.onnx")
+        assert hidden(tmp_path) == [] and set(data_files(tmp_path)) == owned
+    else:  # SIGTERM and SIGINT clean up: no staging folder, no orphan data file, and say which it was
         assert hidden(tmp_path) == []
+        assert set(data_files(tmp_path)) == _save.referenced_data(path)
+        assert (old in data_files(tmp_path)) is not switched
+        assert f"raised {'InterruptedAfterSave' if switched else 'KeyboardInterrupt'}" in err
 
     # The next save cleans whatever a killed save left: staging folders and orphaned data files.
-    assert save_in_child(path, 3, None, None) == 0
+    save_here(path, 3)
     assert matches(path, 3)
-    assert hidden(tmp_path) == [] and data_files(tmp_path) == sorted(_save.referenced_data(path))
+    owned = _save.referenced_data(path) | _save.referenced_data(tmp_path / "other.onnx")
+    assert hidden(tmp_path) == [] and set(data_files(tmp_path)) == owned
+
+
+def test_a_second_interrupt_during_the_clean_up_leaves_the_journal_for_the_next_save(tmp_path):
+    path = tmp_path / "m.onnx"
+    save_here(path, 1)
+    (old,) = data_files(tmp_path)
+    code, err = save_in_child(path, 2, "model-moved,settle", signal.SIGINT)
+    assert code == 130 and "raised InterruptedAfterSave" in err
+    assert matches(path, 2) and old in data_files(tmp_path)  # its removal was cut short
+    (staging,) = hidden(tmp_path)
+    assert sorted(p.name for p in (tmp_path / staging).iterdir()) == ["journal.json", "lock"]  # the model is gone
+    save_here(tmp_path / "other.onnx", 3)  # any save in the folder finishes it
+    assert hidden(tmp_path) == [] and old not in data_files(tmp_path) and matches(path, 2)
+
+
+@pytest.mark.parametrize(
+    ("pause", "message"),
+    [
+        ("staged", "m.onnx was not changed"),
+        ("data-moved", "m.onnx was not changed"),
+        ("model-moved", "m.onnx holds the new model (saved before the interrupt)"),
+    ],
+)
+def test_the_command_line_says_what_an_interrupt_left(tmp_path, pause, message):
+    path = tmp_path / "m.onnx"
+    save_here(path, 1)
+    make = f"return torch.nn.Linear({WIDTH}, {WIDTH}).eval(), (torch.randn(2, {WIDTH}),)"
+    (tmp_path / "models.py").write_text(f"import torch\n\n\ndef make():\n    {make}\n")
+    argv = [sys.executable, "-m", "opreg", "export", f"{tmp_path}/models.py:make", "-o", str(path), "--external-data"]
+    code, err = save_in_child(path, 0, pause, signal.SIGINT, argv)
+    lines = [line for line in err.splitlines() if line.startswith("opreg:") and "paused" not in line]
+    assert code == 130 and lines == [f"opreg: interrupted: {path.parent}/{message}"], err
+    assert hidden(tmp_path) == [] and set(data_files(tmp_path)) == _save.referenced_data(path)
+    assert matches(path, 1) is (pause != "model-moved")
 
 
 # -- a save removes only what opreg wrote for this path ---------------------------------------------

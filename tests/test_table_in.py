@@ -276,6 +276,67 @@ def test_pack_from_translation_table_prefers_the_table_on_ties_with_core():
     assert [n.op_type for n in program.model_proto.graph.node] == ["Max"]
 
 
+def _anything(*args, **kwargs):  # only resolved, never called
+    return None
+
+
+def _core_table() -> tuple[list[opreg.OpName], dict]:
+    """Every op the core pack implements, as a table mapping it to one function."""
+    ops = sorted({i.op for i in opreg.default_registry().impls() if i.pack == "core"}, key=str)
+    table = {}
+    for op in ops:
+        namespace, _, rest = str(op).partition("::")
+        name, _, overload = rest.partition(".")
+        packet = getattr(getattr(torch.ops, namespace), name)
+        table[getattr(packet, overload)] = _anything
+    return ops, table
+
+
+@pytest.mark.parametrize("target", [18, opreg.newest_supported_opset()], ids=["lowest", "newest"])
+def test_a_tables_impls_win_over_core_for_every_op_they_cover(target):
+    """The README's promise: at the default priority the table's function goes before every core
+    impl of the same or an older opset (conditional ones too); with priority=1, before all."""
+    ops, table = _core_table()
+    assert len(ops) > 300
+    for priority in (0, 1):
+        registry = opreg.pack_from_translation_table("mine", table, opsets={"": 18}, priority=priority)
+        for op in ops:
+            ordered = [i for i in registry.candidates(op, target) if not i.complex]  # complex nodes stay with theirs
+            mine = next(i for i in ordered if i.pack == "mine")
+            ahead = ordered[: ordered.index(mine)]
+            assert all(i.requirement.onnx.min > 18 for i in ahead) and not (priority and ahead), (op, ahead)
+
+
+def _conv2d_as_table(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    from onnxscript.onnx_opset import opset18 as op18
+
+    pads = [*padding, *padding]
+    return op18.Conv(input, weight, bias, strides=stride, pads=pads, dilations=dilation, group=groups)
+
+
+def _gelu_as_table(self, approximate: str = "none"):
+    from onnxscript.onnx_opset import opset18 as op18
+
+    return op18.Mul(op18.Mul(self, 0.5), op18.Add(op18.Erf(op18.Div(self, 1.4142135623730951)), 1.0))
+
+
+@pytest.mark.parametrize(
+    ("op", "function", "model", "target", "priority"),
+    [
+        (torch.ops.aten.conv2d.default, _conv2d_as_table, torch.nn.Conv2d(2, 3, 3), 18, 0),  # core's is conditional
+        (torch.ops.aten.gelu.default, _gelu_as_table, torch.nn.GELU(), 23, 1),  # core's Gelu needs ai.onnx 20
+    ],
+    ids=["conditional-core-impl", "newer-core-impl"],
+)
+def test_an_exported_model_uses_the_tables_function(op, function, model, target, priority):
+    x = torch.randn(1, 2, 6, 6)
+    registry = opreg.pack_from_translation_table("mine", {op: function}, priority=priority)
+    program = opreg.export(model.eval(), (x,), registry=registry, target=target)
+    packs = {p.value for n in program.model_proto.graph.node for p in n.metadata_props if p.key == "opreg.pack"}
+    assert packs == {"mine"}
+    program.verify(x)
+
+
 def test_pack_from_translation_table_names_every_entry_it_cannot_take():
     def relu(self, extra):  # a parameter aten::relu does not have
         return self

@@ -10,6 +10,7 @@ from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_t
 from opreg.errors import (
     ExportError,
     FrozenRegistryError,
+    InterruptedAfterSave,
     InvalidArgumentError,
     InvalidInputError,
     InvalidOpNameError,
@@ -29,6 +30,7 @@ from opreg.errors import (
 from opreg.hookspecs import hookimpl
 from opreg.opname import OpName
 from opreg.packset import PackSet
+from opreg.patching import CapturePatch, PatchOutcome
 from opreg.pluginapi import HookError, ModelSample, PackReport, Sample
 from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
 from opreg.registrar import ImplSpec, Registrar, Rejection, impl
@@ -52,7 +54,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
     ``opreg.export(model, args=(), kwargs=None, *, target="onnx",
     dynamic_shapes=None, plugins=None, exclude=None, registry=None,
     inline=True, embed_functions=False, optimize=True, fold_weights=True, rewrite=True, seed=None,
-    progress=None)``
+    patches=True, exclude_patches=(), progress=None)``
     returns an :class:`opreg.exporter.OnnxProgram`
     with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
     """
@@ -63,7 +65,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
     # The exporter's types import torch: load them on first use only.
-    if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp"):
+    if name in ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location"):
         from opreg import exporter
 
         return getattr(exporter, name)
@@ -73,12 +75,14 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
 __all__ = [
     "PLUGIN_API_VERSION",
     "Candidate",
+    "CapturePatch",
     "Conflict",
     "ExportError",
     "ExportOptions",
     "Explanation",
     "FrozenRegistryError",
     "HookError",
+    "InterruptedAfterSave",
     "InvalidArgumentError",
     "InvalidInputError",
     "Impl",
@@ -94,6 +98,7 @@ __all__ = [
     "OpsetRequirement",
     "PackReport",
     "PackSet",
+    "PatchOutcome",
     "PluginError",
     "PluginNotFoundError",
     "Registrar",

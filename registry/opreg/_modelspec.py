@@ -107,9 +107,8 @@ def _unpack(result: Any, spec: str) -> LoadedModel:
     import torch
 
     if not isinstance(result, tuple) or len(result) not in (2, 3):
-        raise ModelSpecError(
-            f"{spec} returned {type(result).__name__}; it must return (module, args) or (module, args, kwargs)"
-        )
+        what = f"a tuple of {len(result)} items" if isinstance(result, tuple) else f"a {type(result).__name__}"
+        raise ModelSpecError(f"{spec} returned {what}; it must return (module, args) or (module, args, kwargs)")
     module, args, *rest = result
     kwargs = rest[0] if rest else {}
     if not isinstance(module, torch.nn.Module):

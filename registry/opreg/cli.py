@@ -3,7 +3,9 @@
 Exit codes: 0 success; 1 the command ran and found problems (ops without an
 impl, a model that does not match, an unusable file, a pack that failed or a
 tie under ``--strict``); 2 bad input or an opreg error (one line on stderr);
-130 interrupted. ``--debug`` shows tracebacks and debug logs.
+130 interrupted (Ctrl-C or SIGTERM; ``export`` says what its output file holds:
+unchanged, or the new model when the save had already switched to it, which a
+save does atomically). ``--debug`` shows tracebacks and debug logs.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import dataclasses
 import fnmatch
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from opreg.errors import OpregError, PluginError, PluginNotFoundError
@@ -24,6 +28,8 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+LOCATE_ROWS = 12
+"""How many nodes out of tolerance ``export --locate``'s table shows (suspects first)."""
 PIPE_WIDTH = 160
 """Columns for tables printed to a pipe (which has no terminal width): wide enough not to fold them."""
 STATUS_STYLES = {
@@ -71,12 +77,28 @@ def _target_options() -> argparse.ArgumentParser:
     return parent
 
 
+def _patch_options() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--no-patches", dest="patches", action="store_false",
+        help="capture the model's own code: install none of the packs' capture patches",
+    )  # fmt: skip
+    parent.add_argument(
+        "--no-patch", dest="exclude_patches", action="append", default=[], metavar="NAME",
+        help="leave out capture patch NAME (pack:name, as `opreg explain` lists them; repeatable)",
+    )  # fmt: skip
+    return parent
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opreg", description="Inspect opreg's op packs, registry and resolution.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    output, packs, target = _output_options(), _pack_options(), _target_options()
-    model_help = "path/to/file.py:factory or package.module:factory; factory() returns (module, args[, kwargs])"
+    output, packs, target, patches = _output_options(), _pack_options(), _target_options(), _patch_options()
+    model_help = (
+        "path/to/file.py:factory (opreg runs that file, with its folder first on sys.path, as Python runs a "
+        "script) or package.module:factory (imported); factory() returns (module, args[, kwargs])"
+    )
     dynamic_help = "dynamic dims of a forward input: NAME:DIM=LABEL[,DIM=LABEL] (repeatable), e.g. x:0=batch"
 
     p = sub.add_parser("plugins", parents=[output, packs], help="installed packs: loaded, failed or disabled, and why")
@@ -87,30 +109,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pack", action="append", default=[], help="only impls from this pack (repeatable)")
     p.set_defaults(run=_cmd_ops)
 
-    p = sub.add_parser("explain", parents=[output, packs, target], help="how one op resolves for a target, and why")
-    p.add_argument("op", help="torch op, e.g. aten::gelu or aten::add.Tensor")
+    p = sub.add_parser(
+        "explain", parents=[output, packs, target],
+        help="how one op resolves for a target, and why; or what a capture patch patches and whether it applies",
+    )  # fmt: skip
+    p.add_argument(
+        "op", help="torch op, e.g. aten::gelu or aten::add.Tensor; or a capture patch (pack:name, or 'patches' for all)"
+    )
     p.set_defaults(run=_cmd_explain)
 
     p = sub.add_parser(
-        "check", parents=[output, packs, target], help="which ops of a model no pack covers at a target (exit 1 if any)"
-    )
+        "check", parents=[output, packs, target, patches],
+        help="which ops of a model no pack covers at a target (exit 1 if any)",
+    )  # fmt: skip
     p.add_argument("model", metavar="MODEL", help=model_help)
     p.add_argument("--dynamic", action="append", default=[], metavar="SPEC", help=dynamic_help)
     p.set_defaults(run=_cmd_check)
 
-    p = sub.add_parser("export", parents=[output, packs, target], help="export a model to an ONNX file")
+    p = sub.add_parser("export", parents=[output, packs, target, patches], help="export a model to an ONNX file")
     p.add_argument("model", metavar="MODEL", help=model_help)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .onnx file to write")
     p.add_argument("--dynamic", action="append", default=[], metavar="SPEC", help=dynamic_help)
     p.add_argument("--verify", action="store_true", help="run the model and compare with eager PyTorch")
+    p.add_argument(
+        "--locate", action="store_true",
+        help="with --verify, on a mismatch compare every intermediate value and name the impl or rule at fault",
+    )  # fmt: skip
+    p.add_argument("--rtol", type=float, default=1e-4, help="--verify's relative tolerance (default 1e-4)")
+    p.add_argument("--atol", type=float, default=1e-4, help="--verify's absolute tolerance (default 1e-4)")
     p.add_argument("--keep-functions", action="store_true", help="keep script impls as model-local functions")
     p.add_argument(
         "--keep-weights", action="store_true",
         help="keep every weight as the state_dict has it (no batch norm folded, no weight stored transposed)",
     )  # fmt: skip
     p.add_argument(
-        "--external-data", action="store_true", help="write weights to a side file FILE.<token>.data the model names"
-    )
+        "--external-data", action="store_true",
+        help="write weights to a side file FILE.<token>.data the model names (weights of up to 256 bytes stay inline)",
+    )  # fmt: skip
     p.set_defaults(run=_cmd_export)
 
     p = sub.add_parser("inspect", parents=[output], help="what an ONNX file holds, and whether it is usable")
@@ -218,6 +253,31 @@ def _conflict_rows(registry: Any) -> list[tuple[str, str]]:
     return rows
 
 
+class _RequestedPackFailed(PluginError):
+    """A pack asked for with ``-p NAME`` did not load (exit 1: the command found a problem)."""
+
+
+def _report_failed_packs(registry: Any, args: argparse.Namespace) -> None:
+    """A pack asked for with ``-p`` that did not load is an error; any other that did not
+    load is a warning (its ops are missing from what the command reports or writes)."""
+    from opreg.packset import FAILED, INCOMPATIBLE
+
+    wanted = {a for a in args.plugin_args if not a.startswith("no:")}
+    failed = [r for r in registry.packs if r.status in (FAILED, INCOMPATIBLE)]
+    for report in failed:
+        if report.name in wanted:
+            raise _RequestedPackFailed(
+                f"pack {report.name!r}, asked for with -p {report.name}, did not load: {_one_line_text(report.reason)}"
+                f"; fix or reinstall it ({report.distribution}), or leave out -p {report.name}"
+            )
+    err = _console(stderr=True)
+    for report in failed:
+        err.print(_styled(
+            f"warning: pack {report.name!r} did not load and is left out: {_one_line_text(report.reason)} "
+            "(see opreg plugins)", "yellow",
+        ), soft_wrap=True)  # fmt: skip
+
+
 def _warn_conflicts(registry: Any) -> None:
     rows = _conflict_rows(registry)
     if rows:
@@ -322,6 +382,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from opreg.opname import OpName
 
     registry = _registry(args)
+    if "::" not in args.op:
+        return _explain_patches(args, registry)
     op = OpName.of(args.op)
     explanation = registry.explain(op, args.target)
     if args.json:
@@ -362,6 +424,46 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _explain_patches(args: argparse.Namespace, registry: Any) -> int:
+    """``opreg explain NAME`` for a capture patch (or ``patches``: every one the packs offer)."""
+    from opreg import patching
+
+    offer = patching.offered(registry)
+    found = list(offer.patches) if args.op == "patches" else offer.find(args.op)
+    if not found and args.op != "patches":
+        known = ", ".join(offer.labels()) or "none"
+        raise _UsageError(
+            f"{args.op!r} is neither a torch op (namespace::name) nor a capture patch; the installed packs offer "
+            f"these patches: {known}"
+        )
+    rows = []
+    for pack, patch in found:
+        version, fits = patching.installed_version(patch)
+        if version is None:
+            state = f"{patching.requirement(patch).name} is not installed: never applied"
+        elif fits:
+            state = f"{version} is installed: applied to models with modules from {', '.join(patch.scope)}"
+        else:
+            state = f"{version} is installed, outside {patch.versions}: not applied"
+        rows.append({
+            "patch": f"{pack}:{patch.name}", "pack": pack, "patches": patch.target, "versions": patch.versions,
+            "installed": version, "applies": bool(fits), "used_by": list(patch.scope),
+            "kind": "context" if patch.context is not None else "replacement", "reason": patch.reason, "state": state,
+        })  # fmt: skip
+    if args.json:
+        _print_json({"capture_patches": rows, "problems": [str(p) for p in offer.problems]})
+        return EXIT_OK
+    console = _console()
+    table = _table("capture patches", ["patch", "patches", "written for", "installed", "why"])
+    for row in rows:
+        table.add_row(row["patch"], row["patches"], row["versions"], row["state"], row["reason"])
+    console.print(table)
+    for problem in offer.problems:
+        console.print(_styled(f"warning: {problem}", "yellow"))
+    console.print("turn one off with --no-patch NAME (exclude_patches= in Python), all with --no-patches", markup=False)
+    return EXIT_OK
+
+
 def _load_model(args: argparse.Namespace) -> tuple[Any, Any]:
     from opreg import _modelspec
 
@@ -384,11 +486,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     registry = _registry(args)
     target = registry.target(args.target)
+    _report_failed_packs(registry, args)
     loaded, dynamic = _load_model(args)
     _warn_conflicts(registry)
     missing = exporter.plan_export(
-        loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic, registry=registry
-    )
+        loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic, registry=registry,
+        patches=args.patches, exclude_patches=args.exclude_patches,
+    )  # fmt: skip
     if args.json:
         rows = [dataclasses.asdict(m) for m in missing]
         _print_json({"model": args.model, "target": target.as_dict(), "missing": rows})
@@ -409,13 +513,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     from opreg import exporter
     from opreg.errors import UnsupportedOpsError, VerificationError
-    from opreg.exporter._save import check_output_path
+    from opreg.exporter._save import INLINE_LIMIT_BYTES, check_output_path, referenced_data
     from opreg.targets import domain_label
 
     err = _console(stderr=True)
     registry = _registry(args)
     target = registry.target(args.target)
-    check_output_path(args.output)  # before the export, not after it
+    check_output_path(args.output, external_data=args.external_data)  # before the export, not after it
+    _report_failed_packs(registry, args)
     _warn_conflicts(registry)
     started = time.perf_counter()
     with err.status("loading the model") as status:
@@ -431,13 +536,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
             program = exporter.export(
                 loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic,
                 registry=registry, inline=not args.keep_functions, fold_weights=not args.keep_weights,
-                progress=stage,
+                patches=args.patches, exclude_patches=args.exclude_patches, progress=stage,
             )  # fmt: skip
             stage("save")
             path = program.save(args.output, external_data=True if args.external_data else None)
             if args.verify:
                 stage("verify")
-                result = program.verify(*loaded.args, **loaded.kwargs)
+                result = program.verify(
+                    *loaded.args, rtol=args.rtol, atol=args.atol, locate=args.locate, **loaded.kwargs
+                )
             stage("")
         except UnsupportedOpsError as e:
             status.stop()
@@ -446,15 +553,50 @@ def _cmd_export(args: argparse.Namespace) -> int:
             return EXIT_FINDINGS
         except VerificationError as e:
             status.stop()
-            err.print(_styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{e}", "red"))
+            location = getattr(e, "location", None)
+            if args.json:
+                checks = [dataclasses.asdict(c) for c in e.results]
+                _print_json({
+                    "file": str(Path(args.output).resolve()), "verified": False, "outputs": checks,
+                    "location": location.to_dict() if location is not None else None,
+                })  # fmt: skip
+                return EXIT_FINDINGS
+            if location is None:
+                err.print(_styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{e}", "red"))
+                if args.verify and not args.locate:
+                    err.print("rerun with --locate to find the impl or rewrite rule at fault")
+                return EXIT_FINDINGS
+            lines = "\n".join(f"  {c}" for c in e.results if not c.ok)
+            err.print(_styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{lines}", "red"))
+            _location_table(_console(), location)
             return EXIT_FINDINGS
+        except KeyboardInterrupt as e:
+            status.stop()
+            sys.stderr.write(f"opreg: interrupted: {_interrupted_export(e, last[0], args)}\n")
+            return EXIT_INTERRUPTED
     _warn_hook_failures(registry)
+    if args.json:
+        _print_json({
+            "file": str(Path(path).resolve()), "nodes": len(program.model.graph),
+            "opsets": {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())},
+            "verified": bool(args.verify) or None,
+            "outputs": [dataclasses.asdict(c) for c in result.outputs] if args.verify else [],
+        })  # fmt: skip
+        return EXIT_OK
     opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
     console = _console()
     console.print(
         f"wrote {path} ({len(program.model.graph)} nodes; opsets {opsets}) in {time.perf_counter() - started:.1f} s",
         markup=False,
     )
+    _print_patches(console, err, program.capture_patches)
+    if args.external_data and not referenced_data(path):
+        console.print(
+            f"note: no weight is over {INLINE_LIMIT_BYTES} bytes, so every weight is inside {path} "
+            "and --external-data wrote no data file",
+            markup=False,
+            soft_wrap=True,
+        )
     if args.verify:
         worst = max((o.max_abs for o in result.outputs), default=0.0)
         console.print(
@@ -463,6 +605,57 @@ def _cmd_export(args: argparse.Namespace) -> int:
             markup=False,
         )
     return EXIT_OK
+
+
+def _location_table(console: Any, location: Any) -> None:
+    """``program.locate``'s report: the nodes out of tolerance, the suspects first, then the verdict."""
+    rows = sorted(location.divergences, key=lambda d: (not d.faulty, not d.first))[:LOCATE_ROWS]
+    table = _table(
+        f"where it goes wrong ({location.compared} values compared with eager, {location.runtime}, "
+        f"rtol={location.rtol:g}, atol={location.atol:g})",
+        ["node", "torch op", "impl / rule", "impl at", "model line", "error", "alone", "verdict"],
+        whole=["impl / rule", "impl at"],
+    )
+    for d in rows:
+        verdict = "WRONG" if d.faulty else ("first" if d.first else "carried")
+        alone = _times(d.local.ratio) if d.local is not None else "?"
+        table.add_row(
+            d.node, d.torch_op, d.suspect, _short_source(d.impl_source), _short_source(d.source) or d.module,
+            _times(d.error.ratio), alone, _styled(verdict, "red" if d.faulty else ""),
+        )  # fmt: skip
+    console.print(table)
+    if len(location.divergences) > len(rows):
+        console.print(
+            f"... and {len(location.divergences) - len(rows)} more node(s) out of tolerance (--json lists all)"
+        )
+    console.print(_styled(location.summary(), "red" if location.verdict == "fault" else "yellow"), markup=False)
+    console.print("error: x the tolerance (atol + rtol * |eager|); alone: the node on the model's own inputs to it")
+
+
+def _times(ratio: float) -> str:
+    return "inf" if ratio == float("inf") else f"{ratio:.3g} x"
+
+
+def _print_patches(console: Any, err: Any, outcomes: Sequence[Any]) -> None:
+    """The capture patches an export applied, and those that failed (a warning each)."""
+    from opreg.patching import APPLIED, FAILED
+
+    applied = [o for o in outcomes if o.status == APPLIED]
+    if applied:
+        names = ", ".join(o.label + (f" ({o.calls} calls)" if o.calls is not None else "") for o in applied)
+        console.print(f"capture patches applied: {names}", markup=False)
+    for o in outcomes:
+        if o.status == FAILED:
+            err.print(_styled(f"warning: capture patch {o.label} failed and was left out: {o.detail}", "yellow"))
+
+
+def _interrupted_export(error: KeyboardInterrupt, stage: str, args: argparse.Namespace) -> str:
+    """What an interrupt of ``opreg export`` during ``stage`` left at the output path."""
+    from opreg.errors import InterruptedAfterSave
+
+    if isinstance(error, InterruptedAfterSave) or stage in ("verify", ""):
+        return f"{args.output} holds the new model (saved before the interrupt){', not verified' * args.verify}"
+    return f"{args.output} was not changed" if os.path.lexists(args.output) else "nothing was written"
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -498,6 +691,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             where = " at ".join(p for p in (row["module"], row["source"]) if p)
             packs = ", ".join(f"{p} {n}" for p, n in sorted(row["packs"].items()))
             table.add_row(row["owner"], row["op"], row["attribute"], str(row["nodes"]), row["torch_op"], where, packs)
+        console.print(table)
+    if report["capture_patches"]:
+        columns = ["patch", "patches", "written for", "installed", "calls"]
+        table = _table("capture patches applied while capturing", columns)
+        for entry in report["capture_patches"]:
+            table.add_row(*(str(entry.get(key, "")) for key in ("patch", "patches", "versions", "installed", "calls")))
         console.print(table)
     if report["provenance"]["packs"]:
         table = _table("provenance", ["pack", "torch op", "onnx nodes"])
@@ -578,7 +777,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"opreg: error: {_one_line(e)}\n")
         strict = getattr(args, "strict", False) and not isinstance(e, PluginNotFoundError)
-        return EXIT_FINDINGS if isinstance(e, PluginError) and strict else EXIT_ERROR
+        found = isinstance(e, _RequestedPackFailed) or (isinstance(e, PluginError) and strict)
+        return EXIT_FINDINGS if found else EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("opreg: interrupted\n")
         return EXIT_INTERRUPTED
@@ -595,7 +795,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _one_line(error: BaseException) -> str:
     """An error's message on one line (torch's multi-line reports folded)."""
-    return " ".join(line.strip() for line in str(error).strip().splitlines() if line.strip())
+    return _one_line_text(str(error))
+
+
+def _one_line_text(text: str) -> str:
+    return " ".join(line.strip() for line in text.strip().splitlines() if line.strip())
 
 
 if __name__ == "__main__":

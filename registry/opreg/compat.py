@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from opreg import table_in
-from opreg.errors import OpsetConflictError, RegistrationError
+from opreg.errors import InvalidArgumentError, OpsetConflictError, RegistrationError
 from opreg.opname import OpName
-from opreg.plugins import default_registry, table_profile
+from opreg.plugins import default_registry, discovered, table_profile
 from opreg.registrar import Registrar
 from opreg.registry import USER_PACK, Impl, Registry
 from opreg.targets import Target
@@ -141,10 +141,11 @@ def pack_from_translation_table(
     Returns a new, unfrozen copy of ``registry`` (default: :func:`opreg.default_registry`)
     with the table's functions registered as pack ``name``'s impls. They are
     not user overrides: they rank by ``priority`` and opset requirement like
-    any pack's impls, and where one ties with another pack's impl (the core
-    pack's, say) the copy prefers pack ``name`` (pass ``priority=1`` to win
-    over newer-opset impls too). Each function's opset requirement is read from
-    the function unless ``opsets`` declares it (``{"": 18, "mylib.ops": 1}``).
+    any pack's impls, and the copy prefers pack ``name`` over any other pack's
+    impl of the same priority and requirement (the core pack's, conditional or
+    not); pass ``priority=1`` to win over newer-opset impls too. Each
+    function's opset requirement is read from the function unless ``opsets``
+    declares it (``{"": 18, "mylib.ops": 1}``).
     If the table's functions emit custom domains, the copy has a target
     profile ``name`` (the ``onnx`` profile plus those domains), when ``name``
     is an identifier and free.
@@ -152,9 +153,12 @@ def pack_from_translation_table(
     Keys may be op overloads, op packets (each overload the function fits) or
     op names; values a function or a list of functions (see
     :mod:`opreg.table_in`). Raises :class:`opreg.RegistrationError` listing
-    every entry opreg cannot take.
+    every entry opreg cannot take, and :class:`opreg.InvalidArgumentError` when
+    ``name`` is not a string or is taken: by an installed pack (``"core"``,
+    ``"ort_contrib"``, whether loaded or not) or a pack already in ``registry``.
     """
     base = registry if registry is not None else default_registry()
+    _check_pack_name(name, base)
     registrar = Registrar(name)
     impls = registrar.register_translation_table(table, opsets=opsets, priority=priority)
     if registrar.rejected:
@@ -168,3 +172,23 @@ def pack_from_translation_table(
     if profile and name.isidentifier() and name not in result.profiles:
         result.add_profile(name, profile, pack=name)
     return result
+
+
+def _check_pack_name(name: Any, registry: Registry) -> None:
+    """Refuse a name the table's impls cannot carry: not a string, or one an installed pack
+    or a pack of ``registry`` already has (its impls would pass as that pack's)."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidArgumentError(
+            f"pack_from_translation_table's first argument names the new pack, a non-empty string such as "
+            f"'mylib', got {type(name).__name__} {name!r}"
+        )
+    taken = {f.name: f"the installed pack {f.name!r} ({f.distribution} {f.version})" for f in discovered()}
+    taken.update({r.name: f"the installed pack {r.name!r} ({r.distribution} {r.version})" for r in registry.packs})
+    taken.update({i.pack: f"pack {i.pack!r} of the registry" for i in registry.impls() if i.pack not in taken})
+    taken[USER_PACK] = "opreg's name for impls registered by hand"
+    if name in taken:
+        free = next(f"{name}_table{n or ''}" for n in range(100) if f"{name}_table{n or ''}" not in taken)
+        raise InvalidArgumentError(
+            f"pack name {name!r} is taken by {taken[name]}: the table's impls would pass as that pack's; "
+            f"pass a name of your own, e.g. pack_from_translation_table({free!r}, table)"
+        )

@@ -61,6 +61,17 @@ class SaveError(ExportError, OSError):
     Nothing at the target path has changed."""
 
 
+class InterruptedAfterSave(KeyboardInterrupt):
+    """An interrupt (Ctrl-C, SIGTERM) arrived once a save had switched to the new model: the
+    save finished (``path`` holds the new model and its data, the replaced data file is gone),
+    and the interrupt goes on as a ``KeyboardInterrupt``. Before the switch a save raises a
+    plain ``KeyboardInterrupt`` and the old model stays."""
+
+    def __init__(self, path: object) -> None:
+        super().__init__(f"interrupted after the save: {path} holds the new model")
+        self.path = path
+
+
 class UnsupportedOpsError(ExportError):
     """Ops in the model have no impl for the target; raised before any translation.
 

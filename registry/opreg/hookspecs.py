@@ -11,8 +11,8 @@ opreg calls each pack's hooks one pack at a time, so a pack that raises is
 reported and left out without touching the others. The registration hooks
 (``opreg_targets``, ``opreg_schemas``, ``opreg_register_ops``) run when a
 registry is first built; the others when their moment comes (a session, a
-verification, an export, an export with ``embed_functions=True``, the
-conformance kit). Never at import.
+verification, a capture, an export, an export with ``embed_functions=True``,
+the conformance kit). Never at import.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from opreg.pluginapi import HookError, ModelSample, Sample
+from opreg.pluginapi import CapturePatch, HookError, ModelSample, Sample
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -201,6 +201,53 @@ def opreg_rewrite_samples() -> Mapping[str, Sequence[ModelSample]]:
     """
 
 
+@hookspec
+def opreg_capture_patches() -> Sequence[CapturePatch]:
+    """Offer export-friendly replacements for library code that ``torch.export`` cannot capture.
+
+    The pluggable form of optimum's model patchers: a library function that
+    branches on a data-dependent size, calls ``len()`` on a tensor of
+    data-dependent length or loops over detections gets an equivalent that
+    captures, installed only while opreg captures a model that uses it.
+
+    :return: :class:`opreg.CapturePatch` objects, each naming what it patches
+        (``module``, ``function``), the library ``versions`` it was written for
+        and its ``replacement`` (or a ``context`` that installs it), with a
+        ``name`` unique within the pack (users turn one off as ``pack:name``).
+        opreg installs a patch for a capture when its library is installed at a
+        version it admits, the patched module is imported and the model holds a
+        submodule from its ``used_by`` prefixes; it reverts the patch afterwards,
+        also on error, and records the patches the capture called in the model's
+        ``opreg.capture_patches`` metadata. A patch that raises (installing,
+        during the capture, reverting) is reported against the pack and the
+        capture runs again without it; a hook that raises or returns something
+        else costs the pack its patches, not the export.
+
+    Called once per export of a ``torch.nn.Module`` (not for an
+    ``ExportedProgram``, which is already captured), unless the user turned
+    patches off (``opreg.export(..., patches=False)``, ``--no-patches``); also
+    by ``opreg explain`` and the conformance kit. Import the patched library
+    inside the replacements, not at module level.
+    """
+
+
+@hookspec
+def opreg_capture_samples() -> Mapping[str, Sequence[ModelSample]]:
+    """Provide models whose eager run goes through this pack's capture patches, for the conformance kit.
+
+    :return: ``{patch_name: [opreg.testing.ModelSample, ...]}``: for each patch
+        :func:`opreg_capture_patches` offers, models that call the patched code,
+        on inputs covering its edge cases (e.g. images giving no, one and many
+        detections). ``opreg.testing.check_pack`` runs each model in eager mode
+        without the patch and with it installed: the patch must be called and
+        every output must match (within the sample's ``rtol``/``atol``). A patch
+        without samples fails ``PackCheck.assert_ok()``.
+
+    Called only by the kit (``opreg pack-check``, the ``opreg`` pytest
+    plugin), never on export.
+    """
+
+
 # -- the contract of each hook: when it is called, and how its result is checked -----------------
 #
 # Every hook result goes through its contract's ``check`` wherever it is called: by the loader
@@ -213,6 +260,7 @@ REFERENCE = "when a model is run or verified with onnx.reference"
 EMBED = "when a model is exported with embed_functions=True"
 EXPORT = "once per export, after translation (unless rewrite=False)"
 KIT = "only by the conformance kit, never on export"
+CAPTURE = "once per export of a torch.nn.Module, before the capture (unless patches=False)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -384,6 +432,29 @@ def _check_rewrite_samples(result: Any) -> Checked:
     return _check_keyed(result, _rule_name, ModelSample, "rule_name", "ModelSample.of(module, *args)")
 
 
+def _check_capture_patches(result: Any) -> Checked:
+    patches, problems, names = [], [], set()
+    for item in _items(result, "opreg.CapturePatch"):
+        if not isinstance(item, CapturePatch):
+            problems.append(f"{item!r} is not an opreg.CapturePatch")
+        elif item.name in names:
+            problems.append(f"two patches are named {item.name!r}: names must be unique in a pack")
+        else:
+            names.add(item.name)
+            patches.append(item)
+    return Checked(patches, tuple(problems))
+
+
+def _check_capture_samples(result: Any) -> Checked:
+    return _check_keyed(result, _patch_name, ModelSample, "patch_name", "ModelSample.of(module, *args)")
+
+
+def _patch_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError("it is not a patch name")
+    return name
+
+
 def _check_rewrite_rules(result: Any) -> Checked:
     try:
         return Checked(rewrites_of(result))
@@ -403,6 +474,8 @@ CONTRACTS: dict[str, Contract] = {
         Contract("opreg_samples", KIT, _check_samples),
         Contract("opreg_rewrite_rules", EXPORT, _check_rewrite_rules),
         Contract("opreg_rewrite_samples", KIT, _check_rewrite_samples),
+        Contract("opreg_capture_patches", CAPTURE, _check_capture_patches),
+        Contract("opreg_capture_samples", KIT, _check_capture_samples),
     )
 }
 """Every hook's :class:`Contract`, by name: the one place that says when opreg calls it and how its

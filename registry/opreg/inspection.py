@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from opreg.errors import OpregError
+from opreg.patching import METADATA_KEY as PATCHES_KEY
+from opreg.patching import read_metadata
 from opreg.targets import domain_label
 
 PACK_KEY = "opreg.pack"
@@ -31,6 +36,9 @@ def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise InspectionError(f"{path} is a directory; give the .onnx file in it")
     if not path.exists():
         raise InspectionError(f"no such file: {path}")
+    kind = _special_kind(path)
+    if kind:  # never opened: a FIFO would block, /dev/zero never ends
+        raise InspectionError(f"{path} is {kind}, not a regular file: give an .onnx file")
     size = path.stat().st_size
     if size == 0:
         raise InspectionError(f"{path} is empty (0 bytes): not an ONNX model")
@@ -40,41 +48,134 @@ def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise InspectionError(
             f"{path} is not a readable ONNX model (truncated or not ONNX): {type(e).__name__}: {e}"
         ) from e
-    problems = _data_problems(proto, path.parent)
+    problems = _type_problems(proto)  # (these make the proto readable for the summary)
+    problems += _data_problems(proto, path.parent)
     problems += _opset_problems(proto)
     if not problems:
         problems += _checker_problems(path)
-    model = ir.serde.deserialize_model(proto)
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as e:
+        cause = e.__cause__ or e
+        raise InspectionError(f"{path} cannot be read as an ONNX model: {type(cause).__name__}: {cause}") from e
     report = summarize(model, path)
     report["problems"] = problems
     report["usable"] = not problems
     return report
 
 
-def _data_problems(proto: Any, folder: Path) -> list[str]:
-    """Every external data file the model names must exist and hold the bytes it points at."""
+def _special_kind(path: Path) -> str | None:
+    """What ``path`` is when it is not a regular file (``None`` when it is one)."""
+    mode = path.stat().st_mode
+    kinds = {
+        stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device", stat.S_ISFIFO: "a FIFO (named pipe)",
+        stat.S_ISSOCK: "a socket", stat.S_ISDIR: "a directory",
+    }  # fmt: skip
+    return next((kind for test, kind in kinds.items() if test(mode)), None)
+
+
+def _type_problems(proto: Any) -> list[str]:
+    """Tensors and values of a data type no ONNX version defines; each is set to UNDEFINED in
+    ``proto`` so the rest of the model can still be summarised."""
     import onnx
 
     from opreg.exporter._save import iter_tensors
 
+    known = set(onnx.TensorProto.DataType.values())
+    problems = []
+    for tensor in iter_tensors(proto.graph):
+        if tensor.data_type not in known:
+            problems.append(f"tensor {tensor.name!r} has data type {tensor.data_type}, which no ONNX version defines")
+            tensor.data_type = onnx.TensorProto.UNDEFINED
+    for info in _value_infos(proto.graph):
+        tensor_type = info.type.tensor_type if info.type.HasField("tensor_type") else None
+        if tensor_type is not None and tensor_type.elem_type not in known:
+            problems.append(f"value {info.name!r} has data type {tensor_type.elem_type}, which no ONNX version defines")
+            tensor_type.elem_type = onnx.TensorProto.UNDEFINED
+    return problems
+
+
+def _value_infos(graph: Any) -> Iterator[Any]:
+    """Every value info of ``graph``: inputs, outputs and value_info, subgraphs included."""
+    yield from graph.input
+    yield from graph.output
+    yield from graph.value_info
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _value_infos(attr.g)
+            for sub in attr.graphs:
+                yield from _value_infos(sub)
+
+
+def _data_problems(proto: Any, folder: Path) -> list[str]:
+    """Every external data file the model names must lie in its folder, be a regular file and
+    hold the bytes it points at. An entry with a bad offset or length is dropped from ``proto``
+    (after its problem is noted) so the rest can still be summarised."""
+    import onnx
+
+    from opreg.exporter._save import iter_tensors
+
+    problems = []
     needed: dict[str, int] = collections.defaultdict(int)
     for tensor in iter_tensors(proto.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
-        end = int(info.get("offset", 0) or 0) + int(info.get("length", 0) or 0)
-        needed[location] = max(needed[location], end)
-    problems = []
+        numbers = {}
+        for key in ("offset", "length"):
+            text = info.get(key, "0") or "0"
+            if not text.isdigit():
+                problems.append(
+                    f"tensor {tensor.name!r} has external data {key} {text!r}: it must be a whole number >= 0"
+                )
+                _drop_entry(tensor, key)
+            numbers[key] = int(text) if text.isdigit() else 0
+        outside = _outside(location, folder)
+        if outside:
+            problems.append(f"external data location {location!r} of tensor {tensor.name!r} {outside}")
+            continue
+        needed[location] = max(needed[location], numbers["offset"] + numbers["length"])
     for location, end in sorted(needed.items()):
         data = folder / location
-        if not data.is_file():
+        kind = _special_kind(data) if data.exists() else None
+        if not data.exists():
             problems.append(f"external data file {location} is missing (expected beside the model in {folder})")
+        elif kind:
+            problems.append(f"external data file {location} is {kind}, not a regular file")
         elif data.stat().st_size < end:
             problems.append(
                 f"external data file {location} is truncated: {data.stat().st_size:,} bytes, the weights need {end:,}"
             )
     return problems
+
+
+def _drop_entry(tensor: Any, key: str) -> None:
+    kept = [(e.key, e.value) for e in tensor.external_data if e.key != key]
+    del tensor.external_data[:]
+    for k, v in kept:
+        tensor.external_data.add(key=k, value=v)
+
+
+def _outside(location: str, folder: Path) -> str | None:
+    """Why an external data ``location`` is not a file in ``folder`` (``None`` when it is):
+    runtimes refuse absolute paths, ``..`` and links that leave the model's folder."""
+    if not location:
+        return "is empty: it names no file"
+    relative = Path(location)
+    if relative.is_absolute():
+        return "is an absolute path: runtimes read external data only from the model's folder"
+    if ".." in relative.parts:
+        return "goes up with '..': runtimes read external data only from the model's folder"
+    try:
+        real = (folder / relative).resolve()
+        inside = real.is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        return "is a symbolic link that cannot be followed"
+    if not inside:
+        return f"is a link to {real}, outside the model's folder: runtimes read external data only from the folder"
+    return None
 
 
 def _opset_problems(proto: Any) -> list[str]:
@@ -174,7 +275,8 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
         tensor = value.const_value
         if tensor is None:
             continue
-        total += tensor.nbytes
+        with contextlib.suppress(TypeError, ValueError):  # an unknown data type (a problem already listed)
+            total += tensor.nbytes
         external = external or isinstance(tensor, ir.ExternalTensor)
     return {
         "file": str(path) if path is not None else None,
@@ -193,6 +295,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
         "subgraphs": _subgraphs(model),
         "initializers": {"count": len(model.graph.initializers), "bytes": total, "external": external},
         "metadata": dict(model.metadata_props),
+        "capture_patches": read_metadata(model.metadata_props.get(PATCHES_KEY)),
         "provenance": {
             "packs": dict(sorted(by_pack.items())),
             "torch_ops": [

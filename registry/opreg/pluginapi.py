@@ -1,24 +1,31 @@
 """The plugin API's value types, on the ground floor: what hooks return and what reports say.
 
 A pack builds :class:`Sample` s and :class:`ModelSample` s in its
-``opreg_samples`` and ``opreg_rewrite_samples`` hooks; opreg describes what
+``opreg_samples``, ``opreg_rewrite_samples`` and ``opreg_capture_samples``
+hooks, and :class:`CapturePatch` es in ``opreg_capture_patches``; opreg
+reports what a capture did with each patch in a :class:`PatchOutcome`, and
+describes what
 happened to a pack with a :class:`PackReport` (its impls refused with a
 :class:`Rejection`) and a hook that broke its contract with a
 :class:`HookError`. These are plain values: this module imports nothing but
-the standard library and :mod:`opreg.errors` (torch only inside the methods
-that need it), so the hookspecs, the registry, the loader, the exporter and the
+the standard library and :mod:`opreg.errors` (torch and packaging only inside
+the functions that need them), so the hookspecs, the registry, the loader, the exporter and the
 conformance kit all import them from here without importing each other. They
 are re-exported where they used to live (``opreg.testing``, ``opreg``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import importlib.metadata
+import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from opreg.errors import PluginError
+from opreg.errors import InvalidArgumentError, PluginError
 
 # -- what a pack's hooks hand over --------------------------------------------------------------
 
@@ -216,7 +223,152 @@ class HookError(PluginError):
         return (type(self), (self.pack, self.hook, self.problem))
 
 
+# -- capture patches: what opreg_capture_patches hands over, and what happened to each -------------------
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class CapturePatch:
+    """One export-friendly replacement a pack offers for capture (``opreg_capture_patches``).
+
+    Fields:
+        name: unique within the pack; users name it ``pack:name`` (``torchvision:batched_nms``).
+        module: the module that holds what is patched (``"torchvision.ops.boxes"``).
+        function: its attribute path in ``module``: a function (``"batched_nms"``) or a
+            method (``"BoxCoder.decode"``).
+        versions: the library versions it was written for, as a requirement on a distribution
+            (``"torchvision>=0.17,<0.29"``); elsewhere it is not installed (``incompatible``).
+        replacement: the function installed in place of ``module.function`` while capturing; it
+            takes the same arguments and must give the same results in eager mode (the
+            conformance kit compares). A module-level function is also replaced in every
+            loaded module that imported it by name.
+        wraps_original: ``replacement`` receives the original function as its first argument
+            (before ``self`` for a method), e.g. to fall back to it.
+        context: instead of ``replacement``, a callable returning a context manager that
+            installs the patch itself on entry and reverts it on exit (for what is not an
+            attribute, such as a fake kernel registered with ``torch.library``).
+        used_by: module prefixes: the patch is installed for models holding a submodule whose
+            class is defined under one of them (default: ``module``'s top-level package), and for
+            models whose ``forward`` names the patched function.
+        reason: one line: what in the original fights ``torch.export`` and what the patch does
+            instead (shown by ``opreg explain``).
+    """
+
+    name: str
+    module: str
+    function: str
+    versions: str
+    replacement: Callable[..., Any] | None = None
+    wraps_original: bool = False
+    context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
+    used_by: tuple[str, ...] = ()
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"CapturePatch {self.name!r}"
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise InvalidArgumentError(f"{where}: name must be an identifier-like string (no ':'), got {self.name!r}")
+        for field in ("module", "function"):
+            value = getattr(self, field)
+            if not isinstance(value, str) or not _DOTTED.match(value):
+                raise InvalidArgumentError(f"{where}: {field} must be a dotted name, got {value!r}")
+        if (self.replacement is None) == (self.context is None):
+            raise InvalidArgumentError(f"{where}: give exactly one of replacement= and context=")
+        for field in ("replacement", "context"):
+            value = getattr(self, field)
+            if value is not None and not callable(value):
+                raise InvalidArgumentError(f"{where}: {field} must be callable, got {type(value).__name__}")
+        if isinstance(self.used_by, str) or not all(isinstance(p, str) and p for p in self.used_by):
+            raise InvalidArgumentError(f"{where}: used_by must be a tuple of module prefixes, got {self.used_by!r}")
+        requirement(self)  # a versions string packaging cannot read is the pack's mistake: say so now
+
+    @property
+    def target(self) -> str:
+        """What it patches, as one dotted path (``torchvision.ops.boxes.batched_nms``)."""
+        return f"{self.module}.{self.function}"
+
+    @property
+    def scope(self) -> tuple[str, ...]:
+        """The module prefixes whose classes make a model use the patched code."""
+        return self.used_by or (self.module.split(".", 1)[0],)
+
+
+def requirement(patch: CapturePatch) -> Any:
+    """``patch.versions`` as a ``packaging.requirements.Requirement``."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return Requirement(patch.versions)
+    except (InvalidRequirement, TypeError) as e:
+        raise InvalidArgumentError(
+            f"CapturePatch {patch.name!r}: versions must name the distribution it patches and the versions it "
+            f"was written for, e.g. 'torchvision>=0.17,<0.29'; got {patch.versions!r} ({e})"
+        ) from e
+
+
+def installed_version(patch: CapturePatch) -> tuple[str | None, bool]:
+    """``(installed version or None, whether ``patch.versions`` admits it)``."""
+    from packaging.version import InvalidVersion, Version
+
+    wanted = requirement(patch)
+    try:
+        version = importlib.metadata.version(wanted.name)
+    except importlib.metadata.PackageNotFoundError:
+        return None, False
+    try:
+        public = Version(version).public
+    except InvalidVersion:
+        return version, False
+    return version, wanted.specifier.contains(public, prereleases=True)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PatchOutcome:
+    """What happened to one offered patch in one capture.
+
+    Fields:
+        pack: the pack that offers it.
+        name: the patch's name (``label`` is ``pack:name``).
+        target: what it patches (``module.function``).
+        versions: the library versions it was written for.
+        status: one of :data:`STATUSES`.
+        detail: why (the error of a failed patch, the version found, ...).
+        installed: the installed version of the patched library (``""`` if unknown).
+        calls: how often the capture called it (``None`` for a ``context`` patch).
+    """
+
+    pack: str
+    name: str
+    target: str
+    versions: str
+    status: str
+    detail: str = ""
+    installed: str = ""
+    calls: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.pack}:{self.name}"
+
+    def record(self) -> dict[str, Any]:
+        """The entry of an applied patch in the model's :data:`METADATA_KEY` metadata."""
+        entry: dict[str, Any] = {"patch": self.label, "patches": self.target, "versions": self.versions}
+        entry["installed"] = self.installed
+        if self.calls is not None:
+            entry["calls"] = self.calls
+        return entry
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.target}): {self.status}" + (f": {self.detail}" if self.detail else "")
+
+
 __all__ = [
+    "CapturePatch",
+    "PatchOutcome",
+    "installed_version",
+    "requirement",
     "DISABLED",
     "FAILED",
     "INCOMPATIBLE",

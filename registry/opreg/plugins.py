@@ -13,6 +13,7 @@ has not settled with ``prefer=``, into a :class:`PluginError`.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.metadata
 import logging
 import os
@@ -504,11 +505,32 @@ def build_registry(
     reports = [dataclasses.replace(r, hooks=_hooks_of(pm, loaded_plugins.get(r.name))) for r in reports]
     packs = PackSet(tuple(reports), pm, loaded_plugins, contracts=hookspecs.CONTRACTS, strict=strict)
     known = {(i.op, i.pack) for i in impls}
+    _check_preferences(preferences, impls, set(loaded_plugins))
     settled = {op: pack for op, pack in preferences.items() if (op, pack) in known}
     registry = Registry.build(impls, profiles=profiles, unsupported=unsupported, preferences=settled, packs=packs)
     if strict:
         _refuse_problems(reports, impls, preferences)
     return registry
+
+
+def _check_preferences(preferences: Mapping[OpName, str], impls: Iterable[Impl], loaded: set[str]) -> None:
+    """Refuse a preference for a loaded pack that has no impl of the op (a misspelled op, or
+    the wrong pack): it would settle nothing. One for a pack that did not load is left to
+    that pack's report."""
+    packs_of: dict[OpName, set[str]] = {}
+    for impl in impls:
+        packs_of.setdefault(impl.op, set()).add(impl.pack)
+    for op, pack in preferences.items():
+        if pack not in loaded or pack in packs_of.get(op, ()):
+            continue
+        have = packs_of.get(op)
+        if have:
+            hint = f"packs with an impl of it: {', '.join(sorted(have))}"
+        else:
+            names = [str(o) for o, p in packs_of.items() if pack in p]
+            close = difflib.get_close_matches(str(op), names, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else f"no pack has an impl of {op}"
+        raise InvalidArgumentError(f"cannot prefer pack {pack!r} for {op}: it has no impl of it ({hint})")
 
 
 def _hooks_of(pm: pluggy.PluginManager, plugin: Any) -> tuple[str, ...]:

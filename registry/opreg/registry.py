@@ -26,10 +26,16 @@ import dataclasses
 import difflib
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opreg import _inspect
-from opreg.errors import FrozenRegistryError, InvalidTargetError, NoImplementationError, RegistrationError
+from opreg.errors import (
+    FrozenRegistryError,
+    InvalidArgumentError,
+    InvalidTargetError,
+    NoImplementationError,
+    RegistrationError,
+)
 from opreg.marks import marked
 from opreg.opname import OpName
 from opreg.packset import PackSet
@@ -45,6 +51,9 @@ from opreg.targets import (
     onnx_opset_range,
 )
 from opreg.values import has_complex
+
+if TYPE_CHECKING:
+    from opreg.pluginapi import CapturePatch
 
 logger = logging.getLogger(__name__)
 
@@ -240,8 +249,8 @@ class Registry:
     :func:`opreg.default_registry` gives the registry built from the installed
     packs (:meth:`build`): shared and frozen, a value. :meth:`copy` it to
     extend it, or start from ``Registry()``; :meth:`register`,
-    :meth:`add_profile`, :meth:`mark_unsupported` and :meth:`prefer` change an
-    unfrozen registry.
+    :meth:`add_profile`, :meth:`mark_unsupported`, :meth:`prefer` and
+    :meth:`add_capture_patch` change an unfrozen registry.
 
     Attributes:
         packs: the :class:`opreg.PackSet` it was built from: each discovered
@@ -259,6 +268,7 @@ class Registry:
         self._frozen = False
         self._ordered: dict[tuple[OpName, Target], tuple[Impl, ...]] = {}
         self._targets: dict[Any, Target] = {}
+        self._patches: dict[str, CapturePatch] = {}
         self.packs: PackSet = PackSet()
 
     @classmethod
@@ -354,8 +364,10 @@ class Registry:
 
     def prefer(self, op: Any, pack: str) -> None:
         """Resolve ties of ``op`` in favour of ``pack``'s impl (by default the core pack
-        wins a tie, then the pack whose name sorts first). Only ties are affected:
-        overrides, priority and opset requirements still rank first."""
+        wins a tie, then the pack whose name sorts first): among impls of equal override,
+        priority and opset requirement, ``pack``'s come first, also before another pack's
+        conditional impl (one with a predicate). Overrides, priority and opset
+        requirements still rank first."""
         self._check_mutable()
         op = OpName.of(op)
         packs = {i.pack for i in self._impls.get(op, ())}
@@ -364,6 +376,25 @@ class Registry:
             raise NoImplementationError(f"cannot prefer pack {pack!r} for {op}: it has no impl of it (packs: {have})")
         self._preferred[op] = pack
         self._ordered.clear()
+
+    def add_capture_patch(self, patch: CapturePatch) -> CapturePatch:
+        """Add a capture patch of your own (``user:name``), installed for the captures this registry exports
+        as the packs' ``opreg_capture_patches`` are (see :mod:`opreg.patching`). A name already added is an
+        :class:`InvalidArgumentError`."""
+        from opreg.pluginapi import CapturePatch
+
+        self._check_mutable()
+        if not isinstance(patch, CapturePatch):
+            raise InvalidArgumentError(f"add_capture_patch takes an opreg.CapturePatch, got {type(patch).__name__}")
+        if patch.name in self._patches:
+            raise InvalidArgumentError(f"a capture patch named {patch.name!r} was already added: choose another name")
+        self._patches[patch.name] = patch
+        return patch
+
+    def capture_patches(self) -> tuple[tuple[str, CapturePatch], ...]:
+        """``(USER_PACK, patch)`` for each capture patch added with :meth:`add_capture_patch`, in order
+        (the packs' come from their hook)."""
+        return tuple((USER_PACK, patch) for patch in self._patches.values())
 
     def _store(self, impl: Impl) -> Impl:
         self._impls.setdefault(impl.op, []).append(impl)
@@ -394,6 +425,7 @@ class Registry:
         new._order = dict(self._order)
         new._unsupported = dict(self._unsupported)
         new._preferred = dict(self._preferred)
+        new._patches = dict(self._patches)
         new.packs = self.packs
         return new
 
@@ -478,8 +510,16 @@ class Registry:
     # -- resolving ------------------------------------------------------------
 
     def _key(self, op: OpName) -> Callable[[Impl], tuple]:
+        # the preferred pack goes first among impls of equal override, priority and requirement,
+        # before the rank's last item (a conditional impl before an unconditional one)
         preferred = self._preferred.get(op)
-        return lambda impl: (*impl.rank(), impl.pack != preferred, *impl.tie_break(), self._order.get(impl, 0))
+        return lambda impl: (
+            *impl.rank()[:-1],
+            impl.pack != preferred,
+            impl.rank()[-1],
+            *impl.tie_break(),
+            self._order.get(impl, 0),
+        )
 
     def candidates(self, op: Any, target: TargetLike = "onnx") -> tuple[Impl, ...]:
         """Impls of ``op`` that ``target`` can use, best first (predicates not evaluated)."""

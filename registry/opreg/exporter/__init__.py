@@ -16,12 +16,14 @@ import torch
 
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError
 from opreg.exporter import _capture, _decompose, _finish, _plan, _translate
+from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
+from opreg.patching import PatchedCapture
 from opreg.plugins import default_registry
 from opreg.registry import Registry
-from opreg.targets import Target, TargetLike
+from opreg.targets import TargetLike
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +34,12 @@ __all__ = [
     "PROVENANCE_KEYS",
     "SKIPPED_OPS",
     "STAGES",
+    "Divergence",
+    "Location",
     "MissingOp",
     "OnnxProgram",
     "OutputCheck",
+    "Step",
     "Verification",
     "export",
     "plan_export",
@@ -54,13 +59,13 @@ def _registry(registry: Registry | None, plugins: Iterable[str] | None, exclude:
     return default_registry(plugins=plugins, exclude=exclude)
 
 
-def _prepare(
-    model: Any, args: Any, kwargs: Any, target: TargetLike, dynamic_shapes: Any, registry: Registry
-) -> tuple[torch.export.ExportedProgram, torch.export.ExportedProgram, Target]:
-    """Capture and decompose: the captured and the decomposed programs, and the target."""
-    resolved = registry.target(target)
-    captured = _capture.capture(model, args, kwargs, dynamic_shapes)
-    return captured, _decompose.decompose(captured, registry, resolved), resolved
+def _patches(model: Any, registry: Registry, patches: bool, exclude: Iterable[str]) -> PatchedCapture | None:
+    """The capture patches for ``model`` (``None`` for an ``ExportedProgram``: it is already captured)."""
+    if isinstance(exclude, str):
+        raise InvalidArgumentError(f"exclude_patches= takes a list of patch names, got the string {exclude!r}")
+    if isinstance(model, torch.export.ExportedProgram):
+        return None
+    return PatchedCapture.of(registry, enabled=patches, exclude=exclude)
 
 
 def plan_export(
@@ -73,12 +78,18 @@ def plan_export(
     plugins: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
     registry: Registry | None = None,
+    patches: bool = True,
+    exclude_patches: Iterable[str] = (),
 ) -> list[MissingOp]:
-    """Capture and decompose ``model`` and return every op no impl covers at ``target``,
-    in the main graph and in every subgraph (``[]`` when the model can be exported).
-    What ``opreg check`` prints."""
+    """Capture (with the packs' capture patches, as :func:`export` does) and decompose ``model``
+    and return every op no impl covers at ``target``, in the main graph and in every subgraph
+    (``[]`` when the model can be exported). What ``opreg check`` prints."""
+    args = _check_inputs(model, args, kwargs)
     reg = _registry(registry, plugins, exclude)
-    _, program, resolved = _prepare(model, _as_tuple(args), kwargs, target, dynamic_shapes, reg)
+    resolved = reg.target(target)
+    patched = _patches(model, reg, patches, exclude_patches)
+    captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
+    program = _decompose.decompose(captured, reg, resolved)
     try:
         _plan.plan(program.graph, reg, resolved)
     except UnsupportedOpsError as e:
@@ -103,6 +114,8 @@ def export(
     rewrite: bool = True,
     seed: int | None = None,
     passes: Iterable[Any] = (),
+    patches: bool = True,
+    exclude_patches: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
@@ -153,20 +166,39 @@ def export(
             the same way (e.g. ``opreg_ort_contrib.MatMulNBitsQuantization(bits=4)``,
             which quantizes the float weights of linear layers). They run even with
             ``rewrite=False``.
+        patches: install the packs' capture patches (``opreg_capture_patches``)
+            that apply to ``model`` while capturing it (default); ``False``
+            captures the model's own code. What happened to each patch is in
+            the result's ``capture_patches``; the applied ones are also in the
+            model's ``opreg.capture_patches`` metadata.
+        exclude_patches: names of patches to leave out (``"pack:name"``, a
+            patch's name, or what it patches, ``"module.function"``).
         progress: called with each stage's name (:data:`STAGES`) as it starts.
 
+    Threads: ``export`` may be called from several threads at once. torch.export's
+    tracing state is global, so capture and decomposition run one model at a time
+    (a process-wide lock); translation and the later stages run in parallel. Code of
+    your own that calls ``torch.export`` in another thread at the same time is not
+    covered by that lock.
+
     Raises:
+        InvalidArgumentError: an argument of the wrong type (``args`` not a
+            tuple, ``kwargs`` not a dict, ``seed`` not an int, ...), before
+            anything is captured.
         UnsupportedOpsError: some ops have no impl for the target; lists all.
         OpsetConflictError: impls need incompatible versions of one domain.
         ExportError: capture, translation or validation failed.
     """
+    args = _check_inputs(model, args, kwargs)
+    _check_options(inline=inline, seed=seed, embed_functions=embed_functions, optimize=optimize,
+                   fold_weights=fold_weights, rewrite=rewrite)  # fmt: skip
     reg = _registry(registry, plugins, exclude)
     extra = _finish.export_passes(passes)
     tick = _Ticker(progress)
-    args = _as_tuple(args)
     tick("capture")
     resolved = reg.target(target)
-    captured = _capture.capture(model, args, kwargs, dynamic_shapes)
+    patched = _patches(model, reg, patches, exclude_patches)
+    captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
     tick("decompose")
     program = _decompose.decompose(captured, reg, resolved)
     tick("coverage")
@@ -184,13 +216,70 @@ def export(
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
         optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed, passes=extra,
         dim_bounds=_capture.dim_bounds(program, symbols),
+        capture_patches=patched.outcomes if patched is not None else (),
     )  # fmt: skip
     tick.done()
+    result.exporter = export
     return result
 
 
-def _as_tuple(args: Any) -> tuple:
-    return args if isinstance(args, tuple) else (args,)
+def _check_inputs(model: Any, args: Any, kwargs: Any) -> tuple:
+    """Refuse a model, ``args`` or ``kwargs`` torch.export would refuse later in its own words;
+    returns ``args`` as a tuple (a lone tensor is one positional input)."""
+    if not isinstance(model, (torch.nn.Module, torch.export.ExportedProgram)):
+        hint = (
+            ": wrap it in a torch.nn.Module whose forward calls it"
+            if callable(model) and not isinstance(model, type)
+            else (": pass an instance, e.g. Model()" if isinstance(model, type) else "")
+        )
+        raise InvalidArgumentError(
+            f"the model to export is a torch.nn.Module or a torch.export.ExportedProgram, got {_describe(model)}{hint}"
+        )
+    if isinstance(args, torch.Tensor):
+        args = (args,)
+    elif args is None:
+        args = ()
+    elif isinstance(args, list):
+        raise InvalidArgumentError(
+            f"args= takes a tuple of the model's positional inputs, got a list of {len(args)}: write tuple(args) "
+            "for that many inputs, or (args,) if the model takes one list"
+        )
+    elif isinstance(args, Mapping):
+        raise InvalidArgumentError(
+            "args= takes a tuple of the model's positional inputs, got a dict: pass keyword inputs as kwargs="
+        )
+    elif not isinstance(args, tuple):
+        raise InvalidArgumentError(
+            f"args= takes a tuple of the model's positional inputs, got {_describe(args)}: write (value,) for one"
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise InvalidArgumentError(
+            f"kwargs= takes a dict of the model's keyword inputs ({{'name': tensor}}), got {_describe(kwargs)}"
+        )
+    if kwargs is not None and any(not isinstance(k, str) for k in kwargs):
+        raise InvalidArgumentError(f"kwargs= keys are forward's parameter names (strings), got {list(kwargs)!r}")
+    return args
+
+
+def _check_options(*, inline: Any, seed: Any, **flags: Any) -> None:
+    """Refuse options of the wrong type before the export starts (not after it, or never)."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise InvalidArgumentError(f"{name}= takes True or False, got {_describe(value)}")
+    if not isinstance(inline, (bool, int)) or (not isinstance(inline, bool) and inline < 0):
+        raise InvalidArgumentError(
+            f"inline= takes True, False or a node count N >= 0 (inline functions of at most N nodes), "
+            f"got {_describe(inline)}"
+        )
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise InvalidArgumentError(f"seed= takes an int (or None for unseeded random nodes), got {_describe(seed)}")
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "None"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 class _Ticker:

@@ -1,8 +1,17 @@
-"""Capture: ``torch.export`` of the user's module, and the names of its symbolic dimensions."""
+"""Capture: ``torch.export`` of the user's module, and the names of its symbolic dimensions.
+
+``torch.export`` keeps its tracing state in globals (the proxy dispatch mode's slot, the
+module-hierarchy and patcher globals of non-strict export): two captures in two threads at
+once fail with assertions about that state (measured: 18 of 24 exports from 8 threads;
+plain ``torch.export.export`` fails the same way). So opreg captures, and retraces to
+decompose, one model at a time per process (:data:`TRACING_LOCK`); translation and
+everything after it run in parallel.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -10,9 +19,14 @@ import torch
 
 from opreg.errors import ExportError
 from opreg.exporter import _pytrees
+from opreg.patching import FAILED, PatchedCapture
 
 RETRIES = 4
 """How many classes a capture may register as pytree nodes (each costs a capture again)."""
+
+TRACING_LOCK = threading.RLock()
+"""Held while torch traces a model (capture, decomposition): torch's tracing state is global.
+``torch.export`` called by other code at the same time does not take it."""
 
 
 def capture(
@@ -20,10 +34,13 @@ def capture(
     args: tuple,
     kwargs: Mapping[str, Any] | None,
     dynamic_shapes: Any,
+    patches: PatchedCapture | None = None,
 ) -> torch.export.ExportedProgram:
     """``torch.export.export`` in non-strict mode, with errors that say what failed.
 
-    An ``ExportedProgram`` is taken as already captured."""
+    An ``ExportedProgram`` is taken as already captured. ``patches``: the packs'
+    capture patches, installed around the capture where they apply to ``model``
+    (what happened to each is left in ``patches.outcomes``)."""
     if isinstance(model, torch.export.ExportedProgram):
         return model
     if not isinstance(model, torch.nn.Module):
@@ -33,20 +50,31 @@ def capture(
     if not isinstance(args, tuple):
         args = (args,)
     check_dynamic_shapes(model, args, kwargs, dynamic_shapes)
-    _pytrees.register_known_types()
-    for attempt in range(RETRIES + 1):
+
+    def run() -> torch.export.ExportedProgram:
+        _pytrees.register_known_types()
+        for attempt in range(RETRIES + 1):
+            try:
+                with onnx_exporting():
+                    return torch.export.export(
+                        model, args, dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False
+                    )
+            except Exception as e:
+                # a returned object of a class pytree does not know: register it, and capture again
+                if attempt < RETRIES and _pytrees.register_refused_type(e) is not None:
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    with TRACING_LOCK:  # torch's tracing state, pytree's registry and the patched library modules are global
         try:
-            with onnx_exporting():
-                return torch.export.export(model, args, dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False)
+            return run() if patches is None else patches.run(model, run)
         except Exception as e:
-            # a returned object of a class pytree does not know: register it, and capture again
-            if attempt < RETRIES and _pytrees.register_refused_type(e) is not None:
-                continue
-            raise _capture_error(model, e) from e
-    raise AssertionError("unreachable")
+            failed = [str(o) for o in (patches.outcomes if patches is not None else ()) if o.status == FAILED]
+            raise _capture_error(model, e, failed) from e
 
 
-def _capture_error(model: torch.nn.Module, e: Exception) -> ExportError:
+def _capture_error(model: torch.nn.Module, e: Exception, failed_patches: list[str]) -> ExportError:
     hint = ""
     if "Unfamiliar meta val" in str(e):  # torch 2.13: an enum (or other object) argument beside dynamic_shapes
         hint = (
@@ -54,11 +82,13 @@ def _capture_error(model: torch.nn.Module, e: Exception) -> ExportError:
             "is given (it does without dynamic_shapes): fix it in a wrapper module's forward, or pass it as "
             "a bool, int, float or str."
         )
+    if failed_patches:
+        hint += f"\nCapture patches that failed: {'; '.join(failed_patches)}."
     return ExportError(
         f"torch.export could not capture {type(model).__name__}: {first_lines(e)}{hint}\n"
-        "opreg exports what torch.export captures: fix the model or its example inputs (torch's own "
-        "traceback is the chained exception, or `--debug` on the command line; what torch.export "
-        "supports: https://pytorch.org/docs/stable/export.html)."
+        "opreg exports what torch.export captures: fix the model or its example inputs, or install a pack "
+        "whose capture patches make its library capturable (torch's own traceback is the chained exception, "
+        "or `--debug` on the command line; what torch.export supports: https://pytorch.org/docs/stable/export.html)."
     )
 
 

@@ -16,7 +16,7 @@ import torch
 
 from opreg.errors import ExportError
 from opreg.exporter import _nodes
-from opreg.exporter._capture import first_lines
+from opreg.exporter._capture import TRACING_LOCK, first_lines
 from opreg.opname import OpName
 from opreg.registry import Registry
 from opreg.targets import Target
@@ -44,7 +44,7 @@ def decompose(
         return program
     logger.info("running torch's decomposition for: %s", ", ".join(reasons))
     try:
-        with warnings.catch_warnings():
+        with TRACING_LOCK, warnings.catch_warnings():
             # torch deep-copies its own pytree specs here and warns about its own deprecated API
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             decomposed = program.run_decompositions(table)

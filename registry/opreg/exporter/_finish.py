@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,13 +20,14 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import torch
 
-from opreg import hookspecs
+from opreg import hookspecs, patching
 from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
 from opreg.exporter import _capture, _pytrees, _rewrite
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
 from opreg.exporter._rewrite import Rewrite
 from opreg.exporter._translate import Translation
+from opreg.patching import PatchOutcome
 from opreg.registry import Impl, Registry
 from opreg.targets import ONNX_DOMAIN, Target
 from opreg.values import is_complex
@@ -59,10 +61,12 @@ def finish(
     seed: int | None = None,
     passes: Sequence[Rewrite] = (),
     dim_bounds: Mapping[str, Sequence[int]] | None = None,
+    capture_patches: Sequence[PatchOutcome] = (),
 ) -> OnnxProgram:
     """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`
     (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false,
-    then the export's own ``passes``: see :func:`export_passes`)."""
+    then the export's own ``passes``: see :func:`export_passes`; the capture patches that
+    were applied recorded in its metadata)."""
     recorder = translation.recorder
     graph = translation.graph
     out_spec = exported_program.call_spec.out_spec
@@ -99,6 +103,10 @@ def finish(
     )
     fired = model.metadata_props.get(REWRITES_KEY, "")
     packs.update(item.split(":", 1)[0] for item in fired.split(",") if item)
+    applied = patching.metadata(capture_patches)
+    if applied is not None:
+        model.metadata_props[patching.METADATA_KEY] = applied
+        packs.update(o.pack for o in capture_patches if o.status == patching.APPLIED)
     model.metadata_props["opreg.packs"] = ",".join(sorted(packs))
     named = iter(name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value))
     bind_outputs(model.graph, [next(named) for _ in model.graph.outputs], origins)
@@ -120,6 +128,8 @@ def finish(
         in_spec=exported_program.call_spec.in_spec,
         out_spec=out_spec,
         checked=checked,
+        traces=translation.traces,
+        capture_patches=capture_patches,
     )
 
 
@@ -467,8 +477,35 @@ def check(model: ir.Model) -> bool:
     try:
         onnx.checker.check_model(data, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        made = _made_by(model, str(e))
+        if made:
+            raise ExportError(f"the exported model is not valid ONNX: {e}\n{made}") from e
         raise ExportError(
             f"the exported model is not valid ONNX: {e}\nThis is a bug in opreg or in the pack whose impl "
             "made the node named in the message (see the node's opreg.pack metadata); please report it."
         ) from e
     return True
+
+
+_NODE_NAME = re.compile(r"node name: ([^)\s]+)\)")
+
+
+def _made_by(model: ir.Model, message: str) -> str:
+    """Who made the nodes the checker's ``message`` names: their impl (or rewrite rule), torch op and
+    where in the model, from their provenance (``""`` when it names none)."""
+    from opreg.exporter._locate import provenance
+
+    names = set(_NODE_NAME.findall(message))
+    lines = []
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.name not in names:
+            continue
+        props = provenance(node)
+        rule = props.get("rewrite")
+        maker = f"rewrite rule {rule}" if rule else f"impl {props.get('pack', '?')}:{props.get('impl', '?')}"
+        where = " at ".join(p for p in (props.get("module") or "<root>", props.get("source", "")) if p)
+        lines.append(
+            f"node {node.name} was made by {maker} for {props.get('torch_op', '?')} ({where}): fix it there, "
+            "or report it to its pack"
+        )
+    return "\n".join(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import math
 import operator
 import os
 import re
@@ -53,6 +54,10 @@ SYMBOLIC_OPS: dict[Callable[..., Any], tuple[str, ir.DataType | None]] = {
     operator.gt: ("Greater", None),
     operator.ge: ("GreaterOrEqual", None),
     torch.sym_float: ("Identity", ir.DataType.FLOAT),
+    torch.sym_int: ("Identity", ir.DataType.INT64),  # Cast to an integer truncates towards zero, as int() does
+    math.trunc: ("Identity", ir.DataType.INT64),
+    math.floor: ("Floor", ir.DataType.FLOAT),  # the float result is cast to the size's integer type
+    math.ceil: ("Ceil", ir.DataType.FLOAT),
     torch.sym_max: ("Max", None),
     torch.sym_min: ("Min", None),
 }

@@ -8,8 +8,9 @@ import enum
 import inspect
 import logging
 import math
+import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,17 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from opreg.errors import ExportError, InvalidInputError, OpregError, RuntimeUnavailableError, VerificationError
+from opreg.errors import (
+    ExportError,
+    InvalidArgumentError,
+    InvalidInputError,
+    OpregError,
+    RuntimeUnavailableError,
+    VerificationError,
+)
 from opreg.exporter._capture import constant_inputs, symbolic_int_inputs
+from opreg.exporter._locate import Location, Trace
+from opreg.patching import PatchOutcome
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
 from opreg.values import is_complex
@@ -99,6 +109,11 @@ class OnnxProgram:
         target: the :class:`opreg.Target` it was built for.
         exported_program: the ``torch.export.ExportedProgram`` it came from.
         input_names / output_names: ONNX input and output names, in order.
+        exporter: the function that made it (``opreg.export``); :meth:`locate` exports a
+            control-flow body alone with it.
+        capture_patches: what happened to each capture patch the packs offered
+            (:class:`opreg.PatchOutcome`; the applied ones are also in the model's
+            ``opreg.capture_patches`` metadata).
     """
 
     def __init__(
@@ -115,8 +130,11 @@ class OnnxProgram:
         in_spec: Any,
         out_spec: Any,
         checked: bool,
+        traces: Mapping[str, Trace] | None = None,
+        capture_patches: Sequence[PatchOutcome] = (),
     ) -> None:
         self.model = model
+        self.capture_patches = tuple(capture_patches)
         self.target = target
         self.registry = registry
         self.exported_program = exported_program
@@ -130,6 +148,8 @@ class OnnxProgram:
         self._in_spec = in_spec
         self._out_spec = out_spec
         self._checked = checked
+        self._traces = dict(traces or {})
+        self.exporter: Any = None  # opreg.export sets itself here: locate() exports control-flow bodies alone
         self._sessions: dict[str, Any] = {}
         self._choice: str | None = None  # what runtime="auto" runs, once found
 
@@ -153,17 +173,24 @@ class OnnxProgram:
 
         return _runtime.initializer_bytes(self.model)
 
-    def save(self, path: str | os.PathLike[str], external_data: bool | None = None) -> Path:
+    def save(self, path: str | bytes | os.PathLike[str], external_data: bool | None = None) -> Path:
         """Write the model to ``path``; returns the path (a symlink's target, if ``path`` is one).
 
         ``external_data=None`` keeps weights inside the file unless they exceed
         what one protobuf holds (about 2 GB); then, or with ``True``, they go to
         a side file ``<file name>.<token>.data`` that the model names (a new
-        token at each save). The save is atomic for the pair: at every instant
-        ``path`` holds the complete old model with its data, or the complete new
-        one, even if the process is killed; the old data file is removed after
-        the new model is in place. Raises :class:`opreg.SaveError` if the
-        location cannot be written (nothing there is changed).
+        token at each save; tensors of at most 256 bytes stay inside). The save
+        is atomic for the pair: at every instant ``path`` holds the complete old
+        model with its data, or the complete new one, even if the process is
+        killed; the old data file (the one the old model records as opreg's, and
+        only that one) is removed after the new model is in place.
+
+        Raises :class:`opreg.SaveError` for any ``OSError`` (a folder that cannot
+        be written, a name too long, a full disk; nothing there is changed),
+        :class:`opreg.InvalidArgumentError` for a ``path`` that is not one, and,
+        on Ctrl-C or SIGTERM once the new model is in place,
+        :class:`opreg.InterruptedAfterSave` (a ``KeyboardInterrupt``; before that
+        instant a plain one, and the old pair stays).
         """
         from opreg.exporter import _save
 
@@ -300,6 +327,7 @@ class OnnxProgram:
         rtol: float = 1e-4,
         atol: float = 1e-4,
         runtime: str = "auto",
+        locate: bool = False,
         **kwargs: Any,
     ) -> Verification:
         """Run the model and eager PyTorch on the same inputs and compare every output.
@@ -307,10 +335,18 @@ class OnnxProgram:
         Each output must match in shape and dtype and satisfy
         ``|onnx - eager| <= atol + rtol * |eager|`` everywhere. Returns a
         :class:`Verification` (the runtime used, one :class:`OutputCheck` per
-        output); raises :class:`VerificationError` listing the mismatches.
+        output); raises :class:`VerificationError` listing the mismatches. With
+        ``locate=True`` a mismatch is also located (:meth:`locate`, on the same
+        inputs and tolerances): the error's message ends with the report and its
+        ``location`` attribute holds it.
         ``runtime="auto"`` uses ONNX Runtime when it can run every domain in
         the model, else the reference evaluator.
         """
+        for name, value in (("rtol", rtol), ("atol", atol)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+                raise InvalidArgumentError(
+                    f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, got {value!r}"
+                )
         self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
         if runtime == "auto":
             runtime = self.runtime_for()
@@ -335,12 +371,84 @@ class OnnxProgram:
         bad = [c for c in checks if not c.ok]
         if bad:
             lines = "\n".join(f"  {c}" for c in bad)
-            raise VerificationError(
+            location = self.locate(*args, rtol=rtol, atol=atol, runtime=runtime, **kwargs) if locate else None
+            where = f"\nwhere it goes wrong:\n{location}" if location is not None else ""
+            error = VerificationError(
                 f"{len(bad)} of {len(checks)} output(s) differ from eager PyTorch "
-                f"({runtime}, rtol={rtol}, atol={atol}):\n{lines}{self._random_hint()}",
+                f"({runtime}, rtol={rtol}, atol={atol}):\n{lines}{where}{self._random_hint()}",
                 checks,
             )
+            error.location = location
+            raise error
         return Verification(runtime, checks)
+
+    def locate(
+        self, *args: Any, rtol: float = 1e-4, atol: float = 1e-4, runtime: str = "auto", **kwargs: Any
+    ) -> Location:
+        """Compare every intermediate value with eager PyTorch and say where the model goes wrong.
+
+        Runs the exported program's graph once in eager PyTorch, keeping every node's value,
+        and the model once with those values exposed as extra outputs; each node's value is
+        compared in ``|onnx - eager| / (atol + rtol * |eager|)`` terms, and each one out of
+        tolerance is replayed: its torch op on the model's own inputs to it. Returns a
+        :class:`opreg.exporter.Location`: ``verdict`` (``ok``, ``fault`` or ``drift``),
+        ``suspects`` (the impls and rewrite rules that compute another function than
+        torch), ``divergences`` (each with torch op, pack, impl and its ``file:line``,
+        rule, source line and error), ``path`` and ``grew_most`` (where the error grew).
+        """
+        from opreg.exporter import _locate
+
+        leaves = self._flatten_call(args, kwargs)
+        feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
+        if runtime == "auto":
+            runtime = self.runtime_for()
+        if runtime not in (ONNXRUNTIME, REFERENCE):
+            raise OpregError(f"unknown runtime {runtime!r}: use 'onnxruntime', 'reference' or 'auto'")
+        if not self._traces:
+            raise OpregError("this program has no record of what each node became: export it again with opreg.export")
+        return _locate.locate(
+            program=self.exported_program, traces=self._traces, model=self.model, user_leaves=leaves, feeds=feeds,
+            run=self._run_exposed(runtime), runtime=runtime, rtol=rtol, atol=atol, outputs=self._output_nodes(),
+            inside=lambda module, inputs: self._locate_body(module, inputs, runtime, rtol, atol),
+        )  # fmt: skip
+
+    def _locate_body(self, module: torch.fx.GraphModule, inputs: tuple, runtime: str, rtol: float, atol: float):
+        """A control-flow body exported on its own, with this export's registry and target, and located."""
+        if self.exporter is None:
+            raise OpregError("this program does not know the exporter that made it")
+        body = self.exporter(module, inputs, target=self.target, registry=self.registry)
+        return body.locate(*inputs, rtol=rtol, atol=atol, runtime=runtime)
+
+    def _output_nodes(self) -> dict[str, str]:
+        """The FX nodes the model returns (by name) -> the ONNX outputs they became."""
+        from torch.export.graph_signature import OutputKind
+
+        output = next(n for n in self.exported_program.graph.nodes if n.op == "output")
+        results = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+        specs = self.exported_program.graph_signature.output_specs
+        user = [r for r, s in zip(results, specs, strict=True) if s.kind == OutputKind.USER_OUTPUT]
+        return {
+            r.name: slot.name
+            for r, slot in zip(user, self._outputs, strict=True)
+            if isinstance(r, torch.fx.Node) and slot.name is not None
+        }
+
+    def _run_exposed(self, runtime: str) -> Any:
+        """``run(model, names, feeds)``: a copy of the model (with extra outputs) run in ``runtime``."""
+        from opreg.exporter import _runtime
+
+        def run(model: ir.Model, names: list[str], feeds: dict[str, np.ndarray]) -> list[torch.Tensor]:
+            if runtime == ONNXRUNTIME:
+                session = _runtime.onnxruntime_session(model, self.registry.packs)
+                if self._has_bfloat16(feeds) or any(v.dtype == ir.DataType.BFLOAT16 for v in model.graph.outputs):
+                    results = _run_with_ort_values(session, names, feeds)
+                else:
+                    results = session.run(names, feeds)
+            else:
+                results = _runtime.reference_evaluator(model, self.registry.packs).run(names, feeds)
+            return [_to_torch(r) for r in results]
+
+        return run
 
     def _random_hint(self) -> str:
         """What to do when a model that draws random numbers does not match value by value."""

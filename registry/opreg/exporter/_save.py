@@ -24,11 +24,23 @@ other file in the folder references it (a copy of the model keeps its data).
 A model from elsewhere, whatever its external-data locations, loses nothing.
 
 SIGTERM is turned into ``KeyboardInterrupt`` for the duration, so it cleans up
-like Ctrl-C. Each save holds an exclusive ``flock`` on a file in its staging
-folder; after a SIGKILL the lock is free, and the next save in that folder
-removes the staging folder and the data files its journal names that nothing
-references. A live save's folder is never removed, whatever PID namespace it
-runs in.
+like Ctrl-C. An interrupt before the switch takes back the new data file (the
+old pair stays, nothing of the new one is left) and goes on as a
+``KeyboardInterrupt``; one at or after the switch lets the save finish its
+clean-up and goes on as :class:`opreg.InterruptedAfterSave`, so the caller can
+say truthfully that the new model is in place. The journal is removed when a
+save's clean-up is done; if that clean-up is itself cut short (a second
+interrupt), the journal stays in the staging folder.
+
+Each save holds an exclusive ``flock`` on a file in its staging folder (not its
+PID, which means nothing in another PID namespace, such as another container
+sharing the volume); after a SIGKILL the lock is free, and the next save in that
+folder removes the staging folder and the data files its journal names that
+nothing references. A live save's folder is never removed.
+
+Every ``OSError`` a save meets (a name too long, a full disk, a read-only
+folder) becomes one :class:`opreg.SaveError` line; names the folder's file
+system cannot hold are refused before anything is written.
 """
 
 from __future__ import annotations
@@ -49,11 +61,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import onnx
 import onnx_ir as ir
 
-from opreg.errors import ExportError, SaveError
+from opreg.errors import ExportError, InterruptedAfterSave, InvalidArgumentError, SaveError
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +86,13 @@ OWNED_DATA_KEY = "opreg.external_data"
 """Model metadata: the data file this save wrote for the model (the only one a later save of
 the same path may remove)."""
 DATA_SUFFIX = ".data"
+INLINE_LIMIT_BYTES = 256
+"""With external data, tensors of at most this many bytes stay inside the model file (onnx_ir's default)."""
 _TOKEN_BYTES = 4
 PAUSE_ENV = "OPREG_SAVE_PAUSE"
-"""For tests of interrupts: ``staged``, ``data-moved`` or ``model-moved`` makes
-:func:`save_model` print a line to stderr and wait there for a signal."""
+"""For tests of interrupts: stages among ``staged``, ``data-moved``, ``model-moved`` and
+``settle`` (the clean-up after an interrupt), comma-separated, make :func:`save_model`
+print a line to stderr and wait there for a signal."""
 
 
 def data_file_pattern(model_name: str) -> re.Pattern[str]:
@@ -84,28 +100,94 @@ def data_file_pattern(model_name: str) -> re.Pattern[str]:
     return re.compile(rf"^{re.escape(model_name)}\.[0-9a-f]{{{2 * _TOKEN_BYTES}}}{re.escape(DATA_SUFFIX)}$")
 
 
-def check_output_path(path: str | os.PathLike[str]) -> Path:
+def check_output_path(path: str | os.PathLike[str], *, external_data: bool = False) -> Path:
     """The file a model will be written to (a symlink is followed), or a
-    :class:`SaveError` saying why it cannot be: checked before an export starts."""
-    given = Path(path)
-    target = Path(os.path.realpath(given)) if given.is_symlink() else given
-    if target.name in ("", ".", ".."):
-        raise SaveError(f"cannot save to {given}: give a file name such as model.onnx")
-    if target.is_dir():
-        raise SaveError(f"cannot save to {given}: it is a directory; give a file name such as {given / 'model.onnx'}")
-    parent = target.parent
-    if not parent.exists():
-        raise SaveError(f"cannot save to {given}: directory {parent} does not exist; create it first")
-    if not parent.is_dir():
-        raise SaveError(f"cannot save to {given}: {parent} is not a directory")
-    if target.exists() and not target.is_file():
-        raise SaveError(f"cannot save to {given}: it exists and is not a regular file")
-    try:  # the one sure test: permissions, read-only mounts and /proc all fail here
+    :class:`SaveError` saying why it cannot be: checked before an export starts.
+    ``external_data``: the data file's name (``<name>.<8 hex>.data``) must fit too."""
+    given = as_path(path)
+    try:
+        _check_name_length(given, given, external_data)
+        target = Path(os.path.realpath(given)) if given.is_symlink() else given
+        if target.name in ("", ".", ".."):
+            raise SaveError(f"cannot save to {given}: give a file name such as model.onnx")
+        if target != given:
+            _check_name_length(given, target, external_data)
+        if target.is_dir():
+            raise SaveError(
+                f"cannot save to {given}: it is a directory; give a file name such as {given / 'model.onnx'}"
+            )
+        parent = target.parent
+        if not parent.exists():
+            raise SaveError(f"cannot save to {given}: directory {parent} does not exist; create it first")
+        if not parent.is_dir():
+            raise SaveError(f"cannot save to {given}: {parent} is not a directory")
+        if target.exists() and not target.is_file():
+            raise SaveError(f"cannot save to {given}: it exists and is not a regular file")
+        # the one sure test: permissions, read-only mounts and /proc all fail here
         with tempfile.TemporaryFile(dir=parent, prefix=STAGING_PREFIX):
             pass
+    except SaveError:
+        raise
     except OSError as e:
-        raise _save_error(target, e) from e
+        raise _save_error(given, e) from e
     return target
+
+
+def as_path(path: Any) -> Path:
+    """``path`` (a ``str``, ``bytes`` or ``os.PathLike``) as a :class:`Path`, or an
+    :class:`InvalidArgumentError` saying what a path is."""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        try:
+            text = os.fsdecode(path)
+        except (TypeError, UnicodeDecodeError) as e:
+            raise InvalidArgumentError(f"cannot use {path!r} as a file path: {e}") from e
+        if not text:
+            raise InvalidArgumentError("the path is empty: give a file name such as 'model.onnx'")
+        if "\0" in text:
+            raise InvalidArgumentError(
+                f"the path {text!r} holds a NUL character, which no file name may hold: give a file name such as "
+                "'model.onnx'"
+            )
+        return Path(text)
+    raise InvalidArgumentError(
+        f"a path is a str or a pathlib.Path such as 'model.onnx', got {type(path).__name__} {path!r}"
+    )
+
+
+def _check_name_length(given: Path, target: Path, external_data: bool) -> None:
+    """Refuse a file name (or, with external data, a data file name) the folder's file system
+    cannot hold, before anything is written."""
+    limit = _name_max(target.parent)
+    size = len(os.fsencode(target.name))
+    if size > limit:
+        raise SaveError(
+            f"cannot save to {_short(given)}: the file name is {size} bytes, more than the {limit} the file system "
+            "allows; choose a shorter one"
+        )
+    extra = len(f".{'0' * 2 * _TOKEN_BYTES}{DATA_SUFFIX}")
+    if external_data and size + extra > limit:
+        raise SaveError(
+            f"cannot save to {_short(given)} with external data: the data file's name ({target.name[:20]}"
+            f"....<8 hex digits>.data) would be {size + extra} bytes, more than the {limit} the file system allows; "
+            f"choose a model file name of at most {limit - extra} bytes"
+        )
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name, in bytes, ``folder``'s file system holds (255 when it cannot say)."""
+    while True:
+        try:
+            return int(os.pathconf(folder, "PC_NAME_MAX"))
+        except (OSError, ValueError):
+            if folder == folder.parent:
+                return 255
+            folder = folder.parent
+
+
+def _short(path: Path, keep: int = 60) -> str:
+    """A path fit for a one-line message: a very long one is cut in the middle."""
+    text = str(path)
+    return text if len(text) <= 2 * keep else f"{text[:keep]}...{text[-keep:]}"
 
 
 def save_model(model: ir.Model, path: str | os.PathLike[str], *, external_data: bool, check: bool) -> Path:
@@ -114,23 +196,48 @@ def save_model(model: ir.Model, path: str | os.PathLike[str], *, external_data: 
 
     ``check`` runs ``onnx.checker.check_model(full_check=True)`` on the written
     file before it replaces anything. Raises :class:`SaveError` (nothing is
-    changed at ``path``) when the location cannot be written.
+    changed at ``path``) for every ``OSError`` met before the switch. An interrupt
+    (Ctrl-C, SIGTERM) before the switch leaves the old pair and raises
+    ``KeyboardInterrupt``; one at or after the switch finishes the save and raises
+    :class:`InterruptedAfterSave` (a ``KeyboardInterrupt``): the new pair is in place.
     """
-    target = check_output_path(path)
-    if external_data and Path(path).is_symlink():
+    target = check_output_path(path, external_data=external_data)
+    if external_data and as_path(path).is_symlink():
         raise SaveError(
             f"cannot save to {path} with external data: it is a symbolic link, and runtimes look for a model's "
             f"data beside the path they open, so the pair would not load through the link; save to {target}"
         )
+    written: list[tuple[int, int]] = []  # the new model file's identity, once it is written
+    try:
+        _save(model, target, external_data, check, written)
+    except SaveError:
+        raise
+    except OSError as e:
+        raise _save_error(target, e) from e
+    except KeyboardInterrupt as e:  # one that hit after the clean-up, in the last instructions of the save
+        if not isinstance(e, InterruptedAfterSave) and written and _file_id(target) == written[0]:
+            raise InterruptedAfterSave(target) from e
+        raise
+    return target
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """Which file ``path`` is (a rename keeps it): device and inode, or ``None`` if none is there."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _save(model: ir.Model, target: Path, external_data: bool, check: bool, written: list[tuple[int, int]]) -> None:
     folder = target.parent
     remove_stale_staging(folder)
     data_name = f"{target.name}.{secrets.token_hex(_TOKEN_BYTES)}{DATA_SUFFIX}" if external_data else None
     with _terminate_as_interrupt(), _staging(folder, target) as scratch:
         staged = scratch / target.name
-        try:
-            _write(model, staged, data_name)
-        except OSError as e:
-            raise _save_error(target, e) from e
+        _write(model, staged, data_name)
+        written.extend(filter(None, [_file_id(staged)]))
         _pause("staged")
         if check:
             try:
@@ -147,21 +254,38 @@ def save_model(model: ir.Model, path: str | os.PathLike[str], *, external_data: 
                     os.replace(scratch / name, folder / name)
                 _fsync(folder)
                 _pause("data-moved")
-                os.replace(staged, target)
+                os.replace(staged, target)  # the switch
                 _fsync(folder)
-            except BaseException as e:  # before the switch the old pair stays: take back the new data
-                moved = {name for name in new_refs if (folder / name).exists()}  # new names: ours
-                for name in moved - referenced_data(target):  # (after the switch, the new model needs it)
-                    with contextlib.suppress(OSError):
-                        (folder / name).unlink()
-                if isinstance(e, OSError):
-                    raise _save_error(target, e) from e
-                raise
-            try:  # the new pair is in place: an interrupt from here on still removes the old data
                 _pause("model-moved")
-            finally:
                 _remove_unreferenced(folder, target.name, owned - new_refs)
-    return target
+                (scratch / _JOURNAL_NAME).unlink()  # done: nothing is left for a later save to clean
+            except BaseException as e:
+                if _settle(folder, target, scratch, new_refs, owned):  # the new pair is in place
+                    if isinstance(e, KeyboardInterrupt):
+                        raise InterruptedAfterSave(target) from e
+                    logger.warning("saved %s, but its clean-up failed: %s", target, e)
+                    return
+                raise
+
+
+def _settle(folder: Path, target: Path, scratch: Path, new_refs: set[str], owned: set[str]) -> bool:
+    """After a fault or an interrupt between the journal and the end of the clean-up: whether
+    the switch happened (the staged model was moved). Before it the new data files are taken
+    back (the old pair stays); after it the old data file is removed. If this is interrupted
+    too, the journal stays, and the next save in ``folder`` finishes the work."""
+    switched = not (scratch / target.name).exists()
+    try:
+        _pause("settle")
+        if switched:
+            _remove_unreferenced(folder, target.name, owned - new_refs)
+        else:
+            moved = {name for name in new_refs if (folder / name).exists()}  # new names: ours
+            for name in moved - referenced_data(target):
+                (folder / name).unlink()
+        (scratch / _JOURNAL_NAME).unlink(missing_ok=True)
+    except BaseException:  # a second interrupt: the journal is the record
+        logger.info("left the journal in %s for the next save in %s", scratch, folder)
+    return switched
 
 
 def _write(model: ir.Model, path: Path, data_name: str | None) -> None:
@@ -173,7 +297,7 @@ def _write(model: ir.Model, path: Path, data_name: str | None) -> None:
             ir.save(model, path)
         else:
             props[OWNED_DATA_KEY] = data_name
-            ir.save(model, path, external_data=data_name)
+            ir.save(model, path, external_data=data_name, size_threshold_bytes=INLINE_LIMIT_BYTES)
     finally:
         props.pop(OWNED_DATA_KEY, None)
         if previous is not None:
@@ -339,6 +463,9 @@ def _stale(scratch: Path) -> Iterator[bool]:
 
 @contextlib.contextmanager
 def _staging(folder: Path, target: Path) -> Iterator[Path]:
+    """A new staging folder, locked while the save runs. Removed afterwards, unless its
+    journal is still there (a clean-up did not finish): then only the journal and the lock
+    file stay, for the next save in ``folder`` to act on once the lock is free."""
     try:
         scratch = Path(tempfile.mkdtemp(dir=folder, prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
         lock = os.open(scratch / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
@@ -350,19 +477,33 @@ def _staging(folder: Path, target: Path) -> Iterator[Path]:
         fcntl.flock(lock, fcntl.LOCK_EX)  # held until the folder is gone: the save is alive
         yield scratch
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        os.close(lock)
+        try:
+            if (scratch / _JOURNAL_NAME).exists():
+                for entry in scratch.iterdir():
+                    if entry.name not in (_JOURNAL_NAME, _LOCK_NAME):
+                        entry.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(scratch, ignore_errors=True)
+        finally:
+            os.close(lock)
 
 
 def _save_error(target: Path, error: OSError) -> SaveError:
-    if error.errno == errno.ENOSPC:
-        return SaveError(f"cannot write {target}: no space left on the device; free some or choose another location")
-    if error.errno == errno.ENAMETOOLONG:
-        return SaveError(f"cannot write {target}: the file name is too long; choose a shorter one")
-    reason = os.strerror(error.errno).lower() if error.errno else str(error)
-    return SaveError(
-        f"cannot write {target}: cannot create files in {target.parent} ({reason}); choose a writable location"
-    )
+    """One line for an ``OSError`` met while saving to ``target``: what happened, and what to do."""
+    where = _short(target)
+    code = error.errno
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        why = "no space left on the device" if code == errno.ENOSPC else "the disk quota is used up"
+        return SaveError(f"cannot write {where}: {why}; free some or choose another location")
+    if code == errno.ENAMETOOLONG:
+        return SaveError(f"cannot write {where}: the file name or path is too long; choose a shorter one")
+    reason = os.strerror(code).lower() if code else (str(error) or type(error).__name__)
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR):
+        return SaveError(
+            f"cannot write {where}: cannot create files in {_short(target.parent)} ({reason}); "
+            "choose a writable location"
+        )
+    return SaveError(f"cannot write {where}: {reason}; check the location and the device, or choose another location")
 
 
 @contextlib.contextmanager
@@ -416,7 +557,7 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 
 def _pause(stage: str) -> None:
-    if os.environ.get(PAUSE_ENV) == stage:
+    if stage in os.environ.get(PAUSE_ENV, "").split(","):
         sys.stderr.write(f"opreg: save paused at {stage}\n")
         sys.stderr.flush()
         time.sleep(120)

@@ -27,6 +27,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from opreg.errors import ExportError
 from opreg.exporter import _nodes
+from opreg.exporter._locate import Trace, trace_of
 from opreg.exporter._plan import Call, Plan
 from opreg.exporter._recorder import GraphRecorder
 from opreg.registry import Impl
@@ -45,6 +46,7 @@ class Translation:
         outputs: the values of the module's outputs, in order: ``ir.Value`` s,
             or Python values torch baked in.
         used_impls: ``pack:function`` -> impl, of every impl called.
+        traces: FX node name -> what each node of the main graph became (the locator's map).
     """
 
     graph: ir.Graph
@@ -52,6 +54,7 @@ class Translation:
     input_names: list[str]
     outputs: list[Any]
     used_impls: dict[str, Impl]
+    traces: dict[str, Trace] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -73,16 +76,20 @@ class Translator:
         self.target = target
         self.symbols = symbols
         self.used_impls: dict[str, Impl] = {}
+        self.traces: dict[str, Trace] = {}
+        self.main_graph: ir.Graph | None = None
 
     def run(self) -> Translation:
-        graph = ir.Graph([], [], nodes=[], name="main_graph")
+        graph = self.main_graph = ir.Graph([], [], nodes=[], name="main_graph")
         scope = _Scope(GraphRecorder(graph, self.target.onnx))
         input_names = self._inputs(scope)
         results = self._walk(scope, self.program.graph)
         specs = self.program.graph_signature.output_specs
         # buffer and input mutations are not outputs: ONNX graphs are functional
         outputs = [value for spec, value in zip(specs, results, strict=True) if spec.kind == OutputKind.USER_OUTPUT]
-        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls)
+        for trace in self.traces.values():
+            trace.snapshot()
+        return Translation(graph, scope.recorder, input_names, outputs, self.used_impls, self.traces)
 
     # -- values ------------------------------------------------------------------------
 
@@ -223,6 +230,8 @@ class Translator:
             raise ExportError(f"{_call_site(node, impl)} raised {type(e).__name__}: {e}") from e
         made = {id(n) for n in recorder.added[first:]}
         scope.values[node] = self._results(scope, node, impl, result, made)
+        if scope.outer is None and scope.recorder.graph is self.main_graph:
+            self.traces[node.name] = trace_of(scope.values[node], impl)
         if _nodes.classify(node) is _nodes.Kind.INPLACE:
             scope.values[node.args[0]] = scope.values[node]  # later reads of self see the mutation
 
@@ -352,6 +361,8 @@ class Translator:
         elif len(operands) == 2 and operands[0].dtype != operands[1].dtype:
             operands = [self._cast(recorder, v, ir.DataType.FLOAT) for v in operands]
         result = recorder.add_node("", op_type, operands, [], 1, self.target.onnx).outputs[0]
+        if isinstance(meta, torch.SymInt) and result.dtype == ir.DataType.FLOAT:  # math.floor/ceil of a float
+            result = self._cast(recorder, result, ir.DataType.INT64)
         result.name = recorder.claim(node.name)
         self._describe(result, meta)
         scope.values[node] = result
@@ -370,10 +381,12 @@ class Translator:
             (_, module), *_ = _nodes.subgraphs(node)
             operands = [self._value(scope, a) for a in node.args[hop.operands :]]
             scope.values[node] = tuple(self._inline(scope, node, module, operands))
-            return
-        handler = getattr(self, f"_hop_{hop.name}")
-        self._stamp(scope.recorder, node, hop.name, _nodes.EXPORTER, hop.name, "<exporter>", scope.outer)
-        scope.values[node] = tuple(handler(scope, node))
+        else:
+            handler = getattr(self, f"_hop_{hop.name}")
+            self._stamp(scope.recorder, node, hop.name, _nodes.EXPORTER, hop.name, "<exporter>", scope.outer)
+            scope.values[node] = tuple(handler(scope, node))
+        if scope.outer is None and scope.recorder.graph is self.main_graph:
+            self.traces[node.name] = trace_of(scope.values[node], None)
 
     def _inline(
         self, scope: _Scope, node: torch.fx.Node, module: torch.fx.GraphModule, operands: Sequence[Any]

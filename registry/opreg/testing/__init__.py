@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         SampleCheck,
         SampleResult,
         ScaledTolerance,
+        UpcastReference,
         check_samples,
         compare_outputs,
     )
@@ -55,6 +56,7 @@ _LAZY = {
     "SampleCheck": "_samples",
     "SampleResult": "_samples",
     "ScaledTolerance": "_samples",
+    "UpcastReference": "_samples",
     "check_samples": "_samples",
     "compare_outputs": "_samples",
     "CheckResult": "_kit",
@@ -97,6 +99,7 @@ __all__ = [
     "SampleCheck",
     "SampleResult",
     "ScaledTolerance",
+    "UpcastReference",
     "check_pack",
     "check_samples",
     "compare_outputs",

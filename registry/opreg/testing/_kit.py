@@ -22,12 +22,18 @@ checks, each giving :class:`CheckResult` rows:
   its profiles and the targets its impls are checked at is driven with the
   pack's ``opreg_rewrite_samples``: each model is exported at that target, the
   rule must fire (a node records ``opreg.rewrite = pack:rule``), and the model
-  must match eager PyTorch.
+  must match eager PyTorch;
+- ``patches``: each capture patch the pack offers (``opreg_capture_patches``)
+  must name a module and function that exist in the installed library (a
+  library that is missing, or at a version the patch was not written for, is
+  ``skipped``), and on each of the pack's ``opreg_capture_samples`` models the
+  eager outputs with the patch installed must equal those without it, the
+  patch having been called.
 
 :meth:`PackCheck.assert_ok` fails on any failed row, and also (unless
 ``allow_unsampled=True``) when no impl of the pack could be driven with a
-sample at all, or when a rewrite rule has no sample: a pack with no samples
-has not been checked.
+sample at all, or when a rewrite rule or a capture patch has no sample: a pack
+with no samples has not been checked.
 """
 
 from __future__ import annotations
@@ -64,7 +70,8 @@ CONFLICTS = "conflicts"
 KERNELS = "kernels"
 SAMPLES = "samples"
 REWRITES = "rewrites"
-CHECKS = (LOAD, IMPORT, HOOKS, CONFLICTS, KERNELS, SAMPLES, REWRITES)
+PATCHES = "patches"
+CHECKS = (LOAD, IMPORT, HOOKS, CONFLICTS, KERNELS, SAMPLES, REWRITES, PATCHES)
 """The checks, in the order they run and are reported."""
 
 OPINFO_LIMIT = 8
@@ -75,6 +82,9 @@ NO_SAMPLES = "no samples: provide them with opreg_samples"
 NO_REWRITE_SAMPLES = "no samples: provide models in which the rule fires with opreg_rewrite_samples"
 REWRITE_SUBJECT = "rewrite "
 """How a rewrite rule is named among the :attr:`PackCheck.unsampled` (``rewrite pack:rule``)."""
+NO_PATCH_SAMPLES = "no samples: provide models that call the patched code with opreg_capture_samples"
+PATCH_SUBJECT = "patch "
+"""How a capture patch is named among the :attr:`PackCheck.unsampled` (``patch pack:name``)."""
 IMPORT_TIMEOUT = 300.0
 
 _STATUSES = (PASSED, FAILED, SKIPPED)
@@ -122,7 +132,8 @@ class PackCheck:
         seconds: how long the kit ran.
         unsampled: the impls (``samples`` subjects) no sample went through: the kit
             had none for them, torch rejected every one, or none reached the impl;
-            and the rewrite rules without samples (``rewrite pack:rule``).
+            the rewrite rules without samples (``rewrite pack:rule``); and the
+            capture patches without samples (``patch pack:name``).
     """
 
     pack: str
@@ -156,15 +167,30 @@ class PackCheck:
         if failures:
             lines = [f"{self.summary()}; failures:", *(f"  - {r}" for r in failures)]
             raise AssertionError("\n".join(lines))
-        rules = [u.removeprefix(REWRITE_SUBJECT) for u in self.unsampled if u.startswith(REWRITE_SUBJECT)]
-        if rules and not allow_unsampled:
-            raise AssertionError(
-                f"{self.summary()}; these rewrite rules have no sample, so the kit never saw them fire nor "
-                f"compared their models with eager PyTorch: {', '.join(rules)}. "
-                "Return models holding their patterns from opreg_rewrite_samples "
-                "({rule_name: [opreg.testing.ModelSample.of(module, *inputs)]}), or call "
-                "assert_ok(allow_unsampled=True) to accept unchecked rules"
-            )
+        unchecked = {
+            PATCH_SUBJECT: (
+                "capture patches",
+                "never compared a model run through them with the same model run without them",
+                "Return models that call the patched code from opreg_capture_samples",
+                "patch_name",
+                "patches",
+            ),
+            REWRITE_SUBJECT: (
+                "rewrite rules",
+                "never saw them fire nor compared their models with eager PyTorch",
+                "Return models holding their patterns from opreg_rewrite_samples",
+                "rule_name",
+                "rules",
+            ),
+        }
+        for prefix, (what, missed, fix, key, plural) in unchecked.items():
+            names = [u.removeprefix(prefix) for u in self.unsampled if u.startswith(prefix)]
+            if names and not allow_unsampled:
+                raise AssertionError(
+                    f"{self.summary()}; these {what} have no sample, so the kit {missed}: {', '.join(names)}. "
+                    f"{fix} ({{{key}: [opreg.testing.ModelSample.of(module, *inputs)]}}), or call "
+                    f"assert_ok(allow_unsampled=True) to accept unchecked {plural}"
+                )
         impls = {r.subject for r in self.results if r.check == SAMPLES and r.subject != self.pack}
         if impls and set(self.unsampled) >= impls and not allow_unsampled:
             why = [r for r in self.results if r.check == SAMPLES]
@@ -254,9 +280,12 @@ def check_pack(name: str, *, opinfo_limit: int = OPINFO_LIMIT) -> PackCheck:
         rows, unchecked = _check_rewrites(registry, pack, rewrite_targets(registry, pack, impls), hook_results)
         results += rows
         unsampled += unchecked
+        rows, unchecked = _check_patches(registry, pack, hook_results)
+        results += rows
+        unsampled += unchecked
     else:
         why = "the pack did not load (see the load check)"
-        checks = (HOOKS, CONFLICTS, KERNELS, SAMPLES, REWRITES)
+        checks = (HOOKS, CONFLICTS, KERNELS, SAMPLES, REWRITES, PATCHES)
         results += [CheckResult(check, pack, "", SKIPPED, why) for check in checks]
     seconds = time.perf_counter() - started
     return PackCheck(pack, found.distribution, found.version, tuple(results), seconds, tuple(unsampled))
@@ -349,6 +378,7 @@ class _HookResults:
     functions: list[Any] = dataclasses.field(default_factory=list)
     samples: dict[Any, list[Sample]] = dataclasses.field(default_factory=dict)
     rewrite_samples: dict[str, list[ModelSample]] = dataclasses.field(default_factory=dict)
+    patch_samples: dict[str, list[ModelSample]] = dataclasses.field(default_factory=dict)
     configures_session: bool = False
 
 
@@ -364,6 +394,9 @@ def _record(hook: str, value: Any, found: _HookResults, impls: Sequence[Impl]) -
     elif hook == "opreg_rewrite_samples":
         for name, samples in value.items():
             found.rewrite_samples.setdefault(name, []).extend(samples)
+    elif hook == "opreg_capture_samples":
+        for name, samples in value.items():
+            found.patch_samples.setdefault(name, []).extend(samples)
     elif hook == "opreg_samples":
         ops = {i.op for i in impls}
         for op, samples in value.items():
@@ -731,13 +764,107 @@ def _drive_rewrite(registry: Registry, label: str, target: Any, sample: ModelSam
     rtol, atol = sample.tolerances()
     try:
         args, kwargs = copy.deepcopy((sample.args, sample.kwargs))
-        verified = program.verify(*args, rtol=rtol, atol=atol, **kwargs)
-    except Exception as e:
+        verified = program.verify(*args, rtol=rtol, atol=atol, locate=True, **kwargs)
+    except Exception as e:  # a mismatch's message ends with where it goes wrong (verify(locate=True))
         return CheckResult(REWRITES, label, where, FAILED, f"{sample.label}: fired ({', '.join(made)}), but {e}")
     return CheckResult(
         REWRITES, label, where, PASSED,
         f"{sample.label}: fired ({', '.join(made)}); matches eager PyTorch in {verified.runtime} "
         f"(max abs {verified.max_abs:.2g}, rtol {rtol:g}, atol {atol:g})",
+    )  # fmt: skip
+
+
+# -- capture patches ----------------------------------------------------------------------------
+
+
+def _check_patches(registry: Registry, pack: str, found: _HookResults) -> tuple[list[CheckResult], list[str]]:
+    """The rows, and the patches (``patch pack:name``) with no sample."""
+    from opreg import patching
+
+    if patching.HOOK not in registry.packs.implemented(pack):
+        return [CheckResult(PATCHES, pack, "", PASSED, "the pack offers no capture patches")], []
+    offer = patching.offered(registry)
+    rows = [CheckResult(PATCHES, pack, "", FAILED, p.detail) for p in offer.problems if p.pack == pack]
+    offered = [(p, patch) for p, patch in offer.patches if p == pack]
+    names = {patch.name for _, patch in offered}
+    for name in sorted(set(found.patch_samples) - names):
+        rows.append(CheckResult(
+            PATCHES, f"{pack}:{name}", "", FAILED,
+            f"opreg_capture_samples has samples for {name!r}, which {patching.HOOK} does not offer",
+        ))  # fmt: skip
+    unsampled = []
+    for _, patch in offered:
+        label = f"{pack}:{patch.name}"
+        version, fits = patching.installed_version(patch)
+        if version is None or not fits:
+            why = (
+                f"{patching.requirement(patch).name} is not installed"
+                if version is None
+                else f"written for {patch.versions}, {version} is installed"
+            )
+            rows.append(CheckResult(PATCHES, label, "", SKIPPED, f"not checked: {why}"))
+            continue
+        try:
+            patching.resolve(patch)
+        except Exception as e:
+            rows.append(CheckResult(PATCHES, label, "", FAILED, f"{patch.target} cannot be patched: {e}"))
+            continue
+        samples = found.patch_samples.get(patch.name)
+        if not samples:
+            rows.append(CheckResult(PATCHES, label, "", SKIPPED, NO_PATCH_SAMPLES))
+            unsampled.append(PATCH_SUBJECT + label)
+            continue
+        rows += [_drive_patch(pack, patch, sample) for sample in samples]
+    if not offered and not rows:
+        rows.append(CheckResult(PATCHES, pack, "", PASSED, f"{patching.HOOK} offers no patch"))
+    return rows, unsampled
+
+
+def _drive_patch(pack: str, patch: Any, sample: ModelSample) -> CheckResult:
+    """Run ``sample`` eagerly without the patch and with it installed: the patch must be called and the
+    outputs must match."""
+    import copy
+
+    import torch
+
+    from opreg import patching
+    from opreg.exporter._program import compare_output
+
+    label = f"{pack}:{patch.name}"
+    module = sample.module.eval()
+    rtol, atol = sample.tolerances()
+    try:
+        with torch.no_grad():
+            args, kwargs = copy.deepcopy((sample.args, sample.kwargs))
+            expected = module(*args, **kwargs)
+            args, kwargs = copy.deepcopy((sample.args, sample.kwargs))
+            with patching.PatchedCapture(patching.Offer(((pack, patch),))).installed(module) as outcomes:
+                got = module(*args, **kwargs)
+    except Exception as e:
+        return CheckResult(PATCHES, label, "", FAILED, f"{sample.label}: raised {type(e).__name__}: {e}")
+    outcome = outcomes[0] if outcomes else None
+    if outcome is None or outcome.status != patching.APPLIED:
+        why = outcome.detail if outcome is not None else "it was not installed"
+        return CheckResult(PATCHES, label, "", FAILED, f"{sample.label}: the sample does not reach the patch ({why})")
+    expected_leaves, expected_spec = torch.utils._pytree.tree_flatten(expected)
+    got_leaves, got_spec = torch.utils._pytree.tree_flatten(got)
+    if expected_spec != got_spec:
+        return CheckResult(PATCHES, label, "", FAILED, f"{sample.label}: the outputs' structure differs")
+    problems = []
+    for index, (g, e) in enumerate(zip(got_leaves, expected_leaves, strict=True)):
+        if isinstance(e, torch.Tensor):
+            check = compare_output(f"output {index}", g, e, rtol, atol)
+            if not check.ok:
+                problems.append(f"{check.name}: {check.detail} (max abs {check.max_abs:.3g})")
+        elif g != e:
+            problems.append(f"output {index}: {g!r} where the unpatched model gives {e!r}")
+    if problems:
+        return CheckResult(PATCHES, label, "", FAILED, f"{sample.label}: with the patch, {'; '.join(problems)}")
+    calls = f", called {outcome.calls} time(s)" if outcome.calls is not None else ""
+    return CheckResult(
+        PATCHES, label, "", PASSED,
+        f"{sample.label}: {len(expected_leaves)} output(s) equal with and without the patch{calls} "
+        f"(rtol {rtol:g}, atol {atol:g})",
     )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import importlib.util
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +26,7 @@ from typing import Any
 
 import torch
 
+from opreg.errors import InvalidArgumentError
 from opreg.pluginapi import TOLERANCES as _TOLERANCES
 from opreg.pluginapi import Sample
 from opreg.registry import Registry
@@ -307,6 +309,35 @@ class ScaledTolerance:
 
 
 @dataclasses.dataclass(frozen=True)
+class UpcastReference:
+    """A :data:`Compare` for ops whose half-precision CPU kernel in torch rounds each step, where an
+    impl that computes in float32 and rounds once is closer to the exact result: a float16 or
+    bfloat16 sample's outputs are compared with ``fn`` run on the sample's inputs in float32, its
+    results rounded to the sample's types (at the sample's tolerances); other samples with
+    eager PyTorch, as :func:`compare_outputs` does.
+
+    Fields:
+        fn: the op, called as the samples call it.
+    """
+
+    fn: Callable[..., Any]
+
+    def __call__(
+        self, sample: Sample, got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], rtol: float, atol: float
+    ) -> list[str]:
+        half = (torch.float16, torch.bfloat16)
+        if not any(e.dtype in half for e in expected):
+            return compare_outputs(sample, got, expected, rtol, atol)
+        copy = sample.copy()
+        args, kwargs = torch.utils._pytree.tree_map(
+            lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype in half else v, (copy.args, copy.kwargs)
+        )
+        results = result_tensors(self.fn(*args, **kwargs))
+        reference = [r.to(e.dtype) for r, e in zip(results, expected, strict=True)]
+        return compare_outputs(sample, got, reference, rtol, atol)
+
+
+@dataclasses.dataclass(frozen=True)
 class Distribution:
     """A :data:`Compare` for random ops, which ONNX Runtime draws from its own generator, not
     torch's: their results are compared by distribution (DESIGN.md §5), never value by value.
@@ -315,42 +346,60 @@ class Distribution:
     model and ``draws`` times in eager PyTorch (after ``torch.manual_seed(seed)``). The model's
     random nodes are left unseeded, as a user's are; ONNX Runtime's process-wide seed is set to
     ``seed`` before the session is made (``onnxruntime.set_seed``), so a check in ONNX Runtime is
-    reproducible (the reference evaluator draws from fresh numpy generators). Every draw of every output must
-    have eager's shape and dtype, and these statistics must agree with eager's:
+    reproducible (the reference evaluator draws from fresh numpy generators). Every draw of every
+    output must have eager's shape and dtype, and each output's draws must pass these tests
+    against eager's, the draws being the independent units (the elements of one draw may depend
+    on each other: a permutation, a channel dropped whole):
 
-    - over each draw's elements: the mean, the mean square (so the spread), the fraction of
-      zeros and of non-finite values, and, for outputs whose values are at most ``categories``
-      distinct integers (integer types, bool, 0/1 masks, permutations), the fraction of each;
-    - per element, over the draws: the mean (a tensor of means or probabilities is used
-      element by element, not just on average).
+    - moments, each draw's mean over its elements: the mean, the mean square (so the spread),
+      the fraction of zeros and of non-finite values (Welch's z);
+    - the shape: each draw's fraction of elements in each bin, where the bins are the values
+      for outputs of at most ``categories`` distinct integers (integer types, bool, 0/1 masks,
+      permutations) and otherwise the intervals between the deciles of both sides' values
+      together; the fractions' vectors are compared with a two-sample Hotelling test, a
+      chi-square-like test that takes their covariance from the draws (``scipy.stats.f``);
+    - per element, over the draws: the mean (Welch's z), and for elements that draw from a
+      continuous distribution (nearly all their values distinct) the whole distribution, with a
+      two-sample Kolmogorov-Smirnov test (``scipy.stats.ks_2samp``), so that a tensor of means,
+      scales or probabilities is checked element by element, not just on average.
 
-    Two statistics agree when they differ by at most ``sigmas`` standard errors of their
-    difference (estimated from both sets of draws), plus ``atol + rtol * |eager|`` for
-    rounding. Per element the bound is widened (Bonferroni) so that all elements together keep
-    the false-alarm rate of one test at ``sigmas``: with the defaults (200 draws, 6 standard
-    errors) a right impl fails about once in 10^9 checks. What a wrong one can hide shrinks
-    as 1 / sqrt(draws x elements): a dropout rate off by 0.1 on 10 elements, or by 0.01 on
-    1000, fails.
+    The false-alarm rate is ``alpha`` per output: the tests share it (Bonferroni), and a test
+    over elements shares its part among them, so a right impl fails one output's check with
+    probability at most ``alpha`` (1e-6 by default; the normal, F and Kolmogorov approximations
+    make it nominal). Values of one element within ``atol + rtol * |value|`` of each other count as
+    one value, on both sides alike, so a kernel that rounds differently is no mismatch. What a wrong impl can hide
+    shrinks as 1 / sqrt(draws x elements): ``python bench/distribution_power.py`` measures how
+    often the wrong distributions of issue 26 are found at the suite's sample sizes.
 
     Samples whose eager results do not change with the seed (dropout in eval, p=0) are
     compared elementwise, as :func:`compare_outputs`. A sample compared by distribution
     gets the status ``distribution`` (:data:`DISTRIBUTION`), never ``passed``.
 
+    Needs scipy (``pip install 'opreg[testing]'``).
+
     Fields:
         draws: how many times the model and eager PyTorch are run.
-        sigmas: how many standard errors two statistics may differ by.
-        categories: outputs with at most this many distinct values get a frequency per value.
+        alpha: the false-alarm rate of one output's check.
+        categories: outputs with at most this many distinct integer values are binned by value.
         seed: ONNX Runtime's seed, and eager PyTorch's.
+        shape: ``False`` compares moments only (the mean, mean square, zeros, non-finite values,
+            means per element): what opreg did before it compared shapes, kept for measuring.
     """
 
     draws: int = 200
-    sigmas: float = 6.0
+    alpha: float = 1e-6
     categories: int = 32
     seed: int = 0
+    shape: bool = True
 
     def __post_init__(self) -> None:
-        if self.draws < 2 or self.sigmas <= 0 or self.categories < 0:
-            raise ValueError("Distribution needs draws >= 2, sigmas > 0 and categories >= 0")
+        if self.draws < 2 or not 0 < self.alpha < 1 or self.categories < 0:
+            raise ValueError("Distribution needs draws >= 2, 0 < alpha < 1 and categories >= 0")
+        if self.shape and importlib.util.find_spec("scipy") is None:
+            raise InvalidArgumentError(
+                "Distribution compares the shapes of distributions with scipy, which is not installed: "
+                "pip install 'opreg[testing]' (or pass shape=False to compare moments only)"
+            )
 
     def __call__(
         self, sample: Sample, got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], rtol: float, atol: float
@@ -384,7 +433,7 @@ class Distribution:
                     problems.append(f"output {index}: {name}")
                 elif ratio >= closest[0]:
                     closest = (ratio, f"output {index} {name}")
-        summary = f"by distribution over {len(got)} draws, within {self.sigmas:g} standard errors of eager PyTorch"
+        summary = f"by distribution over {len(got)} draws, at a false-alarm rate of {self.alpha:g} per output"
         if closest[1]:
             summary += f" (closest to its bound: {closest[1]}, {closest[0]:.0%} of it)"
         return problems, summary
@@ -392,29 +441,34 @@ class Distribution:
     def _statistics(
         self, got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float
     ) -> Iterable[tuple[str, float]]:
-        """``(description, |difference| / bound)`` of every statistic of one output's draws
-        (``[draws, ...]`` tensors); above 1 is a mismatch."""
-        g, e = _as_draws(got), _as_draws(expected)
+        """``(description, how close to failing)`` of every test of one output's draws (``[draws, ...]``
+        tensors): for a z statistic ``|difference| / bound``, for a p-value ``log p / log threshold``;
+        above 1 is a mismatch."""
+        g, e = _merge_rounding(_as_draws(got), _as_draws(expected), rtol, atol)
         values = torch.cat([g, e]).unique()
+        categorical = values.numel() <= self.categories and bool((values[values.isfinite()].frac() == 0).all())
+        elements = g.shape[1]
+        per_element_ks = self.shape and not categorical and elements > 1
+        tests = 4 + (elements > 1) + self.shape + per_element_ks
+        share = self.alpha / tests  # Bonferroni: the tests of one output share its false-alarm rate
+        sigmas = _z_for(share)
         g_finite, e_finite = g.isfinite(), e.isfinite()
-        g, e = g.where(g_finite, 0.0), e.where(e_finite, 0.0)
+        g0, e0 = g.where(g_finite, 0.0), e.where(e_finite, 0.0)
         per_draw = {
-            "mean": (g.mean(1), e.mean(1)),
-            "mean square": ((g * g).mean(1), (e * e).mean(1)),
-            "fraction of zeros": (_fraction(g == 0, g_finite), _fraction(e == 0, e_finite)),
+            "mean": (g0.mean(1), e0.mean(1)),
+            "mean square": ((g0 * g0).mean(1), (e0 * e0).mean(1)),
+            "fraction of zeros": (_fraction(g0 == 0, g_finite), _fraction(e0 == 0, e_finite)),
             "fraction of non-finite values": ((~g_finite).double().mean(1), (~e_finite).double().mean(1)),
         }
-        if values.numel() <= self.categories and bool((values == values.round()).all()):  # integers, masks
-            for value in values.tolist():
-                if math.isfinite(value):
-                    per_draw[f"fraction of {value:g}s"] = ((g == value).double().mean(1), (e == value).double().mean(1))
         for name, (a, b) in per_draw.items():
-            yield self._agreement(name, a, b, self.sigmas, rtol, atol)
-        elements = g.shape[1]
-        if elements > 1:  # per element, over the draws; Bonferroni keeps the family's false-alarm rate
-            tail = 2 * (1 - statistics.NormalDist().cdf(self.sigmas)) / (2 * elements)
-            sigmas = statistics.NormalDist().inv_cdf(1 - tail) if tail > 0 else self.sigmas
-            yield self._agreement("mean per element", g, e, sigmas, rtol, atol)
+            yield self._agreement(name, a, b, sigmas, rtol, atol)
+        if elements > 1:  # per element, over the draws; the elements share this test's part
+            yield self._agreement("mean per element", g0, e0, _z_for(share / elements), rtol, atol)
+        if not self.shape:
+            return
+        yield _shape_test(g, e, values if categorical else None, share)
+        if per_element_ks:
+            yield _ks_per_element(g, e, share)
 
     @staticmethod
     def _agreement(
@@ -437,6 +491,133 @@ class Distribution:
             f"{float(a[worst]):.4g} vs eager {float(b[worst]):.4g} (bound {float(bound[worst]):.2g})"
         )
         return text if count else f"{name} (worst element {worst})", float(ratio[worst])
+
+
+def _z_for(alpha: float) -> float:
+    """The two-sided normal bound a difference passes with probability ``1 - alpha``."""
+    return statistics.NormalDist().inv_cdf(1 - alpha / 2)
+
+
+def _closeness(p: float, threshold: float) -> float:
+    """A p-value as a fraction of its bound (above 1: below ``threshold``, a mismatch)."""
+    return math.log(max(p, 1e-300)) / math.log(threshold) if p < 1 else 0.0
+
+
+def _merge_rounding(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> tuple[torch.Tensor, ...]:
+    """``got`` and ``expected`` (``[draws, elements]``) with the finite values of each element that lie
+    within ``atol + rtol * |v|`` of each other (chained, in sorted order) replaced by the smallest of
+    them, on both sides alike: a kernel that rounds another way (``x * (1 / (1 - p))`` for
+    ``x / (1 - p)``, a sum that is 1e-16 where the other is 0) then draws the same atoms as eager,
+    and no bin edge falls inside such a cluster."""
+    draws = got.shape[0]
+    both = torch.cat([got, expected]).T  # [elements, 2 * draws]
+    finite = both.isfinite()
+    ordered, order = both.where(finite, math.inf).sort(1)
+    gap = ordered[:, 1:] - ordered[:, :-1]
+    apart = ~(gap <= atol + rtol * ordered[:, :-1].abs())  # inf - inf is NaN: apart too
+    starts = torch.cat([torch.ones_like(apart[:, :1]), apart], 1)
+    first = torch.where(starts, torch.arange(starts.shape[1]).expand_as(starts), 0).cummax(1).values
+    merged = torch.empty_like(ordered).scatter_(1, order, ordered.gather(1, first))
+    merged = merged.where(finite, both).T
+    return merged[:draws], merged[draws:]
+
+
+def _shape_test(
+    got: torch.Tensor, expected: torch.Tensor, categories: torch.Tensor | None, threshold: float
+) -> tuple[str, float]:
+    """Each draw's fraction of elements per bin (a value of ``categories``; else at or below each
+    decile of both sides' finite values), compared as vectors over the draws with a two-sample
+    Hotelling test (F-distributed), the bins' covariance estimated from the draws."""
+    import numpy as np
+
+    g, e = got.numpy(), expected.numpy()
+    if categories is not None:
+        edges = categories.numpy()
+        label = "fraction of each value"
+
+        def fractions(x):
+            return (x[:, :, None] == edges).mean(1)
+    else:
+        pooled = np.concatenate([g[np.isfinite(g)], e[np.isfinite(e)]])
+        edges = np.unique(np.quantile(pooled, np.linspace(0.1, 0.9, 9))) if pooled.size else np.zeros(0)
+        label = "fraction at or below each decile"
+
+        def fractions(x):
+            return (x[:, :, None] <= edges).mean(1)
+
+    if edges.size == 0:
+        return f"{label}: no finite values", 0.0
+    a, b = fractions(g), fractions(e)
+    p, where = _hotelling(a, b)
+    detail = ", ".join(f"{edge:.4g}: {x:.3f} vs eager {y:.3f}" for edge, x, y in
+                       zip(edges[where], a.mean(0)[where], b.mean(0)[where], strict=True))  # fmt: skip
+    name = f"{label} (p={p:.2g}, bound {threshold:.2g}; most apart: {detail})"
+    return name, _closeness(p, threshold)
+
+
+def _hotelling(a, b) -> tuple[float, list[int]]:
+    """p-value of a two-sample Hotelling T² test that rows of ``a`` and ``b`` (draws x bins) have
+    the same mean, with the bins' pooled covariance, on the directions in which it varies (a
+    difference in a direction in which both never vary is certain: p = 0); and the bin whose
+    means are farthest apart."""
+    import numpy as np
+    from scipy import stats
+
+    n = a.shape[0]
+    difference = a.mean(0) - b.mean(0)
+    where = [int(np.abs(difference).argmax())]
+    covariance = (np.cov(a, rowvar=False, ddof=1) + np.cov(b, rowvar=False, ddof=1)).reshape(a.shape[1], -1) / 2
+    eigenvalues, vectors = np.linalg.eigh(covariance)
+    varies = eigenvalues > max(float(eigenvalues.max(initial=0.0)) * 1e-10, 1e-15)
+    projected = vectors.T @ difference
+    if np.abs(projected[~varies]).max(initial=0.0) > 1e-12:
+        return 0.0, where
+    dims = int(varies.sum())
+    if dims == 0:
+        return 1.0, where
+    dims = min(dims, 2 * n - 2)
+    t2 = (n / 2) * float(np.sum(projected[varies] ** 2 / eigenvalues[varies]))
+    f = (2 * n - dims - 1) / (dims * (2 * n - 2)) * t2
+    return float(stats.f.sf(f, dims, 2 * n - dims - 1)), where
+
+
+KS_ELEMENTS = 100
+"""The per-element Kolmogorov-Smirnov tests look at this many elements at most, evenly spread:
+each has only the draws to go on, so more elements add cost, not power."""
+CONTINUOUS_SHARE = 0.9
+"""An element is tested with Kolmogorov-Smirnov when this share of its values (both sides' draws)
+are distinct: the test assumes a continuous distribution, and a few atoms whose places two kernels
+round apart (dropout's masks, attention with dropout in float16) would read as a wrong one. Such
+elements are left to the per-element means and the deciles."""
+
+
+def _ks_per_element(got: torch.Tensor, expected: torch.Tensor, alpha: float) -> tuple[str, float]:
+    """Two-sample Kolmogorov-Smirnov tests, one per element over the draws (NaN as +inf), sharing ``alpha``."""
+    import warnings
+
+    from scipy import stats
+
+    both = torch.cat([got, expected])
+    distinct = torch.tensor([column.unique().numel() for column in both.T])
+    continuous = (distinct >= CONTINUOUS_SHARE * both.shape[0]).nonzero().reshape(-1)  # KS assumes no atoms
+    if continuous.numel() == 0:
+        return "distribution per element: no element draws from a continuous distribution", 0.0
+    picks = torch.linspace(0, continuous.numel() - 1, min(continuous.numel(), KS_ELEMENTS)).round().long().unique()
+    columns = continuous[picks]
+    g = got[:, columns].nan_to_num(nan=math.inf).numpy()
+    e = expected[:, columns].nan_to_num(nan=math.inf).numpy()
+    with warnings.catch_warnings():  # ties (atoms, masks) make scipy fall back from exact to asymptotic p-values
+        warnings.simplefilter("ignore", RuntimeWarning)
+        pvalues = stats.ks_2samp(g, e, axis=0).pvalue.reshape(-1)
+    threshold = alpha / len(columns)
+    worst = int(pvalues.argmin())
+    p, element = float(pvalues[worst]), int(columns[worst])
+    count = int((pvalues < threshold).sum())
+    name = (
+        f"distribution per element (Kolmogorov-Smirnov): {count} of {len(columns)} elements out of bounds, "
+        f"worst element {element} (p={p:.2g}, bound {threshold:.2g})"
+    )
+    return name if count else f"distribution per element (worst element {element})", _closeness(p, threshold)
 
 
 def _as_draws(stacked: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,31 @@
+"""opreg pack for the torch custom ops transformers registers (``transformers::grouped_mm_fallback``).
+
+Importing this module imports neither torch nor transformers: the hooks do, and the op's impl is
+checked against its schema only where transformers already defined it (importing transformers takes
+seconds, which every registry build would pay).
+"""
+
+from __future__ import annotations
+
+import opreg
+
+OPREG_API_VERSION = 1
+OPREG_REQUIRES_TORCH = ">=2.6"
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry: opreg.Registrar) -> None:
+    from opreg_transformers import ops
+
+    registry.register_module(ops)
+    registry.mark_unsupported(
+        "transformers_msa::sparse_atten",
+        "it wraps a CUDA kernel from the hub (CuTe-DSL) that transformers calls on GPUs only",
+    )
+
+
+@opreg.hookimpl
+def opreg_samples():
+    from opreg_transformers import ops
+
+    return ops.samples()

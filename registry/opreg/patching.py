@@ -1,0 +1,477 @@
+"""Capture patches: export-friendly replacements a pack applies while ``torch.export`` captures a model.
+
+Some library code fights ``torch.export``: it branches on a size only known at
+run time (``if boxes.numel() == 0``), calls ``len()`` on a tensor whose length
+is data-dependent, or loops over detections. A pack that knows such a library
+offers :class:`CapturePatch` es through the ``opreg_capture_patches`` hook (the
+pluggable form of optimum's model patchers). Each one declares what it patches
+(a module, a function in it, the library versions it was written for) and an
+equivalent that captures; opreg installs it only while it captures a model that
+uses that code, and reverts it afterwards, also on error.
+
+A patch is installed for a capture when all of these hold:
+
+- the user did not turn it off (``opreg.export(..., patches=False)`` or
+  ``exclude_patches=["pack:name"]``; ``--no-patches`` / ``--no-patch NAME``);
+- the distribution its ``versions`` names is installed at a version it admits;
+- the module it patches is already imported (a model that never imported the
+  library cannot use its code);
+- the model uses that code: it holds a submodule whose class is defined under
+  one of the patch's ``used_by`` module prefixes (default: the patched module's
+  top-level package, so any torchvision model for a torchvision patch), or a
+  submodule's ``forward`` names the patched function.
+
+It is **applied** when the capture called it (a ``context`` patch: when it was
+installed); only applied patches are recorded in the model's
+``opreg.capture_patches`` metadata and in :attr:`OnnxProgram.capture_patches`.
+A patch that raises, in the hook, while being installed, while the capture runs
+through it or while being reverted, is reported against its pack (a warning and
+a ``failed`` outcome) and the capture is run again without it.
+
+Importing this module is cheap: no torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import importlib.metadata
+import json
+import logging
+import sys
+import types
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from opreg.errors import InvalidArgumentError, PluginError
+from opreg.pluginapi import CapturePatch, HookError, PatchOutcome, installed_version, requirement
+
+if TYPE_CHECKING:
+    from opreg.registry import Registry
+
+logger = logging.getLogger(__name__)
+
+HOOK = "opreg_capture_patches"
+"""The hook through which packs offer their patches."""
+SAMPLES_HOOK = "opreg_capture_samples"
+"""The hook through which packs offer models that run through their patches (for the kit)."""
+METADATA_KEY = "opreg.capture_patches"
+"""Model ``metadata_props``: a JSON list of the patches applied while capturing (see :meth:`PatchOutcome.record`)."""
+
+APPLIED = "applied"
+"""Installed, and the capture called it."""
+UNREACHED = "unreached"
+"""Installed, but the capture never called it: it changed nothing."""
+UNUSED = "unused"
+"""Not installed: the model does not use the code it patches."""
+INCOMPATIBLE = "incompatible"
+"""Not installed: the library it patches is missing or at a version it was not written for."""
+DISABLED = "disabled"
+"""Not installed: the user turned it off."""
+FAILED = "failed"
+"""It raised (in its hook, installing, during the capture or reverting); the capture went on without it."""
+STATUSES = (APPLIED, UNREACHED, UNUSED, INCOMPATIBLE, DISABLED, FAILED)
+
+T = TypeVar("T")
+
+
+def metadata(outcomes: Iterable[PatchOutcome]) -> str | None:
+    """The :data:`METADATA_KEY` value for ``outcomes`` (``None`` when no patch was applied)."""
+    applied = [o.record() for o in outcomes if o.status == APPLIED]
+    return json.dumps(applied) if applied else None
+
+
+def read_metadata(value: str | None) -> list[dict[str, Any]]:
+    """The applied patches a model's :data:`METADATA_KEY` metadata lists (``[]`` if none or unreadable)."""
+    if not value:
+        return []
+    try:
+        entries = json.loads(value)
+    except ValueError:
+        return []
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
+# -- what the packs offer ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Offer:
+    """The patches the loaded packs offer, and the packs whose hook failed.
+
+    Fields:
+        patches: ``(pack, patch)`` in load order.
+        problems: a ``failed`` outcome per pack whose hook raised or returned something else.
+    """
+
+    patches: tuple[tuple[str, CapturePatch], ...] = ()
+    problems: tuple[PatchOutcome, ...] = ()
+
+    def labels(self) -> list[str]:
+        return [f"{pack}:{patch.name}" for pack, patch in self.patches]
+
+    def find(self, name: str) -> list[tuple[str, CapturePatch]]:
+        """The patches ``name`` designates: ``pack:name``, a patch name, or what it patches."""
+        return [
+            (pack, patch) for pack, patch in self.patches if name in (f"{pack}:{patch.name}", patch.name, patch.target)
+        ]
+
+
+def offered(registry: Registry) -> Offer:
+    """The patches added to ``registry`` by hand (pack ``<user>``), then those of every loaded pack's
+    :data:`HOOK` (called one pack at a time, its result checked by the hook's contract,
+    ``opreg.hookspecs.CONTRACTS``): a pack whose hook raises or returns something else than a list is
+    reported and its patches left out; an item that is not a ``CapturePatch``, or repeats a name, is
+    reported and left out."""
+    packs = registry.packs
+    patches: list[tuple[str, CapturePatch]] = list(registry.capture_patches())
+    problems: list[PatchOutcome] = []
+    for pack in packs.loaded:
+        if HOOK not in packs.implemented(pack):
+            continue
+        try:
+            checked = packs.call_pack(pack, HOOK)
+        except HookError as e:
+            found, failures = [], [e.problem]
+        else:
+            found, failures = list(checked.value or ()), list(checked.problems)
+        for problem in failures:
+            detail = f"{HOOK}: {problem}"
+            _warn(pack, f"{pack}:*", detail)
+            problems.append(PatchOutcome(pack, "*", "", "", FAILED, detail))
+        patches += [(pack, p) for p in found]
+    return Offer(tuple(patches), tuple(problems))
+
+
+def select(offer: Offer, exclude: Iterable[str]) -> set[tuple[str, str]]:
+    """The ``(pack, name)`` of the patches ``exclude`` names; :class:`InvalidArgumentError` for a
+    name that designates no offered patch."""
+    chosen: set[tuple[str, str]] = set()
+    for name in exclude:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"exclude_patches= takes patch names such as 'pack:name', got {name!r}")
+        found = offer.find(name)
+        if not found:
+            known = ", ".join(offer.labels()) or "none (no installed pack offers capture patches)"
+            raise InvalidArgumentError(f"no capture patch is named {name!r}; the installed packs offer: {known}")
+        chosen.update((pack, patch.name) for pack, patch in found)
+    return chosen
+
+
+# -- installing ----------------------------------------------------------------------------
+
+
+def uses(model: Any, patch: CapturePatch) -> bool:
+    """Whether ``model`` uses the code ``patch`` replaces: it holds a submodule whose class is defined
+    under one of ``patch.scope``, or a submodule's ``forward`` names the patched function (a model of
+    one's own that calls ``torchvision.ops.batched_nms``)."""
+    modules = list(model.modules()) if hasattr(model, "modules") else [model]
+    prefixes = patch.scope
+    name = patch.function.rsplit(".", 1)[-1]
+    for module in modules:
+        defined = type(module).__module__ or ""
+        if any(defined == p or defined.startswith(p + ".") for p in prefixes):
+            return True
+    return any(name in _names(getattr(type(module), "forward", None)) for module in modules)
+
+
+def _names(function: Any) -> set[str]:
+    """The global and attribute names ``function``'s code (and the code it nests) reads."""
+    code = getattr(function, "__code__", None)
+    names: set[str] = set()
+    stack = [code] if code is not None else []
+    while stack:
+        current = stack.pop()
+        names.update(current.co_names)
+        stack += [c for c in current.co_consts if isinstance(c, types.CodeType)]
+    return names
+
+
+def _warn(pack: str, label: str, detail: str) -> None:
+    logger.warning("pack %r: capture patch %s left out: %s", pack, label, detail)
+
+
+class _Installed:
+    """One patch installed for one capture attempt: counts its calls, remembers an error it raised,
+    and knows how to put back what it replaced."""
+
+    def __init__(self, pack: str, patch: CapturePatch) -> None:
+        self.pack = pack
+        self.patch = patch
+        self.calls = 0
+        self.raised: list[BaseException] = []
+        self._restore: list[Callable[[], None]] = []
+        self._context: Any = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.pack}:{self.patch.name}"
+
+    def install(self) -> None:
+        patch = self.patch
+        if patch.context is not None:
+            manager = patch.context()
+            manager.__enter__()
+            self._context = manager
+            return
+        owner, attribute = resolve(patch)
+        raw = owner.__dict__[attribute] if attribute in vars(owner) else getattr(owner, attribute)
+        kind = staticmethod if isinstance(raw, staticmethod) else classmethod if isinstance(raw, classmethod) else None
+        original = raw.__func__ if kind is not None else raw
+        if not callable(original):
+            raise PluginError(f"{patch.target} is a {type(original).__name__}, not a function")
+        new: Any = self._counting(original)
+        new = kind(new) if kind is not None else new
+        self._replace(owner, attribute, new)
+        if isinstance(owner, types.ModuleType):  # `from library import function` made other references
+            for module in list(sys.modules.values()):
+                if (
+                    module is not owner
+                    and isinstance(module, types.ModuleType)
+                    and getattr(module, attribute, None) is original
+                    and attribute in vars(module)
+                ):
+                    self._replace(module, attribute, new)
+
+    def _counting(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        replacement = self.patch.replacement
+        assert replacement is not None
+        call = functools.partial(replacement, original) if self.patch.wraps_original else replacement
+
+        @functools.wraps(original)
+        def patched(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            try:
+                return call(*args, **kwargs)
+            except Exception as e:
+                self.raised.append(e)
+                raise
+
+        return patched
+
+    def _replace(self, owner: Any, attribute: str, new: Any) -> None:
+        had = attribute in vars(owner)
+        old = vars(owner).get(attribute)
+        setattr(owner, attribute, new)
+        self._restore.append(lambda: setattr(owner, attribute, old) if had else delattr(owner, attribute))
+
+    def revert(self) -> None:
+        """Put everything back; raises the first error met, after trying every step."""
+        errors: list[BaseException] = []
+        if self._context is not None:
+            try:
+                self._context.__exit__(None, None, None)
+            except Exception as e:
+                errors.append(e)
+            self._context = None
+        while self._restore:
+            try:
+                self._restore.pop()()
+            except Exception as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+
+def resolve(patch: CapturePatch) -> tuple[Any, str]:
+    """The object holding what ``patch`` replaces (importing its module), and the attribute's name;
+    :class:`PluginError` when the installed library has no such function."""
+    owner: Any = importlib.import_module(patch.module)
+    *path, attribute = patch.function.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    if not hasattr(owner, attribute):
+        raise PluginError(
+            f"{patch.module} has no {patch.function}: the patch was written for {patch.versions} and does not "
+            "fit this version's code"
+        )
+    return owner, attribute
+
+
+def _in_chain(error: BaseException | None, candidates: Sequence[BaseException]) -> bool:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if any(error is c for c in candidates):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+class PatchedCapture:
+    """The capture patches of one export: which apply to the model, installed around the capture.
+
+    Built by the exporter from the registry's packs and the user's choice;
+    :meth:`run` captures with them and leaves what happened to each in :attr:`outcomes`.
+    """
+
+    def __init__(self, offer: Offer, *, enabled: bool = True, exclude: Iterable[str] = ()) -> None:
+        self.offer = offer
+        self.enabled = bool(enabled)
+        self.excluded = select(offer, exclude)
+        self.outcomes: tuple[PatchOutcome, ...] = tuple(offer.problems)
+
+    @classmethod
+    def of(cls, registry: Registry, *, enabled: bool = True, exclude: Iterable[str] = ()) -> PatchedCapture:
+        """The patches ``registry`` and its packs offer (see :func:`offered`), with the user's choice."""
+        exclude = list(exclude)
+        if not enabled and not exclude:  # nothing to look up: no hook is called
+            return cls(Offer(), enabled=False)
+        return cls(offered(registry), enabled=enabled, exclude=exclude)
+
+    def _screen(self, model: Any) -> tuple[list[tuple[str, CapturePatch, str]], list[PatchOutcome]]:
+        """The patches to install (with the installed library version) and the outcomes of the others."""
+        chosen: list[tuple[str, CapturePatch, str]] = []
+        others: list[PatchOutcome] = []
+        for pack, patch in self.offer.patches:
+            outcome = functools.partial(_outcome, pack, patch)
+            if not self.enabled:
+                others.append(outcome(DISABLED, "capture patches are turned off (patches=False / --no-patches)"))
+                continue
+            if (pack, patch.name) in self.excluded:
+                others.append(outcome(DISABLED, "turned off by name (exclude_patches= / --no-patch)"))
+                continue
+            version, fits = installed_version(patch)
+            if version is None:
+                name = requirement(patch).name
+                others.append(outcome(UNUSED, f"{name} is not installed"))
+                continue
+            if not fits:
+                others.append(outcome(INCOMPATIBLE, f"written for {patch.versions}; {version} is installed", version))
+                continue
+            if patch.module.split(".", 1)[0] not in sys.modules or not uses(model, patch):
+                scope = ", ".join(patch.scope)
+                detail = f"the model has no module from {scope} and no forward calling {patch.function}"
+                others.append(outcome(UNUSED, detail, version))
+                continue
+            chosen.append((pack, patch, version))
+        return chosen, others
+
+    def run(self, model: Any, capture: Callable[[], T]) -> T:
+        """``capture()`` with the patches that apply to ``model`` installed. A patch that raises while
+        installed, during the capture (when the capture then fails) or while reverted is reported,
+        and the capture is run again without it."""
+        chosen, others = self._screen(model)
+        failed: list[PatchOutcome] = []
+        while True:
+            installed: list[_Installed] = []
+            attempt_failed: list[PatchOutcome] = []
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                for pack, patch, version in chosen:
+                    one = _Installed(pack, patch)
+                    try:
+                        one.install()
+                    except Exception as e:
+                        with contextlib.suppress(Exception):
+                            one.revert()
+                        attempt_failed.append(self._failed(one, version, f"installing it raised {_error(e)}"))
+                        continue
+                    installed.append(one)
+                try:
+                    result = capture()
+                except Exception as e:
+                    error = e
+            finally:
+                for one in reversed(installed):
+                    try:
+                        one.revert()
+                    except Exception as e:
+                        version = next(v for p, q, v in chosen if q is one.patch and p == one.pack)
+                        attempt_failed.append(self._failed(one, version, f"reverting it raised {_error(e)}"))
+            if error is not None:
+                culprits = [one for one in installed if one.raised and _in_chain(error, one.raised)]
+                for one in culprits:
+                    version = next(v for p, q, v in chosen if q is one.patch and p == one.pack)
+                    detail = f"it raised {_error(one.raised[-1])} during the capture; captured again without it"
+                    attempt_failed.append(self._failed(one, version, detail))
+            failed += attempt_failed
+            gone = {(o.pack, o.name) for o in attempt_failed}
+            if error is not None and gone:
+                chosen = [c for c in chosen if (c[0], c[1].name) not in gone]
+                continue  # without the patches that failed
+            self.outcomes = (*self.outcomes, *failed, *self._settled(installed, chosen, gone), *others)
+            if error is not None:
+                raise error
+            return result
+
+    def _failed(self, one: _Installed, version: str, detail: str) -> PatchOutcome:
+        _warn(one.pack, one.label, detail)
+        return _outcome(one.pack, one.patch, FAILED, detail, version)
+
+    @staticmethod
+    def _settled(
+        installed: Sequence[_Installed], chosen: Sequence[tuple[str, CapturePatch, str]], gone: set[tuple[str, str]]
+    ) -> list[PatchOutcome]:
+        versions = {(pack, patch.name): version for pack, patch, version in chosen}
+        outcomes = []
+        for one in installed:
+            patch = one.patch
+            if (one.pack, patch.name) in gone:
+                continue
+            version = versions[(one.pack, patch.name)]
+            if patch.context is not None:
+                status, calls, detail = APPLIED, None, "installed for the capture"
+            elif one.calls:
+                status, calls, detail = APPLIED, one.calls, f"called {one.calls} time(s) during the capture"
+            else:
+                status, calls, detail = UNREACHED, 0, "installed, but the capture never called it"
+            outcomes.append(_outcome(one.pack, patch, status, detail, version, calls))
+        return outcomes
+
+    @contextlib.contextmanager
+    def installed(self, model: Any) -> Iterator[list[PatchOutcome]]:
+        """The patches that apply to ``model``, installed for the block (outside a capture: the
+        conformance kit runs eager models through them); yields the outcomes, filled on exit."""
+        box: list[PatchOutcome] = []
+        chosen, others = self._screen(model)
+        installed: list[_Installed] = []
+        try:
+            for pack, patch, _ in chosen:
+                one = _Installed(pack, patch)
+                one.install()
+                installed.append(one)
+            yield box
+        finally:
+            for one in reversed(installed):
+                one.revert()
+            box += self._settled(installed, chosen, set()) + others
+
+
+def _outcome(pack: str, patch: CapturePatch, status: str, detail: str, installed: str = "",
+             calls: int | None = None) -> PatchOutcome:  # fmt: skip
+    return PatchOutcome(pack, patch.name, patch.target, patch.versions, status, detail, installed, calls)
+
+
+def _error(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:300]}"
+
+
+__all__ = [
+    "APPLIED",
+    "DISABLED",
+    "FAILED",
+    "HOOK",
+    "INCOMPATIBLE",
+    "METADATA_KEY",
+    "SAMPLES_HOOK",
+    "STATUSES",
+    "UNREACHED",
+    "UNUSED",
+    "CapturePatch",
+    "Offer",
+    "PatchOutcome",
+    "PatchedCapture",
+    "installed_version",
+    "metadata",
+    "offered",
+    "read_metadata",
+    "requirement",
+    "resolve",
+    "select",
+    "uses",
+]
