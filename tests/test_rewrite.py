@@ -3,6 +3,7 @@ lean pass, provenance kept, wrong rules named; throwaway packs are real distribu
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -302,6 +303,32 @@ def test_the_pipeline_lists_its_passes_and_the_packs_rewrites(make_pack):
     assert "exact rewrites (until nothing changes, at most 4 times):" in steps
     bare = [line.strip() for line in _finish.pipeline(weights=frozenset(), optimize=False, inline=False).describe()]
     assert "lean:" not in bare and "InlinePass" not in bare and "RemoveUnusedNodesPass" in bare
+
+
+def test_an_exports_own_passes_run_after_the_packs_even_without_rewrite():
+    namespace: dict = {}
+    exec(A_PASS.partition("@opreg.hookimpl")[0], namespace)  # the pack's pass, given to this export alone
+    model, x = torch.nn.ReLU(), torch.randn(3, 4)
+    program = opreg.export(model, (x,), target=18, rewrite=False, passes=[namespace["ReluToClip"]()])
+    assert [op for _, op in _nodes(program)] == ["Clip"]
+    assert _props(program.model_proto.graph.node[0])["opreg.rewrite"] == "export:ReluToClip"
+    metadata = {p.key: p.value for p in program.model_proto.metadata_props}
+    assert metadata["opreg.rewrites"] == "export:ReluToClip=2"  # the Clip and its Constant
+    program.verify(x)
+
+
+@pytest.mark.parametrize("passes", ["ReluToClip", [print], [None]])
+def test_passes_that_are_not_passes_or_rules_are_one_clear_error(passes):
+    with pytest.raises(opreg.InvalidArgumentError, match=r"^passes"):
+        opreg.export(torch.nn.ReLU(), (torch.randn(3, 4),), passes=passes)
+
+
+def test_dims_given_a_max_are_recorded_as_the_models_dim_bounds():
+    x = torch.randn(2, 5, 4)
+    dims = {"input": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=64)}}
+    program = opreg.export(torch.nn.ReLU(), (x,), dynamic_shapes=dims)
+    metadata = {p.key: p.value for p in program.model_proto.metadata_props}
+    assert json.loads(metadata["opreg.dim_bounds"]) == {"seq": [0, 64]}  # batch has no finite max
 
 
 # -- the conformance kit ---------------------------------------------------------------------

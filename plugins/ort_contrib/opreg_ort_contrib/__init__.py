@@ -14,6 +14,18 @@ CONTRIB_PRIORITY = 10
 """Contrib impls outrank the core pack's wherever the target offers com.microsoft."""
 
 
+_LAZY = {"MatMulNBitsQuantization": "opreg_ort_contrib.quantize", "TorchaoWeights": "opreg_ort_contrib.quantize"}
+"""Public names whose modules are imported when first used (they import onnx_ir and numpy)."""
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 @opreg.hookimpl
 def opreg_targets():
     return {"onnxruntime": {"": opreg.newest_supported_opset(), CONTRIB_DOMAIN: 1}}

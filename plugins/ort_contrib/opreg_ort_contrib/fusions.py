@@ -3,17 +3,30 @@
 Each rule is an onnxscript ``RewriteRule`` that opreg applies after translation and
 the lean pass (see ``opreg_rewrite_rules`` in docs/writing-packs.md). Which ones the pack
 offers, and for which targets, is :func:`rules`; why each is there (or is not) is
-measured by ``bench/ort_contrib.py`` on ONNX Runtime's CPU build:
+measured by ``bench/ort_contrib.py`` (and, for a decoder, ``bench/llm.py``) on ONNX
+Runtime's CPU build.
+
+onnxscript's maintained rules, where they do what the pack's own did (the same nodes fused
+on BERT, GPT-2 and Llama), under the pack's names and float32 only (:func:`_onnxscript_rules`):
+
+- ``RMSNormalization``, ``RMSNormalizationWeightLast``: ``x * rsqrt(mean(x**2) + eps) *
+  weight`` becomes ai.onnx ``RMSNormalization`` (opset 23) (``rules.fusion``'s RmsNormFusion).
+- ``BiasGelu``: ``Gelu(x + bias)`` (erf) becomes BiasGelu (``ort_fusions``' BiasGeluFusion).
+- ``FusedMatMul``: ``MatMul(x, Transpose(y))`` becomes ``FusedMatMul(x, y, transB=1)``: as fast
+  in whole models (0.99-1.00x), and a weight keeps its ``state_dict`` layout and name, with no
+  Transpose left in the graph (``ort_fusions``' TransposeMatMul2).
+
+The pack's own, which onnxscript's rules do not match in opreg's graphs, each measured:
 
 - ``GroupQueryAttention``: transformers' ``repeat_kv`` (Unsqueeze, Expand, Reshape
   of the key/value heads) feeding a MultiHeadAttention becomes GroupQueryAttention
-  on the unrepeated heads: no copies of the keys and values.
+  on the unrepeated heads: no copies of the keys and values (onnxscript's GQA fusion reads
+  torch.onnx's SDPA and com.microsoft RotaryEmbedding, which opreg does not emit).
 - ``RotaryEmbedding``: ``x * cos + rotate_half(x) * sin`` with the cos/sin of
-  duplicated frequencies (``cat(freqs, freqs)``, as every RoPE model computes them)
-  becomes ai.onnx ``RotaryEmbedding`` (opset 23), fed the cos/sin of the frequencies
-  themselves, on the projection before its heads are split when it can.
-- ``RMSNormalization``: ``x * rsqrt(mean(x**2) + eps) * weight`` becomes ai.onnx
-  ``RMSNormalization`` (opset 23).
+  duplicated frequencies (``cat(freqs, freqs)``, as every RoPE model computes them, scaled or
+  not) becomes ai.onnx ``RotaryEmbedding`` (opset 23), fed the cos/sin of the frequencies
+  themselves, on the projection before its heads are split when it can (onnxscript's
+  RotaryEmbedding23 wants the cos/sin unscaled and the heads split).
 - ``ResidualSum``: the residual ``Add`` whose only user is a LayerNormalization
   becomes a ``Sum``. ONNX Runtime fuses ``Add`` + ``LayerNormalization`` into its
   SkipLayerNormalization on its own, and that kernel is many times slower than the
@@ -21,11 +34,12 @@ measured by ``bench/ort_contrib.py`` on ONNX Runtime's CPU build:
 - ``GroupedAttention``, ``AttentionOnHeads``, ``MultiHeadAttentionOnHeads``: the same
   for ai.onnx Attention (``kv_num_heads``), and the attention kernels reading a KV cache
   in its (batch, heads, seq, size) layout instead of a moved copy of it.
-- ``BiasGelu``, ``FastGelu`` (the tanh formula, GPT-2's ``gelu_new`` included, and a
+- ``FastGelu``, ``FastGeluHalfFirst`` (the tanh formula in torch's order and GPT-2's
+  ``gelu_new``'s, neither of which onnxscript's GeluTanhFusion matches), ``FastGeluBias`` (a
   bias added before it), ``QuickGelu`` (``x * sigmoid(alpha * x)``, SiLU being alpha 1).
-- ``FusedMatMul``: ``MatMul(x, Transpose(W))`` of a weight becomes
-  ``FusedMatMul(x, W, transB=1)``: as fast in whole models (0.99-1.00x), and the weight
-  keeps its ``state_dict`` layout and name, with no Transpose left in the graph.
+
+Then the passes of a decoder (:mod:`opreg_ort_contrib.kv_cache`, :mod:`opreg_ort_contrib.gqa_fusions`)
+and of weights quantized in PyTorch (:class:`opreg_ort_contrib.quantize.TorchaoWeights`).
 
 Measured and left out: SkipLayerNormalization and SkipSimplifiedLayerNormalization,
 slower than the kernels they replace (see ``ResidualSum`` and ``RMSNormalization``).
@@ -398,32 +412,6 @@ def _heads_split(transpose: ir.Node) -> bool:
 # -- normalization ------------------------------------------------------------------------------
 
 
-class RMSNormalization(pattern.RewriteRuleClassBase):
-    """``x * (1 / sqrt(mean(x ** 2, -1) + eps)) * weight`` -> RMSNormalization-23."""
-
-    def __init__(self, name: str, weight_first: bool) -> None:
-        super().__init__(name)
-        self._weight_first = weight_first
-
-    def pattern(self, op, x, two, axes, epsilon, weight):
-        mean = op.ReduceMean(op.Pow(x, two), axes, keepdims=1, _allow_other_attributes=True)
-        normalized = op.Mul(x, op.Reciprocal(op.Sqrt(op.Add(mean, epsilon))))
-        return op.Mul(weight, normalized) if self._weight_first else op.Mul(normalized, weight)
-
-    def check(self, context, x, two, axes, epsilon, weight, **_):
-        result = pattern.MatchResult()
-        dims, w = _dims(x), _dims(weight)
-        if not _is(two, 2.0) or _ints(axes) not in ([-1], [len(dims or []) - 1]) or _scalar(epsilon) is None:
-            return result.fail("not a mean of squares over the last axis plus a constant epsilon")
-        if dims is None or w is None or len(w) != 1 or w[0] != dims[-1] or not _float32(x, weight):
-            return result.fail("the weight is not float32 (hidden,)")
-        self._epsilon = _scalar(epsilon)
-        return result
-
-    def rewrite(self, op, x, weight, **_):
-        return op.RMSNormalization(x, weight, axis=-1, epsilon=self._epsilon, stash_type=1)
-
-
 class ResidualSum(pattern.RewriteRuleClassBase):
     """``LayerNormalization(Add(a, b))`` -> ``LayerNormalization(Sum(a, b))``: ONNX Runtime then
     keeps the two kernels instead of fusing them into its slower SkipLayerNormalization."""
@@ -457,19 +445,6 @@ def _check_bias(x: ir.Value, bias: ir.Value) -> pattern.MatchResult:
     if _const(bias) is None or b is None or len(b) != 1 or dims is None or dims[-1] != b[0]:
         return result.fail("the bias is not a constant of the last dim")
     return result if _float32(x, bias) else result.fail("float32 only")
-
-
-class BiasGelu(pattern.RewriteRuleClassBase):
-    """``Gelu(x + bias)`` (erf) with a 1-D constant bias -> BiasGelu."""
-
-    def pattern(self, op, x, bias):
-        return op.Gelu(op.Add(x, bias), _domain=CONTRIB_DOMAIN)
-
-    def check(self, context, x, bias, **_):
-        return _check_bias(x, bias)
-
-    def rewrite(self, op, x, bias):
-        return op.BiasGelu(x, bias, _domain=CONTRIB_DOMAIN)
 
 
 _TANH_SCALE = math.sqrt(2.0 / math.pi)
@@ -540,27 +515,45 @@ class QuickGelu(pattern.RewriteRuleClassBase):
         return op.QuickGelu(x, alpha=float(self._alpha), _domain=CONTRIB_DOMAIN)
 
 
-# -- matmul -----------------------------------------------------------------------------------------
+# -- onnxscript's maintained rules ----------------------------------------------------------------
 
 
-class FusedMatMul(pattern.RewriteRuleClassBase):
-    """``MatMul(x, Transpose(W))`` of a 2-D weight -> FusedMatMul(x, W, transB=1): as fast, and the
-    weight stays the ``state_dict`` tensor, in its layout, with no Transpose in the graph."""
+def _float32_only(rule_class: type, *names: str) -> type:
+    """``rule_class`` (an onnxscript rule) matching only where the values bound to ``names`` are
+    float32: the CPU kernels its rewrite makes (and the pack's tests) are float32's."""
 
-    def pattern(self, op, x, weight):
-        return op.MatMul(x, op.Transpose(weight, perm=[1, 0]))
+    class Float32(rule_class):
+        def check(self, context, **bindings):
+            result = super().check(context, **bindings)
+            if result and not _float32(*(bindings.get(name) for name in names)):
+                return pattern.MatchResult().fail("float32 only")
+            return result
 
-    def check(self, context, x, weight, **_):
-        result = pattern.MatchResult()
-        if not weight.is_initializer() or weight.shape is None or len(weight.shape) != 2:
-            return result.fail("not a 2-D weight")
-        return result if _float32(x, weight) else result.fail("float32 only")
+    Float32.__name__ = Float32.__qualname__ = rule_class.__name__
+    return Float32
 
-    def rewrite(self, op, x, weight):
-        return op.FusedMatMul(x, weight, transB=1, alpha=1.0, _domain=CONTRIB_DOMAIN)
+
+def _onnxscript_rules() -> dict:
+    """onnxscript's rules that do what the pack's own did, under the pack's names: RMS norms to
+    RMSNormalization-23 (``rules.fusion``, which onnxscript's ``onnx_fusions`` applies; no public
+    name), ``Gelu(x + bias)`` to BiasGelu and ``MatMul(x, Transpose(W))`` to FusedMatMul
+    (``ort_fusions``, which its ``optimize_for_ort`` applies)."""
+    from onnxscript.rewriter.ort_fusions.bias_gelu import BiasGeluFusion
+    from onnxscript.rewriter.ort_fusions.fused_matmul_rule_sets import TransposeMatMul2
+    from onnxscript.rewriter.rules.fusion._rms_normalization import RmsNormFusion
+
+    rms = _float32_only(RmsNormFusion, "x", "scale")
+    return {
+        "RMSNormalization": rms.rule("RMSNormalization", mul_order=False),  # weight * normalized
+        "RMSNormalizationWeightLast": rms.rule("RMSNormalizationWeightLast", mul_order=True),
+        "BiasGelu": _float32_only(BiasGeluFusion, "input", "bias").rule("BiasGelu", contrib_op=True),
+        "FusedMatMul": _float32_only(TransposeMatMul2, "x", "y").rule("FusedMatMul"),
+    }
 
 
 # -- what the pack offers ---------------------------------------------------------------------------
+
+_MAINTAINED = _onnxscript_rules()
 
 RULES = {
     rule.name: rule
@@ -570,16 +563,16 @@ RULES = {
         AttentionOnHeads.rule("AttentionOnHeads"),
         MultiHeadAttentionOnHeads.rule("MultiHeadAttentionOnHeads"),
         RotaryEmbedding.rule("RotaryEmbedding"),
-        RMSNormalization.rule("RMSNormalization", weight_first=True),
-        RMSNormalization.rule("RMSNormalizationWeightLast", weight_first=False),
+        _MAINTAINED["RMSNormalization"],
+        _MAINTAINED["RMSNormalizationWeightLast"],
         ResidualSum.rule("ResidualSum"),
         FastGelu.rule("FastGelu", half_first=False),
         FastGelu.rule("FastGeluHalfFirst", half_first=True),
-        BiasGelu.rule("BiasGelu"),
+        _MAINTAINED["BiasGelu"],
         FastGeluBias.rule("FastGeluBias"),
         QuickGelu.rule("QuickGelu", sigmoid_first=False),
         QuickGelu.rule("QuickGeluSigmoidFirst", sigmoid_first=True),
-        FusedMatMul.rule("FusedMatMul"),
+        _MAINTAINED["FusedMatMul"],
     )
 }
 """Every rule, by name, in the order they are applied."""
@@ -602,7 +595,18 @@ the attention op the sdpa impl emits there, and those that make opset-23 ops."""
 
 
 def rules(target) -> list:
-    """The rules for ``target``: none without com.microsoft 1, else those :data:`OFFERED` at its ai.onnx."""
+    """The rules for ``target``: none without com.microsoft 1, else those :data:`OFFERED` at its ai.onnx,
+    then (where the attention is com.microsoft's) the decoder's attention on its KV cache."""
     if target.get(CONTRIB_DOMAIN) != 1:
         return []
-    return [rule for name, rule in RULES.items() if OFFERED.get(name, lambda _: True)(target.onnx)]
+    from opreg_ort_contrib.gqa_fusions import PackedQKV, RotaryInsideAttention
+    from opreg_ort_contrib.kv_cache import GroupQueryAttentionOnCache
+    from opreg_ort_contrib.quantize import TorchaoWeights
+
+    offered = [TorchaoWeights()]  # first: on the products as the model writes them
+    offered += [rule for name, rule in RULES.items() if OFFERED.get(name, lambda _: True)(target.onnx)]
+    if target.onnx not in ATTENTION_23:
+        offered.append(GroupQueryAttentionOnCache())
+    if target.onnx > max(ATTENTION_23):  # they take RotaryEmbedding-23 into GroupQueryAttention
+        offered += [RotaryInsideAttention(), PackedQKV()]
+    return offered

@@ -125,6 +125,73 @@ class Activation(nn.Module):
         raise ValueError(self.kind)
 
 
+DECODER_HIDDEN, DECODER_HEADS, DECODER_KV_HEADS = 64, 4, 2
+DECODER_SIZE = DECODER_HIDDEN // DECODER_HEADS  # GroupQueryAttention rotates heads of a multiple of 16
+
+
+class CachedDecoderLayer(nn.Module):
+    """A decoder layer's attention with its KV cache as inputs and outputs, as transformers'
+    models compute it: positions and a "causal and not padding" mask from a 2-D attention mask
+    (left padding), rotary embedding, the cache concatenated, ``repeat_kv``, sdpa."""
+
+    def __init__(self, window: int | None = None) -> None:
+        super().__init__()
+        self.window = window  # a sliding window: each query sees its last ``window`` positions
+        self.q = nn.Linear(DECODER_HIDDEN, DECODER_HEADS * DECODER_SIZE, bias=False)
+        self.k = nn.Linear(DECODER_HIDDEN, DECODER_KV_HEADS * DECODER_SIZE, bias=False)
+        self.v = nn.Linear(DECODER_HIDDEN, DECODER_KV_HEADS * DECODER_SIZE, bias=False)
+        self.o = nn.Linear(DECODER_HEADS * DECODER_SIZE, DECODER_HIDDEN, bias=False)
+        frequencies = 1.0 / 10000 ** (torch.arange(0, DECODER_SIZE, 2).float() / DECODER_SIZE)
+        self.register_buffer("inv_freq", frequencies, persistent=False)
+
+    def forward(self, x, attention_mask, past_key, past_value):
+        seq, past = x.shape[1], past_key.shape[2]
+        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, -seq:]
+        freqs = (self.inv_freq[None, :, None] @ positions[:, None, :].float()).transpose(1, 2)
+        angles = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = angles.cos()[:, None], angles.sin()[:, None]
+        q, k = _split(self.q(x), DECODER_HEADS), _split(self.k(x), DECODER_KV_HEADS)
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        key, value = torch.cat([past_key, k], 2), torch.cat([past_value, _split(self.v(x), DECODER_KV_HEADS)], 2)
+        offset = (past + torch.arange(seq))[:, None] - torch.arange(key.shape[2])[None, :]
+        causal = offset >= 0 if self.window is None else (offset >= 0) & (offset < self.window)
+        mask = causal[None, None] & attention_mask[:, None, None, :].bool()
+        times = DECODER_HEADS // DECODER_KV_HEADS
+        out = F.scaled_dot_product_attention(q, _repeat_kv(key, times), _repeat_kv(value, times), attn_mask=mask)
+        return self.o(_merge(out)), key, value
+
+
+def _decoder_sample(window: int | None = None) -> ModelSample:
+    """Two rows of 3 new tokens after a past of 4; the second left-padded by 5, so one of its
+    queries sees no key."""
+    mask = torch.ones(2, 7, dtype=torch.int64)
+    mask[1, :5] = 0
+    past = [torch.randn(2, DECODER_KV_HEADS, 4, DECODER_SIZE) for _ in range(2)]
+    model = CachedDecoderLayer(window).eval()
+    return ModelSample.of(model, torch.randn(2, 3, DECODER_HIDDEN), mask, *past).with_tolerances(1e-4, 1e-5)
+
+
+class DequantizedLinear(nn.Module):
+    """A linear layer whose weight is dequantized from integers in the model, as torchao's weight-only
+    configs export: ``(q - zero) * scale`` per group of 32 (``IntxWeightOnlyConfig``), or ``q`` with the
+    scale applied to the product (``Int8WeightOnlyConfig``)."""
+
+    def __init__(self, scale_after: bool) -> None:
+        super().__init__()
+        self.scale_after = scale_after
+        low, high = (-128, 128) if scale_after else (-8, 8)
+        self.register_buffer("q", torch.randint(low, high, (HIDDEN, 2 * HIDDEN), dtype=torch.int8))
+        groups = 1 if scale_after else 2 * HIDDEN // 32
+        self.register_buffer("scale", torch.rand(HIDDEN, groups) * 0.1 + 0.01)
+        self.register_buffer("zero", torch.randint(-2, 3, (HIDDEN, groups), dtype=torch.int8))
+
+    def forward(self, x):
+        if self.scale_after:
+            return (x @ self.q.t().float()) * self.scale.flatten()
+        grouped = self.q.view(HIDDEN, -1, 32).float() - self.zero[..., None].float()
+        return F.linear(x, (grouped * self.scale[..., None]).view(HIDDEN, -1))
+
+
 def _causal_mask(batch: int = 2, seq: int = SEQ) -> torch.Tensor:
     """A causal mask with the first row's last two keys padded away."""
     mask = torch.ones(seq, seq, dtype=torch.bool).tril().expand(batch, 1, seq, seq).clone()
@@ -166,6 +233,13 @@ def samples() -> dict[str, list[ModelSample]]:
         "QuickGelu": activation("silu"),
         "QuickGeluSigmoidFirst": activation("quick_gelu"),
         "FusedMatMul": [ModelSample.of(PostNorm().eval(), x)],
+        "GroupQueryAttentionOnCache": [_decoder_sample()],
+        "RotaryInsideAttention": [_decoder_sample()],
+        "PackedQKV": [_decoder_sample()],
+        "TorchaoWeights": [
+            ModelSample.of(DequantizedLinear(scale_after=False).eval(), torch.randn(2, 3, 2 * HIDDEN)),
+            ModelSample.of(DequantizedLinear(scale_after=True).eval(), torch.randn(2, 3, 2 * HIDDEN)),
+        ],
     }
 
 

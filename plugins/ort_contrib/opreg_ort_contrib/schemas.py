@@ -103,6 +103,26 @@ def _attention_output(ctx) -> None:
     _output(ctx, 0, 0, [query[0], query[1], hidden])
 
 
+def _group_query_attention_output(ctx) -> None:
+    """GroupQueryAttention: the output as :func:`_attention_output` (a packed query holds the key
+    and value heads too); the present keys and values (batch, kv heads, ?, head size) in the
+    past's type (their length is the buffer's or the total)."""
+    query = _dims(ctx, 0)
+    heads, kv_heads = _int_attr(ctx, "num_heads"), _int_attr(ctx, "kv_num_heads")
+    if not ctx.has_input(1) and query is not None and len(query) == 3 and query[2].HasField("dim_value") and heads:
+        _output(ctx, 0, 0, [query[0], query[1], query[2].dim_value * heads // (heads + 2 * kv_heads)])
+    else:
+        _attention_output(ctx)
+    for index, past in ((1, 3), (2, 4)):
+        if ctx.has_output(index) and ctx.has_input(past):
+            dims = _dims(ctx, past)
+            unknown = None
+            if dims is not None and len(dims) == 4:
+                unknown = copy.deepcopy(dims[2])
+                unknown.Clear()
+            _output(ctx, index, past, None if dims is None or len(dims) != 4 else [dims[0], dims[1], unknown, dims[3]])
+
+
 def _packed_attention_output(ctx) -> None:
     """Attention: (batch, sequence, v hidden size) from ``qkv_hidden_sizes`` or the weights."""
     x, weights = _dims(ctx, 0), _dims(ctx, 1)
@@ -198,11 +218,17 @@ def _attention_schemas() -> list:
             _input("sin_cache", "T", "rotary sin cache", optional=True),
             _input("position_ids", "tensor(int64)", "rotary positions", optional=True),
             _input("attention_bias", "T", "added to QK' (batch or 1, heads or 1, sequence, total)", optional=True),
+            _input("head_sink", "T", "(heads,): added to each head's softmax denominator", optional=True),
+            _input("k_scale", "tensor(float)", "scale of a quantized past_key", optional=True),
+            _input("v_scale", "tensor(float)", "scale of a quantized past_value", optional=True),
+            _input("q_norm_weight", "T", "(head size): RMS norm of each query head first", optional=True),
+            _input("k_norm_weight", "T", "(head size): RMS norm of each key head first", optional=True),
+            _input("query_seqlens", "M", "(batch,): the query's valid (not right-padded) rows", optional=True),
         ],
         [
             _input("output", "T", "(batch, sequence, heads * head size)"),
-            _input("present_key", "T", "present keys", optional=True),
-            _input("present_value", "T", "present values", optional=True),
+            _input("present_key", "T", "present keys (batch, kv heads, total or buffer, head size)", optional=True),
+            _input("present_value", "T", "present values (batch, kv heads, total or buffer, head size)", optional=True),
         ],
         t,
         [
@@ -215,7 +241,7 @@ def _attention_schemas() -> list:
             _attr("local_window_size", "INT", "sliding window (-1: none)"),
             _attr("softcap", "FLOAT", "softcap of the scores (0: none)"),
         ],
-        _attention_output,
+        _group_query_attention_output,
     )
     packed = _schema(
         "Attention",
@@ -277,6 +303,41 @@ def _normalization_schemas() -> list:
     return [skip, simplified]
 
 
+def _matmul_nbits_output(ctx) -> None:
+    """MatMulNBits: A's dims with the last one ``N``."""
+    a = _dims(ctx, 0)
+    n = ctx.get_attribute("N")
+    _output(ctx, 0, 0, None if a is None or n is None else [*a[:-1], n.i])
+
+
+def _matmul_nbits_schema():
+    floats = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"]
+    return _schema(
+        "MatMulNBits",
+        "MatMul of A and a weight quantized block-wise to N bits along K (onnxruntime contrib).",
+        [
+            _input("A", "T1", "(..., K), not quantized"),
+            _input("B", "T2", "(N, K blocks, block bytes): the weight's packed quantized values"),
+            _input("scales", "T1", "(N, K blocks) or (N * K blocks): each block's scale"),
+            _input("zero_points", "T3", "each block's zero point, packed uint8 or A's type (default 2^(bits-1))",
+                   optional=True),
+            _input("g_idx", "T4", "group index (deprecated)", optional=True),
+            _input("bias", "T1", "(N): added to the result", optional=True),
+        ],
+        [_input("Y", "T1", "(..., N)")],
+        [
+            ("T1", floats, "A, scales, bias and Y"), ("T2", ["tensor(uint8)", "tensor(int32)"], "packed weight"),
+            ("T3", ["tensor(uint8)", "tensor(int32)", *floats], "zero points"), ("T4", ["tensor(int32)"], "g_idx"),
+        ],
+        [
+            _attr("K", "INT", "input feature dim"), _attr("N", "INT", "output feature dim"),
+            _attr("bits", "INT", "bits per weight (2, 4 or 8)"), _attr("block_size", "INT", "block size along K"),
+            _attr("accuracy_level", "INT", "minimum precision of A in the computation (4: int8)"),
+        ],
+        _matmul_nbits_output,
+    )  # fmt: skip
+
+
 def schemas() -> list:
     """Every com.microsoft op the pack's impls and rewrite rules emit, version 1."""
     floats = [("T", _FLOATS, "floating point tensors")]
@@ -325,4 +386,5 @@ def schemas() -> list:
         rotary,
         *_attention_schemas(),
         *_normalization_schemas(),
+        _matmul_nbits_schema(),
     ]

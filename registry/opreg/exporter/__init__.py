@@ -116,6 +116,7 @@ def export(
     seed: int | None = None,
     strict: bool = False,
     state: str = "error",
+    passes: Iterable[Any] = (),
     patches: bool = True,
     exclude_patches: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
@@ -172,6 +173,12 @@ def export(
             each mutated buffer and input an output (``<input>_out``), listed in the program's
             ``state_slots`` (``run`` feeds and keeps the buffers' values in ``program.state``);
             ``"drop"`` leaves the updates out (the model reads the exported values each call).
+        passes: more graph rewrites to apply after the packs' (``onnx_ir`` passes that
+            change the model in place, onnxscript rewrite rules or rule sets), each
+            recorded as ``export:<name>`` like a pack's rewrite and gated by the target
+            the same way (e.g. ``opreg_ort_contrib.MatMulNBitsQuantization(bits=4)``,
+            which quantizes the float weights of linear layers). They run even with
+            ``rewrite=False``.
         patches: install the packs' capture patches (``opreg_capture_patches``)
             that apply to ``model`` while capturing it (default); ``False``
             captures the model's own code. What happened to each patch is in
@@ -202,6 +209,7 @@ def export(
                    fold_weights=fold_weights, rewrite=rewrite)  # fmt: skip
     reg = _registry(registry, plugins, exclude)
     _state.check_mode(state)
+    extra = _finish.export_passes(passes)
     tick = _Ticker(progress)
     tick("capture")
     resolved = reg.target(target)
@@ -211,7 +219,7 @@ def export(
     program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
     _state.check(program, state, _model_name(model))
     tick("translate")
-    symbols = {}
+    symbols: dict[str, str] = {}
     eager = captured  # what verify() compares with: an ExportedProgram's module is made when first needed
     if isinstance(model, torch.nn.Module):
         symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
@@ -221,7 +229,8 @@ def export(
     result = _finish.finish(
         translation, exported_program=program, module=eager, target=resolved, registry=reg,
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
-        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed, strict=strict,
+        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed, strict=strict, passes=extra,
+        dim_bounds=_capture.dim_bounds(program, symbols),
         capture_patches=patched.outcomes if patched is not None else (),
     )  # fmt: skip
     tick.done()

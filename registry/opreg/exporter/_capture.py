@@ -216,6 +216,18 @@ def dim_names(
     return symbols
 
 
+def dim_bounds(program: torch.export.ExportedProgram, symbols: Mapping[str, str]) -> dict[str, list[int]]:
+    """``{dim name: [min, max]}`` of the program's symbolic dims whose ``max`` is finite (a
+    ``Dim(..., max=N)``), named as the ONNX model names them (:func:`dim_names`)."""
+    import sympy
+
+    bounds = {}
+    for symbol, values in program.range_constraints.items():
+        if isinstance(symbol, sympy.Symbol) and isinstance(values.upper, sympy.Integer):
+            bounds[symbols.get(str(symbol), str(symbol))] = [int(values.lower), int(values.upper)]
+    return dict(sorted(bounds.items()))
+
+
 def input_leaves(program: torch.export.ExportedProgram) -> list[int]:
     """Which leaves of the flattened ``(args, kwargs)`` are the ONNX inputs, in order: the tensors,
     and the ints captured as symbolic (``Dim.DYNAMIC``), which become 0-d INT64 inputs."""

@@ -15,7 +15,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -24,8 +24,8 @@ import onnx_ir.passes.common as common_passes
 import torch
 from onnx_ir.passes import InPlacePass, PassBase, PassResult
 
-from opreg import patching
-from opreg.errors import ExportError, OpsetConflictError
+from opreg import hookspecs, patching
+from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
 from opreg.exporter import _capture, _lean, _pytrees, _rewrite
 from opreg.exporter._passes import IfModified, Pipeline, all_nodes, subgraphs_of
 from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
@@ -44,6 +44,9 @@ MIN_OPSET_WITH_SEEDS = 18
 """What :func:`seed_random_nodes` reads the ``seed`` attribute's type from when the graph names no ai.onnx version."""
 MIN_IR_VERSION = 10
 """Node ``metadata_props`` (provenance) need IR 10; newer opsets need more."""
+DIM_BOUNDS_KEY = "opreg.dim_bounds"
+"""Model ``metadata_props``: ``{dim name: [min, max]}`` (JSON) of the symbolic dims given a finite ``max``
+(``torch.export.Dim(name, max=N)``); set before the rewrites, which may read it (a table sized by a length's bound)."""
 MAX_CHECKED_BYTES = onnx.checker.MAXIMUM_PROTOBUF
 """A model larger than one protobuf holds (2 GB) is checked from its saved file instead."""
 
@@ -63,12 +66,15 @@ def finish(
     rewrite: bool = True,
     seed: int | None = None,
     strict: bool = False,
+    passes: Sequence[Rewrite] = (),
+    dim_bounds: Mapping[str, Sequence[int]] | None = None,
     capture_patches: Sequence[PatchOutcome] = (),
 ) -> OnnxProgram:
     """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`
-    (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false;
-    ``strict``: a faulty rewrite fails the export instead of being left out; the capture
-    patches that were applied recorded in its metadata)."""
+    (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false,
+    then the export's own ``passes``: see :func:`export_passes`; ``strict``: a faulty
+    rewrite fails the export instead of being left out; the capture patches that were
+    applied recorded in its metadata)."""
     recorder = translation.recorder
     graph = translation.graph
     out_spec = exported_program.call_spec.out_spec
@@ -88,6 +94,7 @@ def finish(
     packs = {impl.pack for impl in translation.used_impls.values()}
     rewrites = _rewrite.collect(registry.call_hook(_rewrite.HOOK, target=target)) if rewrite else []
     bound = [name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value)]
+    rewrites = [*rewrites, *passes]
     model = build_model(
         graph,
         recorder.functions,
@@ -95,7 +102,11 @@ def finish(
         inline=inline,
         optimize=optimize,
         fold_weights=fold_weights,
-        metadata={"opreg.target": str(target), **constants_metadata(exported_program, module)},
+        metadata={
+            "opreg.target": str(target),
+            **constants_metadata(exported_program, module),
+            **({DIM_BOUNDS_KEY: json.dumps(dim_bounds)} if dim_bounds else {}),
+        },
         definitions=definitions,
         rewrites=rewrites,
         target=target,
@@ -148,6 +159,22 @@ def state_slots(translation: Translation, taken: set[str]) -> list[StateSlot]:
         taken.add(output)
         slots.append(StateSlot(kind, key, input_name, output))
     return slots
+
+
+EXPORT_PASSES = "export"
+"""What the rewrites given to ``opreg.export(passes=...)`` are recorded under (``export:<name>``)."""
+
+
+def export_passes(passes: Any) -> list[Rewrite]:
+    """``opreg.export``'s ``passes`` as rewrites applied after the packs'; an
+    :class:`InvalidArgumentError` naming an item that is not a pass or rule."""
+    if isinstance(passes, (str, bytes)) or not isinstance(passes, Iterable):
+        raise InvalidArgumentError(f"passes must be a list of onnx_ir passes or rewrite rules, got {passes!r}")
+    try:
+        checked = hookspecs.rewrites_of(list(passes))  # what a pack's opreg_rewrite_rules is held to
+    except ValueError as e:
+        raise InvalidArgumentError(f"passes: {str(e).removeprefix('returned ')}") from None
+    return [Rewrite(EXPORT_PASSES, item, names) for item, names in checked]
 
 
 # -- outputs --------------------------------------------------------------------------
@@ -327,6 +354,7 @@ def build_model(
     if rewrites and target is None:
         raise ValueError("rewrites need the target that gates them")
     model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=__version__)
+    model.metadata_props.update(metadata)  # before the rewrites, which may read it
     graph.opset_imports.clear()
     graph.opset_imports.update(versions)  # every version first: the passes read them, then drop the unused
     definitions = dict(definitions or {})
@@ -351,7 +379,6 @@ def build_model(
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("finishing pipeline:\n  %s", "\n  ".join(finishing.describe()))
     finishing(model)
-    model.metadata_props.update(metadata)
     return model
 
 

@@ -248,8 +248,9 @@ class PackRewrite(InPlacePass):
         if result.model is not model:
             raise _Fault(label, "returned a new model: opreg applies passes that change the model in place")
         made = [node for node in all_nodes(model) if id(node) not in before]
-        for node in made:
-            node.metadata_props[REWRITE_KEY] = label
+        for node in made:  # after the rewrites recorded on what it replaced, if the pass copied them
+            recorded = [value for value in node.metadata_props.get(REWRITE_KEY, "").split(JOIN) if value]
+            node.metadata_props[REWRITE_KEY] = JOIN.join([*recorded, label] if label not in recorded else recorded)
             node.metadata_props.setdefault(PACK_KEY, self.rewrite.pack)
         return {label: len(made)} if result.modified else {}
 

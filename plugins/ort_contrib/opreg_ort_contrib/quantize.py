@@ -1,0 +1,406 @@
+"""Weight-only quantization of linear layers to ONNX Runtime's ``com.microsoft::MatMulNBits``.
+
+MatMulNBits multiplies a float input by a weight stored block-wise in 4 or 8 bits along its
+input dim ``K``: each block of ``block_size`` values has a float scale and (asymmetric) a
+zero point, and the value is ``(q - zero_point) * scale``. On ONNX Runtime's CPU build it
+reads a quarter (8 bits) or an eighth (4 bits) of a float32 weight's bytes, which is what a
+decode step of a language model spends its time on, and with ``accuracy_level=4`` it
+multiplies in int8 (the input quantized per block as it goes).
+
+Two ways in:
+
+- :class:`MatMulNBitsQuantization`, an ``onnx_ir`` pass given to ``opreg.export(...,
+  passes=[...])``: it quantizes the float32 weight of every ``MatMul``/``FusedMatMul`` that
+  reads one (round to nearest, ONNX Runtime's own ``DefaultWeightOnlyQuantizer``, the
+  kernel its ``MatMulNBitsQuantizer`` and ONNX Runtime GenAI's builder call, so the same
+  weights give the same bytes).
+- :class:`TorchaoWeights`, offered by the pack's ``opreg_rewrite_rules`` at targets with
+  com.microsoft: a model quantized in PyTorch with torchao's weight-only configs
+  (``IntxWeightOnlyConfig`` with int4 or int8 and ``PerGroup``/``PerAxis``,
+  ``Int8WeightOnlyConfig``) exports its dequantization as arithmetic on the integer
+  weights; the pass finds each linear layer whose weight is so computed, reads the integers,
+  scales and zero points back, checks that they give exactly the weight the model computes,
+  and makes the layer one MatMulNBits on those integers (no re-rounding).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+
+import numpy as np
+import onnx_ir as ir
+import onnx_ir.passes.common
+
+from opreg_ort_contrib import CONTRIB_DOMAIN
+
+BITS = (4, 8)
+ACCURACY_LEVELS = (0, 1, 2, 3, 4)
+
+
+def _transposed_b(node: ir.Node) -> bool:
+    """``node`` is ``FusedMatMul(x, W, transB=1)`` and nothing else (a plain product with W (N, K))."""
+    if node.op_type != "FusedMatMul" or node.domain != CONTRIB_DOMAIN:
+        return False
+    attributes = {a.name: a.value for a in node.attributes.values()}
+    return (
+        attributes.get("transB", 0) == 1
+        and all(attributes.get(name, 0) == 0 for name in ("transA", "transBatchA", "transBatchB"))
+        and attributes.get("alpha", 1.0) == 1.0
+    )
+
+
+def _weight_of(node: ir.Node) -> tuple[ir.Value, bool] | None:
+    """``(weight, stored (N, K))`` if ``node`` is a linear layer on a float32 2-D initializer:
+    ``MatMul(x, W)`` (W is (K, N)), ``MatMul(x, Transpose(W))`` or ``FusedMatMul(x, W, transB=1)``
+    (W is (N, K))."""
+    if len(node.inputs) != 2 or node.inputs[0] is None or node.inputs[1] is None:
+        return None
+    weight, transposed = node.inputs[1], False
+    transpose = weight.producer()
+    if transpose is not None and transpose.op_type == "Transpose" and transpose.domain == "":
+        perm = transpose.attributes.get("perm")
+        if perm is None or list(perm.as_ints()) != [1, 0] or node.op_type != "MatMul":
+            return None
+        weight, transposed = transpose.inputs[0], True  # MatMul(x, Transpose(W)): W is (N, K)
+    if not weight.is_initializer() or weight.const_value is None or weight.dtype != ir.DataType.FLOAT:
+        return None
+    if weight.shape is None or len(weight.shape) != 2 or node.inputs[0].dtype != ir.DataType.FLOAT:
+        return None
+    if node.op_type == "MatMul" and node.domain == "":
+        return weight, transposed
+    if _transposed_b(node) and not transposed:
+        return weight, True
+    return None
+
+
+def _initializers(graph: ir.Graph, tensors: dict[str, tuple[str, np.ndarray] | None]) -> list[ir.Value | None]:
+    """MatMulNBits' inputs after A (``B``, ``scales``, ``zero_points``, ``g_idx``, ``bias``) as new
+    initializers, from ``{role: (name, array) or None}``; trailing absent ones dropped."""
+    inputs: list[ir.Value | None] = []
+    for role in ("B", "scales", "zero_points", "g_idx", "bias"):
+        named = tensors.get(role)
+        if named is None:
+            inputs.append(None)
+            continue
+        name, array = named
+        name = _fresh(graph, name)
+        value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
+        value.type, value.shape = ir.TensorType(ir.DataType.from_numpy(array.dtype)), ir.Shape(array.shape)
+        graph.register_initializer(value)
+        inputs.append(value)
+    while inputs[-1] is None:
+        inputs.pop()
+    return inputs
+
+
+def _replace(graph: ir.Graph, node: ir.Node, x: ir.Value, inputs: list[ir.Value | None], attributes) -> None:
+    """Replace ``node`` by ``MatMulNBits(x, *inputs)``, keeping its provenance."""
+    new = ir.node(
+        "MatMulNBits", [x, *inputs], attributes, domain=CONTRIB_DOMAIN, metadata_props=dict(node.metadata_props)
+    )
+    graph.insert_before(node, new)
+    old = node.outputs[0]
+    new.outputs[0].type, new.outputs[0].shape = old.type, old.shape
+    ir.convenience.replace_all_uses_with(old, new.outputs[0], replace_graph_outputs=True)
+    graph.remove(node, safe=True)
+
+
+def _fresh(graph: ir.Graph, name: str) -> str:
+    taken = graph.initializers
+    if name not in taken:
+        return name
+    index = 1
+    while f"{name}_{index}" in taken:
+        index += 1
+    return f"{name}_{index}"
+
+
+class MatMulNBitsQuantization(ir.passes.InPlacePass):
+    """Quantize the float32 weights of linear layers to ``bits`` (4 or 8), block-wise along K,
+    as ``com.microsoft::MatMulNBits``.
+
+    Args:
+        bits: 4 or 8.
+        block_size: values per block along K (a power of two, at least 16); each block has
+            its own scale. Smaller is more accurate and larger.
+        symmetric: ``True``: signed values around 0, no zero points (ONNX Runtime GenAI's
+            builder's default); ``False``: unsigned values with a zero point per block.
+        accuracy_level: MatMulNBits' ``accuracy_level``: the lowest precision the input may be
+            computed in (``4``: int8, what the builder uses on CPU, and fastest there;
+            ``None``: the kernel's default).
+        exclude: weights to keep in float, by initializer name (``fnmatch`` patterns, e.g.
+            ``"*lm_head*"``).
+
+    Each new node keeps the provenance of the layer it replaces. A weight other nodes also
+    read (tied embeddings) stays for them.
+    """
+
+    def __init__(
+        self,
+        bits: int = 4,
+        block_size: int = 32,
+        symmetric: bool = True,
+        accuracy_level: int | None = None,
+        exclude: Iterable[str] = (),
+    ) -> None:
+        from opreg import InvalidArgumentError
+
+        super().__init__()
+        if bits not in BITS:
+            raise InvalidArgumentError(f"MatMulNBitsQuantization: bits must be 4 or 8, got {bits!r}")
+        if not isinstance(block_size, int) or block_size < 16 or block_size & (block_size - 1):
+            raise InvalidArgumentError(
+                f"MatMulNBitsQuantization: block_size must be a power of two, at least 16, got {block_size!r}"
+            )
+        if accuracy_level is not None and accuracy_level not in ACCURACY_LEVELS:
+            raise InvalidArgumentError(
+                f"MatMulNBitsQuantization: accuracy_level must be None or 0-4, got {accuracy_level!r}"
+            )
+        if isinstance(exclude, str):
+            raise InvalidArgumentError(f"MatMulNBitsQuantization: exclude must be a list of names, got {exclude!r}")
+        self.bits, self.block_size, self.symmetric = bits, block_size, symmetric
+        self.accuracy_level, self.exclude = accuracy_level, tuple(exclude)
+
+    def __repr__(self) -> str:
+        return (
+            f"MatMulNBitsQuantization(bits={self.bits}, block_size={self.block_size}, symmetric={self.symmetric}, "
+            f"accuracy_level={self.accuracy_level}, exclude={list(self.exclude)})"
+        )
+
+    def _quantizer(self):
+        from onnxruntime.quantization.matmul_nbits_quantizer import (
+            DefaultWeightOnlyQuantConfig,
+            DefaultWeightOnlyQuantizer,
+        )
+
+        config = DefaultWeightOnlyQuantConfig(
+            block_size=self.block_size, is_symmetric=self.symmetric, accuracy_level=self.accuracy_level, bits=self.bits
+        )
+        return DefaultWeightOnlyQuantizer(config)
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        quantizer = None
+        done: dict[tuple[str, bool], tuple[list[ir.Value | None], dict]] = {}
+        for node in list(graph):
+            found = _weight_of(node)
+            if found is None:
+                continue
+            weight, stored_nk = found
+            if any(fnmatch.fnmatchcase(weight.name or "", pattern) for pattern in self.exclude):
+                continue
+            key = (weight.name, stored_nk)
+            if key not in done:  # a weight two layers read is quantized once
+                quantizer = quantizer or self._quantizer()
+                array = weight.const_value.numpy()
+                kn = np.ascontiguousarray(array.T if stored_nk else array, dtype=np.float32)
+                packed, scales, zero_points = quantizer.qbits_block_quant(kn)
+                tensors = {
+                    "B": (f"{weight.name}_Q{self.bits}", packed),
+                    "scales": (f"{weight.name}_scales", scales),
+                    "zero_points": None if self.symmetric else (f"{weight.name}_zero_points", zero_points),
+                }
+                attributes = {"K": kn.shape[0], "N": kn.shape[1], "bits": self.bits, "block_size": self.block_size}
+                if self.accuracy_level is not None:
+                    attributes["accuracy_level"] = self.accuracy_level
+                done[key] = (_initializers(graph, tensors), attributes)
+            inputs, attributes = done[key]
+            _replace(graph, node, node.inputs[0], inputs, attributes)
+        if not done:
+            return ir.passes.PassResult(model, False)
+        onnx_ir.passes.common.RemoveUnusedNodesPass()(model)  # and the float weights no node reads now
+        return ir.passes.PassResult(model, True)
+
+
+# -- weights quantized in PyTorch ----------------------------------------------------------------------
+
+_INTEGER_TYPES = (ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT32, ir.DataType.INT16)
+_MAX_BLOCK = 256
+
+
+def _block_size(group: int) -> int | None:
+    """MatMulNBits' block size for groups of ``group`` values along K: the group if it is a power
+    of two from 16 to 256, else the largest such that divides it (scales repeated); ``None`` if none does."""
+    for size in (group, *(1 << b for b in range(8, 3, -1))):
+        if 16 <= size <= _MAX_BLOCK and not size & (size - 1) and group % size == 0:
+            return size
+    return None
+
+
+def _pack(values: np.ndarray, bits: int) -> np.ndarray:
+    """(rows, n) unsigned values -> bytes: 8 bits as they are, 4 bits two per byte, the first in the low nibble."""
+    values = values.astype(np.uint8)
+    if bits == 8:
+        return values
+    if values.shape[-1] % 2:
+        values = np.concatenate([values, np.zeros((*values.shape[:-1], 1), np.uint8)], -1)
+    return values[..., 0::2] | (values[..., 1::2] << 4)
+
+
+class _Dequantized:
+    """A weight the graph computes from integers: ``(q - zero_point) * scale`` per group along K."""
+
+    def __init__(self, q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None) -> None:
+        self.q, self.scale, self.zero = q, scale, zero  # (N, K), (N, G), (N, G) or None
+
+    def matmul_nbits(self) -> tuple[dict, dict] | None:
+        """MatMulNBits' tensors and attributes, or ``None`` if it cannot hold these values."""
+        n, k = self.q.shape
+        groups = self.scale.shape[1]
+        block = _block_size(k // groups) if k % groups == 0 else None
+        if block is None:
+            return None
+        repeat = k // groups // block
+        scale = np.repeat(self.scale, repeat, axis=1).astype(np.float32)  # (N, K blocks)
+        zero = np.zeros_like(self.scale, dtype=np.int64) if self.zero is None else self.zero.astype(np.int64)
+        zero = np.repeat(zero, repeat, axis=1)
+        q = self.q.astype(np.int64)
+        lowest, highest = min(q.min(), zero.min()), max(q.max(), zero.max())
+        signed = lowest < 0
+        if (signed and lowest >= -8 and highest <= 7) or (not signed and highest <= 15):
+            bits = 4
+        elif (signed and lowest >= -128 and highest <= 127) or (not signed and highest <= 255):
+            bits = 8
+        else:
+            return None
+        offset = 1 << (bits - 1) if signed else 0  # MatMulNBits' values are unsigned, its default zero point 2^(bits-1)
+        blocks = k // block
+        tensors = {"B": _pack((q + offset).reshape(n, blocks, block), bits), "scales": scale}
+        zero = zero + offset
+        if not np.all(zero == 1 << (bits - 1)):
+            tensors["zero_points"] = _pack(zero, bits)
+        return tensors, {"K": k, "N": n, "bits": bits, "block_size": block}
+
+
+def _dequantized(weight_nk: np.ndarray, cut, scale_after: np.ndarray | None) -> _Dequantized | None:
+    """The integers, scales and zero points among ``cut``'s constants that give ``weight_nk``
+    exactly (times ``scale_after``, a per-output scale the graph applies after the product)."""
+    n, k = weight_nk.shape
+    arrays = [(c, c.const_value.numpy()) for c in cut.constants]
+    integers = [a for c, a in arrays if c.dtype in _INTEGER_TYPES]
+    floats = [a for c, a in arrays if c.dtype == ir.DataType.FLOAT]
+    candidates = []
+    for q in integers:
+        if q.size != n * k:
+            continue
+        if q.shape == (n, k):
+            candidates.append(q)
+        if q.shape == (k, n):
+            candidates.append(q.T)
+    for q in candidates:
+        if scale_after is not None:
+            if np.array_equal(q.astype(np.float32), weight_nk):
+                return _Dequantized(q, scale_after.reshape(n, 1), None)
+            continue
+        for found in floats:
+            if found.size % n or k % (found.size // n):
+                continue
+            groups = found.size // n
+            scale = found.reshape(n, groups)
+            zeros = [z.reshape(n, groups) for z in integers if z is not q and z.size == scale.size] or [None]
+            for zero in zeros:
+                shift = 0 if zero is None else np.repeat(zero.astype(np.float32), k // groups, axis=1)
+                expected = (q.astype(np.float32) - shift) * np.repeat(scale, k // groups, axis=1)
+                if np.allclose(expected, weight_nk, rtol=1e-6, atol=0):
+                    return _Dequantized(q, scale, zero)
+    return None
+
+
+def _scale_after(node: ir.Node, n: int) -> tuple[ir.Node, int, np.ndarray] | None:
+    """``(Mul node, the product's input index, scale)`` if the product's only use is a Mul by a constant per-output scale
+    (of ``n`` values along the last axis; a Reshape keeping the last axis may come between)."""
+    value = node.outputs[0]
+    uses = list(value.uses())
+    if len(uses) == 1 and uses[0].node.op_type == "Reshape" and not value.is_graph_output():
+        reshape = uses[0].node
+        shape = reshape.inputs[1].const_value.numpy() if reshape.inputs[1].const_value is not None else None
+        if shape is None or shape[-1] not in (n,) or reshape.inputs[0] is not value:
+            return None
+        value = reshape.outputs[0]
+        uses = list(value.uses())
+    if len(uses) != 1 or uses[0].node.op_type != "Mul" or value.is_graph_output():
+        return None
+    mul = uses[0].node
+    scale = _constant(mul.inputs[1 - uses[0].idx])
+    if scale is None or scale.size != n or (scale.ndim and scale.shape[-1] != n):
+        return None
+    return mul, uses[0].idx, scale.reshape(n).astype(np.float32)
+
+
+def _constant(value: ir.Value | None) -> np.ndarray | None:
+    """``value`` if it is computed from initializers and constants alone (run on their own), else ``None``."""
+    from opreg_ort_contrib.probe import Slice
+
+    if value is None:
+        return None
+    tensor = ir.convenience.get_const_tensor(value)
+    if tensor is not None:
+        return tensor.numpy()
+    cut = Slice.constant(value)
+    prober = None if cut is None else cut.prober()
+    return None if prober is None else prober()
+
+
+class TorchaoWeights(ir.passes.InPlacePass):
+    """Linear layers whose weight the graph dequantizes from integers (a model quantized in
+    PyTorch with torchao's weight-only configs) -> ``com.microsoft::MatMulNBits`` on those
+    integers, 4 or 8 bits as their range allows, with their scales and zero points.
+
+    The weight must be computed from initializers alone; its value is computed (the nodes run
+    in ONNX Runtime on their own), and the rewrite happens only if some integer, scale (and
+    zero point) initializers among them give exactly that value: ``(q - zero) * scale`` per
+    group of K (torchao's ``IntxWeightOnlyConfig``, any ``PerGroup`` or ``PerAxis``), or ``q``
+    with the scale applied to the product (``Int8WeightOnlyConfig``).
+
+    Args:
+        accuracy_level: MatMulNBits' ``accuracy_level`` (``None``: the kernel's default, which
+            computes in float32 like the dequantized model; ``4``: int8, faster).
+    """
+
+    def __init__(self, accuracy_level: int | None = None) -> None:
+        super().__init__()
+        self.accuracy_level = accuracy_level
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        from opreg_ort_contrib.probe import Slice
+
+        graph = model.graph
+        modified = False
+        for node in list(graph):
+            stored_nk = _transposed_b(node)  # FusedMatMul(x, W, transB=1): W is (N, K)
+            if ((node.op_type, node.domain) != ("MatMul", "") and not stored_nk) or len(node.inputs) != 2:
+                continue
+            x, weight = node.inputs
+            if weight is None or weight.is_initializer() or x is None or x.dtype != ir.DataType.FLOAT:
+                continue
+            cut = Slice.constant(weight)
+            prober = None if cut is None or not any(c.dtype in _INTEGER_TYPES for c in cut.constants) else cut.prober()
+            value = None if prober is None else prober()
+            if value is None or value.ndim != 2 or value.dtype != np.float32:
+                continue
+            weight_nk = np.ascontiguousarray(value if stored_nk else value.T)
+            after = _scale_after(node, weight_nk.shape[0])
+            found = _dequantized(weight_nk, cut, None)
+            if found is None and after is not None:
+                found = _dequantized(weight_nk, cut, after[2])
+            else:
+                after = None
+            made = None if found is None else found.matmul_nbits()
+            if made is None:
+                continue
+            tensors, attributes = made
+            if self.accuracy_level is not None:
+                attributes["accuracy_level"] = self.accuracy_level
+            stem = (weight.name or "weight").removesuffix("_Transpose")
+            named = {role: (f"{stem}_{role}", array) for role, array in tensors.items()}
+            inputs = _initializers(graph, named)
+            _replace(graph, node, x, inputs, attributes)
+            if after is not None:  # the scale is in MatMulNBits now: the product's Mul goes
+                mul, index, _ = after
+                ir.convenience.replace_all_uses_with(mul.outputs[0], mul.inputs[index], replace_graph_outputs=True)
+                graph.remove(mul, safe=True)
+            modified = True
+        if modified:
+            onnx_ir.passes.common.RemoveUnusedNodesPass()(model)
+        return ir.passes.PassResult(model, modified)

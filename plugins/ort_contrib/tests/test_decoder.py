@@ -1,0 +1,197 @@
+"""A language model's decoder at target="onnxruntime": GroupQueryAttention on the unrepeated
+cache (past and present able to share one buffer), rotary inside it and packed q, k, v, each
+checked against eager transformers, in a plain session and with one buffer for past and present."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime
+import pytest
+import torch
+
+import opreg
+
+LAYERS, HEADS, KV_HEADS, SIZE, VOCAB = 2, 4, 2, 16, 128
+
+
+def _llama(**extra):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=HEADS * SIZE, intermediate_size=128, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=128, **extra,
+    )  # fmt: skip
+    return LlamaForCausalLM(config).eval()
+
+
+class Decoder(torch.nn.Module):
+    """The model with its cache as inputs and outputs, positions from the mask (left padding)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, past_key_values):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        for layer, (key, value) in enumerate(past_key_values):
+            cache.update(key, value, layer)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, past_key_values=cache,
+            use_cache=True,
+        )  # fmt: skip
+        return out.logits, [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+
+
+def _inputs(batch: int, seq: int, past: int, padding: int = 0, seed: int = 0):
+    """Token ids, a mask (every row after the first left-padded by ``padding`` more) and a random cache."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, past + seq, dtype=torch.int64)
+    for row in range(1, batch):
+        mask[row, : min(row * padding, past + seq - 1)] = 0
+    cache = [
+        tuple(torch.randn(batch, KV_HEADS, past, SIZE, generator=generator) for _ in range(2)) for _ in range(LAYERS)
+    ]
+    return torch.randint(0, VOCAB, (batch, seq), generator=generator), mask, cache
+
+
+def _export(model, bounds: bool = True, **options):
+    batch = torch.export.Dim("batch", max=8)
+    seq, past = (torch.export.Dim(n, max=32) if bounds else torch.export.Dim(n) for n in ("seq", "past"))
+    dims = {
+        "input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: torch.export.Dim.AUTO},
+        "past_key_values": [({0: batch, 2: past},) * 2] * LAYERS,
+    }  # fmt: skip
+    example = _inputs(2, 3, 4, padding=1)
+    return opreg.export(Decoder(model), example, target="onnxruntime", dynamic_shapes=dims, **options)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    model = _llama()
+    return model, _export(model)
+
+
+def _ops(program) -> collections.Counter:
+    return collections.Counter(f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in program.model.graph)
+
+
+def _check(program, model, batch, seq, past, padding):
+    ids, mask, cache = _inputs(batch, seq, past, padding, seed=batch * 100 + seq * 10 + past)
+    program.verify(ids, mask, cache, rtol=1e-4, atol=1e-4)  # every row, padding included
+
+
+def test_decoder_runs_on_group_query_attention_with_rotary_inside_and_packed_projections(llama):
+    _, program = llama
+    ops = _ops(program)
+    assert ops["com.microsoft::GroupQueryAttention"] == LAYERS
+    assert not {"com.microsoft::MultiHeadAttention", "RotaryEmbedding"} & set(ops)
+    past = {v for v in program.model.graph.inputs if v.name.startswith("past")}
+    assert not [
+        n for n in program.model.graph if n.op_type == "Concat" and past & set(n.inputs)
+    ]  # no copy of the cache
+    fired = program.model.metadata_props["opreg.rewrites"]
+    for rule in ("GroupQueryAttentionOnCache", "RotaryInsideAttention", "PackedQKV"):
+        assert f"ort_contrib:{rule}=" in fired
+    for node in program.model.graph:
+        if node.op_type == "GroupQueryAttention":
+            inputs = list(node.inputs)
+            assert inputs[1] is None and inputs[2] is None  # packed q, k, v
+            assert inputs[3].name.startswith("past_key_values") and inputs[4].name.startswith("past_key_values")
+            assert node.attributes["do_rotary"].as_int() == 1 and inputs[9] is not None  # the positions
+            assert inputs[7].const_value.shape == (64, SIZE // 2)  # the bounds: past 32 + seq 32
+    packed = [name for name in program.model.graph.initializers if name.endswith("qkv_packed")]
+    assert len(packed) == LAYERS
+    assert all(name in program.model.metadata_props["opreg.folded_weights"] for name in packed)
+
+
+@pytest.mark.parametrize(
+    ("batch", "seq", "past", "padding"),
+    [(1, 1, 5, 0), (3, 1, 5, 2), (1, 7, 0, 0), (3, 7, 0, 2), (3, 7, 5, 2), (2, 1, 0, 0)],
+    ids=["decode", "decode-left-padded", "prompt", "prompts-left-padded", "prompts-after-a-cache", "first-token"],
+)
+def test_decoder_matches_eager(llama, batch, seq, past, padding):
+    model, program = llama
+    _check(program, model, batch, seq, past, padding)
+
+
+def _session(program):
+    options = onnxruntime.SessionOptions()
+    return onnxruntime.InferenceSession(
+        program.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def test_past_and_present_can_share_one_buffer(llama):
+    """As ONNX Runtime GenAI runs it: each layer's past and present bound to one buffer of the
+    longest length, a prompt then decode steps; logits as eager transformers' at every step."""
+    model, program = llama
+    session, longest, batch = _session(program), 16, 2
+    names = [i.name for i in session.get_inputs()]
+    outputs = [o.name for o in session.get_outputs()]
+    buffers = [onnxruntime.OrtValue.ortvalue_from_numpy(np.zeros((batch, KV_HEADS, longest, SIZE), np.float32))
+               for _ in range(2 * LAYERS)]  # fmt: skip
+    ids, mask, _ = _inputs(batch, 5, 0, padding=2, seed=7)
+    tokens, eager_cache = ids, None
+    for _ in range(4):
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -tokens.shape[1] :]
+        binding = session.io_binding()
+        for name, value in zip(names[:2], (tokens, mask), strict=True):
+            binding.bind_cpu_input(name, value.numpy())
+        for name, buffer in zip(names[2:], buffers, strict=True):
+            binding.bind_ortvalue_input(name, buffer)
+        binding.bind_output(outputs[0])
+        for name, buffer in zip(outputs[1:], buffers, strict=True):
+            binding.bind_ortvalue_output(name, buffer)
+        session.run_with_iobinding(binding)
+        logits = binding.copy_outputs_to_cpu()[0]
+        with torch.no_grad():
+            expected = model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=eager_cache,
+                             use_cache=True)  # fmt: skip
+        eager_cache = expected.past_key_values
+        np.testing.assert_allclose(logits, expected.logits.numpy(), rtol=1e-4, atol=1e-4)
+        tokens = torch.from_numpy(logits[:, -1:].argmax(-1))
+        mask = torch.cat([mask, torch.ones(batch, 1, dtype=torch.int64)], 1)
+
+
+def test_without_length_bounds_the_rotary_stays_before_the_attention():
+    """The rotary tables need the longest length: without ``Dim(max=...)`` it stays RotaryEmbedding-23."""
+    model = _llama()
+    program = _export(model, bounds=False)
+    ops = _ops(program)
+    assert ops["com.microsoft::GroupQueryAttention"] == LAYERS and ops["RotaryEmbedding"] == 2 * LAYERS
+    _check(program, model, 3, 7, 5, 2)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_only_a_causal_padding_mask_becomes_group_query_attention(window):
+    """A mask other than "causal and not padding" (here a sliding window of 3) is not what
+    GroupQueryAttention applies: that attention stays as it is, and exact."""
+    from opreg_ort_contrib.samples import _decoder_sample
+
+    sample = _decoder_sample(window)
+    program = opreg.export(sample.module, sample.args, target="onnxruntime")
+    assert ("com.microsoft::GroupQueryAttention" in _ops(program)) == (window is None)
+    program.verify(*sample.args, rtol=1e-4, atol=1e-5)
+
+
+def test_the_mask_is_recognised_by_its_values_not_its_spelling():
+    from opreg_ort_contrib.kv_cache import is_causal_padding_mask
+
+    graph = ir.Graph([], [], nodes=[], opset_imports={"": 20}, name="g")
+    mask = ir.Value(name="mask", shape=ir.Shape(["b", "t"]), type=ir.TensorType(ir.DataType.INT64))
+    graph.inputs.append(mask)
+    # keys the mask allows, without the causal part: not the mask GroupQueryAttention applies
+    node = ir.node("Cast", [mask], {"to": ir.DataType.BOOL})
+    graph.append(node)
+    unsqueezed = ir.node("Unsqueeze", [node.outputs[0], ir.Value(name="axes", const_value=ir.tensor([1, 2]))])
+    graph.register_initializer(unsqueezed.inputs[1])
+    graph.append(unsqueezed)
+    batch, query, past = (ir.SymbolicDim(n) for n in "bsp")
+    assert is_causal_padding_mask(unsqueezed.outputs[0], batch, query, past) is None

@@ -1,0 +1,157 @@
+"""Weight-only quantization to com.microsoft::MatMulNBits: float weights quantized at export
+(MatMulNBitsQuantization), and weights quantized in PyTorch with torchao (TorchaoWeights)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+import torch
+
+import opreg
+from opreg_ort_contrib import MatMulNBitsQuantization, TorchaoWeights
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, tied: bool = False) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 64)
+        self.up, self.down = torch.nn.Linear(64, 96), torch.nn.Linear(96, 64, bias=False)
+        self.head = torch.nn.Linear(64, 50, bias=False)
+        if tied:
+            self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(self.down(torch.relu(self.up(self.embed(ids)))))
+
+
+def _nodes(program, op_type: str):
+    return [n for n in program.model.graph if n.op_type == op_type]
+
+
+def _dequantized(program) -> dict[str, np.ndarray]:
+    """Each MatMulNBits' weight as (K, N) floats, decoded from its packed bytes, scales and zero points."""
+    weights = {}
+    for node in _nodes(program, "MatMulNBits"):
+        attributes = {a.name: a.value for a in node.attributes.values()}
+        bits, k, n = attributes["bits"], attributes["K"], attributes["N"]
+        packed, scales = (v.const_value.numpy() for v in node.inputs[1:3])
+        values = packed if bits == 8 else np.stack([packed & 15, packed >> 4], -1).reshape(*packed.shape[:2], -1)
+        blocks = values.shape[1]
+        zero = np.full((n, blocks), 1 << (bits - 1))
+        if len(node.inputs) > 3 and node.inputs[3] is not None:
+            raw = node.inputs[3].const_value.numpy()
+            zero = (raw if bits == 8 else np.stack([raw & 15, raw >> 4], -1).reshape(n, -1))[:, :blocks]
+        weight = (values.astype(np.float32) - zero[..., None]) * scales.reshape(n, blocks)[..., None]
+        weights[node.name] = weight.reshape(n, -1)[:, :k].T.astype(np.float32)
+    return weights
+
+
+@pytest.mark.parametrize(
+    ("bits", "block_size", "symmetric"), [(4, 32, True), (4, 16, False), (8, 32, True), (8, 64, False)]
+)
+def test_float_weights_quantized_are_the_weights_the_model_computes_with(bits, block_size, symmetric):
+    torch.manual_seed(0)
+    model, ids = MLP().eval(), torch.randint(0, 50, (2, 5))
+    program = opreg.export(
+        model, (ids,), target="onnxruntime",
+        passes=[MatMulNBitsQuantization(bits=bits, block_size=block_size, symmetric=symmetric)],
+    )  # fmt: skip
+    nodes = _nodes(program, "MatMulNBits")
+    assert len(nodes) == 3 and not _nodes(program, "FusedMatMul") and not _nodes(program, "MatMul")
+    assert {(a.name, a.value) for a in nodes[0].attributes.values()} >= {("bits", bits), ("block_size", block_size)}
+    assert all((len(n.inputs) > 3) != symmetric for n in nodes)  # zero points only when asymmetric
+    assert "export:MatMulNBitsQuantization=3" in program.model.metadata_props["opreg.rewrites"]
+    # the model computes with the dequantized weights: eager PyTorch with them agrees to float32 rounding
+    originals = [model.up.weight, model.down.weight, model.head.weight]
+    for original, weight in zip(originals, _dequantized(program).values(), strict=True):
+        step = np.abs(original.detach().numpy().T).max() / (7 if bits == 4 else 127)
+        assert np.abs(weight - original.detach().numpy().T).max() <= step  # within a quantization step
+        with torch.no_grad():
+            original.copy_(torch.from_numpy(weight.T))
+    program.verify(ids, rtol=1e-4, atol=1e-4)
+
+
+def test_excluded_and_shared_weights_stay_float():
+    torch.manual_seed(0)
+    model, ids = MLP(tied=True).eval(), torch.randint(0, 50, (2, 5))
+    program = opreg.export(model, (ids,), target="onnxruntime", passes=[MatMulNBitsQuantization(exclude=["down.*"])])
+    assert [n.inputs[1].name for n in _nodes(program, "MatMulNBits")] == ["up.weight_Q4", "head.weight_Q4"]
+    (gather,) = _nodes(program, "Gather")  # the embedding still reads the tied weight in float
+    assert gather.inputs[0].is_initializer() and gather.inputs[0].dtype == ir.DataType.FLOAT
+    # what it computes: the float embedding and down projection, the dequantized up projection and head
+    up, head = _dequantized(program).values()
+    expected = MLP().eval()
+    expected.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        expected.up.weight.copy_(torch.from_numpy(up.T))
+        expected.head.weight = torch.nn.Parameter(torch.from_numpy(head.T.copy()))
+        np.testing.assert_allclose(program.run(ids).numpy(), expected(ids).numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"bits": 3}, "bits must be 4 or 8"), ({"block_size": 24}, "power of two"), ({"accuracy_level": 7}, "0-4"),
+     ({"exclude": "lm_head"}, "a list of names")],
+)  # fmt: skip
+def test_bad_options_say_what_to_write(options, message):
+    with pytest.raises(opreg.InvalidArgumentError, match=message):
+        MatMulNBitsQuantization(**options)
+
+
+def test_passes_run_without_the_packs_rewrites_and_need_the_target_to_have_their_domain():
+    model, ids = MLP().eval(), torch.randint(0, 50, (2, 5))
+    program = opreg.export(model, (ids,), target="onnxruntime", rewrite=False, passes=[MatMulNBitsQuantization()])
+    assert len(_nodes(program, "MatMulNBits")) == 3
+    with pytest.raises(opreg.OpsetConflictError, match="MatMulNBitsQuantization"):
+        opreg.export(model, (ids,), target=18, passes=[MatMulNBitsQuantization()])
+
+
+TORCHAO = [
+    ("IntxWeightOnlyConfig int4 per group of 32", {"weight_dtype": "int4", "granularity": 32}, 4, 32),
+    ("IntxWeightOnlyConfig int4 per channel", {"weight_dtype": "int4", "granularity": None}, 4, 64),
+    ("IntxWeightOnlyConfig int8 asymmetric, groups of 16",
+     {"weight_dtype": "int8", "granularity": 16, "asymmetric": True}, 8, 16),
+    ("Int8WeightOnlyConfig", None, 8, 64),
+]  # fmt: skip
+
+
+def _torchao_config(spec):
+    import torchao.quantization as q
+
+    if spec is None:
+        return q.Int8WeightOnlyConfig()
+    granularity = q.PerAxis(0) if spec["granularity"] is None else q.PerGroup(spec["granularity"])
+    mapping = q.MappingType.ASYMMETRIC if spec.get("asymmetric") else q.MappingType.SYMMETRIC
+    return q.IntxWeightOnlyConfig(weight_dtype=getattr(torch, spec["weight_dtype"]), granularity=granularity,
+                                  mapping_type=mapping)  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "spec", "bits", "block_size"), TORCHAO, ids=[c[0] for c in TORCHAO])
+def test_torchao_weight_only_models_export_to_matmul_nbits_on_their_own_integers(name, spec, bits, block_size):
+    pytest.importorskip("torchao")
+    from torchao.quantization import quantize_
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16, bias=False)).eval()
+    quantize_(model, _torchao_config(spec))
+    x = torch.randn(2, 5, 64)
+    program = opreg.export(model, (x,), target="onnxruntime")  # the pack's rewrite, no option needed
+    nodes = _nodes(program, "MatMulNBits")
+    assert len(nodes) == 2 and not _nodes(program, "MatMul") and not _nodes(program, "Cast")
+    assert nodes[0].attributes["bits"].as_int() == bits and nodes[0].attributes["block_size"].as_int() == block_size
+    program.verify(x, rtol=1e-4, atol=1e-5)  # the same integers: no new rounding
+
+
+def test_torchao_weights_take_an_accuracy_level_as_an_export_pass():
+    pytest.importorskip("torchao")
+    from torchao.quantization import quantize_
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32)).eval()
+    quantize_(model, _torchao_config(TORCHAO[0][1]))
+    x = torch.randn(2, 5, 64)
+    program = opreg.export(model, (x,), target="onnxruntime", rewrite=False, passes=[TorchaoWeights(accuracy_level=4)])
+    (node,) = _nodes(program, "MatMulNBits")
+    assert node.attributes["accuracy_level"].as_int() == 4
+    program.verify(x, rtol=0.05, atol=0.05)  # the input quantized to int8 per block
