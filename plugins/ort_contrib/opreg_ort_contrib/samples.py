@@ -56,7 +56,9 @@ class GroupedSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         q, k, v = _split(self.q(x), HEADS), _split(self.k(x), KV_HEADS), _split(self.v(x), KV_HEADS)
         if self.rotary:
-            positions = torch.arange(x.shape[1], dtype=torch.float32)[None]
+            # positions counted from the mask's last row (0..seq-1 under a causal mask): a runtime value, as a
+            # model's position_ids are; an arange of the static length would fold into constant tables
+            positions = mask[:1, 0, -1].to(torch.float32).cumsum(-1) - 1
             freqs = (self.inv_freq[None, :, None] @ positions[:, None, :]).transpose(1, 2)
             angles = torch.cat((freqs, freqs), dim=-1)
             cos, sin = angles.cos()[:, None], angles.sin()[:, None]

@@ -174,7 +174,7 @@ def export_passes(passes: Any) -> list[Rewrite]:
         checked = hookspecs.rewrites_of(list(passes))  # what a pack's opreg_rewrite_rules is held to
     except ValueError as e:
         raise InvalidArgumentError(f"passes: {str(e).removeprefix('returned ')}") from None
-    return [Rewrite(EXPORT_PASSES, item, names) for item, names in checked]
+    return [Rewrite(EXPORT_PASSES, item, names, asked=True) for item, names in checked]
 
 
 # -- outputs --------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Any
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from opreg.errors import PluginError
+from opreg.errors import ExportError, OpsetConflictError, PluginError
 from opreg.exporter._nodes import PACK_KEY, PROVENANCE_KEYS, REWRITE_KEY
 from opreg.exporter._passes import Pipeline, all_nodes, subgraphs_of
 from opreg.node_types import node_problem, op_schema
@@ -51,11 +51,15 @@ class Rewrite:
         item: an onnxscript ``RewriteRule`` or ``RewriteRuleSet``, or an ``onnx_ir`` pass.
         names: the names its nodes are recorded under (``opreg.rewrite = pack:name``):
             the rule's, each rule's of a set, or the pass's class name.
+        asked: the user asked for it (``opreg.export(passes=...)``): a fault fails the
+            export (:class:`OpsetConflictError` when the target cannot run what it made,
+            else :class:`ExportError`) instead of being left out.
     """
 
     pack: str
     item: Any
     names: tuple[str, ...]
+    asked: bool = False
 
     def __post_init__(self) -> None:
         if not self.names or not all(isinstance(n, str) and n for n in self.names):
@@ -154,10 +158,12 @@ class _Stamping:
 class _Fault(Exception):
     """What went wrong with one rule or pass of a pack."""
 
-    def __init__(self, label: str, what: str) -> None:
+    def __init__(self, label: str, what: str, conflict: bool = False) -> None:
         super().__init__(f"{label} {what}")
         self.label = label
         self.what = what
+        self.conflict = conflict
+        """The target cannot run a node it made (a domain it lacks, an op newer than it)."""
 
 
 def _snapshot(model: ir.Model) -> ir.Model:
@@ -202,9 +208,10 @@ class PackRewrite(InPlacePass):
             try:
                 fired = self._apply_pass(model) if rewrite.is_pass else self._apply_rules(model, rules, labels)
                 made = [node for node in all_nodes(model) if id(node) not in before]
-                problem = graph_problem(model) or _made_problem(made, self.target)
+                problem = graph_problem(model)
+                conflict = problem is None and (problem := _made_problem(made, self.target)) is not None
                 if problem is not None:
-                    raise _Fault(problem[0] or ",".join(fired) or labels[0], problem[1])
+                    raise _Fault(problem[0] or ",".join(fired) or labels[0], problem[1], conflict)
             except _Fault as fault:
                 _restore(model, snapshot)
                 self._report(fault)
@@ -258,6 +265,10 @@ class PackRewrite(InPlacePass):
         pack = self.rewrite.pack
         label = fault.label or ", ".join(self.rewrite.labels())
         message = f"pack {pack!r}: rewrite {label} {fault.what}"
+        if self.rewrite.asked:
+            raise (OpsetConflictError if fault.conflict else ExportError)(
+                f"opreg.export(passes=...): {label} {fault.what}"
+            )
         if self.strict:
             raise PluginError(f"{message} (strict mode; without it the rewrite is left out and the export goes on)")
         logger.warning("%s; it is left out, the export goes on without it", message)
