@@ -257,12 +257,10 @@ def test_duplicate_pack_name_is_reported(make_pack):
 def test_allow_and_deny_lists(make_pack):
     make_pack("extra", GOOD)
     only = build_registry(plugins=["extra"])
-    assert {r.name: r.status for r in only.packs} == {
-        "core": "loaded",
-        "extra": "loaded",
-        "ort_contrib": "disabled",
-        "test_customop": "disabled",
-    }
+    status = {r.name: r.status for r in only.packs}
+    assert status["core"] == status["extra"] == "loaded"
+    others = {name: state for name, state in status.items() if name not in ("core", "extra")}
+    assert {"ort_contrib", "test_customop"} <= others.keys() and set(others.values()) == {"disabled"}
     assert "onnxruntime" not in only.profiles
     without = build_registry(exclude=["extra", "core"])
     assert report(without, "core").status == "disabled"

@@ -358,13 +358,28 @@ def read_params(function: Any) -> Params:
 # -- torch schemas --------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=4096)
 def torch_schema(op: OpName) -> Any | None:
-    """The torch ``FunctionSchema`` of ``op``, or ``None`` if torch does not know it.
+    """The torch ``FunctionSchema`` of ``op``, or ``None`` if torch does not know it (yet: a
+    library imported later defines its ops then, so only found schemas are cached).
 
     Raises for an unknown op in a namespace torch loads in full (``aten``),
     naming the closest known ops.
     """
+    try:
+        return _found_schema(op)
+    except LookupError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _found_schema(op: OpName) -> Any:
+    schema = _lookup_schema(op)
+    if schema is None:
+        raise LookupError(op)  # not cached
+    return schema
+
+
+def _lookup_schema(op: OpName) -> Any | None:
     import torch
 
     qualified = f"{op.namespace}::{op.name}"

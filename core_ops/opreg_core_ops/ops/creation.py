@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg.ops import DEFAULT_FLOAT, Tensor, is_integral
+from opreg.ops import DEFAULT_FLOAT, Tensor, is_integral, node_value
 
 
 def _scalar_type(value) -> ir.DataType:
@@ -424,7 +425,16 @@ def aten_lift_fresh_copy(self: Tensor):
     return op18.Identity(self)
 
 
+def _complex_source(node: Any) -> bool:
+    """The copied value is complex too (a real one into a complex tensor needs a zero imaginary part)."""
+    src = node_value(node, 1, "src")
+    return src is not None and src.is_complex()
+
+
 @opreg.impl("aten::copy")
+@opreg.impl(
+    "aten::copy", complex=True, predicate=_complex_source
+)  # pairs expand alike (an in-place op on a complex input copies back)
 def aten_copy(self: Tensor, src: Tensor, non_blocking: bool = False):
     """copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor: CastLike(src, self) expanded to Shape(self)."""
     return op18.Expand(op18.CastLike(src, self), op18.Shape(self))
