@@ -187,16 +187,14 @@ def _plan_graph(
                 candidates = registry.candidates(op, target)
                 if candidates:
                     reason = "Its impls' predicates reject these nodes."
+                    survey.rejected.add(op)
                 if has_complex(node) and not any(i.complex for i in candidates):
-                    candidates = []  # torch's table would only spell it in other real-only ops
                     reason = (
                         "The node has complex values, which travel as real tensors with a trailing dimension "
                         "of 2, and no installed impl is registered for them (complex=True)."
                     )
                 for pack, why in registry.unsupported(op).values():
                     reason = f"Unsupported ({pack}): {why}"
-                if candidates:
-                    survey.rejected.add(op)
                 missing.setdefault(str(op), []).append((node, reason, context, outer))
                 continue
             try:
