@@ -208,8 +208,10 @@ class PackRewrite(InPlacePass):
             try:
                 fired = self._apply_pass(model) if rewrite.is_pass else self._apply_rules(model, rules, labels)
                 made = [node for node in all_nodes(model) if id(node) not in before]
-                problem = graph_problem(model)
-                conflict = problem is None and (problem := _made_problem(made, self.target)) is not None
+                problem, conflict = graph_problem(model), False
+                if problem is None:  # a sound graph: can the target run what was made?
+                    problem = _made_problem(made, self.target)
+                    conflict = problem is not None
                 if problem is not None:
                     raise _Fault(problem[0] or ",".join(fired) or labels[0], problem[1], conflict)
             except _Fault as fault:
