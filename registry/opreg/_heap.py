@@ -1,0 +1,66 @@
+"""Python's cyclic garbage collector while an export runs.
+
+An export runs in a process that already holds millions of objects (torch, sympy, the model's
+library, the model) and makes many more as it imports and captures. Each full collection walks
+every one of them: at the default thresholds a cold export of a small CNN spent a third of its
+CPU time in the collector, and ``torch.export`` alone a quarter (``bench/capture_overhead.py``).
+
+While an export runs, the objects alive when it started are moved to the collector's permanent
+generation (``gc.freeze``); :func:`settle` moves there too what the export has made to last (the
+modules it imported, the registry, the captured program). When the last export running in the
+process ends, they are handed back (``gc.unfreeze``) and are collected as before: nothing is kept
+that would have been freed, it is only not walked again and again while the export runs.
+
+A process that froze objects of its own (``gc.get_freeze_count() > 0``: a forking server, say) or
+turned the collector off is left exactly as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+from collections.abc import Iterator
+
+
+class _Exports:
+    """The exports running in this process (threads may export at once), and whether the first
+    of them froze the heap (so the last hands it back)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.frozen = False
+
+
+_EXPORTS = _Exports()
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Keep the collector off the objects that outlive the export, for the ``with`` block."""
+    state = _EXPORTS
+    with state.lock:
+        if state.running == 0:
+            state.frozen = gc.isenabled() and gc.get_freeze_count() == 0
+            if state.frozen:
+                gc.freeze()
+        state.running += 1
+    try:
+        yield
+    finally:
+        with state.lock:
+            state.running -= 1
+            if state.running == 0 and state.frozen:
+                gc.unfreeze()
+                state.frozen = False
+
+
+def settle() -> None:
+    """Inside :func:`quiet`: what exists now lasts until the export ends; stop walking it.
+    The young garbage is collected first, so it is not kept until then."""
+    state = _EXPORTS
+    with state.lock:
+        if state.running and state.frozen:
+            gc.collect(1)
+            gc.freeze()

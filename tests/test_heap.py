@@ -1,0 +1,83 @@
+"""While an export runs, Python's collector leaves the long-lived objects alone (opreg/_heap.py),
+and the process's collector is as it was once the export returns."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+import torch
+
+import opreg
+
+
+class Small(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) + 1
+
+
+def _export(progress=None):
+    return opreg.export(Small(), (torch.randn(2, 3),), target=18, progress=progress)
+
+
+@pytest.fixture(autouse=True)
+def _no_freeze_of_our_own():
+    gc.unfreeze()  # a test before may have left none, but be sure
+    yield
+    gc.unfreeze()
+
+
+def test_frozen_while_exporting_and_handed_back_after():
+    seen: dict[str, int] = {}
+    _export(progress=lambda stage: seen.setdefault(stage, gc.get_freeze_count()))
+    assert seen["capture"] > 0 and seen["plan"] >= seen["capture"]  # the captured program joins them
+    assert gc.get_freeze_count() == 0
+
+
+def test_handed_back_when_the_export_fails():
+    class Bad(torch.nn.Module):
+        def forward(self, x):
+            raise ValueError("broken forward")
+
+    with pytest.raises(opreg.ExportError, match="broken forward"):
+        opreg.export(Bad(), (torch.randn(1),), target=18)
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_objects_itself_is_left_as_it_is():
+    gc.freeze()
+    mine = gc.get_freeze_count()
+    seen: list[int] = []
+    _export(progress=lambda stage: seen.append(gc.get_freeze_count()))
+    # nothing of the export's added to them (a few of theirs may be freed meanwhile) ...
+    assert seen and max(seen) <= mine
+    assert gc.get_freeze_count() > mine // 2  # ... and theirs not unfrozen
+
+
+def test_a_process_with_the_collector_off_is_left_as_it_is():
+    gc.disable()
+    try:
+        seen: list[int] = []
+        _export(progress=lambda stage: seen.append(gc.get_freeze_count()))
+        assert seen and set(seen) == {0} and not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_handed_back_only_when_the_last_of_several_threads_is_done():
+    started, release = threading.Event(), threading.Event()
+
+    def hold(stage: str) -> None:
+        if stage == "finish":
+            started.set()
+            release.wait(60)
+
+    slow = threading.Thread(target=_export, kwargs={"progress": hold})
+    slow.start()
+    assert started.wait(120)
+    _export()  # starts and ends while the other is still running
+    assert gc.get_freeze_count() > 0
+    release.set()
+    slow.join(120)
+    assert gc.get_freeze_count() == 0
