@@ -212,6 +212,9 @@ def _neg(op, x):
 def _clip(op, x):
     return op.Clip(x, op.Constant(value_float=0.0))
 
+def _relu_twice(op, x):  # its replacement matches its own pattern: onnxscript alone would never stop
+    return op.Relu(op.Relu(x))
+
 def _boom(context, x, **_):
     raise ValueError("boom in the check")
 
@@ -236,6 +239,7 @@ RULES = {
     ])],
     "pass": [Raises()],
     "dangling": [Dangles()],
+    "looping": [pattern.RewriteRule(_relu, _relu_twice, name="Twice")],
 }
 KIND = "rule"
 
@@ -250,6 +254,11 @@ def opreg_rewrite_rules(target):
     [
         ("rule", "faulty:Boom", "raised ValueError: boom in the check"),
         ("pass", "faulty:Raises", "raised ValueError: boom in the pass"),
+        (
+            "looping",
+            "faulty:Twice",
+            r"fired 18 times on a graph of 1 nodes: it keeps matching the nodes it made \(its replacement matches",
+        ),
         (
             "dangling",
             "faulty:Dangles",

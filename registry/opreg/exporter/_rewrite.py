@@ -120,23 +120,41 @@ class _RuleRaised(Exception):
         self.error = error
 
 
+class _RuleLooped(Exception):
+    """A pack's rule kept matching the nodes it made (its replacement matches its own pattern):
+    onnxscript visits the nodes a rewrite inserts, so such a rule never stops by itself."""
+
+    def __init__(self, label: str, fired: int, nodes: int) -> None:
+        super().__init__(label)
+        self.label = label
+        self.what = (
+            f"fired {fired} times on a graph of {nodes} nodes: it keeps matching the nodes it made "
+            "(its replacement matches its own pattern)"
+        )
+
+
 class _Stamping:
     """A rule that gives the nodes it makes the provenance of the nodes it matched, and whose
     errors name it.
 
     Everything but ``try_rewrite`` is the wrapped rule's; the stamp is written before
-    onnxscript merges the matched nodes' metadata, so it wins there."""
+    onnxscript merges the matched nodes' metadata, so it wins there. A rule may fire at most
+    twice per node the model had (plus a few): each firing replaces a match of the graph it was
+    given, so more means it matches its own replacements, and it is stopped (:class:`_RuleLooped`)."""
 
     def __init__(self, rule: Any, label: str, order: Mapping[int, int]) -> None:
         self._rule = rule
         self._label = label
         self._order = order
+        self._limit = 2 * len(order) + 16
         self.fired = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._rule, name)
 
     def try_rewrite(self, model: ir.Model, graph_or_function: Any, node: ir.Node, **kwargs: Any) -> Any:
+        if self.fired >= self._limit:
+            raise _RuleLooped(self._label, self.fired, len(self._order))
         try:
             delta = self._rule.try_rewrite(model, graph_or_function, node, **kwargs)
         except Exception as e:  # the graph is untouched: onnxscript changes it after try_rewrite returns
@@ -241,6 +259,8 @@ class PackRewrite(InPlacePass):
             pattern.RewriteRuleSet(stamping).apply_to_model(model)  # type: ignore[arg-type]
         except _RuleRaised as e:
             raise _Fault(e.label, f"raised {type(e.error).__name__}: {e.error}") from e
+        except _RuleLooped as e:
+            raise _Fault(e.label, e.what) from e
         except Exception as e:  # while onnxscript put a replacement in
             raise _Fault(labels[0] if len(labels) == 1 else "", f"raised {type(e).__name__}: {e}") from e
         for node in all_nodes(model):
