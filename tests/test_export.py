@@ -343,3 +343,37 @@ def test_dim_names_for_a_star_args_forward():
     program = opreg.export(StarArgs(), (torch.randn(2, 5),), dynamic_shapes=(({1: seq},),))
     (value,) = program.model.graph.inputs
     assert [str(d) for d in value.shape] == ["2", "seq"]
+
+
+def _serialized(model: ir.Model) -> bytes:
+    return ir.serde.serialize_model(model).SerializeToString()
+
+
+def test_the_check_sees_weights_as_inputs_and_puts_the_graph_back(cnn):
+    """The checker reads no copy of the weights: while it runs they are graph inputs of their own
+    dtype and shape; small tables (biases, shapes) stay initializers. Afterwards the graph is as it was."""
+    from opreg.exporter import _finish
+
+    model = opreg.export(cnn[0], (cnn[1],), target=18).model
+    graph = model.graph
+    before, order = _serialized(model), list(graph.initializers)
+    with _finish._weights_as_inputs(graph):
+        moved = [v.name for v in graph.inputs[1:]]
+        assert moved == ["conv2.weight", "fc1.weight", "fc2.weight"]  # more than 1024 elements each
+        assert not set(moved) & set(graph.initializers) and "fc1.bias" in graph.initializers
+        assert len(_serialized(model)) < len(before) / 20
+    assert _serialized(model) == before and list(graph.initializers) == order
+    assert all(v.is_initializer() and not v.is_graph_input() for v in graph.initializers.values())
+    assert [v.name for v in graph.inputs] == ["x"]
+
+
+def test_the_check_still_finds_a_weight_of_the_wrong_shape(cnn):
+    from opreg.exporter import _finish
+
+    model = opreg.export(cnn[0], (cnn[1],), target=18).model
+    weight = model.graph.initializers["fc1.weight"]
+    weight.const_value = ir.tensor(torch.zeros(120, 401).numpy(), name="fc1.weight")
+    weight.shape = ir.Shape([120, 401])
+    with pytest.raises(opreg.ExportError, match="not valid ONNX"):
+        _finish.check(model)
+    assert model.graph.initializers["fc1.weight"].const_value.shape == ir.Shape([120, 401])  # put back

@@ -10,12 +10,13 @@ really needs, named outputs), then the check: the graph's structure, and
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import logging
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -28,7 +29,7 @@ from opreg import hookspecs, patching
 from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
 from opreg.exporter import _capture, _lean, _pytrees, _rewrite
 from opreg.exporter._passes import IfModified, Pipeline, all_nodes, subgraphs_of
-from opreg.exporter._program import EXTERNAL_DATA_THRESHOLD, OnnxProgram, OutputSlot
+from opreg.exporter._program import OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
 from opreg.exporter._rewrite import REWRITES_KEY, Rewrite
 from opreg.exporter._state import StateSlot
@@ -560,22 +561,30 @@ def custom_op_definitions(
     return chosen
 
 
+WEIGHT_ELEMENTS = 1024
+"""An initializer of more elements than this is a weight, not a shape or index table that ONNX's
+shape inference reads (those hold a few numbers): :func:`check` declares it as a graph input."""
+
+
 def check(model: ir.Model, full: bool = True) -> bool:
     """Check the model: its structure always (every node reads only values defined before it,
     every output is defined), and with ``full``, ``onnx.checker.check_model(full_check=True)``;
     a failure is opreg's bug or a pack's. ``full=False`` is for a model whose every node ONNX's
     per-node check and inference confirmed as it was made (see :meth:`GraphRecorder.unconfirmed`):
-    the full check would find nothing more. Returns whether the model is known valid (a model
-    whose weights approach 2 GB does not fit one protobuf: it is checked from its file when saved)."""
+    the full check would find nothing more.
+
+    The checker sees the weights as graph inputs of their dtype and shape (:func:`_weights_as_inputs`):
+    what it checks of a node is the same, and no copy of the weights is made for it, so the
+    export's peak memory is not raised by it, nor is a model of more than 2 GB of weights left
+    unchecked. Returns whether the model is known valid (a graph that alone does not fit one
+    protobuf is checked from its file when saved)."""
     problem = _rewrite.graph_problem(model)
     if problem is not None:
         raise ExportError(f"the exported model is not valid ONNX: it {problem[1]}; opreg's bug, please report it")
     if not full:
         return True
-    weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
-    if weights > EXTERNAL_DATA_THRESHOLD:  # the weights alone would go to a side file when saved
-        return False
-    data = ir.serde.serialize_model(model).SerializeToString()  # the checker takes bytes: serialise once
+    with _weights_as_inputs(model.graph):
+        data = ir.serde.serialize_model(model).SerializeToString()  # the checker takes bytes: serialise once
     if len(data) > MAX_CHECKED_BYTES:
         return False
     try:
@@ -589,6 +598,38 @@ def check(model: ir.Model, full: bool = True) -> bool:
             "made the node named in the message (see the node's opreg.pack metadata); please report it."
         ) from e
     return True
+
+
+@contextlib.contextmanager
+def _weights_as_inputs(graph: ir.Graph) -> Iterator[None]:
+    """For the ``with`` block, declare ``graph``'s weights (initializers of more than
+    :data:`WEIGHT_ELEMENTS` elements whose value has the tensor's dtype and shape) as graph inputs
+    instead of initializers: each node reads a value of the same type and shape, and serializing
+    the graph copies no weight. The graph is put back as it was, initializers in their order."""
+    initializers = list(graph.initializers.values())
+    weights = [
+        v
+        for v in initializers
+        if v.const_value is not None
+        and v.const_value.size > WEIGHT_ELEMENTS
+        and v.dtype == v.const_value.dtype
+        and v.shape == v.const_value.shape
+        and not v.is_graph_input()
+    ]
+    if not weights:
+        yield
+        return
+    for value in weights:
+        graph.initializers.pop(value.name)
+        graph.inputs.append(value)
+    try:
+        yield
+    finally:
+        for _ in weights:
+            graph.inputs.pop()  # pop, not del: onnx_ir then unmarks the value as an input
+        graph.initializers.clear()
+        for value in initializers:
+            graph.initializers.add(value)
 
 
 _NODE_NAME = re.compile(r"node name: ([^)\s]+)\)")
