@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from opreg import plugins as loader
+from opreg import targets
 from opreg.errors import OpregError
 from opreg.opname import OpName
 from opreg.pluginapi import PackReport, Rejection
@@ -68,7 +69,7 @@ from opreg.targets import OpsetRequirement, VersionRange, assume_onnx_opset_rang
 
 logger = logging.getLogger(__name__)
 
-CACHE_ENV = "OPREG_CACHE_DIR"
+CACHE_ENV = targets.CACHE_ENV
 """opreg's cache folder, if set (created when first written); the entries are in its ``declared`` folder."""
 SUBDIR = "declared"
 NO_CACHE_ENV = "OPREG_NO_CACHE"
@@ -114,23 +115,10 @@ def disabled() -> bool:
     return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def user_cache_dir() -> Path:
-    """opreg's folder in the user cache directory of this platform."""
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or os.path.join(os.path.expanduser("~"), "AppData", "Local")
-        return Path(base, "opreg", "Cache")
-    if sys.platform == "darwin":
-        return Path(os.path.expanduser("~"), "Library", "Caches", "opreg")
-    base = os.environ.get("XDG_CACHE_HOME", "").strip()
-    if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base, "opreg")
-
-
-def cache_root() -> Path:
-    """opreg's cache folder: ``$OPREG_CACHE_DIR`` if set, else :func:`user_cache_dir`."""
-    value = os.environ.get(CACHE_ENV, "").strip()
-    return Path(value).expanduser() if value else user_cache_dir()
+cache_root = targets.cache_dir
+"""opreg's cache folder, shared with what :mod:`opreg.targets` caches: ``$OPREG_CACHE_DIR`` if
+set, else :func:`opreg.targets.user_cache_dir`."""
+user_cache_dir = targets.user_cache_dir
 
 
 def cache_dir() -> Path | None:

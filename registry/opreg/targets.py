@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -107,17 +108,27 @@ def _onnxscript_opsets() -> tuple[int, ...]:
 
 
 CACHE_ENV = "OPREG_CACHE_DIR"
-"""Where opreg keeps what it found out about the installed runtime (default
-``$XDG_CACHE_HOME/opreg``, else ``~/.cache/opreg``)."""
+"""opreg's per-user cache folder, when set: what it found out about the installed runtime, and
+what the packs declare (:mod:`opreg.packcache`). Default: :func:`user_cache_dir`."""
+
+
+def user_cache_dir() -> Path:
+    """opreg's folder in the user cache directory of this platform."""
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.join(os.path.expanduser("~"), "AppData", "Local")
+        return Path(base, "opreg", "Cache")
+    if sys.platform == "darwin":
+        return Path(os.path.expanduser("~"), "Library", "Caches", "opreg")
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if not os.path.isabs(base):  # the XDG spec: a relative path is to be ignored
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base, "opreg")
 
 
 def cache_dir() -> Path:
-    """The folder of opreg's per-user cache (see :data:`CACHE_ENV`)."""
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "opreg"
+    """opreg's per-user cache folder: ``$OPREG_CACHE_DIR`` if set, else :func:`user_cache_dir`."""
+    value = os.environ.get(CACHE_ENV, "").strip()
+    return Path(value).expanduser() if value else user_cache_dir()
 
 
 _RUNTIME_CACHE = "onnxruntime-opset.json"
