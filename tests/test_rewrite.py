@@ -424,3 +424,13 @@ def test_a_rule_without_samples_fails_assert_ok_naming_it(make_pack):
     with pytest.raises(AssertionError, match="these rewrite rules have no sample.*skipnorm:SkipNorm"):
         report.assert_ok()
     report.assert_ok(allow_unsampled=True)
+
+
+def test_every_rule_of_the_lean_pass_is_tried_only_on_its_root_op():
+    """onnxscript tries each rule of a set on every node; opreg gates each on its pattern's root op
+    (commuted rules, whose pattern nodes carry no op identifier, included)."""
+    from opreg.exporter import _lean, _passes
+
+    roots = {_passes._root_op(rule) for rule in _lean.RULES}
+    assert None not in roots
+    assert {"Mul", "Add", "Reshape", "Transpose"} <= roots

@@ -20,7 +20,7 @@ from typing import Any
 
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassBase, PassManager, PassResult
-from onnxscript.rewriter import RewritePass, pattern
+from onnxscript.rewriter import RewritePass, _pattern_ir, pattern
 
 logger = logging.getLogger(__name__)
 
@@ -116,14 +116,23 @@ class IfModified(InPlacePass):
 # -- rewrite rules as a pass -----------------------------------------------------------------
 
 
+def _op_type(node_pattern: Any) -> str | None:
+    """The op type a pattern node matches, when it names exactly one. A commuted rule's nodes
+    (``rule.commute()``) carry no ``op_identifier``, so their op pattern is read too."""
+    identifier = node_pattern.op_identifier()
+    if identifier is not None:
+        return identifier[1]
+    op = getattr(node_pattern, "op", None)
+    return op.value() if isinstance(op, _pattern_ir.StringConstantPattern) else None
+
+
 def _root_op(rule: Any) -> str | None:
     """The op type of the node a rule's pattern is matched from (its single output node), when
     the pattern names one; ``None`` when the rule must be tried on every node."""
     graph_pattern = getattr(rule, "_target_pattern", None)
     if graph_pattern is None or not getattr(graph_pattern, "has_single_output_node", False):
         return None
-    identifier = graph_pattern.output_node.op_identifier()
-    return identifier[1] if identifier is not None else None
+    return _op_type(graph_pattern.output_node)
 
 
 def _pattern_ops(rule: Any) -> frozenset[str]:
@@ -131,12 +140,7 @@ def _pattern_ops(rule: Any) -> frozenset[str]:
     graph_pattern = getattr(rule, "_target_pattern", None)
     if graph_pattern is None:
         return frozenset()
-    ops = set()
-    for node in graph_pattern:
-        identifier = node.op_identifier()
-        if identifier is not None:
-            ops.add(identifier[1])
-    return frozenset(ops)
+    return frozenset(op for op in map(_op_type, graph_pattern) if op is not None)
 
 
 class RootGate:
