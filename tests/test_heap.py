@@ -35,6 +35,20 @@ def test_frozen_while_exporting_and_handed_back_after():
     assert gc.get_freeze_count() == 0
 
 
+def test_full_collections_are_rarer_while_exporting_and_the_thresholds_put_back():
+    from opreg import _heap
+
+    before = gc.get_threshold()
+    gc.set_threshold(500, 7, 3)
+    try:
+        seen: list[tuple[int, int, int]] = []
+        _export(progress=lambda stage: seen.append(gc.get_threshold()))
+        assert set(seen) == {(500, 7, _heap.FULL_EVERY)}
+        assert gc.get_threshold() == (500, 7, 3)
+    finally:
+        gc.set_threshold(*before)
+
+
 def test_handed_back_when_the_export_fails():
     class Bad(torch.nn.Module):
         def forward(self, x):
@@ -47,12 +61,13 @@ def test_handed_back_when_the_export_fails():
 
 def test_a_process_that_froze_objects_itself_is_left_as_it_is():
     gc.freeze()
-    mine = gc.get_freeze_count()
+    mine, threshold = gc.get_freeze_count(), gc.get_threshold()
     seen: list[int] = []
     _export(progress=lambda stage: seen.append(gc.get_freeze_count()))
     # nothing of the export's added to them (a few of theirs may be freed meanwhile) ...
     assert seen and max(seen) <= mine
     assert gc.get_freeze_count() > mine // 2  # ... and theirs not unfrozen
+    assert gc.get_threshold() == threshold
 
 
 def test_a_process_with_the_collector_off_is_left_as_it_is():
