@@ -32,6 +32,8 @@ from onnxscript.onnx_opset import opset18 as op18
 import opreg
 from opreg.ops import FLOAT_TYPES, HALF_TYPES, Tensor, is_integral, rank_of
 
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
 
 def _dims(dim, rank: int | None) -> list[int] | None:
     """torch's ``dim`` (int, list, empty or None) as ONNX axes; None means every dim."""
@@ -363,6 +365,20 @@ def aten_cumsum(self: Tensor, dim: int, dtype: int | None = None):
     if out_type in HALF_TYPES:
         return op18.Cast(op18.CumSum(op18.Cast(self, to=ir.DataType.FLOAT), dim), to=out_type)
     return op18.CumSum(self, dim)
+
+
+@opreg.impl("aten::diff")
+def aten_diff(self: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None, append: Tensor | None = None):
+    """diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor: n times Sub of two
+    Slices along dim, one element apart (Xor for bool), after Concat of prepend and append."""
+    parts = [p for p in (prepend, self, append) if p is not None]
+    if len(parts) > 1:
+        self = op18.Concat(*parts, axis=dim)
+    for _ in range(n):
+        later = op18.Slice(self, [1], [_INT64_MAX], [dim])
+        earlier = op18.Slice(self, [0], [-1], [dim])
+        self = op18.Xor(later, earlier) if self.dtype == ir.DataType.BOOL else op18.Sub(later, earlier)
+    return op18.Identity(self) if n == 0 and len(parts) == 1 else self
 
 
 def _whole(self, axis: int):
