@@ -377,3 +377,14 @@ def test_the_check_still_finds_a_weight_of_the_wrong_shape(cnn):
     with pytest.raises(opreg.ExportError, match="not valid ONNX"):
         _finish.check(model)
     assert model.graph.initializers["fc1.weight"].const_value.shape == ir.Shape([120, 401])  # put back
+
+
+def test_nodes_made_by_the_exact_rewrites_carry_opregs_provenance_only():
+    """onnxscript tags each node a rule made with the rule's name; opreg's nodes say where they came
+    from in its own keys, so that tag is left off (it is parsed again at every session creation)."""
+    model = Lambda(lambda x: (x.reshape(2, 6).reshape(3, 4) * 1.0).transpose(0, 1).transpose(0, 1))
+    program = opreg.export(model, (torch.randn(4, 3),), target=18)
+    assert 0 < len(program.model_proto.graph.node) <= 2  # the rules fired: Reshape pairs and Transpose pairs fused
+    for node in program.model_proto.graph.node:
+        assert {p.key for p in node.metadata_props} <= set(PROVENANCE_KEYS) | {"opreg.rewrite"}, node.name
+    program.verify(torch.randn(4, 3))

@@ -116,6 +116,12 @@ class IfModified(InPlacePass):
 # -- rewrite rules as a pass -----------------------------------------------------------------
 
 
+ONNXSCRIPT_RULE_TAG = "pkg.onnxscript.rewriter.rule_name"
+"""onnxscript's own record, on each node a rule made, of the rule's name: opreg's exact rewrites
+leave it off (the node keeps the provenance of what it replaced), a pack's rewrite says it as
+``opreg.rewrite`` with the pack."""
+
+
 def _op_type(node_pattern: Any) -> str | None:
     """The op type a pattern node matches, when it names exactly one. A commuted rule's nodes
     (``rule.commute()``) carry no ``op_identifier``, so their op pattern is read too."""
@@ -177,4 +183,7 @@ class Rules(RewritePass):
         if not wanted:
             return PassResult(model, False)
         count = pattern.RewriteRuleSet(wanted).apply_to_model(model)  # type: ignore[arg-type]
+        if count:
+            for node in all_nodes(model):
+                node.metadata_props.pop(ONNXSCRIPT_RULE_TAG, None)
         return PassResult(model, bool(count))

@@ -27,7 +27,7 @@ from onnx_ir.passes import InPlacePass, PassResult
 
 from opreg.errors import ExportError, OpsetConflictError, PluginError
 from opreg.exporter._nodes import PACK_KEY, PROVENANCE_KEYS, REWRITE_KEY
-from opreg.exporter._passes import Pipeline, all_nodes, subgraphs_of
+from opreg.exporter._passes import ONNXSCRIPT_RULE_TAG, Pipeline, all_nodes, subgraphs_of
 from opreg.node_types import node_problem, op_schema
 from opreg.targets import ONNX_DOMAIN, Target, domain_label
 
@@ -38,8 +38,6 @@ REWRITES_KEY = "opreg.rewrites"
 """Model ``metadata_props``: the rewrite rules that fired, ``pack:rule=nodes made``, comma-separated."""
 JOIN = "+"
 """How the distinct provenance values of the nodes a rule replaced are joined."""
-_ONNXSCRIPT_RULE_TAG = "pkg.onnxscript.rewriter.rule_name"
-"""onnxscript's own record of the rule that made a node; ``opreg.rewrite`` says it with the pack."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,7 +262,7 @@ class PackRewrite(InPlacePass):
         except Exception as e:  # while onnxscript put a replacement in
             raise _Fault(labels[0] if len(labels) == 1 else "", f"raised {type(e).__name__}: {e}") from e
         for node in all_nodes(model):
-            node.metadata_props.pop(_ONNXSCRIPT_RULE_TAG, None)
+            node.metadata_props.pop(ONNXSCRIPT_RULE_TAG, None)
         return {s._label: s.fired for s in stamping if s.fired}
 
     def _apply_pass(self, model: ir.Model) -> dict[str, int]:
