@@ -379,6 +379,39 @@ def test_the_check_still_finds_a_weight_of_the_wrong_shape(cnn):
     assert model.graph.initializers["fc1.weight"].const_value.shape == ir.Shape([120, 401])  # put back
 
 
+@pytest.mark.parametrize(
+    "case",
+    ["cnn", "dynamic", "control flow"],
+)
+def test_the_full_check_runs_only_where_onnx_has_not_confirmed_every_node(cnn, case):
+    """ONNX confirms each node as it is recorded; the export's check trusts those confirmations
+    (known_valid) only where the checker agrees, and a graph with a subgraph gets the checker."""
+    from opreg.exporter import _finish
+
+    if case == "cnn":
+        model, args, dynamic = cnn[0], (cnn[1],), None
+    elif case == "dynamic":
+        model, args = Sequence().eval(), (torch.randn(2, 5, 8),)
+        dynamic = {"x": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}}
+    else:
+        model = Lambda(lambda x: torch.cond(x.sum() > 0, lambda y: y + 1, lambda y: y - 1, (x,)))
+        args, dynamic = (torch.randn(3),), None
+    program = opreg.export(model, args, target=18, dynamic_shapes=dynamic)
+    assert _finish.known_valid(program.model) is (case != "control flow")
+    onnx.checker.check_model(program.model_proto, full_check=True)
+
+
+def test_an_output_typed_otherwise_than_onnx_infers_sends_the_model_to_the_checker(cnn):
+    from opreg.exporter import _finish
+
+    model = opreg.export(cnn[0], (cnn[1],), target=18).model
+    relu = next(node for node in model.graph if node.op_type == "Relu")
+    relu.outputs[0].shape = ir.Shape([*relu.outputs[0].shape, 1])  # one dim more than Relu computes
+    assert not _finish.known_valid(model)
+    with pytest.raises(opreg.ExportError, match="not valid ONNX"):
+        _finish.check(model)
+
+
 def test_nodes_made_by_the_exact_rewrites_carry_opregs_provenance_only():
     """onnxscript tags each node a rule made with the rule's name; opreg's nodes say where they came
     from in its own keys, so that tag is left off (it is parsed again at every session creation)."""

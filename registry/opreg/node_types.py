@@ -105,19 +105,46 @@ def infer_node(node: ir.Node, version: int, small_constant: int = 64) -> bool:
     on typed inputs without finding a type error, so the whole-model checker has nothing to
     add about it. Results are remembered by what determines them (one check and inference
     per distinct node), and each output gets a shape of its own."""
-    key = _inference_key(node, version, small_constant)
-    known = _INFERRED.get(key) if key is not None else None
-    if known is None:
-        known = _run_inference(node, version, small_constant)
-        if key is not None and len(_INFERRED) < _INFERRED_LIMIT:
-            _INFERRED[key] = known
-    confirmed, inferred = known
+    confirmed, inferred = _known(node, version, small_constant)
     for output, (dtype, dims) in zip(node.outputs, inferred or (), strict=False):
         if dtype is not None:
             output.dtype = dtype
         if dims is not None:
             output.shape = ir.Shape(dims)
     return confirmed
+
+
+def confirms(node: ir.Node, version: int, small_constant: int = 64) -> bool:
+    """Whether ONNX confirms ``node`` as it stands now, as :func:`infer_node` would (its schema
+    accepts it and its inference ran on typed inputs), and the types its outputs carry agree with
+    what that inference computes: the same dtype, the same rank, the same size wherever both
+    know it. Nothing is changed; remembered results are used (see :func:`infer_node`)."""
+    confirmed, inferred = _known(node, version, small_constant)
+    if not confirmed:
+        return False
+    for output, (dtype, dims) in zip(node.outputs, inferred or (), strict=False):
+        if dtype is not None and output.dtype is not None and output.dtype != dtype:
+            return False
+        shape = output.shape
+        if dims is None or shape is None:
+            continue
+        if len(dims) != len(shape):
+            return False
+        for inferred_dim, dim in zip(dims, shape, strict=True):
+            if isinstance(inferred_dim, int) and isinstance(dim, int) and inferred_dim != dim:
+                return False
+    return True
+
+
+def _known(node: ir.Node, version: int, small_constant: int) -> tuple[bool, Inferred | None]:
+    """ONNX's confirmation and inference of ``node``, remembered by what determines them."""
+    key = _inference_key(node, version, small_constant)
+    known = _INFERRED.get(key) if key is not None else None
+    if known is None:
+        known = _run_inference(node, version, small_constant)
+        if key is not None and len(_INFERRED) < _INFERRED_LIMIT:
+            _INFERRED[key] = known
+    return known
 
 
 def node_problem(node: ir.Node, version: int) -> str | None:

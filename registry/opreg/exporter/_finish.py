@@ -30,10 +30,11 @@ from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
 from opreg.exporter import _capture, _lean, _pytrees, _rewrite
 from opreg.exporter._passes import IfModified, Pipeline, all_nodes, subgraphs_of
 from opreg.exporter._program import OnnxProgram, OutputSlot
-from opreg.exporter._recorder import OUTPUTS_KWARG, Use, is_random
+from opreg.exporter._recorder import OUTPUTS_KWARG, SMALL_CONSTANT, Use, is_random
 from opreg.exporter._rewrite import REWRITES_KEY, Rewrite
 from opreg.exporter._state import StateSlot
 from opreg.exporter._translate import Translation
+from opreg.node_types import confirms
 from opreg.patching import PatchOutcome
 from opreg.registry import Impl, Registry
 from opreg.targets import ONNX_DOMAIN, Target
@@ -128,8 +129,6 @@ def finish(
         slots.append(
             OutputSlot(name, complex=is_complex(value)) if isinstance(value, ir.Value) else OutputSlot(None, value)
         )
-    # The full check always runs: the per-node checks made as nodes are recorded do not see a node
-    # whose output disagrees with the shape torch recorded for it (a wrong-rank impl, tests/test_locate.py).
     checked = check(model)
     return OnnxProgram(
         model,
@@ -566,12 +565,11 @@ WEIGHT_ELEMENTS = 1024
 shape inference reads (those hold a few numbers): :func:`check` declares it as a graph input."""
 
 
-def check(model: ir.Model, full: bool = True) -> bool:
+def check(model: ir.Model, full: bool | None = None) -> bool:
     """Check the model: its structure always (every node reads only values defined before it,
-    every output is defined), and with ``full``, ``onnx.checker.check_model(full_check=True)``;
-    a failure is opreg's bug or a pack's. ``full=False`` is for a model whose every node ONNX's
-    per-node check and inference confirmed as it was made (see :meth:`GraphRecorder.unconfirmed`):
-    the full check would find nothing more.
+    every output is defined), and ``onnx.checker.check_model(full_check=True)`` where the graph
+    is not already known valid (``full=None``: :func:`known_valid`; ``True`` always, ``False``
+    never). A failure is opreg's bug or a pack's.
 
     The checker sees the weights as graph inputs of their dtype and shape (:func:`_weights_as_inputs`):
     what it checks of a node is the same, and no copy of the weights is made for it, so the
@@ -581,6 +579,8 @@ def check(model: ir.Model, full: bool = True) -> bool:
     problem = _rewrite.graph_problem(model)
     if problem is not None:
         raise ExportError(f"the exported model is not valid ONNX: it {problem[1]}; opreg's bug, please report it")
+    if full is None:
+        full = not known_valid(model)
     if not full:
         return True
     with _weights_as_inputs(model.graph):
@@ -597,6 +597,40 @@ def check(model: ir.Model, full: bool = True) -> bool:
             f"the exported model is not valid ONNX: {e}\nThis is a bug in opreg or in the pack whose impl "
             "made the node named in the message (see the node's opreg.pack metadata); please report it."
         ) from e
+    return True
+
+
+def known_valid(model: ir.Model) -> bool:
+    """Whether the whole-model check would find nothing, as ONNX confirms node by node: the model has
+    no functions and no subgraphs, every node's domain is imported, every value name is given once,
+    every graph input and output is typed, and ONNX confirms every node as it stands, its outputs
+    typed as its inference computes (:func:`opreg.node_types.confirms`). Those confirmations were
+    made as the nodes were recorded and are remembered by what determines them, so only a node the
+    passes made or changed (an input folded into a constant, a rule's replacement) costs a check
+    and an inference; where one is not confirmed, or disagrees with the type its output carries (an
+    impl's rank wrong once its computed axes are folded), the full check runs and says what it finds."""
+    if model.functions:
+        return False
+    graph = model.graph
+    imports = graph.opset_imports
+    if any(value.dtype is None for value in (*graph.inputs, *graph.outputs)):
+        return False
+    names = {value.name for value in graph.inputs}
+    names.update(graph.initializers)
+    if len(names) != len(graph.inputs) + len(graph.initializers):
+        return False
+    for node in graph:
+        version = imports.get(node.domain)
+        if version is None or any(
+            attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()
+        ):
+            return False
+        if not confirms(node, version, SMALL_CONSTANT):
+            return False
+        for output in node.outputs:
+            if output.name in names:
+                return False
+            names.add(output.name)
     return True
 
 

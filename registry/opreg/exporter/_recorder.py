@@ -30,7 +30,7 @@ from opreg.targets import domain_label
 OUTPUTS_KWARG = "_outputs"
 """onnxscript's way to say how many outputs a call has; never reaches the model."""
 
-_SMALL_CONSTANT = 64
+SMALL_CONSTANT = 64
 """Constants up to this many elements are handed to shape inference as data."""
 
 RANDOM_OPS = frozenset(
@@ -122,7 +122,6 @@ class _Model:
     functions: dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] = dataclasses.field(default_factory=dict)
     counter: int = 0
     names: set[str] = dataclasses.field(default_factory=set)
-    unconfirmed: int = 0
 
 
 class GraphRecorder:
@@ -155,14 +154,6 @@ class GraphRecorder:
     def uses(self) -> list[Use]:
         """Every (domain, version) an emitted node or kept function needs, in all graphs."""
         return self._model.uses
-
-    @property
-    def unconfirmed(self) -> int:
-        """How many nodes, in all graphs, ONNX's per-node check and inference did not confirm
-        (:func:`opreg.node_types.infer_node`): an op without a schema, a control-flow node, a
-        node with an input of unknown type or one ONNX finds wrong. The model's full check
-        is needed only when there is one."""
-        return self._model.unconfirmed
 
     @property
     def functions(self) -> dict[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]]:
@@ -250,7 +241,7 @@ class GraphRecorder:
         if domain != "" or op_type not in ("CastLike", "Cast") or not inputs or inputs[0] is None:
             return None
         source = inputs[0].const_value
-        if source is None or source.size > _SMALL_CONSTANT or source.dtype == ir.DataType.STRING:
+        if source is None or source.size > SMALL_CONSTANT or source.dtype == ir.DataType.STRING:
             return None
         if op_type == "CastLike":
             dtype = inputs[1].dtype if len(inputs) > 1 and inputs[1] is not None else None
@@ -286,8 +277,8 @@ class GraphRecorder:
             output.name = name + (f"_{i}" if n_outputs > 1 else "")
         self.graph.append(node)
         self.added.append(node)
-        if version is None or not infer_node(node, version, _SMALL_CONSTANT):
-            self._model.unconfirmed += 1
+        if version is not None:  # what ONNX confirms here, the export's check need not check again
+            infer_node(node, version, SMALL_CONSTANT)
         node.metadata_props.update(self.metadata)  # after inference, which serialises the node
         return node
 
