@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 import torch
+import torch.ao.quantization.fx._decomposed  # defines the quantized_decomposed ops, so their impls are checked
 from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 from onnxscript.values import Opset

@@ -126,6 +126,39 @@ def test_unknown_custom_namespace_is_accepted_unchecked():
     assert not impl.schema_checked
 
 
+def late_scale(x, factor: float = 1.0):
+    """scale(Tensor x, float factor) -> Tensor"""
+    return op18.Mul(x, op18.CastLike(factor, x))
+
+
+def late_scale_misnamed(x, k: float = 1.0):
+    return op18.Mul(x, op18.CastLike(k, x))
+
+
+def test_an_impl_registered_before_its_op_exists_is_checked_when_first_planned():
+    """A pack need not import the library that defines its ops (torch's quantized_decomposed ops
+    cost an import on every export): an impl registered before its op exists is checked against
+    the op's schema when an export first plans it, and a mismatch is named there."""
+    from tests.optest import Lambda
+
+    defined = hasattr(torch.ops.opreg_late, "scale")
+    wrong, right = opreg.Registry(), opreg.Registry()
+    misnamed = wrong.register("opreg_late::scale", late_scale_misnamed)
+    named = right.register("opreg_late::scale", late_scale)
+    assert defined or not (misnamed.schema_checked or named.schema_checked)
+    if not defined:
+
+        @torch.library.custom_op("opreg_late::scale", mutates_args=())
+        def scale(x: torch.Tensor, factor: float) -> torch.Tensor:
+            return x * factor
+
+        scale.register_fake(lambda x, factor: torch.empty_like(x))
+    model, x = Lambda(lambda x: torch.ops.opreg_late.scale(x, 2.0)), torch.randn(3)
+    with pytest.raises(SignatureMismatchError, match=r"late_scale_misnamed.*opreg_late::scale.*'k'"):
+        opreg.export(model, (x,), registry=wrong)
+    opreg.export(model, (x,), registry=right).verify(x)
+
+
 # -- signature checks ---------------------------------------------------------------
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines the quantized_decomposed ops (schema check)
 from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset21 as op21
 

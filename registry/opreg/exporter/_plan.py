@@ -15,7 +15,14 @@ from typing import Any
 
 import torch
 
-from opreg._inspect import TORCH_ONNX, ArgumentsNotCovered, map_arguments, torch_convention
+from opreg._inspect import (
+    TORCH_ONNX,
+    ArgumentsNotCovered,
+    check_signature,
+    map_arguments,
+    torch_convention,
+    torch_schema,
+)
 from opreg.errors import UnsupportedOpsError
 from opreg.exporter import _decompose, _nodes
 from opreg.opname import OpName
@@ -225,10 +232,31 @@ def _unsupported(found: _Missing, registry: Registry, target: Target) -> Unsuppo
     return UnsupportedOpsError("\n".join(lines), tuple(entries))
 
 
+_LATE_CHECKED: set[tuple[int, OpName]] = set()
+"""The impls (function, op) checked against their op's schema when first planned (see :func:`check_late`)."""
+
+
+def check_late(impl: Impl) -> None:
+    """Check ``impl``'s signature against its op's schema if its registration could not: the op's
+    library was not loaded yet (a pack need not import torch's ``quantized_decomposed`` or
+    ``torch.onnx.ops`` just so its impls are checked; a model that uses the ops has loaded them).
+    Raises :class:`~opreg.errors.SignatureMismatchError` naming the impl; once per impl."""
+    key = (id(impl.function), impl.op)
+    if impl.schema_checked or key in _LATE_CHECKED:
+        return
+    schema = torch_schema(impl.op)
+    if schema is None:
+        return
+    check_signature(impl.op, impl.function, schema, impl.params, torch_function=impl.convention == TORCH_ONNX)
+    _LATE_CHECKED.add(key)
+
+
 def plan_call(node: torch.fx.Node, impl: Impl) -> Call:
     """Map the node's arguments onto the impl's parameters (:func:`opreg._inspect.map_arguments`);
     an impl written for torch.onnx gets them as torch.onnx passes them
-    (:func:`opreg._inspect.torch_convention`)."""
+    (:func:`opreg._inspect.torch_convention`). An impl its registration could not check against
+    the op's schema is checked first (:func:`check_late`)."""
+    check_late(impl)
     try:
         args, kwargs, int_lists = map_arguments(node.target._schema, node.args, node.kwargs, impl.params)
     except ArgumentsNotCovered as e:
