@@ -282,6 +282,8 @@ def _anything(*args, **kwargs):  # only resolved, never called
 
 def _core_table() -> tuple[list[opreg.OpName], dict]:
     """Every op the core pack implements, as a table mapping it to one function."""
+    import torch.ao.quantization.fx._decomposed  # defines the quantized_decomposed ops the core pack covers
+
     ops = sorted({i.op for i in opreg.default_registry().impls() if i.pack == "core"}, key=str)
     table = {}
     for op in ops:

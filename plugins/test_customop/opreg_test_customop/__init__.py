@@ -1,7 +1,9 @@
 """opreg pack for the tutorial's custom op ``mylibrary::addandround_op``.
 
-Importing this module is cheap; the torch op is defined when first used
-(``opreg_test_customop.addandround_op``) or when the registry is built.
+Importing this module is cheap, and so is loading the pack: the torch op is defined
+when first used (``opreg_test_customop.addandround_op``, as a model that calls it does)
+or when the samples are asked for. The registry checks the impl against the op's schema
+when an export first plans it, so loading the pack need not define the op.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ def opreg_samples():
     import torch
     from opreg.testing import Sample
 
+    from opreg_test_customop import torch_ops  # noqa: F401 - the samples call the op: define it
+
     generator = torch.Generator().manual_seed(0)
     halves = torch.tensor([[-1.25, -0.75, -0.25, 0.25], [0.75, 1.25, 2.0, -3.0]])  # x + x lands on .5: ties
     return {
@@ -73,6 +77,6 @@ def opreg_samples():
 
 @opreg.hookimpl
 def opreg_register_ops(registry: opreg.Registrar) -> None:
-    from opreg_test_customop import impls, torch_ops  # noqa: F401 - torch_ops defines the torch op
+    from opreg_test_customop import impls
 
     registry.register_module(impls)  # every @opreg.impl of the module
