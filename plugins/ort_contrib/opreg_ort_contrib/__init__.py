@@ -47,6 +47,8 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
 
 @opreg.hookimpl
 def opreg_rewrite_rules(target):
+    if target.get(CONTRIB_DOMAIN) != 1:  # no rule applies (fusions.rules says the same): the module need not load
+        return []
     from opreg_ort_contrib import fusions
 
     return fusions.rules(target)

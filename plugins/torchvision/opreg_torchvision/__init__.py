@@ -22,9 +22,10 @@ OPREG_REQUIRES_TORCH = ">=2.6"
 def opreg_register_ops(registry: opreg.Registrar) -> None:
     from opreg_torchvision import keypoints, ops
 
-    # torchvision is not imported here (seconds, paid by every registry build): where it already is,
-    # opreg checks each impl against its op's schema (the pack's tests do, after importing it)
-    keypoints.define()
+    # Neither is torchvision imported here (seconds, paid by every registry build) nor the pack's own op
+    # defined (the capture patch defines it when it patches a model): opreg checks each impl against its
+    # op's schema where the op exists, at registration or when an export first plans the impl (the
+    # pack's tests check them all, after importing torchvision and defining the op)
     registry.register_module(ops, keypoints)
 
 
