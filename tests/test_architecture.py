@@ -354,3 +354,22 @@ def test_the_duplicate_check_catches_copies_renamed_and_with_other_literals():
 def test_a_table_of_like_entries_is_not_a_duplicate():
     table = "".join(f'registry.register("aten::op{i}", op{i})\n' for i in range(8))
     assert duplicated_blocks({"one.py": table, "two.py": table.replace("op", "fn")}) == []
+
+
+MEMO_UNDESCRIBED = frozenset({"const_value", "producer", "uses", "graph"})
+"""What of a value the translation memo's description of a call does not cover (``opreg/exporter/_memo.py``)."""
+STAMPS_ITS_NODES = frozenset({"core_ops/opreg_core_ops/ops/onnx_ops.py"})
+"""Core modules whose impls stamp their nodes themselves: the memo never replays them."""
+
+
+def test_core_impls_read_only_what_the_translation_memo_describes():
+    """The translator replays a repeated call of a core impl instead of running it again: the nodes an impl
+    makes may depend on its arguments' types, shapes, small constants and complex marks only, never on a
+    weight's contents, or on where a value comes from or goes."""
+    found = []
+    for path in sorted((ROOT / "core_ops" / "opreg_core_ops").rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in MEMO_UNDESCRIBED and relative not in STAMPS_ITS_NODES:
+                found.append(f"{relative}:{node.lineno} reads .{node.attr}")
+    assert not found, found

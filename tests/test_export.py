@@ -412,6 +412,39 @@ def test_an_output_typed_otherwise_than_onnx_infers_sends_the_model_to_the_check
         _finish.check(model)
 
 
+class _Block(torch.nn.Module):
+    def __init__(self, width: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm = torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.out = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        batch, seq, width = x.shape
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        q, k, v = (t.view(batch, seq, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + torch.nn.functional.gelu(self.out(y.transpose(1, 2).reshape(batch, seq, width))) * 0.5
+
+
+def test_repeated_calls_replayed_make_the_model_running_every_impl_makes(monkeypatch):
+    """The translator replays a repeated core impl call (opreg/exporter/_memo.py): the model is the very
+    one running each impl again makes, node names and every layer's own provenance included."""
+    from opreg.exporter import _translate
+
+    torch.manual_seed(0)
+    model, x = torch.nn.Sequential(*(_Block() for _ in range(3))).eval(), torch.randn(2, 5, 16)
+    dims = ({1: torch.export.Dim("seq", max=64)},)
+    replayed = opreg.export(model, (x,), target=18, dynamic_shapes=dims)
+    monkeypatch.setattr(_translate, "MEMO_PACKS", frozenset())
+    run = opreg.export(model, (x,), target=18, dynamic_shapes=dims)
+    assert replayed.model_proto.graph == run.model_proto.graph
+    modules = {p.value for n in replayed.model_proto.graph.node for p in n.metadata_props if p.key == "opreg.module"}
+    assert {"0.qkv", "1.qkv", "2.qkv"} <= modules, modules
+    replayed.verify(torch.randn(2, 7, 16))
+
+
 def test_nodes_made_by_the_exact_rewrites_carry_opregs_provenance_only():
     """onnxscript tags each node a rule made with the rule's name; opreg's nodes say where they came
     from in its own keys, so that tag is left off (it is parsed again at every session creation)."""

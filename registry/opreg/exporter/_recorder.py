@@ -166,6 +166,16 @@ class GraphRecorder:
         child.emitter, child.metadata, child.name_prefix = self.emitter, dict(self.metadata), self.name_prefix
         return child
 
+    def shared_constants(self) -> set[int]:
+        """The ids of the values :meth:`constant` hands out (one per distinct constant, of this
+        graph and the graphs it is nested in): every call that asks for one gets the same value."""
+        ids: set[int] = set()
+        scope: GraphRecorder | None = self
+        while scope is not None:
+            ids.update(id(value) for value in scope._constants.values())
+            scope = scope.parent
+        return ids
+
     def fresh_name(self, stem: str) -> str:
         """A value or node name no other graph of the model uses."""
         names = self._model.names

@@ -28,6 +28,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from opreg.errors import ExportError
 from opreg.exporter import _nodes, _state
 from opreg.exporter._locate import Trace, trace_of
+from opreg.exporter._memo import MEMO_PACKS, Memo
 from opreg.exporter._plan import Call, Plan
 from opreg.exporter._recorder import GraphRecorder
 from opreg.registry import Impl
@@ -97,6 +98,8 @@ class Translator:
         self.weights: set[str] = set()
         self.traces: dict[str, Trace] = {}
         self.main_graph: ir.Graph | None = None
+        self._memo = Memo()
+        """Repeated calls of the main graph, translated once (:mod:`opreg.exporter._memo`)."""
 
     def run(self) -> Translation:
         graph = self.main_graph = ir.Graph([], [], nodes=[], name="main_graph")
@@ -268,12 +271,19 @@ class Translator:
         first = len(recorder.added)
         args = [self._argument(scope, a, i in call.int_lists) for i, a in enumerate(call.args)]
         kwargs = {k: self._argument(scope, v, k in call.int_lists) for k, v in call.kwargs.items()}
-        try:
-            result = impl.function(*args, **kwargs)
-        except ExportError as e:
-            raise ExportError(f"{_call_site(node, impl)}: {e}") from e
-        except Exception as e:
-            raise ExportError(f"{_call_site(node, impl)} raised {type(e).__name__}: {e}") from e
+        memoized = scope.outer is None and recorder.graph is self.main_graph and impl.pack in MEMO_PACKS
+        described = Memo.describe(impl, args, kwargs) if memoized else None
+        replayed, result = self._memo.replay(recorder, *described) if described is not None else (False, None)
+        if not replayed:
+            start = len(recorder.added)
+            try:
+                result = impl.function(*args, **kwargs)
+            except ExportError as e:
+                raise ExportError(f"{_call_site(node, impl)}: {e}") from e
+            except Exception as e:
+                raise ExportError(f"{_call_site(node, impl)} raised {type(e).__name__}: {e}") from e
+            if described is not None:
+                self._memo.record(recorder, *described, recorder.added[start:], result)
         made = {id(n) for n in recorder.added[first:]}
         scope.values[node] = self._results(scope, node, impl, result, made)
         if scope.outer is None and scope.recorder.graph is self.main_graph:
