@@ -20,6 +20,7 @@ from opreg._inspect import (
     ArgumentsNotCovered,
     check_signature,
     map_arguments,
+    read_params,
     torch_convention,
     torch_schema,
 )
@@ -247,7 +248,8 @@ def check_late(impl: Impl) -> None:
     schema = torch_schema(impl.op)
     if schema is None:
         return
-    check_signature(impl.op, impl.function, schema, impl.params, torch_function=impl.convention == TORCH_ONNX)
+    params = impl.params if impl.params is not None else read_params(impl.function)
+    check_signature(impl.op, impl.function, schema, params, torch_function=impl.convention == TORCH_ONNX)
     _LATE_CHECKED.add(key)
 
 
