@@ -84,6 +84,8 @@ class Memo:
                 index = seen.get(id(value))
                 if index is not None:
                     return ("same", index)
+                if value.type is not None and not isinstance(value.type, ir.TensorType):
+                    raise _Unrecordable  # a sequence or optional: its element type is not described
                 seen[id(value)] = len(values)
                 values.append(value)
                 const = value.const_value
