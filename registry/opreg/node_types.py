@@ -26,7 +26,8 @@ def op_schema(op_type: str, version: int, domain: str) -> onnx.defs.OpSchema | N
         return None
 
 
-def _dims(shape: ir.Shape | None) -> tuple[int | str | None, ...] | None:
+def shape_dims(shape: ir.Shape | None) -> tuple[int | str | None, ...] | None:
+    """``shape`` as a hashable tuple: sizes, names of symbolic dims, ``None`` for unnamed ones."""
     if shape is None:
         return None
     return tuple(d if isinstance(d, int) else (d.value if isinstance(d.value, str) else None) for d in shape)
@@ -85,7 +86,7 @@ def _inference_key(node: ir.Node, version: int, small_constant: int) -> tuple | 
             continue
         const = value.const_value
         data = const.tobytes() if const is not None and const.size <= small_constant else None
-        inputs.append((value.dtype, _dims(value.shape), data))
+        inputs.append((value.dtype, shape_dims(value.shape), data))
     try:
         attributes = tuple((name, attr.type, _attribute_key(attr)) for name, attr in node.attributes.items())
         key = (node.domain, node.op_type, version, len(node.outputs), tuple(inputs), attributes)
@@ -190,7 +191,7 @@ def _check_and_infer(
         if value is None:
             continue
         assert value.dtype is not None
-        types[name] = _type_proto(value.dtype, _dims(value.shape))
+        types[name] = _type_proto(value.dtype, shape_dims(value.shape))
         const = value.const_value
         if const is not None and const.size <= small_constant:
             data[name] = ir.serde.serialize_tensor(const)

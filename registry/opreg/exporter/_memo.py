@@ -25,6 +25,7 @@ from typing import Any
 import onnx_ir as ir
 
 from opreg.exporter._recorder import SMALL_CONSTANT, GraphRecorder, is_random
+from opreg.node_types import shape_dims
 from opreg.registry import Impl
 from opreg.values import COMPLEX_KEY
 
@@ -56,12 +57,8 @@ class Template:
     result: Any
 
 
-def _dims(shape: ir.Shape | None) -> tuple[Any, ...] | None:
-    return None if shape is None else tuple(d if isinstance(d, int) else ("sym", d.value) for d in shape)
-
-
-def _shape(dims: tuple[Any, ...] | None) -> ir.Shape | None:
-    return None if dims is None else ir.Shape([d if isinstance(d, int) else d[1] for d in dims])
+def _shape(dims: tuple[int | str | None, ...] | None) -> ir.Shape | None:
+    return None if dims is None else ir.Shape(list(dims))
 
 
 class Memo:
@@ -92,7 +89,7 @@ class Memo:
                 data = None
                 if const is not None:
                     data = const.tobytes() if const.size <= SMALL_CONSTANT else "weight"
-                return ("value", value.dtype, _dims(value.shape), data, bool(value.meta.get(COMPLEX_KEY)))
+                return ("value", value.dtype, shape_dims(value.shape), data, bool(value.meta.get(COMPLEX_KEY)))
             if isinstance(value, (list, tuple)):
                 return (type(value).__name__, tuple(leaf(v) for v in value))
             if value is None or isinstance(value, (bool, int, str)):
@@ -130,22 +127,11 @@ class Memo:
 
         for spec in template.nodes:
             inputs = [None if s is None else value_of(s) for s in spec.inputs]
-            name = recorder.fresh_name(f"{recorder.name_prefix}_{spec.op_type}")
-            node = ir.Node(
-                spec.domain,
-                spec.op_type,
-                inputs,
-                spec.attributes,
-                num_outputs=len(spec.outputs),
-                version=spec.version,
-                name=name,
+            node = recorder.add_node(
+                spec.domain, spec.op_type, inputs, spec.attributes, len(spec.outputs), spec.version, infer=False
             )
-            for index, (output, (dtype, dims)) in enumerate(zip(node.outputs, spec.outputs, strict=True)):
-                output.name = name + (f"_{index}" if len(spec.outputs) > 1 else "")
+            for output, (dtype, dims) in zip(node.outputs, spec.outputs, strict=True):
                 output.dtype, output.shape = dtype, _shape(dims)
-            recorder.graph.append(node)
-            recorder.added.append(node)
-            node.metadata_props.update(recorder.metadata)
             made.append(node)
         return True, _rebuild(template.result, value_of)
 
@@ -192,7 +178,7 @@ def _template(recorder: GraphRecorder, values: Sequence[ir.Value], nodes: Sequen
                 node.version,
                 tuple(node.attributes.values()),
                 inputs,
-                tuple((out.dtype, _dims(out.shape)) for out in node.outputs),
+                tuple((out.dtype, shape_dims(out.shape)) for out in node.outputs),
             )
         )
 
@@ -221,11 +207,12 @@ def _source(
     raise _Unrecordable  # a value the description does not cover
 
 
-def _rebuild(shape: Any, value_of: Callable[[tuple[Any, ...]], ir.Value]) -> Any:
-    kind = shape[0]
+def _rebuild(result: Any, value_of: Callable[[tuple[Any, ...]], ir.Value]) -> Any:
+    """A call's result from its template's description of it."""
+    kind = result[0]
     if kind in (_ARG, _NODE, _FIXED):
-        return value_of(shape)
+        return value_of(result)
     if kind == _PLAIN:
-        return shape[1]
-    items = [_rebuild(item, value_of) for item in shape[1]]
+        return result[1]
+    items = [_rebuild(item, value_of) for item in result[1]]
     return tuple(items) if kind == "tuple" else items

@@ -233,7 +233,7 @@ def _unsupported(found: _Missing, registry: Registry, target: Target) -> Unsuppo
     return UnsupportedOpsError("\n".join(lines), tuple(entries))
 
 
-_LATE_CHECKED: set[tuple[int, OpName]] = set()
+_LATE_CHECKED: set[tuple[Any, OpName]] = set()
 """The impls (function, op) checked against their op's schema when first planned (see :func:`check_late`)."""
 
 
@@ -242,7 +242,7 @@ def check_late(impl: Impl) -> None:
     library was not loaded yet (a pack need not import torch's ``quantized_decomposed`` or
     ``torch.onnx.ops`` just so its impls are checked; a model that uses the ops has loaded them).
     Raises :class:`~opreg.errors.SignatureMismatchError` naming the impl; once per impl."""
-    key = (id(impl.function), impl.op)
+    key = (impl.function, impl.op)  # the function itself: an id may be reused once it is gone
     if impl.schema_checked or key in _LATE_CHECKED:
         return
     schema = torch_schema(impl.op)

@@ -270,7 +270,11 @@ class GraphRecorder:
         attributes: Sequence[ir.Attr],
         n_outputs: int,
         version: int | None,
+        *,
+        infer: bool = True,
     ) -> ir.Node:
+        """Append a node named after the op being translated, stamped with its provenance; with
+        ``infer``, its outputs typed by ONNX's per-node inference (a replayed call types them itself)."""
         while inputs and inputs[-1] is None:
             inputs = inputs[:-1]
         name = self.fresh_name(f"{self.name_prefix}_{op_type}")
@@ -287,7 +291,7 @@ class GraphRecorder:
             output.name = name + (f"_{i}" if n_outputs > 1 else "")
         self.graph.append(node)
         self.added.append(node)
-        if version is not None:  # what ONNX confirms here, the export's check need not check again
+        if infer and version is not None:  # what ONNX confirms here, the export's check need not check again
             infer_node(node, version, SMALL_CONSTANT)
         node.metadata_props.update(self.metadata)  # after inference, which serialises the node
         return node
