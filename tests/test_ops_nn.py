@@ -3,6 +3,8 @@ exported and run in ONNX Runtime against eager PyTorch."""
 
 from __future__ import annotations
 
+import numpy as np
+import onnx
 import pytest
 import torch
 import torch.nn.functional as F
@@ -254,6 +256,32 @@ def test_attention_dynamic_sequence():
     seq = torch.export.Dim("seq", min=2, max=64)
     program = check(_CausalAttention(), Q, Q, Q, opset=18, rtol=1e-4, dynamic_shapes=({2: seq}, {2: seq}, {2: seq}))
     assert program.model_proto.graph.input[0].type.tensor_type.shape.dim[2].dim_param == "seq"
+    assert "Trilu" in onnx_ops(program)  # the mask is built from the lengths the model runs with
+
+
+class _CausalLayers(nn.Module):
+    """Causal attention three times over, with the lengths of the first (5 queries, 6 keys)."""
+
+    def forward(self, q, k, v):
+        for _ in range(3):
+            q = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return q
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_static_causal_mask_is_one_constant_every_layer_shares(dtype):
+    """Static lengths: the mask is a constant, written once for every layer, not built from
+    the shapes in each layer (a Trilu, an Expand, two Shapes and a Concat per layer)."""
+    q, k, v = (t.to(dtype) for t in (Q, K, torch.randn(2, 4, 6, 8)))
+    tolerance = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 2e-3}
+    program = check(_CausalLayers(), q, k, v, opset=18, **tolerance)
+    graph = program.model_proto.graph
+    assert not {"Trilu", "Shape", "Expand"} & set(onnx_ops(program))
+    masks = [i for i in graph.initializer if list(i.dims) == [5, 6]]
+    assert len(masks) == 1
+    mask = onnx.numpy_helper.to_array(masks[0])
+    assert mask.dtype == torch.empty(0, dtype=dtype).numpy().dtype
+    assert (mask == np.triu(np.full((5, 6), -np.inf), 1)).all()
 
 
 # -- pooling ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset23 as op23
@@ -41,14 +42,28 @@ def _attention_scores(query, key, attn_mask, is_causal, scale, enable_gqa):
         key = _repeat_heads(key, query.shape[-3] // key.shape[-3])
     scores = op18.Mul(op18.MatMul(query, _transpose_last(key)), op18.CastLike(float(scale), query))
     if is_causal:
-        size = op18.Concat(op18.Shape(query, start=-2, end=-1), op18.Shape(key, start=-2, end=-1), axis=0)
-        minus_inf = op18.Expand(op18.CastLike(float("-inf"), query), size)
-        scores = op18.Add(scores, op18.Trilu(minus_inf, 1, upper=1))  # -inf above the diagonal
+        scores = op18.Add(scores, _causal_mask(query, key))
     if attn_mask is not None:
         if attn_mask.dtype == ir.DataType.BOOL:
             attn_mask = op18.Where(attn_mask, op18.CastLike(0.0, query), op18.CastLike(float("-inf"), query))
         scores = op18.Add(scores, attn_mask)
     return scores
+
+
+STATIC_MASK_LIMIT = 512 * 512
+"""The most elements a causal mask of static size is written as a constant with (onnxscript's
+constant folding limit); a larger one is computed in the graph."""
+
+
+def _causal_mask(query, key):
+    """(query length, key length): -inf above the diagonal, 0 elsewhere (torch's top-left causal
+    mask). Where both lengths are static and the mask small, a constant: one for the whole model,
+    shared by every layer, rather than a mask built from the shapes in each layer."""
+    lengths = (query.shape[-2], key.shape[-2]) if query.shape is not None and key.shape is not None else None
+    if lengths is not None and all(isinstance(n, int) for n in lengths) and math.prod(lengths) <= STATIC_MASK_LIMIT:
+        return np.triu(np.full(lengths, -np.inf, dtype=np.float32), 1)
+    size = op18.Concat(op18.Shape(query, start=-2, end=-1), op18.Shape(key, start=-2, end=-1), axis=0)
+    return op18.Trilu(op18.Expand(op18.CastLike(float("-inf"), query), size), 1, upper=1)
 
 
 def _safe_softmax(scores, masked: bool):
