@@ -434,3 +434,58 @@ def test_every_rule_of_the_lean_pass_is_tried_only_on_its_root_op():
     roots = {_passes._root_op(rule) for rule in _lean.RULES}
     assert None not in roots
     assert {"Mul", "Add", "Reshape", "Transpose"} <= roots
+
+
+class _EveryLeanRule(torch.nn.Module):
+    """Something for each gated rule of the lean pass to remove, and look-alikes it must keep."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("bias", torch.full((6,), 2.0))
+
+    def forward(self, x):
+        y = (x + 0.0) * 1.0 - 0.0
+        y = y / 1.0 + self.bias  # a constant, but not a scalar: kept
+        y = y.reshape(6, 4).reshape(4, 6).transpose(0, 1).transpose(0, 1)
+        y = y * x[0, :1].squeeze(0).unsqueeze(0)  # a 1-D round trip
+        return y * x.unsqueeze(0).unsqueeze(0)  # a product of two tensors: kept
+
+
+def test_a_lean_rule_is_matched_only_on_nodes_whose_inputs_can_match(monkeypatch):
+    """Each rule is tried only where the root node's inputs are what its pattern needs (a constant
+    of its shape, an output of its op), read from the pattern: the model is the one the ungated
+    rules make, node for node."""
+    from opreg.exporter import _lean, _passes
+
+    gated = {_passes._root_op(rule): _passes._input_gates(rule) for rule in _lean.RULES if _passes._input_gates(rule)}
+    assert gated.keys() == {"Mul", "Add", "Sub", "Div", "Cast", "Reshape", "Transpose", "Unsqueeze"}
+    args = (torch.randn(4, 6),)
+    model = _EveryLeanRule()
+    gates_on = opreg.export(model, args, target=18)
+    monkeypatch.setattr(_passes, "_admits", lambda node, gates: True)
+    gates_off = opreg.export(model, args, target=18)
+    assert gates_on.model_proto.graph == gates_off.model_proto.graph
+    ops = [n.op_type for n in gates_on.model_proto.graph.node]
+    assert ops == ["Add", "Gather", "Slice", "Mul", "Unsqueeze", "Mul"]  # x[0, :1] is Gather and Slice
+    gates_on.verify(*args)
+
+
+def test_a_gate_turns_away_what_the_pattern_cannot_match():
+    """A scalar pattern needs a 0-D constant, a list pattern a 1-D one of its length, a node output
+    its op; an input the node lacks is the matcher's to judge."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from opreg.exporter import _passes
+
+    x = ir.Value(name="x")
+    scalar = ir.Value(name="zero", const_value=ir.Tensor(np.array(0.0, np.float32)))
+    vector = ir.Value(name="bias", const_value=ir.Tensor(np.zeros(3, np.float32)))
+    cast = ir.Node("", "Cast", [x], [ir.AttrInt64("to", 1)])
+    assert _passes._admits(ir.Node("", "Add", [x, scalar]), ((1, ()),))
+    assert not _passes._admits(ir.Node("", "Add", [x, vector]), ((1, ()),))
+    assert _passes._admits(ir.Node("", "Add", [x, vector]), ((1, (3,)),))
+    assert not _passes._admits(ir.Node("", "Add", [x, x]), ((1, ()),))
+    assert _passes._admits(ir.Node("", "Cast", [cast.outputs[0]]), ((0, "Cast"),))
+    assert not _passes._admits(ir.Node("", "Cast", [x]), ((0, "Cast"),))
+    assert _passes._admits(ir.Node("", "Add", [x]), ((1, ()),))

@@ -149,20 +149,63 @@ def _pattern_ops(rule: Any) -> frozenset[str]:
     return frozenset(op for op in map(_op_type, graph_pattern) if op is not None)
 
 
+Gate = tuple[int, "str | tuple[int, ...]"]
+"""An input a rule's root node must have: ``(position, op type)`` for the output of a node of
+that op type, ``(position, shape)`` for a constant of that shape."""
+
+
+def _input_gates(rule: Any) -> tuple[Gate, ...]:
+    """The inputs of a rule's root node that its pattern makes a constant or an output of a node
+    of a named op type (:data:`Gate`): what a node's inputs must be for the pattern to match at
+    all, read from the pattern (empty when it has no single root)."""
+    graph_pattern = getattr(rule, "_target_pattern", None)
+    if graph_pattern is None or not getattr(graph_pattern, "has_single_output_node", False):
+        return ()
+    gates: list[Gate] = []
+    for position, value in enumerate(graph_pattern.output_node.inputs):
+        if isinstance(value, _pattern_ir.Constant):  # onnxscript matches a scalar, or a list as 1-D
+            gates.append((position, (len(value.value),) if isinstance(value.value, list) else ()))
+        elif isinstance(value, _pattern_ir.NodeOutputPattern) and (op := _op_type(value.producer())) is not None:
+            gates.append((position, op))
+    return tuple(gates)
+
+
+def _admits(node: ir.Node, gates: tuple[Gate, ...]) -> bool:
+    """Whether ``node``'s inputs are what :func:`_input_gates` says a match needs: onnxscript's
+    matcher rejects, for a constant pattern, a value without ``const_value`` or of another shape,
+    and for a node output, one whose producer has another op type. An input the node lacks is
+    left to the matcher."""
+    inputs = node.inputs
+    for position, want in gates:
+        if position >= len(inputs) or (value := inputs[position]) is None:
+            continue
+        if isinstance(want, str):
+            if (producer := value.producer()) is None or producer.op_type != want:
+                return False
+        elif (constant := value.const_value) is None or constant.shape.dims != want:
+            return False
+    return True
+
+
 class RootGate:
-    """A rule tried only on nodes of its pattern's root op: onnxscript's rule sets try every
-    rule on every node, and most attempts fail on the op type after building a match.
+    """A rule tried only on nodes of its pattern's root op whose inputs are what the pattern
+    needs (a constant, an output of a named op: :func:`_input_gates`). onnxscript's rule sets
+    try every rule on every node, and most attempts fail after building a match (at 256 stacked
+    blocks, where no rule fires, the input tests took the sweep from 0.15 to 0.12 s of CPU).
     Everything but ``try_rewrite`` is the wrapped rule's."""
 
     def __init__(self, rule: Any) -> None:
         self.rule = rule
         self.root = _root_op(rule)
+        self.gates = _input_gates(rule)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.rule, name)
 
     def try_rewrite(self, model: ir.Model, graph_or_function: Any, node: ir.Node, **kwargs: Any) -> Any:
         if self.root is not None and node.op_type != self.root:
+            return None
+        if self.gates and not _admits(node, self.gates):
             return None
         return self.rule.try_rewrite(model, graph_or_function, node, **kwargs)
 
