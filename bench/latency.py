@@ -1,13 +1,18 @@
 """ONNX Runtime on opreg's exports and torch.onnx's, model by model: latency at one thread and
 at all threads, and session creation time.
 
-Run: python bench/latency.py [--runs 100] [--opset 18] [--models NAME ...]
+Run: python bench/latency.py [--runs 100] [--opset 18] [--models NAME ...] [--loads 20]
+                             [--ort-disable OPTIMIZER ...]
 
 Both exporters export each model of tests/real_models.py (and the small models of
 tests/models.py) in this process; each model's two sessions are then timed in turns
 (opreg, torch, opreg, ...) so that load on a shared machine falls on both alike. The table
 gives medians and the ratio opreg / torch (below 1.0 opreg's model runs faster);
 session creation is the CPU time of creating a one-thread session, median of ``--loads``.
+
+``--ort-disable`` names ONNX Runtime graph optimizers (``MatmulTransposeFusion``, as its
+verbose log names them) to leave out of every session, both exporters' alike: how much of a
+difference one of them makes is how its cause was found (BENCHMARKS.md, session creation).
 """
 
 from __future__ import annotations
@@ -31,14 +36,18 @@ import opreg
 from bench.export_speed import models
 
 
-def session(proto_bytes: bytes, threads: int) -> tuple[onnxruntime.InferenceSession, float]:
-    """A session and the CPU time its creation took (a shared machine disturbs CPU time far
-    less than wall time; at one thread they agree)."""
+def session(
+    proto_bytes: bytes, threads: int, disabled: tuple[str, ...] = ()
+) -> tuple[onnxruntime.InferenceSession, float]:
+    """A session (without the ``disabled`` graph optimizers) and the CPU time its creation took
+    (a shared machine disturbs CPU time far less than wall time; at one thread they agree)."""
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     start = time.process_time()
-    created = onnxruntime.InferenceSession(proto_bytes, options, providers=["CPUExecutionProvider"])
+    created = onnxruntime.InferenceSession(
+        proto_bytes, options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled)
+    )
     return created, time.process_time() - start
 
 
@@ -68,13 +77,19 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", help="only these models")
     parser.add_argument("--threads", type=int, default=0, help="'all threads' (default: ONNX Runtime's choice)")
     parser.add_argument("--loads", type=int, default=20, help="session creations per model and exporter (median)")
+    parser.add_argument(
+        "--ort-disable", nargs="*", default=[], metavar="OPTIMIZER", help="ONNX Runtime graph optimizers to leave out"
+    )
     args = parser.parse_args()
+    disabled = tuple(args.ort_disable)
     logging.disable(logging.WARNING)
     header = (
         f"{'model':<16} {'1 thread ms':>16} {'ratio':>6} {'all threads ms':>16} {'ratio':>6}"
         f" {'session ms':>16} {'ratio':>6}"
     )
     print(f"ai.onnx opset {args.opset}; ONNX Runtime {onnxruntime.__version__}; opreg / torch.onnx, medians")
+    if disabled:
+        print(f"ONNX Runtime optimizers left out: {', '.join(disabled)}")
     print(header)
     print("-" * len(header))
     for name, model, inputs, kwargs, dynamic in models():
@@ -95,12 +110,12 @@ def main() -> None:
         our_bytes, their_bytes = ours.model_proto.SerializeToString(), theirs.model_proto.SerializeToString()
         loads = [[], []]
         for _ in range(args.loads + 1):  # session creation at one thread, in turns; the first of each is a warm-up
-            loads[0].append(session(our_bytes, 1)[1])
-            loads[1].append(session(their_bytes, 1)[1])
+            loads[0].append(session(our_bytes, 1, disabled)[1])
+            loads[1].append(session(their_bytes, 1, disabled)[1])
         our_load, their_load = statistics.median(loads[0][1:]), statistics.median(loads[1][1:])
         for threads in (1, args.threads):
-            our_session, _ = session(our_bytes, threads)
-            their_session, _ = session(their_bytes, threads)
+            our_session, _ = session(our_bytes, threads, disabled)
+            their_session, _ = session(their_bytes, threads, disabled)
             our_feed, their_feed = feeds(our_session, tensors), feeds(their_session, tensors)
             mine, yours = interleaved(
                 lambda s=our_session, f=our_feed: s.run(None, f),
