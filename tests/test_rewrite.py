@@ -437,7 +437,8 @@ def test_every_rule_of_the_lean_pass_is_tried_only_on_its_root_op():
 
 
 class _EveryLeanRule(torch.nn.Module):
-    """Something for each gated rule of the lean pass to remove, and look-alikes it must keep."""
+    """Nodes the gated rules of the lean pass remove (constants of a shape they match, Reshape,
+    Transpose and Squeeze/Unsqueeze pairs), and look-alikes they must keep."""
 
     def __init__(self) -> None:
         super().__init__()
