@@ -19,11 +19,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from tests.test_cli import run
@@ -801,14 +803,69 @@ class _Stateful(torch.nn.Module):
 
 def test_exports_from_several_threads_all_succeed():
     """torch.export's tracing state is global: opreg captures one model at a time (without the
-    lock, about 3 in 4 of these exports fail inside torch)."""
+    lock, about 3 in 4 of these exports fail inside torch). The models are made here, not in the
+    threads: ``torch.manual_seed`` called while another thread captures can fail inside torch
+    (``KeyError: 'custom'``), a race opreg's lock cannot reach (docs/exporting.md, "Threads")."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def export_and_verify(seed: int) -> float:
+    cases = []
+    for seed in range(12):
         torch.manual_seed(seed)
-        model, x = _Stateful().train(), torch.randn(8, 4)
+        cases.append((_Stateful().train(), torch.randn(8, 4)))
+
+    def export_and_verify(case: tuple[torch.nn.Module, torch.Tensor]) -> float:
+        model, x = case
         return opreg.export(model, (x,), target=18, state="io").verify(x).outputs[0].max_abs
 
     with ThreadPoolExecutor(max_workers=6) as pool:
-        errors = list(pool.map(export_and_verify, range(12)))
+        errors = list(pool.map(export_and_verify, cases))
     assert len(errors) == 12 and max(errors) < 1e-4
+
+
+_EAGER_RUNS: list[bool] = []
+"""For each eager call of ``opreg_threads::probe``: whether another thread could take the capture lock."""
+
+
+def _capture_lock_free() -> bool:
+    from opreg.exporter._capture import TRACING_LOCK
+
+    taken: list[bool] = []
+
+    def try_it() -> None:
+        taken.append(TRACING_LOCK.acquire(blocking=False))
+        if taken[0]:
+            TRACING_LOCK.release()
+
+    other = threading.Thread(target=try_it)
+    other.start()
+    other.join()
+    return taken[0]
+
+
+def probe_impl(x):
+    """probe(Tensor x) -> Tensor"""
+    return op18.Add(x, op18.CastLike(1.0, x))
+
+
+def test_eager_runs_of_verify_and_locate_hold_the_capture_lock():
+    """While one thread captures, torch marks the whole process as exporting, and a custom op's
+    Python kernel (kept from dynamo) then edits torch's global trace metadata: verify's and
+    locate's eager runs take the capture lock, so they never run beside an opreg capture."""
+    from tests.optest import Lambda
+
+    if not hasattr(torch.ops.opreg_threads, "probe"):
+
+        @torch.library.custom_op("opreg_threads::probe", mutates_args=())
+        def probe(x: torch.Tensor) -> torch.Tensor:
+            _EAGER_RUNS.append(_capture_lock_free())
+            return x + 1
+
+        probe.register_fake(torch.empty_like)
+    registry = opreg.Registry()
+    registry.register("opreg_threads::probe", probe_impl)
+    model, x = Lambda(torch.ops.opreg_threads.probe), torch.randn(3)
+    program = opreg.export(model, (x,), target=18, registry=registry)
+    _EAGER_RUNS.clear()
+    program.verify(x)
+    program.locate(x)
+    assert _EAGER_RUNS == [False, False]

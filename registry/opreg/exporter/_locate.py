@@ -36,6 +36,7 @@ import torch
 from torch.export.graph_signature import InputKind
 
 from opreg.exporter import _nodes
+from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._rewrite import JOIN
 
 GROWTH_SHARE = 0.5
@@ -411,7 +412,7 @@ class _Keeper(torch.fx.Interpreter):
 def eager_values(program: torch.export.ExportedProgram, user_leaves: Sequence[Any]) -> dict[torch.fx.Node, Any]:
     """Every node's value when ``program``'s graph runs in eager PyTorch on ``user_leaves``."""
     recorder = _Keeper(program.graph_module)
-    with torch.no_grad():
+    with TRACING_LOCK, torch.no_grad():  # as verify's eager run: no other thread is capturing
         recorder.run(*lifted_inputs(program, user_leaves), enable_io_processing=False)
     return recorder.env
 

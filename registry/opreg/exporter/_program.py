@@ -28,7 +28,7 @@ from opreg.errors import (
     RuntimeUnavailableError,
     VerificationError,
 )
-from opreg.exporter._capture import constant_inputs, symbolic_int_inputs
+from opreg.exporter._capture import TRACING_LOCK, constant_inputs, symbolic_int_inputs
 from opreg.exporter._locate import Location, Trace
 from opreg.exporter._state import BUFFER, INPUT, StateSlot
 from opreg.patching import PatchOutcome
@@ -416,18 +416,22 @@ class OnnxProgram:
         self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
         if runtime == "auto":
             runtime = self.runtime_for()
-        if isinstance(self._module, torch.export.ExportedProgram):  # made when first needed: it costs
-            self._module = self._module.module()
-        module = self._module
         saved = dict(self.state)
         eager_inputs, onnx_inputs = (args, kwargs), (args, kwargs)
         if any(slot.kind == INPUT for slot in self.state_slots):  # updated in place: each side its own copy
             eager_inputs, onnx_inputs = copy.deepcopy((args, kwargs)), copy.deepcopy((args, kwargs))
-        with torch.no_grad(), _buffers_kept(module):  # the call may update buffers (batch-norm statistics)
-            for key, value in self.state.items():  # eager starts from the state the model is fed
-                module.get_buffer(key).copy_(value)
-            expected = module(*eager_inputs[0], **eager_inputs[1])
-            updated = {key: module.get_buffer(key).clone() for key in self.state}
+        # Behind the capture lock: while another thread captures, torch marks the whole process as
+        # exporting, and the functions it keeps from dynamo (a custom op's Python kernel,
+        # torch.manual_seed) then edit its global trace metadata, which is not thread-safe.
+        with TRACING_LOCK:
+            if isinstance(self._module, torch.export.ExportedProgram):  # made when first needed: it costs
+                self._module = self._module.module()
+            module = self._module
+            with torch.no_grad(), _buffers_kept(module):  # the call may update buffers (batch-norm statistics)
+                for key, value in self.state.items():  # eager starts from the state the model is fed
+                    module.get_buffer(key).copy_(value)
+                expected = module(*eager_inputs[0], **eager_inputs[1])
+                updated = {key: module.get_buffer(key).clone() for key in self.state}
         try:
             got = self.run(*onnx_inputs[0], runtime=runtime, **onnx_inputs[1])
             exp_leaves = torch.utils._pytree.tree_leaves(expected)

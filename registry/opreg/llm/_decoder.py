@@ -22,6 +22,7 @@ import torch
 
 from opreg.errors import ExportError, InvalidArgumentError, VerificationError
 from opreg.exporter import OnnxProgram, OutputCheck, export
+from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
 from opreg.llm import LAYOUT, _genai
 from opreg.llm._genai import text_config
@@ -208,7 +209,7 @@ class Decoder:
         if past and past[0].shape[2] > 0:
             cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layout.num_layers)])
         extra = {"position_ids": inputs["position_ids"]} if self.layout.position_ids else {}
-        with torch.no_grad():
+        with TRACING_LOCK, torch.no_grad():  # transformers reads torch's compiling flag, set while a thread captures
             out = self.model(
                 input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], past_key_values=cache,
                 use_cache=True, **extra,
