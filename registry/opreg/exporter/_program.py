@@ -461,7 +461,8 @@ class OnnxProgram:
             where = f"\nwhere it goes wrong:\n{location}" if location is not None else ""
             error = VerificationError(
                 f"{len(bad)} of {len(checks)} output(s) differ from eager PyTorch "
-                f"({runtime}, rtol={rtol}, atol={atol}):\n{lines}{where}{self._random_hint()}",
+                f"({runtime}, rtol={rtol}, atol={atol}):\n{lines}{where}{self._random_hint()}"
+                f"{self._saturation_hint(runtime)}",
                 checks,
             )
             error.location = location
@@ -535,6 +536,14 @@ class OnnxProgram:
             return [_to_torch(r) for r in results]
 
         return run
+
+    def _saturation_hint(self, runtime: str) -> str:
+        """Why a QDQ model can differ in ONNX Runtime on this CPU (its int8 kernels saturate), if they do."""
+        from opreg import _intkernels
+
+        if runtime != ONNXRUNTIME or not _intkernels.has_int8_weights(self.model):
+            return ""
+        return _intkernels.saturation_hint(self.model, _intkernels.integer_products_saturate())
 
     def _random_hint(self) -> str:
         """What to do when a model that draws random numbers does not match value by value."""
