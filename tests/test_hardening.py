@@ -869,3 +869,23 @@ def test_eager_runs_of_verify_and_locate_hold_the_capture_lock():
     program.verify(x)
     program.locate(x)
     assert _EAGER_RUNS == [False, False]
+
+
+# -- round four --------------------------------------------------------------------------------------
+
+
+class _DoublesItsInput(torch.nn.Module):
+    def forward(self, x):
+        x.mul_(2)
+        return x + 1
+
+
+@pytest.mark.parametrize("state", ["drop", "io"])
+def test_verify_never_changes_the_callers_tensors(state):
+    """Defect 1: eager and the ONNX model each run on their own copy of the inputs, whatever
+    ``state=`` did with the in-place update: no false mismatch, the caller's tensor unchanged."""
+    x = torch.arange(4.0)
+    program = opreg.export(_DoublesItsInput(), (x.clone(),), target=18, state=state)
+    kept = x.clone()
+    assert program.verify(x).max_abs == 0
+    assert torch.equal(x, kept)

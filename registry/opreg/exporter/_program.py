@@ -30,7 +30,7 @@ from opreg.errors import (
 )
 from opreg.exporter._capture import TRACING_LOCK, constant_inputs, symbolic_int_inputs
 from opreg.exporter._locate import Location, Trace
-from opreg.exporter._state import BUFFER, INPUT, StateSlot
+from opreg.exporter._state import BUFFER, StateSlot
 from opreg.patching import PatchOutcome
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
@@ -399,7 +399,8 @@ class OnnxProgram:
         """Run the model and eager PyTorch on the same inputs and compare every output.
 
         Each output must match in shape and dtype and satisfy
-        ``|onnx - eager| <= atol + rtol * |eager|`` everywhere. Returns a
+        ``|onnx - eager| <= atol + rtol * |eager|`` everywhere. Each side runs on its own copy of the
+        inputs, so a model that updates an input in place never changes the caller's tensor. Returns a
         :class:`Verification` (the runtime used, one :class:`OutputCheck` per
         output); raises :class:`VerificationError` listing the mismatches. With
         ``locate=True`` a mismatch is also located (:meth:`locate`, on the same
@@ -417,9 +418,9 @@ class OnnxProgram:
         if runtime == "auto":
             runtime = self.runtime_for()
         saved = dict(self.state)
-        eager_inputs, onnx_inputs = (args, kwargs), (args, kwargs)
-        if any(slot.kind == INPUT for slot in self.state_slots):  # updated in place: each side its own copy
-            eager_inputs, onnx_inputs = copy.deepcopy((args, kwargs)), copy.deepcopy((args, kwargs))
+        # Each side its own copy: a model may update an input in place (exported as state, or dropped
+        # with state="drop"), and verify never changes the caller's tensors.
+        eager_inputs, onnx_inputs = copy.deepcopy((args, kwargs)), copy.deepcopy((args, kwargs))
         # Behind the capture lock: while another thread captures, torch marks the whole process as
         # exporting, and the functions it keeps from dynamo (a custom op's Python kernel,
         # torch.manual_seed) then edit its global trace metadata, which is not thread-safe.
