@@ -31,6 +31,7 @@ from opreg.errors import (
 from opreg.exporter._capture import TRACING_LOCK, constant_inputs, symbolic_int_inputs
 from opreg.exporter._locate import Location, Trace
 from opreg.exporter._state import BUFFER, StateSlot
+from opreg.packfaults import PackFault
 from opreg.patching import PatchOutcome
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
@@ -123,6 +124,10 @@ class OnnxProgram:
         capture_patches: what happened to each capture patch the packs offered
             (:class:`opreg.PatchOutcome`; the applied ones are also in the model's
             ``opreg.capture_patches`` metadata).
+        pack_faults: what the packs got wrong in the export and opreg worked around
+            (:class:`opreg.packfaults.PackFault`: a rewrite left out, a capture patch left out
+            or put back), each also warned as an :class:`opreg.PackWarning` and listed in the
+            model's ``opreg.pack_faults`` metadata.
     """
 
     def __init__(
@@ -145,6 +150,7 @@ class OnnxProgram:
     ) -> None:
         self.model = model
         self.capture_patches = tuple(capture_patches)
+        self.pack_faults: tuple[PackFault, ...] = ()
         self.target = target
         self.registry = registry
         self.exported_program = exported_program
