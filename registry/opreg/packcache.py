@@ -315,7 +315,77 @@ def _declared_data(declared: Declared) -> dict[str, Any]:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    """A JSON list of fixed length, one shape per position."""
+
+    shapes: tuple[Any, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Map:
+    """A JSON object of any keys (strings) whose values all have ``values``' shape."""
+
+    values: Any
+
+
+_OPTIONAL_VERSION = (int, None)
+_REPORT = {
+    "name": str, "distribution": str, "version": str, "value": str, "status": str, "reason": str,
+    "hook": (str, None), "impls": int, "domains": [str], "profiles": [str],
+    "rejected": [{"op": str, "function": str, "error": str}], "seconds": (float, int), "hooks": [str],
+}  # fmt: skip
+_IMPL = {
+    "op": str, "name": str, "pack": str, "onnx": _Row((int, _OPTIONAL_VERSION)),
+    "domains": [_Row((str, int, _OPTIONAL_VERSION))], "priority": int, "predicate": bool, "override": bool,
+    "complex": bool, "kind": str, "schema_checked": bool, "convention": str, "source": str,
+}  # fmt: skip
+_DECLARED = {
+    "reports": [_REPORT],
+    "impls": [_IMPL],
+    "profiles": [_Row((str, _Map(int), str))],
+    "unsupported": [_Row((str, str, str))],
+}
+"""The shape :func:`_declared_data` writes: a type (or a tuple of them, ``None`` for null), ``[shape]``
+for a list of items of that shape, ``{key: shape}`` for an object with exactly those keys."""
+
+
+def _shape_problem(value: Any, shape: Any, where: str) -> str | None:
+    """Where ``value`` (read from JSON) is not of ``shape`` (see :data:`_DECLARED`), or ``None``."""
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{where} is not a list"
+        return next((p for i, v in enumerate(value) if (p := _shape_problem(v, shape[0], f"{where}[{i}]"))), None)
+    if isinstance(shape, dict):
+        if not isinstance(value, dict) or set(value) != set(shape):
+            return f"{where} is not an object with the keys {sorted(shape)}"
+        return next((p for k, s in shape.items() if (p := _shape_problem(value[k], s, f"{where}.{k}"))), None)
+    if isinstance(shape, _Row):
+        if not isinstance(value, list) or len(value) != len(shape.shapes):
+            return f"{where} is not a list of {len(shape.shapes)}"
+        pairs = enumerate(zip(value, shape.shapes, strict=True))
+        return next((p for i, (v, s) in pairs if (p := _shape_problem(v, s, f"{where}[{i}]"))), None)
+    if isinstance(shape, _Map):
+        if not isinstance(value, dict):
+            return f"{where} is not an object"
+        return next((p for k, v in value.items() if (p := _shape_problem(v, shape.values, f"{where}.{k}"))), None)
+    types = shape if isinstance(shape, tuple) else (shape,)
+    if value is None and None in types:
+        return None
+    kinds = tuple(t for t in types if t is not None)
+    if isinstance(value, bool) and bool not in kinds:  # JSON's true is not a number here
+        return f"{where} is {value!r}, not {' or '.join(t.__name__ for t in kinds)}"
+    if not isinstance(value, kinds):
+        return f"{where} is {type(value).__name__} {value!r:.40}, not {' or '.join(t.__name__ for t in kinds)}"
+    return None
+
+
 def _declared_of(data: Mapping[str, Any]) -> Declared:
+    """What :func:`_declared_data` wrote, read back; ``ValueError`` naming the first value of another
+    shape (an entry edited, or written by another version, is rebuilt, never an internal error)."""
+    problem = _shape_problem(data, _DECLARED, "declared")
+    if problem is not None:
+        raise ValueError(problem)
     return Declared(
         reports=tuple(_report_of(r) for r in data["reports"]),
         impls=tuple(_impl_of(i) for i in data["impls"]),
