@@ -323,15 +323,22 @@ WRONG_TYPES = {
 }
 
 
-@pytest.mark.parametrize("name", list(WRONG_TYPES))
-def test_an_entry_of_wrong_types_is_rebuilt(capsys, tmp_path, monkeypatch, name):
+def test_an_entry_of_wrong_types_is_rebuilt(capsys, tmp_path, monkeypatch):
     """Round 4: a well-formed JSON entry whose values have other types than opreg writes is loaded
     over, as a truncated one is, never an internal error of every later command."""
     monkeypatch.setenv(packcache.CACHE_ENV, str(tmp_path))
     cli(capsys, "plugins", "--json")
     (entry,) = entries(tmp_path)
-    data = json.loads(entry.read_text())
-    WRONG_TYPES[name](data["declared"])
+    good = entry.read_text()
+    for name, spoil in WRONG_TYPES.items():
+        data = json.loads(good)
+        spoil(data["declared"])
+        entry.write_text(json.dumps(data))
+        assert packcache.read(Selection.of(), tmp_path / packcache.SUBDIR) is None, name
+    entry.write_text(good)
+    assert packcache.read(Selection.of(), tmp_path / packcache.SUBDIR) is not None
+    data = json.loads(good)
+    WRONG_TYPES["report-name-a-list"](data["declared"])  # the case found: every command was an internal error
     entry.write_text(json.dumps(data))
     for argv in (["plugins", "--json"], ["explain", "aten::relu", "--json"], ["ops", "aten::relu", "--json"]):
         code, out, err = cli(capsys, *argv)

@@ -330,6 +330,7 @@ class _Map:
 
 
 _OPTIONAL_VERSION = (int, None)
+"""A type (JSON's: ``type(value) is`` it; ``float`` takes an int too), or a tuple of them (``None`` for null)."""
 _REPORT = {
     "name": str, "distribution": str, "version": str, "value": str, "status": str, "reason": str,
     "hook": (str, None), "impls": int, "domains": [str], "profiles": [str],
@@ -352,31 +353,47 @@ for a list of items of that shape, ``{key: shape}`` for an object with exactly t
 
 def _shape_problem(value: Any, shape: Any, where: str) -> str | None:
     """Where ``value`` (read from JSON) is not of ``shape`` (see :data:`_DECLARED`), or ``None``."""
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return f"{where} is not a list"
-        return next((p for i, v in enumerate(value) if (p := _shape_problem(v, shape[0], f"{where}[{i}]"))), None)
-    if isinstance(shape, dict):
-        if not isinstance(value, dict) or set(value) != set(shape):
-            return f"{where} is not an object with the keys {sorted(shape)}"
-        return next((p for k, s in shape.items() if (p := _shape_problem(value[k], s, f"{where}.{k}"))), None)
-    if isinstance(shape, _Row):
-        if not isinstance(value, list) or len(value) != len(shape.shapes):
-            return f"{where} is not a list of {len(shape.shapes)}"
-        pairs = enumerate(zip(value, shape.shapes, strict=True))
-        return next((p for i, (v, s) in pairs if (p := _shape_problem(v, s, f"{where}[{i}]"))), None)
-    if isinstance(shape, _Map):
-        if not isinstance(value, dict):
-            return f"{where} is not an object"
-        return next((p for k, v in value.items() if (p := _shape_problem(v, shape.values, f"{where}.{k}"))), None)
-    types = shape if isinstance(shape, tuple) else (shape,)
-    if value is None and None in types:
+    found = _mismatch(value, shape)
+    if found is None:
         return None
-    kinds = tuple(t for t in types if t is not None)
-    if isinstance(value, bool) and bool not in kinds:  # JSON's true is not a number here
-        return f"{where} is {value!r}, not {' or '.join(t.__name__ for t in kinds)}"
-    if not isinstance(value, kinds):
-        return f"{where} is {type(value).__name__} {value!r:.40}, not {' or '.join(t.__name__ for t in kinds)}"
+    path, problem = found
+    return f"{where}{''.join(f'[{p}]' if isinstance(p, int) else f'.{p}' for p in reversed(path))} {problem}"
+
+
+def _mismatch(value: Any, shape: Any) -> tuple[list[int | str], str] | None:
+    """``(path to the first value not of shape, reversed; what is wrong)``, or ``None`` (no string is
+    made while everything fits: an entry of a few hundred impls is read on every cached command)."""
+    if isinstance(shape, type):  # the most common shape first
+        if type(value) is shape or (shape is float and type(value) is int):
+            return None
+        return [], f"is {type(value).__name__} {value!r:.40}, not {shape.__name__}"
+    if isinstance(shape, tuple):
+        if (value is None and None in shape) or any(type(value) is t for t in shape):
+            return None
+        names = " or ".join("null" if t is None else t.__name__ for t in shape)
+        return [], f"is {type(value).__name__} {value!r:.40}, not {names}"
+    pairs: list[tuple[int | str, Any, Any]]
+    if isinstance(shape, list):
+        if type(value) is not list:
+            return [], "is not a list"
+        pairs = [(i, v, shape[0]) for i, v in enumerate(value)]
+    elif isinstance(shape, dict):
+        if type(value) is not dict or value.keys() != shape.keys():
+            return [], f"is not an object with the keys {sorted(shape)}"
+        pairs = [(k, value[k], s) for k, s in shape.items()]
+    elif isinstance(shape, _Row):
+        if type(value) is not list or len(value) != len(shape.shapes):
+            return [], f"is not a list of {len(shape.shapes)}"
+        pairs = [(i, v, s) for i, (v, s) in enumerate(zip(value, shape.shapes, strict=True))]
+    else:
+        if type(value) is not dict:
+            return [], "is not an object"
+        pairs = [(k, v, shape.values) for k, v in value.items()]
+    for key, item, item_shape in pairs:
+        found = _mismatch(item, item_shape)
+        if found is not None:
+            found[0].append(key)
+            return found
     return None
 
 
