@@ -92,17 +92,27 @@ def report(fault: PackFault) -> None:
 
 
 def warn(faults: Iterable[PackFault]) -> None:
-    """A :class:`opreg.PackWarning` per fault, attributed to the first caller outside opreg (the
-    user's ``opreg.export(...)`` line)."""
-    level, frame = 2, sys._getframe(1)  # stacklevel 2 is the caller of this function
-    while frame is not None and _ours(frame.f_globals.get("__name__", "")):
-        level, frame = level + 1, frame.f_back
+    """A :class:`opreg.PackWarning` per fault, attributed to the user's ``opreg.export(...)`` line."""
+    level = user_stacklevel()
     for fault in faults:
         warnings.warn(str(fault), PackWarning, stacklevel=level)
 
 
-def _ours(module: str) -> bool:
-    return module == "opreg" or module.startswith(("opreg.", "opreg_")) or module == "contextlib"
+INTERNAL = ("opreg", "onnx_ir", "onnxscript", "contextlib")
+"""Top-level modules whose frames :func:`user_stacklevel` skips: opreg's own (and its packs',
+``opreg_*``) and those an export calls passes through."""
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a ``warnings.warn`` in the caller of this function point at the
+    first frame outside :data:`INTERNAL` (the user's line), for a warning about what the user asked."""
+    level, frame = 2, sys._getframe(2)  # stacklevel 2 is the caller's caller
+    while frame is not None:
+        top = frame.f_globals.get("__name__", "").split(".", 1)[0]
+        if top not in INTERNAL and not top.startswith("opreg_"):
+            break
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 def metadata(faults: Iterable[PackFault]) -> str | None:
@@ -124,4 +134,4 @@ def read_metadata(value: str | None) -> list[dict[str, Any]]:
 
 
 __all__ = ["KINDS", "METADATA_KEY", "PATCH", "REWRITE", "PackFault", "collecting", "metadata", "read_metadata",
-           "report", "warn"]  # fmt: skip
+           "report", "user_stacklevel", "warn"]  # fmt: skip
