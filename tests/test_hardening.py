@@ -473,6 +473,19 @@ PYTHON_CASES = {
         r"cannot prefer pack 'core' for aten::rleu.default: it has no impl of it \(did you mean aten::relu.default\?\)",
     ),
     "verify-nan-rtol": (lambda p: p.verify(X, rtol=float("nan")), opreg.InvalidArgumentError, r"got nan"),
+    # round 4: locate's tolerances are checked as verify's; a runtime is one of three names
+    "locate-negative-atol": (
+        lambda p: p.locate(X, atol=-1), opreg.InvalidArgumentError,
+        r"^atol= takes a tolerance: a finite number >= 0 such as 1e-4, got -1$",
+    ),
+    "locate-string-rtol": (lambda p: p.locate(X, rtol="a"), opreg.InvalidArgumentError, r"^rtol= .* got 'a'$"),
+    "locate-infinite-atol": (lambda p: p.locate(X, atol=float("inf")), opreg.InvalidArgumentError, r"got inf$"),
+    "locate-bool-rtol": (lambda p: p.locate(X, rtol=True), opreg.InvalidArgumentError, r"got True$"),
+    "verify-runtime-typo": (
+        lambda p: p.verify(X, runtime="ort"), opreg.InvalidArgumentError,
+        r"^runtime= takes 'onnxruntime', 'reference', 'auto', got 'ort'$",
+    ),
+    "locate-runtime-none": (lambda p: p.locate(X, runtime=None), opreg.InvalidArgumentError, r"got None$"),
     # round 3, defect 5: a translation table's pack name is its own
     "table-named-core": (
         lambda p: opreg.pack_from_translation_table("core", RELU_TABLE), opreg.InvalidArgumentError,

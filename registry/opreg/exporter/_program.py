@@ -361,10 +361,9 @@ class OnnxProgram:
         ``opreg_configure_session`` applied), ``"reference"`` (``onnx.reference``
         with the packs' reference kernels) or ``"auto"``.
         """
+        _check_runtime(runtime, "auto")
         if runtime == "auto":
             runtime = self.runtime_for()
-        if runtime not in (ONNXRUNTIME, REFERENCE):
-            raise OpregError(f"unknown runtime {runtime!r}: use 'onnxruntime', 'reference' or 'auto'")
         feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
         feeds.update({s.input: _to_numpy(self.state[s.key]) for s in self.state_slots if s.kind == BUFFER})
         session = self._session(runtime)
@@ -415,11 +414,8 @@ class OnnxProgram:
         ``runtime="auto"`` uses ONNX Runtime when it can run every domain in
         the model, else the reference evaluator.
         """
-        for name, value in (("rtol", rtol), ("atol", atol)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
-                raise InvalidArgumentError(
-                    f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, got {value!r}"
-                )
+        _check_tolerances(rtol, atol)
+        _check_runtime(runtime, "auto")
         self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
         if runtime == "auto":
             runtime = self.runtime_for()
@@ -492,12 +488,12 @@ class OnnxProgram:
         """
         from opreg.exporter import _locate
 
+        _check_tolerances(rtol, atol)
+        _check_runtime(runtime, "auto")
         leaves = self._flatten_call(args, kwargs)
         feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
         if runtime == "auto":
             runtime = self.runtime_for()
-        if runtime not in (ONNXRUNTIME, REFERENCE):
-            raise OpregError(f"unknown runtime {runtime!r}: use 'onnxruntime', 'reference' or 'auto'")
         if not self._traces:
             raise OpregError("this program has no record of what each node became: export it again with opreg.export")
         return _locate.locate(
@@ -564,6 +560,19 @@ class OnnxProgram:
             "its outputs can only match eager PyTorch in distribution. Check them with "
             "opreg.testing.check_samples(..., compare=opreg.testing.Distribution())."
         )
+
+
+def _check_tolerances(rtol: Any, atol: Any) -> None:
+    """verify's and locate's tolerances: finite numbers >= 0, checked before anything runs."""
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+            raise InvalidArgumentError(f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, got {value!r}")
+
+
+def _check_runtime(runtime: Any, *more: str) -> None:
+    if not isinstance(runtime, str) or runtime not in (ONNXRUNTIME, REFERENCE, *more):
+        names = ", ".join(repr(n) for n in (ONNXRUNTIME, REFERENCE, *more))
+        raise InvalidArgumentError(f"runtime= takes {names}, got {runtime!r}")
 
 
 @contextlib.contextmanager
