@@ -163,6 +163,8 @@ def _outside(location: str, folder: Path) -> str | None:
     runtimes refuse absolute paths, ``..`` and links that leave the model's folder."""
     if not location:
         return "is empty: it names no file"
+    if "\0" in location:
+        return "holds a NUL character: no file can have that name"
     relative = Path(location)
     if relative.is_absolute():
         return "is an absolute path: runtimes read external data only from the model's folder"
