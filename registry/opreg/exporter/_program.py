@@ -365,7 +365,7 @@ class OnnxProgram:
         if runtime == "auto":
             runtime = self.runtime_for()
         feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
-        feeds.update({s.input: _to_numpy(self.state[s.key]) for s in self.state_slots if s.kind == BUFFER})
+        feeds.update({s.input: _to_numpy(_as_pair(self.state[s.key])) for s in self.state_slots if s.kind == BUFFER})
         session = self._session(runtime)
         names = [*self.output_names, *(s.output for s in self.state_slots)]
         if runtime == ONNXRUNTIME and self._has_bfloat16(feeds):
@@ -381,12 +381,11 @@ class OnnxProgram:
             return
         given = dict(zip(self.input_names, self._input_tensors(args, kwargs), strict=True))
         for slot, update in zip(self.state_slots, updates, strict=True):
-            value = _to_torch(update)
-            if slot.kind == BUFFER:
-                self.state[slot.key] = value
+            if slot.kind == BUFFER:  # a complex buffer travels as its real pair
+                self.state[slot.key] = _to_torch(update, complex=self.state[slot.key].is_complex())
             else:
                 with torch.no_grad():
-                    given[slot.input].copy_(value)
+                    given[slot.input].copy_(_to_torch(update, complex=given[slot.input].is_complex()))
 
     def _has_bfloat16(self, feeds: dict[str, np.ndarray]) -> bool:
         outputs = [v.dtype for v in self.model.graph.outputs]
