@@ -10,10 +10,10 @@ multiplies in int8 (the input quantized per block as it goes).
 Two ways in:
 
 - :class:`MatMulNBitsQuantization`, an ``onnx_ir`` pass given to ``opreg.export(...,
-  passes=[...])``: it quantizes the float32 weight of every ``MatMul``/``FusedMatMul`` that
-  reads one (round to nearest, ONNX Runtime's own ``DefaultWeightOnlyQuantizer``, the
-  kernel its ``MatMulNBitsQuantizer`` and ONNX Runtime GenAI's builder call, so the same
-  weights give the same bytes).
+  passes=[...])``: it quantizes the float32 weight of every ``MatMul``/``FusedMatMul`` (and
+  2-D linear ``Gemm``) that reads one (round to nearest, with the kernels ONNX Runtime's own
+  ``DefaultWeightOnlyQuantizer`` calls, which its ``MatMulNBitsQuantizer`` and ONNX Runtime
+  GenAI's builder use, so the same weights give the same bytes).
 - :class:`TorchaoWeights`, offered by the pack's ``opreg_rewrite_rules`` at targets with
   com.microsoft: a model quantized in PyTorch with torchao's weight-only configs
   (``IntxWeightOnlyConfig`` with int4 or int8 and ``PerGroup``/``PerAxis``,
@@ -25,11 +25,9 @@ Two ways in:
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
-import logging
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
 import onnx_ir as ir
@@ -151,19 +149,34 @@ def _fresh(graph: ir.Graph, name: str) -> str:
     return f"{name}_{index}"
 
 
-@contextlib.contextmanager
-def _root_logging_kept() -> Iterator[None]:
-    """The root logger's level and handlers as they were before the block: ONNX Runtime's
-    ``matmul_nbits_quantizer`` calls ``logging.basicConfig`` when first imported, which would
-    switch an application that configured no logging to INFO records on stderr."""
-    root = logging.getLogger()
-    level, handlers = root.level, list(root.handlers)
-    try:
-        yield
-    finally:
-        for handler in [h for h in root.handlers if h not in handlers]:
-            root.removeHandler(handler)
-        root.setLevel(level)
+class _BlockQuantizer:
+    """ONNX Runtime's block quantization of a (K, N) float32 weight for MatMulNBits: the C++ kernels
+    (``quantize_matmul_4bits`` / ``_8bits``) that its ``DefaultWeightOnlyQuantizer.qbits_block_quant``
+    calls in the QOperator format, called the same way, so the same weights give the same bytes
+    (``plugins/ort_contrib/tests/test_quantize.py`` compares the two).
+
+    Not through ``onnxruntime.quantization``: importing it calls ``logging.basicConfig(level=INFO)``
+    (the whole process then logs INFO records to stderr) and, through ``onnxruntime.transformers``,
+    appends that package's folder to ``sys.path``; an export must change neither."""
+
+    def __init__(self, bits: int, block_size: int, symmetric: bool) -> None:
+        self.bits, self.block_size, self.symmetric = bits, block_size, symmetric
+
+    def qbits_block_quant(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(packed (N, blocks, bytes per block), scales (N, blocks), zero points (N, packed blocks))``."""
+        from onnxruntime.capi import _pybind_state as kernels
+
+        rows, cols = weight.shape  # K, N
+        per_byte, size = 8 // self.bits, self.block_size
+        blocks = (rows + size - 1) // size
+        if blocks * size > rows:
+            weight = np.pad(weight, ((0, blocks * size - rows), (0, 0)), "constant")
+        packed = np.zeros((cols, blocks, (size + per_byte - 1) // per_byte), dtype=np.uint8)
+        zero_points = np.zeros((cols, (blocks + per_byte - 1) // per_byte), dtype=np.uint8)
+        scales = np.zeros((cols, blocks), dtype=weight.dtype)
+        quantize = kernels.quantize_matmul_8bits if self.bits == 8 else kernels.quantize_matmul_4bits
+        quantize(packed, weight, scales, zero_points, size, cols, rows, self.symmetric)
+        return packed, scales, zero_points
 
 
 def _is_int(value: object) -> bool:
@@ -232,17 +245,8 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
             f"accuracy_level={self.accuracy_level}, exclude={list(self.exclude)})"
         )
 
-    def _quantizer(self):
-        with _root_logging_kept():  # importing it calls logging.basicConfig(level=INFO) for the whole process
-            from onnxruntime.quantization.matmul_nbits_quantizer import (
-                DefaultWeightOnlyQuantConfig,
-                DefaultWeightOnlyQuantizer,
-            )
-
-        config = DefaultWeightOnlyQuantConfig(
-            block_size=self.block_size, is_symmetric=self.symmetric, accuracy_level=self.accuracy_level, bits=self.bits
-        )
-        return DefaultWeightOnlyQuantizer(config)
+    def _quantizer(self) -> _BlockQuantizer:
+        return _BlockQuantizer(self.bits, self.block_size, self.symmetric)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph

@@ -155,22 +155,40 @@ def test_a_2d_linear_exported_as_gemm_is_quantized_or_reported():
     program.verify(x, rtol=1e-4, atol=1e-4)  # eager with the dequantized weights
 
 
-def test_importing_ort_quantizer_leaves_the_logging_configuration_alone(tmp_path):
+@pytest.mark.parametrize(
+    ("bits", "symmetric", "shape"), [(4, True, (100, 24)), (4, False, (64, 8)), (8, False, (70, 5))]
+)
+def test_the_weights_are_packed_byte_for_byte_as_onnx_runtimes_quantizer_packs_them(bits, symmetric, shape):
+    """The pass calls ONNX Runtime's block-quantization kernels itself (its quantizer module's import
+    reconfigures logging and sys.path); they must give what DefaultWeightOnlyQuantizer gives."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, DefaultWeightOnlyQuantizer
+
+    weight = np.random.default_rng(0).standard_normal(shape).astype(np.float32)  # (K, N), K not a block multiple
+    config = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=symmetric, bits=bits)
+    theirs = DefaultWeightOnlyQuantizer(config).qbits_block_quant(weight)
+    ours = MatMulNBitsQuantization(bits=bits, block_size=32, symmetric=symmetric)._quantizer().qbits_block_quant(weight)
+    for mine, reference in zip(ours, theirs, strict=True):
+        assert mine.dtype == reference.dtype and np.array_equal(mine, reference)
+
+
+def test_the_pass_leaves_logging_and_sys_path_alone(tmp_path):
     """Round 4: ONNX Runtime's matmul_nbits_quantizer calls logging.basicConfig(level=INFO) when
-    first imported, which switched a whole application to INFO records on stderr. In a fresh
-    process: the root logger's level and handlers are the same after the pass as before."""
+    first imported, which switched a whole application to INFO records on stderr, and its
+    onnxruntime.transformers appends a folder to sys.path. In a fresh process: the root logger
+    and sys.path are the same after an export with the pass as before, and ONNX Runtime's
+    quantizer module was never imported."""
     import subprocess
     import sys
 
     script = (
-        "import logging, torch, opreg\n"
+        "import logging, sys, torch, opreg\n"
         "from opreg_ort_contrib import MatMulNBitsQuantization\n"
-        "before = (logging.getLogger().level, list(logging.getLogger().handlers))\n"
+        "before = (logging.getLogger().level, list(logging.getLogger().handlers), list(sys.path))\n"
         "model = torch.nn.Sequential(torch.nn.Linear(32, 8)).eval()\n"
         "opreg.export(model, (torch.randn(2, 4, 32),), target='onnxruntime', passes=[MatMulNBitsQuantization()])\n"
-        "import onnxruntime.quantization.matmul_nbits_quantizer\n"
-        "after = (logging.getLogger().level, list(logging.getLogger().handlers))\n"
+        "after = (logging.getLogger().level, list(logging.getLogger().handlers), list(sys.path))\n"
         "assert before == after, (before, after)\n"
+        "assert 'onnxruntime.quantization' not in sys.modules\n"
         "logging.getLogger('anything').info('not shown')\n"
     )
     done = subprocess.run(
