@@ -391,11 +391,12 @@ def export_decoder(
         layout = layout_of(model)
         step = DecoderStep(model, layout.num_layers).eval()
         batch, length, past = EXAMPLE
+        drawn = torch.Generator().manual_seed(0)  # not the process's generator: the user's draws stay theirs
         example = decoder_inputs(
             layout,
-            torch.randint(0, layout.vocab_size, (batch, length)),
-            past=[torch.randn(batch, layout.num_key_value_heads, past, layout.head_size, dtype=layout.dtype)
-                  for _ in range(2 * layout.num_layers)],
+            torch.randint(0, layout.vocab_size, (batch, length), generator=drawn),
+            past=[torch.randn(batch, layout.num_key_value_heads, past, layout.head_size, dtype=layout.dtype,
+                              generator=drawn) for _ in range(2 * layout.num_layers)],
         )  # fmt: skip
         program = export(
             step, (), example, target=target, dynamic_shapes=_dynamic_shapes(layout, context_length), plugins=plugins,
