@@ -486,6 +486,10 @@ PYTHON_CASES = {
         r"^runtime= takes 'onnxruntime', 'reference', 'auto', got 'ort'$",
     ),
     "locate-runtime-none": (lambda p: p.locate(X, runtime=None), opreg.InvalidArgumentError, r"got None$"),
+    "verify-locate-a-string": (
+        lambda p: p.verify(X, locate="yes"), opreg.InvalidArgumentError,
+        r"^locate= takes True or False, got str 'yes'$",
+    ),
     # round 3, defect 5: a translation table's pack name is its own
     "table-named-core": (
         lambda p: opreg.pack_from_translation_table("core", RELU_TABLE), opreg.InvalidArgumentError,

@@ -415,6 +415,8 @@ class OnnxProgram:
         """
         _check_tolerances(rtol, atol)
         _check_runtime(runtime, "auto")
+        if not isinstance(locate, bool):
+            raise InvalidArgumentError(f"locate= takes True or False, got {type(locate).__name__} {locate!r}")
         self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
         if runtime == "auto":
             runtime = self.runtime_for()
