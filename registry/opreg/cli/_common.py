@@ -136,6 +136,18 @@ def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
     return loaded, _modelspec.dynamic_shapes(loaded, args.dynamic)
 
 
+def export_settings(args: argparse.Namespace, registry: Any, target: Any, dynamic: Any, **more: Any) -> Any:
+    """The :class:`opreg.ExportSettings` of ``check`` and ``export``: the registry and target the
+    pack and target options chose, the model's ``--dynamic`` shapes, ``--strict``, ``--no-patches``
+    and ``--no-patch``; ``more``: the command's own options."""
+    from opreg.settings import ExportSettings
+
+    return ExportSettings(
+        target=target, dynamic_shapes=dynamic, registry=registry, strict=args.strict, patches=args.patches,
+        exclude_patches=tuple(args.exclude_patches), **more,
+    )  # fmt: skip
+
+
 def missing_table(out: Any, missing: Sequence[Any], target: Any) -> None:
     """The ops of a model no impl covers at ``target``, printed to the console ``out``."""
     table_ = table(f"ops with no impl at target {target}", ["op", "nodes", "where", "why", "covered elsewhere by"])

@@ -27,10 +27,8 @@ def run(args: argparse.Namespace) -> int:
     _common.report_failed_packs(reg, args)
     loaded, dynamic = _common.load_model(args)
     _common.warn_conflicts(reg)
-    missing = exporter.plan_export(
-        loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic, registry=reg,
-        patches=args.patches, exclude_patches=args.exclude_patches,
-    )  # fmt: skip
+    settings = _common.export_settings(args, reg, target, dynamic)
+    missing = exporter.plan_export(loaded.module, loaded.args, loaded.kwargs, settings=settings)
     if args.json:
         rows = [dataclasses.asdict(m) for m in missing]
         _common.print_json({"model": args.model, "target": target.as_dict(), "missing": rows})

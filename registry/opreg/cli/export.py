@@ -16,6 +16,7 @@ from opreg.cli._common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     console,
+    export_settings,
     load_model,
     missing_table,
     print_json,
@@ -114,12 +115,11 @@ def _export(args: argparse.Namespace, reg: Any, target: Any, loaded: Any, dynami
     """Export, save and (``--verify``) verify: ``(program, path, verification or None)``."""
     from opreg import exporter
 
-    program = exporter.export(
-        loaded.module, loaded.args, loaded.kwargs, target=target, dynamic_shapes=dynamic,
-        registry=reg, inline=not args.keep_functions, fold_weights=not args.keep_weights,
-        strict=args.strict, state=args.state, patches=args.patches, exclude_patches=args.exclude_patches,
-        progress=stage,
+    settings = export_settings(
+        args, reg, target, dynamic, inline=not args.keep_functions, fold_weights=not args.keep_weights,
+        state=args.state, progress=stage,
     )  # fmt: skip
+    program = exporter.export(loaded.module, loaded.args, loaded.kwargs, settings=settings)
     stage("save")
     path = program.save(args.output, external_data=True if args.external_data else None)
     result = None
