@@ -290,6 +290,28 @@ def test_a_faulty_rewrite_is_undone_and_left_out_naming_the_pack(make_pack, kind
         opreg.export(model, (x,), target=18, plugins=["faulty"], strict=True)
 
 
+def test_the_command_line_shows_a_faulty_rewrite_on_a_cold_and_a_warm_cache(make_pack, capsys, tmp_path):
+    """Round 4: the warning line showed only when the packs' declarations came from the cache.
+    Now every run says it, --json lists it, and inspect reads it back from the model."""
+    from tests.test_cli import run
+
+    module = make_pack("faulty", FAULTY)
+    models = tmp_path / "models.py"
+    models.write_text(
+        f"import torch, {module}\n{module}.KIND = 'pass'\ndef make():\n    return torch.nn.ReLU(), (torch.randn(3),)\n"
+    )
+    line = "warning: pack 'faulty': rewrite faulty:Raises raised ValueError: boom in the pass; it is left out"
+    for cache in ("cold", "warm"):
+        code, out, err = run(capsys, "export", f"{models}:make", "-o", str(tmp_path / f"{cache}.onnx"), "-t", "18")
+        assert code == 0 and err.count(line) == 1, (cache, err)
+        assert "PackWarning" not in err  # the line, not Python's warning text
+    code, out, err = run(capsys, "export", f"{models}:make", "-o", str(tmp_path / "m.onnx"), "-t", "18", "--json")
+    (fault,) = json.loads(out)["pack_faults"]
+    assert code == 0 and fault["name"] == "faulty:Raises" and line in err
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "m.onnx"))
+    assert code == 0 and "packs' faults worked around while exporting" in out and "faulty:Raises" in out
+
+
 def test_a_raising_rule_of_a_set_is_left_out_and_the_others_apply(make_pack):
     import importlib
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from opreg import packfaults
 from opreg.errors import OpregError
 from opreg.patching import METADATA_KEY as PATCHES_KEY
 from opreg.patching import read_metadata
@@ -298,6 +299,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
         "initializers": {"count": len(model.graph.initializers), "bytes": total, "external": external},
         "metadata": dict(model.metadata_props),
         "capture_patches": read_metadata(model.metadata_props.get(PATCHES_KEY)),
+        "pack_faults": packfaults.read_metadata(model.metadata_props.get(packfaults.METADATA_KEY)),
         "provenance": {
             "packs": dict(sorted(by_pack.items())),
             "torch_ops": [
