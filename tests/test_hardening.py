@@ -934,3 +934,22 @@ def test_complex_state_runs_as_its_real_pair_and_comes_back_complex():
     assert program.state["acc"].dtype == torch.complex64
     torch.testing.assert_close(program.state["acc"], eager.acc)
     assert program.verify(x, y).max_abs < 1e-6
+
+
+WRONG_OPTIONS = {
+    "target": 3.5, "dynamic_shapes": "batch", "plugins": ["ort_contrib", 3], "exclude": "ort_contrib",
+    "registry": "core", "inline": "no", "embed_functions": 1, "optimize": "no", "fold_weights": None,
+    "rewrite": "yes", "seed": "1", "strict": 0, "state": "keep", "passes": [3], "patches": "no",
+    "exclude_patches": "x", "progress": "stages",
+}  # fmt: skip
+"""A wrong value for every keyword option of opreg.export (a new option without one fails the test below)."""
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(opreg.ExportSettings)])
+def test_every_export_option_is_checked_before_the_capture(name):
+    """Round 4: each wrong value is an InvalidArgumentError naming the option, raised before the model
+    is captured (``dynamic_shapes="batch"`` reached torch.export and came back as its AssertionError)."""
+    with pytest.raises(opreg.InvalidArgumentError) as caught:
+        opreg.export(Loud(), (X,), **{name: WRONG_OPTIONS[name]})
+    assert re.search(rf"\b{name}\b", str(caught.value)), caught.value
+    assert "captured" not in str(caught.value)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opreg.errors import InvalidArgumentError
-from opreg.targets import TargetLike
+from opreg.targets import Target, TargetLike
 
 if TYPE_CHECKING:
     from opreg.registry import Registry
@@ -106,6 +106,16 @@ class ExportSettings:
         if isinstance(self.exclude_patches, str):
             raise InvalidArgumentError(
                 f"exclude_patches= takes a list of patch names, got the string {self.exclude_patches!r}"
+            )
+        if not isinstance(self.dynamic_shapes, (dict, tuple, list, type(None))):
+            raise InvalidArgumentError(
+                f"dynamic_shapes= takes None, or a dict by forward's parameter names (or a tuple by position) of "
+                f"{{dim index: torch.export.Dim}}, as torch.export.export takes it, got {describe(self.dynamic_shapes)}"
+            )
+        if isinstance(self.target, bool) or not isinstance(self.target, (str, int, Mapping, Target)):
+            raise InvalidArgumentError(
+                "target= takes a profile name ('onnx', 'onnxruntime'), an ai.onnx version (18), a {domain: version} "
+                f"dict or an opreg.Target, got {describe(self.target)}"
             )
         if self.progress is not None and not callable(self.progress):
             raise InvalidArgumentError(
