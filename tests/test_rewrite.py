@@ -353,6 +353,23 @@ def test_an_exports_own_passes_run_after_the_packs_even_without_rewrite():
     program.verify(x)
 
 
+def test_an_exports_own_faulty_pass_or_rule_fails_the_export_naming_it():
+    """A rewrite the user asked for (``passes=``) is not left out as a pack's is: it fails the export,
+    an OpsetConflictError when the target cannot run what it made, else an ExportError."""
+    faulty: dict = {}
+    exec(FAULTY.partition("@opreg.hookimpl")[0], faulty)
+    always: dict = {}
+    exec(ALWAYS.partition("@opreg.hookimpl")[0], always)
+    model, x = torch.nn.ReLU(), torch.randn(3)
+    raised = r"^opreg.export\(passes=...\): export:Raises raised ValueError: boom in the pass$"
+    with pytest.raises(opreg.ExportError, match=raised) as caught:
+        opreg.export(model, (x,), target=18, passes=faulty["RULES"]["pass"])
+    assert not isinstance(caught.value, opreg.OpsetConflictError)
+    made = r"^opreg.export\(passes=...\): export:FastRelu made my\.kernels::FastRelu"
+    with pytest.raises(opreg.OpsetConflictError, match=made):
+        opreg.export(model, (x,), target=18, passes=always["RULES"]["custom"])
+
+
 @pytest.mark.parametrize("passes", ["ReluToClip", [print], [None]])
 def test_passes_that_are_not_passes_or_rules_are_one_clear_error(passes):
     with pytest.raises(opreg.InvalidArgumentError, match=r"^passes"):
