@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from opreg import _heap
-from opreg.errors import InvalidArgumentError, UnsupportedOpsError
+from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
 from opreg.exporter import _capture, _finish, _plan, _state, _translate
 from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
@@ -123,6 +123,7 @@ def export(
     patches: bool = True,
     exclude_patches: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
+    weights: Any = None,
 ) -> OnnxProgram:
     """Export ``model`` to ONNX through the registry.
 
@@ -190,6 +191,16 @@ def export(
         exclude_patches: names of patches to leave out (``"pack:name"``, a
             patch's name, or what it patches, ``"module.function"``).
         progress: called with each stage's name (:data:`STAGES`) as it starts.
+        weights: the values of ``model``'s parameters and buffers that are on the ``meta``
+            device (a model too large for memory, made under ``torch.device("meta")``): a
+            safetensors file, a folder of them, a list of files, or a mapping of names to
+            tensors (torch tensors, ``onnx_ir`` tensors such as ``ir.LazyTensor``, or
+            :class:`opreg.weights.LazyWeight`). Every meta tensor must be there by its
+            ``state_dict`` name, of its shape (a floating-point one is cast to the model's
+            dtype), else :class:`opreg.WeightsError` names each one before anything is
+            captured. The example inputs are moved to ``meta`` for the capture; capture and
+            translation read no weight: each initializer is read from the checkpoint, and
+            transformed, when the model is written (``save``), a chunk at a time.
 
     Threads: ``export`` may be called from several threads at once. torch.export's
     tracing state is global, so capture and decomposition run one model at a time
@@ -212,8 +223,13 @@ def export(
         OpsetConflictError: impls need incompatible versions of one domain.
         ExportError: capture, translation or validation failed.
         PluginError: with ``strict``, a pack's rewrite failed.
+        WeightsError: ``weights`` do not fit the model (missing tensors, other shapes or
+            dtypes), or the model has tensors on ``meta`` and no ``weights`` were given.
     """
     args = _check_inputs(model, args, kwargs)
+    lazy = _lazy_weights(model, weights)
+    if lazy:
+        args, kwargs = _on_meta(args), _on_meta(kwargs)
     _check_options(inline=inline, seed=seed, embed_functions=embed_functions, optimize=optimize,
                    fold_weights=fold_weights, rewrite=rewrite)  # fmt: skip
     reg = _registry(registry, plugins, exclude)
@@ -235,7 +251,9 @@ def export(
     if isinstance(model, torch.nn.Module):
         symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
         eager = model
-    translation = _translate.Translator(program, plan, resolved, symbols, state_io=state == "io").run()
+    translation = _translate.Translator(
+        program, plan, resolved, symbols, state_io=state == "io", lazy_weights=lazy
+    ).run()
     tick("finish")
     result = _finish.finish(
         translation, exported_program=program, module=eager, target=resolved, registry=reg,
@@ -247,6 +265,31 @@ def export(
     tick.done()
     result.exporter = export
     return result
+
+
+def _lazy_weights(model: Any, weights: Any) -> dict[str, Any]:
+    """The lazy value of each of ``model``'s ``meta``-device tensors from ``weights``
+    (:func:`opreg.weights.bind`); ``{}`` for a model without any."""
+    on_meta = isinstance(model, torch.nn.Module) and any(
+        t.device.type == "meta" for t in (*model.parameters(), *model.buffers())
+    )
+    if weights is None:
+        if on_meta:
+            raise WeightsError(
+                f"{type(model).__name__} has parameters or buffers on the meta device, which hold no values: pass "
+                "weights= (a safetensors file or folder, or a mapping of names to tensors) to read them from"
+            )
+        return {}
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentError("weights= takes the values of a torch.nn.Module's meta-device tensors")
+    from opreg import weights as lazy_weights
+
+    return lazy_weights.bind(model, lazy_weights.open_weights(weights)) if on_meta else {}
+
+
+def _on_meta(value: Any) -> Any:
+    """``value``'s tensors (example inputs) on the ``meta`` device, as a meta model computes."""
+    return torch.utils._pytree.tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, value)
 
 
 def _model_name(model: Any) -> str:

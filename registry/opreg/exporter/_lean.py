@@ -283,7 +283,10 @@ def fold_weight_transposes(model: ir.Model, weights: frozenset[str]) -> dict[str
     ``Transpose`` already transposed, under its own name, and drop the node: a Linear on a 3-D
     input reads ``Transpose(W)``, which torch.onnx folds into a new anonymous tensor and ONNX
     Runtime otherwise folds at every session creation. The transposed data is made when the model
-    is serialized (a lazy tensor), one weight at a time. Returns how each folded tensor was computed."""
+    is serialized (:func:`opreg.weights.transpose`), one weight at a time. Returns how each folded tensor was
+    computed."""
+    from opreg import weights as lazy_weights
+
     folded: dict[str, str] = {}
     for node in list(model.graph):
         if node.op_type != "Transpose" or node.domain or node.outputs[0].is_graph_output():
@@ -298,13 +301,8 @@ def fold_weight_transposes(model: ir.Model, weights: frozenset[str]) -> dict[str
             continue
         rank = len(source.shape)
         perm = list(node.attributes.get_ints("perm", list(reversed(range(rank)))))
-        shape = ir.Shape([source.shape[p] for p in perm])
-
-        def transposed(source=source, perm=perm) -> ir.TensorProtocol:
-            return ir.tensor(np.ascontiguousarray(source.numpy().transpose(perm)))
-
-        weight.const_value = ir.LazyTensor(transposed, dtype=source.dtype, shape=shape, name=weight.name)
-        weight.shape = shape
+        weight.const_value = lazy_weights.transpose(source, perm, name=weight.name)
+        weight.shape = ir.Shape(list(weight.const_value.shape))
         node.outputs[0].replace_all_uses_with(weight)
         model.graph.remove(node, safe=True)
         folded[weight.name] = f"transpose({weight.name}, perm={perm})"
