@@ -307,6 +307,10 @@ class Weights(Mapping[str, LazyWeight]):
     def __repr__(self) -> str:
         return f"<Weights: {len(self)} tensors from {self.origin}>"
 
+    def with_tensors(self, tensors: Mapping[str, Any]) -> Weights:
+        """These weights and ``tensors`` (torch or lazy tensors by name; they win on a clash)."""
+        return Weights({**self._tensors, **{k: lazy(t, k) for k, t in tensors.items()}}, self.origin)
+
     def renamed(self, prefix: str) -> Weights:
         """The same tensors with ``prefix`` before each name (a module wrapping the checkpoint's)."""
         return Weights({prefix + name: tensor for name, tensor in self._tensors.items()}, self.origin)

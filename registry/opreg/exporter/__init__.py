@@ -7,6 +7,7 @@ capture -> decompose -> plan -> translate -> finish -> program.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -198,9 +199,10 @@ def export(
             :class:`opreg.weights.LazyWeight`). Every meta tensor must be there by its
             ``state_dict`` name, of its shape (a floating-point one is cast to the model's
             dtype), else :class:`opreg.WeightsError` names each one before anything is
-            captured. The example inputs are moved to ``meta`` for the capture; capture and
-            translation read no weight: each initializer is read from the checkpoint, and
-            transformed, when the model is written (``save``), a chunk at a time.
+            captured. Capture (the meta tensors faked as CPU tensors: the same graph as the
+            model with its weights) and translation read no weight: each initializer is read
+            from the checkpoint, and transformed, when the model is written (``save``), a run
+            of rows at a time. The example inputs are ordinary CPU tensors.
 
     Threads: ``export`` may be called from several threads at once. torch.export's
     tracing state is global, so capture and decomposition run one model at a time
@@ -228,8 +230,6 @@ def export(
     """
     args = _check_inputs(model, args, kwargs)
     lazy = _lazy_weights(model, weights)
-    if lazy:
-        args, kwargs = _on_meta(args), _on_meta(kwargs)
     _check_options(inline=inline, seed=seed, embed_functions=embed_functions, optimize=optimize,
                    fold_weights=fold_weights, rewrite=rewrite)  # fmt: skip
     reg = _registry(registry, plugins, exclude)
@@ -240,7 +240,8 @@ def export(
     resolved = reg.target(target)
     patched = _patches(model, reg, patches, exclude_patches)
     _heap.settle()  # the modules imported and the registry outlive the export
-    captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
+    with _capture.fake_weights(model) if lazy else contextlib.nullcontext():
+        captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
     _heap.settle()  # so does the captured program
     tick("plan")
     program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
@@ -285,11 +286,6 @@ def _lazy_weights(model: Any, weights: Any) -> dict[str, Any]:
     from opreg import weights as lazy_weights
 
     return lazy_weights.bind(model, lazy_weights.open_weights(weights)) if on_meta else {}
-
-
-def _on_meta(value: Any) -> Any:
-    """``value``'s tensors (example inputs) on the ``meta`` device, as a meta model computes."""
-    return torch.utils._pytree.tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, value)
 
 
 def _model_name(model: Any) -> str:

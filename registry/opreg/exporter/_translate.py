@@ -23,6 +23,7 @@ import onnx_ir as ir
 import onnxscript.evaluator
 import torch
 from onnx_ir import tensor_adapters
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.export.graph_signature import InputKind, OutputKind
 
 from opreg.errors import ExportError, WeightsError
@@ -232,17 +233,18 @@ class Translator:
         return names, {key: value.name for key, value in state_inputs.items()}
 
     def _initializer(self, kind: InputKind, name: str, tensor: torch.Tensor) -> ir.TensorProtocol:
-        """A parameter's, buffer's or constant's value: the tensor itself, or for one on the ``meta``
-        device its lazy value from the checkpoint (``weights=``), read only when the model is written."""
-        if tensor.device.type == "meta":
-            lazy = self.lazy_weights.get(name)
-            if lazy is None:
-                raise WeightsError(
-                    f"{kind.name.lower().replace('_', ' ')} {name!r} is on the meta device and "
-                    + ("no weights= were given" if not self.lazy_weights else "the checkpoint has no such tensor")
-                    + ": give it in weights=, or create it on the CPU (a buffer computed at init)"
-                )
+        """A parameter's, buffer's or constant's value: the tensor itself, or for one without data
+        (``meta``, or fake while a meta model was captured) its lazy value from the checkpoint
+        (``weights=``), read only when the model is written."""
+        lazy = self.lazy_weights.get(name)
+        if lazy is not None:
             return lazy.named(name)
+        if tensor.device.type == "meta" or isinstance(tensor, FakeTensor):
+            raise WeightsError(
+                f"{kind.name.lower().replace('_', ' ')} {name!r} is on the meta device and "
+                + ("no weights= were given" if not self.lazy_weights else "the checkpoint has no such tensor")
+                + ": give it in weights=, or create it on the CPU (a buffer computed at init)"
+            )
         stored = torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
         if not stored.is_contiguous():
             stored = stored.contiguous()
