@@ -16,11 +16,11 @@ in-memory export and the streamed one run the same code and write the same bytes
   quantization to MatMulNBits: each output row comes from one row of the ``(N, K)`` weight).
 
 Checkpoints: :func:`open_weights` takes safetensors files (a file, a folder of them, or a list),
-read tensor by tensor and row run by row run through ``safetensors.safe_open`` (memory-mapped,
-opened for each read so no mapping outlives it), or a mapping of names to tensors (torch tensors,
+read tensor by tensor and run of rows by run of rows (their headers parsed, the bytes asked for read
+with ``os.pread``: no mapping holds pages or address space), or a mapping of names to tensors (torch tensors,
 ``onnx_ir`` tensors, lazy ones).
 
-Importing this module is cheap; torch and safetensors are imported when a weight is read.
+Importing this module is cheap; torch is imported when a weight is read.
 """
 
 from __future__ import annotations
@@ -384,30 +384,72 @@ def _safetensors_files(path: Path) -> list[Path]:
 
 
 def _safetensors_file(file: Path) -> dict[str, LazyWeight]:
-    """Every tensor of one safetensors ``file``, each read through ``safe_open`` (opened for the read)."""
-    from safetensors import safe_open
+    """Every tensor of one safetensors ``file`` (its header read now), each read when asked by
+    ``os.pread`` of the bytes of the rows asked for. Not memory-mapped: a mapping's pages count in
+    the process's resident memory while it lasts, and its size in the address space, which a
+    memory cap (``ulimit -v``) on a large checkpoint would refuse."""
+    import json
+    import struct
 
     try:
-        with safe_open(file, framework="pt") as f:
-            slices = {name: f.get_slice(name) for name in f.keys()}  # noqa: SIM118 (safe_open is no dict)
-            specs = {name: (_torch_dtype(s.get_dtype(), file, name), list(s.get_shape())) for name, s in slices.items()}
-    except WeightsError:
-        raise
-    except Exception as e:
+        with open(file, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+    except (OSError, ValueError, struct.error) as e:
         raise WeightsError(f"cannot read the safetensors file {file}: {type(e).__name__}: {e}") from e
+    start = 8 + size
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], [int(d) for d in entry["shape"]], entry["data_offsets"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise WeightsError(f"the safetensors file {file} describes {name!r} as {entry!r}") from e
+        dtype = _torch_dtype(dtype, file, name)
+        numel = 1
+        for d in shape:
+            numel *= d
+        if int(end) - int(begin) != numel * dtype.itemsize:
+            raise WeightsError(f"the safetensors file {file} gives {name!r} {int(end) - int(begin)} bytes for {shape}")
+        read = _reader(file, start + int(begin), dtype, shape)
+        tensors[name] = LazyWeight(read, dtype, shape, name=name, how=file.name)
+    return tensors
 
-    def reader(name: str) -> Rows:
-        def read(start: int, stop: int) -> torch.Tensor:
-            with safe_open(file, framework="pt") as f:
-                part = f.get_slice(name)
-                return part[:] if not specs[name][1] else part[start:stop]
 
-        return read
+def _reader(file: Path, offset: int, dtype: torch.dtype, shape: list[int]) -> Rows:
+    """Rows of the tensor at ``offset`` in ``file``, read with ``os.pread``."""
 
-    return {
-        name: LazyWeight(reader(name), dtype, shape, name=name, how=f"{file.name}")
-        for name, (dtype, shape) in specs.items()
-    }
+    def read(start: int, stop: int) -> torch.Tensor:
+        import torch
+
+        row = dtype.itemsize
+        for d in shape[1:]:
+            row *= d
+        count = (stop - start) * row if shape else row
+        data = bytearray(count)
+        with open(file, "rb", buffering=0) as f:
+            done = _pread_into(f.fileno(), data, offset + start * row)
+        if done != count:
+            raise WeightsError(
+                f"{file} ends before the tensor's bytes at {offset + start * row}: a truncated checkpoint"
+            )
+        values = torch.frombuffer(data, dtype=dtype) if count else torch.empty(0, dtype=dtype)
+        return values.reshape([stop - start, *shape[1:]] if shape else [])
+
+    return read
+
+
+def _pread_into(fd: int, buffer: bytearray, offset: int) -> int:
+    """Fill ``buffer`` from ``fd`` at ``offset``; the bytes read (fewer at the end of the file)."""
+    view = memoryview(buffer)
+    done = 0
+    while done < len(buffer):
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n == 0:
+            break
+        done += n
+    return done
 
 
 _SAFETENSORS_DTYPES = {

@@ -24,8 +24,7 @@ from opreg.errors import ExportError, InvalidArgumentError, VerificationError
 from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
-from opreg.llm import LAYOUT, _genai
-from opreg.llm import _meta
+from opreg.llm import LAYOUT, _genai, _meta
 from opreg.llm._genai import text_config
 from opreg.registry import Registry
 from opreg.targets import TargetLike
