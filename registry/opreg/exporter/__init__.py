@@ -265,6 +265,7 @@ def export(
     )  # fmt: skip
     tick.done()
     result.exporter = export
+    result.streamed = bool(lazy)
     return result
 
 

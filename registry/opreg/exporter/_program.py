@@ -208,6 +208,10 @@ class OnnxProgram:
         """The model as an ``onnx.ModelProto`` (serialised from :attr:`model` on each access)."""
         return ir.serde.serialize_model(self.model)
 
+    streamed = False
+    """Whether the weights are read from a checkpoint as the model is written (``opreg.export(...,
+    weights=...)``): then they always go to an external-data file, a run of rows at a time."""
+
     # -- saving --------------------------------------------------------------------------
 
     def initializer_bytes(self) -> int:
@@ -220,7 +224,9 @@ class OnnxProgram:
         """Write the model to ``path``; returns the path (a symlink's target, if ``path`` is one).
 
         ``external_data=None`` keeps weights inside the file unless they exceed
-        what one protobuf holds (about 2 GB); then, or with ``True``, they go to
+        what one protobuf holds (about 2 GB) or were streamed from a checkpoint
+        (:attr:`streamed`: inside the file, the whole model would be one protobuf
+        in memory); then, or with ``True``, they go to
         a side file ``<file name>.<token>.data`` that the model names (a new
         token at each save; tensors of at most 256 bytes stay inside). The save
         is atomic for the pair: at every instant ``path`` holds the complete old
@@ -238,7 +244,7 @@ class OnnxProgram:
         from opreg.exporter import _save
 
         if external_data is None:
-            external_data = self.initializer_bytes() > EXTERNAL_DATA_THRESHOLD
+            external_data = self.streamed or self.initializer_bytes() > EXTERNAL_DATA_THRESHOLD
         return _save.save_model(self.model, path, external_data=external_data, check=not self._checked)
 
     # -- running -------------------------------------------------------------------------
