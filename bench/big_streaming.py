@@ -59,6 +59,7 @@ def write_checkpoint(size: str, folder: Path) -> int:
         header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + 2 * p.numel()]}
         offset += 2 * p.numel()
     folder.mkdir(parents=True, exist_ok=True)
+    config.architectures = [type(model).__name__]  # the builder picks its writer by it
     config.save_pretrained(folder)
     encoded = json.dumps(header).encode()
     encoded += b" " * (-len(encoded) % 8)
