@@ -181,6 +181,75 @@ def run_size(size: str, work: Path, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def same_files(a: Path, b: Path) -> bool:
+    """Whether two saved decoders are byte for byte the same (their data files' random names aside)."""
+
+    def contents(folder: Path) -> list[bytes]:
+        model = (folder / "model.onnx").read_bytes()
+        data = sorted(folder.glob("model.onnx.*.data"))
+        for d in data:
+            model = model.replace(d.name.encode(), b"DATA")
+        return [model, *(d.read_bytes() for d in data)]
+
+    return contents(a) == contents(b)
+
+
+def check(work: Path) -> None:
+    """Correctness where it can be checked: the 0.5B-class checkpoint streamed and in memory (the same
+    bytes), the streamed decoder against transformers (fp32); and int4 as issue 22 measured it, on a
+    briefly trained small Llama (bench/llm.py's), streamed against its fp32."""
+    import numpy as np
+    import torch
+
+    import opreg
+    from bench.llm import trained_checkpoint
+    from opreg_ort_contrib import MatMulNBitsQuantization
+
+    source = work / "checkpoint-0.5B"
+    write_checkpoint("0.5B", source)
+    folders = {}
+    for streaming in (True, False):
+        folders[streaming] = work / f"check-{streaming}"
+        decoder = opreg.llm.export_decoder(source, folders[streaming], streaming=streaming, external_data=True)
+        if streaming:
+            checks = decoder.verify()
+            worst = max(c.max_abs for c in checks)
+            print(f"0.5B fp32 streamed against transformers: {len(checks)} outputs within rtol=atol=1e-4 "
+                  f"(max abs {worst:.1e})")  # fmt: skip
+        del decoder
+    print(f"0.5B fp32 streamed = in memory, byte for byte: {same_files(folders[True], folders[False])}")
+    for folder in [source, *folders.values()]:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    trained, held_out = trained_checkpoint(work / "trained", 300)
+    int4 = {"target": "onnxruntime", "passes": [MatMulNBitsQuantization(**INT4)]}
+    logits, made = {}, {}
+    for name, options, streaming in (("fp32", {}, True), ("int4", int4, True), ("int4 in memory", int4, False)):
+        made[name] = work / f"trained-{name.replace(' ', '-')}"
+        decoder = opreg.llm.export_decoder(trained, made[name], streaming=streaming, external_data=True, **options)
+        logits[name] = decoder.run(decoder.inputs(torch.from_numpy(held_out)))["logits"].numpy()
+        if name == "fp32":
+            eager = decoder.eager(decoder.inputs(torch.from_numpy(held_out)))["logits"].numpy()
+    truth = held_out[:, 1:]
+
+    def perplexity(values: np.ndarray) -> float:
+        shifted = values[:, :-1] - values[:, :-1].max(-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        return float(np.exp(-np.take_along_axis(log_probs, truth[..., None], -1).mean()))
+
+    spread = float(logits["fp32"].std())
+    worst = np.abs(logits["fp32"] - eager).max()
+    print(f"trained Llama, streamed fp32 against eager: max abs logit difference {worst:.1e}")
+    for name in ("fp32", "int4"):
+        agree = float((logits[name].argmax(-1) == logits["fp32"].argmax(-1)).mean())
+        error = float(np.abs(logits[name] - logits["fp32"]).mean()) / spread
+        print(f"trained Llama, streamed {name}: top-1 = fp32 {agree:.1%}, logit error / spread {error:.4f}, "
+              f"perplexity {perplexity(logits[name]):.2f}")  # fmt: skip
+    print(f"trained Llama int4 streamed = in memory, byte for byte: {same_files(made['int4'], made['int4 in memory'])}")
+    for folder in made.values():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| size | params | exporter | precision | peak RSS GB | CPU s | CPU s / B params | folder GB | decode ms |",
@@ -215,6 +284,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--decode-max-gb", type=float, default=7.0, help="decode only folders up to this size")
     parser.add_argument("--fp32-max-gb", type=float, default=14.0, help="skip fp32 exports of more weights than this")
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints")
+    parser.add_argument("--check", action="store_true", help="the correctness checks instead (see check())")
     parser.add_argument("--export", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--decode", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -226,6 +296,9 @@ def main(argv: list[str]) -> None:
         return
     work = Path(args.folder)
     work.mkdir(parents=True, exist_ok=True)
+    if args.check:
+        check(work)
+        return
     rows = []
     for size in args.sizes.split(","):
         rows += run_size(size, work, args)
