@@ -185,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--context-length", type=int, metavar="N", help="the longest sequence GenAI may generate")
     p.add_argument("--external-data", action="store_true", help="write the weights to a side file")
+    p.add_argument(
+        "--no-streaming", dest="streaming", action="store_false", default=None,
+        help="load the model with its weights first (default: stream them from the safetensors files as "
+        "model.onnx is written; the same file, in a fraction of the memory)",
+    )  # fmt: skip
     p.set_defaults(run=_cmd_llm_export)
 
     p = sub.add_parser("inspect", parents=[output], help="what an ONNX file holds, and whether it is usable")
@@ -673,8 +678,9 @@ def _cmd_llm_export(args: argparse.Namespace) -> int:
     err = _console(stderr=True)
     with err.status(f"exporting {args.folder}..."):
         decoder = _decoder.export_decoder(
-            args.folder, target=target, registry=registry, context_length=args.context_length
-        )
+            args.folder, target=target, registry=registry, context_length=args.context_length,
+            streaming=args.streaming,
+        )  # fmt: skip
         exported = time.perf_counter() - started
         folder = decoder.save(args.output, external_data=True if args.external_data else None)
     checks = []
