@@ -73,6 +73,8 @@ def test_a_meta_model_with_a_checkpoint_saves_the_in_memory_export_byte_for_byte
     b = saved_bytes(streamed, tmp_path / "b.onnx", external_data)
     assert a == b
     torch.testing.assert_close(streamed.run(example()), make_block()(example()), rtol=1e-5, atol=1e-6)
+    with pytest.raises(opreg.InvalidArgumentError, match="weights are on the meta device"):
+        streamed.verify(example())
 
 
 def counted(source):

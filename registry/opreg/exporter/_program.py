@@ -420,6 +420,7 @@ class OnnxProgram:
                     f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, got {value!r}"
                 )
         self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
+        self._check_eager("verify")
         if runtime == "auto":
             runtime = self.runtime_for()
         saved = dict(self.state)
@@ -474,6 +475,19 @@ class OnnxProgram:
             raise error
         return Verification(runtime, checks)
 
+    def _check_eager(self, what: str) -> None:
+        """Refuse to compare with a module whose weights are on the ``meta`` device (no values)."""
+        module = self._module
+        if (
+            self.streamed
+            and isinstance(module, torch.nn.Module)
+            and any(p.device.type == "meta" for p in module.parameters())
+        ):
+            raise InvalidArgumentError(
+                f"{what} compares with eager PyTorch, and {type(module).__name__}'s weights are on the meta device "
+                "(exported with weights=): load the model with its weights and export or compare that one"
+            )
+
     def locate(
         self, *args: Any, rtol: float = 1e-4, atol: float = 1e-4, runtime: str = "auto", **kwargs: Any
     ) -> Location:
@@ -490,6 +504,7 @@ class OnnxProgram:
         """
         from opreg.exporter import _locate
 
+        self._check_eager("locate")
         leaves = self._flatten_call(args, kwargs)
         feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
         if runtime == "auto":
