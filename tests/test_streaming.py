@@ -179,6 +179,49 @@ def test_each_transform_written_a_run_of_rows_at_a_time_gives_the_whole_tensors_
         assert written.getvalue() == data, tensor
 
 
+class Normed(torch.nn.Module):
+    """Batch norm after a convolution, a grouped transposed convolution and a linear layer (a Gemm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.norm = torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)
+        self.up, self.norm2 = torch.nn.ConvTranspose2d(8, 6, 3, groups=2), torch.nn.BatchNorm2d(6)
+        self.fc, self.norm3 = torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5)
+
+    def forward(self, x):
+        y = self.norm2(self.up(self.norm(self.conv(x))))
+        return self.norm3(self.fc(y.mean((2, 3))))
+
+
+def test_batch_norm_folds_lazily_to_onnxscripts_bytes_and_streams_the_same(tmp_path):
+    from onnxscript.rewriter import pattern
+    from onnxscript.rewriter.rules import common as rules
+
+    torch.manual_seed(0)
+    model = Normed().eval()
+    for norm in (model.norm, model.norm2, model.norm3):
+        norm.running_mean.uniform_(-1, 1), norm.running_var.uniform_(0.5, 2), norm.weight.data.uniform_(0.5, 2)
+    x = torch.randn(2, 3, 10, 10)
+    folded = opreg.export(model, (x,))
+    assert [n.op_type for n in folded.model.graph] == ["Conv", "ConvTranspose", "ReduceMean", "Gemm"]
+    weights = {k: v.const_value for k, v in folded.model.graph.initializers.items() if k.endswith(".weight")}
+    assert {type(w) for w in weights.values()} == {lazy_weights.LazyWeight}
+    folded.verify(x)
+    by_onnxscript = opreg.export(model, (x,), fold_weights=False)
+    pattern.RewriteRuleSet([
+        rules.fuse_batchnorm_into_conv_rule, rules.fuse_batchnorm_into_conv_transpose_rule,
+        rules.fuse_batchnorm_into_gemm_rule,
+    ]).apply_to_model(by_onnxscript.model)  # fmt: skip
+    ours = {k: v.const_value.tobytes() for k, v in folded.model.graph.initializers.items()}
+    theirs = by_onnxscript.model.graph.initializers  # with the batch norms' now unused parameters
+    assert ours == {k: theirs[k].const_value.tobytes() for k in ours}
+    safetensors.torch.save_file(model.state_dict(), tmp_path / "normed.safetensors")
+    with torch.device("meta"):
+        meta = Normed().eval()
+    streamed = opreg.export(meta, (x,), weights=tmp_path / "normed.safetensors")
+    assert saved_bytes(folded, tmp_path / "a.onnx", True) == saved_bytes(streamed, tmp_path / "b.onnx", True)
+
+
 # -- language models -----------------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ in-memory export and the streamed one run the same code and write the same bytes
 - :func:`cast`: another dtype (a bfloat16 checkpoint into a float32 model), as ``Tensor.to`` casts;
 - :func:`transpose`: stored transposed (the weight-transpose folding of ``fold_weights``);
 - :func:`concat`: several weights as one (ONNX Runtime's packed query, key and value projection);
+- :func:`scaled`: scaled per output channel (batch norm folded into the convolution before it);
 - :func:`rowwise`: any function of a run of rows giving rows of one or more new tensors (block
   quantization to MatMulNBits: each output row comes from one row of the ``(N, K)`` weight).
 
@@ -49,6 +50,7 @@ __all__ = [
     "lazy",
     "open_weights",
     "rowwise",
+    "scaled",
     "transpose",
 ]
 
@@ -287,6 +289,39 @@ def concat(weights: Sequence[Any], axis: int, name: str | None = None) -> LazyWe
 
     names = ", ".join(str(p.name) for p in parts)
     return LazyWeight(read, first.torch_dtype, shape, name=name, how=f"concat([{names}], axis={axis})", sources=parts)
+
+
+def scaled(weight: Any, factors: Any, axis: int, groups: int = 1, name: str | None = None) -> LazyWeight:
+    """``weight`` times ``factors`` (a small 1-D array, one factor per index of ``axis``) broadcast
+    along ``axis``: batch norm folded into the layer before it. ``groups`` > 1 (a grouped
+    ConvTranspose, weight ``(in, out / groups, ...)``): ``factors`` holds ``groups * out / groups``
+    values, group ``g``'s for the rows of group ``g``."""
+    import torch
+
+    source = lazy(weight)
+    rank = len(source.shape)
+    values = torch.as_tensor(factors)
+    if groups > 1:
+        per_group = source.length // groups
+        table = values.reshape(groups, -1)
+
+        def read(start: int, stop: int) -> torch.Tensor:
+            rows = table[torch.arange(start, stop) // per_group]  # (rows, out / groups)
+            return source.rows(start, stop) * rows.reshape(*rows.shape, *([1] * (rank - 2)))
+    elif axis == 0:
+
+        def read(start: int, stop: int) -> torch.Tensor:
+            return source.rows(start, stop) * values[start:stop].reshape(-1, *([1] * (rank - 1)))
+    else:
+        broadcast = values.reshape([-1 if i == axis else 1 for i in range(rank)])
+
+        def read(start: int, stop: int) -> torch.Tensor:
+            return source.rows(start, stop) * broadcast
+
+    return LazyWeight(
+        read, source.torch_dtype, list(source.shape), name=name or source.name,
+        how=f"{source.name} scaled along axis {axis}", sources=[source],
+    )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
