@@ -216,8 +216,11 @@ class Decoder:
         its checkpoint loads the model, weights and all, for this (:func:`opreg.llm._meta.load_eager`)."""
         from transformers import DynamicCache
 
-        if self._eager is None:
-            self._eager = _meta.load_eager(self.folder, self.model)
+        model = self.model
+        if _meta.on_meta(model):  # streamed: loaded once, weights and all
+            if self._eager is None:
+                self._eager = _meta.load_eager(self.folder, model)
+            model = self._eager
 
         past = inputs["past_key_values"]
         cache = DynamicCache()
@@ -225,7 +228,7 @@ class Decoder:
             cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layout.num_layers)])
         extra = {"position_ids": inputs["position_ids"]} if self.layout.position_ids else {}
         with TRACING_LOCK, torch.no_grad():  # transformers reads torch's compiling flag, set while a thread captures
-            out = self._eager(
+            out = model(
                 input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], past_key_values=cache,
                 use_cache=True, **extra,
             )  # fmt: skip

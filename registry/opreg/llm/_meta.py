@@ -68,10 +68,8 @@ def on_meta(model: Any) -> bool:
 
 
 def load_eager(folder: Path | None, model: Any) -> Any:
-    """The model with its weights, for an eager comparison: ``model`` itself, or loaded from
-    ``folder`` in float32 when ``model`` is on ``meta`` (all its weights in memory)."""
-    if not on_meta(model):
-        return model
+    """The model on ``meta`` with its weights, for an eager comparison: loaded from ``folder`` in
+    float32 (all its weights in memory)."""
     if folder is None:
         raise ExportError(
             f"{type(model).__name__} is on the meta device: give its checkpoint folder to compare it eagerly"
