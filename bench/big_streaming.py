@@ -61,6 +61,7 @@ def write_checkpoint(size: str, folder: Path) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     config.architectures = [type(model).__name__]  # the builder picks its writer by it
     config.save_pretrained(folder)
+    _tokenizer(folder)
     encoded = json.dumps(header).encode()
     encoded += b" " * (-len(encoded) % 8)
     generator = torch.Generator().manual_seed(0)
@@ -75,6 +76,18 @@ def write_checkpoint(size: str, folder: Path) -> int:
                     values = torch.randn(count, generator=generator) * 0.02
                 f.write(values.to(torch.bfloat16).view(torch.int16).numpy().tobytes())
     return sum(p.numel() for _, p in tensors)
+
+
+def _tokenizer(folder: Path) -> None:
+    """A word-level fast tokenizer (the builder saves one beside its model, and would otherwise
+    convert Llama's slow one, which needs sentencepiece)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(1000)}, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=words, bos_token="t1", eos_token="t0", pad_token="t0")
+    fast.save_pretrained(folder)
 
 
 def _run(command: list[str], cap_gb: float | None) -> dict:
