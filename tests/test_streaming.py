@@ -140,7 +140,7 @@ def test_a_bfloat16_checkpoint_is_cast_to_the_models_float32_as_transformers_loa
 
 def test_each_transform_written_a_run_of_rows_at_a_time_gives_the_whole_tensors_bytes(monkeypatch, tmp_path):
     """Casts, transposes, concatenations (the packed q/k/v projection) and MatMulNBits quantization
-    written in runs of a few rows (as a weight larger than CHUNK_BYTES is) give the bytes the whole
+    written in runs of a few rows (as a weight larger than LazyWeight.chunk_bytes is) give the bytes the whole
     tensor, computed at once, has."""
     import io
 
@@ -171,7 +171,7 @@ def test_each_transform_written_a_run_of_rows_at_a_time_gives_the_whole_tensors_
     ]
     packed, scales, zeros = quantizer.qbits_block_quant(torch.cat([q, k]).T.contiguous().numpy())
     assert whole == [t.numpy().tobytes() for t in expected] + [packed.tobytes(), scales.tobytes(), zeros.tobytes()]
-    monkeypatch.setattr(lazy_weights, "CHUNK_BYTES", 100)  # a few rows at a time
+    monkeypatch.setattr(lazy_weights.LazyWeight, "chunk_bytes", 100)  # a few rows at a time
     for tensor, data in zip(made, whole, strict=True):
         assert len(list(tensor.chunks())) > 1
         written = io.BytesIO()
