@@ -126,6 +126,7 @@ def test_a_checkpoint_that_does_not_fit_fails_before_anything_is_written_naming_
     with pytest.raises(opreg.WeightsError, match="parameters or buffers on the meta device.*pass weights="):
         opreg.export(meta_block(), (example(),))
     assert not out.exists()
+    assert opreg.exporter.plan_export(meta_block(), (example(),)) == []  # what `opreg check` runs: no weights needed
 
 
 def test_a_bfloat16_checkpoint_is_cast_to_the_models_float32_as_transformers_loads_it(tmp_path):

@@ -93,7 +93,8 @@ def plan_export(
     reg = _registry(registry, plugins, exclude)
     resolved = reg.target(target)
     patched = _patches(model, reg, patches, exclude_patches)
-    captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
+    with _capture.fake_weights(model) if isinstance(model, torch.nn.Module) else contextlib.nullcontext():
+        captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)  # a meta model needs no weights
     try:
         _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
