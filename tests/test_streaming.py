@@ -223,6 +223,28 @@ def test_batch_norm_folds_lazily_to_onnxscripts_bytes_and_streams_the_same(tmp_p
     assert saved_bytes(folded, tmp_path / "a.onnx", True) == saved_bytes(streamed, tmp_path / "b.onnx", True)
 
 
+def test_packed_qkv_quantized_to_int4_streams_the_in_memory_bytes(tmp_path):
+    """ONNX Runtime's packed q/k/v projection (a lazy concat) quantized to MatMulNBits (lazy blocks of
+    the concat), on the pack's decoder-layer sample, whose rotary table needs its computed buffer."""
+    from opreg_ort_contrib import MatMulNBitsQuantization, samples
+
+    sample = samples._decoder_sample()
+    model = sample.module
+    options = {"target": "onnxruntime", "passes": [MatMulNBitsQuantization(bits=4)]}
+    fp32 = opreg.export(model, sample.args, target="onnxruntime")  # the lazy concatenation computes the layer
+    assert "ort_contrib:PackedQKV" in fp32.model.metadata_props["opreg.rewrites"]
+    fp32.verify(*sample.args, rtol=sample.rtol, atol=sample.atol)
+    in_memory = opreg.export(model, sample.args, **options)
+    tensors = {**model.state_dict(), **dict(model.named_buffers())}  # its rotary frequencies too
+    safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, tmp_path / "layer.safetensors")
+    with torch.device("meta"):
+        meta = type(model)().eval()
+    streamed = opreg.export(meta, sample.args, weights=tmp_path / "layer.safetensors", **options)
+    packed = streamed.model.graph.initializers["qkv_packed_Q4"].const_value
+    assert isinstance(packed, lazy_weights.LazyWeight) and packed.how == "int4 blocks of qkv_packed"
+    assert saved_bytes(in_memory, tmp_path / "a.onnx", True) == saved_bytes(streamed, tmp_path / "b.onnx", True)
+
+
 # -- language models -----------------------------------------------------------------------------------------
 
 
