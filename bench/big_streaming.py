@@ -223,10 +223,7 @@ def check(work: Path) -> None:
     folders = {}
     for streaming in (True, False):
         folders[streaming] = work / f"check-{streaming}"
-        start = time.process_time()
         decoder = opreg.llm.export_decoder(source, folders[streaming], streaming=streaming, external_data=True)
-        how = "streamed" if streaming else "in memory"
-        print(f"0.5B fp32 {how}: export and save {time.process_time() - start:.1f} s CPU")
         if streaming:
             checks = decoder.verify()
             worst = max(c.max_abs for c in checks)
@@ -266,6 +263,27 @@ def check(work: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def defaults(work: Path, rounds: int) -> None:
+    """``opreg llm export`` (streaming, the default) against ``--no-streaming`` on the 0.5B checkpoint,
+    each in a fresh process, interleaved: peak RSS and CPU time of each, medians of ``rounds``."""
+    import statistics
+
+    source = work / "checkpoint-0.5B"
+    write_checkpoint("0.5B", source)
+    results: dict[str, list[dict]] = {"streamed (default)": [], "--no-streaming": []}
+    for _ in range(rounds):
+        for name, extra in (("streamed (default)", []), ("--no-streaming", ["--no-streaming"])):
+            out = work / "defaults-out"
+            command = [sys.executable, "-m", "opreg", "llm", "export", str(source), "-o", str(out), *extra]
+            results[name].append(measured(command, 12.0))
+            shutil.rmtree(out, ignore_errors=True)
+    for name, runs in results.items():
+        cpu = statistics.median(r["cpu"] for r in runs)
+        peak = statistics.median(r["peak_gb"] for r in runs)
+        print(f"opreg llm export, {name}: {cpu:.1f} s CPU, peak {peak:.2f} GB (median of {rounds})", flush=True)
+    shutil.rmtree(source, ignore_errors=True)
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| size | params | exporter | precision | peak RSS GB | CPU s | CPU s / B params | folder GB | decode ms |",
@@ -301,6 +319,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--fp32-max-gb", type=float, default=14.0, help="skip fp32 exports of more weights than this")
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints")
     parser.add_argument("--check", action="store_true", help="the correctness checks instead (see check())")
+    parser.add_argument("--defaults", type=int, metavar="ROUNDS", help="streamed against --no-streaming instead")
     parser.add_argument("--export", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--decode", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -314,6 +333,9 @@ def main(argv: list[str]) -> None:
     work.mkdir(parents=True, exist_ok=True)
     if args.check:
         check(work)
+        return
+    if args.defaults:
+        defaults(work, args.defaults)
         return
     rows = []
     for size in args.sizes.split(","):
