@@ -77,6 +77,28 @@ def test_a_meta_model_with_a_checkpoint_saves_the_in_memory_export_byte_for_byte
         streamed.verify(example())
 
 
+def test_opreg_export_takes_a_meta_model_and_its_checkpoint(checkpoint, tmp_path, capsys):
+    import onnxruntime
+
+    from tests.test_cli import run
+
+    factory = tmp_path / "meta_block.py"
+    factory.write_text(
+        "import torch\n"
+        "from tests.test_streaming import example, meta_block\n\n\n"
+        "def make():\n"
+        "    return meta_block(), (example(),)\n"
+    )
+    out = tmp_path / "block.onnx"
+    code, _, err = run(capsys, "export", f"{factory}:make", "-o", str(out), "--weights", str(checkpoint))
+    assert code == 0, err
+    session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": example().numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), make_block()(example()), rtol=1e-5, atol=1e-6)
+    code, _, err = run(capsys, "export", f"{factory}:make", "-o", str(tmp_path / "none.onnx"))
+    assert code != 0 and "on the meta device" in err and "pass weights=" in err
+
+
 def counted(source):
     """``source``'s tensors as lazy weights that count the rows they are asked for."""
     reads = {}
