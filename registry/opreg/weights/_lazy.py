@@ -97,17 +97,20 @@ class LazyWeight(ir.LazyTensor):
     @property
     def row_bytes(self) -> int:
         """The bytes a row costs to compute: its own, or a source's row if larger (a bfloat16 row
-        cast to float32 and quantized to 4 bits reads more than it makes); all of them where a run
-        of rows reads a whole source (a transpose)."""
-        if self._whole_source:
-            return max(1, self.nbytes)
+        cast to float32 and quantized to 4 bits reads more than it makes)."""
         own = self.nbytes // max(self.length, 1)
         return max(1, own, *(source.row_bytes for source in self._sources))
 
+    @property
+    def reads_whole(self) -> bool:
+        """Whether any run of rows reads a whole source (a transpose, or what is made from one):
+        then the tensor is computed in one run, not read again for each."""
+        return self._whole_source or any(source.reads_whole for source in self._sources)
+
     def chunks(self) -> Iterator[tuple[int, int]]:
         """``(start, stop)`` runs of rows costing about :attr:`chunk_bytes` each (:attr:`row_bytes`),
-        covering the tensor."""
-        step = max(1, self.chunk_bytes // self.row_bytes)
+        covering the tensor (one run where it :attr:`reads_whole`)."""
+        step = self.length if self.reads_whole else max(1, self.chunk_bytes // self.row_bytes)
         for start in range(0, self.length, step):
             yield start, min(start + step, self.length)
 
