@@ -940,7 +940,7 @@ WRONG_OPTIONS = {
     "target": 3.5, "dynamic_shapes": "batch", "plugins": ["ort_contrib", 3], "exclude": "ort_contrib",
     "registry": "core", "inline": "no", "embed_functions": 1, "optimize": "no", "fold_weights": None,
     "rewrite": "yes", "seed": "1", "strict": 0, "state": "keep", "passes": [3], "patches": "no",
-    "exclude_patches": "x", "progress": "stages",
+    "exclude_patches": "x", "progress": "stages", "weights": 3,
 }  # fmt: skip
 """A wrong value for every keyword option of opreg.export (a new option without one fails the test below)."""
 

@@ -31,6 +31,7 @@ from opreg.errors import (
     StateError,
     UnsupportedOpsError,
     VerificationError,
+    WeightsError,
 )
 
 if TYPE_CHECKING:
@@ -170,6 +171,7 @@ __all__ = [
     "TranslationTableWarning",
     "UnsupportedOpsError",
     "VerificationError",
+    "WeightsError",
     "VersionRange",
     "build_registry",
     "default_registry",

@@ -10,6 +10,7 @@ only when ``opreg.export`` or ``opreg.ExportSettings`` is first used.
 import dataclasses
 import difflib
 import inspect
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -64,6 +65,9 @@ class ExportSettings:
             default ``True``.
         exclude_patches: names of capture patches to leave out (``"pack:name"``); default ``()``.
         progress: called with each stage's name as it starts; default ``None``.
+        weights: the values of the model's ``meta``-device parameters and buffers (a model larger
+            than memory): a safetensors file, a folder of them, a list of files, or a mapping of
+            names to tensors, read as the model is written (:mod:`opreg.weights`); default ``None``.
     """
 
     target: TargetLike = "onnx"
@@ -83,6 +87,7 @@ class ExportSettings:
     patches: bool = True
     exclude_patches: Iterable[str] = ()
     progress: Callable[[str], None] | None = None
+    weights: Any = None
 
     def __post_init__(self) -> None:
         for name in _FLAGS:
@@ -117,6 +122,12 @@ class ExportSettings:
                 "target= takes a profile name ('onnx', 'onnxruntime'), an ai.onnx version (18), a {domain: version} "
                 f"dict or an opreg.Target, got {describe(self.target)}"
             )
+        weights = self.weights
+        if weights is not None and (isinstance(weights, bytes) or not isinstance(weights, (os.PathLike, Iterable))):
+            raise InvalidArgumentError(
+                "weights= takes a safetensors file or folder, a list of files, or a mapping of names to tensors, "
+                f"got {describe(weights)}"
+            )  # checked here too: a model with no meta-device tensor never reads it
         if self.progress is not None and not callable(self.progress):
             raise InvalidArgumentError(
                 f"progress= takes a function called with each stage's name, got {describe(self.progress)}"
