@@ -221,7 +221,7 @@ def _unsupported(found: _Missing, registry: Registry, target: Target) -> Unsuppo
         elsewhere: tuple[str, ...] = ()
         if "::" in name:
             elsewhere = tuple(
-                f"{i.label} ({i.requirement})" for i in registry.impls(name) if target.unmet(i.requirement) is not None
+                f"{i.label} ({i.requirement})" for i in registry.impls(name) if registry.unmet(i, target) is not None
             )
         entries.append(MissingOp(name, len(nodes), shown, nodes[0][1], elsewhere))
     lines = [f"{len(entries)} op(s) in the model have no impl for target {target}:"]
