@@ -207,6 +207,9 @@ class Explanation:
             conditional) and a reason.
         chosen: the winning impl, or ``None``.
         conflicts: unconditional impls that tie with the chosen one.
+        elsewhere: when nothing is chosen, where the op would be served: the target with the
+            custom domains its best impl needs (:meth:`Registry.widen`), and the profiles that
+            serve it; ``""`` otherwise.
     """
 
     op: OpName
@@ -214,6 +217,7 @@ class Explanation:
     candidates: tuple[Candidate, ...]
     chosen: Impl | None
     conflicts: tuple[Impl, ...]
+    elsewhere: str = ""
 
     def __str__(self) -> str:
         lines = [f"{self.op} for target {self.target}:"]
@@ -225,7 +229,38 @@ class Explanation:
             )
         if self.conflicts:
             lines.append("  conflict: ties with " + ", ".join(i.label for i in self.conflicts))
+        if self.elsewhere:
+            lines.append(f"  {self.elsewhere}")
         return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Widening:
+    """How a target that cannot serve an op would (:meth:`Registry.widen`): with the custom domains
+    the op's best impl needs that the target does not name.
+
+    Fields:
+        op: the torch op.
+        impl: the impl that would serve it.
+        declared: ``((domain, version), ...)``: each domain added, at the version the impl's pack
+            declares (:meth:`Registry.declared_version`).
+        target: the target with the domains added at versions the impl accepts: the declared
+            ones where they fit its requirement (:attr:`exact`), else its requirement's lowest.
+    """
+
+    op: OpName
+    impl: Impl
+    declared: tuple[tuple[str, int], ...]
+    target: Target
+
+    @property
+    def exact(self) -> bool:
+        """Whether the impl accepts every domain at the version its pack declares."""
+        return all(self.target.get(d) == v for d, v in self.declared)
+
+    def __str__(self) -> str:
+        added = ", ".join(f"{d}={v}" for d, v in self.declared)
+        return f"{self.impl.label} at {added}, the version {self.impl.pack} declares (-t {self.target.spec})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -637,7 +672,57 @@ class Registry:
                 rows.append(Candidate(impl, DROPPED, self.unmet(impl, target) or "not eligible"))
         ties = _ties(ordered, complex=chosen is not None and chosen.complex)
         conflicts = ties[1:] if chosen is not None and ties and ties[0] is chosen else ()
-        return Explanation(op, target, tuple(rows), chosen, tuple(conflicts))
+        elsewhere = self._elsewhere(op, target, node) if chosen is None else ""
+        return Explanation(op, target, tuple(rows), chosen, tuple(conflicts), elsewhere)
+
+    def _elsewhere(self, op: OpName, target: Target, node: Any) -> str:
+        """Where ``op`` is served when ``target`` cannot serve it: the target with the domains its best
+        impl needs (which an export adds by itself), and the profiles that serve it."""
+        parts = []
+        widening = self.widen(op, target, node)
+        if widening is not None:
+            added = ", ".join(f"{d}={v}" for d, v in widening.target.versions if target.get(d) is None)
+            how = (
+                f"an export adds {added} by itself, the version pack {widening.impl.pack} declares"
+                if widening.exact
+                else f"pack {widening.impl.pack} declares {', '.join(f'{d}={v}' for d, v in widening.declared)}, "
+                "which its impl does not accept: an export refuses it"
+            )
+            parts.append(f"served at -t {widening.target.spec} by {widening.impl.label} ({how})")
+        profiles = [name for name in self._profiles if self.resolve(op, Target.of(name, self.profiles), node)]
+        if profiles:
+            parts.append(f"served by profile {', '.join(profiles)}")
+        return "; ".join(parts)
+
+    def declared_version(self, pack: str, domain: str) -> int | None:
+        """The version of custom ``domain`` that ``pack`` declares: the highest its target profiles give
+        it, else the highest minimum its impls need (``None`` if it names the domain nowhere)."""
+        named = [v[domain] for v, owner in self._profiles.values() if owner == pack and domain in v]
+        if named:
+            return max(named)
+        needed = [r.min for i in self.impls() if i.pack == pack for d, r in i.requirement.domains if d == domain]
+        return max(needed, default=None)
+
+    def widen(self, op: Any, target: TargetLike = "onnx", node: Any = None) -> Widening | None:
+        """How ``target`` would serve ``op`` when no impl can: the first impl in resolution order that
+        needs only custom domains the target does not name (and takes ``node``; without one, an impl
+        without a predicate), with those domains added (:class:`Widening`). ``None`` when the target
+        serves the op, or no impl is a set of domains away. What an export does when a model uses an
+        op only a pack's custom domain covers: the domain joins the target."""
+        op = OpName.of(op)
+        target = self.target(target)
+        if self.resolve(op, target, node) is not None:
+            return None
+        for impl in sorted(self._impls.get(op, ()), key=self._key(op)):
+            absent = {d: r for d, r in impl.requirement.domains if target.get(d) is None}
+            if not absent or not (impl.accepts(node) if node is not None else not impl.conditional):
+                continue
+            declared = {d: self.declared_version(impl.pack, d) or r.min for d, r in absent.items()}
+            fitting = {d: v if v in absent[d] else absent[d].min for d, v in declared.items()}
+            widened = target.extended(fitting)
+            if self.unmet(impl, widened) is None:
+                return Widening(op, impl, tuple(sorted(declared.items())), widened)
+        return None
 
     def translation_table(self, target: TargetLike = "onnx") -> Any:
         """This registry as a ``custom_translation_table`` for ``torch.onnx.export(dynamo=True)``.

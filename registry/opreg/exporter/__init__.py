@@ -19,7 +19,7 @@ from opreg.errors import InvalidArgumentError, UnsupportedOpsError
 from opreg.exporter import _capture, _finish, _plan, _state, _translate
 from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
-from opreg.exporter._plan import MissingOp
+from opreg.exporter._plan import JoinedDomain, MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
 from opreg.exporter._state import StateSlot
 from opreg.patching import PatchedCapture
@@ -37,6 +37,7 @@ __all__ = [
     "SKIPPED_OPS",
     "STAGES",
     "Divergence",
+    "JoinedDomain",
     "Location",
     "MissingOp",
     "OnnxProgram",
@@ -134,7 +135,11 @@ def export(
         args, kwargs: example inputs, as ``model(*args, **kwargs)`` takes them.
         target: what the model must run on: a profile name (``"onnx"``,
             ``"onnxruntime"``), an ai.onnx version, a ``{domain: version}``
-            dict, or a :class:`opreg.Target`.
+            dict, or a :class:`opreg.Target`. When the model uses an op only a
+            pack's custom domain covers and the target does not name that
+            domain, the domain joins it at the version the pack declares
+            (logged; the result's ``target`` and ``joined_domains``, and the
+            model's ``opreg.target`` and ``opreg.joined_domains`` metadata, say so).
         dynamic_shapes: as ``torch.export.export`` takes them; the names of
             ``torch.export.Dim``s become the ONNX dim names.
         plugins, exclude: which installed packs to use (see
@@ -209,7 +214,9 @@ def export(
             anything is captured.
         UnsupportedOpsError: some ops have no impl for the target; lists all.
         StateError: the model updates buffers or inputs, and ``state`` is ``"error"``.
-        OpsetConflictError: impls need incompatible versions of one domain.
+        OpsetConflictError: impls need incompatible versions of one domain, or a pack's
+            domain cannot join the target at the version the pack declares (the message
+            gives the target to use).
         ExportError: capture, translation or validation failed.
         PluginError: with ``strict``, a pack's rewrite failed.
     """
@@ -235,10 +242,11 @@ def export(
     if isinstance(model, torch.nn.Module):
         symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
         eager = model
+    resolved = plan.target or resolved  # with the custom domains the plan added (plan.joined)
     translation = _translate.Translator(program, plan, resolved, symbols, state_io=state == "io").run()
     tick("finish")
     result = _finish.finish(
-        translation, exported_program=program, module=eager, target=resolved, registry=reg,
+        translation, exported_program=program, module=eager, target=resolved, registry=reg, joined=plan.joined,
         input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
         optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed, strict=strict, passes=extra,
         dim_bounds=_capture.dim_bounds(program, symbols),
