@@ -303,7 +303,7 @@ def _impl_of(data: Mapping[str, Any]) -> Impl:
 def _report_of(data: Mapping[str, Any]) -> PackReport:
     fields = dict(data)
     fields["rejected"] = tuple(Rejection(**r) for r in data["rejected"])
-    for name in ("domains", "profiles", "hooks"):
+    for name in ("domains", "profiles", "hooks", "schemas"):
         fields[name] = tuple(data[name])
     return PackReport(**fields)
 
