@@ -49,6 +49,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from opreg import plugins
+from opreg._inspect import short_source
 from opreg.errors import PluginNotFoundError
 from opreg.pluginapi import HookError, ModelSample, Sample
 from opreg.registrar import Registrar
@@ -659,7 +660,7 @@ def _not_checkable(impl: Impl, registry: Registry, targets: Sequence[Mapping[str
     ``NotImplementedError`` (what ``opreg new-pack`` writes), or it is for profiles no installed pack
     defines, or for one that names no custom domain (every target serves it)."""
     if _unwritten(impl.function):
-        where = f" ({impl.source})" if impl.source else ""
+        where = f" ({short_source(impl.source)})" if impl.source else ""
         return f"not written yet: write the body of {impl.name}{where}"
     if impl.profiles and not targets:
         return (
