@@ -5,8 +5,10 @@ And a model that mixes ONNX Runtime's own ops with a pack's is verified once its
 
 from __future__ import annotations
 
+import json
 import logging
 
+import onnx
 import onnxscript
 import pytest
 import torch
@@ -139,3 +141,50 @@ def test_the_reference_evaluators_refusal_names_embed_functions_and_they_work(x)
     )
     embedded = opreg.export(RoundThenGelu(), (x,), target="onnxruntime", embed_functions=True)
     assert embedded.verify(x).runtime == "onnxruntime"
+
+
+MODEL = """
+import torch
+
+
+class RoundThenGelu(torch.nn.Module):
+    def forward(self, x):
+        from opreg_test_customop import addandround_op
+
+        return torch.nn.functional.gelu(addandround_op(x).float())
+
+
+def make():
+    return RoundThenGelu(), (torch.tensor([[0.25, 0.75, -1.25, 1.3], [-0.4, 2.6, 0.1, -3.0]]),)
+"""
+
+
+def test_opreg_export_says_what_joined_and_embeds_functions_on_request(capsys, tmp_path):
+    from opreg.cli import main
+
+    (tmp_path / "model.py").write_text(MODEL)
+    model, output = f"{tmp_path / 'model.py'}:make", str(tmp_path / "model.onnx")
+    code = main(["export", model, "-o", output, "-t", "onnxruntime", "--verify"])
+    out, err = capsys.readouterr()
+    (note,) = [line for line in err.splitlines() if line.startswith("note: ")]  # one line
+    assert note.startswith("note: target onnxruntime (") and note.endswith(
+        "added test.customop=1, the version the pack declares (-t onnxruntime,test.customop=1 says so)"
+    )
+    (error,) = [line for line in err.splitlines() if line.startswith("opreg: error: ")]
+    assert code == 2 and "export with embed_functions=True (opreg export --embed-functions)" in error
+    code = main(["export", model, "-o", output, "-t", "onnxruntime", "--embed-functions", "--verify"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "verified with onnxruntime" in out, err
+    assert [f.name for f in onnx.load(output).functions] == ["CustomOpOne", "CustomOpTwo"]
+
+
+def test_opreg_explain_names_the_target_that_serves_an_op(capsys):
+    from opreg.cli import main
+
+    code = main(["explain", "mylibrary::addandround_op", "-t", "onnxruntime"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert "It is served at -t onnxruntime,test.customop=1 by test_customop:custom_addandround" in out
+    code = main(["explain", "mylibrary::addandround_op", "-t", "onnxruntime", "--json"])
+    data = json.loads(capsys.readouterr()[0])
+    assert data["chosen"] is None and data["elsewhere"].startswith("served at -t onnxruntime,test.customop=1")

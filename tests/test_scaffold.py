@@ -120,6 +120,33 @@ def test_new_pack_reports_what_it_wrote(tmp_path):
     assert 'mypack = "opreg_mypack"' in (pack / "pyproject.toml").read_text()
 
 
+def test_the_next_steps_are_whole_lines_to_paste(tmp_path):
+    """Each command ``new-pack`` suggests is one line, however long its path and narrow the terminal
+    (issue 39: the hint used to wrap a path onto a line of its own)."""
+    deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * 6)
+    deep.mkdir(parents=True)
+    pack = deep / "opreg-mypack"
+    env_run = run(
+        sys.executable, "-c", "import os, sys; os.environ['COLUMNS'] = '60'; from opreg.cli import main; "
+        "sys.exit(main(sys.argv[1:]))", "new-pack", "opreg-mypack", "--op", SWISH, "-o", pack, cwd=tmp_path,
+    )  # fmt: skip
+    assert env_run.returncode == 0, env_run.stderr
+    lines = env_run.stdout.splitlines()
+    assert lines[1] == f"edit: {pack}/opreg_mypack/impls.py (write each impl's body)"
+    assert lines[2:] == ["next:", f"  pip install -e {pack}", "  opreg plugins", "  opreg pack-check mypack"]
+
+
+def test_new_pack_without_ops_says_how_to_give_them(tmp_path):
+    refused = run(sys.executable, "-m", "opreg", "new-pack", "opreg-mypack", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stdout == "" and list(tmp_path.iterdir()) == []
+    assert refused.stderr == (
+        "opreg: error: name the ops the pack translates, --op 'mylib::fused_swish(Tensor x, float beta) -> Tensor' "
+        "(repeatable; ops=[...] in Python), or pass --empty for a pack with no ops yet\n"
+    )
+    made = run(sys.executable, "-m", "opreg", "new-pack", "opreg-mypack", "--empty", "--json", cwd=tmp_path)
+    assert made.returncode == 0 and json.loads(made.stdout)["ops"] == []
+
+
 def test_the_pack_is_written_for_its_ops(tmp_path, monkeypatch, unload):
     """Each op gets an impl stub whose signature opreg accepts against the op's torch schema, an ONNX
     schema with an input per tensor and an attribute per other argument, a reference kernel, samples."""
@@ -134,7 +161,7 @@ def test_the_pack_is_written_for_its_ops(tmp_path, monkeypatch, unload):
     assert "def swishlib_fused_swish(x: Tensor, beta: float):" in impls
     assert (
         "def scaffoldlib_mix_out(\n    x: Tensor,\n    weight: Tensor | None = None,\n    scale: float = 1.0,\n    *,\n"
-        "    dims: Sequence[int] = [1],\n    keep: bool = False,\n    mode: str = 'sum',\n):"
+        '    dims: Sequence[int] = [1],\n    keep: bool = False,\n    mode: str = "sum",\n):'
     ) in impls
     assert impls.count("raise NotImplementedError(") == 2
     installed(pack, monkeypatch)

@@ -10,6 +10,7 @@ parser and refuses, in one line, what a pack cannot translate this way.
 from __future__ import annotations
 
 import dataclasses
+import json
 import keyword
 import re
 from typing import Any
@@ -157,6 +158,15 @@ def _kind(name: str, type_: Any) -> tuple[str, bool]:
     return kind, optional
 
 
+def _literal(value: Any) -> str:
+    """``value`` as Python source, as ruff formats it (double-quoted strings)."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    return repr(value)
+
+
 def parse(text: str) -> OpSpec:
     """Read ``--op`` ``ns::name(Tensor x, float beta) -> Tensor`` (``ns::name.overload(...)`` too).
     Raises :class:`OpSpecError` with what to write instead."""
@@ -187,7 +197,7 @@ def parse(text: str) -> OpSpec:
     arguments = []
     for arg in schema.arguments:
         kind, optional = _kind(arg.name, arg.type)
-        default = None if arg.default_value is None and not arg.has_default_value() else repr(arg.default_value)
+        default = None if arg.default_value is None and not arg.has_default_value() else _literal(arg.default_value)
         arguments.append(Argument(arg.name, kind, optional, default, arg.kwarg_only))
     returns = [str(r.type) for r in schema.returns]
     if not returns or any(r != "Tensor" for r in returns):

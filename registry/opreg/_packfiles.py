@@ -410,18 +410,21 @@ def runtime(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], d
 
 
 def _schema(op: OpSpec) -> str:
-    inputs = ", ".join(
-        f'_input("{a.name}", {i}{", optional=True" if a.optional else ""})' for i, a in enumerate(op.tensors)
-    )
-    attributes = ", ".join(
+    inputs = [f'_input("{a.name}", {i}{", optional=True" if a.optional else ""})' for i, a in enumerate(op.tensors)]
+    attributes = [
         f'_attribute("{a.name}", "{ATTRIBUTES[a.kind]}", required={not (a.optional or a.default is not None)})'
         for a in op.attributes
-    )
-    return (
-        f'\n        _schema(\n            "{op.onnx_name}",\n            "{op.schema}",\n'
-        f"            inputs=[{inputs}],\n            outputs={op.outputs},\n"
-        f"            attributes=[{attributes}],\n        ),"
-    )
+    ]
+    lines = [
+        "        _schema(",
+        f'            "{op.onnx_name}",',
+        f'            "{op.schema}",',
+        _wrap(12, "inputs=[", inputs, "],"),
+        f"            outputs={op.outputs},",
+        _wrap(12, "attributes=[", attributes, "],"),
+        "        ),",
+    ]
+    return "\n" + "\n".join(lines)
 
 
 def _kernel(op: OpSpec) -> str:

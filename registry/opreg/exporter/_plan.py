@@ -103,15 +103,28 @@ class JoinedDomain:
         version: the version added: the one its pack declares (:meth:`opreg.Registry.declared_version`).
         packs: the packs whose impls need it.
         ops: the torch ops that needed it.
+        requested: the target the export was given, as :class:`opreg.Target` prints it.
+        spec: the target with every domain added, as ``-t`` takes it (``onnxruntime,swishlib=1``).
     """
 
     domain: str
     version: int
     packs: tuple[str, ...]
     ops: tuple[str, ...]
+    requested: str = ""
+    spec: str = ""
 
     def __str__(self) -> str:
         return f"{self.domain}={self.version} (pack {', '.join(self.packs)}: {', '.join(self.ops)})"
+
+    @property
+    def note(self) -> str:
+        """The one line that says so (logged by the export, printed by ``opreg export``)."""
+        return (
+            f"target {self.requested} names no {self.domain}, which only pack {', '.join(self.packs)} covers "
+            f"{', '.join(self.ops)} in: added {self.domain}={self.version}, the version the pack declares "
+            f"(-t {self.spec} says so)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +182,6 @@ def prepare(
     every op that still has no impl, and :class:`OpsetConflictError` with the ``-t`` to use when a
     domain cannot join at its declared version."""
     joined: tuple[JoinedDomain, ...] = ()
-    requested = target
     survey = _survey(program, registry, target)
     if survey.missing:
         target, joined = _join(survey.missing, registry, target)
@@ -182,11 +194,7 @@ def prepare(
     if survey.missing:
         raise _unsupported(survey.missing, registry, target)
     for domain in joined:
-        logger.warning(
-            "target %s names no %s, which only pack %s covers %s in: added %s=%d, the version the pack declares "
-            "(-t %s says so)", requested, domain.domain, ", ".join(domain.packs), ", ".join(domain.ops),
-            domain.domain, domain.version, target.spec,
-        )  # fmt: skip
+        logger.warning("%s", domain.note)
     return program, Plan(survey.steps, target, joined)
 
 
@@ -215,7 +223,8 @@ def _join(missing: _Missing, registry: Registry, target: Target) -> tuple[Target
     for domain, version in sorted(added.items()):
         users = [w for w in widenings if domain in dict(w.declared)]
         packs = tuple(dict.fromkeys(w.impl.pack for w in users))
-        entries.append(JoinedDomain(domain, version, packs, tuple(str(w.op) for w in users)))
+        ops = tuple(str(w.op) for w in users)
+        entries.append(JoinedDomain(domain, version, packs, ops, str(target), joined.spec))
     return joined, tuple(entries)
 
 
