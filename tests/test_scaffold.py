@@ -267,7 +267,7 @@ def test_the_wheel_ships_what_new_pack_needs(tmp_path):
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = tmp_path.glob("opreg-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"opreg/well_known_names.txt", "opreg/_opspec.py", "opreg/_packfiles.py"} <= names
+    assert {"opreg/well_known_names.txt", "opreg/_opspec.py", "opreg/_packcode.py", "opreg/_packfiles.py"} <= names
     assert not [n for n in names if "_template" in n]
 
 
