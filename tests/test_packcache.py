@@ -341,3 +341,16 @@ def test_an_impl_for_a_profile_resolves_alike_from_the_cache(make_pack):
         assert str(cached.explain("aten::gelu", target)) == str(loaded.explain("aten::gelu", target))
     (row,) = [c for c in cached.explain("aten::gelu", "onnx").candidates if c.impl.pack == "forort"]
     assert (row.status, row.reason) == ("dropped", "only for profile onnxruntime, which needs com.microsoft=1")
+
+
+def test_ops_and_explain_show_the_profiles_an_impl_is_for(capsys, make_pack):
+    make_pack("forort", FOR_ONNXRUNTIME)
+    code, out, _ = cli(capsys, "ops", "aten::gelu", "--pack", "forort", "--json", "-t", "onnxruntime")
+    (row,) = json.loads(out)["impls"]
+    assert code == 0 and (row["profiles"], row["status"]) == (["onnxruntime"], "chosen")
+    code, out, _ = cli(capsys, "ops", "aten::gelu", "--pack", "forort", "-t", "onnxruntime")
+    assert code == 0 and "; for profile" in out  # the requires column: ai.onnx>=20; for profile onnxruntime
+    code, out, _ = cli(capsys, "explain", "aten::gelu", "-t", "onnx", "--json")
+    (row,) = [c for c in json.loads(out)["candidates"] if c["pack"] == "forort"]
+    assert (row["profiles"], row["status"]) == (["onnxruntime"], "dropped")
+    assert row["reason"] == "only for profile onnxruntime, which needs com.microsoft=1"

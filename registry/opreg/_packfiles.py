@@ -64,12 +64,10 @@ def pyproject(distribution: str, pack: str, package: str, ops: Sequence[OpSpec],
     libraries = sorted({op.namespace for op in ops})
     dependencies = [f"opreg>={__version__}", _requirement("onnxscript"), _requirement("torch"), "numpy"]
     listed = ", ".join(f'"{d}"' for d in dependencies)
-    library_note = (
-        f"# The ops come from {', '.join(libraries)}: add the distribution that provides "
-        f"{'it' if len(libraries) == 1 else 'them'} here.\n"
-        if libraries
-        else ""
-    )
+    library_note = ""
+    if libraries:  # the library's distribution is the author's to name
+        provides = "it" if len(libraries) == 1 else "them"
+        library_note = f"# The ops come from {', '.join(libraries)}: add the distribution that provides {provides}.\n"
     return code(
         f'''
         [build-system]
