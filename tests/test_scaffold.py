@@ -299,6 +299,10 @@ def test_the_wheel_ships_what_new_pack_needs(tmp_path):
         (["mypack", "--domain", "my-company.ops"], "not dotted identifiers"),
         (["mypack", "--domain", "ai.onnx"], "belongs to ai.onnx"),
         (["mypack", "--domain", "com.microsoft.nchwc"], "belongs to com.microsoft"),
+        # ops it cannot write a pack for, given on the command line
+        (["mypack", "--op", "swishlib::fused_swish(Tensor x"], "is not a torch op schema"),
+        (["mypack", "--op", "mylib::count(Tensor x) -> int"], "returns int"),
+        (["mypack", "--op", SWISH, "--empty"], "--op and --empty exclude each other"),
     ],
 )
 def test_unusable_names_are_refused_and_nothing_is_written(tmp_path, args, message):
