@@ -224,6 +224,8 @@ def test_an_empty_pack_loads_and_passes_the_kit(tmp_path, monkeypatch, unload):
         ".github/workflows/opreg-pack.yml", "README.md", "opreg_emptypack/__init__.py", "opreg_emptypack/impls.py",
         "pyproject.toml", "tests/test_emptypack.py",
     ]  # fmt: skip
+    description = 'description = "opreg op pack: exports its ops (none yet) to ONNX (domain emptypack.ops)"'
+    assert description in (pack / "pyproject.toml").read_text()
     installed(pack, monkeypatch)
     report = check_pack("emptypack")
     report.assert_ok()

@@ -20,7 +20,7 @@ TENSOR_TYPES = (
 
 
 def init(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], domain: str) -> str:
-    what = ", ".join(op.qualified for op in ops) or "no ops yet"
+    what = ", ".join(op.qualified for op in ops) or "its ops (none yet)"
     return code(f'''
         """opreg pack {distribution}: exports {what} to ONNX.
 

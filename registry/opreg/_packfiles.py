@@ -60,7 +60,7 @@ def _torch_releases() -> list[str]:
 def pyproject(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], domain: str) -> str:
     from opreg import __version__
 
-    what = ", ".join(op.qualified for op in ops) or "no ops yet"
+    what = ", ".join(op.qualified for op in ops) or "its ops (none yet)"
     libraries = sorted({op.namespace for op in ops})
     dependencies = [f"opreg>={__version__}", _requirement("onnxscript"), _requirement("torch"), "numpy"]
     listed = ", ".join(f'"{d}"' for d in dependencies)
