@@ -43,6 +43,8 @@ LAYOUT = {
     "logits": "logits",
     "present_key": "present.%d.key",
     "present_value": "present.%d.value",
+    "past_conv": "past.%d.conv",
+    "present_conv": "present.%d.conv",
 }
 """The decoder's input and output names (``%d``: the layer), as ONNX Runtime GenAI's
 ``genai_config.json`` names them."""
