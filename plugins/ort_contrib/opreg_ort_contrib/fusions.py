@@ -25,8 +25,10 @@ The pack's own, which onnxscript's rules do not match in opreg's graphs, each me
 - ``RotaryEmbedding``: ``x * cos + rotate_half(x) * sin`` with the cos/sin of
   duplicated frequencies (``cat(freqs, freqs)``, as every RoPE model computes them, scaled or
   not) becomes ai.onnx ``RotaryEmbedding`` (opset 23), fed the cos/sin of the frequencies
-  themselves, on the projection before its heads are split when it can (onnxscript's
-  RotaryEmbedding23 wants the cos/sin unscaled and the heads split).
+  themselves, on the (batch, seq, hidden) heads before they are moved first when it can: the
+  projection they were split off, or the heads merged when something acts on them between
+  (Qwen3's and LFM2's per-head norms); the attention kernel can then take them directly
+  (onnxscript's RotaryEmbedding23 wants the cos/sin unscaled and the heads split).
 - ``InterleavedRotaryEmbedding``: the same for interleaved pairs (GPT-J's ``rotate_every_two``,
   Cohere's: ``stack(-x[..., 1::2], x[..., ::2]).flatten(-2)``, cos/sin of ``repeat_interleave(f, 2)``),
   with ``interleaved=1``.
@@ -403,17 +405,22 @@ class RotaryEmbedding(pattern.RewriteRuleClassBase):
         if sin_scale is not None:
             sin = op.Mul(sin, sin_scale)
         producer = x.producer()
-        # x split off a (batch, seq, hidden) projection: rotate the projection, split after, so the
-        # attention kernel can take the projection directly (the lean pass cancels the round trip)
-        split = producer is not None and producer.op_type == "Transpose" and _heads_split(producer)
-        source = producer.inputs[0].producer().inputs[0] if split else x
+        # x the heads of (batch, seq, heads, size) moved first: rotate them merged as (batch, seq,
+        # hidden) (the projection itself when they were split off it), move them after, so the
+        # attention kernel can take them directly (the lean pass cancels the round trip)
+        moved = producer is not None and producer.op_type == "Transpose" and _heads_moved(producer)
         if self._freqs.shape[0] != x.shape[0]:  # ONNX Runtime wants the caches' batch to be x's, unbroadcast
             batch = op.Concat(_size(op, self._batch), op.Shape(self._freqs, start=1), axis=0)
             cos, sin = op.Expand(cos, batch), op.Expand(sin, batch)
         interleaved = {"interleaved": 1} if self._interleaved else {}
-        if not split:
+        if not moved:
             return op.RotaryEmbedding(x, cos, sin, **interleaved)
         view = producer.inputs[0]
+        if _heads_split(producer):  # split off a projection
+            source = view.producer().inputs[0]
+        else:  # e.g. normalised head by head (Qwen3's, LFM2's q/k norms)
+            b, s, h, d = view.shape
+            source = _shaped(op.Reshape(view, op.Constant(value_ints=[0, 0, -1])), [b, s, h * d], x)
         rotated = _shaped(op.RotaryEmbedding(source, cos, sin, num_heads=self._heads, **interleaved), source.shape, x)
         heads = _shaped(op.Reshape(rotated, op.Shape(view)), view.shape, x)
         return op.Transpose(heads, perm=[0, 2, 1, 3])
@@ -454,6 +461,15 @@ def _repeated_interleaved(value: ir.Value) -> ir.Value | None:
     if f is None or pairs is None or flat is None or len(f) != 3 or pairs != [*f, 2]:
         return None
     return freqs if flat[:2] == f[:2] and isinstance(f[2], int) and flat[2] == 2 * f[2] else None
+
+
+def _heads_moved(transpose: ir.Node) -> bool:
+    """``transpose`` is Transpose(v, [0, 2, 1, 3]) of a (batch, seq, heads, size) ``v``, heads and size static."""
+    perm = transpose.attributes.get("perm")
+    dims = _dims(transpose.inputs[0]) if transpose.inputs[0] is not None else None
+    if perm is None or list(perm.as_ints()) != [0, 2, 1, 3] or dims is None or len(dims) != 4:
+        return False
+    return isinstance(dims[2], int) and isinstance(dims[3], int)
 
 
 def _heads_split(transpose: ir.Node) -> bool:

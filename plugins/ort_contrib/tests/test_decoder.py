@@ -259,3 +259,18 @@ def test_packed_projections_keep_each_bias_with_its_own_projection():
         attention = model.model.layers[index].self_attn
         expected = torch.cat([attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias])
         np.testing.assert_array_equal(add.inputs[1].const_value.numpy(), expected.detach().numpy())
+
+
+def test_a_rotary_after_per_head_norms_goes_into_group_query_attention():
+    """Qwen3 normalises the query's and key's heads (q_norm, k_norm) before the rotary: the rotary is
+    still taken into GroupQueryAttention (on the normalised heads, merged), the norms stay before it."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    model = _tiny(Qwen3Config, Qwen3ForCausalLM, head_dim=SIZE)
+    decoder = opreg.llm.export_decoder(model, target="onnxruntime")
+    decoder.verify([(1, 1, 0), (3, 7, 5)])  # and a left-padded prefill
+    for node in _attention(decoder):
+        assert {a.name: a.value for a in node.attributes.values()}["do_rotary"] == 1
+        assert node.inputs[0].producer().op_type == "Reshape"  # the normalised heads, merged
+    ops = _ops(decoder.program)
+    assert "RotaryEmbedding" not in ops and ops["RMSNormalization"] == 2 * LAYERS + 2 * LAYERS + 1
