@@ -78,10 +78,6 @@ class KeyValueCache:
             CacheTensor(LAYOUT["past_value"], LAYOUT["present_value"], dims, grows=True),
         )
 
-    def empty(self, tensor: CacheTensor, batch: int, dtype: torch.dtype) -> torch.Tensor:
-        """What a prefill passes: no tokens."""
-        return torch.zeros(tensor.shape(batch, 0), dtype=dtype)
-
     def capture_layer(self, past: Sequence[torch.Tensor]) -> Any:
         return _past_layer_class()(*past)
 
@@ -117,10 +113,6 @@ class ConvState:
     def tensors(self) -> tuple[CacheTensor, ...]:
         dims = (BATCH, self.channels, self.width)
         return (CacheTensor(LAYOUT["past_conv"], LAYOUT["present_conv"], dims, grows=False),)
-
-    def empty(self, tensor: CacheTensor, batch: int, dtype: torch.dtype) -> torch.Tensor:
-        """What a prefill passes: zeros, the convolution's left padding."""
-        return torch.zeros(tensor.shape(batch, 0), dtype=dtype)
 
     def capture_layer(self, past: Sequence[torch.Tensor]) -> Any:
         return _conv_layer_class()(past[0])

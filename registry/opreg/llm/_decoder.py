@@ -96,8 +96,9 @@ class DecoderLayout:
         return [LAYOUT["logits"]] + [tensor.present % layer for layer, tensor in self.cache]
 
     def empty_cache(self, batch: int) -> list[torch.Tensor]:
-        """Every layer's cache for a prefill: no keys and values, a convolution's zeros."""
-        return [self.layers[layer].empty(tensor, batch, self.dtype) for layer, tensor in self.cache]
+        """Every layer's cache for a prefill: no keys and values, zeros for a convolution's state
+        (its left padding)."""
+        return [torch.zeros(tensor.shape(batch, 0), dtype=self.dtype) for _, tensor in self.cache]
 
     def past_length(self, past: Sequence[torch.Tensor]) -> int:
         """The tokens before the new ones in ``past`` (the cache tensors, in order)."""
