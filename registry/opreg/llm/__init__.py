@@ -25,16 +25,18 @@ Importing this module is cheap: torch and transformers are imported when a funct
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from opreg.targets import TargetLike
+from opreg.settings import ExportSettings, takes_settings
 
 if TYPE_CHECKING:
     from opreg.llm._decoder import Decoder, DecoderLayout
-    from opreg.registry import Registry
 
-__all__ = ["LAYOUT", "Decoder", "DecoderLayout", "export_decoder"]
+__all__ = ["DECODER_OPTIONS", "LAYOUT", "Decoder", "DecoderLayout", "export_decoder"]
+
+DECODER_OPTIONS = ("dynamic_shapes", "state")
+"""The options of :class:`opreg.ExportSettings` the decoder's layout sets: :func:`export_decoder`
+does not take them."""
 
 LAYOUT = {
     "input_ids": "input_ids",
@@ -52,19 +54,16 @@ LAYOUT = {
 ``genai_config.json`` names them."""
 
 
+@takes_settings(leave_out=DECODER_OPTIONS)
 def export_decoder(
     model: Any,
     output_folder: str | os.PathLike[str] | None = None,
     *,
-    target: TargetLike = "onnx",
     tokenizer: Any = None,
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    optimize: bool = True,
     external_data: bool | None = None,
     context_length: int | None = None,
-    **export_options: Any,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> Decoder:
     """Export a transformers causal LM as one decoder for prefill and decode (the layout of
     :mod:`opreg.llm`), and write a folder ONNX Runtime GenAI loads when ``output_folder`` is given.
@@ -79,10 +78,9 @@ def export_decoder(
             ``"onnxruntime"`` (with ``opreg-ort-contrib``: ONNX Runtime's fused kernels).
         tokenizer: what to save beside the model: a transformers tokenizer, or a folder holding
             one; by default the checkpoint folder's, when ``model`` is a folder.
-        plugins, exclude, registry, optimize: as :func:`opreg.export` takes them.
-        export_options: more of :func:`opreg.export`'s keyword arguments (``fold_weights``,
-            ``rewrite``, ``inline``, ...), passed on as they are; not the ones the decoder's
-            layout sets (``dynamic_shapes``, ``state``).
+        options, settings: :func:`opreg.export`'s keyword options (:class:`opreg.ExportSettings`:
+            ``plugins``, ``registry``, ``fold_weights``, ...) passed on as they are, or prebuilt; not
+            those the decoder's layout sets (:data:`DECODER_OPTIONS`).
         external_data: as :meth:`OnnxProgram.save` takes it.
         context_length: the longest sequence GenAI may generate (``genai_config.json``'s
             ``context_length`` and ``search.max_length``); default the model's
@@ -99,9 +97,8 @@ def export_decoder(
     from opreg.llm import _decoder
 
     decoder = _decoder.export_decoder(
-        model, target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
-        tokenizer=tokenizer, context_length=context_length, **export_options,
-    )  # fmt: skip
+        model, tokenizer=tokenizer, context_length=context_length, settings=settings, **options
+    )
     if output_folder is not None:
         decoder.save(output_folder, external_data=external_data)
     return decoder

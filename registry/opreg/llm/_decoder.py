@@ -24,11 +24,10 @@ from opreg.errors import ExportError, InvalidArgumentError, VerificationError
 from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
-from opreg.llm import LAYOUT, _cache, _genai
+from opreg.llm import DECODER_OPTIONS, LAYOUT, _cache, _genai
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._genai import text_config
-from opreg.registry import Registry
-from opreg.targets import TargetLike
+from opreg.settings import ExportSettings
 
 logger = logging.getLogger(__name__)
 
@@ -348,24 +347,21 @@ def layout_of(model: Any) -> DecoderLayout:
 def export_decoder(
     model: Any,
     *,
-    target: TargetLike = "onnx",
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    optimize: bool = True,
     tokenizer: Any = None,
     context_length: int | None = None,
-    **export_options: Any,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> Decoder:
-    taken = sorted(set(export_options) & {"args", "kwargs", "dynamic_shapes", "state"})
+    taken = [name for name in ("args", "kwargs", *DECODER_OPTIONS) if name in options]
+    if settings is not None:
+        defaults = ExportSettings()
+        taken += [n for n in DECODER_OPTIONS if n not in taken and getattr(settings, n) != getattr(defaults, n)]
     if taken:
         raise InvalidArgumentError(
             f"export_decoder sets {', '.join(taken)} itself (the decoder's inputs and dynamic lengths); leave "
             f"{'it' if len(taken) == 1 else 'them'} out"
         )
-    unknown = sorted(set(export_options) - set(inspect.signature(export).parameters))
-    if unknown:
-        raise InvalidArgumentError(f"export_decoder got {', '.join(unknown)}, which opreg.export does not take")
+    settings = ExportSettings.of(settings, options, "export_decoder")
     model, folder = load(model)
     if context_length is None:
         context_length = int(getattr(text_config(model), "max_position_embeddings", 0) or 4096)
@@ -380,10 +376,8 @@ def export_decoder(
             torch.randint(0, layout.vocab_size, (batch, length)),
             past=[torch.randn(tensor.shape(batch, past), dtype=layout.dtype) for _, tensor in layout.cache],
         )
-        program = export(
-            step, (), example, target=target, dynamic_shapes=_dynamic_shapes(layout, context_length), plugins=plugins,
-            exclude=exclude, registry=registry, optimize=optimize, **export_options,
-        )  # fmt: skip
+        shapes = _dynamic_shapes(layout, context_length)
+        program = export(step, (), example, settings=dataclasses.replace(settings, dynamic_shapes=shapes))
     finally:
         model.train(was_training)
     _name(program, layout)
