@@ -35,6 +35,11 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
     )  # fmt: skip
     p.add_argument("--context-length", type=int, metavar="N", help="the longest sequence GenAI may generate")
     p.add_argument("--external-data", action="store_true", help="write the weights to a side file")
+    p.add_argument(
+        "--no-streaming", dest="streaming", action="store_false", default=None,
+        help="load the model with its weights first (default: stream them from the safetensors files as "
+        "model.onnx is written; the same file, in a fraction of the memory)",
+    )  # fmt: skip
     p.set_defaults(run=run)
 
 
@@ -55,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     err = console(stderr=True)
     with err.status(f"exporting {args.folder}..."):
-        decoder = _decoder.export_decoder(args.folder, target=target, registry=reg, context_length=args.context_length)
+        decoder = _decoder.export_decoder(
+            args.folder, target=target, registry=reg, context_length=args.context_length, streaming=args.streaming
+        )
         exported = time.perf_counter() - started
         folder = decoder.save(args.output, external_data=True if args.external_data else None)
     checks = []
