@@ -111,7 +111,7 @@ def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-d
         return exporter.export(model, args, kwargs, **options)
 
 
-_EXPORTER_NAMES = ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location", "StateSlot")
+_EXPORTER_NAMES = ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location", "StateSlot", "FixedDim")
 
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]

@@ -16,7 +16,8 @@ import torch
 
 from opreg import _heap
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError
-from opreg.exporter import _capture, _finish, _plan, _state, _translate
+from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
+from opreg.exporter._dynamic import FixedDim
 from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import MissingOp
@@ -37,6 +38,7 @@ __all__ = [
     "SKIPPED_OPS",
     "STAGES",
     "Divergence",
+    "FixedDim",
     "Location",
     "MissingOp",
     "OnnxProgram",
@@ -89,10 +91,11 @@ def plan_export(
     (decomposing it where needed) and return every op no impl covers at ``target``, in the main
     graph and in every subgraph (``[]`` when the model can be exported). What ``opreg check`` prints."""
     args = _check_inputs(model, args, kwargs)
+    _dynamic.check(dynamic_shapes)
     reg = _registry(registry, plugins, exclude)
     resolved = reg.target(target)
     patched = _patches(model, reg, patches, exclude_patches)
-    captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
+    captured = _dynamic.capture(model, args, kwargs, dynamic_shapes, patched).program
     try:
         _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
@@ -135,8 +138,12 @@ def export(
         target: what the model must run on: a profile name (``"onnx"``,
             ``"onnxruntime"``), an ai.onnx version, a ``{domain: version}``
             dict, or a :class:`opreg.Target`.
-        dynamic_shapes: as ``torch.export.export`` takes them; the names of
-            ``torch.export.Dim``s become the ONNX dim names.
+        dynamic_shapes: as ``torch.export.export`` takes them, or ``"auto"``: every
+            dim of every tensor input ``Dim.AUTO``. A dim marked dynamic stays so when its
+            example size is 1 (torch's size-oblivious capture); the dims torch.export fixes
+            are in the result's ``fixed_dims`` with the guard that fixed them. The names of
+            ``torch.export.Dim``s become the ONNX dim names, other dynamic dims are named
+            ``<input>_dim<i>``, and dims torch proves equal share a name.
         plugins, exclude: which installed packs to use (see
             :func:`opreg.default_registry`).
         registry: a registry to use instead (e.g. a ``default_registry().copy()``
@@ -216,6 +223,7 @@ def export(
     args = _check_inputs(model, args, kwargs)
     _check_options(inline=inline, seed=seed, embed_functions=embed_functions, optimize=optimize,
                    fold_weights=fold_weights, rewrite=rewrite)  # fmt: skip
+    _dynamic.check(dynamic_shapes)
     reg = _registry(registry, plugins, exclude)
     _state.check_mode(state)
     extra = _finish.export_passes(passes)
@@ -224,7 +232,8 @@ def export(
     resolved = reg.target(target)
     patched = _patches(model, reg, patches, exclude_patches)
     _heap.settle()  # the modules imported and the registry outlive the export
-    captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
+    capture = _dynamic.capture(model, args, kwargs, dynamic_shapes, patched)
+    captured = capture.program
     _heap.settle()  # so does the captured program
     tick("plan")
     program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
@@ -233,7 +242,7 @@ def export(
     symbols: dict[str, str] = {}
     eager = captured  # what verify() compares with: an ExportedProgram's module is made when first needed
     if isinstance(model, torch.nn.Module):
-        symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
+        symbols = _capture.dim_names(model, args, kwargs, program, capture.dynamic_shapes)
         eager = model
     translation = _translate.Translator(program, plan, resolved, symbols, state_io=state == "io").run()
     tick("finish")
@@ -246,6 +255,7 @@ def export(
     )  # fmt: skip
     tick.done()
     result.exporter = export
+    _dynamic.record(result, capture.fixed)
     return result
 
 

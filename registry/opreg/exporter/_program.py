@@ -123,6 +123,9 @@ class OnnxProgram:
         capture_patches: what happened to each capture patch the packs offered
             (:class:`opreg.PatchOutcome`; the applied ones are also in the model's
             ``opreg.capture_patches`` metadata).
+        fixed_dims: the dims ``dynamic_shapes`` asked to be dynamic (``Dim.AUTO``, ``"auto"``) that
+            the model has at a fixed size, each with the guard that fixed it
+            (:class:`opreg.FixedDim`; also in the model's ``opreg.fixed_dims`` metadata).
     """
 
     def __init__(
@@ -145,6 +148,7 @@ class OnnxProgram:
     ) -> None:
         self.model = model
         self.capture_patches = tuple(capture_patches)
+        self.fixed_dims: tuple[Any, ...] = ()  # opreg.export sets what capture fixed
         self.target = target
         self.registry = registry
         self.exported_program = exported_program
