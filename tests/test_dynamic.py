@@ -271,3 +271,26 @@ def test_torchs_setting_and_logger_are_left_as_they_were_from_threads():
     assert errors == []
     assert not _guards.size_oblivious_now()
     assert (logger.level, logger.filters) == (level, filters)
+
+
+def test_a_transformers_decoder_from_a_batch_of_one():
+    """A causal LM called as ``generate`` calls it (with its cache) exports from one sequence and
+    is right at other batch sizes and lengths, one included. Without the cache transformers looks
+    for packed sequences, comparing the batch with the position ids' and the length with 1 (its
+    masking_utils): from a batch of one torch.export refuses the dynamic batch, and the error says
+    where the model's code guards it. (``opreg llm export`` captures its decoder at batch 2,
+    sequence 3, past 4; tests/test_llm.py runs it at batch 1, sequence 1 and past 0.)"""
+    from tests import language_models
+
+    model = language_models.causal_lm("llama")
+    dims = {"input_ids": {0: Dim("batch"), 1: Dim("seq")}, "use_cache": None}
+    ids = torch.randint(3, language_models.VOCAB, (1, 8))
+    program = opreg.export(model, (), {"input_ids": ids, "use_cache": True}, dynamic_shapes=dims)
+    assert _shapes(program)["input_ids"] == ["batch", "seq"]
+    for shape in ((3, 5), (1, 1)):
+        program.verify(input_ids=torch.randint(3, language_models.VOCAB, shape), use_cache=True)
+    with pytest.raises(opreg.ExportError) as error:
+        opreg.export(model, (), {"input_ids": ids, "use_cache": False}, dynamic_shapes=dims)
+    message = str(error.value)
+    assert "Constraints violated (batch)" in message
+    assert "Where the model's code guards the dims marked dynamic:\n- input_ids.shape[0] == 1 (transformers/" in message

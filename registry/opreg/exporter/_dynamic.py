@@ -167,7 +167,7 @@ def capture(
         except ExportError as e:
             small = [a for a in asked if a.size <= 1 and not _done(a, fixed)]
             if not oblivious or not small or not all(a.auto for a in small):
-                raise
+                raise ExportError(f"{e}{_where_guards(sites, asked)}") from e.__cause__
             cause = e.__cause__ or e
             why = f"kept dynamic, torch.export fails: {_capture.first_lines(cause, 1)}"
             fixed += [FixedDim(a.path, a.index, a.size, why, _guards.user_line(cause)) for a in small]
@@ -298,20 +298,16 @@ def _fixed_by_guards(
     return found
 
 
-_ROOT = re.compile(r"^L\[['\"](?P<name>[^'\"]+)['\"]\]")
+_SIZE = re.compile(r"^L\[['\"](?P<name>[^'\"]+)['\"]\](?P<rest>.*)\.size\(\)\[(?P<dim>\d+)\]$")
 
 
 def input_of(source: Any) -> tuple[str, int] | None:
     """The input path and dim a shape symbol's source names (``L['x'].size()[0]`` -> ``("x", 0)``),
-    spelled as :func:`opreg.exporter._capture._dynamic_dims` spells paths."""
-    base, index = getattr(source, "base", None), getattr(source, "idx", None)
-    prop = getattr(getattr(source, "prop", None), "name", None)
-    if base is None or prop != "SIZE" or not isinstance(index, int):
-        return None
-    match = _ROOT.match(base.name)
+    spelled as :func:`opreg.exporter._capture._dynamic_dims` spells paths; a source or its name."""
+    match = _SIZE.match(source if isinstance(source, str) else str(getattr(source, "name", "")))
     if match is None:
         return None
-    return match.group("name") + base.name[match.end() :], index
+    return match.group("name") + match.group("rest"), int(match.group("dim"))
 
 
 def _symbols_by_source(env: Any) -> dict[tuple[str, int], Any]:
@@ -347,7 +343,7 @@ def _reason(env: Any, symbols: set[Any], sites: _guards.GuardSites) -> tuple[str
     guards.sort(key=lambda g: not (_is_equation(g.expr) and len(g.expr.free_symbols) == 1))
     guard = guards[0]
     source = sites.first(str(guard.expr)) or _framework_line(guard)
-    return f"guard {render(guard.expr, env)}", source
+    return f"guard {render(guard.expr, names_in(env))}", source
 
 
 def _is_equation(expr: Any) -> bool:
@@ -362,25 +358,43 @@ def _framework_line(guard: Any) -> str:
     return _guards.where(frame.filename, frame.lineno or 0, frame.name)
 
 
-def render(expr: Any, env: Any) -> str:
-    """A guard or size as Python reads it, its symbols named after the inputs (``x.shape[0] == 1``)."""
+def names_in(env: Any) -> dict[str, str]:
+    """torch's symbol -> the input dim it stands for (``s77`` -> ``x.shape[0]``), from the shape
+    environment."""
     names = {}
     for symbol, sources in (getattr(env, "var_to_sources", None) or {}).items():
         where = next((w for w in map(input_of, sources) if w is not None), None)
         if where is not None:
-            names[symbol] = f"{where[0]}.shape[{where[1]}]"
-    op = getattr(expr, "rel_op", None)
-    parts = [expr.lhs, expr.rhs] if op is not None else [expr]
-    text = [_named(part, names) for part in parts]
-    return f"{text[0]} {op} {text[1]}" if op is not None else text[0]
+            names[str(symbol)] = f"{where[0]}.shape[{where[1]}]"
+    return names
 
 
-def _named(expr: Any, names: Mapping[Any, str]) -> str:
+def render(expr: Any, names: Mapping[str, str]) -> str:
+    """A guard or size as Python reads it, its symbols named after the inputs (``x.shape[0] == 1``):
+    a sympy expression, or the text torch prints for one."""
     text = str(expr)
-    for symbol in sorted(expr.free_symbols, key=lambda s: -len(str(s))):
+    for symbol in sorted(set(re.findall(r"\bs\d+\b", text)), key=len, reverse=True):
         if symbol in names:
-            text = re.sub(rf"\b{re.escape(str(symbol))}\b", names[symbol], text)
+            text = re.sub(rf"\b{symbol}\b", names[symbol], text)
+    equation = re.fullmatch(r"(Eq|Ne)\((.+), ([^,()]+)\)", text)
+    if equation is not None:
+        return f"{equation.group(2)} {'==' if equation.group(1) == 'Eq' else '!='} {equation.group(3)}"
     return text
+
+
+def _where_guards(sites: _guards.GuardSites, asked: Sequence[_Asked]) -> str:
+    """Where the guards on the dims ``asked`` were added, for an error of the capture."""
+    names = {s: f"{w[0]}.shape[{w[1]}]" for s, source in sites.sources.items() if (w := input_of(source))}
+    wanted = {f"{a.path}.shape[{a.index}]" for a in asked}
+    lines: list[str] = []
+    for site in sites.sites:
+        text = render(site.expression, names)
+        line = f"- {text} ({site.user})" if site.user else f"- {text}"
+        if site.user and any(name in text for name in wanted) and line not in lines:
+            lines.append(line)
+    if not lines:
+        return ""
+    return "\nWhere the model's code guards the dims marked dynamic:\n" + "\n".join(lines[:8])
 
 
 def _narrowed_error(items: Sequence[_Narrowed]) -> str:

@@ -34,6 +34,7 @@ SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
 """The logger torch's shape environment announces guards on (``TORCH_LOGS=dynamic``)."""
 
 _GUARD_ADDED = "[guard added]"
+_CREATED = "create_symbol %s = %s for %s"
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 _HERE = (os.path.dirname(logging.__file__) + os.sep, contextlib.__file__)
 _EXPORTER = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -119,11 +120,14 @@ class GuardSite:
 
 class GuardSites(logging.Filter):
     """Records a :class:`GuardSite` for each guard torch adds in this thread while inside (a
-    context manager); the shape environment's logger shows what it showed before."""
+    context manager), and the source of each symbol it creates; the shape environment's logger
+    shows what it showed before."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sites: list[GuardSite] = []
+        self.sources: dict[str, str] = {}
+        """torch's symbol -> the source it stands for (``s77`` -> ``L['x'].size()[0]``)."""
         self._thread = threading.get_ident()
         self._shown = logging.WARNING
         self._level = logging.NOTSET
@@ -144,10 +148,14 @@ class GuardSites(logging.Filter):
             logger.setLevel(self._level)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.thread == self._thread and _GUARD_ADDED in str(record.msg):
-            expression = _expression(record)
-            if expression:
-                self.sites.append(GuardSite(expression, _user_frame(sys._getframe(1))))
+        if record.thread == self._thread:
+            message = str(record.msg)
+            if _GUARD_ADDED in message:
+                expression = _expression(record)
+                if expression:
+                    self.sites.append(GuardSite(expression, _user_frame(sys._getframe(1))))
+            elif message.startswith(_CREATED) and isinstance(record.args, tuple) and len(record.args) > 2:
+                self.sources[str(record.args[0])] = str(record.args[2])  # "create_symbol s77 = 1 for L['x']..."
         return record.levelno >= self._shown
 
     def first(self, expression: str) -> str:
