@@ -115,7 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
         "path/to/file.py:factory (opreg runs that file, with its folder first on sys.path, as Python runs a "
         "script) or package.module:factory (imported); factory() returns (module, args[, kwargs])"
     )
-    dynamic_help = "dynamic dims of a forward input: NAME:DIM=LABEL[,DIM=LABEL] (repeatable), e.g. x:0=batch"
+    dynamic_help = (
+        "dynamic dims of a forward input: NAME:DIM=LABEL[,DIM=LABEL] (repeatable), e.g. x:0=batch (its example "
+        "size may be 1); or 'auto': every dim of every tensor input, the ones torch.export fixes reported"
+    )
 
     p = sub.add_parser(
         "plugins", parents=[output, packs, cache], help="installed packs: loaded, failed or disabled, and why"
@@ -629,6 +632,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             "opsets": {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())},
             "verified": bool(args.verify) or None,
             "outputs": [dataclasses.asdict(c) for c in result.outputs] if args.verify else [],
+            "fixed_dims": [dataclasses.asdict(f) for f in program.fixed_dims],
         })  # fmt: skip
         return EXIT_OK
     opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
@@ -638,6 +642,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         markup=False,
     )
     _print_patches(console, err, program.capture_patches)
+    _print_fixed_dims(console, [dataclasses.asdict(f) for f in program.fixed_dims])
     if args.external_data and not referenced_data(path):
         console.print(
             f"note: no weight is over {INLINE_LIMIT_BYTES} bytes, so every weight is inside {path} "
@@ -783,6 +788,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if report["constant_inputs"]:
         fixed = ", ".join(f"{name}={json.dumps(value)}" for name, value in report["constant_inputs"].items())
         line(f"constant inputs (fixed when exported; run() refuses other values): {fixed}")
+    _print_fixed_dims(console, report["fixed_dims"])
     weights = report["initializers"]
     external = ", external data" if weights["external"] else ""
     line(f"initializers: {weights['count']} ({weights['bytes']:,} bytes{external})")
@@ -817,6 +823,17 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if report["usable"]:
         line("usable: onnx.checker accepts the model with its data", "green")
     return code
+
+
+def _print_fixed_dims(console: Any, fixed: list[Any]) -> None:
+    """The dims asked to be dynamic that the export fixed, each with its guard and line."""
+    if not fixed:
+        return
+    table = _table("dims asked to be dynamic, fixed by torch.export", ["input", "dim", "size", "guard", "where"])
+    for item in fixed:
+        entry = item if isinstance(item, dict) else {"guard": str(item)}
+        table.add_row(*(str(entry.get(key, "")) for key in ("input", "dim", "size", "guard", "source")))
+    console.print(table)
 
 
 def _cmd_new_pack(args: argparse.Namespace) -> int:

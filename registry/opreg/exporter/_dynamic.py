@@ -34,6 +34,7 @@ import torch
 
 from opreg.errors import ExportError, InvalidArgumentError
 from opreg.exporter import _capture, _guards, _pytrees
+from opreg.inspection import FIXED_DIMS_KEY
 from opreg.patching import PatchedCapture
 
 logger = logging.getLogger(__name__)
@@ -409,11 +410,6 @@ def _narrowed_error(items: Sequence[_Narrowed]) -> str:
         "If the model takes another path at other sizes, export from an example where these dims are 2 or more; "
         "else mark them Dim.AUTO (fixed and reported in program.fixed_dims) or leave them static."
     )
-
-
-FIXED_DIMS_KEY = "opreg.fixed_dims"
-"""The model's metadata: the dims asked to be dynamic that the export fixed (a JSON list of
-``{input, dim, size, guard, source}``)."""
 
 
 def record(program: Any, fixed: Sequence[FixedDim]) -> None:
