@@ -99,6 +99,26 @@ def test_a_dynamic_dim_the_model_fixes_at_its_example_size_is_named_with_its_gua
         program.verify(torch.rand(batch, 4), atol=ATOL)
 
 
+class Broadcast(torch.nn.Module):
+    """Expands a row to the other input's batch: torch checks the row's size is 1 (its ``expand``)."""
+
+    def forward(self, row, rows):
+        return row.expand(rows.shape[0], -1) + rows
+
+
+def test_a_check_inside_torch_does_not_fix_a_dim_marked_dynamic(caplog):
+    """torch's ``expand`` (and its strides of a batch of one) guard a size against 1 in torch's own
+    code: the graph holds the op, as general as ONNX's Expand, so the dim stays dynamic (said in
+    a warning); only a guard in the model's code fixes one (above)."""
+    spec = {"row": {0: Dim.DYNAMIC}, "rows": {0: Dim.DYNAMIC}}
+    with caplog.at_level(logging.WARNING, logger="opreg.exporter._dynamic"):
+        program = opreg.export(Broadcast(), (torch.rand(1, 4), torch.rand(5, 4)), dynamic_shapes=spec)
+    assert _shapes(program)["row"] == ["row_dim0", 4]
+    assert any("row.shape[0]: torch.export narrowed" in r.getMessage() for r in caplog.records)
+    program.verify(torch.rand(3, 4), torch.rand(3, 4), atol=ATOL)
+    program.verify(torch.rand(1, 4), torch.rand(2, 4), atol=ATOL)
+
+
 class Guarded(torch.nn.Module):
     """A CNN whose code guards on sizes: a branch for one image, a view needing 8 channels."""
 

@@ -275,9 +275,27 @@ def _narrowed(
         bounds = program.range_constraints.get(symbol)
         if bounds is None or not isinstance(bounds.upper, sympy.Integer) or int(bounds.upper) >= NARROW:
             continue
-        guard, source = _reason(env, {symbol}, sites)
+        guards = [g for g in (getattr(env, "guards", None) or []) if symbol in g.expr.free_symbols]
+        branches = [g for g in guards if not _in_torch(g)]
+        if not branches and not item.auto:
+            # torch's own checks (a stride, an expand of a size-1 dim): the graph holds the op, as
+            # general as ONNX's; a dim the user marked dynamic stays so
+            logger.warning(
+                "%s.shape[%d]: torch.export narrowed its range to %s at checks of its own (%s); kept dynamic: "
+                "the model's code does not branch on it",
+                item.path, item.index, bounds, "; ".join(f"{_reason(env, {symbol}, sites, [g])[0]}" for g in guards),
+            )  # fmt: skip
+            continue
+        guard, source = _reason(env, {symbol}, sites, branches or guards)
         found.append(_Narrowed(item, guard, source))
     return found
+
+
+def _in_torch(guard: Any) -> bool:
+    """Whether ``guard`` was added by torch's own code (its kernels' checks), not the model's."""
+    frame = getattr(getattr(guard, "sloc", None), "framework_loc", None)
+    filename = frame if isinstance(frame, str) else getattr(frame, "filename", "")
+    return _guards.in_torch(filename)
 
 
 def _fixed_by_guards(
@@ -335,14 +353,14 @@ def _replaced(env: Any, symbol: Any) -> set[Any]:
     return seen
 
 
-def _reason(env: Any, symbols: set[Any], sites: _guards.GuardSites) -> tuple[str, str]:
-    """The guard on ``symbols`` that fixed them (an equation with a constant first), named after
-    the inputs, and where it was added."""
-    guards = [g for g in (getattr(env, "guards", None) or []) if g.expr.free_symbols & symbols]
+def _reason(env: Any, symbols: set[Any], sites: _guards.GuardSites, guards: list[Any] | None = None) -> tuple[str, str]:
+    """The guard on ``symbols`` (of ``guards``, else the shape environment's) that fixed them (an
+    equation with a constant first), named after the inputs, and where it was added."""
+    if guards is None:
+        guards = [g for g in (getattr(env, "guards", None) or []) if g.expr.free_symbols & symbols]
     if not guards:
         return "torch.export fixed it (no guard recorded)", ""
-    guards.sort(key=lambda g: not (_is_equation(g.expr) and len(g.expr.free_symbols) == 1))
-    guard = guards[0]
+    guard = sorted(guards, key=lambda g: not (_is_equation(g.expr) and len(g.expr.free_symbols) == 1))[0]
     source = sites.first(str(guard.expr)) or _framework_line(guard)
     return f"guard {render(guard.expr, names_in(env))}", source
 

@@ -95,6 +95,11 @@ def _outside_torch(filename: str) -> bool:
     return not filename.startswith((_TORCH, "<", *_HERE))
 
 
+def in_torch(filename: str) -> bool:
+    """Whether ``filename`` is one of torch's own files."""
+    return filename.startswith(_TORCH)
+
+
 def user_line(error: BaseException) -> str:
     """Where ``error`` was raised from the model's code (or its library's), or ``""``."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if _outside_torch(f.filename)]
