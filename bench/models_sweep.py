@@ -488,6 +488,69 @@ def build_diffusers(name: str) -> tuple[Any, tuple, dict[str, Any]]:
     return getattr(diffusers, name)(**config).eval(), args, kwargs
 
 
+# -- the libraries of issue 38's probe ---------------------------------------------------------
+
+PROBE = [
+    *(("ultralytics", n) for n in (
+        "yolo11n.yaml", "yolo11n-seg.yaml", "yolo11n-pose.yaml", "yolo11n-obb.yaml", "yolo11n-cls.yaml",
+        "yolov8n.yaml", "rtdetr-l.yaml",
+    )),
+    ("segmentation_models_pytorch", "Unet"), ("segmentation_models_pytorch", "FPN"),
+    ("kornia", "gaussian_blur2d"), ("kornia", "resize_antialias"),
+    ("open_clip", "ViT-B-32"),
+]  # fmt: skip
+"""Models of the libraries a probe of dynamic exports tried (issue 38), built when the library is
+installed (none is a dependency of opreg: ``pip install --no-deps`` them beside the locked torch);
+else each is reported as not built and left out of the counts."""
+
+
+def build_probe(library: str, name: str) -> tuple[Any, tuple, dict[str, Any]]:
+    import torch
+
+    if library == "ultralytics":
+        import os
+
+        os.environ.setdefault("YOLO_OFFLINE", "1")
+        from ultralytics import RTDETR, YOLO
+
+        model = (RTDETR if name.startswith("rtdetr") else YOLO)(name).model.eval()
+        for module in model.modules():  # as ultralytics' own exporter prepares the heads
+            if hasattr(module, "export"):
+                module.export, module.format, module.dynamic = True, "onnx", True
+        size = 224 if "-cls" in name else 320
+        return model, (torch.randn(1, 3, size, size),), {}
+    if library == "segmentation_models_pytorch":
+        import segmentation_models_pytorch as smp
+
+        model = getattr(smp, name)("resnet18", encoder_weights=None, classes=3).eval()
+        return model, (torch.randn(1, 3, 128, 128),), {}
+    if library == "kornia":
+        import kornia
+
+        class Op(torch.nn.Module):
+            def forward(self, image: torch.Tensor) -> torch.Tensor:
+                if name == "gaussian_blur2d":
+                    return kornia.filters.gaussian_blur2d(image, (5, 5), (1.5, 1.5))
+                return kornia.geometry.transform.resize(image, (32, 32), antialias=True)
+
+        return Op().eval(), (torch.randn(1, 3, 64, 64),), {}
+    if library == "open_clip":
+        import open_clip
+
+        model = open_clip.create_model(name, pretrained=None).eval()
+
+        class Image(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, image: torch.Tensor) -> torch.Tensor:
+                return self.model.encode_image(image)
+
+        return Image().eval(), (torch.randn(1, 3, 224, 224),), {}
+    raise ValueError(f"unknown probe library {library}")
+
+
 # -- the catalog --------------------------------------------------------------------------------
 
 
@@ -498,6 +561,7 @@ def catalog(timm_names: dict[str, str] | None = None) -> list[Entry]:
     entries += [Entry(f"timm/{n}", "timm", module, (n,)) for module, n in sorted(timm_names.items())]
     entries += [Entry(f"torchvision/{n}", "torchvision", k, (k, n)) for k, n in TORCHVISION]
     entries += [Entry(f"diffusers/{n}", "diffusers", "diffusion", (n,)) for n in DIFFUSERS]
+    entries += [Entry(f"probe/{lib}/{n.removesuffix('.yaml')}", "probe", lib, (lib, n)) for lib, n in PROBE]
     return entries
 
 
@@ -516,7 +580,7 @@ def timm_choices() -> dict[str, str]:
 
 BUILDERS: dict[str, Callable[..., tuple[Any, tuple, dict[str, Any]]]] = {
     "transformers": build_transformers, "timm": build_timm, "torchvision": build_torchvision,
-    "diffusers": build_diffusers,
+    "diffusers": build_diffusers, "probe": build_probe,
 }  # fmt: skip
 
 

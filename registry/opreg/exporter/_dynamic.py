@@ -2,20 +2,22 @@
 its example size is 1, ``dynamic_shapes="auto"`` makes every input dimension dynamic that
 torch.export can keep so, and the export says which ones it had to fix and why.
 
-:func:`capture` captures with torch's size-oblivious reasoning whenever dims are marked dynamic
-(:func:`opreg.exporter._guards.size_oblivious`, as torch.onnx does), then reviews what torch made
-of each dim that was asked to be dynamic:
+:func:`capture` captures with torch's size-oblivious reasoning when a dim marked dynamic has
+example size 0 or 1 (:func:`opreg.exporter._guards.size_oblivious`, as torch.onnx does; other
+exports capture as before), then reviews what torch made of each dim asked to be dynamic:
 
-- A dim whose example size is 0 or 1 and whose range torch narrowed below 3: the model branches on
-  that size (``if x.shape[0] == 1``, an ``expand`` of a size-1 dim); the graph follows the example's
-  path and would be wrong at other sizes. A ``Dim.DYNAMIC`` or named ``Dim`` there is an
-  :class:`ExportError` naming the guard; a ``Dim.AUTO`` (and ``"auto"``) is fixed at its example
-  size, captured again, and reported.
+- A dim of example size 0 or 1 whose range torch narrowed below 3 by a guard in the model's code
+  (``if x.shape[0] == 1``): the graph follows the example's path and would be wrong at other
+  sizes. A ``Dim.DYNAMIC`` or named ``Dim`` there is an :class:`ExportError` naming the guard and
+  its line; a ``Dim.AUTO`` (``"auto"``) one is fixed at its example size, captured again, and
+  reported. Guards in torch's own code (an ``expand``'s check, a batch of one's strides) leave the
+  op in the graph as general as ONNX's: a ``Dim.DYNAMIC`` or named ``Dim`` stays dynamic, with a
+  warning; a ``Dim.AUTO`` one is fixed.
 - A ``Dim.AUTO`` dim whose size torch fixed (a guard equating it with a constant, as a weight's
   size does) is reported with that guard.
 - When the size-oblivious capture fails and only ``Dim.AUTO`` dims have example size 0 or 1, the
   capture runs again without it (torch then fixes those dims itself) and they are reported with
-  the error.
+  the error; any other failure lists where the model's code guards the dims marked dynamic.
 
 Each report is a :class:`FixedDim`: the input, the dim, its size, the guard with the sizes named
 after the inputs (``x.shape[1] == 3``) and where it was added (the model's line, found by
