@@ -169,6 +169,27 @@ def test_auto_reports_each_guard_with_its_line_and_keeps_the_rest_dynamic():
     program.verify(torch.randn(5, 3, 6, 6), bias, atol=ATOL)
 
 
+class Picks(torch.nn.Module):
+    """Sums the first rows, as many as a value of its input says: a size known only from data,
+    guarded against the input's size (``torch._check``)."""
+
+    def forward(self, x, count):
+        n = count.max().item()
+        torch._check(n >= 0)
+        torch._check(n < x.shape[0])
+        return x[: n + 1].sum(0) * 2
+
+
+def test_auto_on_a_model_with_a_data_dependent_guard():
+    """A guard on a value read from the data relates it to an input's size without fixing the
+    size: "auto" keeps every dim dynamic, and the model is right at other sizes and values."""
+    program = opreg.export(Picks(), (torch.randn(6, 4), torch.tensor([2, 3])), dynamic_shapes="auto")
+    assert _shapes(program) == {"x": ["x_dim0", "x_dim1"], "count": ["count_dim0"], "output": ["x_dim1"]}
+    assert program.fixed_dims == ()
+    program.verify(torch.randn(9, 3), torch.tensor([7, 1, 0]), atol=ATOL)
+    program.verify(torch.randn(1, 5), torch.tensor([0]), atol=ATOL)
+
+
 class Attention(torch.nn.Module):
     """One attention layer with a key/value cache: the new keys and values come from one input."""
 
