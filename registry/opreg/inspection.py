@@ -20,7 +20,7 @@ TORCH_OP_KEY = "opreg.torch_op"
 CONSTANT_INPUTS_KEY = "opreg.constant_inputs"
 FIXED_DIMS_KEY = "opreg.fixed_dims"
 """The dims ``dynamic_shapes`` asked to be dynamic that the export fixed: a JSON list of
-``{input, dim, size, guard, source}`` (:class:`opreg.FixedDim`)."""
+``{input, dim, size, guard, source}`` (:class:`opreg.FixedDim`; written by ``opreg.exporter._dynamic``)."""
 """The arguments ``torch.export`` made constants (bools, ints, strings...): a JSON object, name -> value."""
 
 

@@ -132,7 +132,7 @@ def first_lines(error: BaseException, lines: int = 12) -> str:
 # -- names of symbolic dimensions ----------------------------------------------------
 
 
-def _dynamic_dims(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, spec: Any):
+def dynamic_dims(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, spec: Any):
     """``(input path, example tensor, dim index, dim spec)`` for every dim ``spec`` names, walking
     ``dynamic_shapes`` beside the example inputs so any spelling torch accepts (by name, by
     position, nested) is understood."""
@@ -188,7 +188,7 @@ def check_dynamic_shapes(model: torch.nn.Module, args: tuple, kwargs: Mapping[st
     """Refuse a dim index past an input's rank, naming the input (torch says only ``IndexError``)."""
     if spec is None:
         return
-    for path, value, index, _ in _dynamic_dims(model, args, kwargs, spec):
+    for path, value, index, _ in dynamic_dims(model, args, kwargs, spec):
         rank = value.dim()
         if not isinstance(index, int) or not -rank <= index < rank:
             raise ExportError(
@@ -212,7 +212,7 @@ def dim_names(
     if spec is None:
         return {}
     named: dict[int, dict[int, str]] = {}  # id(example tensor) -> dim index -> name
-    for _, value, index, dim in _dynamic_dims(model, args, kwargs, spec):
+    for _, value, index, dim in dynamic_dims(model, args, kwargs, spec):
         name = getattr(dim, "__name__", None)
         if name and not str(name).startswith(("AUTO", "DYNAMIC", "STATIC")):
             named.setdefault(id(value), {})[int(index) % max(value.dim(), 1)] = str(name)

@@ -36,7 +36,6 @@ import torch
 
 from opreg.errors import ExportError, InvalidArgumentError
 from opreg.exporter import _capture, _guards, _pytrees
-from opreg.inspection import FIXED_DIMS_KEY
 from opreg.patching import PatchedCapture
 
 logger = logging.getLogger(__name__)
@@ -134,7 +133,7 @@ def auto_shapes(
 
 def _asked(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, spec: Any) -> list[_Asked]:
     asked = []
-    for path, value, index, dim in _capture._dynamic_dims(model, args, kwargs, spec):
+    for path, value, index, dim in _capture.dynamic_dims(model, args, kwargs, spec):
         kind = getattr(getattr(dim, "type", None), "name", None)  # a Dim.AUTO / DYNAMIC / STATIC hint
         if isinstance(dim, int) or kind == "STATIC" or not isinstance(value, torch.Tensor):
             continue
@@ -324,7 +323,7 @@ _SIZE = re.compile(r"^L\[['\"](?P<name>[^'\"]+)['\"]\](?P<rest>.*)\.size\(\)\[(?
 
 def input_of(source: Any) -> tuple[str, int] | None:
     """The input path and dim a shape symbol's source names (``L['x'].size()[0]`` -> ``("x", 0)``),
-    spelled as :func:`opreg.exporter._capture._dynamic_dims` spells paths; a source or its name."""
+    spelled as :func:`opreg.exporter._capture.dynamic_dims` spells paths; a source or its name."""
     match = _SIZE.match(source if isinstance(source, str) else str(getattr(source, "name", "")))
     if match is None:
         return None
@@ -430,6 +429,11 @@ def _narrowed_error(items: Sequence[_Narrowed]) -> str:
         "If the model takes another path at other sizes, export from an example where these dims are 2 or more; "
         "else mark them Dim.AUTO (fixed and reported in program.fixed_dims) or leave them static."
     )
+
+
+FIXED_DIMS_KEY = "opreg.fixed_dims"
+"""The model's metadata: the dims asked to be dynamic that the export fixed, a JSON list of
+``{input, dim, size, guard, source}`` (``opreg inspect`` reads it: :mod:`opreg.inspection`)."""
 
 
 def record(program: Any, fixed: Sequence[FixedDim]) -> None:
