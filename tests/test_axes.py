@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import collections
 
-import numpy as np
 import onnx_ir as ir
 import pytest
 import torch
 
 import opreg
-from opreg.exporter._axes import AXIS_OPS
+from opreg.exporter._axes import AXIS_OPS, FUSION_SPELLED
 from tests.optest import Lambda
 
 ATOL = 1e-5
@@ -23,7 +22,7 @@ def _negative_axes(program) -> list[str]:
     found = []
     for node in ir.traversal.RecursiveGraphIterator(program.model.graph):
         slot = AXIS_OPS.get(node.op_type)
-        if node.domain != "" or slot is None:
+        if node.domain != "" or slot is None or node.op_type in FUSION_SPELLED:
             continue
         attr = node.attributes.get(slot.attribute) if slot.attribute else None
         if attr is not None:
@@ -128,19 +127,31 @@ def test_kernels_computed_from_constants_fold(model, most):
 
 
 def test_normalized_where_ranks_are_known_only():
-    """An Unsqueeze counts its axes in the output's rank; a dynamic input keeps its rank, so
-    its axes are counted from the front too."""
+    """A dynamic input keeps its rank, so its axes are counted from the front too."""
 
     def fn(x):
-        return torch.nn.functional.one_hot(x.argmax(-1), 4) + x.unsqueeze(-1).unsqueeze(-3).sum(-1).squeeze(-2)
+        return torch.nn.functional.one_hot(x.argmax(-1), 4) + x.cumsum(-1).flatten(-2).topk(4, -1)[1][:, None, :]
 
-    program = opreg.export(
-        Lambda(fn),
-        (x,),
-        dynamic_shapes=(({0: torch.export.Dim.DYNAMIC},),),  # forward(*args)
-    )
+    program = opreg.export(Lambda(fn), (x,), dynamic_shapes=(({0: torch.export.Dim.DYNAMIC},),))  # forward(*args)
     assert _negative_axes(program) == []
-    unsqueezes = [n for n in program.model.graph if n.op_type == "Unsqueeze"]
-    assert unsqueezes and all(np.all(n.inputs[1].const_value.numpy() >= 0) for n in unsqueezes)
+    axes = {n.op_type: n.attributes["axis"].value for n in program.model.graph if n.op_type in ("ArgMax", "TopK")}
+    assert axes == {"ArgMax": 2, "TopK": 1}
     other = torch.randn(5, 3, 4)
     program.verify(other, atol=ATOL)
+    program.verify(other, atol=ATOL, runtime="reference")
+
+
+def test_axes_fusion_tools_match_as_minus_one_stay_so():
+    """onnxscript's and ORT's fusion patterns spell the last axis of a Softmax, Concat, ReduceMean
+    or Slice as -1 (layer and RMS normalization, rotary embeddings, attention): those keep it, and
+    the reference evaluator and the folder handle them."""
+
+    def fn(x):
+        return torch.cat([x.softmax(-1), x - x.mean(-1, keepdim=True), x[..., 1:]], -1)
+
+    program = opreg.export(Lambda(fn), (x,))
+    axes = {n.op_type: n.attributes["axis"].value for n in program.model.graph if "axis" in n.attributes}
+    assert axes == {"Softmax": -1, "Concat": -1}
+    mean = next(n for n in program.model.graph if n.op_type == "ReduceMean")
+    assert mean.inputs[1].const_value.numpy().tolist() == [-1]
+    program.verify(x, atol=ATOL, runtime="reference")

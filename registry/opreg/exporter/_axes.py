@@ -1,16 +1,19 @@
-"""Non-negative axes: every ai.onnx node the recorder makes names its axes from the front.
+"""Axes counted from the front: the ai.onnx nodes the recorder makes name their axes so, where the
+rank is known, once for every impl (:func:`normalize`), instead of each impl doing it.
 
-Impls pass torch's ``dim`` through, and torch's is often ``-1``. ONNX allows a negative axis,
-but not every consumer of the model handles one: ``onnx.reference``'s GatherElements compares
-the wrong dims when the axis is negative and the index is smaller than the data, so
-``program.run(..., runtime="reference")`` failed on ``torch.gather(x, -1, i)`` and
-``x.max(-1)``, and onnxscript's constant folder, which evaluates nodes with it, silently kept
-such nodes (kornia's gaussian kernel: 24 nodes computed at every run). So the recorder turns a
-negative axis into ``axis + rank`` wherever the rank of the input it counts in is known, once,
-for every impl (:func:`normalize`), instead of each impl doing it.
+Impls pass torch's ``dim`` through, and torch's is often ``-1``. ONNX allows a negative axis, but
+not every consumer handles one: ``onnx.reference``'s GatherElements compares the wrong dims when
+the axis is negative and the index is smaller than the data, so ``program.run(...,
+runtime="reference")`` failed on ``torch.gather(x, -1, i)`` and ``x.max(-1)``, and onnxscript's
+constant folder, which evaluates nodes with it, silently kept such nodes (kornia's gaussian
+kernel: 24 nodes computed at every run). A negative axis becomes ``axis + rank``.
 
-:data:`AXIS_OPS` says which attribute or input of which op is an axis, and the rank it counts
-in: its data input's, plus the dims the op adds (Unsqueeze's new axes, OneHot's one).
+:data:`AXIS_OPS` says which attribute or input of which op is an axis, and the rank it counts in:
+its data input's, plus the dims the op adds (Unsqueeze's new axes, OneHot's one). Left as torch
+gives them (:data:`FUSION_SPELLED`): the ops whose last axis fusion tools match as ``-1`` (the
+patterns of onnxscript's ``ort_fusions`` and ``rules/fusion``, and opreg-ort-contrib's rules:
+RMS and layer normalization, rotary embeddings, attention); ``onnx.reference`` and the folder
+handle those (``tests/test_axes.py``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,11 @@ _REDUCTIONS = (
     "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd",
     "ReduceSum", "ReduceSumSquare",
 )  # fmt: skip
+
+FUSION_SPELLED = frozenset(
+    {"Concat", "LayerNormalization", "ReduceMean", "Slice", "Softmax", "Split", "Squeeze", "Unsqueeze"}
+)
+"""Ops that fusion patterns match with axis ``-1`` (module docstring): not normalized."""
 
 AXIS_OPS: dict[str, AxisSlot] = {
     **dict.fromkeys(_AXIS_OPS_ONE, _AXIS),
@@ -93,7 +101,7 @@ def normalize(
     the front where the rank is known; a constant axes input is replaced by a new one made with
     ``constant`` (the old one may be shared)."""
     slot = AXIS_OPS.get(op_type)
-    if slot is None or not inputs:
+    if slot is None or not inputs or op_type in FUSION_SPELLED:
         return inputs, attributes
     rank = _rank(inputs[0])
     if rank is None:
