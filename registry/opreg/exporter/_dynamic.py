@@ -34,13 +34,14 @@ from typing import Any
 
 import torch
 
-from opreg.errors import ExportError, InvalidArgumentError
+from opreg.errors import ExportError
 from opreg.exporter import _capture, _guards, _pytrees
 from opreg.patching import PatchedCapture
+from opreg.settings import AUTO_SHAPES
 
 logger = logging.getLogger(__name__)
 
-AUTO = "auto"
+AUTO = AUTO_SHAPES
 """``dynamic_shapes=AUTO``: every dim of every tensor input ``Dim.AUTO``."""
 
 NARROW = 3
@@ -104,15 +105,6 @@ class _Asked:
 
 def is_auto(dynamic_shapes: Any) -> bool:
     return isinstance(dynamic_shapes, str) and dynamic_shapes == AUTO
-
-
-def check(dynamic_shapes: Any) -> None:
-    """Refuse a ``dynamic_shapes`` string other than ``"auto"`` before anything is captured."""
-    if isinstance(dynamic_shapes, str) and not is_auto(dynamic_shapes):
-        raise InvalidArgumentError(
-            f"dynamic_shapes={dynamic_shapes!r}: give {AUTO!r} (every dim of every tensor input dynamic where "
-            "torch.export can keep it so) or the dims as torch.export takes them, e.g. {'x': {0: Dim.DYNAMIC}}"
-        )
 
 
 def auto_shapes(

@@ -23,16 +23,18 @@ Importing this module is cheap: torch and transformers are imported when a funct
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from opreg.targets import TargetLike
+from opreg.settings import ExportSettings, takes_settings
 
 if TYPE_CHECKING:
     from opreg.llm._decoder import Decoder, DecoderLayout
-    from opreg.registry import Registry
 
-__all__ = ["LAYOUT", "Decoder", "DecoderLayout", "export_decoder"]
+__all__ = ["DECODER_OPTIONS", "LAYOUT", "Decoder", "DecoderLayout", "export_decoder"]
+
+DECODER_OPTIONS = ("dynamic_shapes", "state")
+"""The options of :class:`opreg.ExportSettings` the decoder's layout sets: :func:`export_decoder`
+does not take them."""
 
 LAYOUT = {
     "input_ids": "input_ids",
@@ -48,26 +50,24 @@ LAYOUT = {
 ``genai_config.json`` names them."""
 
 
+@takes_settings(leave_out=DECODER_OPTIONS)
 def export_decoder(
     model: Any,
     output_folder: str | os.PathLike[str] | None = None,
     *,
-    target: TargetLike = "onnx",
     tokenizer: Any = None,
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    optimize: bool = True,
     external_data: bool | None = None,
     context_length: int | None = None,
-    **export_options: Any,
+    streaming: bool | None = None,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> Decoder:
     """Export a transformers causal LM as one decoder for prefill and decode (the layout of
     :mod:`opreg.llm`), and write a folder ONNX Runtime GenAI loads when ``output_folder`` is given.
 
     Args:
         model: a ``transformers`` causal LM (``*ForCausalLM``, weights as they are), or the path of
-            a local checkpoint folder (``config.json`` and weights; loaded in float32).
+            a local checkpoint folder (``config.json`` and weights, in float32).
         output_folder: where to write ``model.onnx``, ``genai_config.json`` and the tokenizer's
             files (created if missing; files of the same names are replaced).
         target: as :func:`opreg.export` takes it: ``"onnx"`` (plain ONNX: attention as Attention or
@@ -75,14 +75,20 @@ def export_decoder(
             ``"onnxruntime"`` (with ``opreg-ort-contrib``: ONNX Runtime's fused kernels).
         tokenizer: what to save beside the model: a transformers tokenizer, or a folder holding
             one; by default the checkpoint folder's, when ``model`` is a folder.
-        plugins, exclude, registry, optimize: as :func:`opreg.export` takes them.
-        export_options: more of :func:`opreg.export`'s keyword arguments (``fold_weights``,
-            ``rewrite``, ``inline``, ...), passed on as they are; not the ones the decoder's
-            layout sets (``dynamic_shapes``, ``state``).
+        options, settings: :func:`opreg.export`'s keyword options (:class:`opreg.ExportSettings`:
+            ``plugins``, ``registry``, ``fold_weights``, ...) passed on as they are, or prebuilt; not
+            those the decoder's layout sets (:data:`DECODER_OPTIONS`).
         external_data: as :meth:`OnnxProgram.save` takes it.
         context_length: the longest sequence GenAI may generate (``genai_config.json``'s
             ``context_length`` and ``search.max_length``); default the model's
             ``max_position_embeddings``.
+        streaming: for a checkpoint folder: build the model on the ``meta`` device and read each
+            weight from the checkpoint's safetensors files only as ``model.onnx`` is written
+            (transformed there: cast to float32, transposed, packed, quantized), so peak memory
+            does not grow with the model; the file is the same, byte for byte, as with
+            ``streaming=False`` (which loads the model with ``from_pretrained``). Default: stream
+            when the folder holds safetensors. A meta-device model with ``weights=`` (a
+            checkpoint of its own ``state_dict`` names) streams too.
 
     Returns:
         a :class:`Decoder`: the :class:`opreg.OnnxProgram`, the :class:`DecoderLayout`, and
@@ -95,9 +101,8 @@ def export_decoder(
     from opreg.llm import _decoder
 
     decoder = _decoder.export_decoder(
-        model, target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
-        tokenizer=tokenizer, context_length=context_length, **export_options,
-    )  # fmt: skip
+        model, tokenizer=tokenizer, context_length=context_length, streaming=streaming, settings=settings, **options
+    )
     if output_folder is not None:
         decoder.save(output_folder, external_data=external_data)
     return decoder
