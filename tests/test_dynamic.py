@@ -335,3 +335,26 @@ def test_a_transformers_decoder_from_a_batch_of_one():
     message = str(error.value)
     assert "Constraints violated (batch)" in message
     assert "Where the model's code guards the dims marked dynamic:\n- input_ids.shape[0] == 1 (transformers/" in message
+
+
+def test_a_dim_the_graph_has_at_its_example_size_after_a_guard_is_found():
+    """A guard in torch's code narrows a batch of one without a branch of the model's, yet torch
+    then gives an op's output batch 1 where its input has the batch (a diffusers UNet from one image,
+    image size dynamic: its group norm's reshape then merged the batch into one row, silently
+    wrong). The graph's pointwise ops are searched for one; slices, reductions, reshapes and
+    convolutions, which may give a dim a size of their own, are not (bench/models_sweep.py
+    --dynamic runs the UNet)."""
+    from opreg.exporter import _capture, _dynamic
+
+    class Views(torch.nn.Module):
+        def forward(self, x):
+            return x[:1] + x.sum(0, keepdim=True), x.reshape(1, -1), x.view(1, 4) * 2
+
+    spec = {"x": {0: Dim.DYNAMIC}}
+    program = _capture.capture(Views(), (torch.rand(1, 4),), None, spec, oblivious=True)
+    (symbol,) = program.range_constraints
+    assert _dynamic._baked(program, symbol) == "size 1 (dim 0 of aten.mul.Tensor's output)"  # after the view
+    # torch's expand check narrows the row's batch, and every op keeps it (kept dynamic, above)
+    spec = {"row": {0: Dim.DYNAMIC}, "rows": {0: Dim.DYNAMIC}}
+    program = _capture.capture(Broadcast(), (torch.rand(1, 4), torch.rand(5, 4)), None, spec, oblivious=True)
+    assert all(_dynamic._baked(program, symbol) is None for symbol in program.range_constraints)

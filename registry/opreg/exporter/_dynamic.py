@@ -12,7 +12,10 @@ exports capture as before), then reviews what torch made of each dim asked to be
   its line; a ``Dim.AUTO`` (``"auto"``) one is fixed at its example size, captured again, and
   reported. Guards in torch's own code (an ``expand``'s check, a batch of one's strides) leave the
   op in the graph as general as ONNX's: a ``Dim.DYNAMIC`` or named ``Dim`` stays dynamic, with a
-  warning; a ``Dim.AUTO`` one is fixed.
+  warning; a ``Dim.AUTO`` one is fixed. Unless the graph then has the dim at a fixed size after an
+  op that keeps its input's sizes (:func:`_baked`: a diffusers UNet from one image with its image
+  size dynamic, where a reshape would then merge a batch into one row): that is as the model's
+  guard, an error naming torch's guard and the model's line.
 - A ``Dim.AUTO`` dim whose size torch fixed (a guard equating it with a constant, as a weight's
   size does) is reported with that guard.
 - When the size-oblivious capture fails and only ``Dim.AUTO`` dims have example size 0 or 1, the
@@ -270,7 +273,8 @@ def _narrowed(
             continue
         guards = [g for g in (getattr(env, "guards", None) or []) if symbol in g.expr.free_symbols]
         branches = [g for g in guards if not _in_torch(g)]
-        if not branches and not item.auto:
+        baked = _baked(program, symbol)
+        if not branches and not item.auto and baked is None:
             # torch's own checks (a stride, an expand of a size-1 dim): the graph holds the op, as
             # general as ONNX's; a dim the user marked dynamic stays so
             logger.warning(
@@ -280,8 +284,30 @@ def _narrowed(
             )  # fmt: skip
             continue
         guard, source = _reason(env, {symbol}, sites, branches or guards)
+        if not branches and baked is not None:
+            guard += f" in torch's code, after which the graph has it at {baked}"
         found.append(_Narrowed(item, guard, source))
     return found
+
+
+def _baked(program: torch.export.ExportedProgram, symbol: Any) -> str | None:
+    """The first pointwise op (torch's ``pointwise`` tag: ``add``, ``div``...) whose output has
+    ``symbol``'s dim at a fixed size where an input has it: after a guard in torch's code, torch
+    took the example's size there, and the ONNX ops after it compute that size at every size (a
+    reshape to it merges a batch into one row). ``None`` when no such op is in the graph."""
+    for node in program.graph.nodes:
+        out = node.meta.get("val")
+        pointwise = torch.Tag.pointwise in getattr(node.target, "tags", ())
+        if node.op != "call_function" or not pointwise or not isinstance(out, torch.Tensor):
+            continue
+        for arg in node.all_input_nodes:
+            value = arg.meta.get("val")
+            if not isinstance(value, torch.Tensor) or value.dim() != out.dim():
+                continue
+            for index, (before, after) in enumerate(zip(value.shape, out.shape, strict=True)):
+                if isinstance(before, torch.SymInt) and before.node.expr == symbol and isinstance(after, int):
+                    return f"size {after} (dim {index} of {node.target}'s output)"
+    return None
 
 
 def _in_torch(guard: Any) -> bool:
@@ -416,8 +442,9 @@ def _narrowed_error(items: Sequence[_Narrowed]) -> str:
         for item in items
     ]
     return (
-        "dims marked dynamic can only have their example's size: the model's code fixes them there (kept "
-        "dynamic, the ONNX model would compute the example's case at every size):\n" + "\n".join(lines) + "\n"
+        "dims marked dynamic can only have their example's size: the model's code, or torch's at a guard of the "
+        "model's sizes, fixes them there (kept dynamic, the ONNX model would compute the example's case at every "
+        "size):\n" + "\n".join(lines) + "\n"
         "If the model takes another path at other sizes, export from an example where these dims are 2 or more; "
         "else mark them Dim.AUTO (fixed and reported in program.fixed_dims) or leave them static."
     )
