@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import pkgutil
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from onnxscript.onnx_opset import opset20 as op20
 from onnxscript.values import Opset
 
 from opreg import _inspect
+from opreg.marks import marked
 from opreg.ops import Tensor
 from opreg.plugins import build_registry
 from opreg_core_ops import ops
@@ -118,11 +120,18 @@ def test_the_opset_check_can_fail():
 
 
 def test_every_family_module_is_loaded():
-    """Each public module of opreg_core_ops.ops is an op family the hook registers."""
+    """Each public module of opreg_core_ops.ops is an op family the hook registers: it marks impls,
+    and every function it marks is registered (none refused, no module left out of the hook's list)."""
     families = {
         f"opreg_core_ops.ops.{m.name}" for m in pkgutil.iter_modules(ops.__path__) if not m.name.startswith("_")
     }
     assert {i.function.__module__ for i in CORE} == families
+    registered = {id(i.function) for i in CORE}
+    for family in sorted(families):
+        functions = [function for function, _ in marked(importlib.import_module(family))]
+        assert functions, f"{family} marks no impl"
+        missing = [function.__name__ for function in functions if id(function) not in registered]
+        assert not missing, f"{family}: marked but not registered: {missing}"
 
 
 def tensor_annotation(jit_type):

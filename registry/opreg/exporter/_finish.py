@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
+import importlib.metadata
 import json
 import logging
 import math
@@ -51,6 +53,13 @@ DIM_BOUNDS_KEY = "opreg.dim_bounds"
 (``torch.export.Dim(name, max=N)``); set before the rewrites, which may read it (a table sized by a length's bound)."""
 MAX_CHECKED_BYTES = onnx.checker.MAXIMUM_PROTOBUF
 """A model larger than one protobuf holds (2 GB) is checked from its saved file instead."""
+
+
+@functools.cache
+def producer_version() -> str:
+    """The model's ``producer_version``: the installed opreg distribution's version, read from its
+    metadata (not from the ``opreg`` package above this module, which the exporter does not import)."""
+    return importlib.metadata.version("opreg")
 
 
 def finish(
@@ -349,11 +358,9 @@ def build_model(
     ``weights``: the initializers that are the model's ``state_dict`` entries (default:
     every initializer), never folded. ``outputs``: the names of the graph's outputs and
     the provenance of the nodes that made them (see :class:`BindOutputs`)."""
-    from opreg import __version__
-
     if rewrites and target is None:
         raise ValueError("rewrites need the target that gates them")
-    model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=__version__)
+    model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=producer_version())
     model.metadata_props.update(metadata)  # before the rewrites, which may read it
     graph.opset_imports.clear()
     graph.opset_imports.update(versions)  # every version first: the passes read them, then drop the unused
