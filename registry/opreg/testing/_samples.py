@@ -806,7 +806,7 @@ class _Batch:
     def run(self, target: Any, registry: Registry, runtime: str, rtol: float, atol: float, ops: set[str]) -> str | None:
         """Export for ``target``, run and compare: ``None`` if every sample matches, else why not
         (each sample's outputs numbered from 0, as in a model of that sample alone)."""
-        import opreg
+        from opreg._export import export
         from opreg.exporter._nodes import TORCH_OP_KEY
 
         random = any(self._by_distribution(e) for e in self.expected)
@@ -819,7 +819,7 @@ class _Batch:
             try:
                 # ops that update an argument (batch norm's running statistics in training) are
                 # compared by what they return: the updates are left out, as torch.onnx leaves them
-                program = opreg.export(self.program, target=target, registry=registry, state="drop")
+                program = export(self.program, target=target, registry=registry, state="drop")
             except Exception as e:
                 return f"export failed: {_short(e)}"
             for node in program.model.graph:
