@@ -28,7 +28,7 @@ import onnx_ir.passes.common as common_passes
 import torch
 from onnx_ir.passes import PassBase
 
-from opreg import hookspecs, patching
+from opreg import hookchecks, patching
 from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
 from opreg.exporter import _capture, _rewrite
 from opreg.exporter._program import OnnxProgram, OutputSlot
@@ -181,7 +181,7 @@ def export_passes(passes: Any) -> list[Rewrite]:
     if isinstance(passes, (str, bytes)) or not isinstance(passes, Iterable):
         raise InvalidArgumentError(f"passes must be a list of onnx_ir passes or rewrite rules, got {passes!r}")
     try:
-        checked = hookspecs.rewrites_of(list(passes))  # what a pack's opreg_rewrite_rules is held to
+        checked = hookchecks.rewrites_of(list(passes))  # what a pack's opreg_rewrite_rules is held to
     except ValueError as e:
         raise InvalidArgumentError(f"passes: {str(e).removeprefix('returned ')}") from None
     return [Rewrite(EXPORT_PASSES, item, names, asked=True) for item, names in checked]
