@@ -31,6 +31,7 @@ from onnx_ir.passes import PassBase
 from opreg import hookchecks, patching
 from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
 from opreg.exporter import _capture, _rewrite
+from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._program import OnnxProgram, OutputSlot
 from opreg.exporter._recorder import SMALL_CONSTANT, Use
 from opreg.exporter._rewrite import REWRITES_KEY, Rewrite
@@ -52,6 +53,8 @@ logger = logging.getLogger(__name__)
 DIM_BOUNDS_KEY = "opreg.dim_bounds"
 """Model ``metadata_props``: ``{dim name: [min, max]}`` (JSON) of the symbolic dims given a finite ``max``
 (``torch.export.Dim(name, max=N)``); set before the rewrites, which may read it (a table sized by a length's bound)."""
+JOINED_KEY = "opreg.joined_domains"
+"""The custom domains the export added to its target (``domain=version (pack P: ops)``, ``; `` between)."""
 MAX_CHECKED_BYTES = onnx.checker.MAXIMUM_PROTOBUF
 """A model larger than one protobuf holds (2 GB) is checked from its saved file instead."""
 
@@ -81,12 +84,12 @@ def finish(
     passes: Sequence[Rewrite] = (),
     dim_bounds: Mapping[str, Sequence[int]] | None = None,
     capture_patches: Sequence[PatchOutcome] = (),
+    joined: Sequence[JoinedDomain] = (),
 ) -> OnnxProgram:
-    """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`
-    (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false,
-    then the export's own ``passes``: see :func:`export_passes`; ``strict``: a faulty
-    rewrite fails the export instead of being left out; the capture patches that were
-    applied recorded in its metadata)."""
+    """The model of ``translation``, finished and checked, as an :class:`OnnxProgram` (the packs' rewrite
+    rules for ``target`` applied unless ``rewrite`` is false, then the export's own ``passes``: see
+    :func:`export_passes`; ``strict``: a faulty rewrite fails the export instead of being left out; the
+    capture patches applied and the custom domains the plan ``joined`` to the target in its metadata)."""
     recorder = translation.recorder
     graph = translation.graph
     out_spec = exported_program.call_spec.out_spec
@@ -103,10 +106,8 @@ def finish(
     definitions = {}
     if embed_functions:
         definitions = custom_op_definitions(graph, recorder.functions, registry.call_hook("opreg_functions"))
-    packs = {impl.pack for impl in translation.used_impls.values()}
-    rewrites = _rewrite.collect(registry.call_hook(_rewrite.HOOK, target=target)) if rewrite else []
+    rewrites = [*(_rewrite.collect(registry.call_hook(_rewrite.HOOK, target=target)) if rewrite else []), *passes]
     bound = [name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value)]
-    rewrites = [*rewrites, *passes]
     model = build_model(
         graph,
         recorder.functions,
@@ -114,11 +115,7 @@ def finish(
         inline=inline,
         optimize=optimize,
         fold_weights=fold_weights,
-        metadata={
-            "opreg.target": str(target),
-            **constants_metadata(exported_program, module),
-            **({DIM_BOUNDS_KEY: json.dumps(dim_bounds)} if dim_bounds else {}),
-        },
+        metadata=model_metadata(target, exported_program, module, joined, dim_bounds),
         definitions=definitions,
         rewrites=rewrites,
         target=target,
@@ -127,19 +124,11 @@ def finish(
         outputs=(bound + [slot.output for slot in state], origins),
         strict=strict,
     )
-    fired = model.metadata_props.get(REWRITES_KEY, "")
-    packs.update(item.split(":", 1)[0] for item in fired.split(",") if item)
-    applied = patching.metadata(capture_patches)
-    if applied is not None:
-        model.metadata_props[patching.METADATA_KEY] = applied
-        packs.update(o.pack for o in capture_patches if o.status == patching.APPLIED)
-    model.metadata_props["opreg.packs"] = ",".join(sorted(packs))
-    slots = []
-    for name, value in zip(names, translation.outputs, strict=True):
-        slots.append(
-            OutputSlot(name, complex=is_complex(value)) if isinstance(value, ir.Value) else OutputSlot(None, value)
-        )
-    checked = check(model)
+    record_packs(model, {impl.pack for impl in translation.used_impls.values()}, capture_patches)
+    slots = [
+        OutputSlot(name, complex=is_complex(value)) if isinstance(value, ir.Value) else OutputSlot(None, value)
+        for name, value in zip(names, translation.outputs, strict=True)
+    ]
     return OnnxProgram(
         model,
         target=target,
@@ -151,11 +140,42 @@ def finish(
         outputs=slots,
         in_spec=exported_program.call_spec.in_spec,
         out_spec=out_spec,
-        checked=checked,
+        checked=check(model),
         state=state,
         traces=translation.traces,
         capture_patches=capture_patches,
+        joined_domains=joined,
     )
+
+
+def model_metadata(
+    target: Target,
+    exported_program: torch.export.ExportedProgram,
+    module: Any,
+    joined: Sequence[JoinedDomain],
+    dim_bounds: Mapping[str, Sequence[int]] | None,
+) -> dict[str, str]:
+    """The model's ``metadata_props`` before the pipeline (the rewrites may read them): its target,
+    the custom domains joined to it (:data:`JOINED_KEY`), the arguments captured as constants
+    (:data:`CONSTANT_INPUTS_KEY`) and the symbolic dims' bounds (:data:`DIM_BOUNDS_KEY`)."""
+    return {
+        "opreg.target": str(target),
+        **({JOINED_KEY: "; ".join(map(str, joined))} if joined else {}),
+        **constants_metadata(exported_program, module),
+        **({DIM_BOUNDS_KEY: json.dumps(dim_bounds)} if dim_bounds else {}),
+    }
+
+
+def record_packs(model: ir.Model, packs: set[str], capture_patches: Sequence[PatchOutcome]) -> None:
+    """The model's ``opreg.packs``: every pack that made it (``packs``, whose impls it uses, those
+    whose rewrites fired, those whose capture patches applied), and the capture patches' metadata."""
+    fired = model.metadata_props.get(REWRITES_KEY, "")
+    packs.update(item.split(":", 1)[0] for item in fired.split(",") if item)
+    applied = patching.metadata(capture_patches)
+    if applied is not None:
+        model.metadata_props[patching.METADATA_KEY] = applied
+        packs.update(o.pack for o in capture_patches if o.status == patching.APPLIED)
+    model.metadata_props["opreg.packs"] = ",".join(sorted(packs))
 
 
 def state_slots(translation: Translation, taken: set[str]) -> list[StateSlot]:
