@@ -473,9 +473,9 @@ def test_a_rule_without_samples_fails_assert_ok_naming_it(make_pack):
 def test_every_rule_of_the_lean_pass_is_tried_only_on_its_root_op():
     """onnxscript tries each rule of a set on every node; opreg gates each on its pattern's root op
     (commuted rules, whose pattern nodes carry no op identifier, included)."""
-    from opreg.exporter import _lean, _passes
+    from opreg.exporter.passes import lean, pipeline
 
-    roots = {_passes._root_op(rule) for rule in _lean.RULES}
+    roots = {pipeline._root_op(rule) for rule in lean.RULES}
     assert None not in roots
     assert {"Mul", "Add", "Reshape", "Transpose"} <= roots
 
@@ -500,14 +500,14 @@ def test_a_lean_rule_is_matched_only_on_nodes_whose_inputs_can_match(monkeypatch
     """Each rule is tried only where the root node's inputs are what its pattern needs (a constant
     of its shape, an output of its op), read from the pattern: the model is the one the ungated
     rules make, node for node."""
-    from opreg.exporter import _lean, _passes
+    from opreg.exporter.passes import lean, pipeline
 
-    gated = {_passes._root_op(rule): _passes._input_gates(rule) for rule in _lean.RULES if _passes._input_gates(rule)}
+    gated = {pipeline._root_op(rule): pipeline._input_gates(rule) for rule in lean.RULES if pipeline._input_gates(rule)}
     assert gated.keys() == {"Mul", "Add", "Sub", "Div", "Cast", "Reshape", "Transpose", "Unsqueeze"}
     args = (torch.randn(4, 6),)
     model = _EveryLeanRule()
     gates_on = opreg.export(model, args, target=18)
-    monkeypatch.setattr(_passes, "_admits", lambda node, gates: True)
+    monkeypatch.setattr(pipeline, "_admits", lambda node, gates: True)
     gates_off = opreg.export(model, args, target=18)
     assert gates_on.model_proto.graph == gates_off.model_proto.graph
     ops = [n.op_type for n in gates_on.model_proto.graph.node]
@@ -521,16 +521,16 @@ def test_a_gate_turns_away_what_the_pattern_cannot_match():
     import numpy as np
     import onnx_ir as ir
 
-    from opreg.exporter import _passes
+    from opreg.exporter.passes import pipeline
 
     x = ir.Value(name="x")
     scalar = ir.Value(name="zero", const_value=ir.Tensor(np.array(0.0, np.float32)))
     vector = ir.Value(name="bias", const_value=ir.Tensor(np.zeros(3, np.float32)))
     cast = ir.Node("", "Cast", [x], [ir.AttrInt64("to", 1)])
-    assert _passes._admits(ir.Node("", "Add", [x, scalar]), ((1, ()),))
-    assert not _passes._admits(ir.Node("", "Add", [x, vector]), ((1, ()),))
-    assert _passes._admits(ir.Node("", "Add", [x, vector]), ((1, (3,)),))
-    assert not _passes._admits(ir.Node("", "Add", [x, x]), ((1, ()),))
-    assert _passes._admits(ir.Node("", "Cast", [cast.outputs[0]]), ((0, "Cast"),))
-    assert not _passes._admits(ir.Node("", "Cast", [x]), ((0, "Cast"),))
-    assert _passes._admits(ir.Node("", "Add", [x]), ((1, ()),))
+    assert pipeline._admits(ir.Node("", "Add", [x, scalar]), ((1, ()),))
+    assert not pipeline._admits(ir.Node("", "Add", [x, vector]), ((1, ()),))
+    assert pipeline._admits(ir.Node("", "Add", [x, vector]), ((1, (3,)),))
+    assert not pipeline._admits(ir.Node("", "Add", [x, x]), ((1, ()),))
+    assert pipeline._admits(ir.Node("", "Cast", [cast.outputs[0]]), ((0, "Cast"),))
+    assert not pipeline._admits(ir.Node("", "Cast", [x]), ((0, "Cast"),))
+    assert pipeline._admits(ir.Node("", "Add", [x]), ((1, ()),))

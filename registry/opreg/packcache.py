@@ -49,6 +49,7 @@ turns it off: every run then loads the packs.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import logging
 import os
@@ -132,11 +133,9 @@ def cache_dir() -> Path | None:
 
 def _key(selection: Selection) -> dict[str, Any]:
     """What an entry is for: the format, opreg's version, the interpreter, the pack selection."""
-    from opreg import __version__
-
     return {
         "format": FORMAT,
-        "opreg": __version__,
+        "opreg": importlib.metadata.version("opreg"),
         "python": sys.version,
         "executable": sys.executable,
         "path": [os.path.abspath(p) for p in sys.path],

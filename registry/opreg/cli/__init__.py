@@ -52,9 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from opreg import __version__
+    import importlib.metadata
 
-    return __version__
+    return importlib.metadata.version("opreg")
 
 
 def _show(caught: Sequence[warnings.WarningMessage]) -> None:

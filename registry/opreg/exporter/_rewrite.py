@@ -28,7 +28,7 @@ from onnx_ir.passes import InPlacePass, PassResult
 from opreg import packfaults
 from opreg.errors import ExportError, OpsetConflictError, PluginError
 from opreg.exporter._nodes import PACK_KEY, PROVENANCE_KEYS, REWRITE_KEY
-from opreg.exporter._passes import ONNXSCRIPT_RULE_TAG, Pipeline, all_nodes, subgraphs_of
+from opreg.exporter.passes.pipeline import ONNXSCRIPT_RULE_TAG, Pipeline, all_nodes, subgraphs_of
 from opreg.node_types import node_problem, op_schema
 from opreg.targets import ONNX_DOMAIN, Target, domain_label
 

@@ -23,17 +23,8 @@ from opreg.opname import OpName
 from opreg.pluginapi import Sample, describe
 from opreg.registry import Registry
 from opreg.targets import TargetLike
-from opreg.testing._samples import (
-    Arg,
-    Compare,
-    Distribution,
-    Exporter,
-    GatherIndices,
-    SampleCheck,
-    ScaledTolerance,
-    UpcastReference,
-    check_samples,
-)
+from opreg.testing._compare import Arg, Compare, Distribution, Exporter, GatherIndices, ScaledTolerance, UpcastReference
+from opreg.testing._samples import SampleCheck, check_samples
 
 EXTRA_DTYPES = (torch.int64, torch.int32, torch.bool, torch.float16)
 """Tried beside float32 when the OpInfo supports them (one integer type: int64, else int32)."""
