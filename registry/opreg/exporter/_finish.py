@@ -529,7 +529,7 @@ _NODE_NAME = re.compile(r"node name: ([^)\s]+)\)")
 def _made_by(model: ir.Model, message: str) -> str:
     """Who made the nodes the checker's ``message`` names: their impl (or rewrite rule), torch op and
     where in the model, from their provenance (``""`` when it names none)."""
-    from opreg.exporter._locate import provenance
+    from opreg.exporter.diagnosis.locate import provenance
 
     names = set(_NODE_NAME.findall(message))
     lines = []

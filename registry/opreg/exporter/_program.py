@@ -29,9 +29,9 @@ from opreg.errors import (
     VerificationError,
 )
 from opreg.exporter._capture import TRACING_LOCK, constant_inputs, symbolic_int_inputs
-from opreg.exporter._locate import Location, Trace
 from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._state import BUFFER, StateSlot
+from opreg.exporter.diagnosis.locate import Location, Trace
 from opreg.packfaults import PackFault
 from opreg.patching import PatchOutcome
 from opreg.registry import Registry
@@ -517,7 +517,7 @@ class OnnxProgram:
         torch), ``divergences`` (each with torch op, pack, impl and its ``file:line``,
         rule, source line and error), ``path`` and ``grew_most`` (where the error grew).
         """
-        from opreg.exporter import _locate
+        from opreg.exporter.diagnosis import locate as _locate
 
         _check_tolerances(rtol, atol)
         _check_runtime(runtime, "auto")
