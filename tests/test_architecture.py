@@ -385,7 +385,6 @@ FRAMEWORK = ROOT / "registry" / "opreg"
 MAX_MODULE_LINES = 600
 """No module of the framework (``registry/opreg``) is longer: a longer one holds more than one concern."""
 LONG_MODULES: dict[str, tuple[int, str]] = {
-    "exporter/diagnosis/locate.py": (836, "locate's eager runner and its comparison (and issue 41's checks of its options): issue 40's diagnosis room"),
     "exporter/_program.py": (826, "OnnxProgram runs, verifies and locates too (and issue 41's pack faults): issue 40's diagnosis room"),
     "exporter/_translate.py": (697, "the translator and its scopes for control flow's subgraphs"),
     "plugins.py": (711, "discovery, per-pack isolation, the host's build: issue 40's registry/host split"),

@@ -24,7 +24,7 @@ from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import JoinedDomain, MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
 from opreg.exporter._state import StateSlot
-from opreg.exporter.diagnosis.locate import Divergence, Location, Step
+from opreg.exporter.diagnosis.report import Divergence, Location, Step
 from opreg.patching import PatchedCapture
 from opreg.plugins import default_registry
 from opreg.registry import Registry

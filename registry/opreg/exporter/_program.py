@@ -29,9 +29,10 @@ from opreg.errors import (
     VerificationError,
 )
 from opreg.exporter._capture import TRACING_LOCK, constant_inputs, symbolic_int_inputs
+from opreg.exporter._nodes import Trace
 from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._state import BUFFER, StateSlot
-from opreg.exporter.diagnosis.locate import Location, Trace
+from opreg.exporter.diagnosis.report import Location
 from opreg.packfaults import PackFault
 from opreg.patching import PatchOutcome
 from opreg.registry import Registry

@@ -29,9 +29,9 @@ from torch.export.graph_signature import InputKind, OutputKind
 from opreg.errors import ExportError, WeightsError
 from opreg.exporter import _nodes, _state
 from opreg.exporter._memo import MEMO_PACKS, Memo
+from opreg.exporter._nodes import Trace, trace_of
 from opreg.exporter._plan import Call, Plan
 from opreg.exporter._recorder import GraphRecorder, missing_schema, schema_hint
-from opreg.exporter.diagnosis.locate import Trace, trace_of
 from opreg.registry import Impl
 from opreg.targets import Target
 from opreg.values import COMPLEX_KEY

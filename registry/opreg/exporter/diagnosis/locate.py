@@ -33,413 +33,13 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 import torch
-from torch.export.graph_signature import InputKind
 
 from opreg.exporter import _nodes
-from opreg.exporter._capture import TRACING_LOCK
+from opreg.exporter._nodes import Trace, read_provenance
 from opreg.exporter._rewrite import JOIN
-
-GROWTH_SHARE = 0.5
-"""A step of the error's path that adds at least this share of the final error is where it 'grew most'
-as a single jump; drift spreads its growth over many steps."""
-DTYPE_TOLERANCES = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
-"""The least ``(rtol, atol)`` a half-precision value is held to (``torch.testing``'s defaults)."""
-REPLAY_TOLERANCES = {**DTYPE_TOLERANCES, torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7)}
-"""The least ``(rtol, atol)`` a node's value is held to against its replay (``torch.testing``'s
-defaults): two correct kernels of one op round differently, so below these a node is not called
-wrong, whatever tolerance the values themselves are compared with (``rtol=atol=0`` included)."""
-
-
-@dataclasses.dataclass
-class Trace:
-    """What translation made of one FX node of the main graph.
-
-    Fields:
-        values: the ONNX value of each of the node's outputs (``None`` where it has none).
-        names: their names when translation ended (a pass may replace a value by another
-            of the same name).
-        impl: the impl that translated it (``None`` for control flow, made by the exporter).
-    """
-
-    values: tuple[ir.Value | None, ...]
-    names: tuple[str | None, ...] = ()
-    impl: Any = None
-
-    def snapshot(self) -> None:
-        self.names = tuple(v.name if v is not None else None for v in self.values)
-
-
-def trace_of(result: Any, impl: Any) -> Trace:
-    """The :class:`Trace` of an FX node whose translated value is ``result`` (a value or a tuple)."""
-    items = result if isinstance(result, (tuple, list)) else (result,)
-    return Trace(tuple(v if isinstance(v, ir.Value) else None for v in items), impl=impl)
-
-
-# -- reading provenance -------------------------------------------------------------------
-
-
-def provenance(node: ir.Node) -> dict[str, str]:
-    """The provenance of an ONNX node (torch op, pack, impl, module, source, rewrite), whatever
-    form the model stores it in: the one accessor the locator reads it through."""
-    props = node.metadata_props
-    keys = (*_nodes.PROVENANCE_KEYS, _nodes.REWRITE_KEY)
-    return {key.removeprefix("opreg."): props[key] for key in keys if props.get(key)}
-
-
-# -- the report ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Error:
-    """How one value differs from eager PyTorch.
-
-    Fields:
-        ratio: the largest ``|onnx - eager| / (atol + rtol * |eager|)``; above 1 is out
-            of tolerance (``inf`` for a wrong shape or dtype, or a NaN eager lacks).
-        max_abs / max_rel: the largest absolute and relative differences.
-        bad: how many elements are out of tolerance, of ``count``.
-        detail: a wrong shape or dtype, in words ("" otherwise).
-    """
-
-    ratio: float
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    bad: int = 0
-    count: int = 0
-    detail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.ratio <= 1.0
-
-    def __str__(self) -> str:
-        if self.detail:
-            return self.detail
-        return (
-            f"{_times(self.ratio)} the tolerance ({self.bad} of {self.count} elements out; "
-            f"max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g})"
-        )
-
-
-def _times(ratio: float) -> str:
-    return "inf x" if math.isinf(ratio) else f"{ratio:.3g} x"
-
-
-@dataclasses.dataclass(frozen=True)
-class Divergence:
-    """One FX node whose ONNX value is out of tolerance, and what made it.
-
-    Fields:
-        node: the FX node's name (also the ONNX value's, unless a pass renamed it).
-        value: the ONNX value compared.
-        torch_op: the torch op (``cond``, ``scan``, ... for control flow).
-        pack / impl: the pack and the impl's label (``pack:function``) that translated it.
-        impl_source: ``file:line`` of the impl's function.
-        rules: the rewrite rules (``pack:rule``) that made ONNX nodes between the node's
-            compared inputs and its value.
-        onnx_ops: the ONNX ops between them (control flow: with its body's ops).
-        body_impls: for control flow, the impls its body used.
-        inner: for control flow at fault, the :class:`Location` inside its body: the body
-            exported on its own (with the same registry and target) and located on the
-            inputs of its first call (the branch taken, the first iteration).
-        module / source: the model's module path and source line that made the node.
-        error: its value against eager.
-        local: its value against its torch op replayed on the ONNX model's own inputs to it
-            (``None`` when it could not be replayed); out of tolerance: the node is at fault.
-        first: its compared inputs agree with eager (the earliest divergences).
-    """
-
-    node: str
-    value: str
-    torch_op: str
-    pack: str
-    impl: str
-    impl_source: str
-    rules: tuple[str, ...]
-    onnx_ops: tuple[str, ...]
-    body_impls: tuple[str, ...]
-    module: str
-    source: str
-    error: Error
-    local: Error | None
-    first: bool
-    inner: Location | None = None
-
-    @property
-    def faulty(self) -> bool:
-        """The node computes another function than its torch op on the same inputs."""
-        return self.local is not None and not self.local.ok
-
-    @property
-    def suspect(self) -> str:
-        """What to fix: the rewrite rules that made its nodes, else (control flow) what is wrong
-        inside its body, else its impl."""
-        if self.rules:
-            return JOIN.join(self.rules)
-        if self.inner is not None and self.inner.suspects:
-            return JOIN.join(self.inner.suspects)
-        return self.impl
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["error"] = dataclasses.asdict(self.error)
-        data["local"] = dataclasses.asdict(self.local) if self.local is not None else None
-        data["inner"] = self.inner.to_dict() if self.inner is not None else None
-        data["faulty"], data["suspect"] = self.faulty, self.suspect
-        return _finite(data)
-
-
-@dataclasses.dataclass(frozen=True)
-class Step:
-    """One compared node on the error's path to an output: its error, and how much it added."""
-
-    node: str
-    torch_op: str
-    impl: str
-    ratio: float
-    added: float
-
-
-@dataclasses.dataclass(frozen=True)
-class Location:
-    """The result of :meth:`OnnxProgram.locate`.
-
-    Fields:
-        runtime / rtol / atol: what the values were compared with.
-        compared: how many FX nodes' values were compared.
-        divergences: every node out of tolerance, in graph order.
-        path: from the input to the output with the largest error, the compared nodes
-            the error travelled through (each with what it added, in tolerance units).
-        notes: what was not compared, and why.
-    """
-
-    runtime: str
-    rtol: float
-    atol: float
-    compared: int
-    divergences: tuple[Divergence, ...]
-    path: tuple[Step, ...]
-    notes: tuple[str, ...] = ()
-
-    @property
-    def first(self) -> tuple[Divergence, ...]:
-        """The earliest divergences: nodes whose compared inputs agree and whose outputs do not."""
-        return tuple(d for d in self.divergences if d.first)
-
-    @property
-    def culprits(self) -> tuple[Divergence, ...]:
-        """The nodes that compute another function than torch on the same inputs."""
-        return tuple(d for d in self.divergences if d.faulty)
-
-    @property
-    def suspects(self) -> tuple[str, ...]:
-        """The impls (``pack:function``) and rewrite rules (``pack:rule``) at fault, in graph order."""
-        seen: list[str] = []
-        for d in self.culprits:
-            if d.suspect not in seen:
-                seen.append(d.suspect)
-        return tuple(seen)
-
-    @property
-    def verdict(self) -> str:
-        """``fault`` (a node is wrong), ``drift`` (values drift out of tolerance, no node is wrong) or ``ok``."""
-        if self.culprits:
-            return "fault"
-        return "drift" if self.divergences else "ok"
-
-    @property
-    def grew_most(self) -> Step | None:
-        """The step of :attr:`path` that added the most error."""
-        return max(self.path, key=lambda s: s.added, default=None)
-
-    def summary(self) -> str:
-        """What the report says, in a few lines."""
-        tol = f"rtol={self.rtol:g}, atol={self.atol:g}"
-        if self.compared == 0:
-            return "\n".join(["no intermediate value could be compared with eager PyTorch", *self.notes])
-        if self.verdict == "ok":
-            return "\n".join(
-                [f"every one of {self.compared} intermediate values matches eager PyTorch ({self.runtime}, {tol})",
-                 *self.notes]
-            )  # fmt: skip
-        lines = []
-        if self.culprits:
-            for d in self.culprits:
-                if d.inner is not None and d.inner.culprits:
-                    inner = "\n  ".join(d.inner.summary().splitlines())
-                    lines.append(f"{d.torch_op} at node {d.node} ({_where(d)}) differs from eager; inside its body:")
-                    lines.append(f"  {inner}")
-                    continue
-                lines.append(
-                    f"{d.suspect} is wrong at node {d.node} ({d.torch_op}, {_where(d)}): {d.error}; "
-                    f"given the model's own inputs to it, still {d.local}"
-                    + (f" [impl {d.impl} at {d.impl_source}]" if d.rules and d.impl_source else "")
-                    + (f" [impl at {d.impl_source}]" if not d.rules and d.impl_source else "")
-                )
-        else:
-            first = self.first[0] if self.first else self.divergences[0]
-            lines.append(
-                f"no node computes another function than torch: the values drift out of tolerance ({tol}), "
-                f"first at node {first.node} ({first.torch_op}, {_where(first)}): {first.error}"
-            )
-        grew = self.grew_most
-        largest = max((s.ratio for s in self.path), default=0.0)
-        if grew is not None and math.isfinite(largest):
-            share = min(grew.added / max(largest, 1e-30), 1.0)
-            spread = "in one step" if share >= GROWTH_SHARE else f"spread along {len(self.path)} nodes"
-            lines.append(
-                f"the error grew most at node {grew.node} ({grew.torch_op}, +{grew.added:.3g} x the tolerance, "
-                f"{share:.0%} of the largest error on the path), {spread}"
-            )
-        elif grew is not None:  # a zero tolerance (or a wrong shape): any difference is infinitely many
-            lines.append(
-                f"the error is beyond any multiple of the tolerance from node {grew.node} ({grew.torch_op}) on, "
-                f"along {len(self.path)} nodes of the path"
-            )
-        lines.extend(self.notes)
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.summary()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The report as JSON-ready data (what ``--json`` prints)."""
-        grew = self.grew_most
-        return _finite({
-            "verdict": self.verdict,
-            "runtime": self.runtime,
-            "rtol": self.rtol,
-            "atol": self.atol,
-            "compared": self.compared,
-            "suspects": list(self.suspects),
-            "divergences": [d.to_dict() for d in self.divergences],
-            "path": [dataclasses.asdict(s) for s in self.path],
-            "grew_most": dataclasses.asdict(grew) if grew is not None else None,
-            "notes": list(self.notes),
-        })  # fmt: skip
-
-
-def _where(d: Divergence) -> str:
-    return " at ".join(p for p in (d.module or "<root>", d.source) if p)
-
-
-def _finite(data: Any) -> Any:
-    """JSON has no infinity: ``inf`` becomes the string ``"inf"``."""
-    if isinstance(data, float) and not math.isfinite(data):
-        return str(data)
-    if isinstance(data, dict):
-        return {k: _finite(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [_finite(v) for v in data]
-    return data
-
-
-# -- comparing values ---------------------------------------------------------------------
-
-
-def tolerances(
-    dtype: torch.dtype, rtol: float, atol: float, floors: Mapping[torch.dtype, tuple[float, float]] = DTYPE_TOLERANCES
-) -> tuple[float, float]:
-    low_rtol, low_atol = floors.get(dtype, (0.0, 0.0))
-    return max(rtol, low_rtol), max(atol, low_atol)
-
-
-def compare(
-    got: Any,
-    expected: Any,
-    rtol: float,
-    atol: float,
-    floors: Mapping[torch.dtype, tuple[float, float]] = DTYPE_TOLERANCES,
-) -> Error:
-    """How ``got`` (the ONNX value, as torch) differs from ``expected`` (eager's), in tolerance units
-    (a float dtype's tolerances at least its ``floors``)."""
-    if not isinstance(expected, torch.Tensor):
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        same = got == expected or (isinstance(expected, float) and abs(got - expected) <= atol + rtol * abs(expected))
-        detail = "" if same else f"{got} != {expected}"
-        return Error(0.0 if same else math.inf, count=1, bad=0 if same else 1, detail=detail)
-    expected = _pair(expected.detach())
-    if not isinstance(got, torch.Tensor):
-        return Error(math.inf, detail=f"got {type(got).__name__}, expected a tensor")
-    if tuple(got.shape) != tuple(expected.shape):
-        return Error(math.inf, detail=f"shape {tuple(got.shape)} where eager has {tuple(expected.shape)}")
-    if got.dtype != expected.dtype:
-        return Error(math.inf, detail=f"dtype {got.dtype} where eager has {expected.dtype}")
-    count = expected.numel()
-    if count == 0:
-        return Error(0.0)
-    if not expected.dtype.is_floating_point:
-        wrong = got != expected
-        bad = int(wrong.sum())
-        diff = float(bad > 0)
-        if expected.dtype != torch.bool:
-            diff = float((got.to(torch.float64) - expected.to(torch.float64)).abs().max())
-        return Error(math.inf if bad else 0.0, diff, 0.0, bad, count)
-    rtol, atol = tolerances(expected.dtype, rtol, atol, floors)
-    g, e = got.to(torch.float64), expected.to(torch.float64)
-    nan_g, nan_e = torch.isnan(g), torch.isnan(e)
-    diff = (g - e).abs()
-    diff = torch.where(nan_g & nan_e, torch.zeros_like(diff), diff)
-    same_inf = torch.isinf(g) & torch.isinf(e) & (g == e)
-    diff = torch.where(same_inf, torch.zeros_like(diff), diff)
-    allowed = atol + rtol * e.abs().nan_to_num(posinf=0.0)
-    ratios = torch.where(diff == 0, torch.zeros_like(diff), diff / allowed).nan_to_num(nan=math.inf, posinf=math.inf)
-    finite = torch.isfinite(diff)
-    max_abs = float(diff[finite].max()) if finite.any() else math.inf
-    rel = diff[finite] / e.abs()[finite].clamp_min(1e-12)
-    max_rel = float(rel.max()) if rel.numel() else math.inf
-    return Error(float(ratios.max()), max_abs, max_rel, int((ratios > 1).sum()), count)
-
-
-def _pair(value: torch.Tensor) -> torch.Tensor:
-    return torch.view_as_real(value.resolve_conj()) if value.is_complex() else value
-
-
-def _worst(errors: Sequence[Error]) -> Error:
-    return max(errors, key=lambda e: e.ratio, default=Error(0.0))
-
-
-# -- eager -------------------------------------------------------------------------------
-
-
-def lifted_inputs(program: torch.export.ExportedProgram, user_leaves: Sequence[Any]) -> list[Any]:
-    """The flat arguments of ``program.graph_module``: weights, buffers and constants by their
-    specs, the user's leaves in order."""
-    users = iter(user_leaves)
-    state, constants = program.state_dict, program.constants
-    flat = []
-    for spec in program.graph_signature.input_specs:
-        if spec.kind == InputKind.USER_INPUT:
-            flat.append(next(users))
-        elif spec.kind == InputKind.TOKEN:
-            flat.append(torch.empty(0))
-        else:
-            flat.append(state[spec.target] if spec.target in state else constants[spec.target])
-    return flat
-
-
-class _Keeper(torch.fx.Interpreter):
-    """Runs a graph and keeps every node's value as it was made (an in-place op's result is
-    copied: a later in-place op would change it under the report)."""
-
-    def __init__(self, module: torch.fx.GraphModule) -> None:
-        super().__init__(module, garbage_collect_values=False)
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        result = super().run_node(n)
-        if isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable:
-            return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, result)
-        return result
-
-
-def eager_values(program: torch.export.ExportedProgram, user_leaves: Sequence[Any]) -> dict[torch.fx.Node, Any]:
-    """Every node's value when ``program``'s graph runs in eager PyTorch on ``user_leaves``."""
-    recorder = _Keeper(program.graph_module)
-    with TRACING_LOCK, torch.no_grad():  # as verify's eager run: no other thread is capturing
-        recorder.run(*lifted_inputs(program, user_leaves), enable_io_processing=False)
-    return recorder.env
-
+from opreg.exporter.diagnosis.compare import REPLAY_TOLERANCES, Error, as_pair, compare, worst
+from opreg.exporter.diagnosis.eager import eager_values
+from opreg.exporter.diagnosis.report import Divergence, Location, Step
 
 # -- the ONNX side ------------------------------------------------------------------------
 
@@ -580,7 +180,7 @@ def locate(
             onnx_torch[value.name] = tensor
             errors.append(compare(tensor, expected, rtol, atol))
         if errors:
-            compared[node] = _Compared(node, traces[node.name], values, _worst(errors))
+            compared[node] = _Compared(node, traces[node.name], values, worst(errors))
     bodies = [n for n in compared if _nodes.classify(n) is _nodes.Kind.HOP]
     if bodies:
         notes.append(
@@ -713,11 +313,11 @@ def _replay(
     got_items = got if isinstance(got, (tuple, list)) else (got,)
     exp_items = expected if isinstance(expected, (tuple, list)) else (expected,)
     errors = [
-        compare(_pair(g) if isinstance(g, torch.Tensor) else g, e, rtol, atol, REPLAY_TOLERANCES)
+        compare(as_pair(g) if isinstance(g, torch.Tensor) else g, e, rtol, atol, REPLAY_TOLERANCES)
         for g, e, v in zip(got_items, exp_items, compared[node].values, strict=False)
         if v is not None and v.name in onnx_values and e is not None
     ]
-    return _worst(errors) if errors else None
+    return worst(errors) if errors else None
 
 
 def _restore(tensor: torch.Tensor | None, like: Any) -> Any:
@@ -773,11 +373,11 @@ def _divergence(
     rules: list[str] = []
     body: list[str] = []
     for onnx_node in region:
-        for label in provenance(onnx_node).get("rewrite", "").split(JOIN):
+        for label in read_provenance(onnx_node).get("rewrite", "").split(JOIN):
             if label and label not in rules:
                 rules.append(label)
         for inner in _subgraph_nodes(onnx_node):
-            props = provenance(inner)
+            props = read_provenance(inner)
             if props.get("pack") and props.get("impl") and props["pack"] != _nodes.EXPORTER:
                 for pack, impl in zip(props["pack"].split(JOIN), props["impl"].split(JOIN), strict=False):
                     if f"{pack}:{impl}" not in body:
@@ -833,4 +433,4 @@ def _path(
     return tuple(steps)
 
 
-__all__ = ["Divergence", "Error", "Location", "Step", "Trace", "compare", "locate"]
+__all__ = ["locate"]
