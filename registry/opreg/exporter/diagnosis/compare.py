@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from opreg.errors import VerificationError
+
 DTYPE_TOLERANCES = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
 """The least ``(rtol, atol)`` a half-precision value is held to (``torch.testing``'s defaults)."""
 REPLAY_TOLERANCES = {**DTYPE_TOLERANCES, torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7)}
@@ -115,3 +117,88 @@ def as_pair(value: torch.Tensor) -> torch.Tensor:
 
 def worst(errors: Sequence[Error]) -> Error:
     return max(errors, key=lambda e: e.ratio, default=Error(0.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputCheck:
+    """How one output compares with eager PyTorch.
+
+    Fields:
+        name: the ONNX output name.
+        max_abs: largest absolute difference.
+        max_rel: largest difference relative to the eager value.
+        ok: within ``atol + rtol * |eager|`` everywhere, and same shape and dtype.
+        detail: what did not match, when not ok.
+    """
+
+    name: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+    detail: str = ""
+
+    def __str__(self) -> str:
+        state = "ok" if self.ok else "MISMATCH"
+        text = f"{self.name}: {state} (max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g})"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+@dataclasses.dataclass(frozen=True)
+class Verification:
+    """The result of :meth:`OnnxProgram.verify`: which runtime ran it, and each output."""
+
+    runtime: str
+    outputs: tuple[OutputCheck, ...]
+
+    def __iter__(self):
+        return iter(self.outputs)
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+    def __getitem__(self, index: int) -> OutputCheck:
+        return self.outputs[index]
+
+    @property
+    def max_abs(self) -> float:
+        return max((o.max_abs for o in self.outputs), default=0.0)
+
+
+def compare_output(name: str, got: Any, expected: Any, rtol: float, atol: float) -> OutputCheck:
+    """How one output ``got`` compares with the eager value ``expected``."""
+    if not isinstance(expected, torch.Tensor):
+        same = got == expected
+        return OutputCheck(name, 0.0, 0.0, bool(same), "" if same else f"{got!r} != {expected!r}")
+    expected = expected.detach().cpu()
+    if not isinstance(got, torch.Tensor):
+        return OutputCheck(name, float("inf"), float("inf"), False, f"got {type(got).__name__}, expected a tensor")
+    if tuple(got.shape) != tuple(expected.shape):
+        return OutputCheck(
+            name, float("inf"), float("inf"), False, f"shape {tuple(got.shape)} != {tuple(expected.shape)}"
+        )
+    if got.dtype != expected.dtype:
+        return OutputCheck(name, float("inf"), float("inf"), False, f"dtype {got.dtype} != {expected.dtype}")
+    if got.numel() == 0:
+        return OutputCheck(name, 0.0, 0.0, True)
+    if expected.dtype == torch.bool or (not expected.dtype.is_floating_point and not expected.is_complex()):
+        diff = (got.to(torch.float64) - expected.to(torch.float64)).abs()
+        ok = bool(torch.equal(got, expected)) if expected.dtype == torch.bool else bool((diff <= atol).all())
+        return OutputCheck(name, float(diff.max()), 0.0, ok, "" if ok else "values differ")
+    wide = torch.complex128 if expected.is_complex() else torch.float64  # complex: |got - eager| as torch measures it
+    g, e = got.resolve_conj().to(wide), expected.resolve_conj().to(wide)
+    close = torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
+    both = torch.isfinite(g) & torch.isfinite(e)
+    diff = (g - e).abs()[both]
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    max_rel = float((diff / e.abs()[both].clamp_min(1e-12)).max()) if diff.numel() else 0.0
+    ok = bool(close.all())
+    detail = "" if ok else f"{int((~close).sum())} of {close.numel()} elements out of tolerance"
+    return OutputCheck(name, max_abs, max_rel, ok, detail)
+
+
+def mismatch_error(checks: Sequence[OutputCheck], differ: str, after: str = "") -> VerificationError:
+    """The error for ``checks`` of which some are not ok: ``"<n> of <m> <differ>:"``, a line per
+    mismatch, then ``after``; its ``results`` holds every check."""
+    bad = [c for c in checks if not c.ok]
+    lines = "\n".join(f"  {c}" for c in bad)
+    return VerificationError(f"{len(bad)} of {len(checks)} {differ}:\n{lines}{after}", tuple(checks))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -47,3 +48,34 @@ def eager_values(program: torch.export.ExportedProgram, user_leaves: Sequence[An
     with TRACING_LOCK, torch.no_grad():  # as verify's eager run: no other thread is capturing
         recorder.run(*lifted_inputs(program, user_leaves), enable_io_processing=False)
     return recorder.env
+
+
+def run_eager(
+    module: torch.nn.Module, state: dict[str, torch.Tensor], args: tuple, kwargs: dict[str, Any]
+) -> tuple[Any, dict[str, torch.Tensor]]:
+    """``module`` called in eager PyTorch from ``state`` (the buffers the model is fed): what it returns,
+    and the new value of each of those buffers (the module's own buffers are left as they were)."""
+    # Behind the capture lock: while another thread captures, torch marks the whole process as
+    # exporting, and the functions it keeps from dynamo (a custom op's Python kernel,
+    # torch.manual_seed) then edit its global trace metadata, which is not thread-safe.
+    with TRACING_LOCK, torch.no_grad(), buffers_kept(module):  # the call may update buffers (batch-norm statistics)
+        for key, value in state.items():  # eager starts from the state the model is fed
+            module.get_buffer(key).copy_(value)
+        expected = module(*args, **kwargs)
+        updated = {key: module.get_buffer(key).clone() for key in state}
+    return expected, updated
+
+
+@contextlib.contextmanager
+def buffers_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Every buffer of ``module`` as it was before, after the block (the user's module, even
+    when its ``forward`` updates buffers in place or assigns new ones)."""
+    kept = [(name, buffer, buffer.clone()) for name, buffer in module.named_buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buffer, value in kept:
+                owner, _, leaf = name.rpartition(".")
+                buffer.copy_(value)
+                setattr(module.get_submodule(owner), leaf, buffer)

@@ -34,6 +34,7 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
+from opreg.errors import OpregError
 from opreg.exporter import _nodes
 from opreg.exporter._nodes import Trace, read_provenance
 from opreg.exporter._rewrite import JOIN
@@ -139,29 +140,8 @@ def locate(
     nodes = [n for n in program.graph.nodes if n.op == "call_function"]
     notes: list[str] = []
 
-    # random ops, and every value computed from them, match eager only in distribution
-    tainted: set[torch.fx.Node] = set()
-    for node in nodes:
-        if _is_random(node) or any(a in tainted for a in node.all_input_nodes):
-            tainted.add(node)
-    drawn = sorted({str(_nodes.op_name(n.target)) for n in tainted if _is_random(n)})
-    if drawn:
-        notes.append(
-            f"not compared: {len(tainted)} value(s) drawn by or computed from random ops ({', '.join(drawn)}); "
-            "they match eager only in distribution (opreg.testing.Distribution)"
-        )
-
-    wanted: dict[torch.fx.Node, list[ir.Value | None]] = {}
-    for node in nodes:
-        trace = traces.get(node.name)
-        if trace is None or node in tainted or _nodes.classify(node) is _nodes.Kind.GETITEM:
-            continue
-        values = resolve(trace, live)
-        returned = (outputs or {}).get(node.name)
-        if all(v is None for v in values) and len(values) == 1 and returned in live:
-            values = [live[returned]]
-        if any(v is not None for v in values):
-            wanted[node] = values
+    tainted = _tainted(nodes, notes)
+    wanted = _wanted(nodes, traces, live, tainted, outputs or {})
     names = sorted({v.name for vs in wanted.values() for v in vs if v is not None and v.name})
     exposed = with_outputs(model, names)
     out_names = [v.name for v in exposed.graph.outputs]
@@ -204,6 +184,43 @@ def locate(
         divergences.append(divergence)
     path = _path(program, compared, ancestors)
     return Location(runtime, rtol, atol, len(compared), tuple(divergences), path, tuple(notes))
+
+
+def _tainted(nodes: Sequence[torch.fx.Node], notes: list[str]) -> set[torch.fx.Node]:
+    """Random ops, and every value computed from them: they match eager only in distribution (a note says so)."""
+    tainted: set[torch.fx.Node] = set()
+    for node in nodes:
+        if _is_random(node) or any(a in tainted for a in node.all_input_nodes):
+            tainted.add(node)
+    drawn = sorted({str(_nodes.op_name(n.target)) for n in tainted if _is_random(n)})
+    if drawn:
+        notes.append(
+            f"not compared: {len(tainted)} value(s) drawn by or computed from random ops ({', '.join(drawn)}); "
+            "they match eager only in distribution (opreg.testing.Distribution)"
+        )
+    return tainted
+
+
+def _wanted(
+    nodes: Sequence[torch.fx.Node],
+    traces: Mapping[str, Trace],
+    live: Mapping[str, ir.Value],
+    tainted: set[torch.fx.Node],
+    outputs: Mapping[str, str],
+) -> dict[torch.fx.Node, list[ir.Value | None]]:
+    """The ONNX values to compare, by the FX node they stand for (a returned node by its output's name)."""
+    wanted: dict[torch.fx.Node, list[ir.Value | None]] = {}
+    for node in nodes:
+        trace = traces.get(node.name)
+        if trace is None or node in tainted or _nodes.classify(node) is _nodes.Kind.GETITEM:
+            continue
+        values = resolve(trace, live)
+        returned = outputs.get(node.name)
+        if all(v is None for v in values) and len(values) == 1 and returned in live:
+            values = [live[returned]]
+        if any(v is not None for v in values):
+            wanted[node] = values
+    return wanted
 
 
 def _first_call(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> tuple[torch.fx.GraphModule, tuple] | None:
@@ -433,4 +450,46 @@ def _path(
     return tuple(steps)
 
 
-__all__ = ["locate"]
+def locate_program(program: Any, args: tuple, kwargs: dict[str, Any], *, rtol: float, atol: float, runtime: str):
+    """:meth:`opreg.exporter.OnnxProgram.locate`: :func:`locate` on the program's inputs, runtime and traces,
+    a control-flow body at fault exported alone (:meth:`~opreg.exporter.OnnxProgram.export_alone`) and located."""
+    from opreg.exporter.diagnosis.run import check_runtime, to_numpy
+    from opreg.exporter.diagnosis.verify import check_tolerances
+
+    check_tolerances(rtol, atol)
+    check_runtime(runtime, "auto")
+    program.eager_module("locate")
+    leaves = program.call_leaves(args, kwargs)
+    inputs = [to_numpy(t) for t in program.adapt_torch_inputs_to_onnx(*args, **kwargs)]
+    feeds = dict(zip(program.input_names, inputs, strict=True))
+    if runtime == "auto":
+        runtime = program.runtime_for()
+    if not program.traces:
+        raise OpregError("this program has no record of what each node became: export it again with opreg.export")
+
+    def inside(module: torch.fx.GraphModule, inputs: tuple) -> Location:
+        return program.export_alone(module, inputs).locate(*inputs, rtol=rtol, atol=atol, runtime=runtime)
+
+    return locate(
+        program=program.exported_program, traces=program.traces, model=program.model, user_leaves=leaves,
+        feeds=feeds, runtime=runtime, rtol=rtol, atol=atol, outputs=_output_nodes(program), inside=inside,
+        run=lambda model, names, feeds: program.runner.run_copy(model, runtime, names, feeds),
+    )  # fmt: skip
+
+
+def _output_nodes(program: Any) -> dict[str, str]:
+    """The FX nodes the model returns (by name) -> the ONNX outputs they became."""
+    from torch.export.graph_signature import OutputKind
+
+    output = next(n for n in program.exported_program.graph.nodes if n.op == "output")
+    results = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    specs = program.exported_program.graph_signature.output_specs
+    user = [r for r, s in zip(results, specs, strict=True) if s.kind == OutputKind.USER_OUTPUT]
+    return {
+        r.name: slot.name
+        for r, slot in zip(user, program.output_slots, strict=True)
+        if isinstance(r, torch.fx.Node) and slot.name is not None
+    }
+
+
+__all__ = ["locate", "locate_program"]
