@@ -526,3 +526,39 @@ def test_the_back_arrow_check_catches_every_form():
         "opreg.exporter._probe:4: imports opreg",
     ]
     assert back_arrows("from opreg.exporter import _save\nimport opreg.targets\n", "opreg.exporter._x") == []
+
+
+DIAGNOSIS = {
+    "run": "(self, *args: 'Any', runtime: 'str' = 'onnxruntime', **kwargs: 'Any') -> 'Any'",
+    "verify": "(self, *args: 'Any', rtol: 'float' = 0.0001, atol: 'float' = 0.0001, runtime: 'str' = 'auto', "
+    "locate: 'bool' = False, **kwargs: 'Any') -> 'Verification'",
+    "locate": "(self, *args: 'Any', rtol: 'float' = 0.0001, atol: 'float' = 0.0001, runtime: 'str' = 'auto', "
+    "**kwargs: 'Any') -> 'Location'",
+}
+"""``OnnxProgram``'s diagnosis methods and their signatures, as users call them."""
+
+
+def test_the_program_forwards_run_verify_and_locate_to_the_diagnosis_room():
+    """``OnnxProgram`` holds the model, its names and ``save``: ``run``, ``verify`` and ``locate`` keep
+    their signatures and are one line each (after the docstring), a call of a function the diagnosis
+    room (``opreg.exporter.diagnosis``) defines."""
+    import inspect
+
+    from opreg.exporter import OnnxProgram
+
+    tree = ast.parse((FRAMEWORK / "exporter" / "_program.py").read_text())
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+    program = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "OnnxProgram")
+    methods = {n.name: n for n in program.body if isinstance(n, ast.FunctionDef)}
+    for name, signature in DIAGNOSIS.items():
+        assert str(inspect.signature(getattr(OnnxProgram, name))) == signature, name
+        body = methods[name].body[1:] if ast.get_docstring(methods[name]) else methods[name].body
+        assert len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call), name
+        called = body[0].value.func
+        assert isinstance(called, ast.Name), f"OnnxProgram.{name} calls {ast.unparse(called)}, not a diagnosis function"
+        assert imported.get(called.id, "").startswith("opreg.exporter.diagnosis."), (name, called.id)
