@@ -41,6 +41,8 @@ from opreg.exporter._rewrite import JOIN
 from opreg.exporter.diagnosis.compare import REPLAY_TOLERANCES, Error, as_pair, compare, worst
 from opreg.exporter.diagnosis.eager import eager_values
 from opreg.exporter.diagnosis.report import Divergence, Location, Step
+from opreg.exporter.diagnosis.run import Program, check_runtime, to_numpy
+from opreg.exporter.diagnosis.verify import check_tolerances
 
 # -- the ONNX side ------------------------------------------------------------------------
 
@@ -450,12 +452,11 @@ def _path(
     return tuple(steps)
 
 
-def locate_program(program: Any, args: tuple, kwargs: dict[str, Any], *, rtol: float, atol: float, runtime: str):
+def locate_program(
+    program: Program, args: tuple, kwargs: dict[str, Any], *, rtol: float, atol: float, runtime: str
+) -> Location:
     """:meth:`opreg.exporter.OnnxProgram.locate`: :func:`locate` on the program's inputs, runtime and traces,
     a control-flow body at fault exported alone (:meth:`~opreg.exporter.OnnxProgram.export_alone`) and located."""
-    from opreg.exporter.diagnosis.run import check_runtime, to_numpy
-    from opreg.exporter.diagnosis.verify import check_tolerances
-
     check_tolerances(rtol, atol)
     check_runtime(runtime, "auto")
     program.eager_module("locate")
@@ -477,7 +478,7 @@ def locate_program(program: Any, args: tuple, kwargs: dict[str, Any], *, rtol: f
     )  # fmt: skip
 
 
-def _output_nodes(program: Any) -> dict[str, str]:
+def _output_nodes(program: Program) -> dict[str, str]:
     """The FX nodes the model returns (by name) -> the ONNX outputs they became."""
     from torch.export.graph_signature import OutputKind
 

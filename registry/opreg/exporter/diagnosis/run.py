@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import onnx_ir as ir
@@ -81,6 +81,31 @@ class Runner:
         return [to_torch(r) for r in _run(self._open(model, runtime), model, runtime, names, feeds)]
 
 
+class Program(Protocol):
+    """What diagnosis reads of an exported program (:class:`opreg.exporter.OnnxProgram` is one):
+    the model and its names, the state it is fed, and how torch calls map to ONNX inputs and outputs."""
+
+    model: ir.Model
+    exported_program: torch.export.ExportedProgram
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    output_slots: tuple[Any, ...]
+    state_slots: tuple[Any, ...]
+    state: dict[str, torch.Tensor]
+    traces: dict[str, Any]
+    runner: Runner
+
+    def adapt_torch_inputs_to_onnx(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]: ...
+    def call_leaves(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]: ...
+    def input_values(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]: ...
+    def outputs_from(self, results: Sequence[Any]) -> Any: ...
+    def eager_module(self, what: str) -> torch.nn.Module: ...
+    def runtime_for(self) -> str: ...
+    def run(self, *args: Any, runtime: str = ONNXRUNTIME, **kwargs: Any) -> Any: ...
+    def locate(self, *args: Any, rtol: float = ..., atol: float = ..., runtime: str = ..., **kwargs: Any) -> Any: ...
+    def export_alone(self, module: torch.fx.GraphModule, inputs: tuple) -> Any: ...
+
+
 def _run(session: Any, model: ir.Model, runtime: str, names: list[str], feeds: dict[str, np.ndarray]) -> list[Any]:
     bfloat16 = any(v.dtype == ir.DataType.BFLOAT16 for v in model.graph.outputs)
     if runtime == ONNXRUNTIME and (bfloat16 or any(a.dtype.name == "bfloat16" for a in feeds.values())):
@@ -95,7 +120,7 @@ def check_runtime(runtime: Any, *more: str) -> None:
         raise InvalidArgumentError(f"runtime= takes {names}, got {runtime!r}")
 
 
-def run_program(program: Any, args: tuple, kwargs: dict[str, Any], runtime: str) -> Any:
+def run_program(program: Program, args: tuple, kwargs: dict[str, Any], runtime: str) -> Any:
     """:meth:`opreg.exporter.OnnxProgram.run`: the model run on torch inputs, its state kept."""
     check_runtime(runtime, "auto")
     if runtime == "auto":
@@ -109,7 +134,7 @@ def run_program(program: Any, args: tuple, kwargs: dict[str, Any], runtime: str)
     return program.outputs_from(results[: len(program.output_names)])
 
 
-def _advance_state(program: Any, updates: Sequence[Any], args: tuple, kwargs: dict[str, Any]) -> None:
+def _advance_state(program: Program, updates: Sequence[Any], args: tuple, kwargs: dict[str, Any]) -> None:
     """Keep the buffers' new values, and write the inputs' into the tensors given, as eager PyTorch does."""
     if not program.state_slots:
         return

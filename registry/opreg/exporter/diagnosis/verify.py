@@ -14,7 +14,7 @@ from opreg.errors import InvalidArgumentError, VerificationError
 from opreg.exporter._state import BUFFER
 from opreg.exporter.diagnosis.compare import Verification, compare_output, mismatch_error
 from opreg.exporter.diagnosis.eager import run_eager
-from opreg.exporter.diagnosis.run import ONNXRUNTIME, check_runtime
+from opreg.exporter.diagnosis.run import ONNXRUNTIME, Program, check_runtime
 
 
 def check_tolerances(rtol: Any, atol: Any) -> None:
@@ -25,7 +25,7 @@ def check_tolerances(rtol: Any, atol: Any) -> None:
 
 
 def verify_program(
-    program: Any, args: tuple, kwargs: dict[str, Any], *, rtol: float, atol: float, runtime: str, locate: bool
+    program: Program, args: tuple, kwargs: dict[str, Any], *, rtol: float, atol: float, runtime: str, locate: bool
 ) -> Verification:
     """:meth:`opreg.exporter.OnnxProgram.verify`: the model and eager PyTorch on the same inputs, each
     output compared; a :class:`opreg.VerificationError` listing the mismatches (located with ``locate``)."""
@@ -53,7 +53,7 @@ def verify_program(
 
 
 def _both_sides(
-    program: Any, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], runtime: str
+    program: Program, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], runtime: str
 ) -> tuple[list, list, list]:
     """Each output's name, the model's value and eager's, then the state each leaves. Each side runs
     on its own copy of the inputs: a model may update an input in place (exported as state, or dropped
