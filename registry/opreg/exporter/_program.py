@@ -219,7 +219,7 @@ class OnnxProgram:
             external_data = self.streamed or self.initializer_bytes() > EXTERNAL_DATA_THRESHOLD
         return _save.save_model(self.model, path, external_data=external_data, check=not self._checked)
 
-    # -- running -------------------------------------------------------------------------
+    # -- torch calls and the ONNX inputs and outputs --------------------------------------
 
     def adapt_torch_inputs_to_onnx(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         """The tensors among ``model(*args, **kwargs)``'s inputs, in the ONNX inputs' order (a complex
@@ -344,7 +344,7 @@ class OnnxProgram:
         returns a :class:`opreg.exporter.Location`. See docs/when-numbers-differ.md."""
         return locate_program(self, args, kwargs, rtol=rtol, atol=atol, runtime=runtime)
 
-    # -- what the registry gives: the runtimes, and a body exported alone ---------------------
+    # -- a body exported alone, with the registry (the only other use of it: the runner) ---------
 
     def export_alone(self, module: torch.fx.GraphModule, inputs: tuple) -> OnnxProgram:
         """A graph module (a control-flow body ``locate`` looks inside) exported on its own, with this
