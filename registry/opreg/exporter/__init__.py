@@ -20,11 +20,12 @@ from opreg import _heap, packfaults
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
 from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
 from opreg.exporter._dynamic import FixedDim
-from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import JoinedDomain, MissingOp
-from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
+from opreg.exporter._program import OnnxProgram
 from opreg.exporter._state import StateSlot
+from opreg.exporter.diagnosis.compare import OutputCheck, Verification
+from opreg.exporter.diagnosis.report import Divergence, Location, Step
 from opreg.patching import PatchedCapture
 from opreg.plugins import default_registry
 from opreg.registry import Registry

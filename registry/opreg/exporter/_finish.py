@@ -529,14 +529,14 @@ _NODE_NAME = re.compile(r"node name: ([^)\s]+)\)")
 def _made_by(model: ir.Model, message: str) -> str:
     """Who made the nodes the checker's ``message`` names: their impl (or rewrite rule), torch op and
     where in the model, from their provenance (``""`` when it names none)."""
-    from opreg.exporter._locate import provenance
+    from opreg.exporter._nodes import read_provenance
 
     names = set(_NODE_NAME.findall(message))
     lines = []
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         if node.name not in names:
             continue
-        props = provenance(node)
+        props = read_provenance(node)
         rule = props.get("rewrite")
         maker = f"rewrite rule {rule}" if rule else f"impl {props.get('pack', '?')}:{props.get('impl', '?')}"
         where = " at ".join(p for p in (props.get("module") or "<root>", props.get("source", "")) if p)

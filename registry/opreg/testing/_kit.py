@@ -895,7 +895,7 @@ def _drive_patch(pack: str, patch: Any, sample: ModelSample) -> CheckResult:
     import torch
 
     from opreg import patching
-    from opreg.exporter._program import compare_output
+    from opreg.exporter.diagnosis.compare import compare_output
 
     label = f"{pack}:{patch.name}"
     module = sample.module.eval()
