@@ -330,7 +330,7 @@ def test_the_pipeline_lists_its_passes_and_the_packs_rewrites(make_pack):
     make_pack("skipnorm", SKIP_NORM)
     registry = opreg.default_registry()
     target = registry.target("onnx,com.microsoft=1")
-    rewrites = _rewrite.collect(registry.call_hook(_rewrite.HOOK, target=target))
+    rewrites = _rewrite.collect(registry.host.call(_rewrite.HOOK, target=target))
     lines = _finish.pipeline(weights=frozenset(), rewrites=rewrites, target=target, seed=3).describe()
     steps = [line.strip() for line in lines]
     assert steps[:3] == ["StripAuthoringAttributes", "InlinePass", "SeedRandomNodes"]

@@ -36,9 +36,9 @@ from opreg.errors import (
     NoImplementationError,
     RegistrationError,
 )
+from opreg.host import PackHost
 from opreg.marks import marked, profile_names
 from opreg.opname import OpName
-from opreg.packset import PackSet
 from opreg.targets import (
     BUILTIN_PROFILES,
     ONNX_DOMAIN,
@@ -53,6 +53,7 @@ from opreg.targets import (
 from opreg.values import has_complex
 
 if TYPE_CHECKING:
+    from opreg.packset import PackSet
     from opreg.pluginapi import CapturePatch
 
 logger = logging.getLogger(__name__)
@@ -314,9 +315,13 @@ class Registry:
     :meth:`add_profile`, :meth:`mark_unsupported`, :meth:`prefer` and
     :meth:`add_capture_patch` change an unfrozen registry.
 
+    A frozen registry is a value: equal to (and hashing as) any registry holding the same
+    :meth:`data`. The packs' code is not part of it: their hooks are called through
+    :attr:`host`, the object built beside it.
+
     Attributes:
-        packs: the :class:`opreg.PackSet` it was built from: each discovered
-            pack's report (iterate it), and the loaded packs' hooks.
+        host: the :class:`opreg.host.PackHost` built with it, which calls the loaded packs'
+            hooks (its own object: not part of the registry's value; :meth:`copy` keeps it).
     """
 
     def __init__(self) -> None:
@@ -331,7 +336,8 @@ class Registry:
         self._ordered: dict[tuple[OpName, Target], tuple[Impl, ...]] = {}
         self._targets: dict[Any, Target] = {}
         self._patches: dict[str, CapturePatch] = {}
-        self.packs: PackSet = PackSet()
+        self._data: RegistryData | None = None  # what a frozen registry holds, its value
+        self.host: PackHost = PackHost()
 
     @classmethod
     def build(
@@ -341,13 +347,13 @@ class Registry:
         profiles: Iterable[tuple[str, Mapping[str, int], str]] = (),
         unsupported: Iterable[tuple[Any, str, str]] = (),
         preferences: Mapping[Any, str] | None = None,
-        packs: PackSet | None = None,
+        host: PackHost | None = None,
     ) -> Registry:
         """A frozen registry of ``impls`` (in this order) and the named ``profiles``
         (``(name, {domain: version}, pack)``), the ops declared ``unsupported``
         (``(op, pack, reason)``), tie ``preferences`` (op -> pack, see
-        :meth:`prefer`) and the :class:`opreg.PackSet` they came from. A profile
-        name given twice is an :class:`InvalidTargetError`."""
+        :meth:`prefer`), beside the :class:`opreg.host.PackHost` of the packs they came from.
+        A profile name given twice is an :class:`InvalidTargetError`."""
         registry = cls()
         for name, versions, pack in profiles:
             registry.add_profile(name, versions, pack=pack)
@@ -357,8 +363,8 @@ class Registry:
             registry._store(impl)
         for op, pack in (preferences or {}).items():
             registry.prefer(op, pack)
-        if packs is not None:
-            registry.packs = packs
+        if host is not None:
+            registry.host = host
         return registry.freeze()
 
     # -- changing an unfrozen registry ---------------------------------------------------
@@ -474,8 +480,10 @@ class Registry:
             )
 
     def freeze(self) -> Registry:
-        """Refuse further changes; returns ``self``."""
-        self._frozen = True
+        """Refuse further changes; returns ``self``, now a value (hashable, see :meth:`data`)."""
+        if not self._frozen:
+            self._data = self._collect()
+            self._frozen = True
         return self
 
     @property
@@ -491,12 +499,13 @@ class Registry:
         new._unsupported = dict(self._unsupported)
         new._preferred = dict(self._preferred)
         new._patches = dict(self._patches)
-        new.packs = self.packs
+        new.host = self.host
         return new
 
-    def call_hook(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """``(pack, result)`` of ``hook`` on every loaded pack (see :meth:`opreg.PackSet.call`)."""
-        return self.packs.call(hook, **kwargs)
+    @property
+    def packs(self) -> PackSet:
+        """The reports of every discovered pack (iterate it): ``self.host.packs``."""
+        return self.host.packs
 
     # -- reading --------------------------------------------------------------
 
@@ -540,7 +549,7 @@ class Registry:
             )
 
     def _failed_packs_hint(self) -> str:
-        failed = [r for r in self.packs if r.status in ("failed", "incompatible")]
+        failed = [r for r in self.host.packs if r.status in ("failed", "incompatible")]
         if not failed:
             return ""
         return " (packs that did not load and may define it: " + "; ".join(r.describe() for r in failed) + ")"
@@ -568,7 +577,10 @@ class Registry:
 
     def data(self) -> RegistryData:
         """What this registry holds, as one hashable value: two registries built from the same
-        packs (or a registry and its copy) give equal data; the pack set is not part of it."""
+        packs (or a registry and its copy) give equal data; the host is not part of it."""
+        return self._data if self._data is not None else self._collect()
+
+    def _collect(self) -> RegistryData:
         return RegistryData(
             impls=self.impls(),
             profiles=tuple(
@@ -578,6 +590,16 @@ class Registry:
             preferences=tuple(self._preferred.items()),
             capture_patches=self.capture_patches(),
         )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Registry):
+            return NotImplemented
+        return self is other or self.data() == other.data()
+
+    def __hash__(self) -> int:
+        if self._data is None:
+            raise TypeError("an unfrozen opreg.Registry is not hashable: freeze() it first")
+        return hash(self._data)
 
     def __contains__(self, op: object) -> bool:
         return OpName.of(op) in self._impls

@@ -31,10 +31,10 @@ from opreg.errors import (
 from opreg.exporter._capture import TRACING_LOCK, constant_inputs, symbolic_int_inputs
 from opreg.exporter._locate import Location, Trace
 from opreg.exporter._plan import JoinedDomain
+from opreg.exporter._runtime import Runner
 from opreg.exporter._state import BUFFER, StateSlot
 from opreg.packfaults import PackFault
 from opreg.patching import PatchOutcome
-from opreg.registry import Registry
 from opreg.targets import Target, domain_label
 from opreg.values import is_complex
 
@@ -120,8 +120,10 @@ class OnnxProgram:
         state: the current value of each buffer in ``state_slots``, by ``state_dict`` name: at
             first the value it was exported with; :meth:`run` feeds these and keeps the new ones,
             as calling the module updates its buffers. Assign to it to start again.
-        exporter: the function that made it (``opreg.export``); :meth:`locate` exports a
-            control-flow body alone with it.
+        exporter: the function that made it (``opreg.export``, bound to the registry it exported
+            with); :meth:`locate` exports a control-flow body alone with it.
+        runner: the :class:`opreg.exporter._runtime.Runner` its model runs through (the packs'
+            session configuration and reference kernels).
         capture_patches: what happened to each capture patch the packs offered
             (:class:`opreg.PatchOutcome`; the applied ones are also in the model's
             ``opreg.capture_patches`` metadata).
@@ -142,7 +144,7 @@ class OnnxProgram:
         model: ir.Model,
         *,
         target: Target,
-        registry: Registry,
+        runner: Runner,
         exported_program: torch.export.ExportedProgram,
         module: torch.nn.Module | torch.export.ExportedProgram,
         input_names: Sequence[str],
@@ -162,7 +164,7 @@ class OnnxProgram:
         self.fixed_dims: tuple[Any, ...] = ()  # opreg.export sets what capture fixed
         self.pack_faults: tuple[PackFault, ...] = ()
         self.target = target
-        self.registry = registry
+        self.runner = runner
         self.exported_program = exported_program
         self.input_names = tuple(input_names)
         self.output_names = tuple(s.name for s in outputs if s.name is not None)
@@ -357,14 +359,9 @@ class OnnxProgram:
 
     def _session(self, runtime: str) -> Any:
         """The ONNX Runtime session or reference evaluator of this model, made once."""
-        from opreg.exporter import _runtime
-
         session = self._sessions.get(runtime)
         if session is None:
-            if runtime == ONNXRUNTIME:
-                session = _runtime.onnxruntime_session(self.model, self.registry.packs)
-            else:
-                session = _runtime.reference_evaluator(self.model, self.registry.packs)
+            session = (self.runner.session if runtime == ONNXRUNTIME else self.runner.evaluator)(self.model)
             self._sessions[runtime] = session
         return session
 
@@ -535,10 +532,11 @@ class OnnxProgram:
         )  # fmt: skip
 
     def _locate_body(self, module: torch.fx.GraphModule, inputs: tuple, runtime: str, rtol: float, atol: float):
-        """A control-flow body exported on its own, with this export's registry and target, and located."""
+        """A control-flow body exported on its own, with this export's exporter (and registry) and target,
+        and located."""
         if self.exporter is None:
             raise OpregError("this program does not know the exporter that made it")
-        body = self.exporter(module, inputs, target=self.target, registry=self.registry)
+        body = self.exporter(module, inputs, target=self.target)
         return body.locate(*inputs, rtol=rtol, atol=atol, runtime=runtime)
 
     def _output_nodes(self) -> dict[str, str]:
@@ -557,17 +555,16 @@ class OnnxProgram:
 
     def _run_exposed(self, runtime: str) -> Any:
         """``run(model, names, feeds)``: a copy of the model (with extra outputs) run in ``runtime``."""
-        from opreg.exporter import _runtime
 
         def run(model: ir.Model, names: list[str], feeds: dict[str, np.ndarray]) -> list[torch.Tensor]:
             if runtime == ONNXRUNTIME:
-                session = _runtime.onnxruntime_session(model, self.registry.packs)
+                session = self.runner.session(model)
                 if self._has_bfloat16(feeds) or any(v.dtype == ir.DataType.BFLOAT16 for v in model.graph.outputs):
                     results = _run_with_ort_values(session, names, feeds)
                 else:
                     results = session.run(names, feeds)
             else:
-                results = _runtime.reference_evaluator(model, self.registry.packs).run(names, feeds)
+                results = self.runner.evaluator(model).run(names, feeds)
             return [_to_torch(r) for r in results]
 
         return run
