@@ -530,8 +530,7 @@ def build_registry(
     op -> pack that wins that op's ties (by default the core pack does).
     ``strict``: raise :class:`PluginError` if any selected pack fails, or if
     packs tie on an op that ``prefer`` does not settle. The packs' hooks are
-    called through ``registry.host`` (:class:`opreg.host.PackHost`), and their load
-    reports are ``registry.packs``.
+    called through ``registry.host``; their load reports are ``registry.packs``.
     """
     selection = Selection.of(plugins, exclude, prefer)
     selection.require_installed()
