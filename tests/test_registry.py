@@ -527,6 +527,8 @@ def test_a_built_registry_is_a_value_beside_its_plugin_host():
     assert built.host is not again.host and built.host.packs is built.packs  # the host: its own object
     assert isinstance(built.host, opreg.host.PackHost) and not hasattr(built, "call_hook")
     assert built.host.functions() and any(pack == "ort_contrib" for pack, _ in built.host.rewrite_rules(built.target()))
+    with pytest.raises(opreg.FrozenRegistryError):
+        built.host = opreg.host.PackHost()  # a shared registry keeps the host it was built with
     copy = built.copy()
     assert copy.host is built.host and copy == built
     with pytest.raises(TypeError, match="unfrozen"):

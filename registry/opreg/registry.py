@@ -118,7 +118,7 @@ class Registry:
         self._targets: dict[Any, Target] = {}
         self._patches: dict[str, CapturePatch] = {}
         self._data: RegistryData | None = None  # what a frozen registry holds, its value
-        self.host: PackHost = PackHost()
+        self._host = PackHost()
 
     @classmethod
     def build(
@@ -280,8 +280,21 @@ class Registry:
         new._unsupported = dict(self._unsupported)
         new._preferred = dict(self._preferred)
         new._patches = dict(self._patches)
-        new.host = self.host
+        new._host = self._host
         return new
+
+    @property
+    def host(self) -> PackHost:
+        """The plugin host built beside this registry: it calls the loaded packs' hooks (not part of the
+        registry's value; an unfrozen registry may be given another)."""
+        return self._host
+
+    @host.setter
+    def host(self, host: PackHost) -> None:
+        self._check_mutable()
+        if not isinstance(host, PackHost):
+            raise InvalidArgumentError(f"Registry.host takes an opreg.host.PackHost, got {type(host).__name__}")
+        self._host = host
 
     @property
     def packs(self) -> PackSet:
