@@ -97,8 +97,9 @@ class Registry:
     :meth:`add_capture_patch` change an unfrozen registry.
 
     A frozen registry is a value: equal to (and hashing as) any registry holding the same
-    :meth:`data`. The packs' code is not part of it: their hooks are called through
-    :attr:`host`, the object built beside it.
+    :meth:`data`, taken when it is frozen. The packs' code is not part of it: their hooks are
+    called through :attr:`host`, the object built beside it. (Resolution remembers its answers
+    per op and target, and parsed targets: a cache of what the value answers, never part of it.)
 
     Attributes:
         host: the :class:`opreg.host.PackHost` built with it, which calls the loaded packs'
