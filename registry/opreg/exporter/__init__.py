@@ -62,10 +62,13 @@ def _registry(settings: ExportSettings) -> Registry:
 
 
 def _patches(model: Any, registry: Registry, settings: ExportSettings) -> PatchedCapture | None:
-    """The capture patches for ``model`` (``None`` for an ``ExportedProgram``: it is already captured)."""
+    """The capture patches for ``model``: ``registry``'s own and those its host's packs offer (``None``
+    for an ``ExportedProgram``: it is already captured)."""
     if isinstance(model, torch.export.ExportedProgram):
         return None
-    return PatchedCapture.of(registry, enabled=settings.patches, exclude=settings.exclude_patches)
+    return PatchedCapture.of(
+        registry.host, registry.capture_patches(), enabled=settings.patches, exclude=settings.exclude_patches
+    )
 
 
 def _faults_reported(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -170,14 +173,14 @@ def export(
     ).run()
     tick("finish")
     result = _finish.finish(
-        translation, exported_program=program, module=eager, target=resolved, registry=reg, joined=plan.joined,
+        translation, exported_program=program, module=eager, target=resolved, host=reg.host, joined=plan.joined,
         input_leaves=_capture.input_leaves(program), inline=settings.inline, embed_functions=settings.embed_functions,
         optimize=settings.optimize, fold_weights=settings.fold_weights, rewrite=settings.rewrite, seed=settings.seed,
         strict=settings.strict, passes=extra, dim_bounds=_capture.dim_bounds(program, symbols),
         capture_patches=patched.outcomes if patched is not None else (),
     )  # fmt: skip
     tick.done()
-    result.exporter = export
+    result.exporter = functools.partial(export, registry=reg)  # locate() exports bodies with it
     result.streamed = bool(lazy)
     _dynamic.record(result, capture.fixed)
     return result

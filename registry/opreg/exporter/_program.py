@@ -34,7 +34,6 @@ from opreg.exporter.diagnosis.run import ONNXRUNTIME, Runner, run_program, to_to
 from opreg.exporter.diagnosis.verify import verify_program
 from opreg.packfaults import PackFault
 from opreg.patching import PatchOutcome
-from opreg.registry import Registry
 from opreg.targets import Target, domain_label
 from opreg.values import is_complex
 
@@ -99,7 +98,7 @@ class OnnxProgram:
         model: ir.Model,
         *,
         target: Target,
-        registry: Registry,
+        runner: Runner,
         exported_program: torch.export.ExportedProgram,
         module: torch.nn.Module | torch.export.ExportedProgram,
         input_names: Sequence[str],
@@ -119,7 +118,7 @@ class OnnxProgram:
         self.fixed_dims: tuple[Any, ...] = ()  # opreg.export sets what capture fixed
         self.pack_faults: tuple[PackFault, ...] = ()
         self.target = target
-        self.registry = registry
+        self.runner = runner
         self.exported_program = exported_program
         self.input_names = tuple(input_names)
         self.output_names = tuple(s.name for s in outputs if s.name is not None)
@@ -132,8 +131,7 @@ class OnnxProgram:
         self._out_spec = out_spec
         self._checked = checked
         self.traces = dict(traces or {})
-        self.exporter: Any = None  # opreg.export sets itself here: locate() exports control-flow bodies alone
-        self.runner = Runner(registry.packs)
+        self.exporter: Any = None  # opreg.export, bound to its registry: locate() exports control-flow bodies alone
         self.state_slots = tuple(state)
         self.state: dict[str, torch.Tensor] = {
             slot.key: _initial_value(exported_program, slot.key) for slot in self.state_slots if slot.kind == BUFFER
@@ -344,14 +342,14 @@ class OnnxProgram:
         returns a :class:`opreg.exporter.Location`. See docs/when-numbers-differ.md."""
         return locate_program(self, args, kwargs, rtol=rtol, atol=atol, runtime=runtime)
 
-    # -- a body exported alone, with the registry (the only other use of it: the runner) ---------
+    # -- a body exported alone, with the exporter bound to the export's registry ---------------
 
     def export_alone(self, module: torch.fx.GraphModule, inputs: tuple) -> OnnxProgram:
         """A graph module (a control-flow body ``locate`` looks inside) exported on its own, with this
-        export's exporter, registry and target."""
+        export's exporter (bound to its registry) and target."""
         if self.exporter is None:
             raise OpregError("this program does not know the exporter that made it")
-        return self.exporter(module, inputs, target=self.target, registry=self.registry)
+        return self.exporter(module, inputs, target=self.target)
 
 
 def _unused(stem: str, taken: Mapping[str, Any]) -> str:

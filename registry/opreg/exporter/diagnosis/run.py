@@ -25,11 +25,12 @@ class Runner:
     ``opreg_configure_session`` applied) or ``onnx.reference`` with the packs' reference kernels,
     each made once per runtime, and which of them ``runtime="auto"`` picks.
 
-    ``packs`` is the plugin host the model was exported with (its session hooks and kernels).
+    ``host`` is the packs' host the model was exported with (:attr:`opreg.Registry.host`: their
+    session configuration and reference kernels), not the registry.
     """
 
-    def __init__(self, packs: Any) -> None:
-        self.packs = packs
+    def __init__(self, host: Any) -> None:
+        self.host = host
         self._sessions: dict[str, Any] = {}
         self._choice: str | None = None  # what runtime="auto" runs, once found
 
@@ -50,8 +51,8 @@ class Runner:
         from opreg.exporter import _runtime
 
         if runtime == ONNXRUNTIME:
-            return _runtime.onnxruntime_session(model, self.packs)
-        return _runtime.reference_evaluator(model, self.packs)
+            return _runtime.onnxruntime_session(model, self.host)
+        return _runtime.reference_evaluator(model, self.host)
 
     def choose(self, model: ir.Model) -> str:
         """``onnxruntime`` if it can run every op in ``model``, else ``reference`` (see
