@@ -24,7 +24,7 @@ from opreg.errors import ExportError, InvalidArgumentError, VerificationError
 from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
-from opreg.llm import LAYOUT, _genai
+from opreg.llm import LAYOUT, _families, _genai
 from opreg.llm._genai import text_config
 from opreg.registry import Registry
 from opreg.targets import TargetLike
@@ -296,8 +296,13 @@ def load(model: Any) -> tuple[Any, Path | None]:
                 f"{folder} is not a transformers checkpoint folder (no config.json): give a folder saved with "
                 "save_pretrained, or the model itself"
             )
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM
 
+        try:
+            config = AutoConfig.from_pretrained(folder)
+        except Exception as e:
+            raise ExportError(f"transformers could not read {folder}/config.json: {type(e).__name__}: {e}") from e
+        _families.refuse_unless_text_decoder(config, f"{folder} holds a {_families.architecture(config)}: it")
         try:
             loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         except Exception as e:
@@ -307,6 +312,8 @@ def load(model: Any) -> tuple[Any, Path | None]:
         raise InvalidArgumentError(
             f"export_decoder takes a transformers causal LM or a checkpoint folder, got {type(model).__name__}"
         )
+    if getattr(model, "config", None) is not None:
+        _families.refuse_unless_text_decoder(model.config, f"the {type(model).__name__} given")
     return model, None
 
 
