@@ -171,17 +171,17 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.set_defaults(run=_cmd_export)
 
-    p = sub.add_parser("llm", help="language models: a causal LM as a decoder ONNX Runtime GenAI runs")
+    p = sub.add_parser("llm", help="language and speech models: the folders ONNX Runtime GenAI runs")
     llm = p.add_subparsers(dest="llm_command", required=True, metavar="COMMAND")
     p = llm.add_parser(
         "export", parents=[output, packs, target],
-        help="export a transformers checkpoint folder to a folder ONNX Runtime GenAI loads",
+        help="export a transformers checkpoint folder (a causal LM, Whisper) to a folder ONNX Runtime GenAI loads",
     )  # fmt: skip
     p.add_argument("folder", metavar="FOLDER", help="a transformers checkpoint (config.json, weights, tokenizer)")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write (created if missing)")
     p.add_argument(
         "--verify", action="store_true",
-        help="compare the decoder with the transformers model (prefill, decode, left padding)",
+        help="compare the models with the transformers model (prefill, decode, left padding)",
     )  # fmt: skip
     p.add_argument("--context-length", type=int, metavar="N", help="the longest sequence GenAI may generate")
     p.add_argument("--external-data", action="store_true", help="write the weights to a side file")
@@ -660,7 +660,7 @@ def _cmd_llm_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from opreg.errors import VerificationError
-    from opreg.llm import _decoder
+    from opreg.llm import _families
 
     registry = _registry(args)
     target = registry.target(args.target)
@@ -672,28 +672,33 @@ def _cmd_llm_export(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     err = _console(stderr=True)
     with err.status(f"exporting {args.folder}..."):
-        decoder = _decoder.export_decoder(
-            args.folder, target=target, registry=registry, context_length=args.context_length
+        exported_model = _families.export_checkpoint(
+            Path(args.folder), target=target, registry=registry, context_length=args.context_length
         )
         exported = time.perf_counter() - started
-        folder = decoder.save(args.output, external_data=True if args.external_data else None)
+        folder = exported_model.save(args.output, external_data=True if args.external_data else None)
     checks = []
     if args.verify:
         with err.status("verifying..."):
             try:
-                checks = decoder.verify()
+                checks = exported_model.verify()
             except VerificationError as e:
-                err.print(_styled(f"wrote {folder}, but the decoder does not match transformers:\n{e}", "red"))
+                err.print(_styled(f"wrote {folder}, but the models do not match transformers:\n{e}", "red"))
                 return EXIT_FINDINGS
-    layout = decoder.layout
+    programs = exported_model.programs
+    last = list(programs.values())[-1]  # the decoder
     summary = {
         "folder": str(folder),
         "files": sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")),
         "target": target.as_dict(),
-        "layers": layout.num_layers,
-        "inputs": list(decoder.program.input_names),
-        "outputs": list(decoder.program.output_names),
-        "nodes": len(decoder.program.model.graph),
+        "layers": exported_model.layout.num_layers,
+        "inputs": list(last.input_names),
+        "outputs": list(last.output_names),
+        "nodes": len(last.model.graph),
+        "models": {
+            name: {"inputs": list(p.input_names), "outputs": list(p.output_names), "nodes": len(p.model.graph)}
+            for name, p in programs.items()
+        },
         "export_seconds": round(exported, 2),
         "verified": len(checks),
         "max_abs": max((c.max_abs for c in checks), default=None),
@@ -702,9 +707,10 @@ def _cmd_llm_export(args: argparse.Namespace) -> int:
         _print_json(summary)
         return EXIT_OK
     console = _console()
+    nodes = ", ".join(f"{name} {info['nodes']} nodes" for name, info in summary["models"].items())
     console.print(
-        f"wrote {folder} ({', '.join(summary['files'])}): {type(decoder.model).__name__}, {layout.num_layers} layers, "
-        f"{summary['nodes']} nodes, exported in {exported:.1f} s",
+        f"wrote {folder} ({', '.join(summary['files'])}): {type(exported_model.model).__name__}, "
+        f"{summary['layers']} layers, {nodes}, exported in {exported:.1f} s",
         markup=False,
     )
     if checks:

@@ -30,9 +30,11 @@ from opreg.targets import TargetLike
 
 if TYPE_CHECKING:
     from opreg.llm._decoder import Decoder, DecoderLayout
+    from opreg.llm._whisper import Whisper, WhisperLayout
     from opreg.registry import Registry
 
-__all__ = ["LAYOUT", "Decoder", "DecoderLayout", "export_decoder"]
+__all__ = ["LAYOUT", "WHISPER_LAYOUT", "Decoder", "DecoderLayout", "Whisper", "WhisperLayout", "export_decoder",
+           "export_whisper"]  # fmt: skip
 
 LAYOUT = {
     "input_ids": "input_ids",
@@ -46,6 +48,23 @@ LAYOUT = {
 }
 """The decoder's input and output names (``%d``: the layer), as ONNX Runtime GenAI's
 ``genai_config.json`` names them."""
+
+WHISPER_LAYOUT = {
+    "audio_features": "audio_features",
+    "encoder_hidden_states": "hidden_states",
+    "cross_present_key": "present_key_cross_%d",
+    "cross_present_value": "present_value_cross_%d",
+    "input_ids": "input_ids",
+    "past_key": "past_key_self_%d",
+    "past_value": "past_value_self_%d",
+    "cross_past_key": "past_key_cross_%d",
+    "cross_past_value": "past_value_cross_%d",
+    "logits": "logits",
+    "present_key": "present_key_self_%d",
+    "present_value": "present_value_self_%d",
+}
+"""Whisper's encoder and decoder input and output names (``%d``: the decoder layer), as ONNX
+Runtime GenAI's builder writes them and its ``whisper`` model reads them."""
 
 
 def export_decoder(
@@ -103,9 +122,69 @@ def export_decoder(
     return decoder
 
 
+def export_whisper(
+    model: Any,
+    output_folder: str | os.PathLike[str] | None = None,
+    *,
+    target: TargetLike = "onnx",
+    tokenizer: Any = None,
+    feature_extractor: Any = None,
+    plugins: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    registry: Registry | None = None,
+    optimize: bool = True,
+    external_data: bool | None = None,
+    context_length: int | None = None,
+    precision: str = "fp32",
+    **export_options: Any,
+) -> Whisper:
+    """Export a transformers ``WhisperForConditionalGeneration`` as the encoder and decoder ONNX
+    Runtime GenAI runs (the layout of :data:`WHISPER_LAYOUT`), and write the folder GenAI loads
+    when ``output_folder`` is given.
+
+    Args:
+        model: the model, or the path of a local checkpoint folder (loaded in float32).
+        output_folder: where to write ``encoder.onnx``, ``decoder.onnx``, ``genai_config.json``,
+            ``audio_processor_config.json`` (GenAI's log-mel features) and the tokenizer's and
+            feature extractor's files.
+        target, plugins, exclude, registry, optimize, external_data, export_options: as
+            :func:`export_decoder` takes them.
+        tokenizer: a transformers tokenizer or a folder holding one; by default the checkpoint
+            folder's, when ``model`` is a folder.
+        feature_extractor: a transformers ``WhisperFeatureExtractor`` or a folder holding one; by
+            default the checkpoint folder's, else Whisper's defaults for the model's mel bins.
+        context_length: the longest sequence GenAI may generate; default (and at most) the
+            decoder's ``max_target_positions``.
+        precision: ``"fp32"`` (the weights as they are), ``"int8"`` or ``"int4"``: the linear
+            layers' weights as ONNX Runtime's MatMulNBits (``target="onnxruntime"``), quantized as
+            GenAI's builder does for CPU (blocks of 32, symmetric, accuracy level 4).
+
+    Returns:
+        a :class:`Whisper`: the encoder's and decoder's :class:`opreg.OnnxProgram`, the
+        :class:`WhisperLayout`, and ``verify``/``save``.
+
+    Raises:
+        opreg.ExportError: the model is not a Whisper, or torch.export cannot capture it.
+    """
+    from opreg.llm import _whisper
+
+    whisper = _whisper.export_whisper(
+        model, target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
+        tokenizer=tokenizer, feature_extractor=feature_extractor, context_length=context_length, precision=precision,
+        **export_options,
+    )  # fmt: skip
+    if output_folder is not None:
+        whisper.save(output_folder, external_data=external_data)
+    return whisper
+
+
 def __getattr__(name: str) -> Any:
     if name in ("Decoder", "DecoderLayout"):
         from opreg.llm import _decoder
 
         return getattr(_decoder, name)
+    if name in ("Whisper", "WhisperLayout"):
+        from opreg.llm import _whisper
+
+        return getattr(_whisper, name)
     raise AttributeError(f"module 'opreg.llm' has no attribute {name!r}")

@@ -9,11 +9,12 @@ reads them (:data:`opreg.llm.LAYOUT`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,11 @@ class Decoder:
     def __repr__(self) -> str:
         return f"<Decoder {type(self.model).__name__}, {self.layout.num_layers} layers, {self.program!r}>"
 
+    @property
+    def programs(self) -> dict[str, OnnxProgram]:
+        """The folder's models by file name: the decoder."""
+        return {_genai.MODEL_FILE: self.program}
+
     def inputs(
         self,
         input_ids: torch.Tensor,
@@ -250,13 +256,7 @@ class Decoder:
                         seq_dim = 0 if name == LAYOUT["logits"] else 1
                         mine, theirs = mine.index_select(seq_dim, keep), theirs.index_select(seq_dim, keep)
                     checks.append(compare_output(f"{name} ({label}{what})", mine, theirs, rtol, atol))
-        if bad := [c for c in checks if not c.ok]:
-            raise VerificationError(
-                f"{len(bad)} of {len(checks)} decoder outputs differ from transformers' (rtol={rtol}, atol={atol}):\n"
-                + "\n".join(f"  {c}" for c in bad),
-                tuple(checks),
-            )
-        return checks
+        return checked(checks, "decoder", rtol, atol)
 
     def _random(self, batch: int, length: int, past: int, generator: torch.Generator) -> tuple[dict[str, Any], list]:
         """Random tokens after a random cache; every row and position compared."""
@@ -288,33 +288,8 @@ class Decoder:
 
 def load(model: Any) -> tuple[Any, Path | None]:
     """The transformers model ``model`` names (a model, or a local checkpoint folder) and the
-    folder it came from."""
-    if isinstance(model, (str, os.PathLike)):
-        folder = Path(model)
-        if not (folder / "config.json").is_file():
-            raise ExportError(
-                f"{folder} is not a transformers checkpoint folder (no config.json): give a folder saved with "
-                "save_pretrained, or the model itself"
-            )
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        try:
-            config = AutoConfig.from_pretrained(folder)
-        except Exception as e:
-            raise ExportError(f"transformers could not read {folder}/config.json: {type(e).__name__}: {e}") from e
-        _families.refuse_unless_text_decoder(config, f"{folder} holds a {_families.architecture(config)}: it")
-        try:
-            loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-        except Exception as e:
-            raise ExportError(f"transformers could not load a causal LM from {folder}: {type(e).__name__}: {e}") from e
-        return loaded.eval(), folder
-    if not isinstance(model, torch.nn.Module):
-        raise InvalidArgumentError(
-            f"export_decoder takes a transformers causal LM or a checkpoint folder, got {type(model).__name__}"
-        )
-    if getattr(model, "config", None) is not None:
-        _families.refuse_unless_text_decoder(model.config, f"the {type(model).__name__} given")
-    return model, None
+    folder it came from; a model the text decoder cannot serve whole is refused with the reason."""
+    return _families.load(model, _families.TEXT)
 
 
 def layout_of(model: Any) -> DecoderLayout:
@@ -380,15 +355,7 @@ def export_decoder(
     context_length: int | None = None,
     **export_options: Any,
 ) -> Decoder:
-    taken = sorted(set(export_options) & {"args", "kwargs", "dynamic_shapes", "state"})
-    if taken:
-        raise InvalidArgumentError(
-            f"export_decoder sets {', '.join(taken)} itself (the decoder's inputs and dynamic lengths); leave "
-            f"{'it' if len(taken) == 1 else 'them'} out"
-        )
-    unknown = sorted(set(export_options) - set(inspect.signature(export).parameters))
-    if unknown:
-        raise InvalidArgumentError(f"export_decoder got {', '.join(unknown)}, which opreg.export does not take")
+    check_export_options("export_decoder", export_options)
     model, folder = load(model)
     if context_length is None:
         context_length = int(getattr(text_config(model), "max_position_embeddings", 0) or 4096)
@@ -412,6 +379,43 @@ def export_decoder(
         model.train(was_training)
     _name(program, layout)
     return Decoder(program, layout, model, tokenizer if tokenizer is not None else folder, context_length)
+
+
+def check_export_options(function: str, export_options: dict[str, Any]) -> None:
+    """Refuse the options of :func:`opreg.export` a language-model export sets itself, and names
+    :func:`opreg.export` does not take (``function``: the export's name, in the message)."""
+    taken = sorted(set(export_options) & {"args", "kwargs", "dynamic_shapes", "state"})
+    if taken:
+        raise InvalidArgumentError(
+            f"{function} sets {', '.join(taken)} itself (the models' inputs and dynamic lengths); leave "
+            f"{'it' if len(taken) == 1 else 'them'} out"
+        )
+    unknown = sorted(set(export_options) - set(inspect.signature(export).parameters))
+    if unknown:
+        raise InvalidArgumentError(f"{function} got {', '.join(unknown)}, which opreg.export does not take")
+
+
+def checked(checks: list[OutputCheck], what: str, rtol: float, atol: float) -> list[OutputCheck]:
+    """``checks``, or a :class:`opreg.VerificationError` listing those that failed (``what``: whose
+    outputs, in the message)."""
+    if bad := [c for c in checks if not c.ok]:
+        raise VerificationError(
+            f"{len(bad)} of {len(checks)} {what} outputs differ from transformers' (rtol={rtol}, atol={atol}):\n"
+            + "\n".join(f"  {c}" for c in bad),
+            tuple(checks),
+        )
+    return checks
+
+
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """``model`` in ``eval()`` mode while the block runs, its mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any]:
