@@ -185,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--context-length", type=int, metavar="N", help="the longest sequence GenAI may generate")
     p.add_argument("--external-data", action="store_true", help="write the weights to a side file")
+    p.add_argument(
+        "--precision", choices=("fp32", "int8", "int4"), default=None,
+        help="Whisper: linear weights as ONNX Runtime's MatMulNBits (int8, int4; with -t onnxruntime)",
+    )  # fmt: skip
     p.set_defaults(run=_cmd_llm_export)
 
     p = sub.add_parser("inspect", parents=[output], help="what an ONNX file holds, and whether it is usable")
@@ -672,8 +676,9 @@ def _cmd_llm_export(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     err = _console(stderr=True)
     with err.status(f"exporting {args.folder}..."):
+        precision = {} if args.precision is None else {"precision": args.precision}
         exported_model = _families.export_checkpoint(
-            Path(args.folder), target=target, registry=registry, context_length=args.context_length
+            Path(args.folder), target=target, registry=registry, context_length=args.context_length, **precision
         )
         exported = time.perf_counter() - started
         folder = exported_model.save(args.output, external_data=True if args.external_data else None)

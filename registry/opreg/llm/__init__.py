@@ -147,8 +147,9 @@ def export_whisper(
         output_folder: where to write ``encoder.onnx``, ``decoder.onnx``, ``genai_config.json``,
             ``audio_processor_config.json`` (GenAI's log-mel features) and the tokenizer's and
             feature extractor's files.
-        target, plugins, exclude, registry, optimize, external_data, export_options: as
-            :func:`export_decoder` takes them.
+        target, plugins, exclude, registry, optimize, export_options: as :func:`export_decoder`
+            takes them.
+        external_data: as :meth:`Whisper.save` takes it (default: the weights in side files).
         tokenizer: a transformers tokenizer or a folder holding one; by default the checkpoint
             folder's, when ``model`` is a folder.
         feature_extractor: a transformers ``WhisperFeatureExtractor`` or a folder holding one; by
