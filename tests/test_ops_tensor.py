@@ -218,6 +218,13 @@ INDEXING = [
     case("nonzero", torch.nonzero, I32),
     case("masked_fill_tensor", lambda x, m: x.masked_fill(m, torch.tensor(-2)), I32, B),
     case("masked_scatter", lambda x, m, s: x.masked_scatter(m, s), I32.float(), B, torch.randn(12)),
+    case(
+        "masked_scatter_empty_source",
+        lambda x, m, s: x.masked_scatter(m, s),
+        M,
+        torch.zeros(6, dtype=torch.bool),
+        torch.randn(0),
+    ),
     case("pad", lambda x: torch.nn.functional.pad(x, (1, 2, 0, 1), value=0.5), M),
     case("pad_negative", lambda x: torch.nn.functional.pad(x, (-1, 2)), M),
 ]
@@ -382,6 +389,7 @@ def test_creation_and_shapes_with_a_dynamic_dim(opset):
             x.unsqueeze(0).expand(3, -1, -1),
             x.numel() * x,
             torch.stack([x, x], 1),
+            torch.nn.functional.pad(x, (n, 1, 0, n - 2), value=0.5),  # symbolic pads
         )
 
     program = check(fn, torch.randn(4, 6), opset=opset, dynamic_shapes=(({0: N},),))
