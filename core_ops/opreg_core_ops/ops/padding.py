@@ -31,11 +31,12 @@ def _onnx_pads(pad: ir.Value, rank: int) -> ir.Value:
     if pad.shape is None or not isinstance(pad.shape[0], int) or pad.shape[0] % 2:
         raise ValueError(f"constant_pad_nd needs an even, known number of pads, got shape {pad.shape}")
     covered = pad.shape[0] // 2
-    pairs = op18.Reshape(op18.Cast(pad, to=ir.DataType.INT64), [covered, 2])  # (last dim, ...) x (begin, end)
-    pairs = op18.Transpose(op18.Gather(pairs, list(range(covered - 1, -1, -1)), axis=0), perm=[1, 0])  # dims in order
-    if covered < rank:
-        pairs = op18.Concat(op18.Constant(value=ir.tensor(np.zeros((2, rank - covered), np.int64))), pairs, axis=1)
-    return op18.Reshape(pairs, [-1])
+    pad = op18.Cast(pad, to=ir.DataType.INT64)
+    leading = [op18.Constant(value=ir.tensor(np.zeros(rank - covered, np.int64)))] if covered < rank else []
+    sides = []
+    for side in (0, 1):  # the begins, then the ends; torch lists the last dim first
+        sides += [*leading, *(op18.Slice(pad, [2 * d + side], [2 * d + side + 1]) for d in reversed(range(covered)))]
+    return op18.Concat(*sides, axis=0)
 
 
 def _pad_covered(node) -> bool:
