@@ -30,11 +30,12 @@ from opreg.targets import TargetLike
 
 if TYPE_CHECKING:
     from opreg.llm._decoder import Decoder, DecoderLayout
+    from opreg.llm._vision import VisionLanguage
     from opreg.llm._whisper import Whisper, WhisperLayout
     from opreg.registry import Registry
 
-__all__ = ["LAYOUT", "WHISPER_LAYOUT", "Decoder", "DecoderLayout", "Whisper", "WhisperLayout", "export_decoder",
-           "export_whisper"]  # fmt: skip
+__all__ = ["LAYOUT", "WHISPER_LAYOUT", "Decoder", "DecoderLayout", "VisionLanguage", "Whisper", "WhisperLayout",
+           "export_decoder", "export_vision", "export_whisper"]  # fmt: skip
 
 LAYOUT = {
     "input_ids": "input_ids",
@@ -179,7 +180,70 @@ def export_whisper(
     return whisper
 
 
+def export_vision(
+    model: Any,
+    output_folder: str | os.PathLike[str] | None = None,
+    *,
+    target: TargetLike = "onnx",
+    tokenizer: Any = None,
+    image_processor: Any = None,
+    plugins: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    registry: Registry | None = None,
+    optimize: bool = True,
+    external_data: bool | None = None,
+    context_length: int | None = None,
+    precision: str = "fp32",
+    **export_options: Any,
+) -> VisionLanguage:
+    """Export a transformers vision-language model as the three models ONNX Runtime GenAI's
+    multimodal pipeline runs (a vision encoder, an embedding model, a decoder on embeddings), and
+    write the folder GenAI loads when ``output_folder`` is given.
+
+    Args:
+        model: a ``Gemma3ForConditionalGeneration``, ``Qwen2_5_VLForConditionalGeneration`` or
+            ``LlavaForConditionalGeneration``, or the path of a local checkpoint folder (loaded in
+            float32).
+        output_folder: where to write ``vision.onnx``, ``embedding.onnx``, ``model.onnx``,
+            ``genai_config.json``, ``processor_config.json`` (GenAI's image recipe) and the
+            tokenizer's and image processor's files.
+        target, plugins, exclude, registry, optimize, export_options: as :func:`export_decoder`
+            takes them.
+        tokenizer: a transformers tokenizer or a folder holding one; by default the checkpoint
+            folder's, when ``model`` is a folder.
+        image_processor: a transformers image processor or a folder holding one; by default the
+            checkpoint folder's, else the architecture's default for the model's image size.
+        external_data: as :meth:`VisionLanguage.save` takes it (default: the weights in side files).
+        context_length: the longest sequence GenAI may generate; default the language model's
+            ``max_position_embeddings``.
+        precision: as :func:`export_whisper` takes it (the vision encoder's and decoder's linear
+            layers).
+
+    Returns:
+        a :class:`VisionLanguage`: the three :class:`opreg.OnnxProgram`, the language model's
+        :class:`DecoderLayout`, and ``verify``/``generate``/``save``.
+
+    Raises:
+        opreg.ExportError: the model is not of an architecture opreg lays out for GenAI, or
+            torch.export cannot capture it.
+    """
+    from opreg.llm import _vision
+
+    exported = _vision.export_vision(
+        model, target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
+        tokenizer=tokenizer, image_processor=image_processor, context_length=context_length, precision=precision,
+        **export_options,
+    )  # fmt: skip
+    if output_folder is not None:
+        exported.save(output_folder, external_data=external_data)
+    return exported
+
+
 def __getattr__(name: str) -> Any:
+    if name == "VisionLanguage":
+        from opreg.llm import _vision
+
+        return _vision.VisionLanguage
     if name in ("Decoder", "DecoderLayout"):
         from opreg.llm import _decoder
 

@@ -130,6 +130,37 @@ def _past_layer_class() -> type:
     return PastLayer
 
 
+def past_cache(layer_class: type, past: Sequence[torch.Tensor], num_layers: int) -> Any:
+    """A transformers ``DynamicCache`` holding ``past`` (key 0, value 0, key 1, ...) in layers of
+    ``layer_class`` (:func:`_past_layer_class`)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layers = [layer_class(past[2 * i], past[2 * i + 1]) for i in range(num_layers)]
+    return cache
+
+
+def presents(cache: Any) -> list[torch.Tensor]:
+    """Each layer's keys and values of a transformers cache: key 0, value 0, key 1, ..."""
+    present = []
+    for layer in cache.layers:
+        present += [layer.keys, layer.values]
+    return present
+
+
+def compare_all(
+    label: str,
+    names: Sequence[str],
+    got: Sequence[torch.Tensor],
+    expected: Sequence[torch.Tensor],
+    rtol: float,
+    atol: float,
+) -> list[OutputCheck]:
+    """One check per output, named ``"NAME (label)"``."""
+    pairs = zip(names, got, expected, strict=True)
+    return [compare_output(f"{name} ({label})", mine, theirs, rtol, atol) for name, mine, theirs in pairs]
+
+
 class DecoderStep(torch.nn.Module):
     """``model`` with its cache as tensors: ``forward(input_ids, attention_mask, position_ids,
     past_key_values)`` returns ``{"logits": ..., "present": [key 0, value 0, key 1, ...]}``."""
@@ -147,18 +178,12 @@ class DecoderStep(torch.nn.Module):
         position_ids: torch.Tensor | None = None,
         past_key_values: Sequence[torch.Tensor] = (),
     ) -> dict[str, Any]:
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
-        cache.layers = [self._layer(past_key_values[2 * i], past_key_values[2 * i + 1]) for i in range(self.num_layers)]
+        cache = past_cache(self._layer, past_key_values, self.num_layers)
         extra = {} if position_ids is None else {"position_ids": position_ids}
         out = self.model(
             input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True, **extra
         )
-        present = []
-        for layer in cache.layers:
-            present += [layer.keys, layer.values]
-        return {"logits": out.logits, "present": present}
+        return {"logits": out.logits, "present": presents(cache)}
 
 
 # -- the result ----------------------------------------------------------------------------

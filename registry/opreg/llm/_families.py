@@ -1,7 +1,8 @@
 """Which export serves a transformers checkpoint, and loading it.
 
 Each :class:`Family` is one kind of folder ONNX Runtime GenAI runs: a text decoder
-(:func:`opreg.llm.export_decoder`), Whisper (:func:`opreg.llm.export_whisper`). A checkpoint is
+(:func:`opreg.llm.export_decoder`), Whisper (:func:`opreg.llm.export_whisper`), a vision-language
+model (:func:`opreg.llm.export_vision`). A checkpoint is
 matched to its family from its config before anything is loaded; one a family cannot serve is
 refused with the reason. transformers' ``AutoModelForCausalLM`` loads a decoder-only part of
 some models the text decoder cannot serve whole (Whisper's config maps to ``WhisperForCausalLM``,
@@ -57,9 +58,16 @@ def _is_whisper(config: Any) -> bool:
     return getattr(config, "model_type", None) == "whisper" and bool(getattr(config, "is_encoder_decoder", False))
 
 
+def _is_vision_language(config: Any) -> bool:
+    return getattr(config, "vision_config", None) is not None
+
+
 TEXT = Family("causal LM", "export_decoder", "opreg.llm._decoder", "AutoModelForCausalLM", _is_text_decoder)
 WHISPER = Family("Whisper model", "export_whisper", "opreg.llm._whisper", "AutoModelForSpeechSeq2Seq", _is_whisper)
-FAMILIES = (WHISPER, TEXT)
+VISION = Family(
+    "vision-language model", "export_vision", "opreg.llm._vision", "AutoModelForImageTextToText", _is_vision_language
+)
+FAMILIES = (WHISPER, VISION, TEXT)
 """Every family, the first that serves a config wins."""
 
 

@@ -197,6 +197,26 @@ def write_folder(
     return folder
 
 
+def write_model_folder(
+    folder: Path, model: Any, processor: Any, files: dict[str, dict[str, Any]], external_data: bool | None
+) -> Path:
+    """:func:`write_folder` for a folder of several models: ``model``'s programs, its tokenizer,
+    ``processor`` (a transformers feature extractor or image processor), and ``files`` (JSON by
+    name, in order; ``genai_config.json`` is made from ``model`` and written last)."""
+    texts = {name: json.dumps(value, indent=2) + "\n" for name, value in files.items()}
+    texts[GENAI_CONFIG] = json.dumps(model.genai_config(), indent=2) + "\n"  # errors before anything is written
+
+    def fill(staged: Path) -> list[str]:
+        names = _save_tokenizer(model.tokenizer, staged)
+        processor.save_pretrained(staged)
+        names.append("preprocessor_config.json")
+        for name, text in texts.items():
+            (staged / name).write_text(text)
+        return [*sorted(set(names)), *texts]
+
+    return write_folder(folder, model.programs, fill, external_data)
+
+
 def _save_tokenizer(tokenizer: Any, folder: Path) -> list[str]:
     """Write ``tokenizer`` (a transformers tokenizer, or a folder holding one) into ``folder``;
     the names written."""

@@ -5,6 +5,7 @@ builder for ``-p int4 -e cpu``: blocks of 32, symmetric, accuracy level 4)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from opreg.errors import ExportError, InvalidArgumentError
@@ -46,3 +47,30 @@ def check(program: Any, precision: str, what: str) -> None:
             f"precision={precision!r} quantized none of the {what}'s linear layers: MatMulNBits is ONNX Runtime's "
             "kernel; export with target='onnxruntime'"
         )
+
+
+def export_options(
+    function: str,
+    precision: str,
+    *,
+    target: Any,
+    plugins: Iterable[str] | None,
+    exclude: Iterable[str] | None,
+    registry: Any,
+    optimize: bool,
+    export_options: dict[str, Any],
+) -> dict[str, Any]:
+    """The keyword arguments of :func:`opreg.export` for each model of a language-model export
+    (``function``: its name, in messages): the target resolved by the registry, the export options
+    checked (:func:`opreg.llm._decoder.check_export_options`), and the passes that give ``precision``."""
+    from opreg.llm._decoder import check_export_options
+    from opreg.plugins import default_registry
+
+    check_export_options(function, export_options)
+    if registry is None:
+        registry = default_registry(plugins=plugins, exclude=exclude)
+        plugins = exclude = None
+    target = registry.target(target)
+    options = dict(export_options)
+    options["passes"] = [*options.pop("passes", ()), *passes(precision, target)]
+    return dict(target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize, **options)

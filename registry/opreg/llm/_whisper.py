@@ -36,11 +36,12 @@ from opreg.llm._decoder import (
     TOTAL,
     _past_layer_class,
     _set_dims,
-    check_export_options,
     checked,
+    compare_all,
     evaluating,
+    past_cache,
+    presents,
 )  # fmt: skip
-from opreg.plugins import default_registry
 from opreg.registry import Registry
 from opreg.targets import TargetLike
 
@@ -181,13 +182,9 @@ class DecoderStep(torch.nn.Module):
     def forward(
         self, input_ids: torch.Tensor, past: Sequence[torch.Tensor], cross: Sequence[torch.Tensor]
     ) -> dict[str, Any]:
-        from transformers import DynamicCache, EncoderDecoderCache
+        from transformers import EncoderDecoderCache
 
-        caches = []
-        for pairs in (past, cross):
-            cache = DynamicCache()
-            cache.layers = [self._layer(pairs[2 * i], pairs[2 * i + 1]) for i in range(self.num_layers)]
-            caches.append(cache)
+        caches = [past_cache(self._layer, pairs, self.num_layers) for pairs in (past, cross)]
         cache = EncoderDecoderCache(*caches)
         for layer in range(self.num_layers):
             cache.is_updated[layer] = True  # the cross-attention reads the keys and values given
@@ -195,10 +192,7 @@ class DecoderStep(torch.nn.Module):
         out = self.model.model.decoder(
             input_ids=input_ids, encoder_hidden_states=encoder, past_key_values=cache, use_cache=True
         )
-        present = []
-        for layer in caches[0].layers:
-            present += [layer.keys, layer.values]
-        return {"logits": self.model.proj_out(out.last_hidden_state), "present": present}
+        return {"logits": self.model.proj_out(out.last_hidden_state), "present": presents(caches[0])}
 
 
 # -- the result ----------------------------------------------------------------------------------
@@ -274,10 +268,7 @@ class Whisper:
                 input_ids=input_ids, encoder_hidden_states=encoder, past_key_values=cache, use_cache=True
             )
             logits = self.model.proj_out(out.last_hidden_state)
-        present = []
-        for layer in out.past_key_values.self_attention_cache.layers:
-            present += [layer.keys, layer.values]
-        return {"logits": logits, "present": present}
+        return {"logits": logits, "present": presents(out.past_key_values.self_attention_cache)}
 
     def verify(
         self,
@@ -339,8 +330,7 @@ def _compare(
     label: str, names: list[str], got: Any, expected: Any, first: str, rest: str, rtol: float, atol: float
 ) -> list[OutputCheck]:
     """One check per output: ``got[first]`` then each of ``got[rest]``, named ``names``."""
-    pairs = zip(names, [got[first], *got[rest]], [expected[first], *expected[rest]], strict=True)
-    return [compare_output(f"{name} ({label})", mine, theirs, rtol, atol) for name, mine, theirs in pairs]
+    return compare_all(label, names, [got[first], *got[rest]], [expected[first], *expected[rest]], rtol, atol)
 
 
 # -- exporting -------------------------------------------------------------------------------------
@@ -360,12 +350,10 @@ def export_whisper(
     precision: str = "fp32",
     **export_options: Any,
 ) -> Whisper:
-    check_export_options("export_whisper", export_options)
-    if registry is None:
-        registry = default_registry(plugins=plugins, exclude=exclude)
-        plugins = exclude = None
-    target = registry.target(target)
-    quantize = _weights.passes(precision, target)
+    options = _weights.export_options(
+        "export_whisper", precision, target=target, plugins=plugins, exclude=exclude, registry=registry,
+        optimize=optimize, export_options=export_options,
+    )  # fmt: skip
     model, folder = _families.load(model, _families.WHISPER)
     layout = layout_of(model)
     if context_length is None:
@@ -375,9 +363,6 @@ def export_whisper(
             f"context_length={context_length}: Whisper's decoder has {layout.max_target_positions} positions; give "
             "at most that"
         )
-    passes = [*export_options.pop("passes", ()), *quantize]
-    options = dict(target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
-                   passes=passes, **export_options)  # fmt: skip
     with evaluating(model):
         encoder = _export_encoder(model, layout, options)
         decoder = _export_decoder(model, layout, context_length, options)

@@ -14,7 +14,6 @@ length.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -136,16 +135,7 @@ def audio_processor_config(extractor: Any, layout: Any) -> dict[str, Any]:
 
 
 def save(whisper: Whisper, folder: str | os.PathLike[str], external_data: bool | None) -> Path:
-    """Write the folder (:func:`opreg.llm._genai.write_folder`)."""
-    genai = json.dumps(config(whisper), indent=2) + "\n"  # errors before anything is written
+    """Write the folder (:func:`opreg.llm._genai.write_model_folder`)."""
     extractor = feature_extractor(whisper)
-    audio = json.dumps(audio_processor_config(extractor, whisper.layout), indent=2) + "\n"
-
-    def fill(staged: Path) -> list[str]:
-        names = _genai._save_tokenizer(whisper.tokenizer, staged)
-        extractor.save_pretrained(staged)
-        (staged / AUDIO_PROCESSOR_CONFIG).write_text(audio)
-        (staged / _genai.GENAI_CONFIG).write_text(genai)
-        return [*sorted({*names, "preprocessor_config.json"}), AUDIO_PROCESSOR_CONFIG, _genai.GENAI_CONFIG]
-
-    return _genai.write_folder(Path(folder), whisper.programs, fill, external_data)
+    recipe = audio_processor_config(extractor, whisper.layout)
+    return _genai.write_model_folder(Path(folder), whisper, extractor, {AUDIO_PROCESSOR_CONFIG: recipe}, external_data)
