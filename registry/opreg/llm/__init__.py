@@ -23,19 +23,21 @@ Importing this module is cheap: torch and transformers are imported when a funct
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from opreg.targets import TargetLike
+from opreg.settings import ExportSettings, takes_settings
 
 if TYPE_CHECKING:
     from opreg.llm._decoder import Decoder, DecoderLayout
     from opreg.llm._vision import VisionLanguage
     from opreg.llm._whisper import Whisper, WhisperLayout
-    from opreg.registry import Registry
 
-__all__ = ["LAYOUT", "WHISPER_LAYOUT", "Decoder", "DecoderLayout", "VisionLanguage", "Whisper", "WhisperLayout",
-           "export_decoder", "export_vision", "export_whisper"]  # fmt: skip
+__all__ = ["DECODER_OPTIONS", "LAYOUT", "WHISPER_LAYOUT", "Decoder", "DecoderLayout", "VisionLanguage", "Whisper",
+           "WhisperLayout", "export_decoder", "export_vision", "export_whisper"]  # fmt: skip
+
+DECODER_OPTIONS = ("dynamic_shapes", "state")
+"""The options of :class:`opreg.ExportSettings` the decoder's layout sets: :func:`export_decoder`
+(and :func:`export_whisper`, :func:`export_vision`) do not take them."""
 
 LAYOUT = {
     "input_ids": "input_ids",
@@ -68,19 +70,16 @@ WHISPER_LAYOUT = {
 Runtime GenAI's builder writes them and its ``whisper`` model reads them."""
 
 
+@takes_settings(leave_out=DECODER_OPTIONS)
 def export_decoder(
     model: Any,
     output_folder: str | os.PathLike[str] | None = None,
     *,
-    target: TargetLike = "onnx",
     tokenizer: Any = None,
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    optimize: bool = True,
     external_data: bool | None = None,
     context_length: int | None = None,
-    **export_options: Any,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> Decoder:
     """Export a transformers causal LM as one decoder for prefill and decode (the layout of
     :mod:`opreg.llm`), and write a folder ONNX Runtime GenAI loads when ``output_folder`` is given.
@@ -95,10 +94,9 @@ def export_decoder(
             ``"onnxruntime"`` (with ``opreg-ort-contrib``: ONNX Runtime's fused kernels).
         tokenizer: what to save beside the model: a transformers tokenizer, or a folder holding
             one; by default the checkpoint folder's, when ``model`` is a folder.
-        plugins, exclude, registry, optimize: as :func:`opreg.export` takes them.
-        export_options: more of :func:`opreg.export`'s keyword arguments (``fold_weights``,
-            ``rewrite``, ``inline``, ...), passed on as they are; not the ones the decoder's
-            layout sets (``dynamic_shapes``, ``state``).
+        options, settings: :func:`opreg.export`'s keyword options (:class:`opreg.ExportSettings`:
+            ``plugins``, ``registry``, ``fold_weights``, ...) passed on as they are, or prebuilt; not
+            those the decoder's layout sets (:data:`DECODER_OPTIONS`).
         external_data: as :meth:`OnnxProgram.save` takes it.
         context_length: the longest sequence GenAI may generate (``genai_config.json``'s
             ``context_length`` and ``search.max_length``); default the model's
@@ -115,29 +113,25 @@ def export_decoder(
     from opreg.llm import _decoder
 
     decoder = _decoder.export_decoder(
-        model, target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
-        tokenizer=tokenizer, context_length=context_length, **export_options,
-    )  # fmt: skip
+        model, tokenizer=tokenizer, context_length=context_length, settings=settings, **options
+    )
     if output_folder is not None:
         decoder.save(output_folder, external_data=external_data)
     return decoder
 
 
+@takes_settings(leave_out=DECODER_OPTIONS)
 def export_whisper(
     model: Any,
     output_folder: str | os.PathLike[str] | None = None,
     *,
-    target: TargetLike = "onnx",
     tokenizer: Any = None,
     feature_extractor: Any = None,
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    optimize: bool = True,
     external_data: bool | None = None,
     context_length: int | None = None,
     precision: str = "fp32",
-    **export_options: Any,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> Whisper:
     """Export a transformers ``WhisperForConditionalGeneration`` as the encoder and decoder ONNX
     Runtime GenAI runs (the layout of :data:`WHISPER_LAYOUT`), and write the folder GenAI loads
@@ -148,8 +142,8 @@ def export_whisper(
         output_folder: where to write ``encoder.onnx``, ``decoder.onnx``, ``genai_config.json``,
             ``audio_processor_config.json`` (GenAI's log-mel features) and the tokenizer's and
             feature extractor's files.
-        target, plugins, exclude, registry, optimize, export_options: as :func:`export_decoder`
-            takes them.
+        options, settings: :func:`opreg.export`'s keyword options, as :func:`export_decoder`
+            takes them (``target``, ``plugins``, ``registry``, ...).
         external_data: as :meth:`Whisper.save` takes it (default: the weights in side files).
         tokenizer: a transformers tokenizer or a folder holding one; by default the checkpoint
             folder's, when ``model`` is a folder.
@@ -171,30 +165,26 @@ def export_whisper(
     from opreg.llm import _whisper
 
     whisper = _whisper.export_whisper(
-        model, target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
-        tokenizer=tokenizer, feature_extractor=feature_extractor, context_length=context_length, precision=precision,
-        **export_options,
+        model, tokenizer=tokenizer, feature_extractor=feature_extractor, context_length=context_length,
+        precision=precision, settings=settings, **options,
     )  # fmt: skip
     if output_folder is not None:
         whisper.save(output_folder, external_data=external_data)
     return whisper
 
 
+@takes_settings(leave_out=DECODER_OPTIONS)
 def export_vision(
     model: Any,
     output_folder: str | os.PathLike[str] | None = None,
     *,
-    target: TargetLike = "onnx",
     tokenizer: Any = None,
     image_processor: Any = None,
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    optimize: bool = True,
     external_data: bool | None = None,
     context_length: int | None = None,
     precision: str = "fp32",
-    **export_options: Any,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> VisionLanguage:
     """Export a transformers vision-language model as the three models ONNX Runtime GenAI's
     multimodal pipeline runs (a vision encoder, an embedding model, a decoder on embeddings), and
@@ -207,7 +197,7 @@ def export_vision(
         output_folder: where to write ``vision.onnx``, ``embedding.onnx``, ``model.onnx``,
             ``genai_config.json``, ``processor_config.json`` (GenAI's image recipe) and the
             tokenizer's and image processor's files.
-        target, plugins, exclude, registry, optimize, export_options: as :func:`export_decoder`
+        options, settings: :func:`opreg.export`'s keyword options, as :func:`export_decoder`
             takes them.
         tokenizer: a transformers tokenizer or a folder holding one; by default the checkpoint
             folder's, when ``model`` is a folder.
@@ -230,9 +220,8 @@ def export_vision(
     from opreg.llm import _vision
 
     exported = _vision.export_vision(
-        model, target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
-        tokenizer=tokenizer, image_processor=image_processor, context_length=context_length, precision=precision,
-        **export_options,
+        model, tokenizer=tokenizer, image_processor=image_processor, context_length=context_length,
+        precision=precision, settings=settings, **options,
     )  # fmt: skip
     if output_folder is not None:
         exported.save(output_folder, external_data=external_data)

@@ -25,10 +25,9 @@ from opreg.errors import ExportError, InvalidArgumentError, VerificationError
 from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
-from opreg.llm import LAYOUT, _families, _genai
+from opreg.llm import DECODER_OPTIONS, LAYOUT, _families, _genai
 from opreg.llm._genai import text_config
-from opreg.registry import Registry
-from opreg.targets import TargetLike
+from opreg.settings import ExportSettings
 
 logger = logging.getLogger(__name__)
 
@@ -371,16 +370,12 @@ def layout_of(model: Any) -> DecoderLayout:
 def export_decoder(
     model: Any,
     *,
-    target: TargetLike = "onnx",
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    optimize: bool = True,
     tokenizer: Any = None,
     context_length: int | None = None,
-    **export_options: Any,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> Decoder:
-    check_export_options("export_decoder", export_options)
+    settings = settings_of("export_decoder", settings, options)
     model, folder = load(model)
     if context_length is None:
         context_length = int(getattr(text_config(model), "max_position_embeddings", 0) or 4096)
@@ -396,28 +391,33 @@ def export_decoder(
             past=[torch.randn(batch, layout.num_key_value_heads, past, layout.head_size, dtype=layout.dtype)
                   for _ in range(2 * layout.num_layers)],
         )  # fmt: skip
-        program = export(
-            step, (), example, target=target, dynamic_shapes=_dynamic_shapes(layout, context_length), plugins=plugins,
-            exclude=exclude, registry=registry, optimize=optimize, **export_options,
-        )  # fmt: skip
+        shapes = _dynamic_shapes(layout, context_length)
+        program = export(step, (), example, settings=dataclasses.replace(settings, dynamic_shapes=shapes))
     finally:
         model.train(was_training)
     _name(program, layout)
     return Decoder(program, layout, model, tokenizer if tokenizer is not None else folder, context_length)
 
 
-def check_export_options(function: str, export_options: dict[str, Any]) -> None:
-    """Refuse the options of :func:`opreg.export` a language-model export sets itself, and names
-    :func:`opreg.export` does not take (``function``: the export's name, in the message)."""
-    taken = sorted(set(export_options) & {"args", "kwargs", "dynamic_shapes", "state"})
+def settings_of(function: str, settings: ExportSettings | None, options: dict[str, Any]) -> ExportSettings:
+    """The :class:`opreg.ExportSettings` of a language-model export's call (``function``: its name,
+    in messages), refusing the options its layout sets itself (:data:`opreg.llm.DECODER_OPTIONS`)."""
+    taken = [name for name in ("args", "kwargs", *DECODER_OPTIONS) if name in options]
+    if settings is not None:
+        defaults = ExportSettings()
+        taken += [n for n in DECODER_OPTIONS if n not in taken and getattr(settings, n) != getattr(defaults, n)]
     if taken:
         raise InvalidArgumentError(
             f"{function} sets {', '.join(taken)} itself (the models' inputs and dynamic lengths); leave "
             f"{'it' if len(taken) == 1 else 'them'} out"
         )
-    unknown = sorted(set(export_options) - set(inspect.signature(export).parameters))
-    if unknown:
-        raise InvalidArgumentError(f"{function} got {', '.join(unknown)}, which opreg.export does not take")
+    return ExportSettings.of(settings, options, function)
+
+
+def export_shaped(module: torch.nn.Module, args: tuple, settings: ExportSettings, dims: Any,
+                  kwargs: dict[str, Any] | None = None) -> OnnxProgram:  # fmt: skip
+    """:func:`opreg.export` of ``module`` with ``settings`` and the dynamic shapes ``dims``."""
+    return export(module, args, kwargs, settings=dataclasses.replace(settings, dynamic_shapes=dims))
 
 
 def checked(checks: list[OutputCheck], what: str, rtol: float, atol: float) -> list[OutputCheck]:

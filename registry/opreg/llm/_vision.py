@@ -16,8 +16,9 @@ differs between architectures is in :mod:`opreg.llm._vision_models`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +38,12 @@ from opreg.llm._decoder import (
     _set_dims,
     checked,
     evaluating,
+    export_shaped,
     layout_of,
     past_cache,
     presents,
 )  # fmt: skip
-from opreg.registry import Registry
-from opreg.targets import TargetLike
+from opreg.settings import ExportSettings
 
 VISION_FILE, EMBEDDING_FILE, DECODER_FILE = "vision.onnx", "embedding.onnx", "model.onnx"
 IMAGE_TOKENS = "num_image_tokens"
@@ -213,23 +214,16 @@ class VisionLanguage:
 def export_vision(
     model: Any,
     *,
-    target: TargetLike = "onnx",
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    optimize: bool = True,
     tokenizer: Any = None,
     image_processor: Any = None,
     context_length: int | None = None,
     precision: str = "fp32",
-    **export_options: Any,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> VisionLanguage:
     from opreg.llm import _vision_models
 
-    options = _weights.export_options(
-        "export_vision", precision, target=target, plugins=plugins, exclude=exclude, registry=registry,
-        optimize=optimize, export_options=export_options,
-    )  # fmt: skip
+    settings = _weights.export_settings("export_vision", precision, settings, options)
     model, folder = _families.load(model, _families.VISION)
     architecture = _vision_models.architecture_of(model)
     with evaluating(model):
@@ -237,9 +231,9 @@ def export_vision(
         if context_length is None:
             context_length = architecture.context_length(model)
         programs = (
-            _export_vision(model, architecture, options),
-            _export_embedding(model, architecture, layout, options),
-            _export_decoder(model, architecture, layout, context_length, options),
+            _export_vision(model, architecture, settings),
+            _export_embedding(model, architecture, layout, settings),
+            _export_decoder(model, architecture, layout, context_length, settings),
         )
     for name, program in zip((VISION_FILE, EMBEDDING_FILE, DECODER_FILE), programs, strict=True):
         if name != EMBEDDING_FILE:  # the embedding has no linear layer
@@ -251,9 +245,11 @@ def export_vision(
     )  # fmt: skip
 
 
-def _export_vision(model: Any, architecture: Any, options: dict[str, Any]) -> OnnxProgram:
+def _export_vision(model: Any, architecture: Any, settings: ExportSettings) -> OnnxProgram:
     example, dims, names, output_dims = architecture.vision_example(model)
-    program = export(VisionStep(model, architecture).eval(), example, dynamic_shapes=dims, **options)
+    program = export(
+        VisionStep(model, architecture).eval(), example, settings=dataclasses.replace(settings, dynamic_shapes=dims)
+    )
     program.rename(dict(zip(program.input_names, names, strict=True)))
     program.rename({program.output_names[0]: "image_features"})
     graph = program.model.graph
@@ -263,7 +259,7 @@ def _export_vision(model: Any, architecture: Any, options: dict[str, Any]) -> On
     return program
 
 
-def _export_embedding(model: Any, architecture: Any, layout: DecoderLayout, options: dict[str, Any]) -> OnnxProgram:
+def _export_embedding(model: Any, architecture: Any, layout: DecoderLayout, settings: ExportSettings) -> OnnxProgram:
     """The embedding: batch, sequence and the number of image features dynamic."""
     Dim = torch.export.Dim
     image = architecture.image_token_id(model)
@@ -274,8 +270,7 @@ def _export_embedding(model: Any, architecture: Any, layout: DecoderLayout, opti
     features = torch.randn(*([batch] if rank == 3 else []), 3 * (1 if rank == 3 else batch), layout.hidden_size)
     feature_dims = {i: Dim(name) for i, name in enumerate(architecture.feature_dims) if name is not None}
     dims = {"input_ids": {0: Dim(BATCH), 1: Dim(SEQUENCE)}, "image_features": feature_dims}
-    program = export(EmbeddingStep(model, image).eval(), (ids, features.to(layout.dtype)), dynamic_shapes=dims,
-                     **options)  # fmt: skip
+    program = export_shaped(EmbeddingStep(model, image).eval(), (ids, features.to(layout.dtype)), settings, dims)
     program.rename({program.output_names[0]: "inputs_embeds"})
     graph = program.model.graph
     _set_dims(graph.inputs[0], (BATCH, SEQUENCE))
@@ -285,7 +280,7 @@ def _export_embedding(model: Any, architecture: Any, layout: DecoderLayout, opti
 
 
 def _export_decoder(
-    model: Any, architecture: Any, layout: DecoderLayout, context_length: int, options: dict[str, Any]
+    model: Any, architecture: Any, layout: DecoderLayout, context_length: int, settings: ExportSettings
 ) -> OnnxProgram:
     """The language model on embeddings, named as :data:`opreg.llm.LAYOUT` names the text decoder's
     (``inputs_embeds`` for ``input_ids``), every length dynamic."""
@@ -309,8 +304,9 @@ def _export_decoder(
     step = DecoderStep(model, layout.num_layers, architecture).eval()
     reads_ids = architecture.reads_input_ids
     dims["input_ids"] = dims["input_ids"] if reads_ids else None
-    program = export(step, (embeds, mask, positions, cache), {"input_ids": ids} if reads_ids else {},
-                     dynamic_shapes=dims, **options)  # fmt: skip
+    program = export_shaped(
+        step, (embeds, mask, positions, cache), settings, dims, {"input_ids": ids} if reads_ids else {}
+    )
     past_names = [name for name in layout.input_names if name.startswith("past_key_values.")]
     names = ["inputs_embeds", LAYOUT["attention_mask"], LAYOUT["position_ids"], *past_names]
     program.rename(dict(zip(program.input_names, [*names, "input_ids"] if reads_ids else names, strict=True)))

@@ -5,7 +5,6 @@ builder for ``-p int4 -e cpu``: blocks of 32, symmetric, accuracy level 4)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from opreg.errors import ExportError, InvalidArgumentError
@@ -49,28 +48,16 @@ def check(program: Any, precision: str, what: str) -> None:
         )
 
 
-def export_options(
-    function: str,
-    precision: str,
-    *,
-    target: Any,
-    plugins: Iterable[str] | None,
-    exclude: Iterable[str] | None,
-    registry: Any,
-    optimize: bool,
-    export_options: dict[str, Any],
-) -> dict[str, Any]:
-    """The keyword arguments of :func:`opreg.export` for each model of a language-model export
-    (``function``: its name, in messages): the target resolved by the registry, the export options
-    checked (:func:`opreg.llm._decoder.check_export_options`), and the passes that give ``precision``."""
-    from opreg.llm._decoder import check_export_options
+def export_settings(function: str, precision: str, settings: Any, options: dict[str, Any]) -> Any:
+    """The :class:`opreg.ExportSettings` for each model of a language-model export (``function``:
+    its name, in messages): the call's (:func:`opreg.llm._decoder.settings_of`), the target resolved
+    by the registry, and the passes that give ``precision`` after the call's own."""
+    import dataclasses
+
+    from opreg.llm._decoder import settings_of
     from opreg.plugins import default_registry
 
-    check_export_options(function, export_options)
-    if registry is None:
-        registry = default_registry(plugins=plugins, exclude=exclude)
-        plugins = exclude = None
-    target = registry.target(target)
-    options = dict(export_options)
-    options["passes"] = [*options.pop("passes", ()), *passes(precision, target)]
-    return dict(target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize, **options)
+    settings = settings_of(function, settings, options)
+    registry = settings.registry or default_registry(plugins=settings.plugins, exclude=settings.exclude)
+    target = registry.target(settings.target)
+    return dataclasses.replace(settings, target=target, passes=[*settings.passes, *passes(precision, target)])

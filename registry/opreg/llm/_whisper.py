@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError, InvalidArgumentError
-from opreg.exporter import OnnxProgram, OutputCheck, export
+from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
 from opreg.llm import WHISPER_LAYOUT, _families, _weights
@@ -39,11 +39,11 @@ from opreg.llm._decoder import (
     checked,
     compare_all,
     evaluating,
+    export_shaped,
     past_cache,
     presents,
 )  # fmt: skip
-from opreg.registry import Registry
-from opreg.targets import TargetLike
+from opreg.settings import ExportSettings
 
 ENCODER_SEQUENCE = "encoder_sequence_length"
 """The dim name of the cross-attention keys' and values' length (half the audio frames)."""
@@ -339,21 +339,14 @@ def _compare(
 def export_whisper(
     model: Any,
     *,
-    target: TargetLike = "onnx",
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    optimize: bool = True,
     tokenizer: Any = None,
     feature_extractor: Any = None,
     context_length: int | None = None,
     precision: str = "fp32",
-    **export_options: Any,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> Whisper:
-    options = _weights.export_options(
-        "export_whisper", precision, target=target, plugins=plugins, exclude=exclude, registry=registry,
-        optimize=optimize, export_options=export_options,
-    )  # fmt: skip
+    settings = _weights.export_settings("export_whisper", precision, settings, options)
     model, folder = _families.load(model, _families.WHISPER)
     layout = layout_of(model)
     if context_length is None:
@@ -364,8 +357,8 @@ def export_whisper(
             "at most that"
         )
     with evaluating(model):
-        encoder = _export_encoder(model, layout, options)
-        decoder = _export_decoder(model, layout, context_length, options)
+        encoder = _export_encoder(model, layout, settings)
+        decoder = _export_decoder(model, layout, context_length, settings)
     _weights.check(encoder, precision, "encoder")
     _weights.check(decoder, precision, "decoder")
     return Whisper(
@@ -375,11 +368,11 @@ def export_whisper(
     )  # fmt: skip
 
 
-def _export_encoder(model: Any, layout: WhisperLayout, options: dict[str, Any]) -> OnnxProgram:
+def _export_encoder(model: Any, layout: WhisperLayout, settings: ExportSettings) -> OnnxProgram:
     """The encoder, batch dynamic (the frames are fixed: Whisper's encoder takes 30 s)."""
     features = torch.randn(EXAMPLE[0], layout.num_mel_bins, layout.num_frames, dtype=layout.dtype)
     dims = {"audio_features": {0: torch.export.Dim(BATCH)}}
-    program = export(EncoderStep(model).eval(), (features,), dynamic_shapes=dims, **options)
+    program = export_shaped(EncoderStep(model).eval(), (features,), settings, dims)
     program.rename({program.input_names[0]: WHISPER_LAYOUT["audio_features"]})
     program.rename(dict(zip(program.output_names, layout.encoder_output_names, strict=True)))
     graph = program.model.graph
@@ -390,7 +383,7 @@ def _export_encoder(model: Any, layout: WhisperLayout, options: dict[str, Any]) 
     return program
 
 
-def _export_decoder(model: Any, layout: WhisperLayout, context_length: int, options: dict[str, Any]) -> OnnxProgram:
+def _export_decoder(model: Any, layout: WhisperLayout, context_length: int, settings: ExportSettings) -> OnnxProgram:
     """The decoder: batch, sequence, past and encoder length dynamic; the lengths bounded by the
     decoder's table of positions."""
     Dim = torch.export.Dim
@@ -403,7 +396,7 @@ def _export_decoder(model: Any, layout: WhisperLayout, context_length: int, opti
     }
     ids = torch.randint(0, layout.vocab_size, (batch, length))
     example = (ids, layout.cache(batch, past), layout.cache(batch, layout.num_frames // 2))
-    program = export(DecoderStep(model, layout.num_layers).eval(), example, dynamic_shapes=dims, **options)
+    program = export_shaped(DecoderStep(model, layout.num_layers).eval(), example, settings, dims)
     program.rename(dict(zip(program.input_names, layout.decoder_input_names, strict=True)))
     program.rename(dict(zip(program.output_names, layout.decoder_output_names, strict=True)))
     graph = program.model.graph
