@@ -418,6 +418,23 @@ def test_to_overloads_as_captured(opset):
     assert "aten::_to_copy.default" not in torch_ops
 
 
+def test_checks_joining_conditions_on_a_value_read_from_a_tensor():
+    """``torch._check`` on ``|`` and ``&`` of conditions on a data-dependent size leaves
+    ``operator.or_``/``and_`` of symbolic bools in the graph (Qwen2.5-VL's vision encoder reads its
+    image grid so)."""
+    import opreg
+
+    class Model(torch.nn.Module):
+        def forward(self, x, grid):
+            h = grid[0].item()
+            torch._check((h == 2) | (h >= 4))
+            torch._check((h > 0) & (h <= x.shape[0]))
+            return x[:h].sum(0), torch.arange(h)
+
+    program = opreg.export(Model(), (torch.randn(6, 3), torch.tensor([2, 3])))
+    program.verify(torch.randn(6, 3), torch.tensor([5, 1]))
+
+
 @pytest.mark.parametrize("opset", OPSETS)
 def test_symbolic_sizes_need_no_casts(opset):
     """arange and slice bounds from a symbolic size are INT64 already: no Cast to INT64."""
