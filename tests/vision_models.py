@@ -61,6 +61,35 @@ def gemma3_processor() -> Any:
     return Gemma3ImageProcessor(size={"height": GEMMA3_IMAGE, "width": GEMMA3_IMAGE}, do_pan_and_scan=False)
 
 
+QWEN_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+QWEN_PATCH = 4
+
+
+def qwen2_5_vl(seed: int = 0) -> Any:
+    """A tiny ``Qwen2_5_VLForConditionalGeneration``: 2 text layers with 3-D rotary positions, a
+    2-block vision encoder (the first on windows of 2x2 merged patches, the second on the whole
+    image) on patches of 4 pixels, merged 2x2."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0}
+    text = {**{k: v for k, v in TEXT.items() if k != "head_dim"}, "rope_parameters": rope}
+    vision = {"depth": 2, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "out_hidden_size": 64,
+              "patch_size": QWEN_PATCH, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 16,
+              "fullatt_block_indexes": [1]}  # fmt: skip
+    start, end, image, video = (lm.VOCAB + i for i in range(4))
+    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=image, video_token_id=video,
+                              vision_start_token_id=start, vision_end_token_id=end)  # fmt: skip
+    torch.manual_seed(seed)
+    return _finish(Qwen2_5_VLForConditionalGeneration(config))
+
+
+def qwen_processor() -> Any:
+    from transformers import Qwen2VLImageProcessor
+
+    return Qwen2VLImageProcessor(patch_size=QWEN_PATCH, temporal_patch_size=2, merge_size=2, min_pixels=64,
+                                 max_pixels=64 * 64)  # fmt: skip
+
+
 def image(path: Path, height: int, width: int, seed: int = 0) -> Path:
     """A PNG of random colours (smooth blocks, so that neither processor's rounding matters)."""
     from PIL import Image

@@ -62,7 +62,7 @@ class VisionStep(torch.nn.Module):
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None = None) -> torch.Tensor:
         grid = () if image_grid_thw is None else (image_grid_thw,)
-        return self.architecture.image_features(self.model, pixel_values, *grid)
+        return self.architecture.captured_features(self.model, pixel_values, *grid)
 
 
 class EmbeddingStep(torch.nn.Module):
@@ -303,7 +303,8 @@ def _export_decoder(
     }  # fmt: skip
     step = DecoderStep(model, layout.num_layers, architecture).eval()
     reads_ids = architecture.reads_input_ids
-    dims["input_ids"] = dims["input_ids"] if reads_ids else None
+    if not reads_ids:
+        del dims["input_ids"]
     program = export_shaped(
         step, (embeds, mask, positions, cache), settings, dims, {"input_ids": ids} if reads_ids else {}
     )

@@ -48,6 +48,11 @@ class Architecture:
         features = model.model.get_image_features(pixel_values, return_dict=True).pooler_output
         return features if isinstance(features, torch.Tensor) else torch.stack(list(features))
 
+    def captured_features(self, model: Any, *pixels: torch.Tensor) -> torch.Tensor:
+        """:meth:`image_features` as torch.export captures it (the same unless the architecture's
+        code needs help to be captured)."""
+        return self.image_features(model, *pixels)
+
     def image_size(self, model: Any) -> int:
         return int(model.config.vision_config.image_size)
 
@@ -162,18 +167,22 @@ class Gemma3(Architecture):
         return Gemma3ImageProcessor(size={"height": size, "width": size}, do_pan_and_scan=False)
 
 
-ARCHITECTURES = (Gemma3(),)
+def architectures() -> tuple[Architecture, ...]:
+    """Every :class:`Architecture`."""
+    from opreg.llm._vision_qwen import Qwen25VL
+
+    return (Gemma3(), Qwen25VL())
 
 
 def architecture_of(model: Any) -> Architecture:
     """The :class:`Architecture` of a transformers vision-language model, or an
     :class:`opreg.ExportError` naming those there are."""
     model_type = getattr(model.config, "model_type", None)
-    for architecture in ARCHITECTURES:
+    for architecture in architectures():
         if model_type in architecture.model_types:
             architecture.check(model)
             return architecture
-    known = ", ".join(t for a in ARCHITECTURES for t in a.model_types)
+    known = ", ".join(model_types())
     raise ExportError(
         f"{type(model).__name__} (model_type {model_type!r}) is a vision-language model export_vision has no "
         f"architecture for: it exports {known}"
@@ -181,4 +190,4 @@ def architecture_of(model: Any) -> Architecture:
 
 
 def model_types() -> tuple[str, ...]:
-    return tuple(t for a in ARCHITECTURES for t in a.model_types)
+    return tuple(t for a in architectures() for t in a.model_types)
