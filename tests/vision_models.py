@@ -90,6 +90,30 @@ def qwen_processor() -> Any:
                                  max_pixels=64 * 64)  # fmt: skip
 
 
+LLAVA_IMAGE = 32
+
+
+def llava(seed: int = 0) -> Any:
+    """A tiny ``LlavaForConditionalGeneration``: a 2-layer CLIP on 32x32 images in patches of 8 (16
+    tokens an image, its second-to-last layer's features), a 2-layer Llama."""
+    from transformers import LlavaConfig, LlavaForConditionalGeneration
+
+    vision = {"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 2, "image_size": LLAVA_IMAGE, "patch_size": 8, "projection_dim": 32}  # fmt: skip
+    text = {"model_type": "llama", **TEXT}
+    config = LlavaConfig(vision_config=vision, text_config=text, image_token_index=lm.VOCAB, image_seq_length=16)
+    torch.manual_seed(seed)
+    return _finish(LlavaForConditionalGeneration(config))
+
+
+def llava_processor() -> Any:
+    from transformers import CLIPImageProcessor
+
+    return CLIPImageProcessor(
+        size={"shortest_edge": LLAVA_IMAGE}, crop_size={"height": LLAVA_IMAGE, "width": LLAVA_IMAGE}
+    )
+
+
 def image(path: Path, height: int, width: int, seed: int = 0) -> Path:
     """A PNG of random colours (smooth blocks, so that neither processor's rounding matters)."""
     from PIL import Image

@@ -41,9 +41,9 @@ def config(vl: VisionLanguage) -> dict[str, Any]:
         inputs["input_ids"] = "input_ids"
     decoder["inputs"] = inputs
     extra = architecture.genai(vl.model)
+    recipe = {"config_filename": PROCESSOR_CONFIG} if architecture.genai_type is not None else {}
     vision = {
-        "session_options": _genai.session_options(), "filename": VISION_FILE, "config_filename": PROCESSOR_CONFIG,
-        **extra.pop("vision", {}),
+        "session_options": _genai.session_options(), "filename": VISION_FILE, **recipe, **extra.pop("vision", {}),
         "inputs": {name: name for name in vl.vision.input_names}, "outputs": {"image_features": "image_features"},
     }  # fmt: skip
     embedding = {
@@ -79,4 +79,5 @@ def save(vl: VisionLanguage, folder: str | os.PathLike[str], external_data: bool
     """Write the folder (:func:`opreg.llm._genai.write_model_folder`)."""
     processor = image_processor(vl)
     recipe = vl.architecture.processor_config(processor)
-    return _genai.write_model_folder(Path(folder), vl, processor, {PROCESSOR_CONFIG: recipe}, external_data)
+    files = {PROCESSOR_CONFIG: recipe} if recipe is not None else {}  # none where GenAI has no pipeline
+    return _genai.write_model_folder(Path(folder), vl, processor, files, external_data)

@@ -167,11 +167,55 @@ class Gemma3(Architecture):
         return Gemma3ImageProcessor(size={"height": size, "width": size}, do_pan_and_scan=False)
 
 
+class Llava(Architecture):
+    """LLaVA: a CLIP vision tower at one image size (its features of one layer, the class token left
+    out by default) and a projector; one token an image patch. GenAI 0.18 has no pipeline for it
+    (its multimodal types are those of the builder's models): the folder has the same three models
+    and :meth:`opreg.llm.VisionLanguage.generate` runs them; no image recipe is written."""
+
+    model_types = ("llava",)
+
+    def image_features(self, model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
+        config = model.config
+        features = model.model.get_image_features(
+            pixel_values, vision_feature_layer=config.vision_feature_layer,
+            vision_feature_select_strategy=config.vision_feature_select_strategy, return_dict=True,
+        ).pooler_output  # fmt: skip
+        return features if isinstance(features, torch.Tensor) else torch.stack(list(features))
+
+    def captured_features(self, model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
+        """What ``get_image_features`` computes before it splits the batch into a list (which
+        torch.export would fix at the example's number of images): one layer's hidden states (all
+        but the class token by default) through the projector, one integer layer as LLaVA's are."""
+        config = model.config
+        states = model.model.vision_tower(pixel_values, output_hidden_states=True, return_dict=True).hidden_states
+        selected = states[config.vision_feature_layer]
+        if config.vision_feature_select_strategy == "default":
+            selected = selected[:, 1:]
+        return model.model.multi_modal_projector(selected)
+
+    def check(self, model: Any) -> None:
+        if not isinstance(model.config.vision_feature_layer, int):
+            raise ExportError(
+                f"{type(model).__name__} concatenates the features of layers {model.config.vision_feature_layer}: "
+                "export_vision lays out LLaVA models that read one layer"
+            )
+
+    def default_image_processor(self, model: Any) -> Any:
+        from transformers import CLIPImageProcessor
+
+        size = self.image_size(model)
+        return CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+
+    def processor_config(self, processor: Any) -> dict[str, Any] | None:
+        return None
+
+
 def architectures() -> tuple[Architecture, ...]:
     """Every :class:`Architecture`."""
     from opreg.llm._vision_qwen import Qwen25VL
 
-    return (Gemma3(), Qwen25VL())
+    return (Gemma3(), Qwen25VL(), Llava())
 
 
 def architecture_of(model: Any) -> Architecture:
