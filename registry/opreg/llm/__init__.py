@@ -206,8 +206,8 @@ def export_vision(
         external_data: as :meth:`VisionLanguage.save` takes it (default: the weights in side files).
         context_length: the longest sequence GenAI may generate; default the language model's
             ``max_position_embeddings``.
-        precision: as :func:`export_whisper` takes it (the vision encoder's and decoder's linear
-            layers).
+        precision: as :func:`export_whisper` takes it, for the decoder's linear layers (the
+            language model's weights; the vision encoder stays in float32).
 
     Returns:
         a :class:`VisionLanguage`: the three :class:`opreg.OnnxProgram`, the language model's

@@ -223,7 +223,7 @@ def export_vision(
 ) -> VisionLanguage:
     from opreg.llm import _vision_models
 
-    settings = _weights.export_settings("export_vision", precision, settings, options)
+    settings, quantized = _weights.export_settings("export_vision", precision, settings, options)
     model, folder = _families.load(model, _families.VISION)
     architecture = _vision_models.architecture_of(model)
     with evaluating(model):
@@ -233,11 +233,9 @@ def export_vision(
         programs = (
             _export_vision(model, architecture, settings),
             _export_embedding(model, architecture, layout, settings),
-            _export_decoder(model, architecture, layout, context_length, settings),
+            _export_decoder(model, architecture, layout, context_length, quantized),  # the language model's weights
         )
-    for name, program in zip((VISION_FILE, EMBEDDING_FILE, DECODER_FILE), programs, strict=True):
-        if name != EMBEDDING_FILE:  # the embedding has no linear layer
-            _weights.check(program, precision, name.removesuffix(".onnx"))
+    _weights.check(programs[2], precision, "decoder")
     return VisionLanguage(
         programs, layout, architecture, model, tokenizer=tokenizer if tokenizer is not None else folder,
         image_processor=image_processor if image_processor is not None else folder, context_length=context_length,

@@ -48,10 +48,10 @@ def check(program: Any, precision: str, what: str) -> None:
         )
 
 
-def export_settings(function: str, precision: str, settings: Any, options: dict[str, Any]) -> Any:
-    """The :class:`opreg.ExportSettings` for each model of a language-model export (``function``:
-    its name, in messages): the call's (:func:`opreg.llm._decoder.settings_of`), the target resolved
-    by the registry, and the passes that give ``precision`` after the call's own."""
+def export_settings(function: str, precision: str, settings: Any, options: dict[str, Any]) -> tuple[Any, Any]:
+    """The :class:`opreg.ExportSettings` of a language-model export's call (``function``: its name,
+    in messages; :func:`opreg.llm._decoder.settings_of`) with the target resolved by the registry,
+    and the same with the passes that give ``precision`` after the call's own."""
     import dataclasses
 
     from opreg.llm._decoder import settings_of
@@ -59,5 +59,6 @@ def export_settings(function: str, precision: str, settings: Any, options: dict[
 
     settings = settings_of(function, settings, options)
     registry = settings.registry or default_registry(plugins=settings.plugins, exclude=settings.exclude)
-    target = registry.target(settings.target)
-    return dataclasses.replace(settings, target=target, passes=[*settings.passes, *passes(precision, target)])
+    settings = dataclasses.replace(settings, target=registry.target(settings.target))
+    quantized = dataclasses.replace(settings, passes=[*settings.passes, *passes(precision, settings.target)])
+    return settings, quantized

@@ -346,7 +346,7 @@ def export_whisper(
     settings: ExportSettings | None = None,
     **options: Any,
 ) -> Whisper:
-    settings = _weights.export_settings("export_whisper", precision, settings, options)
+    _, settings = _weights.export_settings("export_whisper", precision, settings, options)
     model, folder = _families.load(model, _families.WHISPER)
     layout = layout_of(model)
     if context_length is None:
