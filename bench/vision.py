@@ -169,8 +169,7 @@ def vision_latency(source: Path, folder: Path, work: Path, rounds: int) -> str:
     import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from opreg.llm._vision import VisionStep
-    from opreg.llm._vision_models import architecture_of
+    from opreg.llm._vision import VisionStep, architecture_of
 
     with _quiet():
         model = Qwen2_5_VLForConditionalGeneration.from_pretrained(source).eval()

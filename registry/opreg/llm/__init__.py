@@ -52,23 +52,6 @@ LAYOUT = {
 """The decoder's input and output names (``%d``: the layer), as ONNX Runtime GenAI's
 ``genai_config.json`` names them."""
 
-WHISPER_LAYOUT = {
-    "audio_features": "audio_features",
-    "encoder_hidden_states": "hidden_states",
-    "cross_present_key": "present_key_cross_%d",
-    "cross_present_value": "present_value_cross_%d",
-    "input_ids": "input_ids",
-    "past_key": "past_key_self_%d",
-    "past_value": "past_value_self_%d",
-    "cross_past_key": "past_key_cross_%d",
-    "cross_past_value": "past_value_cross_%d",
-    "logits": "logits",
-    "present_key": "present_key_self_%d",
-    "present_value": "present_value_self_%d",
-}
-"""Whisper's encoder and decoder input and output names (``%d``: the decoder layer), as ONNX
-Runtime GenAI's builder writes them and its ``whisper`` model reads them."""
-
 
 @takes_settings(leave_out=DECODER_OPTIONS)
 def export_decoder(
@@ -134,7 +117,7 @@ def export_whisper(
     **options: Any,
 ) -> Whisper:
     """Export a transformers ``WhisperForConditionalGeneration`` as the encoder and decoder ONNX
-    Runtime GenAI runs (the layout of :data:`WHISPER_LAYOUT`), and write the folder GenAI loads
+    Runtime GenAI runs (the layout of :data:`opreg.llm.WHISPER_LAYOUT`), and write the folder GenAI loads
     when ``output_folder`` is given.
 
     Args:
@@ -229,6 +212,10 @@ def export_vision(
 
 
 def __getattr__(name: str) -> Any:
+    if name == "WHISPER_LAYOUT":
+        from opreg.llm import _whisper_genai
+
+        return _whisper_genai.WHISPER_LAYOUT
     if name == "VisionLanguage":
         from opreg.llm import _vision
 

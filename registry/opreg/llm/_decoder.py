@@ -38,6 +38,11 @@ EXAMPLE = (2, 3, 4)
 which torch.export would specialise."""
 
 
+def layer_names(key: str, value: str, num_layers: int) -> list[str]:
+    """Each layer's key and value names, from their ``%d`` patterns: ``key % 0``, ``value % 0``, ``key % 1``, ..."""
+    return [name % layer for layer in range(num_layers) for name in (key, value)]
+
+
 @dataclasses.dataclass(frozen=True)
 class DecoderLayout:
     """The shape of an exported decoder, as ``genai_config.json`` describes it.
@@ -68,16 +73,11 @@ class DecoderLayout:
         names = [LAYOUT["input_ids"], LAYOUT["attention_mask"]]
         if self.position_ids:
             names.append(LAYOUT["position_ids"])
-        for layer in range(self.num_layers):
-            names += [LAYOUT["past_key"] % layer, LAYOUT["past_value"] % layer]
-        return names
+        return names + layer_names(LAYOUT["past_key"], LAYOUT["past_value"], self.num_layers)
 
     @property
     def output_names(self) -> list[str]:
-        names = [LAYOUT["logits"]]
-        for layer in range(self.num_layers):
-            names += [LAYOUT["present_key"] % layer, LAYOUT["present_value"] % layer]
-        return names
+        return [LAYOUT["logits"], *layer_names(LAYOUT["present_key"], LAYOUT["present_value"], self.num_layers)]
 
     def empty_cache(self, batch: int) -> list[torch.Tensor]:
         """Every layer's key and value for a prefill: ``past_sequence_length`` 0."""
@@ -109,7 +109,7 @@ def decoder_inputs(
 # -- the module torch.export captures -------------------------------------------------------
 
 
-def _past_layer_class() -> type:
+def past_layer_class() -> type:
     from transformers.cache_utils import DynamicLayer
 
     class PastLayer(DynamicLayer):
@@ -131,7 +131,7 @@ def _past_layer_class() -> type:
 
 def past_cache(layer_class: type, past: Sequence[torch.Tensor], num_layers: int) -> Any:
     """A transformers ``DynamicCache`` holding ``past`` (key 0, value 0, key 1, ...) in layers of
-    ``layer_class`` (:func:`_past_layer_class`)."""
+    ``layer_class`` (:func:`past_layer_class`)."""
     from transformers import DynamicCache
 
     cache = DynamicCache()
@@ -168,7 +168,7 @@ class DecoderStep(torch.nn.Module):
         super().__init__()
         self.model = model
         self.num_layers = num_layers
-        self._layer = _past_layer_class()
+        self._layer = past_layer_class()
 
     def forward(
         self,
@@ -468,13 +468,13 @@ def _name(program: OnnxProgram, layout: DecoderLayout) -> None:
         dims[LAYOUT["position_ids"]] = (BATCH, SEQUENCE)
     for value in graph.inputs:
         names = dims.get(value.name, (BATCH, None, PAST, None))
-        _set_dims(value, names)
+        set_dims(value, names)
     for value in graph.outputs:
         names = (BATCH, SEQUENCE, None) if value.name == LAYOUT["logits"] else (BATCH, None, TOTAL, None)
-        _set_dims(value, names)
+        set_dims(value, names)
 
 
-def _set_dims(value: ir.Value, names: Sequence[str | None]) -> None:
+def set_dims(value: ir.Value, names: Sequence[str | None]) -> None:
     shape = list(value.shape or ())
     if len(shape) != len(names):
         raise ExportError(f"the decoder's {value.name} has shape {shape}, expected {len(names)} dims")

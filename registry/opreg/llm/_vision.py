@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from opreg.errors import ExportError
 from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.llm import LAYOUT, _families, _weights
@@ -34,18 +35,20 @@ from opreg.llm._decoder import (
     SEQUENCE,
     TOTAL,
     DecoderLayout,
-    _past_layer_class,
-    _set_dims,
     checked,
     evaluating,
     export_shaped,
     layout_of,
     past_cache,
+    past_layer_class,
     presents,
+    set_dims,
 )  # fmt: skip
+from opreg.llm._vision_genai import DECODER_FILE, EMBEDDING_FILE, VISION_FILE
+from opreg.llm._vision_models import Architecture, Gemma3, Llava
+from opreg.llm._vision_qwen import Qwen25VL
 from opreg.settings import ExportSettings
 
-VISION_FILE, EMBEDDING_FILE, DECODER_FILE = "vision.onnx", "embedding.onnx", "model.onnx"
 IMAGE_TOKENS = "num_image_tokens"
 
 
@@ -93,7 +96,7 @@ class DecoderStep(torch.nn.Module):
     def __init__(self, model: torch.nn.Module, num_layers: int, architecture: Any) -> None:
         super().__init__()
         self.model, self.num_layers, self.architecture = model, num_layers, architecture
-        self._layer = _past_layer_class()
+        self._layer = past_layer_class()
 
     def forward(
         self,
@@ -211,6 +214,25 @@ class VisionLanguage:
 # -- exporting --------------------------------------------------------------------------------------
 
 
+ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava())
+"""Every architecture :func:`export_vision` lays out."""
+
+
+def architecture_of(model: Any) -> Architecture:
+    """The :class:`~opreg.llm._vision_models.Architecture` of a transformers vision-language model,
+    or an :class:`opreg.ExportError` naming those there are."""
+    model_type = getattr(model.config, "model_type", None)
+    for architecture in ARCHITECTURES:
+        if model_type in architecture.model_types:
+            architecture.check(model)
+            return architecture
+    known = ", ".join(t for a in ARCHITECTURES for t in a.model_types)
+    raise ExportError(
+        f"{type(model).__name__} (model_type {model_type!r}) is a vision-language model export_vision has no "
+        f"architecture for: it exports {known}"
+    )
+
+
 def export_vision(
     model: Any,
     *,
@@ -221,11 +243,9 @@ def export_vision(
     settings: ExportSettings | None = None,
     **options: Any,
 ) -> VisionLanguage:
-    from opreg.llm import _vision_models
-
     settings, quantized = _weights.export_settings("export_vision", precision, settings, options)
     model, folder = _families.load(model, _families.VISION)
-    architecture = _vision_models.architecture_of(model)
+    architecture = architecture_of(model)
     with evaluating(model):
         layout = layout_of(model)
         if context_length is None:
@@ -252,8 +272,8 @@ def _export_vision(model: Any, architecture: Any, settings: ExportSettings) -> O
     program.rename({program.output_names[0]: "image_features"})
     graph = program.model.graph
     for value, dims in zip(graph.inputs, architecture.vision_input_dims, strict=True):
-        _set_dims(value, dims)
-    _set_dims(graph.outputs[0], output_dims)
+        set_dims(value, dims)
+    set_dims(graph.outputs[0], output_dims)
     return program
 
 
@@ -271,9 +291,9 @@ def _export_embedding(model: Any, architecture: Any, layout: DecoderLayout, sett
     program = export_shaped(EmbeddingStep(model, image).eval(), (ids, features.to(layout.dtype)), settings, dims)
     program.rename({program.output_names[0]: "inputs_embeds"})
     graph = program.model.graph
-    _set_dims(graph.inputs[0], (BATCH, SEQUENCE))
-    _set_dims(graph.inputs[1], architecture.feature_dims)
-    _set_dims(graph.outputs[0], (BATCH, SEQUENCE, None))
+    set_dims(graph.inputs[0], (BATCH, SEQUENCE))
+    set_dims(graph.inputs[1], architecture.feature_dims)
+    set_dims(graph.outputs[0], (BATCH, SEQUENCE, None))
     return program
 
 
@@ -315,7 +335,7 @@ def _export_decoder(
               LAYOUT["attention_mask"]: (BATCH, TOTAL), LAYOUT["position_ids"]: position_names}  # fmt: skip
     graph = program.model.graph
     for value in graph.inputs:
-        _set_dims(value, shapes.get(value.name, (BATCH, None, PAST, None)))
+        set_dims(value, shapes.get(value.name, (BATCH, None, PAST, None)))
     for value in graph.outputs:
-        _set_dims(value, (BATCH, SEQUENCE, None) if value.name == LAYOUT["logits"] else (BATCH, None, TOTAL, None))
+        set_dims(value, (BATCH, SEQUENCE, None) if value.name == LAYOUT["logits"] else (BATCH, None, TOTAL, None))
     return program

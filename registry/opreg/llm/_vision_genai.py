@@ -23,13 +23,12 @@ from opreg.llm import _genai
 VisionLanguage = Any
 """An :class:`opreg.llm.VisionLanguage` (not imported: ``_vision`` imports this module)."""
 PROCESSOR_CONFIG = "processor_config.json"
+VISION_FILE, EMBEDDING_FILE, DECODER_FILE = "vision.onnx", "embedding.onnx", "model.onnx"
 
 
 def config(vl: VisionLanguage) -> dict[str, Any]:
     """``genai_config.json`` for ``vl``: the text decoder's (:func:`opreg.llm._genai.config`) on
     embeddings, with the vision and embedding sections."""
-    from opreg.llm._vision import DECODER_FILE, EMBEDDING_FILE, VISION_FILE
-
     architecture = vl.architecture
     made = _genai.config(vl)
     model = made["model"]

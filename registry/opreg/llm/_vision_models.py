@@ -109,9 +109,9 @@ class Architecture:
     def processor_config(self, processor: Any) -> dict[str, Any]:
         """ONNX Runtime Extensions' recipe for the encoder's ``pixel_values`` (``processor_config.json``)."""
         size = processor.size
-        resize = {"interpolation": _resample(processor), "width": int(size["width"]), "height": int(size["height"]),
+        resize = {"interpolation": resample(processor), "width": int(size["width"]), "height": int(size["height"]),
                   "keep_aspect_ratio": 0}  # fmt: skip
-        return _recipe(type(processor).__name__, [
+        return recipe(type(processor).__name__, [
             ("resize", "Resize", resize),
             ("rescale", "Rescale", {"rescale_factor": float(processor.rescale_factor)}),
             ("normalize", "Normalize", {"mean": list(processor.image_mean), "std": list(processor.image_std)}),
@@ -119,7 +119,7 @@ class Architecture:
         ])  # fmt: skip
 
 
-def _resample(processor: Any) -> str:
+def resample(processor: Any) -> str:
     resample = int(processor.resample)
     if resample not in RESAMPLE:
         raise ExportError(
@@ -129,7 +129,7 @@ def _resample(processor: Any) -> str:
     return RESAMPLE[resample]
 
 
-def _recipe(name: str, steps: list[tuple[str, str, dict[str, Any] | None]]) -> dict[str, Any]:
+def recipe(name: str, steps: list[tuple[str, str, dict[str, Any] | None]]) -> dict[str, Any]:
     """``processor_config.json``: decode the image as RGB, then ``steps`` (name, type, attributes)."""
     transforms = [{"operation": {"name": "decode_image", "type": "DecodeImage", "attrs": {"color_space": "RGB"}}}]
     for step, kind, attrs in steps:
@@ -209,29 +209,3 @@ class Llava(Architecture):
 
     def processor_config(self, processor: Any) -> dict[str, Any] | None:
         return None
-
-
-def architectures() -> tuple[Architecture, ...]:
-    """Every :class:`Architecture`."""
-    from opreg.llm._vision_qwen import Qwen25VL
-
-    return (Gemma3(), Qwen25VL(), Llava())
-
-
-def architecture_of(model: Any) -> Architecture:
-    """The :class:`Architecture` of a transformers vision-language model, or an
-    :class:`opreg.ExportError` naming those there are."""
-    model_type = getattr(model.config, "model_type", None)
-    for architecture in architectures():
-        if model_type in architecture.model_types:
-            architecture.check(model)
-            return architecture
-    known = ", ".join(model_types())
-    raise ExportError(
-        f"{type(model).__name__} (model_type {model_type!r}) is a vision-language model export_vision has no "
-        f"architecture for: it exports {known}"
-    )
-
-
-def model_types() -> tuple[str, ...]:
-    return tuple(t for a in architectures() for t in a.model_types)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opreg.llm._vision_models import IMAGE_TOKENS, Architecture, _recipe, _resample
+from opreg.llm._vision_models import IMAGE_TOKENS, Architecture, recipe, resample
 
 SPAN_ATTENTION = "opreg_flash_spans"
 """The name :func:`span_attention` is registered under (``flash`` in it: the encoder then passes
@@ -156,8 +156,8 @@ class Qwen25VL(Architecture):
         size, patch, merge = processor.size, int(processor.patch_size), int(processor.merge_size)
         temporal = int(processor.temporal_patch_size)
         resize = {"smart_resize": 1, "min_pixels": int(size["shortest_edge"]), "max_pixels": int(size["longest_edge"]),
-                  "patch_size": patch, "merge_size": merge, "interpolation": _resample(processor)}  # fmt: skip
-        return _recipe("qwen2_5_image_processor", [
+                  "patch_size": patch, "merge_size": merge, "interpolation": resample(processor)}  # fmt: skip
+        return recipe("qwen2_5_image_processor", [
             ("convert_to_rgb", "ConvertRGB", None),  # the channels in the order Normalize and PatchImage read here
             ("resize", "Resize", resize),
             ("rescale", "Rescale", {"rescale_factor": float(processor.rescale_factor)}),

@@ -28,21 +28,23 @@ from opreg.errors import ExportError, InvalidArgumentError
 from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
-from opreg.llm import WHISPER_LAYOUT, _families, _weights
+from opreg.llm import _families, _weights
 from opreg.llm._decoder import (
     BATCH,
     PAST,
     SEQUENCE,
     TOTAL,
-    _past_layer_class,
-    _set_dims,
     checked,
     compare_all,
     evaluating,
     export_shaped,
+    layer_names,
     past_cache,
+    past_layer_class,
     presents,
+    set_dims,
 )  # fmt: skip
+from opreg.llm._whisper_genai import DECODER_FILE, ENCODER_FILE, WHISPER_LAYOUT
 from opreg.settings import ExportSettings
 
 ENCODER_SEQUENCE = "encoder_sequence_length"
@@ -83,26 +85,19 @@ class WhisperLayout:
 
     @property
     def encoder_output_names(self) -> list[str]:
-        names = [WHISPER_LAYOUT["encoder_hidden_states"]]
-        for layer in range(self.num_layers):
-            names += [WHISPER_LAYOUT["cross_present_key"] % layer, WHISPER_LAYOUT["cross_present_value"] % layer]
-        return names
+        cross = layer_names(WHISPER_LAYOUT["cross_present_key"], WHISPER_LAYOUT["cross_present_value"], self.num_layers)
+        return [WHISPER_LAYOUT["encoder_hidden_states"], *cross]
 
     @property
     def decoder_input_names(self) -> list[str]:
-        names = [WHISPER_LAYOUT["input_ids"]]
-        for layer in range(self.num_layers):
-            names += [WHISPER_LAYOUT["past_key"] % layer, WHISPER_LAYOUT["past_value"] % layer]
-        for layer in range(self.num_layers):
-            names += [WHISPER_LAYOUT["cross_past_key"] % layer, WHISPER_LAYOUT["cross_past_value"] % layer]
-        return names
+        past = layer_names(WHISPER_LAYOUT["past_key"], WHISPER_LAYOUT["past_value"], self.num_layers)
+        cross = layer_names(WHISPER_LAYOUT["cross_past_key"], WHISPER_LAYOUT["cross_past_value"], self.num_layers)
+        return [WHISPER_LAYOUT["input_ids"], *past, *cross]
 
     @property
     def decoder_output_names(self) -> list[str]:
-        names = [WHISPER_LAYOUT["logits"]]
-        for layer in range(self.num_layers):
-            names += [WHISPER_LAYOUT["present_key"] % layer, WHISPER_LAYOUT["present_value"] % layer]
-        return names
+        present = layer_names(WHISPER_LAYOUT["present_key"], WHISPER_LAYOUT["present_value"], self.num_layers)
+        return [WHISPER_LAYOUT["logits"], *present]
 
     def cache(self, batch: int, length: int, generator: torch.Generator | None = None) -> list[torch.Tensor]:
         """Every layer's key and value of ``length`` positions: zeros, or random with ``generator``."""
@@ -177,7 +172,7 @@ class DecoderStep(torch.nn.Module):
         super().__init__()
         self.model = model
         self.num_layers = num_layers
-        self._layer = _past_layer_class()
+        self._layer = past_layer_class()
 
     def forward(
         self, input_ids: torch.Tensor, past: Sequence[torch.Tensor], cross: Sequence[torch.Tensor]
@@ -234,8 +229,6 @@ class Whisper:
     @property
     def programs(self) -> dict[str, OnnxProgram]:
         """The folder's models by file name."""
-        from opreg.llm._whisper_genai import DECODER_FILE, ENCODER_FILE
-
         return {ENCODER_FILE: self.encoder, DECODER_FILE: self.decoder}
 
     def encode(self, features: torch.Tensor) -> dict[str, Any]:
@@ -376,10 +369,10 @@ def _export_encoder(model: Any, layout: WhisperLayout, settings: ExportSettings)
     program.rename({program.input_names[0]: WHISPER_LAYOUT["audio_features"]})
     program.rename(dict(zip(program.output_names, layout.encoder_output_names, strict=True)))
     graph = program.model.graph
-    _set_dims(graph.inputs[0], (BATCH, None, None))
-    _set_dims(graph.outputs[0], (BATCH, None, None))
+    set_dims(graph.inputs[0], (BATCH, None, None))
+    set_dims(graph.outputs[0], (BATCH, None, None))
     for value in graph.outputs[1:]:
-        _set_dims(value, (BATCH, None, None, None))
+        set_dims(value, (BATCH, None, None, None))
     return program
 
 
@@ -400,11 +393,11 @@ def _export_decoder(model: Any, layout: WhisperLayout, context_length: int, sett
     program.rename(dict(zip(program.input_names, layout.decoder_input_names, strict=True)))
     program.rename(dict(zip(program.output_names, layout.decoder_output_names, strict=True)))
     graph = program.model.graph
-    _set_dims(graph.inputs[0], (BATCH, SEQUENCE))
+    set_dims(graph.inputs[0], (BATCH, SEQUENCE))
     for value in graph.inputs[1:]:
         cross = value.name.startswith("past_key_cross") or value.name.startswith("past_value_cross")
-        _set_dims(value, (BATCH, None, ENCODER_SEQUENCE if cross else PAST, None))
-    _set_dims(graph.outputs[0], (BATCH, SEQUENCE, None))
+        set_dims(value, (BATCH, None, ENCODER_SEQUENCE if cross else PAST, None))
+    set_dims(graph.outputs[0], (BATCH, SEQUENCE, None))
     for value in graph.outputs[1:]:
-        _set_dims(value, (BATCH, None, TOTAL, None))
+        set_dims(value, (BATCH, None, TOTAL, None))
     return program

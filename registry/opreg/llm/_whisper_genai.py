@@ -19,10 +19,27 @@ from pathlib import Path
 from typing import Any
 
 from opreg.errors import ExportError
-from opreg.llm import WHISPER_LAYOUT, _genai
+from opreg.llm import _genai
 
 Whisper = Any
 """An :class:`opreg.llm.Whisper` (not imported: ``_whisper`` imports this module)."""
+
+WHISPER_LAYOUT = dict(
+    audio_features="audio_features",
+    encoder_hidden_states="hidden_states",
+    cross_present_key="present_key_cross_%d",
+    cross_present_value="present_value_cross_%d",
+    input_ids="input_ids",
+    past_key="past_key_self_%d",
+    past_value="past_value_self_%d",
+    cross_past_key="past_key_cross_%d",
+    cross_past_value="past_value_cross_%d",
+    logits="logits",
+    present_key="present_key_self_%d",
+    present_value="present_value_self_%d",
+)
+"""Whisper's encoder and decoder input and output names (``%d``: the decoder layer), as ONNX
+Runtime GenAI's builder writes them and its ``whisper`` model reads them."""
 
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder.onnx"
