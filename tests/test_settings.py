@@ -43,7 +43,7 @@ def test_every_option_is_in_the_signature_with_its_type_and_default_and_nothing_
 
 def test_export_decoder_takes_every_option_but_those_the_layout_sets():
     shown = keyword_options(opreg.llm.export_decoder)
-    own = ["tokenizer", "external_data", "context_length"]
+    own = ["tokenizer", "external_data", "context_length", "streaming"]
     assert list(shown) == own + [n for n in NAMES if n not in opreg.llm.DECODER_OPTIONS]
     assert set(opreg.llm.DECODER_OPTIONS) <= set(NAMES)
 

@@ -43,6 +43,11 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
         help="Whisper and vision-language models: linear weights as ONNX Runtime's MatMulNBits (int8, int4; with "
         "-t onnxruntime)",
     )  # fmt: skip
+    p.add_argument(
+        "--no-streaming", dest="streaming", action="store_false", default=None,
+        help="load the model with its weights first (default: stream them from the safetensors files as "
+        "model.onnx is written; the same file, in a fraction of the memory)",
+    )  # fmt: skip
     p.set_defaults(run=run)
 
 
@@ -63,10 +68,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     err = console(stderr=True)
     with err.status(f"exporting {args.folder}..."):
-        precision = {} if args.precision is None else {"precision": args.precision}
-        exported_model = _families.export_checkpoint(
-            Path(args.folder), target=target, registry=reg, context_length=args.context_length, **precision
-        )
+        exported_model = _families.export_checkpoint(Path(args.folder), **_options(args, target, reg))
         exported = time.perf_counter() - started
         folder = exported_model.save(args.output, external_data=True if args.external_data else None)
     checks = []
@@ -92,6 +94,23 @@ def run(args: argparse.Namespace) -> int:
             f"verified: {len(checks)} outputs match transformers (max abs {summary['max_abs']:.3g})", markup=False
         )
     return EXIT_OK
+
+
+def _options(args: argparse.Namespace, target: Any, reg: Any) -> dict[str, Any]:
+    """The keyword arguments of the checkpoint's family's export: ``--no-streaming`` for a causal
+    LM (the others load their model), ``--precision`` for the others."""
+    from pathlib import Path
+
+    from opreg.llm import _families
+
+    options: dict[str, Any] = {"target": target, "registry": reg, "context_length": args.context_length}
+    if _families.family_of(_families.read_config(Path(args.folder))) in (None, _families.TEXT):
+        if args.precision is not None:
+            raise UsageError("--precision is for Whisper and vision-language checkpoints; a causal LM takes none yet")
+        options["streaming"] = args.streaming
+    elif args.precision is not None:
+        options["precision"] = args.precision
+    return options
 
 
 def _summary(exported_model: Any, folder: Any, target: Any, seconds: float, checks: list) -> dict[str, Any]:

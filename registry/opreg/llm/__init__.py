@@ -61,6 +61,7 @@ def export_decoder(
     tokenizer: Any = None,
     external_data: bool | None = None,
     context_length: int | None = None,
+    streaming: bool | None = None,
     settings: ExportSettings | None = None,
     **options: Any,
 ) -> Decoder:
@@ -69,7 +70,7 @@ def export_decoder(
 
     Args:
         model: a ``transformers`` causal LM (``*ForCausalLM``, weights as they are), or the path of
-            a local checkpoint folder (``config.json`` and weights; loaded in float32).
+            a local checkpoint folder (``config.json`` and weights, in float32).
         output_folder: where to write ``model.onnx``, ``genai_config.json`` and the tokenizer's
             files (created if missing; files of the same names are replaced).
         target: as :func:`opreg.export` takes it: ``"onnx"`` (plain ONNX: attention as Attention or
@@ -84,6 +85,13 @@ def export_decoder(
         context_length: the longest sequence GenAI may generate (``genai_config.json``'s
             ``context_length`` and ``search.max_length``); default the model's
             ``max_position_embeddings``.
+        streaming: for a checkpoint folder: build the model on the ``meta`` device and read each
+            weight from the checkpoint's safetensors files only as ``model.onnx`` is written
+            (transformed there: cast to float32, transposed, packed, quantized), so peak memory
+            does not grow with the model; the file is the same, byte for byte, as with
+            ``streaming=False`` (which loads the model with ``from_pretrained``). Default: stream
+            when the folder holds safetensors. A meta-device model with ``weights=`` (a
+            checkpoint of its own ``state_dict`` names) streams too.
 
     Returns:
         a :class:`Decoder`: the :class:`opreg.OnnxProgram`, the :class:`DecoderLayout`, and
@@ -96,7 +104,7 @@ def export_decoder(
     from opreg.llm import _decoder
 
     decoder = _decoder.export_decoder(
-        model, tokenizer=tokenizer, context_length=context_length, settings=settings, **options
+        model, tokenizer=tokenizer, context_length=context_length, streaming=streaming, settings=settings, **options
     )
     if output_folder is not None:
         decoder.save(output_folder, external_data=external_data)

@@ -25,9 +25,10 @@ from opreg.errors import ExportError, InvalidArgumentError, VerificationError
 from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
-from opreg.llm import DECODER_OPTIONS, LAYOUT, _families, _genai
+from opreg.llm import DECODER_OPTIONS, LAYOUT, _families, _genai, _meta
 from opreg.llm._genai import text_config
 from opreg.settings import ExportSettings
+from opreg.weights import Weights, open_weights
 
 logger = logging.getLogger(__name__)
 
@@ -194,18 +195,28 @@ class Decoder:
     Attributes:
         program: the :class:`opreg.OnnxProgram` (inputs and outputs named as :data:`opreg.llm.LAYOUT`).
         layout: its :class:`DecoderLayout`.
-        model: the transformers model it was exported from.
+        model: the transformers model it was exported from (on the ``meta`` device when its
+            weights were streamed from the checkpoint).
         context_length: what ``genai_config.json`` allows GenAI to generate up to.
+        folder: the checkpoint folder it came from, if any.
     """
 
     def __init__(
-        self, program: OnnxProgram, layout: DecoderLayout, model: Any, tokenizer: Any, context_length: int
+        self,
+        program: OnnxProgram,
+        layout: DecoderLayout,
+        model: Any,
+        tokenizer: Any,
+        context_length: int,
+        folder: Path | None = None,
     ) -> None:
         self.program = program
         self.layout = layout
         self.model = model
         self.tokenizer = tokenizer
         self.context_length = context_length
+        self.folder = folder
+        self._eager: Any = None
 
     def __repr__(self) -> str:
         return f"<Decoder {type(self.model).__name__}, {self.layout.num_layers} layers, {self.program!r}>"
@@ -231,8 +242,15 @@ class Decoder:
     def eager(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """What the transformers model computes for :meth:`inputs`, its cache a ``DynamicCache``
         holding the past (every layer keeps every position, as the decoder's do: a sliding-window
-        layer's attention is limited by the mask, not by cutting its cache)."""
+        layer's attention is limited by the mask, not by cutting its cache). A decoder streamed from
+        its checkpoint loads the model, weights and all, for this (:func:`opreg.llm._meta.load_eager`)."""
         from transformers import DynamicCache
+
+        model = self.model
+        if _meta.on_meta(model):  # streamed: loaded once, weights and all
+            if self._eager is None:
+                self._eager = _meta.load_eager(self.folder, model)
+            model = self._eager
 
         past = inputs["past_key_values"]
         cache = DynamicCache()
@@ -240,7 +258,7 @@ class Decoder:
             cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layout.num_layers)])
         extra = {"position_ids": inputs["position_ids"]} if self.layout.position_ids else {}
         with TRACING_LOCK, torch.no_grad():  # transformers reads torch's compiling flag, set while a thread captures
-            out = self.model(
+            out = model(
                 input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], past_key_values=cache,
                 use_cache=True, **extra,
             )  # fmt: skip
@@ -310,10 +328,22 @@ class Decoder:
 # -- exporting -----------------------------------------------------------------------------
 
 
-def load(model: Any) -> tuple[Any, Path | None]:
-    """The transformers model ``model`` names (a model, or a local checkpoint folder) and the
-    folder it came from; a model the text decoder cannot serve whole is refused with the reason."""
-    return _families.load(model, _families.TEXT)
+def load(model: Any, streaming: bool | None = None) -> tuple[Any, Path | None, Weights | None]:
+    """The transformers model ``model`` names (a model, or a local checkpoint folder), the folder it
+    came from, and, when its weights are streamed (``streaming``; ``None``: when the folder holds
+    safetensors), the checkpoint's weights, the model then built on the ``meta`` device. A model
+    the text decoder cannot serve whole is refused with the reason before anything is loaded."""
+    if isinstance(model, (str, os.PathLike)):
+        folder = Path(model)
+        config = _families.read_config(folder)
+        _families.check(config, _families.TEXT, f"{folder} holds a {_families.architecture(config)}: it")
+        if streaming is None:
+            streaming = _meta.streamable(folder)
+        if streaming:
+            meta_model, weights = _meta.load_meta(folder)
+            return meta_model, folder, weights
+    loaded, folder = _families.load(model, _families.TEXT)
+    return loaded, folder, None
 
 
 def layout_of(model: Any) -> DecoderLayout:
@@ -322,9 +352,11 @@ def layout_of(model: Any) -> DecoderLayout:
         raise ExportError(f"{type(model).__name__} is not a transformers model (it has no config)")
     text = text_config(model)
     ids = torch.zeros(1, 2, dtype=torch.int64)
+    # a model on meta computes shapes only: no mask, whose all-ones check would read a value
+    mask = {} if _meta.on_meta(model) else {"attention_mask": torch.ones_like(ids)}
     try:
         with torch.no_grad():
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+            out = model(input_ids=ids.to(next(model.parameters()).device), use_cache=True, **mask)
     except Exception as e:
         raise ExportError(f"{type(model).__name__} does not run on token ids: {type(e).__name__}: {e}") from e
     cache = getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)  # state-space models'
@@ -372,11 +404,14 @@ def export_decoder(
     *,
     tokenizer: Any = None,
     context_length: int | None = None,
+    streaming: bool | None = None,
     settings: ExportSettings | None = None,
     **options: Any,
 ) -> Decoder:
     settings = settings_of("export_decoder", settings, options)
-    model, folder = load(model)
+    model, folder, streamed = load(model, streaming)
+    if settings.weights is not None:  # a meta model of the caller's, and its checkpoint
+        streamed = open_weights(settings.weights)
     if context_length is None:
         context_length = int(getattr(text_config(model), "max_position_embeddings", 0) or 4096)
     was_training = model.training
@@ -392,11 +427,14 @@ def export_decoder(
                   for _ in range(2 * layout.num_layers)],
         )  # fmt: skip
         shapes = _dynamic_shapes(layout, context_length)
-        program = export(step, (), example, settings=dataclasses.replace(settings, dynamic_shapes=shapes))
+        weights = None if streamed is None else streamed.renamed("model.")  # DecoderStep's names
+        program = export(
+            step, (), example, settings=dataclasses.replace(settings, dynamic_shapes=shapes, weights=weights)
+        )
     finally:
         model.train(was_training)
     _name(program, layout)
-    return Decoder(program, layout, model, tokenizer if tokenizer is not None else folder, context_length)
+    return Decoder(program, layout, model, tokenizer if tokenizer is not None else folder, context_length, folder)
 
 
 def settings_of(function: str, settings: ExportSettings | None, options: dict[str, Any]) -> ExportSettings:
