@@ -136,12 +136,31 @@ def test_cli_llm_export_picks_the_vision_export_for_a_vision_language_checkpoint
     assert files(summary["files"]) == FILES  # the image processor: Gemma-3's default at the model's size
 
 
+def test_a_failed_save_leaves_no_folder_and_an_existing_one_without_a_genai_config(gemma3, tmp_path):
+    """The three models' folder is written as the text decoder's: a new folder is removed again if
+    writing fails; ``genai_config.json``, which makes a folder a GenAI model, is written last."""
+    _, exported, _, _ = gemma3
+    tokenizer, exported.tokenizer = exported.tokenizer, object()
+    try:
+        with pytest.raises(opreg.ExportError, match="tokenizer= takes a transformers tokenizer"):
+            exported.save(tmp_path / "new")
+        assert not (tmp_path / "new").exists()
+        (tmp_path / "old").mkdir()
+        with pytest.raises(opreg.ExportError, match="tokenizer= takes a transformers tokenizer"):
+            exported.save(tmp_path / "old")
+        assert not (tmp_path / "old" / "genai_config.json").exists()
+    finally:
+        exported.tokenizer = tokenizer
+    with pytest.raises(opreg.SaveError, match="does not exist; create it first"):
+        exported.save(tmp_path / "missing" / "folder")
+
+
 def test_a_vision_language_model_genai_cannot_run_is_refused_and_so_is_an_unknown_architecture():
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
     model = vm.gemma3()
     config = Gemma3Config(
-        text_config=vm.TEXT, vision_config=model.config.vision_config.to_dict(), mm_tokens_per_image=64
+        text_config=dict(vm.TEXT), vision_config=model.config.vision_config.to_dict(), mm_tokens_per_image=64
     )
     with pytest.raises(opreg.ExportError, match="makes 64 tokens an image: ONNX Runtime GenAI's gemma3 pipeline"):
         opreg.llm.export_vision(Gemma3ForConditionalGeneration(config))
@@ -149,6 +168,7 @@ def test_a_vision_language_model_genai_cannot_run_is_refused_and_so_is_an_unknow
 
     vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
               "image_size": 32, "patch_size": 8}  # fmt: skip
-    paligemma = PaliGemmaForConditionalGeneration(PaliGemmaConfig(text_config=vm.TEXT, vision_config=vision))
+    config = PaliGemmaConfig(text_config=dict(vm.TEXT), vision_config=vision)  # it sets model_type in the dict given
+    paligemma = PaliGemmaForConditionalGeneration(config)
     with pytest.raises(opreg.ExportError, match="is a vision-language model export_vision has no architecture for"):
         opreg.llm.export_vision(paligemma)

@@ -100,7 +100,7 @@ def llava(seed: int = 0) -> Any:
 
     vision = {"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
               "num_attention_heads": 2, "image_size": LLAVA_IMAGE, "patch_size": 8, "projection_dim": 32}  # fmt: skip
-    text = {"model_type": "llama", **TEXT}
+    text = {**TEXT, "model_type": "llama"}
     config = LlavaConfig(vision_config=vision, text_config=text, image_token_index=lm.VOCAB, image_seq_length=16)
     torch.manual_seed(seed)
     return _finish(LlavaForConditionalGeneration(config))
