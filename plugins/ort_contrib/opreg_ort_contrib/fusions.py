@@ -26,7 +26,9 @@ The pack's own, which onnxscript's rules do not match in opreg's graphs, each me
   duplicated frequencies (``cat(freqs, freqs)``, as every RoPE model computes them, scaled or
   not) becomes ai.onnx ``RotaryEmbedding`` (opset 23), fed the cos/sin of the frequencies
   themselves, on the projection before its heads are split when it can (onnxscript's
-  RotaryEmbedding23 wants the cos/sin unscaled and the heads split).
+  RotaryEmbedding23 wants the cos/sin unscaled and the heads split). Where the tables are
+  ``cat(c, c)`` of a cos already taken (Qwen2-VL's 3-D rotary picks each section of ``c`` from
+  another position stream), ``c`` itself is the kernel's per-token cos.
 - ``ResidualSum``: the residual ``Add`` whose only user is a LayerNormalization
   becomes a ``Sum``. ONNX Runtime fuses ``Add`` + ``LayerNormalization`` into its
   SkipLayerNormalization on its own, and that kernel is many times slower than the
@@ -325,7 +327,10 @@ class RotaryEmbedding(pattern.RewriteRuleClassBase):
     """``x * cos + cat(-x2, x1) * sin`` (rotate_half) with cos/sin of ``cat(f, f)`` -> RotaryEmbedding-23.
 
     The cos/sin tables are shared by every layer, so they are not part of the pattern:
-    :func:`_angle_table` reads them back to the frequencies ``f``."""
+    :func:`_angle_table` reads them back to the frequencies ``f``; where they are ``cat(c, c)``
+    and ``cat(s, s)`` of tables already computed (Qwen2-VL's 3-D rotary picks each section of
+    ``c`` from the cos of another position stream), ``c`` and ``s`` are RotaryEmbedding-23's caches
+    as they are (:func:`_half_table`)."""
 
     def pattern(self, op, x, cos, sin, s1, e1, ax1, s2, e2, ax2):
         first = op.Slice(x, s1, e1, ax1, _allow_other_inputs=True)
@@ -345,20 +350,26 @@ class RotaryEmbedding(pattern.RewriteRuleClassBase):
         if _ints(s1) != [0] or _ints(e1) != [half] or _ints(s2) != [half] or (_ints(e2) or [0])[0] < size:
             return result.fail("the slices are not the two halves")
         cos_table, sin_table = _angle_table(cos, "Cos"), _angle_table(sin, "Sin")
-        if cos_table is None or sin_table is None or cos_table[0] is not sin_table[0]:
-            return result.fail("cos/sin are not Cos/Sin of one cat(freqs, freqs), broadcast over the heads")
-        freqs = cos_table[0]
-        f = _dims(freqs)
-        if f is None or len(f) != 3 or f[2] != half or f[1] != dims[2]:
-            return result.fail("frequencies are not (batch, seq, head size / 2)")
-        if not _float32(x, cos, sin):
+        if cos_table is not None and sin_table is not None and cos_table[0] is sin_table[0]:
+            self._freqs, self._scales, self._tables = cos_table[0], (cos_table[1], sin_table[1]), None
+            tables = [cos_table[0]]
+        elif (cos_half := _half_table(cos)) is not None and (sin_half := _half_table(sin)) is not None:
+            self._freqs, self._scales, self._tables = None, (None, None), (cos_half, sin_half)
+            tables = [cos_half, sin_half]
+        else:
+            return result.fail("cos/sin are not Cos/Sin of one cat(freqs, freqs) nor cat(c, c), over the heads")
+        for table in tables:
+            f = _dims(table)
+            if f is None or len(f) != 3 or f[2] != half or f[1] != dims[2]:
+                return result.fail("frequencies are not (batch, seq, head size / 2)")
+        if not _float32(x, cos, sin, *tables):
             return result.fail("float32 only")
-        self._heads, self._freqs, self._scales = dims[1], freqs, (cos_table[1], sin_table[1])
+        self._heads = dims[1]
         self._batch = _size_source(context, x, 0)
         return result
 
     def rewrite(self, op, x, **_):
-        cos, sin = op.Cos(self._freqs), op.Sin(self._freqs)
+        cos, sin = self._tables or (op.Cos(self._freqs), op.Sin(self._freqs))
         cos_scale, sin_scale = self._scales
         if cos_scale is not None:
             cos = op.Mul(cos, cos_scale)
@@ -369,8 +380,9 @@ class RotaryEmbedding(pattern.RewriteRuleClassBase):
         # attention kernel can take the projection directly (the lean pass cancels the round trip)
         split = producer is not None and producer.op_type == "Transpose" and _heads_split(producer)
         source = producer.inputs[0].producer().inputs[0] if split else x
-        if self._freqs.shape[0] != x.shape[0]:  # ONNX Runtime wants the caches' batch to be x's, unbroadcast
-            batch = op.Concat(_size(op, self._batch), op.Shape(self._freqs, start=1), axis=0)
+        table = self._freqs if self._tables is None else self._tables[0]
+        if table.shape[0] != x.shape[0]:  # ONNX Runtime wants the caches' batch to be x's, unbroadcast
+            batch = op.Concat(_size(op, self._batch), op.Shape(table, start=1), axis=0)
             cos, sin = op.Expand(cos, batch), op.Expand(sin, batch)
         if not split:
             return op.RotaryEmbedding(x, cos, sin)
@@ -378,6 +390,20 @@ class RotaryEmbedding(pattern.RewriteRuleClassBase):
         rotated = _shaped(op.RotaryEmbedding(source, cos, sin, num_heads=self._heads), source.shape, x)
         heads = _shaped(op.Reshape(rotated, op.Shape(view)), view.shape, x)
         return op.Transpose(heads, perm=[0, 2, 1, 3])
+
+
+def _half_table(value: ir.Value) -> ir.Value | None:
+    """``t`` if ``value`` is ``Unsqueeze(cat(t, t), [1])`` on the last axis, else ``None``: the
+    cos (or sin) of each position and frequency, repeated for the two halves of the head."""
+    unsqueeze = value.producer()
+    if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or _ints(unsqueeze.inputs[1]) != [1]:
+        return None
+    concat = unsqueeze.inputs[0].producer()
+    if concat is None or concat.op_type != "Concat" or concat.domain or len(concat.inputs) != 2:
+        return None
+    if concat.inputs[0] is not concat.inputs[1] or concat.attributes["axis"].as_int() not in (-1, 2):
+        return None
+    return concat.inputs[0]
 
 
 def _angle_table(value: ir.Value, function: str) -> tuple[ir.Value, ir.Value | None] | None:
