@@ -85,3 +85,30 @@ def test_the_vision_encoder_of_another_size_matches_transformers(qwen):
     expected = exported.eager_vision(pixels, grid)
     torch.testing.assert_close(exported.vision.run(pixels, grid), expected, rtol=1e-4, atol=1e-4)
     assert expected.shape == (15, 64)
+
+
+def test_at_the_onnxruntime_target_the_3d_rotary_is_one_kernel_and_genai_generates_eager_tokens(qwen, tmp_path):
+    """At ``target="onnxruntime"`` the pack's RotaryEmbedding rule takes Qwen's 3-D rotary (the
+    per-section cos it picks from the three position streams) into RotaryEmbedding-23, the
+    attention into GroupQueryAttention on the cache: the decode step the builder's
+    MRotaryEmbedding makes (bench/vision.py), eager's numbers and GenAI's tokens kept."""
+    from PIL import Image
+
+    model, _, _, image = qwen
+    folder = tmp_path / "genai"
+    exported = opreg.llm.export_vision(model, folder, target="onnxruntime", tokenizer=vm.tokenizer(vm.QWEN_TOKENS),
+                                       image_processor=vm.qwen_processor())  # fmt: skip
+    ops = [(n.domain, n.op_type) for n in exported.decoder.model.graph]
+    layers = model.config.text_config.num_hidden_layers
+    assert ops.count(("", "RotaryEmbedding")) == 2 * layers and ("", "Neg") not in ops
+    assert ops.count(("com.microsoft", "GroupQueryAttention")) == layers
+    checks = exported.verify()
+    assert all(c.ok for c in checks) and max(c.max_abs for c in checks) < 1e-4
+    tokens, made = vm.genai_generate(folder, PROMPT, image, LENGTH)
+    ids = torch.from_numpy(made["input_ids"].astype(np.int64))
+    inputs = vm.qwen_processor()(Image.open(image), return_tensors="pt")
+    kinds = (ids == model.config.image_token_id).int()
+    expected = vm.greedy(model, LENGTH, input_ids=ids, pixel_values=inputs.pixel_values,
+                         image_grid_thw=inputs.image_grid_thw, mm_token_type_ids=kinds,
+                         attention_mask=torch.ones_like(ids))  # fmt: skip
+    assert tokens == expected
