@@ -66,6 +66,18 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
 
+def interleaved(commands: dict[str, list[str]], env: dict[str, str], rounds: int) -> tuple[dict, dict]:
+    """Each command run ``rounds`` times, the commands interleaved; the medians of each one's
+    CPU seconds and of its wall seconds, by name."""
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    for _ in range(rounds):
+        for name, command in commands.items():
+            runs[name].append(timed(command, env))
+    cpu = {name: statistics.median(c for c, _ in times) for name, times in runs.items()}
+    wall = {name: statistics.median(w for _, w in times) for name, times in runs.items()}
+    return cpu, wall
+
+
 def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
@@ -117,12 +129,7 @@ def main() -> None:
                 "-p", "fp32", "-e", "cpu", "-c", str(root / "cache"),
             ],
         }  # fmt: skip
-        results: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
-        for _ in range(args.rounds):
-            for name, command in commands.items():
-                results[name].append(timed(command, env))
-        cpu = {name: statistics.median(c for c, _ in runs) for name, runs in results.items()}
-        wall = {name: statistics.median(w for _, w in runs) for name, runs in results.items()}
+        cpu, wall = interleaved(commands, env, args.rounds)
         print(f"export time, median of {args.rounds} interleaved rounds (fresh process each, OMP_NUM_THREADS=1)")
         print(f"{'':>10} {'CPU s':>8} {'wall s':>8} {'folder MB':>10}")
         for name, out in (("opreg", opreg_out), ("builder", builder_out)):

@@ -38,6 +38,8 @@ class ExportSettings:
     Attributes:
         target: what the model must run on: a profile name (``"onnx"``, ``"onnxruntime"``), an
             ai.onnx version, a ``{domain: version}`` dict or an :class:`opreg.Target`; default ``"onnx"``.
+            A custom domain the model's ops need that only a pack covers joins it, at the version the
+            pack declares (the result's ``target`` and ``joined_domains`` say so).
         dynamic_shapes: as ``torch.export.export`` takes them (``torch.export.Dim`` names become the
             ONNX dim names); default ``None``, every dim fixed.
         plugins: the names of the installed packs to use; default ``None``, every installed pack.

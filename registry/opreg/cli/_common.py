@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -186,11 +185,16 @@ def styled(text: str, style: str | None = None) -> Any:
 
 def short_source(source: str) -> str:
     """``file:line`` relative to the ``sys.path`` entry it lies under (``opreg_core_ops/ops/activation.py:25``)."""
-    roots = sorted((os.path.join(os.path.abspath(p), "") for p in sys.path if p), key=len, reverse=True)
-    for root in roots:
-        if source.startswith(root):
-            return source[len(root) :]
-    return source
+    from opreg._inspect import short_source as relative
+
+    return relative(source)
+
+
+def requires(impl: Any) -> str:
+    """What an impl needs of a target, as ``ops`` and ``explain`` show it: its opset requirement, and
+    the profiles it is for (``ai.onnx>=20; for profile onnxruntime``)."""
+    profiles = f"; for profile {', '.join(impl.profiles)}" if impl.profiles else ""
+    return f"{impl.requirement}{profiles}"
 
 
 def print_json(data: Any) -> None:

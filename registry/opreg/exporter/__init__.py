@@ -20,7 +20,7 @@ from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
 from opreg.exporter import _capture, _finish, _plan, _state, _translate
 from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
-from opreg.exporter._plan import MissingOp
+from opreg.exporter._plan import JoinedDomain, MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
 from opreg.exporter._state import StateSlot
 from opreg.patching import PatchedCapture
@@ -38,6 +38,7 @@ __all__ = [
     "SKIPPED_OPS",
     "STAGES",
     "Divergence",
+    "JoinedDomain",
     "Location",
     "MissingOp",
     "OnnxProgram",
@@ -136,12 +137,13 @@ def export(
     if isinstance(model, torch.nn.Module):
         symbols = _capture.dim_names(model, args, kwargs, program, settings.dynamic_shapes)
         eager = model
+    resolved = plan.target or resolved  # with the custom domains the plan added (plan.joined)
     translation = _translate.Translator(
         program, plan, resolved, symbols, state_io=settings.state == "io", lazy_weights=lazy
     ).run()
     tick("finish")
     result = _finish.finish(
-        translation, exported_program=program, module=eager, target=resolved, registry=reg,
+        translation, exported_program=program, module=eager, target=resolved, registry=reg, joined=plan.joined,
         input_leaves=_capture.input_leaves(program), inline=settings.inline, embed_functions=settings.embed_functions,
         optimize=settings.optimize, fold_weights=settings.fold_weights, rewrite=settings.rewrite, seed=settings.seed,
         strict=settings.strict, passes=extra, dim_bounds=_capture.dim_bounds(program, symbols),

@@ -30,6 +30,7 @@ from opreg.errors import (
 )
 from opreg.exporter._capture import TRACING_LOCK, constant_inputs, symbolic_int_inputs
 from opreg.exporter._locate import Location, Trace
+from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._state import BUFFER, INPUT, StateSlot
 from opreg.patching import PatchOutcome
 from opreg.registry import Registry
@@ -123,6 +124,9 @@ class OnnxProgram:
         capture_patches: what happened to each capture patch the packs offered
             (:class:`opreg.PatchOutcome`; the applied ones are also in the model's
             ``opreg.capture_patches`` metadata).
+        joined_domains: the custom domains the export added to the target it was given
+            (:class:`opreg.exporter.JoinedDomain`): the model used ops only a pack's own domain
+            covers (also in the model's ``opreg.joined_domains`` metadata; ``target`` includes them).
     """
 
     def __init__(
@@ -142,9 +146,11 @@ class OnnxProgram:
         traces: Mapping[str, Trace] | None = None,
         state: Sequence[StateSlot] = (),
         capture_patches: Sequence[PatchOutcome] = (),
+        joined_domains: Sequence[JoinedDomain] = (),
     ) -> None:
         self.model = model
         self.capture_patches = tuple(capture_patches)
+        self.joined_domains = tuple(joined_domains)
         self.target = target
         self.registry = registry
         self.exported_program = exported_program

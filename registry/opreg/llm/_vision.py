@@ -28,6 +28,7 @@ from opreg.errors import ExportError
 from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.llm import LAYOUT, _families, _weights
+from opreg.llm._cache import past_layer_class
 from opreg.llm._decoder import (
     BATCH,
     EXAMPLE,
@@ -40,7 +41,6 @@ from opreg.llm._decoder import (
     export_shaped,
     layout_of,
     past_cache,
-    past_layer_class,
     presents,
     set_dims,
 )  # fmt: skip

@@ -29,6 +29,7 @@ from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
 from opreg.llm import _families, _weights
+from opreg.llm._cache import past_layer_class
 from opreg.llm._decoder import (
     BATCH,
     PAST,
@@ -40,7 +41,6 @@ from opreg.llm._decoder import (
     export_shaped,
     layer_names,
     past_cache,
-    past_layer_class,
     presents,
     set_dims,
 )  # fmt: skip
@@ -50,6 +50,7 @@ from opreg.settings import ExportSettings
 ENCODER_SEQUENCE = "encoder_sequence_length"
 """The dim name of the cross-attention keys' and values' length (half the audio frames)."""
 EXAMPLE = (2, 3, 4)
+
 """Batch, sequence and past length of the decoder's example (none 0 or 1, which torch.export
 would specialise)."""
 
