@@ -208,3 +208,15 @@ def one_line(error: BaseException) -> str:
 
 def one_line_text(text: str) -> str:
     return " ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+
+
+def print_fixed_dims(out: Any, fixed: Sequence[Any]) -> None:
+    """The dims asked to be dynamic that an export fixed, each with its guard and line (dicts of
+    ``opreg.FixedDim``'s fields: ``opreg export``'s and ``opreg inspect``'s)."""
+    if not fixed:
+        return
+    rows = table("dims asked to be dynamic, fixed by torch.export", ["input", "dim", "size", "guard", "where"])
+    for item in fixed:
+        entry = item if isinstance(item, dict) else {"guard": str(item)}
+        rows.add_row(*(str(entry.get(key, "")) for key in ("input", "dim", "size", "guard", "source")))
+    out.print(rows)

@@ -19,6 +19,7 @@ from opreg.cli._common import (
     export_settings,
     load_model,
     missing_table,
+    print_fixed_dims,
     print_json,
     registry,
     report_failed_packs,
@@ -175,6 +176,7 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
             "opsets": {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())},
             "verified": bool(args.verify) or None,
             "outputs": [dataclasses.asdict(c) for c in result.outputs] if args.verify else [],
+            "fixed_dims": [dataclasses.asdict(f) for f in program.fixed_dims],
         })  # fmt: skip
         return EXIT_OK
     opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
@@ -184,6 +186,7 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
         markup=False,
     )
     _print_patches(out, err, program.capture_patches)
+    print_fixed_dims(out, [dataclasses.asdict(f) for f in program.fixed_dims])
     if args.external_data and not referenced_data(path):
         out.print(
             f"note: no weight is over {INLINE_LIMIT_BYTES} bytes, so every weight is inside {path} "

@@ -17,7 +17,8 @@ import torch
 
 from opreg import _heap
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
-from opreg.exporter import _capture, _finish, _plan, _state, _translate
+from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
+from opreg.exporter._dynamic import FixedDim
 from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import JoinedDomain, MissingOp
@@ -38,6 +39,7 @@ __all__ = [
     "SKIPPED_OPS",
     "STAGES",
     "Divergence",
+    "FixedDim",
     "JoinedDomain",
     "Location",
     "MissingOp",
@@ -86,9 +88,9 @@ def plan_export(
     resolved = reg.target(settings.target)
     patched = _patches(model, reg, settings)
     with _capture.fake_weights(model) if isinstance(model, torch.nn.Module) else contextlib.nullcontext():
-        captured = _capture.capture(
+        captured = _dynamic.capture(
             model, args, kwargs, settings.dynamic_shapes, patched
-        )  # a meta model needs no weights
+        ).program  # a meta model needs no weights
     try:
         _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
@@ -126,7 +128,8 @@ def export(
     patched = _patches(model, reg, settings)
     _heap.settle()  # the modules imported and the registry outlive the export
     with _capture.fake_weights(model) if lazy else contextlib.nullcontext():
-        captured = _capture.capture(model, args, kwargs, settings.dynamic_shapes, patched)
+        capture = _dynamic.capture(model, args, kwargs, settings.dynamic_shapes, patched)
+    captured = capture.program
     _heap.settle()  # so does the captured program
     tick("plan")
     program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
@@ -135,7 +138,7 @@ def export(
     symbols: dict[str, str] = {}
     eager = captured  # what verify() compares with: an ExportedProgram's module is made when first needed
     if isinstance(model, torch.nn.Module):
-        symbols = _capture.dim_names(model, args, kwargs, program, settings.dynamic_shapes)
+        symbols = _capture.dim_names(model, args, kwargs, program, capture.dynamic_shapes)
         eager = model
     resolved = plan.target or resolved  # with the custom domains the plan added (plan.joined)
     translation = _translate.Translator(
@@ -152,6 +155,7 @@ def export(
     tick.done()
     result.exporter = export
     result.streamed = bool(lazy)
+    _dynamic.record(result, capture.fixed)
     return result
 
 

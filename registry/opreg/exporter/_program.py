@@ -127,6 +127,9 @@ class OnnxProgram:
         joined_domains: the custom domains the export added to the target it was given
             (:class:`opreg.exporter.JoinedDomain`): the model used ops only a pack's own domain
             covers (also in the model's ``opreg.joined_domains`` metadata; ``target`` includes them).
+        fixed_dims: the dims ``dynamic_shapes`` asked to be dynamic (``Dim.AUTO``, ``"auto"``) that
+            the model has at a fixed size, each with the guard that fixed it
+            (:class:`opreg.FixedDim`; also in the model's ``opreg.fixed_dims`` metadata).
     """
 
     def __init__(
@@ -151,6 +154,7 @@ class OnnxProgram:
         self.model = model
         self.capture_patches = tuple(capture_patches)
         self.joined_domains = tuple(joined_domains)
+        self.fixed_dims: tuple[Any, ...] = ()  # opreg.export sets what capture fixed
         self.target = target
         self.registry = registry
         self.exported_program = exported_program

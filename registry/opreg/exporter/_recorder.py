@@ -25,6 +25,7 @@ import onnx
 import onnx_ir as ir
 
 from opreg.errors import ExportError
+from opreg.exporter import _axes
 from opreg.node_types import infer_node, op_schema
 from opreg.targets import domain_label
 
@@ -275,6 +276,8 @@ class GraphRecorder:
             n_outputs = wanted_outputs or 1
         else:
             inputs, attributes = self._bind(signature, args, kwargs, f"{domain_label(domain)}::{op_type}")
+            if domain in ("", "ai.onnx"):
+                inputs, attributes = _axes.normalize(op_type, inputs, attributes, self.constant)
             folded = self._fold(domain, op_type, inputs, attributes)
             if folded is not None:
                 return folded
