@@ -77,6 +77,16 @@ def test_genai_runs_qwen_with_its_image_processing_and_generates_eager_greedy_to
     assert exported.generate(ids, (pixels, grid), len(expected)) == expected
 
 
+def test_the_span_attention_is_in_transformers_attention_functions_during_the_capture_only(qwen):
+    """The export leaves transformers' attention functions as they were (issue 41: no global state)."""
+    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from opreg.llm._vision_qwen import SPAN_ATTENTION
+
+    assert SPAN_ATTENTION not in ALL_ATTENTION_FUNCTIONS and SPAN_ATTENTION not in AttentionInterface()
+
+
 def test_the_vision_encoder_of_another_size_matches_transformers(qwen):
     """One export serves every image size GenAI's processor makes (here 40x24 pixels: a 10x6 grid)."""
     _, exported, _, _ = qwen

@@ -6,8 +6,8 @@ depends on the grid's values (the patches' rotary positions, the windows and the
 spans) with Python loops, and splits attention per window with ``lengths.tolist()``; its vision
 utilities take those values precomputed (``transformers.vision_utils``), so the capture computes
 them from the grid with tensor ops (:func:`grid_inputs`), and attention on the spans is one masked
-attention over the whole image (:func:`span_attention`, registered with transformers'
-``AttentionInterface`` under a flash name, which makes the encoder hand it the spans). The eager
+attention over the whole image (:func:`span_attention`, in transformers' attention functions under
+a flash name while the encoder is captured, which makes the encoder hand it the spans). The eager
 model that :meth:`opreg.llm.VisionLanguage.verify` compares with runs transformers' own path.
 
 The decoder takes 3-D positions ``[3, batch, sequence]`` (temporal, height, width), which GenAI
@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from opreg.llm._vision_models import IMAGE_TOKENS, Architecture, recipe, resample
 
 SPAN_ATTENTION = "opreg_flash_spans"
-"""The name :func:`span_attention` is registered under (``flash`` in it: the encoder then passes
-the spans it attends within)."""
+"""The name :func:`span_attention` is registered under while the encoder is captured (``flash`` in
+it: the encoder then passes the spans it attends within)."""
 PATCHES = "num_patches"
 
 
@@ -88,11 +88,12 @@ class Qwen25VL(Architecture):
         return model.model.visual(pixel_values, grid_thw=grid).pooler_output
 
     def captured_features(self, model: Any, pixel_values: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-        from transformers import AttentionInterface
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
         visual = model.model.visual
         window = visual.window_size // visual.spatial_merge_size // visual.patch_size
-        AttentionInterface.register(SPAN_ATTENTION, span_attention)
+        # on the instance the models read, for this call only: transformers' global mapping is left as it was
+        ALL_ATTENTION_FUNCTIONS[SPAN_ATTENTION] = span_attention
         config, before = visual.config, visual.config._attn_implementation
         config._attn_implementation = SPAN_ATTENTION
         try:
@@ -100,6 +101,7 @@ class Qwen25VL(Architecture):
             return visual(pixel_values, grid_thw=grid, **precomputed).pooler_output
         finally:
             config._attn_implementation = before
+            del ALL_ATTENTION_FUNCTIONS[SPAN_ATTENTION]
 
     def _patch(self, model: Any) -> tuple[int, int]:
         vision = model.config.vision_config
