@@ -496,6 +496,8 @@ BACK_ARROWS: dict[str, str] = {
     "opreg.llm._decoder": "LAYOUT, DECODER_OPTIONS live in opreg.llm's __init__: move them to a module of their own",
     "opreg.llm._cache": "LAYOUT, as for _decoder",
     "opreg.llm._genai": "LAYOUT, as for _decoder",
+    "opreg.llm._vision": "LAYOUT, as for _decoder",
+    "opreg.llm._vision_verify": "LAYOUT, as for _decoder",
 }  # fmt: skip
 """Modules that still take a name from a package above them: ``module -> why, and the fix``."""
 

@@ -218,6 +218,13 @@ INDEXING = [
     case("nonzero", torch.nonzero, I32),
     case("masked_fill_tensor", lambda x, m: x.masked_fill(m, torch.tensor(-2)), I32, B),
     case("masked_scatter", lambda x, m, s: x.masked_scatter(m, s), I32.float(), B, torch.randn(12)),
+    case(
+        "masked_scatter_empty_source",
+        lambda x, m, s: x.masked_scatter(m, s),
+        M,
+        torch.zeros(6, dtype=torch.bool),
+        torch.randn(0),
+    ),
     case("pad", lambda x: torch.nn.functional.pad(x, (1, 2, 0, 1), value=0.5), M),
     case("pad_negative", lambda x: torch.nn.functional.pad(x, (-1, 2)), M),
 ]
@@ -382,6 +389,7 @@ def test_creation_and_shapes_with_a_dynamic_dim(opset):
             x.unsqueeze(0).expand(3, -1, -1),
             x.numel() * x,
             torch.stack([x, x], 1),
+            torch.nn.functional.pad(x, (n, 1, 0, n - 2), value=0.5),  # symbolic pads
         )
 
     program = check(fn, torch.randn(4, 6), opset=opset, dynamic_shapes=(({0: N},),))
@@ -408,6 +416,23 @@ def test_to_overloads_as_captured(opset):
     torch_ops = {m.value for n in program.model_proto.graph.node for m in n.metadata_props if m.key == "opreg.torch_op"}
     assert {"aten::to.dtype", "aten::to.device", "aten::to.dtype_layout", "aten::to.other"} <= torch_ops
     assert "aten::_to_copy.default" not in torch_ops
+
+
+def test_checks_joining_conditions_on_a_value_read_from_a_tensor():
+    """``torch._check`` on ``|`` and ``&`` of conditions on a data-dependent size leaves
+    ``operator.or_``/``and_`` of symbolic bools in the graph (Qwen2.5-VL's vision encoder reads its
+    image grid so)."""
+    import opreg
+
+    class Model(torch.nn.Module):
+        def forward(self, x, grid):
+            h = grid[0].item()
+            torch._check((h == 2) | (h >= 4))
+            torch._check((h > 0) & (h <= x.shape[0]))
+            return x[:h].sum(0), torch.arange(h)
+
+    program = opreg.export(Model(), (torch.randn(6, 3), torch.tensor([2, 3])))
+    program.verify(torch.randn(6, 3), torch.tensor([5, 1]))
 
 
 @pytest.mark.parametrize("opset", OPSETS)

@@ -393,7 +393,8 @@ def _bool(mask):
 
 @opreg.impl("aten::masked_scatter")
 def aten_masked_scatter(self: Tensor, mask: Tensor, source: Tensor):
-    """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor: CumSum of the mask, Gather from source, Where (self and mask broadcast)."""
+    """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor: CumSum of the mask, Gather from source
+    (an empty source too), Where (self and mask broadcast)."""
     mask = _bool(mask)
     shape = op18.Shape(self)
     if self.shape is None or mask.shape is None or list(self.shape) != list(mask.shape):
@@ -402,7 +403,8 @@ def aten_masked_scatter(self: Tensor, mask: Tensor, source: Tensor):
     flags = op18.Reshape(op18.Expand(mask, shape), [-1])
     positions = op18.Sub(op18.CumSum(op18.Cast(flags, to=ir.DataType.INT64), op18.Constant(value_int=0)), [1])
     positions = op18.Max(positions, [0])
-    taken = op18.Gather(op18.Reshape(source, [-1]), positions, axis=0)
+    flat = op18.Reshape(source, [-1])  # one element more, so an empty source (nothing masked) can be gathered from
+    taken = op18.Gather(op18.Concat(flat, op18.CastLike([0], flat), axis=0), positions, axis=0)
     result = where(flags, op18.CastLike(taken, self), op18.Reshape(self, [-1]))
     return op18.Reshape(result, shape)
 

@@ -15,14 +15,28 @@ from opreg.ops import Tensor, node_arg, rank_of
 @opreg.impl("aten::constant_pad_nd")
 def aten_constant_pad_nd(self: Tensor, pad: Sequence[int], value: float = 0):
     """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor: Pad (constant mode; negative pads crop)."""
-    if isinstance(pad, ir.Value):
-        raise ValueError("constant_pad_nd needs static pads")
+    if isinstance(pad, ir.Value):  # some pads symbolic: the list as a 1-D INT64 tensor
+        return op18.Pad(self, _onnx_pads(pad, rank_of(self)), op18.CastLike(value, self), mode="constant")
     rank = rank_of(self)
     begins, ends = [0] * rank, [0] * rank
     for i in range(len(pad) // 2):
         begins[rank - 1 - i] = pad[2 * i]
         ends[rank - 1 - i] = pad[2 * i + 1]
     return op18.Pad(self, begins + ends, op18.CastLike(value, self), mode="constant")
+
+
+def _onnx_pads(pad: ir.Value, rank: int) -> ir.Value:
+    """torch's pads (a 1-D INT64 tensor: (begin, end) pairs from the last dim back) as ONNX Pad's
+    (every dim's begin, then every dim's end)."""
+    if pad.shape is None or not isinstance(pad.shape[0], int) or pad.shape[0] % 2:
+        raise ValueError(f"constant_pad_nd needs an even, known number of pads, got shape {pad.shape}")
+    covered = pad.shape[0] // 2
+    pad = op18.Cast(pad, to=ir.DataType.INT64)
+    leading = [op18.Constant(value=ir.tensor(np.zeros(rank - covered, np.int64)))] if covered < rank else []
+    sides = []
+    for side in (0, 1):  # the begins, then the ends; torch lists the last dim first
+        sides += [*leading, *(op18.Slice(pad, [2 * d + side], [2 * d + side + 1]) for d in reversed(range(covered)))]
+    return op18.Concat(*sides, axis=0)
 
 
 def _pad_covered(node) -> bool:

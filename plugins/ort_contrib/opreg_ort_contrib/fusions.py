@@ -31,7 +31,9 @@ The pack's own, which onnxscript's rules do not match in opreg's graphs, each me
   (onnxscript's RotaryEmbedding23 wants the cos/sin unscaled and the heads split).
 - ``InterleavedRotaryEmbedding``: the same for interleaved pairs (GPT-J's ``rotate_every_two``,
   Cohere's: ``stack(-x[..., 1::2], x[..., ::2]).flatten(-2)``, cos/sin of ``repeat_interleave(f, 2)``),
-  with ``interleaved=1``.
+  with ``interleaved=1``. Where the tables are ``cat(c, c)`` of a cos already taken (Qwen2-VL's
+  3-D rotary picks each section of ``c`` from another position stream), ``c`` itself is the
+  kernel's per-token cos (not interleaved).
 - ``ResidualSum``: the residual ``Add`` whose only user is a LayerNormalization
   becomes a ``Sum``. ONNX Runtime fuses ``Add`` + ``LayerNormalization`` into its
   SkipLayerNormalization on its own, and that kernel is many times slower than the
@@ -333,7 +335,10 @@ class RotaryEmbedding(pattern.RewriteRuleClassBase):
     same with ``interleaved=1``.
 
     The cos/sin tables are shared by every layer, so they are not part of the pattern:
-    :func:`_angle_table` reads them back to the frequencies ``f``."""
+    :func:`_angle_table` reads them back to the frequencies ``f``; where they are ``cat(c, c)``
+    and ``cat(s, s)`` of tables already computed (Qwen2-VL's 3-D rotary picks each section of
+    ``c`` from the cos of another position stream), ``c`` and ``s`` are RotaryEmbedding-23's caches
+    as they are (:func:`_half_table`)."""
 
     def __init__(self, name: str, interleaved: bool = False) -> None:
         super().__init__(name)
@@ -385,20 +390,27 @@ class RotaryEmbedding(pattern.RewriteRuleClassBase):
         half = size // 2
         cos_table = _angle_table(cos, "Cos", self._interleaved)
         sin_table = _angle_table(sin, "Sin", self._interleaved)
-        if cos_table is None or sin_table is None or cos_table[0] is not sin_table[0]:
-            return result.fail("cos/sin are not Cos/Sin of one cat(freqs, freqs), broadcast over the heads")
-        freqs = cos_table[0]
-        f = _dims(freqs)
-        if f is None or len(f) != 3 or f[2] != half or f[1] != dims[2]:
-            return result.fail("frequencies are not (batch, seq, head size / 2)")
-        if not _float32(x, cos, sin):
+        halves = (None, None) if self._interleaved else (_half_table(cos), _half_table(sin))
+        if cos_table is not None and sin_table is not None and cos_table[0] is sin_table[0]:
+            self._freqs, self._scales, self._tables = cos_table[0], (cos_table[1], sin_table[1]), None
+            tables = [cos_table[0]]
+        elif halves[0] is not None and halves[1] is not None:
+            self._freqs, self._scales, self._tables = None, (None, None), halves
+            tables = list(halves)
+        else:
+            return result.fail("cos/sin are not Cos/Sin of one cat(freqs, freqs) nor cat(c, c), over the heads")
+        for table in tables:
+            f = _dims(table)
+            if f is None or len(f) != 3 or f[2] != half or f[1] != dims[2]:
+                return result.fail("frequencies are not (batch, seq, head size / 2)")
+        if not _float32(x, cos, sin, *tables):
             return result.fail("float32 only")
-        self._heads, self._freqs, self._scales = dims[1], freqs, (cos_table[1], sin_table[1])
+        self._heads = dims[1]
         self._batch = _size_source(context, x, 0)
         return result
 
     def rewrite(self, op, x, **_):
-        cos, sin = op.Cos(self._freqs), op.Sin(self._freqs)
+        cos, sin = self._tables or (op.Cos(self._freqs), op.Sin(self._freqs))
         cos_scale, sin_scale = self._scales
         if cos_scale is not None:
             cos = op.Mul(cos, cos_scale)
@@ -409,8 +421,9 @@ class RotaryEmbedding(pattern.RewriteRuleClassBase):
         # hidden) (the projection itself when they were split off it), move them after, so the
         # attention kernel can take them directly (the lean pass cancels the round trip)
         moved = producer is not None and producer.op_type == "Transpose" and _heads_moved(producer)
-        if self._freqs.shape[0] != x.shape[0]:  # ONNX Runtime wants the caches' batch to be x's, unbroadcast
-            batch = op.Concat(_size(op, self._batch), op.Shape(self._freqs, start=1), axis=0)
+        table = self._freqs if self._tables is None else self._tables[0]
+        if table.shape[0] != x.shape[0]:  # ONNX Runtime wants the caches' batch to be x's, unbroadcast
+            batch = op.Concat(_size(op, self._batch), op.Shape(table, start=1), axis=0)
             cos, sin = op.Expand(cos, batch), op.Expand(sin, batch)
         interleaved = {"interleaved": 1} if self._interleaved else {}
         if not moved:
@@ -424,6 +437,20 @@ class RotaryEmbedding(pattern.RewriteRuleClassBase):
         rotated = _shaped(op.RotaryEmbedding(source, cos, sin, num_heads=self._heads, **interleaved), source.shape, x)
         heads = _shaped(op.Reshape(rotated, op.Shape(view)), view.shape, x)
         return op.Transpose(heads, perm=[0, 2, 1, 3])
+
+
+def _half_table(value: ir.Value) -> ir.Value | None:
+    """``t`` if ``value`` is ``Unsqueeze(cat(t, t), [1])`` on the last axis, else ``None``: the
+    cos (or sin) of each position and frequency, repeated for the two halves of the head."""
+    unsqueeze = value.producer()
+    if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or _ints(unsqueeze.inputs[1]) != [1]:
+        return None
+    concat = unsqueeze.inputs[0].producer()
+    if concat is None or concat.op_type != "Concat" or concat.domain or len(concat.inputs) != 2:
+        return None
+    if concat.inputs[0] is not concat.inputs[1] or concat.attributes["axis"].as_int() not in (-1, 2):
+        return None
+    return concat.inputs[0]
 
 
 def _angle_table(value: ir.Value, function: str, interleaved: bool = False) -> tuple[ir.Value, ir.Value | None] | None:

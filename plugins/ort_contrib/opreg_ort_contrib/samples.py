@@ -76,6 +76,29 @@ class GroupedSelfAttention(nn.Module):
         return self.o(_merge(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
 
 
+class SectionRotaryAttention(GroupedSelfAttention):
+    """Qwen2-VL's 3-D rotary: three position streams (temporal, height, width), each section of the
+    frequencies rotated by its own stream's cos/sin (transformers' multimodal rotary), the table
+    ``cat(c, c)`` of the sections picked after the cos is taken."""
+
+    SECTIONS = (1, 2, 1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = _split(self.q(x), HEADS), _split(self.k(x), KV_HEADS), _split(self.v(x), KV_HEADS)
+        positions = mask[:1, 0, -1].to(torch.float32).cumsum(-1) - 1  # a runtime value (see the parent)
+        streams = torch.stack((positions, positions // 2, positions * 3 % 5))  # (3, batch, seq)
+        freqs = (self.inv_freq[None, None, :, None] @ streams[:, :, None, :]).transpose(2, 3)  # (3, batch, seq, half)
+        halves = []
+        for table in (freqs.cos(), freqs.sin()):
+            pieces = table.split(list(self.SECTIONS), dim=-1)
+            picked = torch.cat([piece[i % 3] for i, piece in enumerate(pieces)], dim=-1)
+            halves.append(torch.cat((picked, picked), dim=-1)[:, None])
+        cos, sin = halves
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        k, v = _repeat_kv(k, HEADS // KV_HEADS), _repeat_kv(v, HEADS // KV_HEADS)
+        return self.o(_merge(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
+
+
 class CachedAttention(nn.Module):
     """A decode step: one query token against keys and values given as (batch, heads, seq, size)."""
 
@@ -231,7 +254,10 @@ def samples() -> dict[str, list[ModelSample]]:
         "GroupQueryAttention": [plain_attention.with_tolerances(1e-4, 1e-5)],
         "AttentionOnHeads": [decode],
         "MultiHeadAttentionOnHeads": [decode],
-        "RotaryEmbedding": [attention],
+        "RotaryEmbedding": [
+            attention,
+            ModelSample.of(SectionRotaryAttention().eval(), x, _causal_mask()).with_tolerances(1e-4, 1e-5),
+        ],
         "InterleavedRotaryEmbedding": [
             ModelSample.of(GroupedSelfAttention(interleaved=True).eval(), x, _causal_mask()).with_tolerances(1e-4, 1e-5)
         ],

@@ -53,6 +53,8 @@ SYMBOLIC_OPS: dict[Callable[..., Any], tuple[str, ir.DataType | None]] = {
     operator.le: ("LessOrEqual", None),
     operator.gt: ("Greater", None),
     operator.ge: ("GreaterOrEqual", None),
+    operator.and_: ("And", ir.DataType.BOOL),  # of symbolic bools (torch._check's conditions)
+    operator.or_: ("Or", ir.DataType.BOOL),
     torch.sym_float: ("Identity", ir.DataType.FLOAT),
     torch.sym_int: ("Identity", ir.DataType.INT64),  # Cast to an integer truncates towards zero, as int() does
     math.trunc: ("Identity", ir.DataType.INT64),

@@ -31,12 +31,15 @@ from opreg.settings import ExportSettings, takes_settings
 
 if TYPE_CHECKING:
     from opreg.llm._decoder import Decoder, DecoderLayout
+    from opreg.llm._vision import VisionLanguage
+    from opreg.llm._whisper import Whisper, WhisperLayout
 
-__all__ = ["DECODER_OPTIONS", "LAYOUT", "Decoder", "DecoderLayout", "export_decoder"]
+__all__ = ["DECODER_OPTIONS", "LAYOUT", "WHISPER_LAYOUT", "Decoder", "DecoderLayout", "VisionLanguage", "Whisper",
+           "WhisperLayout", "export_decoder", "export_vision", "export_whisper"]  # fmt: skip
 
 DECODER_OPTIONS = ("dynamic_shapes", "state")
 """The options of :class:`opreg.ExportSettings` the decoder's layout sets: :func:`export_decoder`
-does not take them."""
+(and :func:`export_whisper`, :func:`export_vision`) do not take them."""
 
 LAYOUT = {
     "input_ids": "input_ids",
@@ -112,9 +115,129 @@ def export_decoder(
     return decoder
 
 
+@takes_settings(leave_out=DECODER_OPTIONS)
+def export_whisper(
+    model: Any,
+    output_folder: str | os.PathLike[str] | None = None,
+    *,
+    tokenizer: Any = None,
+    feature_extractor: Any = None,
+    external_data: bool | None = None,
+    context_length: int | None = None,
+    precision: str = "fp32",
+    settings: ExportSettings | None = None,
+    **options: Any,
+) -> Whisper:
+    """Export a transformers ``WhisperForConditionalGeneration`` as the encoder and decoder ONNX
+    Runtime GenAI runs (the layout of :data:`opreg.llm.WHISPER_LAYOUT`), and write the folder GenAI loads
+    when ``output_folder`` is given.
+
+    Args:
+        model: the model, or the path of a local checkpoint folder (loaded in float32).
+        output_folder: where to write ``encoder.onnx``, ``decoder.onnx``, ``genai_config.json``,
+            ``audio_processor_config.json`` (GenAI's log-mel features) and the tokenizer's and
+            feature extractor's files.
+        options, settings: :func:`opreg.export`'s keyword options, as :func:`export_decoder`
+            takes them (``target``, ``plugins``, ``registry``, ...).
+        external_data: as :meth:`Whisper.save` takes it (default: the weights in side files).
+        tokenizer: a transformers tokenizer or a folder holding one; by default the checkpoint
+            folder's, when ``model`` is a folder.
+        feature_extractor: a transformers ``WhisperFeatureExtractor`` or a folder holding one; by
+            default the checkpoint folder's, else Whisper's defaults for the model's mel bins.
+        context_length: the longest sequence GenAI may generate; default (and at most) the
+            decoder's ``max_target_positions``.
+        precision: ``"fp32"`` (the weights as they are), ``"int8"`` or ``"int4"``: the linear
+            layers' weights as ONNX Runtime's MatMulNBits (``target="onnxruntime"``), quantized as
+            GenAI's builder does for CPU (blocks of 32, symmetric, accuracy level 4).
+
+    Returns:
+        a :class:`Whisper`: the encoder's and decoder's :class:`opreg.OnnxProgram`, the
+        :class:`WhisperLayout`, and ``verify``/``save``.
+
+    Raises:
+        opreg.ExportError: the model is not a Whisper, or torch.export cannot capture it.
+    """
+    from opreg.llm import _whisper
+
+    whisper = _whisper.export_whisper(
+        model, tokenizer=tokenizer, feature_extractor=feature_extractor, context_length=context_length,
+        precision=precision, settings=settings, **options,
+    )  # fmt: skip
+    if output_folder is not None:
+        whisper.save(output_folder, external_data=external_data)
+    return whisper
+
+
+@takes_settings(leave_out=DECODER_OPTIONS)
+def export_vision(
+    model: Any,
+    output_folder: str | os.PathLike[str] | None = None,
+    *,
+    tokenizer: Any = None,
+    image_processor: Any = None,
+    external_data: bool | None = None,
+    context_length: int | None = None,
+    precision: str = "fp32",
+    settings: ExportSettings | None = None,
+    **options: Any,
+) -> VisionLanguage:
+    """Export a transformers vision-language model as the three models ONNX Runtime GenAI's
+    multimodal pipeline runs (a vision encoder, an embedding model, a decoder on embeddings), and
+    write the folder GenAI loads when ``output_folder`` is given.
+
+    Args:
+        model: a ``Gemma3ForConditionalGeneration``, ``Qwen2_5_VLForConditionalGeneration`` or
+            ``LlavaForConditionalGeneration``, or the path of a local checkpoint folder (loaded in
+            float32).
+        output_folder: where to write ``vision.onnx``, ``embedding.onnx``, ``model.onnx``,
+            ``genai_config.json``, ``processor_config.json`` (GenAI's image recipe) and the
+            tokenizer's and image processor's files.
+        options, settings: :func:`opreg.export`'s keyword options, as :func:`export_decoder`
+            takes them.
+        tokenizer: a transformers tokenizer or a folder holding one; by default the checkpoint
+            folder's, when ``model`` is a folder.
+        image_processor: a transformers image processor or a folder holding one; by default the
+            checkpoint folder's, else the architecture's default for the model's image size.
+        external_data: as :meth:`VisionLanguage.save` takes it (default: the weights in side files).
+        context_length: the longest sequence GenAI may generate; default the language model's
+            ``max_position_embeddings``.
+        precision: as :func:`export_whisper` takes it, for the decoder's linear layers (the
+            language model's weights; the vision encoder stays in float32).
+
+    Returns:
+        a :class:`VisionLanguage`: the three :class:`opreg.OnnxProgram`, the language model's
+        :class:`DecoderLayout`, and ``verify``/``generate``/``save``.
+
+    Raises:
+        opreg.ExportError: the model is not of an architecture opreg lays out for GenAI, or
+            torch.export cannot capture it.
+    """
+    from opreg.llm import _vision
+
+    exported = _vision.export_vision(
+        model, tokenizer=tokenizer, image_processor=image_processor, context_length=context_length,
+        precision=precision, settings=settings, **options,
+    )  # fmt: skip
+    if output_folder is not None:
+        exported.save(output_folder, external_data=external_data)
+    return exported
+
+
 def __getattr__(name: str) -> Any:
+    if name == "WHISPER_LAYOUT":
+        from opreg.llm import _whisper_genai
+
+        return _whisper_genai.WHISPER_LAYOUT
+    if name == "VisionLanguage":
+        from opreg.llm import _vision
+
+        return _vision.VisionLanguage
     if name in ("Decoder", "DecoderLayout"):
         from opreg.llm import _decoder
 
         return getattr(_decoder, name)
+    if name in ("Whisper", "WhisperLayout"):
+        from opreg.llm import _whisper
+
+        return getattr(_whisper, name)
     raise AttributeError(f"module 'opreg.llm' has no attribute {name!r}")

@@ -79,7 +79,7 @@ class KeyValueCache:
         )
 
     def capture_layer(self, past: Sequence[torch.Tensor]) -> Any:
-        return _past_layer_class()(*past)
+        return past_layer_class()(*past)
 
     def eager_layer(self, past: Sequence[torch.Tensor], prefill: bool) -> Any:
         from transformers.cache_utils import DynamicLayer
@@ -174,7 +174,7 @@ def of_layer(layer: Any, index: int, model_name: str) -> LayerCache:
 # -- the transformers cache layers the capture fills ----------------------------------------
 
 
-def _past_layer_class() -> type:
+def past_layer_class() -> type:
     from transformers.cache_utils import DynamicLayer
 
     class PastLayer(DynamicLayer):

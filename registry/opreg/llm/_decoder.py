@@ -9,11 +9,12 @@ reads them (:data:`opreg.llm.LAYOUT`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from opreg.errors import ExportError, InvalidArgumentError
 from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output, mismatch_error
-from opreg.llm import DECODER_OPTIONS, LAYOUT, _cache, _genai, _meta
+from opreg.llm import DECODER_OPTIONS, LAYOUT, _cache, _families, _genai, _meta
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._genai import text_config
 from opreg.settings import ExportSettings
@@ -35,6 +36,11 @@ logger = logging.getLogger(__name__)
 EXAMPLE = (2, 3, 4)
 """Batch, sequence and past length of the example the decoder is captured with: none 0 or 1,
 which torch.export would specialise."""
+
+
+def layer_names(key: str, value: str, num_layers: int) -> list[str]:
+    """Each layer's key and value names, from their ``%d`` patterns: ``key % 0``, ``value % 0``, ``key % 1``, ..."""
+    return [name % layer for layer in range(num_layers) for name in (key, value)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +138,37 @@ def decoder_inputs(
 # -- the module torch.export captures -------------------------------------------------------
 
 
+def past_cache(layer_class: type, past: Sequence[torch.Tensor], num_layers: int) -> Any:
+    """A transformers ``DynamicCache`` holding ``past`` (key 0, value 0, key 1, ...) in layers of
+    ``layer_class`` (:func:`opreg.llm._cache.past_layer_class`)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layers = [layer_class(past[2 * i], past[2 * i + 1]) for i in range(num_layers)]
+    return cache
+
+
+def presents(cache: Any) -> list[torch.Tensor]:
+    """Each layer's keys and values of a transformers cache: key 0, value 0, key 1, ..."""
+    present = []
+    for layer in cache.layers:
+        present += [layer.keys, layer.values]
+    return present
+
+
+def compare_all(
+    label: str,
+    names: Sequence[str],
+    got: Sequence[torch.Tensor],
+    expected: Sequence[torch.Tensor],
+    rtol: float,
+    atol: float,
+) -> list[OutputCheck]:
+    """One check per output, named ``"NAME (label)"``."""
+    pairs = zip(names, got, expected, strict=True)
+    return [compare_output(f"{name} ({label})", mine, theirs, rtol, atol) for name, mine, theirs in pairs]
+
+
 class DecoderStep(torch.nn.Module):
     """``model`` with its cache as tensors: ``forward(input_ids, attention_mask, position_ids,
     past_key_values)`` returns ``{"logits": ..., "present": [...]}``, the cache tensors in the
@@ -191,6 +228,11 @@ class Decoder:
 
     def __repr__(self) -> str:
         return f"<Decoder {type(self.model).__name__}, {self.layout.num_layers} layers, {self.program!r}>"
+
+    @property
+    def programs(self) -> dict[str, OnnxProgram]:
+        """The folder's models by file name: the decoder."""
+        return {_genai.MODEL_FILE: self.program}
 
     def inputs(
         self,
@@ -259,9 +301,7 @@ class Decoder:
                     if keep is not None and seq_dim is not None:
                         mine, theirs = mine.index_select(seq_dim, keep), theirs.index_select(seq_dim, keep)
                     checks.append(compare_output(f"{name} ({label}{what})", mine, theirs, rtol, atol))
-        if not all(c.ok for c in checks):
-            raise mismatch_error(checks, f"decoder outputs differ from transformers' (rtol={rtol}, atol={atol})")
-        return checks
+        return checked(checks, "decoder", rtol, atol)
 
     def _random(self, batch: int, length: int, past: int, generator: torch.Generator) -> tuple[dict[str, Any], list]:
         """Random tokens after a random cache (after no tokens, the cache of a prefill); every row
@@ -296,31 +336,19 @@ class Decoder:
 def load(model: Any, streaming: bool | None = None) -> tuple[Any, Path | None, Weights | None]:
     """The transformers model ``model`` names (a model, or a local checkpoint folder), the folder it
     came from, and, when its weights are streamed (``streaming``; ``None``: when the folder holds
-    safetensors), the checkpoint's weights, the model then built on the ``meta`` device."""
+    safetensors), the checkpoint's weights, the model then built on the ``meta`` device. A model
+    the text decoder cannot serve whole is refused with the reason before anything is loaded."""
     if isinstance(model, (str, os.PathLike)):
         folder = Path(model)
-        if not (folder / "config.json").is_file():
-            raise ExportError(
-                f"{folder} is not a transformers checkpoint folder (no config.json): give a folder saved with "
-                "save_pretrained, or the model itself"
-            )
+        config = _families.read_config(folder)
+        _families.check(config, _families.TEXT, f"{folder} holds a {_families.architecture(config)}: it")
         if streaming is None:
             streaming = _meta.streamable(folder)
         if streaming:
             meta_model, weights = _meta.load_meta(folder)
             return meta_model, folder, weights
-        from transformers import AutoModelForCausalLM
-
-        try:
-            loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-        except Exception as e:
-            raise ExportError(f"transformers could not load a causal LM from {folder}: {type(e).__name__}: {e}") from e
-        return loaded.eval(), folder, None
-    if not isinstance(model, torch.nn.Module):
-        raise InvalidArgumentError(
-            f"export_decoder takes a transformers causal LM or a checkpoint folder, got {type(model).__name__}"
-        )
-    return model, None, None
+    loaded, folder = _families.load(model, _families.TEXT)
+    return loaded, folder, None
 
 
 def layout_of(model: Any) -> DecoderLayout:
@@ -375,16 +403,7 @@ def export_decoder(
     settings: ExportSettings | None = None,
     **options: Any,
 ) -> Decoder:
-    taken = [name for name in ("args", "kwargs", *DECODER_OPTIONS) if name in options]
-    if settings is not None:
-        defaults = ExportSettings()
-        taken += [n for n in DECODER_OPTIONS if n not in taken and getattr(settings, n) != getattr(defaults, n)]
-    if taken:
-        raise InvalidArgumentError(
-            f"export_decoder sets {', '.join(taken)} itself (the decoder's inputs and dynamic lengths); leave "
-            f"{'it' if len(taken) == 1 else 'them'} out"
-        )
-    settings = ExportSettings.of(settings, options, "export_decoder")
+    settings = settings_of("export_decoder", settings, options)
     model, folder, streamed = load(model, streaming)
     if settings.weights is not None:  # a meta model of the caller's, and its checkpoint
         streamed = open_weights(settings.weights)
@@ -414,6 +433,46 @@ def export_decoder(
         model.train(was_training)
     _name(program, layout)
     return Decoder(program, layout, model, tokenizer if tokenizer is not None else folder, context_length, folder)
+
+
+def settings_of(function: str, settings: ExportSettings | None, options: dict[str, Any]) -> ExportSettings:
+    """The :class:`opreg.ExportSettings` of a language-model export's call (``function``: its name,
+    in messages), refusing the options its layout sets itself (:data:`opreg.llm.DECODER_OPTIONS`)."""
+    taken = [name for name in ("args", "kwargs", *DECODER_OPTIONS) if name in options]
+    if settings is not None:
+        defaults = ExportSettings()
+        taken += [n for n in DECODER_OPTIONS if n not in taken and getattr(settings, n) != getattr(defaults, n)]
+    if taken:
+        raise InvalidArgumentError(
+            f"{function} sets {', '.join(taken)} itself (the models' inputs and dynamic lengths); leave "
+            f"{'it' if len(taken) == 1 else 'them'} out"
+        )
+    return ExportSettings.of(settings, options, function)
+
+
+def export_shaped(module: torch.nn.Module, args: tuple, settings: ExportSettings, dims: Any,
+                  kwargs: dict[str, Any] | None = None) -> OnnxProgram:  # fmt: skip
+    """:func:`opreg.export` of ``module`` with ``settings`` and the dynamic shapes ``dims``."""
+    return export(module, args, kwargs, settings=dataclasses.replace(settings, dynamic_shapes=dims))
+
+
+def checked(checks: list[OutputCheck], what: str, rtol: float, atol: float) -> list[OutputCheck]:
+    """``checks``, or a :class:`opreg.VerificationError` listing those that failed (``what``: whose
+    outputs, in the message)."""
+    if not all(c.ok for c in checks):
+        raise mismatch_error(checks, f"{what} outputs differ from transformers' (rtol={rtol}, atol={atol})")
+    return checks
+
+
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """``model`` in ``eval()`` mode while the block runs, its mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any]:
@@ -447,10 +506,10 @@ def _name(program: OnnxProgram, layout: DecoderLayout) -> None:
         dims[tensor.present % layer] = tuple(dim if isinstance(dim, str) else None for dim in tensor.present_dims)
     dims[LAYOUT["logits"]] = (BATCH, SEQUENCE, None)
     for value in [*graph.inputs, *graph.outputs]:
-        _set_dims(value, dims[value.name])
+        set_dims(value, dims[value.name])
 
 
-def _set_dims(value: ir.Value, names: Sequence[str | None]) -> None:
+def set_dims(value: ir.Value, names: Sequence[str | None]) -> None:
     shape = list(value.shape or ())
     if len(shape) != len(names):
         raise ExportError(f"the decoder's {value.name} has shape {shape}, expected {len(names)} dims")

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def config(decoder: Decoder) -> dict[str, Any]:
         "bos_token_id": bos,
         "context_length": decoder.context_length,
         "decoder": {
-            "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+            "session_options": session_options(),
             "filename": MODEL_FILE,
             "head_size": layout.head_size,
             "hidden_size": layout.hidden_size,
@@ -82,24 +83,32 @@ def config(decoder: Decoder) -> dict[str, Any]:
     if bos is None:
         del model["bos_token_id"]
     model["decoder"].update(_layer_types(layout))
+    return {"model": model, "search": search(decoder.context_length, shares_buffer(decoder))}
+
+
+def session_options() -> dict[str, Any]:
+    """A model's ``session_options`` in ``genai_config.json``: ONNX Runtime's CPU defaults."""
+    return {"log_id": "onnxruntime-genai", "provider_options": []}
+
+
+def search(max_length: int, share_buffer: bool) -> dict[str, Any]:
+    """``genai_config.json``'s ``search``: greedy up to ``max_length`` tokens, as the builder writes it;
+    ``share_buffer``: whether each layer's past and present may be one buffer."""
     return {
-        "model": model,
-        "search": {
-            "diversity_penalty": 0.0,
-            "do_sample": False,
-            "early_stopping": True,
-            "length_penalty": 1.0,
-            "max_length": decoder.context_length,
-            "min_length": 0,
-            "no_repeat_ngram_size": 0,
-            "num_beams": 1,
-            "num_return_sequences": 1,
-            "past_present_share_buffer": shares_buffer(decoder),
-            "repetition_penalty": 1.0,
-            "temperature": 1.0,
-            "top_k": 50,
-            "top_p": 1.0,
-        },
+        "diversity_penalty": 0.0,
+        "do_sample": False,
+        "early_stopping": True,
+        "length_penalty": 1.0,
+        "max_length": max_length,
+        "min_length": 0,
+        "no_repeat_ngram_size": 0,
+        "num_beams": 1,
+        "num_return_sequences": 1,
+        "past_present_share_buffer": share_buffer,
+        "repetition_penalty": 1.0,
+        "temperature": 1.0,
+        "top_k": 50,
+        "top_p": 1.0,
     }
 
 
@@ -169,13 +178,29 @@ def shares_buffer(decoder: Decoder) -> bool:
 
 
 def save(decoder: Decoder, folder: Path, external_data: bool | None) -> Path:
-    """Write the model, the tokenizer's files and ``genai_config.json`` (last: a folder without
-    it is not a GenAI model) into ``folder``."""
-    if folder.exists() and not folder.is_dir():
-        raise SaveError(f"cannot write the decoder to {folder}: it is a file; give a folder")
-    if not folder.parent.is_dir():
-        raise SaveError(f"cannot write the decoder to {folder}: {folder.parent} does not exist; create it first")
+    """Write the model, the tokenizer's files and ``genai_config.json`` into ``folder``."""
     genai = json.dumps(config(decoder), indent=2) + "\n"  # errors in the config before anything is written
+
+    def fill(staged: Path) -> list[str]:
+        names = _save_tokenizer(decoder.tokenizer, staged)
+        (staged / GENAI_CONFIG).write_text(genai)
+        return [*names, GENAI_CONFIG]
+
+    return write_folder(folder, decoder.programs, fill, external_data)
+
+
+def write_folder(
+    folder: Path, programs: dict[str, Any], fill: Callable[[Path], list[str]], external_data: bool | None
+) -> Path:
+    """Write each of ``programs`` (:class:`opreg.OnnxProgram` by file name) into ``folder`` (created
+    if missing), then move in the files ``fill(staging)`` writes into a staging folder, in the order
+    it names them (``genai_config.json`` last: a folder without it is not a GenAI model). A folder
+    this call created is removed again if writing fails."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise SaveError(f"cannot write the model folder {folder}: it is a file; give a folder")
+    if not folder.parent.is_dir():
+        raise SaveError(f"cannot write the model folder {folder}: {folder.parent} does not exist; create it first")
     created = not folder.exists()
     try:
         folder.mkdir(exist_ok=True)
@@ -183,17 +208,36 @@ def save(decoder: Decoder, folder: Path, external_data: bool | None) -> Path:
         raise SaveError(f"cannot create {folder}: {e.strerror or e}") from e
     try:
         with tempfile.TemporaryDirectory(dir=folder, prefix=".opreg-") as staging:
-            staged = Path(staging)
-            names = _save_tokenizer(decoder.tokenizer, staged)
-            decoder.program.save(folder / MODEL_FILE, external_data=external_data)
-            (staged / GENAI_CONFIG).write_text(genai)
-            for name in [*names, GENAI_CONFIG]:
-                os.replace(staged / name, folder / name)
+            names = fill(Path(staging))
+            for name, program in programs.items():
+                program.save(folder / name, external_data=external_data)
+            for name in names:
+                os.replace(Path(staging) / name, folder / name)
     except BaseException:
         if created:  # nothing half-written left behind
             shutil.rmtree(folder, ignore_errors=True)
         raise
     return folder
+
+
+def write_model_folder(
+    folder: Path, model: Any, processor: Any, files: dict[str, dict[str, Any]], external_data: bool | None
+) -> Path:
+    """:func:`write_folder` for a folder of several models: ``model``'s programs, its tokenizer,
+    ``processor`` (a transformers feature extractor or image processor), and ``files`` (JSON by
+    name, in order; ``genai_config.json`` is made from ``model`` and written last)."""
+    texts = {name: json.dumps(value, indent=2) + "\n" for name, value in files.items()}
+    texts[GENAI_CONFIG] = json.dumps(model.genai_config(), indent=2) + "\n"  # errors before anything is written
+
+    def fill(staged: Path) -> list[str]:
+        names = _save_tokenizer(model.tokenizer, staged)
+        processor.save_pretrained(staged)
+        names.append("preprocessor_config.json")
+        for name, text in texts.items():
+            (staged / name).write_text(text)
+        return [*sorted(set(names)), *texts]
+
+    return write_folder(folder, model.programs, fill, external_data)
 
 
 def _save_tokenizer(tokenizer: Any, folder: Path) -> list[str]:
