@@ -212,9 +212,72 @@ def test_a_mixture_of_experts_with_transformers_default_experts(tmp_path):
     assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
 
 
-def test_a_state_space_model_is_refused_with_the_reason():
-    with pytest.raises(opreg.ExportError, match="LinearAttentionLayer without 4-D keys and values"):
-        opreg.llm.export_decoder(lm.causal_lm("mamba"))
+@pytest.mark.parametrize(
+    ("model_type", "message"),
+    [
+        ("mamba", "MambaForCausalLM has a state-space cache: convolution and recurrent state, not keys and values "
+                  r"\(LinearAttentionLayer in 2 of 2 layers\)"),
+        ("jamba", r"JambaForCausalLM has a state-space cache: .* \(LinearAttentionLayer in 2 of 2 layers\)"),
+        ("falcon_h1", "FalconH1ForCausalLM has a hybrid cache: state-space .* beside keys and values "
+                      r"\(LinearAttentionAndFullAttentionLayer in 2 of 2 layers\)"),
+    ],
+)  # fmt: skip
+def test_a_state_space_or_hybrid_cache_is_refused_with_the_reason_before_the_capture(model_type, message):
+    stages = []
+    with pytest.raises(opreg.ExportError, match=message):
+        opreg.llm.export_decoder(lm.causal_lm(model_type), progress=stages.append)
+    assert stages == []  # refused from the config, before torch.export ran
+
+
+def test_a_checkpoint_missing_weights_is_refused_before_the_export(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = lm.checkpoint(lm.causal_lm("llama"), tmp_path / "checkpoint")
+    weights = load_file(folder / "model.safetensors")
+    del weights["model.layers.1.mlp.up_proj.weight"]
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    stages = []
+    with pytest.raises(opreg.ExportError, match=r"lacks 1 of LlamaForCausalLM's weights \(model.layers.1.mlp.up_proj"):
+        opreg.llm.export_decoder(folder, progress=stages.append)
+    assert stages == []
+
+
+@pytest.mark.parametrize(
+    ("length", "message"),
+    [
+        (0, "context_length must be at least 1, got 0"),
+        (-4, "context_length must be at least 1, got -4"),
+        (2**31, "context_length 2147483648 is above 2147483647"),
+        (257, r"context_length 257 is above the model's position limit \(max_position_embeddings 256\)"),
+        ("512", "context_length= takes a positive int"),
+    ],
+)
+def test_a_context_length_out_of_range_is_refused_before_the_export(length, message):
+    stages = []
+    with pytest.raises(opreg.InvalidArgumentError, match=message):
+        opreg.llm.export_decoder(lm.causal_lm("llama"), context_length=length, progress=stages.append)
+    assert stages == []
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_export(tmp_path):
+    (tmp_path / "model.onnx").write_text("a file")
+    cases = [(tmp_path / "model.onnx", "it is a file; give a folder"), (tmp_path / "no" / "out", "does not exist")]
+    for where, message in cases:
+        stages = []
+        with pytest.raises(opreg.SaveError, match=message):
+            opreg.llm.export_decoder(lm.causal_lm("llama"), where, progress=stages.append)
+        assert stages == []
+
+
+def test_a_checkpoint_without_a_tokenizer_exports_with_a_warning_and_a_longer_context_when_allowed(tmp_path, caplog):
+    folder = tmp_path / "checkpoint"
+    lm.causal_lm("llama").save_pretrained(folder)
+    with caplog.at_level("WARNING", logger="opreg.llm"):
+        opreg.llm.export_decoder(folder, tmp_path / "out", context_length=300, allow_longer_context=True)
+    (warning,) = [r.getMessage() for r in caplog.records if r.name.startswith("opreg.llm")]
+    assert warning.startswith(f"{folder} has no tokenizer") and "ONNX Runtime GenAI needs one" in warning
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["genai_config.json", "model.onnx"]
+    assert json.loads((tmp_path / "out" / "genai_config.json").read_text())["model"]["context_length"] == 300
 
 
 def test_a_model_without_a_cache_is_refused():
@@ -254,15 +317,6 @@ def test_cli_llm_export_writes_a_folder_genai_runs(tmp_path, capsys):
     assert lm.genai_greedy(out, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
     code, _, err = run(capsys, "llm", "export", str(tmp_path / "nothing"), "-o", str(out))
     assert code == 2 and "is not a transformers checkpoint folder" in err
-
-
-def test_a_failed_save_leaves_no_folder(llama, tmp_path):
-    _, decoder, _ = llama
-    with pytest.raises(opreg.ExportError, match="tokenizer= takes a transformers tokenizer"):
-        opreg.llm.export_decoder(lm.causal_lm("llama"), tmp_path / "new", tokenizer=object())
-    assert not (tmp_path / "new").exists()
-    with pytest.raises(opreg.SaveError, match="does not exist; create it first"):
-        decoder.save(tmp_path / "missing" / "folder")
 
 
 def test_import_opreg_llm_is_cheap():

@@ -60,6 +60,7 @@ def export_decoder(
     optimize: bool = True,
     external_data: bool | None = None,
     context_length: int | None = None,
+    allow_longer_context: bool = False,
     **export_options: Any,
 ) -> Decoder:
     """Export a transformers causal LM as one decoder for prefill and decode (the layout of
@@ -68,35 +69,47 @@ def export_decoder(
     Args:
         model: a ``transformers`` causal LM (``*ForCausalLM``, weights as they are), or the path of
             a local checkpoint folder (``config.json`` and weights; loaded in float32).
-        output_folder: where to write ``model.onnx``, ``genai_config.json`` and the tokenizer's
-            files (created if missing; files of the same names are replaced).
+        output_folder: the folder to write ``model.onnx``, ``genai_config.json`` and the
+            tokenizer's files as (checked before the export starts). It is written whole: at every
+            instant it is the complete old folder or the complete new one (see
+            :meth:`Decoder.save`); entries of an old folder the export does not write are kept.
         target: as :func:`opreg.export` takes it: ``"onnx"`` (plain ONNX: attention as Attention or
             MatMul/Softmax, the cache a Concat of past and new keys and values) or
             ``"onnxruntime"`` (with ``opreg-ort-contrib``: ONNX Runtime's fused kernels).
         tokenizer: what to save beside the model: a transformers tokenizer, or a folder holding
-            one; by default the checkpoint folder's, when ``model`` is a folder.
+            one; by default the checkpoint folder's, when ``model`` is a folder (a warning if it
+            has none: GenAI needs one to encode text); ``False``: none.
         plugins, exclude, registry, optimize: as :func:`opreg.export` takes them.
         export_options: more of :func:`opreg.export`'s keyword arguments (``fold_weights``,
             ``rewrite``, ``inline``, ...), passed on as they are; not the ones the decoder's
             layout sets (``dynamic_shapes``, ``state``).
         external_data: as :meth:`OnnxProgram.save` takes it.
         context_length: the longest sequence GenAI may generate (``genai_config.json``'s
-            ``context_length`` and ``search.max_length``); default the model's
-            ``max_position_embeddings``.
+            ``context_length`` and ``search.max_length``), from 1 to 2**31 - 1; default the
+            model's position limit (``max_position_embeddings``), and above it only with
+            ``allow_longer_context=True``.
 
     Returns:
         a :class:`Decoder`: the :class:`opreg.OnnxProgram`, the :class:`DecoderLayout`, and
         ``verify``/``save``.
 
     Raises:
-        opreg.ExportError: the model is not a causal LM with a key/value cache opreg can lay out,
-            or torch.export cannot capture it; the export's own errors as :func:`opreg.export`.
+        opreg.ExportError: the model is not a causal LM with a key/value cache opreg can lay out
+            (a state-space or hybrid cache), a checkpoint lacks weights, or torch.export cannot
+            capture it; the export's own errors as :func:`opreg.export`. Each is raised before
+            the capture where the model's config or checkpoint shows it.
+        opreg.SaveError: ``output_folder`` cannot be written (a file, a missing parent), before
+            the export starts.
+        opreg.InvalidArgumentError: an option out of range (``context_length``).
     """
-    from opreg.llm import _decoder
+    from opreg.llm import _decoder, _folder
 
+    if output_folder is not None:
+        _folder.check_folder(output_folder)
     decoder = _decoder.export_decoder(
         model, target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
-        tokenizer=tokenizer, context_length=context_length, **export_options,
+        tokenizer=tokenizer, context_length=context_length, allow_longer_context=allow_longer_context,
+        **export_options,
     )  # fmt: skip
     if output_folder is not None:
         decoder.save(output_folder, external_data=external_data)

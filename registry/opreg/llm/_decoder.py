@@ -24,7 +24,7 @@ from opreg.errors import ExportError, InvalidArgumentError, VerificationError
 from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
-from opreg.llm import LAYOUT, _genai
+from opreg.llm import LAYOUT, _checkpoint, _genai
 from opreg.llm._genai import text_config
 from opreg.registry import Registry
 from opreg.targets import TargetLike
@@ -278,42 +278,45 @@ class Decoder:
         return _genai.config(self)
 
     def save(self, folder: str | os.PathLike[str], external_data: bool | None = None) -> Path:
-        """Write ``model.onnx``, ``genai_config.json`` and the tokenizer's files to ``folder``
-        (created if missing); returns the folder."""
-        return _genai.save(self, Path(folder), external_data=external_data)
+        """Write ``model.onnx``, ``genai_config.json`` and the tokenizer's files as ``folder``;
+        returns the folder.
+
+        The folder is written whole: the new one is staged beside it and swapped in at once, so
+        at every instant ``folder`` is the complete old folder or the complete new one, even if
+        the process is killed (a leftover staging folder is removed by the next save there).
+        Entries of the old folder the save does not write are kept. Raises
+        :class:`opreg.SaveError` (nothing changed) for a folder that cannot be written, and on
+        Ctrl-C or SIGTERM once the new folder is in place :class:`opreg.InterruptedAfterSave`."""
+        return _genai.save(self, folder, external_data=external_data)[0]
 
 
 # -- exporting -----------------------------------------------------------------------------
 
 
-def load(model: Any) -> tuple[Any, Path | None]:
-    """The transformers model ``model`` names (a model, or a local checkpoint folder) and the
-    folder it came from."""
+def load(
+    model: Any, context_length: int | None = None, allow_longer_context: bool = False
+) -> tuple[Any, Path | None, int]:
+    """The transformers model ``model`` names (a model, or a local checkpoint folder), the folder
+    it came from, and the context length checked against it (:mod:`opreg.llm._checkpoint`: a
+    folder's config is checked before its weights are read, and refused if weights are missing)."""
     if isinstance(model, (str, os.PathLike)):
         folder = Path(model)
-        if not (folder / "config.json").is_file():
-            raise ExportError(
-                f"{folder} is not a transformers checkpoint folder (no config.json): give a folder saved with "
-                "save_pretrained, or the model itself"
-            )
-        from transformers import AutoModelForCausalLM
-
-        try:
-            loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-        except Exception as e:
-            raise ExportError(f"transformers could not load a causal LM from {folder}: {type(e).__name__}: {e}") from e
-        return loaded.eval(), folder
+        config = _checkpoint.read_config(folder)
+        _checkpoint.check_cache(config, (getattr(config, "architectures", None) or [config.model_type])[0])
+        length = _checkpoint.context_length(config, context_length, allow_longer_context)
+        return _checkpoint.load_weights(folder), folder, length
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(
             f"export_decoder takes a transformers causal LM or a checkpoint folder, got {type(model).__name__}"
         )
-    return model, None
+    if getattr(model, "config", None) is None:
+        raise ExportError(f"{type(model).__name__} is not a transformers model (it has no config)")
+    _checkpoint.check_cache(model.config, type(model).__name__)
+    return model, None, _checkpoint.context_length(model.config, context_length, allow_longer_context)
 
 
 def layout_of(model: Any) -> DecoderLayout:
     """Read the cache's layout from one eager call: what each layer stores, as the model stores it."""
-    if getattr(model, "config", None) is None:
-        raise ExportError(f"{type(model).__name__} is not a transformers model (it has no config)")
     text = text_config(model)
     ids = torch.zeros(1, 2, dtype=torch.int64)
     try:
@@ -371,20 +374,17 @@ def export_decoder(
     optimize: bool = True,
     tokenizer: Any = None,
     context_length: int | None = None,
+    allow_longer_context: bool = False,
     **export_options: Any,
 ) -> Decoder:
-    taken = sorted(set(export_options) & {"args", "kwargs", "dynamic_shapes", "state"})
-    if taken:
-        raise InvalidArgumentError(
-            f"export_decoder sets {', '.join(taken)} itself (the decoder's inputs and dynamic lengths); leave "
-            f"{'it' if len(taken) == 1 else 'them'} out"
-        )
-    unknown = sorted(set(export_options) - set(inspect.signature(export).parameters))
-    if unknown:
-        raise InvalidArgumentError(f"export_decoder got {', '.join(unknown)}, which opreg.export does not take")
-    model, folder = load(model)
-    if context_length is None:
-        context_length = int(getattr(text_config(model), "max_position_embeddings", 0) or 4096)
+    _check_options(export_options)
+    _checkpoint.check_context_length_value(context_length)
+    model, folder, context_length = load(model, context_length, allow_longer_context)
+    if tokenizer is None and folder is not None:
+        tokenizer = folder
+        if not _checkpoint.has_tokenizer(folder):
+            logger.warning("%s", _checkpoint.no_tokenizer_warning(folder))
+            tokenizer = False  # said once, here
     was_training = model.training
     model.eval()
     try:
@@ -404,7 +404,20 @@ def export_decoder(
     finally:
         model.train(was_training)
     _name(program, layout)
-    return Decoder(program, layout, model, tokenizer if tokenizer is not None else folder, context_length)
+    return Decoder(program, layout, model, tokenizer, context_length)
+
+
+def _check_options(export_options: dict[str, Any]) -> None:
+    """Refuse options of ``opreg.export`` the decoder sets itself, and names it does not take."""
+    taken = sorted(set(export_options) & {"args", "kwargs", "dynamic_shapes", "state"})
+    if taken:
+        raise InvalidArgumentError(
+            f"export_decoder sets {', '.join(taken)} itself (the decoder's inputs and dynamic lengths); leave "
+            f"{'it' if len(taken) == 1 else 'them'} out"
+        )
+    unknown = sorted(set(export_options) - set(inspect.signature(export).parameters))
+    if unknown:
+        raise InvalidArgumentError(f"export_decoder got {', '.join(unknown)}, which opreg.export does not take")
 
 
 def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any]:

@@ -10,14 +10,16 @@ graph has the layout of :mod:`opreg.llm` (the graph carries the architecture; a 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from opreg.errors import ExportError, SaveError
+from opreg.errors import ExportError
 from opreg.llm import LAYOUT
+
+logger = logging.getLogger(__name__)
 
 Decoder = Any
 """An :class:`opreg.llm.Decoder` (not imported: ``_decoder`` imports this module)."""
@@ -122,8 +124,9 @@ def special_tokens(model: Any) -> tuple[int | None, int | list[int], int]:
 
 def text_config(model: Any) -> Any:
     """The config of the model's text decoder (the model's own, unless it is multimodal)."""
-    config = model.config
-    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    from opreg.llm._checkpoint import text_config as of_config
+
+    return of_config(model.config)
 
 
 def shares_buffer(decoder: Decoder) -> bool:
@@ -145,38 +148,31 @@ def shares_buffer(decoder: Decoder) -> bool:
     return True
 
 
-def save(decoder: Decoder, folder: Path, external_data: bool | None) -> Path:
-    """Write the model, the tokenizer's files and ``genai_config.json`` (last: a folder without
-    it is not a GenAI model) into ``folder``."""
-    if folder.exists() and not folder.is_dir():
-        raise SaveError(f"cannot write the decoder to {folder}: it is a file; give a folder")
-    if not folder.parent.is_dir():
-        raise SaveError(f"cannot write the decoder to {folder}: {folder.parent} does not exist; create it first")
+def save(decoder: Decoder, folder: str | os.PathLike[str], external_data: bool | None) -> tuple[Path, list[str]]:
+    """Write the model, the tokenizer's files and ``genai_config.json`` as a new ``folder``, which
+    replaces the old one whole (:mod:`opreg.llm._folder`); the folder and the names written."""
+    from opreg.exporter._save import referenced_data
+    from opreg.llm._folder import write_folder
+
     genai = json.dumps(config(decoder), indent=2) + "\n"  # errors in the config before anything is written
-    created = not folder.exists()
-    try:
-        folder.mkdir(exist_ok=True)
-    except OSError as e:
-        raise SaveError(f"cannot create {folder}: {e.strerror or e}") from e
-    try:
-        with tempfile.TemporaryDirectory(dir=folder, prefix=".opreg-") as staging:
-            staged = Path(staging)
-            names = _save_tokenizer(decoder.tokenizer, staged)
-            decoder.program.save(folder / MODEL_FILE, external_data=external_data)
-            (staged / GENAI_CONFIG).write_text(genai)
-            for name in [*names, GENAI_CONFIG]:
-                os.replace(staged / name, folder / name)
-    except BaseException:
-        if created:  # nothing half-written left behind
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return folder
+    if decoder.tokenizer is None:
+        from opreg.llm._checkpoint import no_tokenizer_warning
+
+        logger.warning("%s", no_tokenizer_warning())
+
+    def fill(staged: Path) -> list[str]:
+        names = _save_tokenizer(decoder.tokenizer, staged)
+        model = decoder.program.save(staged / MODEL_FILE, external_data=external_data)
+        (staged / GENAI_CONFIG).write_text(genai)
+        return sorted([*names, MODEL_FILE, *referenced_data(model), GENAI_CONFIG])
+
+    return write_folder(folder, fill)
 
 
 def _save_tokenizer(tokenizer: Any, folder: Path) -> list[str]:
     """Write ``tokenizer`` (a transformers tokenizer, or a folder holding one) into ``folder``;
     the names written."""
-    if tokenizer is None:
+    if tokenizer is None or tokenizer is False:
         return []
     if isinstance(tokenizer, (str, os.PathLike)):
         source = Path(tokenizer)
