@@ -77,21 +77,20 @@ def _weight_of(node: ir.Node) -> tuple[ir.Value, bool] | None:
 def _initializers(graph: ir.Graph, tensors: dict[str, tuple[str, np.ndarray] | None]) -> list[ir.Value | None]:
     """MatMulNBits' inputs after A (``B``, ``scales``, ``zero_points``, ``g_idx``, ``bias``) as new
     initializers, from ``{role: (name, array) or None}``; trailing absent ones dropped."""
-    inputs: list[ir.Value | None] = []
-    for role in ("B", "scales", "zero_points", "g_idx", "bias"):
-        named = tensors.get(role)
-        if named is None:
-            inputs.append(None)
-            continue
-        name, array = named
-        name = _fresh(graph, name)
-        value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
-        value.type, value.shape = ir.TensorType(ir.DataType.from_numpy(array.dtype)), ir.Shape(array.shape)
-        graph.register_initializer(value)
-        inputs.append(value)
+    inputs = [None if tensors.get(role) is None else _new_initializer(graph, *tensors[role])
+              for role in ("B", "scales", "zero_points", "g_idx", "bias")]  # fmt: skip
     while inputs[-1] is None:
         inputs.pop()
     return inputs
+
+
+def _new_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
+    """A new initializer holding ``array``, named ``name`` (or ``name_1``, ... if that is taken)."""
+    name = _fresh(graph, name)
+    value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
+    value.type, value.shape = ir.TensorType(ir.DataType.from_numpy(array.dtype)), ir.Shape(array.shape)
+    graph.register_initializer(value)
+    return value
 
 
 def _replace(graph: ir.Graph, node: ir.Node, x: ir.Value, inputs: list[ir.Value | None], attributes) -> None:
@@ -183,6 +182,7 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         graph = model.graph
         quantizer = None
         done: dict[tuple[str, bool], tuple[list[ir.Value | None], dict]] = {}
+        weights: dict[tuple[str, bool], ir.Value] = {}
         for node in list(graph):
             found = _weight_of(node)
             if found is None:
@@ -193,24 +193,70 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
             key = (weight.name, stored_nk)
             if key not in done:  # a weight two layers read is quantized once
                 quantizer = quantizer or self._quantizer()
-                array = weight.const_value.numpy()
-                kn = np.ascontiguousarray(array.T if stored_nk else array, dtype=np.float32)
-                packed, scales, zero_points = quantizer.qbits_block_quant(kn)
-                tensors = {
-                    "B": (f"{weight.name}_Q{self.bits}", packed),
-                    "scales": (f"{weight.name}_scales", scales),
-                    "zero_points": None if self.symmetric else (f"{weight.name}_zero_points", zero_points),
-                }
-                attributes = {"K": kn.shape[0], "N": kn.shape[1], "bits": self.bits, "block_size": self.block_size}
-                if self.accuracy_level is not None:
-                    attributes["accuracy_level"] = self.accuracy_level
-                done[key] = (_initializers(graph, tensors), attributes)
+                done[key] = self._quantized(graph, weight, stored_nk, quantizer)
+                weights[key] = weight
             inputs, attributes = done[key]
             _replace(graph, node, node.inputs[0], inputs, attributes)
         if not done:
             return ir.passes.PassResult(model, False)
+        for key, weight in weights.items():
+            if key[1]:  # an (N, K) weight: a tied embedding table reads its rows
+                _embeddings_from(graph, weight, *done[key])
         onnx_ir.passes.common.RemoveUnusedNodesPass()(model)  # and the float weights no node reads now
         return ir.passes.PassResult(model, True)
+
+    def _quantized(self, graph: ir.Graph, weight: ir.Value, stored_nk: bool, quantizer) -> tuple[list, dict]:
+        """MatMulNBits' initializers (made) and attributes for ``weight``."""
+        array = weight.const_value.numpy()
+        kn = np.ascontiguousarray(array.T if stored_nk else array, dtype=np.float32)
+        packed, scales, zero_points = quantizer.qbits_block_quant(kn)
+        tensors = {
+            "B": (f"{weight.name}_Q{self.bits}", packed),
+            "scales": (f"{weight.name}_scales", scales),
+            "zero_points": None if self.symmetric else (f"{weight.name}_zero_points", zero_points),
+        }
+        attributes = {"K": kn.shape[0], "N": kn.shape[1], "bits": self.bits, "block_size": self.block_size}
+        if self.accuracy_level is not None:
+            attributes["accuracy_level"] = self.accuracy_level
+        return _initializers(graph, tensors), attributes
+
+
+def _embeddings_from(graph: ir.Graph, weight: ir.Value, inputs: list[ir.Value | None], attributes: dict) -> None:
+    """Make every ``Gather(weight, ids)`` of rows (a tied embedding table, ``weight`` (N, K)) a
+    ``com.microsoft::GatherBlockQuantized`` of the rows of the quantized weight MatMulNBits reads:
+    the table is stored once, in its quantized form (what ONNX Runtime GenAI's builder does for
+    tied embeddings). Its rows are padded to whole blocks; a Slice drops the padding."""
+    gathers = [
+        node for node, index in weight.uses()
+        if (node.op_type, node.domain, index) == ("Gather", "", 0) and node.attributes.get_int("axis", 0) == 0
+    ]  # fmt: skip
+    if not gathers:
+        return
+    b, scales, zero_points = [*inputs, None, None][:3]
+    n, k, block, bits = attributes["N"], attributes["K"], attributes["block_size"], attributes["bits"]
+    padded = -(-k // block) * block
+    rows = ir.node("Reshape", [b, _new_initializer(graph, f"{b.name}_rows_shape", np.array([n, -1], np.int64))])
+    rows.outputs[0].type = ir.TensorType(ir.DataType.UINT8)
+    rows.outputs[0].shape = ir.Shape([n, padded * bits // 8])
+    graph.insert_before(gathers[0], rows)
+    slice_bounds = None
+    if padded != k:  # rows come padded to whole blocks
+        slice_bounds = [_new_initializer(graph, f"{b.name}_rows_{part}", np.array([value], np.int64))
+                        for part, value in (("start", 0), ("end", k), ("axis", -1))]  # fmt: skip
+    quantized = {"bits": bits, "block_size": block, "gather_axis": 0, "quantize_axis": 1}
+    for gather in gathers:
+        provenance = dict(gather.metadata_props)
+        made = [ir.node(
+            "GatherBlockQuantized", [rows.outputs[0], gather.inputs[1], scales, *([zero_points] if zero_points else [])],
+            quantized, domain=CONTRIB_DOMAIN, metadata_props=provenance,
+        )]  # fmt: skip
+        if slice_bounds is not None:
+            made.append(ir.node("Slice", [made[0].outputs[0], *slice_bounds], metadata_props=provenance))
+        old, new = gather.outputs[0], made[-1].outputs[0]
+        new.type, new.shape = old.type, old.shape
+        graph.insert_before(gather, made)
+        ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+        graph.remove(gather, safe=True)
 
 
 # -- weights quantized in PyTorch ----------------------------------------------------------------------
