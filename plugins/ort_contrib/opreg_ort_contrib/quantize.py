@@ -131,8 +131,10 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         exclude: weights to keep in float, by initializer name (``fnmatch`` patterns, e.g.
             ``"*lm_head*"``).
 
-    Each new node keeps the provenance of the layer it replaces. A weight other nodes also
-    read (tied embeddings) stays for them.
+    Each new node keeps the provenance of the layer it replaces. A tied embedding table (the
+    head's weight, also read by a ``Gather`` of its rows) is stored once, quantized: the Gather
+    becomes ``com.microsoft::GatherBlockQuantized`` of the head's quantized rows. A weight other
+    nodes read otherwise stays float for them.
     """
 
     def __init__(
