@@ -28,10 +28,12 @@ LENGTH = 24
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    """A Llama (4 query heads, 2 key/value heads) exported to a GenAI folder with its tokenizer."""
+    """A Llama (4 query heads, 2 key/value heads) exported to a GenAI folder with its tokenizer,
+    without opreg-ort-contrib: at the standard target, the fastest left."""
     model = lm.causal_lm("llama")
     folder = tmp_path_factory.mktemp("llama") / "genai"
-    decoder = opreg.llm.export_decoder(model, folder, tokenizer=lm.tokenizer())
+    decoder = opreg.llm.export_decoder(model, folder, tokenizer=lm.tokenizer(), exclude=["ort_contrib"])
+    assert decoder.program.target.name == "onnx"
     return model, decoder, folder
 
 
@@ -154,14 +156,15 @@ def test_onnxruntime_genai_runs_the_folder_and_generates_eager_greedy_tokens(lla
     assert lm.genai_greedy(folder, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
 
 
-def test_at_target_onnxruntime_the_folder_shares_past_and_present_exactly_when_group_query_attention_reads_them(
+def test_by_default_at_target_onnxruntime_the_folder_shares_past_and_present_when_group_query_attention_reads_them(
     tmp_path,
 ):
-    """ONNX Runtime's kernels (the ort_contrib pack): the decoder still matches transformers when run
-    plainly (past in, present out), and GenAI, given one buffer for past and present only where
-    GroupQueryAttention writes the cache in place, generates eager's greedy tokens."""
+    """ONNX Runtime's kernels (the ort_contrib pack, installed: the default target): the decoder still
+    matches transformers when run plainly (past in, present out), and GenAI, given one buffer for past
+    and present only where GroupQueryAttention writes the cache in place, generates eager's greedy tokens."""
     model = lm.causal_lm("llama")
-    decoder = opreg.llm.export_decoder(model, tmp_path, target="onnxruntime", tokenizer=lm.tokenizer())
+    decoder = opreg.llm.export_decoder(model, tmp_path, tokenizer=lm.tokenizer())
+    assert decoder.program.target.name == "onnxruntime"
     decoder.verify([(1, 1, 0), (3, 7, 5)])
     graph = decoder.program.model.graph
     attention = {(n.domain, n.op_type) for n in graph} & {("com.microsoft", "GroupQueryAttention")}
@@ -346,3 +349,51 @@ def test_a_forward_with_use_cache_exports_and_its_cache_is_the_decoders_present(
     for layer in range(2):
         torch.testing.assert_close(cache.layers[layer].keys, present[2 * layer], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(cache.layers[layer].values, present[2 * layer + 1], rtol=1e-5, atol=1e-5)
+
+
+def test_int4_weights_and_a_tied_embedding_stored_once_in_a_folder_genai_runs(tmp_path):
+    """``precision="int4"``: every linear layer a MatMulNBits with the pass's defaults, the tied
+    embedding table read from the head's quantized weight (no float copy), and GenAI runs the folder."""
+    from opreg_ort_contrib import MatMulNBitsQuantization
+
+    model = lm.causal_lm("qwen2", tie_word_embeddings=True)
+    decoder = opreg.llm.export_decoder(model, tmp_path, precision="int4", tokenizer=lm.tokenizer())
+    graph = decoder.program.model.graph
+    defaults = MatMulNBitsQuantization()
+    expected = {"bits": 4, "block_size": defaults.block_size}
+    if defaults.accuracy_level is not None:
+        expected["accuracy_level"] = defaults.accuracy_level
+    nbits = [n for n in graph if n.op_type == "MatMulNBits"]
+    assert nbits and all({a.name: a.value for a in n.attributes.values()}.items() >= expected.items() for n in nbits)
+    assert [n.op_type for n in graph if n.op_type in ("Gather", "GatherBlockQuantized")] == ["GatherBlockQuantized"]
+    assert not [n for n in graph if n.op_type in ("MatMul", "FusedMatMul") and n.inputs[1].is_initializer()]
+    floats = [v for v in graph.initializers.values() if v.dtype == ir.DataType.FLOAT and v.const_value.size >= 64 * 64]
+    assert floats == []  # every weight matrix is quantized, the table stored once
+    assert decoder.precision == "int4" and decoder.program.target.name == "onnxruntime"
+    assert len(lm.genai_greedy(tmp_path, prompt(), LENGTH)) == LENGTH
+
+
+def test_int8_weights_compute_close_to_transformers():
+    """int8 weights, computed in float (``accuracy_level=None``): the tiny model's logits (standard
+    deviation 0.16) move by a few thousandths."""
+    model = lm.causal_lm("llama")
+    decoder = opreg.llm.export_decoder(model, precision="int8", accuracy_level=None)
+    assert {n.op_type for n in decoder.program.model.graph} >= {"MatMulNBits"}
+    decoder.verify([(1, 1, 0), (3, 7, 5)], rtol=0, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"precision": "int3"}, opreg.InvalidArgumentError, "precision= takes one of fp32, int8, int4, got 'int3'"),
+        ({"block_size": 64}, opreg.InvalidArgumentError, "block_size sets how weights are quantized: give precision"),
+        ({"precision": "int4", "block_size": 24}, opreg.InvalidArgumentError, "block_size must be a power of two"),
+        ({"precision": "int4", "target": "onnx"}, opreg.InvalidArgumentError,
+         "stores weights for ONNX Runtime's com.microsoft::MatMulNBits, which target 'onnx' does not allow"),
+    ],
+)  # fmt: skip
+def test_bad_precision_options_are_refused_before_the_export(options, error, message):
+    stages = []
+    with pytest.raises(error, match=message):
+        opreg.llm.export_decoder(lm.causal_lm("llama"), progress=stages.append, **options)
+    assert stages == []

@@ -52,7 +52,11 @@ def export_decoder(
     model: Any,
     output_folder: str | os.PathLike[str] | None = None,
     *,
-    target: TargetLike = "onnx",
+    target: TargetLike | None = None,
+    precision: str = "fp32",
+    block_size: int | None = None,
+    symmetric: bool | None = None,
+    accuracy_level: int | None = None,
     tokenizer: Any = None,
     plugins: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
@@ -73,9 +77,17 @@ def export_decoder(
             tokenizer's files as (checked before the export starts). It is written whole: at every
             instant it is the complete old folder or the complete new one (see
             :meth:`Decoder.save`); entries of an old folder the export does not write are kept.
-        target: as :func:`opreg.export` takes it: ``"onnx"`` (plain ONNX: attention as Attention or
-            MatMul/Softmax, the cache a Concat of past and new keys and values) or
-            ``"onnxruntime"`` (with ``opreg-ort-contrib``: ONNX Runtime's fused kernels).
+        target: as :func:`opreg.export` takes it: ``"onnxruntime"`` (with ``opreg-ort-contrib``:
+            ONNX Runtime's fused kernels, the cache written in place) or ``"onnx"`` (plain ONNX:
+            attention as Attention or MatMul/Softmax, the cache a Concat of past and new keys and
+            values); default the fastest installed (``"onnxruntime"`` when the pack is there,
+            else ``"onnx"``).
+        precision: the weights of the linear layers: ``"fp32"`` (as the model has them),
+            ``"int8"`` or ``"int4"`` (block-wise, ONNX Runtime's ``MatMulNBits``; a tied
+            embedding table is then stored once, quantized, and read by ``GatherBlockQuantized``;
+            needs a target with ``com.microsoft``).
+        block_size, symmetric, accuracy_level: how int8/int4 weights are quantized; default
+            ``opreg_ort_contrib.MatMulNBitsQuantization``'s defaults, the fastest measured on CPU.
         tokenizer: what to save beside the model: a transformers tokenizer, or a folder holding
             one; by default the checkpoint folder's, when ``model`` is a folder (a warning if it
             has none: GenAI needs one to encode text); ``False``: none.
@@ -100,14 +112,17 @@ def export_decoder(
             the capture where the model's config or checkpoint shows it.
         opreg.SaveError: ``output_folder`` cannot be written (a file, a missing parent), before
             the export starts.
-        opreg.InvalidArgumentError: an option out of range (``context_length``).
+        opreg.InvalidArgumentError: an option out of range (``context_length``, ``precision``, a
+            quantization setting without a quantized precision, int4 at a target without
+            ``com.microsoft``).
     """
     from opreg.llm import _decoder, _folder
 
     if output_folder is not None:
         _folder.check_folder(output_folder)
     decoder = _decoder.export_decoder(
-        model, target=target, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
+        model, target=target, precision=precision, block_size=block_size, symmetric=symmetric,
+        accuracy_level=accuracy_level, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
         tokenizer=tokenizer, context_length=context_length, allow_longer_context=allow_longer_context,
         **export_options,
     )  # fmt: skip

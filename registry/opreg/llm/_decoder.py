@@ -21,10 +21,11 @@ import onnx_ir as ir
 import torch
 
 from opreg.errors import ExportError, InvalidArgumentError, VerificationError
-from opreg.exporter import OnnxProgram, OutputCheck, export
+from opreg.exporter import OnnxProgram, OutputCheck, _registry, export
 from opreg.exporter._capture import TRACING_LOCK
+from opreg.exporter._finish import export_passes
 from opreg.exporter._program import compare_output
-from opreg.llm import LAYOUT, _checkpoint, _genai
+from opreg.llm import LAYOUT, _checkpoint, _genai, _options
 from opreg.llm._genai import text_config
 from opreg.registry import Registry
 from opreg.targets import TargetLike
@@ -170,17 +171,27 @@ class Decoder:
         program: the :class:`opreg.OnnxProgram` (inputs and outputs named as :data:`opreg.llm.LAYOUT`).
         layout: its :class:`DecoderLayout`.
         model: the transformers model it was exported from.
+        tokenizer: what :meth:`save` writes beside the model (a tokenizer, a folder holding one;
+            ``None`` or ``False``: none).
         context_length: what ``genai_config.json`` allows GenAI to generate up to.
+        precision: its weights' precision (``"fp32"``, ``"int8"``, ``"int4"``).
     """
 
     def __init__(
-        self, program: OnnxProgram, layout: DecoderLayout, model: Any, tokenizer: Any, context_length: int
+        self,
+        program: OnnxProgram,
+        layout: DecoderLayout,
+        model: Any,
+        tokenizer: Any,
+        context_length: int,
+        precision: str = "fp32",
     ) -> None:
         self.program = program
         self.layout = layout
         self.model = model
         self.tokenizer = tokenizer
         self.context_length = context_length
+        self.precision = precision
 
     def __repr__(self) -> str:
         return f"<Decoder {type(self.model).__name__}, {self.layout.num_layers} layers, {self.program!r}>"
@@ -367,7 +378,11 @@ def layout_of(model: Any) -> DecoderLayout:
 def export_decoder(
     model: Any,
     *,
-    target: TargetLike = "onnx",
+    target: TargetLike | None = None,
+    precision: str = "fp32",
+    block_size: int | None = None,
+    symmetric: bool | None = None,
+    accuracy_level: int | None = None,
     plugins: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
     registry: Registry | None = None,
@@ -379,6 +394,15 @@ def export_decoder(
 ) -> Decoder:
     _check_options(export_options)
     _checkpoint.check_context_length_value(context_length)
+    registry = _registry(registry, plugins, exclude)
+    resolved = _options.resolve_target(target, registry)
+    quantize = _options.quantization(
+        precision, resolved, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
+    )
+    passes = export_options.pop("passes", ())
+    if quantize is not None:  # after the caller's passes: it quantizes the weights they leave
+        export_passes(passes)  # a bad one named as opreg.export names it
+        passes = [*passes, quantize]
     model, folder, context_length = load(model, context_length, allow_longer_context)
     if tokenizer is None and folder is not None:
         tokenizer = folder
@@ -398,13 +422,13 @@ def export_decoder(
                   for _ in range(2 * layout.num_layers)],
         )  # fmt: skip
         program = export(
-            step, (), example, target=target, dynamic_shapes=_dynamic_shapes(layout, context_length), plugins=plugins,
-            exclude=exclude, registry=registry, optimize=optimize, **export_options,
+            step, (), example, target=resolved, dynamic_shapes=_dynamic_shapes(layout, context_length),
+            registry=registry, optimize=optimize, passes=passes, **export_options,
         )  # fmt: skip
     finally:
         model.train(was_training)
     _name(program, layout)
-    return Decoder(program, layout, model, tokenizer, context_length)
+    return Decoder(program, layout, model, tokenizer, context_length, precision)
 
 
 def _check_options(export_options: dict[str, Any]) -> None:
