@@ -94,15 +94,12 @@ def _new_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
 
 
 def _replace(graph: ir.Graph, node: ir.Node, x: ir.Value, inputs: list[ir.Value | None], attributes) -> None:
-    """Replace ``node`` by ``MatMulNBits(x, *inputs)``, keeping its provenance."""
+    """Replace ``node`` by ``MatMulNBits(x, *inputs)``, keeping its provenance and its output's
+    name, type and shape (a graph output stays one by name)."""
     new = ir.node(
         "MatMulNBits", [x, *inputs], attributes, domain=CONTRIB_DOMAIN, metadata_props=dict(node.metadata_props)
     )
-    graph.insert_before(node, new)
-    old = node.outputs[0]
-    new.outputs[0].type, new.outputs[0].shape = old.type, old.shape
-    ir.convenience.replace_all_uses_with(old, new.outputs[0], replace_graph_outputs=True)
-    graph.remove(node, safe=True)
+    ir.convenience.replace_nodes_and_values(graph, node, [node], [new], [node.outputs[0]], [new.outputs[0]])
 
 
 def _fresh(graph: ir.Graph, name: str) -> str:
@@ -254,11 +251,9 @@ def _embeddings_from(graph: ir.Graph, weight: ir.Value, inputs: list[ir.Value | 
         )]  # fmt: skip
         if slice_bounds is not None:
             made.append(ir.node("Slice", [made[0].outputs[0], *slice_bounds], metadata_props=provenance))
-        old, new = gather.outputs[0], made[-1].outputs[0]
-        new.type, new.shape = old.type, old.shape
-        graph.insert_before(gather, made)
-        ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
-        graph.remove(gather, safe=True)
+        ir.convenience.replace_nodes_and_values(
+            graph, gather, [gather], made, [gather.outputs[0]], [made[-1].outputs[0]]
+        )
 
 
 # -- weights quantized in PyTorch ----------------------------------------------------------------------

@@ -194,3 +194,16 @@ def test_torchao_weights_take_an_accuracy_level_as_an_export_pass():
     (node,) = _nodes(program, "MatMulNBits")
     assert node.attributes["accuracy_level"].as_int() == 4
     program.verify(x, rtol=0.05, atol=0.05)  # the input quantized to int8 per block
+
+
+def test_the_pass_on_a_saved_model_keeps_its_output_names(tmp_path):
+    """Run on a model loaded from a file (no export renames outputs after it): a quantized layer
+    that makes a graph output keeps that output's name, type and shape."""
+    model, ids = MLP().eval(), torch.randint(0, 50, (2, 5))
+    program = opreg.export(model, (ids,), target="onnxruntime")
+    program.save(tmp_path / "mlp.onnx")
+    loaded = ir.load(tmp_path / "mlp.onnx")
+    before = [(v.name, v.dtype, v.shape) for v in loaded.graph.outputs]
+    MatMulNBitsQuantization(bits=8)(loaded)
+    assert [(v.name, v.dtype, v.shape) for v in loaded.graph.outputs] == before
+    assert loaded.graph.outputs[0].producer().op_type == "MatMulNBits"
