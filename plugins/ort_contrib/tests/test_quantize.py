@@ -55,7 +55,7 @@ def test_float_weights_quantized_are_the_weights_the_model_computes_with(bits, b
     model, ids = MLP().eval(), torch.randint(0, 50, (2, 5))
     program = opreg.export(
         model, (ids,), target="onnxruntime",
-        passes=[MatMulNBitsQuantization(bits=bits, block_size=block_size, symmetric=symmetric)],
+        passes=[MatMulNBitsQuantization(bits=bits, block_size=block_size, symmetric=symmetric, accuracy_level=None)],
     )  # fmt: skip
     nodes = _nodes(program, "MatMulNBits")
     assert len(nodes) == 3 and not _nodes(program, "FusedMatMul") and not _nodes(program, "MatMul")
@@ -76,8 +76,9 @@ def test_excluded_weights_stay_float_and_so_does_a_tied_embedding_whose_head_is_
     torch.manual_seed(0)
     model, ids = MLP(tied=True).eval(), torch.randint(0, 50, (2, 5))
     program = opreg.export(
-        model, (ids,), target="onnxruntime", passes=[MatMulNBitsQuantization(exclude=["down.*", "head.*"])]
-    )
+        model, (ids,), target="onnxruntime",
+        passes=[MatMulNBitsQuantization(exclude=["down.*", "head.*"], accuracy_level=None)],
+    )  # fmt: skip
     assert [n.inputs[1].name for n in _nodes(program, "MatMulNBits")] == ["up.weight_Q4"]
     (gather,) = _nodes(program, "Gather")  # the embedding still reads the tied weight in float
     assert gather.inputs[0].is_initializer() and gather.inputs[0].dtype == ir.DataType.FLOAT
@@ -126,6 +127,15 @@ def test_a_tied_embedding_reads_the_quantized_weight_it_shares_with_the_head(bit
                 layer = expected.up if weight.shape == (64, 96) else expected.down
                 layer.weight.copy_(torch.from_numpy(weight.T))
         np.testing.assert_allclose(program.run(ids).numpy(), expected(ids).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_the_defaults_are_the_fastest_measured_blocks_of_128_symmetric_int8_compute():
+    model, ids = MLP().eval(), torch.randint(0, 50, (2, 5))
+    program = opreg.export(model, (ids,), target="onnxruntime", passes=[MatMulNBitsQuantization()])
+    for node in _nodes(program, "MatMulNBits"):
+        attributes = {a.name: a.value for a in node.attributes.values()}
+        assert (attributes["bits"], attributes["block_size"], attributes["accuracy_level"]) == (4, 128, 4)
+        assert len(node.inputs) == 3  # symmetric: no zero points
 
 
 @pytest.mark.parametrize(
