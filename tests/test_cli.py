@@ -117,3 +117,30 @@ def test_no_traceback_without_debug_in_a_real_process():
         [sys.executable, "-m", "opreg.cli", "explain", "nope", "--debug"], capture_output=True, text=True
     )
     assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_each_command_is_one_module_listed_once_in_commands():
+    """A command is a module of opreg/cli with add_parser and run, and an entry in COMMANDS: a
+    module left out of COMMANDS, or a parser whose run is not its module's, fails here."""
+    import argparse
+    import pkgutil
+
+    import opreg.cli
+
+    modules = {m.name for m in pkgutil.iter_modules(opreg.cli.__path__) if not m.name.startswith("_")}
+    assert sorted(c.__name__.rpartition(".")[2] for c in opreg.cli.COMMANDS) == sorted(modules)
+    (commands,) = [a for a in opreg.cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    runs = {name: parser.get_default("run") for name, parser in commands.choices.items()}
+    runs["llm"] = commands.choices["llm"]._subparsers._group_actions[0].choices["export"].get_default("run")
+    assert {name: run.__module__ for name, run in runs.items()} == {
+        c.__name__.rpartition(".")[2].replace("_", "-"): c.__name__ for c in opreg.cli.COMMANDS
+    }
+
+
+def test_building_the_parser_imports_nothing_heavy():
+    code = (
+        "import sys; from opreg.cli import build_parser; build_parser(); "
+        "heavy = {'torch', 'rich', 'onnx', 'opreg.registry', 'opreg.plugins', 'opreg.settings'} & set(sys.modules); "
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -33,6 +33,7 @@ from opreg.errors import (
 )
 
 if TYPE_CHECKING:
+    from opreg._export import export
     from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_translation_table
     from opreg.hookspecs import hookimpl
     from opreg.opname import OpName
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
     from opreg.registrar import ImplSpec, Registrar, Rejection, impl
     from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
+    from opreg.settings import ExportSettings
     from opreg.table_out import TranslationTable, TranslationTableWarning
     from opreg.targets import (
         OpsetRequirement,
@@ -78,6 +80,8 @@ _LAZY = {
     "Explanation": "opreg.registry",
     "Impl": "opreg.registry",
     "Registry": "opreg.registry",
+    "ExportSettings": "opreg.settings",
+    "export": "opreg._export",
     "TranslationTable": "opreg.table_out",
     "TranslationTableWarning": "opreg.table_out",
     "OpsetRequirement": "opreg.targets",
@@ -91,24 +95,6 @@ _LAZY = {
 runs only :mod:`opreg.errors`, so a command that reads a cache starts fast."""
 
 __version__ = "0.1.0"
-
-
-def export(model, args=(), kwargs=None, **options):  # type: ignore[no-untyped-def]
-    """Export a PyTorch module to ONNX through the registry; see :func:`opreg.exporter.export`.
-
-    ``opreg.export(model, args=(), kwargs=None, *, target="onnx",
-    dynamic_shapes=None, plugins=None, exclude=None, registry=None,
-    inline=True, embed_functions=False, optimize=True, fold_weights=True, rewrite=True, seed=None,
-    strict=False, state="error", patches=True, exclude_patches=(), progress=None)``
-    returns an :class:`opreg.exporter.OnnxProgram`
-    with ``model``, ``model_proto``, ``save``, ``run`` and ``verify``.
-    """
-    from opreg import _heap
-
-    with _heap.quiet():  # from the exporter's import on (opreg/_heap.py)
-        from opreg import exporter
-
-        return exporter.export(model, args, kwargs, **options)
 
 
 _EXPORTER_NAMES = ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location", "StateSlot")
@@ -145,6 +131,7 @@ __all__ = [
     "Conflict",
     "ExportError",
     "ExportOptions",
+    "ExportSettings",
     "Explanation",
     "FrozenRegistryError",
     "HookError",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -25,7 +25,7 @@ from opreg.exporter._state import StateSlot
 from opreg.patching import PatchedCapture
 from opreg.plugins import default_registry
 from opreg.registry import Registry
-from opreg.targets import TargetLike
+from opreg.settings import ExportSettings, describe, takes_settings
 
 logger = logging.getLogger(__name__)
 
@@ -49,50 +49,41 @@ __all__ = [
 ]
 
 
-def _registry(registry: Registry | None, plugins: Iterable[str] | None, exclude: Iterable[str] | None) -> Registry:
-    if registry is not None:
-        if not isinstance(registry, Registry):
-            raise InvalidArgumentError(
-                f"registry= takes an opreg.Registry (e.g. opreg.default_registry().copy()), got "
-                f"{type(registry).__name__} {registry!r}; to choose packs by name use plugins=[...]"
-            )
-        if plugins is not None or exclude is not None:
-            raise InvalidArgumentError("pass either registry= or plugins=/exclude=, not both")
-        return registry
-    return default_registry(plugins=plugins, exclude=exclude)
+def _registry(settings: ExportSettings) -> Registry:
+    if settings.registry is not None:
+        return settings.registry
+    return default_registry(plugins=settings.plugins, exclude=settings.exclude)
 
 
-def _patches(model: Any, registry: Registry, patches: bool, exclude: Iterable[str]) -> PatchedCapture | None:
+def _patches(model: Any, registry: Registry, settings: ExportSettings) -> PatchedCapture | None:
     """The capture patches for ``model`` (``None`` for an ``ExportedProgram``: it is already captured)."""
-    if isinstance(exclude, str):
-        raise InvalidArgumentError(f"exclude_patches= takes a list of patch names, got the string {exclude!r}")
     if isinstance(model, torch.export.ExportedProgram):
         return None
-    return PatchedCapture.of(registry, enabled=patches, exclude=exclude)
+    return PatchedCapture.of(registry, enabled=settings.patches, exclude=settings.exclude_patches)
 
 
 @_heap.quiet()
+@takes_settings()
 def plan_export(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: tuple = (),
     kwargs: Mapping[str, Any] | None = None,
     *,
-    target: TargetLike = "onnx",
-    dynamic_shapes: Any = None,
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    patches: bool = True,
-    exclude_patches: Iterable[str] = (),
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> list[MissingOp]:
     """Capture (with the packs' capture patches, as :func:`export` does) and plan ``model``
-    (decomposing it where needed) and return every op no impl covers at ``target``, in the main
-    graph and in every subgraph (``[]`` when the model can be exported). What ``opreg check`` prints."""
+    (decomposing it where needed) and return every op no impl covers at the target, in the main
+    graph and in every subgraph (``[]`` when the model can be exported). What ``opreg check`` prints.
+
+    It takes :func:`export`'s keyword options (:class:`opreg.ExportSettings`); those that act after
+    the plan (``inline``, ``optimize``, ``passes``, ``progress``, ...) are checked and not used."""
     args = _check_inputs(model, args, kwargs)
-    reg = _registry(registry, plugins, exclude)
-    resolved = reg.target(target)
-    patched = _patches(model, reg, patches, exclude_patches)
-    captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
+    settings = ExportSettings.of(settings, options, "plan_export")
+    reg = _registry(settings)
+    resolved = reg.target(settings.target)
+    patched = _patches(model, reg, settings)
+    captured = _capture.capture(model, args, kwargs, settings.dynamic_shapes, patched)
     try:
         _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
@@ -101,147 +92,51 @@ def plan_export(
 
 
 @_heap.quiet()
+@takes_settings()
 def export(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: tuple = (),
     kwargs: Mapping[str, Any] | None = None,
     *,
-    target: TargetLike = "onnx",
-    dynamic_shapes: Any = None,
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    inline: bool | int = True,
-    embed_functions: bool = False,
-    optimize: bool = True,
-    fold_weights: bool = True,
-    rewrite: bool = True,
-    seed: int | None = None,
-    strict: bool = False,
-    state: str = "error",
-    passes: Iterable[Any] = (),
-    patches: bool = True,
-    exclude_patches: Iterable[str] = (),
-    progress: Callable[[str], None] | None = None,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> OnnxProgram:
-    """Export ``model`` to ONNX through the registry.
+    """Export ``model`` (a ``torch.nn.Module``, or a ``torch.export.ExportedProgram`` already
+    captured) called with the example inputs ``args`` and ``kwargs`` to ONNX through the registry:
+    capture, plan, translate, finish (docs/exporting.md).
 
-    Args:
-        model: the ``torch.nn.Module`` (put it in ``eval()`` mode first if it
-            has dropout or batch norm), or a ``torch.export.ExportedProgram``
-            already captured (then ``args``, ``kwargs`` and ``dynamic_shapes``
-            are not needed, and its symbolic dims keep torch's names).
-        args, kwargs: example inputs, as ``model(*args, **kwargs)`` takes them.
-        target: what the model must run on: a profile name (``"onnx"``,
-            ``"onnxruntime"``), an ai.onnx version, a ``{domain: version}``
-            dict, or a :class:`opreg.Target`.
-        dynamic_shapes: as ``torch.export.export`` takes them; the names of
-            ``torch.export.Dim``s become the ONNX dim names.
-        plugins, exclude: which installed packs to use (see
-            :func:`opreg.default_registry`).
-        registry: a registry to use instead (e.g. a ``default_registry().copy()``
-            with your own impls registered); excludes ``plugins``/``exclude``.
-        inline: inline impls written as script functions (default); ``False``
-            keeps them as model-local ONNX functions; an int N inlines those of
-            at most N nodes and keeps the rest.
-        embed_functions: add the packs' ONNX function definitions
-            (``opreg_functions``) of the custom-domain ops the model uses, so
-            runtimes without the packs' kernels can run it.
-        optimize: fold constants (weights only as ``fold_weights`` says), remove no-op and
-            duplicate nodes, and turn constants into initializers (default);
-            ``False`` keeps every node the impls emitted.
-        fold_weights: with ``optimize``, fold batch norm into the convolution
-            (or Gemm) before it, and store a weight read only through a
-            Transpose transposed; the folded weight keeps the replaced weight's
-            name and the model's ``opreg.folded_weights`` metadata says how each
-            folded tensor was computed (default). ``False`` keeps every
-            initializer exactly as the ``state_dict`` has it.
-        rewrite: apply the graph-level rewrites the packs contribute for
-            ``target`` (``opreg_rewrite_rules``: fused kernels for patterns that
-            span several ops) after the lean pass (default); ``False`` leaves
-            them out.
-        seed: give every random node (RandomNormal, RandomUniform and their
-            ``Like`` forms, Bernoulli, Multinomial, Dropout) a ``seed``
-            attribute: ``seed``, ``seed + 1``, ... in graph order. Each
-            session of the model then draws the same numbers, run after run;
-            ``None`` (default) leaves them unseeded: ONNX Runtime seeds them
-            from its process-wide seed (``onnxruntime.set_seed``).
-        strict: a pack's rewrite that raises or leaves an invalid graph fails the export
-            (:class:`PluginError` naming the pack and the rule or pass); by default it is
-            undone and left out with a warning, and the export goes on without it.
-        state: what to do when ``forward`` updates a buffer (batch-norm statistics in
-            training, a counter, a static KV cache) or an input in place, which an ONNX graph
-            cannot hold: ``"error"`` (default) raises :class:`opreg.StateError` naming them;
-            ``"io"`` makes each mutated buffer an input (named by its ``state_dict`` key) and
-            each mutated buffer and input an output (``<input>_out``), listed in the program's
-            ``state_slots`` (``run`` feeds and keeps the buffers' values in ``program.state``);
-            ``"drop"`` leaves the updates out (the model reads the exported values each call).
-        passes: more graph rewrites to apply after the packs' (``onnx_ir`` passes that
-            change the model in place, onnxscript rewrite rules or rule sets), each
-            recorded as ``export:<name>`` like a pack's rewrite and gated by the target
-            the same way (e.g. ``opreg_ort_contrib.MatMulNBitsQuantization(bits=4)``,
-            which quantizes the float weights of linear layers). They run even with
-            ``rewrite=False``.
-        patches: install the packs' capture patches (``opreg_capture_patches``)
-            that apply to ``model`` while capturing it (default); ``False``
-            captures the model's own code. What happened to each patch is in
-            the result's ``capture_patches``; the applied ones are also in the
-            model's ``opreg.capture_patches`` metadata.
-        exclude_patches: names of patches to leave out (``"pack:name"``, a
-            patch's name, or what it patches, ``"module.function"``).
-        progress: called with each stage's name (:data:`STAGES`) as it starts.
-
-    Threads: ``export`` may be called from several threads at once. torch.export's
-    tracing state is global, so capture and decomposition run one model at a time
-    (a process-wide lock); translation and the later stages run in parallel. Code of
-    your own that calls ``torch.export`` in another thread at the same time is not
-    covered by that lock.
-
-    Garbage collection: while ``export`` runs, the objects that were alive before it
-    (and the modules, registry and captured program it makes) sit in the collector's
-    permanent generation (``gc.freeze``), handed back when it returns; this saves a
-    quarter to a third of a cold export's time. A process with frozen objects of its own,
-    or with the collector off, is left as it is (``opreg/_heap.py``).
-
-    Raises:
-        InvalidArgumentError: an argument of the wrong type (``args`` not a
-            tuple, ``kwargs`` not a dict, ``seed`` not an int, ...), before
-            anything is captured.
-        UnsupportedOpsError: some ops have no impl for the target; lists all.
-        StateError: the model updates buffers or inputs, and ``state`` is ``"error"``.
-        OpsetConflictError: impls need incompatible versions of one domain.
-        ExportError: capture, translation or validation failed.
-        PluginError: with ``strict``, a pack's rewrite failed.
+    The keyword options are the fields of :class:`opreg.ExportSettings`; ``settings=`` takes them
+    prebuilt (keywords given beside it replace its fields). docs/exporting.md's "Keyword options"
+    says what each does, its "Errors" what is raised, and its "Threads" and "Garbage collection"
+    what an export does to the process.
     """
     args = _check_inputs(model, args, kwargs)
-    _check_options(inline=inline, seed=seed, embed_functions=embed_functions, optimize=optimize,
-                   fold_weights=fold_weights, rewrite=rewrite)  # fmt: skip
-    reg = _registry(registry, plugins, exclude)
-    _state.check_mode(state)
-    extra = _finish.export_passes(passes)
-    tick = _Ticker(progress)
+    settings = ExportSettings.of(settings, options, "opreg.export")
+    reg = _registry(settings)
+    extra = _finish.export_passes(settings.passes)
+    tick = _Ticker(settings.progress)
     tick("capture")
-    resolved = reg.target(target)
-    patched = _patches(model, reg, patches, exclude_patches)
+    resolved = reg.target(settings.target)
+    patched = _patches(model, reg, settings)
     _heap.settle()  # the modules imported and the registry outlive the export
-    captured = _capture.capture(model, args, kwargs, dynamic_shapes, patched)
+    captured = _capture.capture(model, args, kwargs, settings.dynamic_shapes, patched)
     _heap.settle()  # so does the captured program
     tick("plan")
     program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
-    _state.check(program, state, _model_name(model))
+    _state.check(program, settings.state, _model_name(model))
     tick("translate")
     symbols: dict[str, str] = {}
     eager = captured  # what verify() compares with: an ExportedProgram's module is made when first needed
     if isinstance(model, torch.nn.Module):
-        symbols = _capture.dim_names(model, args, kwargs, program, dynamic_shapes)
+        symbols = _capture.dim_names(model, args, kwargs, program, settings.dynamic_shapes)
         eager = model
-    translation = _translate.Translator(program, plan, resolved, symbols, state_io=state == "io").run()
+    translation = _translate.Translator(program, plan, resolved, symbols, state_io=settings.state == "io").run()
     tick("finish")
     result = _finish.finish(
         translation, exported_program=program, module=eager, target=resolved, registry=reg,
-        input_leaves=_capture.input_leaves(program), inline=inline, embed_functions=embed_functions,
-        optimize=optimize, fold_weights=fold_weights, rewrite=rewrite, seed=seed, strict=strict, passes=extra,
-        dim_bounds=_capture.dim_bounds(program, symbols),
+        input_leaves=_capture.input_leaves(program), inline=settings.inline, embed_functions=settings.embed_functions,
+        optimize=settings.optimize, fold_weights=settings.fold_weights, rewrite=settings.rewrite, seed=settings.seed,
+        strict=settings.strict, passes=extra, dim_bounds=_capture.dim_bounds(program, symbols),
         capture_patches=patched.outcomes if patched is not None else (),
     )  # fmt: skip
     tick.done()
@@ -265,7 +160,7 @@ def _check_inputs(model: Any, args: Any, kwargs: Any) -> tuple:
             else (": pass an instance, e.g. Model()" if isinstance(model, type) else "")
         )
         raise InvalidArgumentError(
-            f"the model to export is a torch.nn.Module or a torch.export.ExportedProgram, got {_describe(model)}{hint}"
+            f"the model to export is a torch.nn.Module or a torch.export.ExportedProgram, got {describe(model)}{hint}"
         )
     if isinstance(args, torch.Tensor):
         args = (args,)
@@ -282,36 +177,15 @@ def _check_inputs(model: Any, args: Any, kwargs: Any) -> tuple:
         )
     elif not isinstance(args, tuple):
         raise InvalidArgumentError(
-            f"args= takes a tuple of the model's positional inputs, got {_describe(args)}: write (value,) for one"
+            f"args= takes a tuple of the model's positional inputs, got {describe(args)}: write (value,) for one"
         )
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise InvalidArgumentError(
-            f"kwargs= takes a dict of the model's keyword inputs ({{'name': tensor}}), got {_describe(kwargs)}"
+            f"kwargs= takes a dict of the model's keyword inputs ({{'name': tensor}}), got {describe(kwargs)}"
         )
     if kwargs is not None and any(not isinstance(k, str) for k in kwargs):
         raise InvalidArgumentError(f"kwargs= keys are forward's parameter names (strings), got {list(kwargs)!r}")
     return args
-
-
-def _check_options(*, inline: Any, seed: Any, **flags: Any) -> None:
-    """Refuse options of the wrong type before the export starts (not after it, or never)."""
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise InvalidArgumentError(f"{name}= takes True or False, got {_describe(value)}")
-    if not isinstance(inline, (bool, int)) or (not isinstance(inline, bool) and inline < 0):
-        raise InvalidArgumentError(
-            f"inline= takes True, False or a node count N >= 0 (inline functions of at most N nodes), "
-            f"got {_describe(inline)}"
-        )
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise InvalidArgumentError(f"seed= takes an int (or None for unseeded random nodes), got {_describe(seed)}")
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "None"
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 class _Ticker:

@@ -17,10 +17,8 @@ import dataclasses
 import torch
 from torch.export.graph_signature import OutputKind
 
-from opreg.errors import InvalidArgumentError, StateError
+from opreg.errors import StateError
 
-MODES = ("error", "io", "drop")
-"""The values of ``opreg.export(..., state=...)``."""
 BUFFER = "buffer"
 INPUT = "input"
 
@@ -52,15 +50,6 @@ class Mutations:
 
     def __bool__(self) -> bool:
         return bool(self.buffers or self.inputs)
-
-
-def check_mode(state: str) -> str:
-    if state not in MODES:
-        raise InvalidArgumentError(
-            f"state={state!r}: use 'error' (refuse a model that updates buffers or inputs), 'io' (export "
-            "each as an input and an output) or 'drop' (leave the updates out)"
-        )
-    return state
 
 
 def mutations(program: torch.export.ExportedProgram) -> Mutations:

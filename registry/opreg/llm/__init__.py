@@ -23,16 +23,19 @@ Importing this module is cheap: torch and transformers are imported when a funct
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from opreg.settings import ExportSettings, takes_settings
 from opreg.targets import TargetLike
 
 if TYPE_CHECKING:
     from opreg.llm._decoder import Decoder, DecoderLayout
-    from opreg.registry import Registry
 
-__all__ = ["LAYOUT", "Decoder", "DecoderLayout", "export_decoder"]
+__all__ = ["DECODER_OPTIONS", "LAYOUT", "Decoder", "DecoderLayout", "export_decoder"]
+
+DECODER_OPTIONS = ("dynamic_shapes", "state")
+"""The options of :class:`opreg.ExportSettings` the decoder's layout sets: :func:`export_decoder`
+does not take them."""
 
 LAYOUT = {
     "input_ids": "input_ids",
@@ -48,6 +51,7 @@ LAYOUT = {
 ``genai_config.json`` names them."""
 
 
+@takes_settings(leave_out=(*DECODER_OPTIONS, "target"))
 def export_decoder(
     model: Any,
     output_folder: str | os.PathLike[str] | None = None,
@@ -58,14 +62,11 @@ def export_decoder(
     symmetric: bool | None = None,
     accuracy_level: int | None = None,
     tokenizer: Any = None,
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    optimize: bool = True,
     external_data: bool | None = None,
     context_length: int | None = None,
     allow_longer_context: bool = False,
-    **export_options: Any,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> Decoder:
     """Export a transformers causal LM as one decoder for prefill and decode (the layout of
     :mod:`opreg.llm`), and write a folder ONNX Runtime GenAI loads when ``output_folder`` is given.
@@ -91,10 +92,10 @@ def export_decoder(
         tokenizer: what to save beside the model: a transformers tokenizer, or a folder holding
             one; by default the checkpoint folder's, when ``model`` is a folder (a warning if it
             has none: GenAI needs one to encode text); ``False``: none.
-        plugins, exclude, registry, optimize: as :func:`opreg.export` takes them.
-        export_options: more of :func:`opreg.export`'s keyword arguments (``fold_weights``,
-            ``rewrite``, ``inline``, ...), passed on as they are; not the ones the decoder's
-            layout sets (``dynamic_shapes``, ``state``).
+        options, settings: :func:`opreg.export`'s keyword options (:class:`opreg.ExportSettings`:
+            ``plugins``, ``registry``, ``fold_weights``, ...) passed on as they are, or prebuilt
+            (its ``target`` is the decoder's unless ``target`` is given); not those the decoder's
+            layout sets (:data:`DECODER_OPTIONS`).
         external_data: as :meth:`OnnxProgram.save` takes it.
         context_length: the longest sequence GenAI may generate (``genai_config.json``'s
             ``context_length`` and ``search.max_length``), from 1 to 2**31 - 1; default the
@@ -122,9 +123,8 @@ def export_decoder(
         _folder.check_folder(output_folder)
     decoder = _decoder.export_decoder(
         model, target=target, precision=precision, block_size=block_size, symmetric=symmetric,
-        accuracy_level=accuracy_level, plugins=plugins, exclude=exclude, registry=registry, optimize=optimize,
-        tokenizer=tokenizer, context_length=context_length, allow_longer_context=allow_longer_context,
-        **export_options,
+        accuracy_level=accuracy_level, tokenizer=tokenizer, context_length=context_length,
+        allow_longer_context=allow_longer_context, settings=settings, **options,
     )  # fmt: skip
     if output_folder is not None:
         decoder.save(output_folder, external_data=external_data)

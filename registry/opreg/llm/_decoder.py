@@ -21,13 +21,13 @@ import onnx_ir as ir
 import torch
 
 from opreg.errors import ExportError, InvalidArgumentError, VerificationError
-from opreg.exporter import OnnxProgram, OutputCheck, _registry, export
+from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._capture import TRACING_LOCK
-from opreg.exporter._finish import export_passes
 from opreg.exporter._program import compare_output
-from opreg.llm import LAYOUT, _checkpoint, _genai, _options
+from opreg.llm import DECODER_OPTIONS, LAYOUT, _checkpoint, _genai, _options
 from opreg.llm._genai import text_config
-from opreg.registry import Registry
+from opreg.plugins import default_registry
+from opreg.settings import ExportSettings
 from opreg.targets import TargetLike
 
 logger = logging.getLogger(__name__)
@@ -383,26 +383,19 @@ def export_decoder(
     block_size: int | None = None,
     symmetric: bool | None = None,
     accuracy_level: int | None = None,
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    registry: Registry | None = None,
-    optimize: bool = True,
     tokenizer: Any = None,
     context_length: int | None = None,
     allow_longer_context: bool = False,
-    **export_options: Any,
+    settings: ExportSettings | None = None,
+    **options: Any,
 ) -> Decoder:
-    _check_options(export_options)
+    settings = _settings(target, settings, options)
     _checkpoint.check_context_length_value(context_length)
-    registry = _registry(registry, plugins, exclude)
-    resolved = _options.resolve_target(target, registry)
     quantize = _options.quantization(
-        precision, resolved, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
+        precision, settings.target, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
     )
-    passes = export_options.pop("passes", ())
     if quantize is not None:  # after the caller's passes: it quantizes the weights they leave
-        export_passes(passes)  # a bad one named as opreg.export names it
-        passes = [*passes, quantize]
+        settings = dataclasses.replace(settings, passes=[*settings.passes, quantize])
     model, folder, context_length = load(model, context_length, allow_longer_context)
     if tokenizer is None and folder is not None:
         tokenizer = folder
@@ -421,27 +414,33 @@ def export_decoder(
             past=[torch.randn(batch, layout.num_key_value_heads, past, layout.head_size, dtype=layout.dtype)
                   for _ in range(2 * layout.num_layers)],
         )  # fmt: skip
-        program = export(
-            step, (), example, target=resolved, dynamic_shapes=_dynamic_shapes(layout, context_length),
-            registry=registry, optimize=optimize, passes=passes, **export_options,
-        )  # fmt: skip
+        shapes = _dynamic_shapes(layout, context_length)
+        program = export(step, (), example, settings=dataclasses.replace(settings, dynamic_shapes=shapes))
     finally:
         model.train(was_training)
     _name(program, layout)
     return Decoder(program, layout, model, tokenizer, context_length, precision)
 
 
-def _check_options(export_options: dict[str, Any]) -> None:
-    """Refuse options of ``opreg.export`` the decoder sets itself, and names it does not take."""
-    taken = sorted(set(export_options) & {"args", "kwargs", "dynamic_shapes", "state"})
+def _settings(target: TargetLike | None, settings: ExportSettings | None, options: dict[str, Any]) -> ExportSettings:
+    """The export's settings: ``settings`` with ``options``, the layout's own options refused, the
+    registry built and the target resolved: ``target``, else a prebuilt ``settings``' target, else
+    the fastest the installed packs offer (:func:`opreg.llm._options.default_target`)."""
+    taken = [name for name in ("args", "kwargs", *DECODER_OPTIONS) if name in options]
+    if settings is not None:
+        defaults = ExportSettings()
+        taken += [n for n in DECODER_OPTIONS if n not in taken and getattr(settings, n) != getattr(defaults, n)]
     if taken:
         raise InvalidArgumentError(
             f"export_decoder sets {', '.join(taken)} itself (the decoder's inputs and dynamic lengths); leave "
             f"{'it' if len(taken) == 1 else 'them'} out"
         )
-    unknown = sorted(set(export_options) - set(inspect.signature(export).parameters))
-    if unknown:
-        raise InvalidArgumentError(f"export_decoder got {', '.join(unknown)}, which opreg.export does not take")
+    if target is None and settings is not None:
+        target = settings.target
+    settings = ExportSettings.of(settings, options, "export_decoder")
+    registry = settings.registry or default_registry(plugins=settings.plugins, exclude=settings.exclude)
+    resolved = _options.resolve_target(target, registry)
+    return dataclasses.replace(settings, target=resolved, registry=registry, plugins=None, exclude=None)
 
 
 def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any]:

@@ -81,17 +81,17 @@ def write_folder(path: str | os.PathLike[str], fill: Callable[[Path], list[str]]
     folder replaces the old one in one swap. Returns the folder and the names ``fill`` wrote."""
     target = check_folder(path)
     clean_up(target)
-    with _save._terminate_as_interrupt(), _staging(target) as staged:
-        new = _save._file_id(staged)
+    with _save.terminate_as_interrupt(), _staging(target) as staged:
+        new = _save.file_id(staged)
         try:
             names = fill(staged)
             if target.is_dir():
                 _keep_others(target, staged, set(names))
-            _save._pause("folder-staged")
+            _save.pause("folder-staged")
             _swap(staged, target)
-            _save._pause("folder-swapped")
+            _save.pause("folder-swapped")
         except KeyboardInterrupt as e:
-            if _save._file_id(target) == new:  # the swap happened: the new folder is in place
+            if _save.file_id(target) == new:  # the swap happened: the new folder is in place
                 shutil.rmtree(staged, ignore_errors=True)
                 raise InterruptedAfterSave(target) from e
             raise
@@ -105,7 +105,7 @@ def _staging(target: Path) -> Iterator[Path]:
     is removed afterwards (after the swap, ``folder`` there is the old folder)."""
     try:
         staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f"{staging_prefix(target)}{os.getpid()}-"))
-        lock = os.open(staging / _save._LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        lock = os.open(staging / _save.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
         raise SaveError(f"cannot write the model folder {target}: {e.strerror or e}") from e
     try:
@@ -123,10 +123,8 @@ def _staging(target: Path) -> Iterator[Path]:
 
 def _keep_others(old: Path, new: Path, written: set[str]) -> None:
     """Hard-link (or copy) into ``new`` every entry of ``old`` the write did not make: not its
-    names, not opreg's staging folders, not the data file the old model owned."""
-    from opreg.llm._genai import MODEL_FILE
-
-    replaced = _save.owned_data(old / MODEL_FILE) if MODEL_FILE in written else set()
+    names, not opreg's staging folders, not the data file an old model it replaces owned."""
+    replaced = {data for name in written if name.endswith(".onnx") for data in _save.owned_data(old / name)}
     for entry in old.iterdir():
         name = entry.name
         if name in written or name in replaced or name.startswith(_save.STAGING_PREFIX):
@@ -204,7 +202,7 @@ def clean_up(target: Path) -> None:
             else:
                 shutil.rmtree(entry, ignore_errors=True)
             continue
-        with _save._stale(entry) as gone:
+        with _save.stale_lock(entry) as gone:
             if gone:
                 logger.info("removing %s, left by a write that did not finish", entry)
                 shutil.rmtree(entry, ignore_errors=True)

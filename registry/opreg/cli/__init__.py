@@ -1,0 +1,91 @@
+"""The ``opreg`` command line: one module per command, each with ``add_parser(subparsers,
+parents)`` and ``run(args) -> int``; :data:`COMMANDS` lists them in the order ``opreg --help``
+shows them. A new command is one new module and one entry there.
+
+Exit codes: 0 success; 1 the command ran and found problems (ops without an
+impl, a model that does not match, an unusable file, a pack that failed or a
+tie under ``--strict``); 2 bad input or an opreg error (one line on stderr);
+130 interrupted (Ctrl-C or SIGTERM; ``export`` says what its output file holds:
+unchanged, or the new model when the save had already switched to it, which a
+save does atomically). ``--debug`` shows tracebacks and debug logs.
+
+A command's module imports what is heavy (torch, the registry, rich) inside ``run``, so
+``opreg --help`` and the commands answered from the pack cache start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from opreg.cli import check, explain, export, inspect, llm, new_pack, ops, pack_check, plugins
+from opreg.cli._common import (
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    RequestedPackFailed,
+    one_line,
+)
+from opreg.cli._options import Parents
+from opreg.errors import OpregError, PluginError, PluginNotFoundError
+
+__all__ = ["COMMANDS", "EXIT_ERROR", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "build_parser", "main"]
+
+COMMANDS = (plugins, ops, explain, check, export, llm, inspect, new_pack, pack_check)
+"""The commands' modules, in the order ``opreg --help`` lists them."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opreg", description="Inspect opreg's op packs, registry and resolution.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parents = Parents.build()
+    for command in COMMANDS:
+        command.add_parser(subparsers, parents)
+    return parser
+
+
+def _version() -> str:
+    from opreg import __version__
+
+    return __version__
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.ERROR,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+
+    previous = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a command as Ctrl-C does, cleanly
+    try:
+        return args.run(args)
+    except OpregError as e:
+        if args.debug:
+            raise
+        sys.stderr.write(f"opreg: error: {one_line(e)}\n")
+        strict = getattr(args, "strict", False) and not isinstance(e, PluginNotFoundError)
+        found = isinstance(e, RequestedPackFailed) or (isinstance(e, PluginError) and strict)
+        return EXIT_FINDINGS if found else EXIT_ERROR
+    except KeyboardInterrupt:
+        sys.stderr.write("opreg: interrupted\n")
+        return EXIT_INTERRUPTED
+    except Exception as e:
+        if args.debug:
+            raise
+        sys.stderr.write(
+            f"opreg: internal error: {type(e).__name__}: {one_line(e)} (run with --debug for the traceback)\n"
+        )
+        return EXIT_ERROR
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,6 @@
+"""``python -m opreg.cli``: the ``opreg`` command line."""
+
+from opreg.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,238 @@
+"""``opreg export``: export a model to an ONNX file, with progress, and verify it on request."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from opreg.cli._common import (
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    console,
+    export_settings,
+    load_model,
+    missing_table,
+    print_json,
+    registry,
+    report_failed_packs,
+    short_source,
+    styled,
+    table,
+    warn_conflicts,
+    warn_hook_failures,
+)
+from opreg.cli._options import Parents, add_dynamic, add_model
+
+LOCATE_ROWS = 12
+"""How many nodes out of tolerance ``export --locate``'s table shows (suspects first)."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None:
+    p = subparsers.add_parser(
+        "export", parents=[parents.output, parents.packs, parents.target, parents.patches],
+        help="export a model to an ONNX file",
+    )  # fmt: skip
+    add_model(p)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .onnx file to write")
+    add_dynamic(p)
+    p.add_argument("--verify", action="store_true", help="run the model and compare with eager PyTorch")
+    p.add_argument(
+        "--locate", action="store_true",
+        help="with --verify, on a mismatch compare every intermediate value and name the impl or rule at fault",
+    )  # fmt: skip
+    p.add_argument("--rtol", type=float, default=1e-4, help="--verify's relative tolerance (default 1e-4)")
+    p.add_argument("--atol", type=float, default=1e-4, help="--verify's absolute tolerance (default 1e-4)")
+    p.add_argument("--keep-functions", action="store_true", help="keep script impls as model-local functions")
+    p.add_argument(
+        "--keep-weights", action="store_true",
+        help="keep every weight as the state_dict has it (no batch norm folded, no weight stored transposed)",
+    )  # fmt: skip
+    p.add_argument(
+        "--external-data", action="store_true",
+        help="write weights to a side file FILE.<token>.data the model names (weights of up to 256 bytes stay inline)",
+    )  # fmt: skip
+    p.add_argument(
+        "--state", choices=("error", "io", "drop"), default="error",
+        help="a model that updates buffers or inputs in forward: refuse it (error, default), export each as an "
+        "input and an output (io), or leave the updates out (drop)",
+    )  # fmt: skip
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from opreg.errors import UnsupportedOpsError, VerificationError
+    from opreg.exporter._save import check_output_path
+
+    err = console(stderr=True)
+    reg = registry(args)
+    target = reg.target(args.target)
+    check_output_path(args.output, external_data=args.external_data)  # before the export, not after it
+    report_failed_packs(reg, args)
+    warn_conflicts(reg)
+    started = time.perf_counter()
+    with err.status("loading the model") as status:
+        stages = _Stages(err, status)
+        loaded, dynamic = load_model(args)
+        try:
+            program, path, result = _export(args, reg, target, loaded, dynamic, stages)
+        except UnsupportedOpsError as e:
+            status.stop()
+            missing_table(err, e.missing, target)
+            err.print(styled(f"export failed: {len(e.missing)} op(s) have no impl at target {target}", "red"))
+            return EXIT_FINDINGS
+        except VerificationError as e:
+            status.stop()
+            return _mismatch(args, err, e)
+        except KeyboardInterrupt as e:
+            status.stop()
+            sys.stderr.write(f"opreg: interrupted: {_interrupted_export(e, stages.current, args)}\n")
+            return EXIT_INTERRUPTED
+    warn_hook_failures(reg)
+    return _report(args, err, program, path, result, started)
+
+
+class _Stages:
+    """The export's ``progress``: says how long each stage took, and shows the next one."""
+
+    def __init__(self, err: Any, status: Any) -> None:
+        self.err, self.status = err, status
+        self.current, self.started = "load", time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        self.err.print(styled(f"done {self.current} ({time.perf_counter() - self.started:.2f} s)", "green"))
+        self.current, self.started = name, time.perf_counter()
+        self.status.update(f"{name}...")
+
+
+def _export(args: argparse.Namespace, reg: Any, target: Any, loaded: Any, dynamic: Any, stage: _Stages) -> Any:
+    """Export, save and (``--verify``) verify: ``(program, path, verification or None)``."""
+    from opreg import exporter
+
+    settings = export_settings(
+        args, reg, target, dynamic, inline=not args.keep_functions, fold_weights=not args.keep_weights,
+        state=args.state, progress=stage,
+    )  # fmt: skip
+    program = exporter.export(loaded.module, loaded.args, loaded.kwargs, settings=settings)
+    stage("save")
+    path = program.save(args.output, external_data=True if args.external_data else None)
+    result = None
+    if args.verify:
+        stage("verify")
+        result = program.verify(*loaded.args, rtol=args.rtol, atol=args.atol, locate=args.locate, **loaded.kwargs)
+    stage("")
+    return program, path, result
+
+
+def _mismatch(args: argparse.Namespace, err: Any, error: Any) -> int:
+    """A saved model that does not match eager PyTorch: the outputs out of tolerance, and with
+    ``--locate`` the nodes at fault."""
+    location = getattr(error, "location", None)
+    if args.json:
+        checks = [dataclasses.asdict(c) for c in error.results]
+        print_json({
+            "file": str(Path(args.output).resolve()), "verified": False, "outputs": checks,
+            "location": location.to_dict() if location is not None else None,
+        })  # fmt: skip
+        return EXIT_FINDINGS
+    if location is None:
+        err.print(styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{error}", "red"))
+        if args.verify and not args.locate:
+            err.print("rerun with --locate to find the impl or rewrite rule at fault")
+        return EXIT_FINDINGS
+    lines = "\n".join(f"  {c}" for c in error.results if not c.ok)
+    err.print(styled(f"wrote {args.output}, but it does not match eager PyTorch:\n{lines}", "red"))
+    _location_table(console(), location)
+    return EXIT_FINDINGS
+
+
+def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result: Any, started: float) -> int:
+    """What was written (and verified), as JSON or lines."""
+    from opreg.exporter._save import INLINE_LIMIT_BYTES, referenced_data
+    from opreg.targets import domain_label
+
+    if args.json:
+        print_json({
+            "file": str(Path(path).resolve()), "nodes": len(program.model.graph),
+            "opsets": {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())},
+            "verified": bool(args.verify) or None,
+            "outputs": [dataclasses.asdict(c) for c in result.outputs] if args.verify else [],
+        })  # fmt: skip
+        return EXIT_OK
+    opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
+    out = console()
+    out.print(
+        f"wrote {path} ({len(program.model.graph)} nodes; opsets {opsets}) in {time.perf_counter() - started:.1f} s",
+        markup=False,
+    )
+    _print_patches(out, err, program.capture_patches)
+    if args.external_data and not referenced_data(path):
+        out.print(
+            f"note: no weight is over {INLINE_LIMIT_BYTES} bytes, so every weight is inside {path} "
+            "and --external-data wrote no data file",
+            markup=False,
+            soft_wrap=True,
+        )
+    if args.verify:
+        worst = max((o.max_abs for o in result.outputs), default=0.0)
+        out.print(
+            f"verified with {result.runtime}: {len(result.outputs)} output(s) match eager PyTorch "
+            f"(max abs {worst:.3g})",
+            markup=False,
+        )
+    return EXIT_OK
+
+
+def _location_table(out: Any, location: Any) -> None:
+    """``program.locate``'s report: the nodes out of tolerance, the suspects first, then the verdict."""
+    rows = sorted(location.divergences, key=lambda d: (not d.faulty, not d.first))[:LOCATE_ROWS]
+    nodes = table(
+        f"where it goes wrong ({location.compared} values compared with eager, {location.runtime}, "
+        f"rtol={location.rtol:g}, atol={location.atol:g})",
+        ["node", "torch op", "impl / rule", "impl at", "model line", "error", "alone", "verdict"],
+        whole=["impl / rule", "impl at"],
+    )
+    for d in rows:
+        verdict = "WRONG" if d.faulty else ("first" if d.first else "carried")
+        alone = _times(d.local.ratio) if d.local is not None else "?"
+        nodes.add_row(
+            d.node, d.torch_op, d.suspect, short_source(d.impl_source), short_source(d.source) or d.module,
+            _times(d.error.ratio), alone, styled(verdict, "red" if d.faulty else ""),
+        )  # fmt: skip
+    out.print(nodes)
+    if len(location.divergences) > len(rows):
+        out.print(f"... and {len(location.divergences) - len(rows)} more node(s) out of tolerance (--json lists all)")
+    out.print(styled(location.summary(), "red" if location.verdict == "fault" else "yellow"), markup=False)
+    out.print("error: x the tolerance (atol + rtol * |eager|); alone: the node on the model's own inputs to it")
+
+
+def _times(ratio: float) -> str:
+    return "inf" if ratio == float("inf") else f"{ratio:.3g} x"
+
+
+def _print_patches(out: Any, err: Any, outcomes: Sequence[Any]) -> None:
+    """The capture patches an export applied, and those that failed (a warning each)."""
+    from opreg.patching import APPLIED, FAILED
+
+    applied = [o for o in outcomes if o.status == APPLIED]
+    if applied:
+        names = ", ".join(o.label + (f" ({o.calls} calls)" if o.calls is not None else "") for o in applied)
+        out.print(f"capture patches applied: {names}", markup=False)
+    for o in outcomes:
+        if o.status == FAILED:
+            err.print(styled(f"warning: capture patch {o.label} failed and was left out: {o.detail}", "yellow"))
+
+
+def _interrupted_export(error: KeyboardInterrupt, stage: str, args: argparse.Namespace) -> str:
+    """What an interrupt of ``opreg export`` during ``stage`` left at the output path."""
+    from opreg.errors import InterruptedAfterSave
+
+    if isinstance(error, InterruptedAfterSave) or stage in ("verify", ""):
+        return f"{args.output} holds the new model (saved before the interrupt){', not verified' * args.verify}"
+    return f"{args.output} was not changed" if os.path.lexists(args.output) else "nothing was written"

@@ -1,0 +1,186 @@
+"""What an export takes besides the model and its inputs: :class:`ExportSettings`, every keyword
+option of :func:`opreg.export` written once, and :func:`takes_settings`, which gives a function
+that takes them (``opreg.export``, ``plan_export``, ``opreg.llm.export_decoder``) its signature
+from the fields.
+
+torch-free: ``opreg.export`` (:mod:`opreg._export`) and ``opreg.llm`` import it, and ``import opreg``
+only when ``opreg.export`` or ``opreg.ExportSettings`` is first used.
+"""
+
+import dataclasses
+import difflib
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from opreg.errors import InvalidArgumentError
+from opreg.targets import TargetLike
+
+if TYPE_CHECKING:
+    from opreg.registry import Registry
+
+__all__ = ["STATE_MODES", "ExportSettings", "describe", "takes_settings"]
+
+STATE_MODES = ("error", "io", "drop")
+"""What ``state=`` takes."""
+_FLAGS = ("embed_functions", "optimize", "fold_weights", "rewrite", "strict", "patches")
+"""The fields that take True or False."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSettings:
+    """How to export a model: the keyword options of :func:`opreg.export`, which
+    :func:`opreg.exporter.plan_export`, :func:`opreg.llm.export_decoder` and ``opreg export``
+    take too. Every value is checked when the settings are made: a wrong one is an
+    :class:`opreg.InvalidArgumentError` naming the option and what it takes. docs/exporting.md
+    ("Keyword options") says what each does in full.
+
+    Attributes:
+        target: what the model must run on: a profile name (``"onnx"``, ``"onnxruntime"``), an
+            ai.onnx version, a ``{domain: version}`` dict or an :class:`opreg.Target`; default ``"onnx"``.
+        dynamic_shapes: as ``torch.export.export`` takes them (``torch.export.Dim`` names become the
+            ONNX dim names); default ``None``, every dim fixed.
+        plugins: the names of the installed packs to use; default ``None``, every installed pack.
+        exclude: the names of installed packs to leave out; default ``None``.
+        registry: an :class:`opreg.Registry` to use instead of ``plugins``/``exclude``; default ``None``.
+        inline: ``True`` inlines impls written as script functions, ``False`` keeps them as
+            model-local functions, an int N inlines those of at most N nodes; default ``True``.
+        embed_functions: add the packs' ONNX function definitions of the custom-domain ops the
+            model uses; default ``False``.
+        optimize: fold constants, remove no-op and duplicate nodes, make constants initializers;
+            default ``True``.
+        fold_weights: with ``optimize``, fold batch norm into the layer before it and store a weight
+            read only through a Transpose transposed; default ``True``.
+        rewrite: apply the packs' rewrite rules for the target; default ``True``.
+        seed: an int: seed every random node (``seed``, ``seed + 1``, ... in graph order); default
+            ``None``, unseeded.
+        strict: a pack's rewrite that raises or breaks the graph fails the export (instead of being
+            left out with a warning); default ``False``.
+        state: what to do with buffers and inputs ``forward`` updates in place: ``"error"``
+            (default), ``"io"`` or ``"drop"``.
+        passes: more rewrites (``onnx_ir`` passes, onnxscript rules or rule sets) applied after the
+            packs'; default ``()``.
+        patches: install the packs' capture patches that apply to the model while capturing it;
+            default ``True``.
+        exclude_patches: names of capture patches to leave out (``"pack:name"``); default ``()``.
+        progress: called with each stage's name as it starts; default ``None``.
+    """
+
+    target: TargetLike = "onnx"
+    dynamic_shapes: Any = None
+    plugins: Iterable[str] | None = None
+    exclude: Iterable[str] | None = None
+    registry: "Registry | None" = None
+    inline: bool | int = True
+    embed_functions: bool = False
+    optimize: bool = True
+    fold_weights: bool = True
+    rewrite: bool = True
+    seed: int | None = None
+    strict: bool = False
+    state: str = "error"
+    passes: Iterable[Any] = ()
+    patches: bool = True
+    exclude_patches: Iterable[str] = ()
+    progress: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        for name in _FLAGS:
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(f"{name}= takes True or False, got {describe(getattr(self, name))}")
+        inline = self.inline
+        if not isinstance(inline, (bool, int)) or (not isinstance(inline, bool) and inline < 0):
+            raise InvalidArgumentError(
+                f"inline= takes True, False or a node count N >= 0 (inline functions of at most N nodes), "
+                f"got {describe(inline)}"
+            )
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise InvalidArgumentError(
+                f"seed= takes an int (or None for unseeded random nodes), got {describe(self.seed)}"
+            )
+        if self.state not in STATE_MODES:
+            raise InvalidArgumentError(
+                f"state={self.state!r}: use 'error' (refuse a model that updates buffers or inputs), 'io' (export "
+                "each as an input and an output) or 'drop' (leave the updates out)"
+            )
+        if isinstance(self.exclude_patches, str):
+            raise InvalidArgumentError(
+                f"exclude_patches= takes a list of patch names, got the string {self.exclude_patches!r}"
+            )
+        if self.progress is not None and not callable(self.progress):
+            raise InvalidArgumentError(
+                f"progress= takes a function called with each stage's name, got {describe(self.progress)}"
+            )
+        self._check_registry()
+
+    def _check_registry(self) -> None:
+        if self.registry is None:
+            return
+        from opreg.registry import Registry
+
+        if not isinstance(self.registry, Registry):
+            raise InvalidArgumentError(
+                f"registry= takes an opreg.Registry (e.g. opreg.default_registry().copy()), got "
+                f"{type(self.registry).__name__} {self.registry!r}; to choose packs by name use plugins=[...]"
+            )
+        if self.plugins is not None or self.exclude is not None:
+            raise InvalidArgumentError("pass either registry= or plugins=/exclude=, not both")
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The options' names, in the order of the fields."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def of(cls, settings: "ExportSettings | None", options: Mapping[str, Any], caller: str) -> "ExportSettings":
+        """The settings a call gave: ``settings`` (default: every default) with the keyword
+        ``options`` replacing its fields. ``caller`` names the function in the error for a
+        keyword that is no option."""
+        unknown = [name for name in options if name not in cls.names()]
+        if unknown:
+            close = {m for name in unknown for m in difflib.get_close_matches(name, cls.names(), n=1)}
+            hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
+            which = "it" if caller == "opreg.export" else "opreg.export"
+            raise InvalidArgumentError(
+                f"{caller} got {', '.join(unknown)}, which {which} does not take{hint}; its keyword options are "
+                f"{', '.join(cls.names())} (docs/exporting.md, 'Keyword options')"
+            )
+        if settings is None:
+            return cls(**options)
+        if not isinstance(settings, cls):
+            raise InvalidArgumentError(f"settings= takes an opreg.ExportSettings, got {describe(settings)}")
+        return dataclasses.replace(settings, **options) if options else settings
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def takes_settings(*, leave_out: Iterable[str] = ()) -> Callable[[F], F]:
+    """Give a function written ``f(..., *, ..., settings=None, **options)`` the signature
+    ``inspect.signature`` shows: its own parameters, then every :class:`ExportSettings` field
+    (but those in ``leave_out``) as a keyword-only parameter with its type and default, then
+    ``settings``. The function itself turns ``options`` into settings
+    (:meth:`ExportSettings.of`)."""
+    left_out = set(leave_out)
+
+    def decorate(function: F) -> F:
+        own = inspect.signature(function)
+        keep = [p for p in own.parameters.values() if p.kind != p.VAR_KEYWORD and p.name != "settings"]
+        fields = [
+            inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+            for f in dataclasses.fields(ExportSettings)
+            if f.name not in left_out
+        ]
+        last = [own.parameters["settings"]] if "settings" in own.parameters else []
+        function.__signature__ = own.replace(parameters=[*keep, *fields, *last])  # type: ignore[attr-defined]
+        return function
+
+    return decorate
+
+
+def describe(value: Any) -> str:
+    """A value's type and short repr, for an error message (``str 'no'``, ``None``)."""
+    if value is None:
+        return "None"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
