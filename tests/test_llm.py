@@ -309,17 +309,66 @@ def test_more_export_options_pass_on_to_opreg_export_except_the_decoders_own():
 
 
 def test_cli_llm_export_writes_a_folder_genai_runs(tmp_path, capsys):
+    """At the defaults: the fastest installed target, fp32; the summary lists only the files opreg
+    wrote (not a file of the user's already in the folder) and names the target."""
     model = lm.causal_lm("qwen2")
     checkpoint = lm.checkpoint(model, tmp_path / "checkpoint")
     out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("the user's")
     code, stdout, _ = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "--verify", "--json")
     assert code == 0
     summary = json.loads(stdout)
     assert summary["files"] == ["genai_config.json", "model.onnx", "tokenizer.json", "tokenizer_config.json"]
+    assert (out / "notes.txt").read_text() == "the user's"
+    assert (summary["target"], summary["precision"]) == ("onnxruntime", "fp32")
     assert summary["inputs"][:3] == ["input_ids", "attention_mask", "position_ids"] and summary["verified"] > 0
     assert lm.genai_greedy(out, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+    code, stdout, _ = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "-t", "onnx")
+    assert code == 0 and stdout.startswith(f"wrote {out} (genai_config.json, model.onnx, tokenizer.json, ")
+    assert "target onnx, fp32, exported in" in " ".join(stdout.split())
     code, _, err = run(capsys, "llm", "export", str(tmp_path / "nothing"), "-o", str(out))
     assert code == 2 and "is not a transformers checkpoint folder" in err
+
+
+def test_cli_int4_in_one_flag_and_a_checkpoint_without_a_tokenizer(tmp_path, capsys):
+    checkpoint = tmp_path / "checkpoint"
+    lm.causal_lm("llama").save_pretrained(checkpoint)
+    out = tmp_path / "out"
+    code, stdout, err = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "--precision", "int4", "--json")
+    assert code == 0 and f"warning: {checkpoint} has no tokenizer" in " ".join(err.split())
+    summary = json.loads(stdout)
+    assert (summary["precision"], summary["files"]) == ("int4", ["genai_config.json", "model.onnx"])
+    graph = ir.load(out / "model.onnx").graph
+    assert {n.op_type for n in graph} >= {"MatMulNBits"}
+    assert not [n for n in graph if n.op_type in ("MatMul", "FusedMatMul") and n.inputs[1].is_initializer()]
+    code, _, err = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "--no-tokenizer", "--json")
+    assert code == 0 and "warning" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-o", "{tmp}/file"], "cannot write the model folder {tmp}/file: it is a file; give a folder"),
+        (["-o", "{tmp}/no/out"], "{tmp}/no does not exist; create it first"),
+        (["--context-length", "0"], "context_length must be at least 1, got 0"),
+        (["--context-length", "300"], "context_length 300 is above the model's position limit"),
+        (["--block-size", "64"], "block_size sets how weights are quantized: give precision='int4' or 'int8'"),
+        (["--precision", "int4", "-t", "onnx"], "which target 'onnx' does not allow"),
+    ],
+)  # fmt: skip
+def test_cli_refuses_bad_options_at_once_in_one_line(tmp_path, capsys, argv, message):
+    """Before the weights are read: they are garbage here, and reading them would be another error."""
+    checkpoint = lm.checkpoint(lm.causal_lm("llama"), tmp_path / "checkpoint")
+    (checkpoint / "model.safetensors").write_bytes(b"not weights")
+    (tmp_path / "file").write_text("a file")
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    out = [] if "-o" in argv else ["-o", str(tmp_path / "out")]
+    capsys.readouterr()  # save_pretrained's progress
+    code, stdout, err = run(capsys, "llm", "export", str(checkpoint), *out, *argv)
+    assert code == 2 and stdout == "" and err.count("\n") == 1, err
+    assert err.startswith("opreg: error: ") and message.format(tmp=tmp_path) in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_import_opreg_llm_is_cheap():

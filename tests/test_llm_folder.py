@@ -76,11 +76,14 @@ def beside(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.parent.iterdir() if p.name != folder.name)
 
 
-def export_in_child(folder: Path, seed: int, pause: str, sig: signal.Signals) -> tuple[int, str]:
-    """Export ``llama(seed)`` over ``folder`` in a child; send ``sig`` when its save reaches ``pause``."""
+def export_in_child(
+    folder: Path, seed: int, pause: str, sig: signal.Signals, argv: list[str] | None = None
+) -> tuple[int, str]:
+    """Export ``llama(seed)`` over ``folder`` in a child (or run ``argv``); send ``sig`` when its
+    save reaches ``pause``. The child's exit code and the rest of its stderr."""
     env = {**os.environ, _save.PAUSE_ENV: pause, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(folder), str(seed)], env=env, cwd=ROOT,
+        argv or [sys.executable, "-c", CHILD, str(folder), str(seed)], env=env, cwd=ROOT,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -109,7 +112,6 @@ def old_folder(tmp_path_factory) -> Path:
     ("pause", "sig"),
     [
         ("staged", signal.SIGKILL),  # the model file is being written (the tokenizer is)
-        ("staged", signal.SIGTERM),
         ("folder-staged", signal.SIGKILL),  # the whole new folder is written, not yet in place
         ("folder-swapped", signal.SIGTERM),  # the new folder is in place; the old one not yet removed
     ],
@@ -135,6 +137,30 @@ def test_an_interrupted_export_leaves_the_old_folder_or_the_new_one_whole(old_fo
         assert beside(folder) == [] and holds(folder, 3)
         assert written == ["genai_config.json", "model.onnx", "tokenizer.json", "tokenizer_config.json"]
         assert sorted(os.listdir(folder)) == sorted([*written, "notes.txt"])
+
+
+@pytest.mark.parametrize(
+    ("pause", "sig", "message"),
+    [
+        ("staged", signal.SIGTERM, "{folder} was not changed"),
+        ("folder-swapped", signal.SIGINT, "{folder} holds the new model folder (saved before the interrupt)"),
+    ],
+    ids=lambda v: getattr(v, "name", v),
+)
+def test_the_command_line_says_what_an_interrupt_left(old_folder, tmp_path, pause, sig, message):
+    folder = tmp_path / "out" / "genai"
+    shutil.copytree(old_folder, folder, symlinks=True)
+    before = snapshot(folder)
+    checkpoint = lm.checkpoint(lm.causal_lm("llama", seed=2), tmp_path / "checkpoint")
+    argv = [sys.executable, "-m", "opreg", "llm", "export", str(checkpoint), "-o", str(folder), "-t", "onnx"]
+    code, err = export_in_child(folder, 2, pause, sig, argv)
+    lines = [line for line in err.splitlines() if line.startswith("opreg:") and "paused" not in line]
+    assert code == 130 and lines == [f"opreg: interrupted: {message.format(folder=folder)}"], err
+    assert beside(folder) == []
+    if pause == "staged":
+        assert snapshot(folder) == before
+    else:
+        assert holds(folder, 2) and (folder / "notes.txt").read_text() == "the user's"
 
 
 def test_a_failed_export_over_a_folder_changes_nothing(old_folder, tmp_path):
