@@ -8,6 +8,7 @@ generation with transformers' greedy ``generate``, token for token.
 
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
 
@@ -446,3 +447,35 @@ def test_bad_precision_options_are_refused_before_the_export(options, error, mes
     with pytest.raises(error, match=message):
         opreg.llm.export_decoder(lm.causal_lm("llama"), progress=stages.append, **options)
     assert stages == []
+
+
+@pytest.mark.parametrize(
+    ("model_type", "layers", "captured"),
+    [("llama", 4, 2), ("gemma2", 5, 3)],  # gemma2: sliding and full layers alternate, a kind each
+)
+def test_repeated_layers_are_captured_once_and_copied_each_with_its_own_weights_and_cache(
+    model_type, layers, captured, tmp_path, caplog, monkeypatch
+):
+    """The capture traces the first layers; the later ones are copies of a captured layer of their
+    kind. The decoder is the one a whole capture makes (the same ops), matches transformers
+    (each layer's own weights and cache: random, so a mix-up shows) and GenAI generates eager's tokens."""
+    from opreg.llm import _layers
+
+    model = lm.causal_lm(model_type, num_hidden_layers=layers)
+    with caplog.at_level("INFO", logger="opreg.llm"):
+        decoder = opreg.llm.export_decoder(model, tmp_path, tokenizer=lm.tokenizer())
+    assert f"captured the first {captured} of {layers} layers; the others are copies" in caplog.text
+    decoder.verify([(1, 1, 0), (3, 7, 5)])
+    assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+    monkeypatch.setattr(_layers, "plan_layers", lambda *args: None)
+    whole = opreg.llm.export_decoder(model)
+
+    def ops(program):
+        return sorted(collections.Counter((n.domain, n.op_type) for n in program.model.graph).items())
+
+    assert ops(decoder.program) == ops(whole.program)
+
+    def weights(program):  # by the state_dict's names (constants are named as they come)
+        return sorted(name for name in program.model.graph.initializers if name.startswith("model."))
+
+    assert weights(decoder.program) == weights(whole.program)

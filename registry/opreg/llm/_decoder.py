@@ -21,10 +21,10 @@ import onnx_ir as ir
 import torch
 
 from opreg.errors import ExportError, InvalidArgumentError, VerificationError
-from opreg.exporter import OnnxProgram, OutputCheck, export
+from opreg.exporter import OnnxProgram, OutputCheck, run_export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
-from opreg.llm import DECODER_OPTIONS, LAYOUT, _checkpoint, _genai, _options
+from opreg.llm import DECODER_OPTIONS, LAYOUT, _checkpoint, _genai, _layers, _options
 from opreg.llm._genai import text_config
 from opreg.plugins import default_registry
 from opreg.settings import ExportSettings
@@ -415,11 +415,26 @@ def export_decoder(
                   for _ in range(2 * layout.num_layers)],
         )  # fmt: skip
         shapes = _dynamic_shapes(layout, context_length)
-        program = export(step, (), example, settings=dataclasses.replace(settings, dynamic_shapes=shapes))
+        program = _export(step, example, dataclasses.replace(settings, dynamic_shapes=shapes), layout)
     finally:
         model.train(was_training)
     _name(program, layout)
     return Decoder(program, layout, model, tokenizer, context_length, precision)
+
+
+def _export(step: DecoderStep, example: dict[str, Any], settings: ExportSettings, layout: DecoderLayout) -> OnnxProgram:
+    """The export of ``step``: its repeated layers captured once where they can be
+    (:mod:`opreg.llm._layers`), else all of them."""
+    first_past = len(layout.input_names) - 2 * layout.num_layers
+    plan = _layers.plan_layers(step.model, layout.num_layers, first_past)
+    if plan is not None:
+        try:
+            with _layers.prefix_only(step.model, plan):
+                return run_export(step, (), example, settings, rework=lambda t, _: _layers.repeat_layers(t, plan))
+        except (_layers.NotRepeatable, ExportError) as e:
+            logger.info("capturing all %d layers: the first %d, copied, would not do: %s", layout.num_layers,
+                        plan.prefix, e)  # fmt: skip
+    return run_export(step, (), example, settings)
 
 
 def _settings(target: TargetLike | None, settings: ExportSettings | None, options: dict[str, Any]) -> ExportSettings:
