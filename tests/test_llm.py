@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,11 @@ def llama(tmp_path_factory):
     decoder = opreg.llm.export_decoder(model, folder, tokenizer=lm.tokenizer(), exclude=["ort_contrib"])
     assert decoder.program.target.name == "onnx"
     return model, decoder, folder
+
+
+def named(files) -> list[str]:
+    """File names, sorted, the data file's token spelled ``<token>``."""
+    return sorted(re.sub(r"\.[0-9a-f]{8}\.data$", ".<token>.data", getattr(f, "name", f)) for f in files)
 
 
 def prompt() -> list[int]:
@@ -139,8 +145,8 @@ def test_onnxruntime_genai_runs_the_folder_and_generates_eager_greedy_tokens(lla
     import onnxruntime_genai as og
 
     model, _, folder = llama
-    assert sorted(p.name for p in folder.iterdir()) == [
-        "genai_config.json", "model.onnx", "tokenizer.json", "tokenizer_config.json"
+    assert named(folder.iterdir()) == [
+        "genai_config.json", "model.onnx", "model.onnx.<token>.data", "tokenizer.json", "tokenizer_config.json"
     ]  # fmt: skip
     config = json.loads((folder / "genai_config.json").read_text())
     decoder = config["model"]["decoder"]
@@ -280,7 +286,7 @@ def test_a_checkpoint_without_a_tokenizer_exports_with_a_warning_and_a_longer_co
         opreg.llm.export_decoder(folder, tmp_path / "out", context_length=300, allow_longer_context=True)
     (warning,) = [r.getMessage() for r in caplog.records if r.name.startswith("opreg.llm")]
     assert warning.startswith(f"{folder} has no tokenizer") and "ONNX Runtime GenAI needs one" in warning
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["genai_config.json", "model.onnx"]
+    assert named((tmp_path / "out").iterdir()) == ["genai_config.json", "model.onnx", "model.onnx.<token>.data"]
     assert json.loads((tmp_path / "out" / "genai_config.json").read_text())["model"]["context_length"] == 300
 
 
@@ -320,13 +326,17 @@ def test_cli_llm_export_writes_a_folder_genai_runs(tmp_path, capsys):
     code, stdout, _ = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "--verify", "--json")
     assert code == 0
     summary = json.loads(stdout)
-    assert summary["files"] == ["genai_config.json", "model.onnx", "tokenizer.json", "tokenizer_config.json"]
+    assert named(summary["files"]) == [
+        "genai_config.json", "model.onnx", "model.onnx.<token>.data", "tokenizer.json", "tokenizer_config.json"
+    ]  # fmt: skip
     assert (out / "notes.txt").read_text() == "the user's"
     assert (summary["target"], summary["precision"]) == ("onnxruntime", "fp32")
     assert summary["inputs"][:3] == ["input_ids", "attention_mask", "position_ids"] and summary["verified"] > 0
     assert lm.genai_greedy(out, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
     code, stdout, _ = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "-t", "onnx")
-    assert code == 0 and stdout.startswith(f"wrote {out} (genai_config.json, model.onnx, tokenizer.json, ")
+    assert code == 0 and re.match(
+        rf"wrote {out} \(genai_config.json, model.onnx, model.onnx.[0-9a-f]{{8}}.data, tok", stdout
+    )
     assert "target onnx, fp32, exported in" in " ".join(stdout.split())
     code, _, err = run(capsys, "llm", "export", str(tmp_path / "nothing"), "-o", str(out))
     assert code == 2 and "is not a transformers checkpoint folder" in err
@@ -339,7 +349,8 @@ def test_cli_int4_in_one_flag_and_a_checkpoint_without_a_tokenizer(tmp_path, cap
     code, stdout, err = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "--precision", "int4", "--json")
     assert code == 0 and f"warning: {checkpoint} has no tokenizer" in " ".join(err.split())
     summary = json.loads(stdout)
-    assert (summary["precision"], summary["files"]) == ("int4", ["genai_config.json", "model.onnx"])
+    assert summary["precision"] == "int4"
+    assert named(summary["files"]) == ["genai_config.json", "model.onnx", "model.onnx.<token>.data"]
     graph = ir.load(out / "model.onnx").graph
     assert {n.op_type for n in graph} >= {"MatMulNBits"}
     assert not [n for n in graph if n.op_type in ("MatMul", "FusedMatMul") and n.inputs[1].is_initializer()]

@@ -68,7 +68,7 @@ def holds(folder: Path, seed: int) -> bool:
 def export_here(folder: Path, seed: int) -> list[str]:
     """Export ``llama(seed)`` to ``folder`` in this process; the names the save wrote."""
     decoder = opreg.llm.export_decoder(lm.causal_lm("llama", seed=seed), target="onnx", tokenizer=lm.tokenizer())
-    return _genai.save(decoder, folder, external_data=None)[1]
+    return _genai.save(decoder, folder)[1]
 
 
 def beside(folder: Path) -> list[str]:
@@ -135,7 +135,9 @@ def test_an_interrupted_export_leaves_the_old_folder_or_the_new_one_whole(old_fo
         assert [name.startswith(_folder.staging_prefix(folder)) for name in beside(folder)] == [True]
         written = export_here(folder, 3)
         assert beside(folder) == [] and holds(folder, 3)
-        assert written == ["genai_config.json", "model.onnx", "tokenizer.json", "tokenizer_config.json"]
+        data = [name for name in written if name.endswith(".data")]
+        assert written == sorted(["genai_config.json", "model.onnx", *data, "tokenizer.json", "tokenizer_config.json"])
+        assert [_save.data_file_pattern("model.onnx").match(name) is not None for name in data] == [True]
         assert sorted(os.listdir(folder)) == sorted([*written, "notes.txt"])
 
 

@@ -62,7 +62,11 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
         "--no-tokenizer", action="store_true",
         help="write no tokenizer (and no warning when the checkpoint has none)",
     )  # fmt: skip
-    p.add_argument("--external-data", action="store_true", help="write the weights to a side file")
+    p.add_argument(
+        "--external-data", action=argparse.BooleanOptionalAction, default=True,
+        help="the weights in a file beside model.onnx (the default, as GenAI's builder writes them); "
+        "--no-external-data: inside model.onnx (a model of up to 2 GB)",
+    )  # fmt: skip
     p.set_defaults(run=run)
 
 
@@ -133,7 +137,7 @@ def _export(args: argparse.Namespace, reg: Any, tokenizer: Any, err: Any, stage:
         )  # fmt: skip
         exported = time.perf_counter() - started
         stage[0] = "save"
-        folder, files = _genai.save(decoder, args.output, external_data=True if args.external_data else None)
+        folder, files = _genai.save(decoder, args.output, external_data=args.external_data)
     stage[0] = "verify"
     checks = []
     if args.verify:

@@ -62,7 +62,7 @@ def export_decoder(
     symmetric: bool | None = None,
     accuracy_level: int | None = None,
     tokenizer: Any = None,
-    external_data: bool | None = None,
+    external_data: bool = True,
     context_length: int | None = None,
     allow_longer_context: bool = False,
     settings: ExportSettings | None = None,
@@ -96,7 +96,7 @@ def export_decoder(
             ``plugins``, ``registry``, ``fold_weights``, ...) passed on as they are, or prebuilt
             (its ``target`` is the decoder's unless ``target`` is given); not those the decoder's
             layout sets (:data:`DECODER_OPTIONS`).
-        external_data: as :meth:`OnnxProgram.save` takes it.
+        external_data: the weights in a file beside ``model.onnx`` (default), else inside it.
         context_length: the longest sequence GenAI may generate (``genai_config.json``'s
             ``context_length`` and ``search.max_length``), from 1 to 2**31 - 1; default the
             model's position limit (``max_position_embeddings``), and above it only with

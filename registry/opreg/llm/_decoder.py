@@ -288,8 +288,9 @@ class Decoder:
         """``genai_config.json`` for this decoder (see :mod:`opreg.llm._genai`)."""
         return _genai.config(self)
 
-    def save(self, folder: str | os.PathLike[str], external_data: bool | None = None) -> Path:
-        """Write ``model.onnx``, ``genai_config.json`` and the tokenizer's files as ``folder``;
+    def save(self, folder: str | os.PathLike[str], external_data: bool = True) -> Path:
+        """Write ``model.onnx`` (its weights in ``model.onnx.<token>.data`` beside it, unless
+        ``external_data`` is false), ``genai_config.json`` and the tokenizer's files as ``folder``;
         returns the folder.
 
         The folder is written whole: the new one is staged beside it and swapped in at once, so

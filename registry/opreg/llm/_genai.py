@@ -148,10 +148,11 @@ def shares_buffer(decoder: Decoder) -> bool:
     return True
 
 
-def save(decoder: Decoder, folder: str | os.PathLike[str], external_data: bool | None) -> tuple[Path, list[str]]:
+def save(decoder: Decoder, folder: str | os.PathLike[str], external_data: bool = True) -> tuple[Path, list[str]]:
     """Write the model, the tokenizer's files and ``genai_config.json`` as a new ``folder``, which
-    replaces the old one whole (:mod:`opreg.llm._folder`); the folder and the names written."""
-    from opreg.exporter._save import referenced_data
+    replaces the old one whole (:mod:`opreg.llm._folder`); the folder and the names written.
+    ``external_data``: the weights in a file beside the model (as the builder writes them: saved
+    faster, and without a serialized copy of them in memory), else inside it (up to 2 GB)."""
     from opreg.llm._folder import write_folder
 
     genai = json.dumps(config(decoder), indent=2) + "\n"  # errors in the config before anything is written
@@ -161,10 +162,10 @@ def save(decoder: Decoder, folder: str | os.PathLike[str], external_data: bool |
         logger.warning("%s", no_tokenizer_warning())
 
     def fill(staged: Path) -> list[str]:
-        names = _save_tokenizer(decoder.tokenizer, staged)
-        model = decoder.program.save(staged / MODEL_FILE, external_data=external_data)
+        _save_tokenizer(decoder.tokenizer, staged)
+        decoder.program.save(staged / MODEL_FILE, external_data=external_data)
         (staged / GENAI_CONFIG).write_text(genai)
-        return sorted([*names, MODEL_FILE, *referenced_data(model), GENAI_CONFIG])
+        return sorted(path.name for path in staged.iterdir())  # a new folder: all of it written here
 
     return write_folder(folder, fill)
 
