@@ -2,6 +2,17 @@
 and opreg.export side by side, each in a process of its own.
 
 Run: python bench/big_model.py [--hidden 2048 --layers 12 ...]
+     python bench/big_model.py --streaming [--sizes 0.5B,1B,3B,8B] [--folder /tmp/bigmodels]
+
+``--streaming``: language models larger than memory (issue 42). For each size it writes a
+random-init checkpoint as bf16 safetensors, tensor by tensor (Qwen2.5-0.5B's shape at 0.5B,
+Llama-3's at 1B, 3B and 8B), then exports it with ``opreg.llm.export_decoder(folder, out,
+target="onnxruntime")`` (the weights streamed from the checkpoint) at int4 (MatMulNBits, the
+builder's defaults) and fp32, and with ONNX Runtime GenAI's builder (``-p int4|fp32 -e cpu``)
+under a hard address-space cap (``prlimit --as``), one process at a time; it reports each
+process's peak resident memory, CPU time, the folder's size and the decode-step latency of the
+result in ONNX Runtime GenAI (16 tokens after a 16-token prompt; random weights, so a smoke
+test of loading and generating). Checkpoints and outputs are deleted as soon as they are measured.
 
 A Llama-shaped model (transformers' LlamaForCausalLM, random init, nothing
 downloaded) with about 1.1B parameters by default, 4.4 GB of float32 weights.
@@ -23,6 +34,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 
 def build(args: argparse.Namespace):
@@ -91,6 +103,11 @@ def child(exporter: str, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
+    if "--streaming" in sys.argv:
+        from bench import big_streaming
+
+        big_streaming.main(sys.argv[1:])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--intermediate", type=int, default=5632)

@@ -239,16 +239,23 @@ def test_a_state_space_or_hybrid_cache_is_refused_with_the_reason_before_the_cap
     assert stages == []  # refused from the config, before torch.export ran
 
 
-def test_a_checkpoint_missing_weights_is_refused_before_the_export(tmp_path):
+@pytest.mark.parametrize(
+    ("streaming", "message"),
+    [
+        (True, r"does not fit LlamaForCausalLM: model.layers.1.mlp.up_proj.weight: missing from the checkpoint"),
+        (False, r"lacks 1 of LlamaForCausalLM's weights \(model.layers.1.mlp.up_proj"),
+    ],
+)
+def test_a_checkpoint_missing_weights_is_refused_before_the_export(tmp_path, streaming, message):
     from safetensors.torch import load_file, save_file
 
-    folder = lm.checkpoint(lm.causal_lm("llama"), tmp_path / "checkpoint")
+    folder = lm.checkpoint(lm.causal_lm("llama", num_hidden_layers=3), tmp_path / "checkpoint")
     weights = load_file(folder / "model.safetensors")
     del weights["model.layers.1.mlp.up_proj.weight"]
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     stages = []
-    with pytest.raises(opreg.ExportError, match=r"lacks 1 of LlamaForCausalLM's weights \(model.layers.1.mlp.up_proj"):
-        opreg.llm.export_decoder(folder, progress=stages.append)
+    with pytest.raises(opreg.ExportError, match=message):
+        opreg.llm.export_decoder(folder, streaming=streaming, progress=stages.append)
     assert stages == []
 
 

@@ -30,6 +30,7 @@ from opreg.errors import (
     StateError,
     UnsupportedOpsError,
     VerificationError,
+    WeightsError,
 )
 
 if TYPE_CHECKING:
@@ -168,6 +169,7 @@ __all__ = [
     "TranslationTableWarning",
     "UnsupportedOpsError",
     "VerificationError",
+    "WeightsError",
     "VersionRange",
     "build_registry",
     "default_registry",

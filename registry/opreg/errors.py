@@ -99,6 +99,16 @@ class StateError(ExportError):
         self.inputs = inputs
 
 
+class WeightsError(ExportError):
+    """The weights given to an export (``weights=``, a checkpoint) do not fit the model: a tensor
+    missing, or of another shape or kind of dtype; or a checkpoint that cannot be read. Raised
+    before anything is written. ``problems`` lists each tensor's problem."""
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
 class OpsetConflictError(ExportError):
     """Two impls in one export need incompatible versions of one domain."""
 

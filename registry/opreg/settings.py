@@ -64,6 +64,9 @@ class ExportSettings:
             default ``True``.
         exclude_patches: names of capture patches to leave out (``"pack:name"``); default ``()``.
         progress: called with each stage's name as it starts; default ``None``.
+        weights: the values of the model's ``meta``-device parameters and buffers (a model larger
+            than memory): a safetensors file, a folder of them, a list of files, or a mapping of
+            names to tensors, read as the model is written (:mod:`opreg.weights`); default ``None``.
     """
 
     target: TargetLike = "onnx"
@@ -83,6 +86,7 @@ class ExportSettings:
     patches: bool = True
     exclude_patches: Iterable[str] = ()
     progress: Callable[[str], None] | None = None
+    weights: Any = None
 
     def __post_init__(self) -> None:
         for name in _FLAGS:

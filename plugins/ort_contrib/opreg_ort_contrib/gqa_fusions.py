@@ -61,14 +61,30 @@ def _replace_node(graph: ir.Graph, node: ir.Node, inputs: list, attributes: dict
     graph.remove(node, safe=True)
 
 
-def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
+def _fresh(graph: ir.Graph, name: str) -> str:
     taken, index, base = graph.initializers, 1, name
     while name in taken:
         name, index = f"{base}_{index}", index + 1
-    value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
-    value.type, value.shape = ir.TensorType(ir.DataType.from_numpy(array.dtype)), ir.Shape(array.shape)
+    return name
+
+
+def _initializer(graph: ir.Graph, name: str, array: np.ndarray | ir.TensorProtocol) -> ir.Value:
+    """A new initializer of ``array`` (a numpy array, or a tensor such as a lazy weight)."""
+    name = _fresh(graph, name)
+    tensor = ir.tensor(array, name=name) if isinstance(array, np.ndarray) else array
+    value = ir.Value(name=name, const_value=tensor)
+    value.type, value.shape = ir.TensorType(tensor.dtype), ir.Shape(list(tensor.shape))
     graph.register_initializer(value)
     return value
+
+
+def _packed(graph: ir.Graph, name: str, weights: list[ir.Value], axis: int):
+    """The initializers ``weights`` concatenated along ``axis``, computed as the model is written
+    (:func:`opreg.weights.concat`), named ``name`` (made unique)."""
+    from opreg import weights as lazy_weights
+
+    parts = [lazy_weights.lazy(w.const_value, w.name) for w in weights]
+    return lazy_weights.concat(parts, axis, name=_fresh(graph, name))
 
 
 # -- rotary inside ----------------------------------------------------------------------------------
@@ -283,9 +299,9 @@ class PackedQKV(ir.passes.InPlacePass):
             kind, first, x = found[0][0], found[0][1], found[0][2]
             axis = 0 if kind == "FusedMatMul" else 1  # the output dim of (N, K) and of (K, N)
             weights = [f[3] for f in found]
-            packed = np.concatenate([w.const_value.numpy() for w in weights], axis=axis)
             prefix = os.path.commonprefix([w.name or "" for w in weights])  # noqa: RUF071 (names, not paths)
-            weight = _initializer(graph, f"{prefix}qkv_packed", packed)
+            packed = _packed(graph, f"{prefix}qkv_packed", weights, axis)  # read as the model is written
+            weight = _initializer(graph, packed.name, packed)
             folded[weight.name] = f"concat([{', '.join(w.name or '' for w in weights)}], axis={axis})"
             attributes = {a.name: a.value for a in first.attributes.values()}
             metadata = provenance([f[1] for f in found])
@@ -294,10 +310,8 @@ class PackedQKV(ir.passes.InPlacePass):
             result = projection.outputs[0]
             result.type = inputs[0].type
             if True in with_bias:
-                bias = np.concatenate([f[4].const_value.numpy() for f in found])
-                add = ir.node(
-                    "Add", [result, _initializer(graph, f"{prefix}qkv_packed_bias", bias)], metadata_props=metadata
-                )
+                bias = _packed(graph, f"{prefix}qkv_packed_bias", [f[4] for f in found], 0)
+                add = ir.node("Add", [result, _initializer(graph, bias.name, bias)], metadata_props=metadata)
                 graph.insert_before(node, add)
                 result = add.outputs[0]
                 result.type = inputs[0].type

@@ -32,6 +32,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common
 
+from opreg import weights as lazy_weights
 from opreg_ort_contrib import CONTRIB_DOMAIN
 
 BITS = (4, 8)
@@ -104,6 +105,43 @@ def _new_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
     name = _fresh(graph, name)
     value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
     value.type, value.shape = ir.TensorType(ir.DataType.from_numpy(array.dtype)), ir.Shape(array.shape)
+    graph.register_initializer(value)
+    return value
+
+
+def quantize_rows(quantizer, rows) -> tuple:
+    """Block quantization of a run of rows of an ``(N, K)`` float32 weight (a torch tensor):
+    ``(packed, scales, zero_points)`` of those rows, as torch tensors, by ONNX Runtime's
+    ``DefaultWeightOnlyQuantizer`` (each row is one column of MatMulNBits' ``(K, N)`` weight, its
+    blocks along K: the rows of a weight are quantized independently, so a run at a time gives the
+    bytes the whole weight gives)."""
+    import torch
+
+    kn = np.ascontiguousarray(rows.numpy().T, dtype=np.float32)
+    return tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in quantizer.qbits_block_quant(kn))
+
+
+def quantized_weights(nk, quantizer, names: dict[str, str], bits: int, block_size: int) -> dict:
+    """MatMulNBits' ``B``, ``scales`` and ``zero_points`` of the lazy ``(N, K)`` float32 weight ``nk``
+    (:class:`opreg.weights.LazyWeight`), as lazy tensors named by ``names``: computed by
+    :func:`quantize_rows` a run of rows at a time as the model is written, never the whole weight at once."""
+    import torch
+
+    n, k = (int(d) for d in nk.shape)
+    blocks = (k + block_size - 1) // block_size
+    per_byte = 8 // bits
+    specs = [
+        lazy_weights.TensorSpec(torch.uint8, (n, blocks, (block_size + per_byte - 1) // per_byte), names["B"]),
+        lazy_weights.TensorSpec(torch.float32, (n, blocks), names["scales"]),
+        lazy_weights.TensorSpec(torch.uint8, (n, (blocks + per_byte - 1) // per_byte), names["zero_points"]),
+    ]
+    made = lazy_weights.rowwise(nk, lambda rows: quantize_rows(quantizer, rows), specs, f"int{bits} blocks")
+    return dict(zip(("B", "scales", "zero_points"), made, strict=True))
+
+
+def _register(graph: ir.Graph, tensor) -> ir.Value:
+    value = ir.Value(name=tensor.name, const_value=tensor)
+    value.type, value.shape = ir.TensorType(tensor.dtype), ir.Shape(list(tensor.shape))
     graph.register_initializer(value)
     return value
 
@@ -193,6 +231,31 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         )
         return DefaultWeightOnlyQuantizer(config)
 
+    def _quantized(self, graph: ir.Graph, weight: ir.Value, stored_nk: bool, quantizer) -> tuple[list, dict]:
+        """MatMulNBits' inputs after A for ``weight`` (new lazy initializers, computed block by block
+        as the model is written: :func:`quantized_weights`) and its attributes."""
+        nk = lazy_weights.lazy(weight.const_value, weight.name)
+        if not stored_nk:
+            nk = lazy_weights.transpose(nk, [1, 0])
+        names = {
+            role: _fresh(graph, f"{weight.name}{suffix}")
+            for role, suffix in (("B", f"_Q{self.bits}"), ("scales", "_scales"), ("zero_points", "_zero_points"))
+        }
+        tensors = quantized_weights(nk, quantizer, names, self.bits, self.block_size)
+        if self.symmetric:
+            del tensors["zero_points"]
+        n, k = (int(d) for d in nk.shape)
+        attributes = {"K": k, "N": n, "bits": self.bits, "block_size": self.block_size}
+        if self.accuracy_level is not None:
+            attributes["accuracy_level"] = self.accuracy_level
+        inputs = []
+        for role in ("B", "scales", "zero_points"):
+            tensor = tensors.get(role)
+            inputs.append(None if tensor is None else _register(graph, tensor))
+        while inputs[-1] is None:
+            inputs.pop()
+        return inputs, attributes
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
         quantizer = None
@@ -219,21 +282,6 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
                 _embeddings_from(graph, weight, *done[key])
         onnx_ir.passes.common.RemoveUnusedNodesPass()(model)  # and the float weights no node reads now
         return ir.passes.PassResult(model, True)
-
-    def _quantized(self, graph: ir.Graph, weight: ir.Value, stored_nk: bool, quantizer) -> tuple[list, dict]:
-        """MatMulNBits' initializers (made) and attributes for ``weight``."""
-        array = weight.const_value.numpy()
-        kn = np.ascontiguousarray(array.T if stored_nk else array, dtype=np.float32)
-        packed, scales, zero_points = quantizer.qbits_block_quant(kn)
-        tensors = {
-            "B": (f"{weight.name}_Q{self.bits}", packed),
-            "scales": (f"{weight.name}_scales", scales),
-            "zero_points": None if self.symmetric else (f"{weight.name}_zero_points", zero_points),
-        }
-        attributes = {"K": kn.shape[0], "N": kn.shape[1], "bits": self.bits, "block_size": self.block_size}
-        if self.accuracy_level is not None:
-            attributes["accuracy_level"] = self.accuracy_level
-        return _initializers(graph, tensors), attributes
 
 
 def _embeddings_from(graph: ir.Graph, weight: ir.Value, inputs: list[ir.Value | None], attributes: dict) -> None:

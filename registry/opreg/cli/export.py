@@ -59,6 +59,11 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
         help="write weights to a side file FILE.<token>.data the model names (weights of up to 256 bytes stay inline)",
     )  # fmt: skip
     p.add_argument(
+        "--weights", metavar="CHECKPOINT",
+        help="the values of a meta-device model's weights: a safetensors file or a folder of them, read as the "
+        "model is written (weights=)",
+    )  # fmt: skip
+    p.add_argument(
         "--state", choices=("error", "io", "drop"), default="error",
         help="a model that updates buffers or inputs in forward: refuse it (error, default), export each as an "
         "input and an output (io), or leave the updates out (drop)",
@@ -117,7 +122,7 @@ def _export(args: argparse.Namespace, reg: Any, target: Any, loaded: Any, dynami
 
     settings = export_settings(
         args, reg, target, dynamic, inline=not args.keep_functions, fold_weights=not args.keep_weights,
-        state=args.state, progress=stage,
+        state=args.state, progress=stage, weights=args.weights,
     )  # fmt: skip
     program = exporter.export(loaded.module, loaded.args, loaded.kwargs, settings=settings)
     stage("save")

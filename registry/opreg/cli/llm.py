@@ -67,6 +67,11 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
         help="the weights in a file beside model.onnx (the default, as GenAI's builder writes them); "
         "--no-external-data: inside model.onnx (a model of up to 2 GB)",
     )  # fmt: skip
+    p.add_argument(
+        "--no-streaming", dest="streaming", action="store_false", default=None,
+        help="load the model with its weights first (default: stream them from the safetensors files as "
+        "model.onnx is written; the same file, in a fraction of the memory)",
+    )  # fmt: skip
     p.set_defaults(run=run)
 
 
@@ -134,6 +139,7 @@ def _export(args: argparse.Namespace, reg: Any, tokenizer: Any, err: Any, stage:
             args.folder, target=args.target, registry=reg, context_length=args.context_length,
             allow_longer_context=args.allow_longer_context, tokenizer=tokenizer, precision=args.precision,
             block_size=args.block_size, symmetric=args.symmetric, accuracy_level=args.accuracy_level,
+            streaming=args.streaming,
         )  # fmt: skip
         exported = time.perf_counter() - started
         stage[0] = "save"

@@ -7,6 +7,7 @@ capture -> decompose -> plan -> translate -> finish -> program.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 
 from opreg import _heap
-from opreg.errors import InvalidArgumentError, UnsupportedOpsError
+from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
 from opreg.exporter import _capture, _finish, _plan, _state, _translate
 from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
@@ -84,7 +85,10 @@ def plan_export(
     reg = _registry(settings)
     resolved = reg.target(settings.target)
     patched = _patches(model, reg, settings)
-    captured = _capture.capture(model, args, kwargs, settings.dynamic_shapes, patched)
+    with _capture.fake_weights(model) if isinstance(model, torch.nn.Module) else contextlib.nullcontext():
+        captured = _capture.capture(
+            model, args, kwargs, settings.dynamic_shapes, patched
+        )  # a meta model needs no weights
     try:
         _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
@@ -132,6 +136,7 @@ def run_export(
     """:func:`export`'s stages for inputs and settings already checked; ``rework``, if given,
     changes the translation before it is finished (``opreg.llm`` repeats a decoder's layers
     there). Its name is not in :data:`STAGES`: it runs inside "translate"."""
+    lazy = _lazy_weights(model, settings.weights)
     reg = _registry(settings)
     extra = _finish.export_passes(settings.passes)
     tick = _Ticker(settings.progress)
@@ -139,7 +144,8 @@ def run_export(
     resolved = reg.target(settings.target)
     patched = _patches(model, reg, settings)
     _heap.settle()  # the modules imported and the registry outlive the export
-    captured = _capture.capture(model, args, kwargs, settings.dynamic_shapes, patched)
+    with _capture.fake_weights(model) if lazy else contextlib.nullcontext():
+        captured = _capture.capture(model, args, kwargs, settings.dynamic_shapes, patched)
     _heap.settle()  # so does the captured program
     tick("plan")
     program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
@@ -150,7 +156,9 @@ def run_export(
     if isinstance(model, torch.nn.Module):
         symbols = _capture.dim_names(model, args, kwargs, program, settings.dynamic_shapes)
         eager = model
-    translation = _translate.Translator(program, plan, resolved, symbols, state_io=settings.state == "io").run()
+    translation = _translate.Translator(
+        program, plan, resolved, symbols, state_io=settings.state == "io", lazy_weights=lazy
+    ).run()
     if rework is not None:
         translation = rework(translation, program)
     tick("finish")
@@ -163,7 +171,28 @@ def run_export(
     )  # fmt: skip
     tick.done()
     result.exporter = export
+    result.streamed = bool(lazy)
     return result
+
+
+def _lazy_weights(model: Any, weights: Any) -> dict[str, Any]:
+    """The lazy value of each of ``model``'s ``meta``-device tensors from ``weights``
+    (:func:`opreg.weights.bind`); ``{}`` for a model without any."""
+    on_meta = isinstance(model, torch.nn.Module) and any(
+        t.device.type == "meta" for t in (*model.parameters(), *model.buffers())
+    )
+    if weights is None:
+        if on_meta:
+            raise WeightsError(
+                f"{type(model).__name__} has parameters or buffers on the meta device, which hold no values: pass "
+                "weights= (a safetensors file or folder, or a mapping of names to tensors) to read them from"
+            )
+        return {}
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentError("weights= takes the values of a torch.nn.Module's meta-device tensors")
+    from opreg import weights as lazy_weights
+
+    return lazy_weights.bind(model, lazy_weights.open_weights(weights)) if on_meta else {}
 
 
 def _model_name(model: Any) -> str:

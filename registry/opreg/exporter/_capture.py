@@ -93,6 +93,40 @@ def _capture_error(model: torch.nn.Module, e: Exception, failed_patches: list[st
 
 
 @contextlib.contextmanager
+def fake_weights(model: torch.nn.Module) -> Iterator[None]:
+    """While the block runs, ``model``'s ``meta``-device parameters and buffers are fake CPU tensors
+    (no data, as ``meta``; but CPU kernels' layouts, so the capture is the one of the model with its
+    weights in memory, node for node: on ``meta`` some ops' results have other strides, and a
+    ``contiguous()`` becomes a copy). A weight tied to another stays one tensor. Put back afterwards."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+    made: dict[int, torch.Tensor] = {}
+    swapped: list[tuple[dict, str, torch.Tensor]] = []
+
+    def fake(tensor: torch.Tensor) -> torch.Tensor:
+        if id(tensor) not in made:
+            value = FakeTensor(mode, tensor, torch.device("cpu"))
+            if isinstance(tensor, torch.nn.Parameter):
+                value = torch.nn.Parameter(value, requires_grad=tensor.requires_grad)
+            made[id(tensor)] = value
+        return made[id(tensor)]
+
+    for module in model.modules():
+        for slots in (module._parameters, module._buffers):
+            for name, tensor in list(slots.items()):
+                if tensor is not None and tensor.device.type == "meta":
+                    swapped.append((slots, name, tensor))
+                    slots[name] = fake(tensor)
+    try:
+        yield
+    finally:
+        for slots, name, tensor in swapped:
+            slots[name] = tensor
+
+
+@contextlib.contextmanager
 def onnx_exporting() -> Iterator[None]:
     """``torch.onnx.is_in_onnx_export()`` is true inside, as during ``torch.onnx.export``:
     models take their ONNX path there (``torch.onnx.ops.symbolic`` in place of eager code).

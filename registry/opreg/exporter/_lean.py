@@ -49,6 +49,11 @@ from onnx_ir.passes import common as common_passes
 from onnxscript.optimizer import _constant_folding
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.rules import common as rules
+from onnxscript.rewriter.rules.common._fuse_batchnorm import (
+    FuseBatchNormIntoConv,
+    FuseBatchNormIntoConvTranspose,
+    FuseBatchNormIntoGemm,
+)
 from onnxscript.rewriter.rules.common._materialize_reshape_shape import MaterializeReshapeShape
 
 from opreg.exporter._passes import Pipeline, Rules, all_graphs
@@ -236,16 +241,67 @@ FOLDED_WEIGHTS_KEY = "opreg.folded_weights"
 """Model metadata: JSON ``{initializer: how it was computed from the state_dict}`` for every
 weight the lean pass folded (batch norm into the convolution or Gemm before it)."""
 
-_FOLD_BATCH_NORM = pattern.RewriteRuleSet([
-    rules.fuse_batchnorm_into_conv_rule,
-    rules.fuse_batchnorm_into_conv_transpose_rule,
-    rules.fuse_batchnorm_into_gemm_rule,
-])  # fmt: skip
+
+class _LazyFold:
+    """A batch-norm fold whose folded weight is computed as the model is written
+    (:func:`opreg.weights.scaled`): onnxscript's pattern and checks, this rewrite. The batch norm's
+    parameters and the bias are per channel (small) and computed now, as onnxscript's rule does:
+    ``W * s`` and ``(beta_gemm * b - mean) * s + beta``, ``s = gamma / sqrt(var + eps)``, in float32."""
+
+    def rewrite(self, op, x, inbound_out, batchnorm_out):  # type: ignore[no-untyped-def]
+        from opreg import weights as lazy_weights
+
+        norm, layer = batchnorm_out.producer(), inbound_out.producer()
+        gamma, beta, mean, var = (v.const_value.numpy() for v in norm.inputs[1:5])
+        scale = gamma / np.sqrt(var + norm.attributes.get_float("epsilon", 1e-5))
+        attributes = dict(layer.attributes)
+        gemm_beta = attributes.pop("beta").as_float() if "beta" in attributes else 1.0
+        weight = layer.inputs[1]
+        groups = attributes["group"].as_int() if self.op_type == "ConvTranspose" and "group" in attributes else 1
+        fused = lazy_weights.scaled(
+            weight.const_value, scale, self.get_filters_axis(layer.attributes), groups, name=weight.name
+        )
+        bias = layer.inputs[2] if len(layer.inputs) > 2 else None
+        before = bias.const_value.numpy() if bias is not None else np.zeros_like(mean)
+        bias_name = bias.name if bias is not None else f"{weight.name}_bias"
+        folded_bias = ir.tensor((gemm_beta * before - mean) * scale + beta)
+        return op.op(
+            self.op_type, x, op.initializer(fused, name=weight.name), op.initializer(folded_bias, name=bias_name),
+            **attributes,
+        )  # fmt: skip
+
+
+class _LazyConv(_LazyFold, FuseBatchNormIntoConv):
+    pass
+
+
+class _LazyGemm(_LazyFold, FuseBatchNormIntoGemm):
+    pass
+
+
+class _LazyConvTranspose(_LazyFold, FuseBatchNormIntoConvTranspose):
+    def get_filters_axis(self, attributes) -> int:  # type: ignore[no-untyped-def]
+        return 1  # weight (in, out / group, ...): per group, as :func:`opreg.weights.scaled` takes it
+
+    def check(self, context, x, inbound_out, batchnorm_out):  # type: ignore[no-untyped-def]
+        """The base check, and ``in_channels`` divisible by ``group``, read from the weight's shape."""
+        result = FuseBatchNormIntoConv.check(self, context, x, inbound_out, batchnorm_out)
+        if not result:
+            return result
+        layer = inbound_out.producer()
+        group = layer.attributes.get_int("group", 1)
+        if layer.inputs[1].const_value.shape[0] % group:
+            return result.fail(f"ConvTranspose's in_channels is not divisible by its group ({group})")
+        return result
+
+
+_FOLD_BATCH_NORM = pattern.RewriteRuleSet([_LazyConv().rule(), _LazyConvTranspose().rule(), _LazyGemm().rule()])
 
 
 def fold_batch_norm(model: ir.Model) -> dict[str, str]:
     """Fold each BatchNormalization into the Conv, ConvTranspose or Gemm before it (onnxscript's
-    rules, as ONNX Runtime does when it loads the model). The folded weight keeps the name of the
+    patterns, as ONNX Runtime does when it loads the model; the folded weight lazy, :class:`_LazyFold`).
+    The folded weight keeps the name of the
     weight it replaces, which no node reads any more; a bias the layer did not have is named
     ``<weight>_bias``. Returns how each folded tensor was computed, by name."""
     planned: dict[str, dict[str, str]] = {}  # batch-norm node -> {folded tensor: how it is computed}
@@ -283,7 +339,10 @@ def fold_weight_transposes(model: ir.Model, weights: frozenset[str]) -> dict[str
     ``Transpose`` already transposed, under its own name, and drop the node: a Linear on a 3-D
     input reads ``Transpose(W)``, which torch.onnx folds into a new anonymous tensor and ONNX
     Runtime otherwise folds at every session creation. The transposed data is made when the model
-    is serialized (a lazy tensor), one weight at a time. Returns how each folded tensor was computed."""
+    is serialized (:func:`opreg.weights.transpose`), one weight at a time. Returns how each folded tensor was
+    computed."""
+    from opreg import weights as lazy_weights
+
     folded: dict[str, str] = {}
     for node in list(model.graph):
         if node.op_type != "Transpose" or node.domain or node.outputs[0].is_graph_output():
@@ -298,13 +357,8 @@ def fold_weight_transposes(model: ir.Model, weights: frozenset[str]) -> dict[str
             continue
         rank = len(source.shape)
         perm = list(node.attributes.get_ints("perm", list(reversed(range(rank)))))
-        shape = ir.Shape([source.shape[p] for p in perm])
-
-        def transposed(source=source, perm=perm) -> ir.TensorProtocol:
-            return ir.tensor(np.ascontiguousarray(source.numpy().transpose(perm)))
-
-        weight.const_value = ir.LazyTensor(transposed, dtype=source.dtype, shape=shape, name=weight.name)
-        weight.shape = shape
+        weight.const_value = lazy_weights.transpose(source, perm, name=weight.name)
+        weight.shape = ir.Shape(list(weight.const_value.shape))
         node.outputs[0].replace_all_uses_with(weight)
         model.graph.remove(node, safe=True)
         folded[weight.name] = f"transpose({weight.name}, perm={perm})"

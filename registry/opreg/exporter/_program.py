@@ -208,6 +208,10 @@ class OnnxProgram:
         """The model as an ``onnx.ModelProto`` (serialised from :attr:`model` on each access)."""
         return ir.serde.serialize_model(self.model)
 
+    streamed = False
+    """Whether the weights are read from a checkpoint as the model is written (``opreg.export(...,
+    weights=...)``): then they always go to an external-data file, a run of rows at a time."""
+
     # -- saving --------------------------------------------------------------------------
 
     def initializer_bytes(self) -> int:
@@ -220,7 +224,9 @@ class OnnxProgram:
         """Write the model to ``path``; returns the path (a symlink's target, if ``path`` is one).
 
         ``external_data=None`` keeps weights inside the file unless they exceed
-        what one protobuf holds (about 2 GB); then, or with ``True``, they go to
+        what one protobuf holds (about 2 GB) or were streamed from a checkpoint
+        (:attr:`streamed`: inside the file, the whole model would be one protobuf
+        in memory); then, or with ``True``, they go to
         a side file ``<file name>.<token>.data`` that the model names (a new
         token at each save; tensors of at most 256 bytes stay inside). The save
         is atomic for the pair: at every instant ``path`` holds the complete old
@@ -238,7 +244,7 @@ class OnnxProgram:
         from opreg.exporter import _save
 
         if external_data is None:
-            external_data = self.initializer_bytes() > EXTERNAL_DATA_THRESHOLD
+            external_data = self.streamed or self.initializer_bytes() > EXTERNAL_DATA_THRESHOLD
         return _save.save_model(self.model, path, external_data=external_data, check=not self._checked)
 
     # -- running -------------------------------------------------------------------------
@@ -414,6 +420,7 @@ class OnnxProgram:
                     f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, got {value!r}"
                 )
         self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
+        self._check_eager("verify")
         if runtime == "auto":
             runtime = self.runtime_for()
         saved = dict(self.state)
@@ -468,6 +475,19 @@ class OnnxProgram:
             raise error
         return Verification(runtime, checks)
 
+    def _check_eager(self, what: str) -> None:
+        """Refuse to compare with a module whose weights are on the ``meta`` device (no values)."""
+        module = self._module
+        if (
+            self.streamed
+            and isinstance(module, torch.nn.Module)
+            and any(p.device.type == "meta" for p in module.parameters())
+        ):
+            raise InvalidArgumentError(
+                f"{what} compares with eager PyTorch, and {type(module).__name__}'s weights are on the meta device "
+                "(exported with weights=): load the model with its weights and export or compare that one"
+            )
+
     def locate(
         self, *args: Any, rtol: float = 1e-4, atol: float = 1e-4, runtime: str = "auto", **kwargs: Any
     ) -> Location:
@@ -484,6 +504,7 @@ class OnnxProgram:
         """
         from opreg.exporter import _locate
 
+        self._check_eager("locate")
         leaves = self._flatten_call(args, kwargs)
         feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
         if runtime == "auto":

@@ -16,16 +16,17 @@ become ``Scan``; context-only HOPs (no-grad, autocast off) and
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 import onnxscript.evaluator
 import torch
 from onnx_ir import tensor_adapters
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.export.graph_signature import InputKind, OutputKind
 
-from opreg.errors import ExportError
+from opreg.errors import ExportError, WeightsError
 from opreg.exporter import _nodes, _state
 from opreg.exporter._locate import Trace, trace_of
 from opreg.exporter._memo import MEMO_PACKS, Memo
@@ -34,6 +35,9 @@ from opreg.exporter._recorder import GraphRecorder
 from opreg.registry import Impl
 from opreg.targets import Target
 from opreg.values import COMPLEX_KEY
+
+if TYPE_CHECKING:
+    from opreg.weights import LazyWeight
 
 
 @dataclasses.dataclass
@@ -86,6 +90,7 @@ class Translator:
         target: Target,
         symbols: dict[str, str],
         state_io: bool = False,
+        lazy_weights: Mapping[str, LazyWeight] | None = None,
     ):
         self.program = program
         self.plan = plan
@@ -93,6 +98,8 @@ class Translator:
         self.symbols = symbols
         self.state_io = state_io
         """Mutated buffers become inputs, and mutated buffers and inputs outputs (``state="io"``)."""
+        self.lazy_weights = dict(lazy_weights or {})
+        """The lazy value of each ``meta``-device parameter and buffer, by name (``opreg.export(weights=...)``)."""
         self.used_impls: dict[str, Impl] = {}
         self._dims: dict[Any, int | str] = {}
         self.weights: set[str] = set()
@@ -213,14 +220,10 @@ class Translator:
                 tensor = state[name] if name in state else constants[name]
                 if not isinstance(tensor, torch.Tensor):
                     raise ExportError(f"{kind.name.lower()} {name!r} is a {type(tensor).__name__}, not a tensor")
-                tensor = tensor.detach()
-                stored = torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
-                if not stored.is_contiguous():
-                    stored = stored.contiguous()
                 scope.recorder.claim(name)
                 if kind == InputKind.PARAMETER or (kind == InputKind.BUFFER and spec.persistent is not False):
                     self.weights.add(name)
-                value = ir.Value(name=name, const_value=tensor_adapters.TorchTensor(stored, name=name))
+                value = ir.Value(name=name, const_value=self._initializer(kind, name, tensor.detach()))
                 self._describe(value, tensor)
                 graph.register_initializer(value)
             else:
@@ -228,6 +231,24 @@ class Translator:
             scope.values[node] = value
         graph.inputs.extend(state_inputs.values())
         return names, {key: value.name for key, value in state_inputs.items()}
+
+    def _initializer(self, kind: InputKind, name: str, tensor: torch.Tensor) -> ir.TensorProtocol:
+        """A parameter's, buffer's or constant's value: the tensor itself, or for one without data
+        (``meta``, or fake while a meta model was captured) its lazy value from the checkpoint
+        (``weights=``), read only when the model is written."""
+        lazy = self.lazy_weights.get(name)
+        if lazy is not None:
+            return lazy.named(name)
+        if tensor.device.type == "meta" or isinstance(tensor, FakeTensor):
+            raise WeightsError(
+                f"{kind.name.lower().replace('_', ' ')} {name!r} is on the meta device and "
+                + ("no weights= were given" if not self.lazy_weights else "the checkpoint has no such tensor")
+                + ": give it in weights=, or create it on the CPU (a buffer computed at init)"
+            )
+        stored = torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
+        if not stored.is_contiguous():
+            stored = stored.contiguous()
+        return tensor_adapters.TorchTensor(stored, name=name)
 
     # -- walking a graph ------------------------------------------------------------------
 

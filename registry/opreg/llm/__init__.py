@@ -65,6 +65,7 @@ def export_decoder(
     external_data: bool = True,
     context_length: int | None = None,
     allow_longer_context: bool = False,
+    streaming: bool | None = None,
     settings: ExportSettings | None = None,
     **options: Any,
 ) -> Decoder:
@@ -101,6 +102,13 @@ def export_decoder(
             ``context_length`` and ``search.max_length``), from 1 to 2**31 - 1; default the
             model's position limit (``max_position_embeddings``), and above it only with
             ``allow_longer_context=True``.
+        streaming: for a checkpoint folder: build the model on the ``meta`` device and read each
+            weight from the checkpoint's safetensors files only as ``model.onnx`` is written
+            (transformed there: cast to float32, transposed, packed, quantized), so peak memory
+            does not grow with the model; the file is the same, byte for byte, as with
+            ``streaming=False`` (which loads the model with ``from_pretrained``). Default: stream
+            when the folder holds safetensors. A meta-device model with ``weights=`` (a
+            checkpoint of its own ``state_dict`` names) streams too.
 
     Returns:
         a :class:`Decoder`: the :class:`opreg.OnnxProgram`, the :class:`DecoderLayout`, and
@@ -124,7 +132,7 @@ def export_decoder(
     decoder = _decoder.export_decoder(
         model, target=target, precision=precision, block_size=block_size, symmetric=symmetric,
         accuracy_level=accuracy_level, tokenizer=tokenizer, context_length=context_length,
-        allow_longer_context=allow_longer_context, settings=settings, **options,
+        allow_longer_context=allow_longer_context, streaming=streaming, settings=settings, **options,
     )  # fmt: skip
     if output_folder is not None:
         decoder.save(output_folder, external_data=external_data)

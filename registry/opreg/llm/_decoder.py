@@ -24,11 +24,12 @@ from opreg.errors import ExportError, InvalidArgumentError, VerificationError
 from opreg.exporter import OnnxProgram, OutputCheck, run_export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
-from opreg.llm import DECODER_OPTIONS, LAYOUT, _checkpoint, _genai, _layers, _options
+from opreg.llm import DECODER_OPTIONS, LAYOUT, _checkpoint, _genai, _layers, _meta, _options
 from opreg.llm._genai import text_config
 from opreg.plugins import default_registry
 from opreg.settings import ExportSettings
 from opreg.targets import TargetLike
+from opreg.weights import Weights, bind, open_weights
 
 logger = logging.getLogger(__name__)
 
@@ -170,11 +171,13 @@ class Decoder:
     Attributes:
         program: the :class:`opreg.OnnxProgram` (inputs and outputs named as :data:`opreg.llm.LAYOUT`).
         layout: its :class:`DecoderLayout`.
-        model: the transformers model it was exported from.
+        model: the transformers model it was exported from (on the ``meta`` device when its
+            weights were streamed from the checkpoint).
         tokenizer: what :meth:`save` writes beside the model (a tokenizer, a folder holding one;
             ``None`` or ``False``: none).
         context_length: what ``genai_config.json`` allows GenAI to generate up to.
         precision: its weights' precision (``"fp32"``, ``"int8"``, ``"int4"``).
+        folder: the checkpoint folder it came from, if any.
     """
 
     def __init__(
@@ -185,6 +188,7 @@ class Decoder:
         tokenizer: Any,
         context_length: int,
         precision: str = "fp32",
+        folder: Path | None = None,
     ) -> None:
         self.program = program
         self.layout = layout
@@ -192,6 +196,8 @@ class Decoder:
         self.tokenizer = tokenizer
         self.context_length = context_length
         self.precision = precision
+        self.folder = folder
+        self._eager: Any = None
 
     def __repr__(self) -> str:
         return f"<Decoder {type(self.model).__name__}, {self.layout.num_layers} layers, {self.program!r}>"
@@ -212,8 +218,15 @@ class Decoder:
     def eager(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """What the transformers model computes for :meth:`inputs`, its cache a ``DynamicCache``
         holding the past (every layer keeps every position, as the decoder's do: a sliding-window
-        layer's attention is limited by the mask, not by cutting its cache)."""
+        layer's attention is limited by the mask, not by cutting its cache). A decoder streamed from
+        its checkpoint loads the model, weights and all, for this (:func:`opreg.llm._meta.load_eager`)."""
         from transformers import DynamicCache
+
+        model = self.model
+        if _meta.on_meta(model):  # streamed: loaded once, weights and all
+            if self._eager is None:
+                self._eager = _meta.load_eager(self.folder, model)
+            model = self._eager
 
         past = inputs["past_key_values"]
         cache = DynamicCache()
@@ -221,7 +234,7 @@ class Decoder:
             cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layout.num_layers)])
         extra = {"position_ids": inputs["position_ids"]} if self.layout.position_ids else {}
         with TRACING_LOCK, torch.no_grad():  # transformers reads torch's compiling flag, set while a thread captures
-            out = self.model(
+            out = model(
                 input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], past_key_values=cache,
                 use_cache=True, **extra,
             )  # fmt: skip
@@ -306,17 +319,26 @@ class Decoder:
 
 
 def load(
-    model: Any, context_length: int | None = None, allow_longer_context: bool = False
-) -> tuple[Any, Path | None, int]:
+    model: Any, context_length: int | None = None, allow_longer_context: bool = False, streaming: bool | None = None
+) -> tuple[Any, Path | None, int, Weights | None]:
     """The transformers model ``model`` names (a model, or a local checkpoint folder), the folder
-    it came from, and the context length checked against it (:mod:`opreg.llm._checkpoint`: a
-    folder's config is checked before its weights are read, and refused if weights are missing)."""
+    it came from, the context length checked against it, and, when its weights are streamed
+    (``streaming``; ``None``: when the folder holds safetensors), the checkpoint's weights, the
+    model then built on the ``meta`` device. A folder's config is checked before its weights are
+    read, and a model loaded in memory is refused if weights are missing
+    (:mod:`opreg.llm._checkpoint`; a streamed one when its weights are bound, before the capture)."""
     if isinstance(model, (str, os.PathLike)):
         folder = Path(model)
         config = _checkpoint.read_config(folder)
         _checkpoint.check_cache(config, (getattr(config, "architectures", None) or [config.model_type])[0])
         length = _checkpoint.context_length(config, context_length, allow_longer_context)
-        return _checkpoint.load_weights(folder), folder, length
+        if streaming is None:
+            streaming = _meta.streamable(folder)
+        if streaming:
+            meta_model, weights = _meta.load_meta(folder)
+            bind(meta_model, weights)  # a missing weight refused now, by the checkpoint's name for it
+            return meta_model, folder, length, weights
+        return _checkpoint.load_weights(folder), folder, length, None
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(
             f"export_decoder takes a transformers causal LM or a checkpoint folder, got {type(model).__name__}"
@@ -324,16 +346,18 @@ def load(
     if getattr(model, "config", None) is None:
         raise ExportError(f"{type(model).__name__} is not a transformers model (it has no config)")
     _checkpoint.check_cache(model.config, type(model).__name__)
-    return model, None, _checkpoint.context_length(model.config, context_length, allow_longer_context)
+    return model, None, _checkpoint.context_length(model.config, context_length, allow_longer_context), None
 
 
 def layout_of(model: Any) -> DecoderLayout:
     """Read the cache's layout from one eager call: what each layer stores, as the model stores it."""
     text = text_config(model)
     ids = torch.zeros(1, 2, dtype=torch.int64)
+    # a model on meta computes shapes only: no mask, whose all-ones check would read a value
+    mask = {} if _meta.on_meta(model) else {"attention_mask": torch.ones_like(ids)}
     try:
         with torch.no_grad():
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+            out = model(input_ids=ids.to(next(model.parameters()).device), use_cache=True, **mask)
     except Exception as e:
         raise ExportError(f"{type(model).__name__} does not run on token ids: {type(e).__name__}: {e}") from e
     cache = getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)  # state-space models'
@@ -387,6 +411,7 @@ def export_decoder(
     tokenizer: Any = None,
     context_length: int | None = None,
     allow_longer_context: bool = False,
+    streaming: bool | None = None,
     settings: ExportSettings | None = None,
     **options: Any,
 ) -> Decoder:
@@ -397,7 +422,9 @@ def export_decoder(
     )
     if quantize is not None:  # after the caller's passes: it quantizes the weights they leave
         settings = dataclasses.replace(settings, passes=[*settings.passes, quantize])
-    model, folder, context_length = load(model, context_length, allow_longer_context)
+    model, folder, context_length, streamed = load(model, context_length, allow_longer_context, streaming)
+    if settings.weights is not None:  # a meta model of the caller's, and its checkpoint
+        streamed = open_weights(settings.weights)
     if tokenizer is None and folder is not None:
         tokenizer = folder
         if not _checkpoint.has_tokenizer(folder):
@@ -416,11 +443,12 @@ def export_decoder(
                   for _ in range(2 * layout.num_layers)],
         )  # fmt: skip
         shapes = _dynamic_shapes(layout, context_length)
-        program = _export(step, example, dataclasses.replace(settings, dynamic_shapes=shapes), layout)
+        weights = None if streamed is None else streamed.renamed("model.")  # DecoderStep's names
+        program = _export(step, example, dataclasses.replace(settings, dynamic_shapes=shapes, weights=weights), layout)
     finally:
         model.train(was_training)
     _name(program, layout)
-    return Decoder(program, layout, model, tokenizer, context_length, precision)
+    return Decoder(program, layout, model, tokenizer, context_length, precision=precision, folder=folder)
 
 
 def _export(step: DecoderStep, example: dict[str, Any], settings: ExportSettings, layout: DecoderLayout) -> OnnxProgram:
@@ -429,9 +457,11 @@ def _export(step: DecoderStep, example: dict[str, Any], settings: ExportSettings
     first_past = len(layout.input_names) - 2 * layout.num_layers
     plan = _layers.plan_layers(step.model, layout.num_layers, first_past)
     if plan is not None:
+        # a streamed model's weights, all layers' (the capture binds only the prefix's), each missing one named now
+        lazy = {} if settings.weights is None else bind(step, open_weights(settings.weights))
         try:
             with _layers.prefix_only(step.model, plan):
-                return run_export(step, (), example, settings, rework=lambda t, _: _layers.repeat_layers(t, plan))
+                return run_export(step, (), example, settings, rework=lambda t, _: _layers.repeat_layers(t, plan, lazy))
         except (_layers.NotRepeatable, ExportError) as e:
             logger.info("capturing all %d layers: the first %d, copied, would not do: %s", layout.num_layers,
                         plan.prefix, e)  # fmt: skip

@@ -31,7 +31,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -165,10 +165,11 @@ class _Layer:
     present: tuple[ir.Value, ir.Value]
 
 
-def repeat_layers(translation: Any, plan: LayerPlan) -> Any:
+def repeat_layers(translation: Any, plan: LayerPlan, lazy: Mapping[str, Any] | None = None) -> Any:
     """``translation`` of the prefix, with every later layer's nodes, weights, cache inputs and
     outputs added as copies of its template (:class:`NotRepeatable` where the graph is not of
-    the shape this needs)."""
+    the shape this needs). ``lazy``: the lazy value of each ``meta``-device weight by its name in
+    the captured module (:func:`opreg.weights.bind`), for a model streamed from its checkpoint."""
     graph = translation.graph
     hidden = _hidden_dependent(graph)
     captured = _captured_layers(translation, plan, hidden)
@@ -189,7 +190,9 @@ def repeat_layers(translation: Any, plan: LayerPlan) -> Any:
     outputs = list(translation.outputs)
     for layer in range(plan.prefix, len(plan.layers)):
         template = plan.template(layer)
-        nodes, carried, present = _copy(graph, captured[template], plan, template, layer, carried, weights)
+        nodes, carried, present = _copy(
+            graph, captured[template], plan, (template, layer), carried, weights, lazy or {}
+        )
         made += nodes
         outputs[1 + 2 * layer], outputs[2 + 2 * layer] = present
     graph.insert_after(last.nodes[-1], made)
@@ -296,10 +299,17 @@ def _past_slot(plan: LayerPlan, value: ir.Value, layer: int) -> Any:
 
 
 def _copy(
-    graph: ir.Graph, template: _Layer, plan: LayerPlan, source: int, layer: int, carried: ir.Value, weights: set[str]
+    graph: ir.Graph,
+    template: _Layer,
+    plan: LayerPlan,
+    layers: tuple[int, int],
+    carried: ir.Value,
+    weights: set[str],
+    lazy: Mapping[str, Any],
 ) -> tuple[list[ir.Node], ir.Value, tuple[ir.Value, ir.Value]]:
-    """Layer ``layer``'s nodes, copied from captured layer ``source``: the nodes, the value it
-    passes on, its present key and value."""
+    """Layer ``layer``'s nodes, copied from captured layer ``source`` (``layers``): the nodes, the
+    value it passes on, its present key and value."""
+    source, layer = layers
     inputs = list(graph.inputs)
     own = plan.first_past + 2 * source
     mapping: dict[ir.Value, ir.Value] = {
@@ -315,7 +325,7 @@ def _copy(
             if value is not None and value not in mapping and value.is_initializer():
                 name = value.name or ""
                 if name.startswith(old_scope + "."):
-                    own = _weight(graph, plan, value, name[len(old_scope) + 1 :], layer, new_scope)
+                    own = _weight(graph, plan, value, name[len(old_scope) + 1 :], layer, lazy)
                     if own is None and name in weights:
                         raise NotRepeatable(f"layer {layer} has no {name[len(old_scope) + 1 :]}")
                     mapping[value] = own or value  # a constant lifted from the layer's code: the same for all
@@ -339,10 +349,11 @@ def _copy(
 
 
 def _weight(
-    graph: ir.Graph, plan: LayerPlan, template: ir.Value, relative: str, layer: int, scope: str
+    graph: ir.Graph, plan: LayerPlan, template: ir.Value, relative: str, layer: int, lazy: Mapping[str, Any]
 ) -> ir.Value | None:
     """Layer ``layer``'s own tensor for the template's initializer (``relative`` to the layer), or
-    ``None`` if the layer has no such parameter or buffer (a constant its code made)."""
+    ``None`` if the layer has no such parameter or buffer (a constant its code made). A weight on
+    the ``meta`` device is its lazy value from ``lazy``, read when the model is written."""
     module = plan.layers[layer]
     try:
         tensor = module.get_parameter(relative)
@@ -351,13 +362,21 @@ def _weight(
             tensor = module.get_buffer(relative)
         except AttributeError:
             return None
-    stored = tensor.detach()
+    name = f"{plan.scope(layer)}.{relative}"
+    value = ir.Value(name=name, const_value=_tensor(tensor.detach(), name, lazy, layer, relative))
+    value.type, value.shape = template.type, template.shape
+    graph.register_initializer(value)
+    return value
+
+
+def _tensor(stored: torch.Tensor, name: str, lazy: Mapping[str, Any], layer: int, relative: str) -> Any:
+    """The initializer value of a layer's tensor ``stored``: its lazy value where it is on ``meta``."""
+    if stored.device.type == "meta":
+        if name not in lazy:
+            raise NotRepeatable(f"layer {layer}'s {relative} is on the meta device without a lazy value")
+        return lazy[name].named(name)
     if stored.is_complex():
         raise NotRepeatable(f"layer {layer}'s {relative} is complex")
     if not stored.is_contiguous():
         stored = stored.contiguous()
-    name = f"{scope}.{relative}"
-    value = ir.Value(name=name, const_value=tensor_adapters.TorchTensor(stored, name=name))
-    value.type, value.shape = template.type, template.shape
-    graph.register_initializer(value)
-    return value
+    return tensor_adapters.TorchTensor(stored, name=name)

@@ -1,0 +1,55 @@
+"""Weights read when the model is written: lazy initializers, and the checkpoints they come from.
+
+A model too large for memory is exported from a ``meta``-device module (no weight data) and a
+checkpoint (``opreg.export(model, args, weights=...)``). Each of its initializers is then a
+:class:`LazyWeight`: a dtype, a shape and a way to compute any run of its rows (slices along its
+first dim). Nothing is read until the model is written; then each initializer is computed a
+chunk of rows at a time (:attr:`LazyWeight.chunk_bytes`), written to the external-data file and dropped.
+
+Every transform an export applies to a weight is one function here, on lazy values, so the
+in-memory export and the streamed one run the same code and write the same bytes:
+
+- :func:`cast`: another dtype (a bfloat16 checkpoint into a float32 model), as ``Tensor.to`` casts;
+- :func:`transpose`: stored transposed (the weight-transpose folding of ``fold_weights``);
+- :func:`concat`: several weights as one (ONNX Runtime's packed query, key and value projection);
+- :func:`scaled`: scaled per output channel (batch norm folded into the convolution before it);
+- :func:`rowwise`: any function of a run of rows giving rows of one or more new tensors (block
+  quantization to MatMulNBits: each output row comes from one row of the ``(N, K)`` weight).
+
+Checkpoints: :func:`open_weights` takes safetensors files (a file, a folder of them, or a list),
+read tensor by tensor and run of rows by run of rows (their headers parsed, the bytes asked for read
+with ``os.pread``: no mapping holds pages or address space), or a mapping of names to tensors (torch tensors,
+``onnx_ir`` tensors, lazy ones).
+
+Importing this module is cheap; torch is imported when a weight is read.
+"""
+
+from opreg.weights._checkpoint import Weights, bind, open_weights
+from opreg.weights._lazy import (
+    CACHED_ELEMENTS,
+    LazyWeight,
+    TensorSpec,
+    cast,
+    concat,
+    lazy,
+    release_freed_memory,
+    rowwise,
+    scaled,
+    transpose,
+)
+
+__all__ = [
+    "CACHED_ELEMENTS",
+    "LazyWeight",
+    "TensorSpec",
+    "Weights",
+    "bind",
+    "cast",
+    "concat",
+    "lazy",
+    "open_weights",
+    "release_freed_memory",
+    "rowwise",
+    "scaled",
+    "transpose",
+]
