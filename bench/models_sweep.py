@@ -5,6 +5,7 @@ would try, random init and small configs, nothing downloaded. Not part of the su
     python bench/models_sweep.py --only 'timm/*'     # a subset (glob on the names --list prints)
     python bench/models_sweep.py --report            # the report from the cache alone
     python bench/models_sweep.py --list              # the catalog
+    python bench/models_sweep.py --dynamic --jobs 2  # dynamic shapes from a batch of one (below)
 
 The catalog (:func:`catalog`):
 
@@ -28,6 +29,17 @@ element by element (``RTOL = 1e-3``, ``ATOL = 1e-4``: the scale of a random mode
 integer and bool outputs exactly, the same number of outputs. A model passes when it exports,
 runs and agrees. For opreg the record also says which captured ops sent the graph through torch's
 decomposition (the audit of issue 24).
+
+``--dynamic``: each model is exported the way its users export it with dynamic shapes, from a
+batch of one: the batch (dim 0 of every input of two or more dims whose dim 0 is the builder's
+batch) ``Dim.DYNAMIC``, and where the inputs have them the sequence length (dim 1 of integer
+inputs of two dims, a decoder's separately), the number of audio samples and the image size
+(the last two dims of four- and five-dim float inputs) ``Dim.AUTO``: kept dynamic where
+``torch.export`` can. Both exporters get the same ``dynamic_shapes``. Each exported model is then
+run at two other shapes (:data:`BATCHES`; each dim it kept dynamic scaled by :data:`SCALES`, the
+others as in the example, inputs drawn like the example's) and compared with eager PyTorch by the
+same rules. A model passes when it exports and agrees at both shapes. The report adds, for each
+model failing in both, the guard that stopped it. Results go to ``build/models_sweep_dynamic.jsonl``.
 
 Results are kept in ``build/models_sweep.jsonl``, one record per model and exporter, keyed by
 what they depend on (opreg's sources, or torch's and onnxscript's versions): a rerun after a
@@ -60,6 +72,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "build" / "models_sweep.jsonl"
+DYNAMIC_CACHE = ROOT / "build" / "models_sweep_dynamic.jsonl"
+MODE = {"dynamic": False}
+"""``--dynamic``: this run's results go to :data:`DYNAMIC_CACHE`."""
+
+
+def cache_path() -> Path:
+    return DYNAMIC_CACHE if MODE["dynamic"] else CACHE
+
+
 OPREG, TORCH_ONNX = "opreg", "torch.onnx"
 EXPORTERS = (TORCH_ONNX, OPREG)  # torch.onnx first: opreg's registrations must not help it
 RTOL, ATOL = 1e-3, 1e-4
@@ -467,6 +488,69 @@ def build_diffusers(name: str) -> tuple[Any, tuple, dict[str, Any]]:
     return getattr(diffusers, name)(**config).eval(), args, kwargs
 
 
+# -- the libraries of issue 38's probe ---------------------------------------------------------
+
+PROBE = [
+    *(("ultralytics", n) for n in (
+        "yolo11n.yaml", "yolo11n-seg.yaml", "yolo11n-pose.yaml", "yolo11n-obb.yaml", "yolo11n-cls.yaml",
+        "yolov8n.yaml", "rtdetr-l.yaml",
+    )),
+    ("segmentation_models_pytorch", "Unet"), ("segmentation_models_pytorch", "FPN"),
+    ("kornia", "gaussian_blur2d"), ("kornia", "resize_antialias"),
+    ("open_clip", "ViT-B-32"),
+]  # fmt: skip
+"""Models of the libraries a probe of dynamic exports tried (issue 38), built when the library is
+installed (none is a dependency of opreg: ``pip install --no-deps`` them beside the locked torch);
+else each is reported as not built and left out of the counts."""
+
+
+def build_probe(library: str, name: str) -> tuple[Any, tuple, dict[str, Any]]:
+    import torch
+
+    if library == "ultralytics":
+        import os
+
+        os.environ.setdefault("YOLO_OFFLINE", "1")
+        from ultralytics import RTDETR, YOLO
+
+        model = (RTDETR if name.startswith("rtdetr") else YOLO)(name).model.eval()
+        for module in model.modules():  # as ultralytics' own exporter prepares the heads
+            if hasattr(module, "export"):
+                module.export, module.format, module.dynamic = True, "onnx", True
+        size = 224 if "-cls" in name else 320
+        return model, (torch.randn(1, 3, size, size),), {}
+    if library == "segmentation_models_pytorch":
+        import segmentation_models_pytorch as smp
+
+        model = getattr(smp, name)("resnet18", encoder_weights=None, classes=3).eval()
+        return model, (torch.randn(1, 3, 128, 128),), {}
+    if library == "kornia":
+        import kornia
+
+        class Op(torch.nn.Module):
+            def forward(self, image: torch.Tensor) -> torch.Tensor:
+                if name == "gaussian_blur2d":
+                    return kornia.filters.gaussian_blur2d(image, (5, 5), (1.5, 1.5))
+                return kornia.geometry.transform.resize(image, (32, 32), antialias=True)
+
+        return Op().eval(), (torch.randn(1, 3, 64, 64),), {}
+    if library == "open_clip":
+        import open_clip
+
+        model = open_clip.create_model(name, pretrained=None).eval()
+
+        class Image(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, image: torch.Tensor) -> torch.Tensor:
+                return self.model.encode_image(image)
+
+        return Image().eval(), (torch.randn(1, 3, 224, 224),), {}
+    raise ValueError(f"unknown probe library {library}")
+
+
 # -- the catalog --------------------------------------------------------------------------------
 
 
@@ -477,6 +561,7 @@ def catalog(timm_names: dict[str, str] | None = None) -> list[Entry]:
     entries += [Entry(f"timm/{n}", "timm", module, (n,)) for module, n in sorted(timm_names.items())]
     entries += [Entry(f"torchvision/{n}", "torchvision", k, (k, n)) for k, n in TORCHVISION]
     entries += [Entry(f"diffusers/{n}", "diffusers", "diffusion", (n,)) for n in DIFFUSERS]
+    entries += [Entry(f"probe/{lib}/{n.removesuffix('.yaml')}", "probe", lib, (lib, n)) for lib, n in PROBE]
     return entries
 
 
@@ -495,7 +580,7 @@ def timm_choices() -> dict[str, str]:
 
 BUILDERS: dict[str, Callable[..., tuple[Any, tuple, dict[str, Any]]]] = {
     "transformers": build_transformers, "timm": build_timm, "torchvision": build_torchvision,
-    "diffusers": build_diffusers,
+    "diffusers": build_diffusers, "probe": build_probe,
 }  # fmt: skip
 
 
@@ -639,7 +724,7 @@ def run_opreg(model: Any, args: tuple, kwargs: dict[str, Any], expected: Any) ->
 RUNNERS = {TORCH_ONNX: run_torch_onnx, OPREG: run_opreg}
 
 
-def worker(name: str, exporters: list[str], timeout: int) -> None:
+def worker(name: str, exporters: list[str], timeout: int, dynamic: bool = False) -> None:
     """Build ``name``, run it eagerly, and try each exporter; one ``RESULT {json}`` line each."""
     import torch
 
@@ -657,6 +742,10 @@ def worker(name: str, exporters: list[str], timeout: int) -> None:
     try:
         signal.alarm(timeout)
         model, args, kwargs = BUILDERS[entry.source](*entry.spec)
+        if dynamic:
+            signal.alarm(0)
+            dynamic_worker(entry, model, args, kwargs, exporters, timeout, emit)
+            return
         with torch.no_grad():
             expected = model(*args, **kwargs)
         signal.alarm(0)
@@ -681,13 +770,228 @@ def worker(name: str, exporters: list[str], timeout: int) -> None:
         emit(exporter, record)
 
 
+# -- dynamic shapes (--dynamic) ------------------------------------------------------------------
+
+BATCHES = (3, 5)
+"""The batch sizes of the two other shapes a dynamic export is run at."""
+SCALES = (1.5, 2.0)
+"""Each other dim the export kept dynamic (sequence length, audio samples, image size) at the two
+other shapes: the example's size times these."""
+
+
+@dataclasses.dataclass
+class Plan:
+    """A model's batch-1 example for the dynamic run, what each dim of its tensor inputs stands for
+    (``roles``: leaf index -> dim -> ``batch``, ``seq``, ``h224``...), and the ``dynamic_shapes``."""
+
+    args: tuple
+    kwargs: dict[str, Any]
+    leaves: list[Any]
+    treespec: Any
+    roles: dict[int, dict[int, str]]
+    dynamic_shapes: Any
+
+
+def _size_roles(entry: Entry, key: str, leaf: Any) -> dict[int, str]:
+    import torch
+
+    floating = leaf.dtype.is_floating_point
+    if leaf.dim() == 2 and not floating and leaf.dtype != torch.bool:
+        return {1: "dseq" if "decoder" in key else "seq"}
+    if leaf.dim() == 2 and floating and entry.family == AUDIO_WAVE:
+        return {1: "samples"}
+    if leaf.dim() in (4, 5) and floating and min(leaf.shape[-2:]) >= 8:
+        return {leaf.dim() - 2: f"h{leaf.shape[-2]}", leaf.dim() - 1: f"w{leaf.shape[-1]}"}
+    return {}
+
+
+def dynamic_plan(entry: Entry, args: tuple, kwargs: dict[str, Any], model: Any) -> Plan:
+    """The batch-1 example of the builder's inputs and the dims to make dynamic (module docstring)."""
+    import torch
+    from torch.export import Dim
+
+    pairs, treespec = torch.utils._pytree.tree_flatten_with_path((args, kwargs))
+    tensors = [leaf for _, leaf in pairs if isinstance(leaf, torch.Tensor) and leaf.dim() >= 2]
+    batch = int(tensors[0].shape[0]) if tensors else None
+    leaves, roles = [], {}
+    shapes = torch.export.ShapesCollection()
+    for index, (path, leaf) in enumerate(pairs):
+        if isinstance(leaf, torch.Tensor):
+            found: dict[int, str] = {}
+            one = leaf
+            if leaf.dim() >= 2 and int(leaf.shape[0]) == batch:
+                one = leaf[:1].clone()
+                found[0] = "batch"
+            found.update(_size_roles(entry, torch.utils._pytree.keystr(path), one))
+            roles[index] = found
+            if found:
+                shapes[one] = {d: Dim.DYNAMIC if role == "batch" else Dim.AUTO for d, role in found.items()}
+            leaves.append(one)
+        else:
+            leaves.append(leaf)
+    args, kwargs = torch.utils._pytree.tree_unflatten(leaves, treespec)
+    return Plan(args, kwargs, leaves, treespec, roles, shapes.dynamic_shapes(model, args, kwargs))
+
+
+def kept_roles(plan: Plan, onnx_inputs: list[list[Any]]) -> set[str]:
+    """The roles whose every dim is symbolic in the model's inputs (one shape per tensor leaf)."""
+    import torch
+
+    tensors = [i for i, leaf in enumerate(plan.leaves) if isinstance(leaf, torch.Tensor)]
+    symbolic: dict[str, bool] = {}
+    for position, index in enumerate(tensors):
+        shape = onnx_inputs[position] if position < len(onnx_inputs) else None
+        for dim, role in plan.roles.get(index, {}).items():
+            free = shape is not None and dim < len(shape) and not isinstance(shape[dim], int)
+            symbolic[role] = symbolic.get(role, True) and free
+    return {role for role, free in symbolic.items() if free}
+
+
+def _drawn_like(example: Any, shape: list[int]) -> Any:
+    import torch
+
+    if example.dtype == torch.bool or not example.dtype.is_floating_point:
+        low, high = int(example.min()), int(example.max())
+        if low == high:
+            return torch.full(shape, low, dtype=example.dtype)
+        return torch.randint(low, high + 1, shape, dtype=torch.int64).to(example.dtype)
+    return torch.randn(shape, dtype=example.dtype)
+
+
+def other_inputs(plan: Plan, which: int, kept: set[str]) -> tuple[tuple, dict[str, Any]]:
+    """The inputs of the ``which``-th other shape: each dim of a kept role at its new size."""
+    import torch
+
+    torch.manual_seed(100 + which)
+    leaves = []
+    for index, leaf in enumerate(plan.leaves):
+        roles = plan.roles.get(index, {})
+        if isinstance(leaf, torch.Tensor) and any(role in kept for role in roles.values()):
+            shape = list(leaf.shape)
+            for dim, role in roles.items():
+                if role in kept:
+                    shape[dim] = BATCHES[which] if role == "batch" else round(shape[dim] * SCALES[which])
+            leaves.append(_drawn_like(leaf, shape))
+        else:
+            leaves.append(leaf)
+    return torch.utils._pytree.tree_unflatten(leaves, plan.treespec)
+
+
+def _onnx_shapes(proto: Any) -> list[list[Any]]:
+    return [
+        [d.dim_value if d.HasField("dim_value") else d.dim_param for d in value.type.tensor_type.shape.dim]
+        for value in proto.graph.input
+    ]
+
+
+_GUARD_LINE = re.compile(r"^\s*- .*(guard|specialized|static shape|Eq\(|==|<=|!=).*$", re.M)
+
+
+def stopping_guard(text: str) -> str:
+    """The first line of an exporter's error that names a guard on a dim (``""`` when none does)."""
+    match = _GUARD_LINE.search(re.sub(r"\x1b?\[\d+(;\d+)*m", "", text))
+    return match.group(0).strip()[:240] if match else ""
+
+
+def run_dynamic(exporter: str, model: Any, plan: Plan, eager: Callable[[int, frozenset[str]], Any]) -> dict[str, Any]:
+    """Export ``model`` from ``plan``'s example with its dynamic shapes and compare it with eager
+    PyTorch at the two other shapes (``eager(which, kept)`` gives eager's outputs, or raises)."""
+    import onnxruntime
+    import torch
+
+    started = time.perf_counter()
+    try:
+        if exporter == TORCH_ONNX:
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                program = torch.onnx.export(
+                    model, plan.args, kwargs=plan.kwargs, dynamic_shapes=plan.dynamic_shapes, dynamo=True,
+                    verbose=False,
+                )  # fmt: skip
+            proto = program.model_proto
+            session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+            names = [i.name for i in session.get_inputs()]
+
+            def run(args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+                feeds = {n: t.detach().numpy() for n, t in zip(names, _tensors((args, kwargs)), strict=False)}
+                return [torch.from_numpy(o) for o in session.run(None, feeds)]
+        else:
+            import opreg
+
+            program = opreg.export(model, plan.args, plan.kwargs, dynamic_shapes=plan.dynamic_shapes)
+            proto = program.model_proto
+
+            def run(args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+                return torch.utils._pytree.tree_leaves(program.run(*args, **kwargs))
+    except Exception as e:
+        text = f"{type(e).__name__}: {e}"
+        return {"stage": "export", "error": one_line(e), "guard": stopping_guard(text)}
+    kept = frozenset(kept_roles(plan, _onnx_shapes(proto)))
+    record: dict[str, Any] = {"export_s": round(time.perf_counter() - started, 2), "kept": sorted(kept)}
+    if exporter == OPREG:
+        record["fixed_dims"] = [str(f) for f in program.fixed_dims]
+    if "batch" not in kept:
+        return {**record, "stage": "batch", "error": "the batch is not dynamic in the model's inputs"}
+    worst = 0.0
+    for which in range(len(BATCHES)):
+        try:
+            expected = eager(which, kept)
+        except Exception as e:  # the model takes some sizes only: test the batch alone
+            if kept == {"batch"}:
+                return {**record, "stage": "eager", "error": f"eager PyTorch fails at the other shape: {one_line(e)}"}
+            kept = frozenset({"batch"})
+            record["tested"] = ["batch"]
+            expected = eager(which, kept)
+        args, kwargs = other_inputs(plan, which, kept)
+        try:
+            got = run(args, kwargs)
+        except Exception as e:
+            return {**record, "stage": "run", "error": f"shape {which + 1}: {one_line(e)}"}
+        want = torch.utils._pytree.tree_leaves(expected) if exporter == OPREG else _tensors(expected)
+        ok, diff, why = compare(got, want)
+        worst = max(worst, diff)
+        if not ok:
+            return {**record, "stage": "match", "max_abs": worst, "error": f"shape {which + 1}: {why}"}
+    return {**record, "stage": PASS, "max_abs": worst}
+
+
+def dynamic_worker(entry: Entry, model: Any, args: tuple, kwargs: dict[str, Any], exporters: list[str],
+                   timeout: int, emit: Callable[[str, dict[str, Any]], None]) -> None:  # fmt: skip
+    import torch
+
+    plan = dynamic_plan(entry, args, kwargs, model)
+    eager_cache: dict[tuple[int, frozenset[str]], Any] = {}
+
+    def eager(which: int, kept: frozenset[str]) -> Any:
+        if (which, kept) not in eager_cache:
+            other_args, other_kwargs = other_inputs(plan, which, kept)
+            with torch.no_grad():
+                eager_cache[which, kept] = model(*other_args, **other_kwargs)
+        return eager_cache[which, kept]
+
+    for exporter in exporters:
+        started = time.perf_counter()
+        signal.alarm(timeout)
+        try:
+            with torch.no_grad():
+                record = run_dynamic(exporter, model, plan, eager)
+        except _Timeout:
+            record = {"stage": "export", "error": f"timed out after {timeout} s"}
+        except BaseException as e:
+            record = {"stage": "export", "error": one_line(e)}
+        finally:
+            signal.alarm(0)
+        record["seconds"] = round(time.perf_counter() - started, 2)
+        emit(exporter, record)
+
+
 # -- the sweep -----------------------------------------------------------------------------------
 
 
 def load_cache() -> dict[tuple[str, str], dict[str, Any]]:
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    if CACHE.is_file():
-        for line in CACHE.read_text().splitlines():
+    if cache_path().is_file():
+        for line in cache_path().read_text().splitlines():
             with contextlib.suppress(ValueError):
                 record = json.loads(line)
                 found[(record["name"], record["exporter"])] = record
@@ -705,6 +1009,8 @@ def _fresh(record: dict[str, Any] | None, entry: Entry, prints: dict[str, str]) 
 def run_entry(entry: Entry, exporters: list[str], timeout: int, prints: dict[str, str]) -> list[dict[str, Any]]:
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", entry.name,
                "--exporters", ",".join(exporters), "--timeout", str(timeout)]  # fmt: skip
+    if MODE["dynamic"]:
+        command.append("--dynamic")
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "TRANSFORMERS_VERBOSITY": "error"}
     try:
         done = subprocess.run(
@@ -750,8 +1056,8 @@ def sweep(entries: list[Entry], jobs: int, timeout: int, rerun: bool, keep: bool
         if wanted:
             todo.append((entry, wanted))
     print(f"{len(entries)} models, {len(todo)} to run ({jobs} at a time, {timeout} s per exporter)", flush=True)
-    CACHE.parent.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(max_workers=jobs) as pool, CACHE.open("a") as sink:
+    cache_path().parent.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=jobs) as pool, cache_path().open("a") as sink:
         futures = [(entry, pool.submit(run_entry, entry, wanted, timeout, prints)) for entry, wanted in todo]
         for count, (entry, future) in enumerate(futures, 1):
             records = future.result()
@@ -785,7 +1091,7 @@ def report(entries: list[Entry]) -> int:
             by_source.setdefault(source, dict.fromkeys(groups, 0))[key] += 1
     prints = {e: fingerprint(e) for e in EXPORTERS}
     stale = sum(1 for got in rows.values() for r in got.values() if r.get("fingerprint") != prints[r["exporter"]])
-    print(f"\n{len(built)} architectures tried by both (results in {CACHE.relative_to(ROOT)}", end="")
+    print(f"\n{len(built)} architectures tried by both (results in {cache_path().relative_to(ROOT)}", end="")
     print(f"; {stale} results made by other code: rerun without --keep)" if stale else ")")
     print(f"{'source':<14}" + "".join(f"{k:>12}" for k in groups) + f"{'total':>8}")
     for source, counts in sorted(by_source.items()):
@@ -804,6 +1110,9 @@ def report(entries: list[Entry]) -> int:
         a, b = built[name][OPREG], built[name][TORCH_ONNX]
         print(f"  {name}: opreg {a['stage']}: {a.get('error', '')[:160]} || torch.onnx {b['stage']}: "
               f"{b.get('error', '')[:120]}")  # fmt: skip
+        guards = [f"{e} {r['guard']}" for e, r in ((OPREG, a), (TORCH_ONNX, b)) if r.get("guard")]
+        if guards:
+            print("      guard: " + " || ".join(guards))
     decomposed = {n: r[OPREG].get("decomposed_for") for n, r in built.items() if r[OPREG].get("decomposed_for")}
     print(f"\nopreg ran torch's decomposition for {len(decomposed)} of {len(built)} models, because of:")
     counts: dict[str, int] = {}
@@ -838,11 +1147,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep cached results made by other code (iterating)")
     parser.add_argument("--report", action="store_true", help="print the report from the cache only")
     parser.add_argument("--list", action="store_true", help="print the catalog")
+    parser.add_argument("--dynamic", action="store_true", help="dynamic shapes from a batch of one (see above)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--exporters", default=",".join(EXPORTERS), help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    if options.dynamic:
+        MODE["dynamic"] = True
     if options.worker:
-        worker(options.worker, options.exporters.split(","), options.timeout)
+        worker(options.worker, options.exporters.split(","), options.timeout, options.dynamic)
         return 0
     entries = list(_select(catalog(), options.only, options.source))
     if options.list:

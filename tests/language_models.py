@@ -79,11 +79,26 @@ SAMPLE: dict[str, dict[str, Any]] = {
     "mpt": {},
     "cohere": {},
     "cohere2": {"sliding_window": 4},
+    "qwen3_moe": {},
+    "glm4": {},
+    "exaone4": {"sliding_window": 4, "sliding_window_pattern": 2},  # a sliding layer, then a full one
+    "ernie4_5": {},
+    "hunyuan_v1_dense": {},
+    "granitemoe": {},
+    "nemotron": {},
+    "gpt_oss": {"sliding_window": 4},  # sliding and full layers, attention sinks, experts
+    "phimoe": {},
+    "olmoe": {},
+    "llama4_text": {"attention_chunk_size": 4, "no_rope_layer_interval": 2},  # chunked + rotary, then full, no rotary
+    "apertus": {},
+    "seed_oss": {},
+    "arcee": {},
+    "lfm2": {"layer_types": ["conv", "full_attention"]},  # a short convolution, then attention
 }
 """The architectures the issue names (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma-2, Gemma-3,
 GPT-NeoX, Falcon, OLMo, a mixture of experts, a state-space model), others GenAI's builder
-knows, and other common causal LMs, by ``model_type``, with what their tiny config needs
-besides :data:`SMALL` (``bench/llm_models.py`` runs them all)."""
+knows, other common causal LMs, and newer ones (from Qwen3-MoE on), by ``model_type``, with
+what their tiny config needs besides :data:`SMALL` (``bench/llm_models.py`` runs them all)."""
 
 
 def config(model_type: str, **overrides: Any) -> Any:

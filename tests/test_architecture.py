@@ -207,7 +207,8 @@ class CodeLine:
 
 
 def code_lines(source: str) -> list[CodeLine]:
-    """The lines of ``source`` that are code: no blank lines, comments, docstrings, imports,
+    """The lines of ``source`` that are code: no blank lines, comments, docstrings, the text of
+    multi-line strings (the templates of the files ``opreg new-pack`` writes), imports,
     decorators, lone brackets, function signatures (impls mirror ATen schemas, and two
     functions may rightly take the same parameters) or field declarations of a class
     (``name: type``, the same reason)."""
@@ -226,6 +227,9 @@ def code_lines(source: str) -> list[CodeLine]:
                 if isinstance(field, ast.AnnAssign) and field.value is None:
                     skipped.update(range(field.lineno, field.end_lineno + 1))
     tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in _SKIPPED_TOKENS]
+    for token in tokens:  # the lines a multi-line string literal goes on to are its text (a template), not code
+        if token.type == tokenize.STRING and token.end[0] > token.start[0]:
+            skipped.update(range(token.start[0] + 1, token.end[0] + 1))
     shapes: dict[int, list[tuple[str | None, str]]] = defaultdict(list)
     for i, token in enumerate(tokens):
         before = tokens[i - 1].string if i else ""

@@ -58,6 +58,11 @@ MODEL_FILE = textwrap.dedent(
         return Net().eval(), (torch.randn(2, 1, 14, 14),)
 
 
+    def one():
+        torch.manual_seed(0)
+        return Net().eval(), (torch.randn(1, 1, 14, 14),)
+
+
     def partly():
         return Partly(), (torch.randn(4, 4),), {}
 
@@ -132,6 +137,46 @@ def test_export_writes_verifies_and_shows_stages(capsys, model_file, tmp_path):
     model = onnx.load(str(output))
     assert {o.domain: o.version for o in model.opset_import} == {"": 18}
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+
+
+def test_export_from_one_image_keeps_the_batch_dynamic(capsys, model_file, tmp_path):
+    """``--dynamic x:0=batch`` from a factory's batch of one: the model runs at other batch sizes."""
+    import runpy
+
+    import onnxruntime
+    import torch
+
+    output = tmp_path / "one.onnx"
+    code, out, err = run(capsys, "export", f"{model_file}:one", "-o", str(output), "--dynamic", "x:0=batch", "--verify")
+    assert code == 0, err
+    assert "verified with onnxruntime" in out
+    session = onnxruntime.InferenceSession(str(output), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].shape == ["batch", 1, 14, 14]
+    model, _ = runpy.run_path(str(model_file))["one"]()
+    for batch in (3, 5):
+        x = torch.randn(batch, 1, 14, 14)
+        (got,) = session.run(None, {"x": x.numpy()})
+        torch.testing.assert_close(torch.from_numpy(got), model(x).detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_export_dynamic_auto_reports_the_fixed_dims_and_inspect_shows_them(capsys, model_file, tmp_path):
+    output = tmp_path / "auto.onnx"
+    code, out, err = run(capsys, "export", f"{model_file}:one", "-o", str(output), "--dynamic", "auto", "--json")
+    assert code == 0, err
+    fixed = json.loads(out)["fixed_dims"]
+    assert [(f["input"], f["dim"], f["size"], f["guard"]) for f in fixed] == [
+        ("x", 1, 1, "guard x.shape[1] == 1"),
+    ]
+    assert fixed[0]["source"].endswith("in forward") and "net.py:" in fixed[0]["source"]
+    code, out, _ = run(capsys, "inspect", str(output))
+    assert code == 0
+    assert "inputs: x FLOAT['x_dim0', 1, 'x_dim2', 'x_dim3']" in out
+    assert "fixed by torch.export" in out and "x.shape[1] == 1" in out
+    code, out, _ = run(capsys, "inspect", str(output), "--json")
+    assert json.loads(out)["fixed_dims"] == fixed
+    both = ("--dynamic", "auto", "--dynamic", "x:0")
+    code, _, err = run(capsys, "export", f"{model_file}:one", "-o", str(output), *both)
+    assert code == 2 and "--dynamic auto makes every dim dynamic: give it alone" in err
 
 
 def test_export_of_an_uncovered_model_fails_with_the_list(capsys, model_file, tmp_path):

@@ -163,9 +163,9 @@ CLI_CASES = {
         r"cannot write /proc/m.onnx: cannot create files in /proc .*choose a writable location",
     ),
     "export-to-a-directory": Case(("export", "{dir}/models.py:make", "-o", "{dir}"), 2, r"it is a directory"),
-    "new-pack-to-sys": Case(("new-pack", "opreg-zz", "-o", "/sys/zz"), 2, r"cannot create files in /sys"),
+    "new-pack-to-sys": Case(("new-pack", "opreg-zz", "--empty", "-o", "/sys/zz"), 2, r"cannot create files in /sys"),
     "new-pack-missing-parent": Case(
-        ("new-pack", "opreg-zz", "-o", "{dir}/no/pack"), 2, r"directory .*/no does not exist: create it first"
+        ("new-pack", "opreg-zz", "--empty", "-o", "{dir}/no/pack"), 2, r"directory .*/no does not exist: create it"
     ),
     # 10: the output path is checked before the export starts (the model's forward never runs)
     "output-checked-first": Case(("export", "{dir}/models.py:marked", "-o", "/proc/m.onnx"), 2, r"cannot write"),

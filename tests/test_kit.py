@@ -200,6 +200,96 @@ def test_a_custom_domain_without_a_kernel_fails(make_pack):
     assert rows and all("my.kernels::FastRelu" in r.detail for r in rows)
 
 
+CONTRIB_BY_NAME = """
+import sys
+
+from onnxscript.values import Opset
+
+msft = Opset("com.microsoft", 1)
+
+
+@opreg.impl("aten::gelu", domains={"com.microsoft": 1}, priority=11)
+def aten_gelu_msft(self, approximate: str = "none"):
+    \"\"\"gelu(Tensor self, *, str approximate='none') -> Tensor: com.microsoft's, by the name its schema gives.\"\"\"
+    return msft.FastGelu(self) if approximate == "tanh" else msft.Gelu(self)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register_module(sys.modules[__name__])
+"""
+
+
+def test_an_op_whose_schema_another_installed_pack_registers_works_and_rows_name_the_pack(make_pack):
+    """The kit sees what an export with the installed packs sees: opreg-ort-contrib registers
+    com.microsoft::Gelu's schema, so ``msft.Gelu(x)`` works (issue 39, friction 1); the details name
+    the impl as its pack does, not as the kit's override (``<user>:``, friction 6)."""
+    make_pack("byname", CONTRIB_BY_NAME)
+    report = check_pack("byname")
+    samples = [r for r in report.results if r.check == "samples"]
+    assert samples and all(r.status == "passed" for r in samples), [str(r) for r in samples]
+    assert {r.target.split(",")[1] for r in samples} == {"com.microsoft=1"}
+    assert not [r for r in report.results if "<user>" in r.detail]
+
+
+FOR_A_PROFILE = """
+import sys
+
+from onnxscript.onnx_opset import opset20 as op20
+
+
+@opreg.impl("aten::gelu", priority=11, profiles=("onnxruntime",))
+def aten_gelu_for_ort(self, approximate: str = "none"):
+    \"\"\"gelu(Tensor self, *, str approximate='none') -> Tensor: ai.onnx's Gelu, where ONNX Runtime runs it.\"\"\"
+    return op20.Gelu(self, approximate=approximate)
+
+
+@opreg.impl("aten::relu", priority=11, profiles=("nosuchprofile",))
+def aten_relu_nowhere(self):
+    \"\"\"relu(Tensor self) -> Tensor.\"\"\"
+    return op20.Relu(self)
+
+
+@opreg.impl("aten::tanh", priority=11, profiles=("onnx",))
+def aten_tanh_everywhere(self):
+    \"\"\"tanh(Tensor self) -> Tensor.\"\"\"
+    return op20.Tanh(self)
+
+
+@opreg.impl("aten::sigmoid", priority=11)
+def aten_sigmoid_todo(self):
+    \"\"\"sigmoid(Tensor self) -> Tensor.\"\"\"
+    raise NotImplementedError("write me")
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register_module(sys.modules[__name__])
+"""
+
+
+def test_impls_for_a_profile_are_checked_where_it_applies_and_stubs_fail_in_one_line(make_pack):
+    module = make_pack("forprofile", FOR_A_PROFILE)
+    report = check_pack("forprofile")
+    rows = {}
+    for r in report.results:
+        if r.check == "samples":
+            rows.setdefault(r.subject.split(" for ")[0], []).append(r)
+    gelu = rows["forprofile:aten_gelu_for_ort"]
+    assert all(r.status == "passed" for r in gelu) and {r.target.split(",")[1] for r in gelu} == {"com.microsoft=1"}
+    (nowhere,) = rows["forprofile:aten_relu_nowhere"]
+    assert nowhere.status == "failed" and nowhere.detail.startswith(
+        "for profile nosuchprofile, which no installed pack defines: it applies at no target"
+    )
+    (everywhere,) = rows["forprofile:aten_tanh_everywhere"]
+    assert everywhere.status == "failed" and "for profile onnx, which names no custom domain" in everywhere.detail
+    (todo,) = rows["forprofile:aten_sigmoid_todo"]
+    source = (make_pack.root / module / "__init__.py").read_text().splitlines()
+    line = source.index('@opreg.impl("aten::sigmoid", priority=11)') + 1
+    assert todo.status == "failed"
+    assert todo.detail == f"not written yet: write the body of aten_sigmoid_todo ({module}/__init__.py:{line})"
+
+
 def test_a_numerically_wrong_impl_fails_naming_impl_target_and_sample(make_pack):
     make_pack("wrong", WRONG_RELU)
     report = check_pack("wrong")

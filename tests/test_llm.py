@@ -222,6 +222,42 @@ def test_a_mixture_of_experts_with_transformers_default_experts(tmp_path):
     assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
 
 
+@pytest.mark.parametrize("target", ["onnx", "onnxruntime"])
+def test_short_convolutions_beside_attention_cache_their_state_as_genai_lays_it_out(target, tmp_path):
+    """LFM2: a convolution layer caches the last inputs of its short convolution (``past.%d.conv``,
+    ``(batch, hidden, kernel - 1)``), an attention layer its keys and values, each named by its
+    own layer, and ``genai_config.json`` lists the layers' kinds, as GenAI's builder writes it; the
+    decoder matches transformers (its prefill path, and its decode path after a random state) and
+    GenAI generates eager's tokens."""
+    model = lm.causal_lm("lfm2")
+    decoder = opreg.llm.export_decoder(model, tmp_path, target=target, tokenizer=lm.tokenizer())
+    graph = decoder.program.model.graph
+    cache = ["past.0.conv", "past_key_values.1.key", "past_key_values.1.value"]
+    assert [v.name for v in graph.inputs] == ["input_ids", "attention_mask", "position_ids", *cache]
+    assert [v.name for v in graph.outputs] == ["logits", "present.0.conv", "present.1.key", "present.1.value"]
+    shapes = {v.name: [d if isinstance(d, int) else d.value for d in v.shape] for v in [*graph.inputs, *graph.outputs]}
+    assert shapes["past.0.conv"] == shapes["present.0.conv"] == ["batch_size", 64, 2]  # the kernel is 3
+    assert shapes["present.1.key"] == ["batch_size", 2, "total_sequence_length", 16]
+    config = json.loads((tmp_path / "genai_config.json").read_text())["model"]
+    assert config["type"] == "decoder"
+    assert config["decoder"]["layer_types"] == ["conv", "full_attention"] and config["decoder"]["conv_cache_size"] == 2
+    assert config["decoder"]["inputs"]["past_conv_names"] == "past.%d.conv"
+    assert config["decoder"]["outputs"]["present_conv_names"] == "present.%d.conv"
+    if target == "onnxruntime":
+        (attention,) = [n for n in graph if (n.domain, n.op_type) == ("com.microsoft", "GroupQueryAttention")]
+        assert attention.inputs[3].name == "past_key_values.1.key"
+    checks = decoder.verify()  # batch 1 and 3, sequence 1 and 7, past 0 (a prefill) and 5, left padding
+    assert {"present.0.conv (batch 3, sequence 7, past 5, row 2)", "present.0.conv (left padding, row 1's tokens)"} <= {
+        c.name for c in checks
+    }
+    assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+
+
+# Falcon-H1's default state-space sizes (128 heads, state 256, chunks of 256) make its eager call
+# allocate 8.6 GB; these are a tiny model's
+FALCON_H1 = {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_ssm": 64, "mamba_d_state": 8, "mamba_chunk_size": 8}
+
+
 @pytest.mark.parametrize(
     ("model_type", "message"),
     [
@@ -235,7 +271,8 @@ def test_a_mixture_of_experts_with_transformers_default_experts(tmp_path):
 def test_a_state_space_or_hybrid_cache_is_refused_with_the_reason_before_the_capture(model_type, message):
     stages = []
     with pytest.raises(opreg.ExportError, match=message):
-        opreg.llm.export_decoder(lm.causal_lm(model_type), progress=stages.append)
+        opreg.llm.export_decoder(lm.causal_lm(model_type, **FALCON_H1 if model_type == "falcon_h1" else {}),
+                                 progress=stages.append)  # fmt: skip
     assert stages == []  # refused from the config, before torch.export ran
 
 

@@ -307,3 +307,50 @@ def test_cached_reports_keep_their_fields(tmp_path):
     assert [packcache._impl_data(i) for i in again.impls] == [packcache._impl_data(i) for i in declared.impls]
     assert again.profiles == tuple((n, dict(v), p) for n, v, p in declared.profiles)
     assert again.unsupported == declared.unsupported
+
+
+FOR_ONNXRUNTIME = """
+from onnxscript.onnx_opset import opset20 as op20
+
+
+@opreg.impl("aten::gelu", priority=11, profiles=("onnxruntime",))
+def aten_gelu_tanh(self, approximate: str = "none"):
+    return op20.Gelu(self, approximate="tanh")
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    import sys
+
+    registry.register_module(sys.modules[__name__])
+"""
+
+
+def test_an_impl_for_a_profile_resolves_alike_from_the_cache(make_pack):
+    make_pack("forort", FOR_ONNXRUNTIME)
+    loaded = packcache.registry()
+    cached = packcache.registry()
+    assert loaded.packs.loaded and not cached.packs.loaded
+    for registry in (loaded, cached):
+        (impl,) = [i for i in registry.impls("aten::gelu") if i.pack == "forort"]
+        assert impl.profiles == ("onnxruntime",)
+        assert registry.resolve("aten::gelu", "onnxruntime").pack == "forort"
+        assert registry.resolve("aten::gelu", "onnx,com.microsoft=1").pack == "forort"  # what the profile names
+        assert registry.resolve("aten::gelu", "onnx").pack == "core"
+    for target in ("onnx", "onnxruntime"):
+        assert str(cached.explain("aten::gelu", target)) == str(loaded.explain("aten::gelu", target))
+    (row,) = [c for c in cached.explain("aten::gelu", "onnx").candidates if c.impl.pack == "forort"]
+    assert (row.status, row.reason) == ("dropped", "only for profile onnxruntime, which needs com.microsoft=1")
+
+
+def test_ops_and_explain_show_the_profiles_an_impl_is_for(capsys, make_pack):
+    make_pack("forort", FOR_ONNXRUNTIME)
+    code, out, _ = cli(capsys, "ops", "aten::gelu", "--pack", "forort", "--json", "-t", "onnxruntime")
+    (row,) = json.loads(out)["impls"]
+    assert code == 0 and (row["profiles"], row["status"]) == (["onnxruntime"], "chosen")
+    code, out, _ = cli(capsys, "ops", "aten::gelu", "--pack", "forort", "-t", "onnxruntime")
+    assert code == 0 and "; for profile" in out  # the requires column: ai.onnx>=20; for profile onnxruntime
+    code, out, _ = cli(capsys, "explain", "aten::gelu", "-t", "onnx", "--json")
+    (row,) = [c for c in json.loads(out)["candidates"] if c["pack"] == "forort"]
+    assert (row["profiles"], row["status"]) == (["onnxruntime"], "dropped")
+    assert row["reason"] == "only for profile onnxruntime, which needs com.microsoft=1"

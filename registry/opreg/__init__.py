@@ -98,7 +98,7 @@ runs only :mod:`opreg.errors`, so a command that reads a cache starts fast."""
 __version__ = "0.1.0"
 
 
-_EXPORTER_NAMES = ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location", "StateSlot")
+_EXPORTER_NAMES = ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "Location", "StateSlot", "FixedDim")
 
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]

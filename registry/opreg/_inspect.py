@@ -73,6 +73,18 @@ def source_location(function: Any) -> str:
     return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else ""
 
 
+def short_source(source: str) -> str:
+    """``file:line`` relative to the ``sys.path`` entry it lies under (``opreg_core_ops/ops/activation.py:25``)."""
+    import os
+    import sys
+
+    roots = sorted((os.path.join(os.path.abspath(p), "") for p in sys.path if p), key=len, reverse=True)
+    for root in roots:
+        if source.startswith(root):
+            return source[len(root) :]
+    return source
+
+
 def display_signature(function: Any) -> str:
     inner = python_function(function)
     try:

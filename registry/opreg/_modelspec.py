@@ -121,13 +121,18 @@ def _unpack(result: Any, spec: str) -> LoadedModel:
 
 
 def dynamic_shapes(loaded: LoadedModel, specs: list[str]) -> dict[str, Any] | None:
-    """Build ``dynamic_shapes`` from ``--dynamic NAME:DIM=LABEL[,DIM=LABEL]`` items.
+    """Build ``dynamic_shapes`` from ``--dynamic NAME:DIM=LABEL[,DIM=LABEL]`` items, or
+    ``"auto"`` from ``--dynamic auto`` (every dim of every tensor input).
 
     ``NAME`` is a parameter of the module's ``forward``; the other parameters
     stay static.
     """
     if not specs:
         return None
+    if "auto" in specs:
+        if len(specs) > 1:
+            raise ModelSpecError("--dynamic auto makes every dim dynamic: give it alone, not with other --dynamic")
+        return "auto"
     import torch
 
     try:

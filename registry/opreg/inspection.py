@@ -18,6 +18,9 @@ from opreg.targets import domain_label
 PACK_KEY = "opreg.pack"
 TORCH_OP_KEY = "opreg.torch_op"
 CONSTANT_INPUTS_KEY = "opreg.constant_inputs"
+FIXED_DIMS_KEY = "opreg.fixed_dims"
+"""The dims ``dynamic_shapes`` asked to be dynamic that the export fixed: a JSON list of
+``{input, dim, size, guard, source}`` (:class:`opreg.FixedDim`; written by ``opreg.exporter._dynamic``)."""
 """The arguments ``torch.export`` made constants (bools, ints, strings...): a JSON object, name -> value."""
 
 
@@ -255,6 +258,17 @@ def _constant_inputs(metadata: Any) -> dict[str, Any]:
     return found if isinstance(found, dict) else {"?": found}
 
 
+def _json_list(text: str | None) -> list[Any]:
+    """A JSON list of the model's metadata (``[]`` when absent or not a list)."""
+    import json
+
+    try:
+        found = json.loads(text) if text else []
+    except ValueError:
+        return [text]
+    return found if isinstance(found, list) else [found]
+
+
 def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
     import onnx_ir as ir
 
@@ -286,6 +300,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
         "opset_imports": {domain_label(d): v for d, v in sorted(model.opset_imports.items())},
         "inputs": [_value(v) for v in model.graph.inputs],
         "constant_inputs": _constant_inputs(model.metadata_props),
+        "fixed_dims": _json_list(model.metadata_props.get(FIXED_DIMS_KEY)),
         "outputs": [_value(v) for v in model.graph.outputs],
         "node_count": count,
         "ops": [

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from opreg.errors import RegistrationError
@@ -39,6 +39,9 @@ class ImplSpec:
         priority: ranks impls of one op (higher wins; the core pack's are 0).
         predicate: ``predicate(node) -> bool`` limits the impl to the nodes it accepts.
         complex: the impl serves nodes with complex values (as real pairs) and no others.
+        profiles: the target profiles it is for (``("onnxruntime",)``): it applies only at targets
+            that offer every custom domain one of them names, at that profile's version; ``()``:
+            wherever its requirement is met.
     """
 
     op: Any
@@ -47,19 +50,39 @@ class ImplSpec:
     priority: int = 0
     predicate: Callable[[Any], bool] | None = None
     complex: bool = False
+    profiles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
             raise RegistrationError(f"@opreg.impl({self.op!r}): priority must be an int, got {self.priority!r}")
         if self.predicate is not None and not callable(self.predicate):
             raise RegistrationError(f"@opreg.impl({self.op!r}): predicate must be callable, got {self.predicate!r}")
+        object.__setattr__(self, "profiles", profile_names(self.profiles, f"@opreg.impl({self.op!r})"))
 
     def arguments(self) -> dict[str, Any]:
         """The keyword arguments of the ``register(op, function, ...)`` call this mark stands for."""
         return {
             "opset": self.opset, "domains": None if self.domains is None else dict(self.domains),
             "priority": self.priority, "predicate": self.predicate, "complex": self.complex,
+            "profiles": self.profiles,
         }  # fmt: skip
+
+
+def profile_names(value: Any, where: str) -> tuple[str, ...]:
+    """``profiles=`` as a tuple of profile names; a lone string or a name that is not an identifier
+    is a :class:`RegistrationError` saying what to write."""
+    if isinstance(value, str):
+        raise RegistrationError(f"{where}: profiles= takes a tuple of profile names, got {value!r}: write ({value!r},)")
+    try:
+        names = tuple(value)
+    except TypeError as e:
+        raise RegistrationError(f"{where}: profiles= takes a tuple of profile names, got {value!r}") from e
+    bad = [repr(n) for n in names if not isinstance(n, str) or not n.isidentifier()]
+    if bad:
+        raise RegistrationError(
+            f"{where}: profiles= takes target profile names such as 'onnxruntime', got {', '.join(bad)}"
+        )
+    return tuple(dict.fromkeys(names))
 
 
 def impl(
@@ -70,6 +93,7 @@ def impl(
     priority: int = 0,
     predicate: Callable[[Any], bool] | None = None,
     complex: bool = False,
+    profiles: Iterable[str] = (),
 ) -> Callable[[F], F]:
     """Mark a function as the impl of torch op ``op``; arguments as :meth:`Registrar.register` takes them.
 
@@ -94,7 +118,7 @@ def impl(
     """
     spec = ImplSpec(
         op, opset=opset, domains=None if domains is None else tuple(domains.items()),
-        priority=priority, predicate=predicate, complex=complex,
+        priority=priority, predicate=predicate, complex=complex, profiles=profiles,
     )  # fmt: skip
 
     def mark(function: F) -> F:

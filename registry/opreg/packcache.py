@@ -2,7 +2,7 @@
 
 ``opreg plugins``, ``opreg ops`` and ``opreg explain`` need only what the packs
 *declare*: each pack's report, its impls' metadata (op, requirement, priority,
-whether it has a predicate, ``file:line``), its target profiles and the ops it
+whether it has a predicate, the profiles it is for, ``file:line``), its target profiles and the ops it
 declines. Building that means importing every pack, and so torch (about two
 seconds); reading it back from this cache takes a few milliseconds, and no pack,
 torch, onnx or onnxscript is imported. :func:`registry` gives a frozen
@@ -74,8 +74,8 @@ CACHE_ENV = targets.CACHE_ENV
 SUBDIR = "declared"
 NO_CACHE_ENV = "OPREG_NO_CACHE"
 """Set to ``1`` to turn the cache off."""
-FORMAT = 1
-"""The entries' format; an entry of another format is not read."""
+FORMAT = 2
+"""The entries' format; an entry of another format is not read (2: impls' ``profiles``, packs' ``schemas``)."""
 MAX_ENTRIES = 32
 """Entries kept in the cache directory (one per selection and interpreter); older ones are removed."""
 WATCHED_ENV = (loader.AUTOLOAD_ENV, loader.SLOW_IMPORT_ENV)
@@ -275,6 +275,7 @@ def _impl_data(impl: Impl) -> dict[str, Any]:
         "schema_checked": impl.schema_checked,
         "convention": impl.convention,
         "source": impl.source,
+        "profiles": list(impl.profiles),
     }
 
 
@@ -295,13 +296,14 @@ def _impl_of(data: Mapping[str, Any]) -> Impl:
         schema_checked=data["schema_checked"],
         convention=data["convention"],
         source=data["source"],
+        profiles=tuple(data["profiles"]),
     )
 
 
 def _report_of(data: Mapping[str, Any]) -> PackReport:
     fields = dict(data)
     fields["rejected"] = tuple(Rejection(**r) for r in data["rejected"])
-    for name in ("domains", "profiles", "hooks"):
+    for name in ("domains", "profiles", "hooks", "schemas"):
         fields[name] = tuple(data[name])
     return PackReport(**fields)
 

@@ -174,6 +174,8 @@ class PackReport:
         rejected: impls opreg refused.
         seconds: how long importing its entry point took.
         hooks: the hooks it implements, sorted (``()`` unless it loaded).
+        schemas: the custom-domain ops it registers ONNX schemas for (``opreg_schemas``), as
+            ``domain::Name``, sorted: what its impls, and other packs' impls, may call by name.
     """
 
     name: str
@@ -189,6 +191,7 @@ class PackReport:
     rejected: tuple[Rejection, ...] = ()
     seconds: float = 0.0
     hooks: tuple[str, ...] = ()
+    schemas: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -415,8 +415,10 @@ def _settle(loaded: _Loaded, taken_profiles: Mapping[str, str]) -> tuple[PackRep
             problems.append(f"profile {name!r} rejected: {e}")
             continue
         profiles.append((name, versions, report.name))
+    schemas: tuple[str, ...] = ()
     try:
         _register_schemas(loaded.schemas)
+        schemas = tuple(sorted({f"{s.domain}::{s.name}" for s in loaded.schemas}))
     except Exception as e:
         problems.append(f"schemas rejected: {e}")
     if rejected:
@@ -430,6 +432,7 @@ def _settle(loaded: _Loaded, taken_profiles: Mapping[str, str]) -> tuple[PackRep
     report = dataclasses.replace(
         report, status=LOADED, reason="; ".join(problems), impls=len(registrar.impls),
         domains=tuple(domains), profiles=tuple(name for name, _, _ in profiles), rejected=rejected,
+        schemas=schemas,
     )  # fmt: skip
     return report, profiles
 

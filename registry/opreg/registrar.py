@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opreg import table_in
@@ -57,6 +57,7 @@ class Registrar:
         priority: int = 0,
         predicate: Predicate | None = None,
         complex: bool = False,
+        profiles: Iterable[str] = (),
     ) -> Impl | None:
         """Register ``function`` for torch op ``op``.
 
@@ -66,14 +67,16 @@ class Registrar:
         wins; the core pack's are 0); ``predicate(node) -> bool`` limits the
         impl to the nodes it accepts; ``complex=True`` makes it the impl for nodes with
         complex values, carried as real tensors with a trailing dimension of 2
-        (:mod:`opreg.values`), which no other impl sees. Returns the impl, or ``None`` if it was
+        (:mod:`opreg.values`), which no other impl sees; ``profiles=("onnxruntime",)`` keeps
+        it for the targets that offer what one of those profiles names besides ai.onnx
+        (:meth:`opreg.Registry.unmet`). Returns the impl, or ``None`` if it was
         rejected (the reason is in the pack's report, ``opreg plugins`` and
         the log).
         """
         try:
             impl = build_impl(
                 op, function, opset=opset, domains=domains, priority=priority,
-                predicate=predicate, pack=self.pack, override=False, complex=complex,
+                predicate=predicate, pack=self.pack, override=False, complex=complex, profiles=profiles,
             )  # fmt: skip
         except Exception as e:  # a pack's mistake must not break the build
             self._reject(op, function, e)

@@ -36,7 +36,7 @@ from opreg.errors import (
     NoImplementationError,
     RegistrationError,
 )
-from opreg.marks import marked
+from opreg.marks import marked, profile_names
 from opreg.opname import OpName
 from opreg.packset import PackSet
 from opreg.targets import (
@@ -94,6 +94,10 @@ class Impl:
             ``custom_translation_table`` value, the tutorials' ``register_op``),
             which gets them as torch.onnx passes them.
         source: ``path/to/module.py:LINE`` where the function is defined (``""`` if unknown).
+        profiles: the target profiles it is for: it is eligible only at a target that offers
+            every custom domain one of them names, at that profile's version (the profile's
+            ai.onnx version aside: ``opset`` says that); ``()``: wherever ``requirement`` is met.
+            Decided by :meth:`Registry.unmet` without a node, as ``requirement`` is.
     """
 
     op: OpName
@@ -110,6 +114,7 @@ class Impl:
     params: _inspect.Params | None = dataclasses.field(default=None, compare=False, repr=False)
     convention: str = _inspect.OPREG
     source: str = ""
+    profiles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.op, OpName):
@@ -124,6 +129,7 @@ class Impl:
             raise RegistrationError(f"impl kind must be 'script' or 'trace', got {self.kind!r}")
         if self.convention not in (_inspect.OPREG, _inspect.TORCH_ONNX):
             raise RegistrationError(f"impl convention must be 'opreg' or 'torch.onnx', got {self.convention!r}")
+        object.__setattr__(self, "profiles", profile_names(self.profiles, f"impl for {self.op}"))
 
     @property
     def label(self) -> str:
@@ -201,6 +207,9 @@ class Explanation:
             conditional) and a reason.
         chosen: the winning impl, or ``None``.
         conflicts: unconditional impls that tie with the chosen one.
+        elsewhere: when nothing is chosen, where the op would be served: the target with the
+            custom domains its best impl needs (:meth:`Registry.widen`), and the profiles that
+            serve it; ``""`` otherwise.
     """
 
     op: OpName
@@ -208,6 +217,7 @@ class Explanation:
     candidates: tuple[Candidate, ...]
     chosen: Impl | None
     conflicts: tuple[Impl, ...]
+    elsewhere: str = ""
 
     def __str__(self) -> str:
         lines = [f"{self.op} for target {self.target}:"]
@@ -219,7 +229,38 @@ class Explanation:
             )
         if self.conflicts:
             lines.append("  conflict: ties with " + ", ".join(i.label for i in self.conflicts))
+        if self.elsewhere:
+            lines.append(f"  {self.elsewhere}")
         return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Widening:
+    """How a target that cannot serve an op would (:meth:`Registry.widen`): with the custom domains
+    the op's best impl needs that the target does not name.
+
+    Fields:
+        op: the torch op.
+        impl: the impl that would serve it.
+        declared: ``((domain, version), ...)``: each domain added, at the version the impl's pack
+            declares (:meth:`Registry.declared_version`).
+        target: the target with the domains added at versions the impl accepts: the declared
+            ones where they fit its requirement (:attr:`exact`), else its requirement's lowest.
+    """
+
+    op: OpName
+    impl: Impl
+    declared: tuple[tuple[str, int], ...]
+    target: Target
+
+    @property
+    def exact(self) -> bool:
+        """Whether the impl accepts every domain at the version its pack declares."""
+        return all(self.target.get(d) == v for d, v in self.declared)
+
+    def __str__(self) -> str:
+        added = ", ".join(f"{d}={v}" for d, v in self.declared)
+        return f"{self.impl.label} at {added}, the version {self.impl.pack} declares (-t {self.target.spec})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -332,6 +373,7 @@ class Registry:
         priority: int = 0,
         predicate: Predicate | None = None,
         complex: bool = False,
+        profiles: Iterable[str] = (),
     ) -> Impl:
         """Register ``function`` for torch op ``op`` as a user override.
 
@@ -339,13 +381,14 @@ class Registry:
         ``opset`` is the ai.onnx range (``18``, ``(18, 20)``); ``domains`` maps
         each custom domain the impl emits to its version. Both default to what
         the function visibly uses. ``complex=True`` makes it the impl for nodes with
-        complex values (see :mod:`opreg.values`). Raises :class:`RegistrationError` (or its
+        complex values (see :mod:`opreg.values`); ``profiles`` keeps it for the targets that
+        serve one of those profiles (:meth:`unmet`). Raises :class:`RegistrationError` (or its
         :class:`SignatureMismatchError`) with what to fix.
         """
         self._check_mutable()
         impl = build_impl(
             op, function, opset=opset, domains=domains, priority=priority,
-            predicate=predicate, pack=USER_PACK, override=True, complex=complex,
+            predicate=predicate, pack=USER_PACK, override=True, complex=complex, profiles=profiles,
         )  # fmt: skip
         return self._store(impl)
 
@@ -377,6 +420,7 @@ class Registry:
         target = Target.of(dict(versions))  # validates
         self._profiles[name] = (target.as_dict(), pack)
         self._targets.clear()
+        self._ordered.clear()  # impls for this profile may apply now
 
     def mark_unsupported(self, op: Any, reason: str, *, pack: str = USER_PACK) -> None:
         """Record that ``pack`` deliberately leaves ``op`` without an impl, and why."""
@@ -555,14 +599,36 @@ class Registry:
             self._order.get(impl, 0),
         )
 
+    def unmet(self, impl: Impl, target: TargetLike = "onnx") -> str | None:
+        """Why ``target`` cannot use ``impl``, or ``None`` if it can: its opset requirement
+        (:meth:`opreg.Target.unmet`), then its profiles. An impl for profiles (``profiles=``) is
+        eligible where the target offers every custom domain one of them names, at that profile's
+        version; a profile no loaded pack defines serves no target."""
+        target = self.target(target)
+        why = target.unmet(impl.requirement)
+        if why is not None or not impl.profiles:
+            return why
+        reasons = []
+        for name in impl.profiles:
+            known = self._profiles.get(name)
+            if known is None:
+                reasons.append(f"{name!r}, which no loaded pack defines")
+                continue
+            wanted = {d: v for d, v in known[0].items() if d != ONNX_DOMAIN}
+            missing = [f"{d}={v}" for d, v in sorted(wanted.items()) if target.get(d) != v]
+            if not missing:
+                return None
+            reasons.append(f"{name}, which needs {', '.join(missing)}")
+        return f"only for profile {' or '.join(reasons)}"
+
     def candidates(self, op: Any, target: TargetLike = "onnx") -> tuple[Impl, ...]:
-        """Impls of ``op`` that ``target`` can use, best first (predicates not evaluated)."""
+        """Impls of ``op`` that ``target`` can use (:meth:`unmet`), best first (predicates not evaluated)."""
         op = OpName.of(op)
         target = self.target(target)
         key = (op, target)
         ordered = self._ordered.get(key)
         if ordered is None:
-            eligible = [i for i in self._impls.get(op, ()) if target.unmet(i.requirement) is None]
+            eligible = [i for i in self._impls.get(op, ()) if self.unmet(i, target) is None]
             ordered = tuple(sorted(eligible, key=self._key(op)))
             self._ordered[key] = ordered
         return ordered
@@ -594,7 +660,7 @@ class Registry:
         rows: list[Candidate] = []
         for impl in ordered:
             if impl is chosen:
-                rows.append(Candidate(impl, CHOSEN, _why_chosen(impl, ordered, self._preferred.get(op))))
+                rows.append(Candidate(impl, CHOSEN, _why_chosen(impl, ordered, self._preferred.get(op), node)))
             elif impl.conditional if node is None else not impl.accepts(node):
                 rows.append(Candidate(impl, CONDITIONAL, _why_not(impl, node)))
             else:
@@ -603,10 +669,60 @@ class Registry:
                 )
         for impl in sorted(self._impls.get(op, ()), key=self._key(op)):
             if impl not in ordered:
-                rows.append(Candidate(impl, DROPPED, target.unmet(impl.requirement) or "not eligible"))
+                rows.append(Candidate(impl, DROPPED, self.unmet(impl, target) or "not eligible"))
         ties = _ties(ordered, complex=chosen is not None and chosen.complex)
         conflicts = ties[1:] if chosen is not None and ties and ties[0] is chosen else ()
-        return Explanation(op, target, tuple(rows), chosen, tuple(conflicts))
+        elsewhere = self._elsewhere(op, target, node) if chosen is None else ""
+        return Explanation(op, target, tuple(rows), chosen, tuple(conflicts), elsewhere)
+
+    def _elsewhere(self, op: OpName, target: Target, node: Any) -> str:
+        """Where ``op`` is served when ``target`` cannot serve it: the target with the domains its best
+        impl needs (which an export adds by itself), and the profiles that serve it."""
+        parts = []
+        widening = self.widen(op, target, node)
+        if widening is not None:
+            added = ", ".join(f"{d}={v}" for d, v in widening.target.versions if target.get(d) is None)
+            how = (
+                f"an export adds {added} by itself, the version pack {widening.impl.pack} declares"
+                if widening.exact
+                else f"pack {widening.impl.pack} declares {', '.join(f'{d}={v}' for d, v in widening.declared)}, "
+                "which its impl does not accept: an export refuses it"
+            )
+            parts.append(f"served at -t {widening.target.spec} by {widening.impl.label} ({how})")
+        profiles = [name for name in self._profiles if self.resolve(op, Target.of(name, self.profiles), node)]
+        if profiles:
+            parts.append(f"served by profile {', '.join(profiles)}")
+        return "; ".join(parts)
+
+    def declared_version(self, pack: str, domain: str) -> int | None:
+        """The version of custom ``domain`` that ``pack`` declares: the highest its target profiles give
+        it, else the highest minimum its impls need (``None`` if it names the domain nowhere)."""
+        named = [v[domain] for v, owner in self._profiles.values() if owner == pack and domain in v]
+        if named:
+            return max(named)
+        needed = [r.min for i in self.impls() if i.pack == pack for d, r in i.requirement.domains if d == domain]
+        return max(needed, default=None)
+
+    def widen(self, op: Any, target: TargetLike = "onnx", node: Any = None) -> Widening | None:
+        """How ``target`` would serve ``op`` when no impl can: the first impl in resolution order that
+        needs only custom domains the target does not name (and takes ``node``; without one, an impl
+        without a predicate), with those domains added (:class:`Widening`). ``None`` when the target
+        serves the op, or no impl is a set of domains away. What an export does when a model uses an
+        op only a pack's custom domain covers: the domain joins the target."""
+        op = OpName.of(op)
+        target = self.target(target)
+        if self.resolve(op, target, node) is not None:
+            return None
+        for impl in sorted(self._impls.get(op, ()), key=self._key(op)):
+            absent = {d: r for d, r in impl.requirement.domains if target.get(d) is None}
+            if not absent or not (impl.accepts(node) if node is not None else not impl.conditional):
+                continue
+            declared = {d: self.declared_version(impl.pack, d) or r.min for d, r in absent.items()}
+            fitting = {d: v if v in absent[d] else absent[d].min for d, v in declared.items()}
+            widened = target.extended(fitting)
+            if self.unmet(impl, widened) is None:
+                return Widening(op, impl, tuple(sorted(declared.items())), widened)
+        return None
 
     def translation_table(self, target: TargetLike = "onnx") -> Any:
         """This registry as a ``custom_translation_table`` for ``torch.onnx.export(dynamo=True)``.
@@ -661,24 +777,40 @@ def _why_not(impl: Impl, node: Any) -> str:
     return "its predicate rejects the node"
 
 
-def _why_chosen(impl: Impl, ordered: tuple[Impl, ...], preferred: str | None) -> str:
-    others = [i for i in ordered if i is not impl and i.complex is impl.complex]
-    if impl.override:
-        return "registered by the user (overrides packs)"
-    if not others:
-        return "the only impl this target can use"
-    runner = others[0]
+def _why_chosen(impl: Impl, ordered: tuple[Impl, ...], preferred: str | None, node: Any) -> str:
+    """Why resolution picks ``impl`` from ``ordered`` (every impl the target can use, in resolution
+    order): what sets it above the next impl of its kind, and the impls ranked above it that were
+    passed over (each conditional: no node to test it on, or it does not take this node)."""
+    index = ordered.index(impl)
+    above = ordered[:index]
+    below = [i for i in ordered[index + 1 :] if i.complex is impl.complex]
+    if impl.override and not (below and below[0].override):
+        reason = "registered by the user (overrides packs)"
+    elif below:
+        reason = _beats(impl, below[0], preferred)
+    else:
+        reason = "the only impl this target can use" if not above else "the only other impl this target can use"
+    if above:
+        passed = "; ".join(f"{i.label} ({_why_not(i, node)})" for i in above)
+        reason += f"; ranked above it but passed over: {passed}"
+    if impl.profiles:
+        reason += f"; for profile {', '.join(impl.profiles)}, which this target serves"
+    return reason
+
+
+def _beats(impl: Impl, runner: Impl, preferred: str | None) -> str:
+    """The first key of resolution's order (:meth:`Registry._key`) on which ``impl`` goes before ``runner``."""
     if impl.priority != runner.priority:
-        return f"highest priority ({impl.priority} > {runner.priority} of {runner.label})"
+        return f"higher priority ({impl.priority} > {runner.priority} of {runner.label})"
     if impl.requirement.rank() != runner.requirement.rank():
-        return f"newest opset requirement ({impl.requirement} vs {runner.requirement})"
-    if impl.predicate is not None:
-        return "its predicate accepts the node"
-    if impl.pack == preferred:
+        return f"newest opset requirement ({impl.requirement} vs {runner.requirement} of {runner.label})"
+    if impl.pack == preferred and runner.pack != preferred:
         return f"ties with {runner.label}; pack {preferred!r} is preferred (prefer=)"
+    if impl.predicate is not None and runner.predicate is None:
+        return f"its predicate accepts the node (tried before {runner.label}, which has none)"
     if impl.pack == CORE_PACK and runner.pack != CORE_PACK:
         return f"ties with {runner.label}; the core pack wins ties unless another pack is preferred (prefer=)"
-    return f"ties with {runner.label}; broken by pack and function name (choose with prefer=)"
+    return f"ties with {_name(runner, impl)}; broken by pack and function name (choose with prefer=)"
 
 
 # -- building impls -------------------------------------------------------------
@@ -696,6 +828,7 @@ def build_impl(
     override: bool,
     torch_function: bool = False,
     complex: bool = False,
+    profiles: Iterable[str] = (),
 ) -> Impl:
     """Validate and describe one impl; raise :class:`RegistrationError` on any problem.
 
@@ -741,6 +874,7 @@ def build_impl(
         params=params,
         convention=_inspect.TORCH_ONNX if torch_function else _inspect.OPREG,
         source=_inspect.source_location(function),
+        profiles=profile_names(profiles, f"impl {impl_name(function)} for {op}"),
     )
 
 

@@ -1,24 +1,20 @@
-"""``opreg new-pack``: a renamed copy of opreg's template pack, ``plugins/test_customop``.
+"""``opreg new-pack``: a new op pack, written for the ops it translates.
 
-The template is a complete, tested first-party pack (distribution
-``opreg-test-customop``): its files are shipped in the ``opreg`` wheel as
-package data (``opreg/_template``) and read from the source tree in a
-checkout. :func:`pack_names` derives every name a pack needs from its
-distribution name and refuses names that would not work or would collide;
-:func:`render` renames the template's files in memory; :func:`new_pack` writes
-them to a temporary directory beside the destination and renames it into
-place, so a refusal or a failure leaves nothing behind.
+``opreg new-pack opreg-swishpack --op 'swishlib::fused_swish(Tensor x, float beta) -> Tensor'``
+writes an installable distribution whose package holds, for each op: an impl
+stub (the body to write, in ``impls.py``), the pack's ONNX op for it (schema,
+reference kernel, and a place for its definition in standard ONNX), samples
+for the conformance kit, and a test; plus the metadata, a README and a CI
+workflow (:mod:`opreg._packfiles`). ``--empty`` writes a pack with no ops.
 
-For a distribution ``opreg-mypack`` (or ``mypack``) the copy renames:
-
-- the distribution ``opreg-test-customop`` to ``opreg-mypack``;
-- the import package ``opreg_test_customop`` to ``opreg_mypack``, also the torch
-  library namespace of the example custom op (``mylibrary``, the tutorial's, becomes
-  ``opreg_mypack``: a module name is unique in an environment, and so is a torch
-  namespace that copies it);
-- the entry-point and target-profile name ``test_customop`` to ``mypack``;
-- the custom ONNX domain ``test.customop`` to ``mypack.ops`` (``--domain
-  com.example.mypack`` when the author owns a DNS name).
+:func:`pack_names` derives every name a pack needs from its distribution name
+and refuses names that would not work or would collide; :func:`render` gives
+the files; :func:`new_pack` writes them to a temporary directory beside the
+destination and renames it into place, so a refusal or a failure leaves
+nothing behind. For a distribution ``opreg-mypack`` (or ``mypack``): the import
+package is ``opreg_mypack``, the entry-point and target-profile name
+``mypack``, and the custom ONNX domain ``mypack.ops`` (``--domain
+com.example.mypack`` when the author owns a DNS name).
 """
 
 from __future__ import annotations
@@ -30,6 +26,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from opreg.errors import OpregError
@@ -50,8 +47,6 @@ OPREG_PACKAGES = frozenset(name.replace("-", "_") for name in OPREG_DISTRIBUTION
 WELL_KNOWN_LIST = Path(__file__).with_name("well_known_names.txt")
 """The most-downloaded PyPI projects (see the file's header): names a new pack must never take,
 installed here or not, because installing the pack (``pip install -e``) would replace the real one."""
-MARKER = "<!-- template only -->"
-"""A line of the template carrying this marker is left out of the copy."""
 
 
 class ScaffoldError(OpregError, ValueError):
@@ -74,14 +69,12 @@ class PackNames:
         distribution: the distribution name, as given (``opreg-mypack``).
         pack: the entry-point name, also the target profile's (``mypack``).
         package: the import name (``opreg_mypack``).
-        namespace: the torch library namespace of the example custom op.
         domain: the custom ONNX domain of the pack's ops (``mypack.ops``).
     """
 
     distribution: str
     pack: str
     package: str
-    namespace: str
     domain: str
 
     def __post_init__(self) -> None:
@@ -111,10 +104,6 @@ class PackNames:
                 )
 
 
-TEMPLATE = PackNames("opreg-test-customop", "test_customop", "opreg_test_customop", "mylibrary", "test.customop")
-"""The names of the template pack, each replaced in the copy by the new pack's."""
-
-
 def pack_names(distribution: str, domain: str | None = None) -> PackNames:
     """Derive a pack's names from its distribution name (``opreg-mypack`` or ``mypack``).
 
@@ -127,9 +116,7 @@ def pack_names(distribution: str, domain: str | None = None) -> PackNames:
     pack = normalized.removeprefix("opreg_") if normalized != "opreg" else ""
     if not pack:
         raise ScaffoldError(f"{distribution!r} is opreg's own distribution: name the pack, e.g. opreg-mypack")
-    names = PackNames(
-        distribution, pack, f"opreg_{pack}", f"opreg_{pack}", domain if domain is not None else f"{pack}.ops"
-    )
+    names = PackNames(distribution, pack, f"opreg_{pack}", domain if domain is not None else f"{pack}.ops")
     _check_not_taken(names)
     return names
 
@@ -191,73 +178,53 @@ def _suggestion(name: str) -> str:
     return "opreg-mypack" if not stem or stem.startswith("opreg") else f"opreg-{stem}"
 
 
-# -- the template -----------------------------------------------------------------------------
+# -- the files ---------------------------------------------------------------------------------
 
 
-def template_root() -> Path:
-    """Where the template pack's files are: ``opreg/_template`` in an installed wheel, else
-    ``plugins/test_customop`` of the source tree opreg runs from (an editable install)."""
-    shipped = Path(__file__).with_name("_template")
-    if (shipped / "pyproject.toml").is_file():
-        return shipped
-    checkout = Path(__file__).resolve().parents[2] / "plugins" / TEMPLATE.pack
-    if (checkout / "pyproject.toml").is_file():
-        return checkout
-    raise ScaffoldError(f"opreg's template pack is missing (looked in {shipped} and {checkout}): reinstall opreg")
+def render(names: PackNames, ops: Sequence[str] = ()) -> dict[str, str]:
+    """The new pack's files, ``{relative path: text}``, for the ops whose schemas ``ops`` gives
+    (``'ns::name(Tensor x, float beta) -> Tensor'``; none: a pack with no ops yet). Raises
+    :class:`ScaffoldError` for a schema it cannot write a pack for."""
+    from opreg import _opspec, _packfiles
+
+    try:
+        specs = _opspec.parse_all(tuple(ops))
+    except _opspec.OpSpecError as e:
+        raise ScaffoldError(str(e)) from e
+    return _packfiles.render(names.distribution, names.pack, names.package, specs, names.domain)
 
 
-def template_files(root: Path | None = None) -> list[str]:
-    """The template's files, relative to its root and sorted: what a pack is (its ``pyproject.toml``
-    and README, its package's modules, its tests), without build or cache leftovers."""
-    root = template_root() if root is None else root
-    files = ["pyproject.toml", "README.md"]
-    for folder in (TEMPLATE.package, "tests"):
-        files += sorted(str(p.relative_to(root)) for p in (root / folder).glob("*.py"))
-    return sorted(files)
-
-
-def _renamer(names: PackNames):  # type: ignore[no-untyped-def]
-    """A function renaming every template name in a text to ``names``' (longest first, in one pass,
-    so a new name is never renamed again); a domain written as a regular expression too."""
-    mapping = {
-        TEMPLATE.distribution: names.distribution,
-        TEMPLATE.package: names.package,
-        re.escape(TEMPLATE.domain): re.escape(names.domain),
-        TEMPLATE.domain: names.domain,
-        TEMPLATE.pack: names.pack,
-        TEMPLATE.namespace: names.namespace,
-    }
-    pattern = re.compile("|".join(re.escape(old) for old in sorted(mapping, key=len, reverse=True)))
-    return lambda text: pattern.sub(lambda m: mapping[m.group(0)], text)
-
-
-def render(names: PackNames) -> dict[str, str]:
-    """The new pack's files, ``{relative path: text}``: the template's, renamed."""
-    root = template_root()
-    rename = _renamer(names)
-    files = {}
-    for relative in template_files(root):
-        text = (root / relative).read_text(encoding="utf-8")
-        text = "".join(line for line in text.splitlines(keepends=True) if MARKER not in line)
-        tests = relative == f"tests/{TEMPLATE.pack}.py"  # the template's tests, named after the pack
-        files[f"tests/test_{names.pack}.py" if tests else rename(relative)] = rename(text)
-    return files
-
-
-def new_pack(distribution: str, *, domain: str | None = None, directory: str | os.PathLike[str] | None = None) -> Path:
-    """Write a new pack named ``distribution`` to ``directory`` (default ``./distribution``).
+def new_pack(
+    distribution: str,
+    *,
+    ops: Sequence[str] = (),
+    empty: bool = False,
+    domain: str | None = None,
+    directory: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Write a new pack named ``distribution`` to ``directory`` (default ``./distribution``), for the
+    torch ops whose schemas ``ops`` gives, or with no ops if ``empty``.
 
     The directory must not exist or be empty. Returns its path. Raises
-    :class:`ScaffoldError` (and writes nothing) for an unusable name, domain or
-    directory.
+    :class:`ScaffoldError` (and writes nothing) for an unusable name, domain,
+    schema or directory, and when neither ``ops`` nor ``empty`` is given.
     """
     names = pack_names(distribution, domain)
+    if isinstance(ops, str):
+        ops = (ops,)
+    if bool(ops) == bool(empty):
+        raise ScaffoldError(
+            "name the ops the pack translates, --op 'mylib::fused_swish(Tensor x, float beta) -> Tensor' "
+            "(repeatable; ops=[...] in Python), or pass --empty for a pack with no ops yet"
+            if not ops
+            else "--op and --empty exclude each other: give the ops, or --empty"
+        )
     destination = Path(directory if directory is not None else names.distribution)
     if destination.exists() and not destination.is_dir():
         raise ScaffoldError(f"{destination} exists and is not a directory: choose another with -o DIR")
     if destination.is_dir() and any(destination.iterdir()):
         raise ScaffoldError(f"{destination} is not empty: choose a new or empty directory with -o DIR")
-    files = render(names)
+    files = render(names, ops)
     destination = destination.absolute()
     if not destination.parent.is_dir():
         raise ScaffoldError(f"directory {destination.parent} does not exist: create it first, or choose -o DIR")

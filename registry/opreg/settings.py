@@ -27,6 +27,10 @@ _FLAGS = ("embed_functions", "optimize", "fold_weights", "rewrite", "strict", "p
 """The fields that take True or False."""
 
 
+AUTO_SHAPES = "auto"
+"""``dynamic_shapes="auto"``: every dim of every tensor input ``Dim.AUTO``."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ExportSettings:
     """How to export a model: the keyword options of :func:`opreg.export`, which
@@ -38,8 +42,12 @@ class ExportSettings:
     Attributes:
         target: what the model must run on: a profile name (``"onnx"``, ``"onnxruntime"``), an
             ai.onnx version, a ``{domain: version}`` dict or an :class:`opreg.Target`; default ``"onnx"``.
+            A custom domain the model's ops need that only a pack covers joins it, at the version the
+            pack declares (the result's ``target`` and ``joined_domains`` say so).
         dynamic_shapes: as ``torch.export.export`` takes them (``torch.export.Dim`` names become the
-            ONNX dim names); default ``None``, every dim fixed.
+            ONNX dim names; a dim marked dynamic may have example size 1), or ``"auto"``: every dim
+            of every tensor input dynamic where torch.export can keep it so, the ones it fixes
+            reported in the result's ``fixed_dims``; default ``None``, every dim fixed.
         plugins: the names of the installed packs to use; default ``None``, every installed pack.
         exclude: the names of installed packs to leave out; default ``None``.
         registry: an :class:`opreg.Registry` to use instead of ``plugins``/``exclude``; default ``None``.
@@ -106,6 +114,12 @@ class ExportSettings:
             raise InvalidArgumentError(
                 f"state={self.state!r}: use 'error' (refuse a model that updates buffers or inputs), 'io' (export "
                 "each as an input and an output) or 'drop' (leave the updates out)"
+            )
+        if isinstance(self.dynamic_shapes, str) and self.dynamic_shapes != AUTO_SHAPES:
+            raise InvalidArgumentError(
+                f"dynamic_shapes={self.dynamic_shapes!r}: give {AUTO_SHAPES!r} (every dim of every tensor input "
+                "dynamic where torch.export can keep it so) or the dims as torch.export takes them, e.g. "
+                "{'x': {0: Dim.DYNAMIC}}"
             )
         if isinstance(self.exclude_patches, str):
             raise InvalidArgumentError(

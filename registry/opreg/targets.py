@@ -473,6 +473,22 @@ class Target:
     def as_dict(self) -> dict[str, int]:
         return dict(self.versions)
 
+    @property
+    def spec(self) -> str:
+        """How to write this target for ``-t`` or ``target=``: the spelling it was built from, else
+        its versions (``ai.onnx=23,com.microsoft=1``)."""
+        return self.name if self.name else ",".join(f"{domain_label(d)}={v}" for d, v in self.versions)
+
+    def extended(self, versions: Mapping[str, int]) -> Target:
+        """This target with more custom domains (``{"mypack.ops": 1}``), spelled ``SPEC,mypack.ops=1``.
+        A domain it already names is an :class:`InvalidTargetError`."""
+        named = sorted(domain_label(d) for d in versions if self.get(normalize_domain(d)) is not None)
+        if named:
+            raise InvalidTargetError(f"target {self} already names {', '.join(named)}")
+        extra = ",".join(f"{domain_label(normalize_domain(d))}={v}" for d, v in sorted(versions.items()))
+        items = [*self.versions, *((normalize_domain(d), v) for d, v in versions.items())]
+        return Target._from_items(items, f"{self.name},{extra}" if self.name and extra else self.name)
+
     def __str__(self) -> str:
         body = ",".join(f"{domain_label(d)}={v}" for d, v in self.versions)
         return f"{self.name} ({body})" if self.name and not self.name[0].isdigit() else body

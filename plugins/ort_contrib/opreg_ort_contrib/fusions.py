@@ -25,8 +25,13 @@ The pack's own, which onnxscript's rules do not match in opreg's graphs, each me
 - ``RotaryEmbedding``: ``x * cos + rotate_half(x) * sin`` with the cos/sin of
   duplicated frequencies (``cat(freqs, freqs)``, as every RoPE model computes them, scaled or
   not) becomes ai.onnx ``RotaryEmbedding`` (opset 23), fed the cos/sin of the frequencies
-  themselves, on the projection before its heads are split when it can (onnxscript's
-  RotaryEmbedding23 wants the cos/sin unscaled and the heads split).
+  themselves, on the (batch, seq, hidden) heads before they are moved first when it can: the
+  projection they were split off, or the heads merged when something acts on them between
+  (Qwen3's and LFM2's per-head norms); the attention kernel can then take them directly
+  (onnxscript's RotaryEmbedding23 wants the cos/sin unscaled and the heads split).
+- ``InterleavedRotaryEmbedding``: the same for interleaved pairs (GPT-J's ``rotate_every_two``,
+  Cohere's: ``stack(-x[..., 1::2], x[..., ::2]).flatten(-2)``, cos/sin of ``repeat_interleave(f, 2)``),
+  with ``interleaved=1``.
 - ``ResidualSum``: the residual ``Add`` whose only user is a LayerNormalization
   becomes a ``Sum``. ONNX Runtime fuses ``Add`` + ``LayerNormalization`` into its
   SkipLayerNormalization on its own, and that kernel is many times slower than the
@@ -322,18 +327,41 @@ class AttentionOnHeads(pattern.RewriteRuleClassBase):
 
 
 class RotaryEmbedding(pattern.RewriteRuleClassBase):
-    """``x * cos + cat(-x2, x1) * sin`` (rotate_half) with cos/sin of ``cat(f, f)`` -> RotaryEmbedding-23.
+    """``x * cos + cat(-x2, x1) * sin`` (rotate_half) with cos/sin of ``cat(f, f)`` -> RotaryEmbedding-23;
+    with ``interleaved``, ``x * cos + stack(-x[..., 1::2], x[..., ::2]).flatten(-2) * sin`` (GPT-J's
+    rotate_every_two, Cohere's, GLM's, ERNIE's) with cos/sin of ``repeat_interleave(f, 2)`` -> the
+    same with ``interleaved=1``.
 
     The cos/sin tables are shared by every layer, so they are not part of the pattern:
     :func:`_angle_table` reads them back to the frequencies ``f``."""
 
-    def pattern(self, op, x, cos, sin, s1, e1, ax1, s2, e2, ax2):
-        first = op.Slice(x, s1, e1, ax1, _allow_other_inputs=True)
-        second = op.Slice(x, s2, e2, ax2, _allow_other_inputs=True)
-        rotated = op.Concat(op.Neg(second), first, axis=-1)
+    def __init__(self, name: str, interleaved: bool = False) -> None:
+        super().__init__(name)
+        self._interleaved = interleaved
+
+    def pattern(self, op, x, cos, sin, s1, e1, ax1, s2, e2, ax2, step1, step2, at1, at2):
+        if self._interleaved:  # x[..., ::2] and x[..., 1::2], stacked as (-odd, even) pairs, flattened
+            first, second = op.Slice(x, s1, e1, ax1, step1), op.Slice(x, s2, e2, ax2, step2)
+            pairs = op.Concat(op.Unsqueeze(op.Neg(second), at2), op.Unsqueeze(first, at1), _allow_other_attributes=True)
+            rotated = op.Reshape(pairs, _allow_other_inputs=True, _allow_other_attributes=True)
+        else:
+            first = op.Slice(x, s1, e1, ax1, _allow_other_inputs=True)
+            second = op.Slice(x, s2, e2, ax2, _allow_other_inputs=True)
+            rotated = op.Concat(op.Neg(second), first, axis=-1)
         return op.Add(op.Mul(x, cos), op.Mul(rotated, sin))
 
-    def check(self, context, x, cos, sin, s1, e1, ax1, s2, e2, ax2, **_):
+    def _slices_fail(self, size: int, s1, e1, s2, e2, steps) -> str | None:
+        """Why the slices are not the two halves (or the even and odd positions) of a head, or ``None``."""
+        if self._interleaved:
+            if _ints(s1) != [0] or _ints(s2) != [1] or (_ints(e1) or [0])[0] < size or (_ints(e2) or [0])[0] < size:
+                return "the slices are not the even and odd positions"
+            return None if [_ints(step) for step in steps] == [[2], [2]] else "the slices do not step by 2"
+        half = size // 2
+        if _ints(s1) != [0] or _ints(e1) != [half] or _ints(s2) != [half] or (_ints(e2) or [0])[0] < size:
+            return "the slices are not the two halves"
+        return None
+
+    def check(self, context, x, cos, sin, s1, e1, ax1, s2, e2, ax2, step1=None, step2=None, at1=None, at2=None, **_):
         result = pattern.MatchResult()
         dims = _dims(x)
         if dims is None or len(dims) != 4 or not isinstance(dims[1], int) or not isinstance(dims[3], int):
@@ -341,10 +369,22 @@ class RotaryEmbedding(pattern.RewriteRuleClassBase):
         size = dims[3]
         if size % 2 or _ints(ax1) not in ([-1], [3]) or _ints(ax2) not in ([-1], [3]):
             return result.fail("not a rotation of the halves of the last axis")
+        if (why := self._slices_fail(size, s1, e1, s2, e2, (step1, step2))) is not None:
+            return result.fail(why)
+        if self._interleaved:
+            flattened = context.root.inputs[1].producer().inputs[0]  # Mul(rotated, sin): the Reshape
+            pairs = flattened.producer().inputs[0].producer()
+            if (
+                _ints(at1) not in ([-1], [4])
+                or _ints(at2) not in ([-1], [4])
+                or pairs.attributes["axis"].as_int() not in (-1, 4)
+            ):
+                return result.fail("the pairs are not stacked on a new last axis")
+            if _dims(flattened) != dims:
+                return result.fail("the pairs are not flattened back to x's shape")
         half = size // 2
-        if _ints(s1) != [0] or _ints(e1) != [half] or _ints(s2) != [half] or (_ints(e2) or [0])[0] < size:
-            return result.fail("the slices are not the two halves")
-        cos_table, sin_table = _angle_table(cos, "Cos"), _angle_table(sin, "Sin")
+        cos_table = _angle_table(cos, "Cos", self._interleaved)
+        sin_table = _angle_table(sin, "Sin", self._interleaved)
         if cos_table is None or sin_table is None or cos_table[0] is not sin_table[0]:
             return result.fail("cos/sin are not Cos/Sin of one cat(freqs, freqs), broadcast over the heads")
         freqs = cos_table[0]
@@ -365,23 +405,30 @@ class RotaryEmbedding(pattern.RewriteRuleClassBase):
         if sin_scale is not None:
             sin = op.Mul(sin, sin_scale)
         producer = x.producer()
-        # x split off a (batch, seq, hidden) projection: rotate the projection, split after, so the
-        # attention kernel can take the projection directly (the lean pass cancels the round trip)
-        split = producer is not None and producer.op_type == "Transpose" and _heads_split(producer)
-        source = producer.inputs[0].producer().inputs[0] if split else x
+        # x the heads of (batch, seq, heads, size) moved first: rotate them merged as (batch, seq,
+        # hidden) (the projection itself when they were split off it), move them after, so the
+        # attention kernel can take them directly (the lean pass cancels the round trip)
+        moved = producer is not None and producer.op_type == "Transpose" and _heads_moved(producer)
         if self._freqs.shape[0] != x.shape[0]:  # ONNX Runtime wants the caches' batch to be x's, unbroadcast
             batch = op.Concat(_size(op, self._batch), op.Shape(self._freqs, start=1), axis=0)
             cos, sin = op.Expand(cos, batch), op.Expand(sin, batch)
-        if not split:
-            return op.RotaryEmbedding(x, cos, sin)
+        interleaved = {"interleaved": 1} if self._interleaved else {}
+        if not moved:
+            return op.RotaryEmbedding(x, cos, sin, **interleaved)
         view = producer.inputs[0]
-        rotated = _shaped(op.RotaryEmbedding(source, cos, sin, num_heads=self._heads), source.shape, x)
+        if _heads_split(producer):  # split off a projection
+            source = view.producer().inputs[0]
+        else:  # e.g. normalised head by head (Qwen3's, LFM2's q/k norms)
+            b, s, h, d = view.shape
+            source = _shaped(op.Reshape(view, op.Constant(value_ints=[0, 0, -1])), [b, s, h * d], x)
+        rotated = _shaped(op.RotaryEmbedding(source, cos, sin, num_heads=self._heads, **interleaved), source.shape, x)
         heads = _shaped(op.Reshape(rotated, op.Shape(view)), view.shape, x)
         return op.Transpose(heads, perm=[0, 2, 1, 3])
 
 
-def _angle_table(value: ir.Value, function: str) -> tuple[ir.Value, ir.Value | None] | None:
-    """``(f, scale)`` if ``value`` is ``Unsqueeze(function(cat(f, f)) [* scale], [1])``, else ``None``."""
+def _angle_table(value: ir.Value, function: str, interleaved: bool = False) -> tuple[ir.Value, ir.Value | None] | None:
+    """``(f, scale)`` if ``value`` is ``Unsqueeze(function(cat(f, f)) [* scale], [1])`` (with
+    ``interleaved``, of ``repeat_interleave(f, 2, -1)``), else ``None``."""
     unsqueeze = value.producer()
     if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or _ints(unsqueeze.inputs[1]) != [1]:
         return None
@@ -391,12 +438,38 @@ def _angle_table(value: ir.Value, function: str) -> tuple[ir.Value, ir.Value | N
         table = table.inputs[0].producer()
     if table is None or table.op_type != function or table.domain:
         return None
+    if interleaved:
+        return None if (freqs := _repeated_interleaved(table.inputs[0])) is None else (freqs, scale)
     concat = table.inputs[0].producer()
     if concat is None or concat.op_type != "Concat" or len(concat.inputs) != 2:
         return None
     if concat.inputs[0] is not concat.inputs[1] or concat.attributes["axis"].as_int() not in (-1, 2):
         return None
     return concat.inputs[0], scale
+
+
+def _repeated_interleaved(value: ir.Value) -> ir.Value | None:
+    """``f`` if ``value`` is ``repeat_interleave(f, 2, -1)`` of a 3-D ``f``, as torch.export writes it:
+    ``Reshape(Expand(Unsqueeze(f, [3]), (b, s, h, 2)), (b, s, 2h))``; else ``None``."""
+    reshape = value.producer()
+    expand = None if reshape is None or reshape.op_type != "Reshape" else reshape.inputs[0].producer()
+    unsqueeze = None if expand is None or expand.op_type != "Expand" else expand.inputs[0].producer()
+    if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or _ints(unsqueeze.inputs[1]) not in ([3], [-1]):
+        return None
+    freqs = unsqueeze.inputs[0]
+    f, pairs, flat = _dims(freqs), _dims(expand.outputs[0]), _dims(value)
+    if f is None or pairs is None or flat is None or len(f) != 3 or pairs != [*f, 2]:
+        return None
+    return freqs if flat[:2] == f[:2] and isinstance(f[2], int) and flat[2] == 2 * f[2] else None
+
+
+def _heads_moved(transpose: ir.Node) -> bool:
+    """``transpose`` is Transpose(v, [0, 2, 1, 3]) of a (batch, seq, heads, size) ``v``, heads and size static."""
+    perm = transpose.attributes.get("perm")
+    dims = _dims(transpose.inputs[0]) if transpose.inputs[0] is not None else None
+    if perm is None or list(perm.as_ints()) != [0, 2, 1, 3] or dims is None or len(dims) != 4:
+        return False
+    return isinstance(dims[2], int) and isinstance(dims[3], int)
 
 
 def _heads_split(transpose: ir.Node) -> bool:
@@ -563,6 +636,7 @@ RULES = {
         AttentionOnHeads.rule("AttentionOnHeads"),
         MultiHeadAttentionOnHeads.rule("MultiHeadAttentionOnHeads"),
         RotaryEmbedding.rule("RotaryEmbedding"),
+        RotaryEmbedding.rule("InterleavedRotaryEmbedding", interleaved=True),
         _MAINTAINED["RMSNormalization"],
         _MAINTAINED["RMSNormalizationWeightLast"],
         ResidualSum.rule("ResidualSum"),
@@ -587,6 +661,7 @@ OFFERED = {
     "GroupQueryAttention": lambda onnx: onnx not in ATTENTION_23,
     "MultiHeadAttentionOnHeads": lambda onnx: onnx not in ATTENTION_23,
     "RotaryEmbedding": lambda onnx: onnx >= 23,
+    "InterleavedRotaryEmbedding": lambda onnx: onnx >= 23,
     "RMSNormalization": lambda onnx: onnx >= 23,
     "RMSNormalizationWeightLast": lambda onnx: onnx >= 23,
 }

@@ -6,7 +6,8 @@ builder writes its graphs.
 - :class:`RotaryInsideAttention`: ``RotaryEmbedding-23`` of the query and of the key, both
   with the cos/sin of one set of positions, become GroupQueryAttention's ``do_rotary`` with
   tables of every position the model can see (``cos_cache``, ``sin_cache``) and the
-  positions themselves (``position_ids``). The tables are computed by running the model's
+  positions themselves (``position_ids``); an interleaved rotary (pairs, not halves) as
+  ``rotary_interleaved``, with the same tables. The tables are computed by running the model's
   own nodes for positions ``0 .. L-1`` (:mod:`opreg_ort_contrib.probe`; checked against
   random positions), where ``L`` is the longest total length the export allows: the bounds
   of its past and query dims (``torch.export.Dim(..., max=N)``, in the model's
@@ -91,18 +92,20 @@ def _packed(graph: ir.Graph, name: str, weights: list[ir.Value], axis: int):
 
 
 def _rotary(value: ir.Value | None, heads: int) -> ir.Node | None:
-    """The ``RotaryEmbedding-23`` of a 3-D (batch, seq, heads * size) value that made ``value``."""
+    """The ``RotaryEmbedding-23`` of a 3-D (batch, seq, heads * size) value that made ``value``
+    (of the halves or, ``interleaved``, of pairs: GroupQueryAttention's ``rotary_interleaved``)."""
     node = None if value is None else value.producer()
     if node is None or node.op_type != "RotaryEmbedding" or node.domain != "" or len(node.inputs) != 3:
         return None
     attributes = {a.name: a.value for a in node.attributes.values()}
-    if (
-        attributes.get("num_heads") != heads
-        or attributes.get("interleaved", 0)
-        or attributes.get("rotary_embedding_dim", 0)
-    ):
+    if attributes.get("num_heads") != heads or attributes.get("rotary_embedding_dim", 0):
         return None
     return node if dims(node.inputs[0]) is None or len(dims(node.inputs[0])) == 3 else None
+
+
+def _interleaved(rotary: ir.Node) -> int:
+    found = rotary.attributes.get("interleaved")
+    return 0 if found is None else found.as_int()
 
 
 def _positions(angle: ir.Value, batch, query) -> ir.Value | None:
@@ -229,7 +232,7 @@ class RotaryInsideAttention(ir.passes.InPlacePass):
                 continue  # already rotating, packed, without a cache, or without query_seqlens
             heads, kv_heads = attributes["num_heads"], attributes["kv_num_heads"]
             query, key = _rotary(inputs[0], heads), _rotary(inputs[1], kv_heads)
-            if query is None or key is None:
+            if query is None or key is None or _interleaved(query) != _interleaved(key):
                 continue
             size = dims(inputs[3])[3]  # the past keys' head size
             if not isinstance(size, int) or size % 16:  # the kernel rotates heads of a multiple of 16
@@ -240,7 +243,8 @@ class RotaryInsideAttention(ir.passes.InPlacePass):
             positions, cos_cache, sin_cache = found[0]
             inputs[0], inputs[1] = query.inputs[0], key.inputs[0]
             inputs[7], inputs[8], inputs[9] = cos_cache, sin_cache, positions
-            _replace_node(graph, node, inputs, {**attributes, "do_rotary": 1})
+            rotary = {"do_rotary": 1} | ({"rotary_interleaved": 1} if _interleaved(query) else {})
+            _replace_node(graph, node, inputs, {**attributes, **rotary})
             modified = True
         if modified:
             onnx_ir.passes.common.RemoveUnusedNodesPass()(model)

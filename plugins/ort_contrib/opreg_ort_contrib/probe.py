@@ -188,18 +188,20 @@ class Prober:
 
 
 def _shape_of(node: ir.Node, sizes: Mapping[str, int]) -> np.ndarray | None:
-    """What ``node`` (a ``Shape`` of a graph input) gives where the symbolic dims are ``sizes``."""
+    """What ``node`` (a ``Shape`` of a graph input) gives where the symbolic dims are ``sizes``:
+    only the dims it reads (``start``, ``end``) need a size."""
+    shape = dims(node.inputs[0]) or []
+    start = node.attributes["start"].as_int() if "start" in node.attributes else 0
+    end = node.attributes["end"].as_int() if "end" in node.attributes else len(shape)
     found = []
-    for dim in dims(node.inputs[0]) or ():
+    for dim in shape[start:end]:
         if isinstance(dim, int):
             found.append(dim)
         elif dim_name(dim) in sizes:
             found.append(sizes[dim_name(dim)])
         else:
             return None  # a dim the probe does not know how to size
-    start = node.attributes["start"].as_int() if "start" in node.attributes else 0
-    end = node.attributes["end"].as_int() if "end" in node.attributes else len(found)
-    return np.array(found[start:end], dtype=np.int64)
+    return np.array(found, dtype=np.int64)
 
 
 def provenance(nodes: Sequence[ir.Node]) -> dict[str, str]:

@@ -41,11 +41,17 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def _rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    """GPT-J's (and Cohere's) rotation of interleaved pairs."""
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
 class GroupedSelfAttention(nn.Module):
     """Llama's attention: q/k/v projections, rotary embedding of q and k, repeat_kv, sdpa with a mask."""
 
-    def __init__(self, rotary: bool = True) -> None:
+    def __init__(self, rotary: bool = True, interleaved: bool = False) -> None:
         super().__init__()
+        self.interleaved = interleaved
         self.q = nn.Linear(HIDDEN, HEADS * SIZE, bias=False)
         self.k = nn.Linear(HIDDEN, KV_HEADS * SIZE, bias=False)
         self.v = nn.Linear(HIDDEN, KV_HEADS * SIZE, bias=False)
@@ -60,9 +66,12 @@ class GroupedSelfAttention(nn.Module):
             # model's position_ids are; an arange of the static length would fold into constant tables
             positions = mask[:1, 0, -1].to(torch.float32).cumsum(-1) - 1
             freqs = (self.inv_freq[None, :, None] @ positions[:, None, :]).transpose(1, 2)
-            angles = torch.cat((freqs, freqs), dim=-1)
+            if self.interleaved:
+                angles, rotate = torch.repeat_interleave(freqs, 2, dim=-1), _rotate_every_two
+            else:
+                angles, rotate = torch.cat((freqs, freqs), dim=-1), _rotate_half
             cos, sin = angles.cos()[:, None], angles.sin()[:, None]
-            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            q, k = q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
         k, v = _repeat_kv(k, HEADS // KV_HEADS), _repeat_kv(v, HEADS // KV_HEADS)
         return self.o(_merge(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
 
@@ -223,6 +232,9 @@ def samples() -> dict[str, list[ModelSample]]:
         "AttentionOnHeads": [decode],
         "MultiHeadAttentionOnHeads": [decode],
         "RotaryEmbedding": [attention],
+        "InterleavedRotaryEmbedding": [
+            ModelSample.of(GroupedSelfAttention(interleaved=True).eval(), x, _causal_mask()).with_tolerances(1e-4, 1e-5)
+        ],
         "RMSNormalization": [ModelSample.of(RMSNorm(weight_first=True).eval(), x).with_tolerances(1e-4, 1e-5)],
         "RMSNormalizationWeightLast": [
             ModelSample.of(RMSNorm(weight_first=False).eval(), x).with_tolerances(1e-4, 1e-5)

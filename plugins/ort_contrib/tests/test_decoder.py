@@ -195,3 +195,82 @@ def test_the_mask_is_recognised_by_its_values_not_its_spelling():
     graph.append(unsqueezed)
     batch, query, past = (ir.SymbolicDim(n) for n in "bsp")
     assert is_causal_padding_mask(unsqueezed.outputs[0], batch, query, past) is None
+
+
+# -- the fusions a user's export takes: opreg.llm.export_decoder at target="onnxruntime" --------------
+
+
+def _attention(decoder) -> list[ir.Node]:
+    graph = decoder.program.model.graph
+    found = [n for n in graph if (n.domain, n.op_type) == ("com.microsoft", "GroupQueryAttention")]
+    assert len(found) == LAYERS
+    return found
+
+
+def _tiny(config_class, model_class, **extra):
+    torch.manual_seed(0)
+    config = config_class(
+        vocab_size=VOCAB, hidden_size=HEADS * SIZE, intermediate_size=128, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=128, eos_token_id=0, **extra,
+    )  # fmt: skip
+    return model_class(config).eval()
+
+
+def test_an_interleaved_rotary_goes_into_group_query_attention_as_rotary_interleaved():
+    """Cohere rotates interleaved pairs (GPT-J's rotate_every_two, cos/sin by repeat_interleave): the
+    rotary is taken into GroupQueryAttention with ``rotary_interleaved=1`` and nothing of it is left
+    outside; the decoder matches transformers, a left-padded batch included."""
+    from transformers import CohereConfig, CohereForCausalLM
+
+    model = _tiny(CohereConfig, CohereForCausalLM)
+    decoder = opreg.llm.export_decoder(model, target="onnxruntime")
+    labels = {c.name for c in decoder.verify([(1, 1, 0), (3, 7, 5)])}  # and a left-padded prefill
+    assert any("left padding, row 1's tokens" in label for label in labels)
+    for node in _attention(decoder):
+        attributes = {a.name: a.value for a in node.attributes.values()}
+        assert attributes["do_rotary"] == 1 and attributes["rotary_interleaved"] == 1
+        cos_cache, sin_cache, positions = node.inputs[7:10]
+        assert cos_cache.is_initializer() and sin_cache.is_initializer() and positions.name == "position_ids"
+    ops = _ops(decoder.program)
+    assert not {"RotaryEmbedding", "Neg", "Sin", "Cos"} & set(ops)  # no rotation left outside the kernel
+    assert "ort_contrib:InterleavedRotaryEmbedding=4" in decoder.program.model.metadata_props["opreg.rewrites"]
+
+
+def test_packed_projections_keep_each_bias_with_its_own_projection():
+    """Qwen2's q, k and v projections have biases (set to random values: transformers initialises
+    them to zero): packed into one matmul and one bias in q, k, v order, GroupQueryAttention taking
+    the packed query; the decoder matches transformers, a left-padded batch included."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model = _tiny(Qwen2Config, Qwen2ForCausalLM)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                projection.bias.copy_(torch.randn(projection.bias.shape, generator=generator))
+    decoder = opreg.llm.export_decoder(model, target="onnxruntime")
+    labels = {c.name for c in decoder.verify([(1, 1, 0), (3, 7, 5)])}  # and a left-padded prefill
+    assert any("left padding, row 1's tokens" in label for label in labels)
+    for index, node in enumerate(_attention(decoder)):
+        assert node.inputs[1] is None and node.inputs[2] is None  # packed q, k, v
+        assert {a.name: a.value for a in node.attributes.values()}["do_rotary"] == 1
+        add = node.inputs[0].producer()
+        assert add.op_type == "Add" and add.inputs[0].producer().op_type == "FusedMatMul"
+        attention = model.model.layers[index].self_attn
+        expected = torch.cat([attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias])
+        np.testing.assert_array_equal(add.inputs[1].const_value.numpy(), expected.detach().numpy())
+
+
+def test_a_rotary_after_per_head_norms_goes_into_group_query_attention():
+    """Qwen3 normalises the query's and key's heads (q_norm, k_norm) before the rotary: the rotary is
+    still taken into GroupQueryAttention (on the normalised heads, merged), the norms stay before it."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    model = _tiny(Qwen3Config, Qwen3ForCausalLM, head_dim=SIZE)
+    decoder = opreg.llm.export_decoder(model, target="onnxruntime")
+    decoder.verify([(1, 1, 0), (3, 7, 5)])  # and a left-padded prefill
+    for node in _attention(decoder):
+        assert {a.name: a.value for a in node.attributes.values()}["do_rotary"] == 1
+        assert node.inputs[0].producer().op_type == "Reshape"  # the normalised heads, merged
+    ops = _ops(decoder.program)
+    assert "RotaryEmbedding" not in ops and ops["RMSNormalization"] == 2 * LAYERS + 2 * LAYERS + 1

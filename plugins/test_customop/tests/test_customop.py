@@ -80,12 +80,11 @@ def test_embedded_functions_run_in_onnxruntime(x):
     torch.testing.assert_close(program.run(x), torch.round(x + x))
 
 
-def test_without_the_domain_in_the_target_the_op_is_uncovered(x):
-    with pytest.raises(opreg.UnsupportedOpsError) as caught:
-        opreg.export(CustomFoo(), (x,), target="onnx")
-    (missing,) = caught.value.missing
-    assert missing.op == "mylibrary::addandround_op.default"
-    assert missing.elsewhere == ("test_customop:custom_addandround (ai.onnx>=18, test.customop>=1)",)
+def test_a_target_without_the_domain_gets_it(x):
+    program = opreg.export(CustomFoo(), (x,), target="onnx")
+    assert program.target.get("test.customop") == 1 and program.target.spec == "onnx,test.customop=1"
+    (joined,) = program.joined_domains
+    assert str(joined) == "test.customop=1 (pack test_customop: mylibrary::addandround_op.default)"
 
 
 def test_custom_ops_no_pack_can_run_fail_naming_them():

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -186,11 +185,16 @@ def styled(text: str, style: str | None = None) -> Any:
 
 def short_source(source: str) -> str:
     """``file:line`` relative to the ``sys.path`` entry it lies under (``opreg_core_ops/ops/activation.py:25``)."""
-    roots = sorted((os.path.join(os.path.abspath(p), "") for p in sys.path if p), key=len, reverse=True)
-    for root in roots:
-        if source.startswith(root):
-            return source[len(root) :]
-    return source
+    from opreg._inspect import short_source as relative
+
+    return relative(source)
+
+
+def requires(impl: Any) -> str:
+    """What an impl needs of a target, as ``ops`` and ``explain`` show it: its opset requirement, and
+    the profiles it is for (``ai.onnx>=20; for profile onnxruntime``)."""
+    profiles = f"; for profile {', '.join(impl.profiles)}" if impl.profiles else ""
+    return f"{impl.requirement}{profiles}"
 
 
 def print_json(data: Any) -> None:
@@ -204,3 +208,15 @@ def one_line(error: BaseException) -> str:
 
 def one_line_text(text: str) -> str:
     return " ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+
+
+def print_fixed_dims(out: Any, fixed: Sequence[Any]) -> None:
+    """The dims asked to be dynamic that an export fixed, each with its guard and line (dicts of
+    ``opreg.FixedDim``'s fields: ``opreg export``'s and ``opreg inspect``'s)."""
+    if not fixed:
+        return
+    rows = table("dims asked to be dynamic, fixed by torch.export", ["input", "dim", "size", "guard", "where"])
+    for item in fixed:
+        entry = item if isinstance(item, dict) else {"guard": str(item)}
+        rows.add_row(*(str(entry.get(key, "")) for key in ("input", "dim", "size", "guard", "source")))
+    out.print(rows)

@@ -11,7 +11,10 @@ _MODEL_HELP = (
     "path/to/file.py:factory (opreg runs that file, with its folder first on sys.path, as Python runs a "
     "script) or package.module:factory (imported); factory() returns (module, args[, kwargs])"
 )
-_DYNAMIC_HELP = "dynamic dims of a forward input: NAME:DIM=LABEL[,DIM=LABEL] (repeatable), e.g. x:0=batch"
+_DYNAMIC_HELP = (
+    "dynamic dims of a forward input: NAME:DIM=LABEL[,DIM=LABEL] (repeatable), e.g. x:0=batch (its example size "
+    "may be 1); or 'auto': every dim of every tensor input, the ones torch.export fixes reported"
+)
 
 
 def add_model(parser: argparse.ArgumentParser) -> None:

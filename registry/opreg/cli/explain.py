@@ -6,7 +6,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from opreg.cli._common import EXIT_OK, UsageError, console, print_json, registry, short_source, styled, table
+from opreg.cli._common import (
+    EXIT_OK,
+    UsageError,
+    console,
+    print_json,
+    registry,
+    requires,
+    short_source,
+    styled,
+    table,
+)
 from opreg.cli._options import Parents
 
 
@@ -35,9 +45,11 @@ def run(args: argparse.Namespace) -> int:
             "target": explanation.target.as_dict(),
             "chosen": explanation.chosen.label if explanation.chosen else None,
             "conflicts": [i.label for i in explanation.conflicts],
+            "elsewhere": explanation.elsewhere,
             "candidates": [
                 {"pack": c.impl.pack, "function": c.impl.name, "requires": str(c.impl.requirement),
-                 "priority": c.impl.priority, "status": c.status, "reason": c.reason, "source": c.impl.source}
+                 "profiles": list(c.impl.profiles), "priority": c.impl.priority, "status": c.status,
+                 "reason": c.reason, "source": c.impl.source}
                 for c in explanation.candidates
             ],
         })  # fmt: skip
@@ -54,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         whole=["defined at"],
     )
     for c in explanation.candidates:
-        candidates.add_row(styled(c.status), c.impl.pack, c.impl.name, str(c.impl.requirement), str(c.impl.priority),
+        candidates.add_row(styled(c.status), c.impl.pack, c.impl.name, requires(c.impl), str(c.impl.priority),
                            c.reason, short_source(c.impl.source))  # fmt: skip
     out.print(candidates)
     if explanation.conflicts:
@@ -63,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
             f"conflict: {explanation.chosen.label} ties with {names}; choose with --prefer {op}=PACK", "yellow"
         ))  # fmt: skip
     if explanation.chosen is None:
-        out.print(styled(f"No impl of {op} can serve target {explanation.target}.", "red"))
+        out.print(styled(f"No impl of {op} can serve target {explanation.target}.", "red"), soft_wrap=True)
+        if explanation.elsewhere:
+            out.print(styled(f"It is {explanation.elsewhere}.", "yellow"), soft_wrap=True)
     return EXIT_OK
 
 

@@ -19,6 +19,7 @@ from opreg.cli._common import (
     export_settings,
     load_model,
     missing_table,
+    print_fixed_dims,
     print_json,
     registry,
     report_failed_packs,
@@ -50,6 +51,11 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
     p.add_argument("--rtol", type=float, default=1e-4, help="--verify's relative tolerance (default 1e-4)")
     p.add_argument("--atol", type=float, default=1e-4, help="--verify's absolute tolerance (default 1e-4)")
     p.add_argument("--keep-functions", action="store_true", help="keep script impls as model-local functions")
+    p.add_argument(
+        "--embed-functions", action="store_true",
+        help="add the packs' ONNX function definitions of the custom ops the model uses, so runtimes without "
+        "the packs' kernels run it (ONNX Runtime a model that mixes com.microsoft ops with a pack's)",
+    )  # fmt: skip
     p.add_argument(
         "--keep-weights", action="store_true",
         help="keep every weight as the state_dict has it (no batch norm folded, no weight stored transposed)",
@@ -122,9 +128,11 @@ def _export(args: argparse.Namespace, reg: Any, target: Any, loaded: Any, dynami
 
     settings = export_settings(
         args, reg, target, dynamic, inline=not args.keep_functions, fold_weights=not args.keep_weights,
-        state=args.state, progress=stage, weights=args.weights,
+        state=args.state, progress=stage, embed_functions=args.embed_functions, weights=args.weights,
     )  # fmt: skip
     program = exporter.export(loaded.module, loaded.args, loaded.kwargs, settings=settings)
+    for joined in program.joined_domains:  # before the save and the verify, which may fail
+        stage.err.print(styled(f"note: {joined.note}", "yellow"), soft_wrap=True)
     stage("save")
     path = program.save(args.output, external_data=True if args.external_data else None)
     result = None
@@ -168,6 +176,7 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
             "opsets": {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())},
             "verified": bool(args.verify) or None,
             "outputs": [dataclasses.asdict(c) for c in result.outputs] if args.verify else [],
+            "fixed_dims": [dataclasses.asdict(f) for f in program.fixed_dims],
         })  # fmt: skip
         return EXIT_OK
     opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
@@ -177,6 +186,7 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
         markup=False,
     )
     _print_patches(out, err, program.capture_patches)
+    print_fixed_dims(out, [dataclasses.asdict(f) for f in program.fixed_dims])
     if args.external_data and not referenced_data(path):
         out.print(
             f"note: no weight is over {INLINE_LIMIT_BYTES} bytes, so every weight is inside {path} "

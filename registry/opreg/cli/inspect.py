@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from opreg.cli._common import EXIT_FINDINGS, EXIT_OK, console, print_json, styled, table
+from opreg.cli._common import EXIT_FINDINGS, EXIT_OK, console, print_fixed_dims, print_json, styled, table
 from opreg.cli._options import Parents
 
 _PATCH_KEYS = ("patch", "patches", "versions", "installed", "calls")
@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if report["constant_inputs"]:
         fixed = ", ".join(f"{name}={json.dumps(value)}" for name, value in report["constant_inputs"].items())
         line(f"constant inputs (fixed when exported; run() refuses other values): {fixed}")
+    print_fixed_dims(out, report["fixed_dims"])
     weights = report["initializers"]
     external = ", external data" if weights["external"] else ""
     line(f"initializers: {weights['count']} ({weights['bytes']:,} bytes{external})")

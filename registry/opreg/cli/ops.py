@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 
-from opreg.cli._common import EXIT_OK, UsageError, console, print_json, registry, styled, table
+from opreg.cli._common import EXIT_OK, UsageError, console, print_json, registry, requires, styled, table
 from opreg.cli._options import Parents
 
 
@@ -53,14 +53,15 @@ def run(args: argparse.Namespace) -> int:
             "impls": [
                 {"op": str(op), "pack": i.pack, "function": i.name, "kind": i.kind, "onnx": str(i.requirement.onnx),
                  "domains": {domain_label(d): str(r) for d, r in i.requirement.domains},
-                 "priority": i.priority, "predicate": i.predicate is not None, "status": status, "source": i.source}
+                 "profiles": list(i.profiles), "priority": i.priority, "predicate": i.predicate is not None,
+                 "status": status, "source": i.source}
                 for op, i, status in rows
             ],
         })  # fmt: skip
         return EXIT_OK
     impls = table(f"impls at target {target}", ["op", "pack", "function", "kind", "requires", "priority", "status"])
     for op, impl, status in rows:
-        impls.add_row(str(op), impl.pack, impl.name, impl.kind, str(impl.requirement), str(impl.priority),
+        impls.add_row(str(op), impl.pack, impl.name, impl.kind, requires(impl), str(impl.priority),
                       styled(status))  # fmt: skip
     out = console()
     out.print(impls)

@@ -34,5 +34,8 @@ def run(args: argparse.Namespace) -> int:
     for r in report.results:
         results.add_row(r.check, r.subject, r.target, styled(r.status), r.detail)
     out.print(results)
+    for r in report.failures():  # each on one line, whatever the table folded
+        where = f" at {r.target}" if r.target else ""
+        out.print(styled(f"failed: [{r.check}] {r.subject}{where}: {r.detail}", "red"), soft_wrap=True)
     out.print(styled(report.summary(), "green" if report.ok else "red"))
     return EXIT_OK if report.ok else EXIT_FINDINGS

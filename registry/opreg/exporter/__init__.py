@@ -17,10 +17,11 @@ import torch
 
 from opreg import _heap
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
-from opreg.exporter import _capture, _finish, _plan, _state, _translate
+from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
+from opreg.exporter._dynamic import FixedDim
 from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
-from opreg.exporter._plan import MissingOp
+from opreg.exporter._plan import JoinedDomain, MissingOp
 from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
 from opreg.exporter._state import StateSlot
 from opreg.patching import PatchedCapture
@@ -38,6 +39,8 @@ __all__ = [
     "SKIPPED_OPS",
     "STAGES",
     "Divergence",
+    "FixedDim",
+    "JoinedDomain",
     "Location",
     "MissingOp",
     "OnnxProgram",
@@ -86,9 +89,9 @@ def plan_export(
     resolved = reg.target(settings.target)
     patched = _patches(model, reg, settings)
     with _capture.fake_weights(model) if isinstance(model, torch.nn.Module) else contextlib.nullcontext():
-        captured = _capture.capture(
+        captured = _dynamic.capture(
             model, args, kwargs, settings.dynamic_shapes, patched
-        )  # a meta model needs no weights
+        ).program  # a meta model needs no weights
     try:
         _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
@@ -145,7 +148,8 @@ def run_export(
     patched = _patches(model, reg, settings)
     _heap.settle()  # the modules imported and the registry outlive the export
     with _capture.fake_weights(model) if lazy else contextlib.nullcontext():
-        captured = _capture.capture(model, args, kwargs, settings.dynamic_shapes, patched)
+        capture = _dynamic.capture(model, args, kwargs, settings.dynamic_shapes, patched)
+    captured = capture.program
     _heap.settle()  # so does the captured program
     tick("plan")
     program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
@@ -154,8 +158,9 @@ def run_export(
     symbols: dict[str, str] = {}
     eager = captured  # what verify() compares with: an ExportedProgram's module is made when first needed
     if isinstance(model, torch.nn.Module):
-        symbols = _capture.dim_names(model, args, kwargs, program, settings.dynamic_shapes)
+        symbols = _capture.dim_names(model, args, kwargs, program, capture.dynamic_shapes)
         eager = model
+    resolved = plan.target or resolved  # with the custom domains the plan added (plan.joined)
     translation = _translate.Translator(
         program, plan, resolved, symbols, state_io=settings.state == "io", lazy_weights=lazy
     ).run()
@@ -163,7 +168,7 @@ def run_export(
         translation = rework(translation, program)
     tick("finish")
     result = _finish.finish(
-        translation, exported_program=program, module=eager, target=resolved, registry=reg,
+        translation, exported_program=program, module=eager, target=resolved, registry=reg, joined=plan.joined,
         input_leaves=_capture.input_leaves(program), inline=settings.inline, embed_functions=settings.embed_functions,
         optimize=settings.optimize, fold_weights=settings.fold_weights, rewrite=settings.rewrite, seed=settings.seed,
         strict=settings.strict, passes=extra, dim_bounds=_capture.dim_bounds(program, symbols),
@@ -172,6 +177,7 @@ def run_export(
     tick.done()
     result.exporter = export
     result.streamed = bool(lazy)
+    _dynamic.record(result, capture.fixed)
     return result
 
 

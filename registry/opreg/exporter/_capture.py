@@ -19,6 +19,7 @@ import torch
 
 from opreg.errors import ExportError
 from opreg.exporter import _pytrees
+from opreg.exporter._guards import SIZE_OBLIVIOUS_KEY, GuardSites, size_oblivious
 from opreg.patching import FAILED, PatchedCapture
 
 RETRIES = 4
@@ -35,12 +36,17 @@ def capture(
     kwargs: Mapping[str, Any] | None,
     dynamic_shapes: Any,
     patches: PatchedCapture | None = None,
+    *,
+    oblivious: bool = False,
+    sites: GuardSites | None = None,
 ) -> torch.export.ExportedProgram:
     """``torch.export.export`` in non-strict mode, with errors that say what failed.
 
     An ``ExportedProgram`` is taken as already captured. ``patches``: the packs'
     capture patches, installed around the capture where they apply to ``model``
-    (what happened to each is left in ``patches.outcomes``)."""
+    (what happened to each is left in ``patches.outcomes``). ``oblivious``: with torch's
+    size-oblivious reasoning (:func:`opreg.exporter._guards.size_oblivious`); ``sites``:
+    records where each shape guard is added (:mod:`opreg.exporter._dynamic` calls it so)."""
     if isinstance(model, torch.export.ExportedProgram):
         return model
     if not isinstance(model, torch.nn.Module):
@@ -66,12 +72,17 @@ def capture(
                 raise
         raise AssertionError("unreachable")
 
-    with TRACING_LOCK:  # torch's tracing state, pytree's registry and the patched library modules are global
+    watching = sites if sites is not None else contextlib.nullcontext()
+    # torch's tracing state and settings, pytree's registry and the patched library modules are global
+    with TRACING_LOCK, size_oblivious(oblivious), watching:
         try:
-            return run() if patches is None else patches.run(model, run)
+            program = run() if patches is None else patches.run(model, run)
         except Exception as e:
             failed = [str(o) for o in (patches.outcomes if patches is not None else ()) if o.status == FAILED]
             raise _capture_error(model, e, failed) from e
+    if oblivious:
+        program.graph_module.meta[SIZE_OBLIVIOUS_KEY] = True
+    return program
 
 
 def _capture_error(model: torch.nn.Module, e: Exception, failed_patches: list[str]) -> ExportError:
@@ -155,7 +166,7 @@ def first_lines(error: BaseException, lines: int = 12) -> str:
 # -- names of symbolic dimensions ----------------------------------------------------
 
 
-def _dynamic_dims(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, spec: Any):
+def dynamic_dims(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, spec: Any):
     """``(input path, example tensor, dim index, dim spec)`` for every dim ``spec`` names, walking
     ``dynamic_shapes`` beside the example inputs so any spelling torch accepts (by name, by
     position, nested) is understood."""
@@ -179,11 +190,11 @@ def _dynamic_dims(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]
         elif isinstance(value, (list, tuple)) and isinstance(shapes, (list, tuple)):
             for i, (item, sub) in enumerate(zip(value, shapes, strict=False)):
                 yield from walk(f"{path}[{i}]", item, sub)
-        else:  # dataclasses, ModelOutputs: match their flattened leaves
-            leaves = torch.utils._pytree.tree_leaves(value)
+        else:  # dataclasses, ModelOutputs, caches: match their flattened leaves, named by their key paths
+            leaves, _ = torch.utils._pytree.tree_flatten_with_path(value)
             sub_leaves = torch.utils._pytree.tree_leaves(shapes, is_leaf=lambda x: isinstance(x, Mapping))
-            for i, (item, sub) in enumerate(zip(leaves, sub_leaves, strict=False)):
-                yield from walk(f"{path}.leaf{i}", item, sub)
+            for (keys, item), sub in zip(leaves, sub_leaves, strict=False):
+                yield from walk(path + "".join(map(_key_text, keys)), item, sub)
 
     kwargs = dict(kwargs or {})
     try:  # forward's parameters in order, a *args parameter holding its tuple
@@ -198,11 +209,20 @@ def _dynamic_dims(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]
             yield from walk(key, value, shapes)
 
 
+def _key_text(key: Any) -> str:
+    """A pytree key as Python spells the access (and torch.export the input's source)."""
+    if isinstance(key, torch.utils._pytree.GetAttrKey):
+        return f".{key.name}"
+    if isinstance(key, torch.utils._pytree.MappingKey):
+        return f"[{key.key!r}]"
+    return f"[{getattr(key, 'idx', key)}]"
+
+
 def check_dynamic_shapes(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, spec: Any) -> None:
     """Refuse a dim index past an input's rank, naming the input (torch says only ``IndexError``)."""
     if spec is None:
         return
-    for path, value, index, _ in _dynamic_dims(model, args, kwargs, spec):
+    for path, value, index, _ in dynamic_dims(model, args, kwargs, spec):
         rank = value.dim()
         if not isinstance(index, int) or not -rank <= index < rank:
             raise ExportError(
@@ -218,36 +238,84 @@ def dim_names(
     program: torch.export.ExportedProgram,
     spec: Any,
 ) -> dict[str, str]:
-    """Map torch's symbols (``s77``) to the names users gave their ``Dim``s (``batch``);
-    dims with no name (``Dim.AUTO``) keep a readable ``<input>_dim<i>``."""
+    """Map torch's symbols (``s77``) to dim names: the names users gave their ``Dim``s (``batch``),
+    else ``<input>_dim<i>`` after the first input holding the dim (``Dim.AUTO``, ``Dim.DYNAMIC``,
+    ``"auto"``), a dynamic int's sizes after the int. Dims torch proves equal are one symbol, so
+    one name; so are the key and value lengths of an attention, which torch does not compare
+    (:func:`attention_lengths`)."""
     if spec is None:
         return {}
     named: dict[int, dict[int, str]] = {}  # id(example tensor) -> dim index -> name
-    for _, value, index, dim in _dynamic_dims(model, args, kwargs, spec):
+    for _, value, index, dim in dynamic_dims(model, args, kwargs, spec):
         name = getattr(dim, "__name__", None)
         if name and not str(name).startswith(("AUTO", "DYNAMIC", "STATIC")):
             named.setdefault(id(value), {})[int(index) % max(value.dim(), 1)] = str(name)
 
     symbols: dict[str, str] = {}
+    unnamed: dict[str, str] = {}
     leaves = torch.utils._pytree.tree_leaves((args, dict(kwargs or {})))
     user_inputs = [
         s for s in program.graph_signature.input_specs if s.kind == torch.export.graph_signature.InputKind.USER_INPUT
     ]
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     for leaf, input_spec in zip(leaves, user_inputs, strict=False):
-        names = named.get(id(leaf))
+        names = named.get(id(leaf), {})
         node = placeholders.get(getattr(input_spec.arg, "name", ""))
         value = None if node is None else node.meta.get("val")
         if isinstance(value, torch.SymInt) and not getattr(value.node.expr, "is_number", False):
             symbols.setdefault(str(value.node.expr), node.name)  # a dynamic int: sizes it sets are named after it
-        if not names or node is None:
+        if node is None or not isinstance(value, torch.Tensor):
             continue
-        for index, name in names.items():
-            if isinstance(value, torch.Tensor) and index < value.dim():
-                dim = value.shape[index]
-                if isinstance(dim, torch.SymInt):
-                    symbols.setdefault(str(dim.node.expr), name)
+        for index, dim in enumerate(value.shape):
+            if not isinstance(dim, torch.SymInt) or dim.node.expr.is_number:
+                continue
+            if index in names:
+                symbols.setdefault(str(dim.node.expr), names[index])
+            elif dim.node.expr.is_Symbol:
+                unnamed.setdefault(str(dim.node.expr), f"{node.name}_dim{index}")
+    given = set(symbols)
+    for symbol, name in unnamed.items():
+        symbols.setdefault(symbol, name)
+    for first, second in attention_lengths(program):
+        kept, alias = (second, first) if str(second) in given and str(first) not in given else (first, second)
+        if str(kept) in symbols:  # the user's name wins, else the first
+            symbols[str(alias)] = symbols[str(kept)]
     return symbols
+
+
+_ATTENTION_OPS = frozenset(
+    {
+        "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_cudnn_attention",
+    }
+)  # fmt: skip
+
+
+def attention_lengths(program: torch.export.ExportedProgram) -> list[tuple[Any, Any]]:
+    """Pairs of symbols an attention proves equal: its key and value have one length (each query
+    weighs every value by its key), which torch's attention does not check while it captures, so
+    past keys and values keep two symbols. Found where the two lengths differ by two symbols
+    (``past_k + n - (past_v + n)``): ``(kept, alias)``."""
+    import sympy
+
+    pairs = []
+    for node in program.graph.nodes:
+        name = str(node.target).split(".")
+        if node.op != "call_function" or len(name) < 2 or name[1] not in _ATTENTION_OPS:
+            continue
+        values = [getattr(a, "meta", {}).get("val") for a in node.args[1:3]]
+        if len(values) < 2 or not all(isinstance(v, torch.Tensor) and v.dim() >= 2 for v in values):
+            continue
+        key, value = (v.shape[-2] for v in values)
+        if not (isinstance(key, torch.SymInt) and isinstance(value, torch.SymInt)):
+            continue
+        terms = sympy.expand(key.node.expr - value.node.expr).as_coefficients_dict()
+        if sorted(terms.values()) == [-1, 1] and all(isinstance(s, sympy.Symbol) for s in terms):
+            (kept,) = (s for s, c in terms.items() if c == 1)
+            (alias,) = (s for s, c in terms.items() if c == -1)
+            pairs.append((kept, alias))
+    return pairs
 
 
 def dim_bounds(program: torch.export.ExportedProgram, symbols: Mapping[str, str]) -> dict[str, list[int]]:

@@ -18,6 +18,7 @@ import torch
 
 from opreg.errors import ExportError
 from opreg.exporter._capture import TRACING_LOCK, first_lines
+from opreg.exporter._guards import captured_size_oblivious, size_oblivious
 from opreg.opname import OpName
 from opreg.registry import Registry
 from opreg.targets import Target
@@ -43,7 +44,8 @@ def decompose(
             del table[op]
     logger.info("running torch's decomposition for: %s", ", ".join(reasons) or "(no reason given)")
     try:
-        with TRACING_LOCK, warnings.catch_warnings():
+        # torch retraces here: reason about sizes as the capture did
+        with TRACING_LOCK, size_oblivious(captured_size_oblivious(program)), warnings.catch_warnings():
             # torch deep-copies its own pytree specs here and warns about its own deprecated API
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             return program.run_decompositions(table)

@@ -29,6 +29,7 @@ from opreg import hookspecs, patching
 from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
 from opreg.exporter import _capture, _lean, _pytrees, _rewrite
 from opreg.exporter._passes import IfModified, Pipeline, all_nodes, subgraphs_of
+from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._program import OnnxProgram, OutputSlot
 from opreg.exporter._recorder import OUTPUTS_KWARG, SMALL_CONSTANT, Use, is_random
 from opreg.exporter._rewrite import REWRITES_KEY, Rewrite
@@ -47,6 +48,8 @@ MIN_OPSET_WITH_SEEDS = 18
 MIN_IR_VERSION = 10
 """Node ``metadata_props`` (provenance) need IR 10; newer opsets need more."""
 DIM_BOUNDS_KEY = "opreg.dim_bounds"
+JOINED_KEY = "opreg.joined_domains"
+"""The custom domains the export added to its target (``domain=version (pack P: ops)``, ``; `` between)."""
 """Model ``metadata_props``: ``{dim name: [min, max]}`` (JSON) of the symbolic dims given a finite ``max``
 (``torch.export.Dim(name, max=N)``); set before the rewrites, which may read it (a table sized by a length's bound)."""
 MAX_CHECKED_BYTES = onnx.checker.MAXIMUM_PROTOBUF
@@ -71,12 +74,13 @@ def finish(
     passes: Sequence[Rewrite] = (),
     dim_bounds: Mapping[str, Sequence[int]] | None = None,
     capture_patches: Sequence[PatchOutcome] = (),
+    joined: Sequence[JoinedDomain] = (),
 ) -> OnnxProgram:
     """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`
     (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false,
     then the export's own ``passes``: see :func:`export_passes`; ``strict``: a faulty
     rewrite fails the export instead of being left out; the capture patches that were
-    applied recorded in its metadata)."""
+    applied recorded in its metadata, and the custom domains the plan ``joined`` to the target)."""
     recorder = translation.recorder
     graph = translation.graph
     out_spec = exported_program.call_spec.out_spec
@@ -106,6 +110,7 @@ def finish(
         fold_weights=fold_weights,
         metadata={
             "opreg.target": str(target),
+            **({JOINED_KEY: "; ".join(map(str, joined))} if joined else {}),
             **constants_metadata(exported_program, module),
             **({DIM_BOUNDS_KEY: json.dumps(dim_bounds)} if dim_bounds else {}),
         },
@@ -145,6 +150,7 @@ def finish(
         state=state,
         traces=translation.traces,
         capture_patches=capture_patches,
+        joined_domains=joined,
     )
 
 

@@ -11,6 +11,7 @@ decomposition is skipped (:func:`prepare`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import torch
@@ -24,12 +25,14 @@ from opreg._inspect import (
     torch_convention,
     torch_schema,
 )
-from opreg.errors import UnsupportedOpsError
+from opreg.errors import OpsetConflictError, UnsupportedOpsError
 from opreg.exporter import _decompose, _nodes
 from opreg.opname import OpName
-from opreg.registry import Impl, Registry
-from opreg.targets import Target
+from opreg.registry import Impl, Registry, Widening
+from opreg.targets import Target, VersionRange
 from opreg.values import has_complex
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,10 +94,52 @@ class Step:
 
 
 @dataclasses.dataclass(frozen=True)
+class JoinedDomain:
+    """A custom domain an export added to its target: a model used ops only a pack's impls in that
+    domain cover, and the target did not name it (see :func:`prepare`).
+
+    Fields:
+        domain: the custom ONNX domain.
+        version: the version added: the one its pack declares (:meth:`opreg.Registry.declared_version`).
+        packs: the packs whose impls need it.
+        ops: the torch ops that needed it.
+        requested: the target the export was given, as :class:`opreg.Target` prints it.
+        spec: the target with every domain added, as ``-t`` takes it (``onnxruntime,swishlib=1``).
+    """
+
+    domain: str
+    version: int
+    packs: tuple[str, ...]
+    ops: tuple[str, ...]
+    requested: str = ""
+    spec: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.domain}={self.version} (pack {', '.join(self.packs)}: {', '.join(self.ops)})"
+
+    @property
+    def note(self) -> str:
+        """The one line that says so (logged by the export, printed by ``opreg export``)."""
+        return (
+            f"target {self.requested} names no {self.domain}, which only pack {', '.join(self.packs)} covers "
+            f"{', '.join(self.ops)} in: added {self.domain}={self.version}, the version the pack declares "
+            f"(-t {self.spec} says so)"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
-    """Every ``call_function`` node's :class:`Step`, in the main graph and in every subgraph."""
+    """Every ``call_function`` node's :class:`Step`, in the main graph and in every subgraph.
+
+    Fields:
+        steps: each node's step.
+        target: the target the plan is for: the export's, with any :class:`JoinedDomain` added.
+        joined: the custom domains the plan added to the export's target.
+    """
 
     steps: dict[torch.fx.Node, Step]
+    target: Target | None = None
+    joined: tuple[JoinedDomain, ...] = ()
 
     @property
     def calls(self) -> dict[torch.fx.Node, Call]:
@@ -128,16 +173,89 @@ def prepare(
 ) -> tuple[torch.export.ExportedProgram, Plan]:
     """The program to translate and its plan: ``program`` itself when every node translates as
     captured (each node classified and resolved once, here), else ``program`` decomposed for
-    ``target`` (:func:`opreg.exporter._decompose.decompose`) and planned. Raises
-    :class:`UnsupportedOpsError` with every op that still has no impl."""
+    ``target`` (:func:`opreg.exporter._decompose.decompose`) and planned.
+
+    An op no impl covers at ``target`` but one whose requirement names custom domains the target
+    does not name (a pack's own domain) gets them: they join the target at the versions their packs
+    declare (:meth:`opreg.Registry.widen`), before anything is decomposed, and the plan's ``target``
+    and ``joined`` say so (logged, one line per domain). Raises :class:`UnsupportedOpsError` with
+    every op that still has no impl, and :class:`OpsetConflictError` with the ``-t`` to use when a
+    domain cannot join at its declared version."""
+    joined: tuple[JoinedDomain, ...] = ()
     survey = _survey(program, registry, target)
+    if survey.missing:
+        target, joined = _join(survey.missing, registry, target)
+        if joined:
+            survey = _survey(program, registry, target)
     if survey.needs_decomposition or survey.missing:
         reasons = [*survey.needs_decomposition, *survey.missing]
         program = _decompose.decompose(program, registry, target, reasons, rejected=survey.rejected)
         survey = _survey(program, registry, target)
     if survey.missing:
         raise _unsupported(survey.missing, registry, target)
-    return program, Plan(survey.steps)
+    for domain in joined:
+        logger.warning("%s", domain.note)
+    return program, Plan(survey.steps, target, joined)
+
+
+def _join(missing: _Missing, registry: Registry, target: Target) -> tuple[Target, tuple[JoinedDomain, ...]]:
+    """The target with the custom domains the ``missing`` ops' impls need (:meth:`opreg.Registry.widen`),
+    and what was added; ``target`` as it is when no op is served that way. Raises
+    :class:`OpsetConflictError` when a domain cannot join at the version its pack declares."""
+    widenings = []
+    for name, nodes in missing.items():
+        if "::" not in name:
+            continue
+        widening = registry.widen(name, target, nodes[0][0])
+        if widening is not None and all(widening.impl.accepts(node) for node, *_ in nodes):
+            widenings.append(widening)
+    if not widenings:
+        return target, ()
+    added: dict[str, int] = {}
+    for widening in widenings:
+        for domain, version in widening.declared:
+            added[domain] = max(added.get(domain, version), version)
+    joined = target.extended(added)
+    refused = [w for w in widenings if not w.exact or registry.unmet(w.impl, joined) is not None]
+    if refused:
+        raise OpsetConflictError(_no_join(refused, widenings, registry, target))
+    entries = []
+    for domain, version in sorted(added.items()):
+        users = [w for w in widenings if domain in dict(w.declared)]
+        packs = tuple(dict.fromkeys(w.impl.pack for w in users))
+        ops = tuple(str(w.op) for w in users)
+        entries.append(JoinedDomain(domain, version, packs, ops, str(target), joined.spec))
+    return joined, tuple(entries)
+
+
+def _no_join(refused: list[Widening], widenings: list[Widening], registry: Registry, target: Target) -> str:
+    """Why the domains cannot join, and the ``-t`` to use: each domain at a version every impl that
+    needs it accepts, if there is one."""
+    ranges: dict[str, list[VersionRange]] = {}
+    for widening in widenings:
+        for domain, wanted in widening.impl.requirement.domains:
+            if target.get(domain) is None:
+                ranges.setdefault(domain, []).append(wanted)
+    fix: dict[str, int] = {}
+    for domain, wanted in ranges.items():
+        low = max(r.min for r in wanted)
+        if all(low in r for r in wanted):
+            fix[domain] = low
+    problems = "; ".join(
+        f"{w.op} needs {', '.join(f'{d}{r}' for d, r in w.impl.requirement.domains)} ({w.impl.label}), "
+        f"and its pack declares {', '.join(f'{d}={v}' for d, v in w.declared)}"
+        for w in refused
+    )
+    lead = (
+        f"the target {target} does not name the custom domains these ops need, and they cannot join it at "
+        f"the versions their packs declare: {problems}"
+    )
+    if len(fix) == len(ranges):
+        fixed = target.extended(fix)
+        if all(registry.unmet(w.impl, fixed) is None for w in widenings):
+            return f"{lead}. Export with -t {fixed.spec}"
+    each = ", ".join(f"-t {w.target.spec} for {w.op}" for w in widenings)
+    return f"{lead}. No one version serves them all: export the models apart ({each})"
 
 
 def plan(graph: torch.fx.Graph, registry: Registry, target: Target) -> Plan:
@@ -221,7 +339,7 @@ def _unsupported(found: _Missing, registry: Registry, target: Target) -> Unsuppo
         elsewhere: tuple[str, ...] = ()
         if "::" in name:
             elsewhere = tuple(
-                f"{i.label} ({i.requirement})" for i in registry.impls(name) if target.unmet(i.requirement) is not None
+                f"{i.label} ({i.requirement})" for i in registry.impls(name) if registry.unmet(i, target) is not None
             )
         entries.append(MissingOp(name, len(nodes), shown, nodes[0][1], elsewhere))
     lines = [f"{len(entries)} op(s) in the model have no impl for target {target}:"]

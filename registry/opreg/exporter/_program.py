@@ -30,6 +30,7 @@ from opreg.errors import (
 )
 from opreg.exporter._capture import TRACING_LOCK, constant_inputs, symbolic_int_inputs
 from opreg.exporter._locate import Location, Trace
+from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._state import BUFFER, INPUT, StateSlot
 from opreg.patching import PatchOutcome
 from opreg.registry import Registry
@@ -123,6 +124,12 @@ class OnnxProgram:
         capture_patches: what happened to each capture patch the packs offered
             (:class:`opreg.PatchOutcome`; the applied ones are also in the model's
             ``opreg.capture_patches`` metadata).
+        joined_domains: the custom domains the export added to the target it was given
+            (:class:`opreg.exporter.JoinedDomain`): the model used ops only a pack's own domain
+            covers (also in the model's ``opreg.joined_domains`` metadata; ``target`` includes them).
+        fixed_dims: the dims ``dynamic_shapes`` asked to be dynamic (``Dim.AUTO``, ``"auto"``) that
+            the model has at a fixed size, each with the guard that fixed it
+            (:class:`opreg.FixedDim`; also in the model's ``opreg.fixed_dims`` metadata).
     """
 
     def __init__(
@@ -142,9 +149,12 @@ class OnnxProgram:
         traces: Mapping[str, Trace] | None = None,
         state: Sequence[StateSlot] = (),
         capture_patches: Sequence[PatchOutcome] = (),
+        joined_domains: Sequence[JoinedDomain] = (),
     ) -> None:
         self.model = model
         self.capture_patches = tuple(capture_patches)
+        self.joined_domains = tuple(joined_domains)
+        self.fixed_dims: tuple[Any, ...] = ()  # opreg.export sets what capture fixed
         self.target = target
         self.registry = registry
         self.exported_program = exported_program

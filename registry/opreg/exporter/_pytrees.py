@@ -62,7 +62,7 @@ def leaf_paths(spec: pytree.TreeSpec) -> list[tuple[str, ...]]:
 def _child_keys(spec: pytree.TreeSpec) -> list[str]:
     count = spec.num_children
     if isinstance(spec.context, _Attributes):
-        return [key.name for key in spec.context.keys]
+        return [key.label for key in spec.context.keys]
     keys = _keys_from_handler(spec)
     if keys is None:
         keys = _keys_from_context(spec.context, count)
@@ -131,17 +131,16 @@ def clean(text: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class AttrKey:
-    """A pytree key of a node registered by its attributes: ``attr`` read, shown as ``name``."""
+class AttrKey(pytree.GetAttrKey):
+    """A pytree key of a node registered by its attributes: torch's ``GetAttrKey`` of the
+    attribute ``name`` (so torch.export can say where an input it reaches comes from, and name
+    it), shown in output paths as ``label`` (``""``: it adds nothing to the path)."""
 
-    name: str
-    attr: str
+    label: str = ""
 
-    def __str__(self) -> str:
-        return f".{self.name}" if self.name else ""
-
-    def get(self, parent: Any) -> Any:
-        return getattr(parent, self.attr)
+    @property
+    def attr(self) -> str:
+        return self.name
 
 
 def register_known_types() -> None:
@@ -230,7 +229,7 @@ def _register_by_attributes(cls: type) -> bool:
         children, rest = [], {}
         for attr, value in vars(obj).items():
             if _holds_tensors(value):
-                children.append((AttrKey(names.get(attr, attr), attr), value))
+                children.append((AttrKey(attr, names.get(attr, attr)), value))
             else:
                 rest[attr] = value
         return children, _Attributes(type(obj), tuple(key for key, _ in children), rest)

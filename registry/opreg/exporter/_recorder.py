@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,8 +25,11 @@ import onnx
 import onnx_ir as ir
 
 from opreg.errors import ExportError
+from opreg.exporter import _axes
 from opreg.node_types import infer_node, op_schema
 from opreg.targets import domain_label
+
+logger = logging.getLogger(__name__)
 
 OUTPUTS_KWARG = "_outputs"
 """onnxscript's way to say how many outputs a call has; never reaches the model."""
@@ -38,6 +42,70 @@ RANDOM_OPS = frozenset(
 )
 """The ai.onnx ops that draw random numbers (Dropout in training mode), each with a ``seed`` attribute.
 onnxscript's folder and onnx_ir's CSE know the first four (and Multinomial), not Bernoulli or Dropout."""
+
+
+def missing_schema(error: BaseException) -> tuple[str, int, str] | None:
+    """``(domain, version, op_type)`` when ``error`` is onnxscript's ``AttributeError: Attribute NAME
+    not found.``: an impl wrote ``opset.NAME(...)`` on an ``onnxscript.values.Opset`` whose domain has
+    no ONNX schema for ``NAME`` in this process (onnxscript looks the op up by its schema); else ``None``."""
+    if not isinstance(error, AttributeError):
+        return None
+    trace = error.__traceback__
+    while trace is not None and trace.tb_next is not None:
+        trace = trace.tb_next
+    if trace is None or trace.tb_frame.f_code.co_name != "__getattr__":
+        return None
+    import onnxscript.values
+
+    opset, name = trace.tb_frame.f_locals.get("self"), trace.tb_frame.f_locals.get("attr")
+    if not isinstance(opset, onnxscript.values.Opset) or not isinstance(name, str):
+        return None
+    return opset.domain, opset.version, name
+
+
+def schema_hint(domain: str, version: int, name: str) -> str:
+    """What to do about a call of ``domain::name`` that has no ONNX schema here (:func:`missing_schema`):
+    load the installed pack that registers it, or spell the call so that it needs none."""
+    import onnx.defs
+
+    op = f"{domain_label(domain)}::{name}"
+    spelling = f'onnxscript.values.Op(opset, "{name}")(...), which needs no schema'
+    if onnx.defs.has(name, domain):
+        since = onnx.defs.get_schema(name, onnx.defs.onnx_opset_version(), domain).since_version
+        return f"{op} has no ONNX schema at version {version} (its schema starts at {since}): use that, or {spelling}"
+    owners = _schema_owners(f"{domain}::{name}")
+    if owners:
+        return (
+            f"{op} has no ONNX schema in this export: pack {', '.join(owners)} registers it and is not loaded "
+            f"(load it with -p, plugins=), or write the call {spelling}"
+        )
+    return f"{op} has no ONNX schema here, and no installed pack registers one: write the call {spelling}"
+
+
+def _schema_owners(op: str) -> list[str]:
+    """``pack (distribution)`` of each installed pack whose ``opreg_schemas`` registers ``op``, as
+    ``opreg plugins`` lists them in another process (from its cache of what the packs declare, when
+    nothing changed): loading the packs here would register their schemas in this process and change
+    what its later exports do."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from opreg import plugins
+
+    names = [f"-p{found.name}" for found in plugins.discovered()]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the packs this process sees
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "opreg", "plugins", "--json", *names],
+            capture_output=True, text=True, timeout=300, check=True, env=env,
+        )  # fmt: skip
+        reports = json.loads(done.stdout)
+    except Exception:  # a hint must not hide the error it explains
+        logger.debug("could not list what the installed packs declare", exc_info=True)
+        return []
+    return [f"{r['name']} ({r['distribution']})" for r in reports if op in r.get("schemas", ())]
 
 
 def is_random(node: ir.Node) -> bool:
@@ -208,6 +276,8 @@ class GraphRecorder:
             n_outputs = wanted_outputs or 1
         else:
             inputs, attributes = self._bind(signature, args, kwargs, f"{domain_label(domain)}::{op_type}")
+            if domain in ("", "ai.onnx"):
+                inputs, attributes = _axes.normalize(op_type, inputs, attributes, self.constant)
             folded = self._fold(domain, op_type, inputs, attributes)
             if folded is not None:
                 return folded

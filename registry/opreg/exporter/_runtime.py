@@ -121,7 +121,30 @@ def reference_evaluator(model: ir.Model, packs: PackSet) -> Any:
     if missing:
         raise RuntimeUnavailableError(
             f"the reference evaluator has no kernel for {_describe(missing)}: no loaded pack provides one "
-            "(opreg_reference_kernels). Install the pack that emits these ops, or export with a target "
-            "without their domains."
+            f"(opreg_reference_kernels). {_remedy(model, missing, packs)}"
         )
     return ReferenceEvaluator(ir.serde.serialize_model(model), new_ops=kernels or None)
+
+
+def _remedy(model: ir.Model, missing: set[tuple[str, str]], packs: PackSet) -> str:
+    """What runs a model the reference evaluator cannot: ONNX Runtime, once the ops it has no kernel
+    for are embedded as the packs' function definitions, when its own domains are all that is missing."""
+    foreign = {op for op in custom_ops(model) if op[0] not in ORT_BUILTIN_DOMAINS}
+    if missing - {op for op in missing if op[0] in ORT_BUILTIN_DOMAINS}:
+        return "Install the pack that emits these ops, or export with a target without their domains."
+    defined: dict[tuple[str, str], str] = {}
+    for pack, protos in packs.call("opreg_functions"):
+        for proto in protos:
+            defined.setdefault((proto.domain, proto.name), pack)
+    undefined = foreign - set(defined)
+    builtin = f"ONNX Runtime runs {_describe(missing)}"
+    if undefined:
+        return (
+            f"{builtin}, but not {_describe(undefined)}, which no loaded pack configures a session for "
+            "(opreg_configure_session) or defines as an ONNX function (opreg_functions): ship one of them"
+        )
+    owners = ", ".join(sorted({defined[op] for op in foreign}))
+    return (
+        f"{builtin}, and pack {owners} defines {_describe(foreign)} as ONNX functions: export with "
+        "embed_functions=True (opreg export --embed-functions) and ONNX Runtime runs the whole model"
+    )

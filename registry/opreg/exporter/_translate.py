@@ -31,7 +31,7 @@ from opreg.exporter import _nodes, _state
 from opreg.exporter._locate import Trace, trace_of
 from opreg.exporter._memo import MEMO_PACKS, Memo
 from opreg.exporter._plan import Call, Plan
-from opreg.exporter._recorder import GraphRecorder
+from opreg.exporter._recorder import GraphRecorder, missing_schema, schema_hint
 from opreg.registry import Impl
 from opreg.targets import Target
 from opreg.values import COMPLEX_KEY
@@ -302,6 +302,9 @@ class Translator:
             except ExportError as e:
                 raise ExportError(f"{_call_site(node, impl)}: {e}") from e
             except Exception as e:
+                missing = missing_schema(e)  # onnxscript's "Attribute X not found.": an op without a schema
+                if missing is not None:
+                    raise ExportError(f"{_call_site(node, impl)}: {schema_hint(*missing)}") from e
                 raise ExportError(f"{_call_site(node, impl)} raised {type(e).__name__}: {e}") from e
             if described is not None:
                 self._memo.record(recorder, *described, recorder.added[start:], result)

@@ -13,6 +13,8 @@ Runtime GenAI reads (:data:`LAYOUT`):
 - outputs ``logits`` ``[batch_size, sequence_length, vocab_size]`` and per layer ``present.%d.key``
   / ``.value`` ``[batch_size, num_key_value_heads, total_sequence_length, head_size]``: the past
   with this call's keys and values appended.
+- a layer of short convolutions (LFM2's) has instead ``past.%d.conv`` in and ``present.%d.conv``
+  out, ``[batch_size, channels, kernel_size - 1]``: the last inputs of its causal convolution.
 
 ``total_sequence_length`` is ``past_sequence_length + sequence_length``; every length is dynamic,
 0 and 1 included (a prefill has an empty past, a decode step one token).
@@ -46,6 +48,8 @@ LAYOUT = {
     "logits": "logits",
     "present_key": "present.%d.key",
     "present_value": "present.%d.value",
+    "past_conv": "past.%d.conv",
+    "present_conv": "present.%d.conv",
 }
 """The decoder's input and output names (``%d``: the layer), as ONNX Runtime GenAI's
 ``genai_config.json`` names them."""

@@ -24,7 +24,8 @@ from opreg.errors import ExportError, InvalidArgumentError, VerificationError
 from opreg.exporter import OnnxProgram, OutputCheck, run_export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter._program import compare_output
-from opreg.llm import DECODER_OPTIONS, LAYOUT, _checkpoint, _genai, _layers, _meta, _options
+from opreg.llm import DECODER_OPTIONS, LAYOUT, _cache, _checkpoint, _genai, _layers, _meta, _options
+from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._genai import text_config
 from opreg.plugins import default_registry
 from opreg.settings import ExportSettings
@@ -33,8 +34,6 @@ from opreg.weights import Weights, bind, open_weights
 
 logger = logging.getLogger(__name__)
 
-BATCH, SEQUENCE, PAST, TOTAL = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"
-"""The dim names of the decoder's inputs and outputs (ONNX Runtime GenAI's builder uses the same)."""
 EXAMPLE = (2, 3, 4)
 """Batch, sequence and past length of the example the decoder is captured with: none 0 or 1,
 which torch.export would specialise."""
@@ -45,8 +44,7 @@ class DecoderLayout:
     """The shape of an exported decoder, as ``genai_config.json`` describes it.
 
     Fields:
-        num_layers: layers, each with a ``past_key_values.%d.key``/``.value`` pair in and a
-            ``present.%d.key``/``.value`` pair out.
+        num_layers: layers.
         num_attention_heads: query heads.
         num_key_value_heads: key/value heads of the cache (fewer than the query heads with
             grouped-query attention; the cache holds them unrepeated).
@@ -54,6 +52,11 @@ class DecoderLayout:
         hidden_size, vocab_size: the model's.
         position_ids: whether the decoder takes ``position_ids``.
         dtype: the cache's and logits' element type (``torch.float32``).
+        layers: what each layer caches (:mod:`opreg.llm._cache`): a :class:`KeyValueCache`
+            (``past_key_values.%d.key``/``.value`` in, ``present.%d.key``/``.value`` out) or a
+            short convolution's :class:`~opreg.llm._cache.ConvState` (``past.%d.conv`` in,
+            ``present.%d.conv`` out); by default keys and values of ``num_key_value_heads`` x
+            ``head_size`` in every layer.
     """
 
     num_layers: int
@@ -64,27 +67,47 @@ class DecoderLayout:
     vocab_size: int
     position_ids: bool
     dtype: torch.dtype
+    layers: tuple[LayerCache, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            every = (KeyValueCache(self.num_key_value_heads, self.head_size),) * self.num_layers
+            object.__setattr__(self, "layers", every)
+        if len(self.layers) != self.num_layers:
+            raise ValueError(f"{len(self.layers)} layer kinds for {self.num_layers} layers")
+
+    @property
+    def cache(self) -> list[tuple[int, CacheTensor]]:
+        """Every cache tensor with its layer, in the order of the decoder's inputs and outputs."""
+        return [(index, tensor) for index, kind in enumerate(self.layers) for tensor in kind.tensors]
+
+    @property
+    def layer_types(self) -> list[str]:
+        """Each layer's kind as ``genai_config.json`` names it (``full_attention``, ``conv``)."""
+        return [kind.layer_type for kind in self.layers]
 
     @property
     def input_names(self) -> list[str]:
         names = [LAYOUT["input_ids"], LAYOUT["attention_mask"]]
         if self.position_ids:
             names.append(LAYOUT["position_ids"])
-        for layer in range(self.num_layers):
-            names += [LAYOUT["past_key"] % layer, LAYOUT["past_value"] % layer]
-        return names
+        return names + [tensor.past % layer for layer, tensor in self.cache]
 
     @property
     def output_names(self) -> list[str]:
-        names = [LAYOUT["logits"]]
-        for layer in range(self.num_layers):
-            names += [LAYOUT["present_key"] % layer, LAYOUT["present_value"] % layer]
-        return names
+        return [LAYOUT["logits"]] + [tensor.present % layer for layer, tensor in self.cache]
 
     def empty_cache(self, batch: int) -> list[torch.Tensor]:
-        """Every layer's key and value for a prefill: ``past_sequence_length`` 0."""
-        shape = (batch, self.num_key_value_heads, 0, self.head_size)
-        return [torch.zeros(shape, dtype=self.dtype) for _ in range(2 * self.num_layers)]
+        """Every layer's cache for a prefill: no keys and values, zeros for a convolution's state
+        (its left padding)."""
+        return [torch.zeros(tensor.shape(batch, 0), dtype=self.dtype) for _, tensor in self.cache]
+
+    def past_length(self, past: Sequence[torch.Tensor]) -> int:
+        """The tokens before the new ones in ``past`` (the cache tensors, in order)."""
+        for (_, tensor), value in zip(self.cache, past, strict=True):
+            if tensor.grows:
+                return int(value.shape[tensor.dims.index(PAST)])
+        raise ValueError("the layout caches no keys and values")
 
 
 def decoder_inputs(
@@ -99,7 +122,7 @@ def decoder_inputs(
     batch, length = input_ids.shape
     past = list(past) if past is not None else layout.empty_cache(batch)
     if attention_mask is None:
-        attention_mask = torch.ones(batch, past[0].shape[2] + length, dtype=torch.int64)
+        attention_mask = torch.ones(batch, layout.past_length(past) + length, dtype=torch.int64)
     inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
     if layout.position_ids:
         positions = attention_mask.long().cumsum(-1) - 1
@@ -111,35 +134,15 @@ def decoder_inputs(
 # -- the module torch.export captures -------------------------------------------------------
 
 
-def _past_layer_class() -> type:
-    from transformers.cache_utils import DynamicLayer
-
-    class PastLayer(DynamicLayer):
-        """A ``DynamicLayer`` holding a past given as tensors, its length read from their shape
-        (``DynamicLayer`` returns 0 for an empty tensor: a branch on the size torch.export would
-        specialise to ``past > 0``)."""
-
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-            super().__init__()
-            self.keys, self.values = keys, values
-            self.dtype, self.device = keys.dtype, keys.device
-            self.is_initialized = True
-
-        def get_seq_length(self) -> int:
-            return self.keys.shape[-2]
-
-    return PastLayer
-
-
 class DecoderStep(torch.nn.Module):
     """``model`` with its cache as tensors: ``forward(input_ids, attention_mask, position_ids,
-    past_key_values)`` returns ``{"logits": ..., "present": [key 0, value 0, key 1, ...]}``."""
+    past_key_values)`` returns ``{"logits": ..., "present": [...]}``, the cache tensors in the
+    order of ``layout.cache`` (key 0, value 0, key 1, ... for keys and values)."""
 
-    def __init__(self, model: torch.nn.Module, num_layers: int) -> None:
+    def __init__(self, model: torch.nn.Module, layout: DecoderLayout) -> None:
         super().__init__()
         self.model = model
-        self.num_layers = num_layers
-        self._layer = _past_layer_class()
+        self.layers = layout.layers
 
     def forward(
         self,
@@ -148,18 +151,12 @@ class DecoderStep(torch.nn.Module):
         position_ids: torch.Tensor | None = None,
         past_key_values: Sequence[torch.Tensor] = (),
     ) -> dict[str, Any]:
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
-        cache.layers = [self._layer(past_key_values[2 * i], past_key_values[2 * i + 1]) for i in range(self.num_layers)]
+        cache = _cache.capture_cache(self.layers, past_key_values)
         extra = {} if position_ids is None else {"position_ids": position_ids}
         out = self.model(
             input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True, **extra
         )
-        present = []
-        for layer in cache.layers:
-            present += [layer.keys, layer.values]
-        return {"logits": out.logits, "present": present}
+        return {"logits": out.logits, "present": _cache.present(self.layers, cache)}
 
 
 # -- the result ----------------------------------------------------------------------------
@@ -220,28 +217,22 @@ class Decoder:
         holding the past (every layer keeps every position, as the decoder's do: a sliding-window
         layer's attention is limited by the mask, not by cutting its cache). A decoder streamed from
         its checkpoint loads the model, weights and all, for this (:func:`opreg.llm._meta.load_eager`)."""
-        from transformers import DynamicCache
-
         model = self.model
         if _meta.on_meta(model):  # streamed: loaded once, weights and all
             if self._eager is None:
                 self._eager = _meta.load_eager(self.folder, model)
             model = self._eager
 
-        past = inputs["past_key_values"]
-        cache = DynamicCache()
-        if past and past[0].shape[2] > 0:
-            cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layout.num_layers)])
+        layers = self.layout.layers
+        prefill = inputs["attention_mask"].shape[1] == inputs["input_ids"].shape[1]
+        cache = _cache.eager_cache(layers, inputs["past_key_values"], prefill)
         extra = {"position_ids": inputs["position_ids"]} if self.layout.position_ids else {}
         with TRACING_LOCK, torch.no_grad():  # transformers reads torch's compiling flag, set while a thread captures
             out = model(
                 input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], past_key_values=cache,
                 use_cache=True, **extra,
             )  # fmt: skip
-        present = []
-        for layer in out.past_key_values.layers:
-            present += [layer.keys, layer.values]
-        return {"logits": out.logits, "present": present}
+        return {"logits": out.logits, "present": _cache.present(layers, out.past_key_values, eager=True)}
 
     def verify(
         self,
@@ -262,16 +253,17 @@ class Decoder:
         if left_padding:
             cases.append(("left padding", self._left_padded(generator)))
         names = self.layout.output_names
+        sequence_dims = [0] + [tensor.sequence_dim for _, tensor in self.layout.cache]  # logits, then the cache
         for label, (inputs, rows) in cases:
             got, expected = self.run(inputs), self.eager(inputs)
             pairs = zip(
-                names, [got["logits"], *got["present"]], [expected["logits"], *expected["present"]], strict=True
-            )
-            for name, g, e in pairs:
+                names, sequence_dims, [got["logits"], *got["present"]], [expected["logits"], *expected["present"]],
+                strict=True,
+            )  # fmt: skip
+            for name, seq_dim, g, e in pairs:
                 for row, (what, keep) in enumerate(rows):  # padding positions are not compared
                     mine, theirs = g[row], e[row]
-                    if keep is not None:
-                        seq_dim = 0 if name == LAYOUT["logits"] else 1
+                    if keep is not None and seq_dim is not None:
                         mine, theirs = mine.index_select(seq_dim, keep), theirs.index_select(seq_dim, keep)
                     checks.append(compare_output(f"{name} ({label}{what})", mine, theirs, rtol, atol))
         if bad := [c for c in checks if not c.ok]:
@@ -283,11 +275,13 @@ class Decoder:
         return checks
 
     def _random(self, batch: int, length: int, past: int, generator: torch.Generator) -> tuple[dict[str, Any], list]:
-        """Random tokens after a random cache; every row and position compared."""
+        """Random tokens after a random cache (after no tokens, the cache of a prefill); every row
+        and position compared."""
         ids = torch.randint(0, self.layout.vocab_size, (batch, length), generator=generator)
-        shape = (batch, self.layout.num_key_value_heads, past, self.layout.head_size)
-        dtype = self.layout.dtype
-        cache = [torch.randn(shape, generator=generator).to(dtype) for _ in range(2 * self.layout.num_layers)]
+        cache = self.layout.empty_cache(batch)
+        if past:
+            dtype = self.layout.dtype
+            cache = [torch.randn(t.shape(batch, past), generator=generator).to(dtype) for _, t in self.layout.cache]
         return self.inputs(ids, past=cache), [(f", row {r}" if batch > 1 else "", None) for r in range(batch)]
 
     def _left_padded(self, generator: torch.Generator) -> tuple[dict[str, Any], list]:
@@ -367,36 +361,26 @@ def layout_of(model: Any) -> DecoderLayout:
             f"{type(model).__name__} returns no logits and key/value cache (transformers' Cache) with use_cache=True: "
             "export_decoder exports causal LMs with a key/value cache"
         )
-    shapes = set()
-    for index, layer in enumerate(layers):
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor) or keys.dim() != 4:
-            raise ExportError(
-                f"layer {index} of {type(model).__name__}'s cache is a {type(layer).__name__} without 4-D keys and "
-                "values (a state-space or linear-attention layer?): export_decoder lays out key/value caches only"
-            )
-        shapes.add((keys.shape[1], keys.shape[3], values.shape[1], values.shape[3]))
+    name = type(model).__name__
+    kinds = tuple(_cache.of_layer(layer, index, name) for index, layer in enumerate(layers))
+    shapes = sorted({(kind.kv_heads, kind.head_size) for kind in kinds if isinstance(kind, KeyValueCache)})
     if len(shapes) != 1:
         raise ExportError(
-            f"{type(model).__name__}'s layers cache keys and values of different shapes {sorted(shapes)}: ONNX Runtime "
-            "GenAI needs one (heads, head size) for every layer"
+            f"{name}'s layers cache keys and values of {len(shapes)} shapes {shapes}: ONNX Runtime GenAI needs one "
+            "(heads, head size) for every attention layer"
         )
-    ((kv_heads, head_size, value_heads, value_size),) = shapes
-    if (kv_heads, head_size) != (value_heads, value_size):
-        raise ExportError(
-            f"{type(model).__name__} caches keys of {kv_heads}x{head_size} and values of {value_heads}x{value_size}: "
-            "ONNX Runtime GenAI needs both in one shape"
-        )
+    ((kv_heads, head_size),) = shapes
     takes_positions = "position_ids" in inspect.signature(model.forward).parameters
     return DecoderLayout(
         num_layers=len(layers),
         num_attention_heads=int(getattr(text, "num_attention_heads", kv_heads)),
-        num_key_value_heads=int(kv_heads),
-        head_size=int(head_size),
+        num_key_value_heads=kv_heads,
+        head_size=head_size,
         hidden_size=int(getattr(text, "hidden_size", 0)),
         vocab_size=int(out.logits.shape[-1]),
         position_ids=takes_positions,
         dtype=out.logits.dtype,
+        layers=kinds,
     )
 
 
@@ -434,14 +418,13 @@ def export_decoder(
     model.eval()
     try:
         layout = layout_of(model)
-        step = DecoderStep(model, layout.num_layers).eval()
+        step = DecoderStep(model, layout).eval()
         batch, length, past = EXAMPLE
         example = decoder_inputs(
             layout,
             torch.randint(0, layout.vocab_size, (batch, length)),
-            past=[torch.randn(batch, layout.num_key_value_heads, past, layout.head_size, dtype=layout.dtype)
-                  for _ in range(2 * layout.num_layers)],
-        )  # fmt: skip
+            past=[torch.randn(tensor.shape(batch, past), dtype=layout.dtype) for _, tensor in layout.cache],
+        )
         shapes = _dynamic_shapes(layout, context_length)
         weights = None if streamed is None else streamed.renamed("model.")  # DecoderStep's names
         program = _export(step, example, dataclasses.replace(settings, dynamic_shapes=shapes, weights=weights), layout)
@@ -455,7 +438,8 @@ def _export(step: DecoderStep, example: dict[str, Any], settings: ExportSettings
     """The export of ``step``: its repeated layers captured once where they can be
     (:mod:`opreg.llm._layers`), else all of them."""
     first_past = len(layout.input_names) - 2 * layout.num_layers
-    plan = _layers.plan_layers(step.model, layout.num_layers, first_past)
+    keys_and_values = all(isinstance(kind, KeyValueCache) for kind in layout.layers)  # two inputs per layer
+    plan = _layers.plan_layers(step.model, layout.num_layers, first_past) if keys_and_values else None
     if plan is not None:
         # a streamed model's weights, all layers' (the capture binds only the prefix's), each missing one named now
         lazy = {} if settings.weights is None else bind(step, open_weights(settings.weights))
@@ -499,7 +483,10 @@ def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any
     shapes: dict[str, Any] = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: Dim.AUTO}}
     if layout.position_ids:
         shapes["position_ids"] = {0: batch, 1: length}
-    shapes["past_key_values"] = [{0: batch, 2: past} for _ in range(2 * layout.num_layers)]
+    shapes["past_key_values"] = [
+        {index: {BATCH: batch, PAST: past}[dim] for index, dim in enumerate(tensor.dims) if isinstance(dim, str)}
+        for _, tensor in layout.cache
+    ]
     return shapes
 
 
@@ -512,12 +499,12 @@ def _name(program: OnnxProgram, layout: DecoderLayout) -> None:
     dims = {LAYOUT["input_ids"]: (BATCH, SEQUENCE), LAYOUT["attention_mask"]: (BATCH, TOTAL)}
     if layout.position_ids:
         dims[LAYOUT["position_ids"]] = (BATCH, SEQUENCE)
-    for value in graph.inputs:
-        names = dims.get(value.name, (BATCH, None, PAST, None))
-        _set_dims(value, names)
-    for value in graph.outputs:
-        names = (BATCH, SEQUENCE, None) if value.name == LAYOUT["logits"] else (BATCH, None, TOTAL, None)
-        _set_dims(value, names)
+    for layer, tensor in layout.cache:
+        dims[tensor.past % layer] = tuple(dim if isinstance(dim, str) else None for dim in tensor.dims)
+        dims[tensor.present % layer] = tuple(dim if isinstance(dim, str) else None for dim in tensor.present_dims)
+    dims[LAYOUT["logits"]] = (BATCH, SEQUENCE, None)
+    for value in [*graph.inputs, *graph.outputs]:
+        _set_dims(value, dims[value.name])
 
 
 def _set_dims(value: ir.Value, names: Sequence[str | None]) -> None:

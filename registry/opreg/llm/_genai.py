@@ -40,6 +40,15 @@ TOKENIZER_FILES = (
     "chat_template.json",
 )
 """A checkpoint's tokenizer files, copied as they are when transformers cannot load its tokenizer."""
+CACHE_NAMES = {
+    LAYOUT["past_key"]: "past_key_names",
+    LAYOUT["past_value"]: "past_value_names",
+    LAYOUT["past_conv"]: "past_conv_names",
+    LAYOUT["present_key"]: "present_key_names",
+    LAYOUT["present_value"]: "present_value_names",
+    LAYOUT["present_conv"]: "present_conv_names",
+}
+"""The ``genai_config.json`` key of each cache input's and output's name."""
 
 
 def config(decoder: Decoder) -> dict[str, Any]:
@@ -49,12 +58,10 @@ def config(decoder: Decoder) -> dict[str, Any]:
     inputs = {"input_ids": LAYOUT["input_ids"], "attention_mask": LAYOUT["attention_mask"]}
     if layout.position_ids:
         inputs["position_ids"] = LAYOUT["position_ids"]
-    inputs.update(past_key_names=LAYOUT["past_key"], past_value_names=LAYOUT["past_value"])
-    outputs = {
-        "logits": LAYOUT["logits"],
-        "present_key_names": LAYOUT["present_key"],
-        "present_value_names": LAYOUT["present_value"],
-    }
+    outputs = {"logits": LAYOUT["logits"]}
+    for _, tensor in layout.cache:
+        inputs[CACHE_NAMES[tensor.past]] = tensor.past
+        outputs[CACHE_NAMES[tensor.present]] = tensor.present
     model: dict[str, Any] = {
         "bos_token_id": bos,
         "context_length": decoder.context_length,
@@ -76,6 +83,7 @@ def config(decoder: Decoder) -> dict[str, Any]:
     }
     if bos is None:
         del model["bos_token_id"]
+    model["decoder"].update(_layer_types(layout))
     return {
         "model": model,
         "search": {
@@ -95,6 +103,21 @@ def config(decoder: Decoder) -> dict[str, Any]:
             "top_p": 1.0,
         },
     }
+
+
+def _layer_types(layout: Any) -> dict[str, Any]:
+    """What GenAI needs to know of a cache other than keys and values in every layer: each
+    layer's kind (``layer_types``) and the size of a convolution's state (``conv_cache_size``),
+    as its builder writes them for LFM2; nothing for keys and values alone."""
+    if set(layout.layer_types) == {"full_attention"}:
+        return {}
+    fields: dict[str, Any] = {"layer_types": layout.layer_types}
+    widths = {kind.width for kind in layout.layers if kind.layer_type == "conv"}
+    if len(widths) > 1:
+        raise ExportError(f"the model's convolutions keep states of {sorted(widths)} positions: GenAI takes one size")
+    if widths:
+        fields["conv_cache_size"] = widths.pop()
+    return fields
 
 
 def special_tokens(model: Any) -> tuple[int | None, int | list[int], int]:
@@ -135,16 +158,16 @@ def shares_buffer(decoder: Decoder) -> bool:
     GroupQueryAttention, which writes the new keys and values into the past in place. A graph
     that concatenates past and new (the standard target) needs them apart."""
     graph = decoder.program.model.graph
-    for value in graph.inputs:
-        if value.name.startswith("past_key_values."):
-            for node, _ in value.uses():
-                if (node.domain, node.op_type) != ("com.microsoft", "GroupQueryAttention"):
-                    return False
-    for value in graph.outputs:
-        if value.name.startswith("present."):
-            node = value.producer()
-            if node is None or (node.domain, node.op_type) != ("com.microsoft", "GroupQueryAttention"):
+    inputs, outputs = {v.name: v for v in graph.inputs}, {v.name: v for v in graph.outputs}
+    for layer, tensor in decoder.layout.cache:
+        if not tensor.grows:  # a convolution's state: GenAI gives it its own buffers
+            continue
+        for node, _ in inputs[tensor.past % layer].uses():
+            if (node.domain, node.op_type) != ("com.microsoft", "GroupQueryAttention"):
                 return False
+        node = outputs[tensor.present % layer].producer()
+        if node is None or (node.domain, node.op_type) != ("com.microsoft", "GroupQueryAttention"):
+            return False
     return True
 
 

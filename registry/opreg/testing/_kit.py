@@ -49,6 +49,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from opreg import plugins
+from opreg._inspect import short_source
 from opreg.errors import PluginNotFoundError
 from opreg.pluginapi import HookError, ModelSample, Sample
 from opreg.registrar import Registrar
@@ -255,15 +256,19 @@ def check_pack(name: str, *, opinfo_limit: int = OPINFO_LIMIT) -> PackCheck:
     """Run the conformance kit on the installed pack ``name`` (pack, distribution
     or module name); see the module docstring for the checks.
 
-    The pack is loaded beside the core pack only, so other installed packs
-    cannot hide or cause its problems. Raises :class:`PluginNotFoundError` if
-    no installed pack has that name.
+    The pack's impls are checked beside the core pack's only, so other installed
+    packs' impls cannot hide or cause its problems; what the other installed
+    packs declare for every export to use, the ONNX schemas of their custom
+    ops and their target profiles, is there, as an export with the installed
+    packs sees it (an impl may call ``com.microsoft::Gelu`` by name when
+    ``opreg-ort-contrib`` is installed, and be for its ``onnxruntime`` profile).
+    Raises :class:`PluginNotFoundError` if no installed pack has that name.
     """
     started = time.perf_counter()
     unsampled: list[str] = []
     found = find_pack(name)
     pack = found.name
-    registry = plugins.default_registry(plugins=[pack])
+    registry = _as_exported(plugins.default_registry(plugins=[pack]))
     report = next(r for r in registry.packs if r.name == pack)
     results: list[CheckResult] = []
     results += _check_load(report)
@@ -272,7 +277,7 @@ def check_pack(name: str, *, opinfo_limit: int = OPINFO_LIMIT) -> PackCheck:
         impls = [i for i in registry.impls() if i.pack == pack]
         hook_results = _HookResults()
         results += _check_hooks(registry, pack, impls, hook_results)
-        targets = {id(impl): impl_targets(impl) for impl in impls}
+        targets = {id(impl): impl_targets(impl, registry.profiles) for impl in impls}
         results += _check_conflicts(registry, pack, impls, targets)
         results += _check_kernels(impls, hook_results)
         rows, unsampled = _check_samples(registry, impls, targets, hook_results.samples, opinfo_limit)
@@ -289,6 +294,18 @@ def check_pack(name: str, *, opinfo_limit: int = OPINFO_LIMIT) -> PackCheck:
         results += [CheckResult(check, pack, "", SKIPPED, why) for check in checks]
     seconds = time.perf_counter() - started
     return PackCheck(pack, found.distribution, found.version, tuple(results), seconds, tuple(unsampled))
+
+
+def _as_exported(registry: Registry) -> Registry:
+    """``registry`` (the pack beside the core pack) with what every installed pack declares for an
+    export: loading them all registers their ONNX schemas, and their target profiles are added."""
+    everything = plugins.default_registry(plugins=pack_names())
+    owners = {name: pack for name, _, pack in everything.data().profiles}
+    extended = registry.copy()
+    for name, versions in everything.profiles.items():
+        if name not in registry.profiles:
+            extended.add_profile(name, versions, pack=owners[name])
+    return extended.freeze()
 
 
 # -- load -----------------------------------------------------------------------------
@@ -439,12 +456,21 @@ def _check_hooks(registry: Registry, pack: str, impls: Sequence[Impl], found: _H
 # -- targets, conflicts, kernels ----------------------------------------------------------
 
 
-def impl_targets(impl: Impl) -> list[dict[str, int]]:
+def impl_targets(impl: Impl, profiles: Mapping[str, Mapping[str, int]] | None = None) -> list[dict[str, int]]:
     """The targets ``impl`` is checked at: the lowest (at least
     :data:`LOWEST_CHECKED_OPSET`) and highest (at most the installed
     onnxruntime's newest) ai.onnx version it supports, each with every custom
-    domain at the low and at the high end of its range."""
+    domain at the low and at the high end of its range; an impl for profiles
+    (``profiles=``) with the custom domains of the first of them ``profiles``
+    defines, so that it applies (none: it is checked nowhere)."""
     from opreg.targets import newest_supported_opset
+
+    gate: dict[str, int] = {}
+    if impl.profiles:
+        known = [profiles[name] for name in impl.profiles if profiles and name in profiles]
+        if not known:
+            return []
+        gate = {d: v for d, v in known[0].items() if d}
 
     onnx = impl.requirement.onnx
     top = newest_supported_opset() if onnx.max is None else min(onnx.max, newest_supported_opset())
@@ -460,7 +486,7 @@ def impl_targets(impl: Impl) -> list[dict[str, int]]:
     targets: list[dict[str, int]] = []
     for version in (low, high):
         for domains in ends:
-            target = {"": version, **domains}
+            target = {"": version, **gate, **domains}
             if target not in targets:
                 targets.append(target)
     return targets
@@ -581,17 +607,10 @@ def _drives(impl: Impl, provided: Mapping[Any, list[Sample]], limit: int) -> tup
 
 
 def _forced(registry: Registry, impl: Impl) -> Registry:
-    """A copy of ``registry`` in which ``impl`` wins wherever it applies (a user override)."""
+    """A copy of ``registry`` in which ``impl`` wins wherever it applies: an override, still named
+    after its pack (``pack:function`` in every detail, as in the row's subject)."""
     forced = registry.copy()
-    requirement = impl.requirement
-    forced.register(
-        impl.op,
-        impl.function,
-        opset=requirement.onnx,
-        domains=requirement.domain_map,
-        predicate=impl.predicate,
-        complex=impl.complex,
-    )
+    forced.add(dataclasses.replace(impl, override=True))
     return forced
 
 
@@ -609,6 +628,10 @@ def _check_samples(
     unsampled: list[str] = []
     for impl in impls:
         subject = f"{impl.label} for {impl.op}"
+        problem = _not_checkable(impl, registry, targets[id(impl)])
+        if problem is not None:
+            rows.append(CheckResult(SAMPLES, subject, "", FAILED, problem))
+            continue
         drives, why_not = _drives(impl, provided, limit)
         if not drives:
             rows.append(CheckResult(SAMPLES, subject, "", SKIPPED, why_not))
@@ -630,6 +653,50 @@ def _check_samples(
         if not reached:
             unsampled.append(subject)
     return rows, unsampled
+
+
+def _not_checkable(impl: Impl, registry: Registry, targets: Sequence[Mapping[str, int]]) -> str | None:
+    """Why driving ``impl`` with samples would check nothing: its body is still a stub that raises
+    ``NotImplementedError`` (what ``opreg new-pack`` writes), or it is for profiles no installed pack
+    defines, or for one that names no custom domain (every target serves it)."""
+    if _unwritten(impl.function):
+        where = f" ({short_source(impl.source)})" if impl.source else ""
+        return f"not written yet: write the body of {impl.name}{where}"
+    if impl.profiles and not targets:
+        return (
+            f"for profile {', '.join(impl.profiles)}, which no installed pack defines: it applies at no target "
+            "(install the pack that contributes the profile, or fix the name)"
+        )
+    profiles = registry.profiles
+    vacuous = [name for name in impl.profiles if name in profiles and set(profiles[name]) <= {""}]
+    if vacuous:
+        return (
+            f"for profile {', '.join(vacuous)}, which names no custom domain: every target serves it, so "
+            "profiles= keeps the impl from none (name a runtime's profile, such as onnxruntime, or drop it)"
+        )
+    return None
+
+
+def _unwritten(function: Any) -> bool:
+    """Whether ``function``'s body (its docstring aside) is one ``raise NotImplementedError(...)``."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(getattr(function, "function", function))))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    definition = tree.body[0] if tree.body else None
+    if not isinstance(definition, ast.FunctionDef):
+        return False
+    body = definition.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    raised = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
 
 
 def _reached(impl: Impl, check: SampleCheck) -> bool:
@@ -687,7 +754,7 @@ def rewrite_targets(registry: Registry, pack: str, impls: Sequence[Impl]) -> lis
     targets its impls are checked at (:func:`impl_targets`), each once."""
     targets = [registry.target(name) for name in registry.packs.report(pack).profiles]
     for impl in impls:
-        targets += [registry.target(dict(t)) for t in impl_targets(impl)]
+        targets += [registry.target(dict(t)) for t in impl_targets(impl, registry.profiles)]
     unique: list[Any] = []
     for target in targets:
         if all(target.versions != t.versions for t in unique):

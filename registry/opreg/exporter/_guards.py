@@ -1,0 +1,190 @@
+"""What torch.export decides about sizes while it captures: size-oblivious reasoning, and where
+each shape guard comes from.
+
+:func:`size_oblivious` is torch's ``backed_size_oblivious`` setting, as ``torch.onnx`` captures
+and decomposes with it: a dim marked dynamic whose example size is 0 or 1 gets a symbol like any
+other (without it torch fixes it, "0/1 specialized"), and where torch cannot tell whether a size
+is 1 it takes the general path. It is a process-wide setting, patched through torch's config API
+(restored on exit, on an error too) while :data:`opreg.exporter._capture.TRACING_LOCK` is held.
+
+:class:`GuardSites` records where each guard was added. The shape environment keeps a guard's
+expression and the innermost frame outside torch's tracing machinery, which for a guard torch's
+own code adds (``expand``'s check that a size is 1, in ``torch/_refs``) is a line of torch. The
+frame a user can act on is the innermost one outside torch: the model's, or its library's. The
+shape environment announces each guard on its logger (``TORCH_LOGS=dynamic``); a filter on that
+logger reads the stack there, and passes on only what the logger would have shown without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+import torch
+
+SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
+"""The logger torch's shape environment announces guards on (``TORCH_LOGS=dynamic``)."""
+
+_GUARD_ADDED = "[guard added]"
+_CREATED = "create_symbol %s = %s for %s"
+_TORCH = os.path.dirname(torch.__file__) + os.sep
+_HERE = (os.path.dirname(logging.__file__) + os.sep, contextlib.__file__)
+_EXPORTER = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+@contextlib.contextmanager
+def size_oblivious(enabled: bool = True) -> Iterator[None]:
+    """torch's ``backed_size_oblivious`` on while inside (see the module docstring); nothing with
+    ``enabled`` false, or in a torch without the setting."""
+    config = _config()
+    if not enabled or config is None:
+        yield
+        return
+    with config.patch(backed_size_oblivious=True):
+        yield
+
+
+SIZE_OBLIVIOUS_KEY = "opreg.size_oblivious"
+"""Set in a captured program's ``graph_module.meta`` when it was captured size-obliviously."""
+
+
+def captured_size_oblivious(program: torch.export.ExportedProgram) -> bool:
+    """Whether ``program`` was captured with :func:`size_oblivious` (its decomposition then is too)."""
+    return bool(program.graph_module.meta.get(SIZE_OBLIVIOUS_KEY, False))
+
+
+def size_oblivious_now() -> bool:
+    """Whether torch's ``backed_size_oblivious`` is on (what tests check is restored)."""
+    config = _config()
+    return bool(config is not None and config.backed_size_oblivious)
+
+
+def _config() -> Any:
+    try:
+        import torch.fx.experimental._config as config
+    except ImportError:
+        return None
+    return config if hasattr(config, "backed_size_oblivious") else None
+
+
+def where(filename: str, line: int, function: str) -> str:
+    """``file:line in function``, the file relative to site-packages or the working folder."""
+    marker = f"site-packages{os.sep}"
+    if marker in filename:
+        filename = filename.split(marker, 1)[1]
+    else:
+        with contextlib.suppress(ValueError):
+            relative = os.path.relpath(filename)
+            if not relative.startswith(".."):
+                filename = relative
+    return f"{filename}:{line} in {function}"
+
+
+def _outside_torch(filename: str) -> bool:
+    """Whether ``filename`` may be code of the model or its library: not torch's, not logging's,
+    not code torch generates (``<string>``, ``<eval_with_key>.3``); opreg's exporter is, and a
+    frame of it means no model code was running."""
+    return not filename.startswith((_TORCH, "<", *_HERE))
+
+
+def in_torch(filename: str) -> bool:
+    """Whether ``filename`` is one of torch's own files."""
+    return filename.startswith(_TORCH)
+
+
+def user_line(error: BaseException) -> str:
+    """Where ``error`` was raised from the model's code (or its library's), or ``""``."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if _outside_torch(f.filename)]
+    if not frames or frames[-1].filename.startswith(_EXPORTER):
+        return ""
+    last = frames[-1]
+    return where(last.filename, last.lineno or 0, last.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardSite:
+    """Where one guard was added.
+
+    Fields:
+        expression: torch's expression of the guard, in its symbols (``Eq(s77, 1)``).
+        user: the innermost frame outside torch when it was added (``model.py:12 in forward``),
+            ``""`` when there was none.
+    """
+
+    expression: str
+    user: str
+
+
+class GuardSites(logging.Filter):
+    """Records a :class:`GuardSite` for each guard torch adds in this thread while inside (a
+    context manager), and the source of each symbol it creates; the shape environment's logger
+    shows what it showed before."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sites: list[GuardSite] = []
+        self.sources: dict[str, str] = {}
+        """torch's symbol -> the source it stands for (``s77`` -> ``L['x'].size()[0]``)."""
+        self._thread = threading.get_ident()
+        self._shown = logging.WARNING
+        self._level = logging.NOTSET
+
+    def __enter__(self) -> GuardSites:
+        logger = logging.getLogger(SHAPES_LOGGER)
+        self._shown = logger.getEffectiveLevel()
+        self._level = logger.level
+        logger.addFilter(self)
+        if self._shown > logging.INFO:
+            logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logger = logging.getLogger(SHAPES_LOGGER)
+        logger.removeFilter(self)
+        if self._shown > logging.INFO:
+            logger.setLevel(self._level)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread == self._thread:
+            message = str(record.msg)
+            if _GUARD_ADDED in message:
+                expression = _expression(record)
+                if expression:
+                    self.sites.append(GuardSite(expression, _user_frame(sys._getframe(1))))
+            elif message.startswith(_CREATED) and isinstance(record.args, tuple) and len(record.args) > 2:
+                self.sources[str(record.args[0])] = str(record.args[2])  # "create_symbol s77 = 1 for L['x']..."
+        return record.levelno >= self._shown
+
+    def first(self, expression: str) -> str:
+        """Where the guard ``expression`` was first added (its user frame), or ``""``."""
+        return next((site.user for site in self.sites if site.expression == expression and site.user), "")
+
+
+def _expression(record: logging.LogRecord) -> str:
+    """The guard a "guard added" record announces: the argument before the marker."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    parts = str(record.msg).split()
+    try:
+        index = parts.index(_GUARD_ADDED.split(maxsplit=1)[0])  # "%s %s [guard added] ...": the 2nd argument
+    except ValueError:
+        return ""
+    return str(args[index - 1]) if 0 < index <= len(args) else ""
+
+
+def _user_frame(frame: FrameType | None) -> str:
+    while frame is not None:
+        code = frame.f_code
+        if _outside_torch(code.co_filename):
+            return (
+                "" if code.co_filename.startswith(_EXPORTER) else where(code.co_filename, frame.f_lineno, code.co_name)
+            )
+        frame = frame.f_back
+    return ""

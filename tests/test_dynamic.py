@@ -1,0 +1,360 @@
+"""Dynamic shapes as users write them (``opreg/exporter/_dynamic.py``): a batch-1 example with a
+dynamic batch, ``dynamic_shapes="auto"`` and its report of the dims torch.export fixed, equal
+dims sharing a name. Each exported model is run at other sizes than its example's and compared
+with eager PyTorch."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import logging
+import threading
+
+import onnx_ir as ir
+import pytest
+import torch
+from torch.export import Dim
+
+import opreg
+from opreg.exporter import _guards
+from tests import real_models
+
+ATOL = 1e-4
+
+
+def _dims(value: ir.Value) -> list[int | str]:
+    return [d if isinstance(d, int) else d.value for d in value.shape]
+
+
+def _shapes(program) -> dict[str, list[int | str]]:
+    graph = program.model.graph
+    return {v.name: _dims(v) for v in [*graph.inputs, *graph.outputs]}
+
+
+def _line(function, text: str) -> str:
+    """``test_dynamic.py:N in function``: where ``text`` is in ``function``'s source (a report gives
+    the file relative to the working folder)."""
+    lines, first = inspect.getsourcelines(function)
+    number = first + next(i for i, line in enumerate(lines) if text in line)
+    return f"test_dynamic.py:{number} in {function.__name__}"
+
+
+def _at(source: str, function, text: str) -> bool:
+    return source.endswith(_line(function, text)) and "/" not in source.replace("tests/", "", 1)
+
+
+def test_a_batch_of_one_with_a_dynamic_batch():
+    """The issue's smallest repro: torch.export fixes a dim of size 1 ("0/1 specialized") unless
+    it reasons size-obliviously, as torch.onnx captures."""
+    model = torch.nn.Linear(4, 2)
+    program = opreg.export(model, (torch.rand(1, 4),), dynamic_shapes={"input": {0: Dim.DYNAMIC}})
+    assert _shapes(program) == {"input": ["input_dim0", 4], "output": ["input_dim0", 2]}
+    assert program.fixed_dims == ()
+    for batch in (3, 5, 1):
+        program.verify(torch.rand(batch, 4), atol=ATOL)
+    assert not _guards.size_oblivious_now()  # torch's setting is back
+
+
+def test_named_dims_from_a_batch_of_one_on_a_cnn():
+    """A named ``Dim`` (what ``--dynamic x:0=batch`` makes) on a CNN, from one image."""
+    case = real_models.mobilenet()
+    image = case.args[0][:1]
+    program = opreg.export(case.model, (image,), dynamic_shapes={"x": {0: Dim("batch"), 2: Dim("h"), 3: Dim("w")}})
+    assert _shapes(program)["x"] == ["batch", 3, "h", "w"]
+    for shape in ((3, 3, 64, 64), (5, 3, 48, 80)):
+        program.verify(torch.randn(shape), atol=ATOL)
+
+
+def test_a_transformers_encoder_from_a_batch_of_one():
+    """BERT from one sequence, batch and sequence length dynamic, run at (3, 5) and (5, 11)."""
+    case = real_models.bert()
+    program = opreg.export(case.model, (), real_models._text_inputs(1, 8), dynamic_shapes=case.dynamic_shapes)
+    assert _shapes(program)["input_ids"] == ["batch", "seq"]
+    for batch, seq in ((3, 5), (5, 11)):
+        program.verify(**real_models._text_inputs(batch, seq), atol=ATOL)
+
+
+class OnePath(torch.nn.Module):
+    """Takes a path of its own for a batch of one."""
+
+    def forward(self, x):
+        if x.shape[0] == 1:
+            return x * 2
+        return x * 3
+
+
+def test_a_dynamic_dim_the_model_fixes_at_its_example_size_is_named_with_its_guard():
+    """From a batch of one, the size-oblivious capture follows the model's batch-1 branch: kept
+    dynamic, the model would double at every batch size. The export says so, with the guard."""
+    with pytest.raises(opreg.ExportError) as error:
+        opreg.export(OnePath(), (torch.rand(1, 4),), dynamic_shapes={"x": {0: Dim.DYNAMIC}})
+    message = str(error.value)
+    assert "x.shape[0] (example size 1): guard x.shape[0] == 1" in message
+    assert f"{_line(OnePath.forward, '== 1')})" in message
+    assert not _guards.size_oblivious_now()  # restored after the error too
+    # from a larger example, the model's general path: right at every size but 1
+    program = opreg.export(OnePath(), (torch.rand(2, 4),), dynamic_shapes={"x": {0: Dim.DYNAMIC}})
+    for batch in (3, 5):
+        program.verify(torch.rand(batch, 4), atol=ATOL)
+
+
+class Broadcast(torch.nn.Module):
+    """Expands a row to the other input's batch: torch checks the row's size is 1 (its ``expand``)."""
+
+    def forward(self, row, rows):
+        return row.expand(rows.shape[0], -1) + rows
+
+
+def test_a_check_inside_torch_does_not_fix_a_dim_marked_dynamic(caplog):
+    """torch's ``expand`` (and its strides of a batch of one) guard a size against 1 in torch's own
+    code: the graph holds the op, as general as ONNX's Expand, so the dim stays dynamic (said in
+    a warning); only a guard in the model's code fixes one (above)."""
+    spec = {"row": {0: Dim.DYNAMIC}, "rows": {0: Dim.DYNAMIC}}
+    with caplog.at_level(logging.WARNING, logger="opreg.exporter._dynamic"):
+        program = opreg.export(Broadcast(), (torch.rand(1, 4), torch.rand(5, 4)), dynamic_shapes=spec)
+    assert _shapes(program)["row"] == ["row_dim0", 4]
+    assert any("row.shape[0]: torch.export narrowed" in r.getMessage() for r in caplog.records)
+    program.verify(torch.rand(3, 4), torch.rand(3, 4), atol=ATOL)
+    program.verify(torch.rand(1, 4), torch.rand(2, 4), atol=ATOL)
+
+
+class Guarded(torch.nn.Module):
+    """A CNN whose code guards on sizes: a branch for one image, a view needing 8 channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.scale = torch.nn.Parameter(torch.randn(8, 1, 1))
+
+    def forward(self, x, bias):
+        y = self.conv(x) * self.scale
+        if y.shape[0] == 1:
+            y = y * 0.5
+        return y.flatten(2).mean(-1) + bias
+
+
+def test_auto_on_a_cnn_keeps_batch_and_image_size_and_reports_the_channels():
+    """The tutorial CNN flattens 16x5x5 features into its first Linear: torch keeps the image size
+    dynamic, guarded to the sizes that pool to 25 positions (32 to 35 square, or 16 by 112), and
+    fixes the one input channel."""
+    model = real_models.tutorial_cnn().model
+    program = opreg.export(model, (torch.randn(1, 1, 32, 32),), dynamic_shapes="auto")
+    assert _shapes(program)["x"] == ["x_dim0", 1, "x_dim2", "x_dim3"]
+    (channels,) = program.fixed_dims
+    assert (channels.input, channels.dim, channels.size) == ("x", 1, 1)
+    assert channels.guard == "guard x.shape[1] == 1"
+    assert channels.source.startswith("tests/models.py:") and channels.source.endswith("in forward")
+    metadata = json.loads(program.model.metadata_props["opreg.fixed_dims"])
+    assert metadata == [dataclasses.asdict(channels)]
+    for shape in ((3, 1, 32, 32), (5, 1, 35, 33), (2, 1, 16, 112)):
+        program.verify(torch.randn(shape), atol=ATOL)
+
+
+def test_auto_reports_each_guard_with_its_line_and_keeps_the_rest_dynamic():
+    """From one image, "auto" keeps batch and image size dynamic, fixes the channels (the conv's
+    weight) and, where the model branches on a batch of one, the batch, naming each guard."""
+    image, bias = torch.randn(1, 3, 10, 12), torch.randn(8)
+    program = opreg.export(Guarded(), (image, bias), dynamic_shapes="auto")
+    assert _shapes(program)["x"] == [1, 3, "x_dim2", "x_dim3"]
+    fixed = {(f.input, f.dim): f for f in program.fixed_dims}
+    assert set(fixed) == {("x", 0), ("x", 1), ("bias", 0)}
+    assert fixed["x", 0].guard == "guard x.shape[0] == 1" and _at(fixed["x", 0].source, Guarded.forward, "== 1")
+    assert fixed["x", 1].guard == "guard x.shape[1] == 3" and _at(fixed["x", 1].source, Guarded.forward, "conv")
+    assert str(fixed["x", 0]) == f"x.shape[0] fixed at 1: guard x.shape[0] == 1 ({fixed['x', 0].source})"
+    program.verify(torch.randn(1, 3, 7, 20), bias, atol=ATOL)
+    # from two images the batch stays dynamic: the model's general path
+    program = opreg.export(Guarded(), (torch.randn(2, 3, 10, 12), bias), dynamic_shapes="auto")
+    assert _shapes(program)["x"] == ["x_dim0", 3, "x_dim2", "x_dim3"]
+    program.verify(torch.randn(5, 3, 6, 6), bias, atol=ATOL)
+
+
+class Picks(torch.nn.Module):
+    """Sums the first rows, as many as a value of its input says: a size known only from data,
+    guarded against the input's size (``torch._check``)."""
+
+    def forward(self, x, count):
+        n = count.max().item()
+        torch._check(n >= 0)
+        torch._check(n < x.shape[0])
+        return x[: n + 1].sum(0) * 2
+
+
+def test_auto_on_a_model_with_a_data_dependent_guard():
+    """A guard on a value read from the data relates it to an input's size without fixing the
+    size: "auto" keeps every dim dynamic, and the model is right at other sizes and values."""
+    program = opreg.export(Picks(), (torch.randn(6, 4), torch.tensor([2, 3])), dynamic_shapes="auto")
+    assert _shapes(program) == {"x": ["x_dim0", "x_dim1"], "count": ["count_dim0"], "output": ["x_dim1"]}
+    assert program.fixed_dims == ()
+    program.verify(torch.randn(9, 3), torch.tensor([7, 1, 0]), atol=ATOL)
+    program.verify(torch.randn(1, 5), torch.tensor([0]), atol=ATOL)
+
+
+class Attention(torch.nn.Module):
+    """One attention layer with a key/value cache: the new keys and values come from one input."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(8, 8) for _ in range(3))
+
+    def heads(self, x):
+        return x.view(x.shape[0], x.shape[1], 2, 4).transpose(1, 2)
+
+    def forward(self, hidden, past_key, past_value):
+        key = torch.cat([past_key, self.heads(self.k(hidden))], 2)
+        value = torch.cat([past_value, self.heads(self.v(hidden))], 2)
+        attended = torch.nn.functional.scaled_dot_product_attention(self.heads(self.q(hidden)), key, value)
+        return attended, key, value
+
+
+@pytest.mark.parametrize("spec", ["auto", "dynamic"])
+def test_equal_dims_share_a_name(spec):
+    """Past keys and values have one length: torch's attention does not compare them, so torch
+    gives each a symbol; the export names them as one, in the inputs and in the outputs (the
+    present keys and values). Dims torch proves equal (every input's batch) share one too."""
+    D = Dim.DYNAMIC
+    shapes = spec if spec == "auto" else {
+        "hidden": {0: D, 1: D}, "past_key": {0: D, 2: D}, "past_value": {0: D, 2: D}
+    }  # fmt: skip
+    args = (torch.rand(1, 3, 8), torch.rand(1, 2, 5, 4), torch.rand(1, 2, 5, 4))
+    program = opreg.export(Attention(), args, dynamic_shapes=shapes)
+    dims = _shapes(program)
+    assert dims["past_key"] == dims["past_value"] == ["hidden_dim0", 2, "past_key_dim2", 4]
+    assert dims["output_1"] == dims["output_2"] == ["hidden_dim0", 2, "hidden_dim1 + past_key_dim2", 4]
+    for batch, new, past in ((3, 1, 7), (5, 4, 0)):
+        program.verify(torch.rand(batch, new, 8), torch.rand(batch, 2, past, 4), torch.rand(batch, 2, past, 4))
+
+
+def test_a_users_name_wins_over_a_made_up_one():
+    named = {"hidden": {0: Dim("batch")}, "past_key": {0: Dim("batch"), 2: Dim.DYNAMIC}}
+    shapes = {**named, "past_value": {0: Dim("batch"), 2: Dim("past")}}
+    args = (torch.rand(2, 3, 8), torch.rand(2, 2, 5, 4), torch.rand(2, 2, 5, 4))
+    dims = _shapes(opreg.export(Attention(), args, dynamic_shapes=shapes))
+    assert dims["past_key"] == dims["past_value"] == ["batch", 2, "past", 4]
+
+
+def test_a_cache_input_flattens_with_its_attribute_names():
+    """transformers' caches as inputs: torch.export names where each tensor comes from by the
+    pytree keys opreg registers them with (it refused keys of another class)."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.cache_utils import DynamicCache
+
+    from opreg.exporter import _pytrees
+
+    _pytrees.register_known_types()
+    cache = DynamicCache(config=transformers.LlamaConfig(num_hidden_layers=1))
+    cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), 0)
+
+    class ReadsCache(torch.nn.Module):
+        def forward(self, x, cache):
+            return x + cache.layers[0].keys.sum(-1) - cache.layers[0].values.sum(-1)
+
+    x = torch.rand(1, 2, 3)
+    program = opreg.export(ReadsCache(), (x, cache), dynamic_shapes="auto")
+    assert _shapes(program) == {
+        "x": ["x_dim0", "x_dim1", "x_dim2"],
+        "cache_layers_0_keys": ["x_dim0", "x_dim1", "x_dim2", "cache_layers_0_keys_dim3"],
+        "cache_layers_0_values": ["x_dim0", "x_dim1", "x_dim2", "cache_layers_0_values_dim3"],
+        "output": ["x_dim0", "x_dim1", "x_dim2"],
+    }
+    program.verify(x, cache, atol=ATOL)
+
+
+def test_an_auto_dim_torch_cannot_keep_at_size_one_is_fixed_with_the_error():
+    """Broadcasting against a weight of 3 rows: from one row torch cannot keep the batch dynamic
+    (size-obliviously it must be 3): "auto" fixes it at 1, as eager broadcasting computes it."""
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(3, 4))
+
+        def forward(self, x):
+            return x * self.weight
+
+    program = opreg.export(Scaled(), (torch.rand(1, 4),), dynamic_shapes="auto")
+    (batch, features) = program.fixed_dims
+    assert (batch.input, batch.dim, batch.size) == ("x", 0, 1)
+    assert "torch.export fails" in batch.guard and "must match the size of tensor b (3)" in batch.guard
+    assert batch.source.startswith("test_dynamic.py:") or batch.source.startswith("tests/test_dynamic.py:")
+    assert features.guard == "guard x.shape[1] == 4"
+    program.verify(torch.rand(1, 4), atol=ATOL)
+
+
+def test_wrong_dynamic_shapes_strings_are_refused_before_the_capture():
+    with pytest.raises(opreg.InvalidArgumentError, match="dynamic_shapes='Auto': give 'auto'"):
+        opreg.export(torch.nn.Linear(4, 2), (torch.rand(1, 4),), dynamic_shapes="Auto")
+
+
+def test_torchs_setting_and_logger_are_left_as_they_were_from_threads():
+    """Exports with batch-1 dynamic dims from four threads at once (captures take turns behind the
+    capture lock): every result is right, and torch's size-oblivious setting and its shape
+    logger's level and filters are as before, in the threads and after them."""
+    logger = logging.getLogger(_guards.SHAPES_LOGGER)
+    level, filters = logger.level, list(logger.filters)
+    models = [torch.nn.Linear(4, 2) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def run(model):
+        try:
+            program = opreg.export(model, (torch.rand(1, 4),), dynamic_shapes={"input": {0: Dim.DYNAMIC}})
+            program.verify(torch.rand(3, 4), atol=ATOL)
+            with pytest.raises(opreg.ExportError):
+                opreg.export(OnePath(), (torch.rand(1, 4),), dynamic_shapes={"x": {0: Dim.DYNAMIC}})
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(m,)) for m in models]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert not _guards.size_oblivious_now()
+    assert (logger.level, logger.filters) == (level, filters)
+
+
+def test_a_transformers_decoder_from_a_batch_of_one():
+    """A causal LM called as ``generate`` calls it (with its cache) exports from one sequence and
+    is right at other batch sizes and lengths, one included. Without the cache transformers looks
+    for packed sequences, comparing the batch with the position ids' and the length with 1 (its
+    masking_utils): from a batch of one torch.export refuses the dynamic batch, and the error says
+    where the model's code guards it. (``opreg llm export`` captures its decoder at batch 2,
+    sequence 3, past 4; tests/test_llm.py runs it at batch 1, sequence 1 and past 0.)"""
+    from tests import language_models
+
+    model = language_models.causal_lm("llama")
+    dims = {"input_ids": {0: Dim("batch"), 1: Dim("seq")}, "use_cache": None}
+    ids = torch.randint(3, language_models.VOCAB, (1, 8))
+    program = opreg.export(model, (), {"input_ids": ids, "use_cache": True}, dynamic_shapes=dims)
+    assert _shapes(program)["input_ids"] == ["batch", "seq"]
+    for shape in ((3, 5), (1, 1)):
+        program.verify(input_ids=torch.randint(3, language_models.VOCAB, shape), use_cache=True)
+    with pytest.raises(opreg.ExportError) as error:
+        opreg.export(model, (), {"input_ids": ids, "use_cache": False}, dynamic_shapes=dims)
+    message = str(error.value)
+    assert "Constraints violated (batch)" in message
+    assert "Where the model's code guards the dims marked dynamic:\n- input_ids.shape[0] == 1 (transformers/" in message
+
+
+def test_a_dim_the_graph_has_at_its_example_size_after_a_guard_is_found():
+    """A guard in torch's code narrows a batch of one without a branch of the model's, yet torch
+    then gives an op's output batch 1 where its input has the batch (a diffusers UNet from one image,
+    image size dynamic: its group norm's reshape then merged the batch into one row, silently
+    wrong). The graph's pointwise ops are searched for one; slices, reductions, reshapes and
+    convolutions, which may give a dim a size of their own, are not (bench/models_sweep.py
+    --dynamic runs the UNet)."""
+    from opreg.exporter import _capture, _dynamic
+
+    class Views(torch.nn.Module):
+        def forward(self, x):
+            return x[:1] + x.sum(0, keepdim=True), x.reshape(1, -1), x.view(1, 4) * 2
+
+    spec = {"x": {0: Dim.DYNAMIC}}
+    program = _capture.capture(Views(), (torch.rand(1, 4),), None, spec, oblivious=True)
+    (symbol,) = program.range_constraints
+    assert _dynamic._baked(program, symbol) == "size 1 (dim 0 of aten.mul.Tensor's output)"  # after the view
+    # torch's expand check narrows the row's batch, and every op keeps it (kept dynamic, above)
+    spec = {"row": {0: Dim.DYNAMIC}, "rows": {0: Dim.DYNAMIC}}
+    program = _capture.capture(Broadcast(), (torch.rand(1, 4), torch.rand(5, 4)), None, spec, oblivious=True)
+    assert all(_dynamic._baked(program, symbol) is None for symbol in program.range_constraints)

@@ -1,0 +1,152 @@
+"""The pack author's walk, docs/writing-packs.md, run as a newcomer runs it.
+
+Each shell command of the guide runs in order, in a fresh environment (a venv that sees this one's
+packages behind its own); the guide's files are written where its code blocks say (the library an
+author already has into the venv's site-packages, the edited ``impls.py`` over the generated one, the
+model file into the working folder); what each step must show is checked. The wheel the guide builds
+replaces the editable install, and the pack's tests run as its CI workflow runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import onnx
+import yaml
+
+from tests.test_scaffold import layered_venv, run
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "writing-packs.md"
+LIBRARY = "swishlib.py"
+EDITED = "opreg-swishpack/opreg_swishpack/impls.py"
+MODELS = "models.py"
+FILES = (LIBRARY, EDITED, MODELS)
+"""The guide's code blocks that are files of the walk (their first line is ``# PATH``), in its order."""
+TIMEOUT = 600
+
+
+def walk() -> list[tuple[str, str]]:
+    """The guide's shell commands and files, in order: ``("sh", command)`` and ``("file", block)``."""
+    steps = []
+    for kind, text in re.findall(r"```(sh|python)\n(.*?)```", GUIDE.read_text(), flags=re.S):
+        if kind == "sh":
+            steps += [("sh", line) for line in text.splitlines() if line.strip()]
+        elif text.split("\n", 1)[0].removeprefix("# ") in FILES:
+            steps.append(("file", text))
+    return steps
+
+
+def purelib(python: Path) -> Path:
+    found = run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=python.parent)
+    return Path(found.stdout.strip())
+
+
+def command(line: str, python: Path) -> list[str]:
+    """A guide command as the venv runs it: pip offline (the venv sees opreg, torch and setuptools)."""
+    program, *rest = shlex.split(line, comments=True)
+    if program == "pip" and rest[0] in ("install", "wheel"):
+        wheel = ["--force-reinstall"] if rest[-1].endswith(".whl") else []  # over the editable install
+        return [str(python), "-m", "pip", rest[0], "-q", "--no-deps", "--no-build-isolation", *wheel, *rest[1:]]
+    assert program in ("opreg", "pip", "python"), f"the walk does not know how to run {line!r}"
+    return [str(python), "-m", program, *rest] if program != "python" else [str(python), *rest]
+
+
+def place(block: str, cwd: Path, python: Path) -> None:
+    path = block.split("\n", 1)[0].removeprefix("# ")
+    target = purelib(python) / path if path == LIBRARY else cwd / path  # the library is installed already
+    assert path != EDITED or target.is_file(), "the guide edits impls.py before new-pack wrote it"
+    target.write_text(block)
+
+
+def test_the_guides_walk(tmp_path):
+    python = layered_venv(tmp_path / "venv")
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    steps = walk()
+    assert [text.split("\n", 1)[0] for kind, text in steps if kind == "file"] == [f"# {f}" for f in FILES]
+    done: dict[str, list] = {}
+    for kind, text in steps:
+        if kind == "file":
+            place(text, cwd, python)
+            continue
+        ran = run(*command(text, python), cwd=cwd, timeout=TIMEOUT)
+        key = " ".join(shlex.split(text, comments=True)[:2])
+        done.setdefault(key, []).append(ran)
+        check(key, len(done[key]), ran, cwd)
+    assert sorted(done) == [
+        "opreg explain", "opreg export", "opreg new-pack", "opreg pack-check", "opreg plugins",
+        "pip install", "pip show", "pip wheel",
+    ]  # fmt: skip
+    published(python, cwd)
+
+
+def check(key: str, nth: int, ran, cwd: Path) -> None:  # type: ignore[no-untyped-def]
+    """What the ``nth`` run of guide command ``key`` must show."""
+    out, err = ran.stdout, ran.stderr
+    if (key, nth) == ("opreg pack-check", 1):  # the impl is still a stub
+        assert ran.returncode == 1, out + err
+        assert "12 passed, 1 failed" in out
+        stub = (cwd / EDITED).read_text().splitlines().index('@opreg.impl("swishlib::fused_swish")') + 1
+        failures = [line for line in out.splitlines() if line.startswith("failed: ")]
+        assert failures == [
+            "failed: [samples] swishpack:swishlib_fused_swish for swishlib::fused_swish.default: not written yet: "
+            f"write the body of swishlib_fused_swish ({EDITED}:{stub})"  # relative to where it runs
+        ], out
+        return
+    if key == "opreg export" and nth == 1:  # no runtime runs the model as it is
+        assert ran.returncode == 2, out + err
+        (joined,) = [line for line in err.splitlines() if line.startswith("note: ")]
+        (error,) = [line for line in err.splitlines() if line.startswith("opreg: ")]
+        assert joined.startswith("note: target onnxruntime (") and "added swishlib=1" in joined, err
+        assert error.startswith("opreg: error: the reference evaluator has no kernel for com.microsoft::Gelu"), err
+        assert error.endswith("(opreg export --embed-functions) and ONNX Runtime runs the whole model"), err
+        return
+    assert ran.returncode == 0, f"{key}:\n{out[-3000:]}\n{err[-3000:]}"
+    if key == "opreg plugins":
+        assert re.search(r"swishpack +│ opreg-swishpack +│ 0\.1\.0 +│ loaded +│ 1 ", out), out
+    elif key == "opreg pack-check":
+        assert "14 passed, 0 failed" in out, out
+    elif key == "opreg explain":
+        assert "served at -t onnxruntime,swishlib=1 by swishpack:swishlib_fused_swish" in out, out
+        assert "served by profile swishpack" in out, out
+    elif key == "opreg export":
+        assert "verified with onnxruntime" in out and "note: target onnxruntime (" in err, out + err
+        exported(cwd / "block.onnx")
+    elif key == "pip show":
+        assert "Summary: opreg op pack: exports swishlib::fused_swish to ONNX (domain swishlib)" in out, out
+
+
+def exported(path: Path) -> None:
+    """The model of the walk: the pack's op, defined by the embedded function, beside com.microsoft's Gelu."""
+    model = onnx.load(path)
+    imports = {o.domain: o.version for o in model.opset_import}
+    assert imports["swishlib"] == 1 and imports["com.microsoft"] == 1
+    assert {(n.domain, n.op_type) for n in model.graph.node} >= {("swishlib", "FusedSwish"), ("com.microsoft", "Gelu")}
+    assert [(f.domain, f.name) for f in model.functions] == [("swishlib", "FusedSwish")]
+    metadata = {p.key: p.value for p in model.metadata_props}
+    assert metadata["opreg.joined_domains"] == "swishlib=1 (pack swishpack: swishlib::fused_swish.default)"
+
+
+def published(python: Path, cwd: Path) -> None:
+    """The wheel is what loads now, and the pack's CI workflow's commands are the ones the walk ran, and
+    its tests pass where the workflow runs them (the pack's repository)."""
+    (wheel,) = (cwd / "dist").glob("opreg_swishpack-0.1.0-py3-none-any.whl")
+    where = run(python, "-c", "import opreg_swishpack; print(opreg_swishpack.__file__)", cwd=cwd)
+    assert Path(where.stdout.strip()).is_relative_to(purelib(python)), where.stdout  # not the editable source
+    listed = run(python, "-m", "opreg", "plugins", "--json", cwd=cwd, timeout=TIMEOUT)
+    (report,) = [r for r in json.loads(listed.stdout) if r["name"] == "swishpack"]
+    assert (report["status"], report["schemas"]) == ("loaded", ["swishlib::FusedSwish"])
+    pack = cwd / "opreg-swishpack"
+    workflow = yaml.safe_load((pack / ".github" / "workflows" / "opreg-pack.yml").read_text())
+    steps = workflow["jobs"]["check"]["steps"]
+    commands = [s["run"] for s in steps if "run" in s and s.get("name") != "install"]
+    assert commands == ["opreg plugins", "opreg pack-check swishpack", "python -m pytest tests"]  # the walk ran two
+    assert workflow["jobs"]["check"]["strategy"]["matrix"]["resolution"] == ["lowest-direct", "highest"]
+    assert wheel.name in " ".join(shlex.split(GUIDE.read_text().split("## 6. Publishing")[1].split("```")[1]))
+    tests = run(*command(commands[-1], python), "-q", "-p", "no:cacheprovider", cwd=pack, timeout=TIMEOUT)
+    assert tests.returncode == 0, f"{commands[-1]}:\n{tests.stdout[-3000:]}\n{tests.stderr[-2000:]}"
+    assert "2 passed" in tests.stdout  # the pack's tests: the export and the kit
