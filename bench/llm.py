@@ -1,7 +1,7 @@
 """What a user runs, measured: ``opreg llm export`` against ONNX Runtime GenAI's model builder, in one run.
 
 Run: python bench/llm.py [--models 55M,0.5B] [--rounds N] [--export-rounds N] [--kernels]
-                         [--ablation] [--accuracy] [--breakdown] [--work DIR]
+                         [--ablation] [--accuracy] [--breakdown] [--settings] [--work DIR]
 
 Each folder is made the way its users make it, each command in a fresh process at its defaults,
 plus one row per documented flag:
@@ -35,6 +35,9 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
    building the model, capture, plan, translation, finishing passes, save with the streamed
    weights' casts and quantization), with the repeated layers captured once and, for comparison,
    all captured, and with ``--no-streaming``.
+9. Quantization settings (``--settings``, 55M): int4 and int8 with each default (blocks of 128,
+   symmetric, accuracy level 4) changed, timed against the default; with ``--accuracy``, their
+   accuracy on the trained model too.
 """
 
 from __future__ import annotations
@@ -696,9 +699,9 @@ def trained_checkpoint(folder: Path, steps: int) -> tuple[Path, np.ndarray]:
     return folder, held_out
 
 
-def accuracy(work: Path, steps: int) -> None:
-    """opreg's folders (the CLI at its defaults: fp32, int4, int8) against fp32 on the trained model,
-    and the builder's int4 on the same weights."""
+def accuracy(work: Path, steps: int, settings: bool = False) -> None:
+    """opreg's folders (the CLI at its defaults: fp32, int4, int8; with ``settings``, each of
+    :data:`SETTINGS` too) against fp32 on the trained model, and the builder's int4 on the same weights."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -706,8 +709,9 @@ def accuracy(work: Path, steps: int) -> None:
           "after 8 prompts of 16)")  # fmt: skip
     source, held_out = trained_checkpoint(work / "trained", steps)
     folders = {}
-    for name, flags in (("opreg", []), ("opreg --precision int4", ["--precision", "int4"]),
-                        ("opreg --precision int8", ["--precision", "int8"])):  # fmt: skip
+    variants = {"opreg": [], "opreg --precision int4": ["--precision", "int4"],
+                "opreg --precision int8": ["--precision", "int8"], **(SETTINGS if settings else {})}  # fmt: skip
+    for name, flags in variants.items():
         folders[name] = work / f"trained_{name.replace(' ', '_')}"
         shutil.rmtree(folders[name], ignore_errors=True)
         subprocess.run([OPREG, "llm", "export", str(source), "-o", str(folders[name]), *flags], check=True,
@@ -752,14 +756,45 @@ def accuracy(work: Path, steps: int) -> None:
     print()
 
 
+# -- part 9: quantization settings ----------------------------------------------------------------
+
+SETTINGS = {
+    "opreg --precision int4 --block-size 32": ["--precision", "int4", "--block-size", "32"],
+    "opreg --precision int4 --block-size 64": ["--precision", "int4", "--block-size", "64"],
+    "opreg --precision int4 --asymmetric": ["--precision", "int4", "--asymmetric"],
+    "opreg --precision int4 --accuracy-level 0": ["--precision", "int4", "--accuracy-level", "0"],
+    "opreg --precision int8 --accuracy-level 0": ["--precision", "int8", "--accuracy-level", "0"],
+}
+"""Each of the quantization defaults (blocks of 128, symmetric, accuracy level 4) changed, one at a time."""
+
+
+def settings(source: Path, work: Path, rounds: int) -> None:
+    """The 55M model's int4 and int8 folders with each of :data:`SETTINGS`, timed beside the default's."""
+    print("9. Quantization settings: each default changed, ratio to the default's time in the same rounds (above 1: "
+          "the default is faster)")  # fmt: skip
+    defaults = {"int4": ["--precision", "int4"], "int8": ["--precision", "int8"]}
+    folders = {}
+    for name, flags in [*((f"opreg --precision {p}", f) for p, f in defaults.items()), *SETTINGS.items()]:
+        folders[name] = work / f"settings_{name.replace(' ', '_').replace('-', '')}"
+        shutil.rmtree(folders[name], ignore_errors=True)
+        subprocess.run([OPREG, "llm", "export", str(source), "-o", str(folders[name]), *flags], check=True,
+                       capture_output=True)  # fmt: skip
+    print(f"   {'':<44} " + " ".join(f"{label[:18]:>18}" for label, _, _ in CASES))
+    for name in SETTINGS:
+        default = "opreg --precision int8" if "int8" in name else "opreg --precision int4"
+        result = latency({default: Runner(folders[default]), name: Runner(folders[name])}, rounds)
+        print(f"   {name:<44} " + " ".join(f"{np.median(result[label][name].ratios(result[label][default])):>17.2f}x"
+                                             for label, _, _ in CASES))  # fmt: skip
+    print()
+
+
 # -- part 8: where an export's time goes ---------------------------------------------------------
 
 
 def breakdown_child(source: Path, out: Path, flags: list[str]) -> None:
     """The child of part 8: an ``opreg llm export`` by its public call, the CPU time of each stage printed as JSON."""
-    start = time.process_time()
     stages: dict[str, float] = {}
-    mark = [start, "interpreter"]
+    mark = [0.0, "interpreter"]  # the process's CPU time from its start: the interpreter and every import
 
     def tick(stage: str) -> None:
         now = time.process_time()
@@ -818,6 +853,7 @@ def main() -> None:
     parser.add_argument("--ablation", action="store_true", help="part 5 (55M)")
     parser.add_argument("--accuracy", action="store_true", help="part 7")
     parser.add_argument("--breakdown", action="store_true", help="part 8")
+    parser.add_argument("--settings", action="store_true", help="part 9 (55M; with --accuracy, their accuracy too)")
     parser.add_argument("--training-steps", type=int, default=300, help="steps of the model part 7 trains")
     parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--breakdown-child", nargs=2, type=Path, help=argparse.SUPPRESS)
@@ -861,8 +897,10 @@ def main() -> None:
         genai(made, args.genai_rounds)
         if args.breakdown:
             breakdown(source, work)
+        if args.settings and name == "55M":
+            settings(source, work, args.rounds)
     if args.accuracy:
-        accuracy(args.work, args.training_steps)
+        accuracy(args.work, args.training_steps, args.settings)
 
 
 if __name__ == "__main__":
