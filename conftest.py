@@ -6,3 +6,5 @@ import os
 # the conformance kit) only far past what any pack takes on a loaded machine; the tests of that
 # check set a threshold of their own and drive it with a pack that sleeps far past it.
 os.environ["OPREG_SLOW_IMPORT_SECONDS"] = "60"
+
+pytest_plugins = ["pytester"]  # tests/test_kit.py runs a pack author's test session in this process

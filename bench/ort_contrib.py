@@ -631,7 +631,8 @@ def without(case: Case, left_out: set[str]) -> onnx.ModelProto:
     import onnx_ir as ir
 
     import opreg
-    from opreg.exporter import _lean, _rewrite
+    from opreg.exporter import _rewrite
+    from opreg.exporter.passes import lean
 
     registry = opreg.default_registry()
     target = registry.target("onnxruntime")
@@ -642,7 +643,7 @@ def without(case: Case, left_out: set[str]) -> onnx.ModelProto:
     rewrites = _rewrite.collect(registry.call_hook(_rewrite.HOOK, target=target))
     weights = frozenset(program.model.graph.initializers)
     _rewrite.apply(program.model, [r for r in rewrites if not left_out & set(r.names)], target)
-    _lean.lean(program.model, weights)
+    lean.lean(program.model, weights)
     return ir.serde.serialize_model(program.model)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import pkgutil
 from collections.abc import Sequence
@@ -13,7 +14,8 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 from onnxscript.values import Opset
 
-from opreg import _inspect
+from opreg import _inspect, _opsets
+from opreg.marks import marked
 from opreg.ops import Tensor
 from opreg.plugins import build_registry
 from opreg_core_ops import ops
@@ -24,10 +26,10 @@ CORE = [i for i in build_registry(plugins=[]).impls() if i.pack == "core"]
 
 def onnx_aliases(function) -> dict[str, Opset]:
     """The ai.onnx opsets an impl reads by name (not inside a mapping of version-specific pieces,
-    ``NAME[]``): the impl's own code and its helpers', as registration sees them (``_inspect.names_read``)."""
+    ``NAME[]``): the impl's own code and its helpers', as registration sees them (``_opsets.names_read``)."""
     return {
         name: value
-        for name, value in _inspect.names_read(function)
+        for name, value in _opsets.names_read(function)
         if isinstance(value, Opset) and value.domain == "" and not name.endswith("[]")
     }
 
@@ -42,7 +44,7 @@ def check_opsets(function, requirement, versions=None) -> None:
     assert aliases, f"{name} uses no ai.onnx opset alias"
     for alias, opset in aliases.items():
         assert alias == f"op{opset.version}", f"{name}: alias {alias} for opset {opset.version}"
-    used = _inspect.onnx_module_versions(_inspect.used_opsets(function))
+    used = _opsets.onnx_module_versions(_opsets.used_opsets(function))
     assert {o.version for o in aliases.values()} <= used
     if versions is not None:
         assert used == versions, f"{name} is registered at {sorted(versions)} but its code uses {sorted(used)}"
@@ -98,9 +100,9 @@ def gelu_misnamed(self, approximate: str = "none"):
 
 
 def test_used_opsets_follow_helpers_through_cycles():
-    assert _inspect.onnx_module_versions(_inspect.used_opsets(gelu_through_helpers)) == {18, 20}
+    assert _opsets.onnx_module_versions(_opsets.used_opsets(gelu_through_helpers)) == {18, 20}
     # functions of another package (here the core pack's, for a function of tests) are not followed
-    assert _inspect.used_opsets(where_elsewhere) == {}
+    assert _opsets.used_opsets(where_elsewhere) == {}
 
 
 def where_elsewhere(condition, self, other):
@@ -118,11 +120,18 @@ def test_the_opset_check_can_fail():
 
 
 def test_every_family_module_is_loaded():
-    """Each public module of opreg_core_ops.ops is an op family the hook registers."""
+    """Each public module of opreg_core_ops.ops is an op family the hook registers: it marks impls,
+    and every function it marks is registered (none refused, no module left out of the hook's list)."""
     families = {
         f"opreg_core_ops.ops.{m.name}" for m in pkgutil.iter_modules(ops.__path__) if not m.name.startswith("_")
     }
     assert {i.function.__module__ for i in CORE} == families
+    registered = {id(i.function) for i in CORE}
+    for family in sorted(families):
+        functions = [function for function, _ in marked(importlib.import_module(family))]
+        assert functions, f"{family} marks no impl"
+        missing = [function.__name__ for function in functions if id(function) not in registered]
+        assert not missing, f"{family}: marked but not registered: {missing}"
 
 
 def tensor_annotation(jit_type):

@@ -303,6 +303,8 @@ def test_model_is_an_onnx_ir_model(cnn):
     assert isinstance(program.model, ir.Model)
     assert program.model.opset_imports == {"": DEFAULT_ONNX_OPSET}
     assert "opreg.target" in program.model.metadata_props
+    # the producer is the installed distribution (read from its metadata, not from the package root)
+    assert (program.model.producer_name, program.model.producer_version) == ("opreg", opreg.__version__)
 
 
 class DictOut(torch.nn.Module):

@@ -473,6 +473,23 @@ PYTHON_CASES = {
         r"cannot prefer pack 'core' for aten::rleu.default: it has no impl of it \(did you mean aten::relu.default\?\)",
     ),
     "verify-nan-rtol": (lambda p: p.verify(X, rtol=float("nan")), opreg.InvalidArgumentError, r"got nan"),
+    # round 4: locate's tolerances are checked as verify's; a runtime is one of three names
+    "locate-negative-atol": (
+        lambda p: p.locate(X, atol=-1), opreg.InvalidArgumentError,
+        r"^atol= takes a tolerance: a finite number >= 0 such as 1e-4, got -1$",
+    ),
+    "locate-string-rtol": (lambda p: p.locate(X, rtol="a"), opreg.InvalidArgumentError, r"^rtol= .* got 'a'$"),
+    "locate-infinite-atol": (lambda p: p.locate(X, atol=float("inf")), opreg.InvalidArgumentError, r"got inf$"),
+    "locate-bool-rtol": (lambda p: p.locate(X, rtol=True), opreg.InvalidArgumentError, r"got True$"),
+    "verify-runtime-typo": (
+        lambda p: p.verify(X, runtime="ort"), opreg.InvalidArgumentError,
+        r"^runtime= takes 'onnxruntime', 'reference', 'auto', got 'ort'$",
+    ),
+    "locate-runtime-none": (lambda p: p.locate(X, runtime=None), opreg.InvalidArgumentError, r"got None$"),
+    "verify-locate-a-string": (
+        lambda p: p.verify(X, locate="yes"), opreg.InvalidArgumentError,
+        r"^locate= takes True or False, got str 'yes'$",
+    ),
     # round 3, defect 5: a translation table's pack name is its own
     "table-named-core": (
         lambda p: opreg.pack_from_translation_table("core", RELU_TABLE), opreg.InvalidArgumentError,
@@ -869,3 +886,70 @@ def test_eager_runs_of_verify_and_locate_hold_the_capture_lock():
     program.verify(x)
     program.locate(x)
     assert _EAGER_RUNS == [False, False]
+
+
+# -- round four --------------------------------------------------------------------------------------
+
+
+class _DoublesItsInput(torch.nn.Module):
+    def forward(self, x):
+        x.mul_(2)
+        return x + 1
+
+
+@pytest.mark.parametrize("state", ["drop", "io"])
+def test_verify_never_changes_the_callers_tensors(state):
+    """Defect 1: eager and the ONNX model each run on their own copy of the inputs, whatever
+    ``state=`` did with the in-place update: no false mismatch, the caller's tensor unchanged."""
+    x = torch.arange(4.0)
+    program = opreg.export(_DoublesItsInput(), (x.clone(),), target=18, state=state)
+    kept = x.clone()
+    assert program.verify(x).max_abs == 0
+    assert torch.equal(x, kept)
+
+
+class _ComplexState(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("acc", torch.zeros(3, dtype=torch.complex64))
+
+    def forward(self, x, y):
+        self.acc.add_(x)
+        y.mul_(2)
+        return self.acc * 2 + y
+
+
+def test_complex_state_runs_as_its_real_pair_and_comes_back_complex():
+    """Round 4: a complex64 buffer exported with state="io" was fed to ONNX Runtime as complex
+    (a raw RuntimeError); the buffer and an updated input now travel as real pairs, as every
+    complex value does, and come back complex, as eager PyTorch leaves them."""
+    torch.manual_seed(0)
+    x, y = torch.randn(3, dtype=torch.complex64), torch.randn(3, dtype=torch.complex64)
+    program = opreg.export(_ComplexState(), (x, y.clone()), target=18, state="io")
+    eager, mine, theirs = _ComplexState(), y.clone(), y.clone()
+    for _ in range(2):  # the state carries from one run to the next
+        expected, got = eager(x, theirs), program.run(x, mine)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(mine, theirs)
+    assert program.state["acc"].dtype == torch.complex64
+    torch.testing.assert_close(program.state["acc"], eager.acc)
+    assert program.verify(x, y).max_abs < 1e-6
+
+
+WRONG_OPTIONS = {
+    "target": 3.5, "dynamic_shapes": 7, "plugins": ["ort_contrib", 3], "exclude": "ort_contrib",
+    "registry": "core", "inline": "no", "embed_functions": 1, "optimize": "no", "fold_weights": None,
+    "rewrite": "yes", "seed": "1", "strict": 0, "state": "keep", "passes": [3], "patches": "no",
+    "exclude_patches": "x", "progress": "stages", "weights": 3,
+}  # fmt: skip
+"""A wrong value for every keyword option of opreg.export (a new option without one fails the test below)."""
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(opreg.ExportSettings)])
+def test_every_export_option_is_checked_before_the_capture(name):
+    """Round 4: each wrong value is an InvalidArgumentError naming the option, raised before the model
+    is captured (``dynamic_shapes="batch"`` reached torch.export and came back as its AssertionError)."""
+    with pytest.raises(opreg.InvalidArgumentError) as caught:
+        opreg.export(Loud(), (X,), **{name: WRONG_OPTIONS[name]})
+    assert re.search(rf"\b{name}\b", str(caught.value)), caught.value
+    assert "captured" not in str(caught.value)

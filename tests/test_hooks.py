@@ -1,17 +1,18 @@
 """One contract per hook: the loader, the exporter, the command line and the conformance kit check a
-hook's result in the one place that declares it (``opreg.hookspecs.CONTRACTS``) and word a mistake
-the same way."""
+hook's result against the contract on its spec (``@contract`` in ``opreg.hookspecs``, collected in
+``opreg.hookspecs.CONTRACTS``; the checks in ``opreg.hookchecks``) and word a mistake the same way."""
 
 from __future__ import annotations
 
 import inspect
 import logging
+import re
 
 import pytest
 import torch
 
 import opreg
-from opreg import cli, hookspecs
+from opreg import cli, hookchecks, hookspecs
 from opreg.pluginapi import HookError
 from opreg.plugins import hook_names
 from opreg.testing import check_pack
@@ -22,6 +23,32 @@ def test_every_hook_has_one_contract_saying_when_it_is_called():
     for name, contract in hookspecs.CONTRACTS.items():
         assert contract.hook == name and contract.when, name
         assert inspect.isfunction(contract.check)
+        assert getattr(getattr(hookspecs, name), hookchecks.CONTRACT_ATTRIBUTE) is contract  # on its spec
+
+
+def called(docstring: str) -> str:
+    """A spec docstring's paragraph that says when opreg calls the hook ("Called ..."), as plain
+    text: reST roles and literals unwrapped, white space folded."""
+    paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(docstring).split("\n\n")]
+    (paragraph,) = [p for p in paragraphs if p.startswith("Called ")]
+    return re.sub(r":\w+:`([^`]*)`|``([^`]*)``", lambda m: m.group(1) or m.group(2), paragraph)
+
+
+@pytest.mark.parametrize("hook", sorted(hookspecs.CONTRACTS))
+def test_each_spec_says_when_it_is_called_as_its_contract_does(hook):
+    """The docstring a pack author reads and the contract opreg checks say the same moment."""
+    contract = hookspecs.CONTRACTS[hook]
+    assert called(getattr(hookspecs, hook).__doc__).startswith(f"Called {contract.when}"), contract.when
+
+
+def test_the_when_check_reads_literals_and_roles_and_fails_on_a_mismatch():
+    doc = """Do it.
+
+    Called once per export (unless ``opreg.export(...,
+    rewrite=False)``), after :func:`opreg_targets`.
+    """
+    assert called(doc) == "Called once per export (unless opreg.export(..., rewrite=False)), after opreg_targets."
+    assert not called(doc).startswith(f"Called {hookchecks.REGISTRY_BUILD}")
 
 
 BAD_TARGETS = """

@@ -150,8 +150,11 @@ def _unknown_type(proto: onnx.ModelProto) -> None:
          r"the model's folder"),
         (lambda p: _external_entry(p, "location", "fifo"), r"external data file fifo is a FIFO \(named pipe\), not a "
          r"regular file"),
+        (lambda p: _external_entry(p, "location", "a\0b.data"), r"external data location 'a\\x00b.data' of tensor "
+         r"'weight' holds a NUL character: no file can have that name"),  # round 4: it was an internal error
     ],
-    ids=["negative-offset", "length-not-a-number", "unknown-data-type", "dot-dot", "absolute", "link-out", "fifo"],
+    ids=["negative-offset", "length-not-a-number", "unknown-data-type", "dot-dot", "absolute", "link-out", "fifo",
+         "nul"],
 )  # fmt: skip
 def test_a_model_with_bad_external_data_or_types_is_unusable_with_the_reason(capsys, saved, tmp_path, edit, problem):
     import os

@@ -299,6 +299,54 @@ def test_float_drift_in_a_deep_model_names_no_impl():
     program.verify(x, rtol=1e-4, atol=1e-4)
 
 
+class Mixed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.LayerNorm(64), torch.nn.Linear(64, 8),
+            torch.nn.Softmax(-1),
+        )  # fmt: skip
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def test_zero_tolerances_call_float_drift_drift_and_still_find_a_wrong_impl(make_pack):
+    """Round 4: with ``rtol=atol=0`` every core op whose ONNX Runtime kernel rounds differently from
+    torch's (a few 1e-7) was called wrong. A node is judged against its replay with at least
+    ``torch.testing``'s tolerances for its dtype; the values themselves with the user's."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 64)
+    location = opreg.export(Mixed().eval(), (x,)).locate(x, rtol=0, atol=0)
+    assert location.verdict == "drift" and location.suspects == (), location
+    assert location.divergences and all(d.local is not None and d.local.ok for d in location.divergences)
+    text = str(location)
+    assert "no node computes another function than torch" in text and "nan" not in text
+    assert "beyond any multiple of the tolerance" in text
+    assert all(d.error.max_abs < 1e-5 for d in location.divergences)
+    make_pack("wronggelu", WRONG_GELU)
+    model, block_input = Block().eval(), _block_input()
+    wrong = opreg.export(model, (block_input,), plugins=["wronggelu"]).locate(block_input, rtol=0, atol=0)
+    assert wrong.verdict == "fault" and wrong.suspects == ("wronggelu:aten_gelu_sigmoid",), wrong
+
+
+class AllRandom(torch.nn.Module):
+    def forward(self, x):
+        return torch.rand_like(x) * 2
+
+
+def test_a_model_of_random_values_only_says_nothing_was_compared():
+    """Round 4: it said "every one of 0 intermediate values matches eager PyTorch"."""
+    x = torch.randn(3, 4)
+    location = opreg.export(AllRandom().eval(), (x,)).locate(x)
+    assert location.compared == 0
+    assert str(location).splitlines() == [
+        "no intermediate value could be compared with eager PyTorch",
+        "not compared: 2 value(s) drawn by or computed from random ops (aten::rand_like.default); they match "
+        "eager only in distribution (opreg.testing.Distribution)",
+    ]
+
+
 def test_the_report_is_json_ready(make_pack):
     make_pack("wronggelu", WRONG_GELU)
     model, x = Block().eval(), _block_input()

@@ -141,10 +141,10 @@ def test_weights_over_16_mib_keep_their_transpose(out_features, folded):
     ONNX Runtime folds when it loads the model (README, "Exporting"; BENCHMARKS.md, big model)."""
     import torch
 
-    from opreg.exporter import _lean
+    from opreg.exporter.passes import lean
 
     model = torch.nn.Linear(2048, out_features, bias=False).eval()
-    assert model.weight.numel() * 4 - _lean.TRANSPOSE_FOLD_MAX_BYTES == (0 if folded else 2048 * 4)
+    assert model.weight.numel() * 4 - lean.TRANSPOSE_FOLD_MAX_BYTES == (0 if folded else 2048 * 4)
     x = torch.randn(1, 2, 2048)
     program = opreg.export(model, (x,), target=18)
     assert [n.op_type for n in program.model.graph] == (["MatMul"] if folded else ["Transpose", "MatMul"])

@@ -189,6 +189,26 @@ _INFOS = {oi.full_name(i): i for i in oi.op_db()}
 _CASES = _cases()
 
 
+@pytest.mark.parametrize(
+    ("name", "dtype"), [("conv_transpose2d", "float16"), ("multinomial", "float32"), ("sum", "int64")]
+)
+def test_the_samples_are_the_ones_torchs_sample_inputs_gives(name, dtype):
+    """``oi.samples`` draws from ``sample_inputs_func`` as ``sample_inputs`` does, without its stack
+    walks: the same tensors (the KNOWN entries name samples by index and by the errors they give)."""
+    import itertools
+
+    info, dt = _INFOS[name if name != "conv_transpose2d" else "nn.functional.conv_transpose2d"], getattr(torch, dtype)
+    torch.manual_seed(0)
+    theirs = [(s.input, *s.args) for s in itertools.islice(info.sample_inputs("cpu", dt), LIMIT)]
+    ours = [s.args for s in oi.samples(info, dt, LIMIT)]
+    assert len(ours) == len(theirs) > 0
+    for mine, reference in zip(ours, theirs, strict=True):
+        for a, b in zip(mine, reference, strict=True):
+            assert type(a) is type(b)
+            if isinstance(a, torch.Tensor):
+                assert (a.dtype, a.shape) == (b.dtype, b.shape) and torch.equal(a, b)
+
+
 def test_every_known_entry_and_shape_only_name_is_a_case():
     """An entry for an OpInfo or dtype no longer driven would silently vouch for nothing."""
     assert set(KNOWN) <= set(_CASES), sorted(set(KNOWN) - set(_CASES))

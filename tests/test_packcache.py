@@ -309,6 +309,45 @@ def test_cached_reports_keep_their_fields(tmp_path):
     assert again.unsupported == declared.unsupported
 
 
+WRONG_TYPES = {
+    "report-name-a-list": lambda d: d["reports"][0].update(name=[]),
+    "report-impls-a-string": lambda d: d["reports"][0].update(impls="460"),
+    "report-rejected-a-dict": lambda d: d["reports"][0].update(rejected={}),
+    "report-missing-a-field": lambda d: d["reports"][0].pop("status"),
+    "impl-onnx-a-number": lambda d: d["impls"][0].update(onnx=18),
+    "impl-priority-a-bool": lambda d: d["impls"][0].update(priority=True),
+    "impl-domain-too-short": lambda d: d["impls"][0].update(domains=[["com.microsoft", 1]]),
+    "profile-versions-a-list": lambda d: d["profiles"].append(["p", [1], "core"]),
+    "unsupported-a-number": lambda d: d["unsupported"].append(3),
+    "reports-an-object": lambda d: d.update(reports={}),
+}
+
+
+def test_an_entry_of_wrong_types_is_rebuilt(capsys, tmp_path, monkeypatch):
+    """Round 4: a well-formed JSON entry whose values have other types than opreg writes is loaded
+    over, as a truncated one is, never an internal error of every later command."""
+    monkeypatch.setenv(packcache.CACHE_ENV, str(tmp_path))
+    cli(capsys, "plugins", "--json")
+    (entry,) = entries(tmp_path)
+    good = entry.read_text()
+    for name, spoil in WRONG_TYPES.items():
+        data = json.loads(good)
+        spoil(data["declared"])
+        entry.write_text(json.dumps(data))
+        assert packcache.read(Selection.of(), tmp_path / packcache.SUBDIR) is None, name
+    entry.write_text(good)
+    assert packcache.read(Selection.of(), tmp_path / packcache.SUBDIR) is not None
+    data = json.loads(good)
+    WRONG_TYPES["report-name-a-list"](data["declared"])  # the case found: every command was an internal error
+    entry.write_text(json.dumps(data))
+    for argv in (["plugins", "--json"], ["explain", "aten::relu", "--json"], ["ops", "aten::relu", "--json"]):
+        code, out, err = cli(capsys, *argv)
+        assert (code, err) == (0, "") and "core" in out, (argv, err)
+    rebuilt = json.loads(entry.read_text())["declared"]
+    assert packcache._shape_problem(rebuilt, packcache._DECLARED, "declared") is None
+    assert rebuilt["reports"][0]["name"] == "core"
+
+
 FOR_ONNXRUNTIME = """
 from onnxscript.onnx_opset import opset20 as op20
 

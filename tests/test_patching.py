@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import sys
 import textwrap
 
@@ -59,6 +58,7 @@ def library(make_pack):
     info = root / f"opreg_{name}-1.4.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: opreg-{name.replace('_', '-')}\nVersion: 1.4\n")
+    (info / "top_level.txt").write_text(f"{name}\n")  # what it installs, as a wheel records it
     __import__(name)
     yield name
     sys.modules.pop(name, None)
@@ -253,46 +253,173 @@ def test_a_registry_copy_takes_patches_of_ones_own(library):
 # -- failures are reported against their pack; the capture goes on without them ---------------------------------
 
 
-def test_a_patch_that_raises_is_reported_and_the_capture_goes_on_without_it(make_pack, library, caplog):
+def test_a_patch_that_raises_is_reported_and_the_capture_goes_on_without_it(make_pack, library):
     broken = ('CapturePatch(name="double", module=LIB, function="double", versions=VERSIONS, '
               'replacement=failing)')  # fmt: skip
     absent = 'CapturePatch(name="absent", module=LIB, function="no_such_function", versions=VERSIONS, ' \
         'replacement=failing)'  # fmt: skip
     make_pack("patcher", patch_pack(library, f"{POSITIVE}, {broken}, {absent}"))
     x = torch.tensor([1.0, -2.0, 5.0])
-    with caplog.at_level(logging.WARNING, logger="opreg.patching"):
+    with pytest.warns(opreg.PackWarning) as warned:
         program = opreg.export(model_of(library), (x,))
     double, absent_ = outcome(program, "double"), outcome(program, "absent")
     assert double.status == "failed" and "this replacement is broken" in double.detail
     assert "captured again without it" in double.detail
     assert absent_.status == "failed" and "has no no_such_function" in absent_.detail
     assert outcome(program, "positive_sum").status == "applied"
-    assert "pack 'patcher': capture patch patcher:double left out" in caplog.text
+    messages = [str(w.message) for w in warned]
+    assert any(m.startswith("pack 'patcher': capture patch patcher:double left out: it raised") for m in messages)
+    assert all(w.filename == __file__ for w in warned)  # the user's line, not opreg's
+    assert {f.name for f in program.pack_faults} == {"patcher:double", "patcher:absent"}
+    recorded = json.loads(program.model.metadata_props["opreg.pack_faults"])
+    assert {e["name"] for e in recorded} == {"patcher:double", "patcher:absent"}
     program.verify(x)
     assert sys.modules[library].double.__name__ == "double" and sys.modules[library].double(2) == 4
 
 
-def test_a_context_patch_that_fails_to_enter_or_exit_is_reported(make_pack, library):
-    extra = """
-    import contextlib
+CONTEXTS = """
+import contextlib, sys
 
-    @contextlib.contextmanager
-    def bad_exit():
-        yield
-        raise OSError("cannot put it back")
+def _replace_double():
+    sys.modules[LIB].double = lambda x: x * 2
 
-    def bad_enter():
-        raise OSError("cannot install")
-    """
-    contexts = ", ".join(
-        f'CapturePatch(name="{name}", module=LIB, function="double", versions=VERSIONS, context={context})'
-        for name, context in (("exit", "bad_exit"), ("enter", "bad_enter"))
+@contextlib.contextmanager
+def bad_exit():  # patches, and raises instead of reverting
+    original = sys.modules[LIB].double
+    _replace_double()
+    yield
+    raise OSError("cannot put it back")
+
+@contextlib.contextmanager
+def never_reverts():
+    _replace_double()
+    yield
+
+@contextlib.contextmanager
+def bad_enter():  # patches, then fails before it is entered
+    _replace_double()
+    raise RuntimeError("cannot install")
+    yield
+
+@contextlib.contextmanager
+def interrupted_enter():
+    _replace_double()
+    raise KeyboardInterrupt
+    yield
+"""
+
+
+def _context_patches(library: str, *names: str) -> str:
+    return ", ".join(
+        f'CapturePatch(name="{name}", module=LIB, function="double", versions=VERSIONS, context={name})'
+        for name in names
     )
-    make_pack("patcher", patch_pack(library, f"{POSITIVE}, {contexts}", extra))
-    program = opreg.export(model_of(library), (torch.tensor([1.0, -2.0]),))
-    enter, exit_ = outcome(program, "enter"), outcome(program, "exit")
-    assert enter.status == "failed" and "installing it raised OSError" in enter.detail
-    assert exit_.status == "failed" and "cannot put it back" in exit_.detail
+
+
+@pytest.mark.parametrize("name", ["bad_exit", "never_reverts", "bad_enter"])
+def test_a_context_patch_is_reverted_whatever_it_does(make_pack, library, name):
+    """Round 4: a context patch that raises in __enter__ after patching, raises in __exit__, or
+    never reverts: the library's function is put back after the capture and the patch is
+    reported by name (a PackWarning, the outcome, the model's metadata). One the capture ran
+    with is ``applied``: the model holds it."""
+    make_pack("patcher", patch_pack(library, f"{POSITIVE}, {_context_patches(library, name)}", CONTEXTS))
+    lib = sys.modules[library]
+    original = lib.double
+    with pytest.warns(opreg.PackWarning, match=rf"pack 'patcher': capture patch patcher:{name} "):
+        program = opreg.export(model_of(library), (torch.tensor([1.0, -2.0]),))
+    assert lib.double is original
+    found = outcome(program, name)
+    put_back = f"it left {library}.double changed after the capture; opreg put the original back"
+    expected = {
+        "bad_exit": (
+            "applied",
+            f"installed for the capture; reverting it raised OSError: cannot put it back; {put_back}",
+        ),
+        "never_reverts": ("applied", f"installed for the capture; {put_back}"),
+        "bad_enter": ("failed", f"installing it raised RuntimeError: cannot install; {put_back}"),
+    }[name]
+    assert (found.status, found.detail) == expected
+    (fault,) = program.pack_faults
+    assert (fault.pack, fault.kind, fault.name) == ("patcher", "capture patch", f"patcher:{name}")
+    assert put_back in fault.detail
+    (entry,) = json.loads(program.model.metadata_props["opreg.pack_faults"])
+    assert entry["name"] == f"patcher:{name}" and put_back in entry["detail"]
+
+
+def test_an_interrupt_while_a_patch_installs_leaves_the_library_as_it_was(make_pack, library):
+    make_pack("patcher", patch_pack(library, f"{POSITIVE}, {_context_patches(library, 'interrupted_enter')}", CONTEXTS))
+    lib = sys.modules[library]
+    originals = lib.double, lib.positive_sum
+    with pytest.raises(KeyboardInterrupt):
+        opreg.export(model_of(library), (torch.tensor([1.0, -2.0]),))
+    assert (lib.double, lib.positive_sum) == originals
+
+
+class _ReadOnly(type(sys)):
+    """A module that refuses new attributes (as some lazy-loading modules do)."""
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"module {self.__name__!r} is read-only")
+
+
+def test_a_patch_whose_install_fails_halfway_is_reverted_by_its_own_revert(make_pack, library):
+    """Round 4, the mutation survivor: the patch replaced the library's function, then a module
+    that imported it by name refused the replacement. Its own revert puts the first back (the
+    after-capture check then finds nothing to restore, and does not say it had to)."""
+    double = (
+        'CapturePatch(name="double", module=LIB, function="double", versions=VERSIONS, replacement=lambda x: x * 2)'
+    )
+    make_pack("patcher", patch_pack(library, f"{POSITIVE}, {double}"))
+    lib = sys.modules[library]
+    original = lib.double
+    importer = _ReadOnly("opreg_test_read_only")
+    vars(importer)["double"] = original  # `from testlib import double`
+    sys.modules[importer.__name__] = importer
+    try:
+        with pytest.warns(opreg.PackWarning, match="capture patch patcher:double left out: installing it raised"):
+            program = opreg.export(model_of(library), (torch.tensor([1.0, -2.0]),))
+    finally:
+        del sys.modules[importer.__name__]
+    found = outcome(program, "double")
+    assert found.status == "failed"
+    assert found.detail == "installing it raised AttributeError: module 'opreg_test_read_only' is read-only"
+    assert lib.double is original and importer.double is original
+    assert outcome(program, "positive_sum").status == "applied"
+
+
+def test_versions_must_name_the_distribution_that_installed_the_patched_code(make_pack, library):
+    """Round 4: ``versions="torch>=2"`` on the library's function is checked against torch's version
+    although the library is another distribution's: refused, with the distribution to name."""
+    foreign = POSITIVE.replace('name="positive_sum"', 'name="foreign"').replace(
+        "versions=VERSIONS", 'versions="torch>=2"'
+    )
+    make_pack("patcher", patch_pack(library, f"{POSITIVE}, {foreign}"))
+    with pytest.warns(opreg.PackWarning, match="capture patch patcher:foreign left out: versions='torch>=2' names"):
+        program = opreg.export(model_of(library), (torch.tensor([1.0, -2.0]),))
+    found = outcome(program, "foreign")
+    dist = f"opreg-{library.replace('_', '-')}"
+    assert found.status == "failed"
+    assert found.detail == (
+        f"versions='torch>=2' names the distribution 'torch', but {library} is installed by {dist}: a patch's "
+        f"versions are those of the code it patches (e.g. '{dist}>=...'); the patch is not installed"
+    )
+    assert outcome(program, "positive_sum").status == "applied"
+    assert sys.modules[library].positive_sum.__module__ == library
+
+
+def test_the_kits_installed_block_restores_what_a_patch_left(make_pack, library):
+    make_pack("patcher", patch_pack(library, _context_patches(library, "never_reverts"), CONTEXTS))
+    lib = sys.modules[library]
+    original = lib.double
+    offer = patching.offered(opreg.default_registry())
+    patched = patching.PatchedCapture(offer)
+    with (
+        pytest.warns(opreg.PackWarning, match="patcher:never_reverts it left"),
+        patched.installed(model_of(library)) as outcomes,
+    ):
+        assert lib.double is not original
+    assert lib.double is original
+    assert "opreg put the original back" in outcomes[0].detail
 
 
 def test_a_hook_that_raises_or_returns_junk_costs_its_pack_its_patches_only(make_pack, library):

@@ -139,28 +139,27 @@ def test_the_target_gates_rules_and_rewrite_false_leaves_them_out(make_pack):
     assert "opreg.rewrites" not in {p.key for p in off.model_proto.metadata_props}
 
 
-def test_a_rule_making_a_domain_the_target_lacks_is_left_out_naming_it(make_pack, caplog):
+def test_a_rule_making_a_domain_the_target_lacks_is_left_out_naming_it(make_pack):
     make_pack("always", ALWAYS)
     model, x = torch.nn.ReLU(), torch.randn(3)
-    with caplog.at_level(logging.WARNING, logger="opreg.exporter._rewrite"):
+    with pytest.warns(
+        opreg.PackWarning, match=r"pack 'always': rewrite always:FastRelu made my\.kernels::FastRelu.*left out"
+    ):
         program = opreg.export(model, (x,), target=18, plugins=["always"])
     assert _nodes(program) == [("", "Relu")]  # undone: the export goes on without the rule
-    assert "pack 'always': rewrite always:FastRelu made my.kernels::FastRelu" in caplog.text
-    assert "left out" in caplog.text
     with pytest.raises(opreg.PluginError, match=r"rewrite always:FastRelu made my\.kernels::FastRelu.*strict"):
         opreg.export(model, (x,), target=18, plugins=["always"], strict=True)
 
 
-def test_a_rule_making_an_ai_onnx_op_newer_than_the_target_is_left_out(make_pack, caplog):
+def test_a_rule_making_an_ai_onnx_op_newer_than_the_target_is_left_out(make_pack):
     module = make_pack("always", ALWAYS)
     model, x = torch.nn.ReLU(), torch.randn(3)
     import importlib
 
     importlib.import_module(module).KIND = "rms"
-    with caplog.at_level(logging.WARNING, logger="opreg.exporter._rewrite"):
+    with pytest.warns(opreg.PackWarning, match=r"always:Rms made ai\.onnx::RMSNormalization, which ai\.onnx 18"):
         program = opreg.export(model, (x,), target=18, plugins=["always"])
     assert _nodes(program) == [("", "Relu")]
-    assert "always:Rms made ai.onnx::RMSNormalization, which ai.onnx 18" in caplog.text
     with pytest.raises(opreg.PluginError, match=r"always:Rms made ai\.onnx::RMSNormalization, which ai\.onnx 18"):
         opreg.export(model, (x,), target=18, plugins=["always"], strict=True)
 
@@ -267,33 +266,61 @@ def opreg_rewrite_rules(target):
         ),
     ],
 )
-def test_a_faulty_rewrite_is_undone_and_left_out_naming_the_pack(make_pack, caplog, kind, label, what):
+def test_a_faulty_rewrite_is_undone_and_left_out_naming_the_pack(make_pack, kind, label, what):
+    """A PackWarning at the user's line, the program's ``pack_faults`` and the model's metadata."""
     import importlib
 
     importlib.import_module(make_pack("faulty", FAULTY)).KIND = kind
     model, x = torch.nn.ReLU(), torch.randn(3)
-    with caplog.at_level(logging.WARNING, logger="opreg.exporter._rewrite"):
+    with pytest.warns(opreg.PackWarning) as warned:
         program = opreg.export(model, (x,), target=18, plugins=["faulty"])
     assert _nodes(program) == [("", "Relu")]  # as if the pack offered no rewrite
     assert "opreg.rewrites" not in {p.key for p in program.model_proto.metadata_props}
     program.verify(x)
-    (record,) = [r for r in caplog.records if r.name == "opreg.exporter._rewrite"]
-    assert record.levelname == "WARNING"
-    assert re.search(rf"pack 'faulty': rewrite {label} {what}.*left out", record.getMessage())
+    (warning,) = warned
+    assert re.fullmatch(
+        rf"pack 'faulty': rewrite {label} {what}.*; it is left out, the export goes on", str(warning.message)
+    )
+    assert warning.filename == __file__
+    (fault,) = program.pack_faults
+    assert (fault.pack, fault.kind, fault.name, str(fault)) == ("faulty", "rewrite", label, str(warning.message))
+    (entry,) = json.loads({p.key: p.value for p in program.model_proto.metadata_props}["opreg.pack_faults"])
+    assert entry == {"pack": "faulty", "kind": "rewrite", "name": label, "detail": fault.detail}
     with pytest.raises(opreg.PluginError, match=rf"pack 'faulty': rewrite {label} {what}.*strict mode"):
         opreg.export(model, (x,), target=18, plugins=["faulty"], strict=True)
 
 
-def test_a_raising_rule_of_a_set_is_left_out_and_the_others_apply(make_pack, caplog):
+def test_the_command_line_shows_a_faulty_rewrite_on_a_cold_and_a_warm_cache(make_pack, capsys, tmp_path):
+    """Round 4: the warning line showed only when the packs' declarations came from the cache.
+    Now every run says it, --json lists it, and inspect reads it back from the model."""
+    from tests.test_cli import run
+
+    module = make_pack("faulty", FAULTY)
+    models = tmp_path / "models.py"
+    models.write_text(
+        f"import torch, {module}\n{module}.KIND = 'pass'\ndef make():\n    return torch.nn.ReLU(), (torch.randn(3),)\n"
+    )
+    line = "warning: pack 'faulty': rewrite faulty:Raises raised ValueError: boom in the pass; it is left out"
+    for cache in ("cold", "warm"):
+        code, out, err = run(capsys, "export", f"{models}:make", "-o", str(tmp_path / f"{cache}.onnx"), "-t", "18")
+        assert code == 0 and err.count(line) == 1, (cache, err)
+        assert "PackWarning" not in err  # the line, not Python's warning text
+    code, out, err = run(capsys, "export", f"{models}:make", "-o", str(tmp_path / "m.onnx"), "-t", "18", "--json")
+    (fault,) = json.loads(out)["pack_faults"]
+    assert code == 0 and fault["name"] == "faulty:Raises" and line in err
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "m.onnx"))
+    assert code == 0 and "packs' faults worked around while exporting" in out and "faulty:Raises" in out
+
+
+def test_a_raising_rule_of_a_set_is_left_out_and_the_others_apply(make_pack):
     import importlib
 
     importlib.import_module(make_pack("faulty", FAULTY)).KIND = "set"
     model, x = torch.nn.ReLU(), torch.randn(3)
-    with caplog.at_level(logging.WARNING, logger="opreg.exporter._rewrite"):
+    with pytest.warns(opreg.PackWarning, match="rewrite faulty:Boom raised ValueError: boom in the check"):
         program = opreg.export(model, (x,), target=18, plugins=["faulty"])
     assert [op for _, op in _nodes(program)] == ["Clip"]
     assert {p.key: p.value for p in program.model_proto.metadata_props}["opreg.rewrites"] == "faulty:ReluClip=1"
-    assert "rewrite faulty:Boom raised ValueError: boom in the check" in caplog.text
     program.verify(x)
 
 
@@ -324,6 +351,23 @@ def test_an_exports_own_passes_run_after_the_packs_even_without_rewrite():
     metadata = {p.key: p.value for p in program.model_proto.metadata_props}
     assert metadata["opreg.rewrites"] == "export:ReluToClip=2"  # the Clip and its Constant
     program.verify(x)
+
+
+def test_an_exports_own_faulty_pass_or_rule_fails_the_export_naming_it():
+    """A rewrite the user asked for (``passes=``) is not left out as a pack's is: it fails the export,
+    an OpsetConflictError when the target cannot run what it made, else an ExportError."""
+    faulty: dict = {}
+    exec(FAULTY.partition("@opreg.hookimpl")[0], faulty)
+    always: dict = {}
+    exec(ALWAYS.partition("@opreg.hookimpl")[0], always)
+    model, x = torch.nn.ReLU(), torch.randn(3)
+    raised = r"^opreg.export\(passes=...\): export:Raises raised ValueError: boom in the pass$"
+    with pytest.raises(opreg.ExportError, match=raised) as caught:
+        opreg.export(model, (x,), target=18, passes=faulty["RULES"]["pass"])
+    assert not isinstance(caught.value, opreg.OpsetConflictError)
+    made = r"^opreg.export\(passes=...\): export:FastRelu made my\.kernels::FastRelu"
+    with pytest.raises(opreg.OpsetConflictError, match=made):
+        opreg.export(model, (x,), target=18, passes=always["RULES"]["custom"])
 
 
 @pytest.mark.parametrize("passes", ["ReluToClip", [print], [None]])
@@ -429,9 +473,9 @@ def test_a_rule_without_samples_fails_assert_ok_naming_it(make_pack):
 def test_every_rule_of_the_lean_pass_is_tried_only_on_its_root_op():
     """onnxscript tries each rule of a set on every node; opreg gates each on its pattern's root op
     (commuted rules, whose pattern nodes carry no op identifier, included)."""
-    from opreg.exporter import _lean, _passes
+    from opreg.exporter.passes import lean, pipeline
 
-    roots = {_passes._root_op(rule) for rule in _lean.RULES}
+    roots = {pipeline._root_op(rule) for rule in lean.RULES}
     assert None not in roots
     assert {"Mul", "Add", "Reshape", "Transpose"} <= roots
 
@@ -456,14 +500,14 @@ def test_a_lean_rule_is_matched_only_on_nodes_whose_inputs_can_match(monkeypatch
     """Each rule is tried only where the root node's inputs are what its pattern needs (a constant
     of its shape, an output of its op), read from the pattern: the model is the one the ungated
     rules make, node for node."""
-    from opreg.exporter import _lean, _passes
+    from opreg.exporter.passes import lean, pipeline
 
-    gated = {_passes._root_op(rule): _passes._input_gates(rule) for rule in _lean.RULES if _passes._input_gates(rule)}
+    gated = {pipeline._root_op(rule): pipeline._input_gates(rule) for rule in lean.RULES if pipeline._input_gates(rule)}
     assert gated.keys() == {"Mul", "Add", "Sub", "Div", "Cast", "Reshape", "Transpose", "Unsqueeze"}
     args = (torch.randn(4, 6),)
     model = _EveryLeanRule()
     gates_on = opreg.export(model, args, target=18)
-    monkeypatch.setattr(_passes, "_admits", lambda node, gates: True)
+    monkeypatch.setattr(pipeline, "_admits", lambda node, gates: True)
     gates_off = opreg.export(model, args, target=18)
     assert gates_on.model_proto.graph == gates_off.model_proto.graph
     ops = [n.op_type for n in gates_on.model_proto.graph.node]
@@ -477,16 +521,16 @@ def test_a_gate_turns_away_what_the_pattern_cannot_match():
     import numpy as np
     import onnx_ir as ir
 
-    from opreg.exporter import _passes
+    from opreg.exporter.passes import pipeline
 
     x = ir.Value(name="x")
     scalar = ir.Value(name="zero", const_value=ir.Tensor(np.array(0.0, np.float32)))
     vector = ir.Value(name="bias", const_value=ir.Tensor(np.zeros(3, np.float32)))
     cast = ir.Node("", "Cast", [x], [ir.AttrInt64("to", 1)])
-    assert _passes._admits(ir.Node("", "Add", [x, scalar]), ((1, ()),))
-    assert not _passes._admits(ir.Node("", "Add", [x, vector]), ((1, ()),))
-    assert _passes._admits(ir.Node("", "Add", [x, vector]), ((1, (3,)),))
-    assert not _passes._admits(ir.Node("", "Add", [x, x]), ((1, ()),))
-    assert _passes._admits(ir.Node("", "Cast", [cast.outputs[0]]), ((0, "Cast"),))
-    assert not _passes._admits(ir.Node("", "Cast", [x]), ((0, "Cast"),))
-    assert _passes._admits(ir.Node("", "Add", [x]), ((1, ()),))
+    assert pipeline._admits(ir.Node("", "Add", [x, scalar]), ((1, ()),))
+    assert not pipeline._admits(ir.Node("", "Add", [x, vector]), ((1, ()),))
+    assert pipeline._admits(ir.Node("", "Add", [x, vector]), ((1, (3,)),))
+    assert not pipeline._admits(ir.Node("", "Add", [x, x]), ((1, ()),))
+    assert pipeline._admits(ir.Node("", "Cast", [cast.outputs[0]]), ((0, "Cast"),))
+    assert not pipeline._admits(ir.Node("", "Cast", [x]), ((0, "Cast"),))
+    assert pipeline._admits(ir.Node("", "Add", [x]), ((1, ()),))

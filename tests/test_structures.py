@@ -202,6 +202,48 @@ def test_an_output_class_registered_without_key_functions_is_named_from_its_fiel
     program.verify(x)
 
 
+@dataclasses.dataclass
+class Reordered:
+    """Its flatten function lists ``first`` then ``second``; its key function the other way round."""
+
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+pytree.register_pytree_node(
+    Reordered,
+    lambda o: ([o.first, o.second], None),
+    lambda values, _: Reordered(*values),
+    flatten_with_keys_fn=lambda o: (
+        [(pytree.GetAttrKey("second"), o.second), (pytree.GetAttrKey("first"), o.first)],
+        None,
+    ),
+)
+
+
+class ReturnsReordered(nn.Module):
+    def forward(self, x):
+        return Reordered(x + 1, x * 10)
+
+
+def test_output_names_follow_the_flatten_order_whatever_order_the_key_function_lists():
+    """Round 4, a mutation survivor: the ONNX outputs come in the flatten function's order; each
+    must carry its own name, or a runtime user reading ``first`` by name gets ``second``."""
+    import onnxruntime
+
+    x = torch.arange(3.0)
+    program = opreg.export(ReturnsReordered(), (x,), target=18)
+    assert program.output_names == ("first", "second")
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    by_name = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"x": x.numpy()}), strict=True))
+    torch.testing.assert_close(torch.from_numpy(by_name["first"]), x + 1)
+    torch.testing.assert_close(torch.from_numpy(by_name["second"]), x * 10)
+    result = program.run(x)
+    assert type(result) is Reordered
+    torch.testing.assert_close(result.first, x + 1)
+    program.verify(x)
+
+
 class Pair(NamedTuple):
     low: torch.Tensor
     high: torch.Tensor

@@ -37,16 +37,23 @@ MODULES = (
     "opreg/exporter/_save.py",
     "opreg/registry.py",
     "opreg/packset.py",
+    "opreg/exporter/_rewrite.py",
+    "opreg/patching.py",
+    "opreg/exporter/_pytrees.py",
     "opreg_core_ops/ops/indexing.py",
     "opreg_core_ops/ops/reduction.py",
     "opreg_core_ops/ops/random.py",
 )
-"""What mutates: the save, the registry and its packs, and three core-pack op families."""
+"""What mutates: the save, the registry and its packs, the packs' rewrite passes, capture patches,
+the names of outputs, and three core-pack op families."""
 TESTS = (
     "tests/test_save.py",
     "tests/test_registry.py",
     "tests/test_plugins.py",
     "tests/test_hooks.py",
+    "tests/test_rewrite.py",
+    "tests/test_patching.py",
+    "tests/test_structures.py",
     "tests/test_ops_tensor.py",
     "tests/test_ops_nn.py",
     "tests/test_random.py",

@@ -14,7 +14,7 @@ import inspect
 import keyword
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from opreg.errors import RegistrationError, SignatureMismatchError
@@ -37,7 +37,7 @@ _CLOSED_NAMESPACES = ("aten", "prims")
 
 
 @functools.cache
-def _type_kind(cls: type) -> str:
+def type_kind(cls: type) -> str:
     """``script``, ``traced``, ``opset`` or ``other`` for a class, computed once per class:
     onnxscript's function classes are ``typing.Protocol`` subclasses, whose
     ``isinstance`` checks are slow enough to dominate a 1000-impl registry build."""
@@ -54,12 +54,12 @@ def _type_kind(cls: type) -> str:
 
 def impl_kind(function: object) -> str:
     """``"script"`` for an ``onnxscript.script`` function, else ``"trace"``."""
-    return SCRIPT if _type_kind(type(function)) == "script" else TRACE
+    return SCRIPT if type_kind(type(function)) == "script" else TRACE
 
 
 def python_function(function: Any) -> Callable[..., Any]:
     """The Python function behind a script or traced onnxscript function."""
-    kind = _type_kind(type(function))
+    kind = type_kind(type(function))
     if kind == "script":
         return function.function
     if kind == "traced":
@@ -91,203 +91,6 @@ def display_signature(function: Any) -> str:
         return f"{getattr(inner, '__name__', repr(inner))}{inspect.signature(inner)}"
     except (TypeError, ValueError):
         return repr(inner)
-
-
-# -- which opsets an impl uses ------------------------------------------------
-
-
-def used_opsets(function: Any) -> dict[str, set[int | None]]:
-    """Every ``(domain, version)`` the impl visibly uses.
-
-    Script functions report their own opset imports. For trace-only functions
-    it is every ``Opset`` (``op20``, ``onnxscript.opset18``) and the opset
-    imports of every script function that :func:`names_read` finds: the impl's
-    own code and the helpers it calls. An opset built at call time is not
-    found; the exporter checks emitted nodes again, so this is a lint, not the proof.
-    """
-    found: dict[str, set[int | None]] = collections.defaultdict(set)
-    if _type_kind(type(function)) == "script":
-        for domain, version in function.function_ir.opset_imports.items():
-            found[domain].add(version)
-        return dict(found)
-    for _name, value in names_read(function):
-        kind = _type_kind(type(value))
-        if kind == "opset":
-            found[value.domain].add(value.version)
-        elif kind == "script":
-            for domain, version in value.function_ir.opset_imports.items():
-                found[domain].add(version)
-    return dict(found)
-
-
-PUBLIC_HELPERS = "opreg.ops"
-"""The module of helpers every pack may use; :func:`names_read` follows them like a pack's own."""
-
-
-def names_read(function: Any) -> list[tuple[str, Any]]:
-    """``(name, value)`` for every global, closure variable and module attribute
-    (``onnxscript.opset18``) that the impl's code reads, nested code included,
-    and in turn that the helpers it reads read: Python functions (and traced
-    onnxscript functions) defined in the impl's own top-level package
-    (``opreg_core_ops.ops.spectral._r2c`` for an impl in
-    ``opreg_core_ops.ops.spectral``) or in :data:`PUBLIC_HELPERS`, each followed
-    once. Functions of other packages (onnxscript's, numpy's) are not followed.
-    The values of a dict, tuple or list it reads count as read too, named ``NAME[]``
-    (``{18: op18, 21: op21}``: the version-specific pieces of an impl registered at several opsets).
-    """
-    start = python_function(function)
-    package = _package(start)
-    seen: set[int] = set()
-    pending = [start]
-    found: list[tuple[str, Any]] = []
-    while pending:
-        func = pending.pop()
-        if id(func) in seen:
-            continue
-        seen.add(id(func))
-        for name, value in _read_by(func):
-            for each, where in ((value, name), *((m, f"{name}[]") for m in _members(value))):
-                found.append((where, each))
-                helper = each.func if _type_kind(type(each)) == "traced" else each
-                if (
-                    isinstance(helper, types.FunctionType)
-                    and id(helper) not in seen
-                    and (_package(helper) == package or helper.__module__ == PUBLIC_HELPERS)
-                ):
-                    pending.append(helper)
-    return found
-
-
-def _members(value: Any, depth: int = 2) -> list[Any]:
-    """The values held by a dict, tuple or list (and by those it holds, ``depth`` levels down)."""
-    if depth == 0 or not isinstance(value, (dict, tuple, list)):
-        return []
-    items = list(value.values()) if isinstance(value, dict) else list(value)
-    return [m for item in items for m in (item, *_members(item, depth - 1))]
-
-
-def _package(func: Any) -> str:
-    """The top-level package ``func`` was defined in (``""`` if unknown)."""
-    return (getattr(func, "__module__", None) or "").partition(".")[0]
-
-
-def _read_by(func: Any) -> list[tuple[str, Any]]:
-    """``(name, value)`` for the globals, closure variables and module attributes that
-    ``func``'s code and its nested code (lambdas, inner functions) read."""
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return []
-    namespace = getattr(func, "__globals__", {})
-    cells = func.__closure__ or ()
-    free = {name: cell.cell_contents for name, cell in zip(code.co_freevars, cells, strict=True) if _cell_filled(cell)}
-    found: list[tuple[str, Any]] = []
-    codes = [code]
-    while codes:
-        code_obj = codes.pop()
-        names = set(code_obj.co_names)
-        values = [(n, namespace[n]) for n in sorted(names) if n in namespace]
-        values += [(n, free[n]) for n in code_obj.co_freevars if n in free]
-        for name, value in values:
-            found.append((name, value))
-            if isinstance(value, types.ModuleType):
-                # ``module.attr``: only what the module already holds (no lazy ``__getattr__`` imports)
-                attrs = vars(value)
-                found.extend((f"{name}.{attr}", attrs[attr]) for attr in sorted(names) if attr in attrs)
-        codes.extend(const for const in code_obj.co_consts if isinstance(const, types.CodeType))
-    return found
-
-
-def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
-    """``code`` and every code object nested in it (inner functions, lambdas, comprehensions)."""
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _codes(const)
-
-
-_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_FAST"})
-_ATTRIBUTES = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
-
-
-def emitted_ops(function: Any) -> set[tuple[str, int | None, str]]:
-    """Every ``(domain, version, op_type)`` the impl visibly calls.
-
-    A script function's are the nodes of its body (and of the script functions
-    it calls). A trace-only function's are, in its code (and nested code), the
-    ``<opset>.<Op>`` expressions and ``Op(<opset>, "<Op>")`` calls whose
-    ``<opset>`` is an ``Opset`` reached from its globals or closure
-    (``op20.Gelu``, ``onnxscript.opset18.Add``); like :func:`used_opsets`, a
-    lint, not the proof: ops called in helpers are not seen.
-    """
-    found: set[tuple[str, int | None, str]] = set()
-    if _type_kind(type(function)) == "script":
-        protos = [function.to_function_proto()]
-        protos += [f.to_function_proto() for f in function.function_ir.get_called_functions().values()]
-        for proto in protos:
-            versions = {o.domain: o.version for o in proto.opset_import}
-            found.update((n.domain, versions.get(n.domain), n.op_type) for n in proto.node)
-        return found
-    func = python_function(function)
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return found
-    namespace = dict(getattr(func, "__globals__", {}))
-    cells = dict(zip(code.co_freevars, func.__closure__ or (), strict=False))
-    namespace.update({name: cell.cell_contents for name, cell in cells.items() if _cell_filled(cell)})
-    for each in _codes(code):
-        found |= _ops_in(each, namespace)
-    return found
-
-
-def _ops_in(code: types.CodeType, namespace: dict[str, Any]) -> set[tuple[str, int | None, str]]:
-    import dis
-
-    from onnxscript.values import Op
-
-    found: set[tuple[str, int | None, str]] = set()
-    current: Any = None  # the object the last loads reached
-    op_class = False  # an Op(...) call is being built: its opset, then its name, come next
-    opset: Any = None
-    for instruction in dis.get_instructions(code):
-        name, value = instruction.opname, instruction.argval
-        if name in _LOADS:
-            current = namespace.get(value)
-            if op_class and _type_kind(type(current)) == "opset":
-                opset, op_class, current = current, False, None
-            elif current is Op:
-                op_class, current = True, None
-        elif name in _ATTRIBUTES and current is not None:
-            if _type_kind(type(current)) == "opset":
-                found.add((current.domain, current.version, value))
-                current = None
-            else:
-                current = getattr(current, value, None)
-                if current is Op:
-                    op_class, current = True, None
-        elif name == "LOAD_CONST" and opset is not None and isinstance(value, str):
-            found.add((opset.domain, opset.version, value))
-            opset = None
-        elif name.startswith("CALL"):
-            current, op_class, opset = None, False, None
-        elif name not in ("PUSH_NULL", "PRECALL"):
-            current = None
-    return found
-
-
-def passes_keyword(function: Any, keyword: str) -> bool:
-    """Whether a trace-only impl's code (or nested code) passes ``keyword=`` to some call."""
-    code = getattr(python_function(function), "__code__", None)
-    if code is None:
-        return False
-    return any(isinstance(const, tuple) and keyword in const for each in _codes(code) for const in each.co_consts)
-
-
-def _cell_filled(cell: types.CellType) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - probing an empty cell raises
-    except ValueError:
-        return False
-    return True
 
 
 # -- parameters ---------------------------------------------------------------
@@ -661,7 +464,3 @@ def lint_script_domain(function: Any) -> None:
             f"{function.function_ir.domain!r} would reach the model): decorate it with "
             f"@onnxscript.script(onnxscript.values.Opset('your.domain', 1))"
         )
-
-
-def onnx_module_versions(found: dict[str, set[int | None]]) -> set[int]:
-    return {v for v in found.get(ONNX_DOMAIN, set()) if v is not None}

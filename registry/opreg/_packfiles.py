@@ -58,11 +58,16 @@ def _torch_releases() -> list[str]:
 
 
 def pyproject(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], domain: str) -> str:
-    from opreg import __version__
+    import importlib.metadata
 
     what = ", ".join(op.qualified for op in ops) or "its ops (none yet)"
     libraries = sorted({op.namespace for op in ops})
-    dependencies = [f"opreg>={__version__}", _requirement("onnxscript"), _requirement("torch"), "numpy"]
+    dependencies = [
+        f"opreg>={importlib.metadata.version('opreg')}",
+        _requirement("onnxscript"),
+        _requirement("torch"),
+        "numpy",
+    ]
     listed = ", ".join(f'"{d}"' for d in dependencies)
     library_note = ""
     if libraries:  # the library's distribution is the author's to name

@@ -126,3 +126,12 @@ class VerificationError(OpregError, AssertionError):
 
 class RuntimeUnavailableError(OpregError):
     """No runtime at hand can execute the model (e.g. custom ops with no kernel)."""
+
+
+class PackWarning(UserWarning):
+    """A pack's fault that opreg worked around during an export: a rewrite rule or pass that
+    raised or left an invalid graph (undone, left out), a capture patch that failed or left the
+    library changed (left out, or put back). The message names the pack and what it did; the
+    export's :attr:`opreg.OnnxProgram.pack_faults` and the model's ``opreg.pack_faults``
+    metadata list the same. Filter it as any warning (``warnings.simplefilter("error",
+    opreg.PackWarning)`` makes it an error)."""

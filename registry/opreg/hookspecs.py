@@ -13,17 +13,42 @@ reported and left out without touching the others. The registration hooks
 registry is first built; the others when their moment comes (a session, a
 verification, a capture, an export, an export with ``embed_functions=True``,
 the conformance kit). Never at import.
+
+Each spec carries its contract on its ``def``, ``@contract(when=..., check=...)``: when opreg
+calls it (the phrase its docstring's "Called ..." paragraph begins with) and how its result is
+checked (the checks live in :mod:`opreg.hookchecks`); :data:`CONTRACTS` collects them.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import TYPE_CHECKING
 
 import pluggy
 
-from opreg.pluginapi import CapturePatch, HookError, ModelSample, Sample
+from opreg.hookchecks import (
+    CAPTURE,
+    EMBED,
+    EXPORT,
+    KIT,
+    REFERENCE,
+    REGISTRY_BUILD,
+    SESSION,
+    Contract,
+    check_capture_patches,
+    check_capture_samples,
+    check_functions,
+    check_reference_kernels,
+    check_rewrite_rules,
+    check_rewrite_samples,
+    check_samples,
+    check_schemas,
+    check_targets,
+    contract,
+    contracts,
+    returns_nothing,
+)
+from opreg.pluginapi import CapturePatch, ModelSample, Sample
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -46,6 +71,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
+@contract(when=REGISTRY_BUILD, check=returns_nothing)
 def opreg_register_ops(registry: Registrar) -> None:
     """Register this pack's impls.
 
@@ -68,6 +94,7 @@ def opreg_register_ops(registry: Registrar) -> None:
 
 
 @hookspec
+@contract(when=REGISTRY_BUILD, check=check_targets)
 def opreg_targets() -> Mapping[str, Mapping[str, int]]:
     """Name the target profiles this pack contributes.
 
@@ -81,6 +108,7 @@ def opreg_targets() -> Mapping[str, Mapping[str, int]]:
 
 
 @hookspec
+@contract(when=REFERENCE, check=check_reference_kernels)
 def opreg_reference_kernels() -> Sequence[type[OpRun]]:
     """Provide ``onnx.reference`` kernels for this pack's custom-domain ops.
 
@@ -93,6 +121,7 @@ def opreg_reference_kernels() -> Sequence[type[OpRun]]:
 
 
 @hookspec
+@contract(when=SESSION, check=returns_nothing)
 def opreg_configure_session(options: onnxruntime.SessionOptions) -> None:
     """Prepare an ONNX Runtime session for this pack's ops.
 
@@ -106,6 +135,7 @@ def opreg_configure_session(options: onnxruntime.SessionOptions) -> None:
 
 
 @hookspec
+@contract(when=REGISTRY_BUILD, check=check_schemas)
 def opreg_schemas() -> Sequence[onnx.defs.OpSchema]:
     """Describe this pack's custom-domain ops to onnx.
 
@@ -117,6 +147,7 @@ def opreg_schemas() -> Sequence[onnx.defs.OpSchema]:
 
 
 @hookspec
+@contract(when=EMBED, check=check_functions)
 def opreg_functions() -> Sequence[onnx.FunctionProto | onnxscript.OnnxFunction]:
     """Define this pack's custom-domain ops as ONNX functions.
 
@@ -132,6 +163,7 @@ def opreg_functions() -> Sequence[onnx.FunctionProto | onnxscript.OnnxFunction]:
 
 
 @hookspec
+@contract(when=KIT, check=check_samples)
 def opreg_samples() -> Mapping[str, Sequence[Sample]]:
     """Provide sample inputs for this pack's custom torch ops, for the conformance kit.
 
@@ -141,12 +173,13 @@ def opreg_samples() -> Mapping[str, Sequence[Sample]]:
         compares with eager PyTorch; ATen ops get PyTorch's OpInfo samples
         instead, so a pack need not provide samples for them.
 
-    Called only by the kit (``opreg pack-check``, the ``opreg`` pytest
-    plugin), never on export.
+    Called only by the conformance kit, never on export (``opreg pack-check``,
+    the ``opreg`` pytest plugin).
     """
 
 
 @hookspec
+@contract(when=EXPORT, check=check_rewrite_rules)
 def opreg_rewrite_rules(
     target: Target,
 ) -> Sequence[RewriteRule | RewriteRuleSet | onnx_ir.passes.PassBase] | None:
@@ -185,6 +218,7 @@ def opreg_rewrite_rules(
 
 
 @hookspec
+@contract(when=KIT, check=check_rewrite_samples)
 def opreg_rewrite_samples() -> Mapping[str, Sequence[ModelSample]]:
     """Provide small models in which this pack's rewrite rules fire, for the conformance kit.
 
@@ -196,12 +230,13 @@ def opreg_rewrite_samples() -> Mapping[str, Sequence[ModelSample]]:
         ``opreg.rewrite = "pack:rule"``) and compares the model's outputs with
         eager PyTorch. A rule without samples fails ``PackCheck.assert_ok()``.
 
-    Called only by the kit (``opreg pack-check``, the ``opreg`` pytest
-    plugin), never on export.
+    Called only by the conformance kit, never on export (``opreg pack-check``,
+    the ``opreg`` pytest plugin).
     """
 
 
 @hookspec
+@contract(when=CAPTURE, check=check_capture_patches)
 def opreg_capture_patches() -> Sequence[CapturePatch]:
     """Offer export-friendly replacements for library code that ``torch.export`` cannot capture.
 
@@ -223,15 +258,16 @@ def opreg_capture_patches() -> Sequence[CapturePatch]:
         capture runs again without it; a hook that raises or returns something
         else costs the pack its patches, not the export.
 
-    Called once per export of a ``torch.nn.Module`` (not for an
-    ``ExportedProgram``, which is already captured), unless the user turned
-    patches off (``opreg.export(..., patches=False)``, ``--no-patches``); also
-    by ``opreg explain`` and the conformance kit. Import the patched library
+    Called once per export of a ``torch.nn.Module``, before the capture (unless
+    ``patches=False``), not for an ``ExportedProgram``, which is already
+    captured (``--no-patches`` turns patches off on the command line); also by
+    ``opreg explain`` and the conformance kit. Import the patched library
     inside the replacements, not at module level.
     """
 
 
 @hookspec
+@contract(when=KIT, check=check_capture_samples)
 def opreg_capture_samples() -> Mapping[str, Sequence[ModelSample]]:
     """Provide models whose eager run goes through this pack's capture patches, for the conformance kit.
 
@@ -243,278 +279,10 @@ def opreg_capture_samples() -> Mapping[str, Sequence[ModelSample]]:
         every output must match (within the sample's ``rtol``/``atol``). A patch
         without samples fails ``PackCheck.assert_ok()``.
 
-    Called only by the kit (``opreg pack-check``, the ``opreg`` pytest
-    plugin), never on export.
+    Called only by the conformance kit, never on export (``opreg pack-check``,
+    the ``opreg`` pytest plugin).
     """
 
 
-# -- the contract of each hook: when it is called, and how its result is checked -----------------
-#
-# Every hook result goes through its contract's ``check`` wherever it is called: by the loader
-# (registration hooks), the exporter (session, verification, export hooks) and the conformance kit
-# (all of them), so one mistake reads the same everywhere (:class:`opreg.pluginapi.HookError`).
-
-REGISTRY_BUILD = "once per registry build"
-SESSION = "each time opreg creates an ONNX Runtime session"
-REFERENCE = "when a model is run or verified with onnx.reference"
-EMBED = "when a model is exported with embed_functions=True"
-EXPORT = "once per export, after translation (unless rewrite=False)"
-KIT = "only by the conformance kit, never on export"
-CAPTURE = "once per export of a torch.nn.Module, before the capture (unless patches=False)"
-
-
-@dataclasses.dataclass(frozen=True)
-class Checked:
-    """A hook result after its contract's check: the normalized ``value`` and the ``problems`` of
-    the items left out of it (a wrong item costs only itself; a wrong result as a whole is a
-    :class:`~opreg.pluginapi.HookError`)."""
-
-    value: Any
-    problems: tuple[str, ...] = ()
-
-
-class Broken(Exception):
-    """Raised by a contract's check when a result cannot be used at all; the caller turns it into a
-    :class:`~opreg.pluginapi.HookError` naming the pack and the hook."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Contract:
-    """One hook's contract.
-
-    Fields:
-        hook: the hook's name (a spec of this module).
-        when: when opreg calls it.
-        check: ``check(result) -> Checked``; raises :class:`Broken` for a result it cannot use.
-    """
-
-    hook: str
-    when: str
-    check: Callable[[Any], Checked]
-
-    def apply(self, pack: str, result: Any) -> Checked:
-        """``check(result)``, its :class:`Broken` as a :class:`~opreg.pluginapi.HookError` of ``pack``."""
-        try:
-            return self.check(result)
-        except Broken as e:
-            raise HookError(pack, self.hook, str(e)) from None
-
-
-def _type(value: Any) -> str:
-    return type(value).__name__
-
-
-def _items(result: Any, what: str) -> list[Any]:
-    if result is None:
-        return []
-    if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, (list, tuple)):
-        raise Broken(f"must return a list of {what}, got {_type(result)}")
-    return list(result)
-
-
-def _nothing(result: Any) -> Checked:
-    if result is not None:
-        raise Broken(f"must return None (it works through what it is given), got {_type(result)}")
-    return Checked(None)
-
-
-def _check_targets(result: Any) -> Checked:
-    if result is None:
-        return Checked({})
-    if not isinstance(result, Mapping):
-        raise Broken(f"must return a dict {{profile: {{domain: version}}}}, got {_type(result)}")
-    profiles: dict[str, dict[str, int]] = {}
-    problems = []
-    for profile, versions in result.items():
-        if not isinstance(profile, str) or not profile.isidentifier():
-            problems.append(f"profile name must be an identifier string, got {profile!r}")
-            continue
-        if not isinstance(versions, Mapping):
-            problems.append(f"profile {profile!r} must map domain -> version, got {_type(versions)}")
-            continue
-        bad = [
-            f"profile {profile!r}: version of {domain!r} must be an int >= 1, got {version!r}"
-            if isinstance(domain, str)
-            else f"profile {profile!r}: domain must be a string, got {domain!r}"
-            for domain, version in versions.items()
-            if not isinstance(domain, str) or isinstance(version, bool) or not isinstance(version, int) or version < 1
-        ]
-        if bad:
-            problems += bad
-            continue
-        profiles[profile] = dict(versions)
-    return Checked(profiles, tuple(problems))
-
-
-def _check_reference_kernels(result: Any) -> Checked:
-    from onnx.reference.op_run import OpRun
-
-    kernels, problems = [], []
-    for kernel in _items(result, "onnx.reference OpRun subclasses"):
-        if not (isinstance(kernel, type) and issubclass(kernel, OpRun)):
-            problems.append(f"{kernel!r} is not an onnx.reference.op_run.OpRun subclass")
-        elif not isinstance(getattr(kernel, "op_domain", None), str) or not kernel.op_domain:
-            problems.append(f"{kernel.__name__} sets no op_domain (the custom domain of the op it runs)")
-        else:
-            kernels.append(kernel)
-    return Checked(kernels, tuple(problems))
-
-
-def _check_schemas(result: Any) -> Checked:
-    import onnx.defs
-
-    items = _items(result, "onnx.defs.OpSchema objects")
-    schemas = [s for s in items if isinstance(s, onnx.defs.OpSchema)]
-    return Checked(schemas, tuple(f"{s!r} is not an onnx.defs.OpSchema" for s in items if s not in schemas))
-
-
-def _check_functions(result: Any) -> Checked:
-    import onnx
-    import onnxscript
-
-    functions, problems = [], []
-    for item in _items(result, "onnx.FunctionProto or @onnxscript.script functions"):
-        if isinstance(item, onnxscript.OnnxFunction):
-            try:
-                proto = item.to_function_proto()
-            except Exception as e:
-                problems.append(f"{item.name}: cannot be turned into a FunctionProto: {type(e).__name__}: {e}")
-                continue
-        elif isinstance(item, onnx.FunctionProto):
-            proto = item
-        else:
-            problems.append(f"{item!r} is neither an onnx.FunctionProto nor an @onnxscript.script function")
-            continue
-        if not proto.domain:
-            problems.append(f"function {proto.name} has no domain (it must be the custom op's domain)")
-        else:
-            functions.append(proto)
-    return Checked(functions, tuple(problems))
-
-
-def _check_keyed(result: Any, key: Callable[[Any], Any], kind: type, what: str, example: str) -> Checked:
-    if result is None:
-        return Checked({})
-    if not isinstance(result, Mapping):
-        raise Broken(f"must return a dict {{{what}: [{kind.__name__}, ...]}}, got {_type(result)}")
-    found: dict[Any, list[Any]] = {}
-    problems = []
-    for raw, samples in result.items():
-        try:
-            name = key(raw)
-        except Exception as e:
-            problems.append(f"key {raw!r}: {e}")
-            continue
-        if isinstance(samples, (str, bytes, Mapping)) or not isinstance(samples, (list, tuple)):
-            problems.append(f"{name}: must be a list of opreg.testing.{kind.__name__}, got {_type(samples)}")
-        elif not samples:
-            problems.append(f"{name}: the list of samples is empty")
-        elif bad := [s for s in samples if not isinstance(s, kind)]:
-            problems.append(f"{name}: {bad[0]!r} is not an opreg.testing.{kind.__name__} (build one with {example})")
-        else:
-            found.setdefault(name, []).extend(samples)
-    return Checked(found, tuple(problems))
-
-
-def _rule_name(name: Any) -> str:
-    if not isinstance(name, str) or not name:
-        raise ValueError("it is not a rule name")
-    return name
-
-
-def _check_samples(result: Any) -> Checked:
-    from opreg.opname import OpName
-
-    return _check_keyed(result, OpName.of, Sample, "torch_op", "Sample.of(*args)")
-
-
-def _check_rewrite_samples(result: Any) -> Checked:
-    return _check_keyed(result, _rule_name, ModelSample, "rule_name", "ModelSample.of(module, *args)")
-
-
-def _check_capture_patches(result: Any) -> Checked:
-    patches, problems, names = [], [], set()
-    for item in _items(result, "opreg.CapturePatch"):
-        if not isinstance(item, CapturePatch):
-            problems.append(f"{item!r} is not an opreg.CapturePatch")
-        elif item.name in names:
-            problems.append(f"two patches are named {item.name!r}: names must be unique in a pack")
-        else:
-            names.add(item.name)
-            patches.append(item)
-    return Checked(patches, tuple(problems))
-
-
-def _check_capture_samples(result: Any) -> Checked:
-    return _check_keyed(result, _patch_name, ModelSample, "patch_name", "ModelSample.of(module, *args)")
-
-
-def _patch_name(name: Any) -> str:
-    if not isinstance(name, str) or not name:
-        raise ValueError("it is not a patch name")
-    return name
-
-
-def _check_rewrite_rules(result: Any) -> Checked:
-    try:
-        return Checked(rewrites_of(result))
-    except ValueError as e:
-        raise Broken(str(e)) from None
-
-
-CONTRACTS: dict[str, Contract] = {
-    contract.hook: contract
-    for contract in (
-        Contract("opreg_register_ops", REGISTRY_BUILD, _nothing),
-        Contract("opreg_targets", REGISTRY_BUILD, _check_targets),
-        Contract("opreg_schemas", REGISTRY_BUILD, _check_schemas),
-        Contract("opreg_reference_kernels", REFERENCE, _check_reference_kernels),
-        Contract("opreg_configure_session", SESSION, _nothing),
-        Contract("opreg_functions", EMBED, _check_functions),
-        Contract("opreg_samples", KIT, _check_samples),
-        Contract("opreg_rewrite_rules", EXPORT, _check_rewrite_rules),
-        Contract("opreg_rewrite_samples", KIT, _check_rewrite_samples),
-        Contract("opreg_capture_patches", CAPTURE, _check_capture_patches),
-        Contract("opreg_capture_samples", KIT, _check_capture_samples),
-    )
-}
-"""Every hook's :class:`Contract`, by name: the one place that says when opreg calls it and how its
-result is checked (``tests/test_hooks.py`` keeps it in step with the specs above)."""
-
-
-def rewrites_of(result: Any) -> list[tuple[Any, tuple[str, ...]]]:
-    """``(item, names)`` of each rewrite in what ``opreg_rewrite_rules`` returned: a rule's name, the
-    names of a rule set's rules, a pass's class name. ``ValueError`` naming the first problem (a
-    wrong type, a rule without a name, a name used twice)."""
-    if result is None:
-        return []
-    if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, (list, tuple)):
-        raise ValueError(f"must return a list of rewrite rules, rule sets and passes, got {_type(result)}")
-    from onnx_ir.passes import PassBase
-    from onnxscript.rewriter import pattern
-
-    rewrites = []
-    seen: set[str] = set()
-    for item in result:
-        if isinstance(item, pattern.RewriteRule):
-            names: tuple[Any, ...] = (item.name,)
-        elif isinstance(item, pattern.RewriteRuleSet):
-            names = tuple(rule.name for rule in item.rules)
-        elif isinstance(item, PassBase):
-            names = (type(item).__name__,)
-        else:
-            raise ValueError(
-                f"returned {item!r}, which is neither an onnxscript RewriteRule or RewriteRuleSet nor an "
-                "onnx_ir.passes.PassBase"
-            )
-        if not all(isinstance(n, str) and n for n in names):
-            raise ValueError(
-                f"returned a rule without a name ({item!r}): give each rule one, e.g. RewriteRule(pattern, "
-                "replacement, check, name='MyFusion'); opreg records it on the nodes"
-            )
-        twice = sorted(seen.intersection(names)) or sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise ValueError(f"returned two rewrites named {twice[0]!r}: names must be unique")
-        seen.update(names)
-        rewrites.append((item, names))
-    return rewrites
+CONTRACTS: dict[str, Contract] = contracts(sys.modules[__name__])
+"""Every hook's :class:`~opreg.hookchecks.Contract`, by name, read from the specs above."""

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from opreg import packfaults
 from opreg.errors import OpregError
 from opreg.patching import METADATA_KEY as PATCHES_KEY
 from opreg.patching import read_metadata
@@ -166,6 +167,8 @@ def _outside(location: str, folder: Path) -> str | None:
     runtimes refuse absolute paths, ``..`` and links that leave the model's folder."""
     if not location:
         return "is empty: it names no file"
+    if "\0" in location:
+        return "holds a NUL character: no file can have that name"
     relative = Path(location)
     if relative.is_absolute():
         return "is an absolute path: runtimes read external data only from the model's folder"
@@ -311,6 +314,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
         "initializers": {"count": len(model.graph.initializers), "bytes": total, "external": external},
         "metadata": dict(model.metadata_props),
         "capture_patches": read_metadata(model.metadata_props.get(PATCHES_KEY)),
+        "pack_faults": packfaults.read_metadata(model.metadata_props.get(packfaults.METADATA_KEY)),
         "provenance": {
             "packs": dict(sorted(by_pack.items())),
             "torch_ops": [

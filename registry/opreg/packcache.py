@@ -49,6 +49,7 @@ turns it off: every run then loads the packs.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import logging
 import os
@@ -132,11 +133,9 @@ def cache_dir() -> Path | None:
 
 def _key(selection: Selection) -> dict[str, Any]:
     """What an entry is for: the format, opreg's version, the interpreter, the pack selection."""
-    from opreg import __version__
-
     return {
         "format": FORMAT,
-        "opreg": __version__,
+        "opreg": importlib.metadata.version("opreg"),
         "python": sys.version,
         "executable": sys.executable,
         "path": [os.path.abspath(p) for p in sys.path],
@@ -317,7 +316,94 @@ def _declared_data(declared: Declared) -> dict[str, Any]:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    """A JSON list of fixed length, one shape per position."""
+
+    shapes: tuple[Any, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Map:
+    """A JSON object of any keys (strings) whose values all have ``values``' shape."""
+
+    values: Any
+
+
+_OPTIONAL_VERSION = (int, None)
+"""A type (JSON's: ``type(value) is`` it; ``float`` takes an int too), or a tuple of them (``None`` for null)."""
+_REPORT = {
+    "name": str, "distribution": str, "version": str, "value": str, "status": str, "reason": str,
+    "hook": (str, None), "impls": int, "domains": [str], "profiles": [str], "schemas": [str],
+    "rejected": [{"op": str, "function": str, "error": str}], "seconds": (float, int), "hooks": [str],
+}  # fmt: skip
+_IMPL = {
+    "op": str, "name": str, "pack": str, "onnx": _Row((int, _OPTIONAL_VERSION)),
+    "domains": [_Row((str, int, _OPTIONAL_VERSION))], "priority": int, "predicate": bool, "override": bool,
+    "complex": bool, "kind": str, "schema_checked": bool, "convention": str, "source": str, "profiles": [str],
+}  # fmt: skip
+_DECLARED = {
+    "reports": [_REPORT],
+    "impls": [_IMPL],
+    "profiles": [_Row((str, _Map(int), str))],
+    "unsupported": [_Row((str, str, str))],
+}
+"""The shape :func:`_declared_data` writes: a type (or a tuple of them, ``None`` for null), ``[shape]``
+for a list of items of that shape, ``{key: shape}`` for an object with exactly those keys."""
+
+
+def _shape_problem(value: Any, shape: Any, where: str) -> str | None:
+    """Where ``value`` (read from JSON) is not of ``shape`` (see :data:`_DECLARED`), or ``None``."""
+    found = _mismatch(value, shape)
+    if found is None:
+        return None
+    path, problem = found
+    return f"{where}{''.join(f'[{p}]' if isinstance(p, int) else f'.{p}' for p in reversed(path))} {problem}"
+
+
+def _mismatch(value: Any, shape: Any) -> tuple[list[int | str], str] | None:
+    """``(path to the first value not of shape, reversed; what is wrong)``, or ``None`` (no string is
+    made while everything fits: an entry of a few hundred impls is read on every cached command)."""
+    if isinstance(shape, type):  # the most common shape first
+        if type(value) is shape or (shape is float and type(value) is int):
+            return None
+        return [], f"is {type(value).__name__} {value!r:.40}, not {shape.__name__}"
+    if isinstance(shape, tuple):
+        if (value is None and None in shape) or any(type(value) is t for t in shape):
+            return None
+        names = " or ".join("null" if t is None else t.__name__ for t in shape)
+        return [], f"is {type(value).__name__} {value!r:.40}, not {names}"
+    pairs: list[tuple[int | str, Any, Any]]
+    if isinstance(shape, list):
+        if type(value) is not list:
+            return [], "is not a list"
+        pairs = [(i, v, shape[0]) for i, v in enumerate(value)]
+    elif isinstance(shape, dict):
+        if type(value) is not dict or value.keys() != shape.keys():
+            return [], f"is not an object with the keys {sorted(shape)}"
+        pairs = [(k, value[k], s) for k, s in shape.items()]
+    elif isinstance(shape, _Row):
+        if type(value) is not list or len(value) != len(shape.shapes):
+            return [], f"is not a list of {len(shape.shapes)}"
+        pairs = [(i, v, s) for i, (v, s) in enumerate(zip(value, shape.shapes, strict=True))]
+    else:
+        if type(value) is not dict:
+            return [], "is not an object"
+        pairs = [(k, v, shape.values) for k, v in value.items()]
+    for key, item, item_shape in pairs:
+        found = _mismatch(item, item_shape)
+        if found is not None:
+            found[0].append(key)
+            return found
+    return None
+
+
 def _declared_of(data: Mapping[str, Any]) -> Declared:
+    """What :func:`_declared_data` wrote, read back; ``ValueError`` naming the first value of another
+    shape (an entry edited, or written by another version, is rebuilt, never an internal error)."""
+    problem = _shape_problem(data, _DECLARED, "declared")
+    if problem is not None:
+        raise ValueError(problem)
     return Declared(
         reports=tuple(_report_of(r) for r in data["reports"]),
         impls=tuple(_impl_of(i) for i in data["impls"]),

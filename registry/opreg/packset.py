@@ -5,7 +5,8 @@ it (``registry.packs``); the exporter and the conformance kit call hooks through
 iterates over the :class:`~opreg.pluginapi.PackReport` of every discovered pack, and
 calls the loaded packs' hooks one pack at a time through pluggy's
 ``subset_hook_caller`` (cached per pack and hook), checking each result against the
-hook's contract (:data:`opreg.hookspecs.CONTRACTS`). A pack whose hook raises or
+hook's contract (:data:`opreg.hookspecs.CONTRACTS`), through :func:`call_one`, the one per-pack
+caller the loader uses too. A pack whose hook raises or
 breaks its contract is logged once per host and left out while the others answer;
 with ``strict`` the :class:`~opreg.pluginapi.HookError` is raised instead.
 """
@@ -16,6 +17,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from opreg.hookchecks import Checked, Contract
 from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, STATUSES, HookError, PackReport, Rejection
 
 logger = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ class PackSet:
         manager: Any = None,
         plugins: Mapping[str, object] | None = None,
         *,
-        contracts: Mapping[str, Any] | None = None,
+        contracts: Mapping[str, Contract] | None = None,
         strict: bool = False,
     ) -> None:
         self._reports = tuple(reports)
@@ -96,25 +98,12 @@ class PackSet:
             self._implemented[pack] = found
         return found
 
-    def call_pack(self, pack: str, hook: str, **kwargs: Any) -> Any:
-        """Pack ``pack``'s ``hook``, checked against its contract: a
-        :class:`~opreg.hookspecs.Checked` (the normalized value, and the problems of the items
-        left out of it). :class:`~opreg.pluginapi.HookError` if the hook raises or its result
-        cannot be used; ``KeyError`` if the pack is not loaded."""
+    def call_pack(self, pack: str, hook: str, **kwargs: Any) -> Checked:
+        """Pack ``pack``'s ``hook``, checked against its contract (see :func:`call_one`; the
+        caller is made once per pack and hook); ``KeyError`` if the pack is not loaded."""
         plugin = self._plugins[pack]
-        caller = self._callers.get((pack, hook))
-        if caller is None:
-            assert self._manager is not None
-            others = [p for p in self._manager.get_plugins() if p is not plugin]
-            caller = self._callers[(pack, hook)] = self._manager.subset_hook_caller(hook, remove_plugins=others)
-        try:
-            results = caller(**kwargs)
-        except Exception as e:
-            error = HookError(pack, hook, f"raised {type(e).__name__}: {e}")
-            error.__cause__ = e
-            raise error from e
-        contract = self._contracts[hook]
-        return contract.apply(pack, results[0] if results else None)
+        assert self._manager is not None
+        return call_one(self._manager, plugin, pack, self._contracts[hook], kwargs, callers=self._callers)
 
     def call(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
         """``(pack, value)`` for each loaded pack implementing ``hook``, in load order, each value
@@ -146,3 +135,32 @@ class PackSet:
         logger.warning("%s; %s", error, consequence)
         if error.__cause__ is not None:
             logger.debug("%s: traceback", error, exc_info=error.__cause__)
+
+
+def call_one(
+    manager: Any,
+    plugin: object,
+    pack: str,
+    contract: Contract,
+    kwargs: Mapping[str, Any],
+    *,
+    callers: dict[tuple[str, str], Any] | None = None,
+) -> Checked:
+    """The one per-pack caller, used by the loader and by :class:`PackSet`: pack ``pack``'s
+    (``plugin``'s) hook ``contract.hook`` called alone, through pluggy's ``subset_hook_caller`` of
+    ``manager`` (kept in ``callers`` under ``(pack, hook)`` when given), its result checked against
+    ``contract``: a :class:`~opreg.hookchecks.Checked` (the normalized value, and the problems of
+    the items left out of it). :class:`~opreg.pluginapi.HookError` if the hook raises or its result
+    cannot be used."""
+    hook = contract.hook
+    caller = None if callers is None else callers.get((pack, hook))
+    if caller is None:
+        others = [p for p in manager.get_plugins() if p is not plugin]
+        caller = manager.subset_hook_caller(hook, remove_plugins=others)
+        if callers is not None:
+            callers[(pack, hook)] = caller
+    try:
+        results = caller(**kwargs)
+    except Exception as e:
+        raise HookError(pack, hook, f"raised {type(e).__name__}: {e}") from e
+    return contract.apply(pack, results[0] if results else None)

@@ -42,11 +42,12 @@ import json
 import logging
 import sys
 import types
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from opreg import packfaults
 from opreg.errors import InvalidArgumentError, PluginError
-from opreg.pluginapi import CapturePatch, HookError, PatchOutcome, installed_version, requirement
+from opreg.pluginapi import CapturePatch, HookError, PatchOutcome, foreign_versions, installed_version, requirement
 
 if TYPE_CHECKING:
     from opreg.registry import Registry
@@ -85,13 +86,7 @@ def metadata(outcomes: Iterable[PatchOutcome]) -> str | None:
 
 def read_metadata(value: str | None) -> list[dict[str, Any]]:
     """The applied patches a model's :data:`METADATA_KEY` metadata lists (``[]`` if none or unreadable)."""
-    if not value:
-        return []
-    try:
-        entries = json.loads(value)
-    except ValueError:
-        return []
-    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    return packfaults.read_metadata(value)
 
 
 # -- what the packs offer ------------------------------------------------------------------
@@ -190,7 +185,7 @@ def _names(function: Any) -> set[str]:
 
 
 def _warn(pack: str, label: str, detail: str) -> None:
-    logger.warning("pack %r: capture patch %s left out: %s", pack, label, detail)
+    packfaults.report(packfaults.PackFault(pack, packfaults.PATCH, label, f"left out: {detail}"))
 
 
 class _Installed:
@@ -209,12 +204,15 @@ class _Installed:
     def label(self) -> str:
         return f"{self.pack}:{self.patch.name}"
 
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.pack, self.patch.name
+
     def install(self) -> None:
         patch = self.patch
         if patch.context is not None:
-            manager = patch.context()
-            manager.__enter__()
-            self._context = manager
+            self._context = patch.context()  # before entering: an __enter__ that raises is exited too
+            self._context.__enter__()
             return
         owner, attribute = resolve(patch)
         raw = owner.__dict__[attribute] if attribute in vars(owner) else getattr(owner, attribute)
@@ -225,15 +223,8 @@ class _Installed:
         new: Any = self._counting(original)
         new = kind(new) if kind is not None else new
         self._replace(owner, attribute, new)
-        if isinstance(owner, types.ModuleType):  # `from library import function` made other references
-            for module in list(sys.modules.values()):
-                if (
-                    module is not owner
-                    and isinstance(module, types.ModuleType)
-                    and getattr(module, attribute, None) is original
-                    and attribute in vars(module)
-                ):
-                    self._replace(module, attribute, new)
+        for module in _copies(owner, attribute, original):  # `from library import function` made other references
+            self._replace(module, attribute, new)
 
     def _counting(self, original: Callable[..., Any]) -> Callable[..., Any]:
         replacement = self.patch.replacement
@@ -261,11 +252,11 @@ class _Installed:
         """Put everything back; raises the first error met, after trying every step."""
         errors: list[BaseException] = []
         if self._context is not None:
+            context, self._context = self._context, None
             try:
-                self._context.__exit__(None, None, None)
+                context.__exit__(None, None, None)
             except Exception as e:
                 errors.append(e)
-            self._context = None
         while self._restore:
             try:
                 self._restore.pop()()
@@ -273,6 +264,75 @@ class _Installed:
                 errors.append(e)
         if errors:
             raise errors[0]
+
+
+def _copies(owner: Any, attribute: str, original: Any) -> list[types.ModuleType]:
+    """The other loaded modules that hold ``original`` under ``attribute`` (``from owner import
+    attribute``), when ``owner`` is a module."""
+    if not isinstance(owner, types.ModuleType):
+        return []
+    return [
+        module
+        for module in list(sys.modules.values())
+        if module is not owner
+        and isinstance(module, types.ModuleType)
+        and attribute in vars(module)
+        and vars(module)[attribute] is original
+    ]
+
+
+_ABSENT = object()
+
+
+class _Guard:
+    """What the chosen patches declare they patch (each ``module.function`` and the modules that
+    imported it by name), as it was before a capture: :meth:`restore` compares after the patches
+    were reverted, and puts back what differs, whatever the patch did on install, enter or exit."""
+
+    def __init__(self, chosen: Sequence[tuple[str, CapturePatch, str]]) -> None:
+        self._entries: list[tuple[str, str, Any, str, Any]] = []  # label, target, holder, attribute, value
+        for pack, patch, _ in chosen:
+            try:
+                owner, attribute = resolve(patch)
+            except Exception:  # nothing there to guard: installing it fails and says so
+                continue
+            value = vars(owner).get(attribute, _ABSENT)
+            label = f"{pack}:{patch.name}"
+            self._entries.append((label, patch.target, owner, attribute, value))
+            for module in _copies(owner, attribute, value) if value is not _ABSENT else []:
+                self._entries.append((label, f"{module.__name__}.{attribute}", module, attribute, value))
+
+    def restore(self) -> dict[str, list[str]]:
+        """Put back every guarded attribute that changed; ``{patch label: [what it left changed]}``.
+        :class:`PluginError` naming it when one cannot be put back."""
+        changed: dict[str, list[str]] = {}
+        for label, target, holder, attribute, value in self._entries:
+            if vars(holder).get(attribute, _ABSENT) is value:
+                continue
+            try:
+                _put(holder, attribute, value)
+            except Exception as e:
+                raise PluginError(
+                    f"capture patch {label} left {target} changed after the capture and opreg could not put the "
+                    f"original back ({_error(e)}): restart the Python process before using {target} again"
+                ) from e
+            changed.setdefault(label, []).append(target)
+        return changed
+
+
+def _put(holder: Any, attribute: str, value: Any) -> None:
+    """``holder.attribute = value`` (or deleted, for :data:`_ABSENT`), past a ``__setattr__`` of its own."""
+    if isinstance(holder, types.ModuleType):
+        if value is _ABSENT:
+            vars(holder).pop(attribute, None)
+        else:
+            vars(holder)[attribute] = value
+        return
+    kind = type if isinstance(holder, type) else object
+    if value is _ABSENT:
+        kind.__delattr__(holder, attribute)
+    else:
+        kind.__setattr__(holder, attribute, value)
 
 
 def resolve(patch: CapturePatch) -> tuple[Any, str]:
@@ -346,54 +406,66 @@ class PatchedCapture:
                 detail = f"the model has no module from {scope} and no forward calling {patch.function}"
                 others.append(outcome(UNUSED, detail, version))
                 continue
+            foreign = foreign_versions(patch)
+            if foreign is not None:
+                _warn(pack, f"{pack}:{patch.name}", foreign)
+                others.append(outcome(FAILED, foreign, version))
+                continue
             chosen.append((pack, patch, version))
         return chosen, others
 
     def run(self, model: Any, capture: Callable[[], T]) -> T:
         """``capture()`` with the patches that apply to ``model`` installed. A patch that raises while
         installed, during the capture (when the capture then fails) or while reverted is reported,
-        and the capture is run again without it."""
+        and the capture is run again without it. Whatever a patch does, what the patches declare
+        they patch is compared after each capture with what it was before, and put back if it
+        differs (reported against the patch)."""
         chosen, others = self._screen(model)
         failed: list[PatchOutcome] = []
+        versions = {(pack, patch.name): version for pack, patch, version in chosen}
         while True:
             installed: list[_Installed] = []
-            attempt_failed: list[PatchOutcome] = []
+            refused: list[tuple[_Installed, str]] = []
             result: Any = None
             error: BaseException | None = None
+            guard = _Guard(chosen)
             try:
-                for pack, patch, version in chosen:
+                for pack, patch, _ in chosen:
                     one = _Installed(pack, patch)
                     try:
                         one.install()
                     except Exception as e:
                         with contextlib.suppress(Exception):
                             one.revert()
-                        attempt_failed.append(self._failed(one, version, f"installing it raised {_error(e)}"))
+                        refused.append((one, f"installing it raised {_error(e)}"))
                         continue
+                    except BaseException:  # an interrupt while installing: reverted with the others below
+                        installed.append(one)
+                        raise
                     installed.append(one)
                 try:
                     result = capture()
                 except Exception as e:
                     error = e
             finally:
-                for one in reversed(installed):
-                    try:
-                        one.revert()
-                    except Exception as e:
-                        version = next(v for p, q, v in chosen if q is one.patch and p == one.pack)
-                        attempt_failed.append(self._failed(one, version, f"reverting it raised {_error(e)}"))
+                problems = _revert_all(installed, guard)
+            attempt_failed = [
+                self._failed(one, versions[one.key], _joined(detail, problems.pop(one.label, "")))
+                for one, detail in refused
+            ]
             if error is not None:
-                culprits = [one for one in installed if one.raised and _in_chain(error, one.raised)]
-                for one in culprits:
-                    version = next(v for p, q, v in chosen if q is one.patch and p == one.pack)
-                    detail = f"it raised {_error(one.raised[-1])} during the capture; captured again without it"
-                    attempt_failed.append(self._failed(one, version, detail))
+                for one in installed:
+                    raised = one.raised and _in_chain(error, one.raised)
+                    if raised or one.label in problems:
+                        detail = f"it raised {_error(one.raised[-1])} during the capture" if raised else ""
+                        detail = _joined(detail, problems.pop(one.label, ""), "captured again without it")
+                        attempt_failed.append(self._failed(one, versions[one.key], detail))
             failed += attempt_failed
             gone = {(o.pack, o.name) for o in attempt_failed}
             if error is not None and gone:
                 chosen = [c for c in chosen if (c[0], c[1].name) not in gone]
                 continue  # without the patches that failed
-            self.outcomes = (*self.outcomes, *failed, *self._settled(installed, chosen, gone), *others)
+            self.outcomes = (*self.outcomes, *failed, *self._settled(installed, versions, gone, problems), *others)
             if error is not None:
                 raise error
             return result
@@ -404,22 +476,30 @@ class PatchedCapture:
 
     @staticmethod
     def _settled(
-        installed: Sequence[_Installed], chosen: Sequence[tuple[str, CapturePatch, str]], gone: set[tuple[str, str]]
+        installed: Sequence[_Installed],
+        versions: Mapping[tuple[str, str], str],
+        gone: set[tuple[str, str]],
+        problems: Mapping[str, str],
     ) -> list[PatchOutcome]:
-        versions = {(pack, patch.name): version for pack, patch, version in chosen}
+        """The outcomes of the patches that stayed installed through the capture (``problems``: what
+        went wrong putting one back, reported as its pack's fault; the capture still used it)."""
         outcomes = []
         for one in installed:
             patch = one.patch
-            if (one.pack, patch.name) in gone:
+            if one.key in gone:
                 continue
-            version = versions[(one.pack, patch.name)]
             if patch.context is not None:
                 status, calls, detail = APPLIED, None, "installed for the capture"
             elif one.calls:
                 status, calls, detail = APPLIED, one.calls, f"called {one.calls} time(s) during the capture"
             else:
                 status, calls, detail = UNREACHED, 0, "installed, but the capture never called it"
-            outcomes.append(_outcome(one.pack, patch, status, detail, version, calls))
+            problem = problems.get(one.label)
+            if problem:
+                what = "the model was captured with it" if status == APPLIED else "the capture never called it"
+                packfaults.report(packfaults.PackFault(one.pack, packfaults.PATCH, one.label, f"{problem} ({what})"))
+                detail = _joined(detail, problem)
+            outcomes.append(_outcome(one.pack, patch, status, detail, versions[one.key], calls))
         return outcomes
 
     @contextlib.contextmanager
@@ -428,17 +508,37 @@ class PatchedCapture:
         conformance kit runs eager models through them); yields the outcomes, filled on exit."""
         box: list[PatchOutcome] = []
         chosen, others = self._screen(model)
+        guard = _Guard(chosen)
         installed: list[_Installed] = []
         try:
             for pack, patch, _ in chosen:
                 one = _Installed(pack, patch)
+                installed.append(one)  # before installing: one that fails halfway is reverted too
                 one.install()
-                installed.append(one)
             yield box
         finally:
-            for one in reversed(installed):
-                one.revert()
-            box += self._settled(installed, chosen, set()) + others
+            problems = _revert_all(installed, guard)
+            versions = {(pack, patch.name): version for pack, patch, version in chosen}
+            box += self._settled(installed, versions, set(), problems) + others
+
+
+def _revert_all(installed: Sequence[_Installed], guard: _Guard) -> dict[str, str]:
+    """Revert ``installed`` (last first), then put back whatever the guard finds still changed;
+    ``{patch label: what went wrong}`` for each patch whose revert raised or left a change."""
+    problems: dict[str, str] = {}
+    for one in reversed(installed):
+        try:
+            one.revert()
+        except Exception as e:
+            problems[one.label] = f"reverting it raised {_error(e)}"
+    for label, targets in guard.restore().items():
+        left = f"it left {', '.join(targets)} changed after the capture; opreg put the original back"
+        problems[label] = _joined(problems.get(label, ""), left)
+    return problems
+
+
+def _joined(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def _outcome(pack: str, patch: CapturePatch, status: str, detail: str, installed: str = "",

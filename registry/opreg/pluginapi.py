@@ -327,6 +327,39 @@ def installed_version(patch: CapturePatch) -> tuple[str | None, bool]:
     return version, wanted.specifier.contains(public, prereleases=True)
 
 
+def foreign_versions(patch: CapturePatch) -> str | None:
+    """Why ``patch.versions`` does not say which versions of the patched code it fits: it names a
+    distribution other than the one that installed ``patch.module``; ``None`` when it names that
+    one, or when no installed distribution is known to own the module (a module on ``sys.path``
+    without a record)."""
+    from packaging.utils import canonicalize_name
+
+    top = patch.module.split(".", 1)[0]
+    named = requirement(patch).name
+    try:
+        distribution = importlib.metadata.distribution(named)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if _provides(distribution, top):
+        return None
+    owners = importlib.metadata.packages_distributions().get(top) or []
+    if not owners or canonicalize_name(named) in {canonicalize_name(o) for o in owners}:
+        return None
+    return (
+        f"versions={patch.versions!r} names the distribution {named!r}, but {patch.module} is installed by "
+        f"{', '.join(sorted(set(owners)))}: a patch's versions are those of the code it patches (e.g. "
+        f"'{sorted(owners)[0]}>=...'); the patch is not installed"
+    )
+
+
+def _provides(distribution: importlib.metadata.Distribution, top: str) -> bool:
+    """Whether ``distribution``'s record says it installed the top-level module or package ``top``."""
+    listed = distribution.read_text("top_level.txt")
+    if listed:
+        return top in listed.split()
+    return any(f.parts and f.parts[0].removesuffix(".py") == top for f in distribution.files or ())
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PatchOutcome:
     """What happened to one offered patch in one capture.
@@ -370,6 +403,7 @@ class PatchOutcome:
 __all__ = [
     "CapturePatch",
     "PatchOutcome",
+    "foreign_versions",
     "installed_version",
     "requirement",
     "DISABLED",

@@ -23,8 +23,9 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opreg.errors import InvalidArgumentError, InvalidTargetError, OpregError, PluginError, PluginNotFoundError
+from opreg.hookchecks import Checked
 from opreg.opname import OpName
-from opreg.packset import PackSet
+from opreg.packset import PackSet, call_one
 from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, HookError, PackReport, Rejection
 from opreg.registry import CORE_PACK, USER_PACK, Impl, Registry
 from opreg.targets import BUILTIN_PROFILES, Target, domain_label
@@ -246,18 +247,13 @@ class _Loaded:
     problems: list[str] = dataclasses.field(default_factory=list)
 
 
-def _call_one(pm: pluggy.PluginManager, plugin: Any, pack: str, hook: str, **kwargs: Any) -> Any:
-    """``plugin``'s ``hook`` (if it implements it), checked against the hook's contract
-    (:data:`opreg.hookspecs.CONTRACTS`): a :class:`~opreg.hookspecs.Checked`, or the
-    :class:`~opreg.pluginapi.HookError` the exporter and the kit would give for it."""
+def _call_one(pm: pluggy.PluginManager, plugin: Any, pack: str, hook: str, **kwargs: Any) -> Checked:
+    """``plugin``'s ``hook`` through the one per-pack caller (:func:`opreg.packset.call_one`), as
+    the exporter and the kit call it: a :class:`~opreg.hookchecks.Checked`, or its
+    :class:`~opreg.pluginapi.HookError`."""
     from opreg import hookspecs
 
-    others = [p for p in pm.get_plugins() if p is not plugin]
-    try:
-        results = pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
-    except Exception as e:
-        raise HookError(pack, hook, f"raised {type(e).__name__}: {e}") from e
-    return hookspecs.CONTRACTS[hook].apply(pack, results[0] if results else None)
+    return call_one(pm, plugin, pack, hookspecs.CONTRACTS[hook], kwargs)
 
 
 def _warn_once(pack: str, reason: str, error: BaseException | None = None) -> None:

@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opreg import _inspect
+from opreg import _inspect, _opsets
 from opreg.errors import (
     FrozenRegistryError,
     InvalidArgumentError,
@@ -850,7 +850,7 @@ def build_impl(
             f"impl {_inspect.display_signature(function)} for {op} takes the opset it is registered at "
             f"(keyword-only parameter {_inspect.OPSET_PARAMETER!r}): declare it, @opreg.impl({str(op)!r}, opset=N)"
         )
-    used = _inspect.used_opsets(function)
+    used = _opsets.used_opsets(function)
     requirement = _requirement(op, function, used, opset, domains, versioned=params.takes_opset)
 
     schema = _inspect.torch_schema(op)
@@ -899,7 +899,7 @@ def _requirement(
     def name() -> str:  # formatted only for an error message
         return _inspect.display_signature(function)
 
-    modules = _inspect.onnx_module_versions(used)
+    modules = _opsets.onnx_module_versions(used)
     if opset is None:
         onnx_range = VersionRange(max(modules) if modules else onnx_opset_range()[0])
     else:

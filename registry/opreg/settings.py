@@ -10,11 +10,12 @@ only when ``opreg.export`` or ``opreg.ExportSettings`` is first used.
 import dataclasses
 import difflib
 import inspect
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opreg.errors import InvalidArgumentError
-from opreg.targets import TargetLike
+from opreg.targets import Target, TargetLike
 
 if TYPE_CHECKING:
     from opreg.registry import Registry
@@ -125,6 +126,23 @@ class ExportSettings:
             raise InvalidArgumentError(
                 f"exclude_patches= takes a list of patch names, got the string {self.exclude_patches!r}"
             )
+        if not isinstance(self.dynamic_shapes, (dict, tuple, list, str, type(None))):  # a str: checked above
+            raise InvalidArgumentError(
+                f"dynamic_shapes= takes None, {AUTO_SHAPES!r}, or a dict by forward's parameter names (or a tuple by "
+                f"position) of {{dim index: torch.export.Dim}}, as torch.export.export takes it, got "
+                f"{describe(self.dynamic_shapes)}"
+            )
+        if isinstance(self.target, bool) or not isinstance(self.target, (str, int, Mapping, Target)):
+            raise InvalidArgumentError(
+                "target= takes a profile name ('onnx', 'onnxruntime'), an ai.onnx version (18), a {domain: version} "
+                f"dict or an opreg.Target, got {describe(self.target)}"
+            )
+        weights = self.weights
+        if weights is not None and (isinstance(weights, bytes) or not isinstance(weights, (os.PathLike, Iterable))):
+            raise InvalidArgumentError(
+                "weights= takes a safetensors file or folder, a list of files, or a mapping of names to tensors, "
+                f"got {describe(weights)}"
+            )  # checked here too: a model with no meta-device tensor never reads it
         if self.progress is not None and not callable(self.progress):
             raise InvalidArgumentError(
                 f"progress= takes a function called with each stage's name, got {describe(self.progress)}"

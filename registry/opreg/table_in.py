@@ -39,7 +39,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from opreg import _inspect
+from opreg import _inspect, _opsets
 from opreg.errors import InvalidOpNameError, RegistrationError
 from opreg.opname import OpName
 from opreg.registry import Impl, build_impl, impl_name
@@ -133,8 +133,8 @@ def _union_requirement(functions: Sequence[Any]) -> tuple[int, dict[str, int]]:
     onnx_min = onnx_opset_range()[0]
     domains: dict[str, int] = {}
     for function in functions:
-        used = _inspect.used_opsets(function)
-        onnx_min = max([onnx_min, *_inspect.onnx_module_versions(used)])
+        used = _opsets.used_opsets(function)
+        onnx_min = max([onnx_min, *_opsets.onnx_module_versions(used)])
         for domain, versions in used.items():
             known = [v for v in versions if v is not None]
             if domain != ONNX_DOMAIN and known:

@@ -41,7 +41,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from opreg import _inspect
+from opreg import _inspect, _opsets
 from opreg.opname import OpName
 from opreg.targets import Target
 
@@ -171,7 +171,7 @@ def _problem(op: OpName, impl: Impl, overload: Any) -> str | None:
         )
     if impl.kind == _inspect.SCRIPT:
         return None  # torch.onnx records a call of the function and inlines its body
-    for domain, version, op_type in sorted(_inspect.emitted_ops(function), key=str):
+    for domain, version, op_type in sorted(_opsets.emitted_ops(function), key=str):
         if not _has_schema(op_type, version, domain):
             return (
                 f"it calls {domain or 'ai.onnx'}::{op_type}, which onnx has no schema for at version {version}; "

@@ -10,10 +10,10 @@ multiplies in int8 (the input quantized per block as it goes).
 Two ways in:
 
 - :class:`MatMulNBitsQuantization`, an ``onnx_ir`` pass given to ``opreg.export(...,
-  passes=[...])``: it quantizes the float32 weight of every ``MatMul``/``FusedMatMul`` that
-  reads one (round to nearest, ONNX Runtime's own ``DefaultWeightOnlyQuantizer``, the
-  kernel its ``MatMulNBitsQuantizer`` and ONNX Runtime GenAI's builder call, so the same
-  weights give the same bytes).
+  passes=[...])``: it quantizes the float32 weight of every ``MatMul``/``FusedMatMul`` (and
+  2-D linear ``Gemm``) that reads one (round to nearest, with the kernels ONNX Runtime's own
+  ``DefaultWeightOnlyQuantizer`` calls, which its ``MatMulNBitsQuantizer`` and ONNX Runtime
+  GenAI's builder use, so the same weights give the same bytes).
 - :class:`TorchaoWeights`, offered by the pack's ``opreg_rewrite_rules`` at targets with
   com.microsoft: a model quantized in PyTorch with torchao's weight-only configs
   (``IntxWeightOnlyConfig`` with int4 or int8 and ``PerGroup``/``PerAxis``,
@@ -26,6 +26,7 @@ Two ways in:
 from __future__ import annotations
 
 import fnmatch
+import warnings
 from collections.abc import Iterable
 
 import numpy as np
@@ -33,6 +34,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common
 
 from opreg import weights as lazy_weights
+from opreg.packfaults import user_stacklevel
 from opreg_ort_contrib import CONTRIB_DOMAIN
 
 BITS = (4, 8)
@@ -90,6 +92,27 @@ def _weight_of(node: ir.Node) -> tuple[ir.Value, bool] | None:
     return None
 
 
+def _gemm_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None] | str | None:
+    """``(weight, stored (N, K), bias or None)`` if ``node`` is ``Gemm(x, W, C)`` computing a linear layer
+    (a 2-D Linear: ``x @ W.T + C``) on a float32 2-D initializer; why it cannot be one MatMulNBits if
+    it is such a Gemm in another form (a string); ``None`` if it is no such Gemm."""
+    if (node.op_type, node.domain) != ("Gemm", "") or len(node.inputs) < 2 or node.inputs[0] is None:
+        return None
+    x, weight = node.inputs[0], node.inputs[1]
+    bias = node.inputs[2] if len(node.inputs) > 2 else None
+    if weight is None or not weight.is_initializer() or weight.const_value is None:
+        return None
+    if weight.dtype != ir.DataType.FLOAT or x.dtype != ir.DataType.FLOAT or weight.shape is None:
+        return None
+    attributes = {a.name: a.value for a in node.attributes.values()}
+    scaled = {k: attributes[k] for k in ("alpha", "beta", "transA") if k in attributes}
+    beta = scaled.get("beta", 1.0) if bias is not None else 1.0  # without C, beta does nothing
+    if scaled.get("transA", 0) or scaled.get("alpha", 1.0) != 1.0 or beta != 1.0:
+        shown = ", ".join(f"{k}={v}" for k, v in scaled.items())
+        return f"its Gemm ({shown}) is not a plain x @ W + bias, which MatMulNBits computes"
+    return weight, bool(attributes.get("transB", 0)), bias
+
+
 def _initializers(graph: ir.Graph, tensors: dict[str, tuple[str, np.ndarray] | None]) -> list[ir.Value | None]:
     """MatMulNBits' inputs after A (``B``, ``scales``, ``zero_points``, ``g_idx``, ``bias``) as new
     initializers, from ``{role: (name, array) or None}``; trailing absent ones dropped."""
@@ -111,8 +134,8 @@ def _new_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
 
 def quantize_rows(quantizer, rows) -> tuple:
     """Block quantization of a run of rows of an ``(N, K)`` float32 weight (a torch tensor):
-    ``(packed, scales, zero_points)`` of those rows, as torch tensors, by ONNX Runtime's
-    ``DefaultWeightOnlyQuantizer`` (each row is one column of MatMulNBits' ``(K, N)`` weight, its
+    ``(packed, scales, zero_points)`` of those rows, as torch tensors, by ``quantizer`` (the kernels
+    ONNX Runtime's ``DefaultWeightOnlyQuantizer`` calls, :class:`_BlockQuantizer`, or that quantizer) (each row is one column of MatMulNBits' ``(K, N)`` weight, its
     blocks along K: the rows of a weight are quantized independently, so a run at a time gives the
     bytes the whole weight gives)."""
     import torch
@@ -146,13 +169,20 @@ def _register(graph: ir.Graph, tensor) -> ir.Value:
     return value
 
 
-def _replace(graph: ir.Graph, node: ir.Node, x: ir.Value, inputs: list[ir.Value | None], attributes) -> None:
-    """Replace ``node`` by ``MatMulNBits(x, *inputs)``, keeping its provenance and its output's
-    name, type and shape (a graph output stays one by name)."""
-    new = ir.node(
-        "MatMulNBits", [x, *inputs], attributes, domain=CONTRIB_DOMAIN, metadata_props=dict(node.metadata_props)
-    )
-    ir.convenience.replace_nodes_and_values(graph, node, [node], [new], [node.outputs[0]], [new.outputs[0]])
+def _replace(
+    graph: ir.Graph, node: ir.Node, x: ir.Value, inputs: list[ir.Value | None], attributes, bias: ir.Value | None = None
+) -> None:
+    """Replace ``node`` by ``MatMulNBits(x, *inputs)`` (+ ``bias``: its input when it is a vector of
+    N, else an Add after it), keeping its provenance and its output's name, type and shape (a graph
+    output stays one by name)."""
+    vector = bias is not None and bias.shape is not None and list(bias.shape) == [attributes["N"]]
+    if vector:
+        inputs = [*inputs, *[None] * (4 - len(inputs)), bias]  # B, scales, zero_points, g_idx, bias
+    metadata = dict(node.metadata_props)
+    made = [ir.node("MatMulNBits", [x, *inputs], attributes, domain=CONTRIB_DOMAIN, metadata_props=metadata)]
+    if bias is not None and not vector:  # a bias of another shape (1 x N, M x N) broadcasts as Gemm's C does
+        made.append(ir.node("Add", [made[0].outputs[0], bias], metadata_props=dict(metadata)))
+    ir.convenience.replace_nodes_and_values(graph, node, [node], made, [node.outputs[0]], [made[-1].outputs[0]])
 
 
 def _fresh(graph: ir.Graph, name: str) -> str:
@@ -163,6 +193,55 @@ def _fresh(graph: ir.Graph, name: str) -> str:
     while f"{name}_{index}" in taken:
         index += 1
     return f"{name}_{index}"
+
+
+class _BlockQuantizer:
+    """ONNX Runtime's block quantization of a (K, N) float32 weight for MatMulNBits: the C++ kernels
+    (``quantize_matmul_4bits`` / ``_8bits``) that its ``DefaultWeightOnlyQuantizer.qbits_block_quant``
+    calls in the QOperator format, called the same way, so the same weights give the same bytes
+    (``plugins/ort_contrib/tests/test_quantize.py`` compares the two).
+
+    Not through ``onnxruntime.quantization``: importing it calls ``logging.basicConfig(level=INFO)``
+    (the whole process then logs INFO records to stderr) and, through ``onnxruntime.transformers``,
+    appends that package's folder to ``sys.path``; an export must change neither."""
+
+    def __init__(self, bits: int, block_size: int, symmetric: bool) -> None:
+        self.bits, self.block_size, self.symmetric = bits, block_size, symmetric
+
+    def qbits_block_quant(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(packed (N, blocks, bytes per block), scales (N, blocks), zero points (N, packed blocks))``."""
+        from onnxruntime.capi import _pybind_state as kernels
+
+        rows, cols = weight.shape  # K, N
+        per_byte, size = 8 // self.bits, self.block_size
+        blocks = (rows + size - 1) // size
+        if blocks * size > rows:
+            weight = np.pad(weight, ((0, blocks * size - rows), (0, 0)), "constant")
+        packed = np.zeros((cols, blocks, (size + per_byte - 1) // per_byte), dtype=np.uint8)
+        zero_points = np.zeros((cols, (blocks + per_byte - 1) // per_byte), dtype=np.uint8)
+        scales = np.zeros((cols, blocks), dtype=weight.dtype)
+        quantize = kernels.quantize_matmul_8bits if self.bits == 8 else kernels.quantize_matmul_4bits
+        quantize(packed, weight, scales, zero_points, size, cols, rows, self.symmetric)
+        return packed, scales, zero_points
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check(owner: str, option: str, value: object, ok: bool, takes: str) -> None:
+    """:class:`opreg.InvalidArgumentError` naming the option and what it takes, unless ``ok``: options
+    are checked when the pass is made, before any capture."""
+    if not ok:
+        from opreg import InvalidArgumentError
+
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise InvalidArgumentError(f"{owner}: {option}= takes {takes}, got {type(value).__name__} {shown}")
+
+
+def _check_accuracy_level(owner: str, level: object) -> None:
+    ok = level is None or (_is_int(level) and level in ACCURACY_LEVELS)
+    _check(owner, "accuracy_level", level, ok, "None or 0, 1, 2, 3, 4 (4: int8, the fastest on CPU)")
 
 
 class MatMulNBitsQuantization(ir.passes.InPlacePass):
@@ -196,23 +275,18 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         accuracy_level: int | None = ACCURACY_LEVEL,
         exclude: Iterable[str] = (),
     ) -> None:
-        from opreg import InvalidArgumentError
-
         super().__init__()
-        if bits not in BITS:
-            raise InvalidArgumentError(f"MatMulNBitsQuantization: bits must be 4 or 8, got {bits!r}")
-        if not isinstance(block_size, int) or block_size < 16 or block_size & (block_size - 1):
-            raise InvalidArgumentError(
-                f"MatMulNBitsQuantization: block_size must be a power of two, at least 16, got {block_size!r}"
-            )
-        if accuracy_level is not None and accuracy_level not in ACCURACY_LEVELS:
-            raise InvalidArgumentError(
-                f"MatMulNBitsQuantization: accuracy_level must be None or 0-4, got {accuracy_level!r}"
-            )
-        if isinstance(exclude, str):
-            raise InvalidArgumentError(f"MatMulNBitsQuantization: exclude must be a list of names, got {exclude!r}")
+        name = "MatMulNBitsQuantization"
+        _check(name, "bits", bits, _is_int(bits) and bits in BITS, "4 or 8")
+        power = _is_int(block_size) and block_size >= 16 and not block_size & (block_size - 1)
+        _check(name, "block_size", block_size, power, "a power of two, at least 16 (16, 32, 64, 128, 256)")
+        _check(name, "symmetric", symmetric, isinstance(symmetric, bool), "True or False")
+        _check_accuracy_level(name, accuracy_level)
+        patterns = None if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Iterable) else tuple(exclude)
+        names = patterns is not None and all(isinstance(p, str) for p in patterns)
+        _check(name, "exclude", exclude, names, "a list of weight names or fnmatch patterns, e.g. ['*lm_head*']")
         self.bits, self.block_size, self.symmetric = bits, block_size, symmetric
-        self.accuracy_level, self.exclude = accuracy_level, tuple(exclude)
+        self.accuracy_level, self.exclude = accuracy_level, patterns or ()
 
     def __repr__(self) -> str:
         return (
@@ -220,16 +294,8 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
             f"accuracy_level={self.accuracy_level}, exclude={list(self.exclude)})"
         )
 
-    def _quantizer(self):
-        from onnxruntime.quantization.matmul_nbits_quantizer import (
-            DefaultWeightOnlyQuantConfig,
-            DefaultWeightOnlyQuantizer,
-        )
-
-        config = DefaultWeightOnlyQuantConfig(
-            block_size=self.block_size, is_symmetric=self.symmetric, accuracy_level=self.accuracy_level, bits=self.bits
-        )
-        return DefaultWeightOnlyQuantizer(config)
+    def _quantizer(self) -> _BlockQuantizer:
+        return _BlockQuantizer(self.bits, self.block_size, self.symmetric)
 
     def _quantized(self, graph: ir.Graph, weight: ir.Value, stored_nk: bool, quantizer) -> tuple[list, dict]:
         """MatMulNBits' inputs after A for ``weight`` (new lazy initializers, computed block by block
@@ -262,7 +328,17 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         done: dict[tuple[str, bool], tuple[list[ir.Value | None], dict]] = {}
         weights: dict[tuple[str, bool], ir.Value] = {}
         for node in list(graph):
-            found = _weight_of(node)
+            found, bias = _weight_of(node), None
+            if found is None:
+                gemm = _gemm_of(node)
+                if isinstance(gemm, str):
+                    weight_name = node.inputs[1].name if node.inputs[1] is not None else "?"
+                    warnings.warn(
+                        f"MatMulNBitsQuantization: weight {weight_name!r} stays float32: {gemm}",
+                        stacklevel=user_stacklevel(),
+                    )
+                    continue
+                found, bias = (gemm[:2], gemm[2]) if gemm is not None else (None, None)
             if found is None:
                 continue
             weight, stored_nk = found
@@ -274,7 +350,7 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
                 done[key] = self._quantized(graph, weight, stored_nk, quantizer)
                 weights[key] = weight
             inputs, attributes = done[key]
-            _replace(graph, node, node.inputs[0], inputs, attributes)
+            _replace(graph, node, node.inputs[0], inputs, attributes, bias)
         if not done:
             return ir.passes.PassResult(model, False)
         for key, weight in weights.items():
@@ -467,6 +543,7 @@ class TorchaoWeights(ir.passes.InPlacePass):
 
     def __init__(self, accuracy_level: int | None = None) -> None:
         super().__init__()
+        _check_accuracy_level("TorchaoWeights", accuracy_level)
         self.accuracy_level = accuracy_level
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:

@@ -84,7 +84,13 @@ def test_inverse_without_the_contrib_domain_says_where_it_is_covered():
 
 
 def test_conformance_kit(opreg_pack_check):
-    opreg_pack_check("ort_contrib").assert_ok()
+    report = opreg_pack_check("ort_contrib")
+    report.assert_ok()
+    samples = [r for r in report.results if r.check == "samples"]
+    assert samples and all(r.status == "passed" for r in samples)
+    newest = opreg.newest_supported_opset()
+    assert {"ai.onnx=18", f"ai.onnx={newest}"} <= {r.target.split(",")[0] for r in samples}  # both ends
+    assert {r.check for r in report.results if r.status == "passed"} >= {"load", "import", "samples", "rewrites"}
 
 
 # -- attention -------------------------------------------------------------------------------------

@@ -140,12 +140,111 @@ def test_the_defaults_are_the_fastest_measured_blocks_of_128_symmetric_int8_comp
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"bits": 3}, "bits must be 4 or 8"), ({"block_size": 24}, "power of two"), ({"accuracy_level": 7}, "0-4"),
-     ({"exclude": "lm_head"}, "a list of names")],
+    [({"bits": 3}, r"bits= takes 4 or 8, got int 3$"),
+     ({"bits": 4.0}, r"bits= takes 4 or 8, got float 4\.0$"),
+     ({"bits": True}, r"bits= takes 4 or 8, got bool True$"),
+     ({"block_size": 24}, r"block_size= takes a power of two, at least 16 \(16, 32, 64, 128, 256\), got int 24$"),
+     ({"block_size": 32.0}, r"block_size= takes a power of two, .*got float 32\.0$"),
+     ({"symmetric": "no"}, r"symmetric= takes True or False, got str 'no'$"),
+     ({"symmetric": 1}, r"symmetric= takes True or False, got int 1$"),
+     ({"accuracy_level": 7}, r"accuracy_level= takes None or 0, 1, 2, 3, 4 .*got int 7$"),
+     ({"accuracy_level": True}, r"accuracy_level= takes None or 0, 1, 2, 3, 4 .*got bool True$"),
+     ({"exclude": "lm_head"}, r"exclude= takes a list of weight names or fnmatch patterns.*got str 'lm_head'$"),
+     ({"exclude": [3]}, r"exclude= takes a list of weight names .*got list \[3\]$")],
 )  # fmt: skip
 def test_bad_options_say_what_to_write(options, message):
-    with pytest.raises(opreg.InvalidArgumentError, match=message):
+    """Round 4: every option is checked when the pass is made, before any capture: an
+    InvalidArgumentError naming the option and the values it takes."""
+    with pytest.raises(opreg.InvalidArgumentError, match=rf"^MatMulNBitsQuantization: {message}"):
         MatMulNBitsQuantization(**options)
+    with pytest.raises(opreg.InvalidArgumentError, match=r"^TorchaoWeights: accuracy_level= takes None or 0"):
+        TorchaoWeights(accuracy_level="4")
+
+
+class Addmm(torch.nn.Module):
+    """2-D linear layers as torch.export leaves them (``addmm``), exported as Gemm: a vector bias, a
+    bias of the output's shape, no bias, and two a Gemm computes with alpha or beta."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vector, self.matrix, self.plain = (torch.nn.Parameter(torch.randn(32, 8)) for _ in range(3))
+        self.scaled, self.halved = torch.nn.Parameter(torch.randn(32, 8)), torch.nn.Parameter(torch.randn(32, 8))
+        self.bias, self.full = torch.nn.Parameter(torch.randn(8)), torch.nn.Parameter(torch.randn(3, 8))
+
+    def forward(self, x):
+        return (
+            torch.addmm(self.bias, x, self.vector), torch.addmm(self.full, x, self.matrix), x @ self.plain,
+            torch.addmm(self.bias, x, self.scaled, alpha=2.0), torch.addmm(self.bias, x, self.halved, beta=0.5),
+        )  # fmt: skip
+
+
+def test_a_2d_linear_exported_as_gemm_is_quantized_or_reported():
+    """Round 4: a 2-D Linear is a Gemm, which the pass left float without a word. Now its weight is
+    quantized (the bias MatMulNBits' own input, or an Add when it is not a vector of N), and a Gemm
+    that scales (alpha, beta) is named in a warning and kept."""
+    torch.manual_seed(0)
+    model, x = Addmm().eval(), torch.randn(3, 32)
+    with pytest.warns(UserWarning, match="MatMulNBitsQuantization: weight") as warned:
+        program = opreg.export(model, (x,), target="onnxruntime", passes=[MatMulNBitsQuantization(bits=8)])
+    assert [str(w.message) for w in warned if "MatMulNBits" in str(w.message)] == [
+        f"MatMulNBitsQuantization: weight '{name}' stays float32: its Gemm ({shown}) is not a plain x @ W + bias, "
+        "which MatMulNBits computes"
+        for name, shown in (("scaled", "alpha=2.0, beta=1.0, transA=0"), ("halved", "alpha=1.0, beta=0.5, transA=0"))
+    ]
+    assert all(w.filename == __file__ for w in warned if "MatMulNBits" in str(w.message))  # the user's line
+    nodes = _nodes(program, "MatMulNBits")
+    assert [n.inputs[1].name for n in nodes] == ["vector_Q8", "matrix_Q8", "plain_Q8"]
+    assert [len(n.inputs) for n in nodes] == [6, 3, 3] and nodes[0].inputs[5].name == "bias"
+    assert len(_nodes(program, "Gemm")) == 2 and len(_nodes(program, "Add")) == 1
+    dequantized = list(_dequantized(program).values())
+    with torch.no_grad():
+        for parameter, weight in zip((model.vector, model.matrix, model.plain), dequantized, strict=True):
+            assert np.abs(weight - parameter.numpy()).max() <= np.abs(parameter.numpy()).max() / 127
+            parameter.copy_(torch.from_numpy(weight))
+    program.verify(x, rtol=1e-4, atol=1e-4)  # eager with the dequantized weights
+
+
+@pytest.mark.parametrize(
+    ("bits", "symmetric", "shape"), [(4, True, (100, 24)), (4, False, (64, 8)), (8, False, (70, 5))]
+)
+def test_the_weights_are_packed_byte_for_byte_as_onnx_runtimes_quantizer_packs_them(bits, symmetric, shape):
+    """The pass calls ONNX Runtime's block-quantization kernels itself (its quantizer module's import
+    reconfigures logging and sys.path); they must give what DefaultWeightOnlyQuantizer gives."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, DefaultWeightOnlyQuantizer
+
+    weight = np.random.default_rng(0).standard_normal(shape).astype(np.float32)  # (K, N), K not a block multiple
+    config = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=symmetric, bits=bits)
+    theirs = DefaultWeightOnlyQuantizer(config).qbits_block_quant(weight)
+    ours = MatMulNBitsQuantization(bits=bits, block_size=32, symmetric=symmetric)._quantizer().qbits_block_quant(weight)
+    for mine, reference in zip(ours, theirs, strict=True):
+        assert mine.dtype == reference.dtype and np.array_equal(mine, reference)
+
+
+def test_the_pass_leaves_logging_and_sys_path_alone(tmp_path):
+    """Round 4: ONNX Runtime's matmul_nbits_quantizer calls logging.basicConfig(level=INFO) when
+    first imported, which switched a whole application to INFO records on stderr, and its
+    onnxruntime.transformers appends a folder to sys.path. In a fresh process: the root logger
+    and sys.path are the same after an export with the pass as before, and ONNX Runtime's
+    quantizer module was never imported."""
+    import subprocess
+    import sys
+
+    script = (
+        "import logging, sys, torch, opreg\n"
+        "from opreg_ort_contrib import MatMulNBitsQuantization\n"
+        "before = (logging.getLogger().level, list(logging.getLogger().handlers), list(sys.path))\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(32, 8)).eval()\n"
+        "opreg.export(model, (torch.randn(2, 4, 32),), target='onnxruntime', passes=[MatMulNBitsQuantization()])\n"
+        "after = (logging.getLogger().level, list(logging.getLogger().handlers), list(sys.path))\n"
+        "assert before == after, (before, after)\n"
+        "assert 'onnxruntime.quantization' not in sys.modules\n"
+        "logging.getLogger('anything').info('not shown')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "not shown" not in done.stderr and "[INFO]" not in done.stderr
 
 
 def test_passes_run_without_the_packs_rewrites_and_need_the_target_to_have_their_domain():

@@ -19,6 +19,7 @@ import argparse
 import logging
 import signal
 import sys
+import warnings
 from collections.abc import Sequence
 
 from opreg.cli import check, explain, export, inspect, llm, new_pack, ops, pack_check, plugins
@@ -29,9 +30,10 @@ from opreg.cli._common import (
     EXIT_OK,
     RequestedPackFailed,
     one_line,
+    one_line_text,
 )
 from opreg.cli._options import Parents
-from opreg.errors import OpregError, PluginError, PluginNotFoundError
+from opreg.errors import OpregError, PackWarning, PluginError, PluginNotFoundError
 
 __all__ = ["COMMANDS", "EXIT_ERROR", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "build_parser", "main"]
 
@@ -50,9 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from opreg import __version__
+    import importlib.metadata
 
-    return __version__
+    return importlib.metadata.version("opreg")
+
+
+def _show(caught: Sequence[warnings.WarningMessage]) -> None:
+    """The warnings a command met: a pack's fault (:class:`opreg.PackWarning`: a rewrite left out, a
+    capture patch left out or put back) as one ``warning:`` line on stderr; the others as Python
+    shows them."""
+    for record in caught:
+        if issubclass(record.category, PackWarning):
+            sys.stderr.write(f"warning: {one_line_text(str(record.message))}\n")
+        else:
+            warnings.showwarning(record.message, record.category, record.filename, record.lineno)
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -69,7 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a command as Ctrl-C does, cleanly
     try:
-        return args.run(args)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PackWarning)  # each pack fault of the command, as a line of its own
+            try:
+                return args.run(args)
+            finally:
+                _show(caught)
     except OpregError as e:
         if args.debug:
             raise

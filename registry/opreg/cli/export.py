@@ -176,6 +176,7 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
             "opsets": {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())},
             "verified": bool(args.verify) or None,
             "outputs": [dataclasses.asdict(c) for c in result.outputs] if args.verify else [],
+            "pack_faults": [f.record() for f in program.pack_faults],
             "fixed_dims": [dataclasses.asdict(f) for f in program.fixed_dims],
         })  # fmt: skip
         return EXIT_OK
@@ -185,7 +186,7 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
         f"wrote {path} ({len(program.model.graph)} nodes; opsets {opsets}) in {time.perf_counter() - started:.1f} s",
         markup=False,
     )
-    _print_patches(out, err, program.capture_patches)
+    _print_patches(out, program.capture_patches)
     print_fixed_dims(out, [dataclasses.asdict(f) for f in program.fixed_dims])
     if args.external_data and not referenced_data(path):
         out.print(
@@ -231,17 +232,15 @@ def _times(ratio: float) -> str:
     return "inf" if ratio == float("inf") else f"{ratio:.3g} x"
 
 
-def _print_patches(out: Any, err: Any, outcomes: Sequence[Any]) -> None:
-    """The capture patches an export applied, and those that failed (a warning each)."""
-    from opreg.patching import APPLIED, FAILED
+def _print_patches(out: Any, outcomes: Sequence[Any]) -> None:
+    """The capture patches an export applied (one that failed is a pack fault: a ``warning:`` line,
+    as every :class:`opreg.PackWarning` of a command is)."""
+    from opreg.patching import APPLIED
 
     applied = [o for o in outcomes if o.status == APPLIED]
     if applied:
         names = ", ".join(o.label + (f" ({o.calls} calls)" if o.calls is not None else "") for o in applied)
         out.print(f"capture patches applied: {names}", markup=False)
-    for o in outcomes:
-        if o.status == FAILED:
-            err.print(styled(f"warning: capture patch {o.label} failed and was left out: {o.detail}", "yellow"))
 
 
 def _interrupted_export(error: KeyboardInterrupt, stage: str, args: argparse.Namespace) -> str:

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_details(out: Any, report: dict[str, Any]) -> None:
-    """The tables of subgraphs, capture patches and provenance, where the model has them."""
+    """The tables of subgraphs, capture patches, pack faults and provenance, where the model has them."""
     if report["subgraphs"]:
         subgraphs = table("subgraphs", ["owner", "op", "attribute", "nodes", "torch op", "where", "packs"])
         for row in report["subgraphs"]:
@@ -75,6 +75,11 @@ def _print_details(out: Any, report: dict[str, Any]) -> None:
         for entry in report["capture_patches"]:
             patches.add_row(*(str(entry.get(key, "")) for key in _PATCH_KEYS))
         out.print(patches)
+    if report["pack_faults"]:
+        faults = table("packs' faults worked around while exporting", ["pack", "what", "name", "detail"])
+        for entry in report["pack_faults"]:
+            faults.add_row(*(str(entry.get(key, "")) for key in ("pack", "kind", "name", "detail")))
+        out.print(faults)
     if report["provenance"]["packs"]:
         provenance = table("provenance", ["pack", "torch op", "onnx nodes"])
         for row in report["provenance"]["torch_ops"]:

@@ -8,6 +8,7 @@ capture -> decompose -> plan -> translate -> finish -> program.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 
-from opreg import _heap
+from opreg import _heap, packfaults
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
 from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
 from opreg.exporter._dynamic import FixedDim
@@ -67,7 +68,28 @@ def _patches(model: Any, registry: Registry, settings: ExportSettings) -> Patche
     return PatchedCapture.of(registry, enabled=settings.patches, exclude=settings.exclude_patches)
 
 
+def _faults_reported(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` (an export) with the packs' faults it met (:mod:`opreg.packfaults`) reported: a
+    :class:`opreg.PackWarning` each (also when it raises), and on an :class:`OnnxProgram` result
+    its ``pack_faults`` and the model's ``opreg.pack_faults`` metadata."""
+
+    @functools.wraps(function)
+    def reporting(*args: Any, **kwargs: Any) -> Any:
+        with packfaults.collecting() as faults:
+            try:
+                result = function(*args, **kwargs)
+            finally:
+                packfaults.warn(faults)
+        if isinstance(result, OnnxProgram) and faults:
+            result.pack_faults = tuple(faults)
+            result.model.metadata_props[packfaults.METADATA_KEY] = packfaults.metadata(faults) or ""
+        return result
+
+    return reporting
+
+
 @_heap.quiet()
+@_faults_reported
 @takes_settings()
 def plan_export(
     model: torch.nn.Module | torch.export.ExportedProgram,
@@ -100,6 +122,7 @@ def plan_export(
 
 
 @_heap.quiet()
+@_faults_reported
 @takes_settings()
 def export(
     model: torch.nn.Module | torch.export.ExportedProgram,

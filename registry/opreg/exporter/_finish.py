@@ -1,17 +1,20 @@
-"""Finishing: from a translated graph to a checked :class:`OnnxProgram`.
+"""Finishing: from a translated graph to a checked :class:`OnnxProgram`: build the pipeline, run it, check.
 
 One version per domain (checked against every emitter), then a declared
 pipeline of ``onnx_ir`` passes (:func:`pipeline`: the impls' script functions
 kept or inlined, random nodes seeded, the lean pass, the packs' rewrites,
 weights folded, unused functions and opsets dropped, the IR version the model
 really needs, named outputs), then the check: the graph's structure, and
-``onnx.checker.check_model(full_check=True)``.
+``onnx.checker.check_model(full_check=True)``. opreg's own passes live in
+:mod:`opreg.exporter.passes`; the packs' rewrites are run by :mod:`opreg.exporter._rewrite`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import functools
+import importlib.metadata
 import json
 import logging
 import math
@@ -23,18 +26,22 @@ import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import torch
-from onnx_ir.passes import InPlacePass, PassBase, PassResult
+from onnx_ir.passes import PassBase
 
-from opreg import hookspecs, patching
+from opreg import hookchecks, patching
 from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
-from opreg.exporter import _capture, _lean, _pytrees, _rewrite
-from opreg.exporter._passes import IfModified, Pipeline, all_nodes, subgraphs_of
+from opreg.exporter import _capture, _rewrite
 from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._program import OnnxProgram, OutputSlot
-from opreg.exporter._recorder import OUTPUTS_KWARG, SMALL_CONSTANT, Use, is_random
+from opreg.exporter._recorder import SMALL_CONSTANT, Use
 from opreg.exporter._rewrite import REWRITES_KEY, Rewrite
 from opreg.exporter._state import StateSlot
 from opreg.exporter._translate import Translation
+from opreg.exporter.passes import lean
+from opreg.exporter.passes.housekeeping import MIN_IR_VERSION, LowestIrVersion, StripAuthoringAttributes
+from opreg.exporter.passes.outputs import BindOutputs, OwnSubgraphOutputs, output_names
+from opreg.exporter.passes.pipeline import IfModified, Pipeline
+from opreg.exporter.passes.seeding import SeedRandomNodes
 from opreg.node_types import confirms
 from opreg.patching import PatchOutcome
 from opreg.registry import Impl, Registry
@@ -43,17 +50,20 @@ from opreg.values import is_complex
 
 logger = logging.getLogger(__name__)
 
-MIN_OPSET_WITH_SEEDS = 18
-"""What :func:`seed_random_nodes` reads the ``seed`` attribute's type from when the graph names no ai.onnx version."""
-MIN_IR_VERSION = 10
-"""Node ``metadata_props`` (provenance) need IR 10; newer opsets need more."""
 DIM_BOUNDS_KEY = "opreg.dim_bounds"
-JOINED_KEY = "opreg.joined_domains"
-"""The custom domains the export added to its target (``domain=version (pack P: ops)``, ``; `` between)."""
 """Model ``metadata_props``: ``{dim name: [min, max]}`` (JSON) of the symbolic dims given a finite ``max``
 (``torch.export.Dim(name, max=N)``); set before the rewrites, which may read it (a table sized by a length's bound)."""
+JOINED_KEY = "opreg.joined_domains"
+"""The custom domains the export added to its target (``domain=version (pack P: ops)``, ``; `` between)."""
 MAX_CHECKED_BYTES = onnx.checker.MAXIMUM_PROTOBUF
 """A model larger than one protobuf holds (2 GB) is checked from its saved file instead."""
+
+
+@functools.cache
+def producer_version() -> str:
+    """The model's ``producer_version``: the installed opreg distribution's version, read from its
+    metadata (not from the ``opreg`` package above this module, which the exporter does not import)."""
+    return importlib.metadata.version("opreg")
 
 
 def finish(
@@ -76,11 +86,10 @@ def finish(
     capture_patches: Sequence[PatchOutcome] = (),
     joined: Sequence[JoinedDomain] = (),
 ) -> OnnxProgram:
-    """The model of ``translation``, finished and checked, as an :class:`OnnxProgram`
-    (with the packs' rewrite rules for ``target`` applied, unless ``rewrite`` is false,
-    then the export's own ``passes``: see :func:`export_passes`; ``strict``: a faulty
-    rewrite fails the export instead of being left out; the capture patches that were
-    applied recorded in its metadata, and the custom domains the plan ``joined`` to the target)."""
+    """The model of ``translation``, finished and checked, as an :class:`OnnxProgram` (the packs' rewrite
+    rules for ``target`` applied unless ``rewrite`` is false, then the export's own ``passes``: see
+    :func:`export_passes`; ``strict``: a faulty rewrite fails the export instead of being left out; the
+    capture patches applied and the custom domains the plan ``joined`` to the target in its metadata)."""
     recorder = translation.recorder
     graph = translation.graph
     out_spec = exported_program.call_spec.out_spec
@@ -97,10 +106,8 @@ def finish(
     definitions = {}
     if embed_functions:
         definitions = custom_op_definitions(graph, recorder.functions, registry.call_hook("opreg_functions"))
-    packs = {impl.pack for impl in translation.used_impls.values()}
-    rewrites = _rewrite.collect(registry.call_hook(_rewrite.HOOK, target=target)) if rewrite else []
+    rewrites = [*(_rewrite.collect(registry.call_hook(_rewrite.HOOK, target=target)) if rewrite else []), *passes]
     bound = [name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value)]
-    rewrites = [*rewrites, *passes]
     model = build_model(
         graph,
         recorder.functions,
@@ -108,12 +115,7 @@ def finish(
         inline=inline,
         optimize=optimize,
         fold_weights=fold_weights,
-        metadata={
-            "opreg.target": str(target),
-            **({JOINED_KEY: "; ".join(map(str, joined))} if joined else {}),
-            **constants_metadata(exported_program, module),
-            **({DIM_BOUNDS_KEY: json.dumps(dim_bounds)} if dim_bounds else {}),
-        },
+        metadata=model_metadata(target, exported_program, module, joined, dim_bounds),
         definitions=definitions,
         rewrites=rewrites,
         target=target,
@@ -122,19 +124,11 @@ def finish(
         outputs=(bound + [slot.output for slot in state], origins),
         strict=strict,
     )
-    fired = model.metadata_props.get(REWRITES_KEY, "")
-    packs.update(item.split(":", 1)[0] for item in fired.split(",") if item)
-    applied = patching.metadata(capture_patches)
-    if applied is not None:
-        model.metadata_props[patching.METADATA_KEY] = applied
-        packs.update(o.pack for o in capture_patches if o.status == patching.APPLIED)
-    model.metadata_props["opreg.packs"] = ",".join(sorted(packs))
-    slots = []
-    for name, value in zip(names, translation.outputs, strict=True):
-        slots.append(
-            OutputSlot(name, complex=is_complex(value)) if isinstance(value, ir.Value) else OutputSlot(None, value)
-        )
-    checked = check(model)
+    record_packs(model, {impl.pack for impl in translation.used_impls.values()}, capture_patches)
+    slots = [
+        OutputSlot(name, complex=is_complex(value)) if isinstance(value, ir.Value) else OutputSlot(None, value)
+        for name, value in zip(names, translation.outputs, strict=True)
+    ]
     return OnnxProgram(
         model,
         target=target,
@@ -146,12 +140,42 @@ def finish(
         outputs=slots,
         in_spec=exported_program.call_spec.in_spec,
         out_spec=out_spec,
-        checked=checked,
+        checked=check(model),
         state=state,
         traces=translation.traces,
         capture_patches=capture_patches,
         joined_domains=joined,
     )
+
+
+def model_metadata(
+    target: Target,
+    exported_program: torch.export.ExportedProgram,
+    module: Any,
+    joined: Sequence[JoinedDomain],
+    dim_bounds: Mapping[str, Sequence[int]] | None,
+) -> dict[str, str]:
+    """The model's ``metadata_props`` before the pipeline (the rewrites may read them): its target,
+    the custom domains joined to it (:data:`JOINED_KEY`), the arguments captured as constants
+    (:data:`CONSTANT_INPUTS_KEY`) and the symbolic dims' bounds (:data:`DIM_BOUNDS_KEY`)."""
+    return {
+        "opreg.target": str(target),
+        **({JOINED_KEY: "; ".join(map(str, joined))} if joined else {}),
+        **constants_metadata(exported_program, module),
+        **({DIM_BOUNDS_KEY: json.dumps(dim_bounds)} if dim_bounds else {}),
+    }
+
+
+def record_packs(model: ir.Model, packs: set[str], capture_patches: Sequence[PatchOutcome]) -> None:
+    """The model's ``opreg.packs``: every pack that made it (``packs``, whose impls it uses, those
+    whose rewrites fired, those whose capture patches applied), and the capture patches' metadata."""
+    fired = model.metadata_props.get(REWRITES_KEY, "")
+    packs.update(item.split(":", 1)[0] for item in fired.split(",") if item)
+    applied = patching.metadata(capture_patches)
+    if applied is not None:
+        model.metadata_props[patching.METADATA_KEY] = applied
+        packs.update(o.pack for o in capture_patches if o.status == patching.APPLIED)
+    model.metadata_props["opreg.packs"] = ",".join(sorted(packs))
 
 
 def state_slots(translation: Translation, taken: set[str]) -> list[StateSlot]:
@@ -177,83 +201,10 @@ def export_passes(passes: Any) -> list[Rewrite]:
     if isinstance(passes, (str, bytes)) or not isinstance(passes, Iterable):
         raise InvalidArgumentError(f"passes must be a list of onnx_ir passes or rewrite rules, got {passes!r}")
     try:
-        checked = hookspecs.rewrites_of(list(passes))  # what a pack's opreg_rewrite_rules is held to
+        checked = hookchecks.rewrites_of(list(passes))  # what a pack's opreg_rewrite_rules is held to
     except ValueError as e:
         raise InvalidArgumentError(f"passes: {str(e).removeprefix('returned ')}") from None
     return [Rewrite(EXPORT_PASSES, item, names, asked=True) for item, names in checked]
-
-
-# -- outputs --------------------------------------------------------------------------
-
-
-def output_names(out_spec: Any, count: int, taken: set[str] | frozenset[str] = frozenset()) -> list[str]:
-    """Readable, distinct names for the flattened outputs, from each one's path in the returned
-    structure (:func:`_pytrees.leaf_paths`), its parts joined with ``.``: ``output`` for a lone
-    tensor, ``output_0``, ``output_1.0`` for tuples, the keys and fields of dicts, dataclasses and
-    ``ModelOutput`` s (``logits``, ``pair.1``, ``past_key_values.0.key``); a name an input, a
-    weight or an earlier output has gets ``_out``."""
-    paths = _pytrees.leaf_paths(out_spec)
-    if len(paths) != count:
-        raise ExportError(f"the output structure has {len(paths)} leaves, the graph {count} outputs")
-    root_is_sequence = out_spec.type in (tuple, list)
-    names = []
-    used = set(taken)
-    for path in paths:
-        parts = [_pytrees.clean(part) or "_" for part in path]
-        if not parts:
-            name = "output"
-        else:
-            if root_is_sequence:
-                parts[0] = f"output_{parts[0]}"
-            name = ".".join(parts)
-        while name in used:
-            name += "_out"
-        used.add(name)
-        names.append(name)
-    return names
-
-
-def bind_outputs(graph: ir.Graph, names: Sequence[str], origins: Sequence[Mapping[str, str]] = ()) -> None:
-    """Give the graph's outputs their ``names``. An output that is also an input, an
-    initializer, a constant or an earlier output gets an ``Identity`` of its own,
-    stamped with ``origins[i]`` (the provenance of the node that made it before
-    folding); an intermediate value that holds one of the names is renamed."""
-    intermediates = {out.name: out for node in graph for out in node.outputs if out.name}
-    seen: set[int] = set()
-    for index, (value, name) in enumerate(zip(list(graph.outputs), names, strict=True)):
-        producer = value.producer()
-        shared = (
-            id(value) in seen
-            or value.is_graph_input()
-            or value.is_initializer()
-            or producer is None
-            or producer.op_type == "Constant"
-        )
-        seen.add(id(value))
-        out = value
-        if shared:
-            node = ir.node("Identity", [value], name=f"{name}_Identity")
-            origin = producer.metadata_props if producer is not None else {}
-            node.metadata_props.update(origin or (origins[index] if index < len(origins) else {}))
-            graph.append(node)
-            out = node.outputs[0]
-            out.type, out.shape = value.type, value.shape
-            graph.outputs[index] = out
-        clash = intermediates.get(name)
-        if clash is not None and clash is not out:  # the output gets the name; the intermediate another
-            clash.name = _fresh(f"{name}_", intermediates)
-            intermediates[clash.name] = clash
-        if intermediates.get(out.name) is out:
-            del intermediates[out.name]  # its old name is free again
-        intermediates[name] = out
-        out.name = name
-
-
-def _fresh(stem: str, taken: Mapping[str, Any]) -> str:
-    index = 0
-    while f"{stem}{index}" in taken:
-        index += 1
-    return f"{stem}{index}"
 
 
 CONSTANT_INPUTS_KEY = "opreg.constant_inputs"
@@ -355,11 +306,9 @@ def build_model(
     ``weights``: the initializers that are the model's ``state_dict`` entries (default:
     every initializer), never folded. ``outputs``: the names of the graph's outputs and
     the provenance of the nodes that made them (see :class:`BindOutputs`)."""
-    from opreg import __version__
-
     if rewrites and target is None:
         raise ValueError("rewrites need the target that gates them")
-    model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=__version__)
+    model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=producer_version())
     model.metadata_props.update(metadata)  # before the rewrites, which may read it
     graph.opset_imports.clear()
     graph.opset_imports.update(versions)  # every version first: the passes read them, then drop the unused
@@ -422,19 +371,19 @@ def pipeline(
     if seed is not None:
         passes.append(SeedRandomNodes(seed))
     if optimize:
-        passes.append(Pipeline("lean", _lean.lean_passes(weights, fold_weights=fold_weights)))
+        passes.append(Pipeline("lean", lean.lean_passes(weights, fold_weights=fold_weights)))
     else:  # unused nodes, and unused trailing optional outputs (MaxPool's Indices): the runtime need not compute them
         passes.append(common_passes.RemoveUnusedNodesPass())
     if rewrites:
         assert target is not None
         again: PassBase = (
-            Pipeline("lean again", _lean.lean_passes(weights, fold_weights=False))
+            Pipeline("lean again", lean.lean_passes(weights, fold_weights=False))
             if optimize
             else common_passes.RemoveUnusedNodesPass()
         )
         passes.append(IfModified(_rewrite.passes(rewrites, target, strict), again, "packs' rewrites"))
     if optimize and fold_weights:
-        passes.append(_lean.FoldWeightTransposes(weights))
+        passes.append(lean.FoldWeightTransposes(weights))
     passes += [
         common_passes.RemoveUnusedFunctionsPass(),
         OwnSubgraphOutputs(),
@@ -444,104 +393,6 @@ def pipeline(
     if outputs is not None:
         passes.append(BindOutputs(*outputs))
     return Pipeline("finish", passes)
-
-
-class StripAuthoringAttributes(InPlacePass):
-    """Drop what onnxscript's authoring leaves on nodes (``_outputs``, private ``_``-attributes)."""
-
-    def call(self, model: ir.Model) -> PassResult:
-        modified = False
-        for node in all_nodes(model):
-            names = [n for n in node.attributes if n == OUTPUTS_KWARG or n.startswith("_")]
-            for name in names:
-                del node.attributes[name]
-            modified = modified or bool(names)
-        return PassResult(model, modified)
-
-
-class SeedRandomNodes(InPlacePass):
-    """:func:`seed_random_nodes` with ``seed``."""
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-
-    def call(self, model: ir.Model) -> PassResult:
-        return PassResult(model, bool(seed_random_nodes(model, self.seed)))
-
-
-class OwnSubgraphOutputs(InPlacePass):
-    """:func:`own_subgraph_outputs` of the main graph."""
-
-    def call(self, model: ir.Model) -> PassResult:
-        return PassResult(model, own_subgraph_outputs(model.graph))
-
-
-class LowestIrVersion(InPlacePass):
-    """The lowest IR version (at least :data:`MIN_IR_VERSION`) the model's opsets allow."""
-
-    def call(self, model: ir.Model) -> PassResult:
-        opsets = [onnx.helper.make_opsetid(d, v) for d, v in model.graph.opset_imports.items()]
-        version = max(MIN_IR_VERSION, onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True))
-        modified, model.ir_version = model.ir_version != version, version
-        return PassResult(model, modified)
-
-
-class BindOutputs(InPlacePass):
-    """:func:`bind_outputs`: the graph's outputs get ``names``, an output that is not a node's
-    own result an Identity with the provenance ``origins`` gives."""
-
-    def __init__(self, names: Sequence[str], origins: Sequence[Mapping[str, str]]) -> None:
-        self.names = list(names)
-        self.origins = list(origins)
-
-    def call(self, model: ir.Model) -> PassResult:
-        bind_outputs(model.graph, self.names, self.origins)
-        return PassResult(model, True)
-
-
-def seed_random_nodes(model: ir.Model, seed: int) -> int:
-    """Give every random node (``_recorder.RANDOM_OPS``), in the graphs and the kept functions, a
-    ``seed`` attribute: ``seed``, ``seed + 1``, ... in order, so each node draws its own stream and
-    a new session draws the same numbers again. Returns how many nodes were seeded."""
-    count = 0
-    for node in list(all_nodes(model)):
-        if not is_random(node):
-            continue
-        version = model.graph.opset_imports.get("", MIN_OPSET_WITH_SEEDS)
-        kind = onnx.defs.get_schema(node.op_type, version).attributes["seed"].type
-        value = seed + count
-        if kind == onnx.defs.OpSchema.AttrType.INT:
-            node.attributes["seed"] = ir.AttrInt64("seed", value)
-        else:
-            node.attributes["seed"] = ir.AttrFloat32("seed", float(value))
-        count += 1
-    return count
-
-
-def own_subgraph_outputs(graph: ir.Graph) -> bool:
-    """Every output of a subgraph (If branch, Loop or Scan body) made by a node of that
-    subgraph: the clean-up passes may have replaced one by a value of an enclosing
-    graph, an input of the subgraph or a constant, which ONNX does not allow there.
-    Returns whether an Identity was added."""
-    added = False
-    for node in ir.traversal.RecursiveGraphIterator(graph):
-        for sub in subgraphs_of(node):
-            made = {id(out) for n in sub for out in n.outputs}
-            seen: set[int] = set()
-            for index, value in enumerate(list(sub.outputs)):
-                if id(value) in made and id(value) not in seen and value.const_value is None:
-                    seen.add(id(value))
-                    continue
-                copy = ir.node("Identity", [value], name=f"{sub.name}_output_{index}")
-                copy.metadata_props.update(node.metadata_props)
-                out = copy.outputs[0]
-                out.name = f"{sub.name}_output_{index}"
-                out.type, out.shape = value.type, value.shape
-                sub.append(copy)
-                sub.outputs[index] = out
-                seen.add(id(out))
-                added = True
-    return added
 
 
 def custom_op_definitions(

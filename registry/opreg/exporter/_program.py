@@ -31,7 +31,8 @@ from opreg.errors import (
 from opreg.exporter._capture import TRACING_LOCK, constant_inputs, symbolic_int_inputs
 from opreg.exporter._locate import Location, Trace
 from opreg.exporter._plan import JoinedDomain
-from opreg.exporter._state import BUFFER, INPUT, StateSlot
+from opreg.exporter._state import BUFFER, StateSlot
+from opreg.packfaults import PackFault
 from opreg.patching import PatchOutcome
 from opreg.registry import Registry
 from opreg.targets import Target, domain_label
@@ -130,6 +131,10 @@ class OnnxProgram:
         fixed_dims: the dims ``dynamic_shapes`` asked to be dynamic (``Dim.AUTO``, ``"auto"``) that
             the model has at a fixed size, each with the guard that fixed it
             (:class:`opreg.FixedDim`; also in the model's ``opreg.fixed_dims`` metadata).
+        pack_faults: what the packs got wrong in the export and opreg worked around
+            (:class:`opreg.packfaults.PackFault`: a rewrite left out, a capture patch left out
+            or put back), each also warned as an :class:`opreg.PackWarning` and listed in the
+            model's ``opreg.pack_faults`` metadata.
     """
 
     def __init__(
@@ -155,6 +160,7 @@ class OnnxProgram:
         self.capture_patches = tuple(capture_patches)
         self.joined_domains = tuple(joined_domains)
         self.fixed_dims: tuple[Any, ...] = ()  # opreg.export sets what capture fixed
+        self.pack_faults: tuple[PackFault, ...] = ()
         self.target = target
         self.registry = registry
         self.exported_program = exported_program
@@ -371,12 +377,11 @@ class OnnxProgram:
         ``opreg_configure_session`` applied), ``"reference"`` (``onnx.reference``
         with the packs' reference kernels) or ``"auto"``.
         """
+        _check_runtime(runtime, "auto")
         if runtime == "auto":
             runtime = self.runtime_for()
-        if runtime not in (ONNXRUNTIME, REFERENCE):
-            raise OpregError(f"unknown runtime {runtime!r}: use 'onnxruntime', 'reference' or 'auto'")
         feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
-        feeds.update({s.input: _to_numpy(self.state[s.key]) for s in self.state_slots if s.kind == BUFFER})
+        feeds.update({s.input: _to_numpy(_as_pair(self.state[s.key])) for s in self.state_slots if s.kind == BUFFER})
         session = self._session(runtime)
         names = [*self.output_names, *(s.output for s in self.state_slots)]
         if runtime == ONNXRUNTIME and self._has_bfloat16(feeds):
@@ -392,12 +397,11 @@ class OnnxProgram:
             return
         given = dict(zip(self.input_names, self._input_tensors(args, kwargs), strict=True))
         for slot, update in zip(self.state_slots, updates, strict=True):
-            value = _to_torch(update)
-            if slot.kind == BUFFER:
-                self.state[slot.key] = value
+            if slot.kind == BUFFER:  # a complex buffer travels as its real pair
+                self.state[slot.key] = _to_torch(update, complex=self.state[slot.key].is_complex())
             else:
                 with torch.no_grad():
-                    given[slot.input].copy_(value)
+                    given[slot.input].copy_(_to_torch(update, complex=given[slot.input].is_complex()))
 
     def _has_bfloat16(self, feeds: dict[str, np.ndarray]) -> bool:
         outputs = [v.dtype for v in self.model.graph.outputs]
@@ -415,7 +419,8 @@ class OnnxProgram:
         """Run the model and eager PyTorch on the same inputs and compare every output.
 
         Each output must match in shape and dtype and satisfy
-        ``|onnx - eager| <= atol + rtol * |eager|`` everywhere. Returns a
+        ``|onnx - eager| <= atol + rtol * |eager|`` everywhere. Each side runs on its own copy of the
+        inputs, so a model that updates an input in place never changes the caller's tensor. Returns a
         :class:`Verification` (the runtime used, one :class:`OutputCheck` per
         output); raises :class:`VerificationError` listing the mismatches. With
         ``locate=True`` a mismatch is also located (:meth:`locate`, on the same
@@ -424,19 +429,18 @@ class OnnxProgram:
         ``runtime="auto"`` uses ONNX Runtime when it can run every domain in
         the model, else the reference evaluator.
         """
-        for name, value in (("rtol", rtol), ("atol", atol)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
-                raise InvalidArgumentError(
-                    f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, got {value!r}"
-                )
+        _check_tolerances(rtol, atol)
+        _check_runtime(runtime, "auto")
+        if not isinstance(locate, bool):
+            raise InvalidArgumentError(f"locate= takes True or False, got {type(locate).__name__} {locate!r}")
         self.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
         self._check_eager("verify")
         if runtime == "auto":
             runtime = self.runtime_for()
         saved = dict(self.state)
-        eager_inputs, onnx_inputs = (args, kwargs), (args, kwargs)
-        if any(slot.kind == INPUT for slot in self.state_slots):  # updated in place: each side its own copy
-            eager_inputs, onnx_inputs = copy.deepcopy((args, kwargs)), copy.deepcopy((args, kwargs))
+        # Each side its own copy: a model may update an input in place (exported as state, or dropped
+        # with state="drop"), and verify never changes the caller's tensors.
+        eager_inputs, onnx_inputs = copy.deepcopy((args, kwargs)), copy.deepcopy((args, kwargs))
         # Behind the capture lock: while another thread captures, torch marks the whole process as
         # exporting, and the functions it keeps from dynamo (a custom op's Python kernel,
         # torch.manual_seed) then edit its global trace metadata, which is not thread-safe.
@@ -478,7 +482,8 @@ class OnnxProgram:
             where = f"\nwhere it goes wrong:\n{location}" if location is not None else ""
             error = VerificationError(
                 f"{len(bad)} of {len(checks)} output(s) differ from eager PyTorch "
-                f"({runtime}, rtol={rtol}, atol={atol}):\n{lines}{where}{self._random_hint()}",
+                f"({runtime}, rtol={rtol}, atol={atol}):\n{lines}{where}{self._random_hint()}"
+                f"{self._saturation_hint(runtime)}",
                 checks,
             )
             error.location = location
@@ -514,13 +519,13 @@ class OnnxProgram:
         """
         from opreg.exporter import _locate
 
+        _check_tolerances(rtol, atol)
+        _check_runtime(runtime, "auto")
         self._check_eager("locate")
         leaves = self._flatten_call(args, kwargs)
         feeds = dict(zip(self.input_names, self._flat_inputs(args, kwargs), strict=True))
         if runtime == "auto":
             runtime = self.runtime_for()
-        if runtime not in (ONNXRUNTIME, REFERENCE):
-            raise OpregError(f"unknown runtime {runtime!r}: use 'onnxruntime', 'reference' or 'auto'")
         if not self._traces:
             raise OpregError("this program has no record of what each node became: export it again with opreg.export")
         return _locate.locate(
@@ -567,6 +572,14 @@ class OnnxProgram:
 
         return run
 
+    def _saturation_hint(self, runtime: str) -> str:
+        """Why a QDQ model can differ in ONNX Runtime on this CPU (its int8 kernels saturate), if they do."""
+        from opreg import _intkernels
+
+        if runtime != ONNXRUNTIME or not _intkernels.has_int8_weights(self.model):
+            return ""
+        return _intkernels.saturation_hint(self.model, _intkernels.integer_products_saturate())
+
     def _random_hint(self) -> str:
         """What to do when a model that draws random numbers does not match value by value."""
         from opreg.exporter._recorder import is_random
@@ -579,6 +592,19 @@ class OnnxProgram:
             "its outputs can only match eager PyTorch in distribution. Check them with "
             "opreg.testing.check_samples(..., compare=opreg.testing.Distribution())."
         )
+
+
+def _check_tolerances(rtol: Any, atol: Any) -> None:
+    """verify's and locate's tolerances: finite numbers >= 0, checked before anything runs."""
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+            raise InvalidArgumentError(f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, got {value!r}")
+
+
+def _check_runtime(runtime: Any, *more: str) -> None:
+    if not isinstance(runtime, str) or runtime not in (ONNXRUNTIME, REFERENCE, *more):
+        names = ", ".join(repr(n) for n in (ONNXRUNTIME, REFERENCE, *more))
+        raise InvalidArgumentError(f"runtime= takes {names}, got {runtime!r}")
 
 
 @contextlib.contextmanager

@@ -25,9 +25,10 @@ from typing import Any
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
+from opreg import packfaults
 from opreg.errors import ExportError, OpsetConflictError, PluginError
 from opreg.exporter._nodes import PACK_KEY, PROVENANCE_KEYS, REWRITE_KEY
-from opreg.exporter._passes import ONNXSCRIPT_RULE_TAG, Pipeline, all_nodes, subgraphs_of
+from opreg.exporter.passes.pipeline import ONNXSCRIPT_RULE_TAG, Pipeline, all_nodes, subgraphs_of
 from opreg.node_types import node_problem, op_schema
 from opreg.targets import ONNX_DOMAIN, Target, domain_label
 
@@ -291,7 +292,9 @@ class PackRewrite(InPlacePass):
             )
         if self.strict:
             raise PluginError(f"{message} (strict mode; without it the rewrite is left out and the export goes on)")
-        logger.warning("%s; it is left out, the export goes on without it", message)
+        packfaults.report(
+            packfaults.PackFault(pack, packfaults.REWRITE, label, f"{fault.what}; it is left out, the export goes on")
+        )
 
 
 def passes(rewrites: Sequence[Rewrite], target: Target, strict: bool = False) -> Pipeline:

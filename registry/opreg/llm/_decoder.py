@@ -420,10 +420,14 @@ def export_decoder(
         layout = layout_of(model)
         step = DecoderStep(model, layout).eval()
         batch, length, past = EXAMPLE
+        drawn = torch.Generator().manual_seed(0)  # not the process's generator: the user's draws stay theirs
         example = decoder_inputs(
             layout,
-            torch.randint(0, layout.vocab_size, (batch, length)),
-            past=[torch.randn(tensor.shape(batch, past), dtype=layout.dtype) for _, tensor in layout.cache],
+            torch.randint(0, layout.vocab_size, (batch, length), generator=drawn),
+            past=[
+                torch.randn(tensor.shape(batch, past), dtype=layout.dtype, generator=drawn)
+                for _, tensor in layout.cache
+            ],
         )
         shapes = _dynamic_shapes(layout, context_length)
         weights = None if streamed is None else streamed.renamed("model.")  # DecoderStep's names

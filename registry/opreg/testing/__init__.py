@@ -16,6 +16,16 @@ from typing import TYPE_CHECKING, Any
 from opreg.pluginapi import ModelSample, Sample, describe  # the plugin API's values live on the ground floor
 
 if TYPE_CHECKING:
+    from opreg.testing._compare import (
+        Arg,
+        Compare,
+        Distribution,
+        Exporter,
+        GatherIndices,
+        ScaledTolerance,
+        UpcastReference,
+        compare_outputs,
+    )
     from opreg.testing._kit import CheckResult, PackCheck, check_pack
     from opreg.testing._samples import (
         DISTRIBUTION,
@@ -25,18 +35,10 @@ if TYPE_CHECKING:
         SKIPPED,
         STATUSES,
         TOLERANCES,
-        Arg,
-        Compare,
-        Distribution,
-        Exporter,
-        GatherIndices,
         OpCall,
         SampleCheck,
         SampleResult,
-        ScaledTolerance,
-        UpcastReference,
         check_samples,
-        compare_outputs,
     )
 
 _LAZY = {
@@ -47,18 +49,18 @@ _LAZY = {
     "SKIPPED": "_samples",
     "STATUSES": "_samples",
     "TOLERANCES": "_samples",
-    "Arg": "_samples",
-    "Compare": "_samples",
-    "Distribution": "_samples",
-    "Exporter": "_samples",
-    "GatherIndices": "_samples",
+    "Arg": "_compare",
+    "Compare": "_compare",
+    "Distribution": "_compare",
+    "Exporter": "_compare",
+    "GatherIndices": "_compare",
     "OpCall": "_samples",
     "SampleCheck": "_samples",
     "SampleResult": "_samples",
-    "ScaledTolerance": "_samples",
-    "UpcastReference": "_samples",
+    "ScaledTolerance": "_compare",
+    "UpcastReference": "_compare",
     "check_samples": "_samples",
-    "compare_outputs": "_samples",
+    "compare_outputs": "_compare",
     "CheckResult": "_kit",
     "PackCheck": "_kit",
     "check_pack": "_kit",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -23,17 +23,8 @@ from opreg.opname import OpName
 from opreg.pluginapi import Sample, describe
 from opreg.registry import Registry
 from opreg.targets import TargetLike
-from opreg.testing._samples import (
-    Arg,
-    Compare,
-    Distribution,
-    Exporter,
-    GatherIndices,
-    SampleCheck,
-    ScaledTolerance,
-    UpcastReference,
-    check_samples,
-)
+from opreg.testing._compare import Arg, Compare, Distribution, Exporter, GatherIndices, ScaledTolerance, UpcastReference
+from opreg.testing._samples import SampleCheck, check_samples
 
 EXTRA_DTYPES = (torch.int64, torch.int32, torch.bool, torch.float16)
 """Tried beside float32 when the OpInfo supports them (one integer type: int64, else int32)."""
@@ -272,14 +263,35 @@ def dtypes_for(info: Any) -> list[torch.dtype]:
 
 
 def samples(info: Any, dtype: torch.dtype, limit: int | None = None) -> list[Sample]:
-    """``info``'s CPU sample inputs at ``dtype`` as :class:`Sample` s (the first ``limit``)."""
+    """``info``'s CPU sample inputs at ``dtype`` as :class:`Sample` s (the first ``limit``): those
+    ``info.sample_inputs("cpu", dtype)`` gives outside a ``unittest.TestCase``, with the same values."""
     torch.manual_seed(0)
-    found = info.sample_inputs("cpu", dtype, requires_grad=False)
     picked = []
-    for s in itertools.islice(found, limit):
+    for s in itertools.islice(_sample_inputs(info, dtype), limit):
         args = (s.input, *s.args)
         picked.append(Sample(args, dict(s.kwargs), describe(args, s.kwargs)))
     return picked
+
+
+def _sample_inputs(info: Any, dtype: torch.dtype) -> Iterator[Any]:
+    """What ``info.sample_inputs("cpu", dtype)`` yields, without what it costs on the side.
+
+    torch wraps the samples in an iterator that first walks the caller's stack with
+    ``inspect.stack()`` (twice) for a ``unittest`` test whose name would seed it, reading a
+    source line of every frame: under pytest about a second per call on a loaded machine, 40% of
+    an OpInfo test's time. Outside a ``unittest.TestCase`` that walk finds nothing, and the
+    iterator then seeds every generator with torch's default test seed before each sample;
+    this draws the samples from ``info.sample_inputs_func`` the same way (the same tensors:
+    ``tests/test_opdb.py`` compares the two)."""
+    from torch.testing._internal import common_utils
+
+    found = iter(info.sample_inputs_func(info, "cpu", dtype, False))
+    while True:
+        common_utils.set_rng_seed(common_utils.SEED)
+        try:
+            yield next(found)
+        except StopIteration:
+            return
 
 
 def check_opinfo(

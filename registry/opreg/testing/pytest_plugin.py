@@ -30,7 +30,7 @@ def opreg_pack_check() -> Callable[[str], PackCheck]:
     def check(name: str) -> PackCheck:
         key = (name, tuple(sys.path))  # a test may put another pack of that name on sys.path
         if key not in cache:
-            from opreg.testing import check_pack
+            from opreg.testing._kit import check_pack
 
             cache[key] = check_pack(name)
         return cache[key]

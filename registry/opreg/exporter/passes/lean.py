@@ -56,8 +56,8 @@ from onnxscript.rewriter.rules.common._fuse_batchnorm import (
 )
 from onnxscript.rewriter.rules.common._materialize_reshape_shape import MaterializeReshapeShape
 
-from opreg.exporter._passes import Pipeline, Rules, all_graphs
 from opreg.exporter._recorder import is_random
+from opreg.exporter.passes.pipeline import Pipeline, Rules, all_graphs
 
 
 def _squeeze_unsqueeze(op, x, axes_squeeze, axes_unsqueeze):
