@@ -472,7 +472,8 @@ def test_int4_weights_and_a_tied_embedding_stored_once_in_a_folder_genai_runs(tm
     assert nbits and all({a.name: a.value for a in n.attributes.values()}.items() >= expected.items() for n in nbits)
     assert [n.op_type for n in graph if n.op_type in ("Gather", "GatherBlockQuantized")] == ["GatherBlockQuantized"]
     assert not [n for n in graph if n.op_type in ("MatMul", "FusedMatMul") and n.inputs[1].is_initializer()]
-    floats = [v for v in graph.initializers.values() if v.dtype == ir.DataType.FLOAT and v.const_value.size >= 64 * 64]
+    floats = [v for v in graph.initializers.values() if v.dtype == ir.DataType.FLOAT and v.const_value.size >= 64 * 64
+              and not v.name.startswith("rotary_")]  # fmt: skip
     assert floats == []  # every weight matrix is quantized, the table stored once
     assert decoder.precision == "int4" and decoder.program.target.name == "onnxruntime"
     assert len(lm.genai_greedy(tmp_path, prompt(), LENGTH)) == LENGTH
@@ -492,7 +493,7 @@ def test_int8_weights_compute_close_to_transformers():
     [
         ({"precision": "int3"}, opreg.InvalidArgumentError, "precision= takes one of fp32, int8, int4, got 'int3'"),
         ({"block_size": 64}, opreg.InvalidArgumentError, "block_size sets how weights are quantized: give precision"),
-        ({"precision": "int4", "block_size": 24}, opreg.InvalidArgumentError, "block_size must be a power of two"),
+        ({"precision": "int4", "block_size": 24}, opreg.InvalidArgumentError, "block_size= takes a power of two"),
         ({"precision": "int4", "target": "onnx"}, opreg.InvalidArgumentError,
          "stores weights for ONNX Runtime's com.microsoft::MatMulNBits, which target 'onnx' does not allow"),
     ],

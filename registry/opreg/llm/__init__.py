@@ -106,25 +106,20 @@ def export_decoder(
             ``context_length`` and ``search.max_length``), from 1 to 2**31 - 1; default the
             model's position limit (``max_position_embeddings``), and above it only with
             ``allow_longer_context=True``.
-        streaming: for a checkpoint folder: build the model on the ``meta`` device and read each
-            weight from the checkpoint's safetensors files only as ``model.onnx`` is written
-            (transformed there: cast to float32, transposed, packed, quantized), so peak memory
-            does not grow with the model; the file is the same, byte for byte, as with
-            ``streaming=False`` (which loads the model with ``from_pretrained``). Default: stream
-            when the folder holds safetensors. A meta-device model with ``weights=`` (a
-            checkpoint of its own ``state_dict`` names) streams too.
+        streaming: for a checkpoint folder: build the model on ``meta`` and read each weight
+            from its safetensors only as ``model.onnx`` is written (cast, packed, quantized
+            there), the same bytes as ``streaming=False`` (``from_pretrained`` first); default:
+            when the folder holds safetensors (docs/language-models.md).
 
     Returns:
-        a :class:`Decoder`: the :class:`opreg.OnnxProgram`, the :class:`DecoderLayout`, and
-        ``verify``/``save``.
+        a :class:`Decoder`: its :class:`opreg.OnnxProgram`, :class:`DecoderLayout`, ``verify``, ``save``.
 
     Raises:
         opreg.ExportError: the model is not a causal LM with a key/value cache opreg can lay out
             (a state-space or hybrid cache), a checkpoint lacks weights, or torch.export cannot
             capture it; the export's own errors as :func:`opreg.export`. Each is raised before
             the capture where the model's config or checkpoint shows it.
-        opreg.SaveError: ``output_folder`` cannot be written (a file, a missing parent), before
-            the export starts.
+        opreg.SaveError: ``output_folder`` cannot be written (a file, a missing parent), at once.
         opreg.InvalidArgumentError: an option out of range (``context_length``, ``precision``, a
             quantization setting without a quantized precision, int4 at a target without
             ``com.microsoft``).

@@ -95,9 +95,11 @@ def context_length(config: Any, value: int | None, allow_longer: bool) -> int:
 
 
 def check_cache(config: Any, name: str) -> None:
-    """Refuse a model whose cache layers hold more than keys and values (a state-space model, or a
-    hybrid of attention and state-space layers), read from the cache transformers makes for its
-    config, before any weight is loaded or the model is run."""
+    """Refuse a state-space model (every layer a state-space one: Mamba's, Jamba's tiny one) or one
+    with hybrid layers (keys and values and a state-space layer's states at once: Falcon-H1's), read
+    from the cache transformers makes for its config, before any weight is loaded or the model runs
+    (its eager call can be large). A state-space layer beside attention layers (LFM2's short
+    convolutions) is laid out, or refused, from one eager call (``opreg.llm._cache``)."""
     try:
         from transformers import DynamicCache
         from transformers.cache_utils import LinearAttentionCacheLayerMixin
@@ -106,21 +108,18 @@ def check_cache(config: Any, name: str) -> None:
     except Exception:  # a config the cache cannot read: the eager call of layout_of decides
         logger.debug("could not lay out %s's cache from its config", name, exc_info=True)
         return
-    odd = [(index, type(layer).__name__) for index, layer in enumerate(layers)
-           if isinstance(layer, LinearAttentionCacheLayerMixin)]  # fmt: skip
-    if not odd:
+    linear = [type(layer).__name__ for layer in layers if isinstance(layer, LinearAttentionCacheLayerMixin)]
+    hybrid = [kind for kind in linear if "FullAttention" in kind]
+    if hybrid:
+        what, odd = "a hybrid cache: state-space (convolution and recurrent) state beside keys and values", hybrid
+    elif layers and len(linear) == len(layers):
+        what, odd = "a state-space cache: convolution and recurrent state, not keys and values", linear
+    else:
         return
-    kinds = sorted({kind for _, kind in odd})
-    hybrid = len(odd) < len(layers) or any("FullAttention" in kind for kind in kinds)
-    what = (
-        "a hybrid cache: state-space (convolution and recurrent) state beside keys and values"
-        if hybrid
-        else "a state-space cache: convolution and recurrent state, not keys and values"
-    )
     raise ExportError(
-        f"{name} has {what} ({', '.join(kinds)} in {len(odd)} of {len(layers)} layers): export_decoder "
-        "lays out key/value caches only, the one kind GenAI's decoder feeds back; its forward alone (logits, no "
-        "cache) exports with opreg.export"
+        f"{name} has {what} ({', '.join(sorted(set(odd)))} in {len(odd)} of {len(layers)} layers): export_decoder "
+        "lays out key/value caches and short convolutions' states only, the kinds GenAI's decoder feeds back; its "
+        "forward alone (logits, no cache) exports with opreg.export"
     )
 
 
