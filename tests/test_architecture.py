@@ -313,10 +313,7 @@ def python_sources() -> dict[str, str]:
     return {str(path.relative_to(ROOT)): path.read_text() for path in python_files()}
 
 
-KNOWN_DUPLICATES: dict[frozenset[tuple[str, str]], str] = {
-    frozenset({("registry/opreg/patching.py", ""), ("registry/opreg/registry.py", "")}):
-        "module preambles of the same shape (TYPE_CHECKING import, logger, documented constants); no logic to share",
-}  # fmt: skip
+KNOWN_DUPLICATES: dict[frozenset[tuple[str, str]], str] = {}
 """Duplicates found when the check began comparing shapes, each with why it stays for now. A new
 one fails the test, and so does an entry that is no longer duplicated (remove it)."""
 
@@ -385,11 +382,8 @@ FRAMEWORK = ROOT / "registry" / "opreg"
 MAX_MODULE_LINES = 600
 """No module of the framework (``registry/opreg``) is longer: a longer one holds more than one concern."""
 LONG_MODULES: dict[str, tuple[int, str]] = {
-    "exporter/_locate.py": (836, "locate's eager runner and its comparison (and issue 41's checks of its options): issue 40's diagnosis room"),
-    "exporter/_program.py": (826, "OnnxProgram runs, verifies and locates too (and issue 41's pack faults): issue 40's diagnosis room"),
     "exporter/_translate.py": (697, "the translator and its scopes for control flow's subgraphs"),
     "plugins.py": (711, "discovery, per-pack isolation, the host's build: issue 40's registry/host split"),
-    "registry.py": (941, "data, resolution, the live plugin host (+134 in issue 39): issue 40's split"),
     "testing/_kit.py": (940, "the conformance kit's checks, one function each (+67 in issue 39)"),
 }  # fmt: skip
 """The framework modules over :data:`MAX_MODULE_LINES` today: ``path in registry/opreg -> (the size
@@ -406,8 +400,6 @@ LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
     "plugins/torchvision/opreg_torchvision/ops.py:torchvision_deform_conv2d":
         (95, "one impl following torchvision's kernel step by step; its 11 parameters are the schema's"),
     "registry/opreg/_packcode.py:runtime": (95, "new-pack's runtime module written out as one template (issue 39)"),
-    "registry/opreg/exporter/_locate.py:locate": (91, "issue 40's diagnosis room"),
-    "registry/opreg/exporter/_program.py:OnnxProgram.verify": (82, "issue 40's diagnosis room"),
     "registry/opreg/testing/_samples.py:check_samples": (102, "a 20-line docstring; the loop over targets and samples"),
 }  # fmt: skip
 """The functions over :data:`MAX_FUNCTION_LINES` today: ``path:qualified name -> (the size it may not
@@ -530,3 +522,39 @@ def test_the_back_arrow_check_catches_every_form():
         "opreg.exporter._probe:4: imports opreg",
     ]
     assert back_arrows("from opreg.exporter import _save\nimport opreg.targets\n", "opreg.exporter._x") == []
+
+
+DIAGNOSIS = {
+    "run": "(self, *args: 'Any', runtime: 'str' = 'onnxruntime', **kwargs: 'Any') -> 'Any'",
+    "verify": "(self, *args: 'Any', rtol: 'float' = 0.0001, atol: 'float' = 0.0001, runtime: 'str' = 'auto', "
+    "locate: 'bool' = False, **kwargs: 'Any') -> 'Verification'",
+    "locate": "(self, *args: 'Any', rtol: 'float' = 0.0001, atol: 'float' = 0.0001, runtime: 'str' = 'auto', "
+    "**kwargs: 'Any') -> 'Location'",
+}
+"""``OnnxProgram``'s diagnosis methods and their signatures, as users call them."""
+
+
+def test_the_program_forwards_run_verify_and_locate_to_the_diagnosis_room():
+    """``OnnxProgram`` holds the model, its names and ``save``: ``run``, ``verify`` and ``locate`` keep
+    their signatures and are one line each (after the docstring), a call of a function the diagnosis
+    room (``opreg.exporter.diagnosis``) defines."""
+    import inspect
+
+    from opreg.exporter import OnnxProgram
+
+    tree = ast.parse((FRAMEWORK / "exporter" / "_program.py").read_text())
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+    program = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "OnnxProgram")
+    methods = {n.name: n for n in program.body if isinstance(n, ast.FunctionDef)}
+    for name, signature in DIAGNOSIS.items():
+        assert str(inspect.signature(getattr(OnnxProgram, name))) == signature, name
+        body = methods[name].body[1:] if ast.get_docstring(methods[name]) else methods[name].body
+        assert len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call), name
+        called = body[0].value.func
+        assert isinstance(called, ast.Name), f"OnnxProgram.{name} calls {ast.unparse(called)}, not a diagnosis function"
+        assert imported.get(called.id, "").startswith("opreg.exporter.diagnosis."), (name, called.id)

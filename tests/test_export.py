@@ -200,6 +200,29 @@ def test_verify_raises_on_a_wrong_impl():
         program.verify(x, y)
     (check,) = caught.value.results
     assert check.max_abs == pytest.approx(2.0)
+    assert str(caught.value).startswith("1 of 1 output(s) differ from eager PyTorch (onnxruntime, rtol=0.0001")
+
+
+class AddAndMul(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y, x * y
+
+
+def test_verify_names_the_outputs_that_differ_among_all():
+    """The message counts the mismatches among every output, lists only those, and keeps every check."""
+    registry = opreg.default_registry().copy()
+
+    def wrong_add(self, other, alpha: float = 1.0):
+        """add.Tensor, deliberately wrong."""
+        return op18.Sub(self, other)
+
+    registry.register("aten::add.Tensor", wrong_add)
+    x, y = torch.randn(3), torch.ones(3)
+    program = opreg.export(AddAndMul(), (x, y), registry=registry)
+    with pytest.raises(opreg.VerificationError, match=r"^1 of 2 output\(s\) differ from eager PyTorch") as caught:
+        program.verify(x, y)
+    assert [c.ok for c in caught.value.results] == [False, True]
+    assert "MISMATCH" in str(caught.value) and ": ok" not in str(caught.value)
 
 
 # -- one version per domain ---------------------------------------------------------------------

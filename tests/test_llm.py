@@ -112,8 +112,13 @@ def test_verify_fails_when_the_decoder_does_not_match(llama):
     other = lm.causal_lm("llama", seed=1)  # other weights: the same graph, other numbers
     decoder.model = other
     try:
-        with pytest.raises(opreg.VerificationError, match="decoder outputs differ from transformers'"):
+        with pytest.raises(opreg.VerificationError, match="decoder outputs differ from transformers'") as caught:
             decoder.verify([(1, 3, 2)], left_padding=False)
+        # the one comparison verify uses (opreg.exporter.diagnosis.compare): "<bad> of <all> ...", every check kept
+        results = caught.value.results
+        bad = [c for c in results if not c.ok]
+        assert bad and str(caught.value).startswith(f"{len(bad)} of {len(results)} decoder outputs differ")
+        assert all(f"  {c}" in str(caught.value) for c in bad)
     finally:
         decoder.model = original
 

@@ -97,7 +97,7 @@ def test_a_cached_registry_resolves_and_explains_as_the_loaded_one():
     assert impl.source == loaded.resolve("aten::gelu", "onnx").source and impl.source.endswith(".py:24")
     with pytest.raises(OpregError, match="read from opreg's cache of what packs declare"):
         impl.function()
-    assert cached.call_hook("opreg_rewrite_rules") == []  # no pack code behind a cached registry
+    assert cached.host.call("opreg_rewrite_rules") == []  # no pack code behind a cached registry
 
 
 def test_preferences_and_strict_apply_to_cached_data(capsys, make_pack):

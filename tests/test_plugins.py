@@ -297,12 +297,12 @@ def test_runtime_hooks_are_called_per_pack_and_isolated(make_pack):
     make_pack("runtime", body)
     registry = build_registry()
     options: list[str] = []
-    assert registry.call_hook("opreg_configure_session", options=options) == []  # None results are not listed
+    assert registry.host.call("opreg_configure_session", options=options) == []  # None results are not listed
     assert options == ["configured"]
     # the raising pack is logged and left out; the others still answer
-    answered = [pack for pack, _ in registry.call_hook("opreg_reference_kernels")]
+    answered = [pack for pack, _ in registry.host.call("opreg_reference_kernels")]
     assert "runtime" not in answered and "test_customop" in answered
-    assert opreg.Registry().call_hook("opreg_reference_kernels") == []
+    assert opreg.Registry().host.call("opreg_reference_kernels") == []
 
 
 def test_schemas_hook_registers_custom_schemas_once(make_pack):

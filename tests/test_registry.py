@@ -517,3 +517,25 @@ def test_the_registry_is_data_impls_profiles_preferences_and_unsupported_compare
     impl = built.impls("aten::gelu")[0]
     assert dataclasses.replace(impl, priority=impl.priority + 1) != impl
     assert dataclasses.replace(impl, params=None) == impl  # read from the function, not compared
+
+
+def test_a_built_registry_is_a_value_beside_its_plugin_host():
+    """Issue 40: a frozen registry compares and hashes by its data, which its host (the packs' live code)
+    is no part of; it calls no hook itself, and only a frozen registry hashes."""
+    built, again = opreg.build_registry(), opreg.build_registry()
+    assert built == again and hash(built) == hash(again) and len({built, again}) == 1
+    assert built.host is not again.host and built.host.packs is built.packs  # the host: its own object
+    assert isinstance(built.host, opreg.host.PackHost) and not hasattr(built, "call_hook")
+    assert built.host.functions() and any(pack == "ort_contrib" for pack, _ in built.host.rewrite_rules(built.target()))
+    with pytest.raises(opreg.FrozenRegistryError):
+        built.host = opreg.host.PackHost()  # a shared registry keeps the host it was built with
+    copy = built.copy()
+    assert copy.host is built.host and copy == built
+    with pytest.raises(TypeError, match="unfrozen"):
+        hash(copy)
+    copy.mark_unsupported("aten::frobnicate", "no such op")
+    assert copy != built and copy.freeze() != built and hash(copy) != hash(built)
+    assert hash(copy) == hash(copy)  # its data was taken once, at freeze
+    preferred = opreg.build_registry(prefer={"aten::gelu": "ort_contrib"})
+    assert preferred != built
+    assert opreg.Registry().freeze() == opreg.Registry().freeze() != built

@@ -108,17 +108,18 @@ def dump() -> dict[str, Any]:
     registry = opreg.default_registry()
     hooks: dict[str, Any] = {}
     for hook in HOOKS_WITHOUT_ARGUMENTS:
-        hooks[hook] = {pack: describe(value) for pack, value in registry.call_hook(hook)}
+        hooks[hook] = {pack: describe(value) for pack, value in registry.host.call(hook)}
     targets = {name: registry.target(name) for name in sorted(registry.profiles)}
     targets["newest"] = registry.target(opreg.newest_supported_opset())
     hooks["opreg_rewrite_rules"] = {
-        name: {pack: describe(value) for pack, value in registry.call_hook("opreg_rewrite_rules", target=target)}
+        name: {pack: describe(value) for pack, value in registry.host.call("opreg_rewrite_rules", target=target)}
         for name, target in targets.items()
     }
+    packs = registry.host.packs
     hooks["opreg_configure_session"] = sorted(
-        pack for pack in registry.packs.loaded if "opreg_configure_session" in registry.packs.implemented(pack)
+        pack for pack in packs.loaded if "opreg_configure_session" in packs.implemented(pack)
     )
-    registry.call_hook("opreg_configure_session", options=onnxruntime.SessionOptions())  # raises nothing
+    registry.host.call("opreg_configure_session", options=onnxruntime.SessionOptions())  # raises nothing
     return {
         "packs": [describe(dataclasses.replace(report, seconds=0.0)) for report in registry.packs],
         "profiles": registry.profiles,

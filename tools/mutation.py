@@ -36,6 +36,8 @@ PACKAGES = {"opreg": ROOT / "registry" / "opreg", "opreg_core_ops": ROOT / "core
 MODULES = (
     "opreg/exporter/_save.py",
     "opreg/registry.py",
+    "opreg/impls.py",
+    "opreg/explanation.py",
     "opreg/packset.py",
     "opreg/exporter/_rewrite.py",
     "opreg/patching.py",

@@ -37,14 +37,16 @@ from opreg.errors import (
 if TYPE_CHECKING:
     from opreg._export import export
     from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_translation_table
+    from opreg.explanation import Candidate, Conflict, Explanation
     from opreg.hookspecs import hookimpl
+    from opreg.impls import Impl
     from opreg.opname import OpName
     from opreg.packset import PackSet
     from opreg.patching import CapturePatch, PatchOutcome
     from opreg.pluginapi import HookError, ModelSample, PackReport, Sample
     from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
     from opreg.registrar import ImplSpec, Registrar, Rejection, impl
-    from opreg.registry import Candidate, Conflict, Explanation, Impl, Registry
+    from opreg.registry import Registry
     from opreg.settings import ExportSettings
     from opreg.table_out import TranslationTable, TranslationTableWarning
     from opreg.targets import (
@@ -77,10 +79,10 @@ _LAZY = {
     "Registrar": "opreg.registrar",
     "Rejection": "opreg.registrar",
     "impl": "opreg.registrar",
-    "Candidate": "opreg.registry",
-    "Conflict": "opreg.registry",
-    "Explanation": "opreg.registry",
-    "Impl": "opreg.registry",
+    "Candidate": "opreg.explanation",
+    "Conflict": "opreg.explanation",
+    "Explanation": "opreg.explanation",
+    "Impl": "opreg.impls",
     "Registry": "opreg.registry",
     "ExportSettings": "opreg.settings",
     "export": "opreg._export",

@@ -1,7 +1,8 @@
 """The plugin host: the packs a registry was built from, what happened to each, and their hooks.
 
 A :class:`PackSet` is built by :func:`opreg.build_registry` with the registry and held by
-it (``registry.packs``); the exporter and the conformance kit call hooks through it. It
+its plugin host (``registry.host.packs``, :class:`opreg.host.PackHost`); the exporter asks the
+host, and the conformance kit calls hooks through the set. It
 iterates over the :class:`~opreg.pluginapi.PackReport` of every discovered pack, and
 calls the loaded packs' hooks one pack at a time through pluggy's
 ``subset_hook_caller`` (cached per pack and hook), checking each result against the

@@ -50,7 +50,7 @@ from opreg.errors import InvalidArgumentError, PluginError
 from opreg.pluginapi import CapturePatch, HookError, PatchOutcome, foreign_versions, installed_version, requirement
 
 if TYPE_CHECKING:
-    from opreg.registry import Registry
+    from opreg.host import PackHost
 
 logger = logging.getLogger(__name__)
 
@@ -114,14 +114,14 @@ class Offer:
         ]
 
 
-def offered(registry: Registry) -> Offer:
-    """The patches added to ``registry`` by hand (pack ``<user>``), then those of every loaded pack's
-    :data:`HOOK` (called one pack at a time, its result checked by the hook's contract,
-    ``opreg.hookspecs.CONTRACTS``): a pack whose hook raises or returns something else than a list is
-    reported and its patches left out; an item that is not a ``CapturePatch``, or repeats a name, is
-    reported and left out."""
-    packs = registry.packs
-    patches: list[tuple[str, CapturePatch]] = list(registry.capture_patches())
+def offered(host: PackHost, own: Iterable[tuple[str, CapturePatch]] = ()) -> Offer:
+    """The patches added by hand (``own``: a registry's :meth:`~opreg.Registry.capture_patches`), then
+    those of every loaded pack's :data:`HOOK`, asked of ``host`` (called one pack at a time, its result
+    checked by the hook's contract, ``opreg.hookspecs.CONTRACTS``): a pack whose hook raises or returns
+    something else than a list is reported and its patches left out; an item that is not a
+    ``CapturePatch``, or repeats a name, is reported and left out."""
+    packs = host.packs
+    patches: list[tuple[str, CapturePatch]] = list(own)
     problems: list[PatchOutcome] = []
     for pack in packs.loaded:
         if HOOK not in packs.implemented(pack):
@@ -363,7 +363,7 @@ def _in_chain(error: BaseException | None, candidates: Sequence[BaseException]) 
 class PatchedCapture:
     """The capture patches of one export: which apply to the model, installed around the capture.
 
-    Built by the exporter from the registry's packs and the user's choice;
+    Built by the exporter from the registry's own patches, its host's packs and the user's choice;
     :meth:`run` captures with them and leaves what happened to each in :attr:`outcomes`.
     """
 
@@ -374,12 +374,20 @@ class PatchedCapture:
         self.outcomes: tuple[PatchOutcome, ...] = tuple(offer.problems)
 
     @classmethod
-    def of(cls, registry: Registry, *, enabled: bool = True, exclude: Iterable[str] = ()) -> PatchedCapture:
-        """The patches ``registry`` and its packs offer (see :func:`offered`), with the user's choice."""
+    def of(
+        cls,
+        host: PackHost,
+        own: Iterable[tuple[str, CapturePatch]] = (),
+        *,
+        enabled: bool = True,
+        exclude: Iterable[str] = (),
+    ) -> PatchedCapture:
+        """The patches added by hand (``own``) and those ``host``'s packs offer (see :func:`offered`),
+        with the user's choice."""
         exclude = list(exclude)
         if not enabled and not exclude:  # nothing to look up: no hook is called
             return cls(Offer(), enabled=False)
-        return cls(offered(registry), enabled=enabled, exclude=exclude)
+        return cls(offered(host, own), enabled=enabled, exclude=exclude)
 
     def _screen(self, model: Any) -> tuple[list[tuple[str, CapturePatch, str]], list[PatchOutcome]]:
         """The patches to install (with the installed library version) and the outcomes of the others."""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from opreg.errors import InvalidArgumentError, InvalidTargetError, OpregError, PluginError, PluginNotFoundError
 from opreg.hookchecks import Checked
+from opreg.host import PackHost
 from opreg.opname import OpName
 from opreg.packset import PackSet, call_one
 from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, HookError, PackReport, Rejection
@@ -528,8 +529,8 @@ def build_registry(
     ``exclude``: pack names to leave out (the core pack too). ``prefer``:
     op -> pack that wins that op's ties (by default the core pack does).
     ``strict``: raise :class:`PluginError` if any selected pack fails, or if
-    packs tie on an op that ``prefer`` does not settle. The load reports and
-    the packs' hooks are in ``registry.packs``.
+    packs tie on an op that ``prefer`` does not settle. The packs' hooks are
+    called through ``registry.host``; their load reports are ``registry.packs``.
     """
     selection = Selection.of(plugins, exclude, prefer)
     selection.require_installed()
@@ -589,7 +590,7 @@ def assemble(
     declared: Declared, selection: Selection, *, strict: bool = False, packs: PackSet | None = None
 ) -> Registry:
     """The frozen registry of what packs ``declared``, ties settled as ``selection`` prefers (data only:
-    no pack code runs). ``packs`` calls the packs' hooks; without it the registry has only the reports
+    no pack code runs). ``packs`` calls the packs' hooks (the registry's host); without it the host has only the reports
     (:func:`opreg.packcache.registry` builds one so, from its cache). ``strict`` as for :func:`build_registry`."""
     preferences = selection.prefer
     loaded = {r.name for r in declared.reports if r.status == LOADED}
@@ -603,7 +604,7 @@ def assemble(
         profiles=declared.profiles,
         unsupported=declared.unsupported,
         preferences=settled,
-        packs=packs,
+        host=PackHost(packs),
     )
     if strict:
         _refuse_problems(declared.reports, declared.impls, preferences)

@@ -28,7 +28,6 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opreg import _inspect, _opsets
 from opreg.errors import (
     FrozenRegistryError,
     InvalidArgumentError,
@@ -36,254 +35,37 @@ from opreg.errors import (
     NoImplementationError,
     RegistrationError,
 )
-from opreg.marks import marked, profile_names
-from opreg.opname import OpName
-from opreg.packset import PackSet
-from opreg.targets import (
-    BUILTIN_PROFILES,
-    ONNX_DOMAIN,
-    OpsetRequirement,
-    Target,
-    TargetLike,
-    VersionRange,
-    VersionRangeLike,
-    normalize_domain,
-    onnx_opset_range,
+from opreg.explanation import (
+    CHOSEN,
+    CONDITIONAL,
+    DROPPED,
+    OUTRANKED,
+    Candidate,
+    Conflict,
+    Explanation,
+    Widening,
+    label_beside,
+    tied,
+    why_chosen,
+    why_not,
 )
-from opreg.values import has_complex
+from opreg.host import PackHost
+from opreg.impls import CORE_PACK, USER_PACK, Impl, Predicate, build_impl, impl_name
+from opreg.marks import marked
+from opreg.opname import OpName
+from opreg.targets import BUILTIN_PROFILES, ONNX_DOMAIN, Target, TargetLike, VersionRangeLike
 
 if TYPE_CHECKING:
+    from opreg.packset import PackSet
     from opreg.pluginapi import CapturePatch
 
 logger = logging.getLogger(__name__)
 
-USER_PACK = "<user>"
-"""Pack name of impls registered by hand on a :class:`Registry`."""
-CORE_PACK = "core"
-"""Entry-point name of the core pack (distribution ``opreg``): it wins unconditional ties."""
-
-Predicate = Callable[[Any], bool]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Impl:
-    """One registered implementation of a torch op: a value (frozen, hashable, compared field by
-    field; ``function`` and ``predicate`` by identity, as Python compares functions; ``params``,
-    read from ``function``, not at all).
-
-    Fields:
-        op: the torch op it implements.
-        function: the onnxscript script function or trace-only function.
-        requirement: the ai.onnx range and custom-domain versions it needs.
-        priority: higher wins among impls a target can use (default 0).
-        predicate: ``predicate(node) -> bool`` on the ``torch.fx.Node``, for
-            impls that only cover some cases; ``None`` covers every node.
-        pack: the pack it came from, filled in by opreg (``"<user>"`` for
-            impls registered by hand).
-        override: registered by the user, so it wins over every pack.
-        complex: it serves exactly the nodes with complex values, which reach it as
-            real tensors with a trailing dimension of 2 (see :mod:`opreg.values`);
-            impls without it never see such a node.
-        kind: ``"script"`` or ``"trace"``.
-        name: the function's name, as shown in reports.
-        schema_checked: whether its signature was checked against torch's schema.
-        params: the function's parameters as read at registration (the
-            exporter maps a node's arguments onto them).
-        convention: how the exporter passes a node's arguments: ``"opreg"``, or
-            ``"torch.onnx"`` for a function written for torch.onnx (a
-            ``custom_translation_table`` value, the tutorials' ``register_op``),
-            which gets them as torch.onnx passes them.
-        source: ``path/to/module.py:LINE`` where the function is defined (``""`` if unknown).
-        profiles: the target profiles it is for: it is eligible only at a target that offers
-            every custom domain one of them names, at that profile's version (the profile's
-            ai.onnx version aside: ``opset`` says that); ``()``: wherever ``requirement`` is met.
-            Decided by :meth:`Registry.unmet` without a node, as ``requirement`` is.
-    """
-
-    op: OpName
-    function: Any
-    requirement: OpsetRequirement
-    priority: int = 0
-    predicate: Predicate | None = None
-    pack: str = USER_PACK
-    override: bool = False
-    complex: bool = False
-    kind: str = _inspect.TRACE
-    name: str = ""
-    schema_checked: bool = False
-    params: _inspect.Params | None = dataclasses.field(default=None, compare=False, repr=False)
-    convention: str = _inspect.OPREG
-    source: str = ""
-    profiles: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.op, OpName):
-            raise RegistrationError(f"Impl.op must be an OpName, got {self.op!r}")
-        if not callable(self.function):
-            raise RegistrationError(f"impl for {self.op} must be callable, got {self.function!r}")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
-            raise RegistrationError(f"priority of impl for {self.op} must be an int, got {self.priority!r}")
-        if self.predicate is not None and not callable(self.predicate):
-            raise RegistrationError(f"predicate of impl for {self.op} must be callable, got {self.predicate!r}")
-        if self.kind not in (_inspect.SCRIPT, _inspect.TRACE):
-            raise RegistrationError(f"impl kind must be 'script' or 'trace', got {self.kind!r}")
-        if self.convention not in (_inspect.OPREG, _inspect.TORCH_ONNX):
-            raise RegistrationError(f"impl convention must be 'opreg' or 'torch.onnx', got {self.convention!r}")
-        object.__setattr__(self, "profiles", profile_names(self.profiles, f"impl for {self.op}"))
-
-    @property
-    def label(self) -> str:
-        return f"{self.pack}:{self.name}"
-
-    def rank(self) -> tuple:
-        """What resolution orders impls by, best first: user override, priority, newest
-        requirement, and a predicate before no predicate. Impls of equal rank tie."""
-        onnx_min, n_domains, domain_sum = self.requirement.rank()
-        return (not self.override, -self.priority, -onnx_min, -n_domains, -domain_sum, self.predicate is None)
-
-    def tie_break(self) -> tuple:
-        """How a tie is broken when the user has not said which pack they prefer: the core
-        pack first, then pack and function name (never registration order)."""
-        return (self.pack != CORE_PACK, self.pack, self.name, str(self.requirement))
-
-    def sort_key(self) -> tuple:
-        return (*self.rank(), *self.tie_break())
-
-    def tie_key(self) -> tuple:
-        return (self.override, self.priority, self.requirement.rank())
-
-    @property
-    def keywords(self) -> dict[str, int]:
-        """What every call of the function gets besides the node's arguments: for an impl whose
-        function takes the opset it is registered at (one body for several versions), that
-        version (``{"opset": 20}``); else nothing."""
-        if self.params is not None and self.params.takes_opset:
-            return {_inspect.OPSET_PARAMETER: self.requirement.onnx.min}
-        return {}
-
-    @property
-    def conditional(self) -> bool:
-        """Whether it covers only some nodes (it has a predicate, or serves complex values only)."""
-        return self.predicate is not None or self.complex
-
-    def accepts(self, node: Any) -> bool:
-        """Whether this impl covers ``node``: complex values or not as it serves them, and
-        its predicate agrees (a predicate that raises says no)."""
-        if has_complex(node) != self.complex:
-            return False
-        if self.predicate is None:
-            return True
-        try:
-            return bool(self.predicate(node))
-        except Exception:
-            logger.exception("predicate of %s for %s raised; treating the node as not covered", self.label, self.op)
-            return False
-
-
-CHOSEN = "chosen"
-OUTRANKED = "outranked"
-DROPPED = "dropped"
-CONDITIONAL = "conditional"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Candidate:
-    """One impl in an :class:`Explanation`, with its fate and the reason."""
-
-    impl: Impl
-    status: str
-    reason: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Explanation:
-    """Why :meth:`Registry.resolve` picks what it picks.
-
-    Fields:
-        op: the torch op.
-        target: the target resolved for.
-        candidates: every impl registered for ``op``, in resolution order
-            (eligible first), each with a status (chosen, outranked, dropped,
-            conditional) and a reason.
-        chosen: the winning impl, or ``None``.
-        conflicts: unconditional impls that tie with the chosen one.
-        elsewhere: when nothing is chosen, where the op would be served: the target with the
-            custom domains its best impl needs (:meth:`Registry.widen`), and the profiles that
-            serve it; ``""`` otherwise.
-    """
-
-    op: OpName
-    target: Target
-    candidates: tuple[Candidate, ...]
-    chosen: Impl | None
-    conflicts: tuple[Impl, ...]
-    elsewhere: str = ""
-
-    def __str__(self) -> str:
-        lines = [f"{self.op} for target {self.target}:"]
-        if not self.candidates:
-            lines.append("  no impl is registered")
-        for c in self.candidates:
-            lines.append(
-                f"  [{c.status}] {c.impl.label} ({c.impl.requirement}, priority {c.impl.priority}): {c.reason}"
-            )
-        if self.conflicts:
-            lines.append("  conflict: ties with " + ", ".join(i.label for i in self.conflicts))
-        if self.elsewhere:
-            lines.append(f"  {self.elsewhere}")
-        return "\n".join(lines)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Widening:
-    """How a target that cannot serve an op would (:meth:`Registry.widen`): with the custom domains
-    the op's best impl needs that the target does not name.
-
-    Fields:
-        op: the torch op.
-        impl: the impl that would serve it.
-        declared: ``((domain, version), ...)``: each domain added, at the version the impl's pack
-            declares (:meth:`Registry.declared_version`).
-        target: the target with the domains added at versions the impl accepts: the declared
-            ones where they fit its requirement (:attr:`exact`), else its requirement's lowest.
-    """
-
-    op: OpName
-    impl: Impl
-    declared: tuple[tuple[str, int], ...]
-    target: Target
-
-    @property
-    def exact(self) -> bool:
-        """Whether the impl accepts every domain at the version its pack declares."""
-        return all(self.target.get(d) == v for d, v in self.declared)
-
-    def __str__(self) -> str:
-        added = ", ".join(f"{d}={v}" for d, v in self.declared)
-        return f"{self.impl.label} at {added}, the version {self.impl.pack} declares (-t {self.target.spec})"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Conflict:
-    """Unconditional impls of one op that tie for a target; ``impls[0]`` wins.
-
-    Fields:
-        op: the torch op.
-        target: the target they tie at.
-        impls: the tied impls, the one used first.
-        preferred: the user chose the winner (:meth:`Registry.prefer`); otherwise
-            it won by the default rule (the core pack, else pack name).
-    """
-
-    op: OpName
-    target: Target
-    impls: tuple[Impl, ...]
-    preferred: bool = False
-
-    def __str__(self) -> str:
-        names = ", ".join(i.label for i in self.impls)
-        how = "as preferred" if self.preferred else "by default; choose with prefer="
-        return f"{self.op} at {self.target}: {names} tie; {self.impls[0].label} is used ({how})"
+__all__ = [
+    "CORE_PACK", "USER_PACK", "Candidate", "Conflict", "Explanation", "Impl", "Predicate", "Registry",
+    "RegistryData", "Widening", "build_impl", "impl_name",
+]  # fmt: skip
+"""Impls and explanations are defined in :mod:`opreg.impls` and :mod:`opreg.explanation`, and read from here too."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -314,9 +96,14 @@ class Registry:
     :meth:`add_profile`, :meth:`mark_unsupported`, :meth:`prefer` and
     :meth:`add_capture_patch` change an unfrozen registry.
 
+    A frozen registry is a value: equal to (and hashing as) any registry holding the same
+    :meth:`data`, taken when it is frozen. The packs' code is not part of it: their hooks are
+    called through :attr:`host`, the object built beside it. (Resolution remembers its answers
+    per op and target, and parsed targets: a cache of what the value answers, never part of it.)
+
     Attributes:
-        packs: the :class:`opreg.PackSet` it was built from: each discovered
-            pack's report (iterate it), and the loaded packs' hooks.
+        host: the :class:`opreg.host.PackHost` built with it, which calls the loaded packs'
+            hooks (its own object: not part of the registry's value; :meth:`copy` keeps it).
     """
 
     def __init__(self) -> None:
@@ -331,7 +118,8 @@ class Registry:
         self._ordered: dict[tuple[OpName, Target], tuple[Impl, ...]] = {}
         self._targets: dict[Any, Target] = {}
         self._patches: dict[str, CapturePatch] = {}
-        self.packs: PackSet = PackSet()
+        self._data: RegistryData | None = None  # what a frozen registry holds, its value
+        self._host = PackHost()
 
     @classmethod
     def build(
@@ -341,13 +129,13 @@ class Registry:
         profiles: Iterable[tuple[str, Mapping[str, int], str]] = (),
         unsupported: Iterable[tuple[Any, str, str]] = (),
         preferences: Mapping[Any, str] | None = None,
-        packs: PackSet | None = None,
+        host: PackHost | None = None,
     ) -> Registry:
         """A frozen registry of ``impls`` (in this order) and the named ``profiles``
         (``(name, {domain: version}, pack)``), the ops declared ``unsupported``
         (``(op, pack, reason)``), tie ``preferences`` (op -> pack, see
-        :meth:`prefer`) and the :class:`opreg.PackSet` they came from. A profile
-        name given twice is an :class:`InvalidTargetError`."""
+        :meth:`prefer`), beside the :class:`opreg.host.PackHost` of the packs they came from.
+        A profile name given twice is an :class:`InvalidTargetError`."""
         registry = cls()
         for name, versions, pack in profiles:
             registry.add_profile(name, versions, pack=pack)
@@ -357,8 +145,8 @@ class Registry:
             registry._store(impl)
         for op, pack in (preferences or {}).items():
             registry.prefer(op, pack)
-        if packs is not None:
-            registry.packs = packs
+        if host is not None:
+            registry.host = host
         return registry.freeze()
 
     # -- changing an unfrozen registry ---------------------------------------------------
@@ -474,8 +262,10 @@ class Registry:
             )
 
     def freeze(self) -> Registry:
-        """Refuse further changes; returns ``self``."""
-        self._frozen = True
+        """Refuse further changes; returns ``self``, now a value (hashable, see :meth:`data`)."""
+        if not self._frozen:
+            self._data = self._collect()
+            self._frozen = True
         return self
 
     @property
@@ -491,12 +281,26 @@ class Registry:
         new._unsupported = dict(self._unsupported)
         new._preferred = dict(self._preferred)
         new._patches = dict(self._patches)
-        new.packs = self.packs
+        new._host = self._host
         return new
 
-    def call_hook(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """``(pack, result)`` of ``hook`` on every loaded pack (see :meth:`opreg.PackSet.call`)."""
-        return self.packs.call(hook, **kwargs)
+    @property
+    def host(self) -> PackHost:
+        """The plugin host built beside this registry: it calls the loaded packs' hooks (not part of the
+        registry's value; an unfrozen registry may be given another)."""
+        return self._host
+
+    @host.setter
+    def host(self, host: PackHost) -> None:
+        self._check_mutable()
+        if not isinstance(host, PackHost):
+            raise InvalidArgumentError(f"Registry.host takes an opreg.host.PackHost, got {type(host).__name__}")
+        self._host = host
+
+    @property
+    def packs(self) -> PackSet:
+        """The reports of every discovered pack (iterate it): ``self.host.packs``."""
+        return self.host.packs
 
     # -- reading --------------------------------------------------------------
 
@@ -540,7 +344,7 @@ class Registry:
             )
 
     def _failed_packs_hint(self) -> str:
-        failed = [r for r in self.packs if r.status in ("failed", "incompatible")]
+        failed = [r for r in self.host.packs if r.status in ("failed", "incompatible")]
         if not failed:
             return ""
         return " (packs that did not load and may define it: " + "; ".join(r.describe() for r in failed) + ")"
@@ -568,7 +372,10 @@ class Registry:
 
     def data(self) -> RegistryData:
         """What this registry holds, as one hashable value: two registries built from the same
-        packs (or a registry and its copy) give equal data; the pack set is not part of it."""
+        packs (or a registry and its copy) give equal data; the host is not part of it."""
+        return self._data if self._data is not None else self._collect()
+
+    def _collect(self) -> RegistryData:
         return RegistryData(
             impls=self.impls(),
             profiles=tuple(
@@ -578,6 +385,16 @@ class Registry:
             preferences=tuple(self._preferred.items()),
             capture_patches=self.capture_patches(),
         )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Registry):
+            return NotImplemented
+        return self is other or self.data() == other.data()
+
+    def __hash__(self) -> int:
+        if self._data is None:
+            raise TypeError("an unfrozen opreg.Registry is not hashable: freeze() it first")
+        return hash(self._data)
 
     def __contains__(self, op: object) -> bool:
         return OpName.of(op) in self._impls
@@ -660,17 +477,19 @@ class Registry:
         rows: list[Candidate] = []
         for impl in ordered:
             if impl is chosen:
-                rows.append(Candidate(impl, CHOSEN, _why_chosen(impl, ordered, self._preferred.get(op), node)))
+                rows.append(Candidate(impl, CHOSEN, why_chosen(impl, ordered, self._preferred.get(op), node)))
             elif impl.conditional if node is None else not impl.accepts(node):
-                rows.append(Candidate(impl, CONDITIONAL, _why_not(impl, node)))
+                rows.append(Candidate(impl, CONDITIONAL, why_not(impl, node)))
             else:
                 rows.append(
-                    Candidate(impl, OUTRANKED, f"ranked below {_name(chosen, impl)}" if chosen else "not reached")
+                    Candidate(
+                        impl, OUTRANKED, f"ranked below {label_beside(chosen, impl)}" if chosen else "not reached"
+                    )
                 )
         for impl in sorted(self._impls.get(op, ()), key=self._key(op)):
             if impl not in ordered:
                 rows.append(Candidate(impl, DROPPED, self.unmet(impl, target) or "not eligible"))
-        ties = _ties(ordered, complex=chosen is not None and chosen.complex)
+        ties = tied(ordered, complex=chosen is not None and chosen.complex)
         conflicts = ties[1:] if chosen is not None and ties and ties[0] is chosen else ()
         elsewhere = self._elsewhere(op, target, node) if chosen is None else ""
         return Explanation(op, target, tuple(rows), chosen, tuple(conflicts), elsewhere)
@@ -746,196 +565,7 @@ class Registry:
         found = []
         for op in self.ops():
             for complex in (False, True):
-                ties = _ties(self.candidates(op, target), complex=complex)
+                ties = tied(self.candidates(op, target), complex=complex)
                 if len(ties) > 1:
                     found.append(Conflict(op, target, ties, preferred=op in self._preferred))
         return found
-
-
-def _ties(ordered: tuple[Impl, ...], *, complex: bool) -> tuple[Impl, ...]:
-    """The best impls without a predicate that tie, among those for complex values or the others."""
-    unconditional = [i for i in ordered if i.predicate is None and i.complex is complex]
-    if not unconditional:
-        return ()
-    top = unconditional[0].tie_key()
-    return tuple(i for i in unconditional if i.tie_key() == top)
-
-
-def _name(impl: Impl, other: Impl) -> str:
-    """``impl``'s label, with its requirement where ``other`` is another version of the same function."""
-    return impl.label if impl.label != other.label else f"{impl.label} at {impl.requirement}"
-
-
-def _why_not(impl: Impl, node: Any) -> str:
-    """Why a conditional impl is not chosen for ``node`` (``None``: no node to test it on)."""
-    if node is None:
-        return "for complex values only; no node to test" if impl.complex else "has a predicate; no node to test it on"
-    if has_complex(node) != impl.complex:
-        if impl.complex:
-            return "for complex values only; the node has none"
-        return "the node has complex values (real pairs), which this impl is not registered for (complex=True)"
-    return "its predicate rejects the node"
-
-
-def _why_chosen(impl: Impl, ordered: tuple[Impl, ...], preferred: str | None, node: Any) -> str:
-    """Why resolution picks ``impl`` from ``ordered`` (every impl the target can use, in resolution
-    order): what sets it above the next impl of its kind, and the impls ranked above it that were
-    passed over (each conditional: no node to test it on, or it does not take this node)."""
-    index = ordered.index(impl)
-    above = ordered[:index]
-    below = [i for i in ordered[index + 1 :] if i.complex is impl.complex]
-    if impl.override and not (below and below[0].override):
-        reason = "registered by the user (overrides packs)"
-    elif below:
-        reason = _beats(impl, below[0], preferred)
-    else:
-        reason = "the only impl this target can use" if not above else "the only other impl this target can use"
-    if above:
-        passed = "; ".join(f"{i.label} ({_why_not(i, node)})" for i in above)
-        reason += f"; ranked above it but passed over: {passed}"
-    if impl.profiles:
-        reason += f"; for profile {', '.join(impl.profiles)}, which this target serves"
-    return reason
-
-
-def _beats(impl: Impl, runner: Impl, preferred: str | None) -> str:
-    """The first key of resolution's order (:meth:`Registry._key`) on which ``impl`` goes before ``runner``."""
-    if impl.priority != runner.priority:
-        return f"higher priority ({impl.priority} > {runner.priority} of {runner.label})"
-    if impl.requirement.rank() != runner.requirement.rank():
-        return f"newest opset requirement ({impl.requirement} vs {runner.requirement} of {runner.label})"
-    if impl.pack == preferred and runner.pack != preferred:
-        return f"ties with {runner.label}; pack {preferred!r} is preferred (prefer=)"
-    if impl.predicate is not None and runner.predicate is None:
-        return f"its predicate accepts the node (tried before {runner.label}, which has none)"
-    if impl.pack == CORE_PACK and runner.pack != CORE_PACK:
-        return f"ties with {runner.label}; the core pack wins ties unless another pack is preferred (prefer=)"
-    return f"ties with {_name(runner, impl)}; broken by pack and function name (choose with prefer=)"
-
-
-# -- building impls -------------------------------------------------------------
-
-
-def build_impl(
-    op: Any,
-    function: Any,
-    *,
-    opset: VersionRangeLike | None,
-    domains: Mapping[str, VersionRangeLike] | None,
-    priority: int,
-    predicate: Predicate | None,
-    pack: str,
-    override: bool,
-    torch_function: bool = False,
-    complex: bool = False,
-    profiles: Iterable[str] = (),
-) -> Impl:
-    """Validate and describe one impl; raise :class:`RegistrationError` on any problem.
-
-    ``torch_function``: ``function`` was written for torch.onnx; it is checked
-    for what torch.onnx needs of it (see :func:`opreg._inspect.check_signature`)
-    and called as torch.onnx calls it. :func:`opreg.table_in.torch_impl` is the
-    way in for such functions.
-    """
-    op = OpName.of(op)
-    if not callable(function):
-        raise RegistrationError(
-            f"impl for {op} from {pack} must be an onnxscript function or callable, got {function!r}"
-        )
-    kind = _inspect.impl_kind(function)
-    _inspect.lint_script_domain(function)
-    params = _inspect.read_params(function)
-    if params.takes_opset and opset is None:
-        raise RegistrationError(
-            f"impl {_inspect.display_signature(function)} for {op} takes the opset it is registered at "
-            f"(keyword-only parameter {_inspect.OPSET_PARAMETER!r}): declare it, @opreg.impl({str(op)!r}, opset=N)"
-        )
-    used = _opsets.used_opsets(function)
-    requirement = _requirement(op, function, used, opset, domains, versioned=params.takes_opset)
-
-    schema = _inspect.torch_schema(op)
-    if schema is not None:
-        _inspect.check_signature(op, function, schema, params, torch_function=torch_function)
-    elif not (torch_function and kind == _inspect.TRACE):
-        _inspect.lint_unannotated_attributes(function, params)
-
-    return Impl(
-        op=op,
-        function=function,
-        requirement=requirement,
-        priority=priority,
-        predicate=predicate,
-        pack=pack,
-        override=override,
-        complex=bool(complex),
-        kind=kind,
-        name=impl_name(function),
-        schema_checked=schema is not None,
-        params=params,
-        convention=_inspect.TORCH_ONNX if torch_function else _inspect.OPREG,
-        source=_inspect.source_location(function),
-        profiles=profile_names(profiles, f"impl {impl_name(function)} for {op}"),
-    )
-
-
-def impl_name(function: Any) -> str:
-    """How an impl is named in reports: the script function's or Python function's name."""
-    return getattr(function, "name", None) or getattr(function, "__name__", None) or type(function).__name__
-
-
-def _requirement(
-    op: OpName,
-    function: Any,
-    used: dict[str, set[int | None]],
-    opset: VersionRangeLike | None,
-    domains: Mapping[str, VersionRangeLike] | None,
-    *,
-    versioned: bool = False,
-) -> OpsetRequirement:
-    """The impl's requirement: the declared one, checked against the opsets its code visibly uses.
-    A ``versioned`` impl (one body for several opsets, told its own) uses every version's opset
-    module; what it emits at each is checked when a model is exported."""
-
-    def name() -> str:  # formatted only for an error message
-        return _inspect.display_signature(function)
-
-    modules = _opsets.onnx_module_versions(used)
-    if opset is None:
-        onnx_range = VersionRange(max(modules) if modules else onnx_opset_range()[0])
-    else:
-        onnx_range = VersionRange.of(opset)
-        newest = max(modules, default=None)
-        if newest is not None and newest > onnx_range.min and not versioned:
-            raise RegistrationError(
-                f"impl {name()} for {op} uses ai.onnx opset {newest} but declares ai.onnx{onnx_range}: "
-                f"declare opset={newest} (or more), or use opset{onnx_range.min}'s ops"
-            )
-
-    custom_used = {d: v for d, v in used.items() if d != ONNX_DOMAIN}
-    for domain, versions in custom_used.items():
-        if None in versions:
-            raise RegistrationError(
-                f"impl {name()} for {op} emits {domain} ops through an Opset with no version: "
-                f"give it one, e.g. onnxscript.values.Opset({domain!r}, 1), and declare "
-                f"domains={{{domain!r}: 1}}"
-            )
-    if domains is None:
-        declared = {d: VersionRange(max(v)) for d, v in custom_used.items()}  # type: ignore[type-var]
-    else:
-        declared = {normalize_domain(d): VersionRange.of(v) for d, v in domains.items()}
-        for domain, versions in custom_used.items():
-            if domain not in declared:
-                raise RegistrationError(
-                    f"impl {name()} for {op} emits {domain} ops but declares no version for {domain}: "
-                    f"add domains={{..., {domain!r}: {max(versions)}}}"  # type: ignore[type-var]
-                )
-            newest = max(versions)  # type: ignore[type-var]
-            if newest > declared[domain].min:
-                raise RegistrationError(
-                    f"impl {name()} for {op} uses {domain} version {newest} but declares {domain}{declared[domain]}: "
-                    f"declare {{{domain!r}: {newest}}}"
-                )
-    try:
-        return OpsetRequirement.build(onnx_range, declared)
-    except InvalidTargetError as e:
-        raise RegistrationError(f"impl {name()} for {op}: {e}") from e

@@ -117,7 +117,7 @@ def warn_hook_failures(registry: Any) -> None:
     """Each pack hook that raised or broke its contract during the command, as the loader reports
     a failed pack (which pack, which hook, the error); ``--strict`` made it an error instead."""
     err = console(stderr=True)
-    for error in registry.packs.failures:
+    for error in registry.host.packs.failures:
         err.print(styled(f"warning: {error}; left out", "yellow"))
 
 

@@ -85,7 +85,7 @@ def _explain_patches(args: argparse.Namespace, reg: Any) -> int:
     """``opreg explain NAME`` for a capture patch (or ``patches``: every one the packs offer)."""
     from opreg import patching
 
-    offer = patching.offered(reg)
+    offer = patching.offered(reg.host, reg.capture_patches())
     found = list(offer.patches) if args.op == "patches" else offer.find(args.op)
     if not found and args.op != "patches":
         known = ", ".join(offer.labels()) or "none"

@@ -20,11 +20,12 @@ from opreg import _heap, packfaults
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
 from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
 from opreg.exporter._dynamic import FixedDim
-from opreg.exporter._locate import Divergence, Location, Step
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import JoinedDomain, MissingOp
-from opreg.exporter._program import OnnxProgram, OutputCheck, Verification
+from opreg.exporter._program import OnnxProgram
 from opreg.exporter._state import StateSlot
+from opreg.exporter.diagnosis.compare import OutputCheck, Verification
+from opreg.exporter.diagnosis.report import Divergence, Location, Step
 from opreg.patching import PatchedCapture
 from opreg.plugins import default_registry
 from opreg.registry import Registry
@@ -62,10 +63,13 @@ def _registry(settings: ExportSettings) -> Registry:
 
 
 def _patches(model: Any, registry: Registry, settings: ExportSettings) -> PatchedCapture | None:
-    """The capture patches for ``model`` (``None`` for an ``ExportedProgram``: it is already captured)."""
+    """The capture patches for ``model``: ``registry``'s own and those its host's packs offer (``None``
+    for an ``ExportedProgram``: it is already captured)."""
     if isinstance(model, torch.export.ExportedProgram):
         return None
-    return PatchedCapture.of(registry, enabled=settings.patches, exclude=settings.exclude_patches)
+    return PatchedCapture.of(
+        registry.host, registry.capture_patches(), enabled=settings.patches, exclude=settings.exclude_patches
+    )
 
 
 def _faults_reported(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -191,14 +195,14 @@ def run_export(
         translation = rework(translation, program)
     tick("finish")
     result = _finish.finish(
-        translation, exported_program=program, module=eager, target=resolved, registry=reg, joined=plan.joined,
+        translation, exported_program=program, module=eager, target=resolved, host=reg.host, joined=plan.joined,
         input_leaves=_capture.input_leaves(program), inline=settings.inline, embed_functions=settings.embed_functions,
         optimize=settings.optimize, fold_weights=settings.fold_weights, rewrite=settings.rewrite, seed=settings.seed,
         strict=settings.strict, passes=extra, dim_bounds=_capture.dim_bounds(program, symbols),
         capture_patches=patched.outcomes if patched is not None else (),
     )  # fmt: skip
     tick.done()
-    result.exporter = export
+    result.exporter = functools.partial(export, registry=reg)  # locate() exports bodies with it
     result.streamed = bool(lazy)
     _dynamic.record(result, capture.fixed)
     return result

@@ -37,14 +37,16 @@ from opreg.exporter._recorder import SMALL_CONSTANT, Use
 from opreg.exporter._rewrite import REWRITES_KEY, Rewrite
 from opreg.exporter._state import StateSlot
 from opreg.exporter._translate import Translation
+from opreg.exporter.diagnosis.run import Runner
 from opreg.exporter.passes import lean
 from opreg.exporter.passes.housekeeping import MIN_IR_VERSION, LowestIrVersion, StripAuthoringAttributes
 from opreg.exporter.passes.outputs import BindOutputs, OwnSubgraphOutputs, output_names
 from opreg.exporter.passes.pipeline import IfModified, Pipeline
 from opreg.exporter.passes.seeding import SeedRandomNodes
+from opreg.host import PackHost
 from opreg.node_types import confirms
 from opreg.patching import PatchOutcome
-from opreg.registry import Impl, Registry
+from opreg.registry import Impl
 from opreg.targets import ONNX_DOMAIN, Target
 from opreg.values import is_complex
 
@@ -72,7 +74,7 @@ def finish(
     exported_program: torch.export.ExportedProgram,
     module: torch.nn.Module | torch.export.ExportedProgram,
     target: Target,
-    registry: Registry,
+    host: PackHost,
     input_leaves: Sequence[int],
     inline: bool | int,
     embed_functions: bool,
@@ -86,8 +88,8 @@ def finish(
     capture_patches: Sequence[PatchOutcome] = (),
     joined: Sequence[JoinedDomain] = (),
 ) -> OnnxProgram:
-    """The model of ``translation``, finished and checked, as an :class:`OnnxProgram` (the packs' rewrite
-    rules for ``target`` applied unless ``rewrite`` is false, then the export's own ``passes``: see
+    """The model of ``translation``, finished and checked, as an :class:`OnnxProgram` (the rewrite rules
+    ``host``'s packs give for ``target`` applied unless ``rewrite`` is false, then the export's own ``passes``: see
     :func:`export_passes`; ``strict``: a faulty rewrite fails the export instead of being left out; the
     capture patches applied and the custom domains the plan ``joined`` to the target in its metadata)."""
     recorder = translation.recorder
@@ -105,8 +107,8 @@ def finish(
     versions = settle_versions(recorder.uses, translation.used_impls, target)
     definitions = {}
     if embed_functions:
-        definitions = custom_op_definitions(graph, recorder.functions, registry.call_hook("opreg_functions"))
-    rewrites = [*(_rewrite.collect(registry.call_hook(_rewrite.HOOK, target=target)) if rewrite else []), *passes]
+        definitions = custom_op_definitions(graph, recorder.functions, host.functions())
+    rewrites = [*(_rewrite.collect(host.rewrite_rules(target)) if rewrite else []), *passes]
     bound = [name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value)]
     model = build_model(
         graph,
@@ -132,7 +134,7 @@ def finish(
     return OnnxProgram(
         model,
         target=target,
-        registry=registry,
+        runner=Runner(host),
         exported_program=exported_program,
         module=module,
         input_names=translation.input_names,
@@ -529,14 +531,14 @@ _NODE_NAME = re.compile(r"node name: ([^)\s]+)\)")
 def _made_by(model: ir.Model, message: str) -> str:
     """Who made the nodes the checker's ``message`` names: their impl (or rewrite rule), torch op and
     where in the model, from their provenance (``""`` when it names none)."""
-    from opreg.exporter._locate import provenance
+    from opreg.exporter._nodes import read_provenance
 
     names = set(_NODE_NAME.findall(message))
     lines = []
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         if node.name not in names:
             continue
-        props = provenance(node)
+        props = read_provenance(node)
         rule = props.get("rewrite")
         maker = f"rewrite rule {rule}" if rule else f"impl {props.get('pack', '?')}:{props.get('impl', '?')}"
         where = " at ".join(p for p in (props.get("module") or "<root>", props.get("source", "")) if p)

@@ -337,3 +337,39 @@ def provenance(
     """The ``metadata_props`` of the ONNX nodes made for ``node``."""
     values = (torch_op, pack, impl, module_path(node, outer), source_line(node, outer))
     return dict(zip(PROVENANCE_KEYS, values, strict=True))
+
+
+# -- what translation made of each node, and reading it back ------------------------------
+
+
+@dataclasses.dataclass
+class Trace:
+    """What translation made of one FX node of the main graph.
+
+    Fields:
+        values: the ONNX value of each of the node's outputs (``None`` where it has none).
+        names: their names when translation ended (a pass may replace a value by another
+            of the same name).
+        impl: the impl that translated it (``None`` for control flow, made by the exporter).
+    """
+
+    values: tuple[ir.Value | None, ...]
+    names: tuple[str | None, ...] = ()
+    impl: Any = None
+
+    def snapshot(self) -> None:
+        self.names = tuple(v.name if v is not None else None for v in self.values)
+
+
+def trace_of(result: Any, impl: Any) -> Trace:
+    """The :class:`Trace` of an FX node whose translated value is ``result`` (a value or a tuple)."""
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    return Trace(tuple(v if isinstance(v, ir.Value) else None for v in items), impl=impl)
+
+
+def read_provenance(node: ir.Node) -> dict[str, str]:
+    """The provenance of an ONNX node (torch op, pack, impl, module, source, rewrite), whatever
+    form the model stores it in: the one accessor the locator reads it through."""
+    props = node.metadata_props
+    keys = (*PROVENANCE_KEYS, REWRITE_KEY)
+    return {key.removeprefix("opreg."): props[key] for key in keys if props.get(key)}

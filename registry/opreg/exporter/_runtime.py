@@ -1,8 +1,9 @@
 """Running a model: ONNX Runtime with the packs' session configuration, or
 ``onnx.reference`` with the packs' reference kernels.
 
-These functions take a model and the :class:`opreg.PackSet` whose hooks
-configure the run; :class:`opreg.OnnxProgram` keeps the sessions they open.
+These functions take a model and the :class:`opreg.host.PackHost` whose packs configure the
+run; a :class:`Runner` binds them to one host, and is what :class:`opreg.OnnxProgram` is given
+to run its model (it keeps the sessions the runner opens).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import onnx_ir as ir
 
 from opreg.errors import RuntimeUnavailableError
 from opreg.exporter._recorder import RANDOM_OPS
-from opreg.packset import PackSet
+from opreg.host import PackHost
 
 logger = logging.getLogger(__name__)
 
@@ -70,14 +71,14 @@ def initializer_bytes(model: ir.Model) -> int:
     return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
 
 
-def onnxruntime_session(model: ir.Model, packs: PackSet) -> Any:
+def onnxruntime_session(model: ir.Model, host: PackHost) -> Any:
     """An ``InferenceSession`` for ``model``, configured by every loaded pack."""
     import onnxruntime
 
     from opreg.exporter._save import save_model
 
     options = onnxruntime.SessionOptions()
-    for pack, _ in packs.call("opreg_configure_session", options=options):
+    for pack in host.configure_session(options):
         logger.debug("session configured by pack %s", pack)
     try:
         if initializer_bytes(model) > IN_MEMORY_LIMIT:
@@ -104,36 +105,29 @@ def onnxruntime_session(model: ir.Model, packs: PackSet) -> Any:
         raise RuntimeUnavailableError(f"ONNX Runtime cannot load the model: {e}.{hint}") from e
 
 
-def reference_kernels(packs: PackSet) -> list[type]:
-    kernels: list[type] = []
-    for _pack, checked in packs.call("opreg_reference_kernels"):  # OpRun classes with an op_domain
-        kernels.extend(checked)
-    return kernels
-
-
-def reference_evaluator(model: ir.Model, packs: PackSet) -> Any:
+def reference_evaluator(model: ir.Model, host: PackHost) -> Any:
     """An ``onnx.reference.ReferenceEvaluator`` for ``model`` with the packs' kernels."""
     from onnx.reference import ReferenceEvaluator
 
-    kernels = reference_kernels(packs)
+    kernels = host.reference_kernels()  # OpRun classes with an op_domain
     covered = {(getattr(k, "op_domain", ""), k.__name__) for k in kernels}
     missing = custom_ops(model) - covered
     if missing:
         raise RuntimeUnavailableError(
             f"the reference evaluator has no kernel for {_describe(missing)}: no loaded pack provides one "
-            f"(opreg_reference_kernels). {_remedy(model, missing, packs)}"
+            f"(opreg_reference_kernels). {_remedy(model, missing, host)}"
         )
     return ReferenceEvaluator(ir.serde.serialize_model(model), new_ops=kernels or None)
 
 
-def _remedy(model: ir.Model, missing: set[tuple[str, str]], packs: PackSet) -> str:
+def _remedy(model: ir.Model, missing: set[tuple[str, str]], host: PackHost) -> str:
     """What runs a model the reference evaluator cannot: ONNX Runtime, once the ops it has no kernel
     for are embedded as the packs' function definitions, when its own domains are all that is missing."""
     foreign = {op for op in custom_ops(model) if op[0] not in ORT_BUILTIN_DOMAINS}
     if missing - {op for op in missing if op[0] in ORT_BUILTIN_DOMAINS}:
         return "Install the pack that emits these ops, or export with a target without their domains."
     defined: dict[tuple[str, str], str] = {}
-    for pack, protos in packs.call("opreg_functions"):
+    for pack, protos in host.functions():
         for proto in protos:
             defined.setdefault((proto.domain, proto.name), pack)
     undefined = foreign - set(defined)

@@ -28,8 +28,8 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from opreg.errors import ExportError, WeightsError
 from opreg.exporter import _nodes, _state
-from opreg.exporter._locate import Trace, trace_of
 from opreg.exporter._memo import MEMO_PACKS, Memo
+from opreg.exporter._nodes import Trace, trace_of
 from opreg.exporter._plan import Call, Plan
 from opreg.exporter._recorder import GraphRecorder, missing_schema, schema_hint
 from opreg.registry import Impl

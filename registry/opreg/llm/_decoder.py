@@ -20,10 +20,10 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
-from opreg.errors import ExportError, InvalidArgumentError, VerificationError
+from opreg.errors import ExportError, InvalidArgumentError
 from opreg.exporter import OnnxProgram, OutputCheck, run_export
 from opreg.exporter._capture import TRACING_LOCK
-from opreg.exporter._program import compare_output
+from opreg.exporter.diagnosis.compare import compare_output, mismatch_error
 from opreg.llm import DECODER_OPTIONS, LAYOUT, _cache, _checkpoint, _genai, _layers, _meta, _options
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._genai import text_config
@@ -266,12 +266,8 @@ class Decoder:
                     if keep is not None and seq_dim is not None:
                         mine, theirs = mine.index_select(seq_dim, keep), theirs.index_select(seq_dim, keep)
                     checks.append(compare_output(f"{name} ({label}{what})", mine, theirs, rtol, atol))
-        if bad := [c for c in checks if not c.ok]:
-            raise VerificationError(
-                f"{len(bad)} of {len(checks)} decoder outputs differ from transformers' (rtol={rtol}, atol={atol}):\n"
-                + "\n".join(f"  {c}" for c in bad),
-                tuple(checks),
-            )
+        if not all(c.ok for c in checks):
+            raise mismatch_error(checks, f"decoder outputs differ from transformers' (rtol={rtol}, atol={atol})")
         return checks
 
     def _random(self, batch: int, length: int, past: int, generator: torch.Generator) -> tuple[dict[str, Any], list]:

@@ -43,7 +43,7 @@ def compare_outputs(
 
 
 def _elementwise(index: int, got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> str:
-    from opreg.exporter._program import compare_output
+    from opreg.exporter.diagnosis.compare import compare_output
 
     check = compare_output(f"output {index}", got, expected, rtol, atol)
     return "" if check.ok else f"{check.name}: {check.detail} (max abs {check.max_abs:.3g})"
