@@ -1,28 +1,43 @@
-"""opreg's language-model decoder against ONNX Runtime GenAI's model builder, in one run.
+"""What a user runs, measured: ``opreg llm export`` against ONNX Runtime GenAI's model builder, in one run.
 
-Run: python bench/llm.py [--rounds N] [--skip-kernels] [--no-ablation] [--work DIR]
+Run: python bench/llm.py [--models 55M,0.5B] [--rounds N] [--export-rounds N] [--kernels]
+                         [--ablation] [--accuracy] [--breakdown] [--settings] [--work DIR]
 
-The checkpoint is the one issue 22 measured: a random-init Llama (hidden 512, 8 layers, 8
-query and 2 key/value heads, intermediate 1376, vocab 32000: 55M parameters), saved with a
-local word-level tokenizer under ``--work`` (nothing is downloaded). From it, in this run:
+Each folder is made the way its users make it, each command in a fresh process at its defaults,
+plus one row per documented flag:
 
-1. Kernels: each com.microsoft kernel (or form) the decoder could use against what it would
-   replace, at this model's sizes, for a decode step and a 128-token prompt (1 thread,
-   ratio = baseline / candidate: above 1 the candidate is faster). What the pack emits
-   follows from these and from the ablation (part 5).
-2. Builds: ``python -m onnxruntime_genai.models.builder`` (fp32 and int4, CPU) and opreg
-   (``target="onnxruntime"``; int4 with ``MatMulNBitsQuantization``, the builder's block size
-   32, symmetric, accuracy level 4), each in a fresh process: CPU time, wall time, file size.
-3. Correctness: every model against eager PyTorch on a batch of two left-padded prompts and a
-   decode step (logits and cache); 64 greedy tokens from a plain ONNX Runtime loop (past in,
-   present out) against eager ``generate`` (fp32) and between the two int4 models.
-4. Latency: ONNX Runtime sessions (CPU, 1 thread, thread CPU time, the best of interleaved
-   rounds) for a decode step at past 128 and 1024 and a 128-token prompt; ratio opreg /
-   builder at each precision (below 1.0 opreg is faster).
-5. Ablation: opreg with each of the pack's rewrites that fired left out, same timing.
-6. ONNX Runtime GenAI: ``Model(folder)`` and a ``Generator`` (greedy, past and present sharing
-   one buffer, 1 thread) on both folders: tokens per second for 128 new tokens after a
-   128-token prompt, and whether the two folders generate the same tokens.
+- ``opreg llm export CKPT -o OUT`` (the default: the fastest installed target, fp32, the weights
+  streamed from the checkpoint), ``opreg llm export CKPT -o OUT --precision int4`` and
+  ``opreg llm export CKPT -o OUT -t onnx`` (the portable decoder);
+- ``python -m onnxruntime_genai.models.builder -i CKPT -o OUT -p fp32|int4 -e cpu``.
+
+Each folder is run with its own ``genai_config.json``. The checkpoints (nothing is downloaded):
+``55M``, the random-init Llama issue 22 measured (hidden 512, 8 layers, 8 query and 2 key/value
+heads, intermediate 1376, vocab 32000, float32 safetensors); ``0.5B``, a random-init checkpoint of
+Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as published).
+
+1. Kernels (``--kernels``): each com.microsoft kernel the decoder could use against what it would
+   replace, at the 55M model's sizes (1 thread, ratio = baseline / candidate).
+2. Exports: CPU time, peak resident memory (each process's own, ``wait4``) and folder size, the
+   median over ``--export-rounds`` interleaved rounds.
+3. Correctness: every folder against eager PyTorch on two left-padded prompts and a decode step
+   (logits and cache); 64 greedy tokens from a plain ONNX Runtime loop against eager ``generate``
+   (fp32) and opreg's int4 against the builder's int4.
+4. Latency: ONNX Runtime sessions (CPU, 1 thread, thread CPU time, interleaved rounds) for a decode
+   step at past 128 and 1024 and a 128-token prompt; the median over rounds of opreg / builder.
+5. Ablation (``--ablation``, 55M): opreg without each of the pack's rewrites that fired.
+6. ONNX Runtime GenAI: ``Model(folder)`` and a greedy ``Generator`` (1 thread): new tokens per CPU
+   second of the process for 128 tokens after a 128-token prompt, the median of interleaved rounds.
+7. Accuracy (``--accuracy``): a small Llama trained briefly; opreg's folders (``opreg llm export``,
+   fp32 and ``--precision int4``/``int8`` at their defaults) and the builder's int4: top-1 agreement
+   with fp32, perplexity, greedy tokens.
+8. Export time (``--breakdown``): where an ``opreg llm export`` spends its CPU time (imports,
+   building the model, capture, plan, translation, finishing passes, save with the streamed
+   weights' casts and quantization), with the repeated layers captured once and, for comparison,
+   all captured, and with ``--no-streaming``.
+9. Quantization settings (``--settings``, 55M): int4 and int8 with each default (blocks of 128,
+   symmetric, accuracy level 4) changed, timed against the default; with ``--accuracy``, their
+   accuracy on the trained model too.
 """
 
 from __future__ import annotations
@@ -31,8 +46,8 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import logging
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -44,22 +59,41 @@ import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.big_streaming import measured, write_checkpoint
 from bench.ort_contrib import Kernel, _model, _quiet, part_kernels, round_times
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 512, 8, 8, 2, 1376, 32000
+"""The 55M Llama's sizes (part 1's kernels are timed at these)."""
 SIZE = HIDDEN // HEADS
 PROMPT, GREEDY = 128, 64
 CASES = (("decode, past 128", 128, 1), ("decode, past 1024", 1024, 1), ("prompt, 128 tokens", 0, PROMPT))
-INT4 = {"bits": 4, "block_size": 32, "symmetric": True, "accuracy_level": 4}
-"""The builder's defaults for ``-p int4 -e cpu``, so both quantize the same weights to the same bytes."""
+OPREG = str(Path(sys.executable).with_name("opreg"))
+ROWS = {
+    "opreg": [],
+    "opreg --precision int4": ["--precision", "int4"],
+    "opreg -t onnx": ["-t", "onnx"],
+    "builder -p fp32": ["-p", "fp32"],
+    "builder -p int4": ["-p", "int4"],
+}
+"""Each row's command's flags beyond the checkpoint and the output folder (see :func:`command`)."""
+PAIRS = (
+    ("opreg", "builder -p fp32"),
+    ("opreg --precision int4", "builder -p int4"),
+    ("opreg -t onnx", "builder -p fp32"),
+)
+"""The rows compared: opreg's at each precision beside the builder's."""
 
 
-# -- the checkpoint --------------------------------------------------------------------------
+# -- the checkpoints ---------------------------------------------------------------------------
 
 
-def checkpoint(folder: Path) -> Path:
-    """The random-init Llama and a word-level tokenizer, saved once under ``folder``."""
+def checkpoint(name: str, work: Path) -> Path:
+    """The checkpoint ``name`` (``55M`` or ``0.5B``), written once under ``work``."""
+    folder = work / f"checkpoint_{name}"
     if (folder / "config.json").is_file():
+        return folder
+    if name == "0.5B":
+        write_checkpoint("0.5B", folder)
         return folder
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -80,19 +114,15 @@ def checkpoint(folder: Path) -> Path:
     return folder
 
 
-# -- opreg's export (until opreg.llm lands: the cache as inputs and outputs, by hand) ----------
-
-
-def decoder(model):
-    """``model`` as a module taking the cache as inputs and returning it as outputs (the layout of
-    opreg.llm: ``input_ids``, ``attention_mask``, ``position_ids``, the cache)."""
+def eager_reference(model):
+    """``model`` as a module taking the cache as inputs and returning it as outputs (the decoder
+    layout), to compare each folder with."""
     import torch
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
     class PastLayer(DynamicLayer):
-        """A layer holding a given past; its length read from its shape (DynamicLayer says 0 for an
-        empty one, a branch torch.export would specialise)."""
+        """A layer holding a given past; its length read from its shape."""
 
         def __init__(self, keys, values) -> None:
             super().__init__()
@@ -124,64 +154,27 @@ def positions(mask: np.ndarray, seq: int) -> np.ndarray:
     return np.maximum(mask.cumsum(-1) - 1, 0)[:, -seq:]
 
 
-def opreg_export(source: Path, out: Path, bits: int | None, skip_norm: bool = False) -> None:
-    """opreg's folder for ``source``: the decoder at ``target="onnxruntime"`` (with ``bits``: its linear
-    layers' weights as MatMulNBits), the builder's genai_config with opreg's names, the tokenizer."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    import opreg
-    import opreg_ort_contrib
-
-    with _quiet():
-        model = AutoModelForCausalLM.from_pretrained(source).eval()
-    config = model.config
-    batch, seq, past = (
-        torch.export.Dim("batch", max=64),
-        torch.export.Dim("seq", max=2048),
-        torch.export.Dim("past", max=2048),
-    )
-    kv_heads, size = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
-    cache = [
-        (torch.randn(2, kv_heads, 3, size), torch.randn(2, kv_heads, 3, size)) for _ in range(config.num_hidden_layers)
-    ]
-    mask = np.ones((2, 7), np.int64)
-    args = (torch.randint(3, VOCAB, (2, 4)), torch.from_numpy(mask), torch.from_numpy(positions(mask, 4)), cache)
-    dims = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: torch.export.Dim.AUTO},
-            "position_ids": {0: batch, 1: torch.export.Dim.AUTO},
-            "past_key_values": [({0: batch, 2: past}, {0: batch, 2: past})] * config.num_hidden_layers}  # fmt: skip
-    passes = [skip_norm_pass()] if skip_norm else []
-    passes += [opreg_ort_contrib.MatMulNBitsQuantization(**{**INT4, "bits": bits})] if bits else []
-    program = opreg.export(decoder(model), args, target="onnxruntime", dynamic_shapes=dims, passes=passes)
-    out.mkdir(parents=True, exist_ok=True)
-    program.save(out / "model.onnx", external_data=True)
-    builder = out / "genai_config.json"  # written there first (part 7), else the builder's for this precision
-    if not builder.is_file():
-        builder = out.parent / f"builder_{'int4' if bits else 'fp32'}" / "genai_config.json"
-    genai = json.loads(builder.read_text())
-    names = genai["model"]["decoder"]
-    names["inputs"].update(
-        position_ids="position_ids", past_key_names="past_key_values_%d_0", past_value_names="past_key_values_%d_1"
-    )
-    names["outputs"].update(logits="output_0", present_key_names="output_1.%d.0", present_value_names="output_1.%d.1")
-    (out / "genai_config.json").write_text(json.dumps(genai, indent=4))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(source / name, out / name)
+# -- part 2: exports ---------------------------------------------------------------------------
 
 
-# -- builds ----------------------------------------------------------------------------------
+def command(row: str, source: Path, out: Path, cache: Path) -> list[str]:
+    """The command of ``row``: what its users type."""
+    if row.startswith("builder"):
+        return [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(out),
+                *ROWS[row], "-e", "cpu", "-c", str(cache)]  # fmt: skip
+    return [OPREG, "llm", "export", str(source), "-o", str(out), *ROWS[row]]
 
 
 @dataclasses.dataclass
 class Build:
     name: str
     folder: Path
-    cpu: float
-    wall: float
+    cpu: list[float]
+    peak_gb: list[float]
 
     @property
     def megabytes(self) -> float:
-        return sum(f.stat().st_size for f in self.folder.glob("model.onnx*")) / 1e6
+        return sum(f.stat().st_size for f in self.folder.iterdir() if f.is_file()) / 1e6
 
     def nodes(self) -> str:
         """The graph's node count, and how many of them are the ops a decoder's speed turns on."""
@@ -195,39 +188,40 @@ class Build:
         return f"{len(graph.node)} nodes ({shown})"
 
 
-_SHOWN_OPS = ("GroupQueryAttention", "MatMulNBits", "MatMul", "FusedMatMul", "SkipSimplifiedLayerNormalization",
-              "SimplifiedLayerNormalization", "RMSNormalization", "RotaryEmbedding", "Transpose")  # fmt: skip
+_SHOWN_OPS = ("GroupQueryAttention", "MatMulNBits", "GatherBlockQuantized", "MatMul", "FusedMatMul",
+              "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization",
+              "RotaryEmbedding", "Transpose")  # fmt: skip
 
 
-def _timed(command: list[str]) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of ``command`` in a fresh process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(command, check=False, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
-
-
-def builds(source: Path, work: Path) -> dict[str, Build]:
-    """The builder's and opreg's folders, fp32 and int4 (the builder's first: opreg's genai_config
-    starts from it)."""
-    made = {}
-    for precision in ("fp32", "int4"):
-        folder = work / f"builder_{precision}"
-        shutil.rmtree(folder, ignore_errors=True)
-        command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(folder),
-                   "-p", precision, "-e", "cpu", "-c", str(work / "cache")]  # fmt: skip
-        made[f"builder {precision}"] = Build(f"builder {precision}", folder, *_timed(command))
-        folder = work / f"opreg_{precision}"
-        shutil.rmtree(folder, ignore_errors=True)
-        command = [sys.executable, __file__, "--export", str(source), str(folder)] + (
-            ["--int4"] if precision == "int4" else []
-        )
-        made[f"opreg {precision}"] = Build(f"opreg {precision}", folder, *_timed(command))
+def builds(source: Path, work: Path, rounds: int, cap_gb: float) -> dict[str, Build]:
+    """Every row's folder, made ``rounds`` times in interleaved order (each in a fresh process, under
+    an address-space cap of ``cap_gb``); the last round's folder is kept."""
+    made = {row: Build(row, work / row.replace(" ", "_").replace("-", ""), [], []) for row in ROWS}
+    for index in range(rounds):
+        order = list(ROWS)[index % len(ROWS) :] + list(ROWS)[: index % len(ROWS)]
+        for row in order:
+            build = made[row]
+            shutil.rmtree(build.folder, ignore_errors=True)
+            done = measured(command(row, source, build.folder, work / "cache"), cap_gb)
+            if "error" in done:
+                raise RuntimeError(f"{row} failed: {done['error']}")
+            build.cpu.append(done["cpu"])
+            build.peak_gb.append(done["peak_gb"])
     return made
+
+
+def print_builds(made: dict[str, Build]) -> None:
+    print("2. Exports (fresh processes; CPU s and peak RSS GB: the median of the rounds, each round's in brackets)")
+    for build in made.values():
+        cpus = ", ".join(f"{c:.1f}" for c in build.cpu)
+        cpu, peak = np.median(build.cpu), np.median(build.peak_gb)
+        print(f"   {build.name:<24} CPU {cpu:6.1f} s [{cpus}], peak {peak:5.2f} GB, "
+              f"folder {build.megabytes:7.1f} MB, {build.nodes()}")  # fmt: skip
+    for a, b in PAIRS:
+        ratio = np.median(made[a].cpu) / np.median(made[b].cpu)
+        size = made[a].megabytes / made[b].megabytes
+        print(f"   {a} / {b}: CPU {ratio:.2f}x, folder {size:.3f}x")
+    print()
 
 
 # -- running a folder in plain ONNX Runtime ----------------------------------------------------
@@ -238,7 +232,9 @@ class Runner:
 
     def __init__(self, folder: Path, threads: int = 1) -> None:
         self.folder = folder
-        config = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
+        config = json.loads((folder / "genai_config.json").read_text())["model"]
+        self.vocab = config["vocab_size"]
+        config = config["decoder"]
         self.inputs, self.outputs = config["inputs"], config["outputs"]
         self.layers, self.kv_heads, self.head_size = (
             config["num_hidden_layers"],
@@ -268,8 +264,13 @@ class Runner:
         results = self.session.run(names, feeds)
         return results[0], list(zip(results[1::2], results[2::2], strict=True))
 
+    def cache(self, batch: int, past: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+        rng = np.random.default_rng(seed)
+        shape = (batch, self.kv_heads, past, self.head_size)
+        return [tuple(rng.standard_normal(shape, dtype=np.float32) for _ in range(2)) for _ in range(self.layers)]
+
     def greedy(self, prompt: np.ndarray, steps: int) -> list[int]:
-        cache = [(np.zeros((1, self.kv_heads, 0, self.head_size), np.float32),) * 2 for _ in range(self.layers)]
+        cache = self.cache(1, 0)
         ids, mask, tokens = prompt, np.ones_like(prompt), []
         for _ in range(steps):
             logits, cache = self.run(self.feeds(ids, mask, cache))
@@ -277,14 +278,6 @@ class Runner:
             ids = np.array([[tokens[-1]]], np.int64)
             mask = np.ones((1, mask.shape[1] + 1), np.int64)
         return tokens
-
-
-def random_cache(batch: int, past: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    return [
-        tuple(rng.standard_normal((batch, KV_HEADS, past, SIZE), dtype=np.float32) for _ in range(2))
-        for _ in range(LAYERS)
-    ]
 
 
 # -- part 3: correctness -----------------------------------------------------------------------
@@ -302,28 +295,30 @@ def correctness(source: Path, runners: dict[str, Runner]) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    print("3. Correctness against eager PyTorch: max abs difference of the logits (of the rows' real tokens) and cache")
+    print("3. Correctness against eager PyTorch (float32): max abs difference of the logits (of the rows' real "
+          "tokens) / of the cache")  # fmt: skip
     with _quiet():
-        model = AutoModelForCausalLM.from_pretrained(source).eval()
-    wrapped = decoder(model)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval()
+    wrapped = eager_reference(model)
+    first = next(iter(runners.values()))
     rng = np.random.default_rng(1)
     for label, past, seq in CHECKS:
-        ids = rng.integers(3, VOCAB, (2, seq))
+        ids = rng.integers(3, first.vocab, (2, seq))
         mask = np.ones((2, past + seq), np.int64)
         mask[1, :3] = 0
-        cache = random_cache(2, past, seed=2)
+        cache = first.cache(2, past, seed=2)
         with torch.no_grad():
             logits, present = wrapped(
                 torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(positions(mask, seq)),
                 [tuple(map(torch.from_numpy, kv)) for kv in cache],
             )  # fmt: skip
         real = mask[:, past:] != 0
-        cells = []
+        print(f"   {label}:")
         for name, runner in runners.items():
             try:
                 got, got_cache = runner.run(runner.feeds(ids, mask, cache))
             except Exception as e:
-                cells.append(f"{name}: fails ({str(e).split('Status Message: ')[-1][:70]})")
+                print(f"     {name}: fails ({str(e).split('Status Message: ')[-1][:70]})")
                 continue
             logit_diff = float(np.abs(got - logits.numpy())[real].max())
             cache_diff = max(
@@ -331,20 +326,17 @@ def correctness(source: Path, runners: dict[str, Runner]) -> None:
                 for ours, eager in zip(got_cache, present, strict=True)
                 for mine, theirs in zip(ours, eager, strict=True)
             )
-            cells.append(f"{name}: {logit_diff:.1e} / {cache_diff:.1e}")
-        print(f"   {label}:")
-        for cell in cells:
-            print(f"     {cell}")
-    prompt = rng.integers(3, VOCAB, (1, PROMPT))
+            print(f"     {name:<24} {logit_diff:.1e} / {cache_diff:.1e}")
+    prompt = rng.integers(3, first.vocab, (1, PROMPT))
     with torch.no_grad(), _quiet():
         eager = model.generate(torch.from_numpy(prompt), max_new_tokens=GREEDY, min_new_tokens=GREEDY, do_sample=False)
     tokens = {"eager": eager[0, PROMPT:].tolist()}
     tokens.update((name, runner.greedy(prompt, GREEDY)) for name, runner in runners.items())
     print(f"   {GREEDY} greedy tokens after a {PROMPT}-token prompt (plain loop: past in, present out), equal to:")
     for name in runners:
-        reference = "builder int4" if name == "opreg int4" else "eager"
+        reference = "builder -p int4" if name == "opreg --precision int4" else "eager"
         same = sum(a == b for a, b in zip(tokens[name], tokens[reference], strict=True))
-        print(f"     {name:<12} {same}/{GREEDY} of {reference}'s")
+        print(f"     {name:<24} {same}/{GREEDY} of {reference}'s")
     print()
 
 
@@ -358,40 +350,41 @@ class Timing:
     rounds: list[float]
 
     @property
-    def best(self) -> float:
-        return min(self.rounds)
+    def median(self) -> float:
+        return float(np.median(self.rounds))
 
-    def ratio(self, other: Timing) -> float:
-        """The median, over rounds, of this session's time over ``other``'s in the same round:
-        each pair ran back to back, under the same load."""
-        return float(np.median(np.array(self.rounds) / np.array(other.rounds)))
+    def ratios(self, other: Timing) -> np.ndarray:
+        """This session's time over ``other``'s in each round: each pair ran back to back, under the same load."""
+        return np.array(self.rounds) / np.array(other.rounds)
 
 
 def latency(runners: dict[str, Runner], rounds: int) -> dict[str, dict[str, Timing]]:
     """Each runner's session timed in each of :data:`CASES`, in interleaved rounds."""
     result: dict[str, dict[str, Timing]] = {}
     for label, past, seq in CASES:
+        first = next(iter(runners.values()))
         rng = np.random.default_rng(3)
-        ids = rng.integers(3, VOCAB, (1, seq))
+        ids = rng.integers(3, first.vocab, (1, seq))
         mask = np.ones((1, past + seq), np.int64)
-        cache = random_cache(1, past)
+        cache = first.cache(1, past)
         sessions = {name: r.session for name, r in runners.items()}
         inputs = {name: r.feeds(ids, mask, cache) for name, r in runners.items()}
-        times = round_times(sessions, inputs, rounds, 10 if seq == 1 else 1)
+        times = round_times(sessions, inputs, rounds, 5 if seq == 1 else 1)
         result[label] = {name: Timing(values) for name, values in times.items()}
     return result
 
 
-def print_latency(title: str, result: dict[str, dict[str, Timing]], pairs: list[tuple[str, str]]) -> None:
+def print_latency(title: str, result: dict[str, dict[str, Timing]], pairs) -> None:
     print(title)
     for label, times in result.items():
-        cells = []
+        print(f"   {label}:")
         for a, b in pairs:
-            first, second = times[a], times[b]
-            cells.append(
-                f"{a} {first.best * 1e3:6.2f} ms / {b} {second.best * 1e3:6.2f} ms: {first.ratio(second):.2f}x"
-            )
-        print(f"   {label:<20} " + " | ".join(cells))
+            if a not in times or b not in times:
+                continue
+            ratios = times[a].ratios(times[b])
+            p10, p50, p90 = np.percentile(ratios, [10, 50, 90])
+            print(f"     {a:<24} {times[a].median * 1e3:7.2f} ms / {b:<16} {times[b].median * 1e3:7.2f} ms: "
+                  f"{p50:.2f}x [{p10:.2f}, {p90:.2f}]")  # fmt: skip
     print()
 
 
@@ -508,36 +501,39 @@ def _layer_kernels(rng, label: str, seq: int):
 def genai(made: dict[str, Build], rounds: int) -> None:
     import onnxruntime_genai as og
 
-    print(f"6. ONNX Runtime GenAI: tokens/s for {PROMPT} new tokens after a {PROMPT}-token prompt "
-          "(greedy, shared buffer, 1 thread; the best of interleaved rounds)")  # fmt: skip
+    print(f"6. ONNX Runtime GenAI: new tokens per CPU second of the process, {PROMPT} new tokens after a "
+          f"{PROMPT}-token prompt (greedy, each folder's own genai_config.json with 1 thread; the median of "
+          f"{rounds} interleaved rounds)")  # fmt: skip
     models = {}
     for name, build in made.items():
         config_path = build.folder / "genai_config.json"
         config = json.loads(config_path.read_text())
-        config["model"]["decoder"]["session_options"].update(intra_op_num_threads=1, inter_op_num_threads=1)
+        config["model"]["decoder"].setdefault("session_options", {}).update(
+            intra_op_num_threads=1, inter_op_num_threads=1
+        )
         config_path.write_text(json.dumps(config, indent=4))
         models[name] = og.Model(str(build.folder))
-    prompt = np.random.default_rng(4).integers(3, VOCAB, PROMPT).tolist()
-    best = dict.fromkeys(models, 0.0)
+    prompt = np.random.default_rng(4).integers(3, 1000, PROMPT).tolist()
+    rates: dict[str, list[float]] = {name: [] for name in models}
     tokens: dict[str, list[int]] = {}
-    for _ in range(rounds):
-        for name, model in models.items():
-            params = og.GeneratorParams(model)
-            params.set_search_options(max_length=2 * PROMPT, do_sample=False, past_present_share_buffer=True)
-            generator = og.Generator(model, params)
-            start = time.perf_counter()
+    names = list(models)
+    for index in range(rounds):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            params = og.GeneratorParams(models[name])
+            params.set_search_options(max_length=2 * PROMPT, min_length=2 * PROMPT, do_sample=False)
+            generator = og.Generator(models[name], params)
+            start = time.process_time()
             generator.append_tokens(prompt)
             while not generator.is_done():
                 generator.generate_next_token()
-            elapsed = time.perf_counter() - start
+            elapsed = time.process_time() - start
             tokens[name] = list(generator.get_sequence(0))[PROMPT:]
-            best[name] = max(best[name], len(tokens[name]) / elapsed)
-    for precision in ("fp32", "int4"):
-        b, o = f"builder {precision}", f"opreg {precision}"
-        if b in best and o in best:
-            same = sum(x == y for x, y in zip(tokens[b], tokens[o], strict=False))
-            print(f"   {precision}: builder {best[b]:6.1f} tokens/s, opreg {best[o]:6.1f} tokens/s "
-                  f"(ratio {best[b] / best[o]:.2f}x); same tokens {same}/{len(tokens[b])}")  # fmt: skip
+            rates[name].append(len(tokens[name]) / elapsed)
+    for a, b in PAIRS:
+        same = sum(x == y for x, y in zip(tokens[a], tokens[b], strict=False))
+        ratio = np.median(np.array(rates[a]) / np.array(rates[b]))
+        print(f"   {a:<24} {np.median(rates[a]):7.1f} tokens/CPU s, {b:<16} {np.median(rates[b]):7.1f}: "
+              f"{ratio:.2f}x; same tokens {same}/{len(tokens[b])}")  # fmt: skip
     print()
 
 
@@ -549,25 +545,26 @@ ABLATED = ("GroupQueryAttentionOnCache", "RotaryInsideAttention", "PackedQKV", "
 """The pack's rewrites part 5 leaves out one at a time (each fires in this decoder)."""
 
 
-def ablation(source: Path, work: Path, runners: dict[str, Runner], rounds: int) -> None:
+def ablation(source: Path, work: Path, made: dict[str, Build], rounds: int) -> None:
     """opreg's fp32 and int4 exports with each of :data:`ABLATED` left out, and with
     SkipSimplifiedLayerNormalization added, timed beside the full ones."""
     print("5. Ablation: opreg without each rewrite (and with SkipSimplifiedLayerNormalization, which the pack leaves "
           "out), ratio to the full export (above 1: the rewrite pays)")  # fmt: skip
     variants = {}
-    for precision in ("fp32", "int4"):
-        fired = _fired(work / f"opreg_{precision}" / "model.onnx")
+    for row in ("opreg", "opreg --precision int4"):
+        fired = _fired(made[row].folder / "model.onnx")
         options = [(f"without {rule}", ["--without", rule]) for rule in ABLATED if rule in fired]
         options.append(("with SkipSimplifiedLayerNormalization", ["--skip-norm"]))
         for label, option in options:
-            folder = work / f"opreg_{precision}_{option[-1]}"
-            command = [sys.executable, __file__, "--export", str(source), str(folder), *option]
-            subprocess.run(command + (["--int4"] if precision == "int4" else []), check=True, capture_output=True)
-            variants[f"{precision} {label}"] = (folder, f"opreg {precision}")
-    print(f"   {'':<48} " + " ".join(f"{label[:18]:>18}" for label, _, _ in CASES))
+            folder = work / f"ablation_{row.replace(' ', '_')}_{option[-1]}"
+            extra = ["--", *ROWS[row]]
+            subprocess.run([sys.executable, __file__, "--export", str(source), str(folder), *option, *extra],
+                           check=True, capture_output=True)  # fmt: skip
+            variants[f"{row} {label}"] = (folder, row)
+    print(f"   {'':<56} " + " ".join(f"{label[:18]:>18}" for label, _, _ in CASES))
     for name, (folder, full) in variants.items():  # each beside a fresh session of its full export, alone
-        result = latency({full: Runner(runners[full].folder), name: Runner(folder)}, rounds)
-        print(f"   {name:<48} " + " ".join(f"{result[label][name].ratio(result[label][full]):>17.2f}x"
+        result = latency({full: Runner(made[full].folder), name: Runner(folder)}, rounds)
+        print(f"   {name:<56} " + " ".join(f"{np.median(result[label][name].ratios(result[label][full])):>17.2f}x"
                                              for label, _, _ in CASES))  # fmt: skip
     print()
 
@@ -578,6 +575,23 @@ def _fired(path: Path) -> list[str]:
     proto = onnx.load(str(path), load_external_data=False)
     fired = {p.key: p.value for p in proto.metadata_props}.get("opreg.rewrites", "")
     return [item.split("=")[0].split(":", 1)[1] for item in fired.split(",") if item.startswith("ort_contrib:")]
+
+
+def export_variant(source: Path, out: Path, without: str | None, skip_norm: bool, flags: list[str]) -> None:
+    """The child of an ablation row: ``opreg llm export`` with ``flags``, in this process with a
+    rewrite left out (``without``) or SkipSimplifiedLayerNormalization added (``skip_norm``)."""
+    import opreg.cli
+
+    if not skip_norm:
+        with _without(without):
+            code = opreg.cli.main(["llm", "export", str(source), "-o", str(out), *flags])
+        if code:
+            raise SystemExit(code)
+        return
+    import opreg
+
+    precision = flags[flags.index("--precision") + 1] if "--precision" in flags else "fp32"
+    opreg.llm.export_decoder(source, out, precision=precision, passes=[skip_norm_pass()])
 
 
 def skip_norm_pass():
@@ -608,51 +622,20 @@ def skip_norm_pass():
     return SkipSimplifiedNorm()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", type=Path, default=Path("build/llm-bench"))
-    parser.add_argument("--rounds", type=int, default=40, help="interleaved timing rounds")
-    parser.add_argument("--skip-kernels", action="store_true")
-    parser.add_argument("--no-ablation", action="store_true")
-    parser.add_argument("--training-steps", type=int, default=300, help="steps of the model part 7 trains")
-    parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
-    parser.add_argument("--int4", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--int8", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--without", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--skip-norm", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.export:
-        with _without(args.without):
-            bits = 4 if args.int4 else 8 if args.int8 else None
-            opreg_export(*args.export, bits=bits, skip_norm=args.skip_norm)
+@contextlib.contextmanager
+def _without(rule: str | None):
+    """The pack's rewrites with ``rule`` left out, for this process (the ablation's exports)."""
+    if rule is None:
+        yield
         return
-    import onnxruntime_genai
-    import torch
+    from opreg_ort_contrib import fusions
 
-    print(f"onnxruntime {onnxruntime.__version__}, onnxruntime-genai {onnxruntime_genai.__version__}, "
-          f"torch {torch.__version__}, CPU x{os.cpu_count()}\n")  # fmt: skip
-    args.work.mkdir(parents=True, exist_ok=True)
-    source = checkpoint(args.work / "llama")
-    if not args.skip_kernels:
-        part_kernels(args.rounds, kernels(), "1. Kernels at 1 thread, this model's sizes")
-    made = builds(source, args.work)
-    print("2. Builds (each in a fresh process)")
-    for build in made.values():
-        print(f"   {build.name:<14} CPU {build.cpu:5.1f} s, wall {build.wall:5.1f} s, files {build.megabytes:6.1f} MB, "
-              f"{build.nodes()}")  # fmt: skip
-    print()
-    runners = {name: Runner(build.folder) for name, build in made.items()}
-    correctness(source, runners)
-    result = latency(runners, args.rounds)
-    print_latency(
-        "4. Latency at 1 thread (thread CPU time; the best round's ms, and the median over interleaved rounds of "
-        "opreg / builder in the round)",
-        result, [("opreg fp32", "builder fp32"), ("opreg int4", "builder int4")],
-    )  # fmt: skip
-    if not args.no_ablation:
-        ablation(source, args.work, runners, args.rounds)
-    genai(made, max(3, args.rounds // 10))
-    accuracy(args.work, args.training_steps)
+    rules = fusions.rules
+    fusions.rules = lambda target: [r for r in rules(target) if getattr(r, "name", type(r).__name__) != rule]
+    try:
+        yield
+    finally:
+        fusions.rules = rules
 
 
 # -- part 7: accuracy on a trained model --------------------------------------------------------
@@ -716,25 +699,27 @@ def trained_checkpoint(folder: Path, steps: int) -> tuple[Path, np.ndarray]:
     return folder, held_out
 
 
-def accuracy(work: Path, steps: int) -> None:
-    """opreg's int4 and int8 against fp32 on the trained model, and the builder's int4 on the same weights."""
+def accuracy(work: Path, steps: int, settings: bool = False) -> None:
+    """opreg's folders (the CLI at its defaults: fp32, int4, int8; with ``settings``, each of
+    :data:`SETTINGS` too) against fp32 on the trained model, and the builder's int4 on the same weights."""
     import torch
     from transformers import AutoModelForCausalLM
 
     print("7. Accuracy on a trained model (next-token logits of 16 held-out texts of 128 tokens; greedy 32 tokens "
           "after 8 prompts of 16)")  # fmt: skip
     source, held_out = trained_checkpoint(work / "trained", steps)
-    folders = {"builder int4": work / "trained_builder_int4"}  # first: opreg's folders take its genai_config
-    shutil.rmtree(folders["builder int4"], ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o",
-                    str(folders["builder int4"]), "-p", "int4", "-e", "cpu", "-c", str(work / "cache")],
-                   check=True, capture_output=True)  # fmt: skip
-    for name, option in (("opreg fp32", []), ("opreg int4", ["--int4"]), ("opreg int8", ["--int8"])):
+    folders = {}
+    variants = {"opreg": [], "opreg --precision int4": ["--precision", "int4"],
+                "opreg --precision int8": ["--precision", "int8"], **(SETTINGS if settings else {})}  # fmt: skip
+    for name, flags in variants.items():
         folders[name] = work / f"trained_{name.replace(' ', '_')}"
-        folders[name].mkdir(parents=True, exist_ok=True)
-        shutil.copy(folders["builder int4"] / "genai_config.json", folders[name] / "genai_config.json")
-        subprocess.run([sys.executable, __file__, "--export", str(source), str(folders[name]), *option],
-                       check=True, capture_output=True)  # fmt: skip
+        shutil.rmtree(folders[name], ignore_errors=True)
+        subprocess.run([OPREG, "llm", "export", str(source), "-o", str(folders[name]), *flags], check=True,
+                       capture_output=True)  # fmt: skip
+    folders["builder -p int4"] = work / "trained_builder_int4"
+    shutil.rmtree(folders["builder -p int4"], ignore_errors=True)
+    subprocess.run(command("builder -p int4", source, folders["builder -p int4"], work / "cache"), check=True,
+                   capture_output=True)  # fmt: skip
     runners = {name: Runner(folder) for name, folder in folders.items()}
     mask = np.ones_like(held_out)
     logits = {}
@@ -744,7 +729,7 @@ def accuracy(work: Path, steps: int) -> None:
     with torch.no_grad(), _quiet():
         eager = AutoModelForCausalLM.from_pretrained(source).eval()
         logits["eager"] = eager(input_ids=torch.from_numpy(held_out)).logits.numpy()
-    reference, spread = logits["opreg fp32"], float(logits["opreg fp32"].std())
+    reference, spread = logits["opreg"], float(logits["opreg"].std())
     truth = held_out[:, 1:]
 
     def perplexity(values: np.ndarray) -> float:
@@ -754,37 +739,168 @@ def accuracy(work: Path, steps: int) -> None:
 
     prompts = held_out[:8, :16]
     generated = {name: [runner.greedy(prompt[None], 32) for prompt in prompts] for name, runner in runners.items()}
-    fp32_tokens = generated["opreg fp32"]
-    print(
-        f"   opreg fp32 against eager PyTorch: max abs logit difference {np.abs(reference - logits['eager']).max():.1e}"
-    )
-    print(f"   {'':<14} {'top-1 = fp32':>13} {'logit error / spread':>21} {'perplexity':>11} {'greedy = fp32':>14}")
+    difference = np.abs(reference - logits["eager"]).max()
+    print(f"   opreg (fp32) against eager PyTorch: max abs logit difference {difference:.1e}")
+    print(f"   {'':<24} {'top-1 = fp32':>13} {'logit error / spread':>21} {'perplexity':>11} {'greedy = fp32':>14} "
+          f"{'greedy = builder int4':>22}")  # fmt: skip
     for name in runners:
         agree = float((logits[name].argmax(-1) == reference.argmax(-1)).mean())
         error = float(np.abs(logits[name] - reference).mean()) / spread
-        same = np.mean([np.mean(np.array(a) == np.array(b)) for a, b in zip(generated[name], fp32_tokens, strict=True)])
-        print(f"   {name:<14} {agree:>12.1%} {error:>21.4f} {perplexity(logits[name]):>11.2f} {same:>13.1%}")
-    agree = float((logits["opreg int4"].argmax(-1) == logits["builder int4"].argmax(-1)).mean())
-    difference = float(np.abs(logits["opreg int4"] - logits["builder int4"]).mean()) / spread
-    print(f"   opreg int4 against builder int4 (same weights, same quantizer): top-1 equal {agree:.1%}, "
-          f"mean logit difference / spread {difference:.4f}")  # fmt: skip
+
+        def same(other: str, name: str = name) -> float:
+            pairs = zip(generated[name], generated[other], strict=True)
+            return float(np.mean([np.mean(np.array(a) == np.array(b)) for a, b in pairs]))
+
+        print(f"   {name:<24} {agree:>12.1%} {error:>21.4f} {perplexity(logits[name]):>11.3f} {same('opreg'):>13.1%} "
+              f"{same('builder -p int4'):>21.1%}")  # fmt: skip
     print()
 
 
-@contextlib.contextmanager
-def _without(rule: str | None):
-    """The pack's rewrites with ``rule`` left out, for this process (the ablation's exports)."""
-    if rule is None:
-        yield
-        return
-    from opreg_ort_contrib import fusions
+# -- part 9: quantization settings ----------------------------------------------------------------
 
-    rules = fusions.rules
-    fusions.rules = lambda target: [r for r in rules(target) if getattr(r, "name", type(r).__name__) != rule]
-    try:
-        yield
-    finally:
-        fusions.rules = rules
+SETTINGS = {
+    "opreg --precision int4 --block-size 32": ["--precision", "int4", "--block-size", "32"],
+    "opreg --precision int4 --block-size 64": ["--precision", "int4", "--block-size", "64"],
+    "opreg --precision int4 --asymmetric": ["--precision", "int4", "--asymmetric"],
+    "opreg --precision int4 --accuracy-level 0": ["--precision", "int4", "--accuracy-level", "0"],
+    "opreg --precision int8 --accuracy-level 0": ["--precision", "int8", "--accuracy-level", "0"],
+}
+"""Each of the quantization defaults (blocks of 128, symmetric, accuracy level 4) changed, one at a time."""
+
+
+def settings(source: Path, work: Path, rounds: int) -> None:
+    """The 55M model's int4 and int8 folders with each of :data:`SETTINGS`, timed beside the default's."""
+    print("9. Quantization settings: each default changed, ratio to the default's time in the same rounds (above 1: "
+          "the default is faster)")  # fmt: skip
+    defaults = {"int4": ["--precision", "int4"], "int8": ["--precision", "int8"]}
+    folders = {}
+    for name, flags in [*((f"opreg --precision {p}", f) for p, f in defaults.items()), *SETTINGS.items()]:
+        folders[name] = work / f"settings_{name.replace(' ', '_').replace('-', '')}"
+        shutil.rmtree(folders[name], ignore_errors=True)
+        subprocess.run([OPREG, "llm", "export", str(source), "-o", str(folders[name]), *flags], check=True,
+                       capture_output=True)  # fmt: skip
+    print(f"   {'':<44} " + " ".join(f"{label[:18]:>18}" for label, _, _ in CASES))
+    for name in SETTINGS:
+        default = "opreg --precision int8" if "int8" in name else "opreg --precision int4"
+        result = latency({default: Runner(folders[default]), name: Runner(folders[name])}, rounds)
+        print(f"   {name:<44} " + " ".join(f"{np.median(result[label][name].ratios(result[label][default])):>17.2f}x"
+                                             for label, _, _ in CASES))  # fmt: skip
+    print()
+
+
+# -- part 8: where an export's time goes ---------------------------------------------------------
+
+
+def breakdown_child(source: Path, out: Path, flags: list[str]) -> None:
+    """The child of part 8: an ``opreg llm export`` by its public call, the CPU time of each stage printed as JSON."""
+    stages: dict[str, float] = {}
+    mark = [0.0, "interpreter"]  # the process's CPU time from its start: the interpreter and every import
+
+    def tick(stage: str) -> None:
+        now = time.process_time()
+        stages[mark[1]] = stages.get(mark[1], 0.0) + now - mark[0]
+        mark[:] = [now, stage]
+
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import opreg
+    import opreg.llm._decoder
+
+    tick("load the model and lay out its cache")
+    if "--all-layers" in flags:
+        from opreg.llm import _layers
+
+        _layers.plan_layers = lambda *args: None
+    precision = flags[flags.index("--precision") + 1] if "--precision" in flags else "fp32"
+    streaming = False if "--no-streaming" in flags else None
+    decoder = opreg.llm.export_decoder(source, precision=precision, streaming=streaming, progress=tick)
+    tick("save (streamed weights read, cast, packed, quantized, written)")
+    decoder.save(out)
+    tick("done")
+    stages["imports"] = stages.pop("interpreter")
+    print(json.dumps(stages))
+
+
+def breakdown(source: Path, work: Path) -> None:
+    print(f"8. Where an export's CPU time goes ({source.name}; opreg.llm.export_decoder(folder).save(out) in a fresh "
+          "process, CPU s per stage; 'finish' holds the passes and the fusions)")  # fmt: skip
+    variants = {
+        "fp32": [], "fp32, all layers captured": ["--all-layers"], "fp32 --no-streaming": ["--no-streaming"],
+        "int4": ["--precision", "int4"], "int4, all layers captured": ["--precision", "int4", "--all-layers"],
+        "int4 --no-streaming": ["--precision", "int4", "--no-streaming"],
+    }  # fmt: skip
+    for label, flags in variants.items():
+        out = work / "breakdown"
+        shutil.rmtree(out, ignore_errors=True)
+        done = subprocess.run([sys.executable, __file__, "--breakdown-child", str(source), str(out), "--", *flags],
+                              check=True, capture_output=True, text=True)  # fmt: skip
+        stages = json.loads(done.stdout.strip().splitlines()[-1])
+        cells = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in stages.items() if stage != "done")
+        print(f"   {label:<28} total {sum(stages.values()):5.1f}: {cells}")
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", type=Path, default=Path("build/llm-bench"))
+    parser.add_argument("--models", default="55M,0.5B", help="checkpoints: 55M, 0.5B")
+    parser.add_argument("--rounds", type=int, default=40, help="interleaved timing rounds")
+    parser.add_argument("--export-rounds", type=int, default=3, help="interleaved rounds of the exports")
+    parser.add_argument("--genai-rounds", type=int, default=3, help="interleaved rounds of ONNX Runtime GenAI")
+    parser.add_argument("--cap-gb", type=float, default=18.0, help="each export's address-space cap")
+    parser.add_argument("--kernels", action="store_true", help="part 1")
+    parser.add_argument("--ablation", action="store_true", help="part 5 (55M)")
+    parser.add_argument("--accuracy", action="store_true", help="part 7")
+    parser.add_argument("--breakdown", action="store_true", help="part 8")
+    parser.add_argument("--settings", action="store_true", help="part 9 (55M; with --accuracy, their accuracy too)")
+    parser.add_argument("--training-steps", type=int, default=300, help="steps of the model part 7 trains")
+    parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
+    parser.add_argument("--breakdown-child", nargs=2, type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--without", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--skip-norm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("flags", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.export:
+        export_variant(*args.export, args.without, args.skip_norm, args.flags)
+        return
+    if args.breakdown_child:
+        logging.disable(logging.WARNING)
+        breakdown_child(*args.breakdown_child, args.flags)
+        return
+    import onnxruntime_genai
+    import torch
+
+    print(f"onnxruntime {onnxruntime.__version__}, onnxruntime-genai {onnxruntime_genai.__version__}, "
+          f"torch {torch.__version__}, CPU x{os.cpu_count()}, load average {os.getloadavg()[0]:.1f}\n")  # fmt: skip
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.kernels:
+        part_kernels(args.rounds, kernels(), "1. Kernels at 1 thread, the 55M model's sizes")
+    for name in args.models.split(","):
+        print(f"== {name} ==\n")
+        source = checkpoint(name, args.work)
+        work = args.work / name
+        work.mkdir(parents=True, exist_ok=True)
+        made = builds(source, work, args.export_rounds, args.cap_gb)
+        print_builds(made)
+        runners = {row: Runner(build.folder) for row, build in made.items()}
+        correctness(source, runners)
+        result = latency(runners, args.rounds)
+        print_latency(
+            f"4. Latency at 1 thread (thread CPU time; the median ms over {args.rounds} interleaved rounds, and the "
+            "median [p10, p90] over rounds of opreg / builder in the round)",
+            result, PAIRS,
+        )  # fmt: skip
+        if args.ablation and name == "55M":
+            ablation(source, work, made, args.rounds)
+        del runners
+        genai(made, args.genai_rounds)
+        if args.breakdown:
+            breakdown(source, work)
+        if args.settings and name == "55M":
+            settings(source, work, args.rounds)
+    if args.accuracy:
+        accuracy(args.work, args.training_steps, args.settings)
 
 
 if __name__ == "__main__":

@@ -80,14 +80,14 @@ def _opreg(model: Any, folder: Path, row: dict[str, Any]) -> None:
 
     started = time.process_time()
     try:
-        decoder = opreg.llm.export_decoder(model, folder, tokenizer=lm.tokenizer())
+        decoder = opreg.llm.export_decoder(model, folder, target="onnx", tokenizer=lm.tokenizer())
     except opreg.UnsupportedOpsError as e:
         if "grouped_mm_fallback" not in str(e) or not hasattr(model, "set_experts_implementation"):
             raise
         model.set_experts_implementation("batched_mm")
         row["note"] = "experts as transformers' batched_mm (no installed pack translates grouped_mm_fallback)"
         started = time.process_time()
-        decoder = opreg.llm.export_decoder(model, folder, tokenizer=lm.tokenizer())
+        decoder = opreg.llm.export_decoder(model, folder, target="onnx", tokenizer=lm.tokenizer())
     except opreg.ExportError as e:
         if "key/value" not in str(e):
             raise

@@ -8,7 +8,9 @@ generation with transformers' greedy ``generate``, token for token.
 
 from __future__ import annotations
 
+import collections
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +30,18 @@ LENGTH = 24
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    """A Llama (4 query heads, 2 key/value heads) exported to a GenAI folder with its tokenizer."""
+    """A Llama (4 query heads, 2 key/value heads) exported to a GenAI folder with its tokenizer,
+    without opreg-ort-contrib: at the standard target, the fastest left."""
     model = lm.causal_lm("llama")
     folder = tmp_path_factory.mktemp("llama") / "genai"
-    decoder = opreg.llm.export_decoder(model, folder, tokenizer=lm.tokenizer())
+    decoder = opreg.llm.export_decoder(model, folder, tokenizer=lm.tokenizer(), exclude=["ort_contrib"])
+    assert decoder.program.target.name == "onnx"
     return model, decoder, folder
+
+
+def named(files) -> list[str]:
+    """File names, sorted, the data file's token spelled ``<token>``."""
+    return sorted(re.sub(r"\.[0-9a-f]{8}\.data$", ".<token>.data", getattr(f, "name", f)) for f in files)
 
 
 def prompt() -> list[int]:
@@ -141,8 +150,8 @@ def test_onnxruntime_genai_runs_the_folder_and_generates_eager_greedy_tokens(lla
     import onnxruntime_genai as og
 
     model, _, folder = llama
-    assert sorted(p.name for p in folder.iterdir()) == [
-        "genai_config.json", "model.onnx", "tokenizer.json", "tokenizer_config.json"
+    assert named(folder.iterdir()) == [
+        "genai_config.json", "model.onnx", "model.onnx.<token>.data", "tokenizer.json", "tokenizer_config.json"
     ]  # fmt: skip
     config = json.loads((folder / "genai_config.json").read_text())
     decoder = config["model"]["decoder"]
@@ -159,14 +168,15 @@ def test_onnxruntime_genai_runs_the_folder_and_generates_eager_greedy_tokens(lla
     assert lm.genai_greedy(folder, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
 
 
-def test_at_target_onnxruntime_the_folder_shares_past_and_present_exactly_when_group_query_attention_reads_them(
+def test_by_default_at_target_onnxruntime_the_folder_shares_past_and_present_when_group_query_attention_reads_them(
     tmp_path,
 ):
-    """ONNX Runtime's kernels (the ort_contrib pack): the decoder still matches transformers when run
-    plainly (past in, present out), and GenAI, given one buffer for past and present only where
-    GroupQueryAttention writes the cache in place, generates eager's greedy tokens."""
+    """ONNX Runtime's kernels (the ort_contrib pack, installed: the default target): the decoder still
+    matches transformers when run plainly (past in, present out), and GenAI, given one buffer for past
+    and present only where GroupQueryAttention writes the cache in place, generates eager's greedy tokens."""
     model = lm.causal_lm("llama")
-    decoder = opreg.llm.export_decoder(model, tmp_path, target="onnxruntime", tokenizer=lm.tokenizer())
+    decoder = opreg.llm.export_decoder(model, tmp_path, tokenizer=lm.tokenizer())
+    assert decoder.program.target.name == "onnxruntime"
     decoder.verify([(1, 1, 0), (3, 7, 5)])
     graph = decoder.program.model.graph
     attention = {(n.domain, n.op_type) for n in graph} & {("com.microsoft", "GroupQueryAttention")}
@@ -254,20 +264,79 @@ FALCON_H1 = {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_ssm": 64, "mamba_d
 
 
 @pytest.mark.parametrize(
-    ("model_type", "overrides", "reason"),
+    ("model_type", "message"),
     [
-        ("mamba", {}, "LinearAttentionLayer without 4-D keys and values"),
-        (
-            "falcon_h1",
-            FALCON_H1,
-            "LinearAttentionAndFullAttentionLayer holding keys and values and a state-space layer's states",
-        ),
+        ("mamba", "MambaForCausalLM has a state-space cache: convolution and recurrent state, not keys and values "
+                  r"\(LinearAttentionLayer in 2 of 2 layers\)"),
+        ("jamba", r"JambaForCausalLM has a state-space cache: .* \(LinearAttentionLayer in 2 of 2 layers\)"),
+        ("falcon_h1", "FalconH1ForCausalLM has a hybrid cache: state-space .* beside keys and values "
+                      r"\(LinearAttentionAndFullAttentionLayer in 2 of 2 layers\)"),
+    ],
+)  # fmt: skip
+def test_a_state_space_or_hybrid_cache_is_refused_with_the_reason_before_the_capture(model_type, message):
+    stages = []
+    with pytest.raises(opreg.ExportError, match=message):
+        opreg.llm.export_decoder(lm.causal_lm(model_type, **FALCON_H1 if model_type == "falcon_h1" else {}),
+                                 progress=stages.append)  # fmt: skip
+    assert stages == []  # refused from the config, before torch.export ran
+
+
+@pytest.mark.parametrize(
+    ("streaming", "message"),
+    [
+        (True, r"does not fit LlamaForCausalLM: model.layers.1.mlp.up_proj.weight: missing from the checkpoint"),
+        (False, r"lacks 1 of LlamaForCausalLM's weights \(model.layers.1.mlp.up_proj"),
     ],
 )
-def test_a_state_space_model_is_refused_with_the_reason(model_type, overrides, reason):
-    """Before the capture: a state-space model's cache (Mamba's), or a hybrid layer's (Falcon-H1's)."""
-    with pytest.raises(opreg.ExportError, match=reason):
-        opreg.llm.export_decoder(lm.causal_lm(model_type, **overrides))
+def test_a_checkpoint_missing_weights_is_refused_before_the_export(tmp_path, streaming, message):
+    from safetensors.torch import load_file, save_file
+
+    folder = lm.checkpoint(lm.causal_lm("llama", num_hidden_layers=3), tmp_path / "checkpoint")
+    weights = load_file(folder / "model.safetensors")
+    del weights["model.layers.1.mlp.up_proj.weight"]
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    stages = []
+    with pytest.raises(opreg.ExportError, match=message):
+        opreg.llm.export_decoder(folder, streaming=streaming, progress=stages.append)
+    assert stages == []
+
+
+@pytest.mark.parametrize(
+    ("length", "message"),
+    [
+        (0, "context_length must be at least 1, got 0"),
+        (-4, "context_length must be at least 1, got -4"),
+        (2**31, "context_length 2147483648 is above 2147483647"),
+        (257, r"context_length 257 is above the model's position limit \(max_position_embeddings 256\)"),
+        ("512", "context_length= takes a positive int"),
+    ],
+)
+def test_a_context_length_out_of_range_is_refused_before_the_export(length, message):
+    stages = []
+    with pytest.raises(opreg.InvalidArgumentError, match=message):
+        opreg.llm.export_decoder(lm.causal_lm("llama"), context_length=length, progress=stages.append)
+    assert stages == []
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_export(tmp_path):
+    (tmp_path / "model.onnx").write_text("a file")
+    cases = [(tmp_path / "model.onnx", "it is a file; give a folder"), (tmp_path / "no" / "out", "does not exist")]
+    for where, message in cases:
+        stages = []
+        with pytest.raises(opreg.SaveError, match=message):
+            opreg.llm.export_decoder(lm.causal_lm("llama"), where, progress=stages.append)
+        assert stages == []
+
+
+def test_a_checkpoint_without_a_tokenizer_exports_with_a_warning_and_a_longer_context_when_allowed(tmp_path, caplog):
+    folder = tmp_path / "checkpoint"
+    lm.causal_lm("llama").save_pretrained(folder)
+    with caplog.at_level("WARNING", logger="opreg.llm"):
+        opreg.llm.export_decoder(folder, tmp_path / "out", context_length=300, allow_longer_context=True)
+    (warning,) = [r.getMessage() for r in caplog.records if r.name.startswith("opreg.llm")]
+    assert warning.startswith(f"{folder} has no tokenizer") and "ONNX Runtime GenAI needs one" in warning
+    assert named((tmp_path / "out").iterdir()) == ["genai_config.json", "model.onnx", "model.onnx.<token>.data"]
+    assert json.loads((tmp_path / "out" / "genai_config.json").read_text())["model"]["context_length"] == 300
 
 
 def test_a_model_without_a_cache_is_refused():
@@ -296,29 +365,71 @@ def test_more_export_options_pass_on_to_opreg_export_except_the_decoders_own():
 
 
 def test_cli_llm_export_writes_a_folder_genai_runs(tmp_path, capsys):
+    """At the defaults: the fastest installed target, fp32; the summary lists only the files opreg
+    wrote (not a file of the user's already in the folder) and names the target."""
     model = lm.causal_lm("qwen2")
     checkpoint = lm.checkpoint(model, tmp_path / "checkpoint")
     out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("the user's")
     code, stdout, _ = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "--verify", "--json")
     assert code == 0
     summary = json.loads(stdout)
-    data = [name for name in summary["files"] if name.startswith("model.onnx.") and name.endswith(".data")]
-    assert len(data) == 1  # streamed from the checkpoint: the weights go to a data file
-    files = [name for name in summary["files"] if name not in data]
-    assert files == ["genai_config.json", "model.onnx", "tokenizer.json", "tokenizer_config.json"]
+    assert named(summary["files"]) == [
+        "genai_config.json", "model.onnx", "model.onnx.<token>.data", "tokenizer.json", "tokenizer_config.json"
+    ]  # fmt: skip
+    assert (out / "notes.txt").read_text() == "the user's"
+    assert (summary["target"], summary["precision"]) == ("onnxruntime", "fp32")
     assert summary["inputs"][:3] == ["input_ids", "attention_mask", "position_ids"] and summary["verified"] > 0
     assert lm.genai_greedy(out, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+    code, stdout, _ = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "-t", "onnx")
+    assert code == 0 and re.match(
+        rf"wrote {out} \(genai_config.json, model.onnx, model.onnx.[0-9a-f]{{8}}.data, tok", stdout
+    )
+    assert "target onnx, fp32, exported in" in " ".join(stdout.split())
     code, _, err = run(capsys, "llm", "export", str(tmp_path / "nothing"), "-o", str(out))
     assert code == 2 and "is not a transformers checkpoint folder" in err
 
 
-def test_a_failed_save_leaves_no_folder(llama, tmp_path):
-    _, decoder, _ = llama
-    with pytest.raises(opreg.ExportError, match="tokenizer= takes a transformers tokenizer"):
-        opreg.llm.export_decoder(lm.causal_lm("llama"), tmp_path / "new", tokenizer=object())
-    assert not (tmp_path / "new").exists()
-    with pytest.raises(opreg.SaveError, match="does not exist; create it first"):
-        decoder.save(tmp_path / "missing" / "folder")
+def test_cli_int4_in_one_flag_and_a_checkpoint_without_a_tokenizer(tmp_path, capsys):
+    checkpoint = tmp_path / "checkpoint"
+    lm.causal_lm("llama").save_pretrained(checkpoint)
+    out = tmp_path / "out"
+    code, stdout, err = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "--precision", "int4", "--json")
+    assert code == 0 and f"warning: {checkpoint} has no tokenizer" in " ".join(err.split())
+    summary = json.loads(stdout)
+    assert summary["precision"] == "int4"
+    assert named(summary["files"]) == ["genai_config.json", "model.onnx", "model.onnx.<token>.data"]
+    graph = ir.load(out / "model.onnx").graph
+    assert {n.op_type for n in graph} >= {"MatMulNBits"}
+    assert not [n for n in graph if n.op_type in ("MatMul", "FusedMatMul") and n.inputs[1].is_initializer()]
+    code, _, err = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "--no-tokenizer", "--json")
+    assert code == 0 and "warning" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-o", "{tmp}/file"], "cannot write the model folder {tmp}/file: it is a file; give a folder"),
+        (["-o", "{tmp}/no/out"], "{tmp}/no does not exist; create it first"),
+        (["--context-length", "0"], "context_length must be at least 1, got 0"),
+        (["--context-length", "300"], "context_length 300 is above the model's position limit"),
+        (["--block-size", "64"], "block_size sets how weights are quantized: give precision='int4' or 'int8'"),
+        (["--precision", "int4", "-t", "onnx"], "which target 'onnx' does not allow"),
+    ],
+)  # fmt: skip
+def test_cli_refuses_bad_options_at_once_in_one_line(tmp_path, capsys, argv, message):
+    """Before the weights are read: they are garbage here, and reading them would be another error."""
+    checkpoint = lm.checkpoint(lm.causal_lm("llama"), tmp_path / "checkpoint")
+    (checkpoint / "model.safetensors").write_bytes(b"not weights")
+    (tmp_path / "file").write_text("a file")
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    out = [] if "-o" in argv else ["-o", str(tmp_path / "out")]
+    capsys.readouterr()  # save_pretrained's progress
+    code, stdout, err = run(capsys, "llm", "export", str(checkpoint), *out, *argv)
+    assert code == 2 and stdout == "" and err.count("\n") == 1, err
+    assert err.startswith("opreg: error: ") and message.format(tmp=tmp_path) in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_import_opreg_llm_is_cheap():
@@ -348,3 +459,84 @@ def test_a_forward_with_use_cache_exports_and_its_cache_is_the_decoders_present(
     for layer in range(2):
         torch.testing.assert_close(cache.layers[layer].keys, present[2 * layer], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(cache.layers[layer].values, present[2 * layer + 1], rtol=1e-5, atol=1e-5)
+
+
+def test_int4_weights_and_a_tied_embedding_stored_once_in_a_folder_genai_runs(tmp_path):
+    """``precision="int4"``: every linear layer a MatMulNBits with the pass's defaults, the tied
+    embedding table read from the head's quantized weight (no float copy), and GenAI runs the folder."""
+    from opreg_ort_contrib import MatMulNBitsQuantization
+
+    model = lm.causal_lm("qwen2", tie_word_embeddings=True)
+    decoder = opreg.llm.export_decoder(model, tmp_path, precision="int4", tokenizer=lm.tokenizer())
+    graph = decoder.program.model.graph
+    defaults = MatMulNBitsQuantization()
+    expected = {"bits": 4, "block_size": defaults.block_size}
+    if defaults.accuracy_level is not None:
+        expected["accuracy_level"] = defaults.accuracy_level
+    nbits = [n for n in graph if n.op_type == "MatMulNBits"]
+    assert nbits and all({a.name: a.value for a in n.attributes.values()}.items() >= expected.items() for n in nbits)
+    assert [n.op_type for n in graph if n.op_type in ("Gather", "GatherBlockQuantized")] == ["GatherBlockQuantized"]
+    assert not [n for n in graph if n.op_type in ("MatMul", "FusedMatMul") and n.inputs[1].is_initializer()]
+    floats = [v for v in graph.initializers.values() if v.dtype == ir.DataType.FLOAT and v.const_value.size >= 64 * 64
+              and not v.name.startswith("rotary_")]  # fmt: skip
+    assert floats == []  # every weight matrix is quantized, the table stored once
+    assert decoder.precision == "int4" and decoder.program.target.name == "onnxruntime"
+    assert len(lm.genai_greedy(tmp_path, prompt(), LENGTH)) == LENGTH
+
+
+def test_int8_weights_compute_close_to_transformers():
+    """int8 weights, computed in float (``accuracy_level=None``): the tiny model's logits (standard
+    deviation 0.16) move by a few thousandths."""
+    model = lm.causal_lm("llama")
+    decoder = opreg.llm.export_decoder(model, precision="int8", accuracy_level=None)
+    assert {n.op_type for n in decoder.program.model.graph} >= {"MatMulNBits"}
+    decoder.verify([(1, 1, 0), (3, 7, 5)], rtol=0, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"precision": "int3"}, opreg.InvalidArgumentError, "precision= takes one of fp32, int8, int4, got 'int3'"),
+        ({"block_size": 64}, opreg.InvalidArgumentError, "block_size sets how weights are quantized: give precision"),
+        ({"precision": "int4", "block_size": 24}, opreg.InvalidArgumentError, "block_size= takes a power of two"),
+        ({"precision": "int4", "target": "onnx"}, opreg.InvalidArgumentError,
+         "stores weights for ONNX Runtime's com.microsoft::MatMulNBits, which target 'onnx' does not allow"),
+    ],
+)  # fmt: skip
+def test_bad_precision_options_are_refused_before_the_export(options, error, message):
+    stages = []
+    with pytest.raises(error, match=message):
+        opreg.llm.export_decoder(lm.causal_lm("llama"), progress=stages.append, **options)
+    assert stages == []
+
+
+@pytest.mark.parametrize(
+    ("model_type", "layers", "captured"),
+    [("llama", 4, 2), ("gemma2", 5, 3)],  # gemma2: sliding and full layers alternate, a kind each
+)
+def test_repeated_layers_are_captured_once_and_copied_each_with_its_own_weights_and_cache(
+    model_type, layers, captured, tmp_path, caplog, monkeypatch
+):
+    """The capture traces the first layers; the later ones are copies of a captured layer of their
+    kind. The decoder is the one a whole capture makes (the same ops), matches transformers
+    (each layer's own weights and cache: random, so a mix-up shows) and GenAI generates eager's tokens."""
+    from opreg.llm import _layers
+
+    model = lm.causal_lm(model_type, num_hidden_layers=layers)
+    with caplog.at_level("INFO", logger="opreg.llm"):
+        decoder = opreg.llm.export_decoder(model, tmp_path, tokenizer=lm.tokenizer())
+    assert f"captured the first {captured} of {layers} layers; the others are copies" in caplog.text
+    decoder.verify([(1, 1, 0), (3, 7, 5)])
+    assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+    monkeypatch.setattr(_layers, "plan_layers", lambda *args: None)
+    whole = opreg.llm.export_decoder(model)
+
+    def ops(program):
+        return sorted(collections.Counter((n.domain, n.op_type) for n in program.model.graph).items())
+
+    assert ops(decoder.program) == ops(whole.program)
+
+    def weights(program):  # by the state_dict's names (constants are named as they come)
+        return sorted(name for name in program.model.graph.initializers if name.startswith("model."))
+
+    assert weights(decoder.program) == weights(whole.program)

@@ -43,8 +43,9 @@ def test_every_option_is_in_the_signature_with_its_type_and_default_and_nothing_
 
 def test_export_decoder_takes_every_option_but_those_the_layout_sets():
     shown = keyword_options(opreg.llm.export_decoder)
-    own = ["tokenizer", "external_data", "context_length", "streaming"]
-    assert list(shown) == own + [n for n in NAMES if n not in opreg.llm.DECODER_OPTIONS]
+    own = ["target", "precision", "block_size", "symmetric", "accuracy_level", "tokenizer", "external_data",
+           "context_length", "allow_longer_context", "streaming"]  # fmt: skip
+    assert list(shown) == own + [n for n in NAMES if n not in (*opreg.llm.DECODER_OPTIONS, "target")]
     assert set(opreg.llm.DECODER_OPTIONS) <= set(NAMES)
 
 

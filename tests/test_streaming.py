@@ -12,6 +12,7 @@ import errno
 import filecmp
 import json
 
+import onnx
 import pytest
 import safetensors.torch
 import torch
@@ -303,6 +304,30 @@ def test_a_streamed_decoder_is_the_in_memory_one_byte_for_byte(llama_checkpoint,
 
 def lm_on_meta(decoder) -> bool:
     return decoder.model.model.embed_tokens.weight.device.type == "meta"
+
+
+def test_int4_with_a_tied_embedding_streams_the_in_memory_bytes_and_stores_the_table_once(tmp_path, caplog):
+    """``precision="int4"`` on a tied Qwen2 of 3 layers (the third copied from the second, its
+    weights lazy): streamed and loaded give the same bytes; the embedding Gather reads the head's
+    quantized rows, so the folder holds no float table."""
+    checkpoint = tmp_path / "checkpoint"
+    lm.causal_lm("qwen2", tie_word_embeddings=True, num_hidden_layers=3).to(torch.bfloat16).save_pretrained(checkpoint)
+    files = []
+    for streaming in (False, True):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="opreg.llm"):
+            decoder = opreg.llm.export_decoder(checkpoint, precision="int4", streaming=streaming, tokenizer=False)
+        assert lm_on_meta(decoder) is streaming
+        assert "captured the first 2 of 3 layers; the others are copies" in caplog.messages
+        path = tmp_path / f"{streaming}.onnx"
+        decoder.program.save(path, external_data=False)
+        files.append(path)
+    assert filecmp.cmp(*files, shallow=False)
+    decoder.save(tmp_path / "genai")
+    written = onnx.load(str(tmp_path / "genai" / "model.onnx"), load_external_data=False).graph
+    assert [n.op_type for n in written.node if "Gather" in n.op_type] == ["GatherBlockQuantized"]
+    tables = [t.name for t in written.initializer if lm.VOCAB in t.dims and t.data_type == onnx.TensorProto.FLOAT]
+    assert tables == ["model.lm_head.weight_scales"]  # the head's scales (300 x 1), no float (300 x 64) table
 
 
 def test_a_checkpoint_folder_streams_by_default_and_its_genai_folder_generates(llama_checkpoint, tmp_path):

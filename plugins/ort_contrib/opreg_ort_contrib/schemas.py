@@ -338,6 +338,41 @@ def _matmul_nbits_schema():
     )  # fmt: skip
 
 
+def _gather_block_quantized_output(ctx) -> None:
+    """GatherBlockQuantized (gather_axis 0, quantize_axis 1, 2-D data): the indices' dims and the
+    row's values (packed bytes times 8 / bits), in the scales' type."""
+    data, indices, bits = _dims(ctx, 0), _dims(ctx, 1), _int_attr(ctx, "bits", 4)
+    row = data[1] if data is not None and len(data) == 2 and data[1].HasField("dim_value") else None
+    dims = None if indices is None or row is None else [*indices, row.dim_value * 8 // bits]
+    _output(ctx, 0, 2, dims)
+
+
+def _gather_block_quantized_schema():
+    return _schema(
+        "GatherBlockQuantized",
+        "Gather of rows of a table quantized block-wise along its rows (onnxruntime contrib).",
+        [
+            _input("data", "T1", "(N, row bytes): the rows' packed quantized values"),
+            _input("indices", "Tind", "which rows"),
+            _input("scales", "T2", "(N, blocks per row): each block's scale"),
+            _input("zero_points", "T1", "each block's zero point, packed (default 2^(bits-1) for uint8)",
+                   optional=True),
+        ],
+        [_input("output", "T2", "indices' dims and the row's values")],
+        [
+            ("T1", ["tensor(uint8)", "tensor(int4)", "tensor(uint4)"], "quantized values"),
+            ("Tind", ["tensor(int32)", "tensor(int64)"], "indices"),
+            ("T2", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "scales and output"),
+        ],
+        [
+            _attr("bits", "INT", "bits per value (2, 4 or 8) of uint8 data"),
+            _attr("block_size", "INT", "block size along quantize_axis"),
+            _attr("gather_axis", "INT", "the axis gathered (0)"), _attr("quantize_axis", "INT", "the axis quantized"),
+        ],
+        _gather_block_quantized_output,
+    )  # fmt: skip
+
+
 def schemas() -> list:
     """Every com.microsoft op the pack's impls and rewrite rules emit, version 1."""
     floats = [("T", _FLOATS, "floating point tensors")]
@@ -387,4 +422,5 @@ def schemas() -> list:
         *_attention_schemas(),
         *_normalization_schemas(),
         _matmul_nbits_schema(),
+        _gather_block_quantized_schema(),
     ]

@@ -13,11 +13,11 @@ from opreg_ort_contrib import MatMulNBitsQuantization, TorchaoWeights
 
 
 class MLP(torch.nn.Module):
-    def __init__(self, tied: bool = False) -> None:
+    def __init__(self, tied: bool = False, vocab: int = 50) -> None:
         super().__init__()
-        self.embed = torch.nn.Embedding(50, 64)
+        self.embed = torch.nn.Embedding(vocab, 64)
         self.up, self.down = torch.nn.Linear(64, 96), torch.nn.Linear(96, 64, bias=False)
-        self.head = torch.nn.Linear(64, 50, bias=False)
+        self.head = torch.nn.Linear(64, vocab, bias=False)
         if tied:
             self.head.weight = self.embed.weight
 
@@ -55,7 +55,7 @@ def test_float_weights_quantized_are_the_weights_the_model_computes_with(bits, b
     model, ids = MLP().eval(), torch.randint(0, 50, (2, 5))
     program = opreg.export(
         model, (ids,), target="onnxruntime",
-        passes=[MatMulNBitsQuantization(bits=bits, block_size=block_size, symmetric=symmetric)],
+        passes=[MatMulNBitsQuantization(bits=bits, block_size=block_size, symmetric=symmetric, accuracy_level=None)],
     )  # fmt: skip
     nodes = _nodes(program, "MatMulNBits")
     assert len(nodes) == 3 and not _nodes(program, "FusedMatMul") and not _nodes(program, "MatMul")
@@ -72,21 +72,70 @@ def test_float_weights_quantized_are_the_weights_the_model_computes_with(bits, b
     program.verify(ids, rtol=1e-4, atol=1e-4)
 
 
-def test_excluded_and_shared_weights_stay_float():
+def test_excluded_weights_stay_float_and_so_does_a_tied_embedding_whose_head_is_excluded():
     torch.manual_seed(0)
     model, ids = MLP(tied=True).eval(), torch.randint(0, 50, (2, 5))
-    program = opreg.export(model, (ids,), target="onnxruntime", passes=[MatMulNBitsQuantization(exclude=["down.*"])])
-    assert [n.inputs[1].name for n in _nodes(program, "MatMulNBits")] == ["up.weight_Q4", "head.weight_Q4"]
+    program = opreg.export(
+        model, (ids,), target="onnxruntime",
+        passes=[MatMulNBitsQuantization(exclude=["down.*", "head.*"], accuracy_level=None)],
+    )  # fmt: skip
+    assert [n.inputs[1].name for n in _nodes(program, "MatMulNBits")] == ["up.weight_Q4"]
     (gather,) = _nodes(program, "Gather")  # the embedding still reads the tied weight in float
     assert gather.inputs[0].is_initializer() and gather.inputs[0].dtype == ir.DataType.FLOAT
-    # what it computes: the float embedding and down projection, the dequantized up projection and head
-    up, head = _dequantized(program).values()
-    expected = MLP().eval()
+    (up,) = _dequantized(program).values()  # what it computes: the float weights, the dequantized up projection
+    expected = MLP(tied=True).eval()
     expected.load_state_dict(model.state_dict())
     with torch.no_grad():
         expected.up.weight.copy_(torch.from_numpy(up.T))
-        expected.head.weight = torch.nn.Parameter(torch.from_numpy(head.T.copy()))
         np.testing.assert_allclose(program.run(ids).numpy(), expected(ids).numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("bits", "block_size", "symmetric"), [(4, 32, True), (4, 128, False), (8, 32, False), (8, 128, True)]
+)
+def test_a_tied_embedding_reads_the_quantized_weight_it_shares_with_the_head(bits, block_size, symmetric):
+    """The table is stored once: its Gather becomes a GatherBlockQuantized of the rows of the head's
+    MatMulNBits weight (a block of 128 pads the rows of 64 values: a Slice drops the padding). The
+    table is over 8192 bytes even in 4 bits: the export's constant folding copies a smaller one
+    (onnxscript's limit), which then costs nothing."""
+    torch.manual_seed(0)
+    model, ids = MLP(tied=True, vocab=300).eval(), torch.randint(0, 300, (2, 5))
+    quantize = MatMulNBitsQuantization(bits=bits, block_size=block_size, symmetric=symmetric, accuracy_level=None)
+    program = opreg.export(model, (ids,), target="onnxruntime", passes=[quantize])
+    head = next(n for n in _nodes(program, "MatMulNBits") if n.inputs[1].name == f"head.weight_Q{bits}")
+    (gather,) = [n for n in program.model.graph if n.op_type == "GatherBlockQuantized"]
+    assert gather.domain == "com.microsoft" and not _nodes(program, "Gather")
+    rows = gather.inputs[0].producer()
+    assert rows.op_type == "Reshape" and rows.inputs[0] is head.inputs[1]  # the head's packed bytes
+    assert list(gather.inputs[2:]) == list(head.inputs[2:4] if not symmetric else head.inputs[2:3])
+    assert {(a.name, a.value) for a in gather.attributes.values()} == {
+        ("bits", bits), ("block_size", block_size), ("gather_axis", 0), ("quantize_axis", 1)
+    }  # fmt: skip
+    assert [n.op_type for n in program.model.graph].count("Slice") == (block_size > 64)
+    initializers = program.model.graph.initializers.values()
+    assert not [
+        v for v in initializers if v.dtype == ir.DataType.FLOAT and v.const_value.size >= 300 * 64
+    ]  # no float table
+    # it computes with the dequantized table, in the embedding and in the head
+    table = _dequantized(program)[head.name].T
+    expected = MLP(tied=True, vocab=300).eval()
+    expected.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        expected.embed.weight.copy_(torch.from_numpy(table))
+        for name, weight in _dequantized(program).items():
+            if name != head.name:
+                layer = expected.up if weight.shape == (64, 96) else expected.down
+                layer.weight.copy_(torch.from_numpy(weight.T))
+        np.testing.assert_allclose(program.run(ids).numpy(), expected(ids).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_the_defaults_are_the_fastest_measured_blocks_of_128_symmetric_int8_compute():
+    model, ids = MLP().eval(), torch.randint(0, 50, (2, 5))
+    program = opreg.export(model, (ids,), target="onnxruntime", passes=[MatMulNBitsQuantization()])
+    for node in _nodes(program, "MatMulNBits"):
+        attributes = {a.name: a.value for a in node.attributes.values()}
+        assert (attributes["bits"], attributes["block_size"], attributes["accuracy_level"]) == (4, 128, 4)
+        assert len(node.inputs) == 3  # symmetric: no zero points
 
 
 @pytest.mark.parametrize(
@@ -136,7 +185,9 @@ def test_a_2d_linear_exported_as_gemm_is_quantized_or_reported():
     torch.manual_seed(0)
     model, x = Addmm().eval(), torch.randn(3, 32)
     with pytest.warns(UserWarning, match="MatMulNBitsQuantization: weight") as warned:
-        program = opreg.export(model, (x,), target="onnxruntime", passes=[MatMulNBitsQuantization(bits=8)])
+        program = opreg.export(
+            model, (x,), target="onnxruntime", passes=[MatMulNBitsQuantization(bits=8, accuracy_level=None)]
+        )  # computed in float: compared with the dequantized weights below
     assert [str(w.message) for w in warned if "MatMulNBits" in str(w.message)] == [
         f"MatMulNBitsQuantization: weight '{name}' stays float32: its Gemm ({shown}) is not a plain x @ W + bias, "
         "which MatMulNBits computes"
@@ -254,3 +305,16 @@ def test_torchao_weights_take_an_accuracy_level_as_an_export_pass():
     (node,) = _nodes(program, "MatMulNBits")
     assert node.attributes["accuracy_level"].as_int() == 4
     program.verify(x, rtol=0.05, atol=0.05)  # the input quantized to int8 per block
+
+
+def test_the_pass_on_a_saved_model_keeps_its_output_names(tmp_path):
+    """Run on a model loaded from a file (no export renames outputs after it): a quantized layer
+    that makes a graph output keeps that output's name, type and shape."""
+    model, ids = MLP().eval(), torch.randint(0, 50, (2, 5))
+    program = opreg.export(model, (ids,), target="onnxruntime")
+    program.save(tmp_path / "mlp.onnx")
+    loaded = ir.load(tmp_path / "mlp.onnx")
+    before = [(v.name, v.dtype, v.shape) for v in loaded.graph.outputs]
+    MatMulNBitsQuantization(bits=8)(loaded)
+    assert [(v.name, v.dtype, v.shape) for v in loaded.graph.outputs] == before
+    assert loaded.graph.outputs[0].producer().op_type == "MatMulNBits"

@@ -52,6 +52,7 @@ __all__ = [
     "Verification",
     "export",
     "plan_export",
+    "run_export",
 ]
 
 
@@ -145,7 +146,26 @@ def export(
     what an export does to the process.
     """
     args = _check_inputs(model, args, kwargs)
-    settings = ExportSettings.of(settings, options, "opreg.export")
+    return run_export(model, args, kwargs, ExportSettings.of(settings, options, "opreg.export"))
+
+
+Rework = Callable[[_translate.Translation, torch.export.ExportedProgram], _translate.Translation]
+"""A step between translation and finishing: takes the translation and the captured program,
+returns the translation to finish (see :func:`run_export`)."""
+
+
+@_heap.quiet()
+def run_export(
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    args: tuple,
+    kwargs: Mapping[str, Any] | None,
+    settings: ExportSettings,
+    *,
+    rework: Rework | None = None,
+) -> OnnxProgram:
+    """:func:`export`'s stages for inputs and settings already checked; ``rework``, if given,
+    changes the translation before it is finished (``opreg.llm`` repeats a decoder's layers
+    there). Its name is not in :data:`STAGES`: it runs inside "translate"."""
     lazy = _lazy_weights(model, settings.weights)
     reg = _registry(settings)
     extra = _finish.export_passes(settings.passes)
@@ -171,6 +191,8 @@ def export(
     translation = _translate.Translator(
         program, plan, resolved, symbols, state_io=settings.state == "io", lazy_weights=lazy
     ).run()
+    if rework is not None:
+        translation = rework(translation, program)
     tick("finish")
     result = _finish.finish(
         translation, exported_program=program, module=eager, target=resolved, host=reg.host, joined=plan.joined,

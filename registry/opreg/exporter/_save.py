@@ -72,7 +72,7 @@ logger = logging.getLogger(__name__)
 
 STAGING_PREFIX = ".opreg-staging-"
 """Hidden staging folders are named ``.opreg-staging-<pid>-<random>``."""
-_LOCK_NAME = "lock"
+LOCK_NAME = "lock"
 """The file in a staging folder its save holds an exclusive ``flock`` on."""
 _JOURNAL_NAME = "journal.json"
 """What a save moves into its folder: ``{"model": name, "added": [...], "replaced": [...]}``."""
@@ -92,7 +92,8 @@ _TOKEN_BYTES = 4
 PAUSE_ENV = "OPREG_SAVE_PAUSE"
 """For tests of interrupts: stages among ``staged``, ``data-moved``, ``model-moved`` and
 ``settle`` (the clean-up after an interrupt), comma-separated, make :func:`save_model`
-print a line to stderr and wait there for a signal."""
+print a line to stderr and wait there for a signal (and ``folder-staged``,
+``folder-swapped``: :func:`opreg.llm._folder.write_folder`)."""
 
 
 def data_file_pattern(model_name: str) -> re.Pattern[str]:
@@ -215,13 +216,13 @@ def save_model(model: ir.Model, path: str | os.PathLike[str], *, external_data: 
     except OSError as e:
         raise _save_error(target, e) from e
     except KeyboardInterrupt as e:  # one that hit after the clean-up, in the last instructions of the save
-        if not isinstance(e, InterruptedAfterSave) and written and _file_id(target) == written[0]:
+        if not isinstance(e, InterruptedAfterSave) and written and file_id(target) == written[0]:
             raise InterruptedAfterSave(target) from e
         raise
     return target
 
 
-def _file_id(path: Path) -> tuple[int, int] | None:
+def file_id(path: Path) -> tuple[int, int] | None:
     """Which file ``path`` is (a rename keeps it): device and inode, or ``None`` if none is there."""
     try:
         info = os.stat(path)
@@ -234,11 +235,11 @@ def _save(model: ir.Model, target: Path, external_data: bool, check: bool, writt
     folder = target.parent
     remove_stale_staging(folder)
     data_name = f"{target.name}.{secrets.token_hex(_TOKEN_BYTES)}{DATA_SUFFIX}" if external_data else None
-    with _terminate_as_interrupt(), _staging(folder, target) as scratch:
+    with terminate_as_interrupt(), _staging(folder, target) as scratch:
         staged = scratch / target.name
         _write(model, staged, data_name)
-        written.extend(filter(None, [_file_id(staged)]))
-        _pause("staged")
+        written.extend(filter(None, [file_id(staged)]))
+        pause("staged")
         if check:
             try:
                 onnx.checker.check_model(str(staged), full_check=True)
@@ -253,10 +254,10 @@ def _save(model: ir.Model, target: Path, external_data: bool, check: bool, writt
                 for name in new_refs:
                     os.replace(scratch / name, folder / name)
                 _fsync(folder)
-                _pause("data-moved")
+                pause("data-moved")
                 os.replace(staged, target)  # the switch
                 _fsync(folder)
-                _pause("model-moved")
+                pause("model-moved")
                 _remove_unreferenced(folder, target.name, owned - new_refs)
                 (scratch / _JOURNAL_NAME).unlink()  # done: nothing is left for a later save to clean
             except BaseException as e:
@@ -275,7 +276,7 @@ def _settle(folder: Path, target: Path, scratch: Path, new_refs: set[str], owned
     too, the journal stays, and the next save in ``folder`` finishes the work."""
     switched = not (scratch / target.name).exists()
     try:
-        _pause("settle")
+        pause("settle")
         if switched:
             _remove_unreferenced(folder, target.name, owned - new_refs)
         else:
@@ -409,7 +410,7 @@ def remove_stale_staging(folder: Path) -> None:
     for entry in entries:
         if not entry.name.startswith(STAGING_PREFIX) or not entry.is_dir() or entry.is_symlink():
             continue
-        with _stale(entry) as stale:
+        with stale_lock(entry) as stale:
             if not stale:
                 continue
             logger.info("removing %s, left by a save that did not finish", entry)
@@ -433,11 +434,11 @@ def _read_journal(scratch: Path) -> tuple[str, set[str], set[str]] | None:
 
 
 @contextlib.contextmanager
-def _stale(scratch: Path) -> Iterator[bool]:
+def stale_lock(scratch: Path) -> Iterator[bool]:
     """Whether the save that made ``scratch`` is gone: its lock can be taken (and is held
     while the caller removes the folder)."""
     try:
-        fd = os.open(scratch / _LOCK_NAME, os.O_RDWR)
+        fd = os.open(scratch / LOCK_NAME, os.O_RDWR)
     except FileNotFoundError:
         try:
             age = time.time() - scratch.stat().st_mtime
@@ -468,7 +469,7 @@ def _staging(folder: Path, target: Path) -> Iterator[Path]:
     file stay, for the next save in ``folder`` to act on once the lock is free."""
     try:
         scratch = Path(tempfile.mkdtemp(dir=folder, prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
-        lock = os.open(scratch / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        lock = os.open(scratch / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
         raise _save_error(target, e) from e
     try:
@@ -480,7 +481,7 @@ def _staging(folder: Path, target: Path) -> Iterator[Path]:
         try:
             if (scratch / _JOURNAL_NAME).exists():
                 for entry in scratch.iterdir():
-                    if entry.name not in (_JOURNAL_NAME, _LOCK_NAME):
+                    if entry.name not in (_JOURNAL_NAME, LOCK_NAME):
                         entry.unlink(missing_ok=True)
             else:
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -536,7 +537,7 @@ def _fsync(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
+def terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM raises ``KeyboardInterrupt`` (as SIGINT does), so a save cleans up either way."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -556,7 +557,7 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _pause(stage: str) -> None:
+def pause(stage: str) -> None:
     if stage in os.environ.get(PAUSE_ENV, "").split(","):
         sys.stderr.write(f"opreg: save paused at {stage}\n")
         sys.stderr.flush()

@@ -28,6 +28,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from opreg.settings import ExportSettings, takes_settings
+from opreg.targets import TargetLike
 
 if TYPE_CHECKING:
     from opreg.llm._decoder import Decoder, DecoderLayout
@@ -57,14 +58,20 @@ LAYOUT = {
 ``genai_config.json`` names them."""
 
 
-@takes_settings(leave_out=DECODER_OPTIONS)
+@takes_settings(leave_out=(*DECODER_OPTIONS, "target"))
 def export_decoder(
     model: Any,
     output_folder: str | os.PathLike[str] | None = None,
     *,
+    target: TargetLike | None = None,
+    precision: str = "fp32",
+    block_size: int | None = None,
+    symmetric: bool | None = None,
+    accuracy_level: int | None = None,
     tokenizer: Any = None,
-    external_data: bool | None = None,
+    external_data: bool = True,
     context_length: int | None = None,
+    allow_longer_context: bool = False,
     streaming: bool | None = None,
     settings: ExportSettings | None = None,
     **options: Any,
@@ -74,42 +81,61 @@ def export_decoder(
 
     Args:
         model: a ``transformers`` causal LM (``*ForCausalLM``, weights as they are), or the path of
-            a local checkpoint folder (``config.json`` and weights, in float32).
-        output_folder: where to write ``model.onnx``, ``genai_config.json`` and the tokenizer's
-            files (created if missing; files of the same names are replaced).
-        target: as :func:`opreg.export` takes it: ``"onnx"`` (plain ONNX: attention as Attention or
-            MatMul/Softmax, the cache a Concat of past and new keys and values) or
-            ``"onnxruntime"`` (with ``opreg-ort-contrib``: ONNX Runtime's fused kernels).
+            a local checkpoint folder (``config.json`` and weights; loaded in float32).
+        output_folder: the folder to write ``model.onnx``, ``genai_config.json`` and the
+            tokenizer's files as (checked before the export starts). It is written whole: at every
+            instant it is the complete old folder or the complete new one (see
+            :meth:`Decoder.save`); entries of an old folder the export does not write are kept.
+        target: as :func:`opreg.export` takes it: ``"onnxruntime"`` (with ``opreg-ort-contrib``:
+            ONNX Runtime's fused kernels, the cache written in place) or ``"onnx"`` (plain ONNX:
+            attention as Attention or MatMul/Softmax, the cache a Concat of past and new keys and
+            values); default the fastest installed (``"onnxruntime"`` when the pack is there,
+            else ``"onnx"``).
+        precision: the weights of the linear layers: ``"fp32"`` (as the model has them),
+            ``"int8"`` or ``"int4"`` (block-wise, ONNX Runtime's ``MatMulNBits``; a tied
+            embedding table is then stored once, quantized, and read by ``GatherBlockQuantized``;
+            needs a target with ``com.microsoft``).
+        block_size, symmetric, accuracy_level: how int8/int4 weights are quantized; default
+            ``opreg_ort_contrib.MatMulNBitsQuantization``'s defaults, the fastest measured on CPU.
         tokenizer: what to save beside the model: a transformers tokenizer, or a folder holding
-            one; by default the checkpoint folder's, when ``model`` is a folder.
+            one; by default the checkpoint folder's, when ``model`` is a folder (a warning if it
+            has none: GenAI needs one to encode text); ``False``: none.
         options, settings: :func:`opreg.export`'s keyword options (:class:`opreg.ExportSettings`:
-            ``plugins``, ``registry``, ``fold_weights``, ...) passed on as they are, or prebuilt; not
-            those the decoder's layout sets (:data:`DECODER_OPTIONS`).
-        external_data: as :meth:`OnnxProgram.save` takes it.
+            ``plugins``, ``registry``, ``fold_weights``, ...) passed on as they are, or prebuilt
+            (its ``target`` is the decoder's unless ``target`` is given); not those the decoder's
+            layout sets (:data:`DECODER_OPTIONS`).
+        external_data: the weights in a file beside ``model.onnx`` (default), else inside it.
         context_length: the longest sequence GenAI may generate (``genai_config.json``'s
-            ``context_length`` and ``search.max_length``); default the model's
-            ``max_position_embeddings``.
-        streaming: for a checkpoint folder: build the model on the ``meta`` device and read each
-            weight from the checkpoint's safetensors files only as ``model.onnx`` is written
-            (transformed there: cast to float32, transposed, packed, quantized), so peak memory
-            does not grow with the model; the file is the same, byte for byte, as with
-            ``streaming=False`` (which loads the model with ``from_pretrained``). Default: stream
-            when the folder holds safetensors. A meta-device model with ``weights=`` (a
-            checkpoint of its own ``state_dict`` names) streams too.
+            ``context_length`` and ``search.max_length``), from 1 to 2**31 - 1; default the
+            model's position limit (``max_position_embeddings``), and above it only with
+            ``allow_longer_context=True``.
+        streaming: for a checkpoint folder: build the model on ``meta`` and read each weight
+            from its safetensors only as ``model.onnx`` is written (cast, packed, quantized
+            there), the same bytes as ``streaming=False`` (``from_pretrained`` first); default:
+            when the folder holds safetensors (docs/language-models.md).
 
     Returns:
-        a :class:`Decoder`: the :class:`opreg.OnnxProgram`, the :class:`DecoderLayout`, and
-        ``verify``/``save``.
+        a :class:`Decoder`: its :class:`opreg.OnnxProgram`, :class:`DecoderLayout`, ``verify``, ``save``.
 
     Raises:
-        opreg.ExportError: the model is not a causal LM with a key/value cache opreg can lay out,
-            or torch.export cannot capture it; the export's own errors as :func:`opreg.export`.
+        opreg.ExportError: the model is not a causal LM with a key/value cache opreg can lay out
+            (a state-space or hybrid cache), a checkpoint lacks weights, or torch.export cannot
+            capture it; the export's own errors as :func:`opreg.export`. Each is raised before
+            the capture where the model's config or checkpoint shows it.
+        opreg.SaveError: ``output_folder`` cannot be written (a file, a missing parent), at once.
+        opreg.InvalidArgumentError: an option out of range (``context_length``, ``precision``, a
+            quantization setting without a quantized precision, int4 at a target without
+            ``com.microsoft``).
     """
-    from opreg.llm import _decoder
+    from opreg.llm import _decoder, _folder
 
+    if output_folder is not None:
+        _folder.check_folder(output_folder)
     decoder = _decoder.export_decoder(
-        model, tokenizer=tokenizer, context_length=context_length, streaming=streaming, settings=settings, **options
-    )
+        model, target=target, precision=precision, block_size=block_size, symmetric=symmetric,
+        accuracy_level=accuracy_level, tokenizer=tokenizer, context_length=context_length,
+        allow_longer_context=allow_longer_context, streaming=streaming, settings=settings, **options,
+    )  # fmt: skip
     if output_folder is not None:
         decoder.save(output_folder, external_data=external_data)
     return decoder

@@ -22,14 +22,16 @@ import onnx_ir as ir
 import torch
 
 from opreg.errors import ExportError, InvalidArgumentError
-from opreg.exporter import OnnxProgram, OutputCheck, export
+from opreg.exporter import OnnxProgram, OutputCheck, export, run_export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output, mismatch_error
-from opreg.llm import DECODER_OPTIONS, LAYOUT, _cache, _families, _genai, _meta
+from opreg.llm import DECODER_OPTIONS, LAYOUT, _cache, _checkpoint, _families, _genai, _layers, _meta, _options
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._genai import text_config
+from opreg.plugins import default_registry
 from opreg.settings import ExportSettings
-from opreg.weights import Weights, open_weights
+from opreg.targets import TargetLike
+from opreg.weights import Weights, bind, open_weights
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +207,10 @@ class Decoder:
         layout: its :class:`DecoderLayout`.
         model: the transformers model it was exported from (on the ``meta`` device when its
             weights were streamed from the checkpoint).
+        tokenizer: what :meth:`save` writes beside the model (a tokenizer, a folder holding one;
+            ``None`` or ``False``: none).
         context_length: what ``genai_config.json`` allows GenAI to generate up to.
+        precision: its weights' precision (``"fp32"``, ``"int8"``, ``"int4"``).
         folder: the checkpoint folder it came from, if any.
     """
 
@@ -216,6 +221,7 @@ class Decoder:
         model: Any,
         tokenizer: Any,
         context_length: int,
+        precision: str = "fp32",
         folder: Path | None = None,
     ) -> None:
         self.program = program
@@ -223,6 +229,7 @@ class Decoder:
         self.model = model
         self.tokenizer = tokenizer
         self.context_length = context_length
+        self.precision = precision
         self.folder = folder
         self._eager: Any = None
 
@@ -324,37 +331,58 @@ class Decoder:
         """``genai_config.json`` for this decoder (see :mod:`opreg.llm._genai`)."""
         return _genai.config(self)
 
-    def save(self, folder: str | os.PathLike[str], external_data: bool | None = None) -> Path:
-        """Write ``model.onnx``, ``genai_config.json`` and the tokenizer's files to ``folder``
-        (created if missing); returns the folder."""
-        return _genai.save(self, Path(folder), external_data=external_data)
+    def save(self, folder: str | os.PathLike[str], external_data: bool = True) -> Path:
+        """Write ``model.onnx`` (its weights in ``model.onnx.<token>.data`` beside it, unless
+        ``external_data`` is false), ``genai_config.json`` and the tokenizer's files as ``folder``;
+        returns the folder.
+
+        The folder is written whole: the new one is staged beside it and swapped in at once, so
+        at every instant ``folder`` is the complete old folder or the complete new one, even if
+        the process is killed (a leftover staging folder is removed by the next save there).
+        Entries of the old folder the save does not write are kept. Raises
+        :class:`opreg.SaveError` (nothing changed) for a folder that cannot be written, and on
+        Ctrl-C or SIGTERM once the new folder is in place :class:`opreg.InterruptedAfterSave`."""
+        return _genai.save(self, folder, external_data=external_data)[0]
 
 
 # -- exporting -----------------------------------------------------------------------------
 
 
-def load(model: Any, streaming: bool | None = None) -> tuple[Any, Path | None, Weights | None]:
-    """The transformers model ``model`` names (a model, or a local checkpoint folder), the folder it
-    came from, and, when its weights are streamed (``streaming``; ``None``: when the folder holds
-    safetensors), the checkpoint's weights, the model then built on the ``meta`` device. A model
-    the text decoder cannot serve whole is refused with the reason before anything is loaded."""
+def load(
+    model: Any, context_length: int | None = None, allow_longer_context: bool = False, streaming: bool | None = None
+) -> tuple[Any, Path | None, int, Weights | None]:
+    """The transformers model ``model`` names (a model, or a local checkpoint folder), the folder
+    it came from, the context length checked against it, and, when its weights are streamed
+    (``streaming``; ``None``: when the folder holds safetensors), the checkpoint's weights, the
+    model then built on the ``meta`` device. A folder's config is checked before its weights are
+    read, and a model loaded in memory is refused if weights are missing
+    (:mod:`opreg.llm._checkpoint`; a streamed one when its weights are bound, before the capture)."""
     if isinstance(model, (str, os.PathLike)):
         folder = Path(model)
-        config = _families.read_config(folder)
+        config = _checkpoint.read_config(folder)
         _families.check(config, _families.TEXT, f"{folder} holds a {_families.architecture(config)}: it")
+        _checkpoint.check_cache(config, (getattr(config, "architectures", None) or [config.model_type])[0])
+        length = _checkpoint.context_length(config, context_length, allow_longer_context)
         if streaming is None:
             streaming = _meta.streamable(folder)
         if streaming:
             meta_model, weights = _meta.load_meta(folder)
-            return meta_model, folder, weights
-    loaded, folder = _families.load(model, _families.TEXT)
-    return loaded, folder, None
+            bind(meta_model, weights)  # a missing weight refused now, by the checkpoint's name for it
+            return meta_model, folder, length, weights
+        return _checkpoint.load_weights(folder), folder, length, None
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentError(
+            f"export_decoder takes a transformers causal LM or a checkpoint folder, got {type(model).__name__}"
+        )
+    if getattr(model, "config", None) is None:
+        raise ExportError(f"{type(model).__name__} is not a transformers model (it has no config)")
+    _families.check(model.config, _families.TEXT, f"the {type(model).__name__} given")
+    _checkpoint.check_cache(model.config, type(model).__name__)
+    return model, None, _checkpoint.context_length(model.config, context_length, allow_longer_context), None
 
 
 def layout_of(model: Any) -> DecoderLayout:
     """Read the cache's layout from one eager call: what each layer stores, as the model stores it."""
-    if getattr(model, "config", None) is None:
-        raise ExportError(f"{type(model).__name__} is not a transformers model (it has no config)")
     text = text_config(model)
     ids = torch.zeros(1, 2, dtype=torch.int64)
     # a model on meta computes shapes only: no mask, whose all-ones check would read a value
@@ -397,18 +425,33 @@ def layout_of(model: Any) -> DecoderLayout:
 def export_decoder(
     model: Any,
     *,
+    target: TargetLike | None = None,
+    precision: str = "fp32",
+    block_size: int | None = None,
+    symmetric: bool | None = None,
+    accuracy_level: int | None = None,
     tokenizer: Any = None,
     context_length: int | None = None,
+    allow_longer_context: bool = False,
     streaming: bool | None = None,
     settings: ExportSettings | None = None,
     **options: Any,
 ) -> Decoder:
-    settings = settings_of("export_decoder", settings, options)
-    model, folder, streamed = load(model, streaming)
+    settings = _settings(target, settings, options)
+    _checkpoint.check_context_length_value(context_length)
+    quantize = _options.quantization(
+        precision, settings.target, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
+    )
+    if quantize is not None:  # after the caller's passes: it quantizes the weights they leave
+        settings = dataclasses.replace(settings, passes=[*settings.passes, quantize])
+    model, folder, context_length, streamed = load(model, context_length, allow_longer_context, streaming)
     if settings.weights is not None:  # a meta model of the caller's, and its checkpoint
         streamed = open_weights(settings.weights)
-    if context_length is None:
-        context_length = int(getattr(text_config(model), "max_position_embeddings", 0) or 4096)
+    if tokenizer is None and folder is not None:
+        tokenizer = folder
+        if not _checkpoint.has_tokenizer(folder):
+            logger.warning("%s", _checkpoint.no_tokenizer_warning(folder))
+            tokenizer = False  # said once, here
     was_training = model.training
     model.eval()
     try:
@@ -426,13 +469,41 @@ def export_decoder(
         )
         shapes = _dynamic_shapes(layout, context_length)
         weights = None if streamed is None else streamed.renamed("model.")  # DecoderStep's names
-        program = export(
-            step, (), example, settings=dataclasses.replace(settings, dynamic_shapes=shapes, weights=weights)
-        )
+        program = _export(step, example, dataclasses.replace(settings, dynamic_shapes=shapes, weights=weights), layout)
     finally:
         model.train(was_training)
     _name(program, layout)
-    return Decoder(program, layout, model, tokenizer if tokenizer is not None else folder, context_length, folder)
+    return Decoder(program, layout, model, tokenizer, context_length, precision=precision, folder=folder)
+
+
+def _export(step: DecoderStep, example: dict[str, Any], settings: ExportSettings, layout: DecoderLayout) -> OnnxProgram:
+    """The export of ``step``: its repeated layers captured once where they can be
+    (:mod:`opreg.llm._layers`), else all of them."""
+    first_past = len(layout.input_names) - 2 * layout.num_layers
+    keys_and_values = all(isinstance(kind, KeyValueCache) for kind in layout.layers)  # two inputs per layer
+    plan = _layers.plan_layers(step.model, layout.num_layers, first_past) if keys_and_values else None
+    if plan is not None:
+        # a streamed model's weights, all layers' (the capture binds only the prefix's), each missing one named now
+        lazy = {} if settings.weights is None else bind(step, open_weights(settings.weights))
+        try:
+            with _layers.prefix_only(step.model, plan):
+                return run_export(step, (), example, settings, rework=lambda t, _: _layers.repeat_layers(t, plan, lazy))
+        except (_layers.NotRepeatable, ExportError) as e:
+            logger.info("capturing all %d layers: the first %d, copied, would not do: %s", layout.num_layers,
+                        plan.prefix, e)  # fmt: skip
+    return run_export(step, (), example, settings)
+
+
+def _settings(target: TargetLike | None, settings: ExportSettings | None, options: dict[str, Any]) -> ExportSettings:
+    """The export's settings: ``settings`` with ``options``, the layout's own options refused, the
+    registry built and the target resolved: ``target``, else a prebuilt ``settings``' target, else
+    the fastest the installed packs offer (:func:`opreg.llm._options.default_target`)."""
+    if target is None and settings is not None:
+        target = settings.target
+    settings = settings_of("export_decoder", settings, options)
+    registry = settings.registry or default_registry(plugins=settings.plugins, exclude=settings.exclude)
+    resolved = _options.resolve_target(target, registry)
+    return dataclasses.replace(settings, target=resolved, registry=registry, plugins=None, exclude=None)
 
 
 def settings_of(function: str, settings: ExportSettings | None, options: dict[str, Any]) -> ExportSettings:

@@ -122,18 +122,10 @@ def architecture(config: Any) -> str:
 
 
 def read_config(folder: Path) -> Any:
-    """The transformers config of the checkpoint folder ``folder``."""
-    if not (folder / "config.json").is_file():
-        raise ExportError(
-            f"{folder} is not a transformers checkpoint folder (no config.json): give a folder saved with "
-            "save_pretrained, or the model itself"
-        )
-    from transformers import AutoConfig
+    """The transformers config of the checkpoint folder ``folder`` (:func:`opreg.llm._checkpoint.read_config`)."""
+    from opreg.llm._checkpoint import read_config as read
 
-    try:
-        return AutoConfig.from_pretrained(folder)
-    except Exception as e:
-        raise ExportError(f"transformers could not read {folder}/config.json: {type(e).__name__}: {e}") from e
+    return read(folder)
 
 
 def load(model: Any, family: Family) -> tuple[Any, Path | None]:

@@ -10,15 +10,16 @@ graph has the layout of :mod:`opreg.llm` (the graph carries the architecture; a 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from opreg.errors import ExportError, SaveError
+from opreg.errors import ExportError
 from opreg.llm import LAYOUT
+
+logger = logging.getLogger(__name__)
 
 Decoder = Any
 """An :class:`opreg.llm.Decoder` (not imported: ``_decoder`` imports this module)."""
@@ -154,8 +155,9 @@ def special_tokens(model: Any) -> tuple[int | None, int | list[int], int]:
 
 def text_config(model: Any) -> Any:
     """The config of the model's text decoder (the model's own, unless it is multimodal)."""
-    config = model.config
-    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    from opreg.llm._checkpoint import text_config as of_config
+
+    return of_config(model.config)
 
 
 def shares_buffer(decoder: Decoder) -> bool:
@@ -177,73 +179,55 @@ def shares_buffer(decoder: Decoder) -> bool:
     return True
 
 
-def save(decoder: Decoder, folder: Path, external_data: bool | None) -> Path:
-    """Write the model, the tokenizer's files and ``genai_config.json`` into ``folder``."""
+def save(decoder: Decoder, folder: str | os.PathLike[str], external_data: bool = True) -> tuple[Path, list[str]]:
+    """Write the model, the tokenizer's files and ``genai_config.json`` as a new ``folder``, which
+    replaces the old one whole (:mod:`opreg.llm._folder`); the folder and the names written.
+    ``external_data``: the weights in a file beside the model (as the builder writes them: saved
+    faster, and without a serialized copy of them in memory), else inside it (up to 2 GB)."""
+    from opreg.llm._folder import write_folder
+
     genai = json.dumps(config(decoder), indent=2) + "\n"  # errors in the config before anything is written
+    if decoder.tokenizer is None:
+        from opreg.llm._checkpoint import no_tokenizer_warning
+
+        logger.warning("%s", no_tokenizer_warning())
 
     def fill(staged: Path) -> list[str]:
-        names = _save_tokenizer(decoder.tokenizer, staged)
+        _save_tokenizer(decoder.tokenizer, staged)
+        decoder.program.save(staged / MODEL_FILE, external_data=external_data)
         (staged / GENAI_CONFIG).write_text(genai)
-        return [*names, GENAI_CONFIG]
+        return sorted(path.name for path in staged.iterdir())  # a new folder: all of it written here
 
-    return write_folder(folder, decoder.programs, fill, external_data)
-
-
-def write_folder(
-    folder: Path, programs: dict[str, Any], fill: Callable[[Path], list[str]], external_data: bool | None
-) -> Path:
-    """Write each of ``programs`` (:class:`opreg.OnnxProgram` by file name) into ``folder`` (created
-    if missing), then move in the files ``fill(staging)`` writes into a staging folder, in the order
-    it names them (``genai_config.json`` last: a folder without it is not a GenAI model). A folder
-    this call created is removed again if writing fails."""
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise SaveError(f"cannot write the model folder {folder}: it is a file; give a folder")
-    if not folder.parent.is_dir():
-        raise SaveError(f"cannot write the model folder {folder}: {folder.parent} does not exist; create it first")
-    created = not folder.exists()
-    try:
-        folder.mkdir(exist_ok=True)
-    except OSError as e:
-        raise SaveError(f"cannot create {folder}: {e.strerror or e}") from e
-    try:
-        with tempfile.TemporaryDirectory(dir=folder, prefix=".opreg-") as staging:
-            names = fill(Path(staging))
-            for name, program in programs.items():
-                program.save(folder / name, external_data=external_data)
-            for name in names:
-                os.replace(Path(staging) / name, folder / name)
-    except BaseException:
-        if created:  # nothing half-written left behind
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return folder
+    return write_folder(folder, fill)
 
 
 def write_model_folder(
     folder: Path, model: Any, processor: Any, files: dict[str, dict[str, Any]], external_data: bool | None
 ) -> Path:
-    """:func:`write_folder` for a folder of several models: ``model``'s programs, its tokenizer,
-    ``processor`` (a transformers feature extractor or image processor), and ``files`` (JSON by
-    name, in order; ``genai_config.json`` is made from ``model`` and written last)."""
+    """Write a folder of several models whole, as :func:`save` writes a decoder's
+    (:mod:`opreg.llm._folder`): ``model``'s programs, its tokenizer, ``processor`` (a transformers
+    feature extractor or image processor), ``files`` (JSON by name) and ``genai_config.json``."""
+    from opreg.llm._folder import write_folder
+
     texts = {name: json.dumps(value, indent=2) + "\n" for name, value in files.items()}
     texts[GENAI_CONFIG] = json.dumps(model.genai_config(), indent=2) + "\n"  # errors before anything is written
 
     def fill(staged: Path) -> list[str]:
-        names = _save_tokenizer(model.tokenizer, staged)
+        _save_tokenizer(model.tokenizer, staged)
         processor.save_pretrained(staged)
-        names.append("preprocessor_config.json")
+        for name, program in model.programs.items():
+            program.save(staged / name, external_data=external_data)
         for name, text in texts.items():
             (staged / name).write_text(text)
-        return [*sorted(set(names)), *texts]
+        return sorted(path.name for path in staged.iterdir())  # a new folder: all of it written here
 
-    return write_folder(folder, model.programs, fill, external_data)
+    return write_folder(folder, fill)[0]
 
 
 def _save_tokenizer(tokenizer: Any, folder: Path) -> list[str]:
     """Write ``tokenizer`` (a transformers tokenizer, or a folder holding one) into ``folder``;
     the names written."""
-    if tokenizer is None:
+    if tokenizer is None or tokenizer is False:
         return []
     if isinstance(tokenizer, (str, os.PathLike)):
         source = Path(tokenizer)

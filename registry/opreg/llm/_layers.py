@@ -1,0 +1,382 @@
+"""A decoder's repeated layers captured once: the capture traces the first layers, and the
+translated graph of each later layer is a copy of an earlier layer of the same kind, on its own
+weights and cache.
+
+torch.export's capture costs about a third of a second of CPU per decoder layer (the fake-tensor
+and symbolic-shape bookkeeping of each op), most of an export of a deep model; translating and
+finishing cost far less. The layers of a decoder are mostly alike, so:
+
+1. :func:`plan_layers` finds the model's layer list (the ``ModuleList`` of ``num_layers``
+   modules of one class) and sorts its layers into kinds by a fingerprint of their structure:
+   classes, parameter and buffer shapes, and every plain attribute but the layer's own index
+   (an attention type, a sliding window, a MoE or dense MLP differ by these). The captured
+   prefix is the shortest run of first layers in which every kind of a later layer occurs at
+   a position of 1 or more (so that its input from the layer before is known): one or two layers
+   for most models.
+2. :func:`prefix_only` gives the model that prefix as its layer list for the capture.
+3. :func:`repeat_layers` (a rework of :func:`opreg.exporter.run_export`, between translation
+   and finishing) copies, for each later layer, the nodes of its kind's captured layer: the
+   hidden state from the layer before, its own cache inputs and outputs, its own weights, the
+   values all layers share (mask, rotary tables, sizes) as they are. Fusions and every finishing
+   pass then run on the whole graph.
+
+Where the translated graph is not of that shape (nodes with subgraphs, more than one value
+carried from layer to layer, a layer's value read beyond the next layer, two captured layers of
+one kind that translate differently) the copy is refused, and the model is captured whole.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+import torch
+from onnx_ir import tensor_adapters
+
+from opreg.exporter._nodes import MODULE_KEY
+
+logger = logging.getLogger(__name__)
+
+ROOT = "model"
+"""The attribute of the captured module (``opreg.llm._decoder.DecoderStep``) holding the causal LM."""
+INDEX_ATTRIBUTES = frozenset({"layer_idx", "layer_id", "layer_number", "layer_index"})
+"""A layer's own index, which differs from layer to layer by definition (it picks the cache entry)."""
+_PLAIN = (int, float, str, bool, type(None))
+_SHAPE_OPS = frozenset({("", "Shape"), ("", "Size")})
+
+
+class NotRepeatable(Exception):
+    """The translated layers are not copies of each other in a way :func:`repeat_layers` can use."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPlan:
+    """Which layers are captured and which are copied.
+
+    Fields:
+        path: the layer list's attribute path in the causal LM (``"model.layers"``).
+        layers: the layer modules, all of them, in order.
+        prefix: how many first layers are captured.
+        templates: for each layer from ``prefix`` on, the captured layer (at 1 or more) of its kind.
+        first_past: the graph input index of layer 0's past key (layer ``i``'s key and value
+            follow at ``first_past + 2 * i`` and ``+ 1``).
+    """
+
+    path: str
+    layers: tuple[torch.nn.Module, ...]
+    prefix: int
+    templates: tuple[int, ...]
+    first_past: int
+
+    def template(self, layer: int) -> int:
+        return self.templates[layer - self.prefix]
+
+    def scope(self, layer: int) -> str:
+        """The module path of layer ``layer`` in the captured module, as node provenance spells it."""
+        return f"{ROOT}.{self.path}.{layer}"
+
+
+def plan_layers(model: torch.nn.Module, num_layers: int, first_past: int) -> LayerPlan | None:
+    """The plan for ``model``'s ``num_layers`` layers, or ``None`` when capturing them all costs
+    no more (no layer list found, or no layer after the prefix)."""
+    found = _layer_list(model, num_layers)
+    if found is None:
+        return None
+    path, layers = found
+    kinds = [_fingerprint(layer) for layer in layers]
+    for prefix in range(2, num_layers):
+        seen = set(kinds[1:prefix])
+        if all(kind in seen for kind in kinds[prefix:]):
+            last = {kind: index for index, kind in enumerate(kinds[:prefix]) if index >= 1}
+            templates = tuple(last[kind] for kind in kinds[prefix:])
+            return LayerPlan(path, tuple(layers), prefix, templates, first_past)
+    return None
+
+
+def _layer_list(model: torch.nn.Module, num_layers: int) -> tuple[str, list[torch.nn.Module]] | None:
+    """The ``ModuleList`` of ``num_layers`` modules of one class holding the most parameters."""
+    best = None
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.ModuleList) or len(module) != num_layers or not name:
+            continue
+        if len({type(layer) for layer in module}) != 1:
+            continue
+        size = sum(p.numel() for p in module.parameters())
+        if best is None or size > best[0]:
+            best = (size, name, list(module))
+    return None if best is None else (best[1], best[2])
+
+
+def _fingerprint(module: torch.nn.Module) -> str:
+    """What the layer's traced graph depends on besides its weights' values and its index."""
+    parts = []
+    for name, sub in module.named_modules():
+        attributes = []
+        for key, value in sorted(vars(sub).items()):
+            if key in INDEX_ATTRIBUTES or key in ("_parameters", "_buffers", "_modules"):
+                continue
+            attributes.append(f"{key}={_describe(value)}")
+        parts.append(f"{name}:{type(sub).__qualname__}({','.join(attributes)})")
+    tensors = [(n, tuple(t.shape), t.dtype) for n, t in (*module.named_parameters(), *module.named_buffers())]
+    return "|".join(parts) + repr(tensors)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, _PLAIN):
+        return repr(value)
+    if isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value):
+        return repr(value)
+    if isinstance(value, dict) and not value:
+        return "{}"
+    if isinstance(value, torch.Tensor):
+        return f"tensor{tuple(value.shape)}{value.dtype}"
+    return type(value).__qualname__  # a config, an activation, hooks: by kind
+
+
+@contextlib.contextmanager
+def prefix_only(model: torch.nn.Module, plan: LayerPlan) -> Iterator[None]:
+    """``model`` with only the captured prefix in its layer list, for the ``with`` block."""
+    parent_path, _, name = plan.path.rpartition(".")
+    parent = model.get_submodule(parent_path) if parent_path else model
+    full = getattr(parent, name)
+    setattr(parent, name, torch.nn.ModuleList(plan.layers[: plan.prefix]))
+    try:
+        yield
+    finally:
+        setattr(parent, name, full)
+
+
+# -- copying translated layers ----------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Layer:
+    """A captured layer's nodes and how they connect: the value carried in from the layer
+    before (``None`` for layer 0), the one it passes on, its present key and value."""
+
+    nodes: list[ir.Node]
+    carried_in: ir.Value | None
+    carried_out: ir.Value | None
+    present: tuple[ir.Value, ir.Value]
+
+
+def repeat_layers(translation: Any, plan: LayerPlan, lazy: Mapping[str, Any] | None = None) -> Any:
+    """``translation`` of the prefix, with every later layer's nodes, weights, cache inputs and
+    outputs added as copies of its template (:class:`NotRepeatable` where the graph is not of
+    the shape this needs). ``lazy``: the lazy value of each ``meta``-device weight by its name in
+    the captured module (:func:`opreg.weights.bind`), for a model streamed from its checkpoint."""
+    graph = translation.graph
+    hidden = _hidden_dependent(graph)
+    captured = _captured_layers(translation, plan, hidden)
+    kinds: dict[str, list[int]] = collections.defaultdict(list)
+    for index in range(1, plan.prefix):
+        kinds[_fingerprint(plan.layers[index])].append(index)
+    for first, *others in kinds.values():
+        expected = _signature(captured[first], plan, first)
+        for other in others:
+            if _signature(captured[other], plan, other) != expected:
+                raise NotRepeatable(f"captured layers {first} and {other}, of one kind, translate differently")
+    last = captured[plan.prefix - 1]
+    inside = set(last.nodes)
+    uses = [(node, index) for node, index in last.carried_out.uses() if node not in inside]  # the final norm's
+    weights = set(translation.weights)
+    carried = last.carried_out
+    made: list[ir.Node] = []
+    outputs = list(translation.outputs)
+    for layer in range(plan.prefix, len(plan.layers)):
+        template = plan.template(layer)
+        nodes, carried, present = _copy(
+            graph, captured[template], plan, (template, layer), carried, weights, lazy or {}
+        )
+        made += nodes
+        outputs[1 + 2 * layer], outputs[2 + 2 * layer] = present
+    graph.insert_after(last.nodes[-1], made)
+    for node, index in uses:  # the final norm reads the last layer's output
+        node.replace_input_with(index, carried)
+    logger.info("captured the first %d of %d layers; the others are copies", plan.prefix, len(plan.layers))
+    return dataclasses.replace(translation, outputs=outputs, weights=frozenset(weights))
+
+
+def _hidden_dependent(graph: ir.Graph) -> set[ir.Value]:
+    """The values that depend on the token ids' values (not only on shapes): the hidden state
+    and what is computed from it, as opposed to masks, positions, sizes and tables."""
+    ids = graph.inputs[0]
+    marked = {ids}
+    for node in graph:
+        if (node.domain, node.op_type) in _SHAPE_OPS:
+            continue
+        if any(value in marked for value in node.inputs if value is not None):
+            marked.update(node.outputs)
+    return marked
+
+
+def _captured_layers(translation: Any, plan: LayerPlan, hidden: set[ir.Value]) -> list[_Layer]:
+    graph = translation.graph
+    members: dict[int, list[ir.Node]] = collections.defaultdict(list)
+    for node in graph:
+        module = node.metadata_props.get(MODULE_KEY, "")
+        for layer in range(plan.prefix):
+            scope = plan.scope(layer)
+            if module == scope or module.startswith(scope + "."):
+                members[layer].append(node)
+                break
+    layers = []
+    for layer in range(plan.prefix):
+        nodes = members.get(layer)
+        if not nodes:
+            raise NotRepeatable(f"no node of layer {layer} found")
+        inside = set(nodes)
+        for node in nodes:
+            for attribute in node.attributes.values():
+                if attribute.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+                    raise NotRepeatable(f"layer {layer} holds a {node.op_type} with a subgraph")
+        carried_in = _carried_in(nodes, inside, layers[-1] if layers else None, hidden, layer)
+        present = (translation.outputs[1 + 2 * layer], translation.outputs[2 + 2 * layer])
+        if any(not isinstance(v, ir.Value) or v.producer() not in inside for v in present):
+            raise NotRepeatable(f"layer {layer}'s present key and value are not made by its nodes")
+        leaving = {
+            value for node in nodes for value in node.outputs
+            if value in hidden and value not in present and any(user not in inside for user, _ in value.uses())
+        }  # fmt: skip
+        if len(leaving) != 1:
+            raise NotRepeatable(f"layer {layer} passes on {len(leaving)} values computed from the tokens, not 1")
+        layers.append(_Layer(nodes, carried_in, leaving.pop(), present))
+    return layers
+
+
+def _carried_in(
+    nodes: Sequence[ir.Node], inside: set[ir.Node], before: _Layer | None, hidden: set[ir.Value], layer: int
+) -> ir.Value | None:
+    """The value layer ``layer`` reads from the layer before (the hidden state)."""
+    entering = {
+        value for node in nodes for value in node.inputs
+        if value is not None and value in hidden and value.producer() not in inside
+    }  # fmt: skip
+    if before is None:
+        return None
+    if entering != {before.carried_out}:
+        raise NotRepeatable(f"layer {layer} reads {len(entering)} values computed from the tokens besides its own")
+    return before.carried_out
+
+
+def _signature(layer: _Layer, plan: LayerPlan, index: int) -> list[tuple]:
+    """A captured layer's nodes as ops, attributes and where each input comes from, without
+    names: two layers of one kind must give the same."""
+    position = {value: (n, k) for n, node in enumerate(layer.nodes) for k, value in enumerate(node.outputs)}
+    prefix = plan.scope(index) + "."
+    rows = []
+    for node in layer.nodes:
+        sources = []
+        for value in node.inputs:
+            if value is None:
+                sources.append(None)
+            elif value in position:
+                sources.append(position[value])
+            elif value is layer.carried_in:
+                sources.append("carried")
+            elif value.is_initializer() and (value.name or "").startswith(prefix):
+                sources.append(("weight", value.name[len(prefix) :], value.dtype, str(value.shape)))
+            elif value.is_graph_input():
+                sources.append(("input", _past_slot(plan, value, index)))
+            else:
+                sources.append(("shared", id(value)))
+        attributes = sorted((a.name, repr(a.value)) for a in node.attributes.values())
+        rows.append((node.domain, node.op_type, tuple(sources), tuple(attributes)))
+    return rows
+
+
+def _past_slot(plan: LayerPlan, value: ir.Value, layer: int) -> Any:
+    """``"key"``/``"value"`` for the layer's own past inputs, else the input itself (shared)."""
+    graph = value.graph
+    index = list(graph.inputs).index(value)
+    own = plan.first_past + 2 * layer
+    return {own: "key", own + 1: "value"}.get(index, ("shared", index))
+
+
+def _copy(
+    graph: ir.Graph,
+    template: _Layer,
+    plan: LayerPlan,
+    layers: tuple[int, int],
+    carried: ir.Value,
+    weights: set[str],
+    lazy: Mapping[str, Any],
+) -> tuple[list[ir.Node], ir.Value, tuple[ir.Value, ir.Value]]:
+    """Layer ``layer``'s nodes, copied from captured layer ``source`` (``layers``): the nodes, the
+    value it passes on, its present key and value."""
+    source, layer = layers
+    inputs = list(graph.inputs)
+    own = plan.first_past + 2 * source
+    mapping: dict[ir.Value, ir.Value] = {
+        template.carried_in: carried,
+        inputs[own]: inputs[plan.first_past + 2 * layer],
+        inputs[own + 1]: inputs[plan.first_past + 2 * layer + 1],
+    }
+    old_scope, new_scope = plan.scope(source), plan.scope(layer)
+    made = []
+    for node in template.nodes:
+        new_inputs = []
+        for value in node.inputs:
+            if value is not None and value not in mapping and value.is_initializer():
+                name = value.name or ""
+                if name.startswith(old_scope + "."):
+                    own = _weight(graph, plan, value, name[len(old_scope) + 1 :], layer, lazy)
+                    if own is None and name in weights:
+                        raise NotRepeatable(f"layer {layer} has no {name[len(old_scope) + 1 :]}")
+                    mapping[value] = own or value  # a constant lifted from the layer's code: the same for all
+                    if own is not None and name in weights:
+                        weights.add(own.name)
+            new_inputs.append(mapping.get(value, value) if value is not None else None)
+        module = node.metadata_props.get(MODULE_KEY, "")
+        metadata = dict(node.metadata_props)
+        metadata[MODULE_KEY] = new_scope + module[len(old_scope) :]
+        copy = ir.Node(
+            node.domain, node.op_type, new_inputs, list(node.attributes.values()), overload=node.overload,
+            num_outputs=len(node.outputs), version=node.version, metadata_props=metadata,
+        )  # fmt: skip
+        for old, new in zip(node.outputs, copy.outputs, strict=True):
+            new.name = None if old.name is None else f"{old.name}__{layer}"
+            new.type, new.shape = old.type, old.shape
+            mapping[old] = new
+        made.append(copy)
+    present = (mapping[template.present[0]], mapping[template.present[1]])
+    return made, mapping[template.carried_out], present
+
+
+def _weight(
+    graph: ir.Graph, plan: LayerPlan, template: ir.Value, relative: str, layer: int, lazy: Mapping[str, Any]
+) -> ir.Value | None:
+    """Layer ``layer``'s own tensor for the template's initializer (``relative`` to the layer), or
+    ``None`` if the layer has no such parameter or buffer (a constant its code made). A weight on
+    the ``meta`` device is its lazy value from ``lazy``, read when the model is written."""
+    module = plan.layers[layer]
+    try:
+        tensor = module.get_parameter(relative)
+    except AttributeError:
+        try:
+            tensor = module.get_buffer(relative)
+        except AttributeError:
+            return None
+    name = f"{plan.scope(layer)}.{relative}"
+    value = ir.Value(name=name, const_value=_tensor(tensor.detach(), name, lazy, layer, relative))
+    value.type, value.shape = template.type, template.shape
+    graph.register_initializer(value)
+    return value
+
+
+def _tensor(stored: torch.Tensor, name: str, lazy: Mapping[str, Any], layer: int, relative: str) -> Any:
+    """The initializer value of a layer's tensor ``stored``: its lazy value where it is on ``meta``."""
+    if stored.device.type == "meta":
+        if name not in lazy:
+            raise NotRepeatable(f"layer {layer}'s {relative} is on the meta device without a lazy value")
+        return lazy[name].named(name)
+    if stored.is_complex():
+        raise NotRepeatable(f"layer {layer}'s {relative} is complex")
+    if not stored.is_contiguous():
+        stored = stored.contiguous()
+    return tensor_adapters.TorchTensor(stored, name=name)
