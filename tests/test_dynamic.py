@@ -402,3 +402,20 @@ def test_a_dim_the_graph_has_at_its_example_size_after_a_guard_is_found():
     spec = {"row": {0: Dim.DYNAMIC}, "rows": {0: Dim.DYNAMIC}}
     program = _capture.capture(Broadcast(), (torch.rand(1, 4), torch.rand(5, 4)), None, spec, oblivious=True)
     assert all(_dynamic._baked(program, symbol) is None for symbol in program.range_constraints)
+
+
+def test_a_guard_true_at_every_size_is_not_reported():
+    """kornia's ``filter2d`` leaves ``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``, a multiple of its modulus at
+    every size: torch's bounds cannot prove that, sympy's ``Mod`` can."""
+    import sympy
+    from torch.utils._sympy.functions import Mod
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    from opreg.exporter import _dynamic
+
+    b, h, w = sympy.symbols("s0 s1 s2", integer=True, positive=True)
+    sizes = dict.fromkeys((b, h, w), ValueRanges(2, 1000))
+    assert _dynamic._holds(sympy.Eq(Mod(3 * w * b * (h + 2), w * (3 * h + 6)), 0), sizes)
+    assert _dynamic._holds(h + w > 3, sizes)  # torch's bounds
+    assert not _dynamic._holds(sympy.Eq(Mod(w * b, h), 0), sizes)
+    assert not _dynamic._holds(h < 80, sizes)

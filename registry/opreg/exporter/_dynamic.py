@@ -29,6 +29,7 @@ after the inputs (``x.shape[1] == 3``) and where it was added (the model's line,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import re
@@ -320,7 +321,7 @@ def unchecked_guards(program: torch.export.ExportedProgram, sites: _guards.Guard
     constraints do not imply (``4.0*((-1.0 + h/32)/2.0) < 3.0``, true only for ``h < 80``): torch
     checks them when the captured program runs (its ``_guards_code``); the ONNX model cannot."""
     from torch.fx.experimental.symbolic_shapes import ShapeGuardPythonPrinter
-    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+    from torch.utils._sympy.value_ranges import ValueRanges
 
     env = _shape_env(program)
     if env is None:
@@ -340,18 +341,30 @@ def unchecked_guards(program: torch.export.ExportedProgram, sites: _guards.Guard
         symbols = guard.expr.free_symbols
         if not symbols or not all(s in ranges and str(s) in names for s in symbols):
             continue
-        try:
-            bounds = bound_sympy(guard.expr, ranges)
-        except Exception:  # torch cannot bound it: it may narrow the dims
-            bounds = None
-        if bounds is not None and bounds.lower == bounds.upper and bool(bounds.lower):
-            continue  # true everywhere in the dims' ranges
+        if _holds(guard.expr, ranges):
+            continue
         text = printer.doprint(guard.expr)
         source = sites.first(str(guard.expr)) or _framework_line(guard)
         item = ShapeGuard(text, tuple(sorted(names[str(s)] for s in symbols)), source)
         if item not in found:
             found.append(item)
     return tuple(found)
+
+
+def _holds(expr: Any, ranges: Mapping[Any, Any]) -> bool:
+    """Whether the guard ``expr`` is true at every size in ``ranges``: torch's bounds prove it, or
+    sympy's ``Mod`` does, which torch's does not (``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``)."""
+    import sympy
+    from torch.utils._sympy.functions import Mod, PythonMod
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    with contextlib.suppress(Exception):  # torch cannot bound it: it may narrow the dims
+        bounds = bound_sympy(expr, ranges)
+        if bounds.lower == bounds.upper and bool(bounds.lower):
+            return True
+    with contextlib.suppress(Exception):
+        return bool(expr.replace(lambda e: isinstance(e, (Mod, PythonMod)), lambda e: sympy.Mod(*e.args)) is sympy.true)
+    return False
 
 
 def _baked(program: torch.export.ExportedProgram, symbol: Any) -> str | None:
