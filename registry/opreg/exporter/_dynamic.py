@@ -532,6 +532,11 @@ FIXED_DIMS_KEY = "opreg.fixed_dims"
 ``{input, dim, size, guard, source}`` (``opreg inspect`` reads it: :mod:`opreg.inspection`)."""
 
 
+SHAPE_GUARDS_KEY = "opreg.shape_guards"
+"""The model's metadata: the guards on its dynamic dims it does not check, a JSON list of
+``{guard, dims, source}`` (:class:`ShapeGuard`; ``opreg inspect`` reads it: :mod:`opreg.inspection`)."""
+
+
 def record(program: Any, captured: Captured) -> None:
     """Leave what ``captured`` fixed and its unchecked guards on the ``OnnxProgram``
     (``fixed_dims``, ``shape_guards``) and in its model's metadata; a :class:`opreg.ShapeGuardWarning`
@@ -540,7 +545,6 @@ def record(program: Any, captured: Captured) -> None:
     import warnings
 
     from opreg.errors import ShapeGuardWarning
-    from opreg.inspection import SHAPE_GUARDS_KEY
     from opreg.packfaults import user_stacklevel
 
     program.fixed_dims = tuple(captured.fixed)
