@@ -930,6 +930,7 @@ def run_dynamic(exporter: str, model: Any, plan: Plan, eager: Callable[[int, fro
     record: dict[str, Any] = {"export_s": round(time.perf_counter() - started, 2), "kept": sorted(kept)}
     if exporter == OPREG:
         record["fixed_dims"] = [str(f) for f in program.fixed_dims]
+        record["shape_guards"] = [str(g) for g in program.shape_guards]  # the guards the model does not check
     if "batch" not in kept:
         return {**record, "stage": "batch", "error": "the batch is not dynamic in the model's inputs"}
     worst = 0.0

@@ -63,6 +63,13 @@ MODEL_FILE = textwrap.dedent(
         return Net().eval(), (torch.randn(1, 1, 14, 14),)
 
 
+    def warns():
+        import warnings
+
+        warnings.warn("the factory warns")
+        return make()
+
+
     def partly():
         return Partly(), (torch.randn(4, 4),), {}
 
@@ -168,12 +175,19 @@ def test_export_dynamic_auto_reports_the_fixed_dims_and_inspect_shows_them(capsy
         ("x", 1, 1, "guard x.shape[1] == 1"),
     ]
     assert fixed[0]["source"].endswith("in forward") and "net.py:" in fixed[0]["source"]
+    # the Linear after the flatten needs the image to pool to 6x6: a guard the ONNX model cannot check
+    (guard,) = json.loads(out)["shape_guards"]
+    assert guard["dims"] == ["x.shape[2]", "x.shape[3]"] and guard["guard"].endswith(" == 144")
+    assert guard["source"].endswith("in forward") and "net.py:" in guard["source"]
+    (line,) = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert "does not check" in line and f"{guard['guard']} ({guard['source']})" in line
     code, out, _ = run(capsys, "inspect", str(output))
     assert code == 0
     assert "inputs: x FLOAT['x_dim0', 1, 'x_dim2', 'x_dim3']" in out
     assert "fixed by torch.export" in out and "x.shape[1] == 1" in out
+    assert f"shape guard the model does not check: x.shape[2], x.shape[3]: {guard['guard']}" in out
     code, out, _ = run(capsys, "inspect", str(output), "--json")
-    assert json.loads(out)["fixed_dims"] == fixed
+    assert json.loads(out)["fixed_dims"] == fixed and json.loads(out)["shape_guards"] == [guard]
     both = ("--dynamic", "auto", "--dynamic", "x:0")
     code, _, err = run(capsys, "export", f"{model_file}:one", "-o", str(output), *both)
     assert code == 2 and "--dynamic auto makes every dim dynamic: give it alone" in err
@@ -239,11 +253,21 @@ def test_inspect_of_a_non_model_file(capsys, tmp_path):
 
 
 def test_console_script_exports(model_file, tmp_path):
+    """Through the console script, from a factory that warns: the warning (no pack's fault, no
+    shape guard) is shown as Python shows it, once. Showing it while the command still recorded
+    warnings recorded it again, endlessly: the process is capped, so that fails, not the machine."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+
     output = tmp_path / "cli.onnx"
     script = Path(sys.executable).parent / "opreg"  # the console script of the environment running the suite
-    proc = subprocess.run([script, "export", f"{model_file}:make", "-o", str(output)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    command = [script, "export", f"{model_file}:warns", "-o", str(output)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, preexec_fn=cap)
+    assert proc.returncode == 0, proc.stderr[-2000:]
     assert output.exists()
+    assert proc.stderr.count("UserWarning: the factory warns") == 1
 
 
 # -- every flag the docs name ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ import inspect
 import json
 import logging
 import threading
+import warnings
 
 import onnx_ir as ir
 import pytest
@@ -62,6 +63,7 @@ def test_named_dims_from_a_batch_of_one_on_a_cnn():
     image = case.args[0][:1]
     program = opreg.export(case.model, (image,), dynamic_shapes={"x": {0: Dim("batch"), 2: Dim("h"), 3: Dim("w")}})
     assert _shapes(program)["x"] == ["batch", 3, "h", "w"]
+    assert program.shape_guards == ()  # its conv's "1 < 3*h*w" holds at every size
     for shape in ((3, 3, 64, 64), (5, 3, 48, 80)):
         program.verify(torch.randn(shape), atol=ATOL)
 
@@ -139,8 +141,12 @@ def test_auto_on_a_cnn_keeps_batch_and_image_size_and_reports_the_channels():
     dynamic, guarded to the sizes that pool to 25 positions (32 to 35 square, or 16 by 112), and
     fixes the one input channel."""
     model = real_models.tutorial_cnn().model
-    program = opreg.export(model, (torch.randn(1, 1, 32, 32),), dynamic_shapes="auto")
+    with pytest.warns(opreg.ShapeGuardWarning, match=r"x\.shape\[2\], x\.shape\[3\]: .* == 400"):
+        program = opreg.export(model, (torch.randn(1, 1, 32, 32),), dynamic_shapes="auto")
     assert _shapes(program)["x"] == ["x_dim0", 1, "x_dim2", "x_dim3"]
+    (guard,) = program.shape_guards  # the sizes that pool to 25 positions: the model does not check it
+    assert guard.dims == ("x.shape[2]", "x.shape[3]") and guard.guard.endswith(" == 400")
+    assert guard.source.startswith("tests/models.py:")
     (channels,) = program.fixed_dims
     assert (channels.input, channels.dim, channels.size) == ("x", 1, 1)
     assert channels.guard == "guard x.shape[1] == 1"
@@ -167,6 +173,44 @@ def test_auto_reports_each_guard_with_its_line_and_keeps_the_rest_dynamic():
     program = opreg.export(Guarded(), (torch.randn(2, 3, 10, 12), bias), dynamic_shapes="auto")
     assert _shapes(program)["x"] == ["x_dim0", 3, "x_dim2", "x_dim3"]
     program.verify(torch.randn(5, 3, 6, 6), bias, atol=ATOL)
+
+
+class Blur(torch.nn.Module):
+    """Picks a blur from a sigma computed from the image height, as kornia's ``resize(antialias=True)``
+    does: torch.export keeps the float guard ``4 * sigma < 3`` (true below 80 rows), which its range
+    constraints cannot hold, and checks it only when the captured program runs."""
+
+    def forward(self, x):
+        sigma = (x.shape[2] / 32 - 1.0) / 2.0
+        if 4.0 * sigma < 3.0:
+            return x * 2
+        return x + 1
+
+
+def test_a_guard_beyond_the_dims_range_is_reported_with_its_line():
+    """On a ``Dim.DYNAMIC`` (or ``Dim.AUTO``) the ONNX model cannot check such a guard: the export
+    warns with it, in the input's dims and with the model's line, and keeps it on the program and in
+    the model's metadata. The model is right where the guard holds and wrong where it does not.
+    Bounded to where it holds, nothing is reported; a named ``Dim`` beyond it torch refuses."""
+    spec = {"x": {0: Dim.DYNAMIC, 2: Dim.DYNAMIC, 3: Dim.DYNAMIC}}
+    with pytest.warns(opreg.ShapeGuardWarning, match=r"x\.shape\[2\]: 4\.0\*.* < 3\.0 \(.*test_dynamic") as caught:
+        program = opreg.export(Blur(), (torch.rand(1, 3, 64, 64),), dynamic_shapes=spec)
+    assert [w.filename for w in caught] == [__file__]  # the user's export call
+    (guard,) = program.shape_guards
+    assert (guard.guard, guard.dims) == ("4.0*((((-1.0) + (x.shape[2] / 32)) / 2.0)) < 3.0", ("x.shape[2]",))
+    assert _at(guard.source, Blur.forward, "< 3.0")
+    assert str(guard) == f"x.shape[2]: {guard.guard} ({guard.source})"
+    (saved,) = json.loads(program.model.metadata_props["opreg.shape_guards"])
+    assert saved == {"guard": guard.guard, "dims": ["x.shape[2]"], "source": guard.source}
+    program.verify(torch.rand(2, 3, 72, 40), atol=ATOL)
+    with pytest.raises(opreg.VerificationError):
+        program.verify(torch.rand(1, 3, 96, 96), atol=ATOL)  # the example's branch, at 96 rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", opreg.ShapeGuardWarning)
+        program = opreg.export(Blur(), (torch.rand(1, 3, 64, 64),), dynamic_shapes={"x": {2: Dim("h", max=79)}})
+    assert program.shape_guards == () and "opreg.shape_guards" not in program.model.metadata_props
+    with pytest.raises(opreg.ExportError, match=r"Constraints violated \(h\)"):
+        opreg.export(Blur(), (torch.rand(1, 3, 64, 64),), dynamic_shapes={"x": {2: Dim("h")}})
 
 
 class Picks(torch.nn.Module):
@@ -358,3 +402,20 @@ def test_a_dim_the_graph_has_at_its_example_size_after_a_guard_is_found():
     spec = {"row": {0: Dim.DYNAMIC}, "rows": {0: Dim.DYNAMIC}}
     program = _capture.capture(Broadcast(), (torch.rand(1, 4), torch.rand(5, 4)), None, spec, oblivious=True)
     assert all(_dynamic._baked(program, symbol) is None for symbol in program.range_constraints)
+
+
+def test_a_guard_true_at_every_size_is_not_reported():
+    """kornia's ``filter2d`` leaves ``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``, a multiple of its modulus at
+    every size: torch's bounds cannot prove that, sympy's ``Mod`` can."""
+    import sympy
+    from torch.utils._sympy.functions import Mod
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    from opreg.exporter import _dynamic
+
+    b, h, w = sympy.symbols("s0 s1 s2", integer=True, positive=True)
+    sizes = dict.fromkeys((b, h, w), ValueRanges(2, 1000))
+    assert _dynamic._holds(sympy.Eq(Mod(3 * w * b * (h + 2), w * (3 * h + 6)), 0), sizes)
+    assert _dynamic._holds(h + w > 3, sizes)  # torch's bounds
+    assert not _dynamic._holds(sympy.Eq(Mod(w * b, h), 0), sizes)
+    assert not _dynamic._holds(h < 80, sizes)

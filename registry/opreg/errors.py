@@ -128,6 +128,14 @@ class RuntimeUnavailableError(OpregError):
     """No runtime at hand can execute the model (e.g. custom ops with no kernel)."""
 
 
+class ShapeGuardWarning(UserWarning):
+    """torch.export kept a guard on dims marked dynamic that narrows them beyond their range and
+    that the ONNX model does not check (ONNX has no assert): the model may be wrong where the guard
+    fails. The message names the guard in the inputs' dims and the model's line; the export's
+    :attr:`opreg.OnnxProgram.shape_guards` and the model's ``opreg.shape_guards`` metadata list the
+    same (docs/exporting.md, "Dynamic shapes")."""
+
+
 class PackWarning(UserWarning):
     """A pack's fault that opreg worked around during an export: a rewrite rule or pass that
     raised or left an invalid graph (undone, left out), a capture patch that failed or left the

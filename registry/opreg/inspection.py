@@ -19,10 +19,13 @@ from opreg.targets import domain_label
 PACK_KEY = "opreg.pack"
 TORCH_OP_KEY = "opreg.torch_op"
 CONSTANT_INPUTS_KEY = "opreg.constant_inputs"
+"""The arguments ``torch.export`` made constants (bools, ints, strings...): a JSON object, name -> value."""
 FIXED_DIMS_KEY = "opreg.fixed_dims"
 """The dims ``dynamic_shapes`` asked to be dynamic that the export fixed: a JSON list of
 ``{input, dim, size, guard, source}`` (:class:`opreg.FixedDim`; written by ``opreg.exporter._dynamic``)."""
-"""The arguments ``torch.export`` made constants (bools, ints, strings...): a JSON object, name -> value."""
+SHAPE_GUARDS_KEY = "opreg.shape_guards"
+"""The guards torch.export kept on the dims marked dynamic that the model does not check: a JSON
+list of ``{guard, dims, source}`` (:class:`opreg.exporter.ShapeGuard`)."""
 
 
 class InspectionError(OpregError):
@@ -304,6 +307,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
         "inputs": [_value(v) for v in model.graph.inputs],
         "constant_inputs": _constant_inputs(model.metadata_props),
         "fixed_dims": _json_list(model.metadata_props.get(FIXED_DIMS_KEY)),
+        "shape_guards": _json_list(model.metadata_props.get(SHAPE_GUARDS_KEY)),
         "outputs": [_value(v) for v in model.graph.outputs],
         "node_count": count,
         "ops": [

@@ -33,7 +33,7 @@ from opreg.cli._common import (
     one_line_text,
 )
 from opreg.cli._options import Parents
-from opreg.errors import OpregError, PackWarning, PluginError, PluginNotFoundError
+from opreg.errors import OpregError, PackWarning, PluginError, PluginNotFoundError, ShapeGuardWarning
 
 __all__ = ["COMMANDS", "EXIT_ERROR", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "build_parser", "main"]
 
@@ -59,10 +59,11 @@ def _version() -> str:
 
 def _show(caught: Sequence[warnings.WarningMessage]) -> None:
     """The warnings a command met: a pack's fault (:class:`opreg.PackWarning`: a rewrite left out, a
-    capture patch left out or put back) as one ``warning:`` line on stderr; the others as Python
+    capture patch left out or put back) and a shape guard the model does not check
+    (:class:`opreg.ShapeGuardWarning`) as one ``warning:`` line on stderr; the others as Python
     shows them."""
     for record in caught:
-        if issubclass(record.category, PackWarning):
+        if issubclass(record.category, (PackWarning, ShapeGuardWarning)):
             sys.stderr.write(f"warning: {one_line_text(str(record.message))}\n")
         else:
             warnings.showwarning(record.message, record.category, record.filename, record.lineno)
@@ -81,13 +82,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     previous = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a command as Ctrl-C does, cleanly
+    caught: list[warnings.WarningMessage] = []
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", PackWarning)  # each pack fault of the command, as a line of its own
-            try:
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", PackWarning)  # each pack fault of the command, as a line of its own
+                warnings.simplefilter("always", ShapeGuardWarning)
                 return args.run(args)
-            finally:
-                _show(caught)
+        finally:
+            _show(caught)  # outside the recording: there, showing a warning would record it again, endlessly
     except OpregError as e:
         if args.debug:
             raise

@@ -178,6 +178,7 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
             "outputs": [dataclasses.asdict(c) for c in result.outputs] if args.verify else [],
             "pack_faults": [f.record() for f in program.pack_faults],
             "fixed_dims": [dataclasses.asdict(f) for f in program.fixed_dims],
+            "shape_guards": [dataclasses.asdict(g) for g in program.shape_guards],
         })  # fmt: skip
         return EXIT_OK
     opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))

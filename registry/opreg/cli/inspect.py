@@ -39,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
         fixed = ", ".join(f"{name}={json.dumps(value)}" for name, value in report["constant_inputs"].items())
         line(f"constant inputs (fixed when exported; run() refuses other values): {fixed}")
     print_fixed_dims(out, report["fixed_dims"])
+    for guard in report["shape_guards"]:
+        where = f" ({guard.get('source')})" if guard.get("source") else ""
+        dims = ", ".join(guard.get("dims", ()))
+        line(f"shape guard the model does not check: {dims}: {guard.get('guard')}{where}", "yellow")
     weights = report["initializers"]
     external = ", external data" if weights["external"] else ""
     line(f"initializers: {weights['count']} ({weights['bytes']:,} bytes{external})")

@@ -19,7 +19,7 @@ import torch
 from opreg import _heap, packfaults
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
 from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
-from opreg.exporter._dynamic import FixedDim
+from opreg.exporter._dynamic import FixedDim, ShapeGuard
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import JoinedDomain, MissingOp
 from opreg.exporter._program import OnnxProgram
@@ -42,6 +42,7 @@ __all__ = [
     "STAGES",
     "Divergence",
     "FixedDim",
+    "ShapeGuard",
     "JoinedDomain",
     "Location",
     "MissingOp",
@@ -204,7 +205,7 @@ def run_export(
     tick.done()
     result.exporter = functools.partial(export, registry=reg)  # locate() exports bodies with it
     result.streamed = bool(lazy)
-    _dynamic.record(result, capture.fixed)
+    _dynamic.record(result, capture)
     return result
 
 

@@ -29,6 +29,7 @@ after the inputs (``x.shape[1] == 3``) and where it was added (the model's line,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import re
@@ -77,6 +78,28 @@ class FixedDim:
 
 
 @dataclasses.dataclass(frozen=True)
+class ShapeGuard:
+    """A guard torch.export kept on dims marked dynamic that narrows them beyond their range, and
+    that the ONNX model does not check (ONNX has no assert): where it fails, the model computes
+    what the example's sizes computed, which may be wrong.
+
+    Fields:
+        guard: the guard as Python reads it, sizes named after the inputs
+            (``4.0*((-1.0 + x.shape[2] / 32) / 2.0) < 3.0``).
+        dims: the input dims it constrains (``("x.shape[2]",)``).
+        source: where it was added (``model.py:12 in forward``); ``""`` when torch recorded none.
+    """
+
+    guard: str
+    dims: tuple[str, ...]
+    source: str = ""
+
+    def __str__(self) -> str:
+        where = f" ({self.source})" if self.source else ""
+        return f"{', '.join(self.dims)}: {self.guard}{where}"
+
+
+@dataclasses.dataclass(frozen=True)
 class Captured:
     """A capture and what it made of the dims asked to be dynamic.
 
@@ -84,11 +107,13 @@ class Captured:
         program: the ``ExportedProgram``.
         dynamic_shapes: the ``dynamic_shapes`` it was captured with (``"auto"`` spelled out).
         fixed: the dims asked to be dynamic that it fixed, in input order.
+        guards: the guards on its dynamic dims beyond their range (:func:`unchecked_guards`).
     """
 
     program: torch.export.ExportedProgram
     dynamic_shapes: Any
     fixed: tuple[FixedDim, ...] = ()
+    guards: tuple[ShapeGuard, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +172,8 @@ def capture(
     """Capture ``model`` (:func:`opreg.exporter._capture.capture`); with dims marked dynamic, as the
     module docstring says."""
     if isinstance(model, torch.export.ExportedProgram) or dynamic_shapes is None:
-        return Captured(_capture.capture(model, args, kwargs, dynamic_shapes, patches), dynamic_shapes)
+        program = _capture.capture(model, args, kwargs, dynamic_shapes, patches)
+        return Captured(program, dynamic_shapes, guards=unchecked_guards(program, _guards.GuardSites()))
     _pytrees.register_known_types()  # caches among the inputs flatten to their tensors
     auto = is_auto(dynamic_shapes)
     spec = auto_shapes(model, args, kwargs) if auto else dynamic_shapes
@@ -189,7 +215,7 @@ def capture(
     fixed.sort(key=lambda f: order.get((f.input, f.dim), len(order)))
     for item in fixed:
         logger.info("dim asked to be dynamic, fixed: %s", item)
-    return Captured(program, spec, tuple(fixed))
+    return Captured(program, spec, tuple(fixed), unchecked_guards(program, sites))
 
 
 def _done(asked: _Asked, fixed: Sequence[FixedDim]) -> bool:
@@ -288,6 +314,57 @@ def _narrowed(
             guard += f" in torch's code, after which the graph has it at {baked}"
         found.append(_Narrowed(item, guard, source))
     return found
+
+
+def unchecked_guards(program: torch.export.ExportedProgram, sites: _guards.GuardSites) -> tuple[ShapeGuard, ...]:
+    """The guards the shape environment kept on the program's dynamic input dims that their range
+    constraints do not imply (``4.0*((-1.0 + h/32)/2.0) < 3.0``, true only for ``h < 80``): torch
+    checks them when the captured program runs (its ``_guards_code``); the ONNX model cannot."""
+    from torch.fx.experimental.symbolic_shapes import ShapeGuardPythonPrinter
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    env = _shape_env(program)
+    if env is None:
+        return ()
+    names = names_in(env)
+    # sizes of 2 or more: a size of 0 or 1, and a range ending below NARROW, are _narrowed's to judge
+    constraints = program.range_constraints
+    ranges = {s: ValueRanges(max(r.lower, 2), r.upper) for s, r in constraints.items() if r.upper >= NARROW}
+
+    def named(source: Any) -> str:
+        where = input_of(source)
+        return f"{where[0]}.shape[{where[1]}]" if where is not None else str(source.name)
+
+    printer = ShapeGuardPythonPrinter(env.var_to_sources, named, env.var_to_sources)
+    found: list[ShapeGuard] = []
+    for guard in getattr(env, "guards", None) or []:
+        symbols = guard.expr.free_symbols
+        if not symbols or not all(s in ranges and str(s) in names for s in symbols):
+            continue
+        if _holds(guard.expr, ranges):
+            continue
+        text = printer.doprint(guard.expr)
+        source = sites.first(str(guard.expr)) or _framework_line(guard)
+        item = ShapeGuard(text, tuple(sorted(names[str(s)] for s in symbols)), source)
+        if item not in found:
+            found.append(item)
+    return tuple(found)
+
+
+def _holds(expr: Any, ranges: Mapping[Any, Any]) -> bool:
+    """Whether the guard ``expr`` is true at every size in ``ranges``: torch's bounds prove it, or
+    sympy's ``Mod`` does, which torch's does not (``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``)."""
+    import sympy
+    from torch.utils._sympy.functions import Mod, PythonMod
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    with contextlib.suppress(Exception):  # torch cannot bound it: it may narrow the dims
+        bounds = bound_sympy(expr, ranges)
+        if bounds.lower == bounds.upper and bool(bounds.lower):
+            return True
+    with contextlib.suppress(Exception):
+        return bool(expr.replace(lambda e: isinstance(e, (Mod, PythonMod)), lambda e: sympy.Mod(*e.args)) is sympy.true)
+    return False
 
 
 def _baked(program: torch.export.ExportedProgram, symbol: Any) -> str | None:
@@ -455,10 +532,33 @@ FIXED_DIMS_KEY = "opreg.fixed_dims"
 ``{input, dim, size, guard, source}`` (``opreg inspect`` reads it: :mod:`opreg.inspection`)."""
 
 
-def record(program: Any, fixed: Sequence[FixedDim]) -> None:
-    """Leave ``fixed`` on the ``OnnxProgram`` (``fixed_dims``) and in its model's metadata."""
-    import json
+SHAPE_GUARDS_KEY = "opreg.shape_guards"
+"""The model's metadata: the guards on its dynamic dims it does not check, a JSON list of
+``{guard, dims, source}`` (:class:`ShapeGuard`; ``opreg inspect`` reads it: :mod:`opreg.inspection`)."""
 
-    program.fixed_dims = tuple(fixed)
-    if fixed:
-        program.model.metadata_props[FIXED_DIMS_KEY] = json.dumps([dataclasses.asdict(f) for f in fixed])
+
+def record(program: Any, captured: Captured) -> None:
+    """Leave what ``captured`` fixed and its unchecked guards on the ``OnnxProgram``
+    (``fixed_dims``, ``shape_guards``) and in its model's metadata; a :class:`opreg.ShapeGuardWarning`
+    per guard, attributed to the user's ``opreg.export(...)`` line."""
+    import json
+    import warnings
+
+    from opreg.errors import ShapeGuardWarning
+    from opreg.packfaults import user_stacklevel
+
+    program.fixed_dims = tuple(captured.fixed)
+    program.shape_guards = tuple(captured.guards)
+    if captured.fixed:
+        program.model.metadata_props[FIXED_DIMS_KEY] = json.dumps([dataclasses.asdict(f) for f in captured.fixed])
+    if captured.guards:
+        program.model.metadata_props[SHAPE_GUARDS_KEY] = json.dumps([dataclasses.asdict(g) for g in captured.guards])
+    level = user_stacklevel()
+    for guard in captured.guards:
+        warnings.warn(
+            f"torch.export kept a guard on dims marked dynamic that the ONNX model does not check, so where it is "
+            f"false the model may be wrong or fail: {guard}. Export from an example of the sizes the model is used "
+            "at, or bound the dims (Dim(name, min=, max=)) to where the guard holds",
+            ShapeGuardWarning,
+            stacklevel=level,
+        )

@@ -87,6 +87,10 @@ class OnnxProgram:
         fixed_dims: the dims ``dynamic_shapes`` asked to be dynamic (``Dim.AUTO``, ``"auto"``) that
             the model has at a fixed size, each with the guard that fixed it
             (:class:`opreg.FixedDim`; also in the model's ``opreg.fixed_dims`` metadata).
+        shape_guards: the guards torch.export kept on the dims marked dynamic that narrow them
+            beyond their range and that the model does not check
+            (:class:`opreg.exporter.ShapeGuard`, each also warned as an :class:`opreg.ShapeGuardWarning`
+            and in the model's ``opreg.shape_guards`` metadata).
         pack_faults: what the packs got wrong in the export and opreg worked around
             (:class:`opreg.packfaults.PackFault`: a rewrite left out, a capture patch left out
             or put back), each also warned as an :class:`opreg.PackWarning` and listed in the
@@ -116,6 +120,7 @@ class OnnxProgram:
         self.capture_patches = tuple(capture_patches)
         self.joined_domains = tuple(joined_domains)
         self.fixed_dims: tuple[Any, ...] = ()  # opreg.export sets what capture fixed
+        self.shape_guards: tuple[Any, ...] = ()  # and the guards the model does not check
         self.pack_faults: tuple[PackFault, ...] = ()
         self.target = target
         self.runner = runner
