@@ -406,7 +406,8 @@ def test_a_dim_the_graph_has_at_its_example_size_after_a_guard_is_found():
 
 def test_a_guard_true_at_every_size_is_not_reported():
     """kornia's ``filter2d`` leaves ``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``, a multiple of its modulus at
-    every size: torch's bounds cannot prove that, sympy's ``Mod`` can."""
+    every size: torch's bounds cannot prove that, sympy's ``Mod`` can; a decoder's ``repeat_kv`` leaves
+    a ``Min`` sympy proves with the sizes positive."""
     import sympy
     from torch.utils._sympy.functions import Mod
     from torch.utils._sympy.value_ranges import ValueRanges
@@ -417,5 +418,10 @@ def test_a_guard_true_at_every_size_is_not_reported():
     sizes = dict.fromkeys((b, h, w), ValueRanges(2, 1000))
     assert _dynamic._holds(sympy.Eq(Mod(3 * w * b * (h + 2), w * (3 * h + 6)), 0), sizes)
     assert _dynamic._holds(h + w > 3, sizes)  # torch's bounds
+    # transformers' repeat_kv: true for positive sizes, which torch's interval bounds cannot relate
+    # (torch's size symbols are integers, not declared positive: sympy would settle the Min on its own)
+    p, q = sympy.symbols("s3 s4", integer=True)
+    pair = dict.fromkeys((p, q), ValueRanges(2, 1000))
+    assert _dynamic._holds(sympy.Eq(sympy.Min(16 * p + 16 * q, 32 * p + 32 * q), 16 * p + 16 * q), pair)
     assert not _dynamic._holds(sympy.Eq(Mod(w * b, h), 0), sizes)
     assert not _dynamic._holds(h < 80, sizes)

@@ -353,7 +353,9 @@ def unchecked_guards(program: torch.export.ExportedProgram, sites: _guards.Guard
 
 def _holds(expr: Any, ranges: Mapping[Any, Any]) -> bool:
     """Whether the guard ``expr`` is true at every size in ``ranges``: torch's bounds prove it, or
-    sympy's ``Mod`` does, which torch's does not (``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``)."""
+    sympy's ``Mod`` does, which torch's does not (``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``), or sympy
+    does with the sizes positive (``min(16*p + 16*s, 32*p + 32*s) == 16*p + 16*s``, from
+    transformers' ``repeat_kv``, which torch's interval bounds cannot relate)."""
     import sympy
     from torch.utils._sympy.functions import Mod, PythonMod
     from torch.utils._sympy.value_ranges import bound_sympy
@@ -363,7 +365,11 @@ def _holds(expr: Any, ranges: Mapping[Any, Any]) -> bool:
         if bounds.lower == bounds.upper and bool(bounds.lower):
             return True
     with contextlib.suppress(Exception):
-        return bool(expr.replace(lambda e: isinstance(e, (Mod, PythonMod)), lambda e: sympy.Mod(*e.args)) is sympy.true)
+        if expr.replace(lambda e: isinstance(e, (Mod, PythonMod)), lambda e: sympy.Mod(*e.args)) is sympy.true:
+            return True
+    with contextlib.suppress(Exception):  # every size in ranges is 2 or more
+        positive = {s: sympy.Symbol(s.name, integer=True, positive=True) for s in expr.free_symbols}
+        return bool(sympy.simplify(expr.xreplace(positive)) is sympy.true)
     return False
 
 
