@@ -37,8 +37,9 @@ import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.llm import Build, Timing, _fired, _timed, _without
+from bench.llm import Build, Timing, _fired, _without
 from bench.ort_contrib import _quiet, round_times
+from bench.whisper import BUILDS, PAIRS, timed_build  # the same five folders, compared in the same pairs
 from tests import vision_models as vm
 
 TEXT = {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8,
@@ -49,14 +50,6 @@ VISION = {"depth": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 5
 GRID = (1, 16, 16)
 """A 224x224 image: 256 patches, 64 image tokens."""
 TEXT_TOKENS, GREEDY = 16, 32
-BUILDS = {
-    "builder fp32": ["builder", "fp32"],
-    "builder int4": ["builder", "int4"],
-    "opreg": ["opreg"],
-    "opreg -t onnxruntime": ["opreg", "-t", "onnxruntime"],
-    "opreg int4": ["opreg", "-t", "onnxruntime", "--precision", "int4"],
-}
-PAIRS = (("opreg", "builder fp32"), ("opreg -t onnxruntime", "builder fp32"), ("opreg int4", "builder int4"))
 
 
 def qwen_checkpoint(folder: Path) -> Path:
@@ -118,7 +111,7 @@ def build(source: Path, folder: Path, spec: list[str], work: Path) -> Build | st
             *spec[1:],
         ]
     try:
-        return Build(folder.name, folder, *_timed(command))
+        return timed_build(folder.name, folder, command)
     except RuntimeError as e:
         return str(e).strip().splitlines()[-1]
 
@@ -273,16 +266,16 @@ def main() -> None:
     source = qwen_checkpoint(args.work / "qwen")
     made = {name: build(source, args.work / name.replace(" ", "_"), spec, args.work) for name, spec in BUILDS.items()}
     print("1. Builds of Qwen2.5-VL (each in a fresh process; the builder's: the decoder alone)\n")
-    print("| build | CPU s | wall s | MB |\n|---|---|---|---|")
+    print("| build | CPU s | peak GB | MB |\n|---|---|---|---|")
     for name, b in made.items():
         if isinstance(b, str):
             raise SystemExit(f"{name} failed: {b}")
         size = sum(f.stat().st_size for f in b.folder.glob("*.onnx*")) / 1e6
-        print(f"| {name} | {b.cpu:.1f} | {b.wall:.1f} | {size:.1f} |")
+        print(f"| {name} | {b.cpu[0]:.1f} | {b.peak_gb[0]:.2f} | {size:.1f} |")
     gemma = gemma_checkpoint(args.work / "gemma3")
     for name in ("builder fp32", "opreg"):
         result = build(gemma, args.work / f"gemma3_{name.replace(' ', '_')}", BUILDS[name], args.work)
-        text = result if isinstance(result, str) else f"CPU {result.cpu:.1f} s, wall {result.wall:.1f} s"
+        text = result if isinstance(result, str) else f"CPU {result.cpu[0]:.1f} s, peak {result.peak_gb[0]:.2f} GB"
         print(f"\nGemma-3, {name}: {text}")
     folders = {name: b.folder for name, b in made.items()}
     result = latency(folders, args.rounds)

@@ -36,7 +36,8 @@ import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.llm import Build, Timing, _fired, _timed, _without
+from bench.big_streaming import measured
+from bench.llm import Build, Timing, _fired, _without
 from bench.ort_contrib import _quiet, round_times
 from tests import speech_models
 from tests.speech_models import PROMPT, PROMPT_TEXT
@@ -75,6 +76,14 @@ def checkpoint(folder: Path) -> Path:
     return folder
 
 
+def timed_build(name: str, folder: Path, command: list[str]) -> Build:
+    """``command`` run in a fresh process (its CPU time and peak memory), making ``folder``."""
+    done = measured(command, None)
+    if "error" in done:
+        raise RuntimeError(f"{' '.join(command)} failed: {done['error']}")
+    return Build(name, folder, [done["cpu"]], [done["peak_gb"]])
+
+
 def builds(source: Path, work: Path) -> dict[str, Build]:
     made = {}
     for name, spec in BUILDS.items():
@@ -86,7 +95,7 @@ def builds(source: Path, work: Path) -> dict[str, Build]:
         else:
             opreg = str(Path(sys.executable).parent / "opreg")
             command = [opreg, "llm", "export", str(source), "-o", str(folder), *spec[1:]]
-        made[name] = Build(name, folder, *_timed(command))
+        made[name] = timed_build(name, folder, command)
     return made
 
 
@@ -229,12 +238,12 @@ def main() -> None:
     source = checkpoint(args.work / "whisper")
     made = builds(source, args.work)
     print("1. Builds (each in a fresh process)\n")
-    print("| build | CPU s | wall s | MB |\n|---|---|---|---|")
+    print("| build | CPU s | peak GB | MB |\n|---|---|---|---|")
     for build in made.values():
-        print(f"| {build.name} | {build.cpu:.1f} | {build.wall:.1f} | {megabytes(build.folder):.1f} |")
+        print(f"| {build.name} | {build.cpu[0]:.1f} | {build.peak_gb[0]:.2f} | {megabytes(build.folder):.1f} |")
     for mine, theirs in PAIRS:
-        print(f"| {mine} / {theirs} | {made[mine].cpu / made[theirs].cpu:.2f}x | "
-              f"{made[mine].wall / made[theirs].wall:.2f}x | |")  # fmt: skip
+        print(f"| {mine} / {theirs} | {made[mine].cpu[0] / made[theirs].cpu[0]:.2f}x | "
+              f"{made[mine].peak_gb[0] / made[theirs].peak_gb[0]:.2f}x | |")  # fmt: skip
     runners = {name: Runner(build.folder) for name, build in made.items()}
     result = latency(runners, args.rounds)
     print("\n2. Latency at 1 thread (thread CPU time: the best round's ms; ratio: the median over interleaved rounds of"
