@@ -397,8 +397,6 @@ LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
         (92, "a table: two OpSchemas, one input or attribute a line"),
     "plugins/torchvision/opreg_torchvision/ops.py:torchvision_deform_conv2d":
         (95, "one impl following torchvision's kernel step by step; its 11 parameters are the schema's"),
-    "registry/opreg/_packcode.py:runtime": (95, "new-pack's runtime module written out as one template (issue 39)"),
-    "registry/opreg/testing/_samples.py:check_samples": (102, "a 20-line docstring; the loop over targets and samples"),
 }  # fmt: skip
 """The functions over :data:`MAX_FUNCTION_LINES` today: ``path:qualified name -> (the size it may not
 pass, why it is not split yet)``; kept like :data:`LONG_MODULES`."""
