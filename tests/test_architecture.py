@@ -392,12 +392,7 @@ MAX_FUNCTION_LINES = 80
 """No function outside ``bench/`` and tests is longer, from its ``def`` to its last line (docstring included)."""
 CODE = ("registry", "core_ops", "plugins", "tools", "examples")
 """Where the code the function limit holds lives (each package's ``tests`` folder left out)."""
-LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
-    "plugins/ort_contrib/opreg_ort_contrib/schemas.py:_attention_schemas":
-        (92, "a table: two OpSchemas, one input or attribute a line"),
-    "plugins/torchvision/opreg_torchvision/ops.py:torchvision_deform_conv2d":
-        (95, "one impl following torchvision's kernel step by step; its 11 parameters are the schema's"),
-}  # fmt: skip
+LONG_FUNCTIONS: dict[str, tuple[int, str]] = {}
 """The functions over :data:`MAX_FUNCTION_LINES` today: ``path:qualified name -> (the size it may not
 pass, why it is not split yet)``; kept like :data:`LONG_MODULES`."""
 
