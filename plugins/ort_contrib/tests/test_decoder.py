@@ -278,7 +278,9 @@ def test_a_rotary_after_per_head_norms_goes_into_group_query_attention():
 
 def _angles(graph: ir.Graph, positions: ir.Value, frequencies: list[float], function: str = "Cos") -> ir.Value:
     """``function(positions * frequencies)``, as a rotary's angles are made, added to ``graph``."""
-    table = ir.val(f"inv_freq_{len(graph.initializers)}", const_value=ir.tensor(np.array(frequencies, dtype=np.float32)))
+    table = ir.val(
+        f"inv_freq_{len(graph.initializers)}", const_value=ir.tensor(np.array(frequencies, dtype=np.float32))
+    )
     graph.register_initializer(table)
     cast = ir.node("Cast", [positions], {"to": ir.DataType.FLOAT})
     axes = ir.node("Constant", [], {"value": ir.tensor(np.array([-1], dtype=np.int64))})
