@@ -207,7 +207,7 @@ class CodeLine:
     loose: tuple[str | None, ...] = ()
     identifiers: tuple[str, ...] = ()
     """``loose``: the shape with every identifier marked ``None``, the called and attribute names
-    too; ``identifiers``: those names in order (see :func:`_loose`)."""
+    too; ``identifiers``: those names in order (see :func:`_normalized`)."""
 
 
 def code_lines(source: str) -> list[CodeLine]:
@@ -260,18 +260,22 @@ def code_lines(source: str) -> list[CodeLine]:
     return kept
 
 
-def _normalized(window: list[CodeLine]) -> tuple[tuple[str, ...], int]:
+def _normalized(window: list[CodeLine], *, loose: bool = False) -> tuple[tuple[str, ...], int]:
     """A window's shape with the names of values numbered in order of first use (``v0``, ``v1``,
     ...), and how many distinct line shapes it has, names not numbered (a table of like entries
-    has one or two; code has more)."""
+    has one or two; code has more), not counting the items of a call's keyword arguments or of a
+    dict (a table of records is data, not code).
+
+    ``loose``: every identifier is numbered, the called and attribute names too, so ``op.Add(x, y)``
+    and ``op.Mul(a, b)`` are alike: code that differs only by the op it calls, or by a parameter."""
     numbers: dict[str, str] = {}
     lines, flat = [], set()
     for line in window:
-        names = iter(line.names)
+        shape, names = (line.loose, iter(line.identifiers)) if loose else (line.shape, iter(line.names))
         lines.append(" ".join(k if k is not None else numbers.setdefault(next(names), f"v{len(numbers)}")
-                              for k in line.shape))  # fmt: skip
+                              for k in shape))  # fmt: skip
         if not _ITEM.match(line.text):
-            flat.add(tuple(line.shape))
+            flat.add(shape)
     return tuple(lines), len(flat)
 
 
@@ -281,22 +285,6 @@ a table of like entries (registrations, constants, dict items), which reads best
 
 _ITEM = re.compile(r"^(\w+=(?!=)|\*\*\w+,?$|(['\"]).*\2: )")
 """A line that is one item of a call's keyword arguments or of a dict (``name=value,``, ``"key": value,``)."""
-
-
-def _loose(window: list[CodeLine]) -> tuple[tuple[str, ...], int]:
-    """A window's shape with every identifier numbered in order of first use, the called and
-    attribute names too (so ``op.Add(x, y)`` and ``op.Mul(a, b)`` are alike: code that differs only
-    by the op it calls, or by a parameter), and how many distinct line shapes it has, not counting
-    the items of a call's keyword arguments or of a dict (a table of records is data, not code)."""
-    numbers: dict[str, str] = {}
-    lines, flat = [], set()
-    for line in window:
-        names = iter(line.identifiers)
-        lines.append(" ".join(k if k is not None else numbers.setdefault(next(names), f"v{len(numbers)}")
-                              for k in line.loose))  # fmt: skip
-        if not _ITEM.match(line.text):
-            flat.add(line.loose)
-    return tuple(lines), len(flat)
 
 
 def enclosing_functions(source: str) -> dict[int, str]:
@@ -330,7 +318,7 @@ def duplicated_blocks(sources: dict[str, str], size: int = MIN_DUPLICATE_LINES) 
             shape, distinct = _normalized(window)
             if distinct >= MIN_DISTINCT_SHAPES:
                 seen["shape", shape].add((name, window[0].number))
-            loose, distinct = _loose(window)
+            loose, distinct = _normalized(window, loose=True)
             if distinct >= MIN_DISTINCT_SHAPES:
                 seen["loose", loose].add((name, window[0].number))
     functions = {name: enclosing_functions(source) for name, source in sources.items()}
