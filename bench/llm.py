@@ -824,25 +824,31 @@ SETTINGS = {
     "opreg --precision int8 --accuracy-level 0": ["--precision", "int8", "--accuracy-level", "0"],
 }
 """Each of the quantization defaults (blocks of 128, symmetric, accuracy level 4) changed, one at a time."""
+CONTROL = {"opreg --precision int4 --symmetric (control)": ["--precision", "int4", "--symmetric"]}
+"""The default's settings in a folder of their own: part 9's spread between two identical models."""
 
 
 def settings(source: Path, work: Path, rounds: int) -> None:
     """The 55M model's int4 and int8 folders with each of :data:`SETTINGS`, timed beside the default's."""
-    print("9. Quantization settings: each default changed, ratio to the default's time in the same rounds (above 1: "
-          "the default is faster)")  # fmt: skip
+    print(f"9. Quantization settings: each default changed, its time over the default's in the same round, the "
+          f"median [p10, p90] over {rounds} interleaved rounds (above 1: the default is faster)")  # fmt: skip
     defaults = {"int4": ["--precision", "int4"], "int8": ["--precision", "int8"]}
     folders = {}
-    for name, flags in [*((f"opreg --precision {p}", f) for p, f in defaults.items()), *SETTINGS.items()]:
-        folders[name] = work / f"settings_{name.replace(' ', '_').replace('-', '')}"
+    rows = {**CONTROL, **SETTINGS}
+    for name, flags in [*((f"opreg --precision {p}", f) for p, f in defaults.items()), *rows.items()]:
+        folders[name] = work / f"settings_{name.split(' (')[0].replace(' ', '_').replace('-', '')}"
         shutil.rmtree(folders[name], ignore_errors=True)
         subprocess.run([OPREG, "llm", "export", str(source), "-o", str(folders[name]), *flags], check=True,
                        capture_output=True)  # fmt: skip
-    print(f"   {'':<44} " + " ".join(f"{label[:18]:>18}" for label, _, _ in CASES))
-    for name in SETTINGS:
+    print(f"   {'':<44} " + " ".join(f"{label[:22]:>22}" for label, _, _ in CASES))
+    for name in rows:
         default = "opreg --precision int8" if "int8" in name else "opreg --precision int4"
         result = latency({default: Runner(folders[default]), name: Runner(folders[name])}, rounds)
-        print(f"   {name:<44} " + " ".join(f"{np.median(result[label][name].ratios(result[label][default])):>17.2f}x"
-                                             for label, _, _ in CASES))  # fmt: skip
+        cells = []
+        for label, _, _ in CASES:
+            p10, p50, p90 = np.percentile(result[label][name].ratios(result[label][default]), [10, 50, 90])
+            cells.append(f"{p50:.2f}x [{p10:.2f}, {p90:.2f}]")
+        print(f"   {name:<44} " + " ".join(f"{cell:>22}" for cell in cells))
     print()
 
 
