@@ -28,9 +28,11 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
 5. Ablation (``--ablation``, 55M): opreg without each of the pack's rewrites that fired.
 6. ONNX Runtime GenAI: ``Model(folder)`` and a greedy ``Generator`` (1 thread): new tokens per CPU
    second of the process for 128 tokens after a 128-token prompt, the median of interleaved rounds.
-7. Accuracy (``--accuracy``): a small Llama trained briefly; opreg's folders (``opreg llm export``,
-   fp32 and ``--precision int4``/``int8`` at their defaults) and the builder's int4: top-1 agreement
-   with fp32, perplexity, greedy tokens.
+7. Accuracy (``--accuracy``; alone with ``--models ""``): a small Llama trained briefly; opreg's
+   folders (``opreg llm export``, fp32 and ``--precision int4``/``int8`` at their defaults, and int4
+   at the builder's settings, ``--block-size 32``) and the builder's int4: top-1 agreement with
+   fp32, perplexity, greedy runs equal to eager PyTorch's and to the builder's int4, and whether
+   opreg's weights at the builder's settings are the builder's byte for byte.
 8. Export time (``--breakdown``): where an ``opreg llm export`` spends its CPU time (imports,
    building the model, capture, plan, translation, finishing passes, save with the streamed
    weights' casts and quantization), with the repeated layers captured once and, for comparison,
