@@ -127,16 +127,20 @@ def export_decoder(
             quantization setting without a quantized precision, int4 at a target without
             ``com.microsoft``).
     """
-    from opreg.llm import _decoder, _folder
+    from opreg import _heap
+    from opreg.llm import _folder
 
     if output_folder is not None:
         _folder.check_folder(output_folder)
-    decoder = _decoder.export_decoder(
-        model, target=target, precision=precision, block_size=block_size, symmetric=symmetric,
-        accuracy_level=accuracy_level, tokenizer=tokenizer, context_length=context_length,
-        allow_longer_context=allow_longer_context, streaming=streaming, settings=settings, **options,
-    )  # fmt: skip
-    return _saved(decoder, output_folder, external_data)
+    with _heap.quiet():  # the collector off torch's and transformers' objects, from their import to the save
+        from opreg.llm import _decoder
+
+        decoder = _decoder.export_decoder(
+            model, target=target, precision=precision, block_size=block_size, symmetric=symmetric,
+            accuracy_level=accuracy_level, tokenizer=tokenizer, context_length=context_length,
+            allow_longer_context=allow_longer_context, streaming=streaming, settings=settings, **options,
+        )  # fmt: skip
+        return _saved(decoder, output_folder, external_data)
 
 
 @takes_settings(leave_out=DECODER_OPTIONS)
