@@ -404,6 +404,52 @@ def test_a_dim_the_graph_has_at_its_example_size_after_a_guard_is_found():
     assert all(_dynamic._baked(program, symbol) is None for symbol in program.range_constraints)
 
 
+class AttendTwice(torch.nn.Module):
+    """A diffusers UNet's pattern, small: an attention over an image's pixels whose output is
+    reshaped back to an image (channels-last strides), then a group norm and a convolution; from
+    one image torch's convolution narrows the batch (its memory format), a view's strides fix it at
+    1, and the division after the next attention's residual has batch 1 in the graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.norm = torch.nn.GroupNorm(2, 8)
+        self.mix = torch.nn.Linear(8, 8)
+        self.mid = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.out = torch.nn.Conv2d(8, 3, 3, padding=1)
+
+    def attend(self, h):
+        b, c, height, width = h.shape
+        pixels = self.mix(self.norm(h).view(b, c, height * width).transpose(1, 2))
+        return (pixels.transpose(-1, -2).reshape(b, c, height, width) + h) / 2.0
+
+    def forward(self, x):
+        h = self.attend(self.conv(x))
+        h = self.attend(self.mid(torch.nn.functional.silu(self.norm(h))))
+        h = self.mid(torch.nn.functional.silu(self.norm(h)))
+        return self.out(self.attend(self.attend(h)))
+
+
+def test_a_batch_of_one_torchs_code_fixes_is_captured_again_at_two(caplog):
+    """Issue 38's UNet2DModel: from one image (batch Dim.DYNAMIC, image size Dim.AUTO) the first
+    capture has the batch at 1 after a guard in torch's code only; the export captures again from
+    the image repeated to a batch of 2, says so, and the model is right at batches 1, 2 and 3."""
+    spec = {"x": {0: Dim.DYNAMIC, 2: Dim.AUTO, 3: Dim.AUTO}}
+    with caplog.at_level(logging.WARNING, logger="opreg.exporter._dynamic"), pytest.warns(opreg.ShapeGuardWarning):
+        # torch's checks of the views' strides at batch 2, true where the image is over 2 pixels
+        program = opreg.export(AttendTwice().eval(), (torch.rand(1, 3, 16, 16),), dynamic_shapes=spec)
+    (grown,) = program.grown_dims
+    assert (grown.input, grown.dim, grown.size, grown.captured_at) == ("x", 0, 1, 2)
+    assert grown.guard.startswith("guard x.shape[0] == 1 in torch's code, after which the graph has it at size 1")
+    assert _at(grown.source, AttendTwice.attend, "self.norm(h).view")
+    assert str(grown) in caplog.text
+    assert json.loads(program.model.metadata_props["opreg.grown_dims"])[0]["captured_at"] == 2
+    assert _shapes(program)["x"] == ["x_dim0", 3, "x_dim2", "x_dim3"]
+    for batch, size in ((1, 16), (2, 16), (3, 24)):
+        program.verify(torch.rand(batch, 3, size, size), atol=ATOL)
+
+
 def test_a_guard_true_at_every_size_is_not_reported():
     """kornia's ``filter2d`` leaves ``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``, a multiple of its modulus at
     every size: torch's bounds cannot prove that, sympy's ``Mod`` can; a decoder's ``repeat_kv`` leaves

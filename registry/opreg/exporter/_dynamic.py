@@ -14,8 +14,10 @@ exports capture as before), then reviews what torch made of each dim asked to be
   op in the graph as general as ONNX's: a ``Dim.DYNAMIC`` or named ``Dim`` stays dynamic, with a
   warning; a ``Dim.AUTO`` one is fixed. Unless the graph then has the dim at a fixed size after an
   op that keeps its input's sizes (:func:`_baked`: a diffusers UNet from one image with its image
-  size dynamic, where a reshape would then merge a batch into one row): that is as the model's
-  guard, an error naming torch's guard and the model's line.
+  size dynamic, where a reshape would then merge a batch into one row): a ``Dim.DYNAMIC`` or named
+  ``Dim`` there is captured again from the example grown to 2 along it (:mod:`opreg.exporter._grown`:
+  the model's code took no branch, so the general path is torch's), and reported; when that capture
+  fixes it or fails, an error naming torch's guard and the model's line.
 - A ``Dim.AUTO`` dim whose size torch fixed (a guard equating it with a constant, as a weight's
   size does) is reported with that guard.
 - When the size-oblivious capture fails and only ``Dim.AUTO`` dims have example size 0 or 1, the
@@ -39,7 +41,7 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError
-from opreg.exporter import _capture, _guards, _pytrees
+from opreg.exporter import _capture, _grown, _guards, _pytrees
 from opreg.patching import PatchedCapture
 from opreg.settings import AUTO_SHAPES
 
@@ -108,12 +110,15 @@ class Captured:
         dynamic_shapes: the ``dynamic_shapes`` it was captured with (``"auto"`` spelled out).
         fixed: the dims asked to be dynamic that it fixed, in input order.
         guards: the guards on its dynamic dims beyond their range (:func:`unchecked_guards`).
+        grown: the dims marked dynamic it was captured at 2 for, not at the example's 1
+            (:mod:`opreg.exporter._grown`).
     """
 
     program: torch.export.ExportedProgram
     dynamic_shapes: Any
     fixed: tuple[FixedDim, ...] = ()
     guards: tuple[ShapeGuard, ...] = ()
+    grown: tuple[_grown.GrownDim, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,13 +186,17 @@ def capture(
     asked = _asked(model, args, kwargs, spec)
     leaves = torch.utils._pytree.tree_leaves((args, dict(kwargs or {})))
     fixed: list[FixedDim] = []
+    grown: list[_grown.GrownDim] = []
+    refused = ""  # the first capture's error, when the example was grown after it
     oblivious = any(a.size <= 1 for a in asked)  # else torch's own reasoning: it keeps every such dim
-    for _ in range(3):  # size-oblivious; again with the dims found to take the example's path fixed
+    for _ in range(4):  # size-oblivious; again grown, or with the dims found to take the example's path fixed
         sites = _guards.GuardSites()
         watched = sites if oblivious or any(a.auto for a in asked) else None  # else no guard is reported
         try:
             program = _capture.capture(model, args, kwargs, spec, patches, oblivious=oblivious, sites=watched)
         except ExportError as e:
+            if refused:
+                raise ExportError(f"{refused}\nCaptured again from an example grown to 2 there: {e}") from e
             small = [a for a in asked if a.size <= 1 and not _done(a, fixed)]
             if not oblivious or not small or not all(a.auto for a in small):
                 raise ExportError(f"{e}{_where_guards(sites, asked)}") from e.__cause__
@@ -200,8 +209,16 @@ def capture(
         if not narrowed:
             break
         strict = [item for item in narrowed if not item.asked.auto]
-        if strict:
-            raise ExportError(_narrowed_error(strict))
+        if strict and (refused or not all(item.in_torch and item.asked.size == 1 for item in strict)):
+            raise ExportError(refused or _narrowed_error(strict))
+        if strict:  # torch's code alone took the example's path: capture from an example grown there
+            refused, grown = _narrowed_error(strict), [item.grown() for item in strict]
+            args, kwargs = _grown.grown(args, kwargs, [(item.asked.tensor, item.asked.index) for item in strict])
+            asked, leaves = _asked(model, args, kwargs, spec), torch.utils._pytree.tree_leaves((args, dict(kwargs)))
+            oblivious = any(a.size <= 1 for a in asked)
+            for item in grown:
+                logger.warning("%s", item)
+            continue
         fixed += [item.fixed() for item in narrowed]
         if auto:  # the spec is ours: fix those dims only
             static = frozenset((id(item.asked.tensor), item.asked.index) for item in narrowed)
@@ -210,12 +227,18 @@ def capture(
             oblivious = False
     else:
         raise ExportError(f"torch.export kept taking the example's path on dims marked dynamic: {fixed[-1]}")
+    if grown and not all(_symbolic(_dim_of(program, a, leaves)) for a in asked if _is_grown(a, grown)):
+        raise ExportError(f"{refused}\nCaptured again from an example grown to 2 there, torch.export fixed them.")
     fixed += [item for item in _fixed_by_guards(program, asked, sites, leaves) if not _done_at(item, fixed)]
     order = {(a.path, a.index): i for i, a in enumerate(asked)}
     fixed.sort(key=lambda f: order.get((f.input, f.dim), len(order)))
     for item in fixed:
         logger.info("dim asked to be dynamic, fixed: %s", item)
-    return Captured(program, spec, tuple(fixed), unchecked_guards(program, sites))
+    return Captured(program, spec, tuple(fixed), unchecked_guards(program, sites), tuple(grown))
+
+
+def _is_grown(asked: _Asked, grown: Sequence[_grown.GrownDim]) -> bool:
+    return any(g.input == asked.path and g.dim == asked.index for g in grown)
 
 
 def _done(asked: _Asked, fixed: Sequence[FixedDim]) -> bool:
@@ -238,9 +261,14 @@ class _Narrowed:
     asked: _Asked
     guard: str
     source: str
+    in_torch: bool = False  # a guard in torch's code alone, no branch of the model's
 
     def fixed(self) -> FixedDim:
         return FixedDim(self.asked.path, self.asked.index, self.asked.size, self.guard, self.source)
+
+    def grown(self) -> _grown.GrownDim:
+        a = self.asked
+        return _grown.GrownDim(a.path, a.index, a.size, _grown.SIZE, self.guard, self.source)
 
 
 def _placeholders(program: torch.export.ExportedProgram) -> list[torch.fx.Node | None]:
@@ -312,7 +340,7 @@ def _narrowed(
         guard, source = _reason(env, {symbol}, sites, branches or guards)
         if not branches and baked is not None:
             guard += f" in torch's code, after which the graph has it at {baked}"
-        found.append(_Narrowed(item, guard, source))
+        found.append(_Narrowed(item, guard, source, in_torch=not branches))
     return found
 
 
@@ -555,6 +583,7 @@ def record(program: Any, captured: Captured) -> None:
 
     program.fixed_dims = tuple(captured.fixed)
     program.shape_guards = tuple(captured.guards)
+    _grown.record(program, captured.grown)
     if captured.fixed:
         program.model.metadata_props[FIXED_DIMS_KEY] = json.dumps([dataclasses.asdict(f) for f in captured.fixed])
     if captured.guards:
