@@ -450,6 +450,28 @@ def test_a_batch_of_one_torchs_code_fixes_is_captured_again_at_two(caplog):
         program.verify(torch.rand(batch, 3, size, size), atol=ATOL)
 
 
+class Squeezes(torch.nn.Module):
+    def forward(self, x, y):
+        return x.squeeze() * 2, y.squeeze(1) + 1
+
+
+def test_a_squeeze_that_keeps_a_dim_of_example_size_one_is_reported():
+    """No guard: size-obliviously torch does not know the dim is 1, so ``squeeze`` keeps it; eager
+    removes it at size 1. Reported as a guard the model does not check, with the model's line; a
+    squeeze of a static 1 is not."""
+    spec = {"x": {0: Dim.DYNAMIC}, "y": {0: Dim.DYNAMIC}}
+    with pytest.warns(opreg.ShapeGuardWarning, match=r"x.shape\[0\] != 1 \(a squeeze keeps the dim") as caught:
+        program = opreg.export(Squeezes(), (torch.rand(1, 4), torch.rand(1, 1, 3)), dynamic_shapes=spec)
+    (guard,) = program.shape_guards
+    assert guard.dims == ("x.shape[0]",)
+    assert guard.guard == "x.shape[0] != 1 (a squeeze keeps the dim, which eager PyTorch removes at size 1)"
+    assert guard.source.endswith(_line(Squeezes.forward, "x.squeeze()").split(" in ")[0])
+    assert len(caught) == 1
+    assert _shapes(program)["output_0"] == ["x_dim0", 4]  # eager: (4,) at batch 1
+    program.verify(torch.rand(3, 4), torch.rand(3, 1, 3), atol=ATOL)
+    assert json.loads(program.model.metadata_props["opreg.shape_guards"])[0]["dims"] == ["x.shape[0]"]
+
+
 def test_a_guard_true_at_every_size_is_not_reported():
     """kornia's ``filter2d`` leaves ``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``, a multiple of its modulus at
     every size: torch's bounds cannot prove that, sympy's ``Mod`` can; a decoder's ``repeat_kv`` leaves

@@ -376,7 +376,7 @@ def unchecked_guards(program: torch.export.ExportedProgram, sites: _guards.Guard
         item = ShapeGuard(text, tuple(sorted(names[str(s)] for s in symbols)), source)
         if item not in found:
             found.append(item)
-    return tuple(found)
+    return tuple(found) + tuple(ShapeGuard(*kept) for kept in _guards.kept_squeezes(program, names))
 
 
 def _holds(expr: Any, ranges: Mapping[Any, Any]) -> bool:

@@ -77,15 +77,19 @@ def _config() -> Any:
 
 def where(filename: str, line: int, function: str) -> str:
     """``file:line in function``, the file relative to site-packages or the working folder."""
+    return f"{_relative(filename)}:{line} in {function}"
+
+
+def _relative(filename: str) -> str:
+    """``filename`` relative to site-packages or the working folder, where it is under one."""
     marker = f"site-packages{os.sep}"
     if marker in filename:
-        filename = filename.split(marker, 1)[1]
-    else:
-        with contextlib.suppress(ValueError):
-            relative = os.path.relpath(filename)
-            if not relative.startswith(".."):
-                filename = relative
-    return f"{filename}:{line} in {function}"
+        return filename.split(marker, 1)[1]
+    with contextlib.suppress(ValueError):
+        relative = os.path.relpath(filename)
+        if not relative.startswith(".."):
+            return relative
+    return filename
 
 
 def _outside_torch(filename: str) -> bool:
@@ -188,3 +192,34 @@ def _user_frame(frame: FrameType | None) -> str:
             )
         frame = frame.f_back
     return ""
+
+
+_SQUEEZES = ("squeeze.default", "squeeze.dim", "squeeze.dims", "squeeze_.default", "squeeze_.dim", "squeeze_.dims")
+
+
+def kept_squeezes(
+    program: torch.export.ExportedProgram, names: dict[str, str]
+) -> list[tuple[str, tuple[str, ...], str]]:
+    """The dims a ``squeeze`` of a size-oblivious capture kept that eager PyTorch removes at the
+    example: a dim marked dynamic of example size 1 is not known to be 1, so torch keeps it, without
+    a guard; at size 1 the ONNX model then has a dim eager's output has not. One ``(guard, dims,
+    source)`` each (``x.shape[0] != 1``, ``("x.shape[0]",)``, the model's line); ``names``: torch's
+    symbol -> the input dim it stands for (``s77`` -> ``x.shape[0]``)."""
+    from opreg.exporter._nodes import source_line
+
+    if not captured_size_oblivious(program):
+        return []
+    found = []
+    for node in program.graph.nodes:
+        name = str(node.target).removeprefix("aten.")
+        value = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) else None
+        if node.op != "call_function" or name not in _SQUEEZES or not isinstance(value, torch.Tensor):
+            continue
+        dims = node.args[1] if len(node.args) > 1 else range(value.dim())
+        for dim in [dims] if isinstance(dims, int) else dims:
+            size = value.shape[dim]
+            symbol = str(size.node.expr) if isinstance(size, torch.SymInt) else ""
+            if symbol in names and size.node.hint == 1:  # kept, where eager squeezes the example's 1
+                guard = f"{names[symbol]} != 1 (a squeeze keeps the dim, which eager PyTorch removes at size 1)"
+                found.append((guard, (names[symbol],), _relative(source_line(node))))
+    return found
