@@ -215,7 +215,6 @@ def capture(
             refused, grown = _narrowed_error(strict), [item.grown() for item in strict]
             args, kwargs = _grown.grown(args, kwargs, [(item.asked.tensor, item.asked.index) for item in strict])
             asked, leaves = _asked(model, args, kwargs, spec), torch.utils._pytree.tree_leaves((args, dict(kwargs)))
-            oblivious = any(a.size <= 1 for a in asked)
             for item in grown:
                 logger.warning("%s", item)
             continue

@@ -6,7 +6,8 @@ torch gives an op's output the example's size where its input has the dim (a dif
 one image with its image size dynamic: the division after an attention's residual has batch 1).
 The model's code took no branch on the size, so the capture's other path is torch's alone: the
 example is grown along those dims to 2 (each input repeated along the dim, its rows equal) and
-captured again, where torch keeps the dim general. Each dim captured so is a :class:`GrownDim`,
+captured again, size-obliviously as before (torch's checks of strides then leave no guard on the
+sizes), where torch keeps the dim general. Each dim captured so is a :class:`GrownDim`,
 logged and left on the program (``grown_dims``) and in the model's metadata.
 """
 
