@@ -93,7 +93,7 @@ class OnnxProgram:
             and in the model's ``opreg.shape_guards`` metadata).
         grown_dims: the dims marked dynamic of example size 1 that were captured from the example
             repeated to 2 along them, because torch's own code had fixed them at 1
-            (:class:`opreg.exporter._grown.GrownDim`; also logged, and in the model's
+            (:class:`opreg.exporter.GrownDim`; also logged, and in the model's
             ``opreg.grown_dims`` metadata).
         pack_faults: what the packs got wrong in the export and opreg worked around
             (:class:`opreg.packfaults.PackFault`: a rewrite left out, a capture patch left out
