@@ -7,8 +7,12 @@ one image with its image size dynamic: the division after an attention's residua
 The model's code took no branch on the size, so the capture's other path is torch's alone: the
 example is grown along those dims to 2 (each input repeated along the dim, its rows equal) and
 captured again, size-obliviously as before (torch's checks of strides then leave no guard on the
-sizes), where torch keeps the dim general. Each dim captured so is a :class:`GrownDim`,
-logged and left on the program (``grown_dims``) and in the model's metadata.
+sizes), where torch keeps the dim general. Where torch's checks narrowed the dim with no op
+holding it at 1 (a view's strides before a convolution: diffusers' VAEs), the first capture could
+stand, yet its graph may still hold the example's batch where no pointwise op shows it (a VQModel's
+output had batch 1), so it is captured again too, and the first stands only if that fails. Each
+dim captured so is a :class:`GrownDim`, logged and left on the program (``grown_dims``) and in the
+model's metadata.
 """
 
 from __future__ import annotations
@@ -86,3 +90,17 @@ def record(program: Any, dims: Sequence[GrownDim]) -> None:
     program.grown_dims = tuple(dims)
     if dims:
         program.model.metadata_props[GROWN_DIMS_KEY] = json.dumps([dataclasses.asdict(d) for d in dims])
+
+
+def holds_grown(expr: Any, symbol: Any, env: Any) -> bool:
+    """Whether the guard ``expr`` holds with ``symbol`` at :data:`SIZE` and every other size at the
+    example's: a guard of the model's code that does (diffusers' ``numel() * scale > 2**31``) did not
+    narrow the dim to its example's size."""
+    import sympy
+
+    hints = getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", None) or {}  # torch 2.13's name
+    values = {s: sympy.Integer(v) for s, v in hints.items()}
+    try:
+        return bool(expr.xreplace({**values, symbol: sympy.Integer(SIZE)}) is sympy.true)
+    except (TypeError, ValueError):
+        return False

@@ -21,10 +21,11 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import FrameType
 from typing import Any
 
@@ -223,3 +224,42 @@ def kept_squeezes(
                 guard = f"{names[symbol]} != 1 (a squeeze keeps the dim, which eager PyTorch removes at size 1)"
                 found.append((guard, (names[symbol],), _relative(source_line(node))))
     return found
+
+
+# -- names of torch's size symbols -------------------------------------------------------------
+
+
+_SIZE = re.compile(r"^L\[['\"](?P<name>[^'\"]+)['\"]\](?P<rest>.*)\.size\(\)\[(?P<dim>\d+)\]$")
+
+
+def input_of(source: Any) -> tuple[str, int] | None:
+    """The input path and dim a shape symbol's source names (``L['x'].size()[0]`` -> ``("x", 0)``),
+    spelled as :func:`opreg.exporter._capture.dynamic_dims` spells paths; a source or its name."""
+    match = _SIZE.match(source if isinstance(source, str) else str(getattr(source, "name", "")))
+    if match is None:
+        return None
+    return match.group("name") + match.group("rest"), int(match.group("dim"))
+
+
+def names_in(env: Any) -> dict[str, str]:
+    """torch's symbol -> the input dim it stands for (``s77`` -> ``x.shape[0]``), from the shape
+    environment."""
+    names = {}
+    for symbol, sources in (getattr(env, "var_to_sources", None) or {}).items():
+        where = next((w for w in map(input_of, sources) if w is not None), None)
+        if where is not None:
+            names[str(symbol)] = f"{where[0]}.shape[{where[1]}]"
+    return names
+
+
+def render(expr: Any, names: Mapping[str, str]) -> str:
+    """A guard or size as Python reads it, its symbols named after the inputs (``x.shape[0] == 1``):
+    a sympy expression, or the text torch prints for one."""
+    text = str(expr)
+    for symbol in sorted(set(re.findall(r"\bs\d+\b", text)), key=len, reverse=True):
+        if symbol in names:
+            text = re.sub(rf"\b{symbol}\b", names[symbol], text)
+    equation = re.fullmatch(r"(Eq|Ne)\((.+), ([^,()]+)\)", text)
+    if equation is not None:
+        return f"{equation.group(2)} {'==' if equation.group(1) == 'Eq' else '!='} {equation.group(3)}"
+    return text
