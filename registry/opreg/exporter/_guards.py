@@ -206,8 +206,6 @@ def kept_squeezes(
     a guard; at size 1 the ONNX model then has a dim eager's output has not. One ``(guard, dims,
     source)`` each (``x.shape[0] != 1``, ``("x.shape[0]",)``, the model's line); ``names``: torch's
     symbol -> the input dim it stands for (``s77`` -> ``x.shape[0]``)."""
-    from opreg.exporter._nodes import source_line
-
     if not captured_size_oblivious(program):
         return []
     found = []
@@ -222,8 +220,20 @@ def kept_squeezes(
             symbol = str(size.node.expr) if isinstance(size, torch.SymInt) else ""
             if symbol in names and size.node.hint == 1:  # kept, where eager squeezes the example's 1
                 guard = f"{names[symbol]} != 1 (a squeeze keeps the dim, which eager PyTorch removes at size 1)"
-                found.append((guard, (names[symbol],), _relative(source_line(node))))
+                found.append((guard, (names[symbol],), _node_line(node)))
     return found
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
+
+
+def _node_line(node: torch.fx.Node) -> str:
+    """Where the model's code (or its library's) made ``node``: the innermost such frame of its
+    stack trace, or ``""``."""
+    frames = [m for m in _FRAME.finditer(node.meta.get("stack_trace") or "") if _outside_torch(m["file"])]
+    if not frames or frames[-1]["file"].startswith(_EXPORTER):
+        return ""
+    return where(frames[-1]["file"], int(frames[-1]["line"]), frames[-1]["function"])
 
 
 # -- names of torch's size symbols -------------------------------------------------------------
