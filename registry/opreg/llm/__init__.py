@@ -109,10 +109,9 @@ def export_decoder(
             ``context_length`` and ``search.max_length``), from 1 to 2**31 - 1; default the
             model's position limit (``max_position_embeddings``), and above it only with
             ``allow_longer_context=True``.
-        streaming: for a checkpoint folder: build the model on ``meta`` and read each weight
-            from its safetensors only as ``model.onnx`` is written (cast, packed, quantized
-            there), the same bytes as ``streaming=False`` (``from_pretrained`` first); default:
-            when the folder holds safetensors (docs/language-models.md).
+        streaming: for a checkpoint folder: build the model on ``meta`` and read each weight from its
+            safetensors only as ``model.onnx`` is written (cast, packed, quantized there), the same bytes
+            as ``streaming=False`` (``from_pretrained`` first); default: when the folder holds safetensors.
 
     Returns:
         a :class:`Decoder`: its :class:`opreg.OnnxProgram`, :class:`DecoderLayout`, ``verify``, ``save``.
@@ -123,9 +122,8 @@ def export_decoder(
             capture it; the export's own errors as :func:`opreg.export`. Each is raised before
             the capture where the model's config or checkpoint shows it.
         opreg.SaveError: ``output_folder`` cannot be written (a file, a missing parent), at once.
-        opreg.InvalidArgumentError: an option out of range (``context_length``, ``precision``, a
-            quantization setting without a quantized precision, int4 at a target without
-            ``com.microsoft``).
+        opreg.InvalidArgumentError: an option out of range (``context_length``, ``precision``, a quantization
+            setting without a quantized precision, int4 at a target without ``com.microsoft``).
     """
     from opreg import _heap
     from opreg.llm import _folder
