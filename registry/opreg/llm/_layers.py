@@ -15,7 +15,9 @@ finishing cost far less. The layers of a decoder are mostly alike, so:
    (a vision tower's full-attention blocks). The captured
    prefix is the shortest run of first layers in which every kind of a later layer occurs at
    a position of 1 or more (so that its input from the layer before is known): one or two layers
-   for most models.
+   for most models. Where the caller knows that a layer reads nothing of the layers before it
+   but the hidden state (Whisper's, a transformers class opreg lays out itself), layer 0 may be
+   the template: one layer is captured.
 2. :func:`prefix_only` gives the model that prefix as its layer list for the capture.
 3. :func:`repeat_layers` (a rework of :func:`opreg.exporter.run_export`, between translation
    and finishing) copies, for each later layer, the nodes of its kind's captured layer: the
@@ -71,6 +73,8 @@ class LayerPlan:
         inputs: each layer's own graph inputs, by index (a decoder layer's past key and value).
         outputs: each layer's own graph outputs, by index (its present key and value).
         kinds: each layer's kind (layers of one kind translate alike).
+        first_template: the first layer that may be a template (1, or 0 where layers read
+            nothing of the layers before them but the hidden state).
     """
 
     path: str
@@ -80,6 +84,7 @@ class LayerPlan:
     inputs: tuple[tuple[int, ...], ...]
     outputs: tuple[tuple[int, ...], ...]
     kinds: tuple[str, ...]
+    first_template: int = 1
 
     def template(self, layer: int) -> int:
         return self.templates[layer - self.prefix]
@@ -97,6 +102,7 @@ def plan_layers(
     path: str | None = None,
     own: Callable[[int], tuple[tuple[int, ...], tuple[int, ...]]] | None = None,
     differs: Callable[[int], object] | None = None,
+    hidden_only: bool = False,
 ) -> LayerPlan | None:
     """The plan for ``model``'s ``num_layers`` layers, or ``None`` when capturing them all costs
     no more (no layer list found, or no layer after the prefix).
@@ -106,7 +112,9 @@ def plan_layers(
     ``first_past`` (layer ``i``'s at ``first_past + 2 * i`` and ``+ 1``; its present key and
     value are outputs ``1 + 2 * i`` and ``2 + 2 * i``), else ``own(i)`` returns ``(inputs,
     outputs)`` (default: none). ``differs(i)``: what the model's own code does differently for
-    layer ``i`` beyond the layer's structure (layers it tells apart are of different kinds)."""
+    layer ``i`` beyond the layer's structure (layers it tells apart are of different kinds).
+    ``hidden_only``: each layer reads nothing of the layers before it but the hidden state, so
+    layer 0 may be a template (one layer of a kind is captured, not two)."""
     found = _layer_list(model, num_layers, path)
     if found is None:
         return None
@@ -115,13 +123,14 @@ def plan_layers(
         own = functools.partial(_keys_and_values, first_past)
     slots = [own(index) if own is not None else ((), ()) for index in range(num_layers)]
     kinds = [_fingerprint(layer) + (f"|{differs(index)!r}" if differs else "") for index, layer in enumerate(layers)]
-    for prefix in range(2, num_layers):
-        seen = set(kinds[1:prefix])
+    first = 0 if hidden_only else 1
+    for prefix in range(first + 1, num_layers):
+        seen = set(kinds[first:prefix])
         if all(kind in seen for kind in kinds[prefix:]):
-            last = {kind: index for index, kind in enumerate(kinds[:prefix]) if index >= 1}
+            last = {kind: index for index, kind in enumerate(kinds[:prefix]) if index >= first}
             templates = tuple(last[kind] for kind in kinds[prefix:])
             inputs, outputs = (tuple(tuple(slot[k]) for slot in slots) for k in (0, 1))
-            return LayerPlan(path, tuple(layers), prefix, templates, inputs, outputs, tuple(kinds))
+            return LayerPlan(path, tuple(layers), prefix, templates, inputs, outputs, tuple(kinds), first)
     return None
 
 
@@ -232,7 +241,7 @@ def repeat_layers(translation: Any, plan: LayerPlan, lazy: Mapping[str, Any] | N
     hidden = _hidden_dependent(graph)
     captured = _captured_layers(translation, plan, hidden)
     kinds: dict[str, list[int]] = collections.defaultdict(list)
-    for index in range(1, plan.prefix):
+    for index in range(plan.first_template, plan.prefix):
         kinds[plan.kinds[index]].append(index)
     for first, *others in kinds.values():
         expected = _signature(captured[first], plan, first)
@@ -295,7 +304,7 @@ def _captured_layers(translation: Any, plan: LayerPlan, hidden: set[ir.Value]) -
             for attribute in node.attributes.values():
                 if attribute.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
                     raise NotRepeatable(f"layer {layer} holds a {node.op_type} with a subgraph")
-        carried_in = _carried_in(nodes, inside, layers[-1] if layers else None, hidden, layer)
+        carried_in = _carried_in(nodes, inside, layers[-1] if layers else None, hidden, layer, plan.first_template)
         present = tuple(translation.outputs[index] for index in plan.outputs[layer])
         if any(not isinstance(v, ir.Value) or v.producer() not in inside for v in present):
             raise NotRepeatable(f"layer {layer}'s own outputs (its present key and value) are not made by its nodes")
@@ -310,15 +319,25 @@ def _captured_layers(translation: Any, plan: LayerPlan, hidden: set[ir.Value]) -
 
 
 def _carried_in(
-    nodes: Sequence[ir.Node], inside: set[ir.Node], before: _Layer | None, hidden: set[ir.Value], layer: int
+    nodes: Sequence[ir.Node],
+    inside: set[ir.Node],
+    before: _Layer | None,
+    hidden: set[ir.Value],
+    layer: int,
+    first_template: int,
 ) -> ir.Value | None:
-    """The value layer ``layer`` reads from the layer before (the hidden state)."""
+    """The value layer ``layer`` reads from the layer before (the hidden state); layer 0's, the
+    hidden state it reads, only where it may be a template (``first_template`` 0)."""
     entering = {
         value for node in nodes for value in node.inputs
         if value is not None and value in hidden and value.producer() not in inside
     }  # fmt: skip
     if before is None:
-        return None
+        if first_template > 0:
+            return None
+        if len(entering) != 1:
+            raise NotRepeatable(f"layer 0 reads {len(entering)} values computed from the inputs, not 1")
+        return next(iter(entering))
     if entering != {before.carried_out}:
         raise NotRepeatable(f"layer {layer} reads {len(entering)} values computed from the tokens besides its own")
     return before.carried_out

@@ -366,7 +366,7 @@ def _export_encoder(model: Any, layout: WhisperLayout, settings: ExportSettings)
     """The encoder, batch dynamic (the frames are fixed: Whisper's encoder takes 30 s)."""
     features = torch.randn(EXAMPLE[0], layout.num_mel_bins, layout.num_frames, dtype=layout.dtype)
     dims = {"audio_features": {0: torch.export.Dim(BATCH)}}
-    plan = _layers.plan_layers(model, layout.encoder_layers, path="model.encoder.layers")
+    plan = _layers.plan_layers(model, layout.encoder_layers, path="model.encoder.layers", hidden_only=True)
     settings = dataclasses.replace(settings, dynamic_shapes=dims)
     program = _layers.export_repeated(EncoderStep(model).eval(), (features,), None, settings, plan, "the encoder")
     program.rename({program.input_names[0]: WHISPER_LAYOUT["audio_features"]})
@@ -392,9 +392,8 @@ def _export_decoder(model: Any, layout: WhisperLayout, context_length: int, sett
     }
     ids = torch.randint(0, layout.vocab_size, (batch, length))
     example = (ids, layout.cache(batch, past), layout.cache(batch, layout.num_frames // 2))
-    plan = _layers.plan_layers(
-        model, layout.num_layers, path="model.decoder.layers", own=functools.partial(_decoder_slots, layout.num_layers)
-    )
+    own = functools.partial(_decoder_slots, layout.num_layers)
+    plan = _layers.plan_layers(model, layout.num_layers, path="model.decoder.layers", own=own, hidden_only=True)
     step = DecoderStep(model, layout.num_layers).eval()
     settings = dataclasses.replace(settings, dynamic_shapes=dims)
     program = _layers.export_repeated(step, example, None, settings, plan, "the decoder")
