@@ -73,7 +73,7 @@ def _patches(model: Any, registry: Registry, settings: ExportSettings) -> Patche
     )
 
 
-def _faults_reported(function: Callable[..., Any]) -> Callable[..., Any]:
+def faults_reported(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` (an export) with the packs' faults it met (:mod:`opreg.packfaults`) reported: a
     :class:`opreg.PackWarning` each (also when it raises), and on an :class:`OnnxProgram` result
     its ``pack_faults`` and the model's ``opreg.pack_faults`` metadata."""
@@ -94,7 +94,7 @@ def _faults_reported(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @_heap.quiet()
-@_faults_reported
+@faults_reported
 @takes_settings()
 def plan_export(
     model: torch.nn.Module | torch.export.ExportedProgram,
@@ -127,7 +127,7 @@ def plan_export(
 
 
 @_heap.quiet()
-@_faults_reported
+@faults_reported
 @takes_settings()
 def export(
     model: torch.nn.Module | torch.export.ExportedProgram,

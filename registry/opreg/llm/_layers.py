@@ -204,9 +204,9 @@ def export_repeated(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, A
     the copy would not do (``what``: the model, in the log). What :func:`opreg.export` does, pack
     faults reported."""
     from opreg.errors import ExportError
-    from opreg.exporter import _faults_reported, run_export
+    from opreg.exporter import faults_reported, run_export
 
-    export = _faults_reported(run_export)
+    export = faults_reported(run_export)
     if plan is not None:
         try:
             with prefix_only(getattr(module, ROOT), plan):
