@@ -29,20 +29,15 @@ from opreg.cli._common import (
     warn_conflicts,
     warn_hook_failures,
 )
-from opreg.cli._options import Parents, add_dynamic, add_model
+from opreg.cli._options import Parents, add_model_command
 
 LOCATE_ROWS = 12
 """How many nodes out of tolerance ``export --locate``'s table shows (suspects first)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None:
-    p = subparsers.add_parser(
-        "export", parents=[parents.output, parents.packs, parents.target, parents.patches],
-        help="export a model to an ONNX file",
-    )  # fmt: skip
-    add_model(p)
+    p = add_model_command(subparsers, parents, "export", help="export a model to an ONNX file")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .onnx file to write")
-    add_dynamic(p)
     p.add_argument("--verify", action="store_true", help="run the model and compare with eager PyTorch")
     p.add_argument(
         "--locate", action="store_true",

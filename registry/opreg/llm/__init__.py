@@ -136,9 +136,7 @@ def export_decoder(
         accuracy_level=accuracy_level, tokenizer=tokenizer, context_length=context_length,
         allow_longer_context=allow_longer_context, streaming=streaming, settings=settings, **options,
     )  # fmt: skip
-    if output_folder is not None:
-        decoder.save(output_folder, external_data=external_data)
-    return decoder
+    return _saved(decoder, output_folder, external_data)
 
 
 @takes_settings(leave_out=DECODER_OPTIONS)
@@ -189,9 +187,7 @@ def export_whisper(
         model, tokenizer=tokenizer, feature_extractor=feature_extractor, context_length=context_length,
         precision=precision, settings=settings, **options,
     )  # fmt: skip
-    if output_folder is not None:
-        whisper.save(output_folder, external_data=external_data)
-    return whisper
+    return _saved(whisper, output_folder, external_data)
 
 
 @takes_settings(leave_out=DECODER_OPTIONS)
@@ -244,6 +240,12 @@ def export_vision(
         model, tokenizer=tokenizer, image_processor=image_processor, context_length=context_length,
         precision=precision, settings=settings, **options,
     )  # fmt: skip
+    return _saved(exported, output_folder, external_data)
+
+
+def _saved(exported: Any, output_folder: str | os.PathLike[str] | None, external_data: bool | None) -> Any:
+    """``exported`` (a :class:`Decoder`, :class:`Whisper` or :class:`VisionLanguage`), after writing
+    its folder when ``output_folder`` is given."""
     if output_folder is not None:
         exported.save(output_folder, external_data=external_data)
     return exported
