@@ -1,6 +1,6 @@
 """opreg's vision-language folders against ONNX Runtime GenAI's model builder, in one run.
 
-Run: python bench/vision.py [--rounds N] [--work DIR] [--no-ablation]
+Run: python bench/vision.py [--rounds N] [--export-rounds N] [--work DIR] [--no-ablation]
 
 GenAI 0.18's builder (``python -m onnxruntime_genai.models.builder``) builds the language model of
 a vision-language checkpoint, on embeddings with ``--extra_options exclude_embeds=true`` (the
@@ -11,8 +11,9 @@ pipeline's other two models come from per-model scripts). So:
    query and 2 key/value heads, vocab 32000; vision: 4 blocks of hidden 256, patches of 14 merged
    2x2, windows of 112 pixels; 69M parameters) saved with the tests' tokenizer and image processor:
    the builder's decoder (``-p fp32|int4 -e cpu``) and ``opreg llm export`` (at its defaults,
-   ``-t onnxruntime``, ``-t onnxruntime --precision int4``): CPU and wall time, files' size. A
-   Gemma-3 of the same text size: the builder's error, opreg's export.
+   ``-t onnxruntime``, ``-t onnxruntime --precision int4``): CPU time and peak memory, the median
+   over ``--export-rounds`` interleaved rounds, and the median of the rounds' ratios opreg /
+   builder; files' size. A Gemma-3 of the same text size: the builder's error, opreg's export.
 2. Latency (ONNX Runtime, 1 thread, thread CPU time, interleaved rounds) of the decoder: a prefill
    of 80 tokens of which 64 image tokens (a 224x224 image) with 3-D positions, a decode step after
    it; ratio opreg / builder at each precision. The vision encoder on that image: opreg's against
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.llm import Build, Timing, _fired, _without
 from bench.ort_contrib import _quiet, round_times
-from bench.whisper import BUILDS, PAIRS, timed_build  # the same five folders, compared in the same pairs
+from bench.whisper import BUILDS, PAIRS, best_ms, command, print_builds, ratio, timed_builds  # the same rows
 from tests import vision_models as vm
 
 TEXT = {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8,
@@ -94,26 +94,14 @@ def gemma_checkpoint(folder: Path) -> Path:
     return folder
 
 
-def build(source: Path, folder: Path, spec: list[str], work: Path) -> Build | str:
-    shutil.rmtree(folder, ignore_errors=True)
-    if spec[0] == "builder":
-        command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(folder),
-                   "-p", spec[1], "-e", "cpu", "-c", str(work / "cache"),
-                   "--extra_options", "exclude_embeds=true"]  # fmt: skip
-    else:
-        command = [
-            str(Path(sys.executable).parent / "opreg"),
-            "llm",
-            "export",
-            str(source),
-            "-o",
-            str(folder),
-            *spec[1:],
-        ]
-    try:
-        return timed_build(folder.name, folder, command)
-    except RuntimeError as e:
-        return str(e).strip().splitlines()[-1]
+def builds(source: Path, work: Path, names: list[str], rounds: int, prefix: str = "") -> dict[str, Build | str]:
+    """The :data:`BUILDS` rows ``names`` of ``source``, in interleaved rounds (the builder's: the
+    decoder on embeddings, as GenAI's multimodal pipeline runs it)."""
+    commands = {}
+    for name in names:
+        folder = work / f"{prefix}{name.replace(' ', '_')}"
+        commands[name] = (folder, command(source, folder, BUILDS[name], work, "--extra_options", "exclude_embeds=true"))
+    return timed_builds(commands, rounds)
 
 
 def session(path: Path) -> onnxruntime.InferenceSession:
@@ -186,9 +174,9 @@ def vision_latency(source: Path, folder: Path, work: Path, rounds: int) -> str:
         feeds[name] = {i.name: v for i, v in zip(s.get_inputs(), feeds[name].values(), strict=True)}
     times = {n: Timing(t) for n, t in round_times(sessions, feeds, rounds, 1).items()}
     if failure:
-        return f"opreg {times['opreg'].best * 1e3:.1f} ms; {failure}"
-    return (f"opreg {times['opreg'].best * 1e3:.1f} ms / torch.onnx {times['torch.onnx'].best * 1e3:.1f} ms: "
-            f"{times['opreg'].ratio(times['torch.onnx']):.2f}x")  # fmt: skip
+        return f"opreg {best_ms(times['opreg']):.1f} ms; {failure}"
+    return (f"opreg {best_ms(times['opreg']):.1f} ms / torch.onnx {best_ms(times['torch.onnx']):.1f} ms: "
+            f"{ratio(times['opreg'], times['torch.onnx']):.2f}x")  # fmt: skip
 
 
 def correctness(source: Path, folders: dict[str, Path]) -> None:
@@ -239,7 +227,7 @@ def ablation(source: Path, work: Path, full: Path, rounds: int) -> None:
                        check=True, capture_output=True)  # fmt: skip
         result = latency({"full": full, rule: folder}, rounds)
         print(
-            f"| {rule} | " + " | ".join(f"{times[rule].ratio(times['full']):.2f}x" for times in result.values()) + " |"
+            f"| {rule} | " + " | ".join(f"{ratio(times[rule], times['full']):.2f}x" for times in result.values()) + " |"
         )
 
 
@@ -247,6 +235,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=Path("build/vision-bench"))
     parser.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds")
+    parser.add_argument("--export-rounds", type=int, default=3, help="interleaved rounds of the builds")
     parser.add_argument("--no-ablation", action="store_true")
     parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--without", default=None, help=argparse.SUPPRESS)
@@ -264,17 +253,15 @@ def main() -> None:
           f"torch {torch.__version__}, CPU x{os.cpu_count()}\n")  # fmt: skip
     args.work.mkdir(parents=True, exist_ok=True)
     source = qwen_checkpoint(args.work / "qwen")
-    made = {name: build(source, args.work / name.replace(" ", "_"), spec, args.work) for name, spec in BUILDS.items()}
-    print("1. Builds of Qwen2.5-VL (each in a fresh process; the builder's: the decoder alone)\n")
-    print("| build | CPU s | peak GB | MB |\n|---|---|---|---|")
+    made = builds(source, args.work, list(BUILDS), args.export_rounds)
     for name, b in made.items():
         if isinstance(b, str):
             raise SystemExit(f"{name} failed: {b}")
-        size = sum(f.stat().st_size for f in b.folder.glob("*.onnx*")) / 1e6
-        print(f"| {name} | {b.cpu[0]:.1f} | {b.peak_gb[0]:.2f} | {size:.1f} |")
+    print(f"1. Builds of Qwen2.5-VL (each in a fresh process, the median of {args.export_rounds} interleaved rounds; "
+          "the builder's: the decoder alone)\n")  # fmt: skip
+    print_builds(made, PAIRS)
     gemma = gemma_checkpoint(args.work / "gemma3")
-    for name in ("builder fp32", "opreg"):
-        result = build(gemma, args.work / f"gemma3_{name.replace(' ', '_')}", BUILDS[name], args.work)
+    for name, result in builds(gemma, args.work, ["builder fp32", "opreg"], 1, "gemma3_").items():
         text = result if isinstance(result, str) else f"CPU {result.cpu[0]:.1f} s, peak {result.peak_gb[0]:.2f} GB"
         print(f"\nGemma-3, {name}: {text}")
     folders = {name: b.folder for name, b in made.items()}
@@ -283,7 +270,7 @@ def main() -> None:
           "rounds of opreg / builder)\n")  # fmt: skip
     print("| case | " + " | ".join(f"{a} / {b}" for a, b in PAIRS) + " |\n" + "|---" * (len(PAIRS) + 1) + "|")
     for label, times in result.items():
-        cells = [f"{times[a].best * 1e3:.2f} / {times[b].best * 1e3:.2f} ms: {times[a].ratio(times[b]):.2f}x"
+        cells = [f"{best_ms(times[a]):.2f} / {best_ms(times[b]):.2f} ms: {ratio(times[a], times[b]):.2f}x"
                  for a, b in PAIRS]  # fmt: skip
         print(f"| {label} | " + " | ".join(cells) + " |")
     print(f"\nVision encoder, one 224x224 image: {vision_latency(source, folders['opreg'], args.work, args.rounds)}")

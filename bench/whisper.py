@@ -1,6 +1,6 @@
 """opreg's Whisper folder against ONNX Runtime GenAI's model builder, in one run.
 
-Run: python bench/whisper.py [--rounds N] [--work DIR]
+Run: python bench/whisper.py [--rounds N] [--export-rounds N] [--work DIR] [--no-ablation]
 
 The checkpoint is a random-init Whisper of whisper-tiny's shape (d_model 384, 4 encoder and 4
 decoder layers of 6 heads, FFN 1536, 80 mel bins, vocab 51865: 38M parameters; weights of std
@@ -10,7 +10,10 @@ feature extractor (nothing is downloaded). From it, in this run:
 
 1. Builds, each in a fresh process: ``python -m onnxruntime_genai.models.builder -p fp32|int4 -e
    cpu`` and ``opreg llm export`` (at its defaults, ``-t onnxruntime``, and ``-t onnxruntime
-   --precision int4``): CPU time (user + system of the child), wall time, files' size.
+   --precision int4``): CPU time (user + system of the child) and peak resident memory, the
+   median over ``--export-rounds`` interleaved rounds (each round's CPU s in brackets); the
+   ratios opreg / builder are the median of the rounds' ratios (each pair built in one round,
+   under the same load); files' size.
 2. Latency in plain ONNX Runtime sessions (CPU, 1 thread, thread CPU time, interleaved rounds):
    the encoder on one 30 s clip, a decode step (one token) after a past of 4 and of 64 tokens;
    ratio opreg / builder at each precision (below 1.0 opreg is faster).
@@ -76,26 +79,66 @@ def checkpoint(folder: Path) -> Path:
     return folder
 
 
-def timed_build(name: str, folder: Path, command: list[str]) -> Build:
-    """``command`` run in a fresh process (its CPU time and peak memory), making ``folder``."""
-    done = measured(command, None)
-    if "error" in done:
-        raise RuntimeError(f"{' '.join(command)} failed: {done['error']}")
-    return Build(name, folder, [done["cpu"]], [done["peak_gb"]])
+def command(source: Path, folder: Path, spec: list[str], work: Path, *builder_options: str) -> list[str]:
+    """The command line of one of :data:`BUILDS`, as its users run it."""
+    if spec[0] == "builder":
+        return [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(folder),
+                "-p", spec[1], "-e", "cpu", "-c", str(work / "cache"), *builder_options]  # fmt: skip
+    return [str(Path(sys.executable).parent / "opreg"), "llm", "export", str(source), "-o", str(folder), *spec[1:]]
 
 
-def builds(source: Path, work: Path) -> dict[str, Build]:
-    made = {}
+def timed_builds(commands: dict[str, tuple[Path, list[str]]], rounds: int) -> dict[str, Build | str]:
+    """Each ``name: (folder, command)`` run ``rounds`` times in interleaved order, each in a fresh
+    process (its CPU time and peak memory); the last round's folder is kept. A build that fails
+    is its error's last line instead."""
+    made: dict[str, Build | str] = {name: Build(name, folder, [], []) for name, (folder, _) in commands.items()}
+    names = list(commands)
+    for index in range(rounds):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            build = made[name]
+            if isinstance(build, str):
+                continue
+            shutil.rmtree(build.folder, ignore_errors=True)
+            done = measured(commands[name][1], None)
+            if "error" in done:
+                made[name] = done["error"].strip().splitlines()[-1]
+                continue
+            build.cpu.append(done["cpu"])
+            build.peak_gb.append(done["peak_gb"])
+    return made
+
+
+def print_builds(made: dict[str, Build], pairs) -> None:
+    print("| build | CPU s | peak GB | MB |\n|---|---|---|---|")
+    for build in made.values():
+        rounds = ", ".join(f"{c:.1f}" for c in build.cpu)
+        print(f"| {build.name} | {np.median(build.cpu):.1f} [{rounds}] | {np.median(build.peak_gb):.2f} | "
+              f"{megabytes(build.folder):.1f} |")  # fmt: skip
+    for mine, theirs in pairs:
+        cpu = np.median(np.array(made[mine].cpu) / np.array(made[theirs].cpu))
+        peak = np.median(np.array(made[mine].peak_gb) / np.array(made[theirs].peak_gb))
+        print(f"| {mine} / {theirs} | {cpu:.2f}x | {peak:.2f}x | |")
+
+
+def best_ms(timing: Timing) -> float:
+    """The best round's milliseconds per run."""
+    return min(timing.rounds) * 1e3
+
+
+def ratio(mine: Timing, theirs: Timing) -> float:
+    """The median over the interleaved rounds of ``mine / theirs`` in the round."""
+    return float(np.median(mine.ratios(theirs)))
+
+
+def builds(source: Path, work: Path, rounds: int) -> dict[str, Build]:
+    commands = {}
     for name, spec in BUILDS.items():
         folder = work / name.replace(" ", "_")
-        shutil.rmtree(folder, ignore_errors=True)
-        if spec[0] == "builder":
-            command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(folder),
-                       "-p", spec[1], "-e", "cpu", "-c", str(work / "cache")]  # fmt: skip
-        else:
-            opreg = str(Path(sys.executable).parent / "opreg")
-            command = [opreg, "llm", "export", str(source), "-o", str(folder), *spec[1:]]
-        made[name] = timed_build(name, folder, command)
+        commands[name] = (folder, command(source, folder, spec, work))
+    made = timed_builds(commands, rounds)
+    for name, build in made.items():
+        if isinstance(build, str):
+            raise SystemExit(f"{name} failed: {build}")
     return made
 
 
@@ -205,7 +248,7 @@ def ablation(source: Path, work: Path, full: Path, rounds: int) -> None:
         command = [sys.executable, __file__, "--export", str(source), str(folder), "--without", rule]
         subprocess.run(command, check=True, capture_output=True)
         result = latency({"full": Runner(full), rule: Runner(folder)}, rounds)
-        print(f"| {rule} | " + " | ".join(f"{result[case][rule].ratio(result[case]['full']):.2f}x" for case in CASES)
+        print(f"| {rule} | " + " | ".join(f"{ratio(result[case][rule], result[case]['full']):.2f}x" for case in CASES)
               + " |")  # fmt: skip
 
 
@@ -221,6 +264,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=Path("build/whisper-bench"))
     parser.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds")
+    parser.add_argument("--export-rounds", type=int, default=3, help="interleaved rounds of the builds")
     parser.add_argument("--no-ablation", action="store_true")
     parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--without", default=None, help=argparse.SUPPRESS)
@@ -236,21 +280,16 @@ def main() -> None:
           f"torch {torch.__version__}, CPU x{os.cpu_count()}\n")  # fmt: skip
     args.work.mkdir(parents=True, exist_ok=True)
     source = checkpoint(args.work / "whisper")
-    made = builds(source, args.work)
-    print("1. Builds (each in a fresh process)\n")
-    print("| build | CPU s | peak GB | MB |\n|---|---|---|---|")
-    for build in made.values():
-        print(f"| {build.name} | {build.cpu[0]:.1f} | {build.peak_gb[0]:.2f} | {megabytes(build.folder):.1f} |")
-    for mine, theirs in PAIRS:
-        print(f"| {mine} / {theirs} | {made[mine].cpu[0] / made[theirs].cpu[0]:.2f}x | "
-              f"{made[mine].peak_gb[0] / made[theirs].peak_gb[0]:.2f}x | |")  # fmt: skip
+    made = builds(source, args.work, args.export_rounds)
+    print(f"1. Builds (each in a fresh process; the median of {args.export_rounds} interleaved rounds)\n")
+    print_builds(made, PAIRS)
     runners = {name: Runner(build.folder) for name, build in made.items()}
     result = latency(runners, args.rounds)
     print("\n2. Latency at 1 thread (thread CPU time: the best round's ms; ratio: the median over interleaved rounds of"
           " opreg / builder in the round)\n")  # fmt: skip
     print("| case | " + " | ".join(f"{a} / {b}" for a, b in PAIRS) + " |\n" + "|---" * (len(PAIRS) + 1) + "|")
     for label, times in result.items():
-        cells = [f"{times[a].best * 1e3:.2f} / {times[b].best * 1e3:.2f} ms: {times[a].ratio(times[b]):.2f}x"
+        cells = [f"{best_ms(times[a]):.2f} / {best_ms(times[b]):.2f} ms: {ratio(times[a], times[b]):.2f}x"
                  for a, b in PAIRS]  # fmt: skip
         print(f"| {label} | " + " | ".join(cells) + " |")
     samples = speech_models.sound()

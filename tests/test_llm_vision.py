@@ -172,3 +172,15 @@ def test_a_vision_language_model_genai_cannot_run_is_refused_and_so_is_an_unknow
     paligemma = PaliGemmaForConditionalGeneration(config)
     with pytest.raises(opreg.ExportError, match="is a vision-language model export_vision has no architecture for"):
         opreg.llm.export_vision(paligemma)
+
+
+def test_repeated_siglip_and_decoder_layers_are_captured_once(caplog):
+    """Gemma-3's SigLIP layers are all alike: one layer after the first is captured, the third is
+    a copy; its decoder's sliding and full layers alternate, a kind each. Each copy reads its own
+    weights and cache (random: a mix-up shows); the three models match transformers."""
+    model = vm.gemma3(text_layers=4, vision_layers=3)
+    with caplog.at_level("INFO", logger="opreg.llm"):
+        exported = opreg.llm.export_vision(model)
+    assert "captured the first 2 of 3 layers; the others are copies (model.vision_tower.encoder.layers)" in caplog.text
+    assert "captured the first 3 of 4 layers; the others are copies (model.language_model.layers)" in caplog.text
+    exported.verify()

@@ -122,3 +122,16 @@ def test_at_the_onnxruntime_target_the_3d_rotary_is_one_kernel_and_genai_generat
                          image_grid_thw=inputs.image_grid_thw, mm_token_type_ids=kinds,
                          attention_mask=torch.ones_like(ids))  # fmt: skip
     assert tokens == expected
+
+
+def test_repeated_blocks_and_layers_are_captured_once_the_full_attention_blocks_a_kind_of_their_own(caplog):
+    """Vision blocks 0, 2 and 3 attend within windows, block 1 within the whole image (the encoder
+    gives it other spans): blocks 0-2 are captured, block 3 is a copy of block 2 (a window block);
+    the language model's layer 2 is a copy of layer 1. Each copy reads its own weights (random:
+    a mix-up shows), and the three models match transformers at three image sizes."""
+    model = vm.qwen2_5_vl(text_layers=3, depth=4)
+    with caplog.at_level("INFO", logger="opreg.llm"):
+        exported = opreg.llm.export_vision(model)
+    assert "captured the first 3 of 4 layers; the others are copies (model.visual.blocks)" in caplog.text
+    assert "captured the first 2 of 3 layers; the others are copies (model.language_model.layers)" in caplog.text
+    exported.verify()

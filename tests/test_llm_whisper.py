@@ -102,6 +102,37 @@ def test_verify_fails_when_the_models_do_not_match(whisper):
         exported.model = original
 
 
+def test_one_layer_of_the_encoder_and_of_the_decoder_is_captured_and_copied_with_its_own_weights_and_caches(
+    caplog, monkeypatch
+):
+    """Whisper's layers read nothing of the layers before them but the hidden state: layer 0 of the
+    encoder and of the decoder is captured, the others are copies, each on its own weights, self-
+    attention cache and cross-attention keys and values (random: a mix-up shows). The models are
+    those a whole capture makes (the same ops and weights) and match transformers."""
+    import collections
+
+    from opreg.llm import _layers
+
+    model = sm.whisper(encoder_layers=3, decoder_layers=3)
+    with caplog.at_level("INFO", logger="opreg.llm"):
+        exported = opreg.llm.export_whisper(model)
+    for layers in ("model.encoder.layers", "model.decoder.layers"):
+        assert f"captured the first 1 of 3 layers; the others are copies ({layers})" in caplog.text
+    exported.verify([(1, 1, 0), (3, 7, 5)])
+    monkeypatch.setattr(_layers, "plan_layers", lambda *args, **kwargs: None)
+    whole = opreg.llm.export_whisper(model)
+
+    def ops(program):
+        return sorted(collections.Counter((n.domain, n.op_type) for n in program.model.graph).items())
+
+    def weights(program):
+        return sorted(name for name in program.model.graph.initializers if name.startswith("model."))
+
+    for mine, theirs in ((exported.encoder, whole.encoder), (exported.decoder, whole.decoder)):
+        assert ops(mine) == ops(theirs)
+        assert weights(mine) == weights(theirs)
+
+
 def test_genai_transcribes_the_sound_with_its_own_audio_processing_into_eager_greedy_tokens(whisper):
     import onnxruntime_genai as og
 

@@ -40,13 +40,15 @@ def tokenizer(specials: tuple[str, ...]) -> Any:
     return words
 
 
-def gemma3(seed: int = 0) -> Any:
-    """A tiny ``Gemma3ForConditionalGeneration``: 2 text layers (sliding window 4, then full), a
-    1-layer SigLIP on 64x64 images in patches of 4, pooled to 256 tokens an image (GenAI's count)."""
+def gemma3(seed: int = 0, text_layers: int = 2, vision_layers: int = 1) -> Any:
+    """A tiny ``Gemma3ForConditionalGeneration``: 2 text layers (sliding window 4, then full, in
+    turn), a 1-layer SigLIP on 64x64 images in patches of 4, pooled to 256 tokens an image (GenAI's count)."""
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
-    text = {**TEXT, "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]}
-    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+    kinds = ("sliding_attention", "full_attention")
+    text = {**TEXT, "sliding_window": 4, "num_hidden_layers": text_layers,
+            "layer_types": [kinds[i % 2] for i in range(text_layers)]}  # fmt: skip
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": vision_layers, "num_attention_heads": 2,
               "image_size": GEMMA3_IMAGE, "patch_size": 4}  # fmt: skip
     boi, eoi, image = (lm.VOCAB + i for i in range(3))
     config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=256, image_token_index=image,
@@ -65,15 +67,16 @@ QWEN_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_p
 QWEN_PATCH = 4
 
 
-def qwen2_5_vl(seed: int = 0) -> Any:
+def qwen2_5_vl(seed: int = 0, text_layers: int = 2, depth: int = 2) -> Any:
     """A tiny ``Qwen2_5_VLForConditionalGeneration``: 2 text layers with 3-D rotary positions, a
-    2-block vision encoder (the first on windows of 2x2 merged patches, the second on the whole
-    image) on patches of 4 pixels, merged 2x2."""
+    2-block vision encoder (block 1 on the whole image, the others on windows of 2x2 merged
+    patches) on patches of 4 pixels, merged 2x2."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0}
-    text = {**{k: v for k, v in TEXT.items() if k != "head_dim"}, "rope_parameters": rope}
-    vision = {"depth": 2, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "out_hidden_size": 64,
+    text = {**{k: v for k, v in TEXT.items() if k != "head_dim"}, "rope_parameters": rope,
+            "num_hidden_layers": text_layers}  # fmt: skip
+    vision = {"depth": depth, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "out_hidden_size": 64,
               "patch_size": QWEN_PATCH, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 16,
               "fullatt_block_indexes": [1]}  # fmt: skip
     start, end, image, video = (lm.VOCAB + i for i in range(4))

@@ -75,7 +75,7 @@ def _patches(model: Any, registry: Registry, settings: ExportSettings) -> Patche
     )
 
 
-def _faults_reported(function: Callable[..., Any]) -> Callable[..., Any]:
+def faults_reported(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` (an export) with the packs' faults it met (:mod:`opreg.packfaults`) reported: a
     :class:`opreg.PackWarning` each (also when it raises), and on an :class:`OnnxProgram` result
     its ``pack_faults`` and the model's ``opreg.pack_faults`` metadata."""
@@ -96,7 +96,7 @@ def _faults_reported(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @_heap.quiet()
-@_faults_reported
+@faults_reported
 @takes_settings()
 def plan_export(
     model: torch.nn.Module | torch.export.ExportedProgram,
@@ -129,7 +129,7 @@ def plan_export(
 
 
 @_heap.quiet()
-@_faults_reported
+@faults_reported
 @takes_settings()
 def export(
     model: torch.nn.Module | torch.export.ExportedProgram,

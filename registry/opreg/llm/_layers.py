@@ -1,23 +1,28 @@
-"""A decoder's repeated layers captured once: the capture traces the first layers, and the
+"""A model's repeated layers captured once: the capture traces the first layers, and the
 translated graph of each later layer is a copy of an earlier layer of the same kind, on its own
-weights and cache.
+weights and its own inputs and outputs (a decoder layer's cache; a Whisper decoder layer's
+cross-attention keys and values; none for an encoder's or a vision tower's layer).
 
 torch.export's capture costs about a third of a second of CPU per decoder layer (the fake-tensor
 and symbolic-shape bookkeeping of each op), most of an export of a deep model; translating and
 finishing cost far less. The layers of a decoder are mostly alike, so:
 
 1. :func:`plan_layers` finds the model's layer list (the ``ModuleList`` of ``num_layers``
-   modules of one class) and sorts its layers into kinds by a fingerprint of their structure:
-   classes, parameter and buffer shapes, and every plain attribute but the layer's own index
-   (an attention type, a sliding window, a MoE or dense MLP differ by these). The captured
+   modules of one class, or the one at the path given) and sorts its layers into kinds by a
+   fingerprint of their structure: classes, parameter and buffer shapes, and every plain
+   attribute but the layer's own index (an attention type, a sliding window, a MoE or dense MLP
+   differ by these), and what the caller says the model's own code does differently by index
+   (a vision tower's full-attention blocks). The captured
    prefix is the shortest run of first layers in which every kind of a later layer occurs at
    a position of 1 or more (so that its input from the layer before is known): one or two layers
-   for most models.
+   for most models. Where the caller knows that a layer reads nothing of the layers before it
+   but the hidden state (Whisper's, a transformers class opreg lays out itself), layer 0 may be
+   the template: one layer is captured.
 2. :func:`prefix_only` gives the model that prefix as its layer list for the capture.
 3. :func:`repeat_layers` (a rework of :func:`opreg.exporter.run_export`, between translation
    and finishing) copies, for each later layer, the nodes of its kind's captured layer: the
-   hidden state from the layer before, its own cache inputs and outputs, its own weights, the
-   values all layers share (mask, rotary tables, sizes) as they are. Fusions and every finishing
+   hidden state from the layer before, its own graph inputs and outputs (its cache), its own
+   weights, the values all layers share (mask, rotary tables, sizes) as they are. Fusions and every finishing
    pass then run on the whole graph.
 
 Where the translated graph is not of that shape (nodes with subgraphs, more than one value
@@ -30,8 +35,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -59,19 +65,26 @@ class LayerPlan:
     """Which layers are captured and which are copied.
 
     Fields:
-        path: the layer list's attribute path in the causal LM (``"model.layers"``).
+        path: the layer list's attribute path in the model (``"model.layers"``), the captured
+            module's :data:`ROOT` attribute.
         layers: the layer modules, all of them, in order.
         prefix: how many first layers are captured.
         templates: for each layer from ``prefix`` on, the captured layer (at 1 or more) of its kind.
-        first_past: the graph input index of layer 0's past key (layer ``i``'s key and value
-            follow at ``first_past + 2 * i`` and ``+ 1``).
+        inputs: each layer's own graph inputs, by index (a decoder layer's past key and value).
+        outputs: each layer's own graph outputs, by index (its present key and value).
+        kinds: each layer's kind (layers of one kind translate alike).
+        first_template: the first layer that may be a template (1, or 0 where layers read
+            nothing of the layers before them but the hidden state).
     """
 
     path: str
     layers: tuple[torch.nn.Module, ...]
     prefix: int
     templates: tuple[int, ...]
-    first_past: int
+    inputs: tuple[tuple[int, ...], ...]
+    outputs: tuple[tuple[int, ...], ...]
+    kinds: tuple[str, ...]
+    first_template: int = 1
 
     def template(self, layer: int) -> int:
         return self.templates[layer - self.prefix]
@@ -81,28 +94,61 @@ class LayerPlan:
         return f"{ROOT}.{self.path}.{layer}"
 
 
-def plan_layers(model: torch.nn.Module, num_layers: int, first_past: int) -> LayerPlan | None:
+def plan_layers(
+    model: torch.nn.Module,
+    num_layers: int,
+    first_past: int | None = None,
+    *,
+    path: str | None = None,
+    own: Callable[[int], tuple[tuple[int, ...], tuple[int, ...]]] | None = None,
+    differs: Callable[[int], object] | None = None,
+    hidden_only: bool = False,
+) -> LayerPlan | None:
     """The plan for ``model``'s ``num_layers`` layers, or ``None`` when capturing them all costs
-    no more (no layer list found, or no layer after the prefix)."""
-    found = _layer_list(model, num_layers)
+    no more (no layer list found, or no layer after the prefix).
+
+    ``path``: the layer list's attribute path (default: the largest list of ``num_layers``).
+    Each layer's own graph inputs and outputs, by index: a decoder's past key and value from
+    ``first_past`` (layer ``i``'s at ``first_past + 2 * i`` and ``+ 1``; its present key and
+    value are outputs ``1 + 2 * i`` and ``2 + 2 * i``), else ``own(i)`` returns ``(inputs,
+    outputs)`` (default: none). ``differs(i)``: what the model's own code does differently for
+    layer ``i`` beyond the layer's structure (layers it tells apart are of different kinds).
+    ``hidden_only``: each layer reads nothing of the layers before it but the hidden state, so
+    layer 0 may be a template (one layer of a kind is captured, not two)."""
+    found = _layer_list(model, num_layers, path)
     if found is None:
         return None
     path, layers = found
-    kinds = [_fingerprint(layer) for layer in layers]
-    for prefix in range(2, num_layers):
-        seen = set(kinds[1:prefix])
+    if first_past is not None:
+        own = functools.partial(_keys_and_values, first_past)
+    slots = [own(index) if own is not None else ((), ()) for index in range(num_layers)]
+    kinds = [_fingerprint(layer) + (f"|{differs(index)!r}" if differs else "") for index, layer in enumerate(layers)]
+    first = 0 if hidden_only else 1
+    for prefix in range(first + 1, num_layers):
+        seen = set(kinds[first:prefix])
         if all(kind in seen for kind in kinds[prefix:]):
-            last = {kind: index for index, kind in enumerate(kinds[:prefix]) if index >= 1}
+            last = {kind: index for index, kind in enumerate(kinds[:prefix]) if index >= first}
             templates = tuple(last[kind] for kind in kinds[prefix:])
-            return LayerPlan(path, tuple(layers), prefix, templates, first_past)
+            inputs, outputs = (tuple(tuple(slot[k]) for slot in slots) for k in (0, 1))
+            return LayerPlan(path, tuple(layers), prefix, templates, inputs, outputs, tuple(kinds), first)
     return None
 
 
-def _layer_list(model: torch.nn.Module, num_layers: int) -> tuple[str, list[torch.nn.Module]] | None:
-    """The ``ModuleList`` of ``num_layers`` modules of one class holding the most parameters."""
+def _keys_and_values(first_past: int, layer: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A decoder layer's own inputs (its past key and value) and outputs (its present ones)."""
+    return (first_past + 2 * layer, first_past + 2 * layer + 1), (1 + 2 * layer, 2 + 2 * layer)
+
+
+def _layer_list(
+    model: torch.nn.Module, num_layers: int, path: str | None = None
+) -> tuple[str, list[torch.nn.Module]] | None:
+    """The ``ModuleList`` of ``num_layers`` modules of one class at ``path``, else the one holding
+    the most parameters."""
     best = None
     for name, module in model.named_modules():
         if not isinstance(module, torch.nn.ModuleList) or len(module) != num_layers or not name:
+            continue
+        if path is not None and name != path:
             continue
         if len({type(layer) for layer in module}) != 1:
             continue
@@ -151,18 +197,39 @@ def prefix_only(model: torch.nn.Module, plan: LayerPlan) -> Iterator[None]:
         setattr(parent, name, full)
 
 
+def export_repeated(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, settings: Any,
+                    plan: LayerPlan | None, what: str) -> Any:  # fmt: skip
+    """The :class:`opreg.OnnxProgram` of ``module`` (its :data:`ROOT` attribute holding the layers
+    of ``plan``), with the repeated layers captured once; all of them where ``plan`` is ``None`` or
+    the copy would not do (``what``: the model, in the log). What :func:`opreg.export` does, pack
+    faults reported."""
+    from opreg.errors import ExportError
+    from opreg.exporter import faults_reported, run_export
+
+    export = faults_reported(run_export)
+    if plan is not None:
+        try:
+            with prefix_only(getattr(module, ROOT), plan):
+                return export(module, args, kwargs, settings, rework=lambda t, _: repeat_layers(t, plan))
+        except (NotRepeatable, ExportError) as e:
+            logger.info("%s: capturing all %d layers: the first %d, copied, would not do: %s", what, len(plan.layers),
+                        plan.prefix, e)  # fmt: skip
+    return export(module, args, kwargs, settings)
+
+
 # -- copying translated layers ----------------------------------------------------------------
 
 
 @dataclasses.dataclass
 class _Layer:
     """A captured layer's nodes and how they connect: the value carried in from the layer
-    before (``None`` for layer 0), the one it passes on, its present key and value."""
+    before (``None`` for layer 0), the one it passes on, its own graph outputs (its present
+    key and value)."""
 
     nodes: list[ir.Node]
     carried_in: ir.Value | None
     carried_out: ir.Value | None
-    present: tuple[ir.Value, ir.Value]
+    present: tuple[ir.Value, ...]
 
 
 def repeat_layers(translation: Any, plan: LayerPlan, lazy: Mapping[str, Any] | None = None) -> Any:
@@ -174,8 +241,8 @@ def repeat_layers(translation: Any, plan: LayerPlan, lazy: Mapping[str, Any] | N
     hidden = _hidden_dependent(graph)
     captured = _captured_layers(translation, plan, hidden)
     kinds: dict[str, list[int]] = collections.defaultdict(list)
-    for index in range(1, plan.prefix):
-        kinds[_fingerprint(plan.layers[index])].append(index)
+    for index in range(plan.first_template, plan.prefix):
+        kinds[plan.kinds[index]].append(index)
     for first, *others in kinds.values():
         expected = _signature(captured[first], plan, first)
         for other in others:
@@ -194,11 +261,13 @@ def repeat_layers(translation: Any, plan: LayerPlan, lazy: Mapping[str, Any] | N
             graph, captured[template], plan, (template, layer), carried, weights, lazy or {}
         )
         made += nodes
-        outputs[1 + 2 * layer], outputs[2 + 2 * layer] = present
+        for index, value in zip(plan.outputs[layer], present, strict=True):
+            outputs[index] = value
     graph.insert_after(last.nodes[-1], made)
     for node, index in uses:  # the final norm reads the last layer's output
         node.replace_input_with(index, carried)
-    logger.info("captured the first %d of %d layers; the others are copies", plan.prefix, len(plan.layers))
+    logger.info("captured the first %d of %d layers; the others are copies (%s)", plan.prefix, len(plan.layers),
+                plan.path)  # fmt: skip
     return dataclasses.replace(translation, outputs=outputs, weights=frozenset(weights))
 
 
@@ -235,10 +304,10 @@ def _captured_layers(translation: Any, plan: LayerPlan, hidden: set[ir.Value]) -
             for attribute in node.attributes.values():
                 if attribute.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
                     raise NotRepeatable(f"layer {layer} holds a {node.op_type} with a subgraph")
-        carried_in = _carried_in(nodes, inside, layers[-1] if layers else None, hidden, layer)
-        present = (translation.outputs[1 + 2 * layer], translation.outputs[2 + 2 * layer])
+        carried_in = _carried_in(nodes, inside, layers[-1] if layers else None, hidden, layer, plan.first_template)
+        present = tuple(translation.outputs[index] for index in plan.outputs[layer])
         if any(not isinstance(v, ir.Value) or v.producer() not in inside for v in present):
-            raise NotRepeatable(f"layer {layer}'s present key and value are not made by its nodes")
+            raise NotRepeatable(f"layer {layer}'s own outputs (its present key and value) are not made by its nodes")
         leaving = {
             value for node in nodes for value in node.outputs
             if value in hidden and value not in present and any(user not in inside for user, _ in value.uses())
@@ -250,15 +319,25 @@ def _captured_layers(translation: Any, plan: LayerPlan, hidden: set[ir.Value]) -
 
 
 def _carried_in(
-    nodes: Sequence[ir.Node], inside: set[ir.Node], before: _Layer | None, hidden: set[ir.Value], layer: int
+    nodes: Sequence[ir.Node],
+    inside: set[ir.Node],
+    before: _Layer | None,
+    hidden: set[ir.Value],
+    layer: int,
+    first_template: int,
 ) -> ir.Value | None:
-    """The value layer ``layer`` reads from the layer before (the hidden state)."""
+    """The value layer ``layer`` reads from the layer before (the hidden state); layer 0's, the
+    hidden state it reads, only where it may be a template (``first_template`` 0)."""
     entering = {
         value for node in nodes for value in node.inputs
         if value is not None and value in hidden and value.producer() not in inside
     }  # fmt: skip
     if before is None:
-        return None
+        if first_template > 0:
+            return None
+        if len(entering) != 1:
+            raise NotRepeatable(f"layer 0 reads {len(entering)} values computed from the inputs, not 1")
+        return next(iter(entering))
     if entering != {before.carried_out}:
         raise NotRepeatable(f"layer {layer} reads {len(entering)} values computed from the tokens besides its own")
     return before.carried_out
@@ -282,7 +361,7 @@ def _signature(layer: _Layer, plan: LayerPlan, index: int) -> list[tuple]:
             elif value.is_initializer() and (value.name or "").startswith(prefix):
                 sources.append(("weight", value.name[len(prefix) :], value.dtype, str(value.shape)))
             elif value.is_graph_input():
-                sources.append(("input", _past_slot(plan, value, index)))
+                sources.append(("input", _input_slot(plan, value, index)))
             else:
                 sources.append(("shared", id(value)))
         attributes = sorted((a.name, repr(a.value)) for a in node.attributes.values())
@@ -290,12 +369,12 @@ def _signature(layer: _Layer, plan: LayerPlan, index: int) -> list[tuple]:
     return rows
 
 
-def _past_slot(plan: LayerPlan, value: ir.Value, layer: int) -> Any:
-    """``"key"``/``"value"`` for the layer's own past inputs, else the input itself (shared)."""
-    graph = value.graph
-    index = list(graph.inputs).index(value)
-    own = plan.first_past + 2 * layer
-    return {own: "key", own + 1: "value"}.get(index, ("shared", index))
+def _input_slot(plan: LayerPlan, value: ir.Value, layer: int) -> Any:
+    """``("own", k)`` for the layer's own ``k``-th input (its past key, value), else the input
+    itself (shared)."""
+    index = list(value.graph.inputs).index(value)
+    own = plan.inputs[layer]
+    return ("own", own.index(index)) if index in own else ("shared", index)
 
 
 def _copy(
@@ -306,17 +385,14 @@ def _copy(
     carried: ir.Value,
     weights: set[str],
     lazy: Mapping[str, Any],
-) -> tuple[list[ir.Node], ir.Value, tuple[ir.Value, ir.Value]]:
+) -> tuple[list[ir.Node], ir.Value, tuple[ir.Value, ...]]:
     """Layer ``layer``'s nodes, copied from captured layer ``source`` (``layers``): the nodes, the
-    value it passes on, its present key and value."""
+    value it passes on, its own outputs (present key and value)."""
     source, layer = layers
     inputs = list(graph.inputs)
-    own = plan.first_past + 2 * source
-    mapping: dict[ir.Value, ir.Value] = {
-        template.carried_in: carried,
-        inputs[own]: inputs[plan.first_past + 2 * layer],
-        inputs[own + 1]: inputs[plan.first_past + 2 * layer + 1],
-    }
+    mapping: dict[ir.Value, ir.Value] = {template.carried_in: carried}
+    for theirs, mine in zip(plan.inputs[source], plan.inputs[layer], strict=True):
+        mapping[inputs[theirs]] = inputs[mine]
     old_scope, new_scope = plan.scope(source), plan.scope(layer)
     made = []
     for node in template.nodes:
@@ -344,8 +420,7 @@ def _copy(
             new.type, new.shape = old.type, old.shape
             mapping[old] = new
         made.append(copy)
-    present = (mapping[template.present[0]], mapping[template.present[1]])
-    return made, mapping[template.carried_out], present
+    return made, mapping[template.carried_out], tuple(mapping[value] for value in template.present)
 
 
 def _weight(

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError
-from opreg.exporter import OnnxProgram, OutputCheck, export
+from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
-from opreg.llm import LAYOUT, _families, _weights
+from opreg.llm import LAYOUT, _families, _layers, _weights
 from opreg.llm._cache import past_layer_class
 from opreg.llm._decoder import (
     BATCH,
@@ -265,9 +265,13 @@ def export_vision(
 
 def _export_vision(model: Any, architecture: Any, settings: ExportSettings) -> OnnxProgram:
     example, dims, names, output_dims = architecture.vision_example(model)
-    program = export(
-        VisionStep(model, architecture).eval(), example, settings=dataclasses.replace(settings, dynamic_shapes=dims)
+    layers = architecture.vision_layers(model)
+    plan = (
+        None if layers is None else _layers.plan_layers(model, layers.count, path=layers.path, differs=layers.differs)
     )
+    step = VisionStep(model, architecture).eval()
+    settings = dataclasses.replace(settings, dynamic_shapes=dims)
+    program = _layers.export_repeated(step, example, None, settings, plan, "the vision encoder")
     program.rename(dict(zip(program.input_names, names, strict=True)))
     program.rename({program.output_names[0]: "image_features"})
     graph = program.model.graph
@@ -323,8 +327,12 @@ def _export_decoder(
     reads_ids = architecture.reads_input_ids
     if not reads_ids:
         del dims["input_ids"]
-    program = export_shaped(
-        step, (embeds, mask, positions, cache), settings, dims, {"input_ids": ids} if reads_ids else {}
+    # the past keys and values follow the embeddings, the mask and the positions
+    plan = _layers.plan_layers(model, layout.num_layers, 3, path=architecture.text_layers)
+    settings = dataclasses.replace(settings, dynamic_shapes=dims)
+    example = (embeds, mask, positions, cache)
+    program = _layers.export_repeated(
+        step, example, {"input_ids": ids} if reads_ids else {}, settings, plan, "the decoder"
     )
     past_names = [name for name in layout.input_names if name.startswith("past_key_values.")]
     names = ["inputs_embeds", LAYOUT["attention_mask"], LAYOUT["position_ids"], *past_names]

@@ -8,6 +8,8 @@ same layout and run by :meth:`opreg.llm.VisionLanguage.generate` (GenAI has no p
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,6 +21,22 @@ RESAMPLE = {2: "LINEAR", 3: "CUBIC"}
 """PIL's resampling filters (``Image.Resampling``) as ONNX Runtime Extensions' ``Resize`` names them."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Layers:
+    """A vision encoder's repeated layers, which the export captures once (:mod:`opreg.llm._layers`).
+
+    Fields:
+        path: the layer list's attribute path in the transformers model.
+        count: how many layers it holds.
+        differs: what the encoder's own code does differently for layer ``i`` (``None``: nothing;
+            Qwen2.5-VL's full-attention blocks read other spans than its window blocks).
+    """
+
+    path: str
+    count: int
+    differs: Callable[[int], object] | None = None
+
+
 class Architecture:
     """The base: an architecture whose vision encoder takes ``pixel_values`` ``[num_images, 3,
     height, width]`` of one fixed size and returns ``[num_images, tokens, hidden]``, and whose
@@ -26,6 +44,8 @@ class Architecture:
 
     model_types: tuple[str, ...] = ()
     genai_type: str | None = None
+    text_layers = "model.language_model.layers"
+    """The language model's layer list (:mod:`opreg.llm._layers` captures its repeated layers once)."""
     reads_input_ids = False
     """Whether the decoder reads the token ids besides their embeddings."""
     vision_input_dims: tuple[tuple[str | None, ...], ...] = ((NUM_IMAGES, None, None, None),)
@@ -55,6 +75,10 @@ class Architecture:
 
     def image_size(self, model: Any) -> int:
         return int(model.config.vision_config.image_size)
+
+    def vision_layers(self, model: Any) -> Layers | None:
+        """The vision encoder's repeated layers, or ``None`` to capture the encoder whole."""
+        return None
 
     def vision_example(self, model: Any) -> tuple[tuple, Any, list[str], tuple]:
         """The encoder's example inputs, dynamic shapes, input names and output dim names."""
@@ -152,6 +176,9 @@ class Gemma3(Architecture):
 
     def forward_pixels(self, model: Any, input_ids: torch.Tensor, pixels: tuple[torch.Tensor, ...]) -> dict[str, Any]:
         return {"pixel_values": pixels[0], **self.decoder_options(model, input_ids)}
+
+    def vision_layers(self, model: Any) -> Layers | None:
+        return Layers("model.vision_tower.encoder.layers", int(model.config.vision_config.num_hidden_layers))
 
     def check(self, model: Any) -> None:
         if int(model.config.mm_tokens_per_image) != self.GENAI_IMAGE_TOKENS:

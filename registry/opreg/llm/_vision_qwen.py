@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opreg.llm._vision_models import IMAGE_TOKENS, Architecture, recipe, resample
+from opreg.llm._vision_models import IMAGE_TOKENS, Architecture, Layers, recipe, resample
 
 SPAN_ATTENTION = "opreg_flash_spans"
 """The name :func:`span_attention` is registered under while the encoder is captured (``flash`` in
@@ -102,6 +102,12 @@ class Qwen25VL(Architecture):
         finally:
             config._attn_implementation = before
             del ALL_ATTENTION_FUNCTIONS[SPAN_ATTENTION]
+
+    def vision_layers(self, model: Any) -> Layers:
+        """The blocks; the full-attention ones attend within the image, the others within windows."""
+        vision = model.config.vision_config
+        full = frozenset(int(i) for i in vision.fullatt_block_indexes)
+        return Layers("model.visual.blocks", int(vision.depth), full.__contains__)
 
     def _patch(self, model: Any) -> tuple[int, int]:
         vision = model.config.vision_config

@@ -17,6 +17,7 @@ projecting the encoder's output again).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -28,7 +29,7 @@ from opreg.errors import ExportError, InvalidArgumentError
 from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output
-from opreg.llm import _families, _weights
+from opreg.llm import _families, _layers, _weights
 from opreg.llm._cache import past_layer_class
 from opreg.llm._decoder import (
     BATCH,
@@ -38,7 +39,6 @@ from opreg.llm._decoder import (
     checked,
     compare_all,
     evaluating,
-    export_shaped,
     layer_names,
     past_cache,
     presents,
@@ -366,7 +366,9 @@ def _export_encoder(model: Any, layout: WhisperLayout, settings: ExportSettings)
     """The encoder, batch dynamic (the frames are fixed: Whisper's encoder takes 30 s)."""
     features = torch.randn(EXAMPLE[0], layout.num_mel_bins, layout.num_frames, dtype=layout.dtype)
     dims = {"audio_features": {0: torch.export.Dim(BATCH)}}
-    program = export_shaped(EncoderStep(model).eval(), (features,), settings, dims)
+    plan = _layers.plan_layers(model, layout.encoder_layers, path="model.encoder.layers", hidden_only=True)
+    settings = dataclasses.replace(settings, dynamic_shapes=dims)
+    program = _layers.export_repeated(EncoderStep(model).eval(), (features,), None, settings, plan, "the encoder")
     program.rename({program.input_names[0]: WHISPER_LAYOUT["audio_features"]})
     program.rename(dict(zip(program.output_names, layout.encoder_output_names, strict=True)))
     graph = program.model.graph
@@ -390,7 +392,11 @@ def _export_decoder(model: Any, layout: WhisperLayout, context_length: int, sett
     }
     ids = torch.randint(0, layout.vocab_size, (batch, length))
     example = (ids, layout.cache(batch, past), layout.cache(batch, layout.num_frames // 2))
-    program = export_shaped(DecoderStep(model, layout.num_layers).eval(), example, settings, dims)
+    own = functools.partial(_decoder_slots, layout.num_layers)
+    plan = _layers.plan_layers(model, layout.num_layers, path="model.decoder.layers", own=own, hidden_only=True)
+    step = DecoderStep(model, layout.num_layers).eval()
+    settings = dataclasses.replace(settings, dynamic_shapes=dims)
+    program = _layers.export_repeated(step, example, None, settings, plan, "the decoder")
     program.rename(dict(zip(program.input_names, layout.decoder_input_names, strict=True)))
     program.rename(dict(zip(program.output_names, layout.decoder_output_names, strict=True)))
     graph = program.model.graph
@@ -402,3 +408,11 @@ def _export_decoder(model: Any, layout: WhisperLayout, context_length: int, sett
     for value in graph.outputs[1:]:
         set_dims(value, (BATCH, None, TOTAL, None))
     return program
+
+
+def _decoder_slots(num_layers: int, layer: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Decoder layer ``layer``'s own inputs (its past key and value, its cross-attention key and
+    value) and outputs (its present key and value), by index: the inputs are ``input_ids``, every
+    layer's past, every layer's cross-attention (:attr:`WhisperLayout.decoder_input_names`)."""
+    past, cross = 1 + 2 * layer, 1 + 2 * num_layers + 2 * layer
+    return (past, past + 1, cross, cross + 1), (1 + 2 * layer, 2 + 2 * layer)
