@@ -148,27 +148,19 @@ def test_building_the_parser_imports_nothing_heavy():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_the_console_script_keeps_the_collector_as_a_one_shot_process_and_a_call_with_argv_leaves_it(
-    capsys, monkeypatch
-):
-    """``main()`` (the opreg script's call, the process's own command line) runs the command with a
-    full collection every FULL_EVERY middle ones and freezes the heap before the exit; ``main(argv)``
-    (a caller's process) leaves the collector as it was."""
+def test_a_command_runs_with_the_collector_quiet_and_leaves_it_as_it_was(capsys, monkeypatch):
+    """A command runs with a full collection every FULL_EVERY middle ones (``opreg._heap.quiet``);
+    after it, the caller's collector is as it was (the exit freeze is the script's:
+    test_heap.py::test_the_opreg_command_freezes_its_objects_before_the_process_exits)."""
     import gc
 
     from opreg._heap import FULL_EVERY
 
     thresholds = gc.get_threshold()
     assert gc.get_freeze_count() == 0 and thresholds[2] < FULL_EVERY
-    try:
-        assert main(["plugins", "--json"]) == 0
-        assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
-        seen = []
-        monkeypatch.setattr(sys, "argv", ["opreg", "plugins", "--json"])
-        monkeypatch.setattr(cli_plugins, "run", lambda args: seen.append(gc.get_threshold()[2]) or 0)
-        assert main() == 0
-        assert seen == [FULL_EVERY] and gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
+    seen = []
+    monkeypatch.setattr(cli_plugins, "run", lambda args: seen.append(gc.get_threshold()[2]) or 0)
+    assert main(["plugins", "--json"]) == 0
+    assert seen == [FULL_EVERY]
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
     capsys.readouterr()

@@ -16,12 +16,11 @@ A command's module imports what is heavy (torch, the registry, rich) inside ``ru
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import signal
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from opreg import _heap
 from opreg.cli import check, explain, export, inspect, llm, new_pack, ops, pack_check, plugins
@@ -77,41 +76,10 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv`` (default: the process's own command line, ``sys.argv[1:]``) and
-    return its exit code. Without ``argv``, as the ``opreg`` script and ``python -m opreg`` call
-    it, the command is the process's whole life, and its heap is kept as a short-lived process's
-    (:func:`_one_shot_heap`)."""
-    if argv is not None:
-        return _run(argv)
-    with _one_shot_heap():
-        return _run(argv)
-
-
-@contextlib.contextmanager
-def _one_shot_heap() -> Iterator[None]:
-    """Python's cyclic collector for a process that exits after the block (measured on ``opreg llm
-    export`` of a small Whisper, bench/whisper.py: 8.2 s of CPU before, 5.5 s after):
-
-    - a full collection waits for :data:`opreg._heap.FULL_EVERY` collections of the middle
-      generation (Python's default is 10), as it does while an export runs: importing torch,
-      transformers and the packs and loading a model walked the growing heap in full 4 times;
-    - after the block, every object alive is frozen (``gc.freeze``): at exit the interpreter
-      collects the modules' cycles, which took 1.3-1.9 s of CPU with torch, transformers and sympy
-      imported; frozen, they are left to the operating system. Exit handlers run as before.
-
-    A process that turned the collector off or froze objects of its own is left as it is."""
-    import gc
-
-    from opreg._heap import FULL_EVERY
-
-    if not gc.isenabled() or gc.get_freeze_count():
-        yield
-        return
-    young, middle, full = gc.get_threshold()
-    gc.set_threshold(young, middle, max(full, FULL_EVERY))
-    try:
-        yield
-    finally:
-        gc.freeze()
+    return its exit code. The collector stays off what the command imports and builds while it runs
+    (:func:`opreg._heap.quiet`) and is as it was after; the ``opreg`` script (:func:`script`) also
+    leaves the process's objects frozen for its exit."""
+    return _run(argv)
 
 
 def _run(argv: Sequence[str] | None) -> int:
