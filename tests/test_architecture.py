@@ -383,7 +383,6 @@ MAX_MODULE_LINES = 600
 """No module of the framework (``registry/opreg``) is longer: a longer one holds more than one concern."""
 LONG_MODULES: dict[str, tuple[int, str]] = {
     "exporter/_translate.py": (697, "the translator and its scopes for control flow's subgraphs"),
-    "plugins.py": (711, "discovery, per-pack isolation, the host's build: issue 40's registry/host split"),
     "testing/_kit.py": (940, "the conformance kit's checks, one function each (+67 in issue 39)"),
 }  # fmt: skip
 """The framework modules over :data:`MAX_MODULE_LINES` today: ``path in registry/opreg -> (the size

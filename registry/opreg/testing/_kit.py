@@ -436,7 +436,7 @@ def _hook_arguments(hook: str, pack: str, registry: Registry) -> dict[str, Any]:
 
 
 def _check_hooks(registry: Registry, pack: str, impls: Sequence[Impl], found: _HookResults) -> list[CheckResult]:
-    hooks = registry.host.packs
+    hooks = plugins.host_of(registry).packs
     rows = []
     for hook in hooks.implemented(pack):
         try:  # the hook's contract (opreg.hookspecs.CONTRACTS), as the loader and the exporter check it
@@ -768,13 +768,13 @@ def _check_rewrites(
     """The rows, and the rules (``rewrite pack:rule``) with no sample."""
     from opreg.exporter._rewrite import HOOK
 
-    if HOOK not in registry.host.packs.implemented(pack):
+    if HOOK not in plugins.host_of(registry).packs.implemented(pack):
         return [CheckResult(REWRITES, pack, "", PASSED, "the pack contributes no rewrite rules")], []
     rows: list[CheckResult] = []
     offered: dict[str, list[Any]] = {}
     for target in targets:
         try:
-            for _item, names in registry.host.packs.call_pack(pack, HOOK, target=target).value:
+            for _item, names in plugins.host_of(registry).packs.call_pack(pack, HOOK, target=target).value:
                 for name in names:
                     offered.setdefault(name, []).append(target)
         except HookError as e:
@@ -848,9 +848,9 @@ def _check_patches(registry: Registry, pack: str, found: _HookResults) -> tuple[
     """The rows, and the patches (``patch pack:name``) with no sample."""
     from opreg import patching
 
-    if patching.HOOK not in registry.host.packs.implemented(pack):
+    if patching.HOOK not in plugins.host_of(registry).packs.implemented(pack):
         return [CheckResult(PATCHES, pack, "", PASSED, "the pack offers no capture patches")], []
-    offer = patching.offered(registry.host, registry.capture_patches())
+    offer = patching.offered(plugins.host_of(registry), registry.capture_patches())
     rows = [CheckResult(PATCHES, pack, "", FAILED, p.detail) for p in offer.problems if p.pack == pack]
     offered = [(p, patch) for p, patch in offer.patches if p == pack]
     names = {patch.name for _, patch in offered}
