@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opreg import discovery
+from opreg import _opsets, discovery
 from opreg.discovery import (
     AUTOLOAD_ENV,
     ENTRY_POINT_GROUP,
@@ -163,33 +163,34 @@ def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared,
     unsupported: list[tuple[OpName, str, str]] = []
     loaded_plugins: dict[str, Any] = {}
     seen: dict[str, str] = {}
-    for found in discovered():
-        name = found.name
-        base = PackReport(name, found.distribution, found.version, found.entry_point.value, DISABLED)
-        if name in seen:
-            reason = f"pack name {name!r} is already taken by {seen[name]}"
-            warn_once(name, reason)
-            reports.append(dataclasses.replace(base, status=FAILED, reason=reason))
-            continue
-        seen[name] = base.distribution
-        reason = selection_reason(name, selection.plugins, selection.exclude)
-        if reason is not None:
-            reports.append(dataclasses.replace(base, reason=reason))
-            continue
-        loaded = load_one(pm, found, base)
-        if loaded.registrar is None:
-            reports.append(loaded.report)
-            continue
-        taken = {**{n: "opreg" for n in BUILTIN_PROFILES}, **{n: p for n, _, p in profiles}}
-        report, accepted = settle(loaded, taken)
-        reports.append(report)
-        if report.status != LOADED:
-            pm.unregister(loaded.plugin)
-            continue
-        loaded_plugins[name] = loaded.plugin
-        impls += loaded.registrar.impls
-        profiles += accepted
-        unsupported += [(op, name, why) for op, why in loaded.registrar.declined.items()]
+    with _opsets.reading():  # the helpers the packs' impls share are read once
+        for found in discovered():
+            name = found.name
+            base = PackReport(name, found.distribution, found.version, found.entry_point.value, DISABLED)
+            if name in seen:
+                reason = f"pack name {name!r} is already taken by {seen[name]}"
+                warn_once(name, reason)
+                reports.append(dataclasses.replace(base, status=FAILED, reason=reason))
+                continue
+            seen[name] = base.distribution
+            reason = selection_reason(name, selection.plugins, selection.exclude)
+            if reason is not None:
+                reports.append(dataclasses.replace(base, reason=reason))
+                continue
+            loaded = load_one(pm, found, base)
+            if loaded.registrar is None:
+                reports.append(loaded.report)
+                continue
+            taken = {**{n: "opreg" for n in BUILTIN_PROFILES}, **{n: p for n, _, p in profiles}}
+            report, accepted = settle(loaded, taken)
+            reports.append(report)
+            if report.status != LOADED:
+                pm.unregister(loaded.plugin)
+                continue
+            loaded_plugins[name] = loaded.plugin
+            impls += loaded.registrar.impls
+            profiles += accepted
+            unsupported += [(op, name, why) for op, why in loaded.registrar.declined.items()]
 
     reports = [dataclasses.replace(r, hooks=_hooks_of(pm, loaded_plugins.get(r.name))) for r in reports]
     declared = Declared(tuple(reports), tuple(impls), tuple(profiles), tuple(unsupported))
