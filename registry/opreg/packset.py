@@ -41,8 +41,8 @@ __all__ = [
 class PackSet:
     """The reports of every discovered pack, and the hooks of the loaded ones.
 
-    Iterating gives the :class:`~opreg.pluginapi.PackReport` s in load order. A hand-built
-    registry has the empty set: no reports, and no hook answers.
+    Iterating gives the :class:`~opreg.pluginapi.PackReport` s in load order. The host of a
+    registry built by hand has the empty set: no reports, and no hook answers.
 
     Attributes:
         strict: a hook that raises or breaks its contract raises :class:`~opreg.pluginapi.HookError`
