@@ -155,14 +155,18 @@ def _stub(op: OpSpec) -> str:
 
 
 def runtime(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], domain: str) -> str:
+    """``runtime.py``: the ONNX ops' schemas, a reference kernel per op (running the torch op) and the
+    ops' definitions in standard ONNX."""
+    kernels = "".join(_kernel(op) for op in ops)
+    return _runtime_schemas(package, ops, domain) + _runtime_torch(package) + kernels + _runtime_functions(package, ops)
+
+
+def _runtime_schemas(package: str, ops: Sequence[OpSpec], domain: str) -> str:
     types = "".join(f'\n    "tensor({t})",' for t in TENSOR_TYPES) + "\n"
     listed = "".join(_schema(op) for op in ops)
     names = ", ".join(f'"{op.onnx_name}"' for op in ops) + ("," if len(ops) == 1 else "")
-    kernels = "".join(_kernel(op) for op in ops)
-    kernel_names = ", ".join(op.onnx_name for op in ops)
-    return (
-        code(
-            f'''
+    return code(
+        f'''
         """The pack's own ONNX ops (domain ``{domain}``), beside the impls that emit them: their
         schemas, so ONNX's checker and shape inference know them; reference kernels, what
         ``verify`` runs where ONNX Runtime has no kernel for them; and their definitions in
@@ -207,8 +211,14 @@ def runtime(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], d
 
         def _attribute(name: str, kind: str, required: bool) -> Any:
             return OpSchema.Attribute(name, getattr(OpSchema.AttrType, kind), "", required=required)
+    ''',
+        TYPES=types,
+        SCHEMAS=listed,
+    )
 
 
+def _runtime_torch(package: str) -> str:
+    return block(f'''
         def _torch(op: str, *args: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
             """Run torch op ``op`` on a kernel's inputs (numpy arrays) and attributes: the reference
             kernels below define the pack's ONNX ops as the torch ops they stand for."""
@@ -228,12 +238,12 @@ def runtime(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], d
 
             result = function(*map(value, args), **{{k: value(v) for k, v in kwargs.items()}})
             return tuple(r.numpy() for r in (result if isinstance(result, tuple) else (result,)))
-    ''',
-            TYPES=types,
-            SCHEMAS=listed,
-        )
-        + kernels
-        + block(f'''
+    ''')
+
+
+def _runtime_functions(package: str, ops: Sequence[OpSpec]) -> str:
+    kernel_names = ", ".join(op.onnx_name for op in ops)
+    return block(f'''
         def reference_kernels() -> list[type[OpRun]]:
             return [{kernel_names}]
 
@@ -248,7 +258,6 @@ def runtime(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], d
             found = [getattr(impls, name, None) for name in OPS]
             return [f for f in found if isinstance(f, onnxscript.OnnxFunction) and f.opset.domain == DOMAIN]
     ''')
-    )
 
 
 def _schema(op: OpSpec) -> str:

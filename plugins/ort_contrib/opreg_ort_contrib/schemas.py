@@ -176,7 +176,11 @@ def _unary(name: str, doc: str, *, optional_bias: bool = False, attributes=()):
 
 def _attention_schemas() -> list:
     t = [("T", _ATTENTION_FLOATS, "floating point tensors"), ("M", ["tensor(int32)"], "masks and lengths")]
-    mha = _schema(
+    return [_multi_head_attention_schema(t), _group_query_attention_schema(t), _packed_attention_schema(t)]
+
+
+def _multi_head_attention_schema(t: list):
+    return _schema(
         "MultiHeadAttention",
         "Multi-head self or cross attention on (batch, sequence, hidden) inputs (onnxruntime contrib).",
         [
@@ -203,7 +207,10 @@ def _attention_schemas() -> list:
         ],
         _attention_output,
     )
-    gqa = _schema(
+
+
+def _group_query_attention_schema(t: list):
+    return _schema(
         "GroupQueryAttention",
         "Attention with fewer key/value heads than query heads (onnxruntime contrib).",
         [
@@ -243,7 +250,10 @@ def _attention_schemas() -> list:
         ],
         _group_query_attention_output,
     )
-    packed = _schema(
+
+
+def _packed_attention_schema(t: list):
+    return _schema(
         "Attention",
         "Self attention with the q, k, v projections packed into one weight (onnxruntime contrib).",
         [
@@ -265,7 +275,6 @@ def _attention_schemas() -> list:
         ],
         _packed_attention_output,
     )
-    return [mha, gqa, packed]
 
 
 def _normalization_schemas() -> list:

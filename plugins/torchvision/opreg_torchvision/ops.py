@@ -477,6 +477,33 @@ def torchvision_deform_conv2d(
     out_h = op18.Squeeze(op18.Shape(offset, start=2, end=3), [0])
     out_w = op18.Squeeze(op18.Shape(offset, start=3, end=4), [0])
     zero, one = op18.Constant(value_int=0), op18.Constant(value_int=1)
+    y, x = _deform_positions(data, offset, batch, (out_h, out_w), (stride_h, stride_w), (pad_h, pad_w),
+                             (dilation_h, dilation_w), (kernel_h, kernel_w), offset_groups, zero, one)  # fmt: skip
+    per_group = static_channels // int(offset_groups)
+    sampled = _deform_sampled(data, offset, (batch, channels, height, width), y, x, per_group, taps, offset_groups,
+                              zero, one)  # fmt: skip
+    if use_mask:
+        masks = op18.Reshape(op18.CastLike(mask, data), op18.Concat(
+            op18.Reshape(batch, [1]), [int(offset_groups), 1, taps], op18.Shape(offset, start=2), axis=0))  # fmt: skip
+        sampled = op18.Mul(sampled, masks)
+    # grouped convolution as MatMul: (groups, O/groups, C/groups*T) @ (B, groups, C/groups*T, oh*ow)
+    columns = op18.Reshape(sampled, op18.Concat(op18.Reshape(batch, [1]), [int(groups), -1], op18.Reshape(
+        op18.Mul(out_h, out_w), [1]), axis=0))  # fmt: skip
+    kernels = op18.Reshape(op18.CastLike(weight, data), [int(groups), -1, (static_channels // int(groups)) * taps])
+    out = op18.MatMul(kernels, columns)  # (B, groups, O/groups, oh*ow)
+    out = op18.Reshape(out, op18.Concat(op18.Reshape(batch, [1]), [-1], op18.Shape(offset, start=2), axis=0))
+    out = op18.Add(out, op18.Reshape(op18.CastLike(bias, data), [1, -1, 1, 1]))
+    return _like(out, input)
+
+
+def _deform_positions(data: Tensor, offset: Tensor, batch: Tensor, out_size: tuple, stride: tuple, pad: tuple,
+                      dilation: tuple, kernel: tuple[int, int], offset_groups: int, zero: Tensor,
+                      one: Tensor) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """Where each kernel tap samples, its offsets added: rows and columns, (B, G, T, oh, ow), fractional
+    (``out_size``, ``stride``, ``pad``, ``dilation`` and ``kernel`` are (h, w) pairs)."""
+    (out_h, out_w), (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w) = out_size, stride, pad, dilation
+    kernel_h, kernel_w = kernel
+    taps = kernel_h * kernel_w
     # base positions: (out_y * stride - pad) + i * dilation, for each tap (T) and output row / column
     rows = op18.Cast(op18.Sub(op18.Mul(op18.Range(zero, out_h, one), op18.Constant(value_int=int(stride_h))),
                               op18.Constant(value_int=int(pad_h))), to=data.dtype)  # fmt: skip
@@ -491,6 +518,15 @@ def torchvision_deform_conv2d(
         op18.Reshape(batch, [1]), [int(offset_groups), taps, 2], op18.Shape(offset, start=2), axis=0))  # fmt: skip
     y = op18.Add(op18.Squeeze(op18.Slice(shifts, [0], [1], [3]), [3]), base_y)  # (B, G, T, oh, ow)
     x = op18.Add(op18.Squeeze(op18.Slice(shifts, [1], [2], [3]), [3]), base_x)
+    return y, x
+
+
+def _deform_sampled(data: Tensor, offset: Tensor, dims: tuple, y: Tensor, x: Tensor, per_group: int, taps: int,
+                    offset_groups: int, zero: Tensor, one: Tensor) -> Tensor:  # fmt: skip
+    """Each channel sampled bilinearly at its offset group's positions ``y``, ``x`` (zero outside the
+    image, as torchvision's ``bilinear_interpolate``): (B, G, C/G, T, oh, ow); ``dims`` are the input's
+    (batch, channels, height, width)."""
+    batch, channels, height, width = dims
     height_f, width_f = op18.CastLike(height, data), op18.CastLike(width, data)
     minus_one = _scalar(-1.0, data)
     inside = op18.And(op18.And(op18.Greater(y, minus_one), op18.Less(y, height_f)),
@@ -501,7 +537,6 @@ def torchvision_deform_conv2d(
     y_low, x_low = op18.Cast(y_low, to=INT64), op18.Cast(x_low, to=INT64)
     y_high, x_high = op18.Add(y_low, one), op18.Add(x_low, one)
     flat = op18.Reshape(data, op18.Concat(op18.Reshape(batch, [1]), op18.Reshape(channels, [1]), [-1], axis=0))
-    per_group = static_channels // int(offset_groups)
     sampled = None
     for row, col, weight_value in ((y_low, x_low, op18.Mul(hy, hx)), (y_low, x_high, op18.Mul(hy, lx)),
                                    (y_high, x_low, op18.Mul(ly, hx)), (y_high, x_high, op18.Mul(ly, lx))):  # fmt: skip
@@ -523,15 +558,4 @@ def torchvision_deform_conv2d(
         sampled = term if sampled is None else op18.Add(sampled, term)
     assert sampled is not None
     sampled = op18.Where(op18.Unsqueeze(inside, [2]), sampled, _scalar(0.0, sampled))  # (B, G, C/G, T, oh, ow)
-    if use_mask:
-        masks = op18.Reshape(op18.CastLike(mask, data), op18.Concat(
-            op18.Reshape(batch, [1]), [int(offset_groups), 1, taps], op18.Shape(offset, start=2), axis=0))  # fmt: skip
-        sampled = op18.Mul(sampled, masks)
-    # grouped convolution as MatMul: (groups, O/groups, C/groups*T) @ (B, groups, C/groups*T, oh*ow)
-    columns = op18.Reshape(sampled, op18.Concat(op18.Reshape(batch, [1]), [int(groups), -1], op18.Reshape(
-        op18.Mul(out_h, out_w), [1]), axis=0))  # fmt: skip
-    kernels = op18.Reshape(op18.CastLike(weight, data), [int(groups), -1, (static_channels // int(groups)) * taps])
-    out = op18.MatMul(kernels, columns)  # (B, groups, O/groups, oh*ow)
-    out = op18.Reshape(out, op18.Concat(op18.Reshape(batch, [1]), [-1], op18.Shape(offset, start=2), axis=0))
-    out = op18.Add(out, op18.Reshape(op18.CastLike(bias, data), [1, -1, 1, 1]))
-    return _like(out, input)
+    return sampled

@@ -7,10 +7,8 @@ names them after ``forward``'s parameters and their pytree paths).
 
 It is re-entrant: the subgraphs of higher-order ops are translated by the
 same code, with the same plan, registry and target, each in a scope of its
-own. ``torch.cond`` becomes ``If`` (the branches read the operands from the
-enclosing graph), ``while_loop`` becomes ``Loop``, ``scan`` and ``map``
-become ``Scan``; context-only HOPs (no-grad, autocast off) and
-``invoke_subgraph`` are translated in place, through their bodies.
+own (:mod:`opreg.exporter._control_flow`, the translator's base); what an impl
+returns is checked against torch's meta value (:mod:`opreg.exporter._results`).
 """
 
 from __future__ import annotations
@@ -28,10 +26,12 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from opreg.errors import ExportError, WeightsError
 from opreg.exporter import _nodes, _state
+from opreg.exporter._control_flow import ControlFlow, Scope
 from opreg.exporter._memo import MEMO_PACKS, Memo
 from opreg.exporter._nodes import Trace, trace_of
 from opreg.exporter._plan import Call, Plan
 from opreg.exporter._recorder import GraphRecorder, missing_schema, schema_hint
+from opreg.exporter._results import call_site, check_result, check_returned, dtype_of, scalar_dtype
 from opreg.registry import Impl
 from opreg.targets import Target
 from opreg.values import COMPLEX_KEY
@@ -70,17 +70,7 @@ class Translation:
     traces: dict[str, Trace] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass
-class _Scope:
-    """One graph being translated: its FX values, the recorder of its ONNX graph, and the
-    outermost higher-order op node it sits in (where its nodes came from, when they lack it)."""
-
-    recorder: GraphRecorder
-    values: dict[torch.fx.Node, Any] = dataclasses.field(default_factory=dict)
-    outer: torch.fx.Node | None = None
-
-
-class Translator:
+class Translator(ControlFlow):
     """Translates one planned ``ExportedProgram``, subgraphs included."""
 
     def __init__(
@@ -110,7 +100,7 @@ class Translator:
 
     def run(self) -> Translation:
         graph = self.main_graph = ir.Graph([], [], nodes=[], name="main_graph")
-        scope = _Scope(GraphRecorder(graph, self.target.onnx))
+        scope = Scope(GraphRecorder(graph, self.target.onnx))
         input_names, state_inputs = self._inputs(scope)
         results = self._walk(scope, self.program.graph)
         specs = self.program.graph_signature.output_specs
@@ -182,7 +172,7 @@ class Translator:
 
     # -- inputs ------------------------------------------------------------------------
 
-    def _inputs(self, scope: _Scope) -> tuple[list[str], dict[str, str]]:
+    def _inputs(self, scope: Scope) -> tuple[list[str], dict[str, str]]:
         """Bind the placeholders; returns the user inputs' names and, with ``state_io``, the
         input name of each mutated buffer (graph inputs after the user's)."""
         specs = {s.arg.name: s for s in self.program.graph_signature.input_specs if hasattr(s.arg, "name")}
@@ -252,7 +242,7 @@ class Translator:
 
     # -- walking a graph ------------------------------------------------------------------
 
-    def _walk(self, scope: _Scope, graph: torch.fx.Graph) -> list[Any]:
+    def _walk(self, scope: Scope, graph: torch.fx.Graph) -> list[Any]:
         """Translate ``graph``'s nodes into ``scope`` (its placeholders already bound);
         returns the values of its outputs."""
         with onnxscript.evaluator.default_as(scope.recorder):
@@ -265,10 +255,10 @@ class Translator:
                     return [self._value(scope, value) for value in results]
         raise ExportError(f"graph {graph} has no output node")
 
-    def _value(self, scope: _Scope, value: Any) -> Any:
+    def _value(self, scope: Scope, value: Any) -> Any:
         return scope.values[value] if isinstance(value, torch.fx.Node) else value
 
-    def _call(self, scope: _Scope, node: torch.fx.Node) -> None:
+    def _call(self, scope: Scope, node: torch.fx.Node) -> None:
         step = self.plan.steps[node]
         kind = step.kind
         if kind is _nodes.Kind.GETITEM:
@@ -284,7 +274,7 @@ class Translator:
             assert step.call is not None
             self._op(scope, node, step.call, kind)
 
-    def _op(self, scope: _Scope, node: torch.fx.Node, call: Call, kind: _nodes.Kind) -> None:
+    def _op(self, scope: Scope, node: torch.fx.Node, call: Call, kind: _nodes.Kind) -> None:
         impl = call.impl
         self.used_impls[impl.label] = impl
         recorder = scope.recorder
@@ -300,12 +290,12 @@ class Translator:
             try:
                 result = impl.function(*args, **kwargs)
             except ExportError as e:
-                raise ExportError(f"{_call_site(node, impl)}: {e}") from e
+                raise ExportError(f"{call_site(node, impl)}: {e}") from e
             except Exception as e:
                 missing = missing_schema(e)  # onnxscript's "Attribute X not found.": an op without a schema
                 if missing is not None:
-                    raise ExportError(f"{_call_site(node, impl)}: {schema_hint(*missing)}") from e
-                raise ExportError(f"{_call_site(node, impl)} raised {type(e).__name__}: {e}") from e
+                    raise ExportError(f"{call_site(node, impl)}: {schema_hint(*missing)}") from e
+                raise ExportError(f"{call_site(node, impl)} raised {type(e).__name__}: {e}") from e
             if described is not None:
                 self._memo.record(recorder, *described, recorder.added[start:], result)
         made = {id(n) for n in recorder.added[first:]}
@@ -329,9 +319,9 @@ class Translator:
         recorder.name_prefix = node.name
         recorder.metadata = _nodes.provenance(node, torch_op, pack, impl, outer)
 
-    def _results(self, scope: _Scope, node: torch.fx.Node, impl: Impl, result: Any, made: set[int]) -> Any:
+    def _results(self, scope: Scope, node: torch.fx.Node, impl: Impl, result: Any, made: set[int]) -> Any:
         meta = node.meta.get("val")
-        site = _call_site(node, impl)
+        site = call_site(node, impl)
         if isinstance(meta, (list, tuple)):
             if not isinstance(result, (list, tuple)) or len(result) != len(meta):
                 got = len(result) if isinstance(result, (list, tuple)) else 1
@@ -349,23 +339,14 @@ class Translator:
             result = result[0]
         return self._result(scope, node.name, result, meta, made, site)
 
-    def _result(self, scope: _Scope, name: str, value: Any, meta: Any, made: set[int], site: str) -> ir.Value:
+    def _result(self, scope: Scope, name: str, value: Any, meta: Any, made: set[int], site: str) -> ir.Value:
         """The impl's result ``value`` for the op output ``meta`` describes, checked against it
         (a missing result, or a dtype or rank torch's meta result contradicts, is the impl's
         error, named with its pack), then named and typed from ``meta``."""
-        if isinstance(value, (list, tuple)) and any(isinstance(v, ir.Value) for v in value):
-            raise ExportError(
-                f"{site} returned {len(value)} values where the op has a single tensor ({name}): "
-                "unpack multi-output ONNX ops (`y, _ = op.X(...)`) and return one value per op output"
-            )
-        if value is None and meta is not None:
-            raise ExportError(
-                f"{site} returned None where the op has {_a(_describe_meta(meta))} output: "
-                "return the ONNX value the impl computed"
-            )
+        check_returned(value, meta, name, site)
         if not isinstance(value, ir.Value):
-            value = scope.recorder.constant(value, None if meta is None else _dtype_of(meta))
-        _check_result(value, meta, site)
+            value = scope.recorder.constant(value, None if meta is None else dtype_of(meta))
+        check_result(value, meta, site)
         producer = value.producer()
         if producer is not None and id(producer) in made and producer.op_type != "Constant":
             value.name = scope.recorder.claim(name)
@@ -382,7 +363,7 @@ class Translator:
             read.add(user.args[1])
         return read
 
-    def _argument(self, scope: _Scope, value: Any, int_list: bool) -> Any:
+    def _argument(self, scope: Scope, value: Any, int_list: bool) -> Any:
         if isinstance(value, torch.fx.Node):
             return scope.values[value]
         if isinstance(value, (list, tuple)):
@@ -435,7 +416,7 @@ class Translator:
 
     # -- symbolic sizes ------------------------------------------------------------------------
 
-    def _symbolic(self, scope: _Scope, node: torch.fx.Node) -> None:
+    def _symbolic(self, scope: Scope, node: torch.fx.Node) -> None:
         meta = node.meta.get("val")
         if isinstance(meta, (int, float, bool)) and not isinstance(meta, torch.SymInt):
             scope.values[node] = meta  # torch specialised it
@@ -444,7 +425,7 @@ class Translator:
         name = getattr(node.target, "__name__", str(node.target))
         self._stamp(recorder, node, name, _nodes.EXPORTER, name, "<exporter>", scope.outer)
         operands = [self._value(scope, a) for a in node.args]
-        operands = [recorder.constant(v, _scalar_dtype(v)) if not isinstance(v, ir.Value) else v for v in operands]
+        operands = [recorder.constant(v, scalar_dtype(v)) if not isinstance(v, ir.Value) else v for v in operands]
         op_type, cast = _nodes.SYMBOLIC_OPS[node.target]
         if cast is not None:
             operands = [self._cast(recorder, v, cast) for v in operands]
@@ -462,236 +443,3 @@ class Translator:
             return value
         node = recorder.add_node("", "Cast", [value], [ir.AttrInt64("to", int(dtype))], 1, self.target.onnx)
         return node.outputs[0]
-
-    # -- higher-order ops ------------------------------------------------------------------------
-
-    def _hop(self, scope: _Scope, node: torch.fx.Node) -> None:
-        hop = _nodes.HOPS[node.target]
-        if hop.inline:
-            (_, module), *_ = _nodes.subgraphs(node)
-            operands = [self._value(scope, a) for a in node.args[hop.operands :]]
-            scope.values[node] = tuple(self._inline(scope, node, module, operands))
-        else:
-            handler = getattr(self, f"_hop_{hop.name}")
-            self._stamp(scope.recorder, node, hop.name, _nodes.EXPORTER, hop.name, "<exporter>", scope.outer)
-            scope.values[node] = tuple(handler(scope, node))
-        if scope.outer is None and scope.recorder.graph is self.main_graph:
-            self.traces[node.name] = trace_of(scope.values[node], None)
-
-    def _inline(
-        self, scope: _Scope, node: torch.fx.Node, module: torch.fx.GraphModule, operands: Sequence[Any]
-    ) -> list[Any]:
-        """Translate ``module``'s graph into ``scope`` itself, its placeholders bound to ``operands``."""
-        inner = _Scope(scope.recorder, outer=scope.outer or node)
-        placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
-        if len(placeholders) != len(operands):
-            raise ExportError(f"a subgraph takes {len(placeholders)} operands, the call passes {len(operands)}")
-        inner.values.update(zip(placeholders, operands, strict=True))
-        return self._walk(inner, module.graph)
-
-    def _subgraph(
-        self,
-        scope: _Scope,
-        node: torch.fx.Node,
-        module: torch.fx.GraphModule,
-        bound: Sequence[Any],
-        inputs: Sequence[ir.Value],
-        name: str,
-        then: Any = None,
-    ) -> tuple[ir.Graph, list[ir.Value]]:
-        """An ONNX graph nested in ``scope``'s graph, translating ``module`` with its
-        placeholders bound to ``bound`` (the new graph's ``inputs``, or values of the
-        enclosing graphs). ``then(inner_scope, outputs) -> outputs`` may add nodes after
-        the module's. Returns the graph (outputs not yet set) and the output values."""
-        graph = ir.Graph(list(inputs), [], nodes=[], name=name)
-        inner = _Scope(scope.recorder.subgraph(graph), outer=scope.outer or node)
-        placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
-        inner.values.update(zip(placeholders, bound, strict=True))
-        outputs = self._walk(inner, module.graph)
-        if then is not None:
-            with onnxscript.evaluator.default_as(inner.recorder):
-                outputs = then(inner, outputs)
-        return graph, outputs
-
-    def _seal(self, scope: _Scope, graph: ir.Graph, outputs: Sequence[Any], metas: Sequence[Any]) -> None:
-        """Set ``graph``'s outputs: each a value made in ``graph`` and used once (an outer
-        value, an input, a constant or a repeat goes through an ``Identity``)."""
-        recorder = scope.recorder
-        made_here = {id(out) for node in graph for out in node.outputs}
-        taken: set[int] = set()
-        for result, meta in zip(outputs, metas, strict=True):
-            value = result if isinstance(result, ir.Value) else recorder.constant(result, _dtype_of(meta))
-            if id(value) not in made_here or id(value) in taken or _is_constant(value):
-                value = recorder.add_node("", "Identity", [value], [], 1, self.target.onnx).outputs[0]
-            taken.add(id(value))
-            self._describe(value, meta)
-            graph.outputs.append(value)
-
-    def _hop_cond(self, scope: _Scope, node: torch.fx.Node) -> list[ir.Value]:
-        # cond(pred, true_fn, false_fn, operands)
-        pred, _, _, operands = node.args
-        metas = list(node.meta["val"])
-        operand_values = [self._value(scope, a) for a in operands]
-        condition = self._value(scope, pred)
-        if isinstance(condition, bool):  # torch knew the branch while capturing
-            module = _nodes.subgraph_module(node, 1 if condition else 2)
-            return self._inline(scope, node, module, operand_values)
-        recorder = scope.recorder
-        if condition.dtype != ir.DataType.BOOL:
-            condition = self._cast(recorder, condition, ir.DataType.BOOL)
-        branches = []
-        for index, role in ((1, "then"), (2, "else")):
-            module = _nodes.subgraph_module(node, index)
-            name = recorder.fresh_name(f"{node.name}_{role}")
-            graph, outputs = self._subgraph(scope, node, module, operand_values, [], name)
-            self._seal(self._sub_scope_of(graph, scope), graph, outputs, metas)
-            branches.append(graph)
-        attributes = [ir.AttrGraph("then_branch", branches[0]), ir.AttrGraph("else_branch", branches[1])]
-        if_node = recorder.add_node("", "If", [condition], attributes, len(metas), None)
-        return self._name_outputs(scope, node, if_node.outputs, metas)
-
-    def _hop_while_loop(self, scope: _Scope, node: torch.fx.Node) -> list[ir.Value]:
-        # while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)
-        _, _, carried, additional = node.args
-        metas = list(node.meta["val"])
-        recorder = scope.recorder
-        cond_module = _nodes.subgraph_module(node, 0)
-        body_module = _nodes.subgraph_module(node, 1)
-        initial = [self._value(scope, a) for a in carried]
-        extra = [self._value(scope, a) for a in additional]
-        (start,) = self._inline(scope, node, cond_module, [*initial, *extra])
-        start = self._as_bool_scalar(recorder, start)
-
-        iteration = self._typed(recorder.fresh_name(f"{node.name}_iter"), torch.empty((), dtype=torch.int64))
-        cond_in = self._typed(recorder.fresh_name(f"{node.name}_cond_in"), torch.empty((), dtype=torch.bool))
-        carried_in = [self._typed(recorder.fresh_name(f"{node.name}_carried"), m) for m in metas]
-
-        def condition_after(inner: _Scope, outputs: list[Any]) -> list[Any]:
-            (again,) = self._inline(inner, node, cond_module, [*outputs, *extra])
-            return [self._as_bool_scalar(inner.recorder, again), *outputs]
-
-        body, outputs = self._subgraph(
-            scope, node, body_module, [*carried_in, *extra], [iteration, cond_in, *carried_in],
-            recorder.fresh_name(f"{node.name}_body"), then=condition_after,
-        )  # fmt: skip
-        self._seal(self._sub_scope_of(body, scope), body, outputs, [torch.empty((), dtype=torch.bool), *metas])
-        loop = recorder.add_node("", "Loop", [None, start, *initial], [ir.AttrGraph("body", body)], len(metas), None)
-        return self._name_outputs(scope, node, loop.outputs, metas)
-
-    def _hop_scan(self, scope: _Scope, node: torch.fx.Node) -> list[ir.Value]:
-        # scan(combine_fn, init, xs, additional_inputs): combine_fn(*carry, *x_slices, *additional)
-        _, init, xs, additional = node.args
-        return self._scan(scope, node, _nodes.subgraph_module(node, 0), list(init), list(xs), list(additional))
-
-    def _hop_map(self, scope: _Scope, node: torch.fx.Node) -> list[ir.Value]:
-        # map_impl(f, xs, pos_args): f(*x_slices, *pos_args), results stacked
-        _, xs, pos_args = node.args
-        return self._scan(scope, node, _nodes.subgraph_module(node, 0), [], list(xs), list(pos_args))
-
-    def _scan(
-        self, scope: _Scope, node: torch.fx.Node, module: torch.fx.GraphModule, init: list, xs: list, extra: list
-    ) -> list[ir.Value]:
-        recorder = scope.recorder
-        metas = list(node.meta["val"])
-        states = [self._value(scope, a) for a in init]
-        sequences = [self._value(scope, a) for a in xs]
-        outer = [self._value(scope, a) for a in extra]
-        state_in = [self._typed(recorder.fresh_name(f"{node.name}_state"), a.meta["val"]) for a in init]
-        slices = [self._typed(recorder.fresh_name(f"{node.name}_slice"), a.meta["val"][0]) for a in xs]
-        name = recorder.fresh_name(f"{node.name}_body")
-        body, outputs = self._subgraph(scope, node, module, [*state_in, *slices, *outer], [*state_in, *slices], name)
-        slice_metas = [m if i < len(init) else m[0] for i, m in enumerate(metas)]
-        self._seal(self._sub_scope_of(body, scope), body, outputs, slice_metas)
-        attributes = [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", len(sequences))]
-        scan = recorder.add_node("", "Scan", [*states, *sequences], attributes, len(metas), None)
-        return self._name_outputs(scope, node, scan.outputs, metas)
-
-    def _sub_scope_of(self, graph: ir.Graph, scope: _Scope) -> _Scope:
-        """A scope that adds nodes to ``graph`` (nested in ``scope``'s graph)."""
-        return _Scope(scope.recorder.subgraph(graph))
-
-    def _name_outputs(self, scope: _Scope, node: torch.fx.Node, outputs: Sequence[ir.Value], metas: Sequence[Any]):
-        for i, (value, meta) in enumerate(zip(outputs, metas, strict=True)):
-            value.name = scope.recorder.fresh_name(f"{node.name}_{i}")
-            self._describe(value, meta)
-        return list(outputs)
-
-    def _as_bool_scalar(self, recorder: GraphRecorder, value: Any) -> ir.Value:
-        if isinstance(value, bool):
-            return recorder.constant(value, ir.DataType.BOOL)
-        if value.dtype != ir.DataType.BOOL:
-            value = self._cast(recorder, value, ir.DataType.BOOL)
-        if value.shape is None or len(value.shape) != 0:
-            empty = recorder.constant([], ir.DataType.INT64)
-            value = recorder.add_node("", "Reshape", [value, empty], [], 1, self.target.onnx).outputs[0]
-        return value
-
-
-def _is_constant(value: ir.Value) -> bool:
-    producer = value.producer()
-    return value.const_value is not None and (producer is None or producer.op_type == "Constant")
-
-
-def _call_site(node: torch.fx.Node, impl: Impl) -> str:
-    return f"impl {impl.label} for {impl.op} (node {node.name}, {_nodes.where(node)})"
-
-
-def _expected(meta: torch.Tensor) -> tuple[ir.DataType, int]:
-    """The dtype and rank an impl's result must have for the tensor ``meta`` (a complex tensor
-    travels as real pairs: its real dtype, one more dimension)."""
-    real = meta.dtype.to_real() if meta.dtype.is_complex else meta.dtype
-    return tensor_adapters.from_torch_dtype(real), meta.dim() + (1 if meta.dtype.is_complex else 0)
-
-
-def _describe_meta(meta: Any) -> str:
-    if isinstance(meta, torch.Tensor):
-        dtype, rank = _expected(meta)
-        return f"{dtype.name} rank-{rank} tensor"
-    return type(meta).__name__
-
-
-def _a(noun: str) -> str:
-    return f"{'an' if noun[:1] in 'AEIOUaeiou' else 'a'} {noun}"
-
-
-def _check_result(value: ir.Value, meta: Any, site: str) -> None:
-    """Refuse a result whose known dtype or rank contradicts torch's meta result."""
-    if not isinstance(meta, torch.Tensor):
-        return
-    dtype, rank = _expected(meta)
-    if value.dtype is not None and value.dtype != dtype:
-        raise ExportError(
-            f"{site} returned {_a(value.dtype.name)} tensor where torch computes {dtype.name}: "
-            f"cast the result (op.Cast(y, to={dtype.name})) or fix the impl's arithmetic"
-        )
-    if value.shape is None:
-        return
-    if len(value.shape) != rank:
-        raise ExportError(
-            f"{site} returned a rank-{len(value.shape)} tensor where torch computes rank {rank} "
-            f"(shape {tuple(meta.shape)}): fix the impl's reshapes or reductions"
-        )
-    sizes = [*meta.shape, *((2,) if meta.dtype.is_complex else ())]
-    for index, (got, want) in enumerate(zip(value.shape, sizes, strict=True)):
-        if isinstance(got, int) and isinstance(want, int) and got != want:
-            raise ExportError(
-                f"{site} returned a tensor of shape {list(value.shape)} where torch computes "
-                f"{[s if isinstance(s, int) else str(s) for s in sizes]} (dim {index}): fix the impl's reshapes "
-                "or broadcasting"
-            )
-
-
-def _dtype_of(meta: Any) -> ir.DataType | None:
-    if isinstance(meta, torch.Tensor):
-        return tensor_adapters.from_torch_dtype(meta.dtype.to_real() if meta.dtype.is_complex else meta.dtype)
-    return _scalar_dtype(meta)
-
-
-def _scalar_dtype(value: Any) -> ir.DataType | None:
-    if isinstance(value, bool | torch.SymBool):
-        return ir.DataType.BOOL
-    if isinstance(value, int | torch.SymInt):
-        return ir.DataType.INT64
-    if isinstance(value, float | torch.SymFloat):
-        return ir.DataType.FLOAT
-    return None

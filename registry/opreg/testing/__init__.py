@@ -26,7 +26,8 @@ if TYPE_CHECKING:
         UpcastReference,
         compare_outputs,
     )
-    from opreg.testing._kit import CheckResult, PackCheck, check_pack
+    from opreg.testing._kit import check_pack
+    from opreg.testing._kit_report import CheckResult, PackCheck
     from opreg.testing._samples import (
         DISTRIBUTION,
         FAILED,
@@ -61,8 +62,8 @@ _LAZY = {
     "UpcastReference": "_compare",
     "check_samples": "_samples",
     "compare_outputs": "_compare",
-    "CheckResult": "_kit",
-    "PackCheck": "_kit",
+    "CheckResult": "_kit_report",
+    "PackCheck": "_kit_report",
     "check_pack": "_kit",
 }
 

@@ -209,68 +209,91 @@ def check_samples(
     registry = registry if registry is not None else default_registry()
     samples = list(samples)
     name = name or getattr(fn, "__name__", repr(fn))
-    compare = compare or compare_outputs
-    expected = [_eager(fn, sample, values) for sample in samples]
-    runnable = [i for i, e in enumerate(expected) if not isinstance(e, BaseException)]
+    drive = _Driving(fn, samples, values, compare or compare_outputs, exporter)
     dtype = _dtype_of(samples)
     rtol, atol = tolerances or TOLERANCES.get(dtype, (1e-5, 1e-5))
-    skipped = {
-        i: SampleResult(i, samples[i].label, SKIPPED, f"eager PyTorch rejects it: {_short(expected[i])}")
-        for i in range(len(samples))
-        if i not in runnable
-    }
-
-    def matched(i: int, summary: str | None) -> SampleResult:
-        if summary is not None:
-            return SampleResult(i, samples[i].label, DISTRIBUTION, summary)
-        if any(isinstance(e, _ShapeOnly) for e in expected[i]):
-            why = "values not compared: uninitialized or random results, compared by shape and dtype only"
-            return SampleResult(i, samples[i].label, SHAPE_ONLY, why)
-        return SampleResult(i, samples[i].label, PASSED)
-
-    # All runnable samples in one model first; one by one only if that fails.
-    draws: dict[int, list[list[torch.Tensor]]] = {}  # eager draws of random samples, by id(sample)
-    batch = _Batch(fn, [samples[i] for i in runnable], [expected[i] for i in runnable], compare, draws, exporter)
-    per_target: dict[str, dict[int, SampleResult]] = {}
-    ops: dict[str, set[str]] = {}
     targets = [registry.target(t) for t in targets]
-    outcome = batch.capture(registry, targets[0]) if runnable else None
-    singles: dict[int, _Batch] = {}
-    for target in targets:
-        key = str(target)
-        results = per_target.setdefault(key, dict(skipped))
-        ops.setdefault(key, set())
-        if runnable and not isinstance(outcome, BaseException):
-            verdict = batch.run(target, registry, runtime, rtol, atol, ops[key])
-            if verdict is None:
-                for local, i in enumerate(runnable):
-                    results[i] = matched(i, batch.summaries.get(local))
-                continue
-        for i in runnable:  # one by one, so each result is the sample's own
-            single = singles.get(i)
-            if single is None:
-                single = singles[i] = _Batch(fn, [samples[i]], [expected[i]], compare, draws, exporter)
-                single.capture(registry, target)
-            captured = single.program
-            if isinstance(captured, BaseException):
-                results[i] = SampleResult(i, samples[i].label, SKIPPED, f"torch.export rejects it: {_short(captured)}")
-                continue
-            verdict = single.run(target, registry, runtime, rtol, atol, ops[key])
-            if verdict is None:
-                results[i] = matched(i, single.summaries.get(0))
-            else:
-                results[i] = SampleResult(i, samples[i].label, FAILED, verdict)
+    drive.capture(registry, targets[0])
     dtype_name = str(dtype).replace("torch.", "")
-    return [
-        SampleCheck(
-            name,
-            str(t),
-            dtype_name,
-            tuple(per_target[str(t)][i] for i in range(len(samples))),
-            frozenset(ops[str(t)]),
-        )
-        for t in targets
-    ]
+    checks = []
+    for target in targets:
+        results, ops = drive.at(target, registry, runtime, rtol, atol)
+        checks.append(SampleCheck(name, str(target), dtype_name, results, frozenset(ops)))
+    return checks
+
+
+class _Driving:
+    """The samples of one :func:`check_samples` call and eager PyTorch's results on them, driven at one
+    target after another: all the runnable samples in one model first, one by one only if that fails, so
+    each result is the sample's own (each sample's model captured once, for every target)."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        samples: list[Sample],
+        values: bool,
+        compare: Compare,
+        exporter: Exporter | None,
+    ) -> None:
+        self.fn = fn
+        self.samples = samples
+        self.compare = compare
+        self.exporter = exporter
+        self.expected = [_eager(fn, sample, values) for sample in samples]
+        self.runnable = [i for i, e in enumerate(self.expected) if not isinstance(e, BaseException)]
+        self.draws: dict[int, list[list[torch.Tensor]]] = {}  # eager draws of random samples, by id(sample)
+        self.batch = self._batch(self.runnable)
+        self.singles: dict[int, _Batch] = {}
+
+    def _batch(self, indices: list[int]) -> _Batch:
+        samples, expected = [self.samples[i] for i in indices], [self.expected[i] for i in indices]
+        return _Batch(self.fn, samples, expected, self.compare, self.draws, self.exporter)
+
+    def capture(self, registry: Registry, target: Any) -> None:
+        """Capture the model of all the runnable samples (decomposed for ``target``)."""
+        if self.runnable:
+            self.batch.capture(registry, target)
+
+    def at(
+        self, target: Any, registry: Registry, runtime: str, rtol: float, atol: float
+    ) -> tuple[tuple[SampleResult, ...], set[str]]:
+        """Every sample's result at ``target``, and the torch ops its models were made of."""
+        results = {
+            i: SampleResult(i, sample.label, SKIPPED, f"eager PyTorch rejects it: {_short(self.expected[i])}")
+            for i, sample in enumerate(self.samples)
+            if i not in self.runnable
+        }
+        ops: set[str] = set()
+        together = self.runnable and not isinstance(self.batch.program, BaseException)
+        if together and self.batch.run(target, registry, runtime, rtol, atol, ops) is None:
+            for local, i in enumerate(self.runnable):
+                results[i] = self._matched(i, self.batch.summaries.get(local))
+        else:
+            for i in self.runnable:
+                results[i] = self._alone(i, target, registry, runtime, rtol, atol, ops)
+        return tuple(results[i] for i in range(len(self.samples))), ops
+
+    def _alone(
+        self, i: int, target: Any, registry: Registry, runtime: str, rtol: float, atol: float, ops: set[str]
+    ) -> SampleResult:
+        single = self.singles.get(i)
+        if single is None:
+            single = self.singles[i] = self._batch([i])
+            single.capture(registry, target)
+        label = self.samples[i].label
+        if isinstance(single.program, BaseException):
+            return SampleResult(i, label, SKIPPED, f"torch.export rejects it: {_short(single.program)}")
+        verdict = single.run(target, registry, runtime, rtol, atol, ops)
+        return self._matched(i, single.summaries.get(0)) if verdict is None else SampleResult(i, label, FAILED, verdict)
+
+    def _matched(self, i: int, summary: str | None) -> SampleResult:
+        label = self.samples[i].label
+        if summary is not None:
+            return SampleResult(i, label, DISTRIBUTION, summary)
+        if any(isinstance(e, _ShapeOnly) for e in self.expected[i]):
+            why = "values not compared: uninitialized or random results, compared by shape and dtype only"
+            return SampleResult(i, label, SHAPE_ONLY, why)
+        return SampleResult(i, label, PASSED)
 
 
 class _Batch:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from opreg.testing._kit import PackCheck
+    from opreg.testing._kit_report import PackCheck
 
 
 @pytest.fixture(scope="session")
