@@ -25,6 +25,7 @@ from opreg.exporter._plan import JoinedDomain, MissingOp
 from opreg.exporter._program import OnnxProgram
 from opreg.exporter._state import StateSlot
 from opreg.exporter.diagnosis.compare import OutputCheck, Verification
+from opreg.exporter.diagnosis.report import Divergence, Location, Step
 from opreg.patching import PatchedCapture
 from opreg.plugins import Loaded, host_of, load
 from opreg.settings import ExportSettings, describe, takes_settings
@@ -53,19 +54,6 @@ __all__ = [
     "plan_export",
     "run_export",
 ]
-
-
-_REPORTS = ("Divergence", "Location", "Step")
-"""What ``locate`` reports (:mod:`opreg.exporter.diagnosis.report`): imported when first asked for, as
-an export that is not located needs none of it."""
-
-
-def __getattr__(name: str) -> Any:
-    if name in _REPORTS:
-        from opreg.exporter.diagnosis import report
-
-        return getattr(report, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _packs(settings: ExportSettings) -> Loaded:

@@ -11,7 +11,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -28,14 +28,14 @@ from opreg.exporter._nodes import Trace
 from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._state import BUFFER, StateSlot
 from opreg.exporter.diagnosis.compare import Verification, as_pair
+from opreg.exporter.diagnosis.locate import locate_program
+from opreg.exporter.diagnosis.report import Location
 from opreg.exporter.diagnosis.run import ONNXRUNTIME, Runner, run_program, to_torch
+from opreg.exporter.diagnosis.verify import verify_program
 from opreg.packfaults import PackFault
 from opreg.patching import PatchOutcome
 from opreg.targets import Target, domain_label
 from opreg.values import is_complex
-
-if TYPE_CHECKING:  # diagnosis beyond running is imported when first used
-    from opreg.exporter.diagnosis.report import Location
 
 logger = logging.getLogger(__name__)
 
@@ -338,8 +338,6 @@ class OnnxProgram:
         """Run the model and eager PyTorch on the same inputs and compare every output: returns a
         :class:`Verification`, raises :class:`opreg.VerificationError` listing the mismatches (with
         ``locate=True``, located). See docs/exporting.md, section ``opreg.export``."""
-        from opreg.exporter.diagnosis.verify import verify_program  # imported when first verified
-
         return verify_program(self, args, kwargs, rtol=rtol, atol=atol, runtime=runtime, locate=locate)
 
     def locate(
@@ -347,8 +345,6 @@ class OnnxProgram:
     ) -> Location:
         """Compare every intermediate value with eager PyTorch and say where the model goes wrong:
         returns a :class:`opreg.exporter.Location`. See docs/when-numbers-differ.md."""
-        from opreg.exporter.diagnosis.locate import locate_program  # imported when first located
-
         return locate_program(self, args, kwargs, rtol=rtol, atol=atol, runtime=runtime)
 
     # -- a body exported alone, with the exporter bound to the export's registry ---------------
