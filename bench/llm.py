@@ -28,9 +28,11 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
 5. Ablation (``--ablation``, 55M): opreg without each of the pack's rewrites that fired.
 6. ONNX Runtime GenAI: ``Model(folder)`` and a greedy ``Generator`` (1 thread): new tokens per CPU
    second of the process for 128 tokens after a 128-token prompt, the median of interleaved rounds.
-7. Accuracy (``--accuracy``): a small Llama trained briefly; opreg's folders (``opreg llm export``,
-   fp32 and ``--precision int4``/``int8`` at their defaults) and the builder's int4: top-1 agreement
-   with fp32, perplexity, greedy tokens.
+7. Accuracy (``--accuracy``; alone with ``--models ""``): a small Llama trained briefly; opreg's
+   folders (``opreg llm export``, fp32 and ``--precision int4``/``int8`` at their defaults, and int4
+   at the builder's settings, ``--block-size 32``) and the builder's int4: top-1 agreement with
+   fp32, perplexity, greedy runs equal to eager PyTorch's and to the builder's int4, and whether
+   opreg's weights at the builder's settings are the builder's byte for byte.
 8. Export time (``--breakdown``): where an ``opreg llm export`` spends its CPU time (imports,
    building the model, capture, plan, translation, finishing passes, save with the streamed
    weights' casts and quantization), with the repeated layers captured once and, for comparison,
@@ -666,28 +668,32 @@ def _text(rng, table: np.ndarray, rows: int, length: int) -> np.ndarray:
 
 def trained_checkpoint(folder: Path, steps: int) -> tuple[Path, np.ndarray]:
     """The small Llama of :data:`TRAINED` after ``steps`` steps of AdamW on the chain's text, saved
-    with a word-level tokenizer; and held-out text."""
+    (once per ``steps``, under ``folder``) with a word-level tokenizer; and held-out text."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     rng = np.random.default_rng(5)
     table = _chain(rng, TRAINED["vocab_size"])
-    held_out = _text(np.random.default_rng(6), table, 16, 128)
+    held_out = _text(np.random.default_rng(6), table, HELD_OUT, 128)
+    entropy = -(table * np.log(table)).sum(1).mean()
+    folder = folder / f"steps_{steps}"
     if (folder / "config.json").is_file():
+        print(f"   trained {steps} steps (kept from an earlier run in {folder})")
         return folder, held_out
     torch.manual_seed(0)
     config = LlamaConfig(**TRAINED, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model = LlamaForCausalLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    started = time.process_time()
     for _ in range(steps):
         batch = torch.from_numpy(_text(rng, table, 32, 64))
         loss = model(input_ids=batch, labels=batch).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    print(f"   trained {steps} steps: loss {loss.item():.2f} (the chain's entropy is "
-          f"{-(table * np.log(table)).sum(1).mean():.2f})")  # fmt: skip
+    print(f"   trained {steps} steps in {time.process_time() - started:.0f} CPU s: loss {loss.item():.2f} (the "
+          f"chain's entropy is {entropy:.2f}: perplexity {np.exp(entropy):.3f} at best)")  # fmt: skip
     with _quiet():
         model.eval().save_pretrained(folder)
     vocab = TRAINED["vocab_size"]
@@ -699,61 +705,115 @@ def trained_checkpoint(folder: Path, steps: int) -> tuple[Path, np.ndarray]:
     return folder, held_out
 
 
+HELD_OUT, PROMPTS, NEW_TOKENS = 64, 16, 32
+"""Part 7's held-out texts (of 128 tokens), and its greedy runs: prompts (the texts' first 16 tokens), new tokens."""
+BUILDER_INT4 = "builder -p int4"
+BUILDER_SETTINGS = "opreg --precision int4 --block-size 32"
+"""opreg at the builder's CPU int4 settings (blocks of 32, symmetric, accuracy level 4): its weights are
+the builder's, byte for byte, so its tokens should be too."""
+
+
 def accuracy(work: Path, steps: int, settings: bool = False) -> None:
     """opreg's folders (the CLI at its defaults: fp32, int4, int8; with ``settings``, each of
     :data:`SETTINGS` too) against fp32 on the trained model, and the builder's int4 on the same weights."""
+    print(f"7. Accuracy on a trained model (next-token logits of {HELD_OUT} held-out texts of 128 tokens; greedy "
+          f"{NEW_TOKENS} tokens after {PROMPTS} prompts of 16)")  # fmt: skip
+    source, held_out = trained_checkpoint(work / "trained", steps)
+    variants = {"opreg": [], "opreg --precision int4": ["--precision", "int4"],
+                "opreg --precision int8": ["--precision", "int8"], **(SETTINGS if settings else {})}  # fmt: skip
+    variants.setdefault(BUILDER_SETTINGS, SETTINGS[BUILDER_SETTINGS])
+    folders = {name: work / f"trained_{name.replace(' ', '_').replace('-', '')}" for name in [*variants, BUILDER_INT4]}
+    for name, folder in folders.items():
+        shutil.rmtree(folder, ignore_errors=True)
+        made = (command(name, source, folder, work / "cache") if name == BUILDER_INT4
+                else [OPREG, "llm", "export", str(source), "-o", str(folder), *variants[name]])  # fmt: skip
+        done = subprocess.run(made, check=False, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{name} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+    runners = {name: Runner(folder) for name, folder in folders.items()}
+    logits = {name: _logits(runner, held_out) for name, runner in runners.items()}
+    prompts = held_out[:PROMPTS, :16]
+    generated = {name: np.array([r.greedy(p[None], NEW_TOKENS) for p in prompts]) for name, r in runners.items()}
+    logits["eager"], generated["eager"] = _eager(source, held_out, prompts)
+    _print_accuracy(logits, generated, held_out[:, 1:], [*sorted(variants, key=_row_order), BUILDER_INT4])
+    _same_weights(runners[BUILDER_SETTINGS].folder, runners[BUILDER_INT4].folder)
+    print()
+
+
+def _row_order(name: str) -> tuple:
+    return ("int8" in name, "int4" in name, name != "opreg --precision int4", name)
+
+
+def _logits(runner: Runner, texts: np.ndarray) -> np.ndarray:
+    empty = [(np.zeros((len(texts), runner.kv_heads, 0, runner.head_size), np.float32),) * 2] * runner.layers
+    return runner.run(runner.feeds(texts, np.ones_like(texts), empty))[0]
+
+
+def _eager(source: Path, texts: np.ndarray, prompts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eager PyTorch's (float32) logits of ``texts``, and its greedy tokens after ``prompts`` (the whole
+    sequence run again at each step: no cache to differ)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    print("7. Accuracy on a trained model (next-token logits of 16 held-out texts of 128 tokens; greedy 32 tokens "
-          "after 8 prompts of 16)")  # fmt: skip
-    source, held_out = trained_checkpoint(work / "trained", steps)
-    folders = {}
-    variants = {"opreg": [], "opreg --precision int4": ["--precision", "int4"],
-                "opreg --precision int8": ["--precision", "int8"], **(SETTINGS if settings else {})}  # fmt: skip
-    for name, flags in variants.items():
-        folders[name] = work / f"trained_{name.replace(' ', '_')}"
-        shutil.rmtree(folders[name], ignore_errors=True)
-        subprocess.run([OPREG, "llm", "export", str(source), "-o", str(folders[name]), *flags], check=True,
-                       capture_output=True)  # fmt: skip
-    folders["builder -p int4"] = work / "trained_builder_int4"
-    shutil.rmtree(folders["builder -p int4"], ignore_errors=True)
-    subprocess.run(command("builder -p int4", source, folders["builder -p int4"], work / "cache"), check=True,
-                   capture_output=True)  # fmt: skip
-    runners = {name: Runner(folder) for name, folder in folders.items()}
-    mask = np.ones_like(held_out)
-    logits = {}
-    for name, runner in runners.items():
-        empty = [(np.zeros((len(held_out), runner.kv_heads, 0, runner.head_size), np.float32),) * 2] * runner.layers
-        logits[name] = runner.run(runner.feeds(held_out, mask, empty))[0]
     with torch.no_grad(), _quiet():
-        eager = AutoModelForCausalLM.from_pretrained(source).eval()
-        logits["eager"] = eager(input_ids=torch.from_numpy(held_out)).logits.numpy()
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval()
+        logits = model(input_ids=torch.from_numpy(texts)).logits.numpy()
+        ids = torch.from_numpy(prompts)
+        for _ in range(NEW_TOKENS):
+            ids = torch.cat([ids, model(input_ids=ids).logits[:, -1:].argmax(-1)], 1)
+    return logits, ids[:, prompts.shape[1] :].numpy()
+
+
+def _print_accuracy(logits: dict, generated: dict, truth: np.ndarray, rows: list[str]) -> None:
+    """One row per folder: top-1 and logit error against opreg's fp32, perplexity of the held-out
+    text, and greedy runs equal to eager's and to the builder's int4 (whole runs; tokens before the
+    first difference)."""
     reference, spread = logits["opreg"], float(logits["opreg"].std())
-    truth = held_out[:, 1:]
+    print(f"   opreg (fp32) against eager PyTorch: max abs logit difference "
+          f"{np.abs(reference - logits['eager']).max():.1e}")  # fmt: skip
 
     def perplexity(values: np.ndarray) -> float:
         shifted = values[:, :-1] - values[:, :-1].max(-1, keepdims=True)
         log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
         return float(np.exp(-np.take_along_axis(log_probs, truth[..., None], -1).mean()))
 
-    prompts = held_out[:8, :16]
-    generated = {name: [runner.greedy(prompt[None], 32) for prompt in prompts] for name, runner in runners.items()}
-    difference = np.abs(reference - logits["eager"]).max()
-    print(f"   opreg (fp32) against eager PyTorch: max abs logit difference {difference:.1e}")
-    print(f"   {'':<24} {'top-1 = fp32':>13} {'logit error / spread':>21} {'perplexity':>11} {'greedy = fp32':>14} "
-          f"{'greedy = builder int4':>22}")  # fmt: skip
-    for name in runners:
+    def same(name: str, other: str) -> str:
+        equal = generated[name] == generated[other]
+        prefix = np.where(equal.all(1), equal.shape[1], equal.argmin(1)).sum()
+        return f"{int(equal.all(1).sum())}/{len(equal)} ({prefix}/{equal.size})"
+
+    print(f"   {'':<44} {'top-1 = fp32':>12} {'error/spread':>12} {'perplexity':>10} {'greedy = eager':>18} "
+          f"{'greedy = builder int4':>21}")  # fmt: skip
+    print(f"   {'eager PyTorch (fp32)':<44} {'':>12} {'':>12} {perplexity(logits['eager']):>10.3f}")
+    for name in rows:
         agree = float((logits[name].argmax(-1) == reference.argmax(-1)).mean())
         error = float(np.abs(logits[name] - reference).mean()) / spread
+        print(f"   {name:<44} {agree:>12.2%} {error:>12.4f} {perplexity(logits[name]):>10.3f} "
+              f"{same(name, 'eager'):>18} {same(name, BUILDER_INT4):>21}")  # fmt: skip
+    print(f"   ({truth.size} next tokens; greedy: whole runs equal of {len(generated['eager'])}, and tokens before "
+          "the first difference)")  # fmt: skip
 
-        def same(other: str, name: str = name) -> float:
-            pairs = zip(generated[name], generated[other], strict=True)
-            return float(np.mean([np.mean(np.array(a) == np.array(b)) for a, b in pairs]))
 
-        print(f"   {name:<24} {agree:>12.1%} {error:>21.4f} {perplexity(logits[name]):>11.3f} {same('opreg'):>13.1%} "
-              f"{same('builder -p int4'):>21.1%}")  # fmt: skip
-    print()
+def _same_weights(ours: Path, builder: Path) -> None:
+    """Whether the MatMulNBits weights of two folders are the same bytes (each weight by its shape and
+    contents: the two name and pack their projections differently)."""
+    import hashlib
+
+    import onnx
+
+    def digests(folder: Path) -> dict[str, int]:
+        model = onnx.load(folder / "model.onnx")
+        found: dict[str, int] = {}
+        for init in model.graph.initializer:
+            if init.data_type in (onnx.TensorProto.UINT8, onnx.TensorProto.INT8) and len(init.dims) == 3:
+                key = hashlib.sha256(onnx.numpy_helper.to_array(init).tobytes()).hexdigest()
+                found[key] = found.get(key, 0) + 1
+        return found
+
+    a, b = digests(ours), digests(builder)
+    shared = sum(min(count, b.get(key, 0)) for key, count in a.items())
+    print(f"   {BUILDER_SETTINGS} against {BUILDER_INT4}: {shared} of {sum(a.values())} / {sum(b.values())} "
+          "quantized weights byte for byte the same")  # fmt: skip
 
 
 # -- part 9: quantization settings ----------------------------------------------------------------
@@ -766,25 +826,31 @@ SETTINGS = {
     "opreg --precision int8 --accuracy-level 0": ["--precision", "int8", "--accuracy-level", "0"],
 }
 """Each of the quantization defaults (blocks of 128, symmetric, accuracy level 4) changed, one at a time."""
+CONTROL = {"opreg --precision int4 --symmetric (control)": ["--precision", "int4", "--symmetric"]}
+"""The default's settings in a folder of their own: part 9's spread between two identical models."""
 
 
 def settings(source: Path, work: Path, rounds: int) -> None:
     """The 55M model's int4 and int8 folders with each of :data:`SETTINGS`, timed beside the default's."""
-    print("9. Quantization settings: each default changed, ratio to the default's time in the same rounds (above 1: "
-          "the default is faster)")  # fmt: skip
+    print(f"9. Quantization settings: each default changed, its time over the default's in the same round, the "
+          f"median [p10, p90] over {rounds} interleaved rounds (above 1: the default is faster)")  # fmt: skip
     defaults = {"int4": ["--precision", "int4"], "int8": ["--precision", "int8"]}
     folders = {}
-    for name, flags in [*((f"opreg --precision {p}", f) for p, f in defaults.items()), *SETTINGS.items()]:
-        folders[name] = work / f"settings_{name.replace(' ', '_').replace('-', '')}"
+    rows = {**CONTROL, **SETTINGS}
+    for name, flags in [*((f"opreg --precision {p}", f) for p, f in defaults.items()), *rows.items()]:
+        folders[name] = work / f"settings_{name.split(' (')[0].replace(' ', '_').replace('-', '')}"
         shutil.rmtree(folders[name], ignore_errors=True)
         subprocess.run([OPREG, "llm", "export", str(source), "-o", str(folders[name]), *flags], check=True,
                        capture_output=True)  # fmt: skip
-    print(f"   {'':<44} " + " ".join(f"{label[:18]:>18}" for label, _, _ in CASES))
-    for name in SETTINGS:
+    print(f"   {'':<44} " + " ".join(f"{label[:22]:>22}" for label, _, _ in CASES))
+    for name in rows:
         default = "opreg --precision int8" if "int8" in name else "opreg --precision int4"
         result = latency({default: Runner(folders[default]), name: Runner(folders[name])}, rounds)
-        print(f"   {name:<44} " + " ".join(f"{np.median(result[label][name].ratios(result[label][default])):>17.2f}x"
-                                             for label, _, _ in CASES))  # fmt: skip
+        cells = []
+        for label, _, _ in CASES:
+            p10, p50, p90 = np.percentile(result[label][name].ratios(result[label][default]), [10, 50, 90])
+            cells.append(f"{p50:.2f}x [{p10:.2f}, {p90:.2f}]")
+        print(f"   {name:<44} " + " ".join(f"{cell:>22}" for cell in cells))
     print()
 
 
@@ -844,7 +910,7 @@ def breakdown(source: Path, work: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=Path("build/llm-bench"))
-    parser.add_argument("--models", default="55M,0.5B", help="checkpoints: 55M, 0.5B")
+    parser.add_argument("--models", default="55M,0.5B", help='checkpoints: 55M, 0.5B ("": none)')
     parser.add_argument("--rounds", type=int, default=40, help="interleaved timing rounds")
     parser.add_argument("--export-rounds", type=int, default=3, help="interleaved rounds of the exports")
     parser.add_argument("--genai-rounds", type=int, default=3, help="interleaved rounds of ONNX Runtime GenAI")
@@ -876,7 +942,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     if args.kernels:
         part_kernels(args.rounds, kernels(), "1. Kernels at 1 thread, the 55M model's sizes")
-    for name in args.models.split(","):
+    for name in filter(None, args.models.split(",")):  # --models "": no checkpoint's parts (part 7 alone)
         print(f"== {name} ==\n")
         source = checkpoint(name, args.work)
         work = args.work / name

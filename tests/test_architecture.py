@@ -204,6 +204,10 @@ class CodeLine:
     text: str
     shape: tuple[str | None, ...]
     names: tuple[str, ...]
+    loose: tuple[str | None, ...] = ()
+    identifiers: tuple[str, ...] = ()
+    """``loose``: the shape with every identifier marked ``None``, the called and attribute names
+    too; ``identifiers``: those names in order (see :func:`_normalized`)."""
 
 
 def code_lines(source: str) -> list[CodeLine]:
@@ -230,46 +234,57 @@ def code_lines(source: str) -> list[CodeLine]:
     for token in tokens:  # the lines a multi-line string literal goes on to are its text (a template), not code
         if token.type == tokenize.STRING and token.end[0] > token.start[0]:
             skipped.update(range(token.start[0] + 1, token.end[0] + 1))
-    shapes: dict[int, list[tuple[str | None, str]]] = defaultdict(list)
+    shapes: dict[int, list[tuple[str | None, str, bool]]] = defaultdict(list)  # (shape, value name, identifier)
     for i, token in enumerate(tokens):
         before = tokens[i - 1].string if i else ""
         after = tokens[i + 1].string if i + 1 < len(tokens) else ""
         if token.type == tokenize.NAME and not keyword.iskeyword(token.string) and token.string not in _CONSTANT_NAMES:
             kept = before == "." or after == "("
-            shapes[token.start[0]].append((token.string, "") if kept else (None, token.string))
+            shapes[token.start[0]].append((token.string, "", True) if kept else (None, token.string, True))
         elif token.type == tokenize.NUMBER:
-            shapes[token.start[0]].append(("0", ""))
+            shapes[token.start[0]].append(("0", "", False))
         elif token.type == tokenize.STRING:
-            shapes[token.start[0]].append(("S", ""))
+            shapes[token.start[0]].append(("S", "", False))
         else:
-            shapes[token.start[0]].append((token.string, ""))
+            shapes[token.start[0]].append((token.string, "", False))
     kept = []
     for number, line in enumerate(source.splitlines(), 1):
         text = " ".join(line.split("#")[0].split()) if "#" in line and '"' not in line else " ".join(line.split())
         if number in skipped or not text or text.startswith(("#", "import ", "from ", "@")) or _TRIVIAL.match(text):
             continue
         shape = shapes.get(number, [])
-        kept.append(CodeLine(number, text, tuple(k for k, _ in shape), tuple(n for k, n in shape if k is None)))
+        kept.append(CodeLine(
+            number, text, tuple(k for k, _, _ in shape), tuple(n for k, n, _ in shape if k is None),
+            tuple(None if named else k for k, _, named in shape), tuple(k or n for k, n, named in shape if named),
+        ))  # fmt: skip
     return kept
 
 
-def _normalized(window: list[CodeLine]) -> tuple[tuple[str, ...], int]:
+def _normalized(window: list[CodeLine], *, loose: bool = False) -> tuple[tuple[str, ...], int]:
     """A window's shape with the names of values numbered in order of first use (``v0``, ``v1``,
     ...), and how many distinct line shapes it has, names not numbered (a table of like entries
-    has one or two; code has more)."""
+    has one or two; code has more), not counting the items of a call's keyword arguments or of a
+    dict (a table of records is data, not code).
+
+    ``loose``: every identifier is numbered, the called and attribute names too, so ``op.Add(x, y)``
+    and ``op.Mul(a, b)`` are alike: code that differs only by the op it calls, or by a parameter."""
     numbers: dict[str, str] = {}
     lines, flat = [], set()
     for line in window:
-        names = iter(line.names)
+        shape, names = (line.loose, iter(line.identifiers)) if loose else (line.shape, iter(line.names))
         lines.append(" ".join(k if k is not None else numbers.setdefault(next(names), f"v{len(numbers)}")
-                              for k in line.shape))  # fmt: skip
-        flat.add(tuple(line.shape))
+                              for k in shape))  # fmt: skip
+        if not _ITEM.match(line.text):
+            flat.add(shape)
     return tuple(lines), len(flat)
 
 
 MIN_DISTINCT_SHAPES = 4
 """A window alike only in shape counts when it has this many distinct line shapes: below, it is
 a table of like entries (registrations, constants, dict items), which reads best as it is."""
+
+_ITEM = re.compile(r"^(\w+=(?!=)|\*\*\w+,?$|(['\"]).*\2: )")
+"""A line that is one item of a call's keyword arguments or of a dict (``name=value,``, ``"key": value,``)."""
 
 
 def enclosing_functions(source: str) -> dict[int, str]:
@@ -303,6 +318,9 @@ def duplicated_blocks(sources: dict[str, str], size: int = MIN_DUPLICATE_LINES) 
             shape, distinct = _normalized(window)
             if distinct >= MIN_DISTINCT_SHAPES:
                 seen["shape", shape].add((name, window[0].number))
+            loose, distinct = _normalized(window, loose=True)
+            if distinct >= MIN_DISTINCT_SHAPES:
+                seen["loose", loose].add((name, window[0].number))
     functions = {name: enclosing_functions(source) for name, source in sources.items()}
     found = {frozenset((name, functions[name].get(line, "")) for name, line in places)
              for places in seen.values() if len(places) > 1}  # fmt: skip
@@ -310,12 +328,25 @@ def duplicated_blocks(sources: dict[str, str], size: int = MIN_DUPLICATE_LINES) 
 
 
 def python_sources() -> dict[str, str]:
-    return {str(path.relative_to(ROOT)): path.read_text() for path in python_files()}
+    """The framework's code and the first-party packs' (``plugins/*/``), their tests left out."""
+    packs = [p for p in (ROOT / "plugins").rglob("*.py") if "tests" not in p.relative_to(ROOT).parts]
+    return {str(path.relative_to(ROOT)): path.read_text() for path in [*python_files(), *sorted(packs)]}
 
 
-KNOWN_DUPLICATES: dict[frozenset[tuple[str, str]], str] = {}
-"""Duplicates found when the check began comparing shapes, each with why it stays for now. A new
-one fails the test, and so does an entry that is no longer duplicated (remove it)."""
+KNOWN_DUPLICATES: dict[frozenset[tuple[str, str]], str] = {
+    frozenset(
+        {
+            ("plugins/ort_contrib/opreg_ort_contrib/schemas.py", "_multi_head_attention_schema"),
+            ("plugins/ort_contrib/opreg_ort_contrib/schemas.py", "_group_query_attention_schema"),
+        }
+    ): (
+        "data, not logic: the declarations of MultiHeadAttention's and GroupQueryAttention's schemas "
+        "(com.microsoft), each a list of _input(name, type, doc) records in the op's order; two ops with "
+        "like inputs (query, key, value, past_key, past_value) are written alike"
+    ),
+}
+"""Duplicates the check finds in the framework's and packs' code, each with why it stays. A new one
+fails the test, and so does an entry that is no longer duplicated (remove it)."""
 
 
 def test_no_block_of_six_lines_is_duplicated():
@@ -350,6 +381,36 @@ def test_the_duplicate_check_catches_copies_renamed_and_with_other_literals():
         ], copy
     other = ORIGINAL.replace("value * scale", "max(value, scale)")  # in every window: another computation
     assert duplicated_blocks({"one.py": ORIGINAL, "two.py": other}) == []
+
+
+CALLS = """
+def f(op, x, weight, bias):
+    scaled = op.Mul(x, weight)
+    if bias is not None:
+        scaled = op.Add(scaled, bias)
+    shape = op.Shape(x, start=0, end=1)
+    flat = op.Reshape(scaled, shape)
+    return op.Relu(flat)
+"""
+
+
+def test_the_duplicate_check_catches_copies_that_call_another_op_or_pass_another_parameter():
+    """Two bodies alike but for the op they call, the attribute they read or the names they use: one
+    helper taking the op (or the parameter) can serve both."""
+    other_op = CALLS.replace("op.Relu", "op.Sigmoid").replace("def f", "def g")
+    renamed = CALLS.replace("op.", "opset.").replace("def f(op", "def g(opset").replace("end=1", "end=2")
+    for copy in (other_op, renamed):
+        assert duplicated_blocks({"one.py": CALLS, "two.py": copy}) == [frozenset({("one.py", "f"), ("two.py", "g")})]
+    assert duplicated_blocks({"one.py": CALLS, "two.py": CALLS.replace("op.Relu(flat)", "(flat, shape)")}) == []
+
+
+def test_a_table_of_records_is_not_a_duplicate():
+    """Keyword arguments of a call and items of a dict, one a line, are data: two records with like fields
+    are written alike."""
+    record = "    Patch(\n        name={0!r},\n        module=m{0},\n        function={0!r},\n        versions=V,\n"
+    record += "        replacement=r{0},\n        wraps=True,\n        reason={0!r},\n    ),\n"
+    table = "PATCHES = (\n" + "".join(record.format(f"p{i}") for i in range(3)) + ")\n"
+    assert duplicated_blocks({"one.py": table}) == []
 
 
 def test_a_table_of_like_entries_is_not_a_duplicate():

@@ -177,6 +177,7 @@ def test_export_dynamic_auto_reports_the_fixed_dims_and_inspect_shows_them(capsy
     assert fixed[0]["source"].endswith("in forward") and "net.py:" in fixed[0]["source"]
     # the Linear after the flatten needs the image to pool to 6x6: a guard the ONNX model cannot check
     (guard,) = json.loads(out)["shape_guards"]
+    assert json.loads(out)["grown_dims"] == []  # captured from its example: the dims torch fixed are reported
     assert guard["dims"] == ["x.shape[2]", "x.shape[3]"] and guard["guard"].endswith(" == 144")
     assert guard["source"].endswith("in forward") and "net.py:" in guard["source"]
     (line,) = [line for line in err.splitlines() if line.startswith("warning:")]

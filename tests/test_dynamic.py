@@ -404,6 +404,80 @@ def test_a_dim_the_graph_has_at_its_example_size_after_a_guard_is_found():
     assert all(_dynamic._baked(program, symbol) is None for symbol in program.range_constraints)
 
 
+class AttendTwice(torch.nn.Module):
+    """A diffusers UNet's pattern, small: an attention over an image's pixels whose output is
+    reshaped back to an image (channels-last strides), then a group norm and a convolution; from
+    one image torch's convolution narrows the batch (its memory format), a view's strides fix it at
+    1, and the division after the next attention's residual has batch 1 in the graph. A branch on
+    the number of elements (its VAEs') does not narrow the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.norm = torch.nn.GroupNorm(2, 8)
+        self.mix = torch.nn.Linear(8, 8)
+        self.mid = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.out = torch.nn.Conv2d(8, 3, 3, padding=1)
+
+    def attend(self, h):
+        b, c, height, width = h.shape
+        pixels = self.mix(self.norm(h).view(b, c, height * width).transpose(1, 2))
+        return (pixels.transpose(-1, -2).reshape(b, c, height, width) + h) / 2.0
+
+    def forward(self, x):
+        h = self.attend(self.conv(x))
+        if h.numel() * 4 > 2**31:  # diffusers' upsampling: a guard on the batch, true at 2 as at 1
+            h = h.contiguous()
+        h = self.attend(self.mid(torch.nn.functional.silu(self.norm(h))))
+        h = self.mid(torch.nn.functional.silu(self.norm(h)))
+        return self.out(self.attend(self.attend(h)))
+
+
+def test_a_batch_of_one_torchs_code_fixes_is_captured_again_at_two(caplog):
+    """Issue 38's UNet2DModel: from one image (batch Dim.DYNAMIC, image size Dim.AUTO) the first
+    capture has the batch at 1 after a guard in torch's code only; the export captures again from
+    the image repeated to a batch of 2, says so, and the model is right at batches 1, 2 and 3."""
+    spec = {"x": {0: Dim.DYNAMIC, 2: Dim.AUTO, 3: Dim.AUTO}}
+    with caplog.at_level(logging.WARNING, logger="opreg.exporter._dynamic"), pytest.warns(opreg.ShapeGuardWarning):
+        program = opreg.export(AttendTwice().eval(), (torch.rand(1, 3, 16, 16),), dynamic_shapes=spec)
+    # captured size-obliviously again: torch's checks of the views' strides leave no guard at batch 2;
+    # the model's branch on its number of elements is reported
+    (guard,) = program.shape_guards
+    assert guard.guard.endswith(" <= 2147483648") and _at(guard.source, AttendTwice.forward, "h.numel()")
+    (grown,) = program.grown_dims
+    assert (grown.input, grown.dim, grown.size, grown.captured_at) == ("x", 0, 1, 2)
+    assert grown.guard.startswith("guard x.shape[0] == 1 in torch's code, after which the graph has it at size 1")
+    assert _at(grown.source, AttendTwice.attend, "self.norm(h).view")
+    assert str(grown) in caplog.text
+    assert json.loads(program.model.metadata_props["opreg.grown_dims"])[0]["captured_at"] == 2
+    assert _shapes(program)["x"] == ["x_dim0", 3, "x_dim2", "x_dim3"]
+    for batch, size in ((1, 16), (2, 16), (3, 24)):
+        program.verify(torch.rand(batch, 3, size, size), atol=ATOL)
+
+
+class Squeezes(torch.nn.Module):
+    def forward(self, x, y):
+        return x.squeeze() * 2, y.squeeze(1) + 1
+
+
+def test_a_squeeze_that_keeps_a_dim_of_example_size_one_is_reported():
+    """No guard: size-obliviously torch does not know the dim is 1, so ``squeeze`` keeps it; eager
+    removes it at size 1. Reported as a guard the model does not check, with the model's line; a
+    squeeze of a static 1 is not."""
+    spec = {"x": {0: Dim.DYNAMIC}, "y": {0: Dim.DYNAMIC}}
+    with pytest.warns(opreg.ShapeGuardWarning, match=r"x.shape\[0\] != 1 \(a squeeze keeps the dim") as caught:
+        program = opreg.export(Squeezes(), (torch.rand(1, 4), torch.rand(1, 1, 3)), dynamic_shapes=spec)
+    (guard,) = program.shape_guards
+    assert guard.dims == ("x.shape[0]",)
+    assert guard.guard == "x.shape[0] != 1 (a squeeze keeps the dim, which eager PyTorch removes at size 1)"
+    assert _at(guard.source, Squeezes.forward, "x.squeeze()")
+    assert len(caught) == 1
+    assert _shapes(program)["output_0"] == ["x_dim0", 4]  # eager: (4,) at batch 1
+    program.verify(torch.rand(3, 4), torch.rand(3, 1, 3), atol=ATOL)
+    assert json.loads(program.model.metadata_props["opreg.shape_guards"])[0]["dims"] == ["x.shape[0]"]
+
+
 def test_a_guard_true_at_every_size_is_not_reported():
     """kornia's ``filter2d`` leaves ``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``, a multiple of its modulus at
     every size: torch's bounds cannot prove that, sympy's ``Mod`` can; a decoder's ``repeat_kv`` leaves

@@ -107,10 +107,27 @@ def _shaped(value: ir.Value, dims, like: ir.Value) -> ir.Value:
 # -- attention --------------------------------------------------------------------------------
 
 
+def _merged(op, heads, shape):
+    """The pattern of (batch, heads, seq, size) ``heads`` moved into (batch, seq, hidden) by Reshape to ``shape``."""
+    return op.Reshape(op.Transpose(heads, perm=[0, 2, 1, 3]), shape, _allow_other_attributes=True)
+
+
 def _repeated_heads(op, x, axes, shape5, shape4, shape3):
     """transformers' ``repeat_kv`` of (batch, kv heads, seq, size) heads, merged into (batch, seq, hidden)."""
     heads = op.Reshape(op.Expand(op.Unsqueeze(x, axes), shape5), shape4, _allow_other_attributes=True)
-    return op.Reshape(op.Transpose(heads, perm=[0, 2, 1, 3]), shape3, _allow_other_attributes=True)
+    return _merged(op, heads, shape3)
+
+
+def _attention(kernel, query, key, value, **domain):
+    """The pattern of an attention node (``op.Attention``, or ``op.MultiHeadAttention`` with
+    ``_domain=CONTRIB_DOMAIN``) on ``query``, ``key`` and ``value`` and whatever other inputs and
+    attributes, its output named ``out``."""
+    return kernel(query, key, value, _allow_other_inputs=True, _allow_other_attributes=True, _outputs=["out"], **domain)
+
+
+def _merges_heads(shape_k, shape_v) -> bool:
+    """Both Reshapes of :func:`_merged` merge the heads into (batch, seq, hidden)."""
+    return _ints(shape_k) == [0, 0, -1] and _ints(shape_v) == [0, 0, -1]
 
 
 def _check_repeated(result, query, key, value, axes_k, axes_v, bsd_k, bsd_v, heads: int):
@@ -158,15 +175,9 @@ class GroupQueryAttention(pattern.RewriteRuleClassBase):
     """MultiHeadAttention over ``repeat_kv``'d keys and values -> GroupQueryAttention (below ai.onnx 23)."""
 
     def pattern(self, op, query, key, value, keys5, values5, keys4, values4, axes_k, axes_v, bsd_k, bsd_v):
-        return op.MultiHeadAttention(
-            query,
-            _repeated_heads(op, key, axes_k, keys5, keys4, bsd_k),
-            _repeated_heads(op, value, axes_v, values5, values4, bsd_v),
-            _domain=CONTRIB_DOMAIN,
-            _allow_other_inputs=True,
-            _allow_other_attributes=True,
-            _outputs=["out"],
-        )
+        key = _repeated_heads(op, key, axes_k, keys5, keys4, bsd_k)
+        value = _repeated_heads(op, value, axes_v, values5, values4, bsd_v)
+        return _attention(op.MultiHeadAttention, query, key, value, _domain=CONTRIB_DOMAIN)
 
     def check(self, context, query, key, value, axes_k, axes_v, bsd_k, bsd_v, out, **_):
         result = pattern.MatchResult()
@@ -206,14 +217,9 @@ class GroupedAttention(pattern.RewriteRuleClassBase):
     on the unrepeated ones: no copies of the keys and values."""
 
     def pattern(self, op, query, key, value, keys5, values5, keys4, values4, axes_k, axes_v, bsd_k, bsd_v):
-        return op.Attention(
-            query,
-            _repeated_heads(op, key, axes_k, keys5, keys4, bsd_k),
-            _repeated_heads(op, value, axes_v, values5, values4, bsd_v),
-            _allow_other_inputs=True,
-            _allow_other_attributes=True,
-            _outputs=["out"],
-        )
+        key = _repeated_heads(op, key, axes_k, keys5, keys4, bsd_k)
+        value = _repeated_heads(op, value, axes_v, values5, values4, bsd_v)
+        return _attention(op.Attention, query, key, value)
 
     def check(self, context, query, key, value, axes_k, axes_v, bsd_k, bsd_v, out, **_):
         result = pattern.MatchResult()
@@ -244,20 +250,13 @@ class MultiHeadAttentionOnHeads(pattern.RewriteRuleClassBase):
     read whole in a decode step, and there it is a copy of the whole cache per layer."""
 
     def pattern(self, op, query, key, value, shape_k, shape_v):
-        return op.MultiHeadAttention(
-            query,
-            op.Reshape(op.Transpose(key, perm=[0, 2, 1, 3]), shape_k, _allow_other_attributes=True),
-            op.Reshape(op.Transpose(value, perm=[0, 2, 1, 3]), shape_v, _allow_other_attributes=True),
-            _domain=CONTRIB_DOMAIN,
-            _allow_other_inputs=True,
-            _allow_other_attributes=True,
-            _outputs=["out"],
-        )
+        key, value = _merged(op, key, shape_k), _merged(op, value, shape_v)
+        return _attention(op.MultiHeadAttention, query, key, value, _domain=CONTRIB_DOMAIN)
 
     def check(self, context, query, key, value, shape_k, shape_v, out, **_):
         result = pattern.MatchResult()
         node = out.producer()
-        if _ints(shape_k) != [0, 0, -1] or _ints(shape_v) != [0, 0, -1]:
+        if not _merges_heads(shape_k, shape_v):
             return result.fail("not the heads merged into (batch, seq, hidden)")
         extra = list(node.inputs[3:])
         if len(extra) > 3 or any(v is not None for v in extra[:2]):
@@ -282,19 +281,12 @@ class AttentionOnHeads(pattern.RewriteRuleClassBase):
     decode step, is moved instead). See :class:`MultiHeadAttentionOnHeads`."""
 
     def pattern(self, op, query, key, value, shape_k, shape_v):
-        return op.Attention(
-            query,
-            op.Reshape(op.Transpose(key, perm=[0, 2, 1, 3]), shape_k, _allow_other_attributes=True),
-            op.Reshape(op.Transpose(value, perm=[0, 2, 1, 3]), shape_v, _allow_other_attributes=True),
-            _allow_other_inputs=True,
-            _allow_other_attributes=True,
-            _outputs=["out"],
-        )
+        return _attention(op.Attention, query, _merged(op, key, shape_k), _merged(op, value, shape_v))
 
     def check(self, context, query, key, value, shape_k, shape_v, out, **_):
         result = pattern.MatchResult()
         node = out.producer()
-        if _ints(shape_k) != [0, 0, -1] or _ints(shape_v) != [0, 0, -1]:
+        if not _merges_heads(shape_k, shape_v):
             return result.fail("not the heads merged into (batch, seq, hidden)")
         q, k, v = _dims(query), _dims(key), _dims(value)
         if len(node.inputs) > 4 or "q_num_heads" not in node.attributes or q is None or len(q) != 3:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -113,6 +114,25 @@ class Slice:
         order = {id(node): index for index, node in enumerate(output.graph or [])}
         ordered = sorted((n for n in nodes.values() if n not in shapes), key=lambda n: order.get(id(n), -1))
         return Slice(output, next(iter(sources.values()), None), ordered, shapes, list(constants.values()))
+
+    def key(self) -> tuple:
+        """What the slice computes, hashable: each node's op, attributes and where each input comes
+        from (a node before it, the source, a ``Shape`` of a graph input, a constant's values). Two
+        slices of one key compute the same values from the same inputs."""
+        where: dict[int, Any] = {}
+        if self.source is not None:
+            where[id(self.source)] = ("source", id(self.source))
+        for shape in self.shapes:
+            where[id(shape.outputs[0])] = ("shape", id(shape.inputs[0]), _attributes(shape))
+        for constant in self.constants:
+            where[id(constant)] = ("constant", _value_key(constant.const_value))
+        nodes = []
+        for position, node in enumerate(self.nodes):
+            inputs = tuple(None if v is None else where.get(id(v), ("unknown", id(v))) for v in node.inputs)
+            nodes.append((node.domain, node.op_type, _attributes(node), inputs))
+            for index, out in enumerate(node.outputs):
+                where[id(out)] = ("node", position, index)
+        return tuple(nodes), where.get(id(self.output), ("unknown", id(self.output)))
 
     def model(self, opsets: Mapping[str, int]):
         """The slice as an ``onnx.ModelProto``: inputs the source and each ``Shape``'s output."""
@@ -214,3 +234,14 @@ def provenance(nodes: Sequence[ir.Node]) -> dict[str, str]:
                 if part and part not in merged.setdefault(key, []):
                     merged[key].append(part)
     return {key: "+".join(values) for key, values in merged.items()}
+
+
+def _value_key(value: Any) -> Any:
+    """A tensor as its type, shape and bytes; anything else as its ``repr``."""
+    if hasattr(value, "tobytes") and hasattr(value, "dtype"):
+        return (str(value.dtype), tuple(value.shape), value.tobytes())
+    return repr(value)
+
+
+def _attributes(node: ir.Node) -> tuple:
+    return tuple(sorted((name, _value_key(a.value)) for name, a in node.attributes.items()))

@@ -41,19 +41,20 @@ BITS = (4, 8)
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 BLOCK_SIZE = 128
 """The default block size: the fastest measured on ONNX Runtime 1.32's CPU kernels (``python
-bench/llm.py --settings``, part 9: the 55M Llama at 1 thread, int4, accuracy level 4: blocks of 32,
-ONNX Runtime GenAI's builder's default, take 1.26x / 1.13x / 1.29x as long for a decode step at
-past 128 / 1024 and a 128-token prefill, blocks of 64 0.98x / 0.99x / 1.24x), at an accuracy as good
-as 32's on a small trained Llama (perplexity 5.306 against fp32's 5.293 and 32's 5.287; next-token
-top-1 equal to fp32's 98.1% of the time, 32's 97.7%)."""
+bench/llm.py --accuracy --settings``, parts 9 and 7, 2026-11-28: the 55M Llama at 1 thread, int4,
+accuracy level 4: blocks of 32, ONNX Runtime GenAI's builder's default, take 1.27x / 1.13x / 1.29x
+as long for a decode step at past 128 / 1024 and a 128-token prefill, blocks of 64 1.08x / 1.05x /
+1.24x), at a perplexity within 0.2% of 32's and of fp32's on a small trained Llama (5.268, 32's
+5.260, fp32's 5.261; docs/quantization.md has the table)."""
 SYMMETRIC = True
-"""Symmetric by default: one fewer input, and at blocks of 128 more accurate on the trained Llama
-(top-1 98.1% against 96.8%); asymmetric measures within the noise of a loaded machine (0.89-1.00x)."""
+"""Symmetric by default: one fewer input, the same speed (asymmetric: 0.97x / 1.01x / 1.00x, inside
+the spread of two identical models) and more accurate on the trained Llama at blocks of 128
+(next-token top-1 equal to fp32's 98.4% of the time against 96.7%; greedy runs equal to fp32's 15
+of 16 against 12)."""
 ACCURACY_LEVEL = 4
 """MatMulNBits computes with its input quantized to int8 per block by default: without it (the
-kernel's float path; same measurement) a decode step takes 1.6-1.9x as long with int4 weights and
-24-40x with int8, a prefill 1.4x and 3.7x; top-1 agreement with fp32 moves by at most 0.1% (the
-builder sets 4 on CPU for the same reason)."""
+kernel's float path; same measurement) int4 takes 1.4-1.9x as long and int8 3.6-41x, for the same
+perplexity (the builder sets 4 on CPU for the same reason)."""
 
 
 def _transposed_b(node: ir.Node) -> bool:

@@ -46,18 +46,24 @@ def _rotate_every_two(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
 
 
+def _grouped_attention_weights(module: nn.Module, hidden: int, heads: int, kv_heads: int, size: int) -> None:
+    """Give ``module`` Llama's q/k/v/o projections (no bias) for ``heads`` query heads and ``kv_heads``
+    key/value heads of ``size``, and the rotary frequencies ``inv_freq`` (base 10000)."""
+    module.q = nn.Linear(hidden, heads * size, bias=False)
+    module.k = nn.Linear(hidden, kv_heads * size, bias=False)
+    module.v = nn.Linear(hidden, kv_heads * size, bias=False)
+    module.o = nn.Linear(heads * size, hidden, bias=False)
+    module.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, size, 2).float() / size), persistent=False)
+
+
 class GroupedSelfAttention(nn.Module):
     """Llama's attention: q/k/v projections, rotary embedding of q and k, repeat_kv, sdpa with a mask."""
 
     def __init__(self, rotary: bool = True, interleaved: bool = False) -> None:
         super().__init__()
         self.interleaved = interleaved
-        self.q = nn.Linear(HIDDEN, HEADS * SIZE, bias=False)
-        self.k = nn.Linear(HIDDEN, KV_HEADS * SIZE, bias=False)
-        self.v = nn.Linear(HIDDEN, KV_HEADS * SIZE, bias=False)
-        self.o = nn.Linear(HIDDEN, HIDDEN, bias=False)
+        _grouped_attention_weights(self, HIDDEN, HEADS, KV_HEADS, SIZE)
         self.rotary = rotary
-        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, SIZE, 2).float() / SIZE), persistent=False)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         q, k, v = _split(self.q(x), HEADS), _split(self.k(x), KV_HEADS), _split(self.v(x), KV_HEADS)
@@ -171,12 +177,7 @@ class CachedDecoderLayer(nn.Module):
     def __init__(self, window: int | None = None) -> None:
         super().__init__()
         self.window = window  # a sliding window: each query sees its last ``window`` positions
-        self.q = nn.Linear(DECODER_HIDDEN, DECODER_HEADS * DECODER_SIZE, bias=False)
-        self.k = nn.Linear(DECODER_HIDDEN, DECODER_KV_HEADS * DECODER_SIZE, bias=False)
-        self.v = nn.Linear(DECODER_HIDDEN, DECODER_KV_HEADS * DECODER_SIZE, bias=False)
-        self.o = nn.Linear(DECODER_HEADS * DECODER_SIZE, DECODER_HIDDEN, bias=False)
-        frequencies = 1.0 / 10000 ** (torch.arange(0, DECODER_SIZE, 2).float() / DECODER_SIZE)
-        self.register_buffer("inv_freq", frequencies, persistent=False)
+        _grouped_attention_weights(self, DECODER_HIDDEN, DECODER_HEADS, DECODER_KV_HEADS, DECODER_SIZE)
 
     def forward(self, x, attention_mask, past_key, past_value):
         seq, past = x.shape[1], past_key.shape[2]

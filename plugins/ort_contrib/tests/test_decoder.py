@@ -274,3 +274,34 @@ def test_a_rotary_after_per_head_norms_goes_into_group_query_attention():
         assert node.inputs[0].producer().op_type == "Reshape"  # the normalised heads, merged
     ops = _ops(decoder.program)
     assert "RotaryEmbedding" not in ops and ops["RMSNormalization"] == 2 * LAYERS + 2 * LAYERS + 1
+
+
+def _angles(graph: ir.Graph, positions: ir.Value, frequencies: list[float], function: str = "Cos") -> ir.Value:
+    """``function(positions * frequencies)``, as a rotary's angles are made, added to ``graph``."""
+    table = ir.val(
+        f"inv_freq_{len(graph.initializers)}", const_value=ir.tensor(np.array(frequencies, dtype=np.float32))
+    )
+    graph.register_initializer(table)
+    cast = ir.node("Cast", [positions], {"to": ir.DataType.FLOAT})
+    axes = ir.node("Constant", [], {"value": ir.tensor(np.array([-1], dtype=np.int64))})
+    column = ir.node("Unsqueeze", [cast.outputs[0], axes.outputs[0]])
+    angle = ir.node("Mul", [column.outputs[0], table])
+    out = ir.node(function, [angle.outputs[0]])
+    for node in (cast, axes, column, angle, out):
+        graph.append(node)
+    return out.outputs[0]
+
+
+def test_a_slices_key_is_what_it_computes_so_each_rotary_table_is_probed_once():
+    """Each layer's copy of the angles has its own nodes; the tables are probed once for all the
+    copies computing the same values, and apart for any that differ (a frequency, the function)."""
+    from opreg_ort_contrib.probe import Slice
+
+    positions = ir.val("positions", ir.DataType.INT64, ir.Shape(["batch", "sequence"]))
+    graph = ir.Graph([positions], [], nodes=[], opset_imports={"": 23})
+    first, copy = _angles(graph, positions, [1.0, 0.5]), _angles(graph, positions, [1.0, 0.5])
+    other, sine = _angles(graph, positions, [1.0, 0.25]), _angles(graph, positions, [1.0, 0.5], "Sin")
+    key = Slice.of(first, cut=positions).key()
+    assert Slice.of(copy, cut=positions).key() == key
+    assert Slice.of(other, cut=positions).key() != key
+    assert Slice.of(sine, cut=positions).key() != key

@@ -22,6 +22,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from opreg import _heap
 from opreg.cli import check, explain, export, inspect, llm, new_pack, ops, pack_check, plugins
 from opreg.cli._common import (
     EXIT_ERROR,
@@ -35,7 +36,7 @@ from opreg.cli._common import (
 from opreg.cli._options import Parents
 from opreg.errors import OpregError, PackWarning, PluginError, PluginNotFoundError, ShapeGuardWarning
 
-__all__ = ["COMMANDS", "EXIT_ERROR", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXIT_ERROR", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "build_parser", "main", "script"]
 
 COMMANDS = (plugins, ops, explain, check, export, llm, inspect, new_pack, pack_check)
 """The commands' modules, in the order ``opreg --help`` lists them."""
@@ -88,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", PackWarning)  # each pack fault of the command, as a line of its own
                 warnings.simplefilter("always", ShapeGuardWarning)
-                return args.run(args)
+                with _heap.quiet():  # the collector off what the command imports and builds (opreg/_heap.py)
+                    return args.run(args)
         finally:
             _show(caught)  # outside the recording: there, showing a warning would record it again, endlessly
     except OpregError as e:
@@ -110,3 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def script() -> int:
+    """The ``opreg`` console script (and ``python -m opreg``): :func:`main`, then the process's
+    objects left out of the interpreter's last collections (:func:`opreg._heap.exiting`)."""
+    code = main()
+    _heap.exiting()
+    return code

@@ -1,5 +1,6 @@
-"""The options several commands share, as argparse parent parsers (:class:`Parents`), and the
-arguments that name a model (:func:`add_model`, :func:`add_dynamic`)."""
+"""The options several commands share, as argparse parent parsers (:class:`Parents`), the
+arguments that name a model (:func:`add_model`, :func:`add_dynamic`), and the parser of a command
+that captures one (:func:`add_model_command`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,19 @@ def add_model(parser: argparse.ArgumentParser) -> None:
 def add_dynamic(parser: argparse.ArgumentParser) -> None:
     """``--dynamic NAME:DIM=LABEL``: the model's dynamic dims."""
     parser.add_argument("--dynamic", action="append", default=[], metavar="SPEC", help=_DYNAMIC_HELP)
+
+
+def add_model_command(
+    subparsers: argparse._SubParsersAction, parents: Parents, name: str, help: str
+) -> argparse.ArgumentParser:
+    """The parser of a command that captures a model (``check``, ``export``): ``MODEL``, ``--dynamic``,
+    and the output, pack, target and patch options."""
+    parser = subparsers.add_parser(
+        name, parents=[parents.output, parents.packs, parents.target, parents.patches], help=help
+    )
+    add_model(parser)
+    add_dynamic(parser)
+    return parser
 
 
 @dataclasses.dataclass(frozen=True)

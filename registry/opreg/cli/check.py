@@ -6,16 +6,13 @@ import argparse
 import dataclasses
 
 from opreg.cli import _common
-from opreg.cli._options import Parents, add_dynamic, add_model
+from opreg.cli._options import Parents, add_model_command
 
 
 def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None:
-    p = subparsers.add_parser(
-        "check", parents=[parents.output, parents.packs, parents.target, parents.patches],
-        help="which ops of a model no pack covers at a target (exit 1 if any)",
-    )  # fmt: skip
-    add_model(p)
-    add_dynamic(p)
+    p = add_model_command(
+        subparsers, parents, "check", help="which ops of a model no pack covers at a target (exit 1 if any)"
+    )
     p.set_defaults(run=run)
 
 

@@ -29,20 +29,15 @@ from opreg.cli._common import (
     warn_conflicts,
     warn_hook_failures,
 )
-from opreg.cli._options import Parents, add_dynamic, add_model
+from opreg.cli._options import Parents, add_model_command
 
 LOCATE_ROWS = 12
 """How many nodes out of tolerance ``export --locate``'s table shows (suspects first)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None:
-    p = subparsers.add_parser(
-        "export", parents=[parents.output, parents.packs, parents.target, parents.patches],
-        help="export a model to an ONNX file",
-    )  # fmt: skip
-    add_model(p)
+    p = add_model_command(subparsers, parents, "export", help="export a model to an ONNX file")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .onnx file to write")
-    add_dynamic(p)
     p.add_argument("--verify", action="store_true", help="run the model and compare with eager PyTorch")
     p.add_argument(
         "--locate", action="store_true",
@@ -180,6 +175,7 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
             "pack_faults": [f.record() for f in program.pack_faults],
             "fixed_dims": [dataclasses.asdict(f) for f in program.fixed_dims],
             "shape_guards": [dataclasses.asdict(g) for g in program.shape_guards],
+            "grown_dims": [dataclasses.asdict(g) for g in program.grown_dims],
         })  # fmt: skip
         return EXIT_OK
     opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
@@ -190,6 +186,8 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
     )
     _print_patches(out, program.capture_patches)
     print_fixed_dims(out, [dataclasses.asdict(f) for f in program.fixed_dims])
+    for grown in program.grown_dims:
+        out.print(f"note: {grown}", markup=False, soft_wrap=True)
     if args.external_data and not referenced_data(path):
         out.print(
             f"note: no weight is over {INLINE_LIMIT_BYTES} bytes, so every weight is inside {path} "

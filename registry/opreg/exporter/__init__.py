@@ -20,6 +20,7 @@ from opreg import _heap, packfaults
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
 from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
 from opreg.exporter._dynamic import FixedDim, ShapeGuard
+from opreg.exporter._grown import GrownDim
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import JoinedDomain, MissingOp
 from opreg.exporter._program import OnnxProgram
@@ -41,6 +42,7 @@ __all__ = [
     "STAGES",
     "Divergence",
     "FixedDim",
+    "GrownDim",
     "ShapeGuard",
     "JoinedDomain",
     "Location",

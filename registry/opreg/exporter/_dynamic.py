@@ -10,12 +10,13 @@ exports capture as before), then reviews what torch made of each dim asked to be
   (``if x.shape[0] == 1``): the graph follows the example's path and would be wrong at other
   sizes. A ``Dim.DYNAMIC`` or named ``Dim`` there is an :class:`ExportError` naming the guard and
   its line; a ``Dim.AUTO`` (``"auto"``) one is fixed at its example size, captured again, and
-  reported. Guards in torch's own code (an ``expand``'s check, a batch of one's strides) leave the
-  op in the graph as general as ONNX's: a ``Dim.DYNAMIC`` or named ``Dim`` stays dynamic, with a
-  warning; a ``Dim.AUTO`` one is fixed. Unless the graph then has the dim at a fixed size after an
-  op that keeps its input's sizes (:func:`_baked`: a diffusers UNet from one image with its image
-  size dynamic, where a reshape would then merge a batch into one row): that is as the model's
-  guard, an error naming torch's guard and the model's line.
+  reported. Where only guards in torch's own code narrowed a ``Dim.DYNAMIC`` or named ``Dim`` (an
+  ``expand``'s check, a convolution's memory format, a view's strides), the example is grown to 2
+  along it and captured again (:mod:`opreg.exporter._grown`), and reported. When that capture
+  fails, the first stands, the dim dynamic with a warning: its graph holds torch's ops, as general
+  as ONNX's; unless the graph has the dim at a fixed size after an op that keeps its input's sizes
+  (:func:`_baked`: a diffusers UNet from one image, image size dynamic): then an error naming
+  torch's guard and the model's line. A ``Dim.AUTO`` dim is fixed there.
 - A ``Dim.AUTO`` dim whose size torch fixed (a guard equating it with a constant, as a weight's
   size does) is reported with that guard.
 - When the size-oblivious capture fails and only ``Dim.AUTO`` dims have example size 0 or 1, the
@@ -32,14 +33,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from opreg.errors import ExportError
-from opreg.exporter import _capture, _guards, _pytrees
+from opreg.exporter import _capture, _grown, _guards, _pytrees
+from opreg.exporter._guards import input_of, names_in, render
 from opreg.patching import PatchedCapture
 from opreg.settings import AUTO_SHAPES
 
@@ -108,12 +109,15 @@ class Captured:
         dynamic_shapes: the ``dynamic_shapes`` it was captured with (``"auto"`` spelled out).
         fixed: the dims asked to be dynamic that it fixed, in input order.
         guards: the guards on its dynamic dims beyond their range (:func:`unchecked_guards`).
+        grown: the dims marked dynamic it was captured at 2 for, not at the example's 1
+            (:mod:`opreg.exporter._grown`).
     """
 
     program: torch.export.ExportedProgram
     dynamic_shapes: Any
     fixed: tuple[FixedDim, ...] = ()
     guards: tuple[ShapeGuard, ...] = ()
+    grown: tuple[_grown.GrownDim, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,13 +185,24 @@ def capture(
     asked = _asked(model, args, kwargs, spec)
     leaves = torch.utils._pytree.tree_leaves((args, dict(kwargs or {})))
     fixed: list[FixedDim] = []
+    grown: list[_grown.GrownDim] = []
+    before: _Before | None = None  # the capture before the example was grown
     oblivious = any(a.size <= 1 for a in asked)  # else torch's own reasoning: it keeps every such dim
-    for _ in range(3):  # size-oblivious; again with the dims found to take the example's path fixed
+    for _ in range(4):  # size-oblivious; again grown, or with the dims found to take the example's path fixed
         sites = _guards.GuardSites()
         watched = sites if oblivious or any(a.auto for a in asked) else None  # else no guard is reported
         try:
             program = _capture.capture(model, args, kwargs, spec, patches, oblivious=oblivious, sites=watched)
+            if grown and not all(_symbolic(_dim_of(program, a, leaves)) for a in asked if _is_grown(a, grown)):
+                raise ExportError("torch.export fixed them")
         except ExportError as e:
+            if before is not None and not before.kept:
+                refused = _narrowed_error([item for item in before.narrowed if not item.kept])
+                raise ExportError(f"{refused}\nCaptured again from an example grown to 2 there: {e}") from e
+            if before is not None:  # the first capture's graph holds torch's ops, as general as ONNX's
+                program, sites, args, kwargs, asked, leaves = before.restored()
+                grown = []
+                break
             small = [a for a in asked if a.size <= 1 and not _done(a, fixed)]
             if not oblivious or not small or not all(a.auto for a in small):
                 raise ExportError(f"{e}{_where_guards(sites, asked)}") from e.__cause__
@@ -197,11 +212,20 @@ def capture(
             oblivious = False  # torch fixes a size 0 or 1 itself
             continue
         narrowed = _narrowed(program, asked, sites, leaves)
+        strict = [item for item in narrowed if not item.asked.auto]
+        if strict and before is None and all(item.in_torch and item.asked.size == 1 for item in strict):
+            # torch's code alone took the example's path: capture from an example grown there
+            before = _Before(program, sites, args, kwargs, asked, leaves, tuple(strict))
+            grown = [item.grown() for item in strict]
+            args, kwargs = _grown.grown(args, kwargs, [(item.asked.tensor, item.asked.index) for item in strict])
+            asked, leaves = _asked(model, args, kwargs, spec), torch.utils._pytree.tree_leaves((args, dict(kwargs)))
+            continue
+        if any(not item.kept for item in strict):
+            raise ExportError(_narrowed_error([item for item in strict if not item.kept]))
+        _warn_kept(strict)
+        narrowed = [item for item in narrowed if item.asked.auto]
         if not narrowed:
             break
-        strict = [item for item in narrowed if not item.asked.auto]
-        if strict:
-            raise ExportError(_narrowed_error(strict))
         fixed += [item.fixed() for item in narrowed]
         if auto:  # the spec is ours: fix those dims only
             static = frozenset((id(item.asked.tensor), item.asked.index) for item in narrowed)
@@ -210,12 +234,45 @@ def capture(
             oblivious = False
     else:
         raise ExportError(f"torch.export kept taking the example's path on dims marked dynamic: {fixed[-1]}")
+    for item in grown:
+        logger.warning("%s", item)
     fixed += [item for item in _fixed_by_guards(program, asked, sites, leaves) if not _done_at(item, fixed)]
     order = {(a.path, a.index): i for i, a in enumerate(asked)}
     fixed.sort(key=lambda f: order.get((f.input, f.dim), len(order)))
     for item in fixed:
         logger.info("dim asked to be dynamic, fixed: %s", item)
-    return Captured(program, spec, tuple(fixed), unchecked_guards(program, sites))
+    return Captured(program, spec, tuple(fixed), unchecked_guards(program, sites), tuple(grown))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Before:
+    """A capture whose dims marked dynamic torch's code narrowed, before the example was grown."""
+
+    program: torch.export.ExportedProgram
+    sites: _guards.GuardSites
+    args: tuple
+    kwargs: Any
+    asked: list[_Asked]
+    leaves: list[Any]
+    narrowed: tuple[_Narrowed, ...]
+
+    @property
+    def kept(self) -> bool:
+        """Whether the capture may stand when the grown one fails: no op of it has the dims at 1."""
+        return all(item.kept for item in self.narrowed)
+
+    def restored(self) -> tuple:
+        _warn_kept(self.narrowed)
+        return self.program, self.sites, self.args, self.kwargs, self.asked, self.leaves
+
+
+def _warn_kept(narrowed: Sequence[_Narrowed]) -> None:
+    for message in filter(None, (item.kept for item in narrowed)):
+        logger.warning("%s", message)
+
+
+def _is_grown(asked: _Asked, grown: Sequence[_grown.GrownDim]) -> bool:
+    return any(g.input == asked.path and g.dim == asked.index for g in grown)
 
 
 def _done(asked: _Asked, fixed: Sequence[FixedDim]) -> bool:
@@ -238,9 +295,15 @@ class _Narrowed:
     asked: _Asked
     guard: str
     source: str
+    in_torch: bool = False  # a guard in torch's code alone, no branch of the model's
+    kept: str = ""  # torch's checks alone, no op has the dim at 1: why it may stay dynamic
 
     def fixed(self) -> FixedDim:
         return FixedDim(self.asked.path, self.asked.index, self.asked.size, self.guard, self.source)
+
+    def grown(self) -> _grown.GrownDim:
+        a = self.asked
+        return _grown.GrownDim(a.path, a.index, a.size, _grown.SIZE, self.guard, self.source)
 
 
 def _placeholders(program: torch.export.ExportedProgram) -> list[torch.fx.Node | None]:
@@ -298,21 +361,21 @@ def _narrowed(
         if bounds is None or not isinstance(bounds.upper, sympy.Integer) or int(bounds.upper) >= NARROW:
             continue
         guards = [g for g in (getattr(env, "guards", None) or []) if symbol in g.expr.free_symbols]
-        branches = [g for g in guards if not _in_torch(g)]
+        branches = [g for g in guards if not _in_torch(g) and not _grown.holds_grown(g.expr, symbol, env)]
         baked = _baked(program, symbol)
+        guard, source = _reason(env, {symbol}, sites, branches or guards)
+        kept = ""
         if not branches and not item.auto and baked is None:
             # torch's own checks (a stride, an expand of a size-1 dim): the graph holds the op, as
-            # general as ONNX's; a dim the user marked dynamic stays so
-            logger.warning(
-                "%s.shape[%d]: torch.export narrowed its range to %s at checks of its own (%s); kept dynamic: "
-                "the model's code does not branch on it",
-                item.path, item.index, bounds, "; ".join(f"{_reason(env, {symbol}, sites, [g])[0]}" for g in guards),
-            )  # fmt: skip
-            continue
-        guard, source = _reason(env, {symbol}, sites, branches or guards)
-        if not branches and baked is not None:
+            # general as ONNX's; a dim the user marked dynamic stays so if a grown example fails
+            kept = (
+                f"{item.path}.shape[{item.index}]: torch.export narrowed its range to {bounds} at checks of its own "
+                f"({'; '.join(_reason(env, {symbol}, sites, [g])[0] for g in guards)}); kept dynamic: the model's "
+                "code does not branch on it"
+            )
+        elif not branches and baked is not None:
             guard += f" in torch's code, after which the graph has it at {baked}"
-        found.append(_Narrowed(item, guard, source))
+        found.append(_Narrowed(item, guard, source, in_torch=not branches, kept=kept))
     return found
 
 
@@ -348,7 +411,7 @@ def unchecked_guards(program: torch.export.ExportedProgram, sites: _guards.Guard
         item = ShapeGuard(text, tuple(sorted(names[str(s)] for s in symbols)), source)
         if item not in found:
             found.append(item)
-    return tuple(found)
+    return tuple(found) + tuple(ShapeGuard(*kept) for kept in _guards.kept_squeezes(program, names))
 
 
 def _holds(expr: Any, ranges: Mapping[Any, Any]) -> bool:
@@ -419,18 +482,6 @@ def _fixed_by_guards(
     return found
 
 
-_SIZE = re.compile(r"^L\[['\"](?P<name>[^'\"]+)['\"]\](?P<rest>.*)\.size\(\)\[(?P<dim>\d+)\]$")
-
-
-def input_of(source: Any) -> tuple[str, int] | None:
-    """The input path and dim a shape symbol's source names (``L['x'].size()[0]`` -> ``("x", 0)``),
-    spelled as :func:`opreg.exporter._capture.dynamic_dims` spells paths; a source or its name."""
-    match = _SIZE.match(source if isinstance(source, str) else str(getattr(source, "name", "")))
-    if match is None:
-        return None
-    return match.group("name") + match.group("rest"), int(match.group("dim"))
-
-
 def _symbols_by_source(env: Any) -> dict[tuple[str, int], Any]:
     found: dict[tuple[str, int], Any] = {}
     for symbol, sources in (getattr(env, "var_to_sources", None) or {}).items():
@@ -477,30 +528,6 @@ def _framework_line(guard: Any) -> str:
     if frame is None or isinstance(frame, str):
         return frame or ""
     return _guards.where(frame.filename, frame.lineno or 0, frame.name)
-
-
-def names_in(env: Any) -> dict[str, str]:
-    """torch's symbol -> the input dim it stands for (``s77`` -> ``x.shape[0]``), from the shape
-    environment."""
-    names = {}
-    for symbol, sources in (getattr(env, "var_to_sources", None) or {}).items():
-        where = next((w for w in map(input_of, sources) if w is not None), None)
-        if where is not None:
-            names[str(symbol)] = f"{where[0]}.shape[{where[1]}]"
-    return names
-
-
-def render(expr: Any, names: Mapping[str, str]) -> str:
-    """A guard or size as Python reads it, its symbols named after the inputs (``x.shape[0] == 1``):
-    a sympy expression, or the text torch prints for one."""
-    text = str(expr)
-    for symbol in sorted(set(re.findall(r"\bs\d+\b", text)), key=len, reverse=True):
-        if symbol in names:
-            text = re.sub(rf"\b{symbol}\b", names[symbol], text)
-    equation = re.fullmatch(r"(Eq|Ne)\((.+), ([^,()]+)\)", text)
-    if equation is not None:
-        return f"{equation.group(2)} {'==' if equation.group(1) == 'Eq' else '!='} {equation.group(3)}"
-    return text
 
 
 def _where_guards(sites: _guards.GuardSites, asked: Sequence[_Asked]) -> str:
@@ -555,6 +582,7 @@ def record(program: Any, captured: Captured) -> None:
 
     program.fixed_dims = tuple(captured.fixed)
     program.shape_guards = tuple(captured.guards)
+    _grown.record(program, captured.grown)
     if captured.fixed:
         program.model.metadata_props[FIXED_DIMS_KEY] = json.dumps([dataclasses.asdict(f) for f in captured.fixed])
     if captured.guards:

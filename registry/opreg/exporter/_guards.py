@@ -21,10 +21,11 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import FrameType
 from typing import Any
 
@@ -77,15 +78,19 @@ def _config() -> Any:
 
 def where(filename: str, line: int, function: str) -> str:
     """``file:line in function``, the file relative to site-packages or the working folder."""
+    return f"{_relative(filename)}:{line} in {function}"
+
+
+def _relative(filename: str) -> str:
+    """``filename`` relative to site-packages or the working folder, where it is under one."""
     marker = f"site-packages{os.sep}"
     if marker in filename:
-        filename = filename.split(marker, 1)[1]
-    else:
-        with contextlib.suppress(ValueError):
-            relative = os.path.relpath(filename)
-            if not relative.startswith(".."):
-                filename = relative
-    return f"{filename}:{line} in {function}"
+        return filename.split(marker, 1)[1]
+    with contextlib.suppress(ValueError):
+        relative = os.path.relpath(filename)
+        if not relative.startswith(".."):
+            return relative
+    return filename
 
 
 def _outside_torch(filename: str) -> bool:
@@ -188,3 +193,83 @@ def _user_frame(frame: FrameType | None) -> str:
             )
         frame = frame.f_back
     return ""
+
+
+_SQUEEZES = ("squeeze.default", "squeeze.dim", "squeeze.dims", "squeeze_.default", "squeeze_.dim", "squeeze_.dims")
+
+
+def kept_squeezes(
+    program: torch.export.ExportedProgram, names: dict[str, str]
+) -> list[tuple[str, tuple[str, ...], str]]:
+    """The dims a ``squeeze`` of a size-oblivious capture kept that eager PyTorch removes at the
+    example: a dim marked dynamic of example size 1 is not known to be 1, so torch keeps it, without
+    a guard; at size 1 the ONNX model then has a dim eager's output has not. One ``(guard, dims,
+    source)`` each (``x.shape[0] != 1``, ``("x.shape[0]",)``, the model's line); ``names``: torch's
+    symbol -> the input dim it stands for (``s77`` -> ``x.shape[0]``)."""
+    if not captured_size_oblivious(program):
+        return []
+    found = []
+    for node in program.graph.nodes:
+        name = str(node.target).removeprefix("aten.")
+        value = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) else None
+        if node.op != "call_function" or name not in _SQUEEZES or not isinstance(value, torch.Tensor):
+            continue
+        dims = node.args[1] if len(node.args) > 1 else range(value.dim())
+        for dim in [dims] if isinstance(dims, int) else dims:
+            size = value.shape[dim]
+            symbol = str(size.node.expr) if isinstance(size, torch.SymInt) else ""
+            if symbol in names and size.node.hint == 1:  # kept, where eager squeezes the example's 1
+                guard = f"{names[symbol]} != 1 (a squeeze keeps the dim, which eager PyTorch removes at size 1)"
+                found.append((guard, (names[symbol],), _node_line(node)))
+    return found
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
+
+
+def _node_line(node: torch.fx.Node) -> str:
+    """Where the model's code (or its library's) made ``node``: the innermost such frame of its
+    stack trace, or ``""``."""
+    frames = [m for m in _FRAME.finditer(node.meta.get("stack_trace") or "") if _outside_torch(m["file"])]
+    if not frames or frames[-1]["file"].startswith(_EXPORTER):
+        return ""
+    return where(frames[-1]["file"], int(frames[-1]["line"]), frames[-1]["function"])
+
+
+# -- names of torch's size symbols -------------------------------------------------------------
+
+
+_SIZE = re.compile(r"^L\[['\"](?P<name>[^'\"]+)['\"]\](?P<rest>.*)\.size\(\)\[(?P<dim>\d+)\]$")
+
+
+def input_of(source: Any) -> tuple[str, int] | None:
+    """The input path and dim a shape symbol's source names (``L['x'].size()[0]`` -> ``("x", 0)``),
+    spelled as :func:`opreg.exporter._capture.dynamic_dims` spells paths; a source or its name."""
+    match = _SIZE.match(source if isinstance(source, str) else str(getattr(source, "name", "")))
+    if match is None:
+        return None
+    return match.group("name") + match.group("rest"), int(match.group("dim"))
+
+
+def names_in(env: Any) -> dict[str, str]:
+    """torch's symbol -> the input dim it stands for (``s77`` -> ``x.shape[0]``), from the shape
+    environment."""
+    names = {}
+    for symbol, sources in (getattr(env, "var_to_sources", None) or {}).items():
+        where = next((w for w in map(input_of, sources) if w is not None), None)
+        if where is not None:
+            names[str(symbol)] = f"{where[0]}.shape[{where[1]}]"
+    return names
+
+
+def render(expr: Any, names: Mapping[str, str]) -> str:
+    """A guard or size as Python reads it, its symbols named after the inputs (``x.shape[0] == 1``):
+    a sympy expression, or the text torch prints for one."""
+    text = str(expr)
+    for symbol in sorted(set(re.findall(r"\bs\d+\b", text)), key=len, reverse=True):
+        if symbol in names:
+            text = re.sub(rf"\b{symbol}\b", names[symbol], text)
+    equation = re.fullmatch(r"(Eq|Ne)\((.+), ([^,()]+)\)", text)
+    if equation is not None:
+        return f"{equation.group(2)} {'==' if equation.group(1) == 'Eq' else '!='} {equation.group(3)}"
+    return text

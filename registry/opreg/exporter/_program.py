@@ -91,6 +91,10 @@ class OnnxProgram:
             beyond their range and that the model does not check
             (:class:`opreg.exporter.ShapeGuard`, each also warned as an :class:`opreg.ShapeGuardWarning`
             and in the model's ``opreg.shape_guards`` metadata).
+        grown_dims: the dims marked dynamic of example size 1 that were captured from the example
+            repeated to 2 along them, because torch's own code had fixed them at 1
+            (:class:`opreg.exporter.GrownDim`; also logged, and in the model's
+            ``opreg.grown_dims`` metadata).
         pack_faults: what the packs got wrong in the export and opreg worked around
             (:class:`opreg.packfaults.PackFault`: a rewrite left out, a capture patch left out
             or put back), each also warned as an :class:`opreg.PackWarning` and listed in the
@@ -121,6 +125,7 @@ class OnnxProgram:
         self.joined_domains = tuple(joined_domains)
         self.fixed_dims: tuple[Any, ...] = ()  # opreg.export sets what capture fixed
         self.shape_guards: tuple[Any, ...] = ()  # and the guards the model does not check
+        self.grown_dims: tuple[Any, ...] = ()  # and the dims captured from a grown example
         self.pack_faults: tuple[PackFault, ...] = ()
         self.target = target
         self.runner = runner

@@ -109,10 +109,9 @@ def export_decoder(
             ``context_length`` and ``search.max_length``), from 1 to 2**31 - 1; default the
             model's position limit (``max_position_embeddings``), and above it only with
             ``allow_longer_context=True``.
-        streaming: for a checkpoint folder: build the model on ``meta`` and read each weight
-            from its safetensors only as ``model.onnx`` is written (cast, packed, quantized
-            there), the same bytes as ``streaming=False`` (``from_pretrained`` first); default:
-            when the folder holds safetensors (docs/language-models.md).
+        streaming: for a checkpoint folder: build the model on ``meta`` and read each weight from its
+            safetensors only as ``model.onnx`` is written (cast, packed, quantized there), the same bytes
+            as ``streaming=False`` (``from_pretrained`` first); default: when the folder holds safetensors.
 
     Returns:
         a :class:`Decoder`: its :class:`opreg.OnnxProgram`, :class:`DecoderLayout`, ``verify``, ``save``.
@@ -123,22 +122,23 @@ def export_decoder(
             capture it; the export's own errors as :func:`opreg.export`. Each is raised before
             the capture where the model's config or checkpoint shows it.
         opreg.SaveError: ``output_folder`` cannot be written (a file, a missing parent), at once.
-        opreg.InvalidArgumentError: an option out of range (``context_length``, ``precision``, a
-            quantization setting without a quantized precision, int4 at a target without
-            ``com.microsoft``).
+        opreg.InvalidArgumentError: an option out of range (``context_length``, ``precision``, a quantization
+            setting without a quantized precision, int4 at a target without ``com.microsoft``).
     """
-    from opreg.llm import _decoder, _folder
+    from opreg import _heap
+    from opreg.llm import _folder
 
     if output_folder is not None:
         _folder.check_folder(output_folder)
-    decoder = _decoder.export_decoder(
-        model, target=target, precision=precision, block_size=block_size, symmetric=symmetric,
-        accuracy_level=accuracy_level, tokenizer=tokenizer, context_length=context_length,
-        allow_longer_context=allow_longer_context, streaming=streaming, settings=settings, **options,
-    )  # fmt: skip
-    if output_folder is not None:
-        decoder.save(output_folder, external_data=external_data)
-    return decoder
+    with _heap.quiet():  # the collector off torch's and transformers' objects, from their import to the save
+        from opreg.llm import _decoder
+
+        decoder = _decoder.export_decoder(
+            model, target=target, precision=precision, block_size=block_size, symmetric=symmetric,
+            accuracy_level=accuracy_level, tokenizer=tokenizer, context_length=context_length,
+            allow_longer_context=allow_longer_context, streaming=streaming, settings=settings, **options,
+        )  # fmt: skip
+        return _saved(decoder, output_folder, external_data)
 
 
 @takes_settings(leave_out=DECODER_OPTIONS)
@@ -189,9 +189,7 @@ def export_whisper(
         model, tokenizer=tokenizer, feature_extractor=feature_extractor, context_length=context_length,
         precision=precision, settings=settings, **options,
     )  # fmt: skip
-    if output_folder is not None:
-        whisper.save(output_folder, external_data=external_data)
-    return whisper
+    return _saved(whisper, output_folder, external_data)
 
 
 @takes_settings(leave_out=DECODER_OPTIONS)
@@ -244,6 +242,12 @@ def export_vision(
         model, tokenizer=tokenizer, image_processor=image_processor, context_length=context_length,
         precision=precision, settings=settings, **options,
     )  # fmt: skip
+    return _saved(exported, output_folder, external_data)
+
+
+def _saved(exported: Any, output_folder: str | os.PathLike[str] | None, external_data: bool | None) -> Any:
+    """``exported`` (a :class:`Decoder`, :class:`Whisper` or :class:`VisionLanguage`), after writing
+    its folder when ``output_folder`` is given."""
     if output_folder is not None:
         exported.save(output_folder, external_data=external_data)
     return exported

@@ -158,20 +158,19 @@ def _reader(file: Path, offset: int, dtype: torch.dtype, shape: list[int]) -> Ro
         for d in shape[1:]:
             row *= d
         count = (stop - start) * row if shape else row
-        data = bytearray(count)
+        data = torch.empty(count, dtype=torch.uint8)  # not zeroed first, as a bytearray is: pread fills it
         with open(file, "rb", buffering=0) as f:
-            done = _pread_into(f.fileno(), data, offset + start * row)
+            done = _pread_into(f.fileno(), memoryview(data.numpy()), offset + start * row)
         if done != count:
             raise WeightsError(
                 f"{file} ends before the tensor's bytes at {offset + start * row}: a truncated checkpoint"
             )
-        values = torch.frombuffer(data, dtype=dtype) if count else torch.empty(0, dtype=dtype)
-        return values.reshape([stop - start, *shape[1:]] if shape else [])
+        return data.view(dtype).reshape([stop - start, *shape[1:]] if shape else [])
 
     return read
 
 
-def _pread_into(fd: int, buffer: bytearray, offset: int) -> int:
+def _pread_into(fd: int, buffer: bytearray | memoryview, offset: int) -> int:
     """Fill ``buffer`` from ``fd`` at ``offset``; the bytes read (fewer at the end of the file)."""
     view = memoryview(buffer)
     done = 0
