@@ -640,7 +640,7 @@ def without(case: Case, left_out: set[str]) -> onnx.ModelProto:
         program = opreg.export(
             case.model, (), case.kwargs, target=target, dynamic_shapes=case.dynamic_shapes, rewrite=False
         )
-    rewrites = _rewrite.collect(registry.host.call(_rewrite.HOOK, target=target))
+    rewrites = _rewrite.collect(opreg.default_host().call(_rewrite.HOOK, target=target))
     weights = frozenset(program.model.graph.initializers)
     _rewrite.apply(program.model, [r for r in rewrites if not left_out & set(r.names)], target)
     lean.lean(program.model, weights)

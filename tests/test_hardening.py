@@ -938,7 +938,7 @@ def test_complex_state_runs_as_its_real_pair_and_comes_back_complex():
 
 WRONG_OPTIONS = {
     "target": 3.5, "dynamic_shapes": 7, "plugins": ["ort_contrib", 3], "exclude": "ort_contrib",
-    "registry": "core", "inline": "no", "embed_functions": 1, "optimize": "no", "fold_weights": None,
+    "registry": "core", "host": "core", "inline": "no", "embed_functions": 1, "optimize": "no", "fold_weights": None,
     "rewrite": "yes", "seed": "1", "strict": 0, "state": "keep", "passes": [3], "patches": "no",
     "exclude_patches": "x", "progress": "stages", "weights": 3,
 }  # fmt: skip

@@ -85,7 +85,7 @@ def test_a_cached_registry_resolves_and_explains_as_the_loaded_one():
     loaded = packcache.registry()  # loads the packs and fills the cache
     assert len(entries(Path(os.environ[packcache.CACHE_ENV]))) == 1 and packcache.read(selection) is not None
     cached = packcache.registry()
-    assert loaded.packs.loaded and not cached.packs.loaded  # the packs' hooks are behind the first only
+    assert cached.packs == loaded.packs and cached.packs.loaded  # reports, as data: no pack code behind either
     assert len(cached) == len(loaded) and cached.ops() == loaded.ops()
     assert list(cached.packs) == list(loaded.packs) and cached.profiles == loaded.profiles
     assert cached.unsupported() == loaded.unsupported()
@@ -97,7 +97,6 @@ def test_a_cached_registry_resolves_and_explains_as_the_loaded_one():
     assert impl.source == loaded.resolve("aten::gelu", "onnx").source and impl.source.endswith(".py:24")
     with pytest.raises(OpregError, match="read from opreg's cache of what packs declare"):
         impl.function()
-    assert cached.host.call("opreg_rewrite_rules") == []  # no pack code behind a cached registry
 
 
 def test_preferences_and_strict_apply_to_cached_data(capsys, make_pack):
@@ -369,7 +368,7 @@ def test_an_impl_for_a_profile_resolves_alike_from_the_cache(make_pack):
     make_pack("forort", FOR_ONNXRUNTIME)
     loaded = packcache.registry()
     cached = packcache.registry()
-    assert loaded.packs.loaded and not cached.packs.loaded
+    assert loaded.packs == cached.packs and "forort" in cached.packs.loaded
     for registry in (loaded, cached):
         (impl,) = [i for i in registry.impls("aten::gelu") if i.pack == "forort"]
         assert impl.profiles == ("onnxruntime",)

@@ -411,7 +411,7 @@ def test_the_kits_installed_block_restores_what_a_patch_left(make_pack, library)
     make_pack("patcher", patch_pack(library, _context_patches(library, "never_reverts"), CONTEXTS))
     lib = sys.modules[library]
     original = lib.double
-    offer = patching.offered(opreg.default_registry())
+    offer = patching.offered(opreg.default_host())
     patched = patching.PatchedCapture(offer)
     with (
         pytest.warns(opreg.PackWarning, match="patcher:never_reverts it left"),

@@ -522,15 +522,18 @@ def test_the_registry_is_data_impls_profiles_preferences_and_unsupported_compare
 def test_a_built_registry_is_a_value_beside_its_plugin_host():
     """Issue 40: a frozen registry compares and hashes by its data, which its host (the packs' live code)
     is no part of; it calls no hook itself, and only a frozen registry hashes."""
-    built, again = opreg.build_registry(), opreg.build_registry()
-    assert built == again and hash(built) == hash(again) and len({built, again}) == 1
-    assert built.host is not again.host and built.host.packs is built.packs  # the host: its own object
-    assert isinstance(built.host, opreg.host.PackHost) and not hasattr(built, "call_hook")
-    assert built.host.functions() and any(pack == "ort_contrib" for pack, _ in built.host.rewrite_rules(built.target()))
+    loaded, again = opreg.plugins.build(), opreg.plugins.build()
+    built = loaded.registry
+    assert built == again.registry and hash(built) == hash(again.registry) and len({built, again.registry}) == 1
+    assert loaded.host is not again.host and list(loaded.host.packs) == list(built.packs)  # the host: its own object
+    assert isinstance(loaded.host, opreg.PackHost) and not hasattr(built, "call_hook") and not hasattr(built, "host")
+    assert loaded.host.functions() and any(
+        pack == "ort_contrib" for pack, _ in loaded.host.rewrite_rules(built.target())
+    )
     with pytest.raises(opreg.FrozenRegistryError):
-        built.host = opreg.host.PackHost()  # a shared registry keeps the host it was built with
+        built.host = opreg.PackHost()  # a frozen registry takes no attribute
     copy = built.copy()
-    assert copy.host is built.host and copy == built
+    assert copy == built and copy.packs == built.packs
     with pytest.raises(TypeError, match="unfrozen"):
         hash(copy)
     copy.mark_unsupported("aten::frobnicate", "no such op")
@@ -539,3 +542,48 @@ def test_a_built_registry_is_a_value_beside_its_plugin_host():
     preferred = opreg.build_registry(prefer={"aten::gelu": "ort_contrib"})
     assert preferred != built
     assert opreg.Registry().freeze() == opreg.Registry().freeze() != built
+
+
+def _reachable(root: object) -> list[object]:
+    """Every object reachable from ``root`` through ``gc.get_referents``, ``root`` included (modules,
+    classes and functions are not followed: they are shared code, not the registry's state)."""
+    import gc
+    import types
+
+    seen, stack, found = set(), [root], []
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (types.ModuleType, type, types.FunctionType, types.CodeType)):
+            continue
+        seen.add(id(obj))
+        found.append(obj)
+        stack.extend(gc.get_referents(obj))
+    return found
+
+
+def test_a_default_registry_holds_no_host_and_never_changes():
+    """Issue 40: the registry is a value: nothing reachable from the default registry is a plugin host, a
+    pack set or a pluggy object, resolving leaves its state as it was (the memo lives beside it), and a
+    frozen registry takes no attribute."""
+    import pluggy
+
+    from opreg.packset import PackSet
+
+    registry = opreg.default_registry()
+    assert opreg.plugins.load().registry is registry and opreg.plugins.load().host is opreg.default_host()
+    live = (opreg.PackHost, PackSet, pluggy.PluginManager, pluggy.HookRelay, pluggy.HookCaller)
+    reachable = _reachable(registry)
+    assert len(reachable) > len(registry)  # the walk reaches the impls
+    assert not [type(o).__name__ for o in reachable if isinstance(o, live)]
+    state = {name: (value, len(value) if hasattr(value, "__len__") else None) for name, value in vars(registry).items()}
+    before = hash(registry)
+    for target in ("onnx", "onnxruntime", 18):
+        for op in registry.ops():
+            registry.resolve(op, target)
+    after = {name: (value, len(value) if hasattr(value, "__len__") else None) for name, value in vars(registry).items()}
+    assert after == state and hash(registry) == before
+    for name in ("host", "_impls", "_frozen", "anything"):
+        with pytest.raises(opreg.FrozenRegistryError, match="cannot be set"):
+            setattr(registry, name, None)
+    with pytest.raises(TypeError):
+        registry._impls[opreg.OpName.of("aten::relu.default")] = ()  # its tables are read-only too

@@ -127,23 +127,26 @@ def test_a_rule_fires_where_the_target_allows_and_keeps_provenance(make_pack):
     program.verify(x, atol=1e-5)
 
 
-def test_export_asks_the_registrys_host_for_rules_and_the_program_runs_through_a_runner(make_pack):
-    """Issue 40: the rules come from the host beside the registry (a copy keeps it; a registry without
-    one has no pack code to ask), and the program is given a runner of that host, not the registry."""
+def test_export_asks_the_host_for_rules_and_the_program_runs_through_a_runner(make_pack):
+    """Issue 40: the rules come from the host an export is given (by default the host of the packs the
+    registry was built from; a copy keeps them), and the program is given a runner of that host, not
+    the registry; a host with no packs has no pack code to ask."""
     from opreg.host import PackHost
 
     make_pack("skipnorm", SKIP_NORM)
     x = torch.randn(2, 3, 16)
     model = AddNorm().eval()
-    registry = opreg.build_registry(plugins=["skipnorm"])
+    registry = opreg.default_registry(plugins=["skipnorm"])
     fused = opreg.export(model, (x,), target="onnx,com.microsoft=1", registry=registry.copy())
     assert ("com.microsoft", "SkipLayerNormalization") in _nodes(fused)
-    assert fused.runner.host is registry.host and not hasattr(fused, "registry")
-    hostless = registry.copy()
-    hostless.host = PackHost()  # the same impls and profiles, and no pack code behind them
-    plain = opreg.export(model, (x,), target="onnx,com.microsoft=1", registry=hostless)
-    assert ("", "LayerNormalization") in _nodes(plain) and plain.runner.host is hostless.host
+    host = opreg.default_host(plugins=["skipnorm"])
+    assert fused.runner.host is host and not hasattr(fused, "registry")
+    hostless = PackHost()  # the same impls and profiles, and no pack code behind them
+    plain = opreg.export(model, (x,), target="onnx,com.microsoft=1", registry=registry.copy(), host=hostless)
+    assert ("", "LayerNormalization") in _nodes(plain) and plain.runner.host is hostless
     plain.verify(x, atol=1e-5)
+    with pytest.raises(opreg.InvalidArgumentError, match="host= takes an opreg.PackHost"):
+        opreg.export(model, (x,), registry=registry, host=registry)
 
 
 def test_the_target_gates_rules_and_rewrite_false_leaves_them_out(make_pack):
@@ -349,7 +352,7 @@ def test_the_pipeline_lists_its_passes_and_the_packs_rewrites(make_pack):
     make_pack("skipnorm", SKIP_NORM)
     registry = opreg.default_registry()
     target = registry.target("onnx,com.microsoft=1")
-    rewrites = _rewrite.collect(registry.host.call(_rewrite.HOOK, target=target))
+    rewrites = _rewrite.collect(opreg.default_host().call(_rewrite.HOOK, target=target))
     lines = _finish.pipeline(weights=frozenset(), rewrites=rewrites, target=target, seed=3).describe()
     steps = [line.strip() for line in lines]
     assert steps[:3] == ["StripAuthoringAttributes", "InlinePass", "SeedRandomNodes"]

@@ -105,21 +105,21 @@ def dump() -> dict[str, Any]:
 
     import opreg
 
-    registry = opreg.default_registry()
+    registry, host = opreg.default_registry(), opreg.default_host()
     hooks: dict[str, Any] = {}
     for hook in HOOKS_WITHOUT_ARGUMENTS:
-        hooks[hook] = {pack: describe(value) for pack, value in registry.host.call(hook)}
+        hooks[hook] = {pack: describe(value) for pack, value in host.call(hook)}
     targets = {name: registry.target(name) for name in sorted(registry.profiles)}
     targets["newest"] = registry.target(opreg.newest_supported_opset())
     hooks["opreg_rewrite_rules"] = {
-        name: {pack: describe(value) for pack, value in registry.host.call("opreg_rewrite_rules", target=target)}
+        name: {pack: describe(value) for pack, value in host.call("opreg_rewrite_rules", target=target)}
         for name, target in targets.items()
     }
-    packs = registry.host.packs
+    packs = host.packs
     hooks["opreg_configure_session"] = sorted(
         pack for pack in packs.loaded if "opreg_configure_session" in packs.implemented(pack)
     )
-    registry.host.call("opreg_configure_session", options=onnxruntime.SessionOptions())  # raises nothing
+    host.call("opreg_configure_session", options=onnxruntime.SessionOptions())  # raises nothing
     return {
         "packs": [describe(dataclasses.replace(report, seconds=0.0)) for report in registry.packs],
         "profiles": registry.profiles,

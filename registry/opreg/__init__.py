@@ -40,12 +40,13 @@ if TYPE_CHECKING:
     from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_translation_table
     from opreg.explanation import Candidate, Conflict, Explanation
     from opreg.hookspecs import hookimpl
+    from opreg.host import PackHost
     from opreg.impls import Impl
     from opreg.opname import OpName
     from opreg.packset import PackSet
     from opreg.patching import CapturePatch, PatchOutcome
-    from opreg.pluginapi import HookError, ModelSample, PackReport, Sample
-    from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_registry
+    from opreg.pluginapi import HookError, ModelSample, PackReport, PackReports, Sample
+    from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_host, default_registry
     from opreg.registrar import ImplSpec, Registrar, Rejection, impl
     from opreg.registry import Registry
     from opreg.settings import ExportSettings
@@ -65,6 +66,7 @@ _LAZY = {
     "dynamo_export": "opreg.compat",
     "pack_from_translation_table": "opreg.compat",
     "hookimpl": "opreg.hookspecs",
+    "PackHost": "opreg.host",
     "OpName": "opreg.opname",
     "PackSet": "opreg.packset",
     "CapturePatch": "opreg.patching",
@@ -72,10 +74,12 @@ _LAZY = {
     "HookError": "opreg.pluginapi",
     "ModelSample": "opreg.pluginapi",
     "PackReport": "opreg.pluginapi",
+    "PackReports": "opreg.pluginapi",
     "Sample": "opreg.pluginapi",
     "PLUGIN_API_VERSION": "opreg.plugins",
     "build_registry": "opreg.plugins",
     "default_registry": "opreg.plugins",
+    "default_host": "opreg.plugins",
     "ImplSpec": "opreg.registrar",
     "Registrar": "opreg.registrar",
     "Rejection": "opreg.registrar",
@@ -154,7 +158,9 @@ __all__ = [
     "OpregError",
     "OpsetConflictError",
     "OpsetRequirement",
+    "PackHost",
     "PackReport",
+    "PackReports",
     "PackSet",
     "PackWarning",
     "PatchOutcome",
@@ -178,6 +184,7 @@ __all__ = [
     "WeightsError",
     "VersionRange",
     "build_registry",
+    "default_host",
     "default_registry",
     "dynamo_export",
     "export",

@@ -8,6 +8,8 @@ A lint, not the proof: the exporter checks emitted nodes again. Nothing here run
 from __future__ import annotations
 
 import collections.abc
+import contextlib
+import contextvars
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -65,16 +67,13 @@ def names_read(function: Any) -> list[tuple[str, Any]]:
         if id(func) in seen:
             continue
         seen.add(id(func))
-        for name, value in _read_by(func):
-            for each, where in ((value, name), *((m, f"{name}[]") for m in _members(value))):
-                found.append((where, each))
-                helper = each.func if type_kind(type(each)) == "traced" else each
-                if (
-                    isinstance(helper, types.FunctionType)
-                    and id(helper) not in seen
-                    and (_package(helper) == package or helper.__module__ == PUBLIC_HELPERS)
-                ):
-                    pending.append(helper)
+        pairs, helpers = _read_by(func)
+        found.extend(pairs)
+        pending += [
+            helper
+            for helper in helpers
+            if id(helper) not in seen and (_package(helper) == package or helper.__module__ == PUBLIC_HELPERS)
+        ]
     return found
 
 
@@ -91,9 +90,51 @@ def _package(func: Any) -> str:
     return (getattr(func, "__module__", None) or "").partition(".")[0]
 
 
-def _read_by(func: Any) -> list[tuple[str, Any]]:
-    """``(name, value)`` for the globals, closure variables and module attributes that
-    ``func``'s code and its nested code (lambdas, inner functions) read."""
+_Reads = tuple[list[tuple[str, Any]], list[types.FunctionType]]
+_READS: contextvars.ContextVar[dict[int, tuple[Any, _Reads]] | None] = contextvars.ContextVar(
+    "opreg_reads", default=None
+)
+
+
+@contextlib.contextmanager
+def reading() -> Iterator[None]:
+    """Within it, what each function reads is found once (:func:`names_read` follows the helpers
+    that many impls share; a registry build reads them again and again). For one build only: a
+    module's globals may be rebound between two builds."""
+    token = _READS.set({})
+    try:
+        yield
+    finally:
+        _READS.reset(token)
+
+
+def _read_by(func: Any) -> _Reads:
+    """``(name, value)`` for the globals, closure variables and module attributes that ``func``'s
+    code and its nested code (lambdas, inner functions) read, the values a dict, tuple or list of
+    them holds named ``NAME[]``; and the Python functions among them (a traced function's own),
+    the helpers :func:`names_read` may follow. Once per function within :func:`reading`."""
+    memo = _READS.get()
+    if memo is None:
+        return _expand(_reads(func))
+    found = memo.get(id(func))
+    if found is None or found[0] is not func:
+        found = memo[id(func)] = (func, _expand(_reads(func)))  # the function kept: its id stays its own
+    return found[1]
+
+
+def _expand(reads: list[tuple[str, Any]]) -> _Reads:
+    pairs: list[tuple[str, Any]] = []
+    helpers: list[types.FunctionType] = []
+    for name, value in reads:
+        for each, where in ((value, name), *((m, f"{name}[]") for m in _members(value))):
+            pairs.append((where, each))
+            helper = each.func if type_kind(type(each)) == "traced" else each
+            if isinstance(helper, types.FunctionType):
+                helpers.append(helper)
+    return pairs, helpers
+
+
+def _reads(func: Any) -> list[tuple[str, Any]]:
     code = getattr(func, "__code__", None)
     if code is None:
         return []

@@ -3,9 +3,10 @@
 A :class:`opreg.Registry` is a value: impls, profiles, unsupported ops, preferences, the capture
 patches added by hand. What the packs' code answers while a model is exported (rewrite rules, function
 definitions, capture patches, the session configuration, reference kernels) is asked of the
-:class:`PackHost` built with it (``registry.host``), which calls each loaded pack's hook through the
-one per-pack caller of its :class:`~opreg.packset.PackSet`. A registry built by hand, or from the
-pack cache (:mod:`opreg.packcache`), has a host whose hooks answer nothing.
+:class:`PackHost` built beside it (:func:`opreg.plugins.load` gives both; :func:`opreg.default_host`,
+:func:`opreg.plugins.host_of`; an export's ``host=``), which calls each loaded pack's hook through the
+one per-pack caller of its :class:`~opreg.packset.PackSet`. The registry holds no reference to it. A
+host with no packs (``PackHost()``, the host of a registry built by hand) answers nothing.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ class PackHost:
     """The loaded packs' hooks, asked by name (compared by identity: it holds live pack code).
 
     Fields:
-        packs: the :class:`opreg.PackSet` the registry was built from: each discovered pack's report
-            (iterate it), and the per-pack caller of the loaded packs' hooks.
+        packs: the :class:`opreg.PackSet` of the packs loaded beside the registry: each discovered
+            pack's report (iterate it), and the per-pack caller of the loaded packs' hooks.
     """
 
     packs: PackSet = dataclasses.field(default_factory=PackSet)

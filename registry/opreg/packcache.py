@@ -7,8 +7,8 @@ declines. Building that means importing every pack, and so torch (about two
 seconds); reading it back from this cache takes a few milliseconds, and no pack,
 torch, onnx or onnxscript is imported. :func:`registry` gives a frozen
 :class:`~opreg.Registry` of that data (its impls' functions and predicates are
-:class:`Declaration` stand-ins that cannot be called, and its pack set calls no
-hooks), which resolves, explains and lists exactly as the real one does.
+:class:`Declaration` stand-ins that cannot be called; no host is built beside it),
+which resolves, explains and lists exactly as the real one does.
 
 When an entry is used
 ---------------------
@@ -508,8 +508,8 @@ def registry(
     """The registry :func:`opreg.build_registry` would build (same arguments, same errors), for
     listing and explaining: read from the cache when nothing changed, else built (the packs load)
     and stored. ``require``: more pack names that must be installed (``-p no:NAME``'s).
-    A registry read from the cache has :class:`Declaration` s for functions and predicates,
-    and calls no hooks: use :func:`opreg.build_registry` to export."""
+    A registry read from the cache has :class:`Declaration` s for functions and predicates
+    (a registry calls no hook either way): use :func:`opreg.build_registry` to export."""
     selection = Selection.of(plugins, exclude, prefer)
     directory = cache_dir()
     declared = read(selection, directory) if directory is not None else None
@@ -519,10 +519,10 @@ def registry(
     if declared is not None:
         return loader.assemble(declared, selection, strict=strict)
     before = _file_state(_package_files(_installed_roots())) if directory is not None else []
-    declared, packs = loader.load_packs(selection, strict=strict)
+    declared, _ = loader.load_packs(selection, strict=strict)
     if directory is not None:
         write(selection, declared, before, directory)
-    return loader.assemble(declared, selection, strict=strict, packs=packs)
+    return loader.assemble(declared, selection, strict=strict)
 
 
 __all__ = [

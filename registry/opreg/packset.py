@@ -1,7 +1,7 @@
 """The plugin host: the packs a registry was built from, what happened to each, and their hooks.
 
-A :class:`PackSet` is built by :func:`opreg.build_registry` with the registry and held by
-its plugin host (``registry.host.packs``, :class:`opreg.host.PackHost`); the exporter asks the
+A :class:`PackSet` is built by :func:`opreg.plugins.load` beside the registry and held by
+its plugin host (``host.packs``, :class:`opreg.host.PackHost`); the exporter asks the
 host, and the conformance kit calls hooks through the set. It
 iterates over the :class:`~opreg.pluginapi.PackReport` of every discovered pack, and
 calls the loaded packs' hooks one pack at a time through pluggy's
@@ -19,18 +19,30 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from opreg.hookchecks import Checked, Contract
-from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, STATUSES, HookError, PackReport, Rejection
+from opreg.pluginapi import (
+    DISABLED,
+    FAILED,
+    INCOMPATIBLE,
+    LOADED,
+    STATUSES,
+    HookError,
+    PackReport,
+    PackReports,
+    Rejection,
+)  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DISABLED", "FAILED", "INCOMPATIBLE", "LOADED", "STATUSES", "PackReport", "PackSet", "Rejection"]
+__all__ = [
+    "DISABLED", "FAILED", "INCOMPATIBLE", "LOADED", "STATUSES", "PackReport", "PackReports", "PackSet", "Rejection",
+]  # fmt: skip
 
 
 class PackSet:
     """The reports of every discovered pack, and the hooks of the loaded ones.
 
-    Iterating gives the :class:`~opreg.pluginapi.PackReport` s in load order. A hand-built
-    registry has the empty set: no reports, and no hook answers.
+    Iterating gives the :class:`~opreg.pluginapi.PackReport` s in load order. The host of a
+    registry built by hand has the empty set: no reports, and no hook answers.
 
     Attributes:
         strict: a hook that raises or breaks its contract raises :class:`~opreg.pluginapi.HookError`
@@ -46,7 +58,7 @@ class PackSet:
         contracts: Mapping[str, Contract] | None = None,
         strict: bool = False,
     ) -> None:
-        self._reports = tuple(reports)
+        self._reports = PackReports(tuple(reports))
         self._manager = manager
         self._plugins = dict(plugins or {})
         self._contracts = dict(contracts or {})
@@ -69,12 +81,14 @@ class PackSet:
     def __repr__(self) -> str:
         return f"PackSet({', '.join(f'{r.name}:{r.status}' for r in self._reports)})"
 
+    @property
+    def reports(self) -> PackReports:
+        """Every discovered pack's report, as a value (what the registry built with this set holds)."""
+        return self._reports
+
     def report(self, name: str) -> PackReport:
         """The report of pack ``name``; ``KeyError`` if no such pack was discovered."""
-        for report in self._reports:
-            if report.name == name:
-                return report
-        raise KeyError(name)
+        return self._reports.report(name)
 
     @property
     def loaded(self) -> tuple[str, ...]:

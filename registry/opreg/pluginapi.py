@@ -22,7 +22,7 @@ import dataclasses
 import importlib.metadata
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from opreg.errors import InvalidArgumentError, PluginError
@@ -205,6 +205,43 @@ class PackReport:
         where = f"pack {self.name!r} ({self.distribution} {self.version})"
         hook = f" in hook {self.hook}" if self.hook else ""
         return f"{where} {self.status}{hook}: {self.reason}" if self.reason else f"{where} {self.status}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PackReports:
+    """What happened to every discovered pack, in load order: a value (iterate it), what
+    :attr:`opreg.Registry.packs` and :attr:`opreg.PackSet.reports` give.
+
+    Fields:
+        reports: each pack's :class:`PackReport`.
+        selection: the selection they answer, ``(plugins, exclude, strict)`` as
+            :func:`opreg.plugins.load` takes it (``None``: no packs were loaded, a registry built by
+            hand); :func:`opreg.plugins.host_of` finds the host of the same packs by it.
+    """
+
+    reports: tuple[PackReport, ...] = ()
+    selection: tuple[frozenset[str] | None, frozenset[str], bool] | None = None
+
+    def __iter__(self) -> Iterator[PackReport]:
+        return iter(self.reports)
+
+    def __len__(self) -> int:
+        return len(self.reports)
+
+    def __getitem__(self, index: int) -> PackReport:
+        return self.reports[index]
+
+    def report(self, name: str) -> PackReport:
+        """The report of pack ``name``; ``KeyError`` if no such pack was discovered."""
+        for report in self.reports:
+            if report.name == name:
+                return report
+        raise KeyError(name)
+
+    @property
+    def loaded(self) -> tuple[str, ...]:
+        """Names of the packs that loaded, in load order."""
+        return tuple(r.name for r in self.reports if r.status == LOADED)
 
 
 class HookError(PluginError):
@@ -414,6 +451,7 @@ __all__ = [
     "HookError",
     "ModelSample",
     "PackReport",
+    "PackReports",
     "Rejection",
     "Sample",
     "describe",

@@ -1,451 +1,68 @@
-"""Finding, loading and isolating op packs, and building registries from them.
+"""Building the registry and its plugin host from the installed op packs.
 
-Packs are entry points in the group ``opreg.plugins`` (the core pack too).
-Nothing is imported until a registry is first asked for. Each pack is loaded
-and hooked on its own (pluggy's ``check_pending`` and ``subset_hook_caller``,
-one pack at a time): a pack that fails to import, is written for another
-plugin API or torch, implements an unknown hook, raises in a hook, or has
-every impl rejected is reported and left out, and the others load as usual.
-``strict=True`` turns any such failure, and any tie between packs the user
-has not settled with ``prefer=``, into a :class:`PluginError`.
+Packs are entry points in the group ``opreg.plugins`` (the core pack too), found by
+:mod:`opreg.discovery`; nothing is imported until a registry is first asked for. Each pack is
+loaded and hooked on its own (:mod:`opreg.isolation`): a pack that fails to import, is written
+for another plugin API or torch, implements an unknown hook, raises in a hook, or has every impl
+rejected is reported and left out, and the others load as usual. ``strict=True`` turns any such
+failure, and any tie between packs the user has not settled with ``prefer=``, into a
+:class:`PluginError`.
+
+What the packs declare becomes a frozen :class:`~opreg.Registry` (a value: no pack code behind
+it); their hooks are called through the :class:`~opreg.host.PackHost` built beside it.
+:func:`load` gives both (:class:`Loaded`), cached per selection; :func:`default_registry` and
+:func:`default_host` are its two halves, :func:`build` and :func:`build_registry` the uncached
+forms.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import logging
-import os
-import sys
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opreg.errors import InvalidArgumentError, InvalidTargetError, OpregError, PluginError, PluginNotFoundError
-from opreg.hookchecks import Checked
+from opreg import _opsets, discovery
+from opreg.discovery import (
+    AUTOLOAD_ENV,
+    ENTRY_POINT_GROUP,
+    PLUGIN_API_VERSION,
+    SLOW_IMPORT_ENV,
+    SLOW_IMPORT_SECONDS,
+    SUPPORTED_API_VERSIONS,
+    DiscoveredPack,
+    Selection,
+    autoload_disabled,
+    discover,
+    discovered,
+    hook_names,
+    pack_names,
+    require_installed,
+    selection_reason,
+    slow_import_seconds,
+)
+from opreg.errors import InvalidArgumentError, PluginError
 from opreg.host import PackHost
+from opreg.isolation import TABLE_ATTRIBUTE, load_one, settle, table_profile, warn_once
 from opreg.opname import OpName
-from opreg.packset import PackSet, call_one
-from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, HookError, PackReport, Rejection
+from opreg.packset import PackSet
+from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, PackReport, PackReports, Rejection
 from opreg.registry import CORE_PACK, USER_PACK, Impl, Registry
-from opreg.targets import BUILTIN_PROFILES, Target, domain_label
+from opreg.targets import BUILTIN_PROFILES
 
-if TYPE_CHECKING:  # imported where packs are found and loaded: assembling cached data needs none of them
-    import importlib.metadata
-
+if TYPE_CHECKING:  # imported where packs are loaded: assembling cached data needs none of them
     import pluggy
 
-    from opreg.registrar import Registrar
-
-logger = logging.getLogger(__name__)
-
-ENTRY_POINT_GROUP = "opreg.plugins"
-AUTOLOAD_ENV = "OPREG_DISABLE_PLUGIN_AUTOLOAD"
-"""Set to ``1`` to load only the core pack and the packs asked for by name."""
-PLUGIN_API_VERSION = 1
-"""The plugin API this opreg serves; packs declare it as ``OPREG_API_VERSION``."""
-SUPPORTED_API_VERSIONS = frozenset({1})
-SLOW_IMPORT_SECONDS = 1.0
-"""A pack whose entry point takes longer to import is reported as slow: every process
-that builds a registry pays it (defer heavy imports into the hooks). :data:`SLOW_IMPORT_ENV`
-overrides it."""
-SLOW_IMPORT_ENV = "OPREG_SLOW_IMPORT_SECONDS"
-"""Seconds a pack's import may take before it is reported as slow, where the machine says
-otherwise than :data:`SLOW_IMPORT_SECONDS` (a loaded CI machine; a test that sets its own)."""
-TABLE_ATTRIBUTE = "OPREG_TRANSLATION_TABLE"
-"""A pack module may define a ``custom_translation_table`` under this name; its functions
-are registered before the module's ``opreg_register_ops`` hook runs."""
-
-
-def slow_import_seconds() -> float:
-    """The slow-import threshold: :data:`SLOW_IMPORT_ENV` if set (a positive number of seconds),
-    else :data:`SLOW_IMPORT_SECONDS`."""
-    value = os.environ.get(SLOW_IMPORT_ENV, "").strip()
-    if not value:
-        return SLOW_IMPORT_SECONDS
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise InvalidArgumentError(f"{SLOW_IMPORT_ENV}={value!r}: give a positive number of seconds, such as 2.5")
-    return seconds
-
-
-def hook_names() -> tuple[str, ...]:
-    """The hooks a pack may implement: every spec in :mod:`opreg.hookspecs`, in its order."""
-    from opreg import hookspecs
-
-    marker = f"{hookspecs.PROJECT_NAME}_spec"
-    return tuple(name for name, value in vars(hookspecs).items() if hasattr(value, marker))
-
-
-# -- discovery ------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DiscoveredPack:
-    """An installed pack's entry point, with its distribution's name and version (read once).
-
-    Fields:
-        entry_point: the ``importlib.metadata.EntryPoint`` in group ``opreg.plugins``.
-        distribution: the name of the distribution that declares it (``"?"`` if unknown).
-        version: that distribution's version.
-    """
-
-    entry_point: importlib.metadata.EntryPoint
-    distribution: str
-    version: str
-
-    @property
-    def name(self) -> str:
-        """The pack's name: the entry point's name (what ``-p NAME`` takes)."""
-        return self.entry_point.name
-
-    @property
-    def module(self) -> str:
-        """The module the entry point names."""
-        return self.entry_point.module
-
-    @classmethod
-    def of(cls, ep: importlib.metadata.EntryPoint) -> DiscoveredPack:
-        if ep.dist is None:
-            return cls(ep, "?", "?")
-        metadata = ep.dist.metadata  # parsed once here; .name/.version would each re-read it
-        return cls(ep, metadata["Name"] or "?", metadata["Version"] or "?")
-
-
 _cache_lock = threading.RLock()
-_ep_cache: dict[tuple[str, ...], tuple[DiscoveredPack, ...]] = {}
-_registry_cache: dict[tuple, Registry] = {}
-_warned: set[tuple[str, str]] = set()
+_loaded_cache: dict[tuple, Loaded] = {}
 
 
 def clear_cache() -> None:
-    """Forget discovered entry points and built registries (after installing a pack)."""
+    """Forget discovered entry points and built registries and hosts (after installing a pack)."""
     with _cache_lock:
-        _ep_cache.clear()
-        _registry_cache.clear()
-
-
-def discovered() -> tuple[DiscoveredPack, ...]:
-    """The installed packs in load order, cached per ``sys.path``: the core pack first,
-    then by name and distribution. The load order decides which of two packs keeps
-    a contested profile name (the later one is reported). Nothing is imported."""
-    key = tuple(sys.path)
-    with _cache_lock:
-        found = _ep_cache.get(key)
-        if found is None:
-            import importlib.metadata
-
-            eps = [DiscoveredPack.of(ep) for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
-            found = tuple(sorted(eps, key=lambda f: (f.name != CORE_PACK, f.name, f.distribution)))
-            _ep_cache[key] = found
-    return found
-
-
-def discover() -> tuple[importlib.metadata.EntryPoint, ...]:
-    """Entry points of the group ``opreg.plugins``, in load order; nothing is imported."""
-    return tuple(f.entry_point for f in discovered())
-
-
-def autoload_disabled() -> bool:
-    return os.environ.get(AUTOLOAD_ENV, "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _selection_reason(name: str, plugins: frozenset[str] | None, exclude: frozenset[str]) -> str | None:
-    """Why pack ``name`` is not selected, or ``None`` if it is."""
-    if name in exclude:
-        return "excluded (exclude= / -p no:NAME)"
-    if name == CORE_PACK:
-        return None
-    if plugins is not None:
-        return None if name in plugins else "not among the requested packs (plugins= / -p NAME)"
-    if autoload_disabled():
-        return f"autoload is off ({AUTOLOAD_ENV}); request it with plugins= or -p {name}"
-    return None
-
-
-def _names(value: Iterable[str] | None, what: str) -> frozenset[str] | None:
-    """A selection argument as a set of pack names; a lone string is a mistake worth naming."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        raise InvalidArgumentError(
-            f"{what}= takes a list of pack names, got the string {value!r}: write {what}=[{value!r}]"
-        )
-    names = frozenset(value)
-    bad = sorted(repr(n) for n in names if not isinstance(n, str) or not n)
-    if bad:
-        raise InvalidArgumentError(f"{what}= takes pack names (non-empty strings), got {', '.join(bad)}")
-    return names
-
-
-def require_installed(names: Iterable[str], what: str = "pack", *, installed: Iterable[str] | None = None) -> None:
-    """Raise :class:`PluginNotFoundError` naming every pack in ``names`` that is not installed
-    (``installed``: the installed packs' names, if known; by default, the discovered ones)."""
-    names = set(names)
-    if not names:
-        return
-    installed = {f.name for f in discovered()} if installed is None else set(installed)
-    missing = sorted(names - installed)
-    if missing:
-        raise PluginNotFoundError(
-            f"no installed {what} named {', '.join(map(repr, missing))}; installed packs: "
-            f"{', '.join(sorted(installed)) or 'none'} (pip install the pack, or check `opreg plugins`)"
-        )
-
-
-# -- loading --------------------------------------------------------------------
-
-
-def _torch_version() -> str | None:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _incompatibility(obj: Any) -> str | None:
-    api = getattr(obj, "OPREG_API_VERSION", None)
-    if api is None:
-        return f"declares no OPREG_API_VERSION; packs for this opreg set OPREG_API_VERSION = {PLUGIN_API_VERSION}"
-    if api not in SUPPORTED_API_VERSIONS:
-        served = ", ".join(map(str, sorted(SUPPORTED_API_VERSIONS)))
-        return (
-            f"written for plugin API {api!r}, this opreg serves API {served}: "
-            "install a release of the pack (or of opreg) that matches"
-        )
-    requires = getattr(obj, "OPREG_REQUIRES_TORCH", None)
-    if requires:
-        from packaging.specifiers import InvalidSpecifier, SpecifierSet
-        from packaging.version import Version
-
-        try:
-            spec = SpecifierSet(requires)
-        except InvalidSpecifier:
-            return f"OPREG_REQUIRES_TORCH = {requires!r} is not a PEP 440 specifier (e.g. '>=2.6,<3')"
-        installed = _torch_version()
-        if installed is None:
-            return f"needs torch{requires}, but torch is not installed"
-        if not spec.contains(Version(installed).public, prereleases=True):
-            return f"supports torch{requires}, installed torch is {installed}"
-    return None
-
-
-@dataclasses.dataclass
-class _Loaded:
-    """One pack after its registration hooks ran: what it contributes, not yet in a registry."""
-
-    report: PackReport
-    plugin: Any = None
-    registrar: Registrar | None = None
-    profiles: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
-    schemas: list[Any] = dataclasses.field(default_factory=list)
-    problems: list[str] = dataclasses.field(default_factory=list)
-
-
-def _call_one(pm: pluggy.PluginManager, plugin: Any, pack: str, hook: str, **kwargs: Any) -> Checked:
-    """``plugin``'s ``hook`` through the one per-pack caller (:func:`opreg.packset.call_one`), as
-    the exporter and the kit call it: a :class:`~opreg.hookchecks.Checked`, or its
-    :class:`~opreg.pluginapi.HookError`."""
-    from opreg import hookspecs
-
-    return call_one(pm, plugin, pack, hookspecs.CONTRACTS[hook], kwargs)
-
-
-def _warn_once(pack: str, reason: str, error: BaseException | None = None) -> None:
-    """A failed pack is logged once per process at WARNING (its one-line reason), the
-    traceback at DEBUG: every registry build meets the same failure again."""
-    with _cache_lock:
-        if (pack, reason) in _warned:
-            return
-        _warned.add((pack, reason))
-    logger.warning("pack %r left out: %s", pack, reason)
-    if error is not None:
-        logger.debug("pack %r: traceback of the failure", pack, exc_info=error)
-
-
-def _load_one(pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport) -> _Loaded:
-    import pluggy
-
-    from opreg.registrar import Registrar
-
-    ep = found.entry_point
-    started = time.perf_counter()
-
-    def failed(reason: str, hook: str | None = None, status: str = FAILED, error: BaseException | None = None):
-        _warn_once(ep.name, f"{hook + ': ' if hook else ''}{reason}", error)
-        return _Loaded(dataclasses.replace(base, status=status, reason=reason, hook=hook))
-
-    if not ep.pattern.match(ep.value):
-        return failed(
-            f"entry point value {ep.value!r} is not of the form 'module' or 'module:attr' "
-            f"(in {base.distribution}'s entry_points.txt; TOML quotes do not belong there)"
-        )
-    try:
-        obj = ep.load()
-    except Exception as e:
-        return failed(f"import of {ep.value} failed: {type(e).__name__}: {e}", error=e)
-    imported = time.perf_counter() - started
-    if isinstance(obj, Mapping):  # the entry point names a custom_translation_table
-        return _load_table(pm, found, base, obj, imported)
-
-    problem = _incompatibility(obj)
-    if problem is not None:
-        return failed(problem, status=INCOMPATIBLE)
-
-    try:
-        pm.register(obj, name=ep.name)
-    except Exception as e:
-        return failed(f"bad hook implementation: {e}", error=e)
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as e:
-        pm.unregister(obj)
-        return failed(f"{e}; the hooks are {', '.join(hook_names())}")
-
-    loaded = _Loaded(base, plugin=obj)
-    hook = "opreg_targets"
-    try:
-        checked = _call_one(pm, obj, ep.name, hook)
-        loaded.profiles.update(checked.value)
-        loaded.problems += [f"{hook}: {problem}" for problem in checked.problems]
-        hook = "opreg_schemas"
-        checked = _call_one(pm, obj, ep.name, hook)
-        loaded.schemas.extend(checked.value)
-        loaded.problems += [f"{hook}: {problem}" for problem in checked.problems]
-        registrar = Registrar(ep.name)
-        table = getattr(obj, TABLE_ATTRIBUTE, None)
-        if table is not None:
-            hook = TABLE_ATTRIBUTE
-            registrar.register_translation_table(table)
-        hook = "opreg_register_ops"
-        _call_one(pm, obj, ep.name, hook, registry=registrar)
-    except HookError as e:
-        pm.unregister(obj)
-        return failed(e.problem, hook=hook, error=e.__cause__)
-    except Exception as e:
-        pm.unregister(obj)
-        return failed(f"raised {type(e).__name__}: {e}", hook=hook, error=e)
-    loaded.registrar = registrar
-    loaded.report = dataclasses.replace(base, seconds=imported)
-    return loaded
-
-
-class TablePack:
-    """What pluggy holds for a pack whose entry point names a ``custom_translation_table``:
-    no hooks, only the table's impls."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"<translation table pack {self.name!r}>"
-
-
-def _load_table(
-    pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport, table: Mapping, imported: float
-) -> _Loaded:
-    """A pack that is a ``custom_translation_table``: its functions, and a target profile named
-    after it when they emit custom domains (see :func:`table_profile`)."""
-    from opreg.registrar import Registrar
-
-    name = found.name
-    registrar = Registrar(name)
-    try:
-        registrar.register_translation_table(table)
-    except Exception as e:  # the table cannot be read at all
-        reason = f"translation table {found.entry_point.value}: {type(e).__name__}: {e}"
-        _warn_once(name, reason, e)
-        return _Loaded(dataclasses.replace(base, status=FAILED, reason=reason))
-    plugin = TablePack(name)
-    pm.register(plugin, name=name)
-    profile = table_profile(registrar.impls)
-    profiles = {name: profile} if profile and name.isidentifier() else {}
-    report = dataclasses.replace(base, seconds=imported)
-    return _Loaded(report, plugin=plugin, registrar=registrar, profiles=profiles)
-
-
-def table_profile(impls: Iterable[Impl]) -> dict[str, int] | None:
-    """The target profile a table's impls need: the ``onnx`` profile plus every custom
-    domain they emit, at the newest minimum any of them declares; ``None`` when they
-    emit no custom domain."""
-    domains: dict[str, int] = {}
-    for impl in impls:
-        for domain, versions in impl.requirement.domains:
-            domains[domain] = max(domains.get(domain, 0), versions.min)
-    if not domains:
-        return None
-    return {**BUILTIN_PROFILES["onnx"], **domains}
-
-
-def _settle(loaded: _Loaded, taken_profiles: Mapping[str, str]) -> tuple[PackReport, list[tuple[str, dict, str]]]:
-    """The report of a loaded pack and the profiles it may add (a name already taken is reported)."""
-    report = loaded.report
-    registrar = loaded.registrar
-    assert registrar is not None
-    rejected = tuple(registrar.rejected)
-    if rejected and not registrar.impls:
-        reason = f"all {len(rejected)} impl(s) rejected; first: {rejected[0].op}: {rejected[0].error}"
-        _warn_once(report.name, reason)
-        return dataclasses.replace(
-            report, status=FAILED, hook="opreg_register_ops", rejected=rejected, reason=reason
-        ), []
-    problems = list(loaded.problems)
-    profiles = []
-    for name, versions in loaded.profiles.items():
-        if name in taken_profiles:
-            problems.append(
-                f"profile {name!r} rejected: target profile {name!r} from {report.name} is already defined by "
-                f"{taken_profiles[name]}: choose another name"
-            )
-            continue
-        try:
-            if not isinstance(name, str) or not name.isidentifier():
-                raise InvalidTargetError(f"profile name must be an identifier, got {name!r}")
-            Target.of(dict(versions))
-        except (OpregError, TypeError, ValueError) as e:
-            problems.append(f"profile {name!r} rejected: {e}")
-            continue
-        profiles.append((name, versions, report.name))
-    schemas: tuple[str, ...] = ()
-    try:
-        _register_schemas(loaded.schemas)
-        schemas = tuple(sorted({f"{s.domain}::{s.name}" for s in loaded.schemas}))
-    except Exception as e:
-        problems.append(f"schemas rejected: {e}")
-    if rejected:
-        problems.append(f"{len(rejected)} impl(s) rejected")
-    if report.seconds > slow_import_seconds():
-        problems.append(
-            f"slow import: importing {report.value} took {report.seconds:.1f} s, paid by every process that "
-            "discovers packs (import heavy modules inside the hooks that need them)"
-        )
-    domains = sorted({domain_label(d) for i in registrar.impls for d in ("", *dict(i.requirement.domains))})
-    report = dataclasses.replace(
-        report, status=LOADED, reason="; ".join(problems), impls=len(registrar.impls),
-        domains=tuple(domains), profiles=tuple(name for name, _, _ in profiles), rejected=rejected,
-        schemas=schemas,
-    )  # fmt: skip
-    return report, profiles
-
-
-def _register_schemas(schemas: Iterable[Any]) -> None:
-    """Register custom-domain OpSchemas with onnx, once each."""
-    schemas = list(schemas)
-    if not schemas:
-        return
-    import onnx.defs
-
-    for schema in schemas:
-        if not isinstance(schema, onnx.defs.OpSchema):
-            raise PluginError(f"opreg_schemas must return onnx.defs.OpSchema objects, got {schema!r}")
-        if not onnx.defs.has(schema.name, schema.since_version, schema.domain):
-            onnx.defs.register_schema(schema)
+        discovery.clear_cache()
+        _loaded_cache.clear()
 
 
 def pack_conflicts(impls: Iterable[Impl], preferences: Mapping[OpName, str] | None = None) -> list[tuple[Impl, ...]]:
@@ -482,38 +99,41 @@ class Declared:
 
 
 @dataclasses.dataclass(frozen=True)
-class Selection:
-    """Which packs to load and how to settle their ties: :func:`build_registry`'s arguments, checked.
+class Loaded:
+    """The selected packs, loaded: the value they declare and the object that calls their code.
 
     Fields:
-        plugins: pack names to load besides the core pack (``None``: every installed pack,
-            unless ``OPREG_DISABLE_PLUGIN_AUTOLOAD`` is set).
-        exclude: pack names to leave out.
-        prefer: op -> the pack that wins that op's ties.
+        registry: the frozen :class:`~opreg.Registry` of their impls, profiles, unsupported ops and
+            reports (a value: no pack code behind it).
+        host: the :class:`~opreg.host.PackHost` that calls the loaded packs' hooks (session
+            configuration, reference kernels, capture patches, rewrite rules, functions): what an
+            export takes as ``host=``.
     """
 
-    plugins: frozenset[str] | None = None
-    exclude: frozenset[str] = frozenset()
-    prefer: Mapping[OpName, str] = dataclasses.field(default_factory=dict)
+    registry: Registry
+    host: PackHost
 
-    @classmethod
-    def of(
-        cls,
-        plugins: Iterable[str] | None = None,
-        exclude: Iterable[str] | None = None,
-        prefer: Mapping[Any, str] | None = None,
-    ) -> Selection:
-        return cls(
-            _names(plugins, "plugins"),
-            _names(exclude, "exclude") or frozenset(),
-            {OpName.of(op): pack for op, pack in (prefer or {}).items()},
-        )
 
-    def require_installed(self, installed: Iterable[str] | None = None) -> None:
-        """Raise :class:`PluginNotFoundError` for a pack this selection names that is not installed
-        (``installed``: the installed packs' names; by default, the discovered ones)."""
-        require_installed(self.plugins or (), installed=installed)
-        require_installed(set(self.prefer.values()) - {USER_PACK}, "pack to prefer", installed=installed)
+def build(
+    plugins: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    strict: bool = False,
+    prefer: Mapping[Any, str] | None = None,
+) -> Loaded:
+    """Load the selected packs anew (uncached): their frozen registry and their host.
+
+    ``plugins``: pack names to load besides the core pack (``None``: every
+    installed pack, unless ``OPREG_DISABLE_PLUGIN_AUTOLOAD`` is set).
+    ``exclude``: pack names to leave out (the core pack too). ``prefer``:
+    op -> pack that wins that op's ties (by default the core pack does).
+    ``strict``: raise :class:`PluginError` if any selected pack fails, or if
+    packs tie on an op that ``prefer`` does not settle; the host raises a
+    hook's failure too. The packs' load reports are ``registry.packs``.
+    """
+    selection = Selection.of(plugins, exclude, prefer)
+    selection.require_installed()
+    declared, packs = load_packs(selection, strict=strict)
+    return Loaded(assemble(declared, selection, strict=strict), PackHost(packs))
 
 
 def build_registry(
@@ -522,25 +142,15 @@ def build_registry(
     strict: bool = False,
     prefer: Mapping[Any, str] | None = None,
 ) -> Registry:
-    """Load the selected packs into a new, frozen (uncached) registry.
-
-    ``plugins``: pack names to load besides the core pack (``None``: every
-    installed pack, unless ``OPREG_DISABLE_PLUGIN_AUTOLOAD`` is set).
-    ``exclude``: pack names to leave out (the core pack too). ``prefer``:
-    op -> pack that wins that op's ties (by default the core pack does).
-    ``strict``: raise :class:`PluginError` if any selected pack fails, or if
-    packs tie on an op that ``prefer`` does not settle. The packs' hooks are
-    called through ``registry.host``; their load reports are ``registry.packs``.
-    """
-    selection = Selection.of(plugins, exclude, prefer)
-    selection.require_installed()
-    declared, packs = load_packs(selection, strict=strict)
-    return assemble(declared, selection, strict=strict, packs=packs)
+    """A new, frozen (uncached) registry of the selected packs: :func:`build`'s registry (arguments
+    as there). Export with ``host=build(...).host`` to use the hooks of the packs loaded with it."""
+    return build(plugins, exclude, strict, prefer).registry
 
 
 def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared, PackSet]:
     """Import and hook the selected packs (their code runs): what they declare, and the
-    :class:`PackSet` that calls their hooks (``strict``: a failing hook raises)."""
+    :class:`PackSet` that calls their hooks (``strict``: a failing hook raises). Isolation is
+    :func:`opreg.isolation.load_one`'s, one pack at a time."""
     import pluggy
 
     from opreg import hookspecs
@@ -553,58 +163,55 @@ def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared,
     unsupported: list[tuple[OpName, str, str]] = []
     loaded_plugins: dict[str, Any] = {}
     seen: dict[str, str] = {}
-    for found in discovered():
-        name = found.name
-        base = PackReport(name, found.distribution, found.version, found.entry_point.value, DISABLED)
-        if name in seen:
-            reason = f"pack name {name!r} is already taken by {seen[name]}"
-            _warn_once(name, reason)
-            reports.append(dataclasses.replace(base, status=FAILED, reason=reason))
-            continue
-        seen[name] = base.distribution
-        reason = _selection_reason(name, selection.plugins, selection.exclude)
-        if reason is not None:
-            reports.append(dataclasses.replace(base, reason=reason))
-            continue
-        loaded = _load_one(pm, found, base)
-        if loaded.registrar is None:
-            reports.append(loaded.report)
-            continue
-        taken = {**{n: "opreg" for n in BUILTIN_PROFILES}, **{n: p for n, _, p in profiles}}
-        report, accepted = _settle(loaded, taken)
-        reports.append(report)
-        if report.status != LOADED:
-            pm.unregister(loaded.plugin)
-            continue
-        loaded_plugins[name] = loaded.plugin
-        impls += loaded.registrar.impls
-        profiles += accepted
-        unsupported += [(op, name, why) for op, why in loaded.registrar.declined.items()]
+    with _opsets.reading():  # the helpers the packs' impls share are read once
+        for found in discovered():
+            name = found.name
+            base = PackReport(name, found.distribution, found.version, found.entry_point.value, DISABLED)
+            if name in seen:
+                reason = f"pack name {name!r} is already taken by {seen[name]}"
+                warn_once(name, reason)
+                reports.append(dataclasses.replace(base, status=FAILED, reason=reason))
+                continue
+            seen[name] = base.distribution
+            reason = selection_reason(name, selection.plugins, selection.exclude)
+            if reason is not None:
+                reports.append(dataclasses.replace(base, reason=reason))
+                continue
+            loaded = load_one(pm, found, base)
+            if loaded.registrar is None:
+                reports.append(loaded.report)
+                continue
+            taken = {**{n: "opreg" for n in BUILTIN_PROFILES}, **{n: p for n, _, p in profiles}}
+            report, accepted = settle(loaded, taken)
+            reports.append(report)
+            if report.status != LOADED:
+                pm.unregister(loaded.plugin)
+                continue
+            loaded_plugins[name] = loaded.plugin
+            impls += loaded.registrar.impls
+            profiles += accepted
+            unsupported += [(op, name, why) for op, why in loaded.registrar.declined.items()]
 
     reports = [dataclasses.replace(r, hooks=_hooks_of(pm, loaded_plugins.get(r.name))) for r in reports]
     declared = Declared(tuple(reports), tuple(impls), tuple(profiles), tuple(unsupported))
     return declared, PackSet(declared.reports, pm, loaded_plugins, contracts=hookspecs.CONTRACTS, strict=strict)
 
 
-def assemble(
-    declared: Declared, selection: Selection, *, strict: bool = False, packs: PackSet | None = None
-) -> Registry:
+def assemble(declared: Declared, selection: Selection, *, strict: bool = False) -> Registry:
     """The frozen registry of what packs ``declared``, ties settled as ``selection`` prefers (data only:
-    no pack code runs). ``packs`` calls the packs' hooks (the registry's host); without it the host has only the reports
-    (:func:`opreg.packcache.registry` builds one so, from its cache). ``strict`` as for :func:`build_registry`."""
+    no pack code runs; :func:`opreg.packcache.registry` builds one so, from its cache). ``strict`` as
+    for :func:`build`."""
     preferences = selection.prefer
     loaded = {r.name for r in declared.reports if r.status == LOADED}
     _check_preferences(preferences, declared.impls, loaded)
     known = {(i.op, i.pack) for i in declared.impls}
     settled = {op: pack for op, pack in preferences.items() if (op, pack) in known}
-    if packs is None:
-        packs = PackSet(declared.reports, strict=strict)
     registry = Registry.build(
         declared.impls,
         profiles=declared.profiles,
         unsupported=declared.unsupported,
         preferences=settled,
-        host=PackHost(packs),
+        packs=PackReports(declared.reports, (selection.plugins, selection.exclude, bool(strict))),
     )
     if strict:
         _refuse_problems(declared.reports, declared.impls, preferences)
@@ -653,59 +260,69 @@ def _refuse_problems(reports: Iterable[PackReport], impls: Iterable[Impl], prefe
         )
 
 
-def default_registry(
+def load(
     plugins: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
     strict: bool = False,
     prefer: Mapping[Any, str] | None = None,
-) -> Registry:
-    """The registry built from the installed packs, shared and frozen.
-
-    Cached per plugin selection, preferences and installed packs;
-    :meth:`Registry.copy` it to add impls of your own. Arguments as for
-    :func:`build_registry`.
-    """
+) -> Loaded:
+    """The installed packs of this selection, loaded once per process: their shared, frozen registry
+    and their host (:class:`Loaded`). Cached per plugin selection, preferences and installed packs;
+    arguments as for :func:`build`."""
     key = (
-        _names(plugins, "plugins"),
-        _names(exclude, "exclude") or frozenset(),
+        pack_names(plugins, "plugins"),
+        pack_names(exclude, "exclude") or frozenset(),
         bool(strict),
         tuple(sorted((str(OpName.of(op)), pack) for op, pack in (prefer or {}).items())),
         autoload_disabled(),
         discovered(),
     )
     with _cache_lock:
-        registry = _registry_cache.get(key)
-        if registry is None:
-            registry = build_registry(plugins, exclude, strict, prefer)
-            _registry_cache[key] = registry
-    return registry
+        loaded = _loaded_cache.get(key)
+        if loaded is None:
+            loaded = _loaded_cache[key] = build(plugins, exclude, strict, prefer)
+    return loaded
+
+
+def default_registry(
+    plugins: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    strict: bool = False,
+    prefer: Mapping[Any, str] | None = None,
+) -> Registry:
+    """The registry built from the installed packs, shared and frozen: :func:`load`'s registry.
+
+    Cached per plugin selection, preferences and installed packs;
+    :meth:`Registry.copy` it to add impls of your own. Arguments as for
+    :func:`build`.
+    """
+    return load(plugins, exclude, strict, prefer).registry
+
+
+def default_host(
+    plugins: Iterable[str] | None = None, exclude: Iterable[str] | None = None, strict: bool = False
+) -> PackHost:
+    """The host of the installed packs of this selection (:func:`load`'s): what an export asks of
+    their code when it is given no ``host=``. Arguments as for :func:`build`."""
+    return load(plugins, exclude, strict).host
+
+
+_NO_PACKS = PackHost()
+
+
+def host_of(registry: Registry) -> PackHost:
+    """The host of the packs ``registry`` was built from: :func:`default_host` of the selection its
+    reports answer (``registry.packs.selection``; a copy keeps it), or a host with no packs for a
+    registry built by hand. What an export given ``registry=`` and no ``host=`` asks."""
+    selection = registry.packs.selection
+    return _NO_PACKS if selection is None else default_host(*selection)
 
 
 __all__ = [
-    "AUTOLOAD_ENV",
-    "CORE_PACK",
-    "DISABLED",
-    "ENTRY_POINT_GROUP",
-    "FAILED",
-    "INCOMPATIBLE",
-    "LOADED",
-    "PLUGIN_API_VERSION",
-    "USER_PACK",
-    "Declared",
-    "DiscoveredPack",
-    "PackReport",
-    "PackSet",
-    "Rejection",
-    "Selection",
-    "assemble",
-    "build_registry",
-    "clear_cache",
-    "default_registry",
-    "discover",
-    "discovered",
-    "hook_names",
-    "load_packs",
-    "pack_conflicts",
-    "require_installed",
-    "table_profile",
-]
+    "AUTOLOAD_ENV", "CORE_PACK", "DISABLED", "ENTRY_POINT_GROUP", "FAILED", "INCOMPATIBLE", "LOADED",
+    "PLUGIN_API_VERSION", "SLOW_IMPORT_ENV", "SLOW_IMPORT_SECONDS", "SUPPORTED_API_VERSIONS", "TABLE_ATTRIBUTE",
+    "USER_PACK", "Declared", "DiscoveredPack", "Loaded", "PackReport", "PackReports", "PackSet", "Rejection",
+    "Selection", "assemble", "autoload_disabled", "build", "build_registry", "clear_cache", "default_host", "host_of",
+    "default_registry", "discover", "discovered", "hook_names", "load", "load_packs", "pack_conflicts",
+    "require_installed", "selection_reason", "slow_import_seconds", "table_profile",
+]  # fmt: skip

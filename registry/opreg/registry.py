@@ -25,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
+import types
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -49,14 +51,13 @@ from opreg.explanation import (
     why_chosen,
     why_not,
 )
-from opreg.host import PackHost
 from opreg.impls import CORE_PACK, USER_PACK, Impl, Predicate, build_impl, impl_name
 from opreg.marks import marked
 from opreg.opname import OpName
+from opreg.pluginapi import PackReports
 from opreg.targets import BUILTIN_PROFILES, ONNX_DOMAIN, Target, TargetLike, VersionRangeLike
 
 if TYPE_CHECKING:
-    from opreg.packset import PackSet
     from opreg.pluginapi import CapturePatch
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,20 @@ class RegistryData:
     capture_patches: tuple[tuple[str, CapturePatch], ...] = ()
 
 
+@dataclasses.dataclass(slots=True)
+class _Memo:
+    """What resolution remembers of one registry: its answers, never part of its value."""
+
+    ordered: dict[tuple[OpName, Target], tuple[Impl, ...]] = dataclasses.field(default_factory=dict)
+    targets: dict[Any, Target] = dataclasses.field(default_factory=dict)
+
+
+_MEMOS: dict[int, _Memo] = {}
+"""Resolution's memo of each live registry, by ``id``: per ``(op, target)`` the eligible impls in
+order, and parsed targets. Kept here, not on the registry, so a frozen registry's state never
+changes; dropped when its registry is collected (or changed, while it is unfrozen)."""
+
+
 class Registry:
     """Torch op -> impls, with profiles and resolution for targets.
 
@@ -97,13 +112,11 @@ class Registry:
     :meth:`add_capture_patch` change an unfrozen registry.
 
     A frozen registry is a value: equal to (and hashing as) any registry holding the same
-    :meth:`data`, taken when it is frozen. The packs' code is not part of it: their hooks are
-    called through :attr:`host`, the object built beside it. (Resolution remembers its answers
-    per op and target, and parsed targets: a cache of what the value answers, never part of it.)
-
-    Attributes:
-        host: the :class:`opreg.host.PackHost` built with it, which calls the loaded packs'
-            hooks (its own object: not part of the registry's value; :meth:`copy` keeps it).
+    :meth:`data`, taken when it is frozen, and nothing of it changes after (setting an attribute
+    raises :class:`opreg.FrozenRegistryError`). The packs' code is not part of it: their hooks are
+    called through the :class:`opreg.host.PackHost` built beside it (:func:`opreg.plugins.load`,
+    :func:`opreg.default_host`), which an export takes as ``host=``. (Resolution remembers its
+    answers per op and target in a memo of this module, never in the registry.)
     """
 
     def __init__(self) -> None:
@@ -115,11 +128,26 @@ class Registry:
         }
         self._preferred: dict[OpName, str] = {}
         self._frozen = False
-        self._ordered: dict[tuple[OpName, Target], tuple[Impl, ...]] = {}
-        self._targets: dict[Any, Target] = {}
         self._patches: dict[str, CapturePatch] = {}
+        self._packs = PackReports()
         self._data: RegistryData | None = None  # what a frozen registry holds, its value
-        self._host = PackHost()
+        self._hash = 0
+        weakref.finalize(self, _MEMOS.pop, id(self), None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if getattr(self, "_frozen", False):
+            raise FrozenRegistryError(f"a frozen opreg.Registry is a value: {name!r} cannot be set (copy() it)")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self.__setattr__(name, None)  # raises on a frozen registry
+        object.__delattr__(self, name)
+
+    def _memo(self) -> _Memo:
+        memo = _MEMOS.get(id(self))
+        if memo is None:
+            memo = _MEMOS[id(self)] = _Memo()
+        return memo
 
     @classmethod
     def build(
@@ -129,12 +157,12 @@ class Registry:
         profiles: Iterable[tuple[str, Mapping[str, int], str]] = (),
         unsupported: Iterable[tuple[Any, str, str]] = (),
         preferences: Mapping[Any, str] | None = None,
-        host: PackHost | None = None,
+        packs: PackReports | None = None,
     ) -> Registry:
         """A frozen registry of ``impls`` (in this order) and the named ``profiles``
         (``(name, {domain: version}, pack)``), the ops declared ``unsupported``
         (``(op, pack, reason)``), tie ``preferences`` (op -> pack, see
-        :meth:`prefer`), beside the :class:`opreg.host.PackHost` of the packs they came from.
+        :meth:`prefer`), and the reports of the ``packs`` they came from (:attr:`packs`).
         A profile name given twice is an :class:`InvalidTargetError`."""
         registry = cls()
         for name, versions, pack in profiles:
@@ -145,8 +173,8 @@ class Registry:
             registry._store(impl)
         for op, pack in (preferences or {}).items():
             registry.prefer(op, pack)
-        if host is not None:
-            registry.host = host
+        if packs is not None:
+            registry._packs = packs
         return registry.freeze()
 
     # -- changing an unfrozen registry ---------------------------------------------------
@@ -207,8 +235,7 @@ class Registry:
             )
         target = Target.of(dict(versions))  # validates
         self._profiles[name] = (target.as_dict(), pack)
-        self._targets.clear()
-        self._ordered.clear()  # impls for this profile may apply now
+        _MEMOS.pop(id(self), None)  # impls for this profile may apply now
 
     def mark_unsupported(self, op: Any, reason: str, *, pack: str = USER_PACK) -> None:
         """Record that ``pack`` deliberately leaves ``op`` without an impl, and why."""
@@ -228,7 +255,7 @@ class Registry:
             have = ", ".join(sorted(packs)) or "none"
             raise NoImplementationError(f"cannot prefer pack {pack!r} for {op}: it has no impl of it (packs: {have})")
         self._preferred[op] = pack
-        self._ordered.clear()
+        _MEMOS.pop(id(self), None)
 
     def add_capture_patch(self, patch: CapturePatch) -> CapturePatch:
         """Add a capture patch of your own (``user:name``), installed for the captures this registry exports
@@ -252,7 +279,7 @@ class Registry:
     def _store(self, impl: Impl) -> Impl:
         self._impls.setdefault(impl.op, []).append(impl)
         self._order[impl] = len(self._order)
-        self._ordered.clear()
+        _MEMOS.pop(id(self), None)
         return impl
 
     def _check_mutable(self) -> None:
@@ -264,8 +291,20 @@ class Registry:
     def freeze(self) -> Registry:
         """Refuse further changes; returns ``self``, now a value (hashable, see :meth:`data`)."""
         if not self._frozen:
-            self._data = self._collect()
-            self._frozen = True
+            data = self._collect()
+            frozen = {
+                "_impls": types.MappingProxyType({op: tuple(impls) for op, impls in self._impls.items()}),
+                "_order": types.MappingProxyType(self._order),
+                "_unsupported": types.MappingProxyType(self._unsupported),
+                "_profiles": types.MappingProxyType(self._profiles),
+                "_preferred": types.MappingProxyType(self._preferred),
+                "_patches": types.MappingProxyType(self._patches),
+                "_data": data,
+                "_hash": hash(data),
+                "_frozen": True,
+            }
+            for name, value in frozen.items():
+                object.__setattr__(self, name, value)
         return self
 
     @property
@@ -281,26 +320,14 @@ class Registry:
         new._unsupported = dict(self._unsupported)
         new._preferred = dict(self._preferred)
         new._patches = dict(self._patches)
-        new._host = self._host
+        new._packs = self._packs
         return new
 
     @property
-    def host(self) -> PackHost:
-        """The plugin host built beside this registry: it calls the loaded packs' hooks (not part of the
-        registry's value; an unfrozen registry may be given another)."""
-        return self._host
-
-    @host.setter
-    def host(self, host: PackHost) -> None:
-        self._check_mutable()
-        if not isinstance(host, PackHost):
-            raise InvalidArgumentError(f"Registry.host takes an opreg.host.PackHost, got {type(host).__name__}")
-        self._host = host
-
-    @property
-    def packs(self) -> PackSet:
-        """The reports of every discovered pack (iterate it): ``self.host.packs``."""
-        return self.host.packs
+    def packs(self) -> PackReports:
+        """What happened to every pack discovered when this registry was built (iterate it; ``report(name)``,
+        ``loaded``): data, as the packs declared it (their hooks are the host's)."""
+        return self._packs
 
     # -- reading --------------------------------------------------------------
 
@@ -315,15 +342,16 @@ class Registry:
         if isinstance(spec, Target):
             return spec
         key = spec if isinstance(spec, (str, int)) else None
-        if key is not None and key in self._targets:
-            return self._targets[key]
+        memo = _MEMOS.get(id(self)) or self._memo()
+        if key is not None and key in memo.targets:
+            return memo.targets[key]
         try:
             target = Target.of(spec, self.profiles)
         except InvalidTargetError as e:
             raise InvalidTargetError(f"{e}{self._failed_packs_hint()}") from e
         self._check_served(target)
         if key is not None:
-            self._targets[key] = target
+            memo.targets[key] = target
         return target
 
     def _check_served(self, target: Target) -> None:
@@ -344,7 +372,7 @@ class Registry:
             )
 
     def _failed_packs_hint(self) -> str:
-        failed = [r for r in self.host.packs if r.status in ("failed", "incompatible")]
+        failed = [r for r in self._packs if r.status in ("failed", "incompatible")]
         if not failed:
             return ""
         return " (packs that did not load and may define it: " + "; ".join(r.describe() for r in failed) + ")"
@@ -372,7 +400,7 @@ class Registry:
 
     def data(self) -> RegistryData:
         """What this registry holds, as one hashable value: two registries built from the same
-        packs (or a registry and its copy) give equal data; the host is not part of it."""
+        packs (or a registry and its copy) give equal data; the packs' reports and host are not part of it."""
         return self._data if self._data is not None else self._collect()
 
     def _collect(self) -> RegistryData:
@@ -394,7 +422,7 @@ class Registry:
     def __hash__(self) -> int:
         if self._data is None:
             raise TypeError("an unfrozen opreg.Registry is not hashable: freeze() it first")
-        return hash(self._data)
+        return self._hash
 
     def __contains__(self, op: object) -> bool:
         return OpName.of(op) in self._impls
@@ -443,11 +471,12 @@ class Registry:
         op = OpName.of(op)
         target = self.target(target)
         key = (op, target)
-        ordered = self._ordered.get(key)
+        memo = _MEMOS.get(id(self)) or self._memo()
+        ordered = memo.ordered.get(key)
         if ordered is None:
             eligible = [i for i in self._impls.get(op, ()) if self.unmet(i, target) is None]
             ordered = tuple(sorted(eligible, key=self._key(op)))
-            self._ordered[key] = ordered
+            memo.ordered[key] = ordered
         return ordered
 
     def resolve(self, op: Any, target: TargetLike = "onnx", node: Any = None) -> Impl | None:

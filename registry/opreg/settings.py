@@ -18,6 +18,7 @@ from opreg.errors import InvalidArgumentError
 from opreg.targets import Target, TargetLike
 
 if TYPE_CHECKING:
+    from opreg.host import PackHost
     from opreg.registry import Registry
 
 __all__ = ["STATE_MODES", "ExportSettings", "describe", "takes_settings"]
@@ -52,6 +53,11 @@ class ExportSettings:
         plugins: the names of the installed packs to use; default ``None``, every installed pack.
         exclude: the names of installed packs to leave out; default ``None``.
         registry: an :class:`opreg.Registry` to use instead of ``plugins``/``exclude``; default ``None``.
+        host: the :class:`opreg.PackHost` whose packs' code the export asks (capture patches, rewrite
+            rules, function definitions; the session configuration and reference kernels of ``run``
+            and ``verify``); default ``None``, the host of the installed packs ``plugins``/``exclude``
+            select (:func:`opreg.default_host`), or of those ``registry`` was built from (a copy's
+            too; none for a registry built by hand: :func:`opreg.plugins.host_of`).
         inline: ``True`` inlines impls written as script functions, ``False`` keeps them as
             model-local functions, an int N inlines those of at most N nodes; default ``True``.
         embed_functions: add the packs' ONNX function definitions of the custom-domain ops the
@@ -83,6 +89,7 @@ class ExportSettings:
     plugins: Iterable[str] | None = None
     exclude: Iterable[str] | None = None
     registry: "Registry | None" = None
+    host: "PackHost | None" = None
     inline: bool | int = True
     embed_functions: bool = False
     optimize: bool = True
@@ -148,6 +155,7 @@ class ExportSettings:
                 f"progress= takes a function called with each stage's name, got {describe(self.progress)}"
             )
         self._check_registry()
+        self._check_host()
 
     def _check_registry(self) -> None:
         if self.registry is None:
@@ -161,6 +169,16 @@ class ExportSettings:
             )
         if self.plugins is not None or self.exclude is not None:
             raise InvalidArgumentError("pass either registry= or plugins=/exclude=, not both")
+
+    def _check_host(self) -> None:
+        if self.host is None:
+            return
+        from opreg.host import PackHost
+
+        if not isinstance(self.host, PackHost):
+            raise InvalidArgumentError(
+                f"host= takes an opreg.PackHost (e.g. opreg.default_host(exclude=['NAME'])), got {describe(self.host)}"
+            )
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -40,22 +40,39 @@ class RequestedPackFailed(PluginError):
 def registry(args: argparse.Namespace, *, declared: bool = False) -> Any:
     """The registry of the packs ``args`` select; ``declared``: what they declare is enough (to list
     and explain, not to export), so it may come from :mod:`opreg.packcache` without loading them."""
-    from opreg import plugins
+    if declared and not args.no_cache:
+        return _declared(args)
+    return packs(args).registry
 
+
+def _declared(args: argparse.Namespace) -> Any:
+    from opreg import packcache, plugins
+
+    wanted, unwanted = _pack_args(args)
+    selection = wanted if plugins.autoload_disabled() else None
+    prefer = preferences(args.prefer)
+    return packcache.registry(selection, unwanted, strict=args.strict, prefer=prefer, require=wanted + unwanted)
+
+
+def _pack_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     wanted = [a for a in args.plugin_args if not a.startswith("no:")]
     unwanted = [a[3:] for a in args.plugin_args if a.startswith("no:")]
     if any(not name for name in wanted + unwanted):
         raise UsageError("-p needs a pack name: -p NAME or -p no:NAME")
-    selection = wanted if plugins.autoload_disabled() else None
-    if declared and not args.no_cache:
-        from opreg import packcache
+    return wanted, unwanted
 
-        prefer = preferences(args.prefer)
-        return packcache.registry(selection, unwanted, strict=args.strict, prefer=prefer, require=wanted + unwanted)
+
+def packs(args: argparse.Namespace) -> Any:
+    """The packs ``args`` select, loaded: their registry and the host that calls their hooks
+    (:class:`opreg.plugins.Loaded`)."""
+    from opreg import plugins
+
+    wanted, unwanted = _pack_args(args)
+    selection = wanted if plugins.autoload_disabled() else None
     plugins.require_installed(wanted)
     plugins.require_installed(unwanted)
     prefer = preferences(args.prefer)
-    return plugins.build_registry(selection, unwanted, strict=args.strict, prefer=prefer)
+    return plugins.build(selection, unwanted, strict=args.strict, prefer=prefer)
 
 
 def preferences(items: Sequence[str]) -> dict[str, str]:
@@ -113,11 +130,11 @@ def warn_conflicts(registry: Any) -> None:
             err.print(styled(f"warning: packs tie on {op}: {detail} (settle it with --prefer {op}=PACK)", "yellow"))
 
 
-def warn_hook_failures(registry: Any) -> None:
-    """Each pack hook that raised or broke its contract during the command, as the loader reports
-    a failed pack (which pack, which hook, the error); ``--strict`` made it an error instead."""
+def warn_hook_failures(host: Any) -> None:
+    """Each pack hook of ``host`` that raised or broke its contract during the command, as the loader
+    reports a failed pack (which pack, which hook, the error); ``--strict`` made it an error instead."""
     err = console(stderr=True)
-    for error in registry.host.packs.failures:
+    for error in host.packs.failures:
         err.print(styled(f"warning: {error}; left out", "yellow"))
 
 
@@ -135,15 +152,15 @@ def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
     return loaded, _modelspec.dynamic_shapes(loaded, args.dynamic)
 
 
-def export_settings(args: argparse.Namespace, registry: Any, target: Any, dynamic: Any, **more: Any) -> Any:
-    """The :class:`opreg.ExportSettings` of ``check`` and ``export``: the registry and target the
-    pack and target options chose, the model's ``--dynamic`` shapes, ``--strict``, ``--no-patches``
-    and ``--no-patch``; ``more``: the command's own options."""
+def export_settings(args: argparse.Namespace, packs: Any, target: Any, dynamic: Any, **more: Any) -> Any:
+    """The :class:`opreg.ExportSettings` of ``check`` and ``export``: the registry and host of the
+    packs (:func:`packs`) and the target the pack and target options chose, the model's ``--dynamic``
+    shapes, ``--strict``, ``--no-patches`` and ``--no-patch``; ``more``: the command's own options."""
     from opreg.settings import ExportSettings
 
     return ExportSettings(
-        target=target, dynamic_shapes=dynamic, registry=registry, strict=args.strict, patches=args.patches,
-        exclude_patches=tuple(args.exclude_patches), **more,
+        target=target, dynamic_shapes=dynamic, registry=packs.registry, host=packs.host, strict=args.strict,
+        patches=args.patches, exclude_patches=tuple(args.exclude_patches), **more,
     )  # fmt: skip
 
 

@@ -19,12 +19,13 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
 def run(args: argparse.Namespace) -> int:
     from opreg import exporter
 
-    reg = _common.registry(args)
+    packs = _common.packs(args)
+    reg = packs.registry
     target = reg.target(args.target)
     _common.report_failed_packs(reg, args)
     loaded, dynamic = _common.load_model(args)
     _common.warn_conflicts(reg)
-    settings = _common.export_settings(args, reg, target, dynamic)
+    settings = _common.export_settings(args, packs, target, dynamic)
     missing = exporter.plan_export(loaded.module, loaded.args, loaded.kwargs, settings=settings)
     if args.json:
         rows = [dataclasses.asdict(m) for m in missing]

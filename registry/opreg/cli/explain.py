@@ -10,6 +10,7 @@ from opreg.cli._common import (
     EXIT_OK,
     UsageError,
     console,
+    packs,
     print_json,
     registry,
     requires,
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from opreg.opname import OpName
 
     if "::" not in args.op:  # a capture patch: whether it applies is the packs' hooks' to say
-        return _explain_patches(args, registry(args))
+        return _explain_patches(args, packs(args))
     reg = registry(args, declared=True)
     op = OpName.of(args.op)
     explanation = reg.explain(op, args.target)
@@ -81,11 +82,11 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _explain_patches(args: argparse.Namespace, reg: Any) -> int:
+def _explain_patches(args: argparse.Namespace, loaded: Any) -> int:
     """``opreg explain NAME`` for a capture patch (or ``patches``: every one the packs offer)."""
     from opreg import patching
 
-    offer = patching.offered(reg.host, reg.capture_patches())
+    offer = patching.offered(loaded.host, loaded.registry.capture_patches())
     found = list(offer.patches) if args.op == "patches" else offer.find(args.op)
     if not found and args.op != "patches":
         known = ", ".join(offer.labels()) or "none"

@@ -19,9 +19,9 @@ from opreg.cli._common import (
     export_settings,
     load_model,
     missing_table,
+    packs,
     print_fixed_dims,
     print_json,
-    registry,
     report_failed_packs,
     short_source,
     styled,
@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     from opreg.exporter._save import check_output_path
 
     err = console(stderr=True)
-    reg = registry(args)
+    loaded_packs = packs(args)
+    reg = loaded_packs.registry
     target = reg.target(args.target)
     check_output_path(args.output, external_data=args.external_data)  # before the export, not after it
     report_failed_packs(reg, args)
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         stages = _Stages(err, status)
         loaded, dynamic = load_model(args)
         try:
-            program, path, result = _export(args, reg, target, loaded, dynamic, stages)
+            program, path, result = _export(args, loaded_packs, target, loaded, dynamic, stages)
         except UnsupportedOpsError as e:
             status.stop()
             missing_table(err, e.missing, target)
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             status.stop()
             sys.stderr.write(f"opreg: interrupted: {_interrupted_export(e, stages.current, args)}\n")
             return EXIT_INTERRUPTED
-    warn_hook_failures(reg)
+    warn_hook_failures(loaded_packs.host)
     return _report(args, err, program, path, result, started)
 
 
@@ -117,12 +118,12 @@ class _Stages:
         self.status.update(f"{name}...")
 
 
-def _export(args: argparse.Namespace, reg: Any, target: Any, loaded: Any, dynamic: Any, stage: _Stages) -> Any:
+def _export(args: argparse.Namespace, packs: Any, target: Any, loaded: Any, dynamic: Any, stage: _Stages) -> Any:
     """Export, save and (``--verify``) verify: ``(program, path, verification or None)``."""
     from opreg import exporter
 
     settings = export_settings(
-        args, reg, target, dynamic, inline=not args.keep_functions, fold_weights=not args.keep_weights,
+        args, packs, target, dynamic, inline=not args.keep_functions, fold_weights=not args.keep_weights,
         state=args.state, progress=stage, embed_functions=args.embed_functions, weights=args.weights,
     )  # fmt: skip
     program = exporter.export(loaded.module, loaded.args, loaded.kwargs, settings=settings)

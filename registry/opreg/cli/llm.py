@@ -23,8 +23,8 @@ from opreg.cli._common import (
     EXIT_OK,
     UsageError,
     console,
+    packs,
     print_json,
-    registry,
     styled,
     warn_conflicts,
 )
@@ -112,8 +112,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.folder} is not a transformers checkpoint folder (no config.json)")
     _folder.check_folder(args.output)  # refused now, not after the export
     _checkpoint.check_context_length_value(args.context_length)
-    reg = registry(args)
-    warn_conflicts(reg)
+    loaded = packs(args)  # the registry and the host of the packs -p selects
+    warn_conflicts(loaded.registry)
     err = console(stderr=True)
     tokenizer = False if args.no_tokenizer else None
     if tokenizer is None and not _checkpoint.has_tokenizer(args.folder):
@@ -124,13 +124,13 @@ def run(args: argparse.Namespace) -> int:
         _quiet_transformers()
     stage = ["export"]
     try:
-        return _export(args, reg, tokenizer, err, stage)
+        return _export(args, loaded, tokenizer, err, stage)
     except KeyboardInterrupt as e:
         err.print(f"opreg: interrupted: {_interrupted(e, stage[0], args)}", markup=False, soft_wrap=True)
         return EXIT_INTERRUPTED
 
 
-def _export(args: argparse.Namespace, reg: Any, tokenizer: Any, err: Any, stage: list[str]) -> int:
+def _export(args: argparse.Namespace, loaded: Any, tokenizer: Any, err: Any, stage: list[str]) -> int:
     from opreg.errors import VerificationError
     from opreg.llm import _families
 
@@ -138,9 +138,9 @@ def _export(args: argparse.Namespace, reg: Any, tokenizer: Any, err: Any, stage:
     started = time.perf_counter()
     with err.status(f"exporting {args.folder}..."):
         if family is _families.TEXT:
-            exported_model, folder, files = _export_decoder(args, reg, tokenizer, stage)
+            exported_model, folder, files = _export_decoder(args, loaded, tokenizer, stage)
         else:
-            exported_model, folder, files = _export_family(args, reg, family, stage)
+            exported_model, folder, files = _export_family(args, loaded, family, stage)
         exported = time.perf_counter() - started
     stage[0] = "verify"
     checks = []
@@ -155,12 +155,12 @@ def _export(args: argparse.Namespace, reg: Any, tokenizer: Any, err: Any, stage:
     return EXIT_OK
 
 
-def _export_decoder(args: argparse.Namespace, reg: Any, tokenizer: Any, stage: list[str]) -> tuple[Any, Any, list]:
+def _export_decoder(args: argparse.Namespace, loaded: Any, tokenizer: Any, stage: list[str]) -> tuple[Any, Any, list]:
     """A causal LM's decoder, exported and saved: the decoder, the folder and the names written."""
     from opreg.llm import _decoder, _genai
 
     decoder = _decoder.export_decoder(
-        args.folder, target=args.target, registry=reg, context_length=args.context_length,
+        args.folder, target=args.target, registry=loaded.registry, host=loaded.host, context_length=args.context_length,
         allow_longer_context=args.allow_longer_context, tokenizer=tokenizer, precision=args.precision,
         block_size=args.block_size, symmetric=args.symmetric, accuracy_level=args.accuracy_level,
         streaming=args.streaming,
@@ -170,7 +170,7 @@ def _export_decoder(args: argparse.Namespace, reg: Any, tokenizer: Any, stage: l
     return decoder, folder, files
 
 
-def _export_family(args: argparse.Namespace, reg: Any, family: Any, stage: list[str]) -> tuple[Any, Any, list]:
+def _export_family(args: argparse.Namespace, loaded: Any, family: Any, stage: list[str]) -> tuple[Any, Any, list]:
     """Whisper's or a vision-language model's models, exported and saved (quantized as GenAI's
     builder does for CPU: the block options are the causal LM's only)."""
     from opreg.llm import _families, _options
@@ -180,8 +180,8 @@ def _export_family(args: argparse.Namespace, reg: Any, family: Any, stage: list[
     if given:
         raise UsageError(f"{', '.join(given)}: for causal LMs only; a {family.name} takes --precision alone")
     exported_model = _families.export_checkpoint(
-        Path(args.folder), target=_options.resolve_target(args.target, reg), registry=reg,
-        context_length=args.context_length, precision=args.precision,
+        Path(args.folder), target=_options.resolve_target(args.target, loaded.registry), registry=loaded.registry,
+        host=loaded.host, context_length=args.context_length, precision=args.precision,
     )  # fmt: skip
     stage[0] = "save"
     folder = exported_model.save(args.output, external_data=args.external_data)

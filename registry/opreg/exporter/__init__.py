@@ -28,8 +28,7 @@ from opreg.exporter._state import StateSlot
 from opreg.exporter.diagnosis.compare import OutputCheck, Verification
 from opreg.exporter.diagnosis.report import Divergence, Location, Step
 from opreg.patching import PatchedCapture
-from opreg.plugins import default_registry
-from opreg.registry import Registry
+from opreg.plugins import Loaded, host_of, load
 from opreg.settings import ExportSettings, describe, takes_settings
 
 logger = logging.getLogger(__name__)
@@ -59,19 +58,22 @@ __all__ = [
 ]
 
 
-def _registry(settings: ExportSettings) -> Registry:
-    if settings.registry is not None:
-        return settings.registry
-    return default_registry(plugins=settings.plugins, exclude=settings.exclude)
+def _packs(settings: ExportSettings) -> Loaded:
+    """The registry and the host an export uses: ``registry=``, else the installed packs' of ``plugins``/
+    ``exclude``; ``host=``, else the host of the installed packs of the registry's selection."""
+    if settings.registry is None:
+        loaded = load(plugins=settings.plugins, exclude=settings.exclude)
+        return loaded if settings.host is None else Loaded(loaded.registry, settings.host)
+    return Loaded(settings.registry, settings.host if settings.host is not None else host_of(settings.registry))
 
 
-def _patches(model: Any, registry: Registry, settings: ExportSettings) -> PatchedCapture | None:
-    """The capture patches for ``model``: ``registry``'s own and those its host's packs offer (``None``
+def _patches(model: Any, packs: Loaded, settings: ExportSettings) -> PatchedCapture | None:
+    """The capture patches for ``model``: the registry's own and those the host's packs offer (``None``
     for an ``ExportedProgram``: it is already captured)."""
     if isinstance(model, torch.export.ExportedProgram):
         return None
     return PatchedCapture.of(
-        registry.host, registry.capture_patches(), enabled=settings.patches, exclude=settings.exclude_patches
+        packs.host, packs.registry.capture_patches(), enabled=settings.patches, exclude=settings.exclude_patches
     )
 
 
@@ -114,9 +116,10 @@ def plan_export(
     the plan (``inline``, ``optimize``, ``passes``, ``progress``, ...) are checked and not used."""
     args = _check_inputs(model, args, kwargs)
     settings = ExportSettings.of(settings, options, "plan_export")
-    reg = _registry(settings)
+    packs = _packs(settings)
+    reg = packs.registry
     resolved = reg.target(settings.target)
-    patched = _patches(model, reg, settings)
+    patched = _patches(model, packs, settings)
     with _capture.fake_weights(model) if isinstance(model, torch.nn.Module) else contextlib.nullcontext():
         captured = _dynamic.capture(
             model, args, kwargs, settings.dynamic_shapes, patched
@@ -170,12 +173,13 @@ def run_export(
     changes the translation before it is finished (``opreg.llm`` repeats a decoder's layers
     there). Its name is not in :data:`STAGES`: it runs inside "translate"."""
     lazy = _lazy_weights(model, settings.weights)
-    reg = _registry(settings)
+    packs = _packs(settings)
+    reg = packs.registry
     extra = _finish.export_passes(settings.passes)
     tick = _Ticker(settings.progress)
     tick("capture")
     resolved = reg.target(settings.target)
-    patched = _patches(model, reg, settings)
+    patched = _patches(model, packs, settings)
     _heap.settle()  # the modules imported and the registry outlive the export
     with _capture.fake_weights(model) if lazy else contextlib.nullcontext():
         capture = _dynamic.capture(model, args, kwargs, settings.dynamic_shapes, patched)
@@ -198,14 +202,14 @@ def run_export(
         translation = rework(translation, program)
     tick("finish")
     result = _finish.finish(
-        translation, exported_program=program, module=eager, target=resolved, host=reg.host, joined=plan.joined,
+        translation, exported_program=program, module=eager, target=resolved, host=packs.host, joined=plan.joined,
         input_leaves=_capture.input_leaves(program), inline=settings.inline, embed_functions=settings.embed_functions,
         optimize=settings.optimize, fold_weights=settings.fold_weights, rewrite=settings.rewrite, seed=settings.seed,
         strict=settings.strict, passes=extra, dim_bounds=_capture.dim_bounds(program, symbols),
         capture_patches=patched.outcomes if patched is not None else (),
     )  # fmt: skip
     tick.done()
-    result.exporter = functools.partial(export, registry=reg)  # locate() exports bodies with it
+    result.exporter = functools.partial(export, registry=reg, host=packs.host)  # locate() exports bodies with it
     result.streamed = bool(lazy)
     _dynamic.record(result, capture)
     return result

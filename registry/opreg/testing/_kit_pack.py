@@ -150,7 +150,7 @@ def _hook_arguments(hook: str, pack: str, registry: Registry) -> dict[str, Any]:
 
 
 def check_hooks(registry: Registry, pack: str, impls: Sequence[Impl], found: HookResults) -> list[CheckResult]:
-    hooks = registry.host.packs
+    hooks = plugins.host_of(registry).packs
     rows = []
     for hook in hooks.implemented(pack):
         try:  # the hook's contract (opreg.hookspecs.CONTRACTS), as the loader and the exporter check it

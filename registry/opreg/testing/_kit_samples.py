@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from opreg import plugins
 from opreg._inspect import short_source
 from opreg.pluginapi import HookError, ModelSample, Sample
 from opreg.registry import Impl, Registry
@@ -242,13 +243,13 @@ def check_rewrites(
     """The rows, and the rules (``rewrite pack:rule``) with no sample."""
     from opreg.exporter._rewrite import HOOK
 
-    if HOOK not in registry.host.packs.implemented(pack):
+    if HOOK not in plugins.host_of(registry).packs.implemented(pack):
         return [CheckResult(REWRITES, pack, "", PASSED, "the pack contributes no rewrite rules")], []
     rows: list[CheckResult] = []
     offered: dict[str, list[Any]] = {}
     for target in targets:
         try:
-            for _item, names in registry.host.packs.call_pack(pack, HOOK, target=target).value:
+            for _item, names in plugins.host_of(registry).packs.call_pack(pack, HOOK, target=target).value:
                 for name in names:
                     offered.setdefault(name, []).append(target)
         except HookError as e:
@@ -322,9 +323,9 @@ def check_patches(registry: Registry, pack: str, found: HookResults) -> tuple[li
     """The rows, and the patches (``patch pack:name``) with no sample."""
     from opreg import patching
 
-    if patching.HOOK not in registry.host.packs.implemented(pack):
+    if patching.HOOK not in plugins.host_of(registry).packs.implemented(pack):
         return [CheckResult(PATCHES, pack, "", PASSED, "the pack offers no capture patches")], []
-    offer = patching.offered(registry.host, registry.capture_patches())
+    offer = patching.offered(plugins.host_of(registry), registry.capture_patches())
     rows = [CheckResult(PATCHES, pack, "", FAILED, p.detail) for p in offer.problems if p.pack == pack]
     offered = [(p, patch) for p, patch in offer.patches if p == pack]
     names = {patch.name for _, patch in offered}

@@ -24,7 +24,8 @@ with ``os.pread``: no mapping holds pages or address space), or a mapping of nam
 Importing this module is cheap; torch is imported when a weight is read.
 """
 
-from opreg.weights._checkpoint import Weights, bind, open_weights
+from typing import TYPE_CHECKING, Any
+
 from opreg.weights._lazy import (
     CACHED_ELEMENTS,
     LazyWeight,
@@ -37,6 +38,22 @@ from opreg.weights._lazy import (
     scaled,
     transpose,
 )
+
+if TYPE_CHECKING:
+    from opreg.weights._checkpoint import Weights, bind, open_weights
+
+_CHECKPOINTS = ("Weights", "bind", "open_weights")
+"""Names of :mod:`opreg.weights._checkpoint`, imported when first used: an export without ``weights=``
+transforms lazy values (a folded transpose) and never opens a checkpoint."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CHECKPOINTS:
+        from opreg.weights import _checkpoint
+
+        return getattr(_checkpoint, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CACHED_ELEMENTS",

@@ -25,7 +25,7 @@ class Runner:
     ``opreg_configure_session`` applied) or ``onnx.reference`` with the packs' reference kernels,
     each made once per runtime, and which of them ``runtime="auto"`` picks.
 
-    ``host`` is the packs' host the model was exported with (:attr:`opreg.Registry.host`: their
+    ``host`` is the packs' host the model was exported with (an export's ``host``: their
     session configuration and reference kernels), not the registry.
     """
 
