@@ -73,6 +73,22 @@ def _opreg_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     patch.undo()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _interruptible_children() -> None:
+    """The tests that interrupt a child (test_save, test_llm_folder) need its SIGINT to raise
+    KeyboardInterrupt. A run started where SIGINT is ignored (a shell's background job, nohup) would
+    pass that on: an ignored signal stays ignored across exec, and the child would sleep through the
+    test's signal. So SIGINT is Python's own in this process for the session (a handler is reset to
+    the default in a child)."""
+    import signal
+
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(autouse=True)
 def _no_autoload_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests start with autoload on, whatever the calling shell has set."""
