@@ -434,7 +434,7 @@ class AttendTwice(torch.nn.Module):
         return self.out(self.attend(self.attend(h)))
 
 
-def test_a_batch_of_one_torchs_code_fixes_is_captured_again_at_two(caplog):
+def test_a_batch_of_one_torchs_code_fixes_is_captured_again_at_two(caplog, capsys, tmp_path):
     """Issue 38's UNet2DModel: from one image (batch Dim.DYNAMIC, image size Dim.AUTO) the first
     capture has the batch at 1 after a guard in torch's code only; the export captures again from
     the image repeated to a batch of 2, says so, and the model is right at batches 1, 2 and 3."""
@@ -451,6 +451,11 @@ def test_a_batch_of_one_torchs_code_fixes_is_captured_again_at_two(caplog):
     assert _at(grown.source, AttendTwice.attend, "self.norm(h).view")
     assert str(grown) in caplog.text
     assert json.loads(program.model.metadata_props["opreg.grown_dims"])[0]["captured_at"] == 2
+    program.save(tmp_path / "m.onnx")  # opreg inspect shows it, as it shows the fixed dims
+    from opreg.cli import main
+
+    assert main(["inspect", str(tmp_path / "m.onnx")]) == 0
+    assert f"note: {grown}" in " ".join(capsys.readouterr().out.split())
     assert _shapes(program)["x"] == ["x_dim0", 3, "x_dim2", "x_dim3"]
     for batch, size in ((1, 16), (2, 16), (3, 24)):
         program.verify(torch.rand(batch, 3, size, size), atol=ATOL)

@@ -26,6 +26,10 @@ FIXED_DIMS_KEY = "opreg.fixed_dims"
 SHAPE_GUARDS_KEY = "opreg.shape_guards"
 """The guards torch.export kept on the dims marked dynamic that the model does not check: a JSON
 list of ``{guard, dims, source}`` (:class:`opreg.exporter.ShapeGuard`)."""
+GROWN_DIMS_KEY = "opreg.grown_dims"
+"""The dims of example size 1 that only torch's code fixed, captured again from the example grown
+along them: a JSON list of ``{input, dim, size, captured_at, guard, source}``
+(:class:`opreg.exporter.GrownDim`)."""
 
 
 class InspectionError(OpregError):
@@ -308,6 +312,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
         "constant_inputs": _constant_inputs(model.metadata_props),
         "fixed_dims": _json_list(model.metadata_props.get(FIXED_DIMS_KEY)),
         "shape_guards": _json_list(model.metadata_props.get(SHAPE_GUARDS_KEY)),
+        "grown_dims": _json_list(model.metadata_props.get(GROWN_DIMS_KEY)),
         "outputs": [_value(v) for v in model.graph.outputs],
         "node_count": count,
         "ops": [

@@ -43,6 +43,12 @@ def run(args: argparse.Namespace) -> int:
         where = f" ({guard.get('source')})" if guard.get("source") else ""
         dims = ", ".join(guard.get("dims", ()))
         line(f"shape guard the model does not check: {dims}: {guard.get('guard')}{where}", "yellow")
+    for grown in report["grown_dims"]:
+        where = f" ({grown.get('source')})" if grown.get("source") else ""
+        line(
+            f"note: {grown.get('input')}.shape[{grown.get('dim')}]: captured from an example with it at "
+            f"{grown.get('captured_at')}, not {grown.get('size')}: {grown.get('guard')}{where}"
+        )
     weights = report["initializers"]
     external = ", external data" if weights["external"] else ""
     line(f"initializers: {weights['count']} ({weights['bytes']:,} bytes{external})")
