@@ -227,7 +227,7 @@ def _as_pair(value, dtype: ir.DataType):
 
 
 @opreg.impl("aten::clone", complex=True)
-def aten_clone_complex(self: Tensor, memory_format: str | None = None):
+def aten_clone_complex(self: Tensor):
     """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity of the pair."""
     return op18.Identity(self)
 
@@ -252,7 +252,6 @@ def aten_to_copy_complex(
     device: str | None = None,
     pin_memory: bool | None = None,
     non_blocking: bool = False,
-    memory_format: str | None = None,
 ):
     """_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor: parts cast; to a real dtype, the real part (as torch, which warns); from one, imaginary part 0."""
     if dtype is None:
