@@ -359,7 +359,7 @@ def aten_constant_pad_nd_complex(self: Tensor, pad: Sequence[int], value: float 
 @opreg.impl("aten::reflection_pad1d", complex=True)
 def aten_reflection_pad1d_complex(self: Tensor, padding: Sequence[int]):
     """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: the pair reflected (none on its last dim)."""
-    return padding_ops.aten_reflection_pad1d(self, [0, 0, *padding])
+    return padding_ops.aten_reflection_pad(self, [0, 0, *padding])
 
 
 @opreg.impl("aten::sym_size.int", complex=True)
