@@ -451,3 +451,9 @@ def aten_local_scalar_dense(self: Tensor):
         to = ir.DataType.INT64
     scalar = op18.Reshape(self, [])
     return scalar if self.dtype == to else op18.Cast(scalar, to=to)
+
+
+@opreg.impl("aten::item")
+def aten_item(self: Tensor):
+    """item(Tensor self) -> Scalar: as _local_scalar_dense (its one element as a 0-d INT64, FLOAT or BOOL)."""
+    return aten_local_scalar_dense(self)
