@@ -84,20 +84,14 @@ def _static_pads(node) -> bool:
 
 
 @opreg.impl("aten::reflection_pad1d", predicate=_static_pads)
-def aten_reflection_pad1d(self: Tensor, padding: Sequence[int]):
-    """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (reflect)."""
-    return _pad(self, padding, "reflect")
-
-
 @opreg.impl("aten::reflection_pad2d", predicate=_static_pads)
-def aten_reflection_pad2d(self: Tensor, padding: Sequence[int]):
-    """reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (reflect)."""
-    return _pad(self, padding, "reflect")
-
-
 @opreg.impl("aten::reflection_pad3d", predicate=_static_pads)
-def aten_reflection_pad3d(self: Tensor, padding: Sequence[int]):
-    """reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (reflect)."""
+def aten_reflection_pad(self: Tensor, padding: Sequence[int]):
+    """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (reflect).
+
+    reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (reflect).
+
+    reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (reflect)."""
     return _pad(self, padding, "reflect")
 
 
@@ -112,20 +106,14 @@ def _static_replication_pads(node) -> bool:
 
 
 @opreg.impl("aten::replication_pad1d", predicate=_static_replication_pads)
-def aten_replication_pad1d(self: Tensor, padding: Sequence[int]):
-    """replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (edge)."""
-    return _pad(self, padding, "edge")
-
-
 @opreg.impl("aten::replication_pad2d", predicate=_static_replication_pads)
-def aten_replication_pad2d(self: Tensor, padding: Sequence[int]):
-    """replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (edge)."""
-    return _pad(self, padding, "edge")
-
-
 @opreg.impl("aten::replication_pad3d", predicate=_static_replication_pads)
-def aten_replication_pad3d(self: Tensor, padding: Sequence[int]):
-    """replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (edge)."""
+def aten_replication_pad(self: Tensor, padding: Sequence[int]):
+    """replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (edge).
+
+    replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (edge).
+
+    replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (edge)."""
     return _pad(self, padding, "edge")
 
 
