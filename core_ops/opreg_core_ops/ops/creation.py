@@ -293,8 +293,11 @@ def aten_copy(self: Tensor, src: Tensor, non_blocking: bool = False):
 
 
 @opreg.impl("aten::_local_scalar_dense")
+@opreg.impl("aten::item")
 def aten_local_scalar_dense(self: Tensor):
-    """_local_scalar_dense(Tensor self) -> Scalar: Reshape to 0-d and Cast to INT64, FLOAT or BOOL (the scalar's type)."""
+    """_local_scalar_dense(Tensor self) -> Scalar: Reshape to 0-d and Cast to INT64, FLOAT or BOOL (the scalar's type).
+
+    item(Tensor self) -> Scalar: the same (a 0-d or one-element tensor)."""
     if self.dtype == ir.DataType.BOOL:
         to = ir.DataType.BOOL
     elif self.dtype.is_floating_point():
