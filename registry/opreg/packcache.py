@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from opreg import discovery, targets
-from opreg._inspect import Params, _Param
+from opreg._inspect import Params
 from opreg.discovery import Selection
 from opreg.errors import OpregError
 from opreg.impls import Impl
@@ -315,15 +315,8 @@ def _impl_data(impl: Impl) -> dict[str, Any]:
         "convention": impl.convention,
         "source": impl.source,
         "profiles": list(impl.profiles),
-        "params": None if impl.params is None else [impl.params.variadic, impl.params.takes_opset, impl.params.params],
+        "params": None if impl.params is None else impl.params.as_data(),
     }
-
-
-def _params_of(data: list[Any] | None) -> Params | None:
-    if data is None:
-        return None
-    variadic, takes_opset, params = data
-    return Params([_Param(*p) for p in params], variadic, takes_opset)
 
 
 def _impl_of(data: Mapping[str, Any]) -> Impl:
@@ -344,7 +337,7 @@ def _impl_of(data: Mapping[str, Any]) -> Impl:
         convention=data["convention"],
         source=data["source"],
         profiles=tuple(data["profiles"]),
-        params=_params_of(data["params"]),
+        params=None if data["params"] is None else Params.of_data(data["params"]),
     )
 
 

@@ -30,6 +30,7 @@ from opreg.exporter._state import BUFFER, StateSlot
 from opreg.exporter.diagnosis.compare import Verification, as_pair
 from opreg.exporter.diagnosis.report import Location
 from opreg.exporter.diagnosis.run import ONNXRUNTIME, Runner, run_program, to_torch
+from opreg.exporter.diagnosis.verify import verify_program
 from opreg.packfaults import PackFault
 from opreg.patching import PatchOutcome
 from opreg.targets import Target, domain_label
@@ -341,8 +342,6 @@ class OnnxProgram:
         """Run the model and eager PyTorch on the same inputs and compare every output: returns a
         :class:`Verification`, raises :class:`opreg.VerificationError` listing the mismatches (with
         ``locate=True``, located). See docs/exporting.md, section ``opreg.export``."""
-        from opreg.exporter.diagnosis.verify import verify_program  # locating is imported when asked for
-
         return verify_program(self, args, kwargs, rtol=rtol, atol=atol, runtime=runtime, locate=locate)
 
     def locate(
@@ -350,7 +349,7 @@ class OnnxProgram:
     ) -> Location:
         """Compare every intermediate value with eager PyTorch and say where the model goes wrong:
         returns a :class:`opreg.exporter.Location`. See docs/when-numbers-differ.md."""
-        from opreg.exporter.diagnosis.locate import locate_program  # an export needs none of it
+        from opreg.exporter.diagnosis.locate import locate_program  # imported when asked for: an export needs none
 
         return locate_program(self, args, kwargs, rtol=rtol, atol=atol, runtime=runtime)
 
