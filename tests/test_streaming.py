@@ -165,7 +165,8 @@ def test_a_bfloat16_checkpoint_is_cast_to_the_models_float32_as_transformers_loa
 def test_each_transform_written_a_run_of_rows_at_a_time_gives_the_whole_tensors_bytes(monkeypatch, tmp_path):
     """Casts, transposes, concatenations (the packed q/k/v projection) and MatMulNBits quantization
     written in runs of a few rows (as a weight larger than LazyWeight.chunk_bytes is) give the bytes the whole
-    tensor, computed at once, has."""
+    tensor, computed at once, has. A transpose of a transposed weight (MatMulNBits' (N, K) rows of a weight
+    stored (K, N) for MatMul), or of a concatenation of them, reads the first weights' rows, in runs."""
     import io
 
     from onnxruntime.quantization.matmul_nbits_quantizer import (
@@ -184,6 +185,10 @@ def test_each_transform_written_a_run_of_rows_at_a_time_gives_the_whole_tensors_
         lazy_weights.transpose(q, [1, 0]),
         lazy_weights.concat([q, k], 0, name="qk"),
         lazy_weights.concat([q.T, k.T], 1, name="qk_t"),
+        lazy_weights.transpose(lazy_weights.transpose(q, [1, 0]), [1, 0]),  # q itself, read in runs again
+        lazy_weights.transpose(  # the packed (in, out) projection back to (out, in): q over k, in runs
+            lazy_weights.concat([lazy_weights.transpose(q, [1, 0]), lazy_weights.transpose(k, [1, 0])], 1), [1, 0]
+        ),
         *quantized_weights(lazy_weights.concat([q, k], 0), quantizer, names, 4, 32).values(),
     ]
     whole = [t.tobytes() for t in made]
@@ -192,9 +197,12 @@ def test_each_transform_written_a_run_of_rows_at_a_time_gives_the_whole_tensors_
         q.T.contiguous(),
         torch.cat([q, k]),
         torch.cat([q.T, k.T], 1),
+        q,
+        torch.cat([q, k]),
     ]
     packed, scales, zeros = quantizer.qbits_block_quant(torch.cat([q, k]).T.contiguous().numpy())
     assert whole == [t.numpy().tobytes() for t in expected] + [packed.tobytes(), scales.tobytes(), zeros.tobytes()]
+    assert [t.reads_whole for t in made] == [False, True, *[False] * 7]  # only the one transpose reads whole
     monkeypatch.setattr(lazy_weights.LazyWeight, "chunk_bytes", 100)  # a few rows at a time
     for tensor, data in zip(made, whole, strict=True):
         chunks = len(list(tensor.chunks()))

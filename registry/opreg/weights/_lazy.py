@@ -49,6 +49,7 @@ class LazyWeight(ir.LazyTensor):
         how: str,
         sources: Sequence[LazyWeight] = (),
         whole: bool = False,
+        held: bool = False,
     ) -> None:
         from onnx_ir.tensor_adapters import from_torch_dtype
 
@@ -57,8 +58,13 @@ class LazyWeight(ir.LazyTensor):
         self._rows = rows
         self._sources = tuple(sources)
         self._whole_source = whole
+        self._held = held
         self.torch_dtype = dtype
         self.how = how
+        self.transposed: tuple[LazyWeight, tuple[int, ...]] | None = None
+        """``(source, perm)`` when this is ``source`` stored with its dims permuted (:func:`transpose`)."""
+        self.parts: tuple[tuple[LazyWeight, ...], int] | None = None
+        """``(parts, axis)`` when this is ``parts`` concatenated along ``axis`` (:func:`concat`)."""
 
     def __repr__(self) -> str:
         return f"LazyWeight({self.name!r}, {self.torch_dtype}, {list(self.shape)}, {self.how})"
@@ -67,10 +73,12 @@ class LazyWeight(ir.LazyTensor):
         """The same values under another initializer name (a tied weight has one per name)."""
         if name == self.name:
             return self
-        return LazyWeight(
+        renamed = LazyWeight(
             self._rows, self.torch_dtype, self.shape, name=name, how=self.how, sources=self._sources,
-            whole=self._whole_source,
+            whole=self._whole_source, held=self._held,
         )  # fmt: skip
+        renamed.transposed, renamed.parts = self.transposed, self.parts
+        return renamed
 
     @property
     def length(self) -> int:
@@ -100,6 +108,13 @@ class LazyWeight(ir.LazyTensor):
         cast to float32 and quantized to 4 bits reads more than it makes)."""
         own = self.nbytes // max(self.length, 1)
         return max(1, own, *(source.row_bytes for source in self._sources))
+
+    @property
+    def held(self) -> bool:
+        """Whether its values come from a tensor the process holds (a module's weight in memory), not
+        from a checkpoint read as it is written: a whole copy of a held weight adds to the weights
+        already in memory, while a streamed weight is the only one in memory as it is written."""
+        return self._held or any(source.held for source in self._sources)
 
     @property
     def reads_whole(self) -> bool:
@@ -178,15 +193,17 @@ def lazy(tensor: Any, name: str | None = None) -> LazyWeight:
     if isinstance(tensor, torch.Tensor):
         if tensor.device.type == "meta":
             raise WeightsError(f"weight {name!r} is on the meta device: it has no values to write")
-        held = tensor.detach()
-        return LazyWeight(lambda a, b: _slice(held, a, b), held.dtype, held.shape, name=name, how="in memory")
+        kept = tensor.detach()
+        return LazyWeight(
+            lambda a, b: _slice(kept, a, b), kept.dtype, kept.shape, name=name, how="in memory", held=True
+        )
     source = tensor
     dtype = to_torch_dtype(source.dtype)
 
     def read(start: int, stop: int) -> torch.Tensor:
         return _slice(_as_torch(source), start, stop)
 
-    return LazyWeight(read, dtype, list(source.shape), name=name or source.name, how="an onnx_ir tensor")
+    return LazyWeight(read, dtype, list(source.shape), name=name or source.name, how="an onnx_ir tensor", held=True)
 
 
 def _as_torch(tensor: ir.TensorProtocol) -> torch.Tensor:
@@ -224,9 +241,20 @@ def cast(weight: Any, dtype: torch.dtype, name: str | None = None) -> LazyWeight
 
 def transpose(weight: Any, perm: Sequence[int], name: str | None = None) -> LazyWeight:
     """``weight`` stored with its dims permuted by ``perm`` (the whole source is read for each run
-    of rows that is not along its own first dim: for weights small enough to transpose)."""
-    source = lazy(weight)
+    of rows that is not along its own first dim: for weights small enough to transpose). A
+    transpose of a transpose permutes the first source once (none: the source itself, renamed), and
+    a 2-D transpose of a concatenation concatenates the parts transposed: MatMulNBits quantizes the
+    ``(N, K)`` rows of a weight stored ``(K, N)`` for MatMul from the checkpoint's own rows."""
+    source = outer = lazy(weight)
     perm = [int(p) for p in perm]
+    if source.transposed is not None:  # a transpose of a transpose: one permutation of the first source
+        source, first = source.transposed
+        perm = [first[p] for p in perm]
+        if perm == sorted(perm):
+            return source.named(name or outer.name)
+    elif source.parts is not None and len(perm) == 2 and perm == [1, 0]:  # (A | B)^T: A^T over B^T
+        parts, axis = source.parts
+        return concat([transpose(part, perm) for part in parts], 1 - axis, name=name or outer.name)
     shape = [source.shape[p] for p in perm]
     if perm and perm[0] == 0:
 
@@ -237,10 +265,12 @@ def transpose(weight: Any, perm: Sequence[int], name: str | None = None) -> Lazy
         def read(start: int, stop: int) -> torch.Tensor:
             return _slice(source.torch().permute(perm), start, stop)
 
-    return LazyWeight(
+    made = LazyWeight(
         read, source.torch_dtype, shape, name=name or source.name, how=f"transpose(perm={perm})",
         sources=[source], whole=not (perm and perm[0] == 0),
     )  # fmt: skip
+    made.transposed = (source, tuple(perm))
+    return made
 
 
 def concat(weights: Sequence[Any], axis: int, name: str | None = None) -> LazyWeight:
@@ -270,7 +300,9 @@ def concat(weights: Sequence[Any], axis: int, name: str | None = None) -> LazyWe
             return torch.cat([p.rows(start, stop) for p in parts], axis)
 
     names = ", ".join(str(p.name) for p in parts)
-    return LazyWeight(read, first.torch_dtype, shape, name=name, how=f"concat([{names}], axis={axis})", sources=parts)
+    made = LazyWeight(read, first.torch_dtype, shape, name=name, how=f"concat([{names}], axis={axis})", sources=parts)
+    made.parts = (tuple(parts), axis)
+    return made
 
 
 def scaled(weight: Any, factors: Any, axis: int, groups: int = 1, name: str | None = None) -> LazyWeight:
