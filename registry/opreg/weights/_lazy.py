@@ -50,6 +50,7 @@ class LazyWeight(ir.LazyTensor):
         sources: Sequence[LazyWeight] = (),
         whole: bool = False,
         held: bool = False,
+        views: bool = False,
     ) -> None:
         from onnx_ir.tensor_adapters import from_torch_dtype
 
@@ -59,6 +60,7 @@ class LazyWeight(ir.LazyTensor):
         self._sources = tuple(sources)
         self._whole_source = whole
         self._held = held
+        self._views = views  # rows() gives values to cast to torch_dtype, maybe strided: see view()
         self.torch_dtype = dtype
         self.how = how
         self.transposed: tuple[LazyWeight, tuple[int, ...]] | None = None
@@ -75,7 +77,7 @@ class LazyWeight(ir.LazyTensor):
             return self
         renamed = LazyWeight(
             self._rows, self.torch_dtype, self.shape, name=name, how=self.how, sources=self._sources,
-            whole=self._whole_source, held=self._held,
+            whole=self._whole_source, held=self._held, views=self._views,
         )  # fmt: skip
         renamed.transposed, renamed.parts = self.transposed, self.parts
         return renamed
@@ -89,7 +91,7 @@ class LazyWeight(ir.LazyTensor):
         """Rows ``start`` to ``stop`` (a 0-d tensor has one row: itself), checked against the
         declared dtype and shape."""
         stop = min(stop, self.length)
-        got = self._rows(start, stop)
+        got = _dense(self._rows(start, stop), self.torch_dtype) if self._views else self._rows(start, stop)
         want = [stop - start, *self.shape[1:]] if len(self.shape) else []
         if got.dtype != self.torch_dtype or list(got.shape) != want:
             raise WeightsError(
@@ -101,6 +103,12 @@ class LazyWeight(ir.LazyTensor):
     def torch(self) -> torch.Tensor:
         """The whole tensor (computed now)."""
         return self.rows(0, self.length)
+
+    def view(self, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start`` to ``stop`` as values whose cast to :attr:`torch_dtype` they are, not yet
+        cast nor made contiguous where the transforms leave that to the end (a bfloat16 checkpoint's
+        weight transposed and cast: one copy that does both, the cost of the cast alone)."""
+        return self._rows(start, min(stop, self.length)) if self._views else self.rows(start, stop)
 
     @property
     def row_bytes(self) -> int:
@@ -217,6 +225,15 @@ def _as_torch(tensor: ir.TensorProtocol) -> torch.Tensor:
     return torch.from_numpy(raw).view(dtype).reshape(list(tensor.shape))
 
 
+def _dense(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``values`` cast to ``dtype`` and contiguous, in one copy (none if they already are)."""
+    import torch
+
+    if values.dtype == dtype and values.is_contiguous():
+        return values
+    return torch.empty(values.shape, dtype=dtype).copy_(values)
+
+
 def _slice(tensor: torch.Tensor, start: int, stop: int) -> torch.Tensor:
     return tensor if tensor.dim() == 0 else tensor[start:stop]
 
@@ -229,13 +246,19 @@ def cast(weight: Any, dtype: torch.dtype, name: str | None = None) -> LazyWeight
     source = lazy(weight)
     if source.torch_dtype == dtype:
         return source
+
+    def view(start: int, stop: int) -> torch.Tensor:  # the cast left to the copy that makes the rows
+        values = source.view(start, stop)
+        return values if values.dtype == source.torch_dtype else _dense(values, source.torch_dtype)
+
     return LazyWeight(
-        lambda a, b: source.rows(a, b).to(dtype),
+        view,
         dtype,
         list(source.shape),
         name=name or source.name,
         how=f"{source.how}, cast to {dtype}",
         sources=[source],
+        views=True,
     )
 
 
@@ -259,15 +282,15 @@ def transpose(weight: Any, perm: Sequence[int], name: str | None = None) -> Lazy
     if perm and perm[0] == 0:
 
         def read(start: int, stop: int) -> torch.Tensor:
-            return source.rows(start, stop).permute(perm)
+            return source.view(start, stop).permute(perm)
     else:
 
         def read(start: int, stop: int) -> torch.Tensor:
-            return _slice(source.torch().permute(perm), start, stop)
+            return _slice(source.view(0, source.length).permute(perm), start, stop)
 
     made = LazyWeight(
         read, source.torch_dtype, shape, name=name or source.name, how=f"transpose(perm={perm})",
-        sources=[source], whole=not (perm and perm[0] == 0),
+        sources=[source], whole=not (perm and perm[0] == 0), views=True,
     )  # fmt: skip
     made.transposed = (source, tuple(perm))
     return made
@@ -292,15 +315,28 @@ def concat(weights: Sequence[Any], axis: int, name: str | None = None) -> LazyWe
             at += part.length
 
         def read(start: int, stop: int) -> torch.Tensor:
-            pieces = [p.rows(max(start, a) - a, min(stop, b) - a) for a, b, p in offsets if a < stop and start < b]
-            return torch.cat(pieces, 0) if len(pieces) != 1 else pieces[0]
+            pieces = [(a, p.view(max(start, a) - a, min(stop, b) - a)) for a, b, p in offsets if a < stop and start < b]
+            if len(pieces) == 1:
+                return pieces[0][1]
+            made = torch.empty([stop - start, *shape[1:]], dtype=first.torch_dtype)
+            for a, piece in pieces:  # each part copied (and cast, transposed) once, into its place
+                at = max(start, a) - start
+                made[at : at + len(piece)].copy_(piece)
+            return made
     else:
 
         def read(start: int, stop: int) -> torch.Tensor:
-            return torch.cat([p.rows(start, stop) for p in parts], axis)
+            made = torch.empty([stop - start, *shape[1:]], dtype=first.torch_dtype)
+            at = 0
+            for part in parts:  # each part copied (and cast, transposed) once, into its place
+                width = int(part.shape[axis])
+                made.narrow(axis, at, width).copy_(part.view(start, stop))
+                at += width
+            return made
 
     names = ", ".join(str(p.name) for p in parts)
-    made = LazyWeight(read, first.torch_dtype, shape, name=name, how=f"concat([{names}], axis={axis})", sources=parts)
+    how = f"concat([{names}], axis={axis})"
+    made = LazyWeight(read, first.torch_dtype, shape, name=name, how=how, sources=parts, views=True)
     made.parts = (tuple(parts), axis)
     return made
 
