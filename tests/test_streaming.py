@@ -255,6 +255,32 @@ def test_batch_norm_folds_lazily_to_onnxscripts_bytes_and_streams_the_same(tmp_p
     assert saved_bytes(folded, tmp_path / "a.onnx", True) == saved_bytes(streamed, tmp_path / "b.onnx", True)
 
 
+def test_rows_made_in_the_reused_buffer_are_each_weights_own_bytes():
+    """A weight cast, transposed or packed as it is written is made in a buffer reused from one weight to the
+    next (a fresh one costs page faults): a smaller weight after a bigger one writes its own bytes only,
+    each its own values, and the buffer goes when freed memory is handed back."""
+    import io
+
+    from opreg.weights import _lazy
+
+    g = torch.Generator().manual_seed(0)
+    big, small = torch.randn(64, 48, generator=g).to(torch.bfloat16), torch.randn(8, 6, generator=g)
+    made = [
+        lazy_weights.transpose(lazy_weights.cast(big, torch.float32), [1, 0]),
+        lazy_weights.cast(small.to(torch.bfloat16), torch.float32),
+        lazy_weights.concat([lazy_weights.transpose(small, [1, 0]), lazy_weights.transpose(small[:2], [1, 0])], 1),
+    ]
+    expected = [big.float().T, small.to(torch.bfloat16).float(), torch.cat([small.T, small[:2].T], 1)]
+    lazy_weights.release_freed_memory()  # no buffer left by an earlier write
+    for tensor, values in zip(made, expected, strict=True):
+        written = io.BytesIO()
+        tensor.tofile(written)
+        assert written.getvalue() == values.contiguous().numpy().tobytes()
+        assert _lazy._scratch and _lazy._scratch[0].numel() == big.numel() * 4  # made there, kept
+    lazy_weights.release_freed_memory()
+    assert not _lazy._scratch
+
+
 def test_packed_qkv_quantized_to_int4_streams_the_in_memory_bytes(tmp_path):
     """ONNX Runtime's packed q/k/v projection (a lazy concat) quantized to MatMulNBits (lazy blocks of
     the concat), on the pack's decoder-layer sample, whose rotary table needs its computed buffer."""
