@@ -557,9 +557,9 @@ def genai_child(folder: Path) -> None:
 # -- part 5: ablation --------------------------------------------------------------------------
 
 
-ABLATED = ("GroupQueryAttentionOnCache", "RotaryInsideAttention", "PackedQKV", "RMSNormalization", "QuickGelu",
-           "FusedMatMul")  # fmt: skip
-"""The pack's rewrites part 5 leaves out one at a time (each fires in this decoder)."""
+ABLATED = ("GroupQueryAttentionOnCache", "RotaryInsideAttention", "PackedQKV", "RMSNormalization", "QuickGelu")
+"""The pack's rewrites part 5 leaves out one at a time (each fires in this decoder; FusedMatMul does not:
+the 55M's linear weights, its untied head too, are stored (in, out) for MatMul)."""
 
 
 def ablation(source: Path, work: Path, made: dict[str, Build], rounds: int) -> None:

@@ -382,6 +382,7 @@ def test_cli_llm_export_writes_a_folder_genai_runs(tmp_path, capsys):
     assert (summary["target"], summary["precision"]) == ("onnxruntime", "fp32")
     assert summary["inputs"][:3] == ["input_ids", "attention_mask", "position_ids"] and summary["verified"] > 0
     assert lm.genai_greedy(out, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
+    _assert_linear_weights_stored_in_out(ir.load(out / "model.onnx").graph, model)
     code, stdout, _ = run(capsys, "llm", "export", str(checkpoint), "-o", str(out), "-t", "onnx")
     assert code == 0 and re.match(
         rf"wrote {out} \(genai_config.json, model.onnx, model.onnx.[0-9a-f]{{8}}.data, tok", stdout
@@ -389,6 +390,36 @@ def test_cli_llm_export_writes_a_folder_genai_runs(tmp_path, capsys):
     assert "target onnx, fp32, exported in" in " ".join(stdout.split())
     code, _, err = run(capsys, "llm", "export", str(tmp_path / "nothing"), "-o", str(out))
     assert code == 2 and "is not a transformers checkpoint folder" in err
+
+
+def _assert_linear_weights_stored_in_out(graph: ir.Graph, model, tied: str | None = None) -> None:
+    """Every linear layer of the default target's decoder is ``MatMul`` on its weight stored (in, out),
+    no ``FusedMatMul(transB=1)`` (measured slower in a decode step: docs/language-models.md), except
+    a head tied to the embedding table (``tied``: its name), which reads the table as it is."""
+    linear = [n for n in graph if n.op_type.endswith("MatMul") and n.inputs[1].is_initializer()]
+    transposed = [n.inputs[1].name for n in linear if (n.domain, n.op_type) != ("", "MatMul")]
+    assert linear and transposed == ([tied] if tied else [])
+    state = model.state_dict()
+    for node in linear:
+        name = node.inputs[1].name.removeprefix("model.")
+        if name in state and node.op_type == "MatMul":
+            stored = node.inputs[1].const_value.numpy()
+            np.testing.assert_array_equal(stored, state[name].T.numpy(), err_msg=name)
+
+
+def test_a_tied_head_at_fp32_reads_the_embedding_table_stored_once():
+    """The head tied to the embedding table keeps ``FusedMatMul(transB=1)`` on the table the Gather
+    reads (as fast as MatMul on a transposed copy, measured: docs/language-models.md), so the table
+    is stored once; the other linear layers are MatMul on (in, out) weights."""
+    model = lm.causal_lm("qwen2", tie_word_embeddings=True)
+    decoder = opreg.llm.export_decoder(model, target="onnxruntime")
+    graph = decoder.program.model.graph
+    (gather,) = [n for n in graph if n.op_type == "Gather" and n.inputs[0].is_initializer()]
+    table = gather.inputs[0]
+    _assert_linear_weights_stored_in_out(graph, model, tied=table.name)
+    shape = list(table.shape)
+    assert [v.name for v in graph.initializers.values() if sorted(v.shape) == sorted(shape)] == [table.name]
+    decoder.verify([(1, 1, 0), (2, 5, 3)])
 
 
 def test_cli_int4_in_one_flag_and_a_checkpoint_without_a_tokenizer(tmp_path, capsys):
