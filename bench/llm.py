@@ -877,7 +877,7 @@ def breakdown_child(source: Path, out: Path, flags: list[str]) -> None:
     if "--all-layers" in flags:
         from opreg.llm import _layers
 
-        _layers.plan_layers = lambda *args: None
+        _layers.plan_layers = lambda *args, **kwargs: None
     precision = flags[flags.index("--precision") + 1] if "--precision" in flags else "fp32"
     streaming = False if "--no-streaming" in flags else None
     decoder = opreg.llm.export_decoder(source, precision=precision, streaming=streaming, progress=tick)
