@@ -973,7 +973,8 @@ def main() -> None:
         if args.ablation and name == "55M":
             ablation(source, work, made, args.rounds)
         del runners
-        genai(made, args.genai_rounds)
+        if args.genai_rounds:
+            genai(made, args.genai_rounds)
         if args.breakdown:
             breakdown(source, work, args.export_rounds)
         if args.settings and name == "55M":
