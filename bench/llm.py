@@ -26,8 +26,9 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
 4. Latency: ONNX Runtime sessions (CPU, 1 thread, thread CPU time, interleaved rounds) for a decode
    step at past 128 and 1024 and a 128-token prompt; the median over rounds of opreg / builder.
 5. Ablation (``--ablation``, 55M): opreg without each of the pack's rewrites that fired.
-6. ONNX Runtime GenAI: ``Model(folder)`` and a greedy ``Generator`` (1 thread): new tokens per CPU
-   second of the process for 128 tokens after a 128-token prompt, the median of interleaved rounds.
+6. ONNX Runtime GenAI: ``Model(folder)`` and a greedy ``Generator`` (1 thread), each folder in a
+   fresh process: new tokens per CPU second of the process for 128 tokens after a 128-token prompt,
+   the median of interleaved rounds.
 7. Accuracy (``--accuracy``; alone with ``--models ""``): a small Llama trained briefly; opreg's
    folders (``opreg llm export``, fp32 and ``--precision int4``/``int8`` at their defaults, and int4
    at the builder's settings, ``--block-size 32``) and the builder's int4: top-1 agreement with
@@ -502,42 +503,56 @@ def _layer_kernels(rng, label: str, seq: int):
 
 
 def genai(made: dict[str, Build], rounds: int) -> None:
-    import onnxruntime_genai as og
-
+    """Each folder's generator in a fresh process of its own per round (see :func:`genai_child`): in one
+    process holding every folder, the folder loaded first ran 5-10% slower than the one loaded last, the
+    same folder too (issue 36: opreg's fp32, loaded first, showed 0.69x)."""
     print(f"6. ONNX Runtime GenAI: new tokens per CPU second of the process, {PROMPT} new tokens after a "
-          f"{PROMPT}-token prompt (greedy, each folder's own genai_config.json with 1 thread; the median of "
-          f"{rounds} interleaved rounds)")  # fmt: skip
-    models = {}
-    for name, build in made.items():
+          f"{PROMPT}-token prompt (greedy, each folder's own genai_config.json with 1 thread, each folder in a "
+          f"fresh process, timed after one untimed generation; the median of {rounds} interleaved rounds)")  # fmt: skip
+    for build in made.values():
         config_path = build.folder / "genai_config.json"
         config = json.loads(config_path.read_text())
         config["model"]["decoder"].setdefault("session_options", {}).update(
             intra_op_num_threads=1, inter_op_num_threads=1
         )
         config_path.write_text(json.dumps(config, indent=4))
-        models[name] = og.Model(str(build.folder))
-    prompt = np.random.default_rng(4).integers(3, 1000, PROMPT).tolist()
-    rates: dict[str, list[float]] = {name: [] for name in models}
+    rates: dict[str, list[float]] = {name: [] for name in made}
     tokens: dict[str, list[int]] = {}
-    names = list(models)
+    names = list(made)
     for index in range(rounds):
         for name in names[index % len(names) :] + names[: index % len(names)]:
-            params = og.GeneratorParams(models[name])
-            params.set_search_options(max_length=2 * PROMPT, min_length=2 * PROMPT, do_sample=False)
-            generator = og.Generator(models[name], params)
-            start = time.process_time()
-            generator.append_tokens(prompt)
-            while not generator.is_done():
-                generator.generate_next_token()
-            elapsed = time.process_time() - start
-            tokens[name] = list(generator.get_sequence(0))[PROMPT:]
-            rates[name].append(len(tokens[name]) / elapsed)
+            child = [sys.executable, __file__, "--genai-child", str(made[name].folder)]
+            done = subprocess.run(child, check=False, capture_output=True, text=True)
+            if done.returncode:
+                raise SystemExit(f"GenAI on {made[name].folder} failed:\n{done.stderr}")
+            rate, tokens[name] = json.loads(done.stdout.splitlines()[-1])
+            rates[name].append(rate)
     for a, b in PAIRS:
         same = sum(x == y for x, y in zip(tokens[a], tokens[b], strict=False))
         ratio = np.median(np.array(rates[a]) / np.array(rates[b]))
         print(f"   {a:<24} {np.median(rates[a]):7.1f} tokens/CPU s, {b:<16} {np.median(rates[b]):7.1f}: "
               f"{ratio:.2f}x; same tokens {same}/{len(tokens[b])}")  # fmt: skip
     print()
+
+
+def genai_child(folder: Path) -> None:
+    """Part 6's child: ``folder``'s greedy generator, one untimed generation and one timed; prints
+    ``[new tokens per CPU second, the new tokens]`` as JSON."""
+    import onnxruntime_genai as og
+
+    model = og.Model(str(folder))
+    prompt = np.random.default_rng(4).integers(3, 1000, PROMPT).tolist()
+    for _ in range(2):
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=2 * PROMPT, min_length=2 * PROMPT, do_sample=False)
+        generator = og.Generator(model, params)
+        start = time.process_time()
+        generator.append_tokens(prompt)
+        while not generator.is_done():
+            generator.generate_next_token()
+        elapsed = time.process_time() - start
+    tokens = [int(token) for token in generator.get_sequence(0)][PROMPT:]
+    print(json.dumps([len(tokens) / elapsed, tokens]))
 
 
 # -- part 5: ablation --------------------------------------------------------------------------
@@ -936,12 +951,16 @@ def main() -> None:
     parser.add_argument("--training-steps", type=int, default=300, help="steps of the model part 7 trains")
     parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--breakdown-child", nargs=2, type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--genai-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--without", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--skip-norm", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("flags", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.export:
         export_variant(*args.export, args.without, args.skip_norm, args.flags)
+        return
+    if args.genai_child:
+        genai_child(args.genai_child)
         return
     if args.breakdown_child:
         logging.disable(logging.WARNING)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 from collections.abc import Sequence
 
 import pytest
@@ -147,10 +148,13 @@ def tensor_annotation(jit_type):
 @pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}")
 def test_parameters_are_annotated_and_named_as_the_schema_says(impl):
     """Tensor arguments annotated with ``Tensor`` (read as tensors, not attributes), the others with
-    attribute types, each parameter named as the ATen schema names it."""
+    attribute types, each parameter named as the ATen schema names it. Only trailing arguments that
+    say nothing of the values (device, layout, memory format, pinned memory) may be left out."""
     annotations = inspect.signature(impl.function, eval_str=True).parameters
     arguments = [a for a in _inspect.torch_schema(impl.op).arguments if not a.is_out]
-    assert len(impl.params.params) == len(arguments), f"{impl.name} leaves schema arguments out"
+    left_out = arguments[len(impl.params.params) :]
+    assert all(_inspect.placement_only(a) for a in left_out), f"{impl.name} leaves schema arguments out"
+    arguments = arguments[: len(impl.params.params)]
     for param, arg in zip(impl.params.params, arguments, strict=True):
         assert param.name == _inspect.python_name(arg.name)  # `from` is written `from_`
         if _inspect._schema_arg_kind(arg) == "tensor":
@@ -162,6 +166,12 @@ def test_parameters_are_annotated_and_named_as_the_schema_says(impl):
 
 @pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}")
 def test_impls_are_documented_and_schema_checked(impl):
+    """The docstring starts with the ATen schema of an op the function is registered for; a function
+    registered for several ops gives each one's schema at the start of a paragraph."""
     doc = inspect.getdoc(impl.function) or ""
-    assert doc.startswith(f"{impl.op.name}"), f"{impl.name}'s docstring must start with the ATen schema"
+    ops = {i.op.name for i in CORE if i.function is impl.function}
+    assert re.split(r"[.(]", doc)[0] in ops, f"{impl.name}'s docstring must start with the ATen schema"
+    schema = re.compile(rf"{re.escape(impl.op.name)}[.(]")
+    paragraphs = [doc, *(p.lstrip() for p in doc.split("\n\n")[1:])]
+    assert any(schema.match(p) for p in paragraphs), f"{impl.name} does not say what it does for {impl.op}"
     assert impl.schema_checked

@@ -135,3 +135,33 @@ def test_repeated_blocks_and_layers_are_captured_once_the_full_attention_blocks_
     assert "captured the first 3 of 4 layers; the others are copies (model.visual.blocks)" in caplog.text
     assert "captured the first 2 of 3 layers; the others are copies (model.language_model.layers)" in caplog.text
     exported.verify()
+
+
+def test_int4_quantizes_the_decoder_and_the_embedding_table_and_genai_runs_the_folder(qwen, tmp_path):
+    """``precision="int4"``: the decoder's linear layers as MatMulNBits, the embedding model's table as
+    GatherBlockQuantized (blocks of 32: each text row within one quantization step of eager's, image
+    rows exact), the vision encoder float32 (measured slower at int4: docs/language-models.md); GenAI
+    loads the folder and generates the tokens the plain ONNX Runtime loop of the same models does."""
+    model, _, _, image = qwen
+    folder = tmp_path / "genai"
+    exported = opreg.llm.export_vision(
+        model, folder, target="onnxruntime", precision="int4", tokenizer=vm.tokenizer(vm.QWEN_TOKENS),
+        image_processor=vm.qwen_processor(),
+    )  # fmt: skip
+    models = {"vision": exported.vision, "embedding": exported.embedding, "decoder": exported.decoder}
+    ops = {name: [n.op_type for n in program.model.graph] for name, program in models.items()}
+    assert "MatMulNBits" in ops["decoder"] and ops["embedding"].count("GatherBlockQuantized") == 1
+    assert not [n for n in exported.embedding.model.graph if n.op_type == "Gather" and n.inputs[0].is_initializer()]
+    assert not {"MatMulNBits", "GatherBlockQuantized"} & set(ops["vision"])
+    ids = torch.randint(0, model.config.text_config.vocab_size, (1, 9))
+    ids[0, 3:5] = exported.image_token_id
+    features = torch.randn(2, model.config.text_config.hidden_size)
+    got, expected = exported.embedding.run(ids, features).numpy(), exported.eager_embedding(ids, features).numpy()
+    text = (ids[0] != exported.image_token_id).numpy()
+    table = model.get_input_embeddings().weight.detach().numpy()
+    assert 0 < np.abs(got[0, text] - expected[0, text]).max() < np.abs(table).max() / 7
+    np.testing.assert_array_equal(got[0, ~text], expected[0, ~text])
+    tokens, made = vm.genai_generate(folder, PROMPT, image, LENGTH)
+    ids = torch.from_numpy(made["input_ids"].astype(np.int64))
+    pixels = (torch.from_numpy(made["pixel_values"]), torch.from_numpy(made["image_grid_thw"]))
+    assert tokens == exported.generate(ids, pixels, len(tokens))

@@ -638,3 +638,27 @@ def test_replication_pad_negative(opset):
 @pytest.mark.parametrize("opset", OPSETS)
 def test_relu_integer(opset):
     check(F.relu, torch.randint(-5, 5, (3, 4)), opset=opset)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_pad_with_symbolic_pads_and_circular_as_captured(opset):
+    """aten::pad as captured (no decomposition) where the static-pad impl passes: pads read from a dynamic dim
+    (as Qwen2.5-VL's window grid pads its merged patches) in every mode, and circular padding, whose negative
+    pads crop before it wraps around what is left."""
+    size = torch.export.Dim("size", min=6, max=9)
+    modes = ("constant", "reflect", "replicate", "circular")
+
+    def fn(x):
+        n = x.shape[2]
+        return (
+            *(F.pad(x, (n - 3, 1, 2, n - 4), mode) for mode in modes),
+            F.pad(x, (n - 3, 1), value=-100.0),
+            F.pad(x, (2, -1, -3, 1), "circular"),
+            F.pad(x[0], (-1, 2), "circular"),
+        )
+
+    program = check(fn, torch.randn(2, 3, 6, 7), opset=opset, dynamic_shapes=(({2: size},),))
+    program.verify(torch.randn(2, 3, 8, 7))
+    torch_ops = {m.value for n in program.model_proto.graph.node for m in n.metadata_props if m.key == "opreg.torch_op"}
+    assert "aten::pad.default" in torch_ops
+    assert not torch_ops & {"aten::constant_pad_nd.default", "aten::reflection_pad2d.default", "aten::cat.default"}

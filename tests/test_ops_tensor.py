@@ -718,3 +718,50 @@ def test_embedding_max_norm_and_unfold_of_an_empty_batch(opset):
 
     w = torch.randn(6, 4)
     check(fn, w, torch.tensor([[0, 2], [2, 5]]), torch.randn(0, 1, 5, 5), opset=opset)
+
+
+def _torch_ops(program) -> set[str]:
+    """The ATen ops the exported nodes came from (their ``opreg.torch_op`` metadata)."""
+    return {m.value for n in program.model_proto.graph.node for m in n.metadata_props if m.key == "opreg.torch_op"}
+
+
+TIES = torch.tensor([[3, 1, 3, 0, 1, 3, 3], [2, 2, 2, 2, 2, 2, 2], [0, 1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1, 0]])
+"""Rows of ties: repeated values, all equal, ascending, descending; the columns tie too (columns 0 and 2)."""
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.bool], ids=str)
+def test_argsort_stable_keeps_ties_in_index_order(dtype, opset):
+    """argsort.stable, in both directions and along either dim, as captured (no decomposition): ONNX's TopK
+    puts the lower index first among equal values whether largest or not, which is torch's stable order."""
+
+    def fn(x):
+        return (
+            torch.argsort(x, dim=1, stable=True),
+            torch.argsort(x, dim=1, descending=True, stable=True),
+            torch.argsort(x, dim=0, stable=True),
+            torch.argsort(x, dim=0, descending=True, stable=True),
+        )
+
+    program = check(fn, TIES.to(dtype), opset=opset)
+    assert "aten::argsort.stable" in _torch_ops(program)
+    assert "TopK" in onnx_ops(program)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_argsort_and_item_as_captured(opset):
+    """argsort without stable= (on values without ties: torch leaves their order open) and item() of a 0-d
+    and of a one-element tensor, translated as captured, without torch's decomposition pass."""
+
+    def fn(x, i):
+        return (
+            torch.argsort(x, 1),
+            torch.argsort(x, 0, descending=True),
+            x * x[1, 2].item(),
+            i * i[0].item(),
+            x * i[1:2].reshape(1, 1).item(),
+        )
+
+    x = torch.randperm(20).reshape(4, 5).float()
+    program = check(fn, x, torch.tensor([3, -2, 7]), opset=opset)
+    assert {"aten::argsort.default", "aten::item.default"} <= _torch_ops(program)

@@ -22,6 +22,7 @@ from opreg import (
     RegistrationError,
     SignatureMismatchError,
 )
+from opreg.ops import Tensor
 from opreg.registry import USER_PACK, build_impl
 
 custom_ort = onnxscript.values.Opset(domain="com.microsoft", version=1)
@@ -241,6 +242,34 @@ def test_trailing_defaulted_arguments_may_be_left_out():
 
     impl = opreg.Registry().register("aten::scaled_dot_product_attention", sdpa)
     assert impl.schema_checked
+
+
+def full_like_placed_anywhere(self: Tensor, fill_value: float, dtype: int | None = None):
+    return op18.Expand(op18.Cast(fill_value, to=self.dtype if dtype is None else dtype), op18.Shape(self))
+
+
+def full_like_untyped(self: Tensor, fill_value: float):
+    return full_like_placed_anywhere(self, fill_value)
+
+
+def test_an_impl_without_the_placement_arguments_covers_nodes_that_give_them():
+    """``layout``, ``device``, ``pin_memory`` and ``memory_format`` say where a result is stored, not
+    what it holds (torch's schemas type layout and memory format as ``int?``): an impl with no
+    parameter for them covers nodes that pass them. One without a parameter for an argument that
+    changes the values covers only the nodes that leave it at its default, and says so."""
+    from tests.optest import Lambda
+
+    registry = opreg.Registry()
+    registry.register("aten::full_like", full_like_placed_anywhere)
+    x = torch.randn(3)
+    placed = Lambda(lambda x: torch.full_like(x, 2.0, layout=torch.strided, memory_format=torch.contiguous_format))
+    opreg.export(placed, (x,), registry=registry).verify(x)
+
+    registry = opreg.Registry()
+    registry.register("aten::full_like", full_like_untyped)
+    typed = Lambda(lambda x: torch.full_like(x, 2, dtype=torch.int64))
+    with pytest.raises(opreg.UnsupportedOpsError, match="no parameter for argument dtype=torch.int64"):
+        opreg.export(typed, (x,), registry=registry)
 
 
 def test_partials_and_traced_functions_are_checked_by_their_real_signature():

@@ -134,6 +134,16 @@ class Params:
     variadic: bool
     takes_opset: bool = False
 
+    def as_data(self) -> list[Any]:
+        """``[variadic, takes_opset, [[name, annotated, attribute, has_default, keyword_only, text], ...]]``:
+        JSON, which :meth:`of_data` reads back (:mod:`opreg.packcache` stores it)."""
+        return [self.variadic, self.takes_opset, [list(p) for p in self.params]]
+
+    @classmethod
+    def of_data(cls, data: list[Any]) -> Params:
+        variadic, takes_opset, params = data
+        return cls([_Param(*p) for p in params], variadic, takes_opset)
+
 
 def read_params(function: Any) -> Params:
     """Read the impl's parameters once (``inspect.signature`` is the costly part)."""
@@ -336,9 +346,10 @@ def _python_type_hint(arg: Any) -> str:
 
 # -- calling an impl ---------------------------------------------------------------
 
-_IGNORABLE_KINDS = frozenset({"DeviceObjType", "LayoutType", "MemoryFormatType"})
-"""Argument types that say nothing about the result's values; dropped when an
-impl has no parameter for them."""
+_PLACEMENT = frozenset({"device", "layout", "pin_memory", "memory_format"})
+"""The arguments that say nothing about the result's values, only where and how it is stored
+(torch's tensor options; its schemas type ``layout`` and ``memory_format`` as ``int?``, so they are
+known by name); dropped when an impl has no parameter for them."""
 _INT_KINDS = frozenset({"IntType", "SymIntType"})
 
 
@@ -350,6 +361,12 @@ def _kind(arg_type: Any) -> str:
     """The kind of a schema argument's type, through ``Optional``."""
     kind = arg_type.kind()
     return arg_type.getElementType().kind() if kind == "OptionalType" else kind
+
+
+def placement_only(arg: Any) -> bool:
+    """Whether schema argument ``arg`` says only where or how the result is stored (device, layout,
+    memory format, pinned memory), nothing of its values: an impl may have no parameter for it."""
+    return arg.name in _PLACEMENT or _kind(arg.type) == "DeviceObjType"
 
 
 def _is_int_list(arg_type: Any) -> bool:
@@ -396,7 +413,7 @@ def map_arguments(
         if arg.name not in given:
             continue
         value = given[arg.name]
-        if _kind(arg.type) in _IGNORABLE_KINDS or arg.name == "pin_memory":
+        if placement_only(arg):
             continue
         if arg.has_default_value() and _same(value, arg.default_value):
             continue

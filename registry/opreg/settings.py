@@ -154,31 +154,14 @@ class ExportSettings:
             raise InvalidArgumentError(
                 f"progress= takes a function called with each stage's name, got {describe(self.progress)}"
             )
-        self._check_registry()
-        self._check_host()
-
-    def _check_registry(self) -> None:
-        if self.registry is None:
-            return
+        from opreg.host import PackHost
         from opreg.registry import Registry
 
-        if not isinstance(self.registry, Registry):
-            raise InvalidArgumentError(
-                f"registry= takes an opreg.Registry (e.g. opreg.default_registry().copy()), got "
-                f"{type(self.registry).__name__} {self.registry!r}; to choose packs by name use plugins=[...]"
-            )
-        if self.plugins is not None or self.exclude is not None:
+        hint = "; to choose packs by name use plugins=[...]"
+        _check_type("registry", self.registry, Registry, "opreg.default_registry().copy()", hint)
+        if self.registry is not None and (self.plugins is not None or self.exclude is not None):
             raise InvalidArgumentError("pass either registry= or plugins=/exclude=, not both")
-
-    def _check_host(self) -> None:
-        if self.host is None:
-            return
-        from opreg.host import PackHost
-
-        if not isinstance(self.host, PackHost):
-            raise InvalidArgumentError(
-                f"host= takes an opreg.PackHost (e.g. opreg.default_host(exclude=['NAME'])), got {describe(self.host)}"
-            )
+        _check_type("host", self.host, PackHost, "opreg.default_host(exclude=['NAME'])")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -230,6 +213,14 @@ def takes_settings(*, leave_out: Iterable[str] = ()) -> Callable[[F], F]:
         return function
 
     return decorate
+
+
+def _check_type(name: str, value: Any, cls: type, example: str, hint: str = "") -> None:
+    """``name=`` is ``None`` or a ``cls``, else an :class:`InvalidArgumentError` naming what it takes."""
+    if value is not None and not isinstance(value, cls):
+        raise InvalidArgumentError(
+            f"{name}= takes an opreg.{cls.__name__} (e.g. {example}), got {describe(value)}{hint}"
+        )
 
 
 def describe(value: Any) -> str:

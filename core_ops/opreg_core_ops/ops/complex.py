@@ -227,7 +227,7 @@ def _as_pair(value, dtype: ir.DataType):
 
 
 @opreg.impl("aten::clone", complex=True)
-def aten_clone_complex(self: Tensor, memory_format: str | None = None):
+def aten_clone_complex(self: Tensor):
     """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity of the pair."""
     return op18.Identity(self)
 
@@ -252,7 +252,6 @@ def aten_to_copy_complex(
     device: str | None = None,
     pin_memory: bool | None = None,
     non_blocking: bool = False,
-    memory_format: str | None = None,
 ):
     """_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor: parts cast; to a real dtype, the real part (as torch, which warns); from one, imaginary part 0."""
     if dtype is None:
@@ -360,7 +359,7 @@ def aten_constant_pad_nd_complex(self: Tensor, pad: Sequence[int], value: float 
 @opreg.impl("aten::reflection_pad1d", complex=True)
 def aten_reflection_pad1d_complex(self: Tensor, padding: Sequence[int]):
     """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: the pair reflected (none on its last dim)."""
-    return padding_ops.aten_reflection_pad1d(self, [0, 0, *padding])
+    return padding_ops.aten_reflection_pad(self, [0, 0, *padding])
 
 
 @opreg.impl("aten::sym_size.int", complex=True)

@@ -64,22 +64,10 @@ def _floating_input(node) -> bool:
     return value is None or value.is_floating_point()
 
 
-@opreg.impl("aten::conv2d", predicate=_floating_input)
-def aten_conv2d(
-    input: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    stride: Sequence[int] = (1, 1),
-    padding: Sequence[int] = (0, 0),
-    dilation: Sequence[int] = (1, 1),
-    groups: int = 1,
-):
-    """conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor: Conv."""
-    return _conv(input, weight, bias, stride, padding, dilation, groups)
-
-
 @opreg.impl("aten::conv1d", predicate=_floating_input)
-def aten_conv1d(
+@opreg.impl("aten::conv2d", predicate=_floating_input)
+@opreg.impl("aten::conv3d", predicate=_floating_input)
+def aten_conv(
     input: Tensor,
     weight: Tensor,
     bias: Tensor | None = None,
@@ -88,21 +76,11 @@ def aten_conv1d(
     dilation: Sequence[int] = (1,),
     groups: int = 1,
 ):
-    """conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0, SymInt[1] dilation=1, SymInt groups=1) -> Tensor: Conv."""
-    return _conv(input, weight, bias, stride, padding, dilation, groups)
+    """conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0, SymInt[1] dilation=1, SymInt groups=1) -> Tensor: Conv.
 
+    conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor: Conv.
 
-@opreg.impl("aten::conv3d", predicate=_floating_input)
-def aten_conv3d(
-    input: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    stride: Sequence[int] = (1, 1, 1),
-    padding: Sequence[int] = (0, 0, 0),
-    dilation: Sequence[int] = (1, 1, 1),
-    groups: int = 1,
-):
-    """conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1, SymInt groups=1) -> Tensor: Conv."""
+    conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1, SymInt groups=1) -> Tensor: Conv."""
     return _conv(input, weight, bias, stride, padding, dilation, groups)
 
 

@@ -49,196 +49,82 @@ def _full(size, fill_value, dtype: int):
 
 
 @opreg.impl("aten::full")
-def aten_full(
-    size: Sequence[int],
-    fill_value: float,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_full(size: Sequence[int], fill_value: float, dtype: int | None = None):
     """full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a constant."""
     return _full(size, fill_value, _scalar_type(fill_value) if dtype is None else dtype)
 
 
 @opreg.impl("aten::zeros")
-def aten_zeros(
-    size: Sequence[int],
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
-    """zeros(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0."""
+@opreg.impl("aten::empty.memory_format")
+def aten_zeros(size: Sequence[int], dtype: int | None = None):
+    """zeros(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0.
+
+    empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: zeros (ONNX has no uninitialized memory)."""
     return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
 
 
 @opreg.impl("aten::ones")
-def aten_ones(
-    size: Sequence[int],
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_ones(size: Sequence[int], dtype: int | None = None):
     """ones(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 1."""
     return _full(size, 1, DEFAULT_FLOAT if dtype is None else dtype)
 
 
-@opreg.impl("aten::empty.memory_format")
-def aten_empty_memory_format(
-    size: Sequence[int],
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-    memory_format: str | None = None,
-):
-    """empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a 0 (zeros)."""
-    return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
-
-
 @opreg.impl("aten::empty_strided")
-def aten_empty_strided(
-    size: Sequence[int],
-    stride: Sequence[int],
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_empty_strided(size: Sequence[int], stride: Sequence[int], dtype: int | None = None):
     """empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0 (zeros; strides ignored)."""
     return _full(size, 0, DEFAULT_FLOAT if dtype is None else dtype)
 
 
 @opreg.impl("aten::full_like")
-def aten_full_like(
-    self: Tensor,
-    fill_value: float,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-    memory_format: str | None = None,
-):
+def aten_full_like(self: Tensor, fill_value: float, dtype: int | None = None):
     """full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a constant to Shape(self)."""
     return _full(op18.Shape(self), fill_value, self.dtype if dtype is None else dtype)
 
 
 @opreg.impl("aten::zeros_like")
-def aten_zeros_like(
-    self: Tensor,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-    memory_format: str | None = None,
-):
-    """zeros_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a 0 to Shape(self)."""
+@opreg.impl("aten::empty_like")
+def aten_zeros_like(self: Tensor, dtype: int | None = None):
+    """zeros_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a 0 to Shape(self).
+
+    empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: zeros_like."""
     return _full(op18.Shape(self), 0, self.dtype if dtype is None else dtype)
 
 
 @opreg.impl("aten::ones_like")
-def aten_ones_like(
-    self: Tensor,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-    memory_format: str | None = None,
-):
+def aten_ones_like(self: Tensor, dtype: int | None = None):
     """ones_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a 1 to Shape(self)."""
     return _full(op18.Shape(self), 1, self.dtype if dtype is None else dtype)
 
 
-@opreg.impl("aten::empty_like")
-def aten_empty_like(
-    self: Tensor,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-    memory_format: str | None = None,
-):
-    """empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: Expand of a 0 to Shape(self) (zeros)."""
-    return _full(op18.Shape(self), 0, self.dtype if dtype is None else dtype)
-
-
 @opreg.impl("aten::new_full")
-def aten_new_full(
-    self: Tensor,
-    size: Sequence[int],
-    fill_value: float,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_new_full(self: Tensor, size: Sequence[int], fill_value: float, dtype: int | None = None):
     """new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a constant."""
     return _full(size, fill_value, self.dtype if dtype is None else dtype)
 
 
 @opreg.impl("aten::new_zeros")
-def aten_new_zeros(
-    self: Tensor,
-    size: Sequence[int],
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
-    """new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0."""
+@opreg.impl("aten::new_empty")
+def aten_new_zeros(self: Tensor, size: Sequence[int], dtype: int | None = None):
+    """new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0.
+
+    new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: new_zeros."""
     return _full(size, 0, self.dtype if dtype is None else dtype)
 
 
 @opreg.impl("aten::new_ones")
-def aten_new_ones(
-    self: Tensor,
-    size: Sequence[int],
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_new_ones(self: Tensor, size: Sequence[int], dtype: int | None = None):
     """new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 1."""
     return _full(size, 1, self.dtype if dtype is None else dtype)
 
 
-@opreg.impl("aten::new_empty")
-def aten_new_empty(
-    self: Tensor,
-    size: Sequence[int],
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
-    """new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0 (zeros)."""
-    return _full(size, 0, self.dtype if dtype is None else dtype)
-
-
 @opreg.impl("aten::new_empty_strided")
-def aten_new_empty_strided(
-    self: Tensor,
-    size: Sequence[int],
-    stride: Sequence[int],
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_new_empty_strided(self: Tensor, size: Sequence[int], stride: Sequence[int], dtype: int | None = None):
     """new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Expand of a 0 (zeros; ONNX tensors have no strides)."""
     return _full(size, 0, self.dtype if dtype is None else dtype)
 
 
 @opreg.impl("aten::scalar_tensor")
-def aten_scalar_tensor(
-    s: float,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_scalar_tensor(s: float, dtype: int | None = None):
     """scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: a 0-d constant (FLOAT unless dtype)."""
     return _constant(s, DEFAULT_FLOAT if dtype is None else dtype)
 
@@ -299,40 +185,19 @@ def _arange(start, end, step, dtype: int | None):
 
 
 @opreg.impl("aten::arange.start_step")
-def aten_arange_start_step(
-    start: float,
-    end: float,
-    step: float = 1,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_arange_start_step(start: float, end: float, step: float = 1, dtype: int | None = None):
     """arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Range (floats as start + i * step in DOUBLE)."""
     return _arange(start, end, step, dtype)
 
 
 @opreg.impl("aten::arange.start")
-def aten_arange_start(
-    start: float,
-    end: float,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_arange_start(start: float, end: float, dtype: int | None = None):
     """arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Range."""
     return _arange(start, end, 1, dtype)
 
 
 @opreg.impl("aten::arange.default")
-def aten_arange(
-    end: float,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_arange(end: float, dtype: int | None = None):
     """arange(Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: Range."""
     return _arange(0, end, 1, dtype)
 
@@ -345,7 +210,6 @@ def aten_to_copy(
     device: str | None = None,
     pin_memory: bool | None = None,
     non_blocking: bool = False,
-    memory_format: str | None = None,
 ):
     """_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor: Cast (Identity when the dtype stays)."""
     return _cast(self, dtype)
@@ -364,22 +228,13 @@ def aten_type_as(self: Tensor, other: Tensor):
 
 
 @opreg.impl("aten::to.dtype")
-def aten_to_dtype(
-    self: Tensor, dtype: int, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None
-):
+def aten_to_dtype(self: Tensor, dtype: int, non_blocking: bool = False, copy: bool = False):
     """to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast (Identity when the dtype stays)."""
     return _cast(self, dtype)
 
 
 @opreg.impl("aten::to.device")
-def aten_to_device(
-    self: Tensor,
-    device: str | None,
-    dtype: int,
-    non_blocking: bool = False,
-    copy: bool = False,
-    memory_format: str | None = None,
-):
+def aten_to_device(self: Tensor, device: str | None, dtype: int, non_blocking: bool = False, copy: bool = False):
     """to.device(Tensor(a) self, Device device, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast (Identity when the dtype stays)."""
     return _cast(self, dtype)
 
@@ -393,22 +248,19 @@ def aten_to_dtype_layout(
     pin_memory: bool | None = None,
     non_blocking: bool = False,
     copy: bool = False,
-    memory_format: str | None = None,
 ):
     """to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast (Identity when the dtype stays)."""
     return _cast(self, dtype)
 
 
 @opreg.impl("aten::to.other")
-def aten_to_other(
-    self: Tensor, other: Tensor, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None
-):
+def aten_to_other(self: Tensor, other: Tensor, non_blocking: bool = False, copy: bool = False):
     """to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast to other's dtype (Identity when it stays)."""
     return _cast(self, other.dtype)
 
 
 @opreg.impl("aten::clone")
-def aten_clone(self: Tensor, memory_format: str | None = None):
+def aten_clone(self: Tensor):
     """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity."""
     return op18.Identity(self)
 
@@ -441,8 +293,11 @@ def aten_copy(self: Tensor, src: Tensor, non_blocking: bool = False):
 
 
 @opreg.impl("aten::_local_scalar_dense")
+@opreg.impl("aten::item")
 def aten_local_scalar_dense(self: Tensor):
-    """_local_scalar_dense(Tensor self) -> Scalar: Reshape to 0-d and Cast to INT64, FLOAT or BOOL (the scalar's type)."""
+    """_local_scalar_dense(Tensor self) -> Scalar: Reshape to 0-d and Cast to INT64, FLOAT or BOOL (the scalar's type).
+
+    item(Tensor self) -> Scalar: the same (a 0-d or one-element tensor)."""
     if self.dtype == ir.DataType.BOOL:
         to = ir.DataType.BOOL
     elif self.dtype.is_floating_point():

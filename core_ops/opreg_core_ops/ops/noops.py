@@ -23,7 +23,7 @@ def aten_detach(self: Tensor):
 
 @opreg.impl("aten::contiguous", complex=True)
 @opreg.impl("aten::contiguous")
-def aten_contiguous(self: Tensor, memory_format: str | None = None):
+def aten_contiguous(self: Tensor):
     """contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a): Identity
     (ONNX values have no strides)."""
     return op18.Identity(self)

@@ -84,20 +84,14 @@ def _static_pads(node) -> bool:
 
 
 @opreg.impl("aten::reflection_pad1d", predicate=_static_pads)
-def aten_reflection_pad1d(self: Tensor, padding: Sequence[int]):
-    """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (reflect)."""
-    return _pad(self, padding, "reflect")
-
-
 @opreg.impl("aten::reflection_pad2d", predicate=_static_pads)
-def aten_reflection_pad2d(self: Tensor, padding: Sequence[int]):
-    """reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (reflect)."""
-    return _pad(self, padding, "reflect")
-
-
 @opreg.impl("aten::reflection_pad3d", predicate=_static_pads)
-def aten_reflection_pad3d(self: Tensor, padding: Sequence[int]):
-    """reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (reflect)."""
+def aten_reflection_pad(self: Tensor, padding: Sequence[int]):
+    """reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (reflect).
+
+    reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (reflect).
+
+    reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (reflect)."""
     return _pad(self, padding, "reflect")
 
 
@@ -112,18 +106,75 @@ def _static_replication_pads(node) -> bool:
 
 
 @opreg.impl("aten::replication_pad1d", predicate=_static_replication_pads)
-def aten_replication_pad1d(self: Tensor, padding: Sequence[int]):
-    """replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (edge)."""
-    return _pad(self, padding, "edge")
-
-
 @opreg.impl("aten::replication_pad2d", predicate=_static_replication_pads)
-def aten_replication_pad2d(self: Tensor, padding: Sequence[int]):
-    """replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (edge)."""
-    return _pad(self, padding, "edge")
-
-
 @opreg.impl("aten::replication_pad3d", predicate=_static_replication_pads)
-def aten_replication_pad3d(self: Tensor, padding: Sequence[int]):
-    """replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (edge)."""
+def aten_replication_pad(self: Tensor, padding: Sequence[int]):
+    """replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor: Pad (edge).
+
+    replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor: Pad (edge).
+
+    replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor: Pad (edge)."""
     return _pad(self, padding, "edge")
+
+
+def _pad_elsewhere(node) -> bool:
+    """What :func:`aten_pad` passes over: some pads symbolic (any mode), or circular padding."""
+    return not _pad_covered(node)
+
+
+@opreg.impl("aten::pad", predicate=_pad_elsewhere)
+def aten_pad_indexed(self: Tensor, pad: Sequence[int], mode: str = "constant", value: float | None = None):
+    """pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor, with symbolic pads or
+    circular: Pad (constant mode, the pads as a tensor), else a Gather per padded dim of the source index of every
+    output position (reflect, clamped for replicate, modulo the size for circular; negative pads crop)."""
+    if mode == "constant":
+        return aten_constant_pad_nd(self, pad, 0 if value is None else value)
+    if mode not in _SOURCES:
+        raise ValueError(f"pad mode {mode!r} is not one of constant, {', '.join(_SOURCES)}")
+    symbolic = isinstance(pad, ir.Value)
+    if symbolic:
+        pad = op18.Cast(pad, to=ir.DataType.INT64)
+    count = (pad.shape[0] if symbolic else len(pad)) // 2
+    rank = rank_of(self)
+    for i in range(count):  # torch lists (begin, end) pairs from the last dim backwards
+        begin, end = (_pad_entry(pad, 2 * i + side) for side in (0, 1))
+        if isinstance(begin, int) and isinstance(end, int) and begin == end == 0:
+            continue
+        axis = rank - 1 - i
+        size = op18.Reshape(op18.Shape(self, start=axis, end=axis + 1), [])
+        positions = op18.Range(op18.Neg(_scalar(begin)), op18.Add(size, _scalar(end)), _scalar(1))
+        begin, end = _scalar(begin), _scalar(end)
+        self = op18.Gather(self, _SOURCES[mode](positions, size, begin, end), axis=axis)
+    return self
+
+
+def _pad_entry(pad, index: int):
+    """Entry ``index`` of torch's pads: an int, or a 0-d INT64 value of the pads' tensor."""
+    if isinstance(pad, ir.Value):
+        return op18.Reshape(op18.Slice(pad, [index], [index + 1]), [])
+    return pad[index]
+
+
+def _scalar(entry):
+    return op18.Constant(value_int=entry) if isinstance(entry, int) else entry
+
+
+def _reflected(positions, size, begin, end):
+    last = op18.Sub(size, _scalar(1))
+    return op18.Sub(last, op18.Abs(op18.Sub(last, op18.Abs(positions))))
+
+
+def _replicated(positions, size, begin, end):
+    return op18.Max(op18.Min(positions, op18.Sub(size, _scalar(1))), _scalar(0))
+
+
+def _wrapped(positions, size, begin, end):
+    # torch crops first (negative pads), then wraps around what is left: ``kept`` from ``first`` on
+    first, cut = op18.Max(op18.Neg(begin), _scalar(0)), op18.Max(op18.Neg(end), _scalar(0))
+    kept = op18.Sub(op18.Sub(size, first), cut)
+    return op18.Add(first, op18.Mod(op18.Sub(positions, first), kept))
+
+
+_SOURCES = {"reflect": _reflected, "replicate": _replicated, "circular": _wrapped}
+"""Per non-constant mode: the source index of every output position (``positions``: output index minus the
+begin pad) along a dim of ``size`` padded by ``begin`` and ``end`` (0-d INT64 values)."""

@@ -155,40 +155,21 @@ def _randint(low, high, dtype: ir.DataType, like=None, size: Sequence[int] = ())
 
 @opreg.impl("aten::rand")
 @opreg.impl("aten::rand", complex=True)
-def aten_rand(
-    size: Sequence[int],
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_rand(size: Sequence[int], dtype: int | None = None):
     """rand(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: RandomUniform."""
     return _standard("uniform", _result_dtype(dtype, DEFAULT_FLOAT), size=size)
 
 
 @opreg.impl("aten::randn")
 @opreg.impl("aten::randn", complex=True)
-def aten_randn(
-    size: Sequence[int],
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_randn(size: Sequence[int], dtype: int | None = None):
     """randn(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: RandomNormal."""
     return _standard("normal", _result_dtype(dtype, DEFAULT_FLOAT), size=size)
 
 
 @opreg.impl("aten::rand_like")
 @opreg.impl("aten::rand_like", complex=True)
-def aten_rand_like(
-    self: Tensor,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-    memory_format: str | None = None,
-):
+def aten_rand_like(self: Tensor, dtype: int | None = None):
     """rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: RandomUniformLike."""
     result = _like_dtype(self, dtype)
     return _standard("uniform", result, like=_like_template(self, result))
@@ -196,83 +177,38 @@ def aten_rand_like(
 
 @opreg.impl("aten::randn_like")
 @opreg.impl("aten::randn_like", complex=True)
-def aten_randn_like(
-    self: Tensor,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-    memory_format: str | None = None,
-):
+def aten_randn_like(self: Tensor, dtype: int | None = None):
     """randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: RandomNormalLike."""
     result = _like_dtype(self, dtype)
     return _standard("normal", result, like=_like_template(self, result))
 
 
 @opreg.impl("aten::randint")
-def aten_randint(
-    high: int,
-    size: Sequence[int],
-    dtype: int | None = ir.DataType.INT64,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_randint(high: int, size: Sequence[int], dtype: int | None = ir.DataType.INT64):
     """randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: floor of a float64 RandomUniform."""
     return _randint(0, high, _result_dtype(dtype, ir.DataType.INT64), size=size)
 
 
 @opreg.impl("aten::randint.low")
-def aten_randint_low(
-    low: int,
-    high: int,
-    size: Sequence[int],
-    dtype: int | None = ir.DataType.INT64,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_randint_low(low: int, high: int, size: Sequence[int], dtype: int | None = ir.DataType.INT64):
     """randint.low(SymInt low, SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: floor of a float64 RandomUniform."""
     return _randint(low, high, _result_dtype(dtype, ir.DataType.INT64), size=size)
 
 
 @opreg.impl("aten::randint_like")
-def aten_randint_like(
-    self: Tensor,
-    high: int,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-    memory_format: str | None = None,
-):
+def aten_randint_like(self: Tensor, high: int, dtype: int | None = None):
     """randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: floor of a float64 RandomUniformLike."""
     return _randint(0, high, _result_dtype(dtype, self.dtype), like=self)
 
 
 @opreg.impl("aten::randint_like.low_dtype")
-def aten_randint_like_low_dtype(
-    self: Tensor,
-    low: int,
-    high: int,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-    memory_format: str | None = None,
-):
+def aten_randint_like_low_dtype(self: Tensor, low: int, high: int, dtype: int | None = None):
     """randint_like.low_dtype(Tensor self, SymInt low, SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor: floor of a float64 RandomUniformLike."""
     return _randint(low, high, _result_dtype(dtype, self.dtype), like=self)
 
 
 @opreg.impl("aten::randperm")
-def aten_randperm(
-    n: int,
-    dtype: int | None = ir.DataType.INT64,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
-):
+def aten_randperm(n: int, dtype: int | None = ir.DataType.INT64):
     """randperm(SymInt n, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: the order of n float64 RandomUniform keys (TopK).
 
     Sorting i.i.d. continuous keys gives every permutation the same probability; float64 keys
@@ -320,14 +256,7 @@ def aten_normal_tensor_tensor(mean: Tensor, std: Tensor, generator: str | None =
 
 @opreg.impl("aten::normal.float_float")
 def aten_normal_float_float(
-    mean: float,
-    std: float,
-    size: Sequence[int],
-    generator: str | None = None,
-    dtype: int | None = None,
-    layout: int | None = None,
-    device: str | None = None,
-    pin_memory: bool | None = None,
+    mean: float, std: float, size: Sequence[int], generator: str | None = None, dtype: int | None = None
 ):
     """normal.float_float(float mean, float std, SymInt[] size, *, Generator? generator=None, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor: RandomNormal."""
     result = _result_dtype(dtype, DEFAULT_FLOAT)

@@ -547,3 +547,15 @@ def aten_logcumsumexp(self: Tensor, dim: int):
     if axis != rank - 1:
         result = op18.Transpose(result, perm=perm)
     return result if out_type == result.dtype else op18.Cast(result, to=out_type)
+
+
+@opreg.impl("aten::argsort.default")
+def aten_argsort(self: Tensor, dim: int = -1, descending: bool = False):
+    """argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor: the indices of a TopK of the whole dim (stable)."""
+    return _sorted(self, dim, descending)[1]
+
+
+@opreg.impl("aten::argsort.stable")
+def aten_argsort_stable(self: Tensor, stable: bool = False, dim: int = -1, descending: bool = False):
+    """argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor: the indices of a TopK of the whole dim (stable: TopK puts the lower index first among equal values, in either direction)."""
+    return _sorted(self, dim, descending)[1]

@@ -56,18 +56,16 @@ def aten_upsample_nearest3d(input: Tensor, output_size: Sequence[int] | None, sc
 
 
 @opreg.impl("aten::upsample_linear1d.vec")
-def aten_upsample_linear1d(
-    input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
-):
-    """upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear)."""
-    return _resize(input, output_size, scale_factors, "linear", align_corners)
-
-
 @opreg.impl("aten::upsample_bilinear2d.vec")
-def aten_upsample_bilinear2d(
+@opreg.impl("aten::upsample_trilinear3d.vec")
+def aten_upsample_linear(
     input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
 ):
-    """upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear)."""
+    """upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear).
+
+    upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear).
+
+    upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear)."""
     return _resize(input, output_size, scale_factors, "linear", align_corners)
 
 
@@ -97,14 +95,6 @@ def aten_upsample_bilinear2d_aa_vec(
 ):
     """_upsample_bilinear2d_aa.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear, antialias)."""
     return _resize(input, output_size, scale_factors, "linear", align_corners, antialias=True)
-
-
-@opreg.impl("aten::upsample_trilinear3d.vec")
-def aten_upsample_trilinear3d(
-    input: Tensor, output_size: Sequence[int] | None, align_corners: bool, scale_factors: Sequence[float] | None
-):
-    """upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor: Resize (linear)."""
-    return _resize(input, output_size, scale_factors, "linear", align_corners)
 
 
 @opreg.impl("aten::upsample_bicubic2d.vec")

@@ -92,7 +92,7 @@ def _resize_fits(node) -> bool:
 
 
 @opreg.impl("aten::resize", predicate=_resize_fits)
-def aten_resize(self: Tensor, size: Sequence[int], memory_format: str | None = None):
+def aten_resize(self: Tensor, size: Sequence[int]):
     """resize(Tensor self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor: the first prod(size) elements, reshaped (no larger than the input)."""
     flat = op18.Reshape(self, [-1])
     return op18.Reshape(op18.Slice(flat, [0], [math.prod(size)], [0]), list(size))

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import fnmatch
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -261,6 +262,10 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
             ``None``: the kernel's float path (what a dequantized model computes).
         exclude: weights to keep in float, by initializer name (``fnmatch`` patterns, e.g.
             ``"*lm_head*"``).
+        embeddings: ``True``: an embedding table no linear layer reads (a float32 2-D initializer
+            only ``Gather``s of rows read) is quantized too, its Gathers made
+            ``com.microsoft::GatherBlockQuantized`` (a vision-language model's embedding model);
+            default ``False``: such a table stays float.
 
     Each new node keeps the provenance of the layer it replaces. A tied embedding table (the
     head's weight, also read by a ``Gather`` of its rows) is stored once, quantized: the Gather
@@ -275,6 +280,7 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         symmetric: bool = SYMMETRIC,
         accuracy_level: int | None = ACCURACY_LEVEL,
         exclude: Iterable[str] = (),
+        embeddings: bool = False,
     ) -> None:
         super().__init__()
         name = "MatMulNBitsQuantization"
@@ -287,12 +293,13 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         names = patterns is not None and all(isinstance(p, str) for p in patterns)
         _check(name, "exclude", exclude, names, "a list of weight names or fnmatch patterns, e.g. ['*lm_head*']")
         self.bits, self.block_size, self.symmetric = bits, block_size, symmetric
-        self.accuracy_level, self.exclude = accuracy_level, patterns or ()
+        _check(name, "embeddings", embeddings, isinstance(embeddings, bool), "True or False")
+        self.accuracy_level, self.exclude, self.embeddings = accuracy_level, patterns or (), embeddings
 
     def __repr__(self) -> str:
         return (
             f"MatMulNBitsQuantization(bits={self.bits}, block_size={self.block_size}, symmetric={self.symmetric}, "
-            f"accuracy_level={self.accuracy_level}, exclude={list(self.exclude)})"
+            f"accuracy_level={self.accuracy_level}, exclude={list(self.exclude)}, embeddings={self.embeddings})"
         )
 
     def _quantizer(self) -> _BlockQuantizer:
@@ -352,6 +359,12 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
                 weights[key] = weight
             inputs, attributes = done[key]
             _replace(graph, node, node.inputs[0], inputs, attributes, bias)
+        if self.embeddings:
+            for weight in _tables(graph, done):
+                if not any(fnmatch.fnmatchcase(weight.name or "", pattern) for pattern in self.exclude):
+                    quantizer = quantizer or self._quantizer()
+                    done[(weight.name, True)] = self._quantized(graph, weight, True, quantizer)
+                    weights[(weight.name, True)] = weight
         if not done:
             return ir.passes.PassResult(model, False)
         for key, weight in weights.items():
@@ -359,6 +372,22 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
                 _embeddings_from(graph, weight, *done[key])
         onnx_ir.passes.common.RemoveUnusedNodesPass()(model)  # and the float weights no node reads now
         return ir.passes.PassResult(model, True)
+
+
+def _tables(graph: ir.Graph, done: Mapping[tuple[str, bool], Any]) -> list[ir.Value]:
+    """The float32 2-D initializers that only ``Gather``s of rows (axis 0) read: untied embedding tables
+    (a table a linear layer reads, ``done``, is quantized as its weight)."""
+    found = []
+    for weight in graph.initializers.values():
+        if (weight.name, True) in done or weight.const_value is None or weight.dtype != ir.DataType.FLOAT:
+            continue
+        if weight.shape is None or len(weight.shape) != 2 or not weight.uses():
+            continue
+        rows = all((n.op_type, n.domain, i) == ("Gather", "", 0) and n.attributes.get_int("axis", 0) == 0
+                   for n, i in weight.uses())  # fmt: skip
+        if rows:
+            found.append(weight)
+    return found
 
 
 def _embeddings_from(graph: ir.Graph, weight: ir.Value, inputs: list[ir.Value | None], attributes: dict) -> None:

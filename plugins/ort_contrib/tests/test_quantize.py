@@ -150,7 +150,8 @@ def test_the_defaults_are_the_fastest_measured_blocks_of_128_symmetric_int8_comp
      ({"accuracy_level": 7}, r"accuracy_level= takes None or 0, 1, 2, 3, 4 .*got int 7$"),
      ({"accuracy_level": True}, r"accuracy_level= takes None or 0, 1, 2, 3, 4 .*got bool True$"),
      ({"exclude": "lm_head"}, r"exclude= takes a list of weight names or fnmatch patterns.*got str 'lm_head'$"),
-     ({"exclude": [3]}, r"exclude= takes a list of weight names .*got list \[3\]$")],
+     ({"exclude": [3]}, r"exclude= takes a list of weight names .*got list \[3\]$"),
+     ({"embeddings": "yes"}, r"embeddings= takes True or False, got str 'yes'$")],
 )  # fmt: skip
 def test_bad_options_say_what_to_write(options, message):
     """Round 4: every option is checked when the pass is made, before any capture: an
@@ -318,3 +319,49 @@ def test_the_pass_on_a_saved_model_keeps_its_output_names(tmp_path):
     MatMulNBitsQuantization(bits=8)(loaded)
     assert [(v.name, v.dtype, v.shape) for v in loaded.graph.outputs] == before
     assert loaded.graph.outputs[0].producer().op_type == "MatMulNBits"
+
+
+class Embedding(torch.nn.Module):
+    """An embedding model alone, as a vision-language model's: rows of a table no linear layer reads."""
+
+    def __init__(self, vocab: int = 300, width: int = 80) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+
+    def forward(self, ids):
+        return self.embed(ids) * 2.0
+
+
+@pytest.mark.parametrize(("bits", "block_size", "symmetric"), [(4, 32, True), (4, 64, False), (8, 32, True)])
+def test_an_untied_embedding_table_is_quantized_only_when_asked(bits, block_size, symmetric):
+    """``embeddings=True``: a table only Gathers of rows read becomes GatherBlockQuantized of its
+    quantized rows (80 values a row: blocks of 64 pad them, a Slice drops the padding), which
+    computes with the dequantized table; by default the table stays float."""
+    torch.manual_seed(0)
+    model, ids = Embedding().eval(), torch.randint(0, 300, (2, 7))
+    quantize = MatMulNBitsQuantization(bits=bits, block_size=block_size, symmetric=symmetric)
+    kept = opreg.export(model, (ids,), target="onnxruntime", passes=[quantize])
+    assert _nodes(kept, "Gather") and not _nodes(kept, "GatherBlockQuantized")
+    quantize = MatMulNBitsQuantization(bits=bits, block_size=block_size, symmetric=symmetric, embeddings=True)
+    program = opreg.export(model, (ids,), target="onnxruntime", passes=[quantize])
+    (gather,) = _nodes(program, "GatherBlockQuantized")
+    assert gather.domain == "com.microsoft" and not _nodes(program, "Gather")
+    assert len(_nodes(program, "Slice")) == (80 % block_size != 0)
+    assert not [
+        v
+        for v in program.model.graph.initializers.values()
+        if v.const_value.size >= 300 * 80 and v.dtype == ir.DataType.FLOAT
+    ]
+    # the rows computed with are the table's, dequantized block by block
+    packed, scales = (v.const_value.numpy() for v in (gather.inputs[0].producer().inputs[0], gather.inputs[2]))
+    values = packed if bits == 8 else np.stack([packed & 15, packed >> 4], -1).reshape(300, -1)
+    values = values.reshape(300, -1, block_size).astype(np.float32)
+    zero = np.full(values.shape[:2], 1 << (bits - 1), np.float32)
+    if not symmetric:
+        raw = gather.inputs[3].const_value.numpy()
+        zero = (raw if bits == 8 else np.stack([raw & 15, raw >> 4], -1).reshape(300, -1))[:, : values.shape[1]]
+    table = ((values - zero[..., None]) * scales.reshape(300, -1, 1)).reshape(300, -1)[:, :80]
+    np.testing.assert_allclose(program.run(ids).numpy(), table[ids.numpy()] * 2.0, rtol=1e-6, atol=1e-6)
+    error = np.abs(table - model.embed.weight.detach().numpy()).max()
+    step = np.abs(model.embed.weight.detach().numpy()).max() / (2 ** (bits - 1) - 1)
+    assert 0 < error < step  # quantized: within a step of the table, not equal to it

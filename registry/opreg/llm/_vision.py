@@ -244,6 +244,10 @@ def export_vision(
     **options: Any,
 ) -> VisionLanguage:
     settings, quantized = _weights.export_settings("export_vision", precision, settings, options)
+    # the embedding model's table quantized as the decoder's weights (GatherBlockQuantized); the vision encoder
+    # stays float32: at int4 it measured slower and its features 10-12% off (docs/language-models.md)
+    table = _weights.passes(precision, settings.target, embeddings=True)
+    tables = dataclasses.replace(settings, passes=[*settings.passes, *table])
     model, folder = _families.load(model, _families.VISION)
     architecture = architecture_of(model)
     with evaluating(model):
@@ -252,7 +256,7 @@ def export_vision(
             context_length = architecture.context_length(model)
         programs = (
             _export_vision(model, architecture, settings),
-            _export_embedding(model, architecture, layout, settings),
+            _export_embedding(model, architecture, layout, tables),
             _export_decoder(model, architecture, layout, context_length, quantized),  # the language model's weights
         )
     _weights.check(programs[2], precision, "decoder")

@@ -14,8 +14,9 @@ PRECISIONS = {"fp32": None, "int8": 8, "int4": 4}
 BLOCK_SIZE, ACCURACY_LEVEL = 32, 4
 
 
-def passes(precision: str, target: Any) -> list[Any]:
-    """The export passes that give linear weights ``precision`` at ``target`` (an :class:`opreg.Target`)."""
+def passes(precision: str, target: Any, embeddings: bool = False) -> list[Any]:
+    """The export passes that give linear weights ``precision`` at ``target`` (an :class:`opreg.Target`);
+    ``embeddings``: an embedding table no linear layer reads too (``GatherBlockQuantized``)."""
     if precision not in PRECISIONS:
         raise InvalidArgumentError(f"precision={precision!r}: give one of {', '.join(PRECISIONS)}")
     bits = PRECISIONS[precision]
@@ -33,7 +34,8 @@ def passes(precision: str, target: Any) -> list[Any]:
             f"precision={precision!r} stores linear weights as ONNX Runtime's MatMulNBits, which the opreg-ort-contrib "
             "pack writes: install it (pip install opreg-ort-contrib)"
         ) from e
-    return [MatMulNBitsQuantization(bits=bits, block_size=BLOCK_SIZE, symmetric=True, accuracy_level=ACCURACY_LEVEL)]
+    return [MatMulNBitsQuantization(bits=bits, block_size=BLOCK_SIZE, symmetric=True, accuracy_level=ACCURACY_LEVEL,
+                                    embeddings=embeddings)]  # fmt: skip
 
 
 def check(program: Any, precision: str, what: str) -> None:
