@@ -38,8 +38,9 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
    opreg's weights at the builder's settings are the builder's byte for byte.
 8. Export time (``--breakdown``): where an ``opreg llm export`` spends its CPU time (imports,
    building the model, capture, plan, translation, finishing passes, save with the streamed
-   weights' casts and quantization), with the repeated layers captured once and, for comparison,
-   all captured, and with ``--no-streaming``.
+   weights' casts and quantization), the median of ``--export-rounds`` interleaved rounds: with one
+   layer of each kind captured (the default), for comparison with templates from layer 1 on (the
+   plan before) and all layers captured, and with ``--no-streaming``.
 9. Quantization settings (``--settings``, 55M): int4 and int8 with each default (blocks of 128,
    symmetric, accuracy level 4) changed, timed against the default; with ``--accuracy``, their
    accuracy on the trained model too.
@@ -589,9 +590,9 @@ def genai_child(folder: Path) -> None:
 # -- part 5: ablation --------------------------------------------------------------------------
 
 
-ABLATED = ("GroupQueryAttentionOnCache", "RotaryInsideAttention", "PackedQKV", "RMSNormalization", "QuickGelu",
-           "FusedMatMul")  # fmt: skip
-"""The pack's rewrites part 5 leaves out one at a time (each fires in this decoder)."""
+ABLATED = ("GroupQueryAttentionOnCache", "RotaryInsideAttention", "PackedQKV", "RMSNormalization", "QuickGelu")
+"""The pack's rewrites part 5 leaves out one at a time (each fires in this decoder; FusedMatMul does not:
+the 55M's linear weights, its untied head too, are stored (in, out) for MatMul)."""
 
 
 def ablation(source: Path, work: Path, made: dict[str, Build], rounds: int) -> None:
@@ -921,10 +922,13 @@ def breakdown_child(source: Path, out: Path, flags: list[str]) -> None:
     import opreg.llm._decoder
 
     tick("load the model and lay out its cache")
-    if "--all-layers" in flags:
-        from opreg.llm import _layers
+    from opreg.llm import _layers
 
-        _layers.plan_layers = lambda *args: None
+    if "--all-layers" in flags:
+        _layers.plan_layers = lambda *args, **kwargs: None
+    if "--templates-from-1" in flags:  # the plan before one layer of each kind was captured: from layer 1 on
+        plan = _layers.plan_layers
+        _layers.plan_layers = lambda *args, **kwargs: plan(*args, **{**kwargs, "hidden_only": False})
     precision = flags[flags.index("--precision") + 1] if "--precision" in flags else "fp32"
     streaming = False if "--no-streaming" in flags else None
     decoder = opreg.llm.export_decoder(source, precision=precision, streaming=streaming, progress=tick)
@@ -935,22 +939,31 @@ def breakdown_child(source: Path, out: Path, flags: list[str]) -> None:
     print(json.dumps(stages))
 
 
-def breakdown(source: Path, work: Path) -> None:
+def breakdown(source: Path, work: Path, rounds: int) -> None:
     print(f"8. Where an export's CPU time goes ({source.name}; opreg.llm.export_decoder(folder).save(out) in a fresh "
-          "process, CPU s per stage; 'finish' holds the passes and the fusions)")  # fmt: skip
+          f"process, CPU s per stage, the median of {rounds} interleaved rounds; 'finish' holds the passes and the "
+          "fusions; 'templates from layer 1': the capture before one layer of each kind was captured)")  # fmt: skip
     variants = {
-        "fp32": [], "fp32, all layers captured": ["--all-layers"], "fp32 --no-streaming": ["--no-streaming"],
-        "int4": ["--precision", "int4"], "int4, all layers captured": ["--precision", "int4", "--all-layers"],
+        "fp32": [], "fp32, templates from layer 1": ["--templates-from-1"],
+        "fp32, all layers captured": ["--all-layers"], "fp32 --no-streaming": ["--no-streaming"],
+        "int4": ["--precision", "int4"],
+        "int4, templates from layer 1": ["--precision", "int4", "--templates-from-1"],
+        "int4, all layers captured": ["--precision", "int4", "--all-layers"],
         "int4 --no-streaming": ["--precision", "int4", "--no-streaming"],
     }  # fmt: skip
-    for label, flags in variants.items():
-        out = work / "breakdown"
-        shutil.rmtree(out, ignore_errors=True)
-        done = subprocess.run([sys.executable, __file__, "--breakdown-child", str(source), str(out), "--", *flags],
-                              check=True, capture_output=True, text=True)  # fmt: skip
-        stages = json.loads(done.stdout.strip().splitlines()[-1])
-        cells = ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in stages.items() if stage != "done")
-        print(f"   {label:<28} total {sum(stages.values()):5.1f}: {cells}")
+    measured: dict[str, list[dict[str, float]]] = {label: [] for label in variants}
+    for _ in range(rounds):
+        for label, flags in variants.items():
+            out = work / "breakdown"
+            shutil.rmtree(out, ignore_errors=True)
+            done = subprocess.run([sys.executable, __file__, "--breakdown-child", str(source), str(out), "--", *flags],
+                                  check=True, capture_output=True, text=True)  # fmt: skip
+            measured[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    for label, runs in measured.items():
+        stages = {stage: float(np.median([run[stage] for run in runs])) for stage in runs[0] if stage != "done"}
+        total = float(np.median([sum(run.values()) for run in runs]))
+        cells = ", ".join(f"{stage} {seconds:.2f}" for stage, seconds in stages.items())
+        print(f"   {label:<30} total {total:5.2f}: {cells}")
     print()
 
 
@@ -1016,9 +1029,10 @@ def main() -> None:
         )  # fmt: skip
         if args.ablation and name == "55M":
             ablation(source, work, made, args.rounds)
-        genai(made, args.genai_rounds)
+        if args.genai_rounds:
+            genai(made, args.genai_rounds)
         if args.breakdown:
-            breakdown(source, work)
+            breakdown(source, work, args.export_rounds)
         if args.settings and name == "55M":
             settings(source, work, args.rounds)
     if args.accuracy:

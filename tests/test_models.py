@@ -111,7 +111,8 @@ def test_real_model(case, opset):
 def test_linear_weights_on_3d_inputs_are_stored_transposed_under_their_names():
     """MatMul(x, Transpose(W)) becomes MatMul(x, W') with W' named as W (nothing else reads W), the
     metadata saying how; fold_weights=False keeps the Transpose and the state_dict's layout. At the
-    onnxruntime target FusedMatMul reads the weight as it is, before any folding."""
+    onnxruntime target too (the fold runs before the pack's FusedMatMul rule: MatMul on the stored
+    (in, out) weight); there fold_weights=False leaves FusedMatMul(transB=1) on the weight as it is."""
     import json
 
     import torch
@@ -129,7 +130,11 @@ def test_linear_weights_on_3d_inputs_are_stored_transposed_under_their_names():
     kept = opreg.export(model, (x,), target=18, fold_weights=False)
     assert [n.op_type for n in kept.model.graph].count("Transpose") == 2
     assert "opreg.folded_weights" not in kept.model.metadata_props
-    fused = opreg.export(model, (x,), target="onnxruntime")
+    at_ort = opreg.export(model, (x,), target="onnxruntime")
+    assert [n.op_type for n in at_ort.model.graph if n.op_type.endswith("MatMul")] == ["MatMul", "MatMul"]
+    assert json.loads(at_ort.model.metadata_props["opreg.folded_weights"]) == folded
+    assert at_ort.verify(x, rtol=0, atol=ATOL).max_abs <= ATOL
+    fused = opreg.export(model, (x,), target="onnxruntime", fold_weights=False)
     assert [n.op_type for n in fused.model.graph].count("FusedMatMul") == 2
     assert "opreg.folded_weights" not in fused.model.metadata_props
 

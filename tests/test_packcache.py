@@ -82,9 +82,9 @@ def test_a_second_run_reads_the_cache_and_imports_no_torch(tmp_path):
 
 def test_a_cached_registry_resolves_and_explains_as_the_loaded_one():
     selection = Selection.of()
-    loaded = packcache.registry()  # loads the packs and fills the cache
+    loaded = opreg.plugins.declared_registry()  # loads the packs and fills the cache
     assert len(entries(Path(os.environ[packcache.CACHE_ENV]))) == 1 and packcache.read(selection) is not None
-    cached = packcache.registry()
+    cached = opreg.plugins.declared_registry()
     assert cached.packs == loaded.packs and cached.packs.loaded  # reports, as data: no pack code behind either
     assert len(cached) == len(loaded) and cached.ops() == loaded.ops()
     assert list(cached.packs) == list(loaded.packs) and cached.profiles == loaded.profiles
@@ -198,7 +198,7 @@ def test_cached_failures_read_as_loaded_ones(capsys, make_pack):
         code, _, err = cli(capsys, "plugins", "--strict")
         assert code == 1 and err.startswith("opreg: error: strict mode: pack 'broken'")
     with pytest.raises(PluginError):
-        packcache.registry(strict=True)
+        opreg.plugins.declared_registry(strict=True)
 
 
 PACK_PYPROJECT = """\
@@ -366,8 +366,8 @@ def opreg_register_ops(registry):
 
 def test_an_impl_for_a_profile_resolves_alike_from_the_cache(make_pack):
     make_pack("forort", FOR_ONNXRUNTIME)
-    loaded = packcache.registry()
-    cached = packcache.registry()
+    loaded = opreg.plugins.declared_registry()
+    cached = opreg.plugins.declared_registry()
     assert loaded.packs == cached.packs and "forort" in cached.packs.loaded
     for registry in (loaded, cached):
         (impl,) = [i for i in registry.impls("aten::gelu") if i.pack == "forort"]
@@ -392,3 +392,93 @@ def test_ops_and_explain_show_the_profiles_an_impl_is_for(capsys, make_pack):
     (row,) = [c for c in json.loads(out)["candidates"] if c["pack"] == "forort"]
     assert (row["profiles"], row["status"]) == (["onnxruntime"], "dropped")
     assert row["reason"] == "only for profile onnxruntime, which needs com.microsoft=1"
+
+
+# -- a registry build takes what its packs' impls were found to be from the cache --------------
+
+
+def _analysed(registry: opreg.Registry) -> list[tuple]:
+    """Every impl of ``registry`` with what it was found to be: the impl (functions and predicates by
+    identity) and its parameters, which an impl does not compare."""
+    return [(impl, impl.params) for impl in registry.impls()]
+
+
+def test_a_build_takes_its_impls_from_the_cache_and_they_are_what_reading_them_gives(caplog):
+    with packcache.off():
+        read = opreg.plugins.build()  # every impl's function read
+    assert entries(Path(os.environ[packcache.CACHE_ENV])) == []
+    opreg.plugins.build()  # no entry yet: reads every function and writes one
+    assert len(entries(Path(os.environ[packcache.CACHE_ENV]))) == 1
+    with caplog.at_level("DEBUG", logger="opreg.plugins"):
+        cached = opreg.plugins.build()
+    count = len(read.registry)
+    assert f"{count} of {count} impls as the pack cache knew them" in caplog.text
+    assert _analysed(cached.registry) == _analysed(read.registry) and count > 400
+    assert [i.params for i in cached.registry.impls()] == [i.params for i in read.registry.impls()]
+    assert cached.registry.unsupported() == read.registry.unsupported()
+    assert cached.registry.profiles == read.registry.profiles
+    assert [r.name for r in cached.registry.packs] == [r.name for r in read.registry.packs]
+
+
+EDITED_PACK = """import sys
+
+import opreg
+from onnxscript.onnx_opset import opset{version} as op
+
+OPREG_API_VERSION = 1
+
+
+@opreg.impl("aten::neg", priority=1)
+def edited_neg(self{extra}):{padding}
+    return op.Neg(self)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register_module(sys.modules[__name__])
+"""
+
+
+def test_an_edited_pack_is_read_again_by_a_build(tmp_path, monkeypatch, caplog):
+    """The same impl (op, name, declaration), its code edited: the build reads it again, never the
+    cache's requirement or parameters from before the edit."""
+    source, site = tmp_path / "src", tmp_path / "site"
+    module = source / "opreg_testpack_edited"
+    module.mkdir(parents=True)
+    info = site / "opreg_testpack_edited-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: opreg-testpack-edited\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[opreg.plugins]\nedited = opreg_testpack_edited\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(source))
+
+    def build(version: int, extra: str = "", padding: str = "") -> opreg.Registry:
+        text = EDITED_PACK.format(version=version, extra=extra, padding=padding)
+        init = module / "__init__.py"
+        if not init.exists() or init.read_text() != text:
+            init.write_text(text)
+        sys.modules.pop("opreg_testpack_edited", None)
+        opreg.plugins.clear_cache()
+        caplog.clear()
+        with caplog.at_level("DEBUG", logger="opreg"):
+            return opreg.plugins.build(plugins=["edited"], exclude=["core"]).registry
+
+    def neg(registry: opreg.Registry) -> opreg.Impl:
+        (impl,) = registry.impls("aten::neg")
+        assert impl.function.__module__ == "opreg_testpack_edited"
+        return impl
+
+    known = "1 of 1 impls as the pack cache knew them"
+    try:
+        assert str(neg(build(18)).requirement) == "ai.onnx>=18" and known not in caplog.text
+        assert str(neg(build(18)).requirement) == "ai.onnx>=18" and known in caplog.text  # as the cache knew it
+        edited = neg(build(20))  # opset20's Neg: the requirement is read from the code again
+        assert str(edited.requirement) == "ai.onnx>=20"
+        assert "changed since it was written" in caplog.text and known not in caplog.text
+        assert neg(build(20)).requirement == edited.requirement and known in caplog.text  # the new entry
+        widened = neg(build(20, extra=", alpha: float = 1.0"))  # a parameter more: read anew
+        assert known not in caplog.text and [p.name for p in widened.params.params] == ["self", "alpha"]
+        assert [p.name for p in neg(build(20)).params.params] == ["self"] and known not in caplog.text
+    finally:
+        sys.modules.pop("opreg_testpack_edited", None)
+        opreg.plugins.clear_cache()

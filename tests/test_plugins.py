@@ -375,3 +375,18 @@ def test_prefer_settles_a_tie_for_the_pack_the_user_names(make_pack):
 def test_a_selection_of_the_wrong_type_is_named(kwargs, message):
     with pytest.raises(opreg.InvalidArgumentError, match=message):
         default_registry(**kwargs)
+
+
+def test_an_export_of_a_built_registry_uses_the_host_built_beside_it():
+    """``build_registry()`` then an export given it and no ``host=``: the packs load once (the host
+    built with the registry answers, for a copy too), not a second time for the default host."""
+    import torch
+
+    opreg.plugins.clear_cache()
+    loaded = opreg.plugins.build()
+    assert opreg.plugins.host_of(loaded.registry) is loaded.host
+    assert opreg.plugins.host_of(loaded.registry.copy()) is loaded.host
+    registry = build_registry()
+    program = opreg.export(torch.nn.ReLU(), (torch.randn(2, 3),), target=18, registry=registry)
+    assert [n.op_type for n in program.model.graph] == ["Relu"]
+    assert opreg.plugins._loaded_cache == {}  # no default registry and host were loaded beside it

@@ -165,7 +165,8 @@ def test_a_bfloat16_checkpoint_is_cast_to_the_models_float32_as_transformers_loa
 def test_each_transform_written_a_run_of_rows_at_a_time_gives_the_whole_tensors_bytes(monkeypatch, tmp_path):
     """Casts, transposes, concatenations (the packed q/k/v projection) and MatMulNBits quantization
     written in runs of a few rows (as a weight larger than LazyWeight.chunk_bytes is) give the bytes the whole
-    tensor, computed at once, has."""
+    tensor, computed at once, has. A transpose of a transposed weight (MatMulNBits' (N, K) rows of a weight
+    stored (K, N) for MatMul), or of a concatenation of them, reads the first weights' rows, in runs."""
     import io
 
     from onnxruntime.quantization.matmul_nbits_quantizer import (
@@ -184,6 +185,10 @@ def test_each_transform_written_a_run_of_rows_at_a_time_gives_the_whole_tensors_
         lazy_weights.transpose(q, [1, 0]),
         lazy_weights.concat([q, k], 0, name="qk"),
         lazy_weights.concat([q.T, k.T], 1, name="qk_t"),
+        lazy_weights.transpose(lazy_weights.transpose(q, [1, 0]), [1, 0]),  # q itself, read in runs again
+        lazy_weights.transpose(  # the packed (in, out) projection back to (out, in): q over k, in runs
+            lazy_weights.concat([lazy_weights.transpose(q, [1, 0]), lazy_weights.transpose(k, [1, 0])], 1), [1, 0]
+        ),
         *quantized_weights(lazy_weights.concat([q, k], 0), quantizer, names, 4, 32).values(),
     ]
     whole = [t.tobytes() for t in made]
@@ -192,9 +197,12 @@ def test_each_transform_written_a_run_of_rows_at_a_time_gives_the_whole_tensors_
         q.T.contiguous(),
         torch.cat([q, k]),
         torch.cat([q.T, k.T], 1),
+        q,
+        torch.cat([q, k]),
     ]
     packed, scales, zeros = quantizer.qbits_block_quant(torch.cat([q, k]).T.contiguous().numpy())
     assert whole == [t.numpy().tobytes() for t in expected] + [packed.tobytes(), scales.tobytes(), zeros.tobytes()]
+    assert [t.reads_whole for t in made] == [False, True, *[False] * 7]  # only the one transpose reads whole
     monkeypatch.setattr(lazy_weights.LazyWeight, "chunk_bytes", 100)  # a few rows at a time
     for tensor, data in zip(made, whole, strict=True):
         chunks = len(list(tensor.chunks()))
@@ -245,6 +253,32 @@ def test_batch_norm_folds_lazily_to_onnxscripts_bytes_and_streams_the_same(tmp_p
         meta = Normed().eval()
     streamed = opreg.export(meta, (x,), weights=tmp_path / "normed.safetensors")
     assert saved_bytes(folded, tmp_path / "a.onnx", True) == saved_bytes(streamed, tmp_path / "b.onnx", True)
+
+
+def test_rows_made_in_the_reused_buffer_are_each_weights_own_bytes():
+    """A weight cast, transposed or packed as it is written is made in a buffer reused from one weight to the
+    next (a fresh one costs page faults): a smaller weight after a bigger one writes its own bytes only,
+    each its own values, and the buffer goes when freed memory is handed back."""
+    import io
+
+    from opreg.weights import _lazy
+
+    g = torch.Generator().manual_seed(0)
+    big, small = torch.randn(64, 48, generator=g).to(torch.bfloat16), torch.randn(8, 6, generator=g)
+    made = [
+        lazy_weights.transpose(lazy_weights.cast(big, torch.float32), [1, 0]),
+        lazy_weights.cast(small.to(torch.bfloat16), torch.float32),
+        lazy_weights.concat([lazy_weights.transpose(small, [1, 0]), lazy_weights.transpose(small[:2], [1, 0])], 1),
+    ]
+    expected = [big.float().T, small.to(torch.bfloat16).float(), torch.cat([small.T, small[:2].T], 1)]
+    lazy_weights.release_freed_memory()  # no buffer left by an earlier write
+    for tensor, values in zip(made, expected, strict=True):
+        written = io.BytesIO()
+        tensor.tofile(written)
+        assert written.getvalue() == values.contiguous().numpy().tobytes()
+        assert _lazy._scratch and _lazy._scratch[0].numel() == big.numel() * 4  # made there, kept
+    lazy_weights.release_freed_memory()
+    assert not _lazy._scratch
 
 
 def test_packed_qkv_quantized_to_int4_streams_the_in_memory_bytes(tmp_path):

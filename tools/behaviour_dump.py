@@ -1,7 +1,7 @@
 """What the installed packs give opreg, as JSON: a refactor of the framework shows it changes none of it.
 
 Every impl of the default registry (op, function, pack, requirement, priority, predicate, kind,
-convention, source...), every op marked unsupported, the profiles, every pack's report, and every
+convention, source, parameters...), every op marked unsupported, the profiles, every pack's report, and every
 hook's result on every loaded pack after its contract's check (``opreg_rewrite_rules`` at each
 profile and at the newest ai.onnx), each object described by what identifies it (a schema by
 domain, name and version, a rule by name, a sample by its label, a function by its qualified name).
@@ -97,6 +97,9 @@ def impl_row(impl: Any) -> dict[str, Any]:
         "convention": impl.convention,
         "schema_checked": impl.schema_checked,
         "source": os.path.relpath(impl.source, ROOT) if impl.source.startswith(str(ROOT)) else impl.source,
+        "profiles": list(impl.profiles),
+        "params": describe(impl.params),
+        "keywords": impl.keywords,
     }
 
 

@@ -134,6 +134,16 @@ class Params:
     variadic: bool
     takes_opset: bool = False
 
+    def as_data(self) -> list[Any]:
+        """``[variadic, takes_opset, [[name, annotated, attribute, has_default, keyword_only, text], ...]]``:
+        JSON, which :meth:`of_data` reads back (:mod:`opreg.packcache` stores it)."""
+        return [self.variadic, self.takes_opset, [list(p) for p in self.params]]
+
+    @classmethod
+    def of_data(cls, data: list[Any]) -> Params:
+        variadic, takes_opset, params = data
+        return cls([_Param(*p) for p in params], variadic, takes_opset)
+
 
 def read_params(function: Any) -> Params:
     """Read the impl's parameters once (``inspect.signature`` is the costly part)."""

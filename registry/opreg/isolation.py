@@ -24,7 +24,7 @@ from opreg.targets import BUILTIN_PROFILES, Target, domain_label
 if TYPE_CHECKING:  # imported where packs are loaded
     import pluggy
 
-    from opreg.registrar import Registrar
+    from opreg.registrar import Known, Registrar
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,11 @@ def warn_once(pack: str, reason: str, error: BaseException | None = None) -> Non
         logger.debug("pack %r: traceback of the failure", pack, exc_info=error)
 
 
-def load_one(pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport) -> LoadedPack:
+def load_one(
+    pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport, known: Known | None = None
+) -> LoadedPack:
+    """Import, hook and register one pack, isolated: a failure is its report's. ``known``: what its
+    impls were last found to be, if its code is unchanged since (:class:`opreg.registrar.Known`)."""
     import pluggy
 
     from opreg.registrar import Registrar
@@ -155,7 +159,7 @@ def load_one(pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport) 
         checked = _call_one(pm, obj, ep.name, hook)
         loaded.schemas.extend(checked.value)
         loaded.problems += [f"{hook}: {problem}" for problem in checked.problems]
-        registrar = Registrar(ep.name)
+        registrar = Registrar(ep.name, known)
         table = getattr(obj, TABLE_ATTRIBUTE, None)
         if table is not None:
             hook = TABLE_ATTRIBUTE

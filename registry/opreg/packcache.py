@@ -5,10 +5,15 @@
 whether it has a predicate, the profiles it is for, ``file:line``), its target profiles and the ops it
 declines. Building that means importing every pack, and so torch (about two
 seconds); reading it back from this cache takes a few milliseconds, and no pack,
-torch, onnx or onnxscript is imported. :func:`registry` gives a frozen
+torch, onnx or onnxscript is imported. :func:`opreg.plugins.declared_registry` gives a frozen
 :class:`~opreg.Registry` of that data (its impls' functions and predicates are
 :class:`Declaration` stand-ins that cannot be called; no host is built beside it),
 which resolves, explains and lists exactly as the real one does.
+
+A registry build that loads the packs (:func:`opreg.plugins.load_packs`, so :func:`opreg.build_registry`
+and every export) uses an entry too: each impl its packs register again is taken as the entry
+knows it (requirement, kind, parameters, schema check, source: :class:`opreg.registrar.Known`)
+instead of its function being read again, and a build with no usable entry writes one.
 
 When an entry is used
 ---------------------
@@ -48,6 +53,8 @@ turns it off: every run then loads the packs.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import importlib.metadata
 import json
@@ -55,17 +62,17 @@ import logging
 import os
 import sys
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from opreg import plugins as loader
-from opreg import targets
+from opreg import discovery, targets
+from opreg._inspect import Params
+from opreg.discovery import Selection
 from opreg.errors import OpregError
+from opreg.impls import Impl
 from opreg.opname import OpName
 from opreg.pluginapi import PackReport, Rejection
-from opreg.plugins import Declared, Selection
-from opreg.registry import Impl, Registry
 from opreg.targets import OpsetRequirement, VersionRange, assume_onnx_opset_range, onnx_opset_range
 
 logger = logging.getLogger(__name__)
@@ -75,12 +82,31 @@ CACHE_ENV = targets.CACHE_ENV
 SUBDIR = "declared"
 NO_CACHE_ENV = "OPREG_NO_CACHE"
 """Set to ``1`` to turn the cache off."""
-FORMAT = 2
-"""The entries' format; an entry of another format is not read (2: impls' ``profiles``, packs' ``schemas``)."""
+FORMAT = 3
+"""The entries' format; an entry of another format is not read (2: impls' ``profiles``, packs' ``schemas``;
+3: impls' ``params``, the analysis a registry build takes instead of reading the function again)."""
 MAX_ENTRIES = 32
 """Entries kept in the cache directory (one per selection and interpreter); older ones are removed."""
-WATCHED_ENV = (loader.AUTOLOAD_ENV, loader.SLOW_IMPORT_ENV)
+WATCHED_ENV = (discovery.AUTOLOAD_ENV, discovery.SLOW_IMPORT_ENV)
 DIST_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".pth")
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+    """What the selected packs declare, as data: what a registry is built from besides the packs' hooks
+    (:func:`opreg.plugins.load_packs` gives it, and this cache stores it).
+
+    Fields:
+        reports: every discovered pack's :class:`~opreg.pluginapi.PackReport`, in load order.
+        impls: the loaded packs' impls, in registration order.
+        profiles: ``(name, {domain: version}, pack)`` for each target profile a loaded pack adds.
+        unsupported: ``(op, pack, reason)`` for each op a loaded pack declares unsupported.
+    """
+
+    reports: tuple[PackReport, ...]
+    impls: tuple[Impl, ...]
+    profiles: tuple[tuple[str, Mapping[str, int], str], ...] = ()
+    unsupported: tuple[tuple[OpName, str, str], ...] = ()
 
 
 class Declaration:
@@ -111,9 +137,23 @@ class Declaration:
 # -- where -------------------------------------------------------------------------------------
 
 
+_OFF: contextvars.ContextVar[bool] = contextvars.ContextVar("opreg_packcache_off", default=False)
+
+
 def disabled() -> bool:
-    """Whether ``OPREG_NO_CACHE`` turns the cache off."""
-    return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+    """Whether ``OPREG_NO_CACHE`` (or :func:`off`) turns the cache off."""
+    return _OFF.get() or os.environ.get(NO_CACHE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+@contextlib.contextmanager
+def off() -> Iterator[None]:
+    """The cache off while in the block (the commands' ``--no-cache``), as ``OPREG_NO_CACHE=1`` turns it
+    off for a whole process."""
+    token = _OFF.set(True)
+    try:
+        yield
+    finally:
+        _OFF.reset(token)
 
 
 cache_root = targets.cache_dir
@@ -224,7 +264,7 @@ def _package_files(roots: tuple[str, ...]) -> set[str]:
     known before any pack is imported, so a file edited while the packs load is seen."""
     import importlib.util
 
-    tops = {"opreg"} | {found.entry_point.value.split(":")[0].split(".")[0].strip() for found in loader.discovered()}
+    tops = {"opreg"} | {found.entry_point.value.split(":")[0].split(".")[0].strip() for found in discovery.discovered()}
     files: set[str] = set()
     for top in sorted(tops):
         try:
@@ -275,6 +315,7 @@ def _impl_data(impl: Impl) -> dict[str, Any]:
         "convention": impl.convention,
         "source": impl.source,
         "profiles": list(impl.profiles),
+        "params": None if impl.params is None else impl.params.as_data(),
     }
 
 
@@ -296,6 +337,7 @@ def _impl_of(data: Mapping[str, Any]) -> Impl:
         convention=data["convention"],
         source=data["source"],
         profiles=tuple(data["profiles"]),
+        params=None if data["params"] is None else Params.of_data(data["params"]),
     )
 
 
@@ -331,7 +373,8 @@ class _Map:
 
 
 _OPTIONAL_VERSION = (int, None)
-"""A type (JSON's: ``type(value) is`` it; ``float`` takes an int too), or a tuple of them (``None`` for null)."""
+"""A type (JSON's: ``type(value) is`` it; ``float`` takes an int too), or a tuple of them (``None`` for null;
+a tuple may hold one nested shape beside ``None``, for a value of that shape or null)."""
 _REPORT = {
     "name": str, "distribution": str, "version": str, "value": str, "status": str, "reason": str,
     "hook": (str, None), "impls": int, "domains": [str], "profiles": [str], "schemas": [str],
@@ -341,6 +384,7 @@ _IMPL = {
     "op": str, "name": str, "pack": str, "onnx": _Row((int, _OPTIONAL_VERSION)),
     "domains": [_Row((str, int, _OPTIONAL_VERSION))], "priority": int, "predicate": bool, "override": bool,
     "complex": bool, "kind": str, "schema_checked": bool, "convention": str, "source": str, "profiles": [str],
+    "params": (_Row((bool, bool, [_Row((str, bool, bool, bool, bool, str))])), None),
 }  # fmt: skip
 _DECLARED = {
     "reports": [_REPORT],
@@ -371,6 +415,9 @@ def _mismatch(value: Any, shape: Any) -> tuple[list[int | str], str] | None:
     if isinstance(shape, tuple):
         if (value is None and None in shape) or any(type(value) is t for t in shape):
             return None
+        nested = [t for t in shape if t is not None and not isinstance(t, type)]
+        if nested and value is not None:  # a shape or null: one nested shape beside None
+            return _mismatch(value, nested[0])
         names = " or ".join("null" if t is None else t.__name__ for t in shape)
         return [], f"is {type(value).__name__} {value!r:.40}, not {names}"
     pairs: list[tuple[int | str, Any, Any]]
@@ -497,32 +544,11 @@ def _prune(directory: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def registry(
-    plugins: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-    strict: bool = False,
-    prefer: Mapping[Any, str] | None = None,
-    *,
-    require: Iterable[str] = (),
-) -> Registry:
-    """The registry :func:`opreg.build_registry` would build (same arguments, same errors), for
-    listing and explaining: read from the cache when nothing changed, else built (the packs load)
-    and stored. ``require``: more pack names that must be installed (``-p no:NAME``'s).
-    A registry read from the cache has :class:`Declaration` s for functions and predicates
-    (a registry calls no hook either way): use :func:`opreg.build_registry` to export."""
-    selection = Selection.of(plugins, exclude, prefer)
-    directory = cache_dir()
-    declared = read(selection, directory) if directory is not None else None
-    installed = None if declared is None else [r.name for r in declared.reports]
-    loader.require_installed(require, installed=installed)
-    selection.require_installed(installed)
-    if declared is not None:
-        return loader.assemble(declared, selection, strict=strict)
-    before = _file_state(_package_files(_installed_roots())) if directory is not None else []
-    declared, _ = loader.load_packs(selection, strict=strict)
-    if directory is not None:
-        write(selection, declared, before, directory)
-    return loader.assemble(declared, selection, strict=strict)
+def before() -> list[list[Any]]:
+    """The state of the packs' own files (opreg's, and every discovered pack's that is not an installed
+    copy), taken before they load: what :func:`write` is given, so that an entry is written only if
+    none of them changed while the packs loaded."""
+    return _file_state(_package_files(_installed_roots()))
 
 
 __all__ = [
@@ -530,11 +556,13 @@ __all__ = [
     "MAX_ENTRIES",
     "NO_CACHE_ENV",
     "Declaration",
+    "Declared",
+    "before",
     "cache_dir",
     "cache_root",
     "disabled",
+    "off",
     "read",
-    "registry",
     "user_cache_dir",
     "write",
 ]

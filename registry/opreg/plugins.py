@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opreg import _opsets, discovery
+from opreg import _opsets, discovery, packcache
 from opreg.discovery import (
     AUTOLOAD_ENV,
     ENTRY_POINT_GROUP,
@@ -46,6 +47,7 @@ from opreg.errors import InvalidArgumentError, PluginError
 from opreg.host import PackHost
 from opreg.isolation import TABLE_ATTRIBUTE, load_one, settle, table_profile, warn_once
 from opreg.opname import OpName
+from opreg.packcache import Declared
 from opreg.packset import PackSet
 from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, PackReport, PackReports, Rejection
 from opreg.registry import CORE_PACK, USER_PACK, Impl, Registry
@@ -54,8 +56,13 @@ from opreg.targets import BUILTIN_PROFILES
 if TYPE_CHECKING:  # imported where packs are loaded: assembling cached data needs none of them
     import pluggy
 
+logger = logging.getLogger(__name__)
+
 _cache_lock = threading.RLock()
 _loaded_cache: dict[tuple, Loaded] = {}
+_beside: dict[int, tuple[PackReports, PackHost]] = {}
+"""The hosts of the latest :func:`build` s, by their registries' reports (held, so that an id is not reused)."""
+_BESIDE_KEPT = 8
 
 
 def clear_cache() -> None:
@@ -63,6 +70,7 @@ def clear_cache() -> None:
     with _cache_lock:
         discovery.clear_cache()
         _loaded_cache.clear()
+        _beside.clear()
 
 
 def pack_conflicts(impls: Iterable[Impl], preferences: Mapping[OpName, str] | None = None) -> list[tuple[Impl, ...]]:
@@ -79,23 +87,6 @@ def pack_conflicts(impls: Iterable[Impl], preferences: Mapping[OpName, str] | No
         if len({i.pack for i in group}) > 1 and preferences.get(op) not in {i.pack for i in group}:
             found.append(tuple(sorted(group, key=lambda i: i.tie_break())))
     return found
-
-
-@dataclasses.dataclass(frozen=True)
-class Declared:
-    """What the selected packs declare, as data: what a registry is built from besides the packs' hooks.
-
-    Fields:
-        reports: every discovered pack's :class:`~opreg.pluginapi.PackReport`, in load order.
-        impls: the loaded packs' impls, in registration order.
-        profiles: ``(name, {domain: version}, pack)`` for each target profile a loaded pack adds.
-        unsupported: ``(op, pack, reason)`` for each op a loaded pack declares unsupported.
-    """
-
-    reports: tuple[PackReport, ...]
-    impls: tuple[Impl, ...]
-    profiles: tuple[tuple[str, Mapping[str, int], str], ...] = ()
-    unsupported: tuple[tuple[OpName, str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +124,12 @@ def build(
     selection = Selection.of(plugins, exclude, prefer)
     selection.require_installed()
     declared, packs = load_packs(selection, strict=strict)
-    return Loaded(assemble(declared, selection, strict=strict), PackHost(packs))
+    loaded = Loaded(assemble(declared, selection, strict=strict), PackHost(packs))
+    with _cache_lock:  # host_of finds it by the reports, which the registry's copies share
+        _beside[id(loaded.registry.packs)] = (loaded.registry.packs, loaded.host)
+        while len(_beside) > _BESIDE_KEPT:
+            del _beside[next(iter(_beside))]
+    return loaded
 
 
 def build_registry(
@@ -147,10 +143,57 @@ def build_registry(
     return build(plugins, exclude, strict, prefer).registry
 
 
+def declared_registry(
+    plugins: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    strict: bool = False,
+    prefer: Mapping[Any, str] | None = None,
+    *,
+    require: Iterable[str] = (),
+) -> Registry:
+    """The registry :func:`build_registry` would build (same arguments, same errors), for listing and
+    explaining: read from :mod:`opreg.packcache` when nothing changed, else built (the packs load) and
+    stored. ``require``: more pack names that must be installed (``-p no:NAME``'s). A registry read
+    from the cache has :class:`~opreg.packcache.Declaration` s for functions and predicates (a
+    registry calls no hook either way): use :func:`build_registry` to export."""
+    selection = Selection.of(plugins, exclude, prefer)
+    directory = packcache.cache_dir()
+    declared = packcache.read(selection, directory) if directory is not None else None
+    installed = None if declared is None else [r.name for r in declared.reports]
+    require_installed(require, installed=installed)
+    selection.require_installed(installed)
+    if declared is None:
+        declared, _ = load_packs(selection, strict=strict)
+    return assemble(declared, selection, strict=strict)
+
+
 def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared, PackSet]:
     """Import and hook the selected packs (their code runs): what they declare, and the
     :class:`PackSet` that calls their hooks (``strict``: a failing hook raises). Isolation is
-    :func:`opreg.isolation.load_one`'s, one pack at a time."""
+    :func:`opreg.isolation.load_one`'s, one pack at a time. What their impls were found to be is
+    taken from :mod:`opreg.packcache` while none of their code changed (:class:`opreg.registrar.Known`),
+    and stored there when it did."""
+    directory = packcache.cache_dir()
+    cached = packcache.read(selection, directory) if directory is not None else None
+    before = packcache.before() if directory is not None and cached is None else None
+    declared, packs = _load_packs(selection, strict, cached)
+    if before is not None:
+        packcache.write(selection, declared, before, directory)
+    return declared, packs
+
+
+def _known(cached: Declared | None) -> dict[str, Any]:
+    """Each pack's :class:`~opreg.registrar.Known` impls from a cache entry: those of the packs that
+    loaded with no impl rejected (a rejection leaves no impl to line the calls up by)."""
+    from opreg.registrar import Known
+
+    if cached is None:
+        return {}
+    clean = {r.name for r in cached.reports if r.status == LOADED and not r.rejected}
+    return {name: Known(i for i in cached.impls if i.pack == name) for name in clean}
+
+
+def _load_packs(selection: Selection, strict: bool, cached: Declared | None) -> tuple[Declared, PackSet]:
     import pluggy
 
     from opreg import hookspecs
@@ -163,6 +206,7 @@ def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared,
     unsupported: list[tuple[OpName, str, str]] = []
     loaded_plugins: dict[str, Any] = {}
     seen: dict[str, str] = {}
+    known = _known(cached)
     with _opsets.reading():  # the helpers the packs' impls share are read once
         for found in discovered():
             name = found.name
@@ -177,7 +221,7 @@ def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared,
             if reason is not None:
                 reports.append(dataclasses.replace(base, reason=reason))
                 continue
-            loaded = load_one(pm, found, base)
+            loaded = load_one(pm, found, base, known.get(name))
             if loaded.registrar is None:
                 reports.append(loaded.report)
                 continue
@@ -193,13 +237,16 @@ def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared,
             unsupported += [(op, name, why) for op, why in loaded.registrar.declined.items()]
 
     reports = [dataclasses.replace(r, hooks=_hooks_of(pm, loaded_plugins.get(r.name))) for r in reports]
+    if known:
+        taken = sum(k.taken for k in known.values())
+        logger.debug("%d of %d impls as the pack cache knew them; the others read anew", taken, len(impls))
     declared = Declared(tuple(reports), tuple(impls), tuple(profiles), tuple(unsupported))
     return declared, PackSet(declared.reports, pm, loaded_plugins, contracts=hookspecs.CONTRACTS, strict=strict)
 
 
 def assemble(declared: Declared, selection: Selection, *, strict: bool = False) -> Registry:
     """The frozen registry of what packs ``declared``, ties settled as ``selection`` prefers (data only:
-    no pack code runs; :func:`opreg.packcache.registry` builds one so, from its cache). ``strict`` as
+    no pack code runs; :func:`declared_registry` builds one so, from its cache). ``strict`` as
     for :func:`build`."""
     preferences = selection.prefer
     loaded = {r.name for r in declared.reports if r.status == LOADED}
@@ -311,9 +358,15 @@ _NO_PACKS = PackHost()
 
 
 def host_of(registry: Registry) -> PackHost:
-    """The host of the packs ``registry`` was built from: :func:`default_host` of the selection its
-    reports answer (``registry.packs.selection``; a copy keeps it), or a host with no packs for a
-    registry built by hand. What an export given ``registry=`` and no ``host=`` asks."""
+    """The host of the packs ``registry`` was built from: the one :func:`build` made beside it (one
+    of the latest few builds, or a copy of its registry: a copy keeps the reports), else
+    :func:`default_host` of the selection its reports answer (``registry.packs.selection``), or a
+    host with no packs for a registry built by hand. What an export given ``registry=`` and no
+    ``host=`` asks: the packs are not loaded a second time for it."""
+    with _cache_lock:
+        packs, host = _beside.get(id(registry.packs), (None, None))
+    if packs is registry.packs and host is not None:
+        return host
     selection = registry.packs.selection
     return _NO_PACKS if selection is None else default_host(*selection)
 
@@ -322,7 +375,8 @@ __all__ = [
     "AUTOLOAD_ENV", "CORE_PACK", "DISABLED", "ENTRY_POINT_GROUP", "FAILED", "INCOMPATIBLE", "LOADED",
     "PLUGIN_API_VERSION", "SLOW_IMPORT_ENV", "SLOW_IMPORT_SECONDS", "SUPPORTED_API_VERSIONS", "TABLE_ATTRIBUTE",
     "USER_PACK", "Declared", "DiscoveredPack", "Loaded", "PackReport", "PackReports", "PackSet", "Rejection",
-    "Selection", "assemble", "autoload_disabled", "build", "build_registry", "clear_cache", "default_host", "host_of",
+    "Selection", "assemble", "autoload_disabled", "build", "build_registry", "clear_cache", "declared_registry",
+    "default_host", "host_of",
     "default_registry", "discover", "discovered", "hook_names", "load", "load_packs", "pack_conflicts",
     "require_installed", "selection_reason", "slow_import_seconds", "table_profile",
 ]  # fmt: skip

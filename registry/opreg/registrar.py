@@ -13,6 +13,8 @@ registrar in one go.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import logging
 import types
 from collections.abc import Iterable, Mapping
@@ -20,15 +22,66 @@ from typing import Any
 
 from opreg import table_in
 from opreg.errors import RegistrationError
-from opreg.marks import IMPL_ATTRIBUTE, ImplSpec, impl, marked
+from opreg.marks import IMPL_ATTRIBUTE, ImplSpec, impl, marked, profile_names
 from opreg.opname import OpName
 from opreg.pluginapi import Rejection
 from opreg.registry import Impl, Predicate, build_impl, impl_name
-from opreg.targets import VersionRangeLike
+from opreg.targets import VersionRange, VersionRangeLike, normalize_domain
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["IMPL_ATTRIBUTE", "ImplSpec", "Registrar", "Rejection", "impl"]
+__all__ = ["IMPL_ATTRIBUTE", "ImplSpec", "Known", "Registrar", "Rejection", "impl"]
+
+
+class Known:
+    """What one pack's impls were found to be when its code was last read, unchanged since
+    (:mod:`opreg.packcache` keeps it): a ``register`` call takes the next impl of its op and
+    function name from here, with its requirement, kind, parameters, schema check and source,
+    instead of reading the function again. Packs register in a fixed order, so the n-th call for
+    an op and name gets the n-th impl; a call that declares anything else (opset, domains,
+    priority, predicate, complex, profiles) gets nothing, and neither do the later ones of its
+    op and name: they are read as usual."""
+
+    def __init__(self, impls: Iterable[Impl]) -> None:
+        self._queues: dict[tuple[OpName, str], collections.deque[Impl]] = {}
+        for known in impls:
+            self._queues.setdefault((known.op, known.name), collections.deque()).append(known)
+        self.taken = 0
+        """How many impls were taken from here."""
+
+    def take(self, op: OpName, function: Any, arguments: Mapping[str, Any]) -> Impl | None:
+        """The impl of ``function`` registered for ``op`` with ``arguments`` (``register``'s
+        keywords), if it is the next one known for them; else ``None``."""
+        key = (op, impl_name(function))
+        queue = self._queues.get(key)
+        if not queue:
+            return None
+        known = queue.popleft()
+        if not _same_declaration(known, arguments):
+            del self._queues[key]
+            return None
+        self.taken += 1
+        return dataclasses.replace(known, function=function, predicate=arguments["predicate"])
+
+
+def _same_declaration(known: Impl, arguments: Mapping[str, Any]) -> bool:
+    """Whether ``arguments`` (``register``'s keywords) declare what ``known`` was registered with."""
+    opset, domains = arguments["opset"], arguments["domains"]
+    return (
+        known.params is not None
+        and not known.override
+        and known.convention == "opreg"
+        and known.priority == arguments["priority"]
+        and known.complex == bool(arguments["complex"])
+        and (known.predicate is not None) == (arguments["predicate"] is not None)
+        and known.profiles == profile_names(arguments["profiles"], f"impl for {known.op}")
+        and (opset is None or known.requirement.onnx == VersionRange.of(opset))
+        and (
+            domains is None
+            or known.requirement.domains
+            == tuple(sorted((normalize_domain(d), VersionRange.of(v)) for d, v in domains.items()))
+        )
+    )
 
 
 class Registrar:
@@ -41,8 +94,10 @@ class Registrar:
         declined: ops the pack deliberately leaves without an impl, with why.
     """
 
-    def __init__(self, pack: str) -> None:
+    def __init__(self, pack: str, known: Known | None = None) -> None:
         self.pack = pack
+        self.known = known
+        """What the pack's impls were last found to be, if its code is unchanged since (:class:`Known`)."""
         self.impls: list[Impl] = []
         self.rejected: list[Rejection] = []
         self.declined: dict[OpName, str] = {}
@@ -73,11 +128,14 @@ class Registrar:
         rejected (the reason is in the pack's report, ``opreg plugins`` and
         the log).
         """
+        arguments = {
+            "opset": opset, "domains": domains, "priority": priority, "predicate": predicate,
+            "complex": complex, "profiles": profiles,
+        }  # fmt: skip
         try:
-            impl = build_impl(
-                op, function, opset=opset, domains=domains, priority=priority,
-                predicate=predicate, pack=self.pack, override=False, complex=complex, profiles=profiles,
-            )  # fmt: skip
+            impl = self.known.take(OpName.of(op), function, arguments) if self.known is not None else None
+            if impl is None:
+                impl = build_impl(op, function, pack=self.pack, override=False, **arguments)
         except Exception as e:  # a pack's mistake must not break the build
             self._reject(op, function, e)
             return None

@@ -255,8 +255,12 @@ def test_packed_projections_keep_each_bias_with_its_own_projection():
         assert node.inputs[1] is None and node.inputs[2] is None  # packed q, k, v
         assert {a.name: a.value for a in node.attributes.values()}["do_rotary"] == 1
         add = node.inputs[0].producer()
-        assert add.op_type == "Add" and add.inputs[0].producer().op_type == "FusedMatMul"
+        packed = add.inputs[0].producer()
+        assert add.op_type == "Add" and (packed.op_type, packed.domain) == ("MatMul", "")
         attention = model.model.layers[index].self_attn
+        weights = [attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]
+        stored = torch.cat(weights).T.detach().numpy()  # (in, out): MatMul, no transB
+        np.testing.assert_array_equal(packed.inputs[1].const_value.numpy(), stored)
         expected = torch.cat([attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias])
         np.testing.assert_array_equal(add.inputs[1].const_value.numpy(), expected.detach().numpy())
 

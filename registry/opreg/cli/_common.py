@@ -46,12 +46,12 @@ def registry(args: argparse.Namespace, *, declared: bool = False) -> Any:
 
 
 def _declared(args: argparse.Namespace) -> Any:
-    from opreg import packcache, plugins
+    from opreg import plugins
 
     wanted, unwanted = _pack_args(args)
     selection = wanted if plugins.autoload_disabled() else None
     prefer = preferences(args.prefer)
-    return packcache.registry(selection, unwanted, strict=args.strict, prefer=prefer, require=wanted + unwanted)
+    return plugins.declared_registry(selection, unwanted, strict=args.strict, prefer=prefer, require=wanted + unwanted)
 
 
 def _pack_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -64,15 +64,18 @@ def _pack_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def packs(args: argparse.Namespace) -> Any:
     """The packs ``args`` select, loaded: their registry and the host that calls their hooks
-    (:class:`opreg.plugins.Loaded`)."""
-    from opreg import plugins
+    (:class:`opreg.plugins.Loaded`); ``--no-cache``: without :mod:`opreg.packcache`."""
+    import contextlib
+
+    from opreg import packcache, plugins
 
     wanted, unwanted = _pack_args(args)
     selection = wanted if plugins.autoload_disabled() else None
     plugins.require_installed(wanted)
     plugins.require_installed(unwanted)
     prefer = preferences(args.prefer)
-    return plugins.build(selection, unwanted, strict=args.strict, prefer=prefer)
+    with packcache.off() if getattr(args, "no_cache", False) else contextlib.nullcontext():
+        return plugins.build(selection, unwanted, strict=args.strict, prefer=prefer)
 
 
 def preferences(items: Sequence[str]) -> dict[str, str]:

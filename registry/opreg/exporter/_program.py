@@ -28,7 +28,6 @@ from opreg.exporter._nodes import Trace
 from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._state import BUFFER, StateSlot
 from opreg.exporter.diagnosis.compare import Verification, as_pair
-from opreg.exporter.diagnosis.locate import locate_program
 from opreg.exporter.diagnosis.report import Location
 from opreg.exporter.diagnosis.run import ONNXRUNTIME, Runner, run_program, to_torch
 from opreg.exporter.diagnosis.verify import verify_program
@@ -350,6 +349,8 @@ class OnnxProgram:
     ) -> Location:
         """Compare every intermediate value with eager PyTorch and say where the model goes wrong:
         returns a :class:`opreg.exporter.Location`. See docs/when-numbers-differ.md."""
+        from opreg.exporter.diagnosis.locate import locate_program  # imported when asked for: an export needs none
+
         return locate_program(self, args, kwargs, rtol=rtol, atol=atol, runtime=runtime)
 
     # -- a body exported alone, with the exporter bound to the export's registry ---------------

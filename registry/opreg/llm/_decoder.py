@@ -478,20 +478,21 @@ def export_decoder(
 
 def _export(step: DecoderStep, example: dict[str, Any], settings: ExportSettings, layout: DecoderLayout) -> OnnxProgram:
     """The export of ``step``: its repeated layers captured once where they can be
-    (:mod:`opreg.llm._layers`), else all of them."""
+    (:mod:`opreg.llm._layers`): one layer of each kind, layer 0 a template too; else the first
+    layers, templates from layer 1 on (where a layer reads more of the layers before it than the
+    hidden state); else all of them."""
+    if not all(isinstance(kind, KeyValueCache) for kind in layout.layers):  # two inputs per layer
+        return run_export(step, (), example, settings)
     first_past = len(layout.input_names) - 2 * layout.num_layers
-    keys_and_values = all(isinstance(kind, KeyValueCache) for kind in layout.layers)  # two inputs per layer
-    plan = _layers.plan_layers(step.model, layout.num_layers, first_past) if keys_and_values else None
-    if plan is not None:
-        # a streamed model's weights, all layers' (the capture binds only the prefix's), each missing one named now
-        lazy = {} if settings.weights is None else bind(step, open_weights(settings.weights))
-        try:
-            with _layers.prefix_only(step.model, plan):
-                return run_export(step, (), example, settings, rework=lambda t, _: _layers.repeat_layers(t, plan, lazy))
-        except (_layers.NotRepeatable, ExportError) as e:
-            logger.info("capturing all %d layers: the first %d, copied, would not do: %s", layout.num_layers,
-                        plan.prefix, e)  # fmt: skip
-    return run_export(step, (), example, settings)
+    kinds = getattr(text_config(step.model), "layer_types", None)  # what the model's code reads by index
+    differs = kinds.__getitem__ if isinstance(kinds, (list, tuple)) and len(kinds) == layout.num_layers else None
+    plans = [
+        _layers.plan_layers(step.model, layout.num_layers, first_past, differs=differs, hidden_only=hidden_only)
+        for hidden_only in (True, False)
+    ]
+    # a streamed model's weights, all layers' (the capture binds only the prefix's), each missing one named now
+    lazy = {} if settings.weights is None else bind(step, open_weights(settings.weights))
+    return _layers.export_repeated(step, (), example, settings, plans, "the decoder", lazy)
 
 
 def _settings(target: TargetLike | None, settings: ExportSettings | None, options: dict[str, Any]) -> ExportSettings:

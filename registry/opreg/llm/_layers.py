@@ -198,23 +198,34 @@ def prefix_only(model: torch.nn.Module, plan: LayerPlan) -> Iterator[None]:
 
 
 def export_repeated(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, settings: Any,
-                    plan: LayerPlan | None, what: str) -> Any:  # fmt: skip
+                    plan: LayerPlan | Sequence[LayerPlan | None] | None, what: str,
+                    lazy: Mapping[str, Any] | None = None) -> Any:  # fmt: skip
     """The :class:`opreg.OnnxProgram` of ``module`` (its :data:`ROOT` attribute holding the layers
     of ``plan``), with the repeated layers captured once; all of them where ``plan`` is ``None`` or
-    the copy would not do (``what``: the model, in the log). What :func:`opreg.export` does, pack
-    faults reported."""
+    the copy would not do (``what``: the model, in the log). Several plans are tried in order, each
+    one that differs from those before (the fewest layers captured first). ``lazy``: see
+    :func:`repeat_layers`. What :func:`opreg.export` does, pack faults reported."""
     from opreg.errors import ExportError
     from opreg.exporter import faults_reported, run_export
 
     export = faults_reported(run_export)
-    if plan is not None:
+    tried: set[tuple] = set()
+    for candidate in plan if isinstance(plan, Sequence) else [plan]:
+        if candidate is None or (candidate.prefix, candidate.templates) in tried:
+            continue
+        tried.add((candidate.prefix, candidate.templates))
+        rework = functools.partial(_rework, plan=candidate, lazy=lazy)
         try:
-            with prefix_only(getattr(module, ROOT), plan):
-                return export(module, args, kwargs, settings, rework=lambda t, _: repeat_layers(t, plan))
+            with prefix_only(getattr(module, ROOT), candidate):
+                return export(module, args, kwargs, settings, rework=rework)
         except (NotRepeatable, ExportError) as e:
-            logger.info("%s: capturing all %d layers: the first %d, copied, would not do: %s", what, len(plan.layers),
-                        plan.prefix, e)  # fmt: skip
+            logger.info("%s: the first %d of %d layers as templates would not do: %s", what, candidate.prefix,
+                        len(candidate.layers), e)  # fmt: skip
     return export(module, args, kwargs, settings)
+
+
+def _rework(translation: Any, _: Any, *, plan: LayerPlan, lazy: Mapping[str, Any] | None) -> Any:
+    return repeat_layers(translation, plan, lazy)
 
 
 # -- copying translated layers ----------------------------------------------------------------

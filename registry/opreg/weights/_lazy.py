@@ -49,6 +49,8 @@ class LazyWeight(ir.LazyTensor):
         how: str,
         sources: Sequence[LazyWeight] = (),
         whole: bool = False,
+        held: bool = False,
+        views: bool = False,
     ) -> None:
         from onnx_ir.tensor_adapters import from_torch_dtype
 
@@ -57,8 +59,14 @@ class LazyWeight(ir.LazyTensor):
         self._rows = rows
         self._sources = tuple(sources)
         self._whole_source = whole
+        self._held = held
+        self._views = views  # rows() gives values to cast to torch_dtype, maybe strided: see view()
         self.torch_dtype = dtype
         self.how = how
+        self.transposed: tuple[LazyWeight, tuple[int, ...]] | None = None
+        """``(source, perm)`` when this is ``source`` stored with its dims permuted (:func:`transpose`)."""
+        self.parts: tuple[tuple[LazyWeight, ...], int] | None = None
+        """``(parts, axis)`` when this is ``parts`` concatenated along ``axis`` (:func:`concat`)."""
 
     def __repr__(self) -> str:
         return f"LazyWeight({self.name!r}, {self.torch_dtype}, {list(self.shape)}, {self.how})"
@@ -67,10 +75,12 @@ class LazyWeight(ir.LazyTensor):
         """The same values under another initializer name (a tied weight has one per name)."""
         if name == self.name:
             return self
-        return LazyWeight(
+        renamed = LazyWeight(
             self._rows, self.torch_dtype, self.shape, name=name, how=self.how, sources=self._sources,
-            whole=self._whole_source,
+            whole=self._whole_source, held=self._held, views=self._views,
         )  # fmt: skip
+        renamed.transposed, renamed.parts = self.transposed, self.parts
+        return renamed
 
     @property
     def length(self) -> int:
@@ -81,7 +91,10 @@ class LazyWeight(ir.LazyTensor):
         """Rows ``start`` to ``stop`` (a 0-d tensor has one row: itself), checked against the
         declared dtype and shape."""
         stop = min(stop, self.length)
-        got = self._rows(start, stop)
+        got = _dense(self._rows(start, stop), self.torch_dtype) if self._views else self._rows(start, stop)
+        return self._checked(got, start, stop)
+
+    def _checked(self, got: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         want = [stop - start, *self.shape[1:]] if len(self.shape) else []
         if got.dtype != self.torch_dtype or list(got.shape) != want:
             raise WeightsError(
@@ -94,12 +107,25 @@ class LazyWeight(ir.LazyTensor):
         """The whole tensor (computed now)."""
         return self.rows(0, self.length)
 
+    def view(self, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start`` to ``stop`` as values whose cast to :attr:`torch_dtype` they are, not yet
+        cast nor made contiguous where the transforms leave that to the end (a bfloat16 checkpoint's
+        weight transposed and cast: one copy that does both, the cost of the cast alone)."""
+        return self._rows(start, min(stop, self.length)) if self._views else self.rows(start, stop)
+
     @property
     def row_bytes(self) -> int:
         """The bytes a row costs to compute: its own, or a source's row if larger (a bfloat16 row
         cast to float32 and quantized to 4 bits reads more than it makes)."""
         own = self.nbytes // max(self.length, 1)
         return max(1, own, *(source.row_bytes for source in self._sources))
+
+    @property
+    def held(self) -> bool:
+        """Whether its values come from a tensor the process holds (a module's weight in memory), not
+        from a checkpoint read as it is written: a whole copy of a held weight adds to the weights
+        already in memory, while a streamed weight is the only one in memory as it is written."""
+        return self._held or any(source.held for source in self._sources)
 
     @property
     def reads_whole(self) -> bool:
@@ -123,8 +149,28 @@ class LazyWeight(ir.LazyTensor):
         from onnx_ir.tensor_adapters import TorchTensor
 
         for start, stop in self.chunks():
-            TorchTensor(self.rows(start, stop).contiguous()).tofile(file)
+            made = _into_scratch(self._rows(start, stop), self.torch_dtype) if self._views else None
+            rows = self.rows(start, stop).contiguous() if made is None else self._checked(made, start, stop)
+            TorchTensor(rows).tofile(file)
         _worked(self.row_bytes * self.length)
+
+
+_scratch: list[torch.Tensor] = []  # the buffer rows are made in as they are written, once made
+
+
+def _into_scratch(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """``values`` cast to ``dtype`` and contiguous in a buffer reused from one run of rows (and one weight)
+    to the next, which :meth:`LazyWeight.tofile` writes before it makes the next: a fresh buffer of
+    64 MiB costs 4x its copy in page faults (measured). ``None`` where ``values`` need no copy, or
+    are bigger than two chunks (the buffer is kept until :func:`release_freed_memory`)."""
+    import torch
+
+    nbytes = values.numel() * dtype.itemsize
+    if (values.dtype == dtype and values.is_contiguous()) or nbytes > 2 * LazyWeight.chunk_bytes:
+        return None
+    if not _scratch or _scratch[0].numel() < nbytes:
+        _scratch[:] = [torch.empty(nbytes, dtype=torch.uint8)]
+    return _scratch[0][:nbytes].view(dtype).view(values.shape).copy_(values)
 
 
 TRIM_EVERY = 512 * 2**20
@@ -149,6 +195,7 @@ def release_freed_memory() -> None:
     large freed blocks for reuse, so a process that computes one weight after another would grow by
     its largest weights' working memory (measured: 0.5B int4, a peak of 1.58 GB without, 0.84 GB
     with). Nothing on another C library."""
+    _scratch.clear()
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
@@ -178,15 +225,17 @@ def lazy(tensor: Any, name: str | None = None) -> LazyWeight:
     if isinstance(tensor, torch.Tensor):
         if tensor.device.type == "meta":
             raise WeightsError(f"weight {name!r} is on the meta device: it has no values to write")
-        held = tensor.detach()
-        return LazyWeight(lambda a, b: _slice(held, a, b), held.dtype, held.shape, name=name, how="in memory")
+        kept = tensor.detach()
+        return LazyWeight(
+            lambda a, b: _slice(kept, a, b), kept.dtype, kept.shape, name=name, how="in memory", held=True
+        )
     source = tensor
     dtype = to_torch_dtype(source.dtype)
 
     def read(start: int, stop: int) -> torch.Tensor:
         return _slice(_as_torch(source), start, stop)
 
-    return LazyWeight(read, dtype, list(source.shape), name=name or source.name, how="an onnx_ir tensor")
+    return LazyWeight(read, dtype, list(source.shape), name=name or source.name, how="an onnx_ir tensor", held=True)
 
 
 def _as_torch(tensor: ir.TensorProtocol) -> torch.Tensor:
@@ -198,6 +247,15 @@ def _as_torch(tensor: ir.TensorProtocol) -> torch.Tensor:
     dtype = to_torch_dtype(tensor.dtype)
     raw = np.frombuffer(tensor.tobytes(), dtype=np.uint8).copy()
     return torch.from_numpy(raw).view(dtype).reshape(list(tensor.shape))
+
+
+def _dense(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``values`` cast to ``dtype`` and contiguous, in one copy (none if they already are)."""
+    import torch
+
+    if values.dtype == dtype and values.is_contiguous():
+        return values
+    return torch.empty(values.shape, dtype=dtype).copy_(values)
 
 
 def _slice(tensor: torch.Tensor, start: int, stop: int) -> torch.Tensor:
@@ -212,35 +270,54 @@ def cast(weight: Any, dtype: torch.dtype, name: str | None = None) -> LazyWeight
     source = lazy(weight)
     if source.torch_dtype == dtype:
         return source
+
+    def view(start: int, stop: int) -> torch.Tensor:  # the cast left to the copy that makes the rows
+        values = source.view(start, stop)
+        return values if values.dtype == source.torch_dtype else _dense(values, source.torch_dtype)
+
     return LazyWeight(
-        lambda a, b: source.rows(a, b).to(dtype),
+        view,
         dtype,
         list(source.shape),
         name=name or source.name,
         how=f"{source.how}, cast to {dtype}",
         sources=[source],
+        views=True,
     )
 
 
 def transpose(weight: Any, perm: Sequence[int], name: str | None = None) -> LazyWeight:
     """``weight`` stored with its dims permuted by ``perm`` (the whole source is read for each run
-    of rows that is not along its own first dim: for weights small enough to transpose)."""
-    source = lazy(weight)
+    of rows that is not along its own first dim: for weights small enough to transpose). A
+    transpose of a transpose permutes the first source once (none: the source itself, renamed), and
+    a 2-D transpose of a concatenation concatenates the parts transposed: MatMulNBits quantizes the
+    ``(N, K)`` rows of a weight stored ``(K, N)`` for MatMul from the checkpoint's own rows."""
+    source = outer = lazy(weight)
     perm = [int(p) for p in perm]
+    if source.transposed is not None:  # a transpose of a transpose: one permutation of the first source
+        source, first = source.transposed
+        perm = [first[p] for p in perm]
+        if perm == sorted(perm):
+            return source.named(name or outer.name)
+    elif source.parts is not None and len(perm) == 2 and perm == [1, 0]:  # (A | B)^T: A^T over B^T
+        parts, axis = source.parts
+        return concat([transpose(part, perm) for part in parts], 1 - axis, name=name or outer.name)
     shape = [source.shape[p] for p in perm]
     if perm and perm[0] == 0:
 
         def read(start: int, stop: int) -> torch.Tensor:
-            return source.rows(start, stop).permute(perm)
+            return source.view(start, stop).permute(perm)
     else:
 
         def read(start: int, stop: int) -> torch.Tensor:
-            return _slice(source.torch().permute(perm), start, stop)
+            return _slice(source.view(0, source.length).permute(perm), start, stop)
 
-    return LazyWeight(
+    made = LazyWeight(
         read, source.torch_dtype, shape, name=name or source.name, how=f"transpose(perm={perm})",
-        sources=[source], whole=not (perm and perm[0] == 0),
+        sources=[source], whole=not (perm and perm[0] == 0), views=True,
     )  # fmt: skip
+    made.transposed = (source, tuple(perm))
+    return made
 
 
 def concat(weights: Sequence[Any], axis: int, name: str | None = None) -> LazyWeight:
@@ -262,15 +339,30 @@ def concat(weights: Sequence[Any], axis: int, name: str | None = None) -> LazyWe
             at += part.length
 
         def read(start: int, stop: int) -> torch.Tensor:
-            pieces = [p.rows(max(start, a) - a, min(stop, b) - a) for a, b, p in offsets if a < stop and start < b]
-            return torch.cat(pieces, 0) if len(pieces) != 1 else pieces[0]
+            pieces = [(a, p.view(max(start, a) - a, min(stop, b) - a)) for a, b, p in offsets if a < stop and start < b]
+            if len(pieces) == 1:
+                return pieces[0][1]
+            made = torch.empty([stop - start, *shape[1:]], dtype=first.torch_dtype)
+            for a, piece in pieces:  # each part copied (and cast, transposed) once, into its place
+                at = max(start, a) - start
+                made[at : at + len(piece)].copy_(piece)
+            return made
     else:
 
         def read(start: int, stop: int) -> torch.Tensor:
-            return torch.cat([p.rows(start, stop) for p in parts], axis)
+            made = torch.empty([stop - start, *shape[1:]], dtype=first.torch_dtype)
+            at = 0
+            for part in parts:  # each part copied (and cast, transposed) once, into its place
+                width = int(part.shape[axis])
+                made.narrow(axis, at, width).copy_(part.view(start, stop))
+                at += width
+            return made
 
     names = ", ".join(str(p.name) for p in parts)
-    return LazyWeight(read, first.torch_dtype, shape, name=name, how=f"concat([{names}], axis={axis})", sources=parts)
+    how = f"concat([{names}], axis={axis})"
+    made = LazyWeight(read, first.torch_dtype, shape, name=name, how=how, sources=parts, views=True)
+    made.parts = (tuple(parts), axis)
+    return made
 
 
 def scaled(weight: Any, factors: Any, axis: int, groups: int = 1, name: str | None = None) -> LazyWeight:

@@ -7,8 +7,8 @@ work a whole-graph view removes. Each step is an ``onnx_ir`` pass;
   ``Transpose(weight)`` would replace a weight by an anonymous copy, and users
   look weights up by name. Non-persistent buffers and lifted constants are folded.
 - Batch norm folded into the convolution (or Gemm) before it, and (after the
-  packs' rewrite rules, :class:`FoldWeightTransposes`) a weight read only
-  through a Transpose stored transposed, the folded weight keeping the name of
+  lean pass, before the packs' rewrite rules, :class:`FoldWeightTransposes`) a
+  weight read only through a Transpose stored transposed, the folded weight keeping the name of
   the one it replaces and the model's metadata saying how each was computed
   (``fold_weights=False`` keeps every weight as the ``state_dict`` has it).
 - A few exact rewrites, repeated until none fires (onnxscript's rules where it
@@ -329,13 +329,15 @@ def fold_batch_norm(model: ir.Model) -> dict[str, str]:
 
 
 TRANSPOSE_FOLD_MAX_BYTES = 16 * 2**20
-"""Weights up to this size are stored transposed (:func:`fold_weight_transposes`); a larger one
-keeps its Transpose, which ONNX Runtime folds at load: transposing it when the model is saved
-would hold another copy of it, and a big model's peak memory is the weights plus that copy."""
+"""Weights held in memory up to this size are stored transposed (:func:`fold_weight_transposes`); a
+larger one keeps its Transpose, which ONNX Runtime folds at load: transposing it when the model is
+saved would hold another copy of it, and a big model's peak memory is the weights plus that copy.
+A weight streamed from a checkpoint (``weights=``, ``opreg llm export``) is stored transposed at any
+size: it is the only weight in memory while it is written."""
 
 
 def fold_weight_transposes(model: ir.Model, weights: frozenset[str]) -> dict[str, str]:
-    """Store each weight (up to :data:`TRANSPOSE_FOLD_MAX_BYTES`) that is read only through one
+    """Store each weight (held in memory: up to :data:`TRANSPOSE_FOLD_MAX_BYTES`) that is read only through one
     ``Transpose`` already transposed, under its own name, and drop the node: a Linear on a 3-D
     input reads ``Transpose(W)``, which torch.onnx folds into a new anonymous tensor and ONNX
     Runtime otherwise folds at every session creation. The transposed data is made when the model
@@ -353,7 +355,7 @@ def fold_weight_transposes(model: ir.Model, weights: frozenset[str]) -> dict[str
         if len(weight.uses()) != 1 or weight.is_graph_output() or weight.is_graph_input():
             continue
         source = weight.const_value
-        if source.nbytes > TRANSPOSE_FOLD_MAX_BYTES:
+        if source.nbytes > TRANSPOSE_FOLD_MAX_BYTES and lazy_weights.lazy(source).held:
             continue
         rank = len(source.shape)
         perm = list(node.attributes.get_ints("perm", list(reversed(range(rank)))))
