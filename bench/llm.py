@@ -24,7 +24,9 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
    (logits and cache); 64 greedy tokens from a plain ONNX Runtime loop against eager ``generate``
    (fp32) and opreg's int4 against the builder's int4.
 4. Latency: ONNX Runtime sessions (CPU, 1 thread, thread CPU time, interleaved rounds) for a decode
-   step at past 128 and 1024 and a 128-token prompt; the median over rounds of opreg / builder.
+   step at past 128 and 1024 and a 128-token prompt; the median over rounds of opreg / builder. The
+   rounds are split between one fresh process per folder, each loading the folders in a rotated
+   order (the session loaded first can run slower).
 5. Ablation (``--ablation``, 55M): opreg without each of the pack's rewrites that fired.
 6. ONNX Runtime GenAI: ``Model(folder)`` and a greedy ``Generator`` (1 thread), each folder in a
    fresh process: new tokens per CPU second of the process for 128 tokens after a 128-token prompt,
@@ -376,6 +378,36 @@ def latency(runners: dict[str, Runner], rounds: int) -> dict[str, dict[str, Timi
         times = round_times(sessions, inputs, rounds, 5 if seq == 1 else 1)
         result[label] = {name: Timing(values) for name, values in times.items()}
     return result
+
+
+def latency_rotated(folders: dict[str, Path], rounds: int) -> dict[str, dict[str, Timing]]:
+    """:func:`latency` in one fresh process per folder (see :func:`latency_child`), each loading the folders in
+    a rotated order, ``rounds`` split between them; each case's rounds pooled, so a ratio's median is over every
+    child's rounds. In one process holding several sessions the one loaded first can run slower, the same
+    folder too (issue 36), so no folder is always loaded first."""
+    names = list(folders)
+    result: dict[str, dict[str, Timing]] = {}
+    for index in range(len(names)):
+        order = names[index:] + names[:index]
+        share = rounds // len(names) + (index < rounds % len(names))
+        request = json.dumps({"rounds": max(share, 1), "folders": [[name, str(folders[name])] for name in order]})
+        done = subprocess.run([sys.executable, __file__, "--latency-child", request], check=False,
+                              capture_output=True, text=True)  # fmt: skip
+        if done.returncode:
+            raise SystemExit(f"latency in order {order} failed:\n{done.stderr}")
+        for label, times in json.loads(done.stdout.splitlines()[-1]).items():
+            for name, values in times.items():
+                result.setdefault(label, {}).setdefault(name, Timing([])).rounds.extend(values)
+    return result
+
+
+def latency_child(request: str) -> None:
+    """Part 4's child: the folders of ``request`` (JSON: ``rounds`` and ``folders``, ``[name, path]`` pairs)
+    loaded in its order and timed by :func:`latency`; prints each case's per-round seconds as JSON."""
+    task = json.loads(request)
+    runners = {name: Runner(Path(folder)) for name, folder in task["folders"]}
+    result = latency(runners, task["rounds"])
+    print(json.dumps({label: {name: t.rounds for name, t in times.items()} for label, times in result.items()}))
 
 
 def print_latency(title: str, result: dict[str, dict[str, Timing]], pairs) -> None:
@@ -952,6 +984,7 @@ def main() -> None:
     parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--breakdown-child", nargs=2, type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--genai-child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--latency-child", help=argparse.SUPPRESS)
     parser.add_argument("--without", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--skip-norm", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("flags", nargs="*", help=argparse.SUPPRESS)
@@ -961,6 +994,9 @@ def main() -> None:
         return
     if args.genai_child:
         genai_child(args.genai_child)
+        return
+    if args.latency_child:
+        latency_child(args.latency_child)
         return
     if args.breakdown_child:
         logging.disable(logging.WARNING)
@@ -983,15 +1019,16 @@ def main() -> None:
         print_builds(made)
         runners = {row: Runner(build.folder) for row, build in made.items()}
         correctness(source, runners)
-        result = latency(runners, args.rounds)
+        del runners
+        result = latency_rotated({row: build.folder for row, build in made.items()}, args.rounds)
         print_latency(
             f"4. Latency at 1 thread (thread CPU time; the median ms over {args.rounds} interleaved rounds, and the "
-            "median [p10, p90] over rounds of opreg / builder in the round)",
+            f"median [p10, p90] over rounds of opreg / builder in the round; the rounds split between {len(made)} "
+            "fresh processes, each loading the folders in a rotated order)",
             result, PAIRS,
         )  # fmt: skip
         if args.ablation and name == "55M":
             ablation(source, work, made, args.rounds)
-        del runners
         if args.genai_rounds:
             genai(made, args.genai_rounds)
         if args.breakdown:
