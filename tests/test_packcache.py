@@ -482,3 +482,60 @@ def test_an_edited_pack_is_read_again_by_a_build(tmp_path, monkeypatch, caplog):
     finally:
         sys.modules.pop("opreg_testpack_edited", None)
         opreg.plugins.clear_cache()
+
+
+LATE_PACK = """import sys
+
+import opreg
+from onnxscript.onnx_opset import opset18 as op
+
+OPREG_API_VERSION = 1
+
+
+@opreg.impl("opregtest_late::twice")
+def late_twice(x):
+    return op.Add(x, x)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register_module(sys.modules[__name__])
+"""
+
+
+def test_an_impl_cached_before_its_op_was_defined_is_checked_once_torch_knows_the_op(tmp_path, monkeypatch, caplog):
+    """A pack's custom op defined with ``torch.library`` only after a build (as torchvision's are when a
+    model's module is imported): the next build checks the impl against the schema instead of taking
+    the cache's "not checked"."""
+    import torch
+
+    source, site = tmp_path / "src", tmp_path / "site"
+    (source / "opreg_testpack_late").mkdir(parents=True)
+    (source / "opreg_testpack_late" / "__init__.py").write_text(LATE_PACK)
+    info = site / "opreg_testpack_late-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: opreg-testpack-late\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[opreg.plugins]\nlate = opreg_testpack_late\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(source))
+
+    def late() -> opreg.Impl:
+        sys.modules.pop("opreg_testpack_late", None)
+        opreg.plugins.clear_cache()
+        caplog.clear()
+        with caplog.at_level("DEBUG", logger="opreg"):
+            (impl,) = opreg.plugins.build(plugins=["late"], exclude=["core"]).registry.impls("opregtest_late::twice")
+        return impl
+
+    library = None
+    try:
+        assert not late().schema_checked
+        assert not late().schema_checked and "1 of 1 impls as the pack cache knew them" in caplog.text
+        library = torch.library.Library("opregtest_late", "DEF")
+        library.define("twice(Tensor x) -> Tensor")
+        assert late().schema_checked and "0 of 1 impls as the pack cache knew them" in caplog.text
+    finally:
+        if library is not None:
+            library._destroy()
+        sys.modules.pop("opreg_testpack_late", None)
+        opreg.plugins.clear_cache()

@@ -65,10 +65,13 @@ class Known:
 
 
 def _same_declaration(known: Impl, arguments: Mapping[str, Any]) -> bool:
-    """Whether ``arguments`` (``register``'s keywords) declare what ``known`` was registered with."""
+    """Whether ``arguments`` (``register``'s keywords) declare what ``known`` was registered with.
+    An impl whose op had no torch schema then is read again if the op has one now (a pack's ops
+    defined with ``torch.library`` when a model's module is imported), so that it is checked."""
     opset, domains = arguments["opset"], arguments["domains"]
     return (
         known.params is not None
+        and (known.schema_checked or not _schema_defined(known.op))
         and not known.override
         and known.convention == "opreg"
         and known.priority == arguments["priority"]
@@ -82,6 +85,16 @@ def _same_declaration(known: Impl, arguments: Mapping[str, Any]) -> bool:
             == tuple(sorted((normalize_domain(d), VersionRange.of(v)) for d, v in domains.items()))
         )
     )
+
+
+def _schema_defined(op: OpName) -> bool:
+    """Whether torch knows ``op``'s schema now (an op it cannot name is read again, to say why)."""
+    from opreg._inspect import torch_schema
+
+    try:
+        return torch_schema(op) is not None
+    except Exception:  # the full read reports it
+        return True
 
 
 class Registrar:
