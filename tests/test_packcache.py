@@ -439,18 +439,25 @@ def opreg_register_ops(registry):
 """
 
 
+def editable_pack(tmp_path: Path, monkeypatch, name: str) -> Path:
+    """An installed pack ``name`` (entry point ``name = opreg_testpack_NAME``) whose code lives in a
+    folder on ``sys.path``, as an editable install's does: the returned package folder, empty."""
+    source, site = tmp_path / "src", tmp_path / "site"
+    module = source / f"opreg_testpack_{name}"
+    module.mkdir(parents=True)
+    info = site / f"opreg_testpack_{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: opreg-testpack-{name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[opreg.plugins]\n{name} = opreg_testpack_{name}\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(source))
+    return module
+
+
 def test_an_edited_pack_is_read_again_by_a_build(tmp_path, monkeypatch, caplog):
     """The same impl (op, name, declaration), its code edited: the build reads it again, never the
     cache's requirement or parameters from before the edit."""
-    source, site = tmp_path / "src", tmp_path / "site"
-    module = source / "opreg_testpack_edited"
-    module.mkdir(parents=True)
-    info = site / "opreg_testpack_edited-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: opreg-testpack-edited\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[opreg.plugins]\nedited = opreg_testpack_edited\n")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.syspath_prepend(str(source))
+    module = editable_pack(tmp_path, monkeypatch, "edited")
 
     def build(version: int, extra: str = "", padding: str = "") -> opreg.Registry:
         text = EDITED_PACK.format(version=version, extra=extra, padding=padding)
@@ -509,15 +516,7 @@ def test_an_impl_cached_before_its_op_was_defined_is_checked_once_torch_knows_th
     the cache's "not checked"."""
     import torch
 
-    source, site = tmp_path / "src", tmp_path / "site"
-    (source / "opreg_testpack_late").mkdir(parents=True)
-    (source / "opreg_testpack_late" / "__init__.py").write_text(LATE_PACK)
-    info = site / "opreg_testpack_late-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: opreg-testpack-late\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[opreg.plugins]\nlate = opreg_testpack_late\n")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.syspath_prepend(str(source))
+    (editable_pack(tmp_path, monkeypatch, "late") / "__init__.py").write_text(LATE_PACK)
 
     def late() -> opreg.Impl:
         sys.modules.pop("opreg_testpack_late", None)
