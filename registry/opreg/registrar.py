@@ -93,7 +93,7 @@ def _schema_defined(op: OpName) -> bool:
 
     try:
         return torch_schema(op) is not None
-    except Exception:  # the full read reports it
+    except RegistrationError:  # the full read reports it
         return True
 
 
