@@ -60,6 +60,7 @@ import importlib.metadata
 import json
 import logging
 import os
+import stat
 import sys
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -286,13 +287,50 @@ def _package_files(roots: tuple[str, ...]) -> set[str]:
 
 
 def _module_files(roots: tuple[str, ...]) -> set[str]:
-    """Files of the imported modules that are neither standard library nor installed copies."""
+    """Files of the imported modules that are neither standard library nor installed copies. A process
+    that exported has thousands of modules in a few hundred folders: each folder's real path is found
+    once, from its parent's (a real path of its own looks at every part of the path)."""
     files = set()
+    folders: dict[str, str] = {}
     for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if isinstance(path, str) and os.path.isfile(path) and _outside(path, roots):
-            files.add(path)
+        # from the module's namespace: a lazy module's __getattr__ may import for a name it lacks
+        path = getattr(module, "__dict__", {}).get("__file__")
+        if isinstance(path, str):
+            real = _real_file(path, folders)
+            if real is not None and not real.startswith(roots):
+                files.add(path)
     return files
+
+
+def _real_file(path: str, folders: dict[str, str]) -> str | None:
+    """``os.path.realpath(path)`` if ``path`` is a file (or a link to one), else ``None``. ``folders``:
+    the real paths of the folders seen so far, taken and kept."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISLNK(mode):
+        return os.path.realpath(path) if os.path.isfile(path) else None
+    if not stat.S_ISREG(mode):
+        return None
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(_real_folder(folder, folders), name)
+
+
+def _real_folder(folder: str, folders: dict[str, str]) -> str:
+    """``os.path.realpath`` of an absolute, normalized ``folder``: its parent's real path and its name,
+    unless it is a link (then followed in full)."""
+    real = folders.get(folder)
+    if real is None:
+        parent, name = os.path.split(folder)
+        if not name or parent == folder:
+            real = folder
+        elif os.path.islink(folder):
+            real = os.path.realpath(folder)
+        else:
+            real = os.path.join(_real_folder(parent, folders), name)
+        folders[folder] = real
+    return real
 
 
 # -- entries -----------------------------------------------------------------------------------
