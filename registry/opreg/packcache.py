@@ -560,7 +560,7 @@ def write(selection: Selection, declared: Declared, before: list[list[Any]], dir
         fd, tmp = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=directory)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(entry, f)
+                f.write(json.dumps(entry))  # one string: json.dump encodes piece by piece, in Python
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
