@@ -120,6 +120,7 @@ def test_the_opreg_command_freezes_its_objects_before_the_process_exits():
 FULL_COLLECTIONS_AT = """
 import gc, importlib, sys, threading
 import opreg
+import opreg._heap  # small, but compiled anew where bytecode is not written: its compilation alone may collect
 
 keep = [[i] for i in range(100_000)]  # objects made to last: a full collection comes due
 gc.set_threshold(100, 1, 1)

@@ -303,34 +303,26 @@ def _module_files(roots: tuple[str, ...]) -> set[str]:
 
 
 def _real_file(path: str, folders: dict[str, str]) -> str | None:
-    """``os.path.realpath(path)`` if ``path`` is a file (or a link to one), else ``None``. ``folders``:
-    the real paths of the folders seen so far, taken and kept."""
+    """``os.path.realpath(path)`` if ``path`` is a file (or a link to one), else ``None``; ``folders``
+    keeps the real paths of the folders seen."""
     try:
         mode = os.lstat(path).st_mode
     except (OSError, ValueError):
         return None
     if stat.S_ISLNK(mode):
         return os.path.realpath(path) if os.path.isfile(path) else None
-    if not stat.S_ISREG(mode):
-        return None
     folder, name = os.path.split(os.path.abspath(path))
-    return os.path.join(_real_folder(folder, folders), name)
+    return os.path.join(_real_folder(folder, folders), name) if stat.S_ISREG(mode) else None
 
 
 def _real_folder(folder: str, folders: dict[str, str]) -> str:
     """``os.path.realpath`` of an absolute, normalized ``folder``: its parent's real path and its name,
     unless it is a link (then followed in full)."""
-    real = folders.get(folder)
-    if real is None:
+    if folder not in folders:
         parent, name = os.path.split(folder)
-        if not name or parent == folder:
-            real = folder
-        elif os.path.islink(folder):
-            real = os.path.realpath(folder)
-        else:
-            real = os.path.join(_real_folder(parent, folders), name)
-        folders[folder] = real
-    return real
+        whole = not name or os.path.islink(folder)  # the root, or a link
+        folders[folder] = os.path.realpath(folder) if whole else os.path.join(_real_folder(parent, folders), name)
+    return folders[folder]
 
 
 # -- entries -----------------------------------------------------------------------------------
