@@ -604,8 +604,43 @@ def ablation(source: Path, work: Path, made: dict[str, Build], rounds: int) -> N
             subprocess.run([sys.executable, __file__, "--export", str(source), str(folder), *option, *extra],
                            check=True, capture_output=True)  # fmt: skip
             variants[f"{row} {label}"] = (folder, row, made[row].folder)
+        folder = work / f"ablation_{row.replace(' ', '_')}_unpadded"
+        without_padding_inputs(made[row].folder, folder)
+        variants[f"{row} without the left-padding inputs"] = (folder, row, made[row].folder)
     print_beside(variants, rounds)
     print()
+
+
+PADDING_INPUTS = {9: "position_ids", 10: "attention_bias", 11: "head_sink"}
+"""GroupQueryAttention's inputs (by slot) that make opreg's decoder exact on a left-padded batch, which the
+builder's lacks (part 3); without them a row's positions and keys are counted from the mask's first column."""
+
+
+def without_padding_inputs(folder: Path, out: Path) -> None:
+    """A copy of ``folder`` (its weights hard-linked) whose GroupQueryAttentions read none of
+    :data:`PADDING_INPUTS`, without the ``position_ids`` input: what the exactness on left padding costs (the
+    copy is exact only on batches without padding)."""
+    import onnx
+    import onnx_ir as ir
+    import onnx_ir.passes.common
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for file in folder.iterdir():
+        (os.link if file.suffix == ".data" else shutil.copy)(file, out / file.name)
+    config = json.loads((out / "genai_config.json").read_text())
+    positions = config["model"]["decoder"]["inputs"].pop("position_ids", None)
+    model = ir.load(out / "model.onnx")
+    for node in model.graph:
+        if node.op_type == "GroupQueryAttention":
+            for slot in PADDING_INPUTS:
+                if slot < len(node.inputs):
+                    node.replace_input_with(slot, None)
+    for value in [v for v in model.graph.inputs if v.name == positions]:
+        model.graph.inputs.remove(value)
+    ir.passes.common.RemoveUnusedNodesPass()(model)
+    onnx.save(ir.to_proto(model), out / "model.onnx")  # the weights' references kept, into the linked file
+    (out / "genai_config.json").write_text(json.dumps(config, indent=4))
 
 
 def _fired(path: Path) -> list[str]:
