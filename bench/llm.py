@@ -27,12 +27,15 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
    step at past 128 and 1024 and a 128-token prompt; the median over rounds of opreg / builder. The
    rounds are split between one fresh process per folder, each loading the folders in a rotated
    order (the session loaded first can run slower).
-5. Ablation (``--ablation``, 55M): opreg without each of the pack's rewrites that fired, and with
-   SkipSimplifiedLayerNormalization, each timed beside its full export as part 4 times (fresh
-   processes, each loading the two folders in a rotated order): the median [p10, p90] of the ratios.
+5. Ablation (``--ablation``, 55M): opreg without each of the pack's rewrites that fired, with
+   SkipSimplifiedLayerNormalization, and without the inputs that make it exact on left padding
+   (GroupQueryAttention's ``position_ids``, ``attention_bias``, ``head_sink``), each timed beside
+   its full export as part 4 times (fresh processes, each loading the two folders in a rotated
+   order): the median [p10, p90] of the ratios; a control row times opreg's folder beside itself.
 6. ONNX Runtime GenAI: ``Model(folder)`` and a greedy ``Generator`` (1 thread), each folder in a
    fresh process: new tokens per CPU second of the process for 128 tokens after a 128-token prompt
-   (the median of 3 generations after an untimed one), the median of interleaved rounds.
+   (the median of 3 generations after an untimed one), the median of rounds in which each compared
+   pair runs back to back, each first in turn.
 7. Accuracy (``--accuracy``; alone with ``--models ""``): a small Llama trained briefly; opreg's
    folders (``opreg llm export``, fp32 and ``--precision int4``/``int8`` at their defaults, and int4
    at the builder's settings, ``--block-size 32``) and the builder's int4: top-1 agreement with
@@ -44,8 +47,8 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
    layer of each kind captured (the default), for comparison with templates from layer 1 on (the
    plan before) and all layers captured, and with ``--no-streaming``.
 9. Quantization settings (``--settings``, 55M): int4 and int8 with each default (blocks of 128,
-   symmetric, accuracy level 4) changed, timed against the default as part 5 times; with ``--accuracy``, their
-   accuracy on the trained model too.
+   symmetric, accuracy level 4) changed, timed against the default as part 5 times; with
+   ``--accuracy``, their accuracy on the trained model too.
 """
 
 from __future__ import annotations
@@ -526,7 +529,8 @@ def genai(made: dict[str, Build], rounds: int) -> None:
     print(f"6. ONNX Runtime GenAI: new tokens per CPU second of the process, {PROMPT} new tokens after a "
           f"{PROMPT}-token prompt (greedy, each folder's own genai_config.json with 1 thread, each folder in a "
           f"fresh process: the median of {GENERATIONS} timed generations after an untimed one; the median of {rounds} "
-          "interleaved rounds, and of the ratios to the builder's in the round [p10, p90])")  # fmt: skip
+          "rounds, each pair back to back and first in turn, and of the ratios to the builder's in the round "
+          "[p10, p90])")  # fmt: skip
     for build in made.values():
         config_path = build.folder / "genai_config.json"
         config = json.loads(config_path.read_text())
@@ -536,9 +540,9 @@ def genai(made: dict[str, Build], rounds: int) -> None:
         config_path.write_text(json.dumps(config, indent=4))
     rates: dict[str, list[float]] = {name: [] for name in made}
     tokens: dict[str, list[int]] = {}
-    names = list(made)
+    names = sorted(made, key=lambda name: GENAI_ORDER.index(name) if name in GENAI_ORDER else len(GENAI_ORDER))
     for index in range(rounds):
-        for name in names[index % len(names) :] + names[: index % len(names)]:
+        for name in names if index % 2 == 0 else names[::-1]:
             child = [sys.executable, __file__, "--genai-child", str(made[name].folder)]
             done = subprocess.run(child, check=False, capture_output=True, text=True)
             if done.returncode:
@@ -553,6 +557,9 @@ def genai(made: dict[str, Build], rounds: int) -> None:
     print()
 
 
+GENAI_ORDER = ("opreg", "builder -p fp32", "opreg -t onnx", "opreg --precision int4", "builder -p int4")
+"""Part 6's order of the processes in a round, reversed every other round: each of :data:`PAIRS` back to back,
+each first in turn (the machine's load drifts between processes further apart)."""
 GENERATIONS = 3
 """Part 6's timed generations in each child: on a shared machine one generation's rate varied by 15% between
 processes (issue 36), which a median of 3 rounds of one could not tell from a 5% difference."""
@@ -588,8 +595,8 @@ the 55M's linear weights, its untied head too, are stored (in, out) for MatMul).
 
 
 def ablation(source: Path, work: Path, made: dict[str, Build], rounds: int) -> None:
-    """opreg's fp32 and int4 exports with each of :data:`ABLATED` left out, and with
-    SkipSimplifiedLayerNormalization added, timed beside the full ones."""
+    """opreg's fp32 and int4 exports with each of :data:`ABLATED` left out, with SkipSimplifiedLayerNormalization
+    added, and without :data:`PADDING_INPUTS`, timed beside the full ones."""
     print("5. Ablation: opreg without each rewrite (and with SkipSimplifiedLayerNormalization, which the pack leaves "
           "out), ratio to the full export (above 1: the rewrite pays), median [p10, p90] over rounds split between 2 "
           "fresh processes, each loading the two folders in a rotated order")  # fmt: skip
