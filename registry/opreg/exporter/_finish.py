@@ -94,7 +94,9 @@ def finish(
     capture patches applied and the custom domains the plan ``joined`` to the target in its metadata)."""
     recorder = translation.recorder
     graph = translation.graph
-    out_spec = exported_program.call_spec.out_spec
+    in_spec, out_spec = exported_program.call_spec.in_spec, exported_program.call_spec.out_spec
+    if translation.call is not None:  # a rework widened the call beyond the capture
+        in_spec, out_spec, input_leaves = translation.call
     names = output_names(
         out_spec, len(translation.outputs), taken={v.name for v in graph.inputs} | set(graph.initializers)
     )
@@ -140,7 +142,7 @@ def finish(
         input_names=translation.input_names,
         input_leaves=input_leaves,
         outputs=slots,
-        in_spec=exported_program.call_spec.in_spec,
+        in_spec=in_spec,
         out_spec=out_spec,
         checked=check(model),
         state=state,
