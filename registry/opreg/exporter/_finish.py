@@ -93,10 +93,8 @@ def finish(
     :func:`export_passes`; ``strict``: a faulty rewrite fails the export instead of being left out; the
     capture patches applied and the custom domains the plan ``joined`` to the target in its metadata)."""
     recorder = translation.recorder
-    graph = translation.graph
-    in_spec, out_spec = exported_program.call_spec.in_spec, exported_program.call_spec.out_spec
-    if translation.call is not None:  # a rework widened the call beyond the capture
-        in_spec, out_spec, input_leaves = translation.call
+    graph, spec = translation.graph, exported_program.call_spec
+    in_spec, out_spec, input_leaves = translation.call or (spec.in_spec, spec.out_spec, input_leaves)  # widened?
     names = output_names(
         out_spec, len(translation.outputs), taken={v.name for v in graph.inputs} | set(graph.initializers)
     )
