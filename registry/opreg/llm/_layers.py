@@ -247,7 +247,7 @@ def export_repeated(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, A
             continue
         tried.add((candidate.prefix, candidate.templates))
         try:
-            with prefix_only(getattr(module, ROOT), candidate), trim_or_not(trim, candidate) as trimmed:
+            with prefix_only(getattr(module, ROOT), candidate), _trimmed(trim, candidate) as trimmed:
                 rework = functools.partial(_rework, plan=candidate, lazy=lazy, trimmed=trimmed)
                 if trimmed is not None:
                     return export(module, args, trimmed.kwargs, trimmed.settings, rework=rework)
@@ -259,7 +259,8 @@ def export_repeated(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, A
 
 
 @contextlib.contextmanager
-def trim_or_not(trim: Trim | None, plan: LayerPlan) -> Iterator[Trimmed | None]:
+def _trimmed(trim: Trim | None, plan: LayerPlan) -> Iterator[Trimmed | None]:
+    """``trim(plan)``'s trimmed call while the block runs; ``None`` without ``trim``."""
     if trim is None:
         yield None
         return
@@ -301,7 +302,7 @@ def repeat_layers(
     outputs added as copies of its template (:class:`NotRepeatable` where the graph is not of
     the shape this needs). ``lazy``: the lazy value of each ``meta``-device weight by its name in
     the captured module (:func:`opreg.weights.bind`), for a model streamed from its checkpoint.
-    ``call``: the whole call's specs (:attr:`Trimmed.call`), for a translation :func:`_widened`."""
+    ``call``: the whole call's ``(in_spec, out_spec, input leaves)``, for a translation :func:`_widened`."""
     graph = translation.graph
     hidden = _hidden_dependent(graph)
     captured = _captured_layers(translation, plan, hidden)
@@ -345,6 +346,9 @@ def _widened(translation: Any, plan: LayerPlan) -> Any:
     wanted = sorted(index for layer in later for index in plan.inputs[layer])
     if translation.state or wanted != list(range(len(graph.inputs), len(graph.inputs) + len(wanted))):
         raise NotRepeatable("the uncaptured layers' own inputs do not follow the captured call's")
+    outputs = sorted(index for layer in later for index in plan.outputs[layer])
+    if outputs != list(range(len(translation.outputs), len(translation.outputs) + len(outputs))):
+        raise NotRepeatable("the uncaptured layers' own outputs do not follow the captured call's")
     sources = {}
     for layer in later:
         template = plan.inputs[plan.template(layer)]
@@ -356,9 +360,6 @@ def _widened(translation: Any, plan: LayerPlan) -> Any:
         value = ir.Value(name=f"{source.name}__{layer}", type=source.type, shape=source.shape)
         graph.inputs.append(value)
         names.append(value.name)
-    outputs = sorted(index for layer in later for index in plan.outputs[layer])
-    if outputs != list(range(len(translation.outputs), len(translation.outputs) + len(outputs))):
-        raise NotRepeatable("the uncaptured layers' own outputs do not follow the captured call's")
     return dataclasses.replace(translation, input_names=names, outputs=[*translation.outputs, *[None] * len(outputs)])
 
 
