@@ -67,6 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.big_streaming import measured, write_checkpoint
 from bench.ort_contrib import Kernel, _model, _quiet, part_kernels, round_times
+from bench.rotated import Timing, rotated
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 512, 8, 8, 2, 1376, 32000
 """The 55M Llama's sizes (part 1's kernels are timed at these)."""
@@ -349,21 +350,6 @@ def correctness(source: Path, runners: dict[str, Runner]) -> None:
 # -- part 4: latency ---------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Timing:
-    """One session's seconds per run in each interleaved round of a case."""
-
-    rounds: list[float]
-
-    @property
-    def median(self) -> float:
-        return float(np.median(self.rounds))
-
-    def ratios(self, other: Timing) -> np.ndarray:
-        """This session's time over ``other``'s in each round: each pair ran back to back, under the same load."""
-        return np.array(self.rounds) / np.array(other.rounds)
-
-
 def latency(runners: dict[str, Runner], rounds: int) -> dict[str, dict[str, Timing]]:
     """Each runner's session timed in each of :data:`CASES`, in interleaved rounds."""
     result: dict[str, dict[str, Timing]] = {}
@@ -381,33 +367,15 @@ def latency(runners: dict[str, Runner], rounds: int) -> dict[str, dict[str, Timi
 
 
 def latency_rotated(folders: dict[str, Path], rounds: int) -> dict[str, dict[str, Timing]]:
-    """:func:`latency` in one fresh process per folder (see :func:`latency_child`), each loading the folders in
-    a rotated order, ``rounds`` split between them; each case's rounds pooled, so a ratio's median is over every
-    child's rounds. In one process holding several sessions the one loaded first can run slower, the same
-    folder too (issue 36), so no folder is always loaded first."""
-    names = list(folders)
-    result: dict[str, dict[str, Timing]] = {}
-    for index in range(len(names)):
-        order = names[index:] + names[:index]
-        share = rounds // len(names) + (index < rounds % len(names))
-        request = json.dumps({"rounds": max(share, 1), "folders": [[name, str(folders[name])] for name in order]})
-        done = subprocess.run([sys.executable, __file__, "--latency-child", request], check=False,
-                              capture_output=True, text=True)  # fmt: skip
-        if done.returncode:
-            raise SystemExit(f"latency in order {order} failed:\n{done.stderr}")
-        for label, times in json.loads(done.stdout.splitlines()[-1]).items():
-            for name, values in times.items():
-                result.setdefault(label, {}).setdefault(name, Timing([])).rounds.extend(values)
-    return result
+    """:func:`latency` in one fresh process per folder, each loading the folders in a rotated order, the rounds
+    split between them and pooled (:func:`bench.rotated.rotated`): in one process holding several sessions the
+    one loaded first can run slower, the same folder too (issue 36), so no folder is always loaded first."""
+    return rotated(folder_latency, folders, rounds)
 
 
-def latency_child(request: str) -> None:
-    """Part 4's child: the folders of ``request`` (JSON: ``rounds`` and ``folders``, ``[name, path]`` pairs)
-    loaded in its order and timed by :func:`latency`; prints each case's per-round seconds as JSON."""
-    task = json.loads(request)
-    runners = {name: Runner(Path(folder)) for name, folder in task["folders"]}
-    result = latency(runners, task["rounds"])
-    print(json.dumps({label: {name: t.rounds for name, t in times.items()} for label, times in result.items()}))
+def folder_latency(folders: dict[str, Path], rounds: int) -> dict[str, dict[str, Timing]]:
+    """:func:`latency` of ``folders``' runners, loaded in their order (the timer of :func:`latency_rotated`)."""
+    return latency({name: Runner(folder) for name, folder in folders.items()}, rounds)
 
 
 def print_latency(title: str, result: dict[str, dict[str, Timing]], pairs) -> None:
@@ -984,7 +952,6 @@ def main() -> None:
     parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--breakdown-child", nargs=2, type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--genai-child", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--latency-child", help=argparse.SUPPRESS)
     parser.add_argument("--without", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--skip-norm", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("flags", nargs="*", help=argparse.SUPPRESS)
@@ -994,9 +961,6 @@ def main() -> None:
         return
     if args.genai_child:
         genai_child(args.genai_child)
-        return
-    if args.latency_child:
-        latency_child(args.latency_child)
         return
     if args.breakdown_child:
         logging.disable(logging.WARNING)

@@ -17,11 +17,16 @@ pipeline's other two models come from per-model scripts). So:
 2. Latency (ONNX Runtime, 1 thread, thread CPU time, interleaved rounds) of the decoder: a prefill
    of 80 tokens of which 64 image tokens (a 224x224 image) with 3-D positions, a decode step after
    it; ratio opreg / builder at each precision. The vision encoder on that image: opreg's against
-   ``torch.onnx.export(dynamo=True)`` of the same module.
+   ``torch.onnx.export(dynamo=True)`` of the same module. The rounds are split between one fresh
+   process per model, each loading the models in a rotated order, and pooled (bench/rotated.py: in
+   one process the session loaded first can run slower, the same folder too). The control:
+   ``opreg`` and ``opreg -t onnxruntime`` are the same folder (the default target is onnxruntime),
+   so their ratio reads 1.00x when the order favours neither.
 3. Correctness: both decoders against eager PyTorch on the prefill (max abs difference of logits);
    ONNX Runtime GenAI on opreg's folder, an image and a prompt, its tokens against eager ``generate``'s.
 4. Ablation: opreg at ``target="onnxruntime"`` without each of the pack's rewrites that fired in the
-   decoder, timed beside the full export (ratio above 1: the rewrite pays).
+   decoder, timed beside the full export (ratio above 1: the rewrite pays), in two fresh processes
+   (the full export loaded first in one, last in the other).
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.llm import Build, Timing, _fired, _without
+from bench.llm import Build, _fired, _without
 from bench.ort_contrib import _quiet, round_times
-from bench.whisper import BUILDS, PAIRS, best_ms, command, print_builds, ratio, timed_builds  # the same rows
+from bench.rotated import Timing, rotated
+from bench.whisper import BUILDS, PAIRS, best_ms, command, print_builds, print_latency, ratio, timed_builds
 from tests import vision_models as vm
 
 TEXT = {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8,
@@ -132,6 +138,8 @@ def prompt_positions() -> np.ndarray:
 
 
 def latency(folders: dict[str, Path], rounds: int) -> dict[str, dict[str, Timing]]:
+    """Each folder's decoder, loaded in their order, timed on the prefill and a decode step (the timer
+    :func:`bench.rotated.rotated` runs)."""
     rng = np.random.default_rng(0)
     embeds = rng.standard_normal((1, 80, TEXT["hidden_size"]), dtype=np.float32)
     positions = prompt_positions()
@@ -154,29 +162,42 @@ def vision_latency(source: Path, folder: Path, work: Path, rounds: int) -> str:
 
     with _quiet():
         model = Qwen2_5_VLForConditionalGeneration.from_pretrained(source).eval()
-    pixels = torch.randn(int(np.prod(GRID)), 3 * 2 * 14 * 14)
-    grid = torch.tensor([GRID])
-    sessions = {"opreg": session(folder / "vision.onnx")}
+    pixels, grid = vision_inputs()
+    models = {"opreg": folder / "vision.onnx"}
     try:
         with _quiet():
             dims = {"pixel_values": {0: 4 * torch.export.Dim("tokens", min=2)}, "image_grid_thw": None}
             module = VisionStep(model, architecture_of(model)).eval()
-            program = torch.onnx.export(module, (pixels, grid), dynamo=True, dynamic_shapes=dims)
+            example = (torch.from_numpy(pixels), torch.from_numpy(grid))
+            program = torch.onnx.export(module, example, dynamo=True, dynamic_shapes=dims)
         program.save(str(work / "torch_onnx_vision.onnx"))
-        sessions["torch.onnx"] = session(work / "torch_onnx_vision.onnx")
+        models["torch.onnx"] = work / "torch_onnx_vision.onnx"
     except Exception as e:  # time opreg's alone, and say why the peer has no number
         cause = e.__cause__ or e
         failure = f"torch.onnx.export fails: {type(cause).__name__}: {str(cause).strip().splitlines()[0][:200]}"
     else:
         failure = ""
-    feeds = {name: {"pixel_values": pixels.numpy(), "image_grid_thw": grid.numpy()} for name in sessions}
-    for name, s in sessions.items():
-        feeds[name] = {i.name: v for i, v in zip(s.get_inputs(), feeds[name].values(), strict=True)}
-    times = {n: Timing(t) for n, t in round_times(sessions, feeds, rounds, 1).items()}
+    times = rotated(vision_encoder_latency, models, rounds)["vision encoder"]
     if failure:
         return f"opreg {best_ms(times['opreg']):.1f} ms; {failure}"
     return (f"opreg {best_ms(times['opreg']):.1f} ms / torch.onnx {best_ms(times['torch.onnx']):.1f} ms: "
             f"{ratio(times['opreg'], times['torch.onnx']):.2f}x")  # fmt: skip
+
+
+def vision_inputs() -> tuple[np.ndarray, np.ndarray]:
+    """The vision encoder's ``pixel_values`` (random, of a 224x224 image's patches) and ``image_grid_thw``."""
+    pixels = np.random.default_rng(3).standard_normal((int(np.prod(GRID)), 3 * 2 * 14 * 14), dtype=np.float32)
+    return pixels, np.array([GRID], np.int64)
+
+
+def vision_encoder_latency(files: dict[str, Path], rounds: int) -> dict[str, dict[str, Timing]]:
+    """Each vision encoder of ``files``, loaded in their order, on :func:`vision_inputs` (the timer
+    :func:`bench.rotated.rotated` runs)."""
+    sessions = {name: session(path) for name, path in files.items()}
+    feeds = {
+        name: dict(zip((i.name for i in s.get_inputs()), vision_inputs(), strict=True)) for name, s in sessions.items()
+    }
+    return {"vision encoder": {n: Timing(t) for n, t in round_times(sessions, feeds, rounds, 1).items()}}
 
 
 def correctness(source: Path, folders: dict[str, Path]) -> None:
@@ -225,7 +246,7 @@ def ablation(source: Path, work: Path, full: Path, rounds: int) -> None:
         folder = work / f"opreg_without_{rule}"
         subprocess.run([sys.executable, __file__, "--export", str(source), str(folder), "--without", rule],
                        check=True, capture_output=True)  # fmt: skip
-        result = latency({"full": full, rule: folder}, rounds)
+        result = rotated(latency, {"full": full, rule: folder}, rounds)
         print(
             f"| {rule} | " + " | ".join(f"{ratio(times[rule], times['full']):.2f}x" for times in result.values()) + " |"
         )
@@ -250,7 +271,7 @@ def main() -> None:
     import torch
 
     print(f"onnxruntime {onnxruntime.__version__}, onnxruntime-genai {onnxruntime_genai.__version__}, "
-          f"torch {torch.__version__}, CPU x{os.cpu_count()}\n")  # fmt: skip
+          f"torch {torch.__version__}, CPU x{os.cpu_count()}, load average {os.getloadavg()[0]:.1f}\n")  # fmt: skip
     args.work.mkdir(parents=True, exist_ok=True)
     source = qwen_checkpoint(args.work / "qwen")
     made = builds(source, args.work, list(BUILDS), args.export_rounds)
@@ -265,14 +286,12 @@ def main() -> None:
         text = result if isinstance(result, str) else f"CPU {result.cpu[0]:.1f} s, peak {result.peak_gb[0]:.2f} GB"
         print(f"\nGemma-3, {name}: {text}")
     folders = {name: b.folder for name, b in made.items()}
-    result = latency(folders, args.rounds)
-    print("\n2. Decoder latency at 1 thread (thread CPU time: the best round's ms; ratio: median over interleaved "
-          "rounds of opreg / builder)\n")  # fmt: skip
-    print("| case | " + " | ".join(f"{a} / {b}" for a, b in PAIRS) + " |\n" + "|---" * (len(PAIRS) + 1) + "|")
-    for label, times in result.items():
-        cells = [f"{best_ms(times[a]):.2f} / {best_ms(times[b]):.2f} ms: {ratio(times[a], times[b]):.2f}x"
-                 for a, b in PAIRS]  # fmt: skip
-        print(f"| {label} | " + " | ".join(cells) + " |")
+    result = rotated(latency, folders, args.rounds)
+    rounds = len(next(iter(result.values()))["opreg"].rounds)  # at least one per process
+    print(f"\n2. Decoder latency at 1 thread (thread CPU time: the best round's ms; ratio: median over {rounds} "
+          f"interleaved rounds of opreg / builder; the rounds split between {len(folders)} fresh processes, each "
+          "loading the folders in a rotated order)\n")  # fmt: skip
+    print_latency(result)
     print(f"\nVision encoder, one 224x224 image: {vision_latency(source, folders['opreg'], args.work, args.rounds)}")
     correctness(source, folders)
     print(f"- GenAI on opreg's folder: {genai_tokens(source, folders['opreg'], args.work)}")

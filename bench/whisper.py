@@ -16,12 +16,17 @@ feature extractor (nothing is downloaded). From it, in this run:
    under the same load); files' size.
 2. Latency in plain ONNX Runtime sessions (CPU, 1 thread, thread CPU time, interleaved rounds):
    the encoder on one 30 s clip, a decode step (one token) after a past of 4 and of 64 tokens;
-   ratio opreg / builder at each precision (below 1.0 opreg is faster).
+   ratio opreg / builder at each precision (below 1.0 opreg is faster). The rounds are split
+   between one fresh process per folder, each loading the folders in a rotated order, and pooled
+   (bench/rotated.py: in one process the session loaded first can run slower, the same folder
+   too). The control: ``opreg`` and ``opreg -t onnxruntime`` are the same folder (the default
+   target is onnxruntime), so their ratio reads 1.00x when the order favours neither.
 3. ONNX Runtime GenAI: each folder transcribes a synthetic sound with its own audio processing
    (greedy, 64 tokens): whether the tokens equal eager ``generate``'s (fp32) or the builder's
    folder's at the same precision.
 4. Ablation: opreg at ``target="onnxruntime"`` without each of the pack's rewrites that fired,
-   timed beside the full export (ratio above 1: the rewrite pays).
+   timed beside the full export (ratio above 1: the rewrite pays), in two fresh processes (the
+   full export loaded first in one, last in the other).
 """
 
 from __future__ import annotations
@@ -40,8 +45,9 @@ import onnxruntime
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.big_streaming import measured
-from bench.llm import Build, Timing, _fired, _without
+from bench.llm import Build, _fired, _without
 from bench.ort_contrib import _quiet, round_times
+from bench.rotated import Timing, rotated
 from tests import speech_models
 from tests.speech_models import PROMPT, PROMPT_TEXT
 
@@ -61,6 +67,8 @@ BUILDS = {
     "opreg int4": ["opreg", "-t", "onnxruntime", "--precision", "int4"],
 }
 PAIRS = (("opreg", "builder fp32"), ("opreg -t onnxruntime", "builder fp32"), ("opreg int4", "builder int4"))
+CONTROL = ("opreg", "opreg -t onnxruntime")
+"""Two builds of the same folder (the default target is onnxruntime): their ratio shows what the order costs."""
 
 
 def checkpoint(folder: Path) -> Path:
@@ -191,7 +199,7 @@ class Runner:
 def latency(runners: dict[str, Runner], rounds: int) -> dict[str, dict[str, Timing]]:
     rng = np.random.default_rng(0)
     features = rng.standard_normal((1, CONFIG["num_mel_bins"], 3000), dtype=np.float32)
-    cross = next(iter(runners.values())).cross(features)
+    cross = runners[min(runners)].cross(features)  # the same folder's, whatever the load order
     result = {}
     sessions = {name: r.encoder for name, r in runners.items()}
     feeds = {name: r.encoder_feeds(features) for name, r in runners.items()}
@@ -207,6 +215,23 @@ def latency(runners: dict[str, Runner], rounds: int) -> dict[str, dict[str, Timi
         times = round_times(sessions, feeds, rounds, 10)
         result[CASES[1 + PASTS.index(past)]] = {n: Timing(t) for n, t in times.items()}
     return result
+
+
+def folder_latency(folders: dict[str, Path], rounds: int) -> dict[str, dict[str, Timing]]:
+    """:func:`latency` of ``folders``' runners, loaded in their order (the timer :func:`bench.rotated.rotated` runs)."""
+    return latency({name: Runner(folder) for name, folder in folders.items()}, rounds)
+
+
+def print_latency(result: dict[str, dict[str, Timing]], pairs=PAIRS, control=CONTROL) -> None:
+    """Part 2's table: each pair's best round's ms and the median of the rounds' ratios; then the control."""
+    print("| case | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |\n" + "|---" * (len(pairs) + 1) + "|")
+    for label, times in result.items():
+        cells = [f"{best_ms(times[a]):.2f} / {best_ms(times[b]):.2f} ms: {ratio(times[a], times[b]):.2f}x"
+                 for a, b in pairs]  # fmt: skip
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    a, b = control
+    cells = "; ".join(f"{label}: {ratio(times[a], times[b]):.2f}x" for label, times in result.items())
+    print(f"\nControl, the same folder twice, {a} / {b}: {cells}")
 
 
 def genai_tokens(folder: Path, sound_file: Path) -> list[int]:
@@ -247,7 +272,7 @@ def ablation(source: Path, work: Path, full: Path, rounds: int) -> None:
         folder = work / f"opreg_without_{rule}"
         command = [sys.executable, __file__, "--export", str(source), str(folder), "--without", rule]
         subprocess.run(command, check=True, capture_output=True)
-        result = latency({"full": Runner(full), rule: Runner(folder)}, rounds)
+        result = rotated(folder_latency, {"full": full, rule: folder}, rounds)
         print(f"| {rule} | " + " | ".join(f"{ratio(result[case][rule], result[case]['full']):.2f}x" for case in CASES)
               + " |")  # fmt: skip
 
@@ -277,21 +302,18 @@ def main() -> None:
     import torch
 
     print(f"onnxruntime {onnxruntime.__version__}, onnxruntime-genai {onnxruntime_genai.__version__}, "
-          f"torch {torch.__version__}, CPU x{os.cpu_count()}\n")  # fmt: skip
+          f"torch {torch.__version__}, CPU x{os.cpu_count()}, load average {os.getloadavg()[0]:.1f}\n")  # fmt: skip
     args.work.mkdir(parents=True, exist_ok=True)
     source = checkpoint(args.work / "whisper")
     made = builds(source, args.work, args.export_rounds)
     print(f"1. Builds (each in a fresh process; the median of {args.export_rounds} interleaved rounds)\n")
     print_builds(made, PAIRS)
-    runners = {name: Runner(build.folder) for name, build in made.items()}
-    result = latency(runners, args.rounds)
-    print("\n2. Latency at 1 thread (thread CPU time: the best round's ms; ratio: the median over interleaved rounds of"
-          " opreg / builder in the round)\n")  # fmt: skip
-    print("| case | " + " | ".join(f"{a} / {b}" for a, b in PAIRS) + " |\n" + "|---" * (len(PAIRS) + 1) + "|")
-    for label, times in result.items():
-        cells = [f"{best_ms(times[a]):.2f} / {best_ms(times[b]):.2f} ms: {ratio(times[a], times[b]):.2f}x"
-                 for a, b in PAIRS]  # fmt: skip
-        print(f"| {label} | " + " | ".join(cells) + " |")
+    result = rotated(folder_latency, {name: build.folder for name, build in made.items()}, args.rounds)
+    rounds = len(next(iter(result.values()))["opreg"].rounds)  # at least one per process
+    print(f"\n2. Latency at 1 thread (thread CPU time: the best round's ms; ratio: the median over {rounds} "
+          f"interleaved rounds of opreg / builder in the round; the rounds split between {len(made)} fresh processes, "
+          "each loading the folders in a rotated order)\n")  # fmt: skip
+    print_latency(result)
     samples = speech_models.sound()
     sound_file = speech_models.write_sound(args.work / "sound.wav", samples)
     tokens = {name: genai_tokens(build.folder, sound_file) for name, build in made.items()}
