@@ -27,10 +27,15 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
    step at past 128 and 1024 and a 128-token prompt; the median over rounds of opreg / builder. The
    rounds are split between one fresh process per folder, each loading the folders in a rotated
    order (the session loaded first can run slower).
-5. Ablation (``--ablation``, 55M): opreg without each of the pack's rewrites that fired.
+5. Ablation (``--ablation``, 55M): opreg without each of the pack's rewrites that fired, with
+   SkipSimplifiedLayerNormalization, and without the inputs that make it exact on left padding
+   (GroupQueryAttention's ``position_ids``, ``attention_bias``, ``head_sink``), each timed beside
+   its full export as part 4 times (fresh processes, each loading the two folders in a rotated
+   order): the median [p10, p90] of the ratios; a control row times opreg's folder beside itself.
 6. ONNX Runtime GenAI: ``Model(folder)`` and a greedy ``Generator`` (1 thread), each folder in a
-   fresh process: new tokens per CPU second of the process for 128 tokens after a 128-token prompt,
-   the median of interleaved rounds.
+   fresh process: new tokens per CPU second of the process for 128 tokens after a 128-token prompt
+   (the median of 3 generations after an untimed one), the median of rounds in which each compared
+   pair runs back to back, each first in turn.
 7. Accuracy (``--accuracy``; alone with ``--models ""``): a small Llama trained briefly; opreg's
    folders (``opreg llm export``, fp32 and ``--precision int4``/``int8`` at their defaults, and int4
    at the builder's settings, ``--block-size 32``) and the builder's int4: top-1 agreement with
@@ -42,8 +47,8 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
    layer of each kind captured (the default), for comparison with templates from layer 1 on (the
    plan before) and all layers captured, and with ``--no-streaming``.
 9. Quantization settings (``--settings``, 55M): int4 and int8 with each default (blocks of 128,
-   symmetric, accuracy level 4) changed, timed against the default; with ``--accuracy``, their
-   accuracy on the trained model too.
+   symmetric, accuracy level 4) changed, timed against the default as part 5 times; with
+   ``--accuracy``, their accuracy on the trained model too.
 """
 
 from __future__ import annotations
@@ -392,6 +397,21 @@ def print_latency(title: str, result: dict[str, dict[str, Timing]], pairs) -> No
     print()
 
 
+def print_beside(rows: dict[str, tuple[Path, str, Path]], rounds: int) -> None:
+    """Parts 5 and 9: each row's folder (``name: (folder, base name, base folder)``) timed beside its base as
+    part 4 times (:func:`latency_rotated`: fresh processes, each loading the two in turn first), each case's
+    ratio median [p10, p90] over the rounds."""
+    width = max(map(len, rows))
+    print(f"   {'':<{width}} " + " ".join(f"{label[:22]:>22}" for label, _, _ in CASES))
+    for name, (folder, base, base_folder) in rows.items():
+        result = latency_rotated({base: base_folder, name: folder}, rounds)
+        cells = []
+        for label, _, _ in CASES:
+            p10, p50, p90 = np.percentile(result[label][name].ratios(result[label][base]), [10, 50, 90])
+            cells.append(f"{p50:.2f}x [{p10:.2f}, {p90:.2f}]")
+        print(f"   {name:<{width}} " + " ".join(f"{cell:>22}" for cell in cells))
+
+
 # -- part 1: kernels ---------------------------------------------------------------------------
 
 
@@ -508,7 +528,9 @@ def genai(made: dict[str, Build], rounds: int) -> None:
     same folder too (issue 36: opreg's fp32, loaded first, showed 0.69x)."""
     print(f"6. ONNX Runtime GenAI: new tokens per CPU second of the process, {PROMPT} new tokens after a "
           f"{PROMPT}-token prompt (greedy, each folder's own genai_config.json with 1 thread, each folder in a "
-          f"fresh process, timed after one untimed generation; the median of {rounds} interleaved rounds)")  # fmt: skip
+          f"fresh process: the median of {GENERATIONS} timed generations after an untimed one; the median of {rounds} "
+          "rounds, each pair back to back and first in turn, and of the ratios to the builder's in the round "
+          "[p10, p90])")  # fmt: skip
     for build in made.values():
         config_path = build.folder / "genai_config.json"
         config = json.loads(config_path.read_text())
@@ -518,9 +540,9 @@ def genai(made: dict[str, Build], rounds: int) -> None:
         config_path.write_text(json.dumps(config, indent=4))
     rates: dict[str, list[float]] = {name: [] for name in made}
     tokens: dict[str, list[int]] = {}
-    names = list(made)
+    names = sorted(made, key=lambda name: GENAI_ORDER.index(name) if name in GENAI_ORDER else len(GENAI_ORDER))
     for index in range(rounds):
-        for name in names[index % len(names) :] + names[: index % len(names)]:
+        for name in names if index % 2 == 0 else names[::-1]:
             child = [sys.executable, __file__, "--genai-child", str(made[name].folder)]
             done = subprocess.run(child, check=False, capture_output=True, text=True)
             if done.returncode:
@@ -529,20 +551,29 @@ def genai(made: dict[str, Build], rounds: int) -> None:
             rates[name].append(rate)
     for a, b in PAIRS:
         same = sum(x == y for x, y in zip(tokens[a], tokens[b], strict=False))
-        ratio = np.median(np.array(rates[a]) / np.array(rates[b]))
+        p10, p50, p90 = np.percentile(np.array(rates[a]) / np.array(rates[b]), [10, 50, 90])
         print(f"   {a:<24} {np.median(rates[a]):7.1f} tokens/CPU s, {b:<16} {np.median(rates[b]):7.1f}: "
-              f"{ratio:.2f}x; same tokens {same}/{len(tokens[b])}")  # fmt: skip
+              f"{p50:.2f}x [{p10:.2f}, {p90:.2f}]; same tokens {same}/{len(tokens[b])}")  # fmt: skip
     print()
 
 
+GENAI_ORDER = ("opreg", "builder -p fp32", "opreg -t onnx", "opreg --precision int4", "builder -p int4")
+"""Part 6's order of the processes in a round, reversed every other round: each of :data:`PAIRS` back to back,
+each first in turn (the machine's load drifts between processes further apart)."""
+GENERATIONS = 3
+"""Part 6's timed generations in each child: on a shared machine one generation's rate varied by 15% between
+processes (issue 36), which a median of 3 rounds of one could not tell from a 5% difference."""
+
+
 def genai_child(folder: Path) -> None:
-    """Part 6's child: ``folder``'s greedy generator, one untimed generation and one timed; prints
-    ``[new tokens per CPU second, the new tokens]`` as JSON."""
+    """Part 6's child: ``folder``'s greedy generator, one untimed generation and :data:`GENERATIONS` timed; prints
+    ``[new tokens per CPU second (their median), the new tokens]`` as JSON."""
     import onnxruntime_genai as og
 
     model = og.Model(str(folder))
     prompt = np.random.default_rng(4).integers(3, 1000, PROMPT).tolist()
-    for _ in range(2):
+    rates = []
+    for _ in range(1 + GENERATIONS):
         params = og.GeneratorParams(model)
         params.set_search_options(max_length=2 * PROMPT, min_length=2 * PROMPT, do_sample=False)
         generator = og.Generator(model, params)
@@ -550,9 +581,9 @@ def genai_child(folder: Path) -> None:
         generator.append_tokens(prompt)
         while not generator.is_done():
             generator.generate_next_token()
-        elapsed = time.process_time() - start
-    tokens = [int(token) for token in generator.get_sequence(0)][PROMPT:]
-    print(json.dumps([len(tokens) / elapsed, tokens]))
+        tokens = [int(token) for token in generator.get_sequence(0)][PROMPT:]
+        rates.append(len(tokens) / (time.process_time() - start))
+    print(json.dumps([float(np.median(rates[1:])), tokens]))
 
 
 # -- part 5: ablation --------------------------------------------------------------------------
@@ -564,11 +595,12 @@ the 55M's linear weights, its untied head too, are stored (in, out) for MatMul).
 
 
 def ablation(source: Path, work: Path, made: dict[str, Build], rounds: int) -> None:
-    """opreg's fp32 and int4 exports with each of :data:`ABLATED` left out, and with
-    SkipSimplifiedLayerNormalization added, timed beside the full ones."""
+    """opreg's fp32 and int4 exports with each of :data:`ABLATED` left out, with SkipSimplifiedLayerNormalization
+    added, and without :data:`PADDING_INPUTS`, timed beside the full ones."""
     print("5. Ablation: opreg without each rewrite (and with SkipSimplifiedLayerNormalization, which the pack leaves "
-          "out), ratio to the full export (above 1: the rewrite pays)")  # fmt: skip
-    variants = {}
+          "out), ratio to the full export (above 1: the rewrite pays), median [p10, p90] over rounds split between 2 "
+          "fresh processes, each loading the two folders in a rotated order")  # fmt: skip
+    variants = {"opreg beside its own folder (control)": (made["opreg"].folder, "opreg", made["opreg"].folder)}
     for row in ("opreg", "opreg --precision int4"):
         fired = _fired(made[row].folder / "model.onnx")
         options = [(f"without {rule}", ["--without", rule]) for rule in ABLATED if rule in fired]
@@ -578,13 +610,44 @@ def ablation(source: Path, work: Path, made: dict[str, Build], rounds: int) -> N
             extra = ["--", *ROWS[row]]
             subprocess.run([sys.executable, __file__, "--export", str(source), str(folder), *option, *extra],
                            check=True, capture_output=True)  # fmt: skip
-            variants[f"{row} {label}"] = (folder, row)
-    print(f"   {'':<56} " + " ".join(f"{label[:18]:>18}" for label, _, _ in CASES))
-    for name, (folder, full) in variants.items():  # each beside a fresh session of its full export, alone
-        result = latency({full: Runner(made[full].folder), name: Runner(folder)}, rounds)
-        print(f"   {name:<56} " + " ".join(f"{np.median(result[label][name].ratios(result[label][full])):>17.2f}x"
-                                             for label, _, _ in CASES))  # fmt: skip
+            variants[f"{row} {label}"] = (folder, row, made[row].folder)
+        folder = work / f"ablation_{row.replace(' ', '_')}_unpadded"
+        without_padding_inputs(made[row].folder, folder)
+        variants[f"{row} without the left-padding inputs"] = (folder, row, made[row].folder)
+    print_beside(variants, rounds)
     print()
+
+
+PADDING_INPUTS = {9: "position_ids", 10: "attention_bias", 11: "head_sink"}
+"""GroupQueryAttention's inputs (by slot) that make opreg's decoder exact on a left-padded batch, which the
+builder's lacks (part 3); without them a row's positions and keys are counted from the mask's first column."""
+
+
+def without_padding_inputs(folder: Path, out: Path) -> None:
+    """A copy of ``folder`` (its weights hard-linked) whose GroupQueryAttentions read none of
+    :data:`PADDING_INPUTS`, without the ``position_ids`` input: what the exactness on left padding costs (the
+    copy is exact only on batches without padding)."""
+    import onnx
+    import onnx_ir as ir
+    import onnx_ir.passes.common
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for file in folder.iterdir():
+        (os.link if file.suffix == ".data" else shutil.copy)(file, out / file.name)
+    config = json.loads((out / "genai_config.json").read_text())
+    positions = config["model"]["decoder"]["inputs"].pop("position_ids", None)
+    model = ir.load(out / "model.onnx")
+    for node in model.graph:
+        if node.op_type == "GroupQueryAttention":
+            for slot in PADDING_INPUTS:
+                if slot < len(node.inputs):
+                    node.replace_input_with(slot, None)
+    for value in [v for v in model.graph.inputs if v.name == positions]:
+        model.graph.inputs.remove(value)
+    ir.passes.common.RemoveUnusedNodesPass()(model)
+    onnx.save(ir.to_proto(model), out / "model.onnx")  # the weights' references kept, into the linked file
+    (out / "genai_config.json").write_text(json.dumps(config, indent=4))
 
 
 def _fired(path: Path) -> list[str]:
@@ -849,7 +912,8 @@ CONTROL = {"opreg --precision int4 --symmetric (control)": ["--precision", "int4
 def settings(source: Path, work: Path, rounds: int) -> None:
     """The 55M model's int4 and int8 folders with each of :data:`SETTINGS`, timed beside the default's."""
     print(f"9. Quantization settings: each default changed, its time over the default's in the same round, the "
-          f"median [p10, p90] over {rounds} interleaved rounds (above 1: the default is faster)")  # fmt: skip
+          f"median [p10, p90] over {rounds} interleaved rounds split between 2 fresh processes, each loading the two "
+          "folders in a rotated order (above 1: the default is faster)")  # fmt: skip
     defaults = {"int4": ["--precision", "int4"], "int8": ["--precision", "int8"]}
     folders = {}
     rows = {**CONTROL, **SETTINGS}
@@ -858,15 +922,8 @@ def settings(source: Path, work: Path, rounds: int) -> None:
         shutil.rmtree(folders[name], ignore_errors=True)
         subprocess.run([OPREG, "llm", "export", str(source), "-o", str(folders[name]), *flags], check=True,
                        capture_output=True)  # fmt: skip
-    print(f"   {'':<44} " + " ".join(f"{label[:22]:>22}" for label, _, _ in CASES))
-    for name in rows:
-        default = "opreg --precision int8" if "int8" in name else "opreg --precision int4"
-        result = latency({default: Runner(folders[default]), name: Runner(folders[name])}, rounds)
-        cells = []
-        for label, _, _ in CASES:
-            p10, p50, p90 = np.percentile(result[label][name].ratios(result[label][default]), [10, 50, 90])
-            cells.append(f"{p50:.2f}x [{p10:.2f}, {p90:.2f}]")
-        print(f"   {name:<44} " + " ".join(f"{cell:>22}" for cell in cells))
+    base = {name: "opreg --precision int8" if "int8" in name else "opreg --precision int4" for name in rows}
+    print_beside({name: (folders[name], base[name], folders[base[name]]) for name in rows}, rounds)
     print()
 
 
