@@ -547,27 +547,40 @@ def test_bad_precision_options_are_refused_before_the_export(options, error, mes
 def test_repeated_layers_are_captured_once_and_copied_each_with_its_own_weights_and_cache(
     model_type, layers, captured, tmp_path, caplog, monkeypatch
 ):
-    """The capture traces one layer of each kind; the later ones are copies of the captured layer
-    of their kind. The decoder is the graph a whole capture makes (every node, what it reads, every
-    weight), matches transformers (each layer's own weights and cache: random, so a mix-up shows)
-    and GenAI generates eager's tokens."""
+    """The capture traces one layer of each kind, and sees the cache of those layers only; the
+    later ones are copies of the captured layer of their kind, their cache inputs and outputs
+    added. The decoder is the graph a whole capture makes (every node, what it reads, every
+    weight, every input and output, how a call is flattened), matches transformers (each layer's
+    own weights and cache: random, so a mix-up shows) and GenAI generates eager's tokens."""
     from opreg.llm import _layers
 
     model = lm.causal_lm(model_type, num_hidden_layers=layers)
     with caplog.at_level("INFO", logger="opreg.llm"):
         decoder = opreg.llm.export_decoder(model, tmp_path, tokenizer=lm.tokenizer())
     assert f"captured the first {captured} of {layers} layers; the others are copies" in caplog.text
+    assert len(decoder.program.exported_program.graph_signature.user_inputs) == 3 + 2 * captured
     decoder.verify([(1, 1, 0), (3, 7, 5)])
     assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
     monkeypatch.setattr(_layers, "plan_layers", lambda *args, **kwargs: None)
     whole = opreg.llm.export_decoder(model)
     assert graph_digest(decoder.program.model.graph) == graph_digest(whole.program.model.graph)
+    mine, theirs = decoder.program, whole.program
+    for values in ("inputs", "outputs"):
+        described = [[(v.name, v.dtype, str(v.shape)) for v in getattr(p.model.graph, values)] for p in (mine, theirs)]
+        assert described[0] == described[1]
+    assert (mine._in_spec, mine._out_spec, mine._input_leaves) == (
+        theirs._in_spec,
+        theirs._out_spec,
+        theirs._input_leaves,
+    )
 
 
 def graph_digest(graph: ir.Graph) -> tuple[list, list]:
     """A graph as what each node computes, names aside: every node's op, attributes and inputs, an
     input given by what computes it (recursively down to the graph's inputs by name, the weights
-    by name and value, other constants by value); the nodes as a sorted list, then the outputs."""
+    by name and value, other constants by value; the sizes a Shape reads of an input, by their
+    dim names: torch picks which of the inputs holding a dim its size is read from); the nodes as
+    a sorted list, then the outputs."""
     import hashlib
 
     memo: dict[ir.Value, str] = {}
@@ -588,7 +601,11 @@ def graph_digest(graph: ir.Graph) -> tuple[list, list]:
 
     def node(n: ir.Node) -> str:
         attributes = sorted((a.name, repr(a.value)) for a in n.attributes.values())
-        text = repr((n.domain, n.op_type, attributes, [value(v) for v in n.inputs]))
+        inputs = [value(v) for v in n.inputs]
+        if (n.domain, n.op_type) == ("", "Shape") and n.inputs[0].is_graph_input():
+            start, end = (n.attributes[k].value if k in n.attributes else None for k in ("start", "end"))
+            attributes, inputs = [], [f"dims {[str(d) for d in n.inputs[0].shape[start:end]]}"]
+        text = repr((n.domain, n.op_type, attributes, inputs))
         return hashlib.sha256(text.encode()).hexdigest()
 
     return sorted(node(n) for n in graph), [value(v) for v in graph.outputs]

@@ -556,3 +556,62 @@ def test_a_gate_turns_away_what_the_pattern_cannot_match():
     assert pipeline._admits(ir.Node("", "Cast", [cast.outputs[0]]), ((0, "Cast"),))
     assert not pipeline._admits(ir.Node("", "Cast", [x]), ((0, "Cast"),))
     assert pipeline._admits(ir.Node("", "Add", [x]), ((1, ()),))
+
+
+ALTERNATIVES = """
+from onnxscript.rewriter import pattern
+
+def _relu_of_either(op, x):  # a Neg under one alternative only: a match need not hold one
+    return op.Relu(pattern.OrValue([op.Neg(x), x], tag_var="form"))
+
+def _clip(op, x, form=None):
+    return op.Clip(x, op.Constant(value_float=0.0))
+
+def _tanh(op, x):
+    return op.Tanh(x)
+
+RULES = {
+    "either": [pattern.RewriteRule(_relu_of_either, _clip, name="EitherClip")],
+    "absent": [pattern.RewriteRule(_tanh, _tanh, name="NoTanhHere")],
+}
+KIND = "either"
+
+@opreg.hookimpl
+def opreg_rewrite_rules(target):
+    return RULES[KIND]
+"""
+
+
+def test_a_packs_rule_is_tried_when_the_ops_every_match_holds_occur_an_alternatives_need_not():
+    """A pack's rule is skipped where an op every match holds is absent; an op under one
+    alternative of an ``OrValue`` is not such an op (the Relu below matches without its Neg)."""
+    from opreg.exporter.passes import pipeline
+
+    namespace: dict = {}
+    exec(ALTERNATIVES.partition("@opreg.hookimpl")[0], namespace)
+    (rule,) = namespace["RULES"]["either"]
+    assert pipeline.pattern_ops(rule) == {"Relu"}
+    model, x = torch.nn.ReLU(), torch.randn(3)
+    program = opreg.export(model, (x,), target=18, passes=[rule])
+    assert [op for _, op in _nodes(program)] == ["Clip"]
+    program.verify(x)
+
+
+def test_a_packs_rewrite_that_fires_nowhere_takes_no_undo_snapshot(make_pack, monkeypatch):
+    """The undo snapshot (a clone of the model) is taken at a rule set's first firing, never for
+    a rule whose ops are absent; one that fires and is undone leaves the model as it was."""
+    import importlib
+
+    from opreg.exporter import _rewrite
+
+    taken = []
+    snapshot = _rewrite._snapshot
+    monkeypatch.setattr(_rewrite, "_snapshot", lambda model: taken.append(len(model.graph)) or snapshot(model))
+    pack = importlib.import_module(make_pack("alternatives", ALTERNATIVES))
+    pack.KIND = "absent"
+    model, x = torch.nn.ReLU(), torch.randn(3)
+    assert [op for _, op in _nodes(opreg.export(model, (x,), target=18, plugins=["alternatives"]))] == ["Relu"]
+    assert taken == []
+    pack.KIND = "either"
+    assert [op for _, op in _nodes(opreg.export(model, (x,), target=18, plugins=["alternatives"]))] == ["Clip"]
+    assert taken == [1]  # at the firing, before onnxscript changed the graph of one Relu

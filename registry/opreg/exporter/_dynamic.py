@@ -30,7 +30,6 @@ after the inputs (``x.shape[1] == 3``) and where it was added (the model's line,
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
@@ -404,7 +403,7 @@ def unchecked_guards(program: torch.export.ExportedProgram, sites: _guards.Guard
         symbols = guard.expr.free_symbols
         if not symbols or not all(s in ranges and str(s) in names for s in symbols):
             continue
-        if _holds(guard.expr, ranges):
+        if _guards.holds(guard.expr, ranges):
             continue
         text = printer.doprint(guard.expr)
         source = sites.first(str(guard.expr)) or _framework_line(guard)
@@ -412,28 +411,6 @@ def unchecked_guards(program: torch.export.ExportedProgram, sites: _guards.Guard
         if item not in found:
             found.append(item)
     return tuple(found) + tuple(ShapeGuard(*kept) for kept in _guards.kept_squeezes(program, names))
-
-
-def _holds(expr: Any, ranges: Mapping[Any, Any]) -> bool:
-    """Whether the guard ``expr`` is true at every size in ``ranges``: torch's bounds prove it, or
-    sympy's ``Mod`` does, which torch's does not (``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``), or sympy
-    does with the sizes positive (``min(16*p + 16*s, 32*p + 32*s) == 16*p + 16*s``, from
-    transformers' ``repeat_kv``, which torch's interval bounds cannot relate)."""
-    import sympy
-    from torch.utils._sympy.functions import Mod, PythonMod
-    from torch.utils._sympy.value_ranges import bound_sympy
-
-    with contextlib.suppress(Exception):  # torch cannot bound it: it may narrow the dims
-        bounds = bound_sympy(expr, ranges)
-        if bounds.lower == bounds.upper and bool(bounds.lower):
-            return True
-    with contextlib.suppress(Exception):
-        if expr.replace(lambda e: isinstance(e, (Mod, PythonMod)), lambda e: sympy.Mod(*e.args)) is sympy.true:
-            return True
-    with contextlib.suppress(Exception):  # every size in ranges is 2 or more
-        positive = {s: sympy.Symbol(s.name, integer=True, positive=True) for s in expr.free_symbols}
-        return bool(sympy.simplify(expr.xreplace(positive)) is sympy.true)
-    return False
 
 
 def _baked(program: torch.export.ExportedProgram, symbol: Any) -> str | None:

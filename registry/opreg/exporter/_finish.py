@@ -93,8 +93,8 @@ def finish(
     :func:`export_passes`; ``strict``: a faulty rewrite fails the export instead of being left out; the
     capture patches applied and the custom domains the plan ``joined`` to the target in its metadata)."""
     recorder = translation.recorder
-    graph = translation.graph
-    out_spec = exported_program.call_spec.out_spec
+    graph, spec = translation.graph, exported_program.call_spec
+    in_spec, out_spec, input_leaves = translation.call or (spec.in_spec, spec.out_spec, input_leaves)  # widened?
     names = output_names(
         out_spec, len(translation.outputs), taken={v.name for v in graph.inputs} | set(graph.initializers)
     )
@@ -140,7 +140,7 @@ def finish(
         input_names=translation.input_names,
         input_leaves=input_leaves,
         outputs=slots,
-        in_spec=exported_program.call_spec.in_spec,
+        in_spec=in_spec,
         out_spec=out_spec,
         checked=check(model),
         state=state,

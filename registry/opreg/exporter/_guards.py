@@ -273,3 +273,44 @@ def render(expr: Any, names: Mapping[str, str]) -> str:
     if equation is not None:
         return f"{equation.group(2)} {'==' if equation.group(1) == 'Eq' else '!='} {equation.group(3)}"
     return text
+
+
+# -- guards true at every size ------------------------------------------------------------
+
+
+def holds(expr: Any, ranges: Mapping[Any, Any]) -> bool:
+    """Whether the guard ``expr`` is true at every size in ``ranges``: torch's bounds prove it, or
+    sympy's ``Mod`` does, which torch's does not (``3*w*b*(h + 2) % (w*(3*h + 6)) == 0``), or sympy
+    does with the sizes positive (``min(16*p + 16*s, 32*p + 32*s) == 16*p + 16*s``, from
+    transformers' ``repeat_kv``, which torch's interval bounds cannot relate)."""
+    import sympy
+    from torch.utils._sympy.functions import Mod, PythonMod
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    with contextlib.suppress(Exception):  # torch cannot bound it: it may narrow the dims
+        bounds = bound_sympy(expr, ranges)
+        if bounds.lower == bounds.upper and bool(bounds.lower):
+            return True
+    with contextlib.suppress(Exception):
+        if expr.replace(lambda e: isinstance(e, (Mod, PythonMod)), lambda e: sympy.Mod(*e.args)) is sympy.true:
+            return True
+    with contextlib.suppress(Exception):  # every size in ranges is 2 or more
+        positive = expr.xreplace({s: sympy.Symbol(s.name, integer=True, positive=True) for s in expr.free_symbols})
+        return min_max_decided(positive) is sympy.true or bool(sympy.simplify(positive) is sympy.true)
+    return False
+
+
+def min_max_decided(expr: Any) -> Any:
+    """``expr`` with each ``Min`` (``Max``) replaced by the argument sympy's assumptions prove no
+    greater (no less) than the others, where one is: ``Min(16*p + 16*s, 32*p + 32*s)`` is ``16*p +
+    16*s`` for positive sizes. A tenth of the CPU ``sympy.simplify`` takes for such a guard."""
+    import sympy
+
+    def decided(call: Any) -> Any:
+        sign = 1 if isinstance(call, sympy.Min) else -1
+        for arg in call.args:
+            if all(other is arg or (sign * (other - arg)).is_nonnegative for other in call.args):
+                return arg
+        return call
+
+    return expr.replace(lambda e: isinstance(e, (sympy.Min, sympy.Max)), decided)

@@ -28,7 +28,14 @@ from onnx_ir.passes import InPlacePass, PassResult
 from opreg import packfaults
 from opreg.errors import ExportError, OpsetConflictError, PluginError
 from opreg.exporter._nodes import PACK_KEY, PROVENANCE_KEYS, REWRITE_KEY
-from opreg.exporter.passes.pipeline import ONNXSCRIPT_RULE_TAG, Pipeline, all_nodes, subgraphs_of
+from opreg.exporter.passes.pipeline import (
+    ONNXSCRIPT_RULE_TAG,
+    Pipeline,
+    RootGate,
+    all_nodes,
+    pattern_ops,
+    subgraphs_of,
+)
 from opreg.node_types import node_problem, op_schema
 from opreg.targets import ONNX_DOMAIN, Target, domain_label
 
@@ -139,13 +146,16 @@ class _Stamping:
     Everything but ``try_rewrite`` is the wrapped rule's; the stamp is written before
     onnxscript merges the matched nodes' metadata, so it wins there. A rule may fire at most
     twice per node the model had (plus a few): each firing replaces a match of the graph it was
-    given, so more means it matches its own replacements, and it is stopped (:class:`_RuleLooped`)."""
+    given, so more means it matches its own replacements, and it is stopped (:class:`_RuleLooped`).
+    ``undo.keep()`` is called before each replacement is returned, while onnxscript has not yet
+    changed the graph (the undo snapshot is taken at the set's first firing)."""
 
-    def __init__(self, rule: Any, label: str, order: Mapping[int, int]) -> None:
+    def __init__(self, rule: Any, label: str, order: Mapping[int, int], undo: _Undo) -> None:
         self._rule = rule
         self._label = label
         self._order = order
         self._limit = 2 * len(order) + 16
+        self._undo = undo
         self.fired = 0
 
     def __getattr__(self, name: str) -> Any:
@@ -165,6 +175,7 @@ class _Stamping:
         stamp = merged_provenance(replaced, self._label)
         for new in getattr(delta, "new_nodes", ()):
             new.metadata_props.update(stamp)
+        self._undo.keep()
         self.fired += 1
         return delta
 
@@ -197,6 +208,25 @@ def _restore(model: ir.Model, snapshot: ir.Model) -> None:
     model.metadata_props.update(snapshot.metadata_props)
 
 
+class _Undo:
+    """The model as it was before a rewrite, to put back if the rewrite is faulty: a clone
+    (:func:`_snapshot`) taken by :meth:`keep` before the first change (a pack's pass: before
+    it runs; a rule set: at its first firing, so that a rule set that fires nowhere, most of
+    them, costs no clone). Nothing taken means nothing changed."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self.model = model
+        self.snapshot: ir.Model | None = None
+
+    def keep(self) -> None:
+        if self.snapshot is None:
+            self.snapshot = _snapshot(self.model)
+
+    def restore(self) -> None:
+        if self.snapshot is not None:
+            _restore(self.model, self.snapshot)
+
+
 class PackRewrite(InPlacePass):
     """One item a pack's ``opreg_rewrite_rules`` returned, as a pass: a rule, a rule set (its
     rules tried together in one sweep) or the pack's own pass. The nodes it makes record
@@ -220,10 +250,17 @@ class PackRewrite(InPlacePass):
         rules = [] if rewrite.is_pass else list(rewrite.item.rules if _is_rule_set(rewrite.item) else [rewrite.item])
         labels = list(rewrite.labels())
         while True:
-            snapshot = _snapshot(model)
-            before = {id(node) for node in all_nodes(model)}
+            nodes = list(all_nodes(model))
+            undo = _Undo(model)
             try:
-                fired = self._apply_pass(model) if rewrite.is_pass else self._apply_rules(model, rules, labels)
+                if rewrite.is_pass:
+                    undo.keep()
+                    fired = self._apply_pass(model, {id(node) for node in nodes})
+                else:
+                    fired = self._apply_rules(model, rules, labels, nodes, undo)
+                if undo.snapshot is None:  # no rule fired: the graph is as it was
+                    return PassResult(model, False)
+                before = {id(node) for node in nodes}
                 made = [node for node in all_nodes(model) if id(node) not in before]
                 problem, conflict = graph_problem(model), False
                 if problem is None:  # a sound graph: can the target run what was made?
@@ -232,7 +269,7 @@ class PackRewrite(InPlacePass):
                 if problem is not None:
                     raise _Fault(problem[0] or ",".join(fired) or labels[0], problem[1], conflict)
             except _Fault as fault:
-                _restore(model, snapshot)
+                undo.restore()
                 self._report(fault)
                 if rewrite.is_pass or fault.label not in labels or len(labels) == 1:
                     return PassResult(model, False)
@@ -249,11 +286,23 @@ class PackRewrite(InPlacePass):
         model.metadata_props[REWRITES_KEY] = ",".join(f"{label}={count}" for label, count in counts.items())
         return PassResult(model, True)
 
-    def _apply_rules(self, model: ir.Model, rules: Sequence[Any], labels: Sequence[str]) -> dict[str, int]:
+    def _apply_rules(
+        self, model: ir.Model, rules: Sequence[Any], labels: Sequence[str], nodes: Sequence[ir.Node], undo: _Undo
+    ) -> dict[str, int]:
+        """Apply ``rules`` (named ``labels``) in one sweep over ``model`` (whose nodes are
+        ``nodes``): only those whose ops all occur in it, each tried only on nodes of its root op
+        (:class:`~opreg.exporter.passes.pipeline.RootGate`)."""
         from onnxscript.rewriter import pattern
 
-        order = {id(node): index for index, node in enumerate(all_nodes(model))}
-        stamping = [_Stamping(rule, label, order) for rule, label in zip(rules, labels, strict=True)]
+        order = {id(node): index for index, node in enumerate(nodes)}
+        present = {node.op_type for node in nodes}
+        stamping = [
+            _Stamping(RootGate(rule), label, order, undo)
+            for rule, label in zip(rules, labels, strict=True)
+            if pattern_ops(rule) <= present
+        ]
+        if not stamping:
+            return {}
         try:
             pattern.RewriteRuleSet(stamping).apply_to_model(model)  # type: ignore[arg-type]
         except _RuleRaised as e:
@@ -262,13 +311,13 @@ class PackRewrite(InPlacePass):
             raise _Fault(e.label, e.what) from e
         except Exception as e:  # while onnxscript put a replacement in
             raise _Fault(labels[0] if len(labels) == 1 else "", f"raised {type(e).__name__}: {e}") from e
-        for node in all_nodes(model):
-            node.metadata_props.pop(ONNXSCRIPT_RULE_TAG, None)
+        if undo.snapshot is not None:
+            for node in all_nodes(model):
+                node.metadata_props.pop(ONNXSCRIPT_RULE_TAG, None)
         return {s._label: s.fired for s in stamping if s.fired}
 
-    def _apply_pass(self, model: ir.Model) -> dict[str, int]:
+    def _apply_pass(self, model: ir.Model, before: set[int]) -> dict[str, int]:
         (label,) = self.rewrite.labels()
-        before = {id(node) for node in all_nodes(model)}
         try:
             result = self.rewrite.item(model)
         except Exception as e:

@@ -58,6 +58,10 @@ class Translation:
             buffers), whose names users look weights up by; other initializers (lifted
             constants, non-persistent buffers) may be folded away.
         traces: FX node name -> what each node of the main graph became (the locator's map).
+        call: ``None``, or where a rework gave the graph inputs and outputs the captured program
+            does not have (``opreg.llm`` copies a decoder's uncaptured layers, their cache
+            included): the whole call's ``(in_spec, out_spec, input leaves)``, which the
+            finished :class:`opreg.OnnxProgram` takes instead of the captured program's.
     """
 
     graph: ir.Graph
@@ -68,6 +72,7 @@ class Translation:
     state: list[tuple[str, str, str, ir.Value]] = dataclasses.field(default_factory=list)
     weights: frozenset[str] = frozenset()
     traces: dict[str, Trace] = dataclasses.field(default_factory=dict)
+    call: tuple[Any, Any, tuple[int, ...]] | None = None
 
 
 class Translator(ControlFlow):

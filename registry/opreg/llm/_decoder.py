@@ -22,12 +22,13 @@ import onnx_ir as ir
 import torch
 
 from opreg.errors import ExportError, InvalidArgumentError
-from opreg.exporter import OnnxProgram, OutputCheck, export, run_export
+from opreg.exporter import OnnxProgram, OutputCheck, export
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output, mismatch_error
-from opreg.llm import DECODER_OPTIONS, LAYOUT, _cache, _checkpoint, _families, _genai, _layers, _meta, _options
+from opreg.llm import DECODER_OPTIONS, LAYOUT, _cache, _checkpoint, _families, _genai, _meta, _options
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._genai import text_config
+from opreg.llm._trimmed import export_step
 from opreg.plugins import default_registry
 from opreg.settings import ExportSettings
 from opreg.targets import TargetLike
@@ -469,30 +470,12 @@ def export_decoder(
         )
         shapes = _dynamic_shapes(layout, context_length)
         weights = None if streamed is None else streamed.renamed("model.")  # DecoderStep's names
-        program = _export(step, example, dataclasses.replace(settings, dynamic_shapes=shapes, weights=weights), layout)
+        settings = dataclasses.replace(settings, dynamic_shapes=shapes, weights=weights)
+        program = export_step(step, example, settings, layout)
     finally:
         model.train(was_training)
     _name(program, layout)
     return Decoder(program, layout, model, tokenizer, context_length, precision=precision, folder=folder)
-
-
-def _export(step: DecoderStep, example: dict[str, Any], settings: ExportSettings, layout: DecoderLayout) -> OnnxProgram:
-    """The export of ``step``: its repeated layers captured once where they can be
-    (:mod:`opreg.llm._layers`): one layer of each kind, layer 0 a template too; else the first
-    layers, templates from layer 1 on (where a layer reads more of the layers before it than the
-    hidden state); else all of them."""
-    if not all(isinstance(kind, KeyValueCache) for kind in layout.layers):  # two inputs per layer
-        return run_export(step, (), example, settings)
-    first_past = len(layout.input_names) - 2 * layout.num_layers
-    kinds = getattr(text_config(step.model), "layer_types", None)  # what the model's code reads by index
-    differs = kinds.__getitem__ if isinstance(kinds, (list, tuple)) and len(kinds) == layout.num_layers else None
-    plans = [
-        _layers.plan_layers(step.model, layout.num_layers, first_past, differs=differs, hidden_only=hidden_only)
-        for hidden_only in (True, False)
-    ]
-    # a streamed model's weights, all layers' (the capture binds only the prefix's), each missing one named now
-    lazy = {} if settings.weights is None else bind(step, open_weights(settings.weights))
-    return _layers.export_repeated(step, (), example, settings, plans, "the decoder", lazy)
 
 
 def _settings(target: TargetLike | None, settings: ExportSettings | None, options: dict[str, Any]) -> ExportSettings:

@@ -141,12 +141,25 @@ def _root_op(rule: Any) -> str | None:
     return _op_type(graph_pattern.output_node)
 
 
-def _pattern_ops(rule: Any) -> frozenset[str]:
-    """The op types every match of ``rule`` contains (the pattern's nodes that name theirs)."""
+def pattern_ops(rule: Any) -> frozenset[str]:
+    """The op types every match of ``rule`` contains: those of the pattern's nodes that name
+    theirs and are reached from its outputs through node outputs only (a node under one
+    alternative of an ``OrValue`` is not in every match)."""
     graph_pattern = getattr(rule, "_target_pattern", None)
     if graph_pattern is None:
         return frozenset()
-    return frozenset(op for op in map(_op_type, graph_pattern) if op is not None)
+    ops: set[str] = set()
+    seen: set[int] = set()
+    values = list(graph_pattern.outputs)
+    while values:
+        value = values.pop()
+        if not isinstance(value, _pattern_ir.NodeOutputPattern) or id(node := value.producer()) in seen:
+            continue
+        seen.add(id(node))
+        if (op := _op_type(node)) is not None:
+            ops.add(op)
+        values.extend(node.inputs)
+    return frozenset(ops)
 
 
 Gate = tuple[int, "str | tuple[int, ...]"]
@@ -218,7 +231,7 @@ class Rules(RewritePass):
     def __init__(self, name: str, rules: Sequence[Any]) -> None:
         super().__init__(pattern.RewriteRuleSet([RootGate(r) for r in rules]))  # type: ignore[list-item]
         self.name = name
-        self._needs = [(gate, _pattern_ops(gate.rule)) for gate in self.rules.rules]
+        self._needs = [(gate, pattern_ops(gate.rule)) for gate in self.rules.rules]
 
     def call(self, model: ir.Model) -> PassResult:
         present = {node.op_type for node in all_nodes(model)}
