@@ -115,3 +115,40 @@ def test_the_opreg_command_freezes_its_objects_before_the_process_exits():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "frozen before: False" in done.stdout and "frozen at exit: True" in done.stdout
+
+
+FULL_COLLECTIONS_AT = """
+import gc, importlib, sys, threading
+import opreg
+import opreg._heap  # small, but compiled anew where bytecode is not written: its compilation alone may collect
+
+keep = [[i] for i in range(100_000)]  # objects made to last: a full collection comes due
+gc.set_threshold(100, 1, 1)
+full = []
+gc.callbacks.append(lambda phase, info: full.append(1) if phase == "start" and info["generation"] == 2 else None)
+{lookup}
+print(len(full))
+"""
+
+
+@pytest.mark.parametrize(
+    ("lookup", "expected"),
+    [
+        ("opreg.export", 0),  # the first lookup imports opreg.export's module, the collector off the heap
+        ("opreg.ExportSettings", 0),
+        ("importlib.import_module('opreg._export')", 1),  # the same import, outside: the full collection due runs
+    ],
+)
+def test_the_first_lookup_of_export_leaves_a_full_collection_due_to_after_the_export(lookup, expected):
+    """``opreg.export``'s module is imported when it is first looked up, before the export starts: a
+    full collection the process has come due for (a quarter of a second of CPU after a language
+    model's library and torch were imported) landed in that import. The lookup keeps the collector
+    off the objects alive before it, as the export does (opreg/_heap.py); the import outside shows the
+    collection was due."""
+    import subprocess
+    import sys
+
+    code = FULL_COLLECTIONS_AT.format(lookup=lookup)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) == expected

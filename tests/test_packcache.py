@@ -538,3 +538,34 @@ def test_an_impl_cached_before_its_op_was_defined_is_checked_once_torch_knows_th
             library._destroy()
         sys.modules.pop("opreg_testpack_late", None)
         opreg.plugins.clear_cache()
+
+
+def test_the_module_files_watched_are_those_whose_real_path_is_outside_the_installed_folders(tmp_path, monkeypatch):
+    """An entry watches the imported modules that are not installed copies, by the real path of their
+    file (what os.path.realpath gives), though each folder's real path is found once: a module reached
+    through a linked folder, a linked file, or a link into an installed folder is judged where it is."""
+    import types
+
+    site, mine = tmp_path / "site", tmp_path / "mine"
+    (site / "pkg").mkdir(parents=True)
+    (mine / "deep").mkdir(parents=True)
+    for path in (site / "pkg" / "a.py", mine / "b.py", mine / "deep" / "c.py"):
+        path.write_text("")
+    (tmp_path / "to_site").symlink_to(site)  # a linked folder into the installed one
+    (tmp_path / "to_mine").symlink_to(mine / "deep")  # a linked folder out of it
+    (site / "link_out.py").symlink_to(mine / "b.py")  # an installed-looking file that is the user's
+    (mine / "link_in.py").symlink_to(site / "pkg" / "a.py")  # a user-looking file that is installed
+    (mine / "dangling.py").symlink_to(mine / "gone.py")
+    files = {
+        "site_a": site / "pkg" / "a.py", "via_site": tmp_path / "to_site" / "pkg" / "a.py", "mine_b": mine / "b.py",
+        "via_mine": tmp_path / "to_mine" / "c.py", "link_out": site / "link_out.py", "link_in": mine / "link_in.py",
+        "dangling": mine / "dangling.py", "folder": mine / "deep", "relative": Path(os.path.relpath(mine / "b.py")),
+    }  # fmt: skip
+    for name, path in files.items():
+        module = types.ModuleType(f"opreg_test_watched_{name}")
+        module.__file__ = str(path)
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    roots = (os.path.join(os.path.realpath(site), ""),)
+    watched = {Path(f) for f in packcache._module_files(roots)} & set(files.values())
+    expected = {p for p in files.values() if os.path.isfile(p) and not os.path.realpath(p).startswith(roots)}
+    assert watched == expected == {files[n] for n in ("mine_b", "via_mine", "link_out", "relative")}

@@ -112,21 +112,28 @@ _EXPORTER_NAMES = ("OnnxProgram", "OutputCheck", "Verification", "MissingOp", "L
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
     module = _LAZY.get(name)
     if module is not None:
-        value = getattr(importlib.import_module(module), name)
+        value = getattr(_imported(module), name)
         globals()[name] = value  # found once
         return value
     # The exporter's types import torch: load them on first use only.
     if name in _EXPORTER_NAMES:
-        from opreg import exporter
-
-        return getattr(exporter, name)
+        return getattr(_imported("opreg.exporter"), name)
     if not name.startswith("__"):  # a submodule, as an eager import of it used to make it an attribute
         try:
-            return importlib.import_module(f"{__name__}.{name}")
+            return _imported(f"{__name__}.{name}")
         except ModuleNotFoundError as e:
             if e.name != f"{__name__}.{name}":
                 raise
     raise AttributeError(f"module 'opreg' has no attribute {name!r}")
+
+
+def _imported(module: str):  # type: ignore[no-untyped-def]
+    """``module``, imported with the collector kept off the objects alive before (opreg/_heap.py), as
+    an export keeps it: ``opreg.export``'s first lookup imports its module, the first thing an export
+    allocates, and a full collection the caller's process has come due for (a million objects of
+    torch and the model's library, a quarter of a second) would otherwise land there."""
+    with importlib.import_module("opreg._heap").quiet():  # not `from opreg import`: that asks __getattr__
+        return importlib.import_module(module)
 
 
 def __dir__() -> list[str]:

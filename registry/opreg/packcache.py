@@ -60,6 +60,7 @@ import importlib.metadata
 import json
 import logging
 import os
+import stat
 import sys
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -286,13 +287,42 @@ def _package_files(roots: tuple[str, ...]) -> set[str]:
 
 
 def _module_files(roots: tuple[str, ...]) -> set[str]:
-    """Files of the imported modules that are neither standard library nor installed copies."""
+    """Files of the imported modules that are neither standard library nor installed copies. A process
+    that exported has thousands of modules in a few hundred folders: each folder's real path is found
+    once, from its parent's (a real path of its own looks at every part of the path)."""
     files = set()
+    folders: dict[str, str] = {}
     for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if isinstance(path, str) and os.path.isfile(path) and _outside(path, roots):
-            files.add(path)
+        # from the module's namespace: a lazy module's __getattr__ may import for a name it lacks
+        path = getattr(module, "__dict__", {}).get("__file__")
+        if isinstance(path, str):
+            real = _real_file(path, folders)
+            if real is not None and not real.startswith(roots):
+                files.add(path)
     return files
+
+
+def _real_file(path: str, folders: dict[str, str]) -> str | None:
+    """``os.path.realpath(path)`` if ``path`` is a file (or a link to one), else ``None``; ``folders``
+    keeps the real paths of the folders seen."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISLNK(mode):
+        return os.path.realpath(path) if os.path.isfile(path) else None
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(_real_folder(folder, folders), name) if stat.S_ISREG(mode) else None
+
+
+def _real_folder(folder: str, folders: dict[str, str]) -> str:
+    """``os.path.realpath`` of an absolute, normalized ``folder``: its parent's real path and its name,
+    unless it is a link (then followed in full)."""
+    if folder not in folders:
+        parent, name = os.path.split(folder)
+        whole = not name or os.path.islink(folder)  # the root, or a link
+        folders[folder] = os.path.realpath(folder) if whole else os.path.join(_real_folder(parent, folders), name)
+    return folders[folder]
 
 
 # -- entries -----------------------------------------------------------------------------------
@@ -522,7 +552,7 @@ def write(selection: Selection, declared: Declared, before: list[list[Any]], dir
         fd, tmp = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=directory)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(entry, f)
+                f.write(json.dumps(entry))  # one string: json.dump encodes piece by piece, in Python
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
