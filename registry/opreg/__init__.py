@@ -8,6 +8,7 @@ when first used.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING
 
 from opreg.errors import (
@@ -132,6 +133,9 @@ def _imported(module: str):  # type: ignore[no-untyped-def]
     an export keeps it: ``opreg.export``'s first lookup imports its module, the first thing an export
     allocates, and a full collection the caller's process has come due for (a million objects of
     torch and the model's library, a quarter of a second) would otherwise land there."""
+    loaded = sys.modules.get(module)
+    if loaded is not None:  # imported already: nothing to guard (an exporter name is looked up at every use)
+        return loaded
     with importlib.import_module("opreg._heap").quiet():  # not `from opreg import`: that asks __getattr__
         return importlib.import_module(module)
 
