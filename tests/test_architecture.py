@@ -494,9 +494,10 @@ signatures, field declarations and tables, and compares shapes more loosely), ea
 logic they hold is already one piece of code, or they are declarations and data. Each names its two
 places by file and function (``""``: module level); a place that no longer exists fails
 :func:`test_the_repeats_kept_name_places_that_exist`, so the list is pruned as the code changes. The
-repeats that were logic were removed instead (one impl serves the overloads whose signature and body are
-the same: conv1d/2d/3d, the pads, the linear upsamplings; the placement arguments an impl never reads are
-left out; ``ExportSettings`` checks its registry and host with one helper)."""
+repeats that were logic were removed instead (one impl serves the overloads whose body is the same, each
+annotation the union of what they pass: conv1d/2d/3d, the pads, the linear upsamplings, an op's .Tensor and
+.Scalar overloads, the adaptive pools; the placement arguments an impl never reads are left out;
+``ExportSettings`` checks its registry and host with one helper)."""
 
 
 def test_the_repeats_kept_name_places_that_exist():
