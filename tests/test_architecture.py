@@ -441,7 +441,7 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
             (("registry/opreg/exporter/__init__.py", "run_export"), ("registry/opreg/exporter/_capture.py", "capture")),
         ],
         "keyword arguments passed on by name (name=name, ...), one per field of the value built": [
-            (("registry/opreg/exporter/_finish.py", "build_model"), ("registry/opreg/impls.py", "build_impl")),
+            (("registry/opreg/exporter/_finish.py", "finish"), ("registry/opreg/impls.py", "build_impl")),
         ],
         _FIELDS: [
             (("registry/opreg/exporter/_dynamic.py", "FixedDim"), ("registry/opreg/exporter/_grown.py", "GrownDim")),
@@ -461,9 +461,6 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
              ("registry/opreg/exporter/diagnosis/report.py", "Location")),
             (("registry/opreg/testing/_kit_report.py", "CheckResult"),
              ("registry/opreg/testing/_samples.py", "SampleResult")),
-        ],
-        "a class forwarding the sequence protocol to the value it holds (three one-line methods)": [
-            (("registry/opreg/packset.py", "PackSet"), ("registry/opreg/pluginapi.py", "PackReports")),
         ],
         _TABLE: [
             (("registry/opreg/exporter/_nodes.py", "Kind"), ("registry/opreg/hookchecks.py", "Checked")),

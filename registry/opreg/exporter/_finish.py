@@ -110,22 +110,21 @@ def finish(
         definitions = custom_op_definitions(graph, recorder.functions, host.functions())
     rewrites = [*(_rewrite.collect(host.rewrite_rules(target)) if rewrite else []), *passes]
     bound = [name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value)]
-    model = build_model(
-        graph,
-        recorder.functions,
-        versions,
+    finishing = pipeline(
+        weights=translation.weights,
         inline=inline,
+        kept=frozenset(definitions),
         optimize=optimize,
         fold_weights=fold_weights,
-        metadata=model_metadata(target, exported_program, module, joined, dim_bounds),
-        definitions=definitions,
         rewrites=rewrites,
         target=target,
         seed=seed,
-        weights=translation.weights,
         outputs=(bound + [slot.output for slot in state], origins),
         strict=strict,
     )
+    metadata = model_metadata(target, exported_program, module, joined, dim_bounds)
+    model = build_model(graph, recorder.functions, versions, metadata=metadata, definitions=definitions)
+    finishing(model)
     record_packs(model, {impl.pack for impl in translation.used_impls.values()}, capture_patches)
     slots = [
         OutputSlot(name, complex=is_complex(value)) if isinstance(value, ir.Value) else OutputSlot(None, value)
@@ -290,52 +289,22 @@ def build_model(
     functions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]],
     versions: Mapping[str, int],
     *,
-    inline: bool | int,
-    optimize: bool = True,
-    fold_weights: bool = True,
     metadata: Mapping[str, str],
     definitions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] | None = None,
-    rewrites: Sequence[Rewrite] = (),
-    target: Target | None = None,
-    seed: int | None = None,
-    weights: frozenset[str] | None = None,
-    outputs: tuple[Sequence[str], Sequence[Mapping[str, str]]] | None = None,
-    strict: bool = False,
 ) -> ir.Model:
-    """The model of ``graph`` (its functions and embedded ``definitions`` added, every domain
-    imported at ``versions``), finished by :func:`pipeline` with these options.
-
-    ``weights``: the initializers that are the model's ``state_dict`` entries (default:
-    every initializer), never folded. ``outputs``: the names of the graph's outputs and
-    the provenance of the nodes that made them (see :class:`BindOutputs`)."""
-    if rewrites and target is None:
-        raise ValueError("rewrites need the target that gates them")
+    """The model of ``graph``, its functions and embedded ``definitions`` added, every domain
+    imported at ``versions`` (the passes read them, then drop the unused), ``metadata`` set (the
+    rewrites may read it), for the :func:`pipeline` of the export's options to finish."""
     model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=producer_version())
-    model.metadata_props.update(metadata)  # before the rewrites, which may read it
+    model.metadata_props.update(metadata)
     graph.opset_imports.clear()
-    graph.opset_imports.update(versions)  # every version first: the passes read them, then drop the unused
-    definitions = dict(definitions or {})
-    for key, (proto, _) in {**functions, **definitions}.items():
+    graph.opset_imports.update(versions)
+    for key, (proto, _) in {**functions, **(definitions or {})}.items():
         function = ir.serde.deserialize_function(proto)
         function.opset_imports.clear()
         for opset in proto.opset_import:
             function.opset_imports[opset.domain] = versions.get(opset.domain, opset.version)
         model.functions[key] = function
-    finishing = pipeline(
-        weights=frozenset(graph.initializers) if weights is None else weights,
-        inline=inline,
-        kept=frozenset(definitions),
-        optimize=optimize,
-        fold_weights=fold_weights,
-        rewrites=rewrites,
-        target=target,
-        seed=seed,
-        outputs=outputs,
-        strict=strict,
-    )
-    if logger.isEnabledFor(logging.DEBUG):
-        logger.debug("finishing pipeline:\n  %s", "\n  ".join(finishing.describe()))
-    finishing(model)
     return model
 
 
@@ -380,7 +349,8 @@ def pipeline(
     if optimize and fold_weights:  # before the rewrites: they see MatMul on the stored-transposed weight
         passes.append(lean.FoldWeightTransposes(weights))
     if rewrites:
-        assert target is not None
+        if target is None:
+            raise ValueError("rewrites need the target that gates them")
         again: PassBase = (
             Pipeline("lean again", lean.lean_passes(weights, fold_weights=False))
             if optimize
@@ -395,7 +365,10 @@ def pipeline(
     ]
     if outputs is not None:
         passes.append(BindOutputs(*outputs))
-    return Pipeline("finish", passes)
+    finishing = Pipeline("finish", passes)
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("finishing pipeline:\n  %s", "\n  ".join(finishing.describe()))
+    return finishing
 
 
 def custom_op_definitions(
