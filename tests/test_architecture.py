@@ -449,8 +449,6 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
              ("registry/opreg/exporter/diagnosis/compare.py", "OutputCheck")),
             (("registry/opreg/exporter/_dynamic.py", "FixedDim"),
              ("registry/opreg/testing/_kit_report.py", "CheckResult")),
-            (("registry/opreg/exporter/_dynamic.py", "FixedDim"),
-             ("registry/opreg/exporter/_dynamic.py", "ShapeGuard")),
             (("registry/opreg/exporter/_grown.py", "GrownDim"),
              ("registry/opreg/exporter/diagnosis/compare.py", "OutputCheck")),
             (("registry/opreg/exporter/_grown.py", "GrownDim"),
