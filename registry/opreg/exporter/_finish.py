@@ -47,6 +47,7 @@ from opreg.host import PackHost
 from opreg.node_types import confirms
 from opreg.patching import PatchOutcome
 from opreg.registry import Impl
+from opreg.settings import ExportSettings
 from opreg.targets import ONNX_DOMAIN, Target
 from opreg.values import is_complex
 
@@ -70,27 +71,22 @@ def producer_version() -> str:
 
 def finish(
     translation: Translation,
+    settings: ExportSettings,
     *,
     exported_program: torch.export.ExportedProgram,
     module: torch.nn.Module | torch.export.ExportedProgram,
     target: Target,
     host: PackHost,
     input_leaves: Sequence[int],
-    inline: bool | int,
-    embed_functions: bool,
-    optimize: bool,
-    fold_weights: bool = True,
-    rewrite: bool = True,
-    seed: int | None = None,
-    strict: bool = False,
     passes: Sequence[Rewrite] = (),
     dim_bounds: Mapping[str, Sequence[int]] | None = None,
     capture_patches: Sequence[PatchOutcome] = (),
     joined: Sequence[JoinedDomain] = (),
 ) -> OnnxProgram:
-    """The model of ``translation``, finished and checked, as an :class:`OnnxProgram` (the rewrite rules
-    ``host``'s packs give for ``target`` applied unless ``rewrite`` is false, then the export's own ``passes``: see
-    :func:`export_passes`; ``strict``: a faulty rewrite fails the export instead of being left out; the
+    """The model of ``translation``, finished as the export's ``settings`` say (``inline``,
+    ``embed_functions``, ``optimize``, ``fold_weights``, ``rewrite``, ``seed``, ``strict``) and checked,
+    as an :class:`OnnxProgram` (the rewrite rules ``host``'s packs give for ``target`` applied unless
+    ``settings.rewrite`` is false, then the export's own ``passes``: see :func:`export_passes`; the
     capture patches applied and the custom domains the plan ``joined`` to the target in its metadata)."""
     recorder = translation.recorder
     graph, spec = translation.graph, exported_program.call_spec
@@ -106,21 +102,21 @@ def finish(
     origins = [dict(v.producer().metadata_props) if v.producer() is not None else {} for v in values]
     versions = settle_versions(recorder.uses, translation.used_impls, target)
     definitions = {}
-    if embed_functions:
+    if settings.embed_functions:
         definitions = custom_op_definitions(graph, recorder.functions, host.functions())
-    rewrites = [*(_rewrite.collect(host.rewrite_rules(target)) if rewrite else []), *passes]
+    rewrites = [*(_rewrite.collect(host.rewrite_rules(target)) if settings.rewrite else []), *passes]
     bound = [name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value)]
     finishing = pipeline(
         weights=translation.weights,
-        inline=inline,
+        inline=settings.inline,
         kept=frozenset(definitions),
-        optimize=optimize,
-        fold_weights=fold_weights,
+        optimize=settings.optimize,
+        fold_weights=settings.fold_weights,
         rewrites=rewrites,
         target=target,
-        seed=seed,
+        seed=settings.seed,
         outputs=(bound + [slot.output for slot in state], origins),
-        strict=strict,
+        strict=settings.strict,
     )
     metadata = model_metadata(target, exported_program, module, joined, dim_bounds)
     model = build_model(graph, recorder.functions, versions, metadata=metadata, definitions=definitions)
