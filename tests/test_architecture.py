@@ -475,6 +475,9 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
             (("registry/opreg/cli/_options.py", "_pack_options"), ("registry/opreg/cli/llm.py", "add_parser")),
             (("registry/opreg/cli/_options.py", "_pack_options"), ("registry/opreg/cli/export.py", "add_parser")),
         ],
+        "a __repr__, then read-only properties each returning a different attribute (one line each)": [
+            (("registry/opreg/llm/_vision.py", "VisionLanguage"), ("registry/opreg/packset.py", "PackSet")),
+        ],
         "the template of a new pack's __init__.py (text `opreg new-pack` writes), one hookimpl per hook": [
             (("registry/opreg/_packcode.py", "init"), ("registry/opreg/_packcode.py", "init")),
         ],
