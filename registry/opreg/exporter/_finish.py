@@ -327,7 +327,11 @@ def pipeline(
     language model's decode step than ``FusedMatMul(transB=1)``, which a weight the fold leaves
     alone still gets), then the packs' ``rewrites`` (which ``target`` gates), the lean pass
     again if they fired, unused functions, subgraph outputs owned by their subgraph, unused
-    opsets dropped, the lowest IR version the opsets allow, and the outputs named (``outputs``)."""
+    opsets dropped, the lowest IR version the opsets allow, and the outputs named (``outputs``).
+
+    ``weights``: the initializers that are the model's ``state_dict`` entries, never folded.
+    ``outputs``: the names of the graph's outputs and the provenance of the nodes that made them
+    (see :class:`BindOutputs`). ``rewrites`` without a ``target`` is a ``ValueError``."""
     passes: list[PassBase] = [StripAuthoringAttributes()]
     if inline is not False:
         limit = None if inline is True else int(inline)
