@@ -441,7 +441,7 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
             (("registry/opreg/exporter/__init__.py", "run_export"), ("registry/opreg/exporter/_capture.py", "capture")),
         ],
         "keyword arguments passed on by name (name=name, ...), one per field of the value built": [
-            (("registry/opreg/exporter/_finish.py", "build_model"), ("registry/opreg/impls.py", "build_impl")),
+            (("registry/opreg/exporter/_finish.py", "finish"), ("registry/opreg/impls.py", "build_impl")),
         ],
         _FIELDS: [
             (("registry/opreg/exporter/_dynamic.py", "FixedDim"), ("registry/opreg/exporter/_grown.py", "GrownDim")),
@@ -449,8 +449,6 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
              ("registry/opreg/exporter/diagnosis/compare.py", "OutputCheck")),
             (("registry/opreg/exporter/_dynamic.py", "FixedDim"),
              ("registry/opreg/testing/_kit_report.py", "CheckResult")),
-            (("registry/opreg/exporter/_dynamic.py", "FixedDim"),
-             ("registry/opreg/exporter/_dynamic.py", "ShapeGuard")),
             (("registry/opreg/exporter/_grown.py", "GrownDim"),
              ("registry/opreg/exporter/diagnosis/compare.py", "OutputCheck")),
             (("registry/opreg/exporter/_grown.py", "GrownDim"),
@@ -461,9 +459,6 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
              ("registry/opreg/exporter/diagnosis/report.py", "Location")),
             (("registry/opreg/testing/_kit_report.py", "CheckResult"),
              ("registry/opreg/testing/_samples.py", "SampleResult")),
-        ],
-        "a class forwarding the sequence protocol to the value it holds (three one-line methods)": [
-            (("registry/opreg/packset.py", "PackSet"), ("registry/opreg/pluginapi.py", "PackReports")),
         ],
         _TABLE: [
             (("registry/opreg/exporter/_nodes.py", "Kind"), ("registry/opreg/hookchecks.py", "Checked")),
@@ -479,6 +474,9 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
             (("registry/opreg/cli/export.py", "add_parser"), ("registry/opreg/cli/export.py", "add_parser")),
             (("registry/opreg/cli/_options.py", "_pack_options"), ("registry/opreg/cli/llm.py", "add_parser")),
             (("registry/opreg/cli/_options.py", "_pack_options"), ("registry/opreg/cli/export.py", "add_parser")),
+        ],
+        "a __repr__, then read-only properties each returning a different attribute (one line each)": [
+            (("registry/opreg/llm/_vision.py", "VisionLanguage"), ("registry/opreg/packset.py", "PackSet")),
         ],
         "the template of a new pack's __init__.py (text `opreg new-pack` writes), one hookimpl per hook": [
             (("registry/opreg/_packcode.py", "init"), ("registry/opreg/_packcode.py", "init")),
