@@ -342,7 +342,9 @@ KNOWN_DUPLICATES: dict[frozenset[tuple[str, str]], str] = {
     ): (
         "data, not logic: the declarations of MultiHeadAttention's and GroupQueryAttention's schemas "
         "(com.microsoft), each a list of _input(name, type, doc) records in the op's order; two ops with "
-        "like inputs (query, key, value, past_key, past_value) are written alike"
+        "like inputs (query, key, value, past_key, past_value) are written alike. A list of the inputs they "
+        "share would not make one declaration: only query, key and value stand at the same places, and each "
+        "op documents them in its own terms ((batch, sequence, hidden) against heads * head size)"
     ),
 }
 """Duplicates the check finds in the framework's and packs' code, each with why it stays. A new one
@@ -371,7 +373,10 @@ _TABLE = "data: a table of names, records or constants"
 _FLAGS = "argparse declarations of different flags; the flags commands share are one function already (cli/_options.py)"
 _HOOKS = (
     "a pack's pluggy hookimpls: pluggy finds each by its name in the pack's own module, and each imports its "
-    "module on first call (so `import opreg` stays cheap)"
+    "module on first call (so `import opreg` stays cheap). A helper building them from a 'module:function' "
+    "string was weighed and not taken: pluggy reads a hookimpl's arguments from its code, so a plain helper "
+    "serves only the hooks without arguments (not opreg_register_ops, which every pack has) and each pack "
+    "would mix two forms; and a string hides from readers, linters and editors the module the import names"
 )
 
 REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
@@ -398,6 +403,10 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
              ("core_ops/opreg_core_ops/ops/binning.py", "aten_searchsorted_scalar")),
             (("core_ops/opreg_core_ops/ops/reduction.py", "aten_any_dims"),
              ("core_ops/opreg_core_ops/ops/reduction.py", "aten_all_dims")),
+        ],
+        "the signatures of torchvision's roi_align and ps_roi_align, which the check skips: one function cannot "
+        "serve both, as the schemas differ in number (roi_align's `aligned`); both average their bins with one "
+        "helper (_bin_averages), and ps_roi_align then picks each output channel's bins": [
             (("plugins/torchvision/opreg_torchvision/ops.py", "torchvision_roi_align"),
              ("plugins/torchvision/opreg_torchvision/ops.py", "torchvision_ps_roi_align")),
         ],
