@@ -548,6 +548,21 @@ def test_the_registry_is_data_impls_profiles_preferences_and_unsupported_compare
     assert dataclasses.replace(impl, params=None) == impl  # read from the function, not compared
 
 
+def test_the_host_and_the_registry_read_the_same_pack_reports():
+    """A host's PackSet and its registry's PackReports read the reports alike (ReportSequence):
+    in load order, by index and by name, and an unknown pack is a KeyError."""
+    loaded = opreg.plugins.build()
+    packs, reports = loaded.host.packs, loaded.registry.packs
+    assert len(packs) == len(reports) == len(reports.reports) >= 2
+    for index, report in enumerate(reports.reports):
+        assert packs[index] is reports[index] is report
+        assert packs.report(report.name) is reports.report(report.name) is report
+    assert list(packs) == list(reports) == list(reports.reports)
+    for sequence in (packs, reports):
+        with pytest.raises(KeyError, match="no_such_pack"):
+            sequence.report("no_such_pack")
+
+
 def test_a_built_registry_is_a_value_beside_its_plugin_host():
     """Issue 40: a frozen registry compares and hashes by its data, which its host (the packs' live code)
     is no part of; it calls no hook itself, and only a frozen registry hashes."""

@@ -15,7 +15,7 @@ with ``strict`` the :class:`~opreg.pluginapi.HookError` is raised instead.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from opreg.hookchecks import Checked, Contract
@@ -29,6 +29,7 @@ from opreg.pluginapi import (
     PackReport,
     PackReports,
     Rejection,
+    ReportSequence,
 )  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-class PackSet:
+class PackSet(ReportSequence):
     """The reports of every discovered pack, and the hooks of the loaded ones.
 
     Iterating gives the :class:`~opreg.pluginapi.PackReport` s in load order. The host of a
@@ -67,16 +68,7 @@ class PackSet:
         self._implemented: dict[str, tuple[str, ...]] = {}
         self._failures: dict[str, HookError] = {}
 
-    # -- reports ----------------------------------------------------------------------
-
-    def __iter__(self) -> Iterator[PackReport]:
-        return iter(self._reports)
-
-    def __len__(self) -> int:
-        return len(self._reports)
-
-    def __getitem__(self, index: int) -> PackReport:
-        return self._reports[index]
+    # -- reports (read as a sequence, and by name: ReportSequence) ----------------------
 
     def __repr__(self) -> str:
         return f"PackSet({', '.join(f'{r.name}:{r.status}' for r in self._reports)})"
@@ -85,10 +77,6 @@ class PackSet:
     def reports(self) -> PackReports:
         """Every discovered pack's report, as a value (what the registry built with this set holds)."""
         return self._reports
-
-    def report(self, name: str) -> PackReport:
-        """The report of pack ``name``; ``KeyError`` if no such pack was discovered."""
-        return self._reports.report(name)
 
     @property
     def loaded(self) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ import dataclasses
 import importlib.metadata
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from opreg.errors import InvalidArgumentError, PluginError
@@ -207,20 +207,13 @@ class PackReport:
         return f"{where} {self.status}{hook}: {self.reason}" if self.reason else f"{where} {self.status}"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class PackReports:
-    """What happened to every discovered pack, in load order: a value (iterate it), what
-    :attr:`opreg.Registry.packs` and :attr:`opreg.PackSet.reports` give.
+class ReportSequence:
+    """The :class:`PackReport` s an object holds as ``reports``, in load order, read as a sequence
+    (iterate, ``len``, index) and by name (:meth:`report`): what :class:`PackReports` and
+    :class:`opreg.PackSet` (which holds a :class:`PackReports`) share."""
 
-    Fields:
-        reports: each pack's :class:`PackReport`.
-        selection: the selection they answer, ``(plugins, exclude, strict)`` as
-            :func:`opreg.plugins.load` takes it (``None``: no packs were loaded, a registry built by
-            hand); :func:`opreg.plugins.host_of` finds the host of the same packs by it.
-    """
-
-    reports: tuple[PackReport, ...] = ()
-    selection: tuple[frozenset[str] | None, frozenset[str], bool] | None = None
+    __slots__ = ()
+    reports: Sequence[PackReport]
 
     def __iter__(self) -> Iterator[PackReport]:
         return iter(self.reports)
@@ -237,6 +230,22 @@ class PackReports:
             if report.name == name:
                 return report
         raise KeyError(name)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PackReports(ReportSequence):
+    """What happened to every discovered pack, in load order: a value (iterate it), what
+    :attr:`opreg.Registry.packs` and :attr:`opreg.PackSet.reports` give.
+
+    Fields:
+        reports: each pack's :class:`PackReport`.
+        selection: the selection they answer, ``(plugins, exclude, strict)`` as
+            :func:`opreg.plugins.load` takes it (``None``: no packs were loaded, a registry built by
+            hand); :func:`opreg.plugins.host_of` finds the host of the same packs by it.
+    """
+
+    reports: tuple[PackReport, ...] = ()
+    selection: tuple[frozenset[str] | None, frozenset[str], bool] | None = None
 
     @property
     def loaded(self) -> tuple[str, ...]:
@@ -452,6 +461,7 @@ __all__ = [
     "ModelSample",
     "PackReport",
     "PackReports",
+    "ReportSequence",
     "Rejection",
     "Sample",
     "describe",

@@ -188,15 +188,7 @@ def torchvision_roi_align(
     ai.onnx 22, where ONNX Runtime has no RoiAlign kernel, GridSample at each bin's sampling grid, averaged
     (see the module)."""
     pooled = (int(pooled_height), int(pooled_width))
-    if opset >= GRID_OPSET:
-        return _like(_sampled_bins(input, rois, spatial_scale, pooled, int(sampling_ratio), aligned, True), input)
-    result = op18.RoiAlign(
-        _float(input), _column(_float(rois), 1, 5), _batch_indices(rois),
-        coordinate_transformation_mode="half_pixel" if aligned else "output_half_pixel", mode="avg",
-        output_height=pooled[0], output_width=pooled[1], sampling_ratio=max(int(sampling_ratio), 0),
-        spatial_scale=float(spatial_scale),
-    )  # fmt: skip
-    return _like(result, input)
+    return _like(_bin_averages(input, rois, spatial_scale, pooled, int(sampling_ratio), aligned, opset=opset), input)
 
 
 @opreg.impl("torchvision::ps_roi_align", opset=(18, LAST_ROI_OPSET))
@@ -219,18 +211,10 @@ def torchvision_ps_roi_align(
     channels_out = _channels_out(input, pooled_height, pooled_width, "ps_roi_align")
     pooled = (int(pooled_height), int(pooled_width))
     count = op18.Shape(rois, start=0, end=1)
-    if opset >= GRID_OPSET:
-        averaged = _sampled_bins(input, rois, spatial_scale, pooled, int(sampling_ratio), True, False)
-        picked = _position_sensitive(averaged, count, channels_out, *pooled)
-        return _like(picked, input), _channel_mapping(count, channels_out, *pooled)
-    boxes = _column(_float(rois), 1, 5)
-    averaged = op18.RoiAlign(
-        _float(input), boxes, _batch_indices(rois), coordinate_transformation_mode="half_pixel", mode="avg",
-        output_height=pooled[0], output_width=pooled[1], sampling_ratio=max(int(sampling_ratio), 0),
-        spatial_scale=float(spatial_scale),
-    )  # fmt: skip
+    averaged = _bin_averages(input, rois, spatial_scale, pooled, int(sampling_ratio), True, opset=opset, floor=False)
     picked = _position_sensitive(averaged, count, channels_out, *pooled)
-    if sampling_ratio <= 0:  # torchvision's count = ceil(h / PH) * ceil(w / PW) has no floor of 1
+    if opset < GRID_OPSET and sampling_ratio <= 0:  # RoiAlign floors the count at 1, torchvision's does not:
+        boxes = _column(_float(rois), 1, 5)  # count = ceil(h / PH) * ceil(w / PW), 0 for a point roi (NaN)
         scale = _scalar(spatial_scale, boxes)
         half = _scalar(0.5, boxes)
         start = op18.Sub(op18.Mul(_column(boxes, 0, 2), scale), half)
@@ -241,6 +225,23 @@ def torchvision_ps_roi_align(
         empty = op18.Reshape(op18.Equal(samples, _scalar(0.0, samples)), [-1, 1, 1, 1])
         picked = op18.Where(empty, op18.CastLike(op18.Constant(value_float=float("nan")), picked), picked)
     return _like(picked, input), _channel_mapping(count, channels_out, *pooled)
+
+
+def _bin_averages(input: Tensor, rois: Tensor, spatial_scale: float, pooled: tuple[int, int], sampling_ratio: int,
+                  aligned: bool, *, opset: int, floor: bool = True) -> Tensor:  # fmt: skip
+    """RoIAlign: each roi's bins averaged, (K, C, PH, PW) in float or double. Up to ai.onnx 21 RoiAlign-16,
+    average mode: ``aligned`` is its half_pixel coordinate transformation (output_half_pixel otherwise), a
+    sampling ratio of 0 or less adaptive, and a bin without samples averages 0; from ai.onnx 22, where ONNX
+    Runtime has no RoiAlign kernel, :func:`_sampled_bins` (GridSample), where a bin without samples is NaN
+    unless ``floor`` (the sample count floored at 1, as RoiAlign's)."""
+    if opset >= GRID_OPSET:
+        return _sampled_bins(input, rois, spatial_scale, pooled, sampling_ratio, aligned, floor)
+    return op18.RoiAlign(
+        _float(input), _column(_float(rois), 1, 5), _batch_indices(rois),
+        coordinate_transformation_mode="half_pixel" if aligned else "output_half_pixel", mode="avg",
+        output_height=pooled[0], output_width=pooled[1], sampling_ratio=max(sampling_ratio, 0),
+        spatial_scale=float(spatial_scale),
+    )  # fmt: skip
 
 
 def _sampled_bins(input: Tensor, rois: Tensor, spatial_scale: float, pooled: tuple[int, int], sampling_ratio: int,

@@ -202,10 +202,9 @@ def run_export(
         translation = rework(translation, program)
     tick("finish")
     result = _finish.finish(
-        translation, exported_program=program, module=eager, target=resolved, host=packs.host, joined=plan.joined,
-        input_leaves=_capture.input_leaves(program), inline=settings.inline, embed_functions=settings.embed_functions,
-        optimize=settings.optimize, fold_weights=settings.fold_weights, rewrite=settings.rewrite, seed=settings.seed,
-        strict=settings.strict, passes=extra, dim_bounds=_capture.dim_bounds(program, symbols),
+        translation, settings, exported_program=program, module=eager, target=resolved, host=packs.host,
+        joined=plan.joined, input_leaves=_capture.input_leaves(program), passes=extra,
+        dim_bounds=_capture.dim_bounds(program, symbols),
         capture_patches=patched.outcomes if patched is not None else (),
     )  # fmt: skip
     tick.done()

@@ -73,8 +73,7 @@ class FixedDim:
     source: str = ""
 
     def __str__(self) -> str:
-        where = f" ({self.source})" if self.source else ""
-        return f"{self.input}.shape[{self.dim}] fixed at {self.size}: {self.guard}{where}"
+        return _guards.located(f"{self.input}.shape[{self.dim}] fixed at {self.size}: {self.guard}", self.source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,8 +94,7 @@ class ShapeGuard:
     source: str = ""
 
     def __str__(self) -> str:
-        where = f" ({self.source})" if self.source else ""
-        return f"{', '.join(self.dims)}: {self.guard}{where}"
+        return _guards.located(f"{', '.join(self.dims)}: {self.guard}", self.source)
 
 
 @dataclasses.dataclass(frozen=True)

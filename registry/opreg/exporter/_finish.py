@@ -47,6 +47,7 @@ from opreg.host import PackHost
 from opreg.node_types import confirms
 from opreg.patching import PatchOutcome
 from opreg.registry import Impl
+from opreg.settings import ExportSettings
 from opreg.targets import ONNX_DOMAIN, Target
 from opreg.values import is_complex
 
@@ -70,27 +71,22 @@ def producer_version() -> str:
 
 def finish(
     translation: Translation,
+    settings: ExportSettings,
     *,
     exported_program: torch.export.ExportedProgram,
     module: torch.nn.Module | torch.export.ExportedProgram,
     target: Target,
     host: PackHost,
     input_leaves: Sequence[int],
-    inline: bool | int,
-    embed_functions: bool,
-    optimize: bool,
-    fold_weights: bool = True,
-    rewrite: bool = True,
-    seed: int | None = None,
-    strict: bool = False,
     passes: Sequence[Rewrite] = (),
     dim_bounds: Mapping[str, Sequence[int]] | None = None,
     capture_patches: Sequence[PatchOutcome] = (),
     joined: Sequence[JoinedDomain] = (),
 ) -> OnnxProgram:
-    """The model of ``translation``, finished and checked, as an :class:`OnnxProgram` (the rewrite rules
-    ``host``'s packs give for ``target`` applied unless ``rewrite`` is false, then the export's own ``passes``: see
-    :func:`export_passes`; ``strict``: a faulty rewrite fails the export instead of being left out; the
+    """The model of ``translation``, finished as the export's ``settings`` say (``inline``,
+    ``embed_functions``, ``optimize``, ``fold_weights``, ``rewrite``, ``seed``, ``strict``) and checked,
+    as an :class:`OnnxProgram` (the rewrite rules ``host``'s packs give for ``target`` applied unless
+    ``settings.rewrite`` is false, then the export's own ``passes``: see :func:`export_passes`; the
     capture patches applied and the custom domains the plan ``joined`` to the target in its metadata)."""
     recorder = translation.recorder
     graph, spec = translation.graph, exported_program.call_spec
@@ -106,26 +102,25 @@ def finish(
     origins = [dict(v.producer().metadata_props) if v.producer() is not None else {} for v in values]
     versions = settle_versions(recorder.uses, translation.used_impls, target)
     definitions = {}
-    if embed_functions:
+    if settings.embed_functions:
         definitions = custom_op_definitions(graph, recorder.functions, host.functions())
-    rewrites = [*(_rewrite.collect(host.rewrite_rules(target)) if rewrite else []), *passes]
+    rewrites = [*(_rewrite.collect(host.rewrite_rules(target)) if settings.rewrite else []), *passes]
     bound = [name for name, value in zip(names, translation.outputs, strict=True) if isinstance(value, ir.Value)]
-    model = build_model(
-        graph,
-        recorder.functions,
-        versions,
-        inline=inline,
-        optimize=optimize,
-        fold_weights=fold_weights,
-        metadata=model_metadata(target, exported_program, module, joined, dim_bounds),
-        definitions=definitions,
+    finishing = pipeline(
+        weights=translation.weights,
+        inline=settings.inline,
+        kept=frozenset(definitions),
+        optimize=settings.optimize,
+        fold_weights=settings.fold_weights,
         rewrites=rewrites,
         target=target,
-        seed=seed,
-        weights=translation.weights,
+        seed=settings.seed,
         outputs=(bound + [slot.output for slot in state], origins),
-        strict=strict,
+        strict=settings.strict,
     )
+    metadata = model_metadata(target, exported_program, module, joined, dim_bounds)
+    model = build_model(graph, recorder.functions, versions, metadata=metadata, definitions=definitions)
+    finishing(model)
     record_packs(model, {impl.pack for impl in translation.used_impls.values()}, capture_patches)
     slots = [
         OutputSlot(name, complex=is_complex(value)) if isinstance(value, ir.Value) else OutputSlot(None, value)
@@ -290,52 +285,22 @@ def build_model(
     functions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]],
     versions: Mapping[str, int],
     *,
-    inline: bool | int,
-    optimize: bool = True,
-    fold_weights: bool = True,
     metadata: Mapping[str, str],
     definitions: Mapping[ir.OperatorIdentifier, tuple[onnx.FunctionProto, str]] | None = None,
-    rewrites: Sequence[Rewrite] = (),
-    target: Target | None = None,
-    seed: int | None = None,
-    weights: frozenset[str] | None = None,
-    outputs: tuple[Sequence[str], Sequence[Mapping[str, str]]] | None = None,
-    strict: bool = False,
 ) -> ir.Model:
-    """The model of ``graph`` (its functions and embedded ``definitions`` added, every domain
-    imported at ``versions``), finished by :func:`pipeline` with these options.
-
-    ``weights``: the initializers that are the model's ``state_dict`` entries (default:
-    every initializer), never folded. ``outputs``: the names of the graph's outputs and
-    the provenance of the nodes that made them (see :class:`BindOutputs`)."""
-    if rewrites and target is None:
-        raise ValueError("rewrites need the target that gates them")
+    """The model of ``graph``, its functions and embedded ``definitions`` added, every domain
+    imported at ``versions`` (the passes read them, then drop the unused), ``metadata`` set (the
+    rewrites may read it), for the :func:`pipeline` of the export's options to finish."""
     model = ir.Model(graph, ir_version=MIN_IR_VERSION, producer_name="opreg", producer_version=producer_version())
-    model.metadata_props.update(metadata)  # before the rewrites, which may read it
+    model.metadata_props.update(metadata)
     graph.opset_imports.clear()
-    graph.opset_imports.update(versions)  # every version first: the passes read them, then drop the unused
-    definitions = dict(definitions or {})
-    for key, (proto, _) in {**functions, **definitions}.items():
+    graph.opset_imports.update(versions)
+    for key, (proto, _) in {**functions, **(definitions or {})}.items():
         function = ir.serde.deserialize_function(proto)
         function.opset_imports.clear()
         for opset in proto.opset_import:
             function.opset_imports[opset.domain] = versions.get(opset.domain, opset.version)
         model.functions[key] = function
-    finishing = pipeline(
-        weights=frozenset(graph.initializers) if weights is None else weights,
-        inline=inline,
-        kept=frozenset(definitions),
-        optimize=optimize,
-        fold_weights=fold_weights,
-        rewrites=rewrites,
-        target=target,
-        seed=seed,
-        outputs=outputs,
-        strict=strict,
-    )
-    if logger.isEnabledFor(logging.DEBUG):
-        logger.debug("finishing pipeline:\n  %s", "\n  ".join(finishing.describe()))
-    finishing(model)
     return model
 
 
@@ -362,7 +327,11 @@ def pipeline(
     language model's decode step than ``FusedMatMul(transB=1)``, which a weight the fold leaves
     alone still gets), then the packs' ``rewrites`` (which ``target`` gates), the lean pass
     again if they fired, unused functions, subgraph outputs owned by their subgraph, unused
-    opsets dropped, the lowest IR version the opsets allow, and the outputs named (``outputs``)."""
+    opsets dropped, the lowest IR version the opsets allow, and the outputs named (``outputs``).
+
+    ``weights``: the initializers that are the model's ``state_dict`` entries, never folded.
+    ``outputs``: the names of the graph's outputs and the provenance of the nodes that made them
+    (see :class:`BindOutputs`). ``rewrites`` without a ``target`` is a ``ValueError``."""
     passes: list[PassBase] = [StripAuthoringAttributes()]
     if inline is not False:
         limit = None if inline is True else int(inline)
@@ -380,7 +349,8 @@ def pipeline(
     if optimize and fold_weights:  # before the rewrites: they see MatMul on the stored-transposed weight
         passes.append(lean.FoldWeightTransposes(weights))
     if rewrites:
-        assert target is not None
+        if target is None:
+            raise ValueError("rewrites need the target that gates them")
         again: PassBase = (
             Pipeline("lean again", lean.lean_passes(weights, fold_weights=False))
             if optimize
@@ -395,7 +365,10 @@ def pipeline(
     ]
     if outputs is not None:
         passes.append(BindOutputs(*outputs))
-    return Pipeline("finish", passes)
+    finishing = Pipeline("finish", passes)
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("finishing pipeline:\n  %s", "\n  ".join(finishing.describe()))
+    return finishing
 
 
 def custom_op_definitions(

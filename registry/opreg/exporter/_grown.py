@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from opreg.exporter import _guards
+
 logger = logging.getLogger(__name__)
 
 SIZE = 2
@@ -56,10 +58,10 @@ class GrownDim:
     source: str = ""
 
     def __str__(self) -> str:
-        where = f" ({self.source})" if self.source else ""
-        return (
+        return _guards.located(
             f"{self.input}.shape[{self.dim}]: captured from an example with it at {self.captured_at}, not "
-            f"{self.size}: {self.guard}{where}"
+            f"{self.size}: {self.guard}",
+            self.source,
         )
 
 

@@ -81,6 +81,12 @@ def where(filename: str, line: int, function: str) -> str:
     return f"{_relative(filename)}:{line} in {function}"
 
 
+def located(text: str, source: str) -> str:
+    """``text``, then `` (source)`` when the place it came from is known (:func:`where`): how a
+    fixed dim, a grown dim and a shape guard name the model's line."""
+    return f"{text} ({source})" if source else text
+
+
 def _relative(filename: str) -> str:
     """``filename`` relative to site-packages or the working folder, where it is under one."""
     marker = f"site-packages{os.sep}"
