@@ -361,12 +361,13 @@ def test_no_block_of_six_lines_is_duplicated():
 
 _SIGNATURES = (
     "the signatures of impls of different ATen schemas, which the check skips: each body is one call of a "
-    "shared helper, and one function cannot serve both, as the schemas differ in an argument's name, kind "
-    "(Tensor against Scalar: test_core_pack holds each annotation to the schema) or number"
+    "shared helper, and one function cannot serve both, as the schemas differ in an argument's name or place, "
+    "in number or in outputs (a Tensor against a Scalar is no reason: one impl serves both, annotated with the union)"
 )
 _SCALAR_OVERLOADS = (
-    "rows of four-line impls, one per overload (.Tensor and .Scalar): each calls one helper; they cannot share "
-    "a function, as the schema types `other` as a Tensor in one and a Scalar in the other"
+    "rows of short impls, each serving an op's .Tensor and .Scalar overloads (its annotation their union: "
+    "`other: Tensor | float`) with one call of a different helper or ONNX op: lt, le, gt, ge; eq, ne and fmod, "
+    "remainder"
 )
 _FIELDS = "field declarations of frozen dataclasses (which the check skips), then a one-line __str__ or __post_init__"
 _TABLE = "data: a table of names, records or constants"
@@ -383,16 +384,12 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
     frozenset(pair): reason
     for reason, pairs in {
         _SIGNATURES: [
-            (("core_ops/opreg_core_ops/ops/quantization.py", "qd_dequantize_per_tensor"),
-             ("core_ops/opreg_core_ops/ops/quantization.py", "qd_dequantize_per_tensor_tensor")),
             (("core_ops/opreg_core_ops/ops/pooling.py", "aten_max_pool2d"),
              ("core_ops/opreg_core_ops/ops/pooling.py", "aten_max_pool2d_with_indices")),
             (("core_ops/opreg_core_ops/ops/onnx_ops.py", "onnx_symbolic_symbolic"),
              ("core_ops/opreg_core_ops/ops/onnx_ops.py", "onnx_symbolic_symbolic_multi_out")),
             (("core_ops/opreg_core_ops/ops/spectral.py", "aten_stft"),
              ("core_ops/opreg_core_ops/ops/spectral.py", "aten_stft_center")),
-            (("core_ops/opreg_core_ops/ops/embedding_bag.py", "aten_embedding_bag_private"),
-             ("core_ops/opreg_core_ops/ops/embedding_bag.py", "aten_embedding_bag")),
             (("core_ops/opreg_core_ops/ops/creation.py", "aten_to_copy"),
              ("core_ops/opreg_core_ops/ops/creation.py", "aten_to_dtype_layout")),
             (("core_ops/opreg_core_ops/ops/attention.py", "aten_scaled_dot_product_attention"),
@@ -401,8 +398,12 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
              ("core_ops/opreg_core_ops/ops/spectral.py", "aten_stft")),
             (("core_ops/opreg_core_ops/ops/binning.py", "aten_searchsorted"),
              ("core_ops/opreg_core_ops/ops/binning.py", "aten_searchsorted_scalar")),
-            (("core_ops/opreg_core_ops/ops/reduction.py", "aten_any_dims"),
-             ("core_ops/opreg_core_ops/ops/reduction.py", "aten_all_dims")),
+            (("core_ops/opreg_core_ops/ops/quantization.py", "aten_fake_quantize_per_channel_affine"),
+             ("core_ops/opreg_core_ops/ops/quantization.py", "aten_fake_quantize_per_channel_affine_cachemask")),
+            (("core_ops/opreg_core_ops/ops/onnx_ops.py", "onnx_rotary_embedding"),
+             ("core_ops/opreg_core_ops/ops/quantization.py", "qd_quantize_per_channel")),
+            (("core_ops/opreg_core_ops/ops/convolution.py", "aten_conv"),
+             ("core_ops/opreg_core_ops/ops/embedding_bag.py", "aten_embedding_bag")),
         ],
         "the signatures of torchvision's roi_align and ps_roi_align, which the check skips: one function cannot "
         "serve both, as the schemas differ in number (roi_align's `aligned`); both average their bins with one "
@@ -417,24 +418,18 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
              ("core_ops/opreg_core_ops/ops/creation.py", "aten_to_copy")),
         ],
         _SCALAR_OVERLOADS: [
-            (("core_ops/opreg_core_ops/ops/comparison.py", "aten_bitwise_or"),
-             ("core_ops/opreg_core_ops/ops/comparison.py", "aten_and")),
-            (("core_ops/opreg_core_ops/ops/elementwise.py", "aten_add"),
-             ("core_ops/opreg_core_ops/ops/elementwise.py", "aten_rsub")),
+            (("core_ops/opreg_core_ops/ops/comparison.py", "aten_lt"),
+             ("core_ops/opreg_core_ops/ops/comparison.py", "aten_gt")),
             (("core_ops/opreg_core_ops/ops/comparison.py", "aten_eq"),
-             ("core_ops/opreg_core_ops/ops/elementwise.py", "aten_mul")),
+             ("core_ops/opreg_core_ops/ops/elementwise.py", "aten_fmod")),
         ],
         "rows of short impls, each one call of a different op or helper (a table of what each op is)": [
-            (("core_ops/opreg_core_ops/ops/complex.py", "aten_view_as_real"),
-             ("core_ops/opreg_core_ops/ops/complex.py", "aten_clone_complex")),
+            (("core_ops/opreg_core_ops/ops/elementwise.py", "aten_acos"),
+             ("core_ops/opreg_core_ops/ops/elementwise.py", "aten_sqrt")),
             (("core_ops/opreg_core_ops/ops/reduction.py", "aten_any"),
              ("core_ops/opreg_core_ops/ops/reduction.py", "aten_all")),
-            (("core_ops/opreg_core_ops/ops/elementwise.py", "aten_maximum"),
-             ("core_ops/opreg_core_ops/ops/resampling.py", "aten_pixel_shuffle")),
             (("core_ops/opreg_core_ops/ops/padding.py", "aten_reflection_pad"),
              ("core_ops/opreg_core_ops/ops/padding.py", "aten_replication_pad")),
-            (("core_ops/opreg_core_ops/ops/shape.py", "aten_view"),
-             ("core_ops/opreg_core_ops/ops/views.py", "aten_view_copy")),
         ],
         "public signatures: the same keyword options on two ways in, both forwarding to one body": [
             (("registry/opreg/registrar.py", "Registrar.register"),
@@ -506,9 +501,10 @@ signatures, field declarations and tables, and compares shapes more loosely), ea
 logic they hold is already one piece of code, or they are declarations and data. Each names its two
 places by file and function (``""``: module level); a place that no longer exists fails
 :func:`test_the_repeats_kept_name_places_that_exist`, so the list is pruned as the code changes. The
-repeats that were logic were removed instead (one impl serves the overloads whose signature and body are
-the same: conv1d/2d/3d, the pads, the linear upsamplings; the placement arguments an impl never reads are
-left out; ``ExportSettings`` checks its registry and host with one helper)."""
+repeats that were logic were removed instead (one impl serves the overloads whose body is the same, each
+annotation the union of what they pass: conv1d/2d/3d, the pads, the linear upsamplings, an op's .Tensor and
+.Scalar overloads, the adaptive pools; the placement arguments an impl never reads are left out;
+``ExportSettings`` checks its registry and host with one helper)."""
 
 
 def test_the_repeats_kept_name_places_that_exist():

@@ -6,6 +6,8 @@ import importlib
 import inspect
 import pkgutil
 import re
+import types
+import typing
 from collections.abc import Sequence
 
 import pytest
@@ -145,23 +147,93 @@ def tensor_annotation(jit_type):
     return Tensor
 
 
+ATTRIBUTE = "an attribute type (int, float, bool, str, a sequence of them)"
+
+
+def accepted(annotation) -> set:
+    """What an annotation accepts, one entry per member of a union: a tensor annotation as itself
+    (``Tensor``, ``Sequence[Tensor]``), ``None``, and any attribute type as :data:`ATTRIBUTE`."""
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    members = members or (annotation,)
+    return {ATTRIBUTE if _inspect._is_attribute_annotation(m) else m for m in members}
+
+
+def schema_types(arg) -> tuple[set, set]:
+    """(what an annotation must accept for schema argument ``arg``, what it may accept): a tensor
+    argument's annotation (``Tensor?`` is ``Tensor | None``) both; for another argument, an
+    attribute type, or ``None`` besides when it is optional."""
+    if _inspect._schema_arg_kind(arg) == "tensor":
+        return accepted(tensor_annotation(arg.type)), accepted(tensor_annotation(arg.type))
+    return {ATTRIBUTE}, {ATTRIBUTE, type(None)}
+
+
+def check_annotations(impl, served) -> None:
+    """Each parameter's annotation accepts what ``impl``'s schema passes there, and nothing no schema of
+    ``served`` (the ops its function is registered for) passes: a function serving ``add.Tensor`` and
+    ``add.Scalar`` annotates ``other`` with ``Tensor | float``, one serving only ``add.Tensor`` with ``Tensor``.
+    A parameter past ``impl``'s schema has a default and is, by name, another served schema's."""
+    annotations = inspect.signature(impl.function, eval_str=True).parameters
+    schemas = {str(i.op): [a for a in _inspect.torch_schema(i.op).arguments if not a.is_out] for i in served}
+    arguments = schemas[str(impl.op)]
+    left_out = arguments[len(impl.params.params) :]
+    assert all(_inspect.placement_only(a) for a in left_out), f"{impl.name} leaves schema arguments out"
+    for place, param in enumerate(impl.params.params):
+        if place >= len(arguments):
+            names = {_inspect.python_name(s[place].name) for s in schemas.values() if place < len(s)}
+            assert param.has_default and param.name in names, f"{impl.name}: {param.text} is no argument of {impl.op}"
+            continue
+        assert param.name == _inspect.python_name(arguments[place].name)  # `from` is written `from_`
+        given = accepted(annotations[param.name].annotation)
+        required, _ = schema_types(arguments[place])
+        allowed = set().union(*(schema_types(s[place])[1] for s in schemas.values() if place < len(s)))
+        assert required <= given, (
+            f"{impl.name}: {param.text} does not accept {impl.op}'s {arguments[place].name}: {arguments[place].type}"
+        )
+        assert given <= allowed, f"{impl.name}: {param.text} accepts what no schema it serves passes"
+
+
 @pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}")
 def test_parameters_are_annotated_and_named_as_the_schema_says(impl):
     """Tensor arguments annotated with ``Tensor`` (read as tensors, not attributes), the others with
     attribute types, each parameter named as the ATen schema names it. Only trailing arguments that
-    say nothing of the values (device, layout, memory format, pinned memory) may be left out."""
-    annotations = inspect.signature(impl.function, eval_str=True).parameters
-    arguments = [a for a in _inspect.torch_schema(impl.op).arguments if not a.is_out]
-    left_out = arguments[len(impl.params.params) :]
-    assert all(_inspect.placement_only(a) for a in left_out), f"{impl.name} leaves schema arguments out"
-    arguments = arguments[: len(impl.params.params)]
-    for param, arg in zip(impl.params.params, arguments, strict=True):
-        assert param.name == _inspect.python_name(arg.name)  # `from` is written `from_`
-        if _inspect._schema_arg_kind(arg) == "tensor":
-            assert annotations[param.name].annotation == tensor_annotation(arg.type), f"{impl.name}: {param.text}"
-            assert not param.attribute
-        else:
-            assert param.attribute, f"{impl.name}: {param.text} is not annotated as an attribute"
+    say nothing of the values (device, layout, memory format, pinned memory) may be left out. A function
+    serving several overloads (``add.Tensor`` and ``add.Scalar``) annotates a parameter with the union of
+    what they pass (``other: Tensor | float``): see :func:`check_annotations`."""
+    check_annotations(impl, [i for i in CORE if i.function is impl.function])
+
+
+def add_tensor(self: Tensor, other: Tensor, alpha: float = 1.0):
+    """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: serves only add.Tensor."""
+
+
+def add_scalar_as_tensor(self: Tensor, other: Tensor | float, alpha: float = 1.0):
+    """add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: accepts a tensor no schema passes."""
+
+
+def div_extra(self: Tensor, other: Tensor, rounding_mode: str | None = None, scale: float = 1.0):
+    """div.Tensor(Tensor self, Tensor other) -> Tensor: ``scale`` is no schema's argument."""
+
+
+def test_the_annotation_check_can_fail():
+    """An annotation that leaves out what a served schema passes (``other: Tensor`` also serving
+    ``add.Scalar``), one that accepts what none passes, and a parameter no served schema has, each fail."""
+    from opreg.impls import build_impl
+
+    def impl(function, op):
+        return build_impl(
+            op, function, opset=None, domains=None, priority=0, predicate=None, pack="core", override=False
+        )
+
+    tensor, scalar = impl(add_tensor, "aten::add.Tensor"), impl(add_tensor, "aten::add.Scalar")
+    check_annotations(tensor, [tensor])
+    with pytest.raises(AssertionError, match=r"does not accept aten::add\.Scalar's"):
+        check_annotations(scalar, [tensor, scalar])
+    lone = impl(add_scalar_as_tensor, "aten::add.Scalar")
+    with pytest.raises(AssertionError, match="accepts what no schema it serves passes"):
+        check_annotations(lone, [lone])
+    extra = impl(div_extra, "aten::div.Tensor")
+    with pytest.raises(AssertionError, match="is no argument of aten::div.Tensor"):
+        check_annotations(extra, [extra, impl(div_extra, "aten::div.Tensor_mode")])
 
 
 @pytest.mark.parametrize("impl", CORE, ids=lambda i: f"{i.op}:{i.name}")

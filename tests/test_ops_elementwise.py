@@ -5,6 +5,7 @@ Ops are grouped into one export per case (a dict of outputs, named by op) to kee
 
 from __future__ import annotations
 
+import onnx
 import pytest
 import torch
 import torch.nn.functional as F
@@ -164,6 +165,47 @@ def test_add_sub_mul_div_float(opset):
         y,
         opset=opset,
     )
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_one_impl_serves_the_tensor_and_scalar_overloads(opset):
+    """``add.Tensor`` and ``add.Scalar`` (and the like) share one impl whose annotation covers both
+    (``other: Tensor | float``): each node gets what torch passes, a tensor or a Python number, so a
+    number keeps ranking below a tensor in torch's promotion (float16 stays float16, int32 stays int32)."""
+    h = torch.tensor([0.5, -1.25, 3.0, 70000.0 / 64], dtype=torch.float16)
+    k = torch.tensor([0.25, 2.0, -3.0, 1.0], dtype=torch.float16)
+    i = torch.tensor([7, -9, 12, 5], dtype=torch.int32)
+    ops = torch.ops.aten
+    program = check(
+        lambda h, k, i: {
+            "add_tensor": ops.add.Tensor(h, k),
+            "add_scalar": ops.add.Scalar(h, 0.1),  # 0.1 rounds to float16, as torch computes it
+            "add_float_to_int": ops.add.Scalar(i, 2.5),  # float32 (the default), not a constant's float64
+            "eq_tensor": ops.eq.Tensor(h, k),
+            "eq_scalar": ops.eq.Scalar(h, 3.0),
+            "remainder_scalar": ops.remainder.Scalar(i, 4),
+            "remainder_scalar_tensor": ops.remainder.Scalar_Tensor(10, i),
+            "where_scalar_other": ops.where.ScalarOther(i > 0, h, 2.5),
+            "where_scalar_self": ops.where.ScalarSelf(i > 0, 2.5, h),
+            "div_scalar_mode": ops.div.Scalar_mode(i, 3, rounding_mode="floor"),
+        },
+        h,
+        k,
+        i,
+        opset=opset,
+    )
+    impls = {}
+    for node in program.model_proto.graph.node:
+        props = {m.key: m.value for m in node.metadata_props}
+        impls.setdefault(props["opreg.torch_op"], set()).add(props["opreg.impl"])
+    assert impls["aten::add.Tensor"] == impls["aten::add.Scalar"] == {"aten_add"}
+    assert impls["aten::eq.Tensor"] == impls["aten::eq.Scalar"] == {"aten_eq"}
+    assert impls["aten::remainder.Scalar"] == impls["aten::remainder.Scalar_Tensor"] == {"aten_remainder"}
+    assert impls["aten::where.ScalarOther"] == impls["aten::where.ScalarSelf"] == {"aten_where"}
+    outputs = {o.name: o.type.tensor_type.elem_type for o in program.model_proto.graph.output}
+    assert outputs["add_scalar"] == outputs["where_scalar_self"] == onnx.TensorProto.FLOAT16
+    assert outputs["remainder_scalar_tensor"] == outputs["div_scalar_mode"] == onnx.TensorProto.INT32
+    assert outputs["add_float_to_int"] == onnx.TensorProto.FLOAT
 
 
 @pytest.mark.parametrize("opset", OPSETS)

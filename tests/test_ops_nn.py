@@ -662,3 +662,34 @@ def test_pad_with_symbolic_pads_and_circular_as_captured(opset):
     torch_ops = {m.value for n in program.model_proto.graph.node for m in n.metadata_props if m.key == "opreg.torch_op"}
     assert "aten::pad.default" in torch_ops
     assert not torch_ops & {"aten::constant_pad_nd.default", "aten::reflection_pad2d.default", "aten::cat.default"}
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_embedding_bag(opset):
+    """One impl serves _embedding_bag, _embedding_bag_forward_only and embedding_bag (torch.export
+    captures the first two): sums, means, maxima, per-sample weights, a padding index."""
+    weight, indices, offsets = torch.randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4])
+    weights = torch.rand(8)
+    aten = torch.ops.aten
+    program = check(
+        lambda w, i, o, p: {
+            "sum": aten.embedding_bag.default(w, i, o, False, 0)[0],
+            "mean": aten.embedding_bag.default(w, i, o, False, 1)[0],
+            "max": aten.embedding_bag.default(w, i, o, False, 2)[0],
+            "private": aten._embedding_bag.default(w, i, o, False, 1, False, None, False, 2)[0],
+            "padding_idx": aten.embedding_bag.padding_idx(w, i, o, False, 0, False, p, False, 4)[0],
+            "weighted": F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p),
+        },
+        weight,
+        indices,
+        offsets,
+        weights,
+        opset=opset,
+    )
+    impls = {
+        m.value
+        for n in program.model_proto.graph.node
+        for m in n.metadata_props
+        if m.key == "opreg.impl" and "embedding" in m.value
+    }
+    assert impls == {"aten_embedding_bag"}

@@ -29,74 +29,56 @@ def _order(self, other, compare):
 
 
 @opreg.impl("aten::eq.Tensor")
-def aten_eq(self: Tensor, other: Tensor):
-    """eq.Tensor(Tensor self, Tensor other) -> Tensor: Equal, after torch's promotion."""
-    return _equal(self, other)
-
-
 @opreg.impl("aten::eq.Scalar")
-def aten_eq_scalar(self: Tensor, other: float):
-    """eq.Scalar(Tensor self, Scalar other) -> Tensor: Equal, after torch's promotion."""
+def aten_eq(self: Tensor, other: Tensor | float):
+    """eq.Tensor(Tensor self, Tensor other) -> Tensor: Equal, after torch's promotion.
+
+    eq.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return _equal(self, other)
 
 
 @opreg.impl("aten::ne.Tensor")
-def aten_ne(self: Tensor, other: Tensor):
-    """ne.Tensor(Tensor self, Tensor other) -> Tensor: Not of Equal, after torch's promotion."""
-    return op18.Not(_equal(self, other))
-
-
 @opreg.impl("aten::ne.Scalar")
-def aten_ne_scalar(self: Tensor, other: float):
-    """ne.Scalar(Tensor self, Scalar other) -> Tensor: Not of Equal, after torch's promotion."""
+def aten_ne(self: Tensor, other: Tensor | float):
+    """ne.Tensor(Tensor self, Tensor other) -> Tensor: Not of Equal, after torch's promotion.
+
+    ne.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return op18.Not(_equal(self, other))
 
 
 @opreg.impl("aten::lt.Tensor")
-def aten_lt(self: Tensor, other: Tensor):
-    """lt.Tensor(Tensor self, Tensor other) -> Tensor: Less, after torch's promotion."""
-    return _order(self, other, op18.Less)
-
-
 @opreg.impl("aten::lt.Scalar")
-def aten_lt_scalar(self: Tensor, other: float):
-    """lt.Scalar(Tensor self, Scalar other) -> Tensor: Less, after torch's promotion."""
+def aten_lt(self: Tensor, other: Tensor | float):
+    """lt.Tensor(Tensor self, Tensor other) -> Tensor: Less, after torch's promotion.
+
+    lt.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return _order(self, other, op18.Less)
 
 
 @opreg.impl("aten::le.Tensor")
-def aten_le(self: Tensor, other: Tensor):
-    """le.Tensor(Tensor self, Tensor other) -> Tensor: LessOrEqual, after torch's promotion."""
-    return _order(self, other, op18.LessOrEqual)
-
-
 @opreg.impl("aten::le.Scalar")
-def aten_le_scalar(self: Tensor, other: float):
-    """le.Scalar(Tensor self, Scalar other) -> Tensor: LessOrEqual, after torch's promotion."""
+def aten_le(self: Tensor, other: Tensor | float):
+    """le.Tensor(Tensor self, Tensor other) -> Tensor: LessOrEqual, after torch's promotion.
+
+    le.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return _order(self, other, op18.LessOrEqual)
 
 
 @opreg.impl("aten::gt.Tensor")
-def aten_gt(self: Tensor, other: Tensor):
-    """gt.Tensor(Tensor self, Tensor other) -> Tensor: Greater, after torch's promotion."""
-    return _order(self, other, op18.Greater)
-
-
 @opreg.impl("aten::gt.Scalar")
-def aten_gt_scalar(self: Tensor, other: float):
-    """gt.Scalar(Tensor self, Scalar other) -> Tensor: Greater, after torch's promotion."""
+def aten_gt(self: Tensor, other: Tensor | float):
+    """gt.Tensor(Tensor self, Tensor other) -> Tensor: Greater, after torch's promotion.
+
+    gt.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return _order(self, other, op18.Greater)
 
 
 @opreg.impl("aten::ge.Tensor")
-def aten_ge(self: Tensor, other: Tensor):
-    """ge.Tensor(Tensor self, Tensor other) -> Tensor: GreaterOrEqual, after torch's promotion."""
-    return _order(self, other, op18.GreaterOrEqual)
-
-
 @opreg.impl("aten::ge.Scalar")
-def aten_ge_scalar(self: Tensor, other: float):
-    """ge.Scalar(Tensor self, Scalar other) -> Tensor: GreaterOrEqual, after torch's promotion."""
+def aten_ge(self: Tensor, other: Tensor | float):
+    """ge.Tensor(Tensor self, Tensor other) -> Tensor: GreaterOrEqual, after torch's promotion.
+
+    ge.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return _order(self, other, op18.GreaterOrEqual)
 
 
@@ -167,75 +149,54 @@ def _shift(self, other, direction: str):
 
 
 @opreg.impl("aten::bitwise_left_shift.Tensor")
-def aten_bitwise_left_shift(self: Tensor, other: Tensor):
-    """bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor: BitShift LEFT (through UINT64)."""
-    return _shift(self, other, "LEFT")
-
-
 @opreg.impl("aten::bitwise_left_shift.Tensor_Scalar")
-def aten_bitwise_left_shift_scalar(self: Tensor, other: float):
-    """bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor: BitShift LEFT (through UINT64)."""
+def aten_bitwise_left_shift(self: Tensor, other: Tensor | float):
+    """bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor: BitShift LEFT (through UINT64).
+
+    bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return _shift(self, other, "LEFT")
 
 
 @opreg.impl("aten::bitwise_right_shift.Tensor")
-def aten_bitwise_right_shift(self: Tensor, other: Tensor):
-    """bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor: BitShift RIGHT (arithmetic for signed types)."""
-    return _shift(self, other, "RIGHT")
-
-
 @opreg.impl("aten::bitwise_right_shift.Tensor_Scalar")
-def aten_bitwise_right_shift_scalar(self: Tensor, other: float):
-    """bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor: BitShift RIGHT (arithmetic for signed types)."""
+def aten_bitwise_right_shift(self: Tensor, other: Tensor | float):
+    """bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor: BitShift RIGHT (arithmetic for signed types).
+
+    bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return _shift(self, other, "RIGHT")
 
 
 @opreg.impl("aten::bitwise_and.Tensor")
-def aten_bitwise_and(self: Tensor, other: Tensor):
-    """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseAnd (And for bool)."""
-    return _bitwise(self, other, op18.BitwiseAnd, op18.And)
-
-
 @opreg.impl("aten::bitwise_and.Scalar")
-def aten_bitwise_and_scalar(self: Tensor, other: float):
-    """bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseAnd (And for bool)."""
+@opreg.impl("aten::__and__.Tensor")
+def aten_bitwise_and(self: Tensor, other: Tensor | float):
+    """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseAnd (And for bool).
+
+    bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number.
+
+    __and__.Tensor(Tensor self, Tensor other) -> Tensor: the same (the ``&`` operator)."""
     return _bitwise(self, other, op18.BitwiseAnd, op18.And)
 
 
 @opreg.impl("aten::bitwise_or.Tensor")
-def aten_bitwise_or(self: Tensor, other: Tensor):
-    """bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseOr (Or for bool)."""
-    return _bitwise(self, other, op18.BitwiseOr, op18.Or)
-
-
 @opreg.impl("aten::bitwise_or.Scalar")
-def aten_bitwise_or_scalar(self: Tensor, other: float):
-    """bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseOr (Or for bool)."""
+@opreg.impl("aten::__or__.Tensor")
+def aten_bitwise_or(self: Tensor, other: Tensor | float):
+    """bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseOr (Or for bool).
+
+    bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number.
+
+    __or__.Tensor(Tensor self, Tensor other) -> Tensor: the same (the ``|`` operator)."""
     return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
 @opreg.impl("aten::bitwise_xor.Tensor")
-def aten_bitwise_xor(self: Tensor, other: Tensor):
-    """bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseXor (Xor for bool)."""
-    return _bitwise(self, other, op18.BitwiseXor, op18.Xor)
-
-
 @opreg.impl("aten::bitwise_xor.Scalar")
-def aten_bitwise_xor_scalar(self: Tensor, other: float):
-    """bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor: BitwiseXor (Xor for bool)."""
+def aten_bitwise_xor(self: Tensor, other: Tensor | float):
+    """bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor: BitwiseXor (Xor for bool).
+
+    bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return _bitwise(self, other, op18.BitwiseXor, op18.Xor)
-
-
-@opreg.impl("aten::__and__.Tensor")
-def aten_and(self: Tensor, other: Tensor):
-    """__and__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_and (the ``&`` operator)."""
-    return _bitwise(self, other, op18.BitwiseAnd, op18.And)
-
-
-@opreg.impl("aten::__or__.Tensor")
-def aten_or(self: Tensor, other: Tensor):
-    """__or__.Tensor(Tensor self, Tensor other) -> Tensor: as bitwise_or (the ``|`` operator)."""
-    return _bitwise(self, other, op18.BitwiseOr, op18.Or)
 
 
 @opreg.impl("aten::bitwise_not")

@@ -75,14 +75,20 @@ def _multiply(a_re, a_im, b_re, b_im):
 
 
 @opreg.impl("aten::view_as_real", complex=True)
-def aten_view_as_real(self: Tensor):
-    """view_as_real(Tensor(a) self) -> Tensor(a): Identity (the pair is the real view)."""
-    return op18.Identity(self)
-
-
 @opreg.impl("aten::view_as_complex", complex=True)
-def aten_view_as_complex(self: Tensor):
-    """view_as_complex(Tensor(a) self) -> Tensor(a): Identity (a trailing 2 is how complex values travel)."""
+@opreg.impl("aten::clone", complex=True)
+@opreg.impl("aten::alias", complex=True)
+@opreg.impl("aten::lift_fresh_copy", complex=True)
+def aten_pair_identity(self: Tensor):
+    """view_as_real(Tensor(a) self) -> Tensor(a): Identity (the pair is the real view).
+
+    view_as_complex(Tensor(a) self) -> Tensor(a): Identity (a trailing 2 is how complex values travel).
+
+    clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity of the pair.
+
+    alias(Tensor(a) self) -> Tensor(a): Identity of the pair.
+
+    lift_fresh_copy(Tensor self) -> Tensor: Identity of the pair."""
     return op18.Identity(self)
 
 
@@ -226,24 +232,6 @@ def _as_pair(value, dtype: ir.DataType):
     return pair(real, op18.Expand(imaginary, op18.Shape(real)))
 
 
-@opreg.impl("aten::clone", complex=True)
-def aten_clone_complex(self: Tensor):
-    """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor: Identity of the pair."""
-    return op18.Identity(self)
-
-
-@opreg.impl("aten::alias", complex=True)
-def aten_alias_complex(self: Tensor):
-    """alias(Tensor(a) self) -> Tensor(a): Identity of the pair."""
-    return op18.Identity(self)
-
-
-@opreg.impl("aten::lift_fresh_copy", complex=True)
-def aten_lift_fresh_copy_complex(self: Tensor):
-    """lift_fresh_copy(Tensor self) -> Tensor: Identity of the pair."""
-    return op18.Identity(self)
-
-
 @opreg.impl("aten::_to_copy", complex=True)
 def aten_to_copy_complex(
     self: Tensor,
@@ -264,14 +252,11 @@ def aten_to_copy_complex(
 
 
 @opreg.impl("aten::view", complex=True)
-def aten_view_complex(self: Tensor, size: Sequence[int]):
-    """view(Tensor(a) self, SymInt[] size) -> Tensor(a): the pair reshaped to size + [2]."""
-    return views.aten_view(self, _with_pair_dim(size))
-
-
 @opreg.impl("aten::_unsafe_view", complex=True)
-def aten_unsafe_view_complex(self: Tensor, size: Sequence[int]):
-    """_unsafe_view(Tensor self, SymInt[] size) -> Tensor: the pair reshaped to size + [2]."""
+def aten_view_complex(self: Tensor, size: Sequence[int]):
+    """view(Tensor(a) self, SymInt[] size) -> Tensor(a): the pair reshaped to size + [2].
+
+    _unsafe_view(Tensor self, SymInt[] size) -> Tensor: the same."""
     return views.aten_view(self, _with_pair_dim(size))
 
 

@@ -136,74 +136,53 @@ def _extremum(self, other, maximum: bool):
 
 
 @opreg.impl("aten::add.Tensor")
-def aten_add(self: Tensor, other: Tensor, alpha: float = 1.0):
-    """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Add (and Mul for alpha; Or for bool), after torch's promotion."""
-    return _add(self, other, alpha, subtract=False)
-
-
 @opreg.impl("aten::add.Scalar")
-def aten_add_scalar(self: Tensor, other: float, alpha: float = 1.0):
-    """add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Add (Or for bool), after torch's promotion."""
+def aten_add(self: Tensor, other: Tensor | float, alpha: float = 1.0):
+    """add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Add (and Mul for alpha; Or for bool), after torch's promotion.
+
+    add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: the same, other a number."""
     return _add(self, other, alpha, subtract=False)
 
 
 @opreg.impl("aten::sub.Tensor")
-def aten_sub(self: Tensor, other: Tensor, alpha: float = 1.0):
-    """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Sub (and Mul for alpha), after torch's promotion."""
-    return _add(self, other, alpha, subtract=True)
-
-
 @opreg.impl("aten::sub.Scalar")
-def aten_sub_scalar(self: Tensor, other: float, alpha: float = 1.0):
-    """sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Sub, after torch's promotion."""
+def aten_sub(self: Tensor, other: Tensor | float, alpha: float = 1.0):
+    """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Sub (and Mul for alpha), after torch's promotion.
+
+    sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: the same, other a number."""
     return _add(self, other, alpha, subtract=True)
 
 
 @opreg.impl("aten::rsub.Tensor")
-def aten_rsub(self: Tensor, other: Tensor, alpha: float = 1.0):
-    """rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Sub of other and alpha times self, after torch's promotion."""
-    return _add(other, self, alpha, subtract=True)
-
-
 @opreg.impl("aten::rsub.Scalar")
-def aten_rsub_scalar(self: Tensor, other: float, alpha: float = 1.0):
-    """rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: Sub of other and alpha times self, after torch's promotion."""
+def aten_rsub(self: Tensor, other: Tensor | float, alpha: float = 1.0):
+    """rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: Sub of other and alpha times self, after torch's promotion.
+
+    rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor: the same, other a number."""
     return _add(other, self, alpha, subtract=True)
 
 
 @opreg.impl("aten::mul.Tensor")
-def aten_mul(self: Tensor, other: Tensor):
-    """mul.Tensor(Tensor self, Tensor other) -> Tensor: Mul (And for bool), after torch's promotion."""
-    return _mul(self, other)
-
-
 @opreg.impl("aten::mul.Scalar")
-def aten_mul_scalar(self: Tensor, other: float):
-    """mul.Scalar(Tensor self, Scalar other) -> Tensor: Mul (And for bool), after torch's promotion."""
+def aten_mul(self: Tensor, other: Tensor | float):
+    """mul.Tensor(Tensor self, Tensor other) -> Tensor: Mul (And for bool), after torch's promotion.
+
+    mul.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return _mul(self, other)
 
 
 @opreg.impl("aten::div.Tensor")
-def aten_div(self: Tensor, other: Tensor):
-    """div.Tensor(Tensor self, Tensor other) -> Tensor: Div (integers cast to float first)."""
-    return _divide(self, other, None)
-
-
 @opreg.impl("aten::div.Scalar")
-def aten_div_scalar(self: Tensor, other: float):
-    """div.Scalar(Tensor self, Scalar other) -> Tensor: Div (integers cast to float first)."""
-    return _divide(self, other, None)
-
-
 @opreg.impl("aten::div.Tensor_mode")
-def aten_div_mode(self: Tensor, other: Tensor, rounding_mode: str | None = None):
-    """div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor: Div, with Floor/Ceil/Where for trunc and Mod for floor."""
-    return _divide(self, other, rounding_mode)
-
-
 @opreg.impl("aten::div.Scalar_mode")
-def aten_div_scalar_mode(self: Tensor, other: float, rounding_mode: str | None = None):
-    """div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor: Div, with Floor/Ceil/Where for trunc and Mod for floor."""
+def aten_div(self: Tensor, other: Tensor | float, rounding_mode: str | None = None):
+    """div.Tensor(Tensor self, Tensor other) -> Tensor: Div (integers cast to float first).
+
+    div.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number.
+
+    div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor: Div, with Floor/Ceil/Where for trunc and Mod for floor.
+
+    div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor: the same, other a number."""
     return _divide(self, other, rounding_mode)
 
 
@@ -211,53 +190,37 @@ def aten_div_scalar_mode(self: Tensor, other: float, rounding_mode: str | None =
 
 
 @opreg.impl("aten::pow.Tensor_Tensor")
-def aten_pow(self: Tensor, exponent: Tensor):
-    """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor: Pow, after torch's promotion."""
-    return _pow(self, exponent)
-
-
 @opreg.impl("aten::pow.Tensor_Scalar")
-def aten_pow_tensor_scalar(self: Tensor, exponent: float):
-    """pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor: Pow, after torch's promotion.
-
-    Squares stay ``Pow(x, 2)``, the form fusion tools match in RMS norm; ONNX Runtime
-    computes it as ``x * x``, bit for bit, as torch does."""
-    return _pow(self, exponent)
-
-
 @opreg.impl("aten::pow.Scalar")
-def aten_pow_scalar(self: float, exponent: Tensor):
-    """pow.Scalar(Scalar self, Tensor exponent) -> Tensor: Pow of a constant base, after torch's promotion."""
+def aten_pow(self: Tensor | float, exponent: Tensor | float):
+    """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor: Pow, after torch's promotion.
+
+    pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor: the same, the exponent a number. Squares stay
+    ``Pow(x, 2)``, the form fusion tools match in RMS norm; ONNX Runtime computes it as ``x * x``, bit for bit,
+    as torch does.
+
+    pow.Scalar(Scalar self, Tensor exponent) -> Tensor: the same, of a constant base."""
     return _pow(self, exponent)
 
 
 @opreg.impl("aten::fmod.Tensor")
-def aten_fmod(self: Tensor, other: Tensor):
-    """fmod.Tensor(Tensor self, Tensor other) -> Tensor: Mod (fmod=1), after torch's promotion."""
-    return _fmod_promoted(self, other)
-
-
 @opreg.impl("aten::fmod.Scalar")
-def aten_fmod_scalar(self: Tensor, other: float):
-    """fmod.Scalar(Tensor self, Scalar other) -> Tensor: Mod (fmod=1), after torch's promotion."""
+def aten_fmod(self: Tensor, other: Tensor | float):
+    """fmod.Tensor(Tensor self, Tensor other) -> Tensor: Mod (fmod=1), after torch's promotion.
+
+    fmod.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return _fmod_promoted(self, other)
 
 
 @opreg.impl("aten::remainder.Tensor")
-def aten_remainder(self: Tensor, other: Tensor):
-    """remainder.Tensor(Tensor self, Tensor other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
-    return _remainder(self, other)
-
-
 @opreg.impl("aten::remainder.Scalar")
-def aten_remainder_scalar(self: Tensor, other: float):
-    """remainder.Scalar(Tensor self, Scalar other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
-    return _remainder(self, other)
-
-
 @opreg.impl("aten::remainder.Scalar_Tensor")
-def aten_remainder_scalar_tensor(self: float, other: Tensor):
-    """remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign."""
+def aten_remainder(self: Tensor | float, other: Tensor | float):
+    """remainder.Tensor(Tensor self, Tensor other) -> Tensor: Mod (integers) or Mod(fmod=1) and Where (floats): the divisor's sign.
+
+    remainder.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number.
+
+    remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor: the same, self a number."""
     return _remainder(self, other)
 
 
@@ -293,26 +256,20 @@ def _negative(x):
 
 
 @opreg.impl("aten::maximum")
+@opreg.impl("aten::max.other")
 def aten_maximum(self: Tensor, other: Tensor):
-    """maximum(Tensor self, Tensor other) -> Tensor: Max (Or for bool), after torch's promotion."""
+    """maximum(Tensor self, Tensor other) -> Tensor: Max (Or for bool), after torch's promotion.
+
+    max.other(Tensor self, Tensor other) -> Tensor: as maximum."""
     return _extremum(self, other, maximum=True)
 
 
 @opreg.impl("aten::minimum")
-def aten_minimum(self: Tensor, other: Tensor):
-    """minimum(Tensor self, Tensor other) -> Tensor: Min (And for bool), after torch's promotion."""
-    return _extremum(self, other, maximum=False)
-
-
-@opreg.impl("aten::max.other")
-def aten_max_other(self: Tensor, other: Tensor):
-    """max.other(Tensor self, Tensor other) -> Tensor: Max (Or for bool), after torch's promotion (maximum)."""
-    return _extremum(self, other, maximum=True)
-
-
 @opreg.impl("aten::min.other")
-def aten_min_other(self: Tensor, other: Tensor):
-    """min.other(Tensor self, Tensor other) -> Tensor: Min (And for bool), after torch's promotion (minimum)."""
+def aten_minimum(self: Tensor, other: Tensor):
+    """minimum(Tensor self, Tensor other) -> Tensor: Min (And for bool), after torch's promotion.
+
+    min.other(Tensor self, Tensor other) -> Tensor: as minimum."""
     return _extremum(self, other, maximum=False)
 
 
@@ -339,22 +296,16 @@ def aten_clamp_tensor(self: Tensor, min: Tensor | None = None, max: Tensor | Non
 
 
 @opreg.impl("aten::where.self")
-def aten_where(condition: Tensor, self: Tensor, other: Tensor):
-    """where.self(Tensor condition, Tensor self, Tensor other) -> Tensor: Where (And/Or/Not for bool), after torch's promotion of self and other."""
+@opreg.impl("aten::where.ScalarOther")
+@opreg.impl("aten::where.ScalarSelf")
+def aten_where(condition: Tensor, self: Tensor | float, other: Tensor | float):
+    """where.self(Tensor condition, Tensor self, Tensor other) -> Tensor: Where (And/Or/Not for bool), after torch's promotion of self and other.
+
+    where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor: the same, other a number.
+
+    where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor: the same, self a number."""
     _, (a, b) = promote(self, other)
     return where(cast_to(condition, ir.DataType.BOOL), a, b)
-
-
-@opreg.impl("aten::where.ScalarOther")
-def aten_where_scalar_other(condition: Tensor, self: Tensor, other: float):
-    """where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor: Where, after torch's promotion of self and other."""
-    return aten_where(condition, self, other)
-
-
-@opreg.impl("aten::where.ScalarSelf")
-def aten_where_scalar_self(condition: Tensor, self: float, other: Tensor):
-    """where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor: Where, after torch's promotion of self and other."""
-    return aten_where(condition, self, other)
 
 
 # -- unary math ---------------------------------------------------------------------------------

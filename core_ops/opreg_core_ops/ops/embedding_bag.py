@@ -76,7 +76,8 @@ def _outputs(weight, indices, offsets, mode, per_sample_weights, include_last_of
 
 @opreg.impl("aten::_embedding_bag_forward_only", predicate=_only_the_bags)
 @opreg.impl("aten::_embedding_bag", predicate=_only_the_bags)
-def aten_embedding_bag_private(
+@opreg.impl("aten::embedding_bag", predicate=_only_the_bags)
+def aten_embedding_bag(
     weight: Tensor,
     indices: Tensor,
     offsets: Tensor,
@@ -89,23 +90,10 @@ def aten_embedding_bag_private(
 ):
     """_embedding_bag_forward_only(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor): Gather, then MatMul by bag membership (sum, mean) or a masked ReduceMax.
 
-    _embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor): as _embedding_bag_forward_only."""
+    _embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor): as _embedding_bag_forward_only.
+
+    embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False) -> (Tensor, Tensor, Tensor, Tensor): as _embedding_bag_forward_only, no padding index (its schema has none: -1)."""
     return _outputs(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx)
-
-
-@opreg.impl("aten::embedding_bag", predicate=_only_the_bags)
-def aten_embedding_bag(
-    weight: Tensor,
-    indices: Tensor,
-    offsets: Tensor,
-    scale_grad_by_freq: bool = False,
-    mode: int = 0,
-    sparse: bool = False,
-    per_sample_weights: Tensor | None = None,
-    include_last_offset: bool = False,
-):
-    """embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False) -> (Tensor, Tensor, Tensor, Tensor): as _embedding_bag_forward_only, no padding index."""
-    return _outputs(weight, indices, offsets, mode, per_sample_weights, include_last_offset, -1)
 
 
 @opreg.impl("aten::embedding_bag.padding_idx", predicate=_only_the_bags)

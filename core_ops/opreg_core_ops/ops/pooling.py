@@ -372,33 +372,24 @@ def _static_spatial_output(node) -> bool:
 
 
 @opreg.impl("aten::adaptive_avg_pool1d", predicate=_static_spatial_output)
-def aten_adaptive_avg_pool1d(self: Tensor, output_size: Sequence[int]):
-    """adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
-    return _adaptive_avg_pool(self, output_size, 1)
-
-
 @opreg.impl("aten::adaptive_avg_pool2d", predicate=_static_spatial_output)
-def aten_adaptive_avg_pool2d(self: Tensor, output_size: Sequence[int]):
-    """adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
-    return _adaptive_avg_pool(self, output_size, 2)
-
-
 @opreg.impl("aten::_adaptive_avg_pool2d", predicate=_static_spatial_output)
-def aten_adaptive_avg_pool2d_internal(self: Tensor, output_size: Sequence[int]):
-    """_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
-    return _adaptive_avg_pool(self, output_size, 2)
-
-
 @opreg.impl("aten::adaptive_avg_pool3d", predicate=_static_spatial_output)
-def aten_adaptive_avg_pool3d(self: Tensor, output_size: Sequence[int]):
-    """adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
-    return _adaptive_avg_pool(self, output_size, 3)
-
-
 @opreg.impl("aten::_adaptive_avg_pool3d", predicate=_static_spatial_output)
-def aten_adaptive_avg_pool3d_internal(self: Tensor, output_size: Sequence[int]):
-    """_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven)."""
-    return _adaptive_avg_pool(self, output_size, 3)
+def aten_adaptive_avg_pool(self: Tensor, output_size: Sequence[int]):
+    """adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor: GlobalAveragePool, AveragePool (even bins) or MatMul (uneven).
+
+    adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor: the same, over 2 spatial dims.
+
+    _adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor: the same, over 2 spatial dims.
+
+    adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor: the same, over 3 spatial dims.
+
+    _adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor: the same, over 3 spatial dims.
+
+    The spatial rank is output_size's length (torch requires 1, 2 or 3 sizes of these ops, and the
+    predicate lets only a list through)."""
+    return _adaptive_avg_pool(self, output_size, len(output_size))
 
 
 def _adaptive_max_pool(self, output_size, spatial: int):
@@ -446,15 +437,13 @@ def _static_bins(node) -> bool:
 
 
 @opreg.impl("aten::adaptive_max_pool2d", predicate=_static_bins)
-def aten_adaptive_max_pool2d(self: Tensor, output_size: Sequence[int]):
-    """adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor): MaxPool (even bins) or ReduceMax/ArgMax per bin."""
-    return _adaptive_max_pool(self, output_size, 2)
-
-
 @opreg.impl("aten::adaptive_max_pool3d", predicate=_static_bins)
-def aten_adaptive_max_pool3d(self: Tensor, output_size: Sequence[int]):
-    """adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor): MaxPool (even bins) or ReduceMax/ArgMax per bin."""
-    return _adaptive_max_pool(self, output_size, 3)
+def aten_adaptive_max_pool(self: Tensor, output_size: Sequence[int]):
+    """adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor): MaxPool (even bins) or ReduceMax/ArgMax per bin.
+
+    adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor): the same, over 3 spatial dims (the
+    spatial rank is output_size's length, which torch requires to be 2 or 3)."""
+    return _adaptive_max_pool(self, output_size, len(output_size))
 
 
 @opreg.impl("aten::max_pool2d_with_indices_backward")

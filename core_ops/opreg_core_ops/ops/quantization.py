@@ -196,93 +196,50 @@ def _dequantize_arithmetic(x, scale, zero_point, axis: int | None):
 
 @opreg.impl("quantized_decomposed::quantize_per_tensor.default", opset=18)
 @opreg.impl("quantized_decomposed::quantize_per_tensor.default", opset=21)
-def qd_quantize_per_tensor(
-    input: Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int, dtype: int, *, opset: int
-):
-    """quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear (int8/uint8), Clip to a narrower range; from opset 21 also 16-bit (and 4-bit) types."""
-    return _quantize(opset, input, scale, zero_point, None, quant_min, quant_max, dtype)
-
-
 @opreg.impl("quantized_decomposed::quantize_per_tensor.tensor", opset=18)
 @opreg.impl("quantized_decomposed::quantize_per_tensor.tensor", opset=21)
-def qd_quantize_per_tensor_tensor(
-    input: Tensor,
-    scale: Tensor,
-    zero_point: Tensor,
-    quant_min: int,
-    quant_max: int,
-    dtype: int,
-    *,
-    opset: int,
-):
-    """quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear (int8/uint8); from opset 21 also 16-bit (and 4-bit) types."""
-    return _quantize(opset, input, scale, zero_point, None, quant_min, quant_max, dtype)
-
-
 @opreg.impl("quantized_decomposed::quantize_per_tensor.tensor2", opset=18)
 @opreg.impl("quantized_decomposed::quantize_per_tensor.tensor2", opset=21)
-def qd_quantize_per_tensor_tensor2(
+def qd_quantize_per_tensor(
     input: Tensor,
-    scale: Tensor,
-    zero_point: Tensor,
-    quant_min: Tensor,
-    quant_max: Tensor,
+    scale: Tensor | float,
+    zero_point: Tensor | int,
+    quant_min: Tensor | int,
+    quant_max: Tensor | int,
     dtype: int,
     *,
     opset: int,
 ):
-    """quantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype) -> Tensor: QuantizeLinear, Clip to the range; from opset 21 also 16-bit (and 4-bit) types."""
+    """quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor: QuantizeLinear (int8/uint8), Clip to a narrower range; from opset 21 also 16-bit (and 4-bit) types.
+
+    quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor: the same, scale and zero point 0-d or 1-element tensors.
+
+    quantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype) -> Tensor: the same, the range tensors too (a Clip to it)."""
     return _quantize(opset, input, scale, zero_point, None, quant_min, quant_max, dtype)
 
 
 @opreg.impl("quantized_decomposed::dequantize_per_tensor.default", opset=18)
 @opreg.impl("quantized_decomposed::dequantize_per_tensor.default", opset=21)
-def qd_dequantize_per_tensor(
-    input: Tensor,
-    scale: float,
-    zero_point: int,
-    quant_min: int,
-    quant_max: int,
-    dtype: int,
-    out_dtype: int | None = None,
-    *,
-    opset: int,
-):
-    """dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types."""
-    return _dequantize(opset, input, scale, zero_point, None, out_dtype)
-
-
 @opreg.impl("quantized_decomposed::dequantize_per_tensor.tensor", opset=18)
 @opreg.impl("quantized_decomposed::dequantize_per_tensor.tensor", opset=21)
-def qd_dequantize_per_tensor_tensor(
-    input: Tensor,
-    scale: Tensor,
-    zero_point: Tensor,
-    quant_min: int,
-    quant_max: int,
-    dtype: int,
-    out_dtype: int | None = None,
-    *,
-    opset: int,
-):
-    """dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types."""
-    return _dequantize(opset, input, scale, zero_point, None, out_dtype)
-
-
 @opreg.impl("quantized_decomposed::dequantize_per_tensor.tensor2", opset=18)
 @opreg.impl("quantized_decomposed::dequantize_per_tensor.tensor2", opset=21)
-def qd_dequantize_per_tensor_tensor2(
+def qd_dequantize_per_tensor(
     input: Tensor,
-    scale: Tensor,
-    zero_point: Tensor,
-    quant_min: Tensor,
-    quant_max: Tensor,
+    scale: Tensor | float,
+    zero_point: Tensor | int,
+    quant_min: Tensor | int,
+    quant_max: Tensor | int,
     dtype: int,
     out_dtype: int | None = None,
     *,
     opset: int,
 ):
-    """dequantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types."""
+    """dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types.
+
+    dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: the same, scale and zero point 0-d or 1-element tensors.
+
+    dequantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor: the same, the range tensors too (unread: DequantizeLinear does not clip)."""
     return _dequantize(opset, input, scale, zero_point, None, out_dtype)
 
 
@@ -446,14 +403,11 @@ def qd_choose_qparams_per_token(input: Tensor, dtype: int):
 
 
 @opreg.impl("quantized_decomposed::choose_qparams_per_token_asymmetric.default")
-def qd_choose_qparams_per_token_asymmetric(input: Tensor, dtype: int):
-    """choose_qparams_per_token_asymmetric(Tensor input, ScalarType dtype) -> (Tensor, Tensor): per row, XNNPACK's int8 scale and zero point."""
-    return _per_token_asymmetric(input)
-
-
 @opreg.impl("quantized_decomposed::_choose_qparams_per_token_asymmetric_impl.default")
-def qd_choose_qparams_per_token_asymmetric_impl(input: Tensor, dtype: int):
-    """_choose_qparams_per_token_asymmetric_impl(Tensor input, ScalarType dtype) -> (Tensor, Tensor): per row, XNNPACK's int8 scale and zero point."""
+def qd_choose_qparams_per_token_asymmetric(input: Tensor, dtype: int):
+    """choose_qparams_per_token_asymmetric(Tensor input, ScalarType dtype) -> (Tensor, Tensor): per row, XNNPACK's int8 scale and zero point.
+
+    _choose_qparams_per_token_asymmetric_impl(Tensor input, ScalarType dtype) -> (Tensor, Tensor): the same."""
     return _per_token_asymmetric(input)
 
 
@@ -536,27 +490,22 @@ def _in_range_mask(x, scale, zero_point, axis: int | None, quant_min: int, quant
     )
 
 
+def _fake_quantize_and_mask(version: int, x, scale, zero_point, axis: int | None, quant_min: int, quant_max: int):
+    """The cachemask ops' two results: the fake-quantized ``x`` and torch's in-range mask."""
+    mask = _in_range_mask(x, scale, zero_point, axis, quant_min, quant_max)
+    return _fake_quantize(version, x, scale, zero_point, axis, quant_min, quant_max), mask
+
+
 @opreg.impl("aten::fake_quantize_per_tensor_affine.default", opset=18)
 @opreg.impl("aten::fake_quantize_per_tensor_affine.default", opset=21)
-def aten_fake_quantize_per_tensor_affine(
-    self: Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int, *, opset: int
-):
-    """fake_quantize_per_tensor_affine(Tensor self, float scale, int zero_point, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types."""
-    return _fake_quantize(opset, self, scale, zero_point, None, quant_min, quant_max)
-
-
 @opreg.impl("aten::fake_quantize_per_tensor_affine.tensor_qparams", opset=18)
 @opreg.impl("aten::fake_quantize_per_tensor_affine.tensor_qparams", opset=21)
-def aten_fake_quantize_per_tensor_affine_tensor_qparams(
-    self: Tensor,
-    scale: Tensor,
-    zero_point: Tensor,
-    quant_min: int,
-    quant_max: int,
-    *,
-    opset: int,
+def aten_fake_quantize_per_tensor_affine(
+    self: Tensor, scale: Tensor | float, zero_point: Tensor | int, quant_min: int, quant_max: int, *, opset: int
 ):
-    """fake_quantize_per_tensor_affine.tensor_qparams(Tensor self, Tensor scale, Tensor zero_point, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types."""
+    """fake_quantize_per_tensor_affine(Tensor self, float scale, int zero_point, int quant_min, int quant_max) -> Tensor: QuantizeLinear, DequantizeLinear; from opset 21 also 16-bit (and 4-bit) types.
+
+    fake_quantize_per_tensor_affine.tensor_qparams(Tensor self, Tensor scale, Tensor zero_point, int quant_min, int quant_max) -> Tensor: the same, scale and zero point tensors."""
     return _fake_quantize(opset, self, scale, zero_point, None, quant_min, quant_max)
 
 
@@ -572,8 +521,7 @@ def aten_fake_quantize_per_tensor_affine_cachemask(
     opset: int,
 ):
     """fake_quantize_per_tensor_affine_cachemask(Tensor self, float scale, int zero_point, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear; the in-range mask; from opset 21 also 16-bit (and 4-bit) types."""
-    mask = _in_range_mask(self, scale, zero_point, None, quant_min, quant_max)
-    return _fake_quantize(opset, self, scale, zero_point, None, quant_min, quant_max), mask
+    return _fake_quantize_and_mask(opset, self, scale, zero_point, None, quant_min, quant_max)
 
 
 def _enabled(fake_quant_enabled, fake, mask, self):
@@ -596,8 +544,8 @@ def aten_fake_quantize_per_tensor_affine_cachemask_tensor_qparams(
     opset: int,
 ):
     """_fake_quantize_per_tensor_affine_cachemask_tensor_qparams(Tensor self, Tensor scale, Tensor zero_point, Tensor fake_quant_enabled, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear where enabled; from opset 21 also 16-bit (and 4-bit) types."""
-    fake = _fake_quantize(opset, self, scale, zero_point, None, quant_min, quant_max)
-    return _enabled(fake_quant_enabled, fake, _in_range_mask(self, scale, zero_point, None, quant_min, quant_max), self)
+    fake, mask = _fake_quantize_and_mask(opset, self, scale, zero_point, None, quant_min, quant_max)
+    return _enabled(fake_quant_enabled, fake, mask, self)
 
 
 @opreg.impl("aten::fake_quantize_per_channel_affine.default", opset=18)
@@ -629,8 +577,7 @@ def aten_fake_quantize_per_channel_affine_cachemask(
     opset: int,
 ):
     """fake_quantize_per_channel_affine_cachemask(Tensor self, Tensor scale, Tensor zero_point, int axis, int quant_min, int quant_max) -> (Tensor output, Tensor mask): QuantizeLinear, DequantizeLinear along axis; the mask; from opset 21 also 16-bit (and 4-bit) types."""
-    mask = _in_range_mask(self, scale, zero_point, axis, quant_min, quant_max)
-    return _fake_quantize(opset, self, scale, zero_point, axis, quant_min, quant_max), mask
+    return _fake_quantize_and_mask(opset, self, scale, zero_point, axis, quant_min, quant_max)
 
 
 @opreg.impl("quantized_decomposed::fake_quant_per_channel.default", opset=18)

@@ -250,38 +250,26 @@ def _any_all(reduce, self, dim, keepdim: bool):
 
 
 @opreg.impl("aten::any.default")
-def aten_any(self: Tensor):
-    """any(Tensor self) -> Tensor: Cast to BOOL and ReduceMax over all dims."""
-    return _any_all(op18.ReduceMax, self, None, False)
-
-
 @opreg.impl("aten::any.dim")
-def aten_any_dim(self: Tensor, dim: int, keepdim: bool = False):
-    """any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMax."""
-    return _any_all(op18.ReduceMax, self, [dim], keepdim)
-
-
 @opreg.impl("aten::any.dims")
-def aten_any_dims(self: Tensor, dim: Sequence[int] | None = None, keepdim: bool = False):
-    """any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMax."""
+def aten_any(self: Tensor, dim: int | Sequence[int] | None = None, keepdim: bool = False):
+    """any(Tensor self) -> Tensor: Cast to BOOL and ReduceMax over all dims.
+
+    any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMax.
+
+    any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: the same over several dims (all when None)."""
     return _any_all(op18.ReduceMax, self, dim, keepdim)
 
 
 @opreg.impl("aten::all.default")
-def aten_all(self: Tensor):
-    """all(Tensor self) -> Tensor: Cast to BOOL and ReduceMin over all dims."""
-    return _any_all(op18.ReduceMin, self, None, False)
-
-
 @opreg.impl("aten::all.dim")
-def aten_all_dim(self: Tensor, dim: int, keepdim: bool = False):
-    """all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMin."""
-    return _any_all(op18.ReduceMin, self, [dim], keepdim)
-
-
 @opreg.impl("aten::all.dims")
-def aten_all_dims(self: Tensor, dim: Sequence[int] | None = None, keepdim: bool = False):
-    """all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMin."""
+def aten_all(self: Tensor, dim: int | Sequence[int] | None = None, keepdim: bool = False):
+    """all(Tensor self) -> Tensor: Cast to BOOL and ReduceMin over all dims.
+
+    all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor: Cast to BOOL and ReduceMin.
+
+    all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor: the same over several dims (all when None)."""
     return _any_all(op18.ReduceMin, self, dim, keepdim)
 
 

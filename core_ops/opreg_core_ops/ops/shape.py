@@ -22,8 +22,11 @@ def _reshape(self, size):
 
 
 @opreg.impl("aten::view")
+@opreg.impl("aten::_unsafe_view")
 def aten_view(self: Tensor, size: Sequence[int]):
-    """view(Tensor(a) self, SymInt[] size) -> Tensor(a): Reshape."""
+    """view(Tensor(a) self, SymInt[] size) -> Tensor(a): Reshape.
+
+    _unsafe_view(Tensor self, SymInt[] size) -> Tensor: the same."""
     return _reshape(self, size)
 
 
@@ -31,12 +34,6 @@ def aten_view(self: Tensor, size: Sequence[int]):
 def aten_reshape(self: Tensor, shape: Sequence[int]):
     """reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a): Reshape."""
     return _reshape(self, shape)
-
-
-@opreg.impl("aten::_unsafe_view")
-def aten_unsafe_view(self: Tensor, size: Sequence[int]):
-    """_unsafe_view(Tensor self, SymInt[] size) -> Tensor: Reshape."""
-    return _reshape(self, size)
 
 
 @opreg.impl("aten::flatten.using_ints")

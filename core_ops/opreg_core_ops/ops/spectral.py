@@ -164,7 +164,20 @@ def _window(window, win_length: int, n_fft: int, like):
     return window
 
 
-def _stft(self, n_fft: int, hop_length, win_length, window, normalized: bool, onesided, center=False, pad_mode=""):
+def _stft(
+    self,
+    n_fft: int,
+    hop_length,
+    win_length,
+    window,
+    normalized: bool,
+    onesided,
+    align_to_window,
+    center=False,
+    pad_mode="",
+):
+    if align_to_window:
+        raise ValueError("stft with align_to_window=True is not exported (torch pads the input to the window)")
     hop = n_fft // 4 if hop_length is None else hop_length
     win = n_fft if win_length is None else win_length
     pair = is_complex(self)
@@ -208,9 +221,7 @@ def aten_stft(
     align_to_window: bool | None = None,
 ):
     """stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor: STFT, frames and bins transposed to torch's order."""
-    if align_to_window:
-        raise ValueError("stft with align_to_window=True is not exported (torch pads the input to the window)")
-    return _stft(self, n_fft, hop_length, win_length, window, normalized, onesided)
+    return _stft(self, n_fft, hop_length, win_length, window, normalized, onesided, align_to_window)
 
 
 @opreg.impl("aten::stft.center", complex=True)
@@ -229,9 +240,7 @@ def aten_stft_center(
     align_to_window: bool | None = None,
 ):
     """stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor: Pad by n_fft/2 (center), then STFT."""
-    if align_to_window:
-        raise ValueError("stft with align_to_window=True is not exported (torch pads the input to the window)")
-    return _stft(self, n_fft, hop_length, win_length, window, normalized, onesided, center, pad_mode)
+    return _stft(self, n_fft, hop_length, win_length, window, normalized, onesided, align_to_window, center, pad_mode)
 
 
 def _overlap_add(frames, n_fft: int, hop: int, total):
