@@ -21,7 +21,7 @@ stack (``--repeat 3``: 0, 53 and 106 frames of :func:`_deeper` deeper), the same
 kind. CPython 3.11 keeps frames in 16 KB chunks and unmaps a chunk as soon as the frame that opened
 it returns (python/cpython#142183, fixed in 3.13): a loop whose calls cross a chunk's end maps and
 unmaps 16 KB on every call. Where that happens depends on how deep the call starts, so one depth
-alone moved the same opreg export by -0.08 to +0.10 s of CPU against another version of opreg.
+alone moved the same opreg export by -0.17 to +0.08 s of CPU against another version of opreg.
 
 Same inputs, same dynamic shapes, non-strict capture in all three (torch.onnx captures non-strict
 first too), ai.onnx 18, torch on one thread. The time is the process's CPU time over the call
