@@ -16,6 +16,13 @@ library already imported, the model made and in ``eval()``) and then times one c
   capture's CPU time goes to the collector, which opreg saves for its own capture too:
   ``opreg/capture*`` is what opreg adds to a capture run as opreg runs it.
 
+Each kind's processes start the timed call at depths spread over one chunk of Python's frame
+stack (``--repeat 3``: 0, 53 and 106 frames of :func:`_deeper` deeper), the same depths for every
+kind. CPython 3.11 keeps frames in 16 KB chunks and unmaps a chunk as soon as the frame that opened
+it returns (python/cpython#142183, fixed in 3.13): a loop whose calls cross a chunk's end maps and
+unmaps 16 KB on every call. Where that happens depends on how deep the call starts, so one depth
+alone moved the same opreg export by -0.17 to +0.08 s of CPU against another version of opreg.
+
 Same inputs, same dynamic shapes, non-strict capture in all three (torch.onnx captures non-strict
 first too), ai.onnx 18, torch on one thread. The time is the process's CPU time over the call
 (``time.process_time``: a shared machine disturbs it far less than wall time), the median of
@@ -79,13 +86,19 @@ def build(name: str):
     return case.model, case.args, case.kwargs, case.dynamic_shapes
 
 
-def child(kind: str, name: str) -> dict:
-    import contextlib
-    import io
-    import logging
-    import warnings
+SPAN = 160
+"""Frames of :func:`_deeper` the depths of a model's processes are spread over: at least one 16 KB
+chunk of CPython 3.11's frame stack (a frame of it takes about 15 words)."""
 
-    import torch
+
+def _deeper(frames: int, call):
+    """``call()``, ``frames`` Python frames deeper than here."""
+    return _deeper(frames - 1, call) if frames else call()
+
+
+def child(kind: str, name: str, depth: int = 0) -> dict:
+    import contextlib
+    import logging
 
     logging.disable(logging.WARNING)
     with contextlib.suppress(ImportError):
@@ -93,6 +106,16 @@ def child(kind: str, name: str) -> dict:
 
         transformers.logging.set_verbosity_error()
     model, args, kwargs, dynamic = build(name)
+    return _deeper(depth, lambda: _timed(kind, model, args, kwargs, dynamic))
+
+
+def _timed(kind: str, model, args, kwargs, dynamic) -> dict:
+    import contextlib
+    import io
+    import warnings
+
+    import torch
+
     wall, cpu = time.perf_counter(), time.process_time()
     if kind in ("capture", "capture*"):
         from opreg import _heap  # imports nothing more
@@ -117,8 +140,8 @@ def child(kind: str, name: str) -> dict:
     return {"cpu": cpu, "wall": wall, "nodes": nodes, "peak_mb": peak}
 
 
-def run_child(kind: str, name: str, timeout: float) -> dict | None:
-    command = [sys.executable, __file__, "--child", kind, name]
+def run_child(kind: str, name: str, timeout: float, depth: int = 0) -> dict | None:
+    command = [sys.executable, __file__, "--child", kind, name, "--depth", str(depth)]
     # as an installed opreg runs: from compiled bytecode (pip compiles a wheel's modules at install)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     try:
@@ -135,11 +158,12 @@ def run_child(kind: str, name: str, timeout: float) -> dict | None:
 
 def measure(name: str, kinds: tuple[str, ...], repeat: int, timeout: float) -> dict[str, dict]:
     """The median CPU and wall time and the peak memory of each kind, in turns (capture, opreg,
-    torch.onnx, capture, ...) so that load on a shared machine falls on all alike."""
+    torch.onnx, capture, ...) so that load on a shared machine falls on all alike; the ``i``-th
+    process of each kind starts its call ``i * SPAN // repeat`` frames deeper."""
     runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
-    for _ in range(repeat):
+    for turn in range(repeat):
         for kind in kinds:
-            result = run_child(kind, name, timeout)
+            result = run_child(kind, name, timeout, turn * SPAN // repeat)
             if result is not None:
                 runs[kind].append(result)
     summary = {}
@@ -171,9 +195,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per process")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "MODEL"), help=argparse.SUPPRESS)
+    parser.add_argument("--depth", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(*args.child)))
+        print(json.dumps(child(*args.child, depth=args.depth)))
         return
     names = args.models or [m for m in models() if not (args.no_big and m == "llama1b")]
     kinds = tuple(k for k in KINDS if not (args.skip_torch_onnx and k == "torch.onnx"))
