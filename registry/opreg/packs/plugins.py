@@ -1,15 +1,15 @@
 """Building the registry and its plugin host from the installed op packs.
 
 Packs are entry points in the group ``opreg.plugins`` (the core pack too), found by
-:mod:`opreg.discovery`; nothing is imported until a registry is first asked for. Each pack is
-loaded and hooked on its own (:mod:`opreg.isolation`): a pack that fails to import, is written
+:mod:`opreg.packs.discovery`; nothing is imported until a registry is first asked for. Each pack is
+loaded and hooked on its own (:mod:`opreg.packs.isolation`): a pack that fails to import, is written
 for another plugin API or torch, implements an unknown hook, raises in a hook, or has every impl
 rejected is reported and left out, and the others load as usual. ``strict=True`` turns any such
 failure, and any tie between packs the user has not settled with ``prefer=``, into a
 :class:`PluginError`.
 
 What the packs declare becomes a frozen :class:`~opreg.Registry` (a value: no pack code behind
-it); their hooks are called through the :class:`~opreg.host.PackHost` built beside it.
+it); their hooks are called through the :class:`~opreg.packs.host.PackHost` built beside it.
 :func:`load` gives both (:class:`Loaded`), cached per selection; :func:`default_registry` and
 :func:`default_host` are its two halves, :func:`build` and :func:`build_registry` the uncached
 forms.
@@ -24,8 +24,9 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opreg import _opsets, discovery, packcache
-from opreg.discovery import (
+from opreg.errors import InvalidArgumentError, PluginError
+from opreg.packs import discovery, packcache
+from opreg.packs.discovery import (
     AUTOLOAD_ENV,
     ENTRY_POINT_GROUP,
     PLUGIN_API_VERSION,
@@ -43,15 +44,15 @@ from opreg.discovery import (
     selection_reason,
     slow_import_seconds,
 )
-from opreg.errors import InvalidArgumentError, PluginError
-from opreg.host import PackHost
-from opreg.isolation import TABLE_ATTRIBUTE, load_one, settle, table_profile, warn_once
-from opreg.opname import OpName
-from opreg.packcache import Declared
-from opreg.packset import PackSet
+from opreg.packs.host import PackHost
+from opreg.packs.isolation import TABLE_ATTRIBUTE, load_one, settle, table_profile, warn_once
+from opreg.packs.packcache import Declared
+from opreg.packs.packset import PackSet
 from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, PackReport, PackReports, Rejection
-from opreg.registry import CORE_PACK, USER_PACK, Impl, Registry
-from opreg.targets import BUILTIN_PROFILES
+from opreg.registry import _opsets
+from opreg.registry.opname import OpName
+from opreg.registry.registry import CORE_PACK, USER_PACK, Impl, Registry
+from opreg.registry.targets import BUILTIN_PROFILES
 
 if TYPE_CHECKING:  # imported where packs are loaded: assembling cached data needs none of them
     import pluggy
@@ -96,7 +97,7 @@ class Loaded:
     Fields:
         registry: the frozen :class:`~opreg.Registry` of their impls, profiles, unsupported ops and
             reports (a value: no pack code behind it).
-        host: the :class:`~opreg.host.PackHost` that calls the loaded packs' hooks (session
+        host: the :class:`~opreg.packs.host.PackHost` that calls the loaded packs' hooks (session
             configuration, reference kernels, capture patches, rewrite rules, functions): what an
             export takes as ``host=``.
     """
@@ -152,9 +153,9 @@ def declared_registry(
     require: Iterable[str] = (),
 ) -> Registry:
     """The registry :func:`build_registry` would build (same arguments, same errors), for listing and
-    explaining: read from :mod:`opreg.packcache` when nothing changed, else built (the packs load) and
+    explaining: read from :mod:`opreg.packs.packcache` when nothing changed, else built (the packs load) and
     stored. ``require``: more pack names that must be installed (``-p no:NAME``'s). A registry read
-    from the cache has :class:`~opreg.packcache.Declaration` s for functions and predicates (a
+    from the cache has :class:`~opreg.packs.packcache.Declaration` s for functions and predicates (a
     registry calls no hook either way): use :func:`build_registry` to export."""
     selection = Selection.of(plugins, exclude, prefer)
     directory = packcache.cache_dir()
@@ -170,8 +171,8 @@ def declared_registry(
 def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared, PackSet]:
     """Import and hook the selected packs (their code runs): what they declare, and the
     :class:`PackSet` that calls their hooks (``strict``: a failing hook raises). Isolation is
-    :func:`opreg.isolation.load_one`'s, one pack at a time. What their impls were found to be is
-    taken from :mod:`opreg.packcache` while none of their code changed (:class:`opreg.registrar.Known`),
+    :func:`opreg.packs.isolation.load_one`'s, one pack at a time. What their impls were found to be is
+    taken from :mod:`opreg.packs.packcache` while none of their code changed (:class:`opreg.registry.registrar.Known`),
     and stored there when it did."""
     directory = packcache.cache_dir()
     cached = packcache.read(selection, directory) if directory is not None else None
@@ -183,9 +184,9 @@ def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared,
 
 
 def _known(cached: Declared | None) -> dict[str, Any]:
-    """Each pack's :class:`~opreg.registrar.Known` impls from a cache entry: those of the packs that
+    """Each pack's :class:`~opreg.registry.registrar.Known` impls from a cache entry: those of the packs that
     loaded with no impl rejected (a rejection leaves no impl to line the calls up by)."""
-    from opreg.registrar import Known
+    from opreg.registry.registrar import Known
 
     if cached is None:
         return {}
@@ -196,7 +197,7 @@ def _known(cached: Declared | None) -> dict[str, Any]:
 def _load_packs(selection: Selection, strict: bool, cached: Declared | None) -> tuple[Declared, PackSet]:
     import pluggy
 
-    from opreg import hookspecs
+    from opreg.packs import hookspecs
 
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)

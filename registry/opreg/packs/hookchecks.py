@@ -1,6 +1,6 @@
 """Each hook's contract: when opreg calls it, and how its result is checked.
 
-A spec in :mod:`opreg.hookspecs` carries its contract on its ``def``, as an impl carries
+A spec in :mod:`opreg.packs.hookspecs` carries its contract on its ``def``, as an impl carries
 ``@opreg.impl``: ``@contract(when=EXPORT, check=check_rewrite_rules)``. ``when`` is a phrase
 the spec's docstring says after "Called" (``tests/test_hooks.py`` holds them together);
 ``check(result) -> Checked`` normalizes a result, leaving out the items it cannot use
@@ -8,7 +8,7 @@ the spec's docstring says after "Called" (``tests/test_hooks.py`` holds them tog
 
 Every hook result goes through its contract wherever it is called: by the loader (registration
 hooks), the exporter (session, verification, export hooks) and the conformance kit (all of them),
-through one per-pack caller (:func:`opreg.packset.call_one`), so one mistake reads the same
+through one per-pack caller (:func:`opreg.packs.packset.call_one`), so one mistake reads the same
 everywhere (:class:`opreg.pluginapi.HookError`). This module imports only the standard library and
 :mod:`opreg.pluginapi` (onnx, onnxscript, onnx_ir inside the checks that need them).
 """
@@ -216,7 +216,7 @@ def _rule_name(name: Any) -> str:
 
 
 def check_samples(result: Any) -> Checked:
-    from opreg.opname import OpName
+    from opreg.registry.opname import OpName
 
     return _check_keyed(result, OpName.of, Sample, "torch_op", "Sample.of(*args)")
 

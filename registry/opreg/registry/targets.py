@@ -91,7 +91,7 @@ def _read_onnx_opset_range() -> tuple[int, int]:
 def assume_onnx_opset_range(value: tuple[int, int]) -> None:
     """Take ``value`` as :func:`onnx_opset_range` in this process without importing onnx and
     onnxscript: the range an earlier process read with the same onnx and onnxscript installed
-    (:mod:`opreg.packcache` keeps it with what the packs declare, keyed on the installed
+    (:mod:`opreg.packs.packcache` keeps it with what the packs declare, keyed on the installed
     distributions). Ignored once the range is known."""
     if not _opset_range:
         low, high = value
@@ -109,7 +109,7 @@ def _onnxscript_opsets() -> tuple[int, ...]:
 
 CACHE_ENV = "OPREG_CACHE_DIR"
 """opreg's per-user cache folder, when set: what it found out about the installed runtime, and
-what the packs declare (:mod:`opreg.packcache`). Default: :func:`user_cache_dir`."""
+what the packs declare (:mod:`opreg.packs.packcache`). Default: :func:`user_cache_dir`."""
 
 
 def user_cache_dir() -> Path:

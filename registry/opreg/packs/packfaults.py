@@ -3,14 +3,14 @@
 opreg works around what a pack gets wrong while it exports: a rewrite rule or pass that
 raises or leaves an invalid graph is undone and left out (:mod:`opreg.exporter._rewrite`),
 a capture patch that fails is left out and one that leaves the library changed is put
-back (:mod:`opreg.patching`). Each such fault is a :class:`PackFault`, and it is shown
+back (:mod:`opreg.packs.patching`). Each such fault is a :class:`PackFault`, and it is shown
 
 - in Python, as a :class:`opreg.PackWarning` (``warnings.warn``: filter it like any warning),
 - on the command line, as a ``warning:`` line (cold or warm cache alike),
 - in the result, :attr:`opreg.OnnxProgram.pack_faults`,
 - in the model, its :data:`METADATA_KEY` metadata (``opreg inspect`` lists them),
 
-and logged (``opreg.packfaults``, debug level: the warning is the report).
+and logged (``opreg.packs.packfaults``, debug level: the warning is the report).
 Importing this module is cheap.
 """
 
@@ -21,12 +21,11 @@ import contextvars
 import dataclasses
 import json
 import logging
-import sys
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from opreg.errors import PackWarning
+from opreg.errors import PackWarning, user_stacklevel
 
 logger = logging.getLogger(__name__)
 
@@ -96,23 +95,6 @@ def warn(faults: Iterable[PackFault]) -> None:
     level = user_stacklevel()
     for fault in faults:
         warnings.warn(str(fault), PackWarning, stacklevel=level)
-
-
-INTERNAL = ("opreg", "onnx_ir", "onnxscript", "contextlib")
-"""Top-level modules whose frames :func:`user_stacklevel` skips: opreg's own (and its packs',
-``opreg_*``) and those an export calls passes through."""
-
-
-def user_stacklevel() -> int:
-    """The ``stacklevel`` that makes a ``warnings.warn`` in the caller of this function point at the
-    first frame outside :data:`INTERNAL` (the user's line), for a warning about what the user asked."""
-    level, frame = 2, sys._getframe(2)  # stacklevel 2 is the caller's caller
-    while frame is not None:
-        top = frame.f_globals.get("__name__", "").split(".", 1)[0]
-        if top not in INTERNAL and not top.startswith("opreg_"):
-            break
-        level, frame = level + 1, frame.f_back
-    return level
 
 
 def metadata(faults: Iterable[PackFault]) -> str | None:

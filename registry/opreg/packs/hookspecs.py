@@ -16,7 +16,7 @@ the conformance kit). Never at import.
 
 Each spec carries its contract on its ``def``, ``@contract(when=..., check=...)``: when opreg
 calls it (the phrase its docstring's "Called ..." paragraph begins with) and how its result is
-checked (the checks live in :mod:`opreg.hookchecks`); :data:`CONTRACTS` collects them.
+checked (the checks live in :mod:`opreg.packs.hookchecks`); :data:`CONTRACTS` collects them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from opreg.hookchecks import (
+from opreg.packs.hookchecks import (
     CAPTURE,
     EMBED,
     EXPORT,
@@ -61,8 +61,8 @@ if TYPE_CHECKING:
     from onnx.reference.op_run import OpRun
     from onnxscript.rewriter.pattern import RewriteRule, RewriteRuleSet
 
-    from opreg.registrar import Registrar
-    from opreg.targets import Target
+    from opreg.registry.registrar import Registrar
+    from opreg.registry.targets import Target
 
 PROJECT_NAME = "opreg"
 
@@ -285,4 +285,4 @@ def opreg_capture_samples() -> Mapping[str, Sequence[ModelSample]]:
 
 
 CONTRACTS: dict[str, Contract] = contracts(sys.modules[__name__])
-"""Every hook's :class:`~opreg.hookchecks.Contract`, by name, read from the specs above."""
+"""Every hook's :class:`~opreg.packs.hookchecks.Contract`, by name, read from the specs above."""
