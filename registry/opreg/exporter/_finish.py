@@ -46,7 +46,7 @@ from opreg.node_types import confirms
 from opreg.packs import hookchecks, patching
 from opreg.packs.host import PackHost
 from opreg.packs.patching import PatchOutcome
-from opreg.registry.registry import Impl
+from opreg.registry.impls import Impl
 from opreg.registry.targets import ONNX_DOMAIN, Target
 from opreg.settings import ExportSettings
 from opreg.values import is_complex

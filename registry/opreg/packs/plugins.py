@@ -50,8 +50,9 @@ from opreg.packs.packcache import Declared
 from opreg.packs.packset import PackSet
 from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, PackReport, PackReports, Rejection
 from opreg.registry import _opsets
+from opreg.registry.impls import CORE_PACK, USER_PACK, Impl
 from opreg.registry.opname import OpName
-from opreg.registry.registry import CORE_PACK, USER_PACK, Impl, Registry
+from opreg.registry.registry import Registry
 from opreg.registry.targets import BUILTIN_PROFILES
 
 if TYPE_CHECKING:  # imported where packs are loaded: assembling cached data needs none of them
