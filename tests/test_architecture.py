@@ -448,10 +448,10 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
             (("registry/opreg/exporter/_finish.py", "finish"), ("registry/opreg/registry/impls.py", "build_impl")),
         ],
         _FIELDS: [
-            (("registry/opreg/exporter/_dynamic.py", "FixedDim"), ("registry/opreg/exporter/_grown.py", "GrownDim")),
-            (("registry/opreg/exporter/_dynamic.py", "FixedDim"),
+            (("registry/opreg/exporter/_narrowing.py", "FixedDim"), ("registry/opreg/exporter/_grown.py", "GrownDim")),
+            (("registry/opreg/exporter/_narrowing.py", "FixedDim"),
              ("registry/opreg/exporter/diagnosis/compare.py", "OutputCheck")),
-            (("registry/opreg/exporter/_dynamic.py", "FixedDim"),
+            (("registry/opreg/exporter/_narrowing.py", "FixedDim"),
              ("registry/opreg/testing/_kit_report.py", "CheckResult")),
             (("registry/opreg/exporter/_grown.py", "GrownDim"),
              ("registry/opreg/exporter/diagnosis/compare.py", "OutputCheck")),
