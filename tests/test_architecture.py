@@ -737,6 +737,19 @@ def test_the_back_arrow_check_catches_every_form():
     assert back_arrows("from opreg.exporter import _save\nimport opreg.registry.targets\n", "opreg.exporter._x") == []
 
 
+PROGRAM_LINES = 200
+"""``OnnxProgram``'s class is shorter: it holds the model, its names and ``save``; what is not that lives
+where it belongs (torch calls: ``exporter/_calls.py``; the state's values: ``_state.py``; running,
+verifying, locating: ``exporter/diagnosis/``)."""
+
+
+def test_the_program_class_is_the_model_its_names_and_save():
+    tree = ast.parse((FRAMEWORK / "exporter" / "_program.py").read_text())
+    program = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "OnnxProgram")
+    size = program.end_lineno - program.lineno + 1
+    assert size < PROGRAM_LINES, f"OnnxProgram is {size} lines: move what is not the model, its names and save"
+
+
 DIAGNOSIS = {
     "run": "(self, *args: 'Any', runtime: 'str' = 'onnxruntime', **kwargs: 'Any') -> 'Any'",
     "verify": "(self, *args: 'Any', rtol: 'float' = 0.0001, atol: 'float' = 0.0001, runtime: 'str' = 'auto', "

@@ -30,6 +30,7 @@ from onnx_ir.passes import PassBase
 
 from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
 from opreg.exporter import _capture, _rewrite
+from opreg.exporter._calls import Calls
 from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._program import OnnxProgram, OutputSlot
 from opreg.exporter._recorder import SMALL_CONSTANT, Use
@@ -131,12 +132,9 @@ def finish(
         target=target,
         runner=Runner(host),
         exported_program=exported_program,
-        module=module,
+        calls=Calls(module, exported_program, in_spec, out_spec, input_leaves),
         input_names=translation.input_names,
-        input_leaves=input_leaves,
         outputs=slots,
-        in_spec=in_spec,
-        out_spec=out_spec,
         checked=check(model),
         state=state,
         traces=translation.traces,
