@@ -597,6 +597,59 @@ def test_core_impls_read_only_what_the_translation_memo_describes():
     assert not found, found
 
 
+def bench_imports() -> dict[str, set[str]]:
+    """``bench/``'s modules (by name) and the ones of them each imports (``from bench.x import``,
+    ``from bench import x``, ``import bench.x``), wherever the import stands."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "bench":
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bench."):
+                found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("bench."))
+        graph[path.stem] = found
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle of ``graph`` (module -> modules it imports), each as its members sorted."""
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        reached = _reach(graph, start)
+        if start in reached:
+            members = sorted(m for m in reached if start in _reach(graph, m) | {m})
+            if members not in found:
+                found.append(members)
+    return found
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules ``start`` imports, directly or through others."""
+    reached, todo = set(), list(graph.get(start, ()))
+    while todo:
+        current = todo.pop()
+        if current not in reached:
+            reached.add(current)
+            todo += graph.get(current, ())
+    return reached
+
+
+def test_no_import_circle_among_the_benchmarks():
+    """import-linter holds opreg's packages; ``bench/`` is not a package it reads, so this holds it:
+    what two benchmarks share lives in a helper module both import (``bench/trained.py``, ...)."""
+    graph = bench_imports()
+    assert graph["llm"] and graph["big_streaming"]  # the benchmarks are read: they import each other's helpers
+    assert circles(graph) == []
+
+
+def test_the_circle_check_finds_every_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}) == [["a", "b", "c"], ["e"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
 # -- limits: module size, function size, arrows back up ----------------------------------------------------------
 
 FRAMEWORK = ROOT / "registry" / "opreg"
