@@ -1,4 +1,4 @@
-"""opreg's exporter (DESIGN.md §5), a pipeline of stages whose imports run one way:
+"""opreg's exporter (docs/design.md, "An export"), a pipeline of stages whose imports run one way:
 capture -> decompose -> plan -> translate -> finish -> program.
 
 ``opreg.export`` is the entry point; this package imports torch, so

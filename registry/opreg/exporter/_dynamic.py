@@ -1,4 +1,4 @@
-"""Dynamic shapes as users write them (DESIGN.md §5): a dimension marked dynamic stays dynamic when
+"""Dynamic shapes as users write them (docs/design.md, "An export"): a dimension marked dynamic stays dynamic when
 its example size is 1, ``dynamic_shapes="auto"`` makes every input dimension dynamic that
 torch.export can keep so, and the export says which ones it had to fix and why.
 

@@ -3,7 +3,7 @@
 An ONNX graph holds no state, so such an update is either exported as an input/output
 pair (``state="io"``), knowingly left out (``state="drop"``), or refused with an error
 naming what the model mutates (``state="error"``, the default). It is never dropped
-without a word (DESIGN.md §5).
+without a word (docs/design.md, "An export").
 
 What a model mutates is read from the decomposed program's signature: torch's
 functionalization lists every mutated buffer and input there, and the decomposition

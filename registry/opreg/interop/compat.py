@@ -1,4 +1,4 @@
-"""The tutorials' vocabulary over opreg's one registry (DESIGN.md §7).
+"""The tutorials' vocabulary over opreg's one registry (docs/design.md, "The tutorials' API").
 
 ``OnnxRegistry``, ``ExportOptions`` and ``dynamo_export`` mirror the API of
 torch 2.1-2.5 that the PyTorch ONNX tutorials use, so their code runs with
