@@ -48,7 +48,7 @@ The pack's own, which onnxscript's rules do not match in opreg's graphs, each me
   bias added before it), ``QuickGelu`` (``x * sigmoid(alpha * x)``, SiLU being alpha 1).
 
 Then the passes of a decoder (:mod:`opreg_ort_contrib.kv_cache`, :mod:`.gqa`)
-and of weights quantized in PyTorch (:class:`opreg_ort_contrib.quantize.TorchaoWeights`).
+and of weights quantized in PyTorch (:class:`opreg_ort_contrib.torchao.TorchaoWeights`).
 
 Measured and left out: SkipLayerNormalization and SkipSimplifiedLayerNormalization,
 slower than the kernels they replace (see ``ResidualSum`` and ``RMSNormalization``).

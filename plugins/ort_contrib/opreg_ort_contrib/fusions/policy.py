@@ -52,7 +52,7 @@ RULES = {
 
 
 def _torchao_weights() -> Any:
-    from opreg_ort_contrib.quantize import TorchaoWeights
+    from opreg_ort_contrib.torchao import TorchaoWeights
 
     return TorchaoWeights()
 
