@@ -45,6 +45,18 @@ def test_import_contracts_are_kept():
     assert settings["exclude_type_checking_imports"] is False
 
 
+def test_the_design_page_draws_the_layers_the_contract_holds():
+    """docs/design.md's table of layers, bottom to top, is pyproject.toml's layers contract over opreg
+    (the old paths on top left out): a layer moved in one is moved in the other."""
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in settings if c["type"] == "layers" and c.get("containers") == ["opreg"]]
+    held = [{name.strip() for name in layer.split("|")} for layer in reversed(contract["layers"])]
+    page = (ROOT / "docs" / "design.md").read_text()
+    table = page[page.index("| layer | what it is | may import |") :].split("\n\n")[0].splitlines()[2:]
+    drawn = [{name.strip("` /") for name in row.split(" | ")[0].lstrip("| ").split(", ")} for row in table]
+    assert drawn == held[: len(drawn)] and len(held) == len(drawn) + 1, (drawn, held)
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
