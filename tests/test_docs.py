@@ -177,7 +177,7 @@ def run_pack_skeleton(source: str, guide: Path, tmp_path: Path, monkeypatch: pyt
 
 
 DESIGN = "docs/design.md"
-OUTSIDE = "DESIGN.md"  # a design page outside the repository (spelled apart, so this file does not cite it)
+OUTSIDE = ".".join(("DESIGN", "md"))  # a design page outside the repository (joined here: this file cites none)
 CITED = re.compile(r'docs/design\.md(?:, |#)"?([A-Za-z][^"\n)`]*?)"')
 
 
