@@ -40,8 +40,8 @@ class Calls:
         input_leaves: Sequence[int],
     ) -> None:
         self._module = module
-        self._in_spec = in_spec
-        self._out_spec = out_spec
+        self.in_spec = in_spec
+        self.out_spec = out_spec
         self.input_leaves = tuple(input_leaves)
         self._constants = constant_inputs(exported_program, module)
         self._int_inputs = frozenset(symbolic_int_inputs(exported_program))
@@ -78,7 +78,7 @@ class Calls:
 
     def _flat(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
         pytree = torch.utils._pytree
-        kwarg_spec = self._in_spec.child(1) if self._in_spec.num_children == 2 else None
+        kwarg_spec = self.in_spec.child(1) if self.in_spec.num_children == 2 else None
         if kwarg_spec is not None and kwarg_spec.context and set(kwargs) == set(kwarg_spec.context):
             kwargs = {key: kwargs[key] for key in kwarg_spec.context}  # the export's keyword order
         return pytree.tree_flatten((args, kwargs))
@@ -88,14 +88,14 @@ class Calls:
         arguments otherwise (a keyword given by position, a default left out) is bound to the
         module's ``forward`` first."""
         leaves, spec = self._flat(args, kwargs)
-        if spec != self._in_spec:
-            rebound = _rebind(self._module, self._in_spec, args, kwargs)
+        if spec != self.in_spec:
+            rebound = _rebind(self._module, self.in_spec, args, kwargs)
             if rebound is not None:
                 leaves, spec = self._flat(*rebound)
-        if spec != self._in_spec:
+        if spec != self.in_spec:
             raise InvalidInputError(
                 f"the inputs do not have the structure of the export's example inputs: expected "
-                f"{_describe_inputs(self._in_spec)}, got {_describe_inputs(spec)}"
+                f"{_describe_inputs(self.in_spec)}, got {_describe_inputs(spec)}"
             )
         return leaves
 
@@ -113,7 +113,7 @@ class Calls:
         torch (a complex output made complex again; a constant torch baked in put back)."""
         by_name = dict(zip(names, results, strict=True))
         leaves = [to_torch(by_name[s.name], s.complex) if s.name is not None else s.value for s in slots]
-        return torch.utils._pytree.tree_unflatten(leaves, self._out_spec)
+        return torch.utils._pytree.tree_unflatten(leaves, self.out_spec)
 
     def eager(self, what: str, streamed: bool) -> torch.nn.Module:
         """The module to compare with in eager PyTorch (made from an ``ExportedProgram`` when first
