@@ -219,7 +219,7 @@ def check(work: Path) -> None:
     import torch
 
     import opreg
-    from bench.llm import trained_checkpoint
+    from bench.trained import trained_checkpoint
     from opreg_ort_contrib import MatMulNBitsQuantization
 
     source = work / "checkpoint-0.5B"

@@ -45,6 +45,18 @@ def test_import_contracts_are_kept():
     assert settings["exclude_type_checking_imports"] is False
 
 
+def test_the_design_page_draws_the_layers_the_contract_holds():
+    """docs/design.md's table of layers, bottom to top, is pyproject.toml's layers contract over opreg
+    (the old paths on top left out): a layer moved in one is moved in the other."""
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in settings if c["type"] == "layers" and c.get("containers") == ["opreg"]]
+    held = [{name.strip() for name in layer.split("|")} for layer in reversed(contract["layers"])]
+    page = (ROOT / "docs" / "design.md").read_text()
+    table = page[page.index("| layer | what it is | may import |") :].split("\n\n")[0].splitlines()[2:]
+    drawn = [{name.strip("` /") for name in row.split(" | ")[0].lstrip("| ").split(", ")} for row in table]
+    assert drawn == held[: len(drawn)] and len(held) == len(drawn) + 1, (drawn, held)
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -448,10 +460,10 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
             (("registry/opreg/exporter/_finish.py", "finish"), ("registry/opreg/registry/impls.py", "build_impl")),
         ],
         _FIELDS: [
-            (("registry/opreg/exporter/_dynamic.py", "FixedDim"), ("registry/opreg/exporter/_grown.py", "GrownDim")),
-            (("registry/opreg/exporter/_dynamic.py", "FixedDim"),
+            (("registry/opreg/exporter/_narrowing.py", "FixedDim"), ("registry/opreg/exporter/_grown.py", "GrownDim")),
+            (("registry/opreg/exporter/_narrowing.py", "FixedDim"),
              ("registry/opreg/exporter/diagnosis/compare.py", "OutputCheck")),
-            (("registry/opreg/exporter/_dynamic.py", "FixedDim"),
+            (("registry/opreg/exporter/_narrowing.py", "FixedDim"),
              ("registry/opreg/testing/_kit_report.py", "CheckResult")),
             (("registry/opreg/exporter/_grown.py", "GrownDim"),
              ("registry/opreg/exporter/diagnosis/compare.py", "OutputCheck")),
@@ -597,11 +609,65 @@ def test_core_impls_read_only_what_the_translation_memo_describes():
     assert not found, found
 
 
+def bench_imports() -> dict[str, set[str]]:
+    """``bench/``'s modules (by name) and the ones of them each imports (``from bench.x import``,
+    ``from bench import x``, ``import bench.x``), wherever the import stands."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "bench":
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bench."):
+                found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("bench."))
+        graph[path.stem] = found
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle of ``graph`` (module -> modules it imports), each as its members sorted."""
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        reached = _reach(graph, start)
+        if start in reached:
+            members = sorted(m for m in reached if start in _reach(graph, m) | {m})
+            if members not in found:
+                found.append(members)
+    return found
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules ``start`` imports, directly or through others."""
+    reached, todo = set(), list(graph.get(start, ()))
+    while todo:
+        current = todo.pop()
+        if current not in reached:
+            reached.add(current)
+            todo += graph.get(current, ())
+    return reached
+
+
+def test_no_import_circle_among_the_benchmarks():
+    """import-linter holds opreg's packages; ``bench/`` is not a package it reads, so this holds it:
+    what two benchmarks share lives in a helper module both import (``bench/trained.py``, ...)."""
+    graph = bench_imports()
+    assert graph["llm"] and graph["big_streaming"]  # the benchmarks are read: they import each other's helpers
+    assert circles(graph) == []
+
+
+def test_the_circle_check_finds_every_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}) == [["a", "b", "c"], ["e"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
 # -- limits: module size, function size, arrows back up ----------------------------------------------------------
 
 FRAMEWORK = ROOT / "registry" / "opreg"
 MAX_MODULE_LINES = 600
-"""No module of the framework (``registry/opreg``) is longer: a longer one holds more than one concern."""
+"""No module of the framework (``registry/opreg``) or of a first-party pack's package (``plugins/*/opreg_*``)
+is longer: a longer one holds more than one concern."""
 LONG_MODULES: dict[str, tuple[int, str]] = {
 }  # fmt: skip
 """The framework modules over :data:`MAX_MODULE_LINES` today: ``path in registry/opreg -> (the size
@@ -633,8 +699,13 @@ def _over_the_limit(sizes: dict[str, int], limit: int, known: dict[str, tuple[in
 
 
 def module_sizes() -> dict[str, int]:
-    """``path in registry/opreg -> lines`` of every framework module."""
-    return {p.relative_to(FRAMEWORK).as_posix(): len(p.read_text().splitlines()) for p in FRAMEWORK.rglob("*.py")}
+    """``path -> lines`` of every framework module (its path in ``registry/opreg``) and of every module of a
+    first-party pack's package (its path in the repository: ``plugins/NAME/opreg_NAME/...``, tests left out)."""
+    sizes = {p.relative_to(FRAMEWORK).as_posix(): len(p.read_text().splitlines()) for p in FRAMEWORK.rglob("*.py")}
+    for package in sorted((ROOT / "plugins").glob("*/opreg_*/")):
+        for path in package.rglob("*.py"):
+            sizes[path.relative_to(ROOT).as_posix()] = len(path.read_text().splitlines())
+    return sizes
 
 
 def function_sizes(source: str, prefix: str) -> dict[str, int]:
@@ -657,7 +728,8 @@ def code_function_sizes() -> dict[str, int]:
     return sizes
 
 
-def test_no_framework_module_is_over_600_lines():
+def test_no_module_of_the_framework_or_a_pack_is_over_600_lines():
+    assert any(name.startswith("plugins/ort_contrib/opreg_ort_contrib/") for name in module_sizes())
     broken = _over_the_limit(module_sizes(), MAX_MODULE_LINES, LONG_MODULES)
     assert not broken, "\n".join(broken)
 
@@ -735,6 +807,19 @@ def test_the_back_arrow_check_catches_every_form():
         "opreg.exporter._probe:4: imports opreg",
     ]
     assert back_arrows("from opreg.exporter import _save\nimport opreg.registry.targets\n", "opreg.exporter._x") == []
+
+
+PROGRAM_LINES = 200
+"""``OnnxProgram``'s class is shorter: it holds the model, its names and ``save``; what is not that lives
+where it belongs (torch calls: ``exporter/_calls.py``; the state's values: ``_state.py``; running,
+verifying, locating: ``exporter/diagnosis/``)."""
+
+
+def test_the_program_class_is_the_model_its_names_and_save():
+    tree = ast.parse((FRAMEWORK / "exporter" / "_program.py").read_text())
+    program = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "OnnxProgram")
+    size = program.end_lineno - program.lineno + 1
+    assert size < PROGRAM_LINES, f"OnnxProgram is {size} lines: move what is not the model, its names and save"
 
 
 DIAGNOSIS = {

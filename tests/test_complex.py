@@ -1,5 +1,5 @@
 """Complex numbers and Fourier transforms: complex tensors travel as real tensors with a
-trailing dimension of 2 (DESIGN.md §5), the model's complex inputs and outputs too, and
+trailing dimension of 2 (docs/design.md, "An export"), the model's complex inputs and outputs too, and
 ``run``/``verify`` convert at the boundary. Every check is at the lowest and the newest
 supported opset, in ONNX Runtime against eager PyTorch: complex results within
 ``|onnx - eager| <= atol + rtol * |eager|`` (complex magnitudes, as torch measures them)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import linecache
 import re
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -173,3 +174,26 @@ def run_pack_skeleton(source: str, guide: Path, tmp_path: Path, monkeypatch: pyt
         opreg.packs.plugins.clear_cache()
         for name in [m for m in sys.modules if m == "my_pack" or m.startswith("my_pack.")]:
             del sys.modules[name]
+
+
+DESIGN = "docs/design.md"
+OUTSIDE = ".".join(("DESIGN", "md"))  # a design page outside the repository (joined here: this file cites none)
+CITED = re.compile(r'docs/design\.md(?:, |#)"?([A-Za-z][^"\n)`]*?)"')
+
+
+def test_the_design_the_code_cites_is_in_the_repository():
+    """Every citation of the design names a section of docs/design.md (``docs/design.md, "Layers"``),
+    and nothing cites a design page outside the repository."""
+    sections = set(re.findall(r"^## (.+)$", (ROOT / DESIGN).read_text(), flags=re.M))
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    cited, outside = [], []
+    for name in tracked.split():
+        path = ROOT / name
+        if path.suffix not in (".py", ".md", ".toml") or not path.is_file():
+            continue
+        text = path.read_text()
+        cited += [(name, section) for section in CITED.findall(text)]
+        if OUTSIDE in text:
+            outside.append(name)
+    assert len(cited) > 10 and not outside, outside
+    assert [c for c in cited if c[1] not in sections] == []

@@ -388,7 +388,7 @@ def test_a_dim_the_graph_has_at_its_example_size_after_a_guard_is_found():
     wrong). The graph's pointwise ops are searched for one; slices, reductions, reshapes and
     convolutions, which may give a dim a size of their own, are not (bench/models_sweep.py
     --dynamic runs the UNet)."""
-    from opreg.exporter import _capture, _dynamic
+    from opreg.exporter import _capture, _narrowing
 
     class Views(torch.nn.Module):
         def forward(self, x):
@@ -397,11 +397,11 @@ def test_a_dim_the_graph_has_at_its_example_size_after_a_guard_is_found():
     spec = {"x": {0: Dim.DYNAMIC}}
     program = _capture.capture(Views(), (torch.rand(1, 4),), None, spec, oblivious=True)
     (symbol,) = program.range_constraints
-    assert _dynamic._baked(program, symbol) == "size 1 (dim 0 of aten.mul.Tensor's output)"  # after the view
+    assert _narrowing._baked(program, symbol) == "size 1 (dim 0 of aten.mul.Tensor's output)"  # after the view
     # torch's expand check narrows the row's batch, and every op keeps it (kept dynamic, above)
     spec = {"row": {0: Dim.DYNAMIC}, "rows": {0: Dim.DYNAMIC}}
     program = _capture.capture(Broadcast(), (torch.rand(1, 4), torch.rand(5, 4)), None, spec, oblivious=True)
-    assert all(_dynamic._baked(program, symbol) is None for symbol in program.range_constraints)
+    assert all(_narrowing._baked(program, symbol) is None for symbol in program.range_constraints)
 
 
 class AttendTwice(torch.nn.Module):

@@ -568,10 +568,10 @@ def test_repeated_layers_are_captured_once_and_copied_each_with_its_own_weights_
     for values in ("inputs", "outputs"):
         described = [[(v.name, v.dtype, str(v.shape)) for v in getattr(p.model.graph, values)] for p in (mine, theirs)]
         assert described[0] == described[1]
-    assert (mine._in_spec, mine._out_spec, mine._input_leaves) == (
-        theirs._in_spec,
-        theirs._out_spec,
-        theirs._input_leaves,
+    assert (mine.calls.in_spec, mine.calls.out_spec, mine.calls.input_leaves) == (
+        theirs.calls.in_spec,
+        theirs.calls.out_spec,
+        theirs.calls.input_leaves,
     )
 
 

@@ -170,7 +170,7 @@ COMPLEX64 = frozenset(
         "sub", "div.no_rounding_mode", "rand_like", "randn_like", "randn", "normal.in_place", "uniform",
     }
 )  # fmt: skip
-"""OpInfos also driven at complex64 (complex values travel as real pairs, DESIGN.md §5): the ones whose
+"""OpInfos also driven at complex64 (complex values travel as real pairs, docs/design.md, "An export"): the ones whose
 ops the core pack's complex impls serve."""
 
 

@@ -16,7 +16,7 @@ import opreg
 import opreg.packs.plugins
 from opreg.cli import main
 from opreg.errors import OpregError, PluginError
-from opreg.packs import packcache
+from opreg.packs import declaration, fingerprint, packcache
 from opreg.packs.plugins import Selection
 from tests.test_plugins import GOOD
 from tests.test_scaffold import layered_venv
@@ -149,14 +149,14 @@ def test_an_edit_of_a_source_pack_is_seen(capsys, tmp_path, monkeypatch):
 def test_the_cache_is_left_alone_when_a_pack_changes_while_it_loads(tmp_path):
     source = tmp_path / "pack.py"
     source.write_text("x = 1\n")
-    before = packcache._file_state([str(source)])
+    before = fingerprint.file_state([str(source)])
     source.write_text("x = 22\n")  # what a pack's edit during the loading looks like
     packcache.write(Selection.of(), opreg.packs.plugins.Declared((), ()), before, tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
     packcache.write(
         Selection.of(),
         opreg.packs.plugins.Declared((), ()),
-        packcache._file_state([str(source)]),
+        fingerprint.file_state([str(source)]),
         tmp_path / "c" / packcache.SUBDIR,
     )
     assert len(entries(tmp_path / "c")) == 1
@@ -304,7 +304,7 @@ def test_cached_reports_keep_their_fields(tmp_path):
     packcache.write(selection, declared, [], tmp_path)
     again = packcache.read(selection, tmp_path)
     assert again is not None and again.reports == declared.reports
-    assert [packcache._impl_data(i) for i in again.impls] == [packcache._impl_data(i) for i in declared.impls]
+    assert [declaration.impl_data(i) for i in again.impls] == [declaration.impl_data(i) for i in declared.impls]
     assert again.profiles == tuple((n, dict(v), p) for n, v, p in declared.profiles)
     assert again.unsupported == declared.unsupported
 
@@ -344,7 +344,7 @@ def test_an_entry_of_wrong_types_is_rebuilt(capsys, tmp_path, monkeypatch):
         code, out, err = cli(capsys, *argv)
         assert (code, err) == (0, "") and "core" in out, (argv, err)
     rebuilt = json.loads(entry.read_text())["declared"]
-    assert packcache._shape_problem(rebuilt, packcache._DECLARED, "declared") is None
+    assert declaration.shape_problem(rebuilt, declaration.SHAPE, "declared") is None
     assert rebuilt["reports"][0]["name"] == "core"
 
 
@@ -569,6 +569,6 @@ def test_the_module_files_watched_are_those_whose_real_path_is_outside_the_insta
         module.__file__ = str(path)
         monkeypatch.setitem(sys.modules, module.__name__, module)
     roots = (os.path.join(os.path.realpath(site), ""),)
-    watched = {Path(f) for f in packcache._module_files(roots)} & set(files.values())
+    watched = {Path(f) for f in fingerprint.module_files(roots)} & set(files.values())
     expected = {p for p in files.values() if os.path.isfile(p) and not os.path.realpath(p).startswith(roots)}
     assert watched == expected == {files[n] for n in ("mine_b", "via_mine", "link_out", "relative")}

@@ -109,6 +109,23 @@ def test_every_name_of_a_public_all_imports(package):
         exec(f"from {package} import {name}", {})
 
 
+def test_opreg_all_is_sorted_and_names_everything_it_gives():
+    """``opreg.__all__``: sorted, and exactly the names ``import opreg`` gives: its errors, and what
+    ``__getattr__`` imports on first use (the registry's, the packs', the exporter's names)."""
+    import opreg
+    import opreg.errors
+
+    errors = {
+        name
+        for name, value in vars(opreg.errors).items()
+        if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == "opreg.errors"
+    }
+    served = set(opreg._LAZY) | set(opreg._EXPORTER_NAMES)
+    assert opreg.__all__ == sorted(opreg.__all__)
+    assert set(opreg.__all__) == errors | served
+    assert "OnnxProgram" in opreg.__all__ and opreg.OnnxProgram.__name__ == "OnnxProgram"
+
+
 @pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))
 def test_a_moved_module_keeps_its_old_path(old, new):
     assert importlib.import_module(old) is importlib.import_module(new)

@@ -1,4 +1,4 @@
-"""Random ops: exported as ONNX's random ops and verified by distribution (DESIGN.md §5).
+"""Random ops: exported as ONNX's random ops and verified by distribution (docs/design.md, "An export").
 
 Each check runs the exported model and eager PyTorch many times and compares the
 distribution of their results with ``opreg.testing.Distribution`` (its docstring states

@@ -24,7 +24,7 @@ from opreg import (
     SignatureMismatchError,
 )
 from opreg.ops import Tensor
-from opreg.registry.registry import USER_PACK, build_impl
+from opreg.registry.impls import USER_PACK, build_impl
 
 custom_ort = onnxscript.values.Opset(domain="com.microsoft", version=1)
 custom_aten = onnxscript.values.Opset(domain="custom.aten", version=1)

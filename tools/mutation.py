@@ -36,6 +36,7 @@ PACKAGES = {"opreg": ROOT / "registry" / "opreg", "opreg_core_ops": ROOT / "core
 MODULES = (
     "opreg/exporter/_save.py",
     "opreg/registry/registry.py",
+    "opreg/registry/resolution.py",
     "opreg/registry/impls.py",
     "opreg/registry/explanation.py",
     "opreg/packs/packset.py",

@@ -1,4 +1,4 @@
-"""Complex values, as they cross from torch to ONNX (DESIGN.md §5).
+"""Complex values, as they cross from torch to ONNX (docs/design.md, "An export").
 
 ONNX Runtime has no complex kernels worth the name, so a complex tensor travels
 as a real tensor with a trailing dimension of 2 (real, imaginary), as ONNX's

@@ -4,7 +4,7 @@ and views that move them around (clone, _to_copy, view/reshape, permute/transpos
 (un)squeeze, select/slice, index_select, expand, flip, constant_pad_nd, reflection_pad1d, cat/stack, sym_size/sym_numel).
 
 A complex tensor travels as a real one with a trailing dimension of 2, real then imaginary
-(DESIGN.md §5, :mod:`opreg.values`): view_as_real and view_as_complex are the identity, the
+(docs/design.md, "An export"; :mod:`opreg.values`): view_as_real and view_as_complex are the identity, the
 arithmetic is written out on the two parts, and a view is the real impl's view of the pair
 with the dims made non-negative (so they never reach the trailing 2) and sizes given a
 trailing 2. These impls are registered with ``complex=True``: the registry hands them

@@ -1,7 +1,7 @@
 """Fourier transforms: the FFT primitives (_fft_r2c, _fft_c2c, _fft_c2r), stft and istft.
 
 torch.fft.* reach ATen as the three primitives; each becomes ONNX's DFT, one per transformed
-dim, with complex values as real tensors with a trailing dimension of 2 (DESIGN.md §5), the
+dim, with complex values as real tensors with a trailing dimension of 2 (docs/design.md, "An export"), the
 form DFT takes and returns. DFT's axis was an attribute until opset 20 made it (and kept
 dft_length) an input: each impl is registered at 18 and at 20 and calls the form of its
 version (``_DFT``), the newest the target allows wins. ONNX's DFT is

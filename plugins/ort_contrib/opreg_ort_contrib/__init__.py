@@ -14,7 +14,7 @@ CONTRIB_PRIORITY = 10
 """Contrib impls outrank the core pack's wherever the target offers com.microsoft."""
 
 
-_LAZY = {"MatMulNBitsQuantization": "opreg_ort_contrib.quantize", "TorchaoWeights": "opreg_ort_contrib.quantize"}
+_LAZY = {"MatMulNBitsQuantization": "opreg_ort_contrib.quantize", "TorchaoWeights": "opreg_ort_contrib.torchao"}
 """Public names whose modules are imported when first used (they import onnx_ir and numpy)."""
 
 

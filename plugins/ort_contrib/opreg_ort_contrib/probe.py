@@ -3,7 +3,7 @@
 A rewrite that replaces a model's attention mask or rotary angles by a kernel's own inputs
 must not change what the model computes, and every architecture and transformers version
 spells those values differently. Instead of matching their spelling, the decoder rewrites
-(:mod:`opreg_ort_contrib.kv_cache`, :mod:`opreg_ort_contrib.gqa_fusions`) cut out the nodes
+(:mod:`opreg_ort_contrib.kv_cache`, :mod:`opreg_ort_contrib.fusions.gqa`) cut out the nodes
 that compute a value from the graph's inputs (a :class:`Slice`), run them for chosen inputs
 and sizes, and rewrite only if the results are what the kernel computes.
 

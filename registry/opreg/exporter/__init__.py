@@ -1,4 +1,4 @@
-"""opreg's exporter (DESIGN.md §5), a pipeline of stages whose imports run one way:
+"""opreg's exporter (docs/design.md, "An export"), a pipeline of stages whose imports run one way:
 capture -> decompose -> plan -> translate -> finish -> program.
 
 ``opreg.export`` is the entry point; this package imports torch, so
@@ -19,8 +19,8 @@ import torch
 from opreg import _heap
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
 from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
-from opreg.exporter._dynamic import FixedDim, ShapeGuard
 from opreg.exporter._grown import GrownDim
+from opreg.exporter._narrowing import FixedDim, ShapeGuard
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
 from opreg.exporter._plan import JoinedDomain, MissingOp
 from opreg.exporter._program import OnnxProgram

@@ -30,6 +30,7 @@ from onnx_ir.passes import PassBase
 
 from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
 from opreg.exporter import _capture, _rewrite
+from opreg.exporter._calls import Calls
 from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._program import OnnxProgram, OutputSlot
 from opreg.exporter._recorder import SMALL_CONSTANT, Use
@@ -46,7 +47,7 @@ from opreg.node_types import confirms
 from opreg.packs import hookchecks, patching
 from opreg.packs.host import PackHost
 from opreg.packs.patching import PatchOutcome
-from opreg.registry.registry import Impl
+from opreg.registry.impls import Impl
 from opreg.registry.targets import ONNX_DOMAIN, Target
 from opreg.settings import ExportSettings
 from opreg.values import is_complex
@@ -131,12 +132,9 @@ def finish(
         target=target,
         runner=Runner(host),
         exported_program=exported_program,
-        module=module,
+        calls=Calls(module, exported_program, in_spec, out_spec, input_leaves),
         input_names=translation.input_names,
-        input_leaves=input_leaves,
         outputs=slots,
-        in_spec=in_spec,
-        out_spec=out_spec,
         checked=check(model),
         state=state,
         traces=translation.traces,

@@ -27,8 +27,10 @@ from opreg.registry._inspect import (
     torch_convention,
     torch_schema,
 )
+from opreg.registry.explanation import Widening
+from opreg.registry.impls import Impl
 from opreg.registry.opname import OpName
-from opreg.registry.registry import Impl, Registry, Widening
+from opreg.registry.registry import Registry
 from opreg.registry.targets import Target, VersionRange
 from opreg.values import has_complex
 

@@ -3,7 +3,7 @@
 An ONNX graph holds no state, so such an update is either exported as an input/output
 pair (``state="io"``), knowingly left out (``state="drop"``), or refused with an error
 naming what the model mutates (``state="error"``, the default). It is never dropped
-without a word (DESIGN.md §5).
+without a word (docs/design.md, "An export").
 
 What a model mutates is read from the decomposed program's signature: torch's
 functionalization lists every mutated buffer and input there, and the decomposition
@@ -13,6 +13,7 @@ stage always runs for a graph that mutates one (:func:`opreg.exporter._plan.prep
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch.export.graph_signature import OutputKind
@@ -77,4 +78,22 @@ def check(program: torch.export.ExportedProgram, state: str, model_name: str) ->
         "out (the model then always reads the values it was exported with)",
         buffers=found.buffers,
         inputs=found.inputs,
+    )
+
+
+def initial_values(program: torch.export.ExportedProgram, slots: Sequence[StateSlot]) -> dict[str, torch.Tensor]:
+    """The value each buffer of ``slots`` had when it was exported, by ``state_dict`` name (a
+    non-persistent buffer is among the program's constants): what ``OnnxProgram.state`` starts at."""
+    values = {}
+    for slot in slots:
+        if slot.kind == BUFFER:
+            value = program.state_dict[slot.key] if slot.key in program.state_dict else program.constants[slot.key]
+            values[slot.key] = value.detach().clone()
+    return values
+
+
+def renamed(slots: Sequence[StateSlot], names: Mapping[str, str]) -> tuple[StateSlot, ...]:
+    """``slots`` with the ONNX inputs and outputs they name renamed, ``{old: new}`` (``OnnxProgram.rename``)."""
+    return tuple(
+        dataclasses.replace(s, input=names.get(s.input, s.input), output=names.get(s.output, s.output)) for s in slots
     )

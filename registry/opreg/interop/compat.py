@@ -1,4 +1,4 @@
-"""The tutorials' vocabulary over opreg's one registry (DESIGN.md §7).
+"""The tutorials' vocabulary over opreg's one registry (docs/design.md, "The tutorials' API").
 
 ``OnnxRegistry``, ``ExportOptions`` and ``dynamo_export`` mirror the API of
 torch 2.1-2.5 that the PyTorch ONNX tutorials use, so their code runs with
@@ -21,9 +21,10 @@ from typing import Any
 from opreg.errors import InvalidArgumentError, OpsetConflictError, RegistrationError
 from opreg.packs.plugins import default_registry, discovered, table_profile
 from opreg.registry import table_in
+from opreg.registry.impls import USER_PACK, Impl
 from opreg.registry.opname import OpName
 from opreg.registry.registrar import Registrar
-from opreg.registry.registry import USER_PACK, Impl, Registry
+from opreg.registry.registry import Registry
 from opreg.registry.targets import Target
 
 TUTORIAL_INLINE_LIMIT = 3

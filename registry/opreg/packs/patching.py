@@ -28,7 +28,9 @@ A patch that raises, in the hook, while being installed, while the capture runs
 through it or while being reverted, is reported against its pack (a warning and
 a ``failed`` outcome) and the capture is run again without it.
 
-Importing this module is cheap: no torch.
+This module chooses which patches apply and runs a capture with them (:class:`PatchedCapture`);
+installing each and putting everything back is :mod:`opreg.packs.installing`'s. Importing it is
+cheap: no torch.
 """
 
 from __future__ import annotations
@@ -36,8 +38,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import importlib
-import importlib.metadata
 import json
 import logging
 import sys
@@ -45,8 +45,9 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from opreg.errors import InvalidArgumentError, PluginError
+from opreg.errors import InvalidArgumentError
 from opreg.packs import packfaults
+from opreg.packs.installing import Guard, Installed, error_text, joined, resolve, revert_all
 from opreg.pluginapi import CapturePatch, HookError, PatchOutcome, foreign_versions, installed_version, requirement
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ def select(offer: Offer, exclude: Iterable[str]) -> set[tuple[str, str]]:
     return chosen
 
 
-# -- installing ----------------------------------------------------------------------------
+# -- which apply to a model ------------------------------------------------------------------
 
 
 def uses(model: Any, patch: CapturePatch) -> bool:
@@ -188,166 +189,7 @@ def _warn(pack: str, label: str, detail: str) -> None:
     packfaults.report(packfaults.PackFault(pack, packfaults.PATCH, label, f"left out: {detail}"))
 
 
-class _Installed:
-    """One patch installed for one capture attempt: counts its calls, remembers an error it raised,
-    and knows how to put back what it replaced."""
-
-    def __init__(self, pack: str, patch: CapturePatch) -> None:
-        self.pack = pack
-        self.patch = patch
-        self.calls = 0
-        self.raised: list[BaseException] = []
-        self._restore: list[Callable[[], None]] = []
-        self._context: Any = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.pack}:{self.patch.name}"
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.pack, self.patch.name
-
-    def install(self) -> None:
-        patch = self.patch
-        if patch.context is not None:
-            self._context = patch.context()  # before entering: an __enter__ that raises is exited too
-            self._context.__enter__()
-            return
-        owner, attribute = resolve(patch)
-        raw = owner.__dict__[attribute] if attribute in vars(owner) else getattr(owner, attribute)
-        kind = staticmethod if isinstance(raw, staticmethod) else classmethod if isinstance(raw, classmethod) else None
-        original = raw.__func__ if kind is not None else raw
-        if not callable(original):
-            raise PluginError(f"{patch.target} is a {type(original).__name__}, not a function")
-        new: Any = self._counting(original)
-        new = kind(new) if kind is not None else new
-        self._replace(owner, attribute, new)
-        for module in _copies(owner, attribute, original):  # `from library import function` made other references
-            self._replace(module, attribute, new)
-
-    def _counting(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        replacement = self.patch.replacement
-        assert replacement is not None
-        call = functools.partial(replacement, original) if self.patch.wraps_original else replacement
-
-        @functools.wraps(original)
-        def patched(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            try:
-                return call(*args, **kwargs)
-            except Exception as e:
-                self.raised.append(e)
-                raise
-
-        return patched
-
-    def _replace(self, owner: Any, attribute: str, new: Any) -> None:
-        had = attribute in vars(owner)
-        old = vars(owner).get(attribute)
-        setattr(owner, attribute, new)
-        self._restore.append(lambda: setattr(owner, attribute, old) if had else delattr(owner, attribute))
-
-    def revert(self) -> None:
-        """Put everything back; raises the first error met, after trying every step."""
-        errors: list[BaseException] = []
-        if self._context is not None:
-            context, self._context = self._context, None
-            try:
-                context.__exit__(None, None, None)
-            except Exception as e:
-                errors.append(e)
-        while self._restore:
-            try:
-                self._restore.pop()()
-            except Exception as e:
-                errors.append(e)
-        if errors:
-            raise errors[0]
-
-
-def _copies(owner: Any, attribute: str, original: Any) -> list[types.ModuleType]:
-    """The other loaded modules that hold ``original`` under ``attribute`` (``from owner import
-    attribute``), when ``owner`` is a module."""
-    if not isinstance(owner, types.ModuleType):
-        return []
-    return [
-        module
-        for module in list(sys.modules.values())
-        if module is not owner
-        and isinstance(module, types.ModuleType)
-        and attribute in vars(module)
-        and vars(module)[attribute] is original
-    ]
-
-
-_ABSENT = object()
-
-
-class _Guard:
-    """What the chosen patches declare they patch (each ``module.function`` and the modules that
-    imported it by name), as it was before a capture: :meth:`restore` compares after the patches
-    were reverted, and puts back what differs, whatever the patch did on install, enter or exit."""
-
-    def __init__(self, chosen: Sequence[tuple[str, CapturePatch, str]]) -> None:
-        self._entries: list[tuple[str, str, Any, str, Any]] = []  # label, target, holder, attribute, value
-        for pack, patch, _ in chosen:
-            try:
-                owner, attribute = resolve(patch)
-            except Exception:  # nothing there to guard: installing it fails and says so
-                continue
-            value = vars(owner).get(attribute, _ABSENT)
-            label = f"{pack}:{patch.name}"
-            self._entries.append((label, patch.target, owner, attribute, value))
-            for module in _copies(owner, attribute, value) if value is not _ABSENT else []:
-                self._entries.append((label, f"{module.__name__}.{attribute}", module, attribute, value))
-
-    def restore(self) -> dict[str, list[str]]:
-        """Put back every guarded attribute that changed; ``{patch label: [what it left changed]}``.
-        :class:`PluginError` naming it when one cannot be put back."""
-        changed: dict[str, list[str]] = {}
-        for label, target, holder, attribute, value in self._entries:
-            if vars(holder).get(attribute, _ABSENT) is value:
-                continue
-            try:
-                _put(holder, attribute, value)
-            except Exception as e:
-                raise PluginError(
-                    f"capture patch {label} left {target} changed after the capture and opreg could not put the "
-                    f"original back ({_error(e)}): restart the Python process before using {target} again"
-                ) from e
-            changed.setdefault(label, []).append(target)
-        return changed
-
-
-def _put(holder: Any, attribute: str, value: Any) -> None:
-    """``holder.attribute = value`` (or deleted, for :data:`_ABSENT`), past a ``__setattr__`` of its own."""
-    if isinstance(holder, types.ModuleType):
-        if value is _ABSENT:
-            vars(holder).pop(attribute, None)
-        else:
-            vars(holder)[attribute] = value
-        return
-    kind = type if isinstance(holder, type) else object
-    if value is _ABSENT:
-        kind.__delattr__(holder, attribute)
-    else:
-        kind.__setattr__(holder, attribute, value)
-
-
-def resolve(patch: CapturePatch) -> tuple[Any, str]:
-    """The object holding what ``patch`` replaces (importing its module), and the attribute's name;
-    :class:`PluginError` when the installed library has no such function."""
-    owner: Any = importlib.import_module(patch.module)
-    *path, attribute = patch.function.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    if not hasattr(owner, attribute):
-        raise PluginError(
-            f"{patch.module} has no {patch.function}: the patch was written for {patch.versions} and does not "
-            "fit this version's code"
-        )
-    return owner, attribute
+# -- around a capture (installing and reverting: opreg.packs.installing) ------------------------
 
 
 def _in_chain(error: BaseException | None, candidates: Sequence[BaseException]) -> bool:
@@ -432,20 +274,20 @@ class PatchedCapture:
         failed: list[PatchOutcome] = []
         versions = {(pack, patch.name): version for pack, patch, version in chosen}
         while True:
-            installed: list[_Installed] = []
-            refused: list[tuple[_Installed, str]] = []
+            installed: list[Installed] = []
+            refused: list[tuple[Installed, str]] = []
             result: Any = None
             error: BaseException | None = None
-            guard = _Guard(chosen)
+            guard = Guard(chosen)
             try:
                 for pack, patch, _ in chosen:
-                    one = _Installed(pack, patch)
+                    one = Installed(pack, patch)
                     try:
                         one.install()
                     except Exception as e:
                         with contextlib.suppress(Exception):
                             one.revert()
-                        refused.append((one, f"installing it raised {_error(e)}"))
+                        refused.append((one, f"installing it raised {error_text(e)}"))
                         continue
                     except BaseException:  # an interrupt while installing: reverted with the others below
                         installed.append(one)
@@ -456,17 +298,17 @@ class PatchedCapture:
                 except Exception as e:
                     error = e
             finally:
-                problems = _revert_all(installed, guard)
+                problems = revert_all(installed, guard)
             attempt_failed = [
-                self._failed(one, versions[one.key], _joined(detail, problems.pop(one.label, "")))
+                self._failed(one, versions[one.key], joined(detail, problems.pop(one.label, "")))
                 for one, detail in refused
             ]
             if error is not None:
                 for one in installed:
                     raised = one.raised and _in_chain(error, one.raised)
                     if raised or one.label in problems:
-                        detail = f"it raised {_error(one.raised[-1])} during the capture" if raised else ""
-                        detail = _joined(detail, problems.pop(one.label, ""), "captured again without it")
+                        detail = f"it raised {error_text(one.raised[-1])} during the capture" if raised else ""
+                        detail = joined(detail, problems.pop(one.label, ""), "captured again without it")
                         attempt_failed.append(self._failed(one, versions[one.key], detail))
             failed += attempt_failed
             gone = {(o.pack, o.name) for o in attempt_failed}
@@ -478,13 +320,13 @@ class PatchedCapture:
                 raise error
             return result
 
-    def _failed(self, one: _Installed, version: str, detail: str) -> PatchOutcome:
+    def _failed(self, one: Installed, version: str, detail: str) -> PatchOutcome:
         _warn(one.pack, one.label, detail)
         return _outcome(one.pack, one.patch, FAILED, detail, version)
 
     @staticmethod
     def _settled(
-        installed: Sequence[_Installed],
+        installed: Sequence[Installed],
         versions: Mapping[tuple[str, str], str],
         gone: set[tuple[str, str]],
         problems: Mapping[str, str],
@@ -506,7 +348,7 @@ class PatchedCapture:
             if problem:
                 what = "the model was captured with it" if status == APPLIED else "the capture never called it"
                 packfaults.report(packfaults.PackFault(one.pack, packfaults.PATCH, one.label, f"{problem} ({what})"))
-                detail = _joined(detail, problem)
+                detail = joined(detail, problem)
             outcomes.append(_outcome(one.pack, patch, status, detail, versions[one.key], calls))
         return outcomes
 
@@ -516,47 +358,23 @@ class PatchedCapture:
         conformance kit runs eager models through them); yields the outcomes, filled on exit."""
         box: list[PatchOutcome] = []
         chosen, others = self._screen(model)
-        guard = _Guard(chosen)
-        installed: list[_Installed] = []
+        guard = Guard(chosen)
+        installed: list[Installed] = []
         try:
             for pack, patch, _ in chosen:
-                one = _Installed(pack, patch)
+                one = Installed(pack, patch)
                 installed.append(one)  # before installing: one that fails halfway is reverted too
                 one.install()
             yield box
         finally:
-            problems = _revert_all(installed, guard)
+            problems = revert_all(installed, guard)
             versions = {(pack, patch.name): version for pack, patch, version in chosen}
             box += self._settled(installed, versions, set(), problems) + others
-
-
-def _revert_all(installed: Sequence[_Installed], guard: _Guard) -> dict[str, str]:
-    """Revert ``installed`` (last first), then put back whatever the guard finds still changed;
-    ``{patch label: what went wrong}`` for each patch whose revert raised or left a change."""
-    problems: dict[str, str] = {}
-    for one in reversed(installed):
-        try:
-            one.revert()
-        except Exception as e:
-            problems[one.label] = f"reverting it raised {_error(e)}"
-    for label, targets in guard.restore().items():
-        left = f"it left {', '.join(targets)} changed after the capture; opreg put the original back"
-        problems[label] = _joined(problems.get(label, ""), left)
-    return problems
-
-
-def _joined(*parts: str) -> str:
-    return "; ".join(p for p in parts if p)
 
 
 def _outcome(pack: str, patch: CapturePatch, status: str, detail: str, installed: str = "",
              calls: int | None = None) -> PatchOutcome:  # fmt: skip
     return PatchOutcome(pack, patch.name, patch.target, patch.versions, status, detail, installed, calls)
-
-
-def _error(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return f"{type(e).__name__}: {text[:300]}"
 
 
 __all__ = [

@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opreg.errors import InvalidArgumentError, PluginError
-from opreg.packs import discovery, packcache
+from opreg.packs import discovery, fingerprint, packcache
+from opreg.packs.declaration import Declared
 from opreg.packs.discovery import (
     AUTOLOAD_ENV,
     ENTRY_POINT_GROUP,
@@ -46,12 +47,12 @@ from opreg.packs.discovery import (
 )
 from opreg.packs.host import PackHost
 from opreg.packs.isolation import TABLE_ATTRIBUTE, load_one, settle, table_profile, warn_once
-from opreg.packs.packcache import Declared
 from opreg.packs.packset import PackSet
 from opreg.pluginapi import DISABLED, FAILED, INCOMPATIBLE, LOADED, PackReport, PackReports, Rejection
 from opreg.registry import _opsets
+from opreg.registry.impls import CORE_PACK, USER_PACK, Impl
 from opreg.registry.opname import OpName
-from opreg.registry.registry import CORE_PACK, USER_PACK, Impl, Registry
+from opreg.registry.registry import Registry
 from opreg.registry.targets import BUILTIN_PROFILES
 
 if TYPE_CHECKING:  # imported where packs are loaded: assembling cached data needs none of them
@@ -155,7 +156,7 @@ def declared_registry(
     """The registry :func:`build_registry` would build (same arguments, same errors), for listing and
     explaining: read from :mod:`opreg.packs.packcache` when nothing changed, else built (the packs load) and
     stored. ``require``: more pack names that must be installed (``-p no:NAME``'s). A registry read
-    from the cache has :class:`~opreg.packs.packcache.Declaration` s for functions and predicates (a
+    from the cache has :class:`~opreg.packs.declaration.Declaration` s for functions and predicates (a
     registry calls no hook either way): use :func:`build_registry` to export."""
     selection = Selection.of(plugins, exclude, prefer)
     directory = packcache.cache_dir()
@@ -176,7 +177,7 @@ def load_packs(selection: Selection, *, strict: bool = False) -> tuple[Declared,
     and stored there when it did."""
     directory = packcache.cache_dir()
     cached = packcache.read(selection, directory) if directory is not None else None
-    before = packcache.before() if directory is not None and cached is None else None
+    before = fingerprint.before() if directory is not None and cached is None else None
     declared, packs = _load_packs(selection, strict, cached)
     if before is not None:
         packcache.write(selection, declared, before, directory)

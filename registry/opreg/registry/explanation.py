@@ -1,6 +1,7 @@
 """Why resolution picks what it picks: :meth:`opreg.Registry.explain`'s :class:`Explanation` (each
-candidate's fate and reason), the :class:`Conflict` s it reports, and the :class:`Widening` of a target
-that cannot serve an op. Values, and the functions that word the reasons.
+candidate's fate and reason, :func:`explain`), the :class:`Conflict` s it reports, and the
+:class:`Widening` of a target that cannot serve an op (:func:`widen`). Values, the functions that
+find them on a registry, and those that word the reasons.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 from opreg.registry.impls import CORE_PACK, Impl
 from opreg.registry.opname import OpName
+from opreg.registry.resolution import Resolving, tied
 from opreg.registry.targets import Target
 from opreg.values import has_complex
 
@@ -119,15 +121,6 @@ class Conflict:
         return f"{self.op} at {self.target}: {names} tie; {self.impls[0].label} is used ({how})"
 
 
-def tied(ordered: tuple[Impl, ...], *, complex: bool) -> tuple[Impl, ...]:
-    """The best impls without a predicate that tie, among those for complex values or the others."""
-    unconditional = [i for i in ordered if i.predicate is None and i.complex is complex]
-    if not unconditional:
-        return ()
-    top = unconditional[0].tie_key()
-    return tuple(i for i in unconditional if i.tie_key() == top)
-
-
 def label_beside(impl: Impl, other: Impl) -> str:
     """``impl``'s label, with its requirement where ``other`` is another version of the same function."""
     return impl.label if impl.label != other.label else f"{impl.label} at {impl.requirement}"
@@ -179,3 +172,64 @@ def beats(impl: Impl, runner: Impl, preferred: str | None) -> str:
     if impl.pack == CORE_PACK and runner.pack != CORE_PACK:
         return f"ties with {runner.label}; the core pack wins ties unless another pack is preferred (prefer=)"
     return f"ties with {label_beside(runner, impl)}; broken by pack and function name (choose with prefer=)"
+
+
+def explain(registry: Resolving, op: OpName, target: Target, node: Any) -> Explanation:
+    """Every impl of ``op`` in ``registry`` with the reason it is chosen or not at ``target``."""
+    ordered = registry.candidates(op, target)
+    chosen = registry.resolve(op, target, node)
+    rows: list[Candidate] = []
+    for impl in ordered:
+        if impl is chosen:
+            rows.append(Candidate(impl, CHOSEN, why_chosen(impl, ordered, registry.preferences().get(op), node)))
+        elif impl.conditional if node is None else not impl.accepts(node):
+            rows.append(Candidate(impl, CONDITIONAL, why_not(impl, node)))
+        else:
+            reason = f"ranked below {label_beside(chosen, impl)}" if chosen else "not reached"
+            rows.append(Candidate(impl, OUTRANKED, reason))
+    for impl in registry.ranked(op):
+        if impl not in ordered:
+            rows.append(Candidate(impl, DROPPED, registry.unmet(impl, target) or "not eligible"))
+    ties = tied(ordered, complex=chosen is not None and chosen.complex)
+    conflicts = ties[1:] if chosen is not None and ties and ties[0] is chosen else ()
+    where = elsewhere(registry, op, target, node) if chosen is None else ""
+    return Explanation(op, target, tuple(rows), chosen, tuple(conflicts), where)
+
+
+def elsewhere(registry: Resolving, op: OpName, target: Target, node: Any) -> str:
+    """Where ``op`` is served when ``target`` cannot serve it: the target with the domains its best
+    impl needs (which an export adds by itself), and the profiles that serve it."""
+    parts = []
+    widening = widen(registry, op, target, node)
+    if widening is not None:
+        added = ", ".join(f"{d}={v}" for d, v in widening.target.versions if target.get(d) is None)
+        how = (
+            f"an export adds {added} by itself, the version pack {widening.impl.pack} declares"
+            if widening.exact
+            else f"pack {widening.impl.pack} declares {', '.join(f'{d}={v}' for d, v in widening.declared)}, "
+            "which its impl does not accept: an export refuses it"
+        )
+        parts.append(f"served at -t {widening.target.spec} by {widening.impl.label} ({how})")
+    profiles = registry.profiles
+    served = [name for name in profiles if registry.resolve(op, Target.of(name, profiles), node)]
+    if served:
+        parts.append(f"served by profile {', '.join(served)}")
+    return "; ".join(parts)
+
+
+def widen(registry: Resolving, op: OpName, target: Target, node: Any) -> Widening | None:
+    """How ``target`` would serve ``op`` when no impl of ``registry`` can (:meth:`opreg.Registry.widen`):
+    the first impl in resolution order that needs only custom domains the target does not name (and
+    takes ``node``; without one, an impl without a predicate), with those domains added."""
+    if registry.resolve(op, target, node) is not None:
+        return None
+    for impl in registry.ranked(op):
+        absent = {d: r for d, r in impl.requirement.domains if target.get(d) is None}
+        if not absent or not (impl.accepts(node) if node is not None else not impl.conditional):
+            continue
+        declared = {d: registry.declared_version(impl.pack, d) or r.min for d, r in absent.items()}
+        fitting = {d: v if v in absent[d] else absent[d].min for d, v in declared.items()}
+        widened = target.extended(fitting)
+        if registry.unmet(impl, widened) is None:
+            return Widening(op, impl, tuple(sorted(declared.items())), widened)
+    return None

@@ -23,9 +23,9 @@ from typing import Any
 from opreg.errors import RegistrationError
 from opreg.pluginapi import Rejection
 from opreg.registry import table_in
+from opreg.registry.impls import Impl, Predicate, build_impl, impl_name
 from opreg.registry.marks import IMPL_ATTRIBUTE, ImplSpec, impl, marked, profile_names
 from opreg.registry.opname import OpName
-from opreg.registry.registry import Impl, Predicate, build_impl, impl_name
 from opreg.registry.targets import VersionRange, VersionRangeLike, normalize_domain
 
 logger = logging.getLogger(__name__)

@@ -1,23 +1,8 @@
-"""The registry: torch op -> candidate impls, and resolution for a target.
+"""The registry: torch op -> candidate impls, a value once frozen, and how it is built and changed.
 
-Resolution (DESIGN.md §4) for one op, one target and optionally one node:
-
-1. drop every impl whose opset requirement the target does not meet;
-2. order the rest by: explicit user override first, then higher priority,
-   then the newest requirement (ai.onnx minimum, then the custom domains it
-   uses), then impls with a predicate before unconditional ones at the same
-   rank (:meth:`Impl.rank`); what still ties is broken by the pack the user
-   prefers for the op (:meth:`Registry.prefer`), else the core pack, else pack
-   name, function name and requirement (:meth:`Impl.tie_break`), and last
-   registration order, so the same impls always give the same answer;
-3. the first impl whose predicate accepts the node (or that has none) wins.
-   A node with complex values (:func:`opreg.values.has_complex`) is served
-   only by impls registered with ``complex=True``, and those serve no other.
-
-Two unconditional impls that tie on override, priority and requirement are a
-*conflict*: the order above still picks one, and :meth:`Registry.conflicts`
-and :meth:`Registry.explain` report it (``opreg plugins``, ``opreg check`` and
-``export`` warn; ``--strict`` refuses a conflict the user has not settled).
+Which impl a target gets is :mod:`opreg.registry.resolution`'s (the rules, the ties, the memo of
+answers); why, and how a target that cannot serve an op would, is :mod:`opreg.registry.explanation`'s.
+:class:`Registry` holds the data and asks them.
 """
 
 from __future__ import annotations
@@ -26,8 +11,7 @@ import dataclasses
 import difflib
 import logging
 import types
-import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opreg.errors import (
@@ -38,21 +22,9 @@ from opreg.errors import (
     RegistrationError,
 )
 from opreg.pluginapi import PackReports
-from opreg.registry.explanation import (
-    CHOSEN,
-    CONDITIONAL,
-    DROPPED,
-    OUTRANKED,
-    Candidate,
-    Conflict,
-    Explanation,
-    Widening,
-    label_beside,
-    tied,
-    why_chosen,
-    why_not,
-)
-from opreg.registry.impls import CORE_PACK, USER_PACK, Impl, Predicate, build_impl, impl_name
+from opreg.registry import explanation, resolution
+from opreg.registry.explanation import Conflict, Explanation, Widening
+from opreg.registry.impls import USER_PACK, Impl, Predicate, build_impl
 from opreg.registry.marks import marked
 from opreg.registry.opname import OpName
 from opreg.registry.targets import BUILTIN_PROFILES, ONNX_DOMAIN, Target, TargetLike, VersionRangeLike
@@ -61,12 +33,6 @@ if TYPE_CHECKING:
     from opreg.pluginapi import CapturePatch
 
 logger = logging.getLogger(__name__)
-
-__all__ = [
-    "CORE_PACK", "USER_PACK", "Candidate", "Conflict", "Explanation", "Impl", "Predicate", "Registry",
-    "RegistryData", "Widening", "build_impl", "impl_name",
-]  # fmt: skip
-"""Impls and explanations are defined in :mod:`.impls` and :mod:`.explanation`, and read from here too."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,20 +54,6 @@ class RegistryData:
     capture_patches: tuple[tuple[str, CapturePatch], ...] = ()
 
 
-@dataclasses.dataclass(slots=True)
-class _Memo:
-    """What resolution remembers of one registry: its answers, never part of its value."""
-
-    ordered: dict[tuple[OpName, Target], tuple[Impl, ...]] = dataclasses.field(default_factory=dict)
-    targets: dict[Any, Target] = dataclasses.field(default_factory=dict)
-
-
-_MEMOS: dict[int, _Memo] = {}
-"""Resolution's memo of each live registry, by ``id``: per ``(op, target)`` the eligible impls in
-order, and parsed targets. Kept here, not on the registry, so a frozen registry's state never
-changes; dropped when its registry is collected (or changed, while it is unfrozen)."""
-
-
 class Registry:
     """Torch op -> impls, with profiles and resolution for targets.
 
@@ -116,7 +68,7 @@ class Registry:
     raises :class:`opreg.FrozenRegistryError`). The packs' code is not part of it: their hooks are
     called through the :class:`opreg.packs.host.PackHost` built beside it (:func:`opreg.packs.plugins.load`,
     :func:`opreg.default_host`), which an export takes as ``host=``. (Resolution remembers its
-    answers per op and target in a memo of this module, never in the registry.)
+    answers per op and target in a memo of :mod:`opreg.registry.resolution`, never in the registry.)
     """
 
     def __init__(self) -> None:
@@ -132,7 +84,7 @@ class Registry:
         self._packs = PackReports()
         self._data: RegistryData | None = None  # what a frozen registry holds, its value
         self._hash = 0
-        weakref.finalize(self, _MEMOS.pop, id(self), None)
+        resolution.track(self)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if getattr(self, "_frozen", False):
@@ -142,12 +94,6 @@ class Registry:
     def __delattr__(self, name: str) -> None:
         self.__setattr__(name, None)  # raises on a frozen registry
         object.__delattr__(self, name)
-
-    def _memo(self) -> _Memo:
-        memo = _MEMOS.get(id(self))
-        if memo is None:
-            memo = _MEMOS[id(self)] = _Memo()
-        return memo
 
     @classmethod
     def build(
@@ -235,7 +181,7 @@ class Registry:
             )
         target = Target.of(dict(versions))  # validates
         self._profiles[name] = (target.as_dict(), pack)
-        _MEMOS.pop(id(self), None)  # impls for this profile may apply now
+        resolution.forget(self)  # impls for this profile may apply now
 
     def mark_unsupported(self, op: Any, reason: str, *, pack: str = USER_PACK) -> None:
         """Record that ``pack`` deliberately leaves ``op`` without an impl, and why."""
@@ -255,7 +201,7 @@ class Registry:
             have = ", ".join(sorted(packs)) or "none"
             raise NoImplementationError(f"cannot prefer pack {pack!r} for {op}: it has no impl of it (packs: {have})")
         self._preferred[op] = pack
-        _MEMOS.pop(id(self), None)
+        resolution.forget(self)
 
     def add_capture_patch(self, patch: CapturePatch) -> CapturePatch:
         """Add a capture patch of your own (``user:name``), installed for the captures this registry exports
@@ -279,7 +225,7 @@ class Registry:
     def _store(self, impl: Impl) -> Impl:
         self._impls.setdefault(impl.op, []).append(impl)
         self._order[impl] = len(self._order)
-        _MEMOS.pop(id(self), None)
+        resolution.forget(self)
         return impl
 
     def _check_mutable(self) -> None:
@@ -342,7 +288,7 @@ class Registry:
         if isinstance(spec, Target):
             return spec
         key = spec if isinstance(spec, (str, int)) else None
-        memo = _MEMOS.get(id(self)) or self._memo()
+        memo = resolution.memo(self)
         if key is not None and key in memo.targets:
             return memo.targets[key]
         try:
@@ -430,53 +376,27 @@ class Registry:
     def __len__(self) -> int:
         return sum(len(v) for v in self._impls.values())
 
-    # -- resolving ------------------------------------------------------------
-
-    def _key(self, op: OpName) -> Callable[[Impl], tuple]:
-        # the preferred pack goes first among impls of equal override, priority and requirement,
-        # before the rank's last item (a conditional impl before an unconditional one)
-        preferred = self._preferred.get(op)
-        return lambda impl: (
-            *impl.rank()[:-1],
-            impl.pack != preferred,
-            impl.rank()[-1],
-            *impl.tie_break(),
-            self._order.get(impl, 0),
-        )
+    # -- resolving (opreg.registry.resolution, opreg.registry.explanation) -----------
 
     def unmet(self, impl: Impl, target: TargetLike = "onnx") -> str | None:
         """Why ``target`` cannot use ``impl``, or ``None`` if it can: its opset requirement
-        (:meth:`opreg.Target.unmet`), then its profiles. An impl for profiles (``profiles=``) is
-        eligible where the target offers every custom domain one of them names, at that profile's
-        version; a profile no loaded pack defines serves no target."""
-        target = self.target(target)
-        why = target.unmet(impl.requirement)
-        if why is not None or not impl.profiles:
-            return why
-        reasons = []
-        for name in impl.profiles:
-            known = self._profiles.get(name)
-            if known is None:
-                reasons.append(f"{name!r}, which no loaded pack defines")
-                continue
-            wanted = {d: v for d, v in known[0].items() if d != ONNX_DOMAIN}
-            missing = [f"{d}={v}" for d, v in sorted(wanted.items()) if target.get(d) != v]
-            if not missing:
-                return None
-            reasons.append(f"{name}, which needs {', '.join(missing)}")
-        return f"only for profile {' or '.join(reasons)}"
+        (:meth:`opreg.Target.unmet`), then its profiles (:func:`opreg.registry.resolution.unmet`)."""
+        return resolution.unmet(impl, self.target(target), self._profiles)
+
+    def ranked(self, op: Any) -> tuple[Impl, ...]:
+        """Every impl of ``op`` in resolution order, whether a target can use it or not."""
+        op = OpName.of(op)
+        return tuple(sorted(self._impls.get(op, ()), key=resolution.ranking(self._preferred.get(op), self._order)))
 
     def candidates(self, op: Any, target: TargetLike = "onnx") -> tuple[Impl, ...]:
         """Impls of ``op`` that ``target`` can use (:meth:`unmet`), best first (predicates not evaluated)."""
         op = OpName.of(op)
         target = self.target(target)
         key = (op, target)
-        memo = _MEMOS.get(id(self)) or self._memo()
+        memo = resolution.memo(self)
         ordered = memo.ordered.get(key)
         if ordered is None:
-            eligible = [i for i in self._impls.get(op, ()) if self.unmet(i, target) is None]
-            ordered = tuple(sorted(eligible, key=self._key(op)))
-            memo.ordered[key] = ordered
+            ordered = memo.ordered[key] = tuple(i for i in self.ranked(op) if self.unmet(i, target) is None)
         return ordered
 
     def resolve(self, op: Any, target: TargetLike = "onnx", node: Any = None) -> Impl | None:
@@ -485,10 +405,7 @@ class Registry:
         Without a node, conditional impls (a predicate, or complex values only)
         cannot be shown to apply and are passed over.
         """
-        for impl in self.candidates(op, target):
-            if (not impl.conditional) if node is None else impl.accepts(node):
-                return impl
-        return None
+        return resolution.first(self.candidates(op, target), node)
 
     def get(self, op: Any, target: TargetLike = "onnx", node: Any = None) -> Impl:
         """Like :meth:`resolve`, but raise :class:`NoImplementationError` saying why."""
@@ -499,48 +416,7 @@ class Registry:
 
     def explain(self, op: Any, target: TargetLike = "onnx", node: Any = None) -> Explanation:
         """Every impl of ``op`` with the reason it is chosen or not at ``target``."""
-        op = OpName.of(op)
-        target = self.target(target)
-        ordered = self.candidates(op, target)
-        chosen = self.resolve(op, target, node)
-        rows: list[Candidate] = []
-        for impl in ordered:
-            if impl is chosen:
-                rows.append(Candidate(impl, CHOSEN, why_chosen(impl, ordered, self._preferred.get(op), node)))
-            elif impl.conditional if node is None else not impl.accepts(node):
-                rows.append(Candidate(impl, CONDITIONAL, why_not(impl, node)))
-            else:
-                rows.append(
-                    Candidate(
-                        impl, OUTRANKED, f"ranked below {label_beside(chosen, impl)}" if chosen else "not reached"
-                    )
-                )
-        for impl in sorted(self._impls.get(op, ()), key=self._key(op)):
-            if impl not in ordered:
-                rows.append(Candidate(impl, DROPPED, self.unmet(impl, target) or "not eligible"))
-        ties = tied(ordered, complex=chosen is not None and chosen.complex)
-        conflicts = ties[1:] if chosen is not None and ties and ties[0] is chosen else ()
-        elsewhere = self._elsewhere(op, target, node) if chosen is None else ""
-        return Explanation(op, target, tuple(rows), chosen, tuple(conflicts), elsewhere)
-
-    def _elsewhere(self, op: OpName, target: Target, node: Any) -> str:
-        """Where ``op`` is served when ``target`` cannot serve it: the target with the domains its best
-        impl needs (which an export adds by itself), and the profiles that serve it."""
-        parts = []
-        widening = self.widen(op, target, node)
-        if widening is not None:
-            added = ", ".join(f"{d}={v}" for d, v in widening.target.versions if target.get(d) is None)
-            how = (
-                f"an export adds {added} by itself, the version pack {widening.impl.pack} declares"
-                if widening.exact
-                else f"pack {widening.impl.pack} declares {', '.join(f'{d}={v}' for d, v in widening.declared)}, "
-                "which its impl does not accept: an export refuses it"
-            )
-            parts.append(f"served at -t {widening.target.spec} by {widening.impl.label} ({how})")
-        profiles = [name for name in self._profiles if self.resolve(op, Target.of(name, self.profiles), node)]
-        if profiles:
-            parts.append(f"served by profile {', '.join(profiles)}")
-        return "; ".join(parts)
+        return explanation.explain(self, OpName.of(op), self.target(target), node)
 
     def declared_version(self, pack: str, domain: str) -> int | None:
         """The version of custom ``domain`` that ``pack`` declares: the highest its target profiles give
@@ -557,20 +433,7 @@ class Registry:
         without a predicate), with those domains added (:class:`Widening`). ``None`` when the target
         serves the op, or no impl is a set of domains away. What an export does when a model uses an
         op only a pack's custom domain covers: the domain joins the target."""
-        op = OpName.of(op)
-        target = self.target(target)
-        if self.resolve(op, target, node) is not None:
-            return None
-        for impl in sorted(self._impls.get(op, ()), key=self._key(op)):
-            absent = {d: r for d, r in impl.requirement.domains if target.get(d) is None}
-            if not absent or not (impl.accepts(node) if node is not None else not impl.conditional):
-                continue
-            declared = {d: self.declared_version(impl.pack, d) or r.min for d, r in absent.items()}
-            fitting = {d: v if v in absent[d] else absent[d].min for d, v in declared.items()}
-            widened = target.extended(fitting)
-            if self.unmet(impl, widened) is None:
-                return Widening(op, impl, tuple(sorted(declared.items())), widened)
-        return None
+        return explanation.widen(self, OpName.of(op), self.target(target), node)
 
     def translation_table(self, target: TargetLike = "onnx") -> Any:
         """This registry as a ``custom_translation_table`` for ``torch.onnx.export(dynamo=True)``.
@@ -591,10 +454,4 @@ class Registry:
     def conflicts(self, target: TargetLike = "onnx") -> list[Conflict]:
         """Every op whose best unconditional impls tie at ``target``."""
         target = self.target(target)
-        found = []
-        for op in self.ops():
-            for complex in (False, True):
-                ties = tied(self.candidates(op, target), complex=complex)
-                if len(ties) > 1:
-                    found.append(Conflict(op, target, ties, preferred=op in self._preferred))
-        return found
+        return [Conflict(op, target, ties, preferred=p) for op, ties, p in resolution.conflicts(self, target)]

@@ -41,8 +41,8 @@ from typing import Any
 
 from opreg.errors import InvalidOpNameError, RegistrationError
 from opreg.registry import _inspect, _opsets
+from opreg.registry.impls import Impl, build_impl, impl_name
 from opreg.registry.opname import OpName
-from opreg.registry.registry import Impl, build_impl, impl_name
 from opreg.registry.targets import ONNX_DOMAIN, VersionRangeLike, normalize_domain, onnx_opset_range
 
 FUNCTION_DOMAIN = "pkg.opreg.functions"

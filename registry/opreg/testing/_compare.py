@@ -188,7 +188,7 @@ class UpcastReference:
 @dataclasses.dataclass(frozen=True)
 class Distribution:
     """A :data:`Compare` for random ops, which ONNX Runtime draws from its own generator, not
-    torch's: their results are compared by distribution (DESIGN.md §5), never value by value.
+    torch's: their results are compared by distribution (docs/design.md, "An export"), never value by value.
 
     A sample whose eager results change with the seed is run ``draws`` times in the exported
     model and ``draws`` times in eager PyTorch (after ``torch.manual_seed(seed)``). The model's

@@ -12,8 +12,9 @@ from typing import Any
 
 from opreg.packs import plugins
 from opreg.pluginapi import HookError, ModelSample, Sample
+from opreg.registry.impls import Impl
 from opreg.registry.registrar import Registrar
-from opreg.registry.registry import Impl, Registry
+from opreg.registry.registry import Registry
 from opreg.testing._kit_report import CONFLICTS, HOOKS, IMPORT, KERNELS, LOAD, CheckResult
 from opreg.testing._samples import FAILED, PASSED, SKIPPED
 

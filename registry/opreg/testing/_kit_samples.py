@@ -11,7 +11,8 @@ from typing import Any
 from opreg.packs import plugins
 from opreg.pluginapi import HookError, ModelSample, Sample
 from opreg.registry._inspect import short_source
-from opreg.registry.registry import Impl, Registry
+from opreg.registry.impls import Impl
+from opreg.registry.registry import Registry
 from opreg.testing._kit_pack import HookResults, impl_targets
 from opreg.testing._kit_report import PATCH_SUBJECT, PATCHES, REWRITE_SUBJECT, REWRITES, SAMPLES, CheckResult
 from opreg.testing._samples import (

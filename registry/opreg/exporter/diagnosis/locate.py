@@ -452,15 +452,23 @@ def _path(
     return tuple(steps)
 
 
+def export_alone(program: Program, module: torch.fx.GraphModule, inputs: tuple) -> Any:
+    """A graph module (a control-flow body :func:`locate_program` looks inside) exported on its own,
+    with ``program``'s exporter (bound to its registry) and target."""
+    if program.exporter is None:
+        raise OpregError("this program does not know the exporter that made it")
+    return program.exporter(module, inputs, target=program.target)
+
+
 def locate_program(
     program: Program, args: tuple, kwargs: dict[str, Any], *, rtol: float, atol: float, runtime: str
 ) -> Location:
     """:meth:`opreg.exporter.OnnxProgram.locate`: :func:`locate` on the program's inputs, runtime and traces,
-    a control-flow body at fault exported alone (:meth:`~opreg.exporter.OnnxProgram.export_alone`) and located."""
+    a control-flow body at fault exported alone (:func:`export_alone`) and located."""
     check_tolerances(rtol, atol)
     check_runtime(runtime, "auto")
-    program.eager_module("locate")
-    leaves = program.call_leaves(args, kwargs)
+    program.calls.eager("locate", program.streamed)
+    leaves = program.calls.leaves(args, kwargs)
     inputs = [to_numpy(t) for t in program.adapt_torch_inputs_to_onnx(*args, **kwargs)]
     feeds = dict(zip(program.input_names, inputs, strict=True))
     if runtime == "auto":
@@ -469,7 +477,7 @@ def locate_program(
         raise OpregError("this program has no record of what each node became: export it again with opreg.export")
 
     def inside(module: torch.fx.GraphModule, inputs: tuple) -> Location:
-        return program.export_alone(module, inputs).locate(*inputs, rtol=rtol, atol=atol, runtime=runtime)
+        return export_alone(program, module, inputs).locate(*inputs, rtol=rtol, atol=atol, runtime=runtime)
 
     return locate(
         program=program.exported_program, traces=program.traces, model=program.model, user_leaves=leaves,

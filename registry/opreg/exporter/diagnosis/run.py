@@ -82,11 +82,25 @@ class Runner:
         return [to_torch(r) for r in _run(self._open(model, runtime), model, runtime, names, feeds)]
 
 
+class TorchCalls(Protocol):
+    """How torch calls map to an exported program's ONNX inputs and outputs
+    (:class:`opreg.exporter._calls.Calls` is one)."""
+
+    def leaves(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]: ...
+    def input_values(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]: ...
+    def torch_outputs(self, results: Sequence[Any], names: Sequence[str], slots: Sequence[Any]) -> Any: ...
+    def eager(self, what: str, streamed: bool) -> torch.nn.Module: ...
+
+
 class Program(Protocol):
     """What diagnosis reads of an exported program (:class:`opreg.exporter.OnnxProgram` is one):
     the model and its names, the state it is fed, and how torch calls map to ONNX inputs and outputs."""
 
     model: ir.Model
+    target: Any
+    exporter: Any
+    streamed: bool
+    calls: TorchCalls
     exported_program: torch.export.ExportedProgram
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
@@ -97,14 +111,9 @@ class Program(Protocol):
     runner: Runner
 
     def adapt_torch_inputs_to_onnx(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]: ...
-    def call_leaves(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]: ...
-    def input_values(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]: ...
-    def outputs_from(self, results: Sequence[Any]) -> Any: ...
-    def eager_module(self, what: str) -> torch.nn.Module: ...
     def runtime_for(self) -> str: ...
     def run(self, *args: Any, runtime: str = ONNXRUNTIME, **kwargs: Any) -> Any: ...
     def locate(self, *args: Any, rtol: float = ..., atol: float = ..., runtime: str = ..., **kwargs: Any) -> Any: ...
-    def export_alone(self, module: torch.fx.GraphModule, inputs: tuple) -> Any: ...
 
 
 def _run(session: Any, model: ir.Model, runtime: str, names: list[str], feeds: dict[str, np.ndarray]) -> list[Any]:
@@ -132,14 +141,15 @@ def run_program(program: Program, args: tuple, kwargs: dict[str, Any], runtime: 
     names = [*program.output_names, *(s.output for s in program.state_slots)]
     results = program.runner.run(program.model, runtime, names, feeds)
     _advance_state(program, results[len(program.output_names) :], args, kwargs)
-    return program.outputs_from(results[: len(program.output_names)])
+    names = program.output_names
+    return program.calls.torch_outputs(results[: len(names)], names, program.output_slots)
 
 
 def _advance_state(program: Program, updates: Sequence[Any], args: tuple, kwargs: dict[str, Any]) -> None:
     """Keep the buffers' new values, and write the inputs' into the tensors given, as eager PyTorch does."""
     if not program.state_slots:
         return
-    given = dict(zip(program.input_names, program.input_values(args, kwargs), strict=True))
+    given = dict(zip(program.input_names, program.calls.input_values(args, kwargs), strict=True))
     for slot, update in zip(program.state_slots, updates, strict=True):
         if slot.kind == BUFFER:  # a complex buffer travels as its real pair
             program.state[slot.key] = to_torch(update, complex=program.state[slot.key].is_complex())

@@ -34,7 +34,7 @@ def verify_program(
     if not isinstance(locate, bool):
         raise InvalidArgumentError(f"locate= takes True or False, got {type(locate).__name__} {locate!r}")
     program.adapt_torch_inputs_to_onnx(*args, **kwargs)  # wrong inputs get opreg's error, not torch's
-    module = program.eager_module("verify")
+    module = program.calls.eager("verify", program.streamed)
     if runtime == "auto":
         runtime = program.runtime_for()
     names, got, expected = _both_sides(program, module, args, kwargs, runtime)
@@ -73,8 +73,8 @@ def _both_sides(
                 got_leaves.append(program.state[slot.key])
             else:
                 index = program.input_names.index(slot.input)
-                exp_leaves.append(program.input_values(*eager_inputs)[index])
-                got_leaves.append(program.input_values(*onnx_inputs)[index])
+                exp_leaves.append(program.calls.input_values(*eager_inputs)[index])
+                got_leaves.append(program.calls.input_values(*onnx_inputs)[index])
     finally:
         program.state = saved  # verify leaves the state as it found it
     if len(exp_leaves) != len(got_leaves):

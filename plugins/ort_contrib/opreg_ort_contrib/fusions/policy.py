@@ -1,0 +1,134 @@
+"""Which rules and passes the pack offers each target: one declared table, :data:`POLICY`, in the order
+they are applied. None is offered without com.microsoft 1; the attention rules follow the attention op
+the sdpa impl emits at the target's ai.onnx (ai.onnx Attention where ONNX Runtime runs it as a kernel,
+:data:`ATTENTION_23`; com.microsoft MultiHeadAttention elsewhere, attention.py), and the rules that make
+opset-23 ops need ai.onnx 23."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from opreg_ort_contrib import CONTRIB_DOMAIN
+from opreg_ort_contrib.fusions.activations import FastGelu, FastGeluBias, QuickGelu
+from opreg_ort_contrib.fusions.attention import (
+    AttentionOnHeads,
+    GroupedAttention,
+    GroupQueryAttention,
+    MultiHeadAttentionOnHeads,
+)
+from opreg_ort_contrib.fusions.maintained import maintained_rules
+from opreg_ort_contrib.fusions.normalization import ResidualSum
+from opreg_ort_contrib.fusions.rotary import RotaryEmbedding
+
+ATTENTION_23 = range(23, 25)
+"""The ai.onnx versions whose Attention ONNX Runtime 1.32 runs as a kernel: there the pack's
+sdpa impl emits ai.onnx Attention, elsewhere com.microsoft MultiHeadAttention (attention.py)."""
+
+_MAINTAINED = maintained_rules()
+
+RULES = {
+    rule.name: rule
+    for rule in (
+        GroupedAttention.rule("GroupedAttention"),
+        GroupQueryAttention.rule("GroupQueryAttention"),
+        AttentionOnHeads.rule("AttentionOnHeads"),
+        MultiHeadAttentionOnHeads.rule("MultiHeadAttentionOnHeads"),
+        RotaryEmbedding.rule("RotaryEmbedding"),
+        RotaryEmbedding.rule("InterleavedRotaryEmbedding", interleaved=True),
+        _MAINTAINED["RMSNormalization"],
+        _MAINTAINED["RMSNormalizationWeightLast"],
+        ResidualSum.rule("ResidualSum"),
+        FastGelu.rule("FastGelu", half_first=False),
+        FastGelu.rule("FastGeluHalfFirst", half_first=True),
+        _MAINTAINED["BiasGelu"],
+        FastGeluBias.rule("FastGeluBias"),
+        QuickGelu.rule("QuickGelu", sigmoid_first=False),
+        QuickGelu.rule("QuickGeluSigmoidFirst", sigmoid_first=True),
+        _MAINTAINED["FusedMatMul"],
+    )
+}
+"""Every rewrite rule, by name (each made once; a pass is made anew for each export)."""
+
+
+def _torchao_weights() -> Any:
+    from opreg_ort_contrib.torchao import TorchaoWeights
+
+    return TorchaoWeights()
+
+
+def _attention_on_cache() -> Any:
+    from opreg_ort_contrib.kv_cache import GroupQueryAttentionOnCache
+
+    return GroupQueryAttentionOnCache()
+
+
+def _rotary_inside_attention() -> Any:
+    from opreg_ort_contrib.fusions.gqa import RotaryInsideAttention
+
+    return RotaryInsideAttention()
+
+
+def _packed_qkv() -> Any:
+    from opreg_ort_contrib.fusions.gqa import PackedQKV
+
+    return PackedQKV()
+
+
+def _rule(name: str) -> Callable[[], Any]:
+    return lambda: RULES[name]
+
+
+def _everywhere(onnx: int) -> bool:
+    return True
+
+
+def _ai_onnx_attention(onnx: int) -> bool:
+    return onnx in ATTENTION_23
+
+
+def _contrib_attention(onnx: int) -> bool:
+    return onnx not in ATTENTION_23
+
+
+def _opset_23(onnx: int) -> bool:
+    return onnx >= 23
+
+
+def _above_ai_onnx_attention(onnx: int) -> bool:
+    return onnx > max(ATTENTION_23)  # the gqa passes take RotaryEmbedding-23 into GroupQueryAttention
+
+
+POLICY: tuple[tuple[str, Callable[[], Any], Callable[[int], bool]], ...] = (
+    ("TorchaoWeights", _torchao_weights, _everywhere),  # first: on the products as the model writes them
+    ("GroupedAttention", _rule("GroupedAttention"), _ai_onnx_attention),
+    ("GroupQueryAttention", _rule("GroupQueryAttention"), _contrib_attention),
+    ("AttentionOnHeads", _rule("AttentionOnHeads"), _ai_onnx_attention),
+    ("MultiHeadAttentionOnHeads", _rule("MultiHeadAttentionOnHeads"), _contrib_attention),
+    ("RotaryEmbedding", _rule("RotaryEmbedding"), _opset_23),
+    ("InterleavedRotaryEmbedding", _rule("InterleavedRotaryEmbedding"), _opset_23),
+    ("RMSNormalization", _rule("RMSNormalization"), _opset_23),
+    ("RMSNormalizationWeightLast", _rule("RMSNormalizationWeightLast"), _opset_23),
+    ("ResidualSum", _rule("ResidualSum"), _everywhere),
+    ("FastGelu", _rule("FastGelu"), _everywhere),
+    ("FastGeluHalfFirst", _rule("FastGeluHalfFirst"), _everywhere),
+    ("BiasGelu", _rule("BiasGelu"), _everywhere),
+    ("FastGeluBias", _rule("FastGeluBias"), _everywhere),
+    ("QuickGelu", _rule("QuickGelu"), _everywhere),
+    ("QuickGeluSigmoidFirst", _rule("QuickGeluSigmoidFirst"), _everywhere),
+    ("FusedMatMul", _rule("FusedMatMul"), _everywhere),
+    ("GroupQueryAttentionOnCache", _attention_on_cache, _contrib_attention),  # the decoder's attention on its cache
+    ("RotaryInsideAttention", _rotary_inside_attention, _above_ai_onnx_attention),
+    ("PackedQKV", _packed_qkv, _above_ai_onnx_attention),
+)
+"""What the pack offers, in the order it is applied: ``(name, make, at)``, ``make()`` giving the rule or
+pass, ``at(onnx)`` whether a target of that ai.onnx version gets it. A new rule: its class in the module
+of its family, its entry in :data:`RULES` and here."""
+
+
+def rules(target) -> list:
+    """The rules and passes for ``target``: none without com.microsoft 1, else those :data:`POLICY`
+    offers at its ai.onnx, in its order."""
+    if target.get(CONTRIB_DOMAIN) != 1:
+        return []
+    return [make() for _, make, at in POLICY if at(target.onnx)]
