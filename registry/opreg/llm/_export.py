@@ -98,14 +98,13 @@ def prepare(
     export is handed."""
     from opreg.llm import _checkpoint, _families
     from opreg.llm._family import Request
+    from opreg.llm._precision import quantization
 
     model, folder, config, what = _source(source, key, function)
     family = _families.by_key(key) if key is not None else (_families.family_of(config) or _families.CAUSAL)
     _families.check(config, family, what)
     refuse_others(family.key, settings.given())
     export = _resolved(export, settings.target if settings.target is not None else getattr(given, "target", None))
-    from opreg.llm._precision import quantization
-
     quantization(settings, export.target, family.quantization)  # refused now, not after the capture
     length = _checkpoint.context_length(config, settings.context_length, settings.allow_longer_context)
     tokenizer = settings.tokenizer
