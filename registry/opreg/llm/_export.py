@@ -32,7 +32,7 @@ from opreg.settings import ExportSettings
 if TYPE_CHECKING:
     from opreg.llm._family import Request
     from opreg.llm._result import ExportedModel
-    from opreg.registry import Registry
+    from opreg.registry.registry import Registry
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def _source(source: Any, key: str | None, function: str) -> tuple[Any, Path | No
 def _resolved(export: ExportSettings, target: Any) -> ExportSettings:
     """``export`` with its registry built and ``target`` resolved by it (``None``: the fastest
     installed, :data:`FASTEST_TARGETS`)."""
-    from opreg.plugins import default_registry
+    from opreg.packs.plugins import default_registry
 
     registry = export.registry or default_registry(plugins=export.plugins, exclude=export.exclude)
     resolved = registry.target(default_target(registry) if target is None else target)

@@ -19,8 +19,8 @@ from typing import Any
 
 from opreg.errors import ExportError, InvalidArgumentError, NoImplementationError
 from opreg.llm._settings import LLMSettings
+from opreg.registry.targets import Target
 from opreg.settings import ExportSettings
-from opreg.targets import Target
 
 BITS = {"fp32": None, "int8": 8, "int4": 4}
 """Each precision's bits (``None``: the weights as they are, float32); its keys are

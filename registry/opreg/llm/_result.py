@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from opreg.exporter import OnnxProgram, OutputCheck
-    from opreg.targets import Target
+    from opreg.registry.targets import Target
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from opreg.errors import InvalidArgumentError
-from opreg.targets import TargetLike
+from opreg.registry.targets import TargetLike
 
 FAMILIES = {"causal": "causal LM", "whisper": "Whisper model", "vision": "vision-language model"}
 """The families by key (:attr:`opreg.llm._family.Family.key`), as options name them, and what each
