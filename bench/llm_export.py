@@ -84,7 +84,8 @@ def folder_bytes(folder: Path) -> int:
 
 def stages(ckpt: Path, out: Path) -> list[tuple[str, float]]:
     """opreg's stages in this process (CPU seconds), from one export of ``ckpt``."""
-    from opreg.llm import _decoder
+    import opreg.llm
+    from opreg.llm import _checkpoint, _decoder
 
     times: list[tuple[str, float]] = []
 
@@ -97,13 +98,13 @@ def stages(ckpt: Path, out: Path) -> list[tuple[str, float]]:
     exporter_log.setLevel(logging.INFO)
     exporter_log.addHandler(Clock())
     clock = time.process_time()
-    model, _ = _decoder.load(ckpt)
+    model = _checkpoint.load_weights(ckpt)  # the model in memory (the command streams it)
     times.append(("load the checkpoint", time.process_time() - clock))
     clock = time.process_time()
     _decoder.layout_of(model)
     times.append(("eager call for the layout", time.process_time() - clock))
     clock = time.process_time()
-    decoder = _decoder.export_decoder(model)
+    decoder = opreg.llm.export_decoder(model)
     times.append(("export_decoder (layout, capture, translate, finish)", time.process_time() - clock))
     clock = time.process_time()
     decoder.save(out)

@@ -446,10 +446,6 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
         "public signatures: the same keyword options on two ways in, both forwarding to one body": [
             (("registry/opreg/registry/registrar.py", "Registrar.register"),
              ("registry/opreg/registry/registry.py", "Registry.register")),
-            (("registry/opreg/llm/__init__.py", "export_decoder"),
-             ("registry/opreg/llm/_decoder.py", "export_decoder")),
-            (("registry/opreg/llm/__init__.py", "export_whisper"), ("registry/opreg/llm/__init__.py", "export_vision")),
-            (("registry/opreg/llm/_vision.py", "export_vision"), ("registry/opreg/llm/_whisper.py", "export_whisper")),
             (("registry/opreg/packs/plugins.py", "build"), ("registry/opreg/packs/plugins.py", "build_registry")),
             (("registry/opreg/exporter/__init__.py", "plan_export"), ("registry/opreg/exporter/__init__.py", "export")),
             (("registry/opreg/exporter/_capture.py", "capture"), ("registry/opreg/exporter/_dynamic.py", "capture")),
@@ -486,9 +482,7 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
              ("plugins/ort_contrib/opreg_ort_contrib/schemas.py", "_packed_attention_schema")),
         ],
         _FLAGS: [
-            (("registry/opreg/cli/export.py", "add_parser"), ("registry/opreg/cli/llm.py", "add_parser")),
             (("registry/opreg/cli/export.py", "add_parser"), ("registry/opreg/cli/export.py", "add_parser")),
-            (("registry/opreg/cli/_options.py", "_pack_options"), ("registry/opreg/cli/llm.py", "add_parser")),
             (("registry/opreg/cli/_options.py", "_pack_options"), ("registry/opreg/cli/export.py", "add_parser")),
         ],
         "a __repr__, then read-only properties each returning a different attribute (one line each)": [
@@ -776,11 +770,6 @@ def back_arrows(source: str, here: str, *, is_package: bool = False) -> list[str
 
 
 BACK_ARROWS: dict[str, str] = {
-    "opreg.llm._decoder": "LAYOUT, DECODER_OPTIONS live in opreg.llm's __init__: move them to a module of their own",
-    "opreg.llm._cache": "LAYOUT, as for _decoder",
-    "opreg.llm._genai": "LAYOUT, as for _decoder",
-    "opreg.llm._vision": "LAYOUT, as for _decoder",
-    "opreg.llm._vision_verify": "LAYOUT, as for _decoder",
 }  # fmt: skip
 """Modules that still take a name from a package above them: ``module -> why, and the fix``."""
 

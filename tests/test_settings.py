@@ -42,9 +42,11 @@ def test_every_option_is_in_the_signature_with_its_type_and_default_and_nothing_
 
 
 def test_export_decoder_takes_every_option_but_those_the_layout_sets():
+    """Its own options (``opreg.llm.LLMSettings``' fields a causal LM takes: tests/test_llm_settings.py
+    holds them to the docs), then export's, but those the layout sets and the target (one of its own)."""
     shown = keyword_options(opreg.llm.export_decoder)
-    own = ["target", "precision", "block_size", "symmetric", "accuracy_level", "tokenizer", "external_data",
-           "context_length", "allow_longer_context", "streaming"]  # fmt: skip
+    own = [f.name for f, option in opreg.llm.LLMSettings.options() if "causal" in option.families]
+    assert own[:3] == ["target", "layout", "precision"] and "streaming" in own and "feature_extractor" not in own
     assert list(shown) == own + [n for n in NAMES if n not in (*opreg.llm.DECODER_OPTIONS, "target")]
     assert set(opreg.llm.DECODER_OPTIONS) <= set(NAMES)
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from opreg.llm import LAYOUT
+from opreg.llm._layout import LAYOUT
 
 BATCH, SEQUENCE, PAST, TOTAL = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"
 """The dim names of the decoder's inputs and outputs (ONNX Runtime GenAI's builder uses the same)."""
@@ -192,6 +192,29 @@ def past_layer_class() -> type:
             return self.keys.shape[-2]
 
     return PastLayer
+
+
+def past_cache(layer_class: type, past: Sequence[torch.Tensor], num_layers: int) -> Any:
+    """A transformers ``DynamicCache`` holding ``past`` (key 0, value 0, key 1, ...) in layers of
+    ``layer_class`` (:func:`past_layer_class`)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layers = [layer_class(past[2 * i], past[2 * i + 1]) for i in range(num_layers)]
+    return cache
+
+
+def presents(cache: Any) -> list[torch.Tensor]:
+    """Each layer's keys and values of a transformers cache: key 0, value 0, key 1, ..."""
+    present = []
+    for layer in cache.layers:
+        present += [layer.keys, layer.values]
+    return present
+
+
+def layer_names(key: str, value: str, num_layers: int) -> list[str]:
+    """Each layer's key and value names, from their ``%d`` patterns: ``key % 0``, ``value % 0``, ``key % 1``, ..."""
+    return [name % layer for layer in range(num_layers) for name in (key, value)]
 
 
 def _conv_layer_class() -> type:

@@ -3,8 +3,8 @@
 A checkpoint folder is checked from its ``config.json`` first (cheap: no weight is read), then
 while its weights load, so that a bad one is refused in seconds, not after a capture:
 
-- ``context_length``: an int from 1 to 2**31 - 1, and at most the model's position limit
-  (``max_position_embeddings`` or its older names) unless the caller says to go beyond it;
+- ``context_length``: at most the model's position limit (``max_position_embeddings`` or its
+  older names; Whisper's ``max_target_positions``) unless the caller says to go beyond it;
 - the cache: every layer must cache keys and values (a state-space or hybrid model, whose layers
   hold convolution and recurrent state, is refused with the layers' kinds);
 - the weights: every parameter the model declares must be in the checkpoint (transformers would
@@ -24,12 +24,14 @@ from opreg.errors import ExportError, InvalidArgumentError
 
 logger = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
-"""GenAI keeps lengths in int32 (GroupQueryAttention's ``seqlens_k`` and ``total_sequence_length``)."""
 DEFAULT_CONTEXT = 4096
 """The context length of a model that states no position limit (ALiBi, no positions at all)."""
-POSITION_LIMITS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length", "seq_length")
-"""Config attributes naming how many positions a model was built for, in the order they are read."""
+POSITION_LIMITS = (
+    "max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length", "seq_length",
+    "max_target_positions",
+)  # fmt: skip
+"""Config attributes naming how many positions a model was built for, in the order they are read
+(of the text decoder's config: a vision-language model's language model's, Whisper's decoder's)."""
 VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 """Files that hold a tokenizer's vocabulary: a folder with none of them has no tokenizer."""
 
@@ -39,7 +41,7 @@ def read_config(folder: Path) -> Any:
     if not (folder / "config.json").is_file():
         raise ExportError(
             f"{folder} is not a transformers checkpoint folder (no config.json): give a folder saved with "
-            "save_pretrained, or the model itself"
+            "save_pretrained"
         )
     from transformers import AutoConfig
 
@@ -65,23 +67,9 @@ def position_limit(config: Any) -> tuple[str, int] | None:
     return None
 
 
-def check_context_length_value(value: Any) -> None:
-    """Refuse a ``context_length`` no model can have (not an int, below 1, above int32)."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentError(f"context_length= takes a positive int (or None), got {value!r}")
-    if value < 1:
-        raise InvalidArgumentError(f"context_length must be at least 1, got {value}: GenAI generates up to it")
-    if value > INT32_MAX:
-        raise InvalidArgumentError(
-            f"context_length {value} is above {INT32_MAX}, the longest sequence ONNX Runtime GenAI counts (int32)"
-        )
-
-
 def context_length(config: Any, value: int | None, allow_longer: bool) -> int:
-    """``value`` checked against the model's position limit (default: that limit)."""
-    check_context_length_value(value)
+    """``value`` (an int from 1 to 2**31 - 1, :class:`opreg.llm.LLMSettings` checks it) checked
+    against the model's position limit (default: that limit), whatever the family."""
     limit = position_limit(config)
     if value is None:
         return limit[1] if limit is not None else DEFAULT_CONTEXT
@@ -121,6 +109,19 @@ def check_cache(config: Any, name: str) -> None:
         "lays out key/value caches and short convolutions' states only, the kinds GenAI's decoder feeds back; its "
         "forward alone (logits, no cache) exports with opreg.export"
     )
+
+
+def load_model(folder: Path, auto_class: str, name: str) -> Any:
+    """The model of the checkpoint at ``folder``, loaded in float32 by transformers' ``auto_class``
+    (``name``: what it is, in the error)."""
+    import torch
+    import transformers
+
+    try:
+        loaded = getattr(transformers, auto_class).from_pretrained(folder, dtype=torch.float32)
+    except Exception as e:
+        raise ExportError(f"transformers could not load a {name} from {folder}: {type(e).__name__}: {e}") from e
+    return loaded.eval()
 
 
 def load_weights(folder: Path) -> Any:

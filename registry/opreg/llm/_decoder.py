@@ -9,41 +9,29 @@ reads them (:data:`opreg.llm.LAYOUT`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
-import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import onnx_ir as ir
 import torch
 
-from opreg.errors import ExportError, InvalidArgumentError
-from opreg.exporter import OnnxProgram, OutputCheck, export
+from opreg.errors import ExportError
+from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
-from opreg.exporter.diagnosis.compare import compare_output, mismatch_error
-from opreg.llm import DECODER_OPTIONS, LAYOUT, _cache, _checkpoint, _families, _genai, _meta, _options
+from opreg.exporter.diagnosis.compare import compare_output
+from opreg.llm import _cache, _checkpoint, _genai, _meta
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
+from opreg.llm._capture import EXAMPLE, set_dims
+from opreg.llm._compare import checked
+from opreg.llm._family import Request
 from opreg.llm._genai import text_config
+from opreg.llm._layout import LAYOUT
+from opreg.llm._result import ExportedModel, SavedFolder
 from opreg.llm._trimmed import export_step
-from opreg.packs.plugins import default_registry
-from opreg.registry.targets import TargetLike
-from opreg.settings import ExportSettings
 from opreg.weights import Weights, bind, open_weights
-
-logger = logging.getLogger(__name__)
-
-EXAMPLE = (2, 3, 4)
-"""Batch, sequence and past length of the example the decoder is captured with: none 0 or 1,
-which torch.export would specialise."""
-
-
-def layer_names(key: str, value: str, num_layers: int) -> list[str]:
-    """Each layer's key and value names, from their ``%d`` patterns: ``key % 0``, ``value % 0``, ``key % 1``, ..."""
-    return [name % layer for layer in range(num_layers) for name in (key, value)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,37 +129,6 @@ def decoder_inputs(
 # -- the module torch.export captures -------------------------------------------------------
 
 
-def past_cache(layer_class: type, past: Sequence[torch.Tensor], num_layers: int) -> Any:
-    """A transformers ``DynamicCache`` holding ``past`` (key 0, value 0, key 1, ...) in layers of
-    ``layer_class`` (:func:`opreg.llm._cache.past_layer_class`)."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    cache.layers = [layer_class(past[2 * i], past[2 * i + 1]) for i in range(num_layers)]
-    return cache
-
-
-def presents(cache: Any) -> list[torch.Tensor]:
-    """Each layer's keys and values of a transformers cache: key 0, value 0, key 1, ..."""
-    present = []
-    for layer in cache.layers:
-        present += [layer.keys, layer.values]
-    return present
-
-
-def compare_all(
-    label: str,
-    names: Sequence[str],
-    got: Sequence[torch.Tensor],
-    expected: Sequence[torch.Tensor],
-    rtol: float,
-    atol: float,
-) -> list[OutputCheck]:
-    """One check per output, named ``"NAME (label)"``."""
-    pairs = zip(names, got, expected, strict=True)
-    return [compare_output(f"{name} ({label})", mine, theirs, rtol, atol) for name, mine, theirs in pairs]
-
-
 class DecoderStep(torch.nn.Module):
     """``model`` with its cache as tensors: ``forward(input_ids, attention_mask, position_ids,
     past_key_values)`` returns ``{"logits": ..., "present": [...]}``, the cache tensors in the
@@ -200,8 +157,8 @@ class DecoderStep(torch.nn.Module):
 # -- the result ----------------------------------------------------------------------------
 
 
-class Decoder:
-    """An exported decoder.
+class Decoder(ExportedModel):
+    """An exported causal LM: one decoder for prefill and decode (an :class:`opreg.llm.ExportedModel`).
 
     Attributes:
         program: the :class:`opreg.OnnxProgram` (inputs and outputs named as :data:`opreg.llm.LAYOUT`).
@@ -332,54 +289,36 @@ class Decoder:
         """``genai_config.json`` for this decoder (see :mod:`opreg.llm._genai`)."""
         return _genai.config(self)
 
-    def save(self, folder: str | os.PathLike[str], external_data: bool = True) -> Path:
+    def write_folder(self, folder: str | os.PathLike[str], external_data: bool) -> SavedFolder:
         """Write ``model.onnx`` (its weights in ``model.onnx.<token>.data`` beside it, unless
-        ``external_data`` is false), ``genai_config.json`` and the tokenizer's files as ``folder``;
-        returns the folder.
-
-        The folder is written whole: the new one is staged beside it and swapped in at once, so
-        at every instant ``folder`` is the complete old folder or the complete new one, even if
-        the process is killed (a leftover staging folder is removed by the next save there).
-        Entries of the old folder the save does not write are kept. Raises
-        :class:`opreg.SaveError` (nothing changed) for a folder that cannot be written, and on
-        Ctrl-C or SIGTERM once the new folder is in place :class:`opreg.InterruptedAfterSave`."""
-        return _genai.save(self, folder, external_data=external_data)[0]
+        ``external_data`` is false), ``genai_config.json`` and the tokenizer's files as ``folder``
+        (:func:`opreg.llm._genai.save`)."""
+        written, names = _genai.save(self, folder, external_data=external_data)
+        return SavedFolder(written, tuple(names))
 
 
 # -- exporting -----------------------------------------------------------------------------
 
 
-def load(
-    model: Any, context_length: int | None = None, allow_longer_context: bool = False, streaming: bool | None = None
-) -> tuple[Any, Path | None, int, Weights | None]:
-    """The transformers model ``model`` names (a model, or a local checkpoint folder), the folder
-    it came from, the context length checked against it, and, when its weights are streamed
-    (``streaming``; ``None``: when the folder holds safetensors), the checkpoint's weights, the
-    model then built on the ``meta`` device. A folder's config is checked before its weights are
-    read, and a model loaded in memory is refused if weights are missing
+def load(request: Request) -> tuple[Any, Weights | None]:
+    """The causal LM of ``request`` and, when its weights are streamed (``streaming``; ``None``:
+    when the folder holds safetensors), the checkpoint's weights, the model then built on the
+    ``meta`` device. A state-space or hybrid cache is refused from the config first, before any
+    weight is read; a model loaded in memory is refused if weights are missing
     (:mod:`opreg.llm._checkpoint`; a streamed one when its weights are bound, before the capture)."""
-    if isinstance(model, (str, os.PathLike)):
-        folder = Path(model)
-        config = _checkpoint.read_config(folder)
-        _families.check(config, _families.TEXT, f"{folder} holds a {_families.architecture(config)}: it")
-        _checkpoint.check_cache(config, (getattr(config, "architectures", None) or [config.model_type])[0])
-        length = _checkpoint.context_length(config, context_length, allow_longer_context)
-        if streaming is None:
-            streaming = _meta.streamable(folder)
-        if streaming:
-            meta_model, weights = _meta.load_meta(folder)
-            bind(meta_model, weights)  # a missing weight refused now, by the checkpoint's name for it
-            return meta_model, folder, length, weights
-        return _checkpoint.load_weights(folder), folder, length, None
-    if not isinstance(model, torch.nn.Module):
-        raise InvalidArgumentError(
-            f"export_decoder takes a transformers causal LM or a checkpoint folder, got {type(model).__name__}"
-        )
-    if getattr(model, "config", None) is None:
-        raise ExportError(f"{type(model).__name__} is not a transformers model (it has no config)")
-    _families.check(model.config, _families.TEXT, f"the {type(model).__name__} given")
-    _checkpoint.check_cache(model.config, type(model).__name__)
-    return model, None, _checkpoint.context_length(model.config, context_length, allow_longer_context), None
+    config, folder = request.config, request.folder
+    if folder is None:
+        _checkpoint.check_cache(config, type(request.model).__name__)
+        return request.model, None
+    _checkpoint.check_cache(config, (getattr(config, "architectures", None) or [config.model_type])[0])
+    streaming = request.settings.streaming
+    if streaming is None:
+        streaming = _meta.streamable(folder)
+    if streaming:
+        meta_model, weights = _meta.load_meta(folder)
+        bind(meta_model, weights)  # a missing weight refused now, by the checkpoint's name for it
+        return meta_model, weights
+    return _checkpoint.load_weights(folder), None
 
 
 def layout_of(model: Any) -> DecoderLayout:
@@ -423,36 +362,14 @@ def layout_of(model: Any) -> DecoderLayout:
     )
 
 
-def export_decoder(
-    model: Any,
-    *,
-    target: TargetLike | None = None,
-    precision: str = "fp32",
-    block_size: int | None = None,
-    symmetric: bool | None = None,
-    accuracy_level: int | None = None,
-    tokenizer: Any = None,
-    context_length: int | None = None,
-    allow_longer_context: bool = False,
-    streaming: bool | None = None,
-    settings: ExportSettings | None = None,
-    **options: Any,
-) -> Decoder:
-    settings = _settings(target, settings, options)
-    _checkpoint.check_context_length_value(context_length)
-    quantize = _options.quantization(
-        precision, settings.target, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
-    )
-    if quantize is not None:  # after the caller's passes: it quantizes the weights they leave
-        settings = dataclasses.replace(settings, passes=[*settings.passes, quantize])
-    model, folder, context_length, streamed = load(model, context_length, allow_longer_context, streaming)
+def export(request: Request) -> Decoder:
+    """The causal LM's export (:data:`opreg.llm._families.CAUSAL`): the model captured as one
+    decoder, its cache as inputs and outputs, every length dynamic and bounded by the context."""
+    settings = request.quantized()
+    model, streamed = load(request)
     if settings.weights is not None:  # a meta model of the caller's, and its checkpoint
         streamed = open_weights(settings.weights)
-    if tokenizer is None and folder is not None:
-        tokenizer = folder
-        if not _checkpoint.has_tokenizer(folder):
-            logger.warning("%s", _checkpoint.no_tokenizer_warning(folder))
-            tokenizer = False  # said once, here
+    context_length = request.settings.context_length
     was_training = model.training
     model.eval()
     try:
@@ -475,59 +392,8 @@ def export_decoder(
     finally:
         model.train(was_training)
     _name(program, layout)
-    return Decoder(program, layout, model, tokenizer, context_length, precision=precision, folder=folder)
-
-
-def _settings(target: TargetLike | None, settings: ExportSettings | None, options: dict[str, Any]) -> ExportSettings:
-    """The export's settings: ``settings`` with ``options``, the layout's own options refused, the
-    registry built and the target resolved: ``target``, else a prebuilt ``settings``' target, else
-    the fastest the installed packs offer (:func:`opreg.llm._options.default_target`)."""
-    if target is None and settings is not None:
-        target = settings.target
-    settings = settings_of("export_decoder", settings, options)
-    registry = settings.registry or default_registry(plugins=settings.plugins, exclude=settings.exclude)
-    resolved = _options.resolve_target(target, registry)
-    return dataclasses.replace(settings, target=resolved, registry=registry, plugins=None, exclude=None)
-
-
-def settings_of(function: str, settings: ExportSettings | None, options: dict[str, Any]) -> ExportSettings:
-    """The :class:`opreg.ExportSettings` of a language-model export's call (``function``: its name,
-    in messages), refusing the options its layout sets itself (:data:`opreg.llm.DECODER_OPTIONS`)."""
-    taken = [name for name in ("args", "kwargs", *DECODER_OPTIONS) if name in options]
-    if settings is not None:
-        defaults = ExportSettings()
-        taken += [n for n in DECODER_OPTIONS if n not in taken and getattr(settings, n) != getattr(defaults, n)]
-    if taken:
-        raise InvalidArgumentError(
-            f"{function} sets {', '.join(taken)} itself (the models' inputs and dynamic lengths); leave "
-            f"{'it' if len(taken) == 1 else 'them'} out"
-        )
-    return ExportSettings.of(settings, options, function)
-
-
-def export_shaped(module: torch.nn.Module, args: tuple, settings: ExportSettings, dims: Any,
-                  kwargs: dict[str, Any] | None = None) -> OnnxProgram:  # fmt: skip
-    """:func:`opreg.export` of ``module`` with ``settings`` and the dynamic shapes ``dims``."""
-    return export(module, args, kwargs, settings=dataclasses.replace(settings, dynamic_shapes=dims))
-
-
-def checked(checks: list[OutputCheck], what: str, rtol: float, atol: float) -> list[OutputCheck]:
-    """``checks``, or a :class:`opreg.VerificationError` listing those that failed (``what``: whose
-    outputs, in the message)."""
-    if not all(c.ok for c in checks):
-        raise mismatch_error(checks, f"{what} outputs differ from transformers' (rtol={rtol}, atol={atol})")
-    return checks
-
-
-@contextlib.contextmanager
-def evaluating(model: torch.nn.Module) -> Iterator[None]:
-    """``model`` in ``eval()`` mode while the block runs, its mode restored after."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
+    return Decoder(program, layout, model, request.settings.tokenizer, context_length,
+                   precision=request.settings.precision, folder=request.folder)  # fmt: skip
 
 
 def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any]:
@@ -562,19 +428,3 @@ def _name(program: OnnxProgram, layout: DecoderLayout) -> None:
     dims[LAYOUT["logits"]] = (BATCH, SEQUENCE, None)
     for value in [*graph.inputs, *graph.outputs]:
         set_dims(value, dims[value.name])
-
-
-def set_dims(value: ir.Value, names: Sequence[str | None]) -> None:
-    shape = list(value.shape or ())
-    if len(shape) != len(names):
-        raise ExportError(f"the decoder's {value.name} has shape {shape}, expected {len(names)} dims")
-    for index, name in enumerate(names):
-        if name is None:
-            continue
-        if isinstance(shape[index], int):
-            raise ExportError(
-                f"torch.export fixed dim {index} ({name}) of the decoder's {value.name} at {shape[index]}: the "
-                "model's code branches on that length; the decoder would only run at that size"
-            )
-        shape[index] = ir.SymbolicDim(name)
-    value.shape = ir.Shape(shape)

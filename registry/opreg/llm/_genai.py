@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from opreg.errors import ExportError
-from opreg.llm import LAYOUT
+from opreg.llm._layout import LAYOUT
 
 logger = logging.getLogger(__name__)
 
@@ -202,11 +202,12 @@ def save(decoder: Decoder, folder: str | os.PathLike[str], external_data: bool =
 
 
 def write_model_folder(
-    folder: Path, model: Any, processor: Any, files: dict[str, dict[str, Any]], external_data: bool | None
-) -> Path:
+    folder: str | os.PathLike[str], model: Any, processor: Any, files: dict[str, dict[str, Any]], external_data: bool
+) -> tuple[Path, list[str]]:
     """Write a folder of several models whole, as :func:`save` writes a decoder's
     (:mod:`opreg.llm._folder`): ``model``'s programs, its tokenizer, ``processor`` (a transformers
-    feature extractor or image processor), ``files`` (JSON by name) and ``genai_config.json``."""
+    feature extractor or image processor), ``files`` (JSON by name) and ``genai_config.json``; the
+    folder and the names written."""
     from opreg.llm._folder import write_folder
 
     texts = {name: json.dumps(value, indent=2) + "\n" for name, value in files.items()}
@@ -221,7 +222,7 @@ def write_model_folder(
             (staged / name).write_text(text)
         return sorted(path.name for path in staged.iterdir())  # a new folder: all of it written here
 
-    return write_folder(folder, fill)[0]
+    return write_folder(folder, fill)
 
 
 def _save_tokenizer(tokenizer: Any, folder: Path) -> list[str]:

@@ -19,34 +19,23 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from opreg.errors import ExportError
 from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
-from opreg.llm import LAYOUT, _families, _layers, _weights
-from opreg.llm._cache import past_layer_class
-from opreg.llm._decoder import (
-    BATCH,
-    EXAMPLE,
-    PAST,
-    SEQUENCE,
-    TOTAL,
-    DecoderLayout,
-    checked,
-    evaluating,
-    export_shaped,
-    layout_of,
-    past_cache,
-    presents,
-    set_dims,
-)  # fmt: skip
+from opreg.llm import _layers, _vision_genai, _vision_verify
+from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, past_cache, past_layer_class, presents
+from opreg.llm._capture import EXAMPLE, evaluating, export_shaped, set_dims
+from opreg.llm._compare import checked
+from opreg.llm._decoder import DecoderLayout, layout_of
+from opreg.llm._family import Request
+from opreg.llm._layout import LAYOUT
+from opreg.llm._precision import check_quantized
+from opreg.llm._result import ExportedModel, SavedFolder
 from opreg.llm._vision_genai import DECODER_FILE, EMBEDDING_FILE, VISION_FILE
-from opreg.llm._vision_models import Architecture, Gemma3, Llava
-from opreg.llm._vision_qwen import Qwen25VL
+from opreg.llm._vision_models import architecture_of
 from opreg.settings import ExportSettings
 
 IMAGE_TOKENS = "num_image_tokens"
@@ -118,8 +107,9 @@ class DecoderStep(torch.nn.Module):
 # -- the result -------------------------------------------------------------------------------------
 
 
-class VisionLanguage:
-    """An exported vision-language model.
+class VisionLanguage(ExportedModel):
+    """An exported vision-language model: a vision encoder, an embedding model and a decoder (an
+    :class:`opreg.llm.ExportedModel`).
 
     Attributes:
         vision, embedding, decoder: the three :class:`opreg.OnnxProgram` (named as GenAI reads them).
@@ -182,8 +172,6 @@ class VisionLanguage:
         """Compare each model with transformers (:mod:`opreg.llm._vision_verify`), and the three
         together (pixels and a prompt to a prefill's logits) with the model's own forward. Raises
         :class:`opreg.VerificationError` listing what differs; returns every check."""
-        from opreg.llm import _vision_verify
-
         return checked(
             _vision_verify.checks(self, torch.Generator().manual_seed(seed), rtol, atol), "model", rtol, atol
         )
@@ -192,78 +180,43 @@ class VisionLanguage:
         """Greedy generation in plain ONNX Runtime (the three models in the order GenAI runs them):
         ``input_ids`` (one row, image tokens already expanded) and the vision encoder's inputs; the
         prompt and what follows, ``length`` tokens in all."""
-        from opreg.llm import _vision_verify
-
         return _vision_verify.greedy(self, input_ids, pixels, length)
 
     def genai_config(self) -> dict[str, Any]:
-        from opreg.llm import _vision_genai
-
+        """``genai_config.json`` for these models (see :mod:`opreg.llm._vision_genai`)."""
         return _vision_genai.config(self)
 
-    def save(self, folder: str | os.PathLike[str], external_data: bool | None = None) -> Path:
-        """Write the folder ONNX Runtime GenAI loads: ``vision.onnx``, ``embedding.onnx``,
-        ``model.onnx``, ``genai_config.json``, ``processor_config.json`` (GenAI's image recipe) and
-        the tokenizer's and image processor's files; returns the folder. ``external_data`` as
-        :meth:`opreg.llm.Whisper.save` takes it (default: the weights in side files)."""
-        from opreg.llm import _vision_genai
-
-        return _vision_genai.save(self, folder, external_data=external_data is not False)
+    def write_folder(self, folder: str | os.PathLike[str], external_data: bool) -> SavedFolder:
+        """Write ``vision.onnx``, ``embedding.onnx``, ``model.onnx``, ``genai_config.json``,
+        ``processor_config.json`` (GenAI's image recipe) and the tokenizer's and image processor's
+        files (the weights in a side file per model unless ``external_data`` is false)."""
+        written, names = _vision_genai.save(self, folder, external_data)
+        return SavedFolder(written, tuple(names))
 
 
 # -- exporting --------------------------------------------------------------------------------------
 
 
-ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava())
-"""Every architecture :func:`export_vision` lays out."""
-
-
-def architecture_of(model: Any) -> Architecture:
-    """The :class:`~opreg.llm._vision_models.Architecture` of a transformers vision-language model,
-    or an :class:`opreg.ExportError` naming those there are."""
-    model_type = getattr(model.config, "model_type", None)
-    for architecture in ARCHITECTURES:
-        if model_type in architecture.model_types:
-            architecture.check(model)
-            return architecture
-    known = ", ".join(t for a in ARCHITECTURES for t in a.model_types)
-    raise ExportError(
-        f"{type(model).__name__} (model_type {model_type!r}) is a vision-language model export_vision has no "
-        f"architecture for: it exports {known}"
-    )
-
-
-def export_vision(
-    model: Any,
-    *,
-    tokenizer: Any = None,
-    image_processor: Any = None,
-    context_length: int | None = None,
-    precision: str = "fp32",
-    settings: ExportSettings | None = None,
-    **options: Any,
-) -> VisionLanguage:
-    settings, quantized = _weights.export_settings("export_vision", precision, settings, options)
+def export(request: Request) -> VisionLanguage:
+    """A vision-language model's export (:data:`opreg.llm._families.VISION`): its three models."""
+    options = request.settings
     # the embedding model's table quantized as the decoder's weights (GatherBlockQuantized); the vision encoder
     # stays float32: at int4 it measured slower and its features 10-12% off (docs/language-models.md)
-    table = _weights.passes(precision, settings.target, embeddings=True)
-    tables = dataclasses.replace(settings, passes=[*settings.passes, *table])
-    model, folder = _families.load(model, _families.VISION)
+    tables = request.quantized(embeddings=True)
+    model = request.load()
     architecture = architecture_of(model)
     with evaluating(model):
         layout = layout_of(model)
-        if context_length is None:
-            context_length = architecture.context_length(model)
         programs = (
-            _export_vision(model, architecture, settings),
+            _export_vision(model, architecture, request.export),
             _export_embedding(model, architecture, layout, tables),
-            _export_decoder(model, architecture, layout, context_length, quantized),  # the language model's weights
+            _export_decoder(model, architecture, layout, options.context_length, request.quantized()),
         )
-    _weights.check(programs[2], precision, "decoder")
+    check_quantized(programs[2], options.precision, "decoder")
+    processor = options.image_processor if options.image_processor is not None else request.folder
     return VisionLanguage(
-        programs, layout, architecture, model, tokenizer=tokenizer if tokenizer is not None else folder,
-        image_processor=image_processor if image_processor is not None else folder, context_length=context_length,
-        precision=precision,
+        programs, layout, architecture, model, tokenizer=options.tokenizer, image_processor=processor,
+        context_length=options.context_length, precision=options.precision,
     )  # fmt: skip
 
 

@@ -74,9 +74,9 @@ def image_processor(vl: VisionLanguage) -> Any:
     return given
 
 
-def save(vl: VisionLanguage, folder: str | os.PathLike[str], external_data: bool | None) -> Path:
-    """Write the folder (:func:`opreg.llm._genai.write_model_folder`)."""
+def save(vl: VisionLanguage, folder: str | os.PathLike[str], external_data: bool) -> tuple[Path, list[str]]:
+    """Write the folder (:func:`opreg.llm._genai.write_model_folder`); the folder and the names written."""
     processor = image_processor(vl)
     recipe = vl.architecture.processor_config(processor)
     files = {PROCESSOR_CONFIG: recipe} if recipe is not None else {}  # none where GenAI has no pipeline
-    return _genai.write_model_folder(Path(folder), vl, processor, files, external_data)
+    return _genai.write_model_folder(folder, vl, processor, files, external_data)

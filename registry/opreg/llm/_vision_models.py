@@ -1,164 +1,22 @@
-"""What differs between vision-language architectures: the vision encoder's inputs, the decoder's
-extra inputs and positions, GenAI's model type, its image processor's recipe.
+"""The vision-language architectures :func:`opreg.llm.export_vision` lays out, each an
+:class:`~opreg.llm._vision_architecture.Architecture` saying what differs in it, and
+:data:`ARCHITECTURES`, which lists them. Gemma-3 and LLaVA are here; Qwen2.5-VL, whose vision
+encoder needs more, has a module of its own (:mod:`opreg.llm._vision_qwen`).
 
-One :class:`Architecture` per family, matched by the config's ``model_type``. GenAI 0.18 runs
-``gemma3`` and ``qwen2_5_vl`` folders; an architecture with ``genai_type=None`` is exported in the
-same layout and run by :meth:`opreg.llm.VisionLanguage.generate` (GenAI has no pipeline for it).
+A new architecture: its class here (or, if it is long, in a module of its own) and its instance in
+:data:`ARCHITECTURES`, a test with its tiny model, a row in docs/language-models.md's table
+(CONTRIBUTING.md, "a new architecture").
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from opreg.errors import ExportError
-
-NUM_IMAGES, IMAGE_TOKENS = "num_images", "num_image_tokens"
-RESAMPLE = {2: "LINEAR", 3: "CUBIC"}
-"""PIL's resampling filters (``Image.Resampling``) as ONNX Runtime Extensions' ``Resize`` names them."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Layers:
-    """A vision encoder's repeated layers, which the export captures once (:mod:`opreg.llm._layers`).
-
-    Fields:
-        path: the layer list's attribute path in the transformers model.
-        count: how many layers it holds.
-        differs: what the encoder's own code does differently for layer ``i`` (``None``: nothing;
-            Qwen2.5-VL's full-attention blocks read other spans than its window blocks).
-    """
-
-    path: str
-    count: int
-    differs: Callable[[int], object] | None = None
-
-
-class Architecture:
-    """The base: an architecture whose vision encoder takes ``pixel_values`` ``[num_images, 3,
-    height, width]`` of one fixed size and returns ``[num_images, tokens, hidden]``, and whose
-    decoder takes ``[batch, sequence]`` positions."""
-
-    model_types: tuple[str, ...] = ()
-    genai_type: str | None = None
-    text_layers = "model.language_model.layers"
-    """The language model's layer list (:mod:`opreg.llm._layers` captures its repeated layers once)."""
-    reads_input_ids = False
-    """Whether the decoder reads the token ids besides their embeddings."""
-    vision_input_dims: tuple[tuple[str | None, ...], ...] = ((NUM_IMAGES, None, None, None),)
-    feature_dims: tuple[str | None, ...] = (NUM_IMAGES, IMAGE_TOKENS, None)
-    """The image features' dims as the embedding model takes them."""
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} vision-language architecture>"
-
-    def check(self, model: Any) -> None:
-        """Refuse, with the reason, a model of this architecture GenAI's pipeline cannot run."""
-
-    def image_token_id(self, model: Any) -> int:
-        config = model.config
-        token = getattr(config, "image_token_id", None)
-        token = getattr(config, "image_token_index", None) if token is None else token
-        return int(token)
-
-    def image_features(self, model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
-        features = model.model.get_image_features(pixel_values, return_dict=True).pooler_output
-        return features if isinstance(features, torch.Tensor) else torch.stack(list(features))
-
-    def captured_features(self, model: Any, *pixels: torch.Tensor) -> torch.Tensor:
-        """:meth:`image_features` as torch.export captures it (the same unless the architecture's
-        code needs help to be captured)."""
-        return self.image_features(model, *pixels)
-
-    def image_size(self, model: Any) -> int:
-        return int(model.config.vision_config.image_size)
-
-    def vision_layers(self, model: Any) -> Layers | None:
-        """The vision encoder's repeated layers, or ``None`` to capture the encoder whole."""
-        return None
-
-    def vision_example(self, model: Any) -> tuple[tuple, Any, list[str], tuple]:
-        """The encoder's example inputs, dynamic shapes, input names and output dim names."""
-        size = self.image_size(model)
-        example = (torch.randn(2, 3, size, size, dtype=model.dtype),)
-        return example, {"pixel_values": {0: torch.export.Dim(NUM_IMAGES)}}, ["pixel_values"], (NUM_IMAGES, None, None)
-
-    def vision_samples(self, model: Any, generator: torch.Generator) -> list[tuple[str, tuple[torch.Tensor, ...]]]:
-        """The encoder's inputs :meth:`opreg.llm.VisionLanguage.verify` compares, labelled."""
-        size = self.image_size(model)
-        return [(f"{n} image{'s' * (n > 1)}", (torch.randn(n, 3, size, size, generator=generator).to(model.dtype),))
-                for n in (1, 2)]  # fmt: skip
-
-    def prompt(self, model: Any, image_tokens: int, generator: torch.Generator) -> torch.Tensor:
-        """A prompt of one row: text tokens around ``image_tokens`` image tokens."""
-        vocab = model.config.get_text_config(decoder=True).vocab_size
-        text = torch.randint(0, vocab, (5,), generator=generator)
-        text[text == self.image_token_id(model)] = 0
-        return torch.cat([text[:3], torch.full((image_tokens,), self.image_token_id(model)), text[3:]])[None]
-
-    def forward_pixels(self, model: Any, input_ids: torch.Tensor, pixels: tuple[torch.Tensor, ...]) -> dict[str, Any]:
-        """The keyword arguments that give the model's own forward the images of ``pixels``."""
-        return {"pixel_values": pixels[0]}
-
-    def decoder_options(self, model: Any, input_ids: torch.Tensor | None) -> dict[str, Any]:
-        """More keyword arguments of the model's forward on embeddings."""
-        return {}
-
-    def positions(self, past: int, length: int, batch: int) -> torch.Tensor:
-        """Example position ids of a step of ``length`` tokens after ``past``."""
-        return torch.arange(past, past + length).repeat(batch, 1)
-
-    def prompt_positions(self, model: Any, input_ids: torch.Tensor, pixels: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """The position ids of a prompt (as GenAI computes them)."""
-        return torch.arange(input_ids.shape[1])[None]
-
-    def next_positions(self, positions: torch.Tensor) -> torch.Tensor:
-        """The position ids of the token after a step whose position ids were ``positions``."""
-        return positions[..., -1:] + 1
-
-    def context_length(self, model: Any) -> int:
-        text = model.config.get_text_config(decoder=True)
-        return int(getattr(text, "max_position_embeddings", 0) or 4096)
-
-    def genai(self, model: Any) -> dict[str, Any]:
-        """More of ``genai_config.json``'s ``model`` section (``vision``: more of its ``vision`` section)."""
-        return {}
-
-    def default_image_processor(self, model: Any) -> Any:
-        raise NotImplementedError
-
-    def processor_config(self, processor: Any) -> dict[str, Any]:
-        """ONNX Runtime Extensions' recipe for the encoder's ``pixel_values`` (``processor_config.json``)."""
-        size = processor.size
-        resize = {"interpolation": resample(processor), "width": int(size["width"]), "height": int(size["height"]),
-                  "keep_aspect_ratio": 0}  # fmt: skip
-        return recipe(type(processor).__name__, [
-            ("resize", "Resize", resize),
-            ("rescale", "Rescale", {"rescale_factor": float(processor.rescale_factor)}),
-            ("normalize", "Normalize", {"mean": list(processor.image_mean), "std": list(processor.image_std)}),
-            ("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}),
-        ])  # fmt: skip
-
-
-def resample(processor: Any) -> str:
-    resample = int(processor.resample)
-    if resample not in RESAMPLE:
-        raise ExportError(
-            f"the image processor resizes with PIL filter {resample}: ONNX Runtime Extensions resizes with "
-            f"{', '.join(RESAMPLE.values())} ({', '.join(map(str, RESAMPLE))})"
-        )
-    return RESAMPLE[resample]
-
-
-def recipe(name: str, steps: list[tuple[str, str, dict[str, Any] | None]]) -> dict[str, Any]:
-    """``processor_config.json``: decode the image as RGB, then ``steps`` (name, type, attributes)."""
-    transforms = [{"operation": {"name": "decode_image", "type": "DecodeImage", "attrs": {"color_space": "RGB"}}}]
-    for step, kind, attrs in steps:
-        transforms.append({"operation": {"name": step, "type": kind, **({"attrs": attrs} if attrs else {})}})
-    return {"processor": {"name": name, "transforms": transforms}}
+from opreg.llm._vision_architecture import Architecture, Layers
+from opreg.llm._vision_qwen import Qwen25VL
 
 
 class Gemma3(Architecture):
@@ -236,3 +94,22 @@ class Llava(Architecture):
 
     def processor_config(self, processor: Any) -> dict[str, Any] | None:
         return None
+
+
+ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava())
+"""Every architecture :func:`export_vision` lays out."""
+
+
+def architecture_of(model: Any) -> Architecture:
+    """The :class:`~opreg.llm._vision_models.Architecture` of a transformers vision-language model,
+    or an :class:`opreg.ExportError` naming those there are."""
+    model_type = getattr(model.config, "model_type", None)
+    for architecture in ARCHITECTURES:
+        if model_type in architecture.model_types:
+            architecture.check(model)
+            return architecture
+    known = ", ".join(t for a in ARCHITECTURES for t in a.model_types)
+    raise ExportError(
+        f"{type(model).__name__} (model_type {model_type!r}) is a vision-language model export_vision has no "
+        f"architecture for: it exports {known}"
+    )

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opreg.llm._vision_models import IMAGE_TOKENS, Architecture, Layers, recipe, resample
+from opreg.llm._vision_architecture import IMAGE_TOKENS, Architecture, Layers, recipe, resample
 
 SPAN_ATTENTION = "opreg_flash_spans"
 """The name :func:`span_attention` is registered under while the encoder is captured (``flash`` in

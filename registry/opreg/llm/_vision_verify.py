@@ -11,8 +11,8 @@ import torch
 from opreg.exporter import OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output
-from opreg.llm import LAYOUT
-from opreg.llm._decoder import compare_all
+from opreg.llm._compare import compare_all
+from opreg.llm._layout import LAYOUT
 
 VisionLanguage = Any
 """An :class:`opreg.llm.VisionLanguage` (not imported: ``_vision`` imports this module)."""

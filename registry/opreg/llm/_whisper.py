@@ -20,39 +20,26 @@ import dataclasses
 import functools
 import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from opreg.errors import ExportError, InvalidArgumentError
+from opreg.errors import ExportError
 from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output
-from opreg.llm import _families, _layers, _weights
-from opreg.llm._cache import past_layer_class
-from opreg.llm._decoder import (
-    BATCH,
-    PAST,
-    SEQUENCE,
-    TOTAL,
-    checked,
-    compare_all,
-    evaluating,
-    layer_names,
-    past_cache,
-    presents,
-    set_dims,
-)  # fmt: skip
+from opreg.llm import _layers, _whisper_genai
+from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, layer_names, past_cache, past_layer_class, presents
+from opreg.llm._capture import EXAMPLE, evaluating, set_dims
+from opreg.llm._compare import checked, compare_all
+from opreg.llm._family import Request
+from opreg.llm._precision import check_quantized
+from opreg.llm._result import ExportedModel, SavedFolder
 from opreg.llm._whisper_genai import DECODER_FILE, ENCODER_FILE, WHISPER_LAYOUT
 from opreg.settings import ExportSettings
 
 ENCODER_SEQUENCE = "encoder_sequence_length"
 """The dim name of the cross-attention keys' and values' length (half the audio frames)."""
-EXAMPLE = (2, 3, 4)
-
-"""Batch, sequence and past length of the decoder's example (none 0 or 1, which torch.export
-would specialise)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,8 +181,8 @@ class DecoderStep(torch.nn.Module):
 # -- the result ----------------------------------------------------------------------------------
 
 
-class Whisper:
-    """An exported Whisper.
+class Whisper(ExportedModel):
+    """An exported Whisper: an encoder and a decoder (an :class:`opreg.llm.ExportedModel`).
 
     Attributes:
         encoder: the encoder's :class:`opreg.OnnxProgram` (``audio_features`` in; hidden states and
@@ -305,19 +292,14 @@ class Whisper:
 
     def genai_config(self) -> dict[str, Any]:
         """``genai_config.json`` for this model (see :mod:`opreg.llm._whisper_genai`)."""
-        from opreg.llm import _whisper_genai
-
         return _whisper_genai.config(self)
 
-    def save(self, folder: str | os.PathLike[str], external_data: bool | None = None) -> Path:
-        """Write the folder ONNX Runtime GenAI loads: ``encoder.onnx``, ``decoder.onnx``,
-        ``genai_config.json``, ``audio_processor_config.json``, the tokenizer's and feature
-        extractor's files; returns the folder. ``external_data``: the weights in a side file per
-        model (``None``, the default, as ``True``: as the builder writes them, and three times
-        faster to write than inside the model); ``False`` keeps them inside (up to 2 GB)."""
-        from opreg.llm import _whisper_genai
-
-        return _whisper_genai.save(self, folder, external_data=external_data is not False)
+    def write_folder(self, folder: str | os.PathLike[str], external_data: bool) -> SavedFolder:
+        """Write ``encoder.onnx``, ``decoder.onnx``, ``genai_config.json``,
+        ``audio_processor_config.json``, the tokenizer's and feature extractor's files (the weights
+        in a side file per model unless ``external_data`` is false: three times faster to write)."""
+        written, names = _whisper_genai.save(self, folder, external_data)
+        return SavedFolder(written, tuple(names))
 
 
 def _compare(
@@ -330,36 +312,20 @@ def _compare(
 # -- exporting -------------------------------------------------------------------------------------
 
 
-def export_whisper(
-    model: Any,
-    *,
-    tokenizer: Any = None,
-    feature_extractor: Any = None,
-    context_length: int | None = None,
-    precision: str = "fp32",
-    settings: ExportSettings | None = None,
-    **options: Any,
-) -> Whisper:
-    _, settings = _weights.export_settings("export_whisper", precision, settings, options)
-    model, folder = _families.load(model, _families.WHISPER)
+def export(request: Request) -> Whisper:
+    """Whisper's export (:data:`opreg.llm._families.WHISPER`): the encoder and the decoder."""
+    settings = request.quantized()
+    model = request.load()
     layout = layout_of(model)
-    if context_length is None:
-        context_length = layout.max_target_positions
-    if not 0 < context_length <= layout.max_target_positions:
-        raise InvalidArgumentError(
-            f"context_length={context_length}: Whisper's decoder has {layout.max_target_positions} positions; give "
-            "at most that"
-        )
+    options = request.settings
     with evaluating(model):
         encoder = _export_encoder(model, layout, settings)
-        decoder = _export_decoder(model, layout, context_length, settings)
-    _weights.check(encoder, precision, "encoder")
-    _weights.check(decoder, precision, "decoder")
-    return Whisper(
-        encoder, decoder, layout, model, tokenizer=tokenizer if tokenizer is not None else folder,
-        feature_extractor=feature_extractor if feature_extractor is not None else folder,
-        context_length=context_length, precision=precision,
-    )  # fmt: skip
+        decoder = _export_decoder(model, layout, settings)
+    check_quantized(encoder, options.precision, "encoder")
+    check_quantized(decoder, options.precision, "decoder")
+    extractor = options.feature_extractor if options.feature_extractor is not None else request.folder
+    return Whisper(encoder, decoder, layout, model, tokenizer=options.tokenizer, feature_extractor=extractor,
+                   context_length=options.context_length, precision=options.precision)  # fmt: skip
 
 
 def _export_encoder(model: Any, layout: WhisperLayout, settings: ExportSettings) -> OnnxProgram:
@@ -379,7 +345,7 @@ def _export_encoder(model: Any, layout: WhisperLayout, settings: ExportSettings)
     return program
 
 
-def _export_decoder(model: Any, layout: WhisperLayout, context_length: int, settings: ExportSettings) -> OnnxProgram:
+def _export_decoder(model: Any, layout: WhisperLayout, settings: ExportSettings) -> OnnxProgram:
     """The decoder: batch, sequence, past and encoder length dynamic; the lengths bounded by the
     decoder's table of positions."""
     Dim = torch.export.Dim

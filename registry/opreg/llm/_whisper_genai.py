@@ -151,8 +151,8 @@ def audio_processor_config(extractor: Any, layout: Any) -> dict[str, Any]:
     return {"feature_extraction": {"sequence": steps}}
 
 
-def save(whisper: Whisper, folder: str | os.PathLike[str], external_data: bool | None) -> Path:
-    """Write the folder (:func:`opreg.llm._genai.write_model_folder`)."""
+def save(whisper: Whisper, folder: str | os.PathLike[str], external_data: bool) -> tuple[Path, list[str]]:
+    """Write the folder (:func:`opreg.llm._genai.write_model_folder`); the folder and the names written."""
     extractor = feature_extractor(whisper)
     recipe = audio_processor_config(extractor, whisper.layout)
-    return _genai.write_model_folder(Path(folder), whisper, extractor, {AUDIO_PROCESSOR_CONFIG: recipe}, external_data)
+    return _genai.write_model_folder(folder, whisper, extractor, {AUDIO_PROCESSOR_CONFIG: recipe}, external_data)
