@@ -62,9 +62,14 @@ SYMBOLIC_OPS: dict[Callable[..., Any], tuple[str, ir.DataType | None]] = {
     math.ceil: ("Ceil", ir.DataType.FLOAT),
     torch.sym_max: ("Max", None),
     torch.sym_min: ("Min", None),
+    torch.sym_not: ("Not", ir.DataType.BOOL),
+    torch.sym_sum: ("Add", None),  # sym_sum(SymInt[] args): Add folded over the list (ONNX's Sum takes floats only)
+    torch.sym_ite: ("Where", None),  # sym_ite(SymBool b, t, f): b is made BOOL, t and f as two operands
 }
 """Python operators on symbolic sizes that torch.export leaves in the graph, as the
-ONNX op that computes them and the type their operands are cast to first."""
+ONNX op that computes them and the type their operands are cast to first: every
+``torch.sym_*`` function torch.onnx translates (``sym_float``, ``sym_max``, ``sym_min``,
+``sym_not``, ``sym_sum``, ``sym_ite``), and ``sym_int``."""
 
 WITH_EFFECTS = torch.ops.higher_order.with_effects
 """Wraps an op with side effects, threading a token; only skipped checks are supported."""
