@@ -180,6 +180,25 @@ def op_name(op: torch._ops.OpOverload) -> OpName:
     return OpName.of(op)
 
 
+def draws_random(node: torch.fx.Node) -> bool:
+    """Whether ``node`` draws random numbers: a seeded op whose dropout, if it has one, is on."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded not in target.tags:
+        return False
+    schema = target._schema
+    bound = {a.name: a.default_value if a.has_default_value() else None for a in schema.arguments}
+    for index, argument in enumerate(schema.arguments):
+        if index < len(node.args):
+            bound[argument.name] = node.args[index]
+        elif argument.name in node.kwargs:
+            bound[argument.name] = node.kwargs[argument.name]
+    if "dropout_p" in bound:  # attention: random only while dropping
+        return bound["dropout_p"] not in (0, 0.0, None)
+    if "train" in bound:  # native_dropout(input, p, train)
+        return bool(bound["train"]) and bound.get("p") not in (0, 0.0)
+    return True
+
+
 def classify(node: torch.fx.Node) -> Kind:
     """What a ``call_function`` node is (see :class:`Kind`)."""
     fn = node.target
