@@ -739,10 +739,10 @@ def test_the_back_arrow_check_catches_every_form():
 
 DIAGNOSIS = {
     "run": "(self, *args: 'Any', runtime: 'str' = 'onnxruntime', **kwargs: 'Any') -> 'Any'",
-    "verify": "(self, *args: 'Any', rtol: 'float' = 0.0001, atol: 'float' = 0.0001, runtime: 'str' = 'auto', "
-    "locate: 'bool' = False, **kwargs: 'Any') -> 'Verification'",
-    "locate": "(self, *args: 'Any', rtol: 'float' = 0.0001, atol: 'float' = 0.0001, runtime: 'str' = 'auto', "
-    "**kwargs: 'Any') -> 'Location'",
+    "verify": "(self, *args: 'Any', rtol: 'float | None' = None, atol: 'float | None' = None, runtime: 'str' = "
+    "'auto', locate: 'bool' = False, **kwargs: 'Any') -> 'Verification'",
+    "locate": "(self, *args: 'Any', rtol: 'float | None' = None, atol: 'float | None' = None, runtime: 'str' = "
+    "'auto', **kwargs: 'Any') -> 'Location'",
 }
 """``OnnxProgram``'s diagnosis methods and their signatures, as users call them."""
 
