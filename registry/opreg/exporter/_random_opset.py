@@ -27,10 +27,10 @@ import torch
 from opreg.errors import UnsupportedOpsError
 from opreg.exporter import _plan
 from opreg.exporter._nodes import draws_random, op_name
-from opreg.targets import ONNX_DOMAIN, Target, TargetLike
+from opreg.registry.targets import ONNX_DOMAIN, Target, TargetLike
 
 if TYPE_CHECKING:
-    from opreg.registry import Registry
+    from opreg.registry.registry import Registry
 
 logger = logging.getLogger(__name__)
 
