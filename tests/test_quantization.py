@@ -384,7 +384,7 @@ _ON_THE_CPU = textwrap.dedent(
     import json, sys
     import numpy as np
     import onnxruntime
-    from opreg import _intkernels
+    from opreg.exporter.diagnosis import _intkernels
 
     folder = sys.argv[1]
     found = {"saturates": _intkernels.integer_products_saturate()}
