@@ -813,10 +813,10 @@ def test_the_program_class_is_the_model_its_names_and_save():
 
 DIAGNOSIS = {
     "run": "(self, *args: 'Any', runtime: 'str' = 'onnxruntime', **kwargs: 'Any') -> 'Any'",
-    "verify": "(self, *args: 'Any', rtol: 'float' = 0.0001, atol: 'float' = 0.0001, runtime: 'str' = 'auto', "
-    "locate: 'bool' = False, **kwargs: 'Any') -> 'Verification'",
-    "locate": "(self, *args: 'Any', rtol: 'float' = 0.0001, atol: 'float' = 0.0001, runtime: 'str' = 'auto', "
-    "**kwargs: 'Any') -> 'Location'",
+    "verify": "(self, *args: 'Any', rtol: 'float | None' = None, atol: 'float | None' = None, runtime: 'str' = "
+    "'auto', locate: 'bool' = False, **kwargs: 'Any') -> 'Verification'",
+    "locate": "(self, *args: 'Any', rtol: 'float | None' = None, atol: 'float | None' = None, runtime: 'str' = "
+    "'auto', **kwargs: 'Any') -> 'Location'",
 }
 """``OnnxProgram``'s diagnosis methods and their signatures, as users call them."""
 

@@ -465,7 +465,8 @@ PYTHON_CASES = {
     ),
     "verify-negative-rtol": (
         lambda p: p.verify(X, rtol=-1), opreg.InvalidArgumentError,
-        r"rtol= takes a tolerance: a finite number >= 0 such as 1e-4, got -1",
+        r"rtol= takes a tolerance: a finite number >= 0 such as 1e-4, or None for the dtype's default "
+        r"\(torch.testing's\), got -1",
     ),
     "verify-string-atol": (lambda p: p.verify(X, atol="a"), opreg.InvalidArgumentError, r"atol= .* got 'a'"),
     "verify-string-rtol": (lambda p: p.verify(X, rtol="a"), opreg.InvalidArgumentError, r"rtol= .* got 'a'"),
@@ -477,7 +478,8 @@ PYTHON_CASES = {
     # round 4: locate's tolerances are checked as verify's; a runtime is one of three names
     "locate-negative-atol": (
         lambda p: p.locate(X, atol=-1), opreg.InvalidArgumentError,
-        r"^atol= takes a tolerance: a finite number >= 0 such as 1e-4, got -1$",
+        r"^atol= takes a tolerance: a finite number >= 0 such as 1e-4, or None for the dtype's default "
+        r"\(torch.testing's\), got -1$",
     ),
     "locate-string-rtol": (lambda p: p.locate(X, rtol="a"), opreg.InvalidArgumentError, r"^rtol= .* got 'a'$"),
     "locate-infinite-atol": (lambda p: p.locate(X, atol=float("inf")), opreg.InvalidArgumentError, r"got inf$"),
@@ -941,7 +943,7 @@ WRONG_OPTIONS = {
     "target": 3.5, "dynamic_shapes": 7, "plugins": ["ort_contrib", 3], "exclude": "ort_contrib",
     "registry": "core", "host": "core", "inline": "no", "embed_functions": 1, "optimize": "no", "fold_weights": None,
     "rewrite": "yes", "seed": "1", "strict": 0, "state": "keep", "passes": [3], "patches": "no",
-    "exclude_patches": "x", "progress": "stages", "weights": 3,
+    "exclude_patches": "x", "progress": "stages", "weights": 3, "keep_float32": "yes",
 }  # fmt: skip
 """A wrong value for every keyword option of opreg.export (a new option without one fails the test below)."""
 

@@ -465,3 +465,62 @@ def test_complex_values_are_compared_as_real_pairs():
     location = program.locate(x)
     assert location.verdict == "ok", location
     assert location.compared >= 3
+
+
+class HalfSum(torch.nn.Module):
+    """issue 53: a float16 Linear, GELU and a sum over 64 values, whose verify fails by float16's rounding."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.linear(x)).sum(-1)
+
+
+WRONG_HALF_SUM = (
+    REGISTER
+    + '''
+@opreg.impl("aten::sum.dim_IntList", opset=18, priority=10)
+def aten_sum_dim_in_half(self, dim: list[int] | None, keepdim: bool = False, dtype: int | None = None):
+    """sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor, one
+    percent short."""
+    return op.Mul(op.ReduceSum(self, op.Constant(value_ints=list(dim)), keepdims=int(keepdim)), op.CastLike(0.99, self))
+'''
+)
+
+
+def test_float16_rounding_names_no_impl_and_a_wrong_float16_impl_is_named(make_pack):
+    """issue 53: --locate after a float16 verify called core:aten_sum_dim wrong over a few units in the
+    last place. Each value is compared at its dtype's tolerance, and a node is wrong only beyond four
+    units in the last place of its replay (two correct float16 kernels round that far apart): drift, no
+    suspect. A sum that is wrong by 1% is still named."""
+    torch.manual_seed(0)
+    model, x = HalfSum().half(), torch.randn(4, 16, 64).half()
+    program = opreg.export(model, (x,))
+    with pytest.raises(opreg.VerificationError, match=r"float16's default") as caught:
+        program.verify(x, locate=True)
+    location = caught.value.location
+    assert (location.rtol, location.atol) == (None, None)
+    assert location.verdict == "drift" and location.suspects == (), location
+    assert "each dtype's default tolerances" in str(location)
+    make_pack("wronghalfsum", WRONG_HALF_SUM)
+    wrong = opreg.export(model, (x,), plugins=["wronghalfsum"]).locate(x)
+    assert wrong.suspects == ("wronghalfsum:aten_sum_dim_in_half",), wrong
+
+
+class HalfGridSample(torch.nn.Module):
+    def forward(self, x, grid):
+        return torch.nn.functional.grid_sample(x, grid, align_corners=False)
+
+
+def test_a_float16_op_torchs_own_kernel_rounds_worse_is_not_called_wrong():
+    """torch's float16 CPU grid_sampler rounds each step (off by up to 0.125 here); the core pack's
+    computes in float32 and rounds once. Its replay in float16 disagrees by thousands of tolerances,
+    its replay in float32, rounded once, not at all: drift, no suspect."""
+    torch.manual_seed(0)
+    x, grid = (torch.randn(1, 2, 8, 8) * 30).half(), (torch.rand(1, 6, 6, 2) * 2 - 1).half()
+    location = opreg.export(HalfGridSample(), (x, grid)).locate(x, grid)
+    (divergence,) = location.divergences
+    assert divergence.error.ratio > 100 and divergence.local is not None and divergence.local.ratio == 0.0
+    assert location.verdict == "drift" and location.suspects == (), location

@@ -115,11 +115,6 @@ KNOWN: dict[tuple[str, str], Known] = {
     ("multinomial", "float16"): Known(_MULTINOMIAL, {4, 5}, _MULTINOMIAL_ERROR),
     ("stft", "complex64"): Known(_COMPLEX_WINDOW, {7}, r"ONNX's STFT takes a real window"),
     ("istft", "complex64"): Known(_COMPLEX_ISTFT, {7}, r"istft with return_complex=True is not exported"),
-    ("item", "bool"): Known(
-        "torch.export turns a bool item() into torch.sym_ite, a Python call opreg does not translate",
-        range(4),
-        r"UnsupportedOpsError: .* sym_ite: .*a Python or higher-order call",
-    ),
     **{
         ("as_strided.partial_views", dtype): Known(
             "the input is a view into a larger storage and as_strided reads that storage outside the view "

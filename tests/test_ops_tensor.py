@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from tests.optest import OPSETS, check, onnx_ops
+from tests.optest import LOWEST, NEWEST, OPSETS, check, onnx_ops
 
 torch.manual_seed(0)
 
@@ -765,3 +767,48 @@ def test_argsort_and_item_as_captured(opset):
     x = torch.randperm(20).reshape(4, 5).float()
     program = check(fn, x, torch.tensor([3, -2, 7]), opset=opset)
     assert {"aten::argsort.default", "aten::item.default"} <= _torch_ops(program)
+
+
+# -- cumulative products and extremes ----------------------------------------------------------
+
+SIGNS = torch.tensor([[2.0, 0.0, -3.0, 1.5, -1.0], [-0.5, 4.0, -2.0, 0.5, 8.0], [1.0, -1.0, 0.0, 0.0, 3.0]])
+"""Zeros and negative values: a product of logarithms would give NaN or -inf where torch gives 0 or a sign."""
+TIES = torch.tensor([[1.0, 3.0, 3.0, -math.inf, 3.0], [math.nan, 2.0, math.nan, 5.0, -1.0], [-math.inf] * 5])
+"""Equal values (torch's index is the last holding the extreme), NaN (it wins and holds: the last NaN's index), -inf."""
+
+
+@pytest.mark.parametrize("opset", (LOWEST, 25, 26, NEWEST))
+@pytest.mark.parametrize(
+    ("fn", "x"),
+    [
+        (lambda x: (x.cumprod(1), x.cumprod(0), x.cumprod(-1)), SIGNS),
+        (lambda x: x.cumprod(-1), SIGNS[0]),  # rank 1, a negative dim
+        (lambda x: (x.cumprod(1), x.cumprod(0, dtype=torch.float64)), I64),  # int64 products, exact
+        (lambda x: (x.cumprod(1), (x > 0).cumprod(0)), I32),  # int32 and bool give int64, as torch promotes them
+        (lambda x: x.cumprod(1), SIGNS.half()),  # float16: products in float32, each rounded once
+        (lambda x: x.cumprod(0), torch.tensor(-2.5)),
+    ],
+    ids=["signs", "rank1_negative_dim", "int64", "int32_bool", "float16", "0d"],
+)
+def test_cumprod_keeps_zeros_and_signs(fn, x, opset):
+    program = check(fn, x, opset=opset)
+    ops = onnx_ops(program)
+    if x.dim():  # CumProd where ai.onnx has it (26), a ReduceProd of prefix rows before
+        assert ("CumProd" in ops) == (opset >= 26) and ("ReduceProd" in ops) == (opset < 26), ops
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize(
+    ("fn", "x"),
+    [
+        (lambda x: (torch.cummax(x, 1), torch.cummin(x, 1), torch.cummax(x, 0), torch.cummin(x, -2)), TIES),
+        (lambda x: (torch.cummax(x, -1), torch.cummin(x, -1)), TIES[1]),  # rank 1, a negative dim
+        (lambda x: (torch.cummax(x, 1), torch.cummin(x, 0)), torch.tensor([[3, 1, 3, 7], [-2, -2, 5, -9]])),
+        (lambda x: (torch.cummax(x, 1), torch.cummin(x, 1)), torch.tensor([[True, False, True], [False, False, True]])),
+        (lambda x: (torch.cummax(x, 1), torch.cummin(x, 0)), TIES.half()),
+        (lambda x: (torch.cummax(x, 0), torch.cummin(x, -1)), torch.tensor(1.5)),
+    ],
+    ids=["ties_nan_inf", "rank1_negative_dim", "int64", "bool", "float16", "0d"],
+)
+def test_cummax_and_cummin_take_torchs_index(fn, x, opset):
+    check(fn, x, opset=opset)

@@ -346,3 +346,105 @@ def test_verify_of_a_random_model_says_how_to_check_it():
     program = opreg.export(Lambda(lambda x: x + torch.randn_like(x)), (torch.zeros(8),), target=18)
     with pytest.raises(opreg.VerificationError, match=r"RandomNormalLike.*in distribution.*Distribution\(\)"):
         program.verify(torch.zeros(8))
+
+
+# -- the default target: random ops where ONNX Runtime runs them ---------------------------------------
+
+
+class NormalSample(nn.Module):
+    """torch.distributions.Normal's sample (torch.onnx's test of it): RandomNormalLike, scaled and shifted."""
+
+    def forward(self, loc, scale):
+        return torch.distributions.Normal(loc, scale, validate_args=False).sample()
+
+
+NORMAL_ARGS = (torch.full((64,), 3.0), torch.linspace(0.5, 2.0, 64))
+
+
+def test_the_default_target_exports_random_ops_at_the_opset_onnx_runtime_runs():
+    """The ``onnx`` profile is a ceiling: a model that draws random numbers imports ai.onnx 21, where
+    ONNX Runtime 1.32 has kernels for them, and its draws have eager's distribution there."""
+    from opreg.exporter._random_opset import RANDOM_KERNELS_UP_TO
+
+    program = opreg.export(NormalSample(), NORMAL_ARGS)
+    assert program.model.opset_imports[""] == RANDOM_KERNELS_UP_TO == 21
+    assert "RandomNormalLike" in onnx_ops(program) and program.runtime_for() == "onnxruntime"
+    onnxruntime.set_seed(0)
+    torch.manual_seed(0)
+    got = [[program.run(*NORMAL_ARGS, runtime="onnxruntime")] for _ in range(200)]
+    expected = [[NormalSample()(*NORMAL_ARGS)] for _ in range(200)]
+    problems, summary = Distribution().judge(got, expected, 1e-5, 1e-5)
+    assert not problems, (problems, summary)
+
+
+def test_a_model_without_random_ops_keeps_the_profiles_opset():
+    program = opreg.export(Lambda(torch.relu), (torch.randn(3),))
+    assert program.model.opset_imports[""] == opreg.Target.of("onnx").onnx
+
+
+@pytest.mark.parametrize("target", ["onnx,ai.onnx=23", 23, {"": 23}, "23"], ids=repr)
+def test_a_target_that_names_its_onnx_version_keeps_it(target):
+    program = opreg.export(NormalSample(), NORMAL_ARGS, target=target)
+    assert program.model.opset_imports[""] == 23 and program.runtime_for() == "reference"
+
+
+def test_a_profile_of_a_pack_is_lowered_too():
+    if "onnxruntime" not in opreg.default_registry().profiles:
+        pytest.skip("opreg-ort-contrib is not installed")
+    program = opreg.export(NormalSample(), NORMAL_ARGS, target="onnxruntime")
+    assert program.model.opset_imports[""] == 21 and program.runtime_for() == "onnxruntime"
+
+
+@torch.library.custom_op("opreg_random_tests::doubled", mutates_args=())
+def _doubled(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_doubled.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_an_op_with_no_impl_at_21_keeps_the_profiles_opset():
+    """The lower opset is tried first; when an op has no impl there, the profile's version stands."""
+    registry = opreg.default_registry().copy()
+
+    def doubled_23(x):
+        """doubled(Tensor x) -> Tensor, only from ai.onnx 23."""
+        from onnxscript.onnx_opset import opset23 as op23
+
+        return op23.Add(x, x)
+
+    registry.register("opreg_random_tests::doubled", doubled_23, opset=23)
+    model = Lambda(lambda loc, scale: torch.ops.opreg_random_tests.doubled(NormalSample()(loc, scale)))
+    program = opreg.export(model, NORMAL_ARGS, registry=registry)
+    assert program.model.opset_imports[""] == opreg.Target.of("onnx").onnx
+    with pytest.raises(opreg.UnsupportedOpsError, match="opreg_random_tests::doubled"):
+        opreg.export(model, NORMAL_ARGS, registry=registry, target=21)
+
+
+def test_random_kernels_up_to_is_what_onnx_runtimes_kernel_table_says():
+    """Every random op opreg emits has a CPU kernel at each ai.onnx version up to RANDOM_KERNELS_UP_TO,
+    and none has one just above (its since-version there is 22)."""
+    from opreg.exporter import _kernels
+    from opreg.exporter._random_opset import RANDOM_KERNELS_UP_TO
+
+    def served(op: str, opset: int) -> bool:
+        return _kernels.runs(op, onnx.defs.get_schema(op, opset, "").since_version, {})
+
+    ops = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial")
+    assert all(served(op, v) for op in ops for v in range(18, RANDOM_KERNELS_UP_TO + 1))
+    assert not any(served(op, RANDOM_KERNELS_UP_TO + 1) for op in ops)
+
+
+@pytest.mark.parametrize(
+    ("spec", "pinned"),
+    [("onnx", False), ("onnxruntime", False), ("onnx,com.microsoft=1", False), ("onnx,25", True),
+     ("onnx, ai.onnx=25", True), ("20", True), (20, True), ({"": 20}, True),
+     (opreg.Target.of("onnx"), False), (opreg.Target.of("onnx,25"), True), (opreg.Target.of({"": 23}), True)],
+    ids=repr,
+)  # fmt: skip
+def test_what_names_the_onnx_version(spec, pinned):
+    from opreg.exporter._random_opset import pins_onnx
+
+    assert pins_onnx(spec) is pinned

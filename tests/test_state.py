@@ -54,6 +54,66 @@ def test_an_input_updated_in_place_is_refused_by_default_naming_it():
     assert info.value.inputs == ("running",)
 
 
+class BumpAndReturn(torch.nn.Module):
+    """Updates its input in place and returns that very value: the caller reads the update there."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.mul_(2).add_(y), x.sum()
+
+
+class BumpAndReturnOther(torch.nn.Module):
+    """Updates its input in place and returns something else: a view of it, or a value computed from it."""
+
+    def __init__(self, view: bool) -> None:
+        super().__init__()
+        self.view = view
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return x[0] if self.view else x * 2
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_an_input_updated_in_place_and_returned_exports_by_default(opset):
+    """Its new value is not lost: the output carries it (torch.onnx exports the same model)."""
+    program = opreg.export(BumpAndReturn(), (torch.randn(3), torch.randn(3)), target=opset)
+    assert program.state_slots == () and [v.name for v in program.model.graph.outputs] == ["output_0", "output_1"]
+    x, y = torch.randn(3), torch.randn(3)
+    got = program.run(x.clone(), y)
+    torch.testing.assert_close(got, BumpAndReturn()(x.clone(), y))
+
+
+@pytest.mark.parametrize("view", [True, False], ids=["a view of it", "a value computed from it"])
+def test_an_input_update_no_output_carries_is_still_refused(view):
+    with pytest.raises(opreg.StateError, match=r"input\(s\) 'x' in place") as info:
+        opreg.export(BumpAndReturnOther(view), (torch.randn(3),))
+    assert info.value.inputs == ("x",)
+
+
+def test_over_the_op_database_normal_exports_and_batch_norm_with_update_asks_for_state():
+    """The two OpInfos whose op updates a user input, exported as the op alone under the default
+    state="error": normal_ returns the tensor it fills, so nothing is lost; _batch_norm_with_update's
+    running statistics are updated and not returned, so they would be."""
+    from opreg.testing import OpCall
+    from opreg.testing import opinfo as oi
+
+    infos = {oi.full_name(i): i for i in oi.op_db()}
+    normal, batch_norm = infos["normal.in_place"], infos["_batch_norm_with_update"]
+    exported = refused = 0
+    for sample in oi.samples(normal, torch.float32, 8):
+        model = OpCall(oi.op_for(normal), [sample])
+        program = opreg.export(model, OpCall.inputs([sample]), target=21)
+        assert program.state_slots == () and "RandomNormalLike" in {n.op_type for n in program.model.graph}
+        exported += 1
+    for sample in oi.samples(batch_norm, torch.float32, 8):
+        model = OpCall(oi.op_for(batch_norm), [sample])
+        with pytest.raises(opreg.StateError, match=r"input\(s\) .* in place") as info:
+            opreg.export(model, OpCall.inputs([sample]))
+        assert len(info.value.inputs) == 2  # running_mean and running_var
+        refused += 1
+    assert exported > 0 and refused > 0
+
+
 def test_state_takes_three_values():
     with pytest.raises(opreg.InvalidArgumentError, match="state='keep': use 'error'"):
         opreg.export(Counter(), (torch.randn(2, 3),), state="keep")

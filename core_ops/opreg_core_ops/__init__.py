@@ -22,6 +22,7 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
         complex,
         convolution,
         creation,
+        cumulative,
         dropout,
         elementwise,
         embedding_bag,
@@ -46,8 +47,8 @@ def opreg_register_ops(registry: opreg.Registrar) -> None:
 
     registry.register_module(
         elementwise, comparison, activation, linalg, convolution, normalization, attention, pooling, resampling,
-        padding, dropout, reduction, creation, indexing, joining, shape, onnx_ops, random, complex, spectral,
-        quantization, special, views, embedding_bag, binning, sets, noops,
+        padding, dropout, reduction, cumulative, creation, indexing, joining, shape, onnx_ops, random, complex,
+        spectral, quantization, special, views, embedding_bag, binning, sets, noops,
     )  # fmt: skip
     for op, reason in unsupported.UNSUPPORTED.items():
         registry.mark_unsupported(op, reason)

@@ -25,7 +25,7 @@ __all__ = ["STATE_MODES", "ExportSettings", "describe", "takes_settings"]
 
 STATE_MODES = ("error", "io", "drop")
 """What ``state=`` takes."""
-_FLAGS = ("embed_functions", "optimize", "fold_weights", "rewrite", "strict", "patches")
+_FLAGS = ("embed_functions", "optimize", "fold_weights", "rewrite", "strict", "patches", "keep_float32")
 """The fields that take True or False."""
 
 
@@ -82,6 +82,9 @@ class ExportSettings:
         weights: the values of the model's ``meta``-device parameters and buffers (a model larger
             than memory): a safetensors file, a folder of them, a list of files, or a mapping of
             names to tensors, read as the model is written (:mod:`opreg.weights`); default ``None``.
+        keep_float32: compute in float32 the bfloat16 ops ONNX Runtime's CPU provider has no kernel
+            for (MatMul, Gemm, Add, ...), each input cast from bfloat16 and each result back; default
+            ``False``.
     """
 
     target: TargetLike = "onnx"
@@ -103,6 +106,7 @@ class ExportSettings:
     exclude_patches: Iterable[str] = ()
     progress: Callable[[str], None] | None = None
     weights: Any = None
+    keep_float32: bool = False
 
     def __post_init__(self) -> None:
         for name in _FLAGS:

@@ -8,6 +8,7 @@ from typing import Any
 
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
+from onnxscript.onnx_opset import opset19 as op19
 
 import opreg
 from opreg.ops import DEFAULT_FLOAT, Tensor, is_integral, node_value
@@ -202,7 +203,8 @@ def aten_arange(end: float, dtype: int | None = None):
     return _arange(0, end, 1, dtype)
 
 
-@opreg.impl("aten::_to_copy")
+@opreg.impl("aten::_to_copy", opset=18)
+@opreg.impl("aten::_to_copy", opset=19)
 def aten_to_copy(
     self: Tensor,
     dtype: int | None = None,
@@ -210,36 +212,52 @@ def aten_to_copy(
     device: str | None = None,
     pin_memory: bool | None = None,
     non_blocking: bool = False,
+    *,
+    opset: int,
 ):
     """_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor: Cast (Identity when the dtype stays)."""
-    return _cast(self, dtype)
+    return _cast(self, dtype, opset)
 
 
-def _cast(self, dtype: int | None):
+_UNSATURATED = frozenset({ir.DataType.FLOAT8E4M3FNUZ, ir.DataType.FLOAT8E5M2, ir.DataType.FLOAT8E5M2FNUZ})
+"""float8 types torch converts to without saturating: a value past the largest becomes inf (e5m2) or NaN
+(the fnuz types), as Cast-19 with ``saturate=0`` makes it; Cast's default saturates, as torch's
+float8_e4m3fn does. Before ai.onnx 19 Cast has no float8 type at all."""
+
+
+def _cast(self, dtype: int | None, opset: int):
     if dtype is None or ir.DataType(dtype) == self.dtype:
         return op18.Identity(self)
+    if opset >= 19 and ir.DataType(dtype) in _UNSATURATED:
+        return op19.Cast(self, to=dtype, saturate=0)
     return op18.Cast(self, to=dtype)
 
 
-@opreg.impl("aten::type_as")
-def aten_type_as(self: Tensor, other: Tensor):
+@opreg.impl("aten::type_as", opset=18)
+@opreg.impl("aten::type_as", opset=19)
+def aten_type_as(self: Tensor, other: Tensor, *, opset: int):
     """type_as(Tensor self, Tensor other) -> Tensor: Cast to other's dtype (Identity when it is self's)."""
-    return _cast(self, other.dtype)
+    return _cast(self, other.dtype, opset)
 
 
-@opreg.impl("aten::to.dtype")
-def aten_to_dtype(self: Tensor, dtype: int, non_blocking: bool = False, copy: bool = False):
+@opreg.impl("aten::to.dtype", opset=18)
+@opreg.impl("aten::to.dtype", opset=19)
+def aten_to_dtype(self: Tensor, dtype: int, non_blocking: bool = False, copy: bool = False, *, opset: int):
     """to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast (Identity when the dtype stays)."""
-    return _cast(self, dtype)
+    return _cast(self, dtype, opset)
 
 
-@opreg.impl("aten::to.device")
-def aten_to_device(self: Tensor, device: str | None, dtype: int, non_blocking: bool = False, copy: bool = False):
+@opreg.impl("aten::to.device", opset=18)
+@opreg.impl("aten::to.device", opset=19)
+def aten_to_device(
+    self: Tensor, device: str | None, dtype: int, non_blocking: bool = False, copy: bool = False, *, opset: int
+):
     """to.device(Tensor(a) self, Device device, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast (Identity when the dtype stays)."""
-    return _cast(self, dtype)
+    return _cast(self, dtype, opset)
 
 
-@opreg.impl("aten::to.dtype_layout")
+@opreg.impl("aten::to.dtype_layout", opset=18)
+@opreg.impl("aten::to.dtype_layout", opset=19)
 def aten_to_dtype_layout(
     self: Tensor,
     dtype: int | None = None,
@@ -248,15 +266,18 @@ def aten_to_dtype_layout(
     pin_memory: bool | None = None,
     non_blocking: bool = False,
     copy: bool = False,
+    *,
+    opset: int,
 ):
     """to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast (Identity when the dtype stays)."""
-    return _cast(self, dtype)
+    return _cast(self, dtype, opset)
 
 
-@opreg.impl("aten::to.other")
-def aten_to_other(self: Tensor, other: Tensor, non_blocking: bool = False, copy: bool = False):
+@opreg.impl("aten::to.other", opset=18)
+@opreg.impl("aten::to.other", opset=19)
+def aten_to_other(self: Tensor, other: Tensor, non_blocking: bool = False, copy: bool = False, *, opset: int):
     """to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a): Cast to other's dtype (Identity when it stays)."""
-    return _cast(self, other.dtype)
+    return _cast(self, other.dtype, opset)
 
 
 @opreg.impl("aten::clone")

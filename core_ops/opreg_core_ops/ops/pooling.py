@@ -6,6 +6,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
@@ -76,8 +77,9 @@ def _window_slices(x, kernel, stride, dilation, pads, out, pad_value):
 
 
 def _dtype_min(dtype: ir.DataType):
+    """The least value of ``dtype`` (ml_dtypes' finfo knows bfloat16, numpy's does not)."""
     numpy_type = dtype.numpy()
-    info = np.iinfo(numpy_type) if np.issubdtype(numpy_type, np.integer) else np.finfo(numpy_type)
+    info = np.iinfo(numpy_type) if np.issubdtype(numpy_type, np.integer) else ml_dtypes.finfo(numpy_type)
     return np.array(info.min, dtype=numpy_type)
 
 

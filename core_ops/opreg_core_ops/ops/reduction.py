@@ -1,4 +1,5 @@
-"""Reductions: sum/mean/prod, amax/amin/max/min, any/all, argmax/argmin, var/std, cumsum, sort/topk, logsumexp.
+"""Reductions: sum/mean/prod, amax/amin/max/min, any/all, argmax/argmin, var/std, diff, sort/topk, logsumexp (the
+cumulative ones are in ``cumulative``).
 
 NaN: torch propagates it through max/min, amax/amin, max.dim/min.dim, argmax/argmin,
 sort and topk, treating NaN as larger than every number (+inf included): a slice
@@ -340,21 +341,6 @@ def aten_std_dim(self: Tensor, dim: Sequence[int] | None, unbiased: bool = True,
     return result if result.dtype == out_type else op18.Cast(result, to=out_type)
 
 
-@opreg.impl("aten::cumsum")
-def aten_cumsum(self: Tensor, dim: int, dtype: int | None = None):
-    """cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor: CumSum (ints as INT64)."""
-    if dtype is not None:
-        self = op18.Cast(self, to=dtype)
-    elif is_integral(self.dtype):
-        self = op18.Cast(self, to=ir.DataType.INT64)
-    if rank_of(self) == 0:
-        return op18.Identity(self)
-    out_type = self.dtype
-    if out_type in HALF_TYPES:
-        return op18.Cast(op18.CumSum(op18.Cast(self, to=ir.DataType.FLOAT), dim), to=out_type)
-    return op18.CumSum(self, dim)
-
-
 @opreg.impl("aten::diff")
 def aten_diff(self: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None, append: Tensor | None = None):
     """diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor: n times Sub of two
@@ -507,34 +493,6 @@ def aten_dist(self: Tensor, other: Tensor, p: float = 2):
     """dist(Tensor self, Tensor other, Scalar p=2) -> Tensor: the p-norm of self - other (broadcast) over every element."""
     difference = op18.Sub(self, other)
     return aten_linalg_vector_norm(difference, p)
-
-
-@opreg.impl("aten::logcumsumexp")
-def aten_logcumsumexp(self: Tensor, dim: int):
-    """logcumsumexp(Tensor self, int dim) -> Tensor: per position, a max-shifted logsumexp of the prefix (a masked n x n matrix along dim; half floats in float32).
-
-    One shift for the whole slice would underflow the prefixes far below the slice's max
-    (log(0) = -inf for a true -200); each prefix has its own shift here, so it is exact."""
-    out_type = self.dtype
-    x = op18.Cast(self, to=ir.DataType.FLOAT) if out_type in HALF_TYPES else self
-    rank = rank_of(x)
-    if rank == 0:
-        return op18.Identity(self)
-    axis = dim % rank
-    perm = list(range(rank))
-    perm[axis], perm[-1] = perm[-1], perm[axis]
-    last = op18.Transpose(x, perm=perm) if axis != rank - 1 else x
-    size = op18.Shape(last, start=-1)
-    square = op18.Concat(size, size, axis=0)
-    prefix = op18.Cast(op18.Trilu(op18.Expand(op18.Constant(value_int=1), square), upper=0), to=ir.DataType.BOOL)
-    rows = op18.Where(prefix, op18.Unsqueeze(last, [-2]), op18.CastLike(-math.inf, last))  # (..., i, j<=i)
-    peak = op18.ReduceMax(rows, [-1], keepdims=1)
-    peak = op18.Where(op18.IsInf(peak), op18.CastLike(0.0, peak), peak)  # all -inf, or +inf: no shift
-    total = op18.ReduceSum(op18.Exp(op18.Sub(rows, peak)), [-1], keepdims=0)
-    result = op18.Add(op18.Log(total), op18.Squeeze(peak, [-1]))
-    if axis != rank - 1:
-        result = op18.Transpose(result, perm=perm)
-    return result if out_type == result.dtype else op18.Cast(result, to=out_type)
 
 
 @opreg.impl("aten::argsort.default")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from opreg.cli._common import (
+    EXIT_ERROR,
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -19,6 +20,7 @@ from opreg.cli._common import (
     export_settings,
     load_model,
     missing_table,
+    one_line,
     packs,
     print_fixed_dims,
     print_json,
@@ -43,8 +45,16 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
         "--locate", action="store_true",
         help="with --verify, on a mismatch compare every intermediate value and name the impl or rule at fault",
     )  # fmt: skip
-    p.add_argument("--rtol", type=float, default=1e-4, help="--verify's relative tolerance (default 1e-4)")
-    p.add_argument("--atol", type=float, default=1e-4, help="--verify's absolute tolerance (default 1e-4)")
+    p.add_argument(
+        "--rtol", type=float, default=None,
+        help="--verify's relative tolerance (default: by each output's dtype, torch.testing's: float32 1.3e-6, "
+        "float16 1e-3, bfloat16 1.6e-2)",
+    )  # fmt: skip
+    p.add_argument(
+        "--atol", type=float, default=None,
+        help="--verify's absolute tolerance (default: by each output's dtype, torch.testing's: 1e-5 for "
+        "float32, float16 and bfloat16)",
+    )  # fmt: skip
     p.add_argument("--keep-functions", action="store_true", help="keep script impls as model-local functions")
     p.add_argument(
         "--embed-functions", action="store_true",
@@ -65,6 +75,11 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
         "model is written (weights=)",
     )  # fmt: skip
     p.add_argument(
+        "--keep-float32", action="store_true",
+        help="compute in float32 the bfloat16 ops ONNX Runtime's CPU provider has no kernel for (MatMul, Gemm, "
+        "Add, ...), each input cast from bfloat16 and each result back (keep_float32=)",
+    )  # fmt: skip
+    p.add_argument(
         "--state", choices=("error", "io", "drop"), default="error",
         help="a model that updates buffers or inputs in forward: refuse it (error, default), export each as an "
         "input and an output (io), or leave the updates out (drop)",
@@ -73,7 +88,7 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from opreg.errors import UnsupportedOpsError, VerificationError
+    from opreg.errors import OpregError, UnsupportedOpsError, VerificationError
     from opreg.exporter._save import check_output_path
 
     err = console(stderr=True)
@@ -97,6 +112,11 @@ def run(args: argparse.Namespace) -> int:
         except VerificationError as e:
             status.stop()
             return _mismatch(args, err, e)
+        except OpregError as e:
+            if stages.current != "verify":
+                raise
+            status.stop()
+            return _unverified(args, e)
         except KeyboardInterrupt as e:
             status.stop()
             sys.stderr.write(f"opreg: interrupted: {_interrupted_export(e, stages.current, args)}\n")
@@ -125,6 +145,7 @@ def _export(args: argparse.Namespace, packs: Any, target: Any, loaded: Any, dyna
     settings = export_settings(
         args, packs, target, dynamic, inline=not args.keep_functions, fold_weights=not args.keep_weights,
         state=args.state, progress=stage, embed_functions=args.embed_functions, weights=args.weights,
+        keep_float32=args.keep_float32,
     )  # fmt: skip
     program = exporter.export(loaded.module, loaded.args, loaded.kwargs, settings=settings)
     for joined in program.joined_domains:  # before the save and the verify, which may fail
@@ -137,6 +158,15 @@ def _export(args: argparse.Namespace, packs: Any, target: Any, loaded: Any, dyna
         result = program.verify(*loaded.args, rtol=args.rtol, atol=args.atol, locate=args.locate, **loaded.kwargs)
     stage("")
     return program, path, result
+
+
+def _unverified(args: argparse.Namespace, error: Exception) -> int:
+    """The model was written, and could not be run to verify it (ONNX Runtime refused it): say both."""
+    if args.json:
+        print_json({"file": str(Path(args.output).resolve()), "verified": False, "error": one_line(error)})
+    else:
+        sys.stderr.write(f"opreg: error: wrote {args.output}, but could not verify it: {one_line(error)}\n")
+    return EXIT_ERROR
 
 
 def _mismatch(args: argparse.Namespace, err: Any, error: Any) -> int:
@@ -199,7 +229,7 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
         worst = max((o.max_abs for o in result.outputs), default=0.0)
         out.print(
             f"verified with {result.runtime}: {len(result.outputs)} output(s) match eager PyTorch "
-            f"(max abs {worst:.3g})",
+            f"(max abs {worst:.3g}; {result.tolerances()})",
             markup=False,
         )
     return EXIT_OK
@@ -207,10 +237,12 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
 
 def _location_table(out: Any, location: Any) -> None:
     """``program.locate``'s report: the nodes out of tolerance, the suspects first, then the verdict."""
+    from opreg.exporter.diagnosis.report import tolerance_text
+
     rows = sorted(location.divergences, key=lambda d: (not d.faulty, not d.first))[:LOCATE_ROWS]
     nodes = table(
         f"where it goes wrong ({location.compared} values compared with eager, {location.runtime}, "
-        f"rtol={location.rtol:g}, atol={location.atol:g})",
+        f"{tolerance_text(location.rtol, location.atol)})",
         ["node", "torch op", "impl / rule", "impl at", "model line", "error", "alone", "verdict"],
         whole=["impl / rule", "impl at"],
     )

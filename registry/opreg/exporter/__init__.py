@@ -18,7 +18,7 @@ import torch
 
 from opreg import _heap
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
-from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
+from opreg.exporter import _capture, _dynamic, _finish, _random_opset, _state, _translate
 from opreg.exporter._grown import GrownDim
 from opreg.exporter._narrowing import FixedDim, ShapeGuard
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
@@ -126,7 +126,7 @@ def plan_export(
             model, args, kwargs, settings.dynamic_shapes, patched
         ).program  # a meta model needs no weights
     try:
-        _plan.prepare(captured, reg, resolved)
+        _random_opset.prepare(captured, reg, resolved, settings.target)
     except UnsupportedOpsError as e:
         return list(e.missing)
     return []
@@ -187,7 +187,7 @@ def run_export(
     captured = capture.program
     _heap.settle()  # so does the captured program
     tick("plan")
-    program, plan = _plan.prepare(captured, reg, resolved)  # decomposed only where needed
+    program, plan = _random_opset.prepare(captured, reg, resolved, settings.target)  # decomposed where needed
     _state.check(program, settings.state, _model_name(model))
     tick("translate")
     symbols: dict[str, str] = {}

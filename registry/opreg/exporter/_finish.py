@@ -42,6 +42,7 @@ from opreg.exporter.passes import lean
 from opreg.exporter.passes.housekeeping import MIN_IR_VERSION, LowestIrVersion, StripAuthoringAttributes
 from opreg.exporter.passes.outputs import BindOutputs, OwnSubgraphOutputs, output_names
 from opreg.exporter.passes.pipeline import IfModified, Pipeline
+from opreg.exporter.passes.precision import ComputeInFloat32
 from opreg.exporter.passes.seeding import SeedRandomNodes
 from opreg.node_types import confirms
 from opreg.packs import hookchecks, patching
@@ -118,6 +119,7 @@ def finish(
         seed=settings.seed,
         outputs=(bound + [slot.output for slot in state], origins),
         strict=settings.strict,
+        keep_float32=_boundaries(translation) if settings.keep_float32 else None,
     )
     metadata = model_metadata(target, exported_program, module, joined, dim_bounds)
     model = build_model(graph, recorder.functions, versions, metadata=metadata, definitions=definitions)
@@ -140,6 +142,16 @@ def finish(
         traces=translation.traces,
         capture_patches=capture_patches,
         joined_domains=joined,
+    )
+
+
+def _boundaries(translation: Translation) -> frozenset[str]:
+    """The names of the values that are the results of the main graph's torch ops."""
+    return frozenset(
+        name
+        for trace in translation.traces.values()
+        for name in (*trace.names, *(v.name for v in trace.values if v is not None))
+        if name
     )
 
 
@@ -314,6 +326,7 @@ def pipeline(
     seed: int | None = None,
     outputs: tuple[Sequence[str], Sequence[Mapping[str, str]]] | None = None,
     strict: bool = False,
+    keep_float32: frozenset[str] | None = None,
 ) -> Pipeline:
     """The finishing passes for these options, in order (``pipeline(...).describe()`` lists them).
 
@@ -324,10 +337,13 @@ def pipeline(
     target multiplies by the stored-transposed weight with ``MatMul``, measured faster in a
     language model's decode step than ``FusedMatMul(transB=1)``, which a weight the fold leaves
     alone still gets), then the packs' ``rewrites`` (which ``target`` gates), the lean pass
-    again if they fired, unused functions, subgraph outputs owned by their subgraph, unused
+    again if they fired, the bfloat16 nodes ONNX Runtime has no kernel for computed in float32
+    (``keep_float32``), unused functions, subgraph outputs owned by their subgraph, unused
     opsets dropped, the lowest IR version the opsets allow, and the outputs named (``outputs``).
 
     ``weights``: the initializers that are the model's ``state_dict`` entries, never folded.
+    ``keep_float32``: the names of the values that are torch ops' results (each rounded to
+    bfloat16 where the nodes around it compute in float32), ``None`` for no such pass.
     ``outputs``: the names of the graph's outputs and the provenance of the nodes that made them
     (see :class:`BindOutputs`). ``rewrites`` without a ``target`` is a ``ValueError``."""
     passes: list[PassBase] = [StripAuthoringAttributes()]
@@ -355,6 +371,8 @@ def pipeline(
             else common_passes.RemoveUnusedNodesPass()
         )
         passes.append(IfModified(_rewrite.passes(rewrites, target, strict), again, "packs' rewrites"))
+    if keep_float32 is not None:  # last of the graph's changes: the nodes it casts are the ones the model keeps
+        passes.append(ComputeInFloat32(keep_float32))
     passes += [
         common_passes.RemoveUnusedFunctionsPass(),
         OwnSubgraphOutputs(),

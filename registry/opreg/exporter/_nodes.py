@@ -62,9 +62,14 @@ SYMBOLIC_OPS: dict[Callable[..., Any], tuple[str, ir.DataType | None]] = {
     math.ceil: ("Ceil", ir.DataType.FLOAT),
     torch.sym_max: ("Max", None),
     torch.sym_min: ("Min", None),
+    torch.sym_not: ("Not", ir.DataType.BOOL),
+    torch.sym_sum: ("Add", None),  # sym_sum(SymInt[] args): Add folded over the list (ONNX's Sum takes floats only)
+    torch.sym_ite: ("Where", None),  # sym_ite(SymBool b, t, f): b is made BOOL, t and f as two operands
 }
 """Python operators on symbolic sizes that torch.export leaves in the graph, as the
-ONNX op that computes them and the type their operands are cast to first."""
+ONNX op that computes them and the type their operands are cast to first: every
+``torch.sym_*`` function torch.onnx translates (``sym_float``, ``sym_max``, ``sym_min``,
+``sym_not``, ``sym_sum``, ``sym_ite``), and ``sym_int``."""
 
 WITH_EFFECTS = torch.ops.higher_order.with_effects
 """Wraps an op with side effects, threading a token; only skipped checks are supported."""
@@ -173,6 +178,25 @@ def subgraphs(node: torch.fx.Node) -> Iterator[tuple[str, torch.fx.GraphModule]]
 def op_name(op: torch._ops.OpOverload) -> OpName:
     """The :class:`OpName` of a torch op overload (parsed once per op)."""
     return OpName.of(op)
+
+
+def draws_random(node: torch.fx.Node) -> bool:
+    """Whether ``node`` draws random numbers: a seeded op whose dropout, if it has one, is on."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded not in target.tags:
+        return False
+    schema = target._schema
+    bound = {a.name: a.default_value if a.has_default_value() else None for a in schema.arguments}
+    for index, argument in enumerate(schema.arguments):
+        if index < len(node.args):
+            bound[argument.name] = node.args[index]
+        elif argument.name in node.kwargs:
+            bound[argument.name] = node.kwargs[argument.name]
+    if "dropout_p" in bound:  # attention: random only while dropping
+        return bound["dropout_p"] not in (0, 0.0, None)
+    if "train" in bound:  # native_dropout(input, p, train)
+        return bool(bound["train"]) and bound.get("p") not in (0, 0.0)
+    return True
 
 
 def classify(node: torch.fx.Node) -> Kind:

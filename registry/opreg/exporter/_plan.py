@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from opreg.errors import OpsetConflictError, UnsupportedOpsError
+from opreg.errors import ExportError, OpsetConflictError, UnsupportedOpsError
 from opreg.exporter import _decompose, _nodes
 from opreg.registry._inspect import (
     TORCH_ONNX,
@@ -183,6 +183,7 @@ def prepare(
     and ``joined`` say so (logged, one line per domain). Raises :class:`UnsupportedOpsError` with
     every op that still has no impl, and :class:`OpsetConflictError` with the ``-t`` to use when a
     domain cannot join at its declared version."""
+    _refuse_uncarried(program)
     joined: tuple[JoinedDomain, ...] = ()
     survey = _survey(program, registry, target)
     if survey.missing:
@@ -198,6 +199,37 @@ def prepare(
     for domain in joined:
         logger.warning("%s", domain.note)
     return program, Plan(survey.steps, target, joined)
+
+
+UNCARRIED: dict[torch.dtype, str] = {
+    torch.float4_e2m1fn_x2: (
+        "float4_e2m1fn_x2 packs two FP4 (E2M1) values in each byte, the first in the low four bits, so a "
+        "(..., n) tensor of it is ONNX's FLOAT4E2M1 (..., 2n) with the same bytes; but ONNX Runtime's CPU "
+        "provider has no kernel for FLOAT4E2M1 (not even Identity or Cast), so opreg does not export it. "
+        "Pass and return the packed bytes as uint8 (x.view(torch.uint8)), unpacking them in the model, "
+        "or quantize to a float8 type (float8_e4m3fn, float8_e5m2), which export and run"
+    ),
+}
+"""dtypes opreg refuses before planning, with why and what to do instead."""
+
+
+def _refuse_uncarried(program: torch.export.ExportedProgram) -> None:
+    """An :class:`ExportError` naming the first value of a dtype in :data:`UNCARRIED` (an input, a
+    weight or a node's result, in any graph of the program), before anything is planned."""
+    signature = program.graph_signature
+    weights = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            value = node.meta.get("val")
+            for tensor in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(tensor, torch.Tensor) and tensor.dtype in UNCARRIED:
+                    if node.op == "call_function":
+                        what = f"node {node.name} ({_nodes.where(node)})"
+                    else:
+                        what = f"weight {weights[node.name]!r}" if node.name in weights else f"input {node.name!r}"
+                    raise ExportError(f"{what} is {tensor.dtype}: {UNCARRIED[tensor.dtype]}")
 
 
 def _join(missing: _Missing, registry: Registry, target: Target) -> tuple[Target, tuple[JoinedDomain, ...]]:

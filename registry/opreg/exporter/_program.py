@@ -225,19 +225,20 @@ class OnnxProgram:
     def verify(
         self,
         *args: Any,
-        rtol: float = 1e-4,
-        atol: float = 1e-4,
+        rtol: float | None = None,
+        atol: float | None = None,
         runtime: str = "auto",
         locate: bool = False,
         **kwargs: Any,
     ) -> Verification:
-        """Run the model and eager PyTorch on the same inputs and compare every output: returns a
-        :class:`Verification`, raises :class:`opreg.VerificationError` listing the mismatches (with
-        ``locate=True``, located). See docs/exporting.md, section ``opreg.export``."""
+        """Run the model and eager PyTorch on the same inputs and compare every output (``rtol``/``atol``
+        ``None``: each output's dtype's default, torch.testing's): returns a :class:`Verification`, raises
+        :class:`opreg.VerificationError` listing the mismatches (with ``locate=True``, located). See
+        docs/exporting.md, section ``opreg.export``."""
         return verify_program(self, args, kwargs, rtol=rtol, atol=atol, runtime=runtime, locate=locate)
 
     def locate(
-        self, *args: Any, rtol: float = 1e-4, atol: float = 1e-4, runtime: str = "auto", **kwargs: Any
+        self, *args: Any, rtol: float | None = None, atol: float | None = None, runtime: str = "auto", **kwargs: Any
     ) -> Location:
         """Compare every intermediate value with eager PyTorch and say where the model goes wrong:
         returns a :class:`opreg.exporter.Location`. See docs/when-numbers-differ.md."""

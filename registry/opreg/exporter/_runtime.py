@@ -18,6 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from opreg.errors import RuntimeUnavailableError
+from opreg.exporter import _kernels
 from opreg.exporter._recorder import RANDOM_OPS
 from opreg.packs.host import PackHost
 
@@ -88,21 +89,38 @@ def onnxruntime_session(model: ir.Model, host: PackHost) -> Any:
         payload = ir.serde.serialize_model(model).SerializeToString()
         return onnxruntime.InferenceSession(payload, options, providers=["CPUExecutionProvider"])
     except Exception as e:
-        ops = custom_ops(model)
-        random = missing_random_kernel(e)
-        hint = ""
-        if ops:
-            hint = (
-                f" The model uses custom ops {_describe(ops)}: install or load the pack that ships their "
-                "kernels (opreg_configure_session), or run with runtime='reference'."
-            )
-        elif random:
-            hint = (
-                f" This ONNX Runtime has no CPU kernel for {random}: its random-number kernels stop at "
-                "opset 21 (microsoft/onnxruntime#32201). Export with target=21 or lower to run the model "
-                "in ONNX Runtime, or run it with runtime='reference'."
-            )
-        raise RuntimeUnavailableError(f"ONNX Runtime cannot load the model: {e}.{hint}") from e
+        raise RuntimeUnavailableError(f"ONNX Runtime cannot load the model: {e}.{_load_hint(model, e)}") from e
+
+
+def _load_hint(model: ir.Model, error: Exception) -> str:
+    """What to do about ONNX Runtime refusing ``model`` with ``error``: the pack its custom ops need,
+    the opset its random ops run at, or the nodes its CPU provider has no kernel for (from its kernel
+    table, :mod:`opreg.exporter._kernels`) and the remedy."""
+    ops = custom_ops(model)
+    random = missing_random_kernel(error)
+    if ops:
+        return (
+            f" The model uses custom ops {_describe(ops)}: install or load the pack that ships their "
+            "kernels (opreg_configure_session), or run with runtime='reference'."
+        )
+    if random:
+        return (
+            f" This ONNX Runtime has no CPU kernel for {random}: its random-number kernels stop at "
+            "opset 21 (microsoft/onnxruntime#32201). Export with target=21 or lower to run the model "
+            "in ONNX Runtime, or run it with runtime='reference'."
+        )
+    found = _kernels.missing(model) if _NO_KERNEL.search(str(error)) else []
+    if not found:
+        return ""
+    text = f" Its CPU provider has no kernel for {_kernels.describe(found)}."
+    if any(m.half for m in found):
+        text += (
+            " Export with keep_float32=True (opreg export --keep-float32) to compute the bfloat16 ones in "
+            "float32, cast from and back to bfloat16 around each,"
+        )
+    else:
+        text += " Export the model in types its kernels take,"
+    return f"{text} or run the model on an execution provider that has these kernels."
 
 
 def reference_evaluator(model: ir.Model, host: PackHost) -> Any:

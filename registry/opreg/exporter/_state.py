@@ -5,6 +5,11 @@ pair (``state="io"``), knowingly left out (``state="drop"``), or refused with an
 naming what the model mutates (``state="error"``, the default). It is never dropped
 without a word (docs/design.md, "An export").
 
+Only an update that would be lost is refused: an input updated in place whose new value
+the model also returns (``return x.normal_()``) is exported under the default, as
+torch.onnx exports it; the caller reads the new value from that output. A buffer's update
+always would be lost (the next call reads the exported value), so it is always refused.
+
 What a model mutates is read from the decomposed program's signature: torch's
 functionalization lists every mutated buffer and input there, and the decomposition
 stage always runs for a graph that mutates one (:func:`opreg.exporter._plan.prepare`).
@@ -13,15 +18,18 @@ stage always runs for a graph that mutates one (:func:`opreg.exporter._plan.prep
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 
 import torch
-from torch.export.graph_signature import OutputKind
+from torch.export.graph_signature import OutputKind, TensorArgument
 
 from opreg.errors import StateError
 
 BUFFER = "buffer"
 INPUT = "input"
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,28 +52,47 @@ class StateSlot:
 @dataclasses.dataclass(frozen=True)
 class Mutations:
     """What a program mutates: buffers by ``state_dict`` name and user inputs by placeholder
-    name, each in the order of the program's outputs."""
+    name, each in the order of the program's outputs; ``returned``: the inputs among them whose
+    new value is also one of the model's outputs (its update is not lost without ``state=``)."""
 
     buffers: tuple[str, ...]
     inputs: tuple[str, ...]
+    returned: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.buffers or self.inputs)
+
+    @property
+    def lost(self) -> Mutations:
+        """The updates an ONNX graph would lose: every buffer's, and the inputs' no output carries."""
+        return Mutations(self.buffers, tuple(i for i in self.inputs if i not in self.returned))
 
 
 def mutations(program: torch.export.ExportedProgram) -> Mutations:
     specs = program.graph_signature.output_specs
     buffers = tuple(s.target for s in specs if s.kind == OutputKind.BUFFER_MUTATION)
     inputs = tuple(s.target for s in specs if s.kind == OutputKind.USER_INPUT_MUTATION)
-    return Mutations(buffers, inputs)
+    outputs = {s.arg.name for s in specs if s.kind == OutputKind.USER_OUTPUT and isinstance(s.arg, TensorArgument)}
+    returned = tuple(
+        s.target for s in specs if s.kind == OutputKind.USER_INPUT_MUTATION and s.arg.name in outputs
+    )  # the very value the update writes, not a view of it
+    return Mutations(buffers, inputs, returned)
 
 
 def check(program: torch.export.ExportedProgram, state: str, model_name: str) -> Mutations:
-    """What ``program`` mutates; raises :class:`opreg.StateError` when it mutates anything
-    and ``state`` is ``"error"``."""
+    """What ``program`` mutates; raises :class:`opreg.StateError` when ``state`` is ``"error"``
+    and an update would be lost (:attr:`Mutations.lost`)."""
     found = mutations(program)
-    if state != "error" or not found:
+    if found.returned:
+        logger.info(
+            "%s updates input(s) %s in place and returns the new value: exported without the update, which "
+            "the caller reads from that output",
+            model_name,
+            ", ".join(map(repr, found.returned)),
+        )
+    if state != "error" or not found.lost:
         return found
+    found = found.lost
     parts = []
     if found.buffers:
         parts.append(f"buffer(s) {', '.join(map(repr, found.buffers))}")

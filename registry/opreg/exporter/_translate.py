@@ -429,19 +429,32 @@ class Translator(ControlFlow):
         recorder = scope.recorder
         name = getattr(node.target, "__name__", str(node.target))
         self._stamp(recorder, node, name, _nodes.EXPORTER, name, "<exporter>", scope.outer)
-        operands = [self._value(scope, a) for a in node.args]
+        args = node.args[0] if node.target is torch.sym_sum else node.args  # sym_sum takes one list
+        operands = [self._value(scope, a) for a in args]
         operands = [recorder.constant(v, scalar_dtype(v)) if not isinstance(v, ir.Value) else v for v in operands]
         op_type, cast = _nodes.SYMBOLIC_OPS[node.target]
+        condition = []
+        if node.target is torch.sym_ite:  # Where(b, t, f): the condition as BOOL, then the two values
+            condition = [self._cast(recorder, operands.pop(0), ir.DataType.BOOL)]
         if cast is not None:
             operands = [self._cast(recorder, v, cast) for v in operands]
-        elif len(operands) == 2 and operands[0].dtype != operands[1].dtype:
+        elif len({v.dtype for v in operands}) > 1:
             operands = [self._cast(recorder, v, ir.DataType.FLOAT) for v in operands]
-        result = recorder.add_node("", op_type, operands, [], 1, self.target.onnx).outputs[0]
+        result = self._symbolic_node(recorder, op_type, [*condition, *operands])
         if isinstance(meta, torch.SymInt) and result.dtype == ir.DataType.FLOAT:  # math.floor/ceil of a float
             result = self._cast(recorder, result, ir.DataType.INT64)
         result.name = recorder.claim(node.name)
         self._describe(result, meta)
         scope.values[node] = result
+
+    def _symbolic_node(self, recorder: GraphRecorder, op_type: str, operands: list[ir.Value]) -> ir.Value:
+        """``op_type`` of ``operands``; an Add (``sym_sum``) of any number of them, left to right."""
+        if op_type == "Add" and len(operands) == 1:  # sym_sum of one size
+            return recorder.add_node("", "Identity", operands, [], 1, self.target.onnx).outputs[0]
+        if op_type == "Add" and len(operands) > 2:
+            first = self._symbolic_node(recorder, op_type, operands[:2])
+            return self._symbolic_node(recorder, op_type, [first, *operands[2:]])
+        return recorder.add_node("", op_type, operands, [], 1, self.target.onnx).outputs[0]
 
     def _cast(self, recorder: GraphRecorder, value: ir.Value, dtype: ir.DataType) -> ir.Value:
         if value.dtype == dtype:

@@ -14,10 +14,28 @@ from opreg.errors import VerificationError
 
 DTYPE_TOLERANCES = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
 """The least ``(rtol, atol)`` a half-precision value is held to (``torch.testing``'s defaults)."""
-REPLAY_TOLERANCES = {**DTYPE_TOLERANCES, torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7)}
-"""The least ``(rtol, atol)`` a node's value is held to against its replay (``torch.testing``'s
-defaults): two correct kernels of one op round differently, so below these a node is not called
-wrong, whatever tolerance the values themselves are compared with (``rtol=atol=0`` included)."""
+DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex64: (1.3e-6, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
+}
+"""``(rtol, atol)`` by dtype that ``verify`` and ``locate`` hold a value to when the caller gives
+none: ``torch.testing.assert_close``'s defaults (``torch.testing._comparison._DTYPE_PRECISIONS``).
+Other dtypes (integers, bool, float8) must match exactly."""
+REPLAY_TOLERANCES = {
+    torch.float16: (4 * 2.0**-10, 1e-5),
+    torch.bfloat16: (4 * 2.0**-7, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+}
+"""The least ``(rtol, atol)`` a node's value is held to against its replay: two correct kernels of
+one op round differently, so below these a node is not called wrong, whatever tolerance the values
+themselves are compared with (``rtol=atol=0`` included). ``torch.testing``'s defaults for float32
+and float64; four units in the last place for the half types, whose default (about one unit at the
+bottom of a binade, half of one at its top) calls a correct float16 erf or sum off by two wrong."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,9 +74,20 @@ def _times(ratio: float) -> str:
     return "inf x" if math.isinf(ratio) else f"{ratio:.3g} x"
 
 
+def default_tolerances(dtype: torch.dtype, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    """``(rtol, atol)`` for a value of ``dtype``: the ones given, each ``None`` replaced by the dtype's
+    default (:data:`DEFAULT_TOLERANCES`; 0 for a dtype compared exactly)."""
+    default_rtol, default_atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    return default_rtol if rtol is None else rtol, default_atol if atol is None else atol
+
+
 def tolerances(
-    dtype: torch.dtype, rtol: float, atol: float, floors: Mapping[torch.dtype, tuple[float, float]] = DTYPE_TOLERANCES
+    dtype: torch.dtype,
+    rtol: float | None,
+    atol: float | None,
+    floors: Mapping[torch.dtype, tuple[float, float]] = DTYPE_TOLERANCES,
 ) -> tuple[float, float]:
+    rtol, atol = default_tolerances(dtype, rtol, atol)
     low_rtol, low_atol = floors.get(dtype, (0.0, 0.0))
     return max(rtol, low_rtol), max(atol, low_atol)
 
@@ -66,13 +95,15 @@ def tolerances(
 def compare(
     got: Any,
     expected: Any,
-    rtol: float,
-    atol: float,
+    rtol: float | None,
+    atol: float | None,
     floors: Mapping[torch.dtype, tuple[float, float]] = DTYPE_TOLERANCES,
 ) -> Error:
     """How ``got`` (the ONNX value, as torch) differs from ``expected`` (eager's), in tolerance units
-    (a float dtype's tolerances at least its ``floors``)."""
+    (a float dtype's tolerances at least its ``floors``; ``None``: the dtype's default)."""
     if not isinstance(expected, torch.Tensor):
+        dtype = torch.float64 if isinstance(expected, float) else torch.int64
+        rtol, atol = default_tolerances(dtype, rtol, atol)
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         same = got == expected or (isinstance(expected, float) and abs(got - expected) <= atol + rtol * abs(expected))
@@ -129,6 +160,9 @@ class OutputCheck:
         max_rel: largest difference relative to the eager value.
         ok: within ``atol + rtol * |eager|`` everywhere, and same shape and dtype.
         detail: what did not match, when not ok.
+        rtol / atol: the tolerances it was held to (``None`` when it was not compared by value).
+        tolerance: where they came from: ``"float16's default"`` (:data:`DEFAULT_TOLERANCES`),
+            ``"given"``, or ``"float16's default rtol, atol given"``; ``"exact"`` for integers.
     """
 
     name: str
@@ -136,11 +170,20 @@ class OutputCheck:
     max_rel: float
     ok: bool
     detail: str = ""
+    rtol: float | None = None
+    atol: float | None = None
+    tolerance: str = ""
 
     def __str__(self) -> str:
         state = "ok" if self.ok else "MISMATCH"
-        text = f"{self.name}: {state} (max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g})"
+        text = f"{self.name}: {state} (max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}{self._held()})"
         return f"{text}: {self.detail}" if self.detail else text
+
+    def _held(self) -> str:
+        """``; rtol=0.001, atol=1e-05, float16's default``: what the output was held to."""
+        if self.rtol is None or self.atol is None:
+            return ""
+        return f"; rtol={self.rtol:g}, atol={self.atol:g}" + (f", {self.tolerance}" if self.tolerance else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,13 +206,35 @@ class Verification:
     def max_abs(self) -> float:
         return max((o.max_abs for o in self.outputs), default=0.0)
 
+    def tolerances(self) -> str:
+        """The tolerances the outputs were held to, each once: ``rtol=0.001, atol=1e-05 (float16's default)``."""
+        held = {(o.rtol, o.atol, o.tolerance): None for o in self.outputs if o.rtol is not None and o.atol is not None}
+        return "; ".join(f"rtol={r:g}, atol={a:g}" + (f" ({why})" if why else "") for r, a, why in held)
 
-def compare_output(name: str, got: Any, expected: Any, rtol: float, atol: float) -> OutputCheck:
-    """How one output ``got`` compares with the eager value ``expected``."""
+    def __str__(self) -> str:
+        lines = "\n".join(f"  {o}" for o in self.outputs)
+        return f"{len(self.outputs)} output(s) match eager PyTorch ({self.runtime}, {self.tolerances()}):\n{lines}"
+
+
+def _held(dtype: torch.dtype, rtol: float | None, atol: float | None) -> tuple[float, float, str]:
+    """The tolerances a value of ``dtype`` is held to, and where they came from, in words."""
+    name = str(dtype).removeprefix("torch.")
+    if dtype not in DEFAULT_TOLERANCES:
+        return (rtol or 0.0), (atol or 0.0), "exact" if rtol is None and atol is None else "given"
+    given = [n for n, v in (("rtol", rtol), ("atol", atol)) if v is not None]
+    why = "given" if len(given) == 2 else f"{name}'s default" + (f", {given[0]} given" if given else "")
+    return (*default_tolerances(dtype, rtol, atol), why)
+
+
+def compare_output(name: str, got: Any, expected: Any, rtol: float | None, atol: float | None) -> OutputCheck:
+    """How one output ``got`` compares with the eager value ``expected`` (``rtol``/``atol`` ``None``:
+    the dtype's default, :data:`DEFAULT_TOLERANCES`)."""
     if not isinstance(expected, torch.Tensor):
         same = got == expected
         return OutputCheck(name, 0.0, 0.0, bool(same), "" if same else f"{got!r} != {expected!r}")
     expected = expected.detach().cpu()
+    rtol, atol, why = _held(expected.dtype, rtol, atol)
+    held = {"rtol": rtol, "atol": atol, "tolerance": why}
     if not isinstance(got, torch.Tensor):
         return OutputCheck(name, float("inf"), float("inf"), False, f"got {type(got).__name__}, expected a tensor")
     if tuple(got.shape) != tuple(expected.shape):
@@ -179,11 +244,11 @@ def compare_output(name: str, got: Any, expected: Any, rtol: float, atol: float)
     if got.dtype != expected.dtype:
         return OutputCheck(name, float("inf"), float("inf"), False, f"dtype {got.dtype} != {expected.dtype}")
     if got.numel() == 0:
-        return OutputCheck(name, 0.0, 0.0, True)
+        return OutputCheck(name, 0.0, 0.0, True, **held)
     if expected.dtype == torch.bool or (not expected.dtype.is_floating_point and not expected.is_complex()):
         diff = (got.to(torch.float64) - expected.to(torch.float64)).abs()
         ok = bool(torch.equal(got, expected)) if expected.dtype == torch.bool else bool((diff <= atol).all())
-        return OutputCheck(name, float(diff.max()), 0.0, ok, "" if ok else "values differ")
+        return OutputCheck(name, float(diff.max()), 0.0, ok, "" if ok else "values differ", **held)
     wide = torch.complex128 if expected.is_complex() else torch.float64  # complex: |got - eager| as torch measures it
     g, e = got.resolve_conj().to(wide), expected.resolve_conj().to(wide)
     close = torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
@@ -192,8 +257,22 @@ def compare_output(name: str, got: Any, expected: Any, rtol: float, atol: float)
     max_abs = float(diff.max()) if diff.numel() else 0.0
     max_rel = float((diff / e.abs()[both].clamp_min(1e-12)).max()) if diff.numel() else 0.0
     ok = bool(close.all())
-    detail = "" if ok else f"{int((~close).sum())} of {close.numel()} elements out of tolerance"
-    return OutputCheck(name, max_abs, max_rel, ok, detail)
+    detail = "" if ok else _out_of_tolerance(g, e, close)
+    return OutputCheck(name, max_abs, max_rel, ok, detail, **held)
+
+
+def _out_of_tolerance(got: torch.Tensor, expected: torch.Tensor, close: torch.Tensor) -> str:
+    """``"3 of 24 elements out of tolerance"``, saying apart the NaN eager has no NaN for (and where)."""
+    text = f"{int((~close).sum())} of {close.numel()} elements out of tolerance"
+    stray = torch.isnan(got) & ~torch.isnan(expected)
+    if not stray.any():
+        return text
+    where = [tuple(i.tolist()) for i in stray.nonzero()[:3]]
+    more = ", ..." if int(stray.sum()) > 3 else ""
+    return (
+        f"{text}, {int(stray.sum())} of them NaN where eager PyTorch has a number (at "
+        f"{', '.join(map(str, where))}{more})"
+    )
 
 
 def mismatch_error(checks: Sequence[OutputCheck], differ: str, after: str = "") -> VerificationError:

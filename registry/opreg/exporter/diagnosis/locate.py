@@ -97,25 +97,6 @@ class _Compared:
     error: Error
 
 
-def _is_random(node: torch.fx.Node) -> bool:
-    """Whether ``node`` draws random numbers: a seeded op whose dropout, if it has one, is on."""
-    target = node.target
-    if not isinstance(target, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded not in target.tags:
-        return False
-    schema = target._schema
-    bound = {a.name: a.default_value if a.has_default_value() else None for a in schema.arguments}
-    for index, argument in enumerate(schema.arguments):
-        if index < len(node.args):
-            bound[argument.name] = node.args[index]
-        elif argument.name in node.kwargs:
-            bound[argument.name] = node.kwargs[argument.name]
-    if "dropout_p" in bound:  # attention: random only while dropping
-        return bound["dropout_p"] not in (0, 0.0, None)
-    if "train" in bound:  # native_dropout(input, p, train)
-        return bool(bound["train"]) and bound.get("p") not in (0, 0.0)
-    return True
-
-
 def locate(
     *,
     program: torch.export.ExportedProgram,
@@ -125,8 +106,8 @@ def locate(
     feeds: Mapping[str, np.ndarray],
     run: Callable[[ir.Model, list[str], Mapping[str, np.ndarray]], list[Any]],
     runtime: str,
-    rtol: float,
-    atol: float,
+    rtol: float | None,
+    atol: float | None,
     outputs: Mapping[str, str] | None = None,
     inside: Callable[[torch.fx.GraphModule, tuple], Location] | None = None,
 ) -> Location:
@@ -192,9 +173,9 @@ def _tainted(nodes: Sequence[torch.fx.Node], notes: list[str]) -> set[torch.fx.N
     """Random ops, and every value computed from them: they match eager only in distribution (a note says so)."""
     tainted: set[torch.fx.Node] = set()
     for node in nodes:
-        if _is_random(node) or any(a in tainted for a in node.all_input_nodes):
+        if _nodes.draws_random(node) or any(a in tainted for a in node.all_input_nodes):
             tainted.add(node)
-    drawn = sorted({str(_nodes.op_name(n.target)) for n in tainted if _is_random(n)})
+    drawn = sorted({str(_nodes.op_name(n.target)) for n in tainted if _nodes.draws_random(n)})
     if drawn:
         notes.append(
             f"not compared: {len(tainted)} value(s) drawn by or computed from random ops ({', '.join(drawn)}); "
@@ -289,12 +270,16 @@ def _replay(
     compared: Mapping[torch.fx.Node, _Compared],
     onnx_values: Mapping[str, torch.Tensor],
     env: Mapping[torch.fx.Node, Any],
-    rtol: float,
-    atol: float,
+    rtol: float | None,
+    atol: float | None,
 ) -> Error | None:
     """``node``'s ONNX value against its torch op run on the ONNX model's values of the nearest
-    compared nodes it reads (the FX nodes in between, e.g. fused by a rewrite, run in eager too)."""
-    memo: dict[torch.fx.Node, Any] = {}
+    compared nodes it reads (the FX nodes in between, e.g. fused by a rewrite, run in eager too).
+
+    A half-precision node out of tolerance is replayed once more in float32 (every half-precision
+    value read as float32), its result rounded once to its type: what ONNX Runtime computes for one.
+    Within tolerance of either, the node is not wrong: torch's own half kernel can be the less exact
+    of the two (its float16 grid_sampler rounds each step)."""
 
     def onnx_value(current: torch.fx.Node) -> Any:
         item = compared[current]
@@ -309,34 +294,63 @@ def _replay(
             return eager
         return _restore(onnx_values[value.name], eager)
 
-    def evaluate(current: torch.fx.Node, top: bool = False) -> Any:
-        if current in memo:
-            return memo[current]
-        if not top and current in compared:
-            result = onnx_value(current)
-        elif current.op != "call_function":
-            result = env[current]
-        else:
-            args = torch.fx.node.map_arg(current.args, evaluate)
-            kwargs = torch.fx.node.map_arg(current.kwargs, evaluate)
-            result = current.target(*args, **kwargs)
-        memo[current] = result
-        return result
+    def replayed(wide: bool) -> Error | None:
+        memo: dict[torch.fx.Node, Any] = {}
 
-    try:
-        with torch.no_grad():
-            expected = evaluate(node, top=True)
-    except Exception:  # an op that refuses the ONNX side's values: no replay, no verdict on the node
-        return None
-    got = onnx_value(node)
-    got_items = got if isinstance(got, (tuple, list)) else (got,)
-    exp_items = expected if isinstance(expected, (tuple, list)) else (expected,)
-    errors = [
-        compare(as_pair(g) if isinstance(g, torch.Tensor) else g, e, rtol, atol, REPLAY_TOLERANCES)
-        for g, e, v in zip(got_items, exp_items, compared[node].values, strict=False)
-        if v is not None and v.name in onnx_values and e is not None
-    ]
-    return worst(errors) if errors else None
+        def evaluate(current: torch.fx.Node, top: bool = False) -> Any:
+            if current in memo:
+                return memo[current]
+            if not top and current in compared:
+                result = _widened(onnx_value(current), wide)
+            elif current.op != "call_function":
+                result = _widened(env[current], wide)
+            else:
+                args = torch.fx.node.map_arg(current.args, evaluate)
+                kwargs = torch.fx.node.map_arg(current.kwargs, evaluate)
+                result = current.target(*args, **kwargs)
+            memo[current] = result
+            return result
+
+        try:
+            with torch.no_grad():
+                expected = _items(evaluate(node, top=True))
+        except Exception:  # an op that refuses the ONNX side's values: no replay, no verdict on the node
+            return None
+        expected = tuple(_like(e, like) if wide else e for e, like in zip(expected, _items(env[node]), strict=False))
+        errors = [
+            compare(as_pair(g) if isinstance(g, torch.Tensor) else g, e, rtol, atol, REPLAY_TOLERANCES)
+            for g, e, v in zip(_items(onnx_value(node)), expected, compared[node].values, strict=False)
+            if v is not None and v.name in onnx_values and e is not None
+        ]
+        return worst(errors) if errors else None
+
+    error = replayed(wide=False)
+    if error is None or error.ok or not any(_half(v) for v in _items(env[node])):
+        return error
+    wide = replayed(wide=True)
+    return error if wide is None else min(error, wide, key=lambda e: e.ratio)
+
+
+def _items(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _half(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16)
+
+
+def _widened(value: Any, wide: bool) -> Any:
+    """``value`` (a tensor, or a tuple of them) with its half-precision tensors as float32, when ``wide``."""
+    if not wide:
+        return value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_widened(v, wide) for v in value)
+    return value.float() if _half(value) else value
+
+
+def _like(value: Any, like: Any) -> Any:
+    """A float32 replay's result rounded to the half type eager's result has."""
+    return value.to(like.dtype) if _half(like) and isinstance(value, torch.Tensor) else value
 
 
 def _restore(tensor: torch.Tensor | None, like: Any) -> Any:
@@ -461,7 +475,7 @@ def export_alone(program: Program, module: torch.fx.GraphModule, inputs: tuple) 
 
 
 def locate_program(
-    program: Program, args: tuple, kwargs: dict[str, Any], *, rtol: float, atol: float, runtime: str
+    program: Program, args: tuple, kwargs: dict[str, Any], *, rtol: float | None, atol: float | None, runtime: str
 ) -> Location:
     """:meth:`opreg.exporter.OnnxProgram.locate`: :func:`locate` on the program's inputs, runtime and traces,
     a control-flow body at fault exported alone (:func:`export_alone`) and located."""

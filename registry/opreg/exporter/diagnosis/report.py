@@ -89,12 +89,21 @@ class Step:
     added: float
 
 
+def tolerance_text(rtol: float | None, atol: float | None) -> str:
+    """``rtol=0.0001, atol=0.0001``; a tolerance not given is its value's dtype's default (torch.testing's)."""
+    if rtol is None and atol is None:
+        return "each dtype's default tolerances"
+    shown = ["by dtype" if v is None else format(v, "g") for v in (rtol, atol)]
+    return f"rtol={shown[0]}, atol={shown[1]}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Location:
     """The result of :meth:`OnnxProgram.locate`.
 
     Fields:
-        runtime / rtol / atol: what the values were compared with.
+        runtime / rtol / atol: what the values were compared with (``None``: each value's dtype's
+            default, :data:`opreg.exporter.diagnosis.compare.DEFAULT_TOLERANCES`).
         compared: how many FX nodes' values were compared.
         divergences: every node out of tolerance, in graph order.
         path: from the input to the output with the largest error, the compared nodes
@@ -103,8 +112,8 @@ class Location:
     """
 
     runtime: str
-    rtol: float
-    atol: float
+    rtol: float | None
+    atol: float | None
     compared: int
     divergences: tuple[Divergence, ...]
     path: tuple[Step, ...]
@@ -143,7 +152,7 @@ class Location:
 
     def summary(self) -> str:
         """What the report says, in a few lines."""
-        tol = f"rtol={self.rtol:g}, atol={self.atol:g}"
+        tol = tolerance_text(self.rtol, self.atol)
         if self.compared == 0:
             return "\n".join(["no intermediate value could be compared with eager PyTorch", *self.notes])
         if self.verdict == "ok":

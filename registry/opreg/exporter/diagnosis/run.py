@@ -113,12 +113,41 @@ class Program(Protocol):
     def adapt_torch_inputs_to_onnx(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]: ...
     def runtime_for(self) -> str: ...
     def run(self, *args: Any, runtime: str = ONNXRUNTIME, **kwargs: Any) -> Any: ...
-    def locate(self, *args: Any, rtol: float = ..., atol: float = ..., runtime: str = ..., **kwargs: Any) -> Any: ...
+    def locate(
+        self, *args: Any, rtol: float | None = ..., atol: float | None = ..., runtime: str = ..., **kwargs: Any
+    ) -> Any: ...
+
+
+NUMPY_LACKS = (
+    ir.DataType.BFLOAT16,
+    ir.DataType.FLOAT8E4M3FN,
+    ir.DataType.FLOAT8E4M3FNUZ,
+    ir.DataType.FLOAT8E5M2,
+    ir.DataType.FLOAT8E5M2FNUZ,
+)
+"""Types numpy has no dtype for: they travel as ml_dtypes arrays (as onnx and onnxruntime read them),
+into and out of ONNX Runtime as OrtValues of their bits."""
+
+
+def _lacking() -> dict[str, tuple[ir.DataType, torch.dtype, type]]:
+    """ml_dtypes' name of each of :data:`NUMPY_LACKS` -> the ONNX type, torch's, and the unsigned
+    integer numpy type of its bits."""
+    from onnx_ir import tensor_adapters
+
+    return {
+        np.dtype(dtype.numpy()).name: (
+            dtype,
+            tensor_adapters.to_torch_dtype(dtype),
+            np.uint16 if dtype.itemsize == 2 else np.uint8,
+        )
+        for dtype in NUMPY_LACKS
+    }
 
 
 def _run(session: Any, model: ir.Model, runtime: str, names: list[str], feeds: dict[str, np.ndarray]) -> list[Any]:
-    bfloat16 = any(v.dtype == ir.DataType.BFLOAT16 for v in model.graph.outputs)
-    if runtime == ONNXRUNTIME and (bfloat16 or any(a.dtype.name == "bfloat16" for a in feeds.values())):
+    lacking = _lacking()
+    outputs = any(v.dtype in NUMPY_LACKS for v in model.graph.outputs)
+    if runtime == ONNXRUNTIME and (outputs or any(a.dtype.name in lacking for a in feeds.values())):
         return _run_with_ort_values(session, names, feeds)
     return session.run(names, feeds)
 
@@ -159,49 +188,58 @@ def _advance_state(program: Program, updates: Sequence[Any], args: tuple, kwargs
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """numpy has no bfloat16: those go through ml_dtypes, as onnx and onnxruntime read them."""
+    """numpy has no bfloat16 or float8 types: those go through ml_dtypes, as onnx and onnxruntime read them."""
     tensor = tensor.detach().cpu()
-    if tensor.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return tensor.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+    for dtype, torch_dtype, bits in _lacking().values():
+        if tensor.dtype == torch_dtype:
+            return tensor.view(_TORCH_BITS[bits]).numpy().view(dtype.numpy())
     return tensor.numpy()
 
 
-def _run_with_ort_values(session: Any, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """``session.run`` for models with bfloat16 inputs or outputs, which numpy cannot hold: bfloat16
-    goes in as an OrtValue of its bits (``ortvalue_from_numpy_with_onnx_type``) and comes out copied
-    from the OrtValue's buffer into an ml_dtypes array."""
-    import ctypes
+_TORCH_BITS = {np.uint8: torch.uint8, np.uint16: torch.uint16}
 
-    import ml_dtypes
+
+def _run_with_ort_values(session: Any, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """``session.run`` for models with bfloat16 or float8 inputs or outputs, which numpy cannot hold:
+    such a value goes in as an OrtValue of its bits (``ortvalue_from_numpy_with_onnx_type``) and comes
+    out copied from the OrtValue's buffer into an ml_dtypes array."""
+
     import onnxruntime
 
+    from opreg.exporter._kernels import type_string
+
+    lacking = _lacking()
+    by_type = {type_string(dtype): (dtype, bits) for dtype, _, bits in lacking.values()}
     values = {}
     for name, array in feeds.items():
-        if array.dtype.name == "bfloat16":
+        if array.dtype.name in lacking:
+            dtype, _, bits = lacking[array.dtype.name]
             values[name] = onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
-                np.array(array, order="C").view(np.uint16), onnx_element_type=int(ir.DataType.BFLOAT16)
+                np.array(array, order="C").view(bits), onnx_element_type=int(dtype)
             )
         else:
             values[name] = onnxruntime.OrtValue.ortvalue_from_numpy(np.array(array, order="C"))  # 0-d stays 0-d
     results = []
     for value in session.run_with_ort_values(names, values):
-        if value.data_type() != "tensor(bfloat16)":
+        if value.data_type() not in by_type:
             results.append(value.numpy())
             continue
+        dtype, bits = by_type[value.data_type()]
         shape = value.shape()
         count = int(np.prod(shape, dtype=np.int64))
-        bits = np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(value.data_ptr())) if count else []
-        results.append(np.array(bits, dtype=np.uint16).reshape(shape).view(ml_dtypes.bfloat16))
+        raw = np.ctypeslib.as_array((np.ctypeslib.as_ctypes_type(bits) * count).from_address(value.data_ptr()))
+        results.append(np.array(raw if count else [], dtype=bits).reshape(shape).view(dtype.numpy()))
     return results
 
 
 def to_torch(array: Any, complex: bool = False) -> torch.Tensor:
-    """A runtime's output as torch; ``complex``: a real pair (trailing dimension of 2) made complex again."""
+    """A runtime's output as torch (bfloat16 and float8 arrays, ml_dtypes', as torch's dtypes);
+    ``complex``: a real pair (trailing dimension of 2) made complex again."""
     array = np.asarray(array)
-    if array.dtype.name == "bfloat16":
-        return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+    lacking = _lacking()
+    if array.dtype.name in lacking:
+        _, torch_dtype, bits = lacking[array.dtype.name]
+        return torch.from_numpy(array.view(bits)).view(torch_dtype)
     tensor = torch.from_numpy(array)
     if not complex:
         return tensor

@@ -18,17 +18,31 @@ from opreg.exporter.diagnosis.run import ONNXRUNTIME, Program, check_runtime
 
 
 def check_tolerances(rtol: Any, atol: Any) -> None:
-    """verify's and locate's tolerances: finite numbers >= 0, checked before anything runs."""
+    """verify's and locate's tolerances: finite numbers >= 0 (or ``None``, the dtype's default),
+    checked before anything runs."""
     for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is None:
+            continue
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
-            raise InvalidArgumentError(f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, got {value!r}")
+            raise InvalidArgumentError(
+                f"{name}= takes a tolerance: a finite number >= 0 such as 1e-4, or None for the dtype's default "
+                f"(torch.testing's), got {value!r}"
+            )
 
 
 def verify_program(
-    program: Program, args: tuple, kwargs: dict[str, Any], *, rtol: float, atol: float, runtime: str, locate: bool
+    program: Program,
+    args: tuple,
+    kwargs: dict[str, Any],
+    *,
+    rtol: float | None,
+    atol: float | None,
+    runtime: str,
+    locate: bool,
 ) -> Verification:
     """:meth:`opreg.exporter.OnnxProgram.verify`: the model and eager PyTorch on the same inputs, each
-    output compared; a :class:`opreg.VerificationError` listing the mismatches (located with ``locate``)."""
+    output compared (``rtol``/``atol`` ``None``: its dtype's default); a :class:`opreg.VerificationError`
+    listing the mismatches (located with ``locate``)."""
     check_tolerances(rtol, atol)
     check_runtime(runtime, "auto")
     if not isinstance(locate, bool):
@@ -45,7 +59,7 @@ def verify_program(
     where = f"\nwhere it goes wrong:\n{location}" if location is not None else ""
     error = mismatch_error(
         checks,
-        f"output(s) differ from eager PyTorch ({runtime}, rtol={rtol}, atol={atol})",
+        f"output(s) differ from eager PyTorch ({runtime}, {Verification(runtime, checks).tolerances()})",
         f"{where}{_random_hint(program.model)}{_saturation_hint(program.model, runtime)}",
     )
     error.location = location

@@ -8,6 +8,7 @@ the packs' rewrites).
   and batch-norm folding, weights stored transposed;
 - :mod:`~opreg.exporter.passes.outputs`: the outputs' names, bound to them, subgraphs' outputs owned;
 - :mod:`~opreg.exporter.passes.seeding`: random nodes seeded;
+- :mod:`~opreg.exporter.passes.precision`: ``keep_float32``, bfloat16 nodes without a CPU kernel in float32;
 - :mod:`~opreg.exporter.passes.housekeeping`: authoring attributes stripped, the lowest IR version.
 
 A new framework pass is an ``onnx_ir`` pass in the module of its concern here (a new module for a

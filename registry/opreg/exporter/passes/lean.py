@@ -271,12 +271,22 @@ class _LazyFold:
         )  # fmt: skip
 
 
+def _unless_bfloat16(result, inbound_out):  # type: ignore[no-untyped-def]
+    """A bfloat16 layer keeps its batch norm: numpy computes the fold's factors in float32 (ml_dtypes
+    promotes), and a bfloat16 weight times them is no bfloat16 weight."""
+    if result and inbound_out.dtype == ir.DataType.BFLOAT16:
+        return result.fail("a bfloat16 layer keeps its batch norm (the fold computes in float32)")
+    return result
+
+
 class _LazyConv(_LazyFold, FuseBatchNormIntoConv):
-    pass
+    def check(self, context, x, inbound_out, batchnorm_out):  # type: ignore[no-untyped-def]
+        return _unless_bfloat16(super().check(context, x, inbound_out, batchnorm_out), inbound_out)
 
 
 class _LazyGemm(_LazyFold, FuseBatchNormIntoGemm):
-    pass
+    def check(self, context, x, inbound_out, batchnorm_out):  # type: ignore[no-untyped-def]
+        return _unless_bfloat16(super().check(context, x, inbound_out, batchnorm_out), inbound_out)
 
 
 class _LazyConvTranspose(_LazyFold, FuseBatchNormIntoConvTranspose):
@@ -285,7 +295,9 @@ class _LazyConvTranspose(_LazyFold, FuseBatchNormIntoConvTranspose):
 
     def check(self, context, x, inbound_out, batchnorm_out):  # type: ignore[no-untyped-def]
         """The base check, and ``in_channels`` divisible by ``group``, read from the weight's shape."""
-        result = FuseBatchNormIntoConv.check(self, context, x, inbound_out, batchnorm_out)
+        result = _unless_bfloat16(
+            FuseBatchNormIntoConv.check(self, context, x, inbound_out, batchnorm_out), inbound_out
+        )
         if not result:
             return result
         layer = inbound_out.producer()
