@@ -42,9 +42,9 @@ from opreg.weights._lazy import (
 )
 
 if TYPE_CHECKING:
-    from opreg.weights._checkpoint import Weights, bind, open_weights
+    from opreg.weights._checkpoint import Weights, bind, checkpoint_files, open_weights
 
-_CHECKPOINTS = ("Weights", "bind", "open_weights")
+_CHECKPOINTS = ("Weights", "bind", "checkpoint_files", "open_weights")
 """Names of :mod:`opreg.weights._checkpoint`, imported when first used: an export without ``weights=``
 transforms lazy values (a folded transpose) and never opens a checkpoint."""
 
@@ -64,6 +64,7 @@ __all__ = [
     "Weights",
     "bind",
     "cast",
+    "checkpoint_files",
     "concat",
     "finite",
     "lazy",
