@@ -146,6 +146,37 @@ def test_a_folder_holding_a_mounted_volume_is_refused_before_the_export_and_the_
     assert os.listdir(tmp_path) == ["genai"]  # no staging folder, nothing copied beside
 
 
+def test_a_volume_mounted_while_the_model_is_written_is_refused_before_the_swap(program, tmp_path, mount):
+    """The folder is checked again just before the swap: the export can take minutes."""
+    target = tmp_path / "genai"
+    _folder.write_folder(target, filler(program))
+    before = snapshot(target)
+
+    def fill(staged: Path) -> list[str]:
+        (mount(target / "volume") / "data.bin").write_bytes(b"the volume's")
+        return filler(program)(staged)
+
+    with pytest.raises(opreg.SaveError, match="volume inside it is a mount point"):
+        _folder.write_folder(target, fill)
+    assert (target / "volume" / "data.bin").read_bytes() == b"the volume's"
+    assert {k: v for k, v in snapshot(target).items() if not k.startswith("volume")} == before
+    assert os.listdir(tmp_path) == ["genai"]
+
+
+def test_without_a_mount_table_a_folder_on_another_device_is_found(tmp_path, mount):
+    """Where ``/proc/self/mountinfo`` is missing, a folder on another device than its parent is a mount
+    point (a tmpfs is found, a bind mount of the same file system is not: the table is what finds those)."""
+    from opreg.exporter import _mounts
+
+    target = tmp_path / "genai"
+    volume = mount(target / "volume")
+    (tmp_path / "elsewhere").mkdir()
+    mount(target / "linked", "--bind", str(tmp_path / "elsewhere"))
+    assert _mounts._other_devices(target) == [volume]
+    assert _mounts._other_devices(volume) == [volume]
+    assert _mounts._other_devices(tmp_path / "missing") == []
+
+
 def test_a_bind_mount_of_the_same_file_system_inside_is_refused_too(program, tmp_path, mount):
     """A bind mount shares its device with the folder (no ``st_dev`` differs): the mount table names it."""
     target = tmp_path / "genai"
