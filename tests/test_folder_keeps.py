@@ -106,9 +106,12 @@ def test_a_model_saved_over_another_keeps_its_permissions(program, tmp_path, ext
 
 
 @pytest.fixture
-def mount():
+def mount(tmp_path):
     """``mount(path, *how)``: mount at ``path`` (made) with ``mount``'s arguments ``how`` (a tmpfs by default);
-    everything mounted is unmounted afterwards. Skips where this process may not mount."""
+    everything mounted under ``tmp_path`` is unmounted afterwards, wherever a rename took it. Skips where this
+    process may not mount."""
+    from opreg.exporter import _mounts
+
     made = []
 
     def mount_at(path: Path, *how: str) -> Path:
@@ -122,7 +125,7 @@ def mount():
         return path
 
     yield mount_at
-    for path in reversed(made):
+    for path in reversed(_mounts.mounts_at_or_under(tmp_path) if made else []):
         subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
 
 
