@@ -45,7 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import opreg
-from opreg.opname import OpName
+from opreg.registry.opname import OpName
 from opreg.testing import DISTRIBUTION, FAILED, PASSED, SHAPE_ONLY
 from opreg.testing import opinfo as oi
 

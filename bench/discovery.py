@@ -13,9 +13,9 @@ which:
 
 1. imports torch, onnx, onnxscript, onnxruntime and opreg first: that time is
    *not* counted (``--json`` shows it as ``import_s``);
-2. times the first ``opreg.plugins.build_registry()`` (**cold**: finds the
+2. times the first ``opreg.packs.plugins.build_registry()`` (**cold**: finds the
    entry points, imports every pack, runs the hooks, looks up torch schemas);
-3. times more builds, each after ``opreg.plugins.clear_cache()`` (**warm**:
+3. times more builds, each after ``opreg.packs.plugins.clear_cache()`` (**warm**:
    the pack modules are imported and torch schemas cached already, so this is
    discovery + hooks + validating and adding the impls);
 4. times ``registry.resolve("aten::relu", target)`` per call with timeit, the
@@ -29,7 +29,7 @@ scenario and reports its whole-process wall time (best / median), which
 includes interpreter start-up, the torch import and loading every pack. And it
 runs ``opreg plugins --json``, ``opreg ops --json`` and ``opreg explain
 aten::relu --json`` as a user's second run does, answered from the cache of
-what packs declare (:mod:`opreg.packcache`, in a temp dir, filled once per
+what packs declare (:mod:`opreg.packs.packcache`, in a temp dir, filled once per
 scenario by an untimed run): whole-process wall time, median over the rounds,
 and each run checked to import no torch.
 
@@ -217,7 +217,7 @@ def worker(count: int) -> dict[str, Any]:
     for module in HEAVY_IMPORTS:
         importlib.import_module(module)
     import opreg
-    import opreg.plugins
+    import opreg.packs.plugins
 
     import_s = time.perf_counter() - started
 
@@ -231,15 +231,15 @@ def worker(count: int) -> dict[str, Any]:
             raise BenchError(f"with {count} packs, synthetic packs did not load:\n  " + "\n  ".join(problems))
 
     started = time.perf_counter()
-    registry = opreg.plugins.build_registry()
+    registry = opreg.packs.plugins.build_registry()
     cold_ms = (time.perf_counter() - started) * 1e3
     check(registry)
 
     warm_ms = []
     for _ in range(WARM_BUILDS):
-        opreg.plugins.clear_cache()
+        opreg.packs.plugins.clear_cache()
         started = time.perf_counter()
-        registry = opreg.plugins.build_registry()
+        registry = opreg.packs.plugins.build_registry()
         warm_ms.append((time.perf_counter() - started) * 1e3)
         check(registry)
 

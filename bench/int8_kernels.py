@@ -34,7 +34,7 @@ from onnx import numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import opreg
-from opreg import _intkernels
+from opreg.exporter.diagnosis import _intkernels
 
 
 class MLP(torch.nn.Module):

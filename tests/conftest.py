@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import opreg.packcache
-import opreg.plugins
-import opreg.targets
+import opreg.packs.packcache
+import opreg.packs.plugins
+import opreg.registry.targets
 
 _counter = itertools.count()
 
@@ -50,16 +50,16 @@ def make_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., 
     root = tmp_path / "site"
     root.mkdir()
     monkeypatch.syspath_prepend(str(root))
-    opreg.plugins.clear_cache()
+    opreg.packs.plugins.clear_cache()
 
     def make(name: str, body: str = "", **kwargs) -> str:
         module = write_pack(root, name, body, **kwargs)
-        opreg.plugins.clear_cache()
+        opreg.packs.plugins.clear_cache()
         return module
 
     make.root = root  # type: ignore[attr-defined]
     yield make
-    opreg.plugins.clear_cache()
+    opreg.packs.plugins.clear_cache()
     for mod in [m for m in sys.modules if m.startswith("opreg_testpack_")]:
         del sys.modules[mod]
 
@@ -68,7 +68,7 @@ def make_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., 
 def _opreg_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """opreg's per-user cache in a folder of the session's, not the home of whoever runs the suite."""
     patch = pytest.MonkeyPatch()
-    patch.setenv(opreg.targets.CACHE_ENV, str(tmp_path_factory.mktemp("opreg-cache")))
+    patch.setenv(opreg.registry.targets.CACHE_ENV, str(tmp_path_factory.mktemp("opreg-cache")))
     yield
     patch.undo()
 
@@ -92,11 +92,11 @@ def _interruptible_children() -> None:
 @pytest.fixture(autouse=True)
 def _no_autoload_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests start with autoload on, whatever the calling shell has set."""
-    monkeypatch.delenv(opreg.plugins.AUTOLOAD_ENV, raising=False)
+    monkeypatch.delenv(opreg.packs.plugins.AUTOLOAD_ENV, raising=False)
 
 
 @pytest.fixture(autouse=True)
 def _own_pack_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test has its own, empty cache of what packs declare (never the user's), turned on."""
-    monkeypatch.setenv(opreg.packcache.CACHE_ENV, str(tmp_path_factory.mktemp("opreg-cache")))
-    monkeypatch.delenv(opreg.packcache.NO_CACHE_ENV, raising=False)
+    monkeypatch.setenv(opreg.packs.packcache.CACHE_ENV, str(tmp_path_factory.mktemp("opreg-cache")))
+    monkeypatch.delenv(opreg.packs.packcache.NO_CACHE_ENV, raising=False)

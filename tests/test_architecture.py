@@ -33,8 +33,8 @@ def module_name(path: Path) -> str:
 
 
 def test_import_contracts_are_kept():
-    """pyproject.toml's [tool.importlinter] contracts: no cycles among opreg's modules, the
-    exporter's stages import one way, the registry knows nothing of the exporter, and the
+    """pyproject.toml's [tool.importlinter] contracts: no cycles among opreg's modules, opreg is one
+    stack of layers (each importing only those below it), the exporter's stages import one way, and the
     core pack imports opreg's public API only."""
     command = Path(sys.executable).parent / "lint-imports"
     done = subprocess.run([command, "--no-cache"], cwd=ROOT, capture_output=True, text=True, check=False)
@@ -145,10 +145,10 @@ def test_no_private_name_is_used_across_modules():
 
 PROBE = """
 from opreg.exporter._recorder import _infer
-from opreg import plugins
+from opreg.packs import plugins
 plugins._warned
 from ._recorder import _infer as infer
-from .. import plugins as loader
+from ..packs import plugins as loader
 loader._warned
 from . import _save
 _save._pause
@@ -174,14 +174,14 @@ def test_the_private_name_check_catches_every_form():
     found = [use.split(": ", 1)[1] for use in private_uses_in(PROBE, "opreg.exporter._probe")]
     assert found == [
         "imports opreg.exporter._recorder._infer",
-        "uses opreg.plugins._warned",
+        "uses opreg.packs.plugins._warned",
         "imports opreg.exporter._recorder._infer",
-        "uses opreg.plugins._warned",
+        "uses opreg.packs.plugins._warned",
         "uses opreg.exporter._save._pause",
         "uses opreg.exporter._save._pause",
         "uses opreg.exporter._save._pause",
         "uses opreg.exporter._save._pause",
-        "uses opreg.plugins.REPORTS._cache",
+        "uses opreg.packs.plugins.REPORTS._cache",
     ]
     assert private_uses_in("from ._x import _y\n_z = 1\n_z\n", "opreg._x") == []  # a module's own names
 
@@ -432,20 +432,20 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
              ("core_ops/opreg_core_ops/ops/padding.py", "aten_replication_pad")),
         ],
         "public signatures: the same keyword options on two ways in, both forwarding to one body": [
-            (("registry/opreg/registrar.py", "Registrar.register"),
-             ("registry/opreg/registry.py", "Registry.register")),
+            (("registry/opreg/registry/registrar.py", "Registrar.register"),
+             ("registry/opreg/registry/registry.py", "Registry.register")),
             (("registry/opreg/llm/__init__.py", "export_decoder"),
              ("registry/opreg/llm/_decoder.py", "export_decoder")),
             (("registry/opreg/llm/__init__.py", "export_whisper"), ("registry/opreg/llm/__init__.py", "export_vision")),
             (("registry/opreg/llm/_vision.py", "export_vision"), ("registry/opreg/llm/_whisper.py", "export_whisper")),
-            (("registry/opreg/plugins.py", "build"), ("registry/opreg/plugins.py", "build_registry")),
+            (("registry/opreg/packs/plugins.py", "build"), ("registry/opreg/packs/plugins.py", "build_registry")),
             (("registry/opreg/exporter/__init__.py", "plan_export"), ("registry/opreg/exporter/__init__.py", "export")),
             (("registry/opreg/exporter/_capture.py", "capture"), ("registry/opreg/exporter/_dynamic.py", "capture")),
             (("registry/opreg/exporter/__init__.py", "run_export"), ("registry/opreg/exporter/_dynamic.py", "capture")),
             (("registry/opreg/exporter/__init__.py", "run_export"), ("registry/opreg/exporter/_capture.py", "capture")),
         ],
         "keyword arguments passed on by name (name=name, ...), one per field of the value built": [
-            (("registry/opreg/exporter/_finish.py", "finish"), ("registry/opreg/impls.py", "build_impl")),
+            (("registry/opreg/exporter/_finish.py", "finish"), ("registry/opreg/registry/impls.py", "build_impl")),
         ],
         _FIELDS: [
             (("registry/opreg/exporter/_dynamic.py", "FixedDim"), ("registry/opreg/exporter/_grown.py", "GrownDim")),
@@ -465,8 +465,8 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
              ("registry/opreg/testing/_samples.py", "SampleResult")),
         ],
         _TABLE: [
-            (("registry/opreg/exporter/_nodes.py", "Kind"), ("registry/opreg/hookchecks.py", "Checked")),
-            (("registry/opreg/explanation.py", "Candidate"), ("registry/opreg/host.py", "PackHost")),
+            (("registry/opreg/exporter/_nodes.py", "Kind"), ("registry/opreg/packs/hookchecks.py", "Checked")),
+            (("registry/opreg/registry/explanation.py", "Candidate"), ("registry/opreg/packs/host.py", "PackHost")),
             (("registry/opreg/llm/_whisper_genai.py", ""), ("registry/opreg/llm/_whisper_genai.py", "")),
             (("plugins/torchvision/opreg_torchvision/patches.py", ""),
              ("plugins/torchvision/opreg_torchvision/patches.py", "")),
@@ -480,10 +480,10 @@ REPEATS_KEPT: dict[frozenset[tuple[str, str]], str] = {
             (("registry/opreg/cli/_options.py", "_pack_options"), ("registry/opreg/cli/export.py", "add_parser")),
         ],
         "a __repr__, then read-only properties each returning a different attribute (one line each)": [
-            (("registry/opreg/llm/_vision.py", "VisionLanguage"), ("registry/opreg/packset.py", "PackSet")),
+            (("registry/opreg/llm/_vision.py", "VisionLanguage"), ("registry/opreg/packs/packset.py", "PackSet")),
         ],
         "the template of a new pack's __init__.py (text `opreg new-pack` writes), one hookimpl per hook": [
-            (("registry/opreg/_packcode.py", "init"), ("registry/opreg/_packcode.py", "init")),
+            (("registry/opreg/authoring/_packcode.py", "init"), ("registry/opreg/authoring/_packcode.py", "init")),
         ],
         _HOOKS: [
             (("plugins/ort_contrib/opreg_ort_contrib/__init__.py", "opreg_samples"),
@@ -734,7 +734,7 @@ def test_the_back_arrow_check_catches_every_form():
         "opreg.exporter._probe:2: takes LAYOUT from opreg",
         "opreg.exporter._probe:4: imports opreg",
     ]
-    assert back_arrows("from opreg.exporter import _save\nimport opreg.targets\n", "opreg.exporter._x") == []
+    assert back_arrows("from opreg.exporter import _save\nimport opreg.registry.targets\n", "opreg.exporter._x") == []
 
 
 DIAGNOSIS = {

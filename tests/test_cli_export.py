@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from opreg.cli import main
-from opreg.targets import DEFAULT_ONNX_OPSET
+from opreg.registry.targets import DEFAULT_ONNX_OPSET
 from tests.test_cli import run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import torch
 from onnxscript import opset18
 
 import opreg
-from opreg.targets import DEFAULT_ONNX_OPSET
+from opreg.registry.targets import DEFAULT_ONNX_OPSET
 
 msft1 = onnxscript.values.Opset("com.microsoft", 1)
 msft2 = onnxscript.values.Opset("com.microsoft", 2)

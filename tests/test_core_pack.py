@@ -17,10 +17,10 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 from onnxscript.values import Opset
 
-from opreg import _inspect, _opsets
-from opreg.marks import marked
 from opreg.ops import Tensor
-from opreg.plugins import build_registry
+from opreg.packs.plugins import build_registry
+from opreg.registry import _inspect, _opsets
+from opreg.registry.marks import marked
 from opreg_core_ops import ops
 from opreg_core_ops.ops.elementwise import aten_where
 
@@ -217,7 +217,7 @@ def div_extra(self: Tensor, other: Tensor, rounding_mode: str | None = None, sca
 def test_the_annotation_check_can_fail():
     """An annotation that leaves out what a served schema passes (``other: Tensor`` also serving
     ``add.Scalar``), one that accepts what none passes, and a parameter no served schema has, each fail."""
-    from opreg.impls import build_impl
+    from opreg.registry.impls import build_impl
 
     def impl(function, op):
         return build_impl(

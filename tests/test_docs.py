@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from opreg import hookspecs
-from opreg.plugins import hook_names
+from opreg.packs import hookspecs
+from opreg.packs.plugins import hook_names
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
@@ -149,7 +149,7 @@ def run_pack_skeleton(source: str, guide: Path, tmp_path: Path, monkeypatch: pyt
     real distribution and load it."""
     import sys
 
-    import opreg.plugins
+    import opreg.packs.plugins
 
     package = tmp_path / "my_pack"
     package.mkdir()
@@ -163,13 +163,13 @@ def run_pack_skeleton(source: str, guide: Path, tmp_path: Path, monkeypatch: pyt
     ini = toml.replace('[project.entry-points."opreg.plugins"]', "[opreg.plugins]").replace('"', "")
     (info / "entry_points.txt").write_text(ini)
     monkeypatch.syspath_prepend(str(tmp_path))
-    opreg.plugins.clear_cache()
+    opreg.packs.plugins.clear_cache()
     try:
-        registry = opreg.plugins.build_registry(plugins=["my_pack"], exclude=["core"])
+        registry = opreg.packs.plugins.build_registry(plugins=["my_pack"], exclude=["core"])
         (my_pack,) = [r for r in registry.packs if r.name == "my_pack"]
         assert (my_pack.status, my_pack.impls) == ("loaded", 1), my_pack
         assert registry.resolve("aten::relu", 18).pack == "my_pack"
     finally:
-        opreg.plugins.clear_cache()
+        opreg.packs.plugins.clear_cache()
         for name in [m for m in sys.modules if m == "my_pack" or m.startswith("my_pack.")]:
             del sys.modules[name]

@@ -16,7 +16,7 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 
 import opreg
-from opreg.registry import CORE_PACK, Impl, Registry, build_impl
+from opreg.registry.registry import CORE_PACK, Impl, Registry, build_impl
 
 OP = "aten::relu"
 PROFILE = ("fastrt", {"": 23, "my.rt": 1}, "rtpack")

@@ -12,7 +12,7 @@ from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg.exporter import PROVENANCE_KEYS
-from opreg.targets import DEFAULT_ONNX_OPSET
+from opreg.registry.targets import DEFAULT_ONNX_OPSET
 from tests.models import AddModel, Nested, Sequence, TutorialCNN, Uncovered
 from tests.optest import Lambda
 

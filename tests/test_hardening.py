@@ -28,6 +28,7 @@ import torch
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
+import opreg.packs.plugins
 from tests.test_cli import run
 
 MODELS = textwrap.dedent(
@@ -306,7 +307,7 @@ def test_a_failed_packs_profile_names_the_failure(capsys, make_pack):
 def test_a_slow_pack_is_reported_and_fails_the_kit(capsys, make_pack, monkeypatch):
     """12: a pack that takes seconds to import is not healthy. The pack sleeps 2 s, eight times the
     threshold the test sets: no machine is fast enough to miss it."""
-    monkeypatch.setenv(opreg.plugins.SLOW_IMPORT_ENV, "0.25")
+    monkeypatch.setenv(opreg.packs.plugins.SLOW_IMPORT_ENV, "0.25")
     outranking = TIE.replace("opset=18)", "opset=18, priority=1)")  # no tie here: only the import is slow
     make_pack("sleepy", "import time\ntime.sleep(2.0)\n" + outranking)
     _, out, _ = run(capsys, "plugins", "--json")
@@ -317,8 +318,8 @@ def test_a_slow_pack_is_reported_and_fails_the_kit(capsys, make_pack, monkeypatc
 
     (row,) = [r for r in check_pack("sleepy").results if r.check == "import"]
     assert row.status == "failed" and "importing the pack takes" in row.detail and "more than 0.25 s" in row.detail
-    monkeypatch.setenv(opreg.plugins.SLOW_IMPORT_ENV, "60")  # the suite's threshold: every pack is fast enough
-    opreg.plugins.clear_cache()
+    monkeypatch.setenv(opreg.packs.plugins.SLOW_IMPORT_ENV, "60")  # the suite's threshold: every pack is fast enough
+    opreg.packs.plugins.clear_cache()
     _, out, _ = run(capsys, "plugins", "--json")
     assert "slow import" not in {r["name"]: r for r in json.loads(out)}["sleepy"]["reason"]
     (row,) = [r for r in check_pack("sleepy").results if r.check == "import"]
@@ -327,17 +328,17 @@ def test_a_slow_pack_is_reported_and_fails_the_kit(capsys, make_pack, monkeypatc
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon"])
 def test_a_wrong_slow_import_threshold_is_named(monkeypatch, value):
-    monkeypatch.setenv(opreg.plugins.SLOW_IMPORT_ENV, value)
+    monkeypatch.setenv(opreg.packs.plugins.SLOW_IMPORT_ENV, value)
     with pytest.raises(opreg.InvalidArgumentError, match=f"OPREG_SLOW_IMPORT_SECONDS='{value}': give a positive"):
-        opreg.plugins.slow_import_seconds()
+        opreg.packs.plugins.slow_import_seconds()
 
 
 def test_a_failed_pack_is_logged_once_per_process_with_its_traceback_at_debug(make_pack, caplog):
     """12: Python output is quiet: one WARNING line per failed pack, the traceback at DEBUG."""
     make_pack("broken", "raise ImportError('missing dependency frob')\n")
     with caplog.at_level(logging.DEBUG, logger="opreg"):
-        opreg.plugins.build_registry()
-        opreg.plugins.build_registry()
+        opreg.packs.plugins.build_registry()
+        opreg.packs.plugins.build_registry()
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "'broken'" in r.getMessage()]
     assert len(warnings) == 1 and "missing dependency frob" in warnings[0].getMessage()
     assert warnings[0].exc_info is None

@@ -1,6 +1,6 @@
 """One contract per hook: the loader, the exporter, the command line and the conformance kit check a
-hook's result against the contract on its spec (``@contract`` in ``opreg.hookspecs``, collected in
-``opreg.hookspecs.CONTRACTS``; the checks in ``opreg.hookchecks``) and word a mistake the same way."""
+hook's result against the contract on its spec (``@contract`` in ``opreg.packs.hookspecs``, collected in
+``opreg.packs.hookspecs.CONTRACTS``; the checks in ``opreg.packs.hookchecks``) and word a mistake the same way."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import opreg
-from opreg import cli, hookchecks, hookspecs
+from opreg import cli
+from opreg.packs import hookchecks, hookspecs
+from opreg.packs.plugins import hook_names
 from opreg.pluginapi import HookError
-from opreg.plugins import hook_names
 from opreg.testing import check_pack
 
 

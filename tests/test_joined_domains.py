@@ -15,7 +15,7 @@ import torch
 
 import opreg
 from opreg import exporter
-from opreg.registry import USER_PACK
+from opreg.registry.registry import USER_PACK
 
 CUSTOM = "test.customop"
 

@@ -1,4 +1,4 @@
-"""The cache of what packs declare (opreg.packcache): ``opreg plugins``, ``ops`` and ``explain``
+"""The cache of what packs declare (opreg.packs.packcache): ``opreg plugins``, ``ops`` and ``explain``
 answer from it without importing torch, and it never serves data older than the installed
 distributions or the packs' source files."""
 
@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 import opreg
-from opreg import packcache
+import opreg.packs.plugins
 from opreg.cli import main
 from opreg.errors import OpregError, PluginError
-from opreg.plugins import Selection
+from opreg.packs import packcache
+from opreg.packs.plugins import Selection
 from tests.test_plugins import GOOD
 from tests.test_scaffold import layered_venv
 from tests.test_scaffold import run as run_clean
@@ -82,9 +83,9 @@ def test_a_second_run_reads_the_cache_and_imports_no_torch(tmp_path):
 
 def test_a_cached_registry_resolves_and_explains_as_the_loaded_one():
     selection = Selection.of()
-    loaded = opreg.plugins.declared_registry()  # loads the packs and fills the cache
+    loaded = opreg.packs.plugins.declared_registry()  # loads the packs and fills the cache
     assert len(entries(Path(os.environ[packcache.CACHE_ENV]))) == 1 and packcache.read(selection) is not None
-    cached = opreg.plugins.declared_registry()
+    cached = opreg.packs.plugins.declared_registry()
     assert cached.packs == loaded.packs and cached.packs.loaded  # reports, as data: no pack code behind either
     assert len(cached) == len(loaded) and cached.ops() == loaded.ops()
     assert list(cached.packs) == list(loaded.packs) and cached.profiles == loaded.profiles
@@ -150,11 +151,11 @@ def test_the_cache_is_left_alone_when_a_pack_changes_while_it_loads(tmp_path):
     source.write_text("x = 1\n")
     before = packcache._file_state([str(source)])
     source.write_text("x = 22\n")  # what a pack's edit during the loading looks like
-    packcache.write(Selection.of(), opreg.plugins.Declared((), ()), before, tmp_path / "cache")
+    packcache.write(Selection.of(), opreg.packs.plugins.Declared((), ()), before, tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
     packcache.write(
         Selection.of(),
-        opreg.plugins.Declared((), ()),
+        opreg.packs.plugins.Declared((), ()),
         packcache._file_state([str(source)]),
         tmp_path / "c" / packcache.SUBDIR,
     )
@@ -198,7 +199,7 @@ def test_cached_failures_read_as_loaded_ones(capsys, make_pack):
         code, _, err = cli(capsys, "plugins", "--strict")
         assert code == 1 and err.startswith("opreg: error: strict mode: pack 'broken'")
     with pytest.raises(PluginError):
-        opreg.plugins.declared_registry(strict=True)
+        opreg.packs.plugins.declared_registry(strict=True)
 
 
 PACK_PYPROJECT = """\
@@ -298,7 +299,7 @@ def test_the_docs_say_where_the_cache_lives_and_how_to_turn_it_off():
 
 
 def test_cached_reports_keep_their_fields(tmp_path):
-    declared, _ = opreg.plugins.load_packs(Selection.of())
+    declared, _ = opreg.packs.plugins.load_packs(Selection.of())
     selection = Selection.of()
     packcache.write(selection, declared, [], tmp_path)
     again = packcache.read(selection, tmp_path)
@@ -366,8 +367,8 @@ def opreg_register_ops(registry):
 
 def test_an_impl_for_a_profile_resolves_alike_from_the_cache(make_pack):
     make_pack("forort", FOR_ONNXRUNTIME)
-    loaded = opreg.plugins.declared_registry()
-    cached = opreg.plugins.declared_registry()
+    loaded = opreg.packs.plugins.declared_registry()
+    cached = opreg.packs.plugins.declared_registry()
     assert loaded.packs == cached.packs and "forort" in cached.packs.loaded
     for registry in (loaded, cached):
         (impl,) = [i for i in registry.impls("aten::gelu") if i.pack == "forort"]
@@ -405,12 +406,12 @@ def _analysed(registry: opreg.Registry) -> list[tuple]:
 
 def test_a_build_takes_its_impls_from_the_cache_and_they_are_what_reading_them_gives(caplog):
     with packcache.off():
-        read = opreg.plugins.build()  # every impl's function read
+        read = opreg.packs.plugins.build()  # every impl's function read
     assert entries(Path(os.environ[packcache.CACHE_ENV])) == []
-    opreg.plugins.build()  # no entry yet: reads every function and writes one
+    opreg.packs.plugins.build()  # no entry yet: reads every function and writes one
     assert len(entries(Path(os.environ[packcache.CACHE_ENV]))) == 1
-    with caplog.at_level("DEBUG", logger="opreg.plugins"):
-        cached = opreg.plugins.build()
+    with caplog.at_level("DEBUG", logger="opreg.packs.plugins"):
+        cached = opreg.packs.plugins.build()
     count = len(read.registry)
     assert f"{count} of {count} impls as the pack cache knew them" in caplog.text
     assert _analysed(cached.registry) == _analysed(read.registry) and count > 400
@@ -465,10 +466,10 @@ def test_an_edited_pack_is_read_again_by_a_build(tmp_path, monkeypatch, caplog):
         if not init.exists() or init.read_text() != text:
             init.write_text(text)
         sys.modules.pop("opreg_testpack_edited", None)
-        opreg.plugins.clear_cache()
+        opreg.packs.plugins.clear_cache()
         caplog.clear()
         with caplog.at_level("DEBUG", logger="opreg"):
-            return opreg.plugins.build(plugins=["edited"], exclude=["core"]).registry
+            return opreg.packs.plugins.build(plugins=["edited"], exclude=["core"]).registry
 
     def neg(registry: opreg.Registry) -> opreg.Impl:
         (impl,) = registry.impls("aten::neg")
@@ -488,7 +489,7 @@ def test_an_edited_pack_is_read_again_by_a_build(tmp_path, monkeypatch, caplog):
         assert [p.name for p in neg(build(20)).params.params] == ["self"] and known not in caplog.text
     finally:
         sys.modules.pop("opreg_testpack_edited", None)
-        opreg.plugins.clear_cache()
+        opreg.packs.plugins.clear_cache()
 
 
 LATE_PACK = """import sys
@@ -520,10 +521,12 @@ def test_an_impl_cached_before_its_op_was_defined_is_checked_once_torch_knows_th
 
     def late() -> opreg.Impl:
         sys.modules.pop("opreg_testpack_late", None)
-        opreg.plugins.clear_cache()
+        opreg.packs.plugins.clear_cache()
         caplog.clear()
         with caplog.at_level("DEBUG", logger="opreg"):
-            (impl,) = opreg.plugins.build(plugins=["late"], exclude=["core"]).registry.impls("opregtest_late::twice")
+            (impl,) = opreg.packs.plugins.build(plugins=["late"], exclude=["core"]).registry.impls(
+                "opregtest_late::twice"
+            )
         return impl
 
     library = None
@@ -537,7 +540,7 @@ def test_an_impl_cached_before_its_op_was_defined_is_checked_once_torch_knows_th
         if library is not None:
             library._destroy()
         sys.modules.pop("opreg_testpack_late", None)
-        opreg.plugins.clear_cache()
+        opreg.packs.plugins.clear_cache()
 
 
 def test_the_module_files_watched_are_those_whose_real_path_is_outside_the_installed_folders(tmp_path, monkeypatch):

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import opreg
-from opreg import patching
 from opreg.cli import main
+from opreg.packs import patching
 from opreg.testing import check_pack
 
 _counter = itertools.count()

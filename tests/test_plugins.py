@@ -9,8 +9,9 @@ import sys
 import pytest
 
 import opreg
+import opreg.packs.plugins
 from opreg import PluginError, PluginNotFoundError
-from opreg.plugins import AUTOLOAD_ENV, build_registry, default_registry, discover
+from opreg.packs.plugins import AUTOLOAD_ENV, build_registry, default_registry, discover
 
 GOOD = """
 from onnxscript.onnx_opset import opset18 as op18
@@ -88,7 +89,7 @@ def test_an_opset_onnx_defines_but_onnxscript_cannot_build_is_refused_with_the_r
 
 def test_importing_opreg_is_lazy():
     code = (
-        "import sys, json, opreg, opreg.plugins; opreg.plugins.discover();"
+        "import sys, json, opreg, opreg.packs.plugins; opreg.packs.plugins.discover();"
         "print(json.dumps(sorted(m for m in ('torch', 'onnxruntime', 'onnxscript', 'onnx', 'opreg_core_ops',"
         " 'opreg_ort_contrib', 'opreg_test_customop') if m in sys.modules)))"
     )
@@ -295,14 +296,14 @@ def test_runtime_hooks_are_called_per_pack_and_isolated(make_pack):
         "\n@opreg.hookimpl\ndef opreg_reference_kernels():\n    raise RuntimeError('kernels broke')\n"
     )
     make_pack("runtime", body)
-    host = opreg.plugins.build().host
+    host = opreg.packs.plugins.build().host
     options: list[str] = []
     assert host.call("opreg_configure_session", options=options) == []  # None results are not listed
     assert options == ["configured"]
     # the raising pack is logged and left out; the others still answer
     answered = [pack for pack, _ in host.call("opreg_reference_kernels")]
     assert "runtime" not in answered and "test_customop" in answered
-    assert opreg.plugins.host_of(opreg.Registry()).call("opreg_reference_kernels") == []  # no packs by hand
+    assert opreg.packs.plugins.host_of(opreg.Registry()).call("opreg_reference_kernels") == []  # no packs by hand
 
 
 def test_schemas_hook_registers_custom_schemas_once(make_pack):
@@ -343,7 +344,7 @@ def test_a_tie_with_the_core_pack_goes_to_core_and_is_reported(make_pack):
     assert registry.resolve("aten::relu", 18).pack == "core"
     explanation = str(registry.explain("aten::relu", 18))
     assert "the core pack wins ties unless another pack is preferred" in explanation
-    (group,) = [g for g in opreg.plugins.pack_conflicts(registry.impls()) if str(g[0].op) == "aten::relu.default"]
+    (group,) = [g for g in opreg.packs.plugins.pack_conflicts(registry.impls()) if str(g[0].op) == "aten::relu.default"]
     assert [i.pack for i in group] == ["core", "aaa"]
     with pytest.raises(PluginError, match=r"aten::relu.default: core:aten_relu, aaa:aten_relu tie .*prefer="):
         build_registry(strict=True)
@@ -382,11 +383,11 @@ def test_an_export_of_a_built_registry_uses_the_host_built_beside_it():
     built with the registry answers, for a copy too), not a second time for the default host."""
     import torch
 
-    opreg.plugins.clear_cache()
-    loaded = opreg.plugins.build()
-    assert opreg.plugins.host_of(loaded.registry) is loaded.host
-    assert opreg.plugins.host_of(loaded.registry.copy()) is loaded.host
+    opreg.packs.plugins.clear_cache()
+    loaded = opreg.packs.plugins.build()
+    assert opreg.packs.plugins.host_of(loaded.registry) is loaded.host
+    assert opreg.packs.plugins.host_of(loaded.registry.copy()) is loaded.host
     registry = build_registry()
     program = opreg.export(torch.nn.ReLU(), (torch.randn(2, 3),), target=18, registry=registry)
     assert [n.op_type for n in program.model.graph] == ["Relu"]
-    assert opreg.plugins._loaded_cache == {}  # no default registry and host were loaded beside it
+    assert opreg.packs.plugins._loaded_cache == {}  # no default registry and host were loaded beside it

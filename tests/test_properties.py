@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import opreg
 from opreg import Impl, OpName, OpsetRequirement, Target, VersionRange
-from opreg.targets import onnx_opset_range
+from opreg.registry.targets import onnx_opset_range
 
 LOW, HIGH = onnx_opset_range()
 DOMAINS = ("com.microsoft", "test.customop")

@@ -18,7 +18,7 @@ import torch
 import torch.ao.quantization.fx._decomposed
 
 import opreg
-from opreg import _intkernels
+from opreg.exporter.diagnosis import _intkernels
 from tests.optest import NEWEST, OPSETS, check, onnx_ops
 
 qd = torch.ops.quantized_decomposed

@@ -14,6 +14,7 @@ from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset20 as op20
 
 import opreg
+import opreg.packs.plugins
 from opreg import (
     FrozenRegistryError,
     InvalidOpNameError,
@@ -23,7 +24,7 @@ from opreg import (
     SignatureMismatchError,
 )
 from opreg.ops import Tensor
-from opreg.registry import USER_PACK, build_impl
+from opreg.registry.registry import USER_PACK, build_impl
 
 custom_ort = onnxscript.values.Opset(domain="com.microsoft", version=1)
 custom_aten = onnxscript.values.Opset(domain="custom.aten", version=1)
@@ -551,7 +552,7 @@ def test_the_registry_is_data_impls_profiles_preferences_and_unsupported_compare
 def test_the_host_and_the_registry_read_the_same_pack_reports():
     """A host's PackSet and its registry's PackReports read the reports alike (ReportSequence):
     in load order, by index and by name, and an unknown pack is a KeyError."""
-    loaded = opreg.plugins.build()
+    loaded = opreg.packs.plugins.build()
     packs, reports = loaded.host.packs, loaded.registry.packs
     assert len(packs) == len(reports) == len(reports.reports) >= 2
     for index, report in enumerate(reports.reports):
@@ -566,7 +567,7 @@ def test_the_host_and_the_registry_read_the_same_pack_reports():
 def test_a_built_registry_is_a_value_beside_its_plugin_host():
     """Issue 40: a frozen registry compares and hashes by its data, which its host (the packs' live code)
     is no part of; it calls no hook itself, and only a frozen registry hashes."""
-    loaded, again = opreg.plugins.build(), opreg.plugins.build()
+    loaded, again = opreg.packs.plugins.build(), opreg.packs.plugins.build()
     built = loaded.registry
     assert built == again.registry and hash(built) == hash(again.registry) and len({built, again.registry}) == 1
     assert loaded.host is not again.host and list(loaded.host.packs) == list(built.packs)  # the host: its own object
@@ -611,10 +612,10 @@ def test_a_default_registry_holds_no_host_and_never_changes():
     frozen registry takes no attribute."""
     import pluggy
 
-    from opreg.packset import PackSet
+    from opreg.packs.packset import PackSet
 
     registry = opreg.default_registry()
-    assert opreg.plugins.load().registry is registry and opreg.plugins.load().host is opreg.default_host()
+    assert opreg.packs.plugins.load().registry is registry and opreg.packs.plugins.load().host is opreg.default_host()
     live = (opreg.PackHost, PackSet, pluggy.PluginManager, pluggy.HookRelay, pluggy.HookCaller)
     reachable = _reachable(registry)
     assert len(reachable) > len(registry)  # the walk reaches the impls

@@ -131,7 +131,7 @@ def test_export_asks_the_host_for_rules_and_the_program_runs_through_a_runner(ma
     """Issue 40: the rules come from the host an export is given (by default the host of the packs the
     registry was built from; a copy keeps them), and the program is given a runner of that host, not
     the registry; a host with no packs has no pack code to ask."""
-    from opreg.host import PackHost
+    from opreg.packs.host import PackHost
 
     make_pack("skipnorm", SKIP_NORM)
     x = torch.randn(2, 3, 16)

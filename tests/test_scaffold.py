@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from opreg import scaffold
+from opreg.authoring import scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +74,7 @@ def installed(pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     distribution's metadata and entry point, its folder on ``sys.path``)."""
     import tomllib
 
-    import opreg.plugins
+    import opreg.packs.plugins
 
     project = tomllib.loads((pack / "pyproject.toml").read_text())["project"]
     info = pack / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
@@ -83,16 +83,16 @@ def installed(pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     entry = project["entry-points"]["opreg.plugins"]
     (info / "entry_points.txt").write_text("[opreg.plugins]\n" + "".join(f"{k} = {v}\n" for k, v in entry.items()))
     monkeypatch.syspath_prepend(str(pack))
-    opreg.plugins.clear_cache()
+    opreg.packs.plugins.clear_cache()
 
 
 @pytest.fixture
 def unload():
     """Forget the packs a test imported from its temporary folder."""
-    import opreg.plugins
+    import opreg.packs.plugins
 
     yield
-    opreg.plugins.clear_cache()
+    opreg.packs.plugins.clear_cache()
     for name in [m for m in sys.modules if m.startswith(("opreg_swishpack", "opreg_mixpack", "opreg_emptypack"))]:
         del sys.modules[name]
 
@@ -269,7 +269,12 @@ def test_the_wheel_ships_what_new_pack_needs(tmp_path):
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = tmp_path.glob("opreg-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"opreg/well_known_names.txt", "opreg/_opspec.py", "opreg/_packcode.py", "opreg/_packfiles.py"} <= names
+    assert {
+        "opreg/authoring/well_known_names.txt",
+        "opreg/authoring/_opspec.py",
+        "opreg/authoring/_packcode.py",
+        "opreg/authoring/_packfiles.py",
+    } <= names
     assert not [n for n in names if "_template" in n]
 
 

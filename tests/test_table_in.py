@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import opreg
-from opreg.plugins import build_registry
+import opreg.registry.table_in
+from opreg.packs.plugins import build_registry
 from tests.test_cli import run
 
 LIBRARY = textwrap.dedent(
@@ -406,7 +407,7 @@ def test_a_script_function_in_onnxscripts_default_domain_is_taken(tmp_path, monk
     relu6 = importlib.import_module("default_domain_fn").relu6
     registry = opreg.pack_from_translation_table("six", {torch.ops.aten.relu6.default: relu6})
     impl = registry.resolve("aten::relu6", 18)
-    assert impl.function.function_ir.domain == opreg.table_in.FUNCTION_DOMAIN
+    assert impl.function.function_ir.domain == opreg.registry.table_in.FUNCTION_DOMAIN
 
     class Relu6(torch.nn.Module):
         def forward(self, x):
@@ -414,7 +415,7 @@ def test_a_script_function_in_onnxscripts_default_domain_is_taken(tmp_path, monk
 
     x = torch.randn(8) * 10
     program = opreg.export(Relu6(), (x,), registry=registry, inline=False)
-    assert {f.domain for f in program.model_proto.functions} == {opreg.table_in.FUNCTION_DOMAIN}
+    assert {f.domain for f in program.model_proto.functions} == {opreg.registry.table_in.FUNCTION_DOMAIN}
     program.verify(x)
 
 

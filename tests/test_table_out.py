@@ -14,7 +14,9 @@ import torch
 from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
-from opreg.table_out import TranslationTable, TranslationTableWarning
+import opreg.registry.table_out
+import opreg.registry.targets
+from opreg.registry.table_out import TranslationTable, TranslationTableWarning
 from tests.models import Sequence, TutorialCNN
 
 RELU_AS_MAX = """
@@ -92,8 +94,8 @@ def test_above_what_torch_onnx_builds_the_impls_are_chosen_at_18():
     """Above onnxscript's version converter's newest opset, torch.onnx builds at 18 and converts
     with onnx's converter, which fails on newer ops: a Gelu of opset 20 would stay in an opset-18
     model that no runtime loads. The table chooses its impls at 18 and keeps the asked version."""
-    newest = opreg.table_out.torch_onnx_newest_opset()
-    high = opreg.targets.onnx_opset_range()[1]
+    newest = opreg.registry.table_out.torch_onnx_newest_opset()
+    high = opreg.registry.targets.onnx_opset_range()[1]
     if high <= newest:
         pytest.skip(f"the installed onnxscript builds no ai.onnx above {newest}")
     table = table_of(opreg.default_registry(plugins=[]), high)

@@ -12,7 +12,7 @@ import pytest
 
 import opreg
 from opreg import InvalidTargetError, OpsetRequirement, Target, VersionRange
-from opreg.targets import DEFAULT_ONNX_OPSET, onnx_opset_range
+from opreg.registry.targets import DEFAULT_ONNX_OPSET, onnx_opset_range
 
 LOW, HIGH = onnx_opset_range()
 

@@ -1,7 +1,7 @@
 """Mutation testing with mutmut: how many small changes to a chosen set of modules the tests catch.
 
     python tools/mutation.py run [--max-children 2] [--tests-from REV]   # mutate, test, print the score
-    python tools/mutation.py run --only opreg/packset.py --tests tests/test_registry.py  # a part of it
+    python tools/mutation.py run --only opreg/packs/packset.py --tests tests/test_registry.py  # a part of it
     python tools/mutation.py run 'opreg.exporter._save.x_save_model__mutmut_*' \
         --only opreg/exporter/_save.py --tests tests/test_save.py        # one function's mutants
     python tools/mutation.py results                                    # the score and the survivors again
@@ -35,12 +35,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"opreg": ROOT / "registry" / "opreg", "opreg_core_ops": ROOT / "core_ops" / "opreg_core_ops"}
 MODULES = (
     "opreg/exporter/_save.py",
-    "opreg/registry.py",
-    "opreg/impls.py",
-    "opreg/explanation.py",
-    "opreg/packset.py",
+    "opreg/registry/registry.py",
+    "opreg/registry/impls.py",
+    "opreg/registry/explanation.py",
+    "opreg/packs/packset.py",
     "opreg/exporter/_rewrite.py",
-    "opreg/patching.py",
+    "opreg/packs/patching.py",
     "opreg/exporter/_pytrees.py",
     "opreg_core_ops/ops/indexing.py",
     "opreg_core_ops/ops/reduction.py",

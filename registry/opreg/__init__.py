@@ -38,21 +38,20 @@ from opreg.errors import (
 
 if TYPE_CHECKING:
     from opreg._export import export
-    from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_translation_table
-    from opreg.explanation import Candidate, Conflict, Explanation
-    from opreg.hookspecs import hookimpl
-    from opreg.host import PackHost
-    from opreg.impls import Impl
-    from opreg.opname import OpName
-    from opreg.packset import PackSet
-    from opreg.patching import CapturePatch, PatchOutcome
+    from opreg.interop.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_translation_table
+    from opreg.packs.hookspecs import hookimpl
+    from opreg.packs.host import PackHost
+    from opreg.packs.packset import PackSet
+    from opreg.packs.patching import CapturePatch, PatchOutcome
+    from opreg.packs.plugins import PLUGIN_API_VERSION, build_registry, default_host, default_registry
     from opreg.pluginapi import HookError, ModelSample, PackReport, PackReports, Sample
-    from opreg.plugins import PLUGIN_API_VERSION, build_registry, default_host, default_registry
-    from opreg.registrar import ImplSpec, Registrar, Rejection, impl
-    from opreg.registry import Registry
-    from opreg.settings import ExportSettings
-    from opreg.table_out import TranslationTable, TranslationTableWarning
-    from opreg.targets import (
+    from opreg.registry.explanation import Candidate, Conflict, Explanation
+    from opreg.registry.impls import Impl
+    from opreg.registry.opname import OpName
+    from opreg.registry.registrar import ImplSpec, Registrar, Rejection, impl
+    from opreg.registry.registry import Registry
+    from opreg.registry.table_out import TranslationTable, TranslationTableWarning
+    from opreg.registry.targets import (
         OpsetRequirement,
         Target,
         VersionRange,
@@ -60,46 +59,47 @@ if TYPE_CHECKING:
         newest_supported_opset,
         onnx_opset_range,
     )
+    from opreg.settings import ExportSettings
 
 _LAZY = {
-    "ExportOptions": "opreg.compat",
-    "OnnxRegistry": "opreg.compat",
-    "dynamo_export": "opreg.compat",
-    "pack_from_translation_table": "opreg.compat",
-    "hookimpl": "opreg.hookspecs",
-    "PackHost": "opreg.host",
-    "OpName": "opreg.opname",
-    "PackSet": "opreg.packset",
-    "CapturePatch": "opreg.patching",
-    "PatchOutcome": "opreg.patching",
+    "ExportOptions": "opreg.interop.compat",
+    "OnnxRegistry": "opreg.interop.compat",
+    "dynamo_export": "opreg.interop.compat",
+    "pack_from_translation_table": "opreg.interop.compat",
+    "hookimpl": "opreg.packs.hookspecs",
+    "PackHost": "opreg.packs.host",
+    "OpName": "opreg.registry.opname",
+    "PackSet": "opreg.packs.packset",
+    "CapturePatch": "opreg.packs.patching",
+    "PatchOutcome": "opreg.packs.patching",
     "HookError": "opreg.pluginapi",
     "ModelSample": "opreg.pluginapi",
     "PackReport": "opreg.pluginapi",
     "PackReports": "opreg.pluginapi",
     "Sample": "opreg.pluginapi",
-    "PLUGIN_API_VERSION": "opreg.plugins",
-    "build_registry": "opreg.plugins",
-    "default_registry": "opreg.plugins",
-    "default_host": "opreg.plugins",
-    "ImplSpec": "opreg.registrar",
-    "Registrar": "opreg.registrar",
-    "Rejection": "opreg.registrar",
-    "impl": "opreg.registrar",
-    "Candidate": "opreg.explanation",
-    "Conflict": "opreg.explanation",
-    "Explanation": "opreg.explanation",
-    "Impl": "opreg.impls",
-    "Registry": "opreg.registry",
+    "PLUGIN_API_VERSION": "opreg.packs.plugins",
+    "build_registry": "opreg.packs.plugins",
+    "default_registry": "opreg.packs.plugins",
+    "default_host": "opreg.packs.plugins",
+    "ImplSpec": "opreg.registry.registrar",
+    "Registrar": "opreg.registry.registrar",
+    "Rejection": "opreg.registry.registrar",
+    "impl": "opreg.registry.registrar",
+    "Candidate": "opreg.registry.explanation",
+    "Conflict": "opreg.registry.explanation",
+    "Explanation": "opreg.registry.explanation",
+    "Impl": "opreg.registry.impls",
+    "Registry": "opreg.registry.registry",
     "ExportSettings": "opreg.settings",
     "export": "opreg._export",
-    "TranslationTable": "opreg.table_out",
-    "TranslationTableWarning": "opreg.table_out",
-    "OpsetRequirement": "opreg.targets",
-    "Target": "opreg.targets",
-    "VersionRange": "opreg.targets",
-    "newest_onnxruntime_opset": "opreg.targets",
-    "newest_supported_opset": "opreg.targets",
-    "onnx_opset_range": "opreg.targets",
+    "TranslationTable": "opreg.registry.table_out",
+    "TranslationTableWarning": "opreg.registry.table_out",
+    "OpsetRequirement": "opreg.registry.targets",
+    "Target": "opreg.registry.targets",
+    "VersionRange": "opreg.registry.targets",
+    "newest_onnxruntime_opset": "opreg.registry.targets",
+    "newest_supported_opset": "opreg.registry.targets",
+    "onnx_opset_range": "opreg.registry.targets",
 }
 """Public name -> the module that defines it, imported on first use (PEP 562): ``import opreg``
 runs only :mod:`opreg.errors`, so a command that reads a cache starts fast."""

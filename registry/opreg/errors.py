@@ -5,6 +5,8 @@ Messages say what went wrong, name the thing, and say what to do next.
 
 from __future__ import annotations
 
+import sys
+
 
 class OpregError(Exception):
     """Base class of every error opreg raises."""
@@ -143,3 +145,20 @@ class PackWarning(UserWarning):
     export's :attr:`opreg.OnnxProgram.pack_faults` and the model's ``opreg.pack_faults``
     metadata list the same. Filter it as any warning (``warnings.simplefilter("error",
     opreg.PackWarning)`` makes it an error)."""
+
+
+INTERNAL = ("opreg", "onnx_ir", "onnxscript", "contextlib")
+"""Top-level modules whose frames :func:`user_stacklevel` skips: opreg's own (and its packs',
+``opreg_*``) and those an export calls passes through."""
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a ``warnings.warn`` in the caller of this function point at the
+    first frame outside :data:`INTERNAL` (the user's line), for a warning about what the user asked."""
+    level, frame = 2, sys._getframe(2)  # stacklevel 2 is the caller's caller
+    while frame is not None:
+        top = frame.f_globals.get("__name__", "").split(".", 1)[0]
+        if top not in INTERNAL and not top.startswith("opreg_"):
+            break
+        level, frame = level + 1, frame.f_back
+    return level

@@ -18,6 +18,8 @@ module should not import it at the top)::
   :data:`FLOAT_TYPES`, :data:`HALF_TYPES`, :data:`DEFAULT_FLOAT`.
 - torch arguments as ONNX attributes: :func:`expand_param`, :func:`symmetric_pads`;
   and :func:`where`, ``Where`` that ONNX Runtime runs on booleans too.
+- Warnings about what the user asked: :func:`user_stacklevel`, the ``stacklevel`` that points a
+  ``warnings.warn`` at the user's line, past opreg's and the packs' frames (re-exported).
 
 Everything here emits ai.onnx 18 ops only, the lowest opset opreg supports, so
 using a helper never raises an impl's opset requirement.
@@ -31,6 +33,7 @@ from typing import Any, TypeAlias
 import onnx_ir as ir
 from onnxscript.onnx_opset import opset18 as op18
 
+from opreg.errors import user_stacklevel
 from opreg.values import is_complex
 
 Tensor: TypeAlias = ir.Value
@@ -188,5 +191,6 @@ __all__ = [
     "result_dtype",
     "same_type",
     "symmetric_pads",
+    "user_stacklevel",
     "where",
 ]

@@ -240,8 +240,8 @@ class PackReports(ReportSequence):
     Fields:
         reports: each pack's :class:`PackReport`.
         selection: the selection they answer, ``(plugins, exclude, strict)`` as
-            :func:`opreg.plugins.load` takes it (``None``: no packs were loaded, a registry built by
-            hand); :func:`opreg.plugins.host_of` finds the host of the same packs by it.
+            :func:`opreg.packs.plugins.load` takes it (``None``: no packs were loaded, a registry built by
+            hand); :func:`opreg.packs.plugins.host_of` finds the host of the same packs by it.
     """
 
     reports: tuple[PackReport, ...] = ()
@@ -255,7 +255,7 @@ class PackReports(ReportSequence):
 
 class HookError(PluginError):
     """A pack's hook raised, or returned something else than its contract says
-    (:data:`opreg.hookspecs.CONTRACTS`). The loader, the exporter and the conformance kit
+    (:data:`opreg.packs.hookspecs.CONTRACTS`). The loader, the exporter and the conformance kit
     word it the same way: ``pack 'NAME' failed in hook HOOK: PROBLEM``.
 
     Attributes:

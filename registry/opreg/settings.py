@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opreg.errors import InvalidArgumentError
-from opreg.targets import Target, TargetLike
+from opreg.registry.targets import Target, TargetLike
 
 if TYPE_CHECKING:
-    from opreg.host import PackHost
-    from opreg.registry import Registry
+    from opreg.packs.host import PackHost
+    from opreg.registry.registry import Registry
 
 __all__ = ["STATE_MODES", "ExportSettings", "describe", "takes_settings"]
 
@@ -57,7 +57,7 @@ class ExportSettings:
             rules, function definitions; the session configuration and reference kernels of ``run``
             and ``verify``); default ``None``, the host of the installed packs ``plugins``/``exclude``
             select (:func:`opreg.default_host`), or of those ``registry`` was built from (a copy's
-            too; none for a registry built by hand: :func:`opreg.plugins.host_of`).
+            too; none for a registry built by hand: :func:`opreg.packs.plugins.host_of`).
         inline: ``True`` inlines impls written as script functions, ``False`` keeps them as
             model-local functions, an int N inlines those of at most N nodes; default ``True``.
         embed_functions: add the packs' ONNX function definitions of the custom-domain ops the
@@ -154,8 +154,8 @@ class ExportSettings:
             raise InvalidArgumentError(
                 f"progress= takes a function called with each stage's name, got {describe(self.progress)}"
             )
-        from opreg.host import PackHost
-        from opreg.registry import Registry
+        from opreg.packs.host import PackHost
+        from opreg.registry.registry import Registry
 
         hint = "; to choose packs by name use plugins=[...]"
         _check_type("registry", self.registry, Registry, "opreg.default_registry().copy()", hint)

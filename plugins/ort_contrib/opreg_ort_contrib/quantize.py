@@ -35,7 +35,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common
 
 from opreg import weights as lazy_weights
-from opreg.packfaults import user_stacklevel
+from opreg.ops import user_stacklevel
 from opreg_ort_contrib import CONTRIB_DOMAIN
 
 BITS = (4, 8)

@@ -30,7 +30,7 @@ def __getattr__(name: str) -> Any:
 
 @opreg.hookimpl
 def opreg_targets():
-    from opreg.targets import DEFAULT_ONNX_OPSET
+    from opreg.registry.targets import DEFAULT_ONNX_OPSET
 
     return {"test_customop": {"": DEFAULT_ONNX_OPSET, DOMAIN: DOMAIN_VERSION}}
 

@@ -7,7 +7,7 @@ import onnxscript
 import opreg
 import pytest
 import torch
-from opreg.targets import DEFAULT_ONNX_OPSET
+from opreg.registry.targets import DEFAULT_ONNX_OPSET
 
 from opreg_test_customop import addandround_op
 

@@ -39,14 +39,14 @@ class RequestedPackFailed(PluginError):
 
 def registry(args: argparse.Namespace, *, declared: bool = False) -> Any:
     """The registry of the packs ``args`` select; ``declared``: what they declare is enough (to list
-    and explain, not to export), so it may come from :mod:`opreg.packcache` without loading them."""
+    and explain, not to export), so it may come from :mod:`opreg.packs.packcache` without loading them."""
     if declared and not args.no_cache:
         return _declared(args)
     return packs(args).registry
 
 
 def _declared(args: argparse.Namespace) -> Any:
-    from opreg import plugins
+    from opreg.packs import plugins
 
     wanted, unwanted = _pack_args(args)
     selection = wanted if plugins.autoload_disabled() else None
@@ -64,10 +64,10 @@ def _pack_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def packs(args: argparse.Namespace) -> Any:
     """The packs ``args`` select, loaded: their registry and the host that calls their hooks
-    (:class:`opreg.plugins.Loaded`); ``--no-cache``: without :mod:`opreg.packcache`."""
+    (:class:`opreg.packs.plugins.Loaded`); ``--no-cache``: without :mod:`opreg.packs.packcache`."""
     import contextlib
 
-    from opreg import packcache, plugins
+    from opreg.packs import packcache, plugins
 
     wanted, unwanted = _pack_args(args)
     selection = wanted if plugins.autoload_disabled() else None
@@ -80,7 +80,7 @@ def packs(args: argparse.Namespace) -> Any:
 
 def preferences(items: Sequence[str]) -> dict[str, str]:
     """``--prefer OP=PACK`` items as ``{op: pack}``."""
-    from opreg.opname import OpName
+    from opreg.registry.opname import OpName
 
     prefer: dict[str, str] = {}
     for item in items:
@@ -96,7 +96,7 @@ def preferences(items: Sequence[str]) -> dict[str, str]:
 
 def conflict_rows(registry: Any) -> list[tuple[str, str]]:
     """``(op, "pack:impl, pack:impl (winner ...)")`` for every tie between packs."""
-    from opreg import plugins
+    from opreg.packs import plugins
 
     rows = []
     for group in plugins.pack_conflicts(registry.impls(), registry.preferences()):
@@ -107,7 +107,7 @@ def conflict_rows(registry: Any) -> list[tuple[str, str]]:
 def report_failed_packs(registry: Any, args: argparse.Namespace) -> None:
     """A pack asked for with ``-p`` that did not load is an error; any other that did not
     load is a warning (its ops are missing from what the command reports or writes)."""
-    from opreg.packset import FAILED, INCOMPATIBLE
+    from opreg.packs.packset import FAILED, INCOMPATIBLE
 
     wanted = {a for a in args.plugin_args if not a.startswith("no:")}
     failed = [r for r in registry.packs if r.status in (FAILED, INCOMPATIBLE)]
@@ -145,8 +145,8 @@ def warn_hook_failures(host: Any) -> None:
 
 
 def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The model ``args.model`` names (:mod:`opreg._modelspec`), and its ``--dynamic`` shapes."""
-    from opreg import _modelspec
+    """The model ``args.model`` names (:mod:`opreg.cli._modelspec`), and its ``--dynamic`` shapes."""
+    from opreg.cli import _modelspec
 
     loaded = _modelspec.load(args.model)
     if not args.debug:  # torch is imported now (importing it resets its loggers' levels)
@@ -205,7 +205,7 @@ def styled(text: str, style: str | None = None) -> Any:
 
 def short_source(source: str) -> str:
     """``file:line`` relative to the ``sys.path`` entry it lies under (``opreg_core_ops/ops/activation.py:25``)."""
-    from opreg._inspect import short_source as relative
+    from opreg.registry._inspect import short_source as relative
 
     return relative(source)
 

@@ -19,7 +19,7 @@ _DYNAMIC_HELP = (
 
 
 def add_model(parser: argparse.ArgumentParser) -> None:
-    """``MODEL``: the factory of the model a command exports or checks (:mod:`opreg._modelspec`)."""
+    """``MODEL``: the factory of the model a command exports or checks (:mod:`opreg.cli._modelspec`)."""
     parser.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
 
 

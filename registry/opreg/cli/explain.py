@@ -33,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from opreg.opname import OpName
+    from opreg.registry.opname import OpName
 
     if "::" not in args.op:  # a capture patch: whether it applies is the packs' hooks' to say
         return _explain_patches(args, packs(args))
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _explain_patches(args: argparse.Namespace, loaded: Any) -> int:
     """``opreg explain NAME`` for a capture patch (or ``patches``: every one the packs offer)."""
-    from opreg import patching
+    from opreg.packs import patching
 
     offer = patching.offered(loaded.host, loaded.registry.capture_patches())
     found = list(offer.patches) if args.op == "patches" else offer.find(args.op)

@@ -164,7 +164,7 @@ def _mismatch(args: argparse.Namespace, err: Any, error: Any) -> int:
 def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result: Any, started: float) -> int:
     """What was written (and verified), as JSON or lines."""
     from opreg.exporter._save import INLINE_LIMIT_BYTES, referenced_data
-    from opreg.targets import domain_label
+    from opreg.registry.targets import domain_label
 
     if args.json:
         print_json({
@@ -235,7 +235,7 @@ def _times(ratio: float) -> str:
 def _print_patches(out: Any, outcomes: Sequence[Any]) -> None:
     """The capture patches an export applied (one that failed is a pack fault: a ``warning:`` line,
     as every :class:`opreg.PackWarning` of a command is)."""
-    from opreg.patching import APPLIED
+    from opreg.packs.patching import APPLIED
 
     applied = [o for o in outcomes if o.status == APPLIED]
     if applied:

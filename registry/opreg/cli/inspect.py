@@ -21,9 +21,9 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from opreg import inspection
+    from opreg.cli import _inspection
 
-    report = inspection.inspect_file(args.file)
+    report = _inspection.inspect_file(args.file)
     code = EXIT_OK if report["usable"] else EXIT_FINDINGS
     if args.json:
         print_json(report)

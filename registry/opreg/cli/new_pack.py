@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from opreg import _packfiles, scaffold
+    from opreg.authoring import _packfiles, scaffold
 
     names = scaffold.pack_names(args.name, args.domain)
     path = scaffold.new_pack(args.name, ops=args.ops, empty=args.empty, domain=args.domain, directory=args.output)

@@ -28,7 +28,7 @@ def _matches(op: str, pattern: str | None) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from opreg.targets import domain_label
+    from opreg.registry.targets import domain_label
 
     reg = registry(args, declared=True)
     target = reg.target(args.target)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from opreg import _heap, packfaults
+from opreg import _heap
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
 from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
 from opreg.exporter._dynamic import FixedDim, ShapeGuard
@@ -27,8 +27,9 @@ from opreg.exporter._program import OnnxProgram
 from opreg.exporter._state import StateSlot
 from opreg.exporter.diagnosis.compare import OutputCheck, Verification
 from opreg.exporter.diagnosis.report import Divergence, Location, Step
-from opreg.patching import PatchedCapture
-from opreg.plugins import Loaded, host_of, load
+from opreg.packs import packfaults
+from opreg.packs.patching import PatchedCapture
+from opreg.packs.plugins import Loaded, host_of, load
 from opreg.settings import ExportSettings, describe, takes_settings
 
 logger = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def _patches(model: Any, packs: Loaded, settings: ExportSettings) -> PatchedCapt
 
 
 def faults_reported(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` (an export) with the packs' faults it met (:mod:`opreg.packfaults`) reported: a
+    """``function`` (an export) with the packs' faults it met (:mod:`opreg.packs.packfaults`) reported: a
     :class:`opreg.PackWarning` each (also when it raises), and on an :class:`OnnxProgram` result
     its ``pack_faults`` and the model's ``opreg.pack_faults`` metadata."""
 

@@ -20,7 +20,7 @@ import torch
 from opreg.errors import ExportError
 from opreg.exporter import _pytrees
 from opreg.exporter._guards import SIZE_OBLIVIOUS_KEY, GuardSites, size_oblivious
-from opreg.patching import FAILED, PatchedCapture
+from opreg.packs.patching import FAILED, PatchedCapture
 
 RETRIES = 4
 """How many classes a capture may register as pytree nodes (each costs a capture again)."""

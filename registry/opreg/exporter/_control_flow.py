@@ -25,7 +25,7 @@ from opreg.exporter._recorder import GraphRecorder
 from opreg.exporter._results import dtype_of
 
 if TYPE_CHECKING:
-    from opreg.targets import Target
+    from opreg.registry.targets import Target
 
 
 @dataclasses.dataclass

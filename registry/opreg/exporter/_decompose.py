@@ -19,9 +19,9 @@ import torch
 from opreg.errors import ExportError
 from opreg.exporter._capture import TRACING_LOCK, first_lines
 from opreg.exporter._guards import captured_size_oblivious, size_oblivious
-from opreg.opname import OpName
-from opreg.registry import Registry
-from opreg.targets import Target
+from opreg.registry.opname import OpName
+from opreg.registry.registry import Registry
+from opreg.registry.targets import Target
 
 logger = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ import torch
 from opreg.errors import ExportError
 from opreg.exporter import _capture, _grown, _guards, _pytrees
 from opreg.exporter._guards import input_of, names_in, render
-from opreg.patching import PatchedCapture
+from opreg.packs.patching import PatchedCapture
 from opreg.settings import AUTO_SHAPES
 
 logger = logging.getLogger(__name__)
@@ -537,12 +537,12 @@ def _narrowed_error(items: Sequence[_Narrowed]) -> str:
 
 FIXED_DIMS_KEY = "opreg.fixed_dims"
 """The model's metadata: the dims asked to be dynamic that the export fixed, a JSON list of
-``{input, dim, size, guard, source}`` (``opreg inspect`` reads it: :mod:`opreg.inspection`)."""
+``{input, dim, size, guard, source}`` (``opreg inspect`` reads it: :mod:`opreg.cli._inspection`)."""
 
 
 SHAPE_GUARDS_KEY = "opreg.shape_guards"
 """The model's metadata: the guards on its dynamic dims it does not check, a JSON list of
-``{guard, dims, source}`` (:class:`ShapeGuard`; ``opreg inspect`` reads it: :mod:`opreg.inspection`)."""
+``{guard, dims, source}`` (:class:`ShapeGuard`; ``opreg inspect`` reads it: :mod:`opreg.cli._inspection`)."""
 
 
 def record(program: Any, captured: Captured) -> None:
@@ -552,8 +552,7 @@ def record(program: Any, captured: Captured) -> None:
     import json
     import warnings
 
-    from opreg.errors import ShapeGuardWarning
-    from opreg.packfaults import user_stacklevel
+    from opreg.errors import ShapeGuardWarning, user_stacklevel
 
     program.fixed_dims = tuple(captured.fixed)
     program.shape_guards = tuple(captured.guards)

@@ -28,7 +28,6 @@ import onnx_ir.passes.common as common_passes
 import torch
 from onnx_ir.passes import PassBase
 
-from opreg import hookchecks, patching
 from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
 from opreg.exporter import _capture, _rewrite
 from opreg.exporter._plan import JoinedDomain
@@ -43,12 +42,13 @@ from opreg.exporter.passes.housekeeping import MIN_IR_VERSION, LowestIrVersion, 
 from opreg.exporter.passes.outputs import BindOutputs, OwnSubgraphOutputs, output_names
 from opreg.exporter.passes.pipeline import IfModified, Pipeline
 from opreg.exporter.passes.seeding import SeedRandomNodes
-from opreg.host import PackHost
 from opreg.node_types import confirms
-from opreg.patching import PatchOutcome
-from opreg.registry import Impl
+from opreg.packs import hookchecks, patching
+from opreg.packs.host import PackHost
+from opreg.packs.patching import PatchOutcome
+from opreg.registry.registry import Impl
+from opreg.registry.targets import ONNX_DOMAIN, Target
 from opreg.settings import ExportSettings
-from opreg.targets import ONNX_DOMAIN, Target
 from opreg.values import is_complex
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ import onnx_ir as ir
 
 from opreg.exporter._recorder import SMALL_CONSTANT, GraphRecorder, is_random
 from opreg.node_types import shape_dims
-from opreg.registry import Impl
+from opreg.registry.registry import Impl
 from opreg.values import COMPLEX_KEY
 
 MEMO_PACKS = frozenset({"core"})

@@ -22,7 +22,7 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
-from opreg.opname import OpName
+from opreg.registry.opname import OpName
 
 SKIPPED_OPS = frozenset(
     {

@@ -16,7 +16,9 @@ from typing import Any
 
 import torch
 
-from opreg._inspect import (
+from opreg.errors import OpsetConflictError, UnsupportedOpsError
+from opreg.exporter import _decompose, _nodes
+from opreg.registry._inspect import (
     TORCH_ONNX,
     ArgumentsNotCovered,
     check_signature,
@@ -25,11 +27,9 @@ from opreg._inspect import (
     torch_convention,
     torch_schema,
 )
-from opreg.errors import OpsetConflictError, UnsupportedOpsError
-from opreg.exporter import _decompose, _nodes
-from opreg.opname import OpName
-from opreg.registry import Impl, Registry, Widening
-from opreg.targets import Target, VersionRange
+from opreg.registry.opname import OpName
+from opreg.registry.registry import Impl, Registry, Widening
+from opreg.registry.targets import Target, VersionRange
 from opreg.values import has_complex
 
 logger = logging.getLogger(__name__)
@@ -372,9 +372,9 @@ def check_late(impl: Impl) -> None:
 
 
 def plan_call(node: torch.fx.Node, impl: Impl) -> Call:
-    """Map the node's arguments onto the impl's parameters (:func:`opreg._inspect.map_arguments`);
+    """Map the node's arguments onto the impl's parameters (:func:`opreg.registry._inspect.map_arguments`);
     an impl written for torch.onnx gets them as torch.onnx passes them
-    (:func:`opreg._inspect.torch_convention`). An impl its registration could not check against
+    (:func:`opreg.registry._inspect.torch_convention`). An impl its registration could not check against
     the op's schema is checked first (:func:`check_late`)."""
     check_late(impl)
     try:

@@ -31,9 +31,9 @@ from opreg.exporter.diagnosis.compare import Verification, as_pair
 from opreg.exporter.diagnosis.report import Location
 from opreg.exporter.diagnosis.run import ONNXRUNTIME, Runner, run_program, to_torch
 from opreg.exporter.diagnosis.verify import verify_program
-from opreg.packfaults import PackFault
-from opreg.patching import PatchOutcome
-from opreg.targets import Target, domain_label
+from opreg.packs.packfaults import PackFault
+from opreg.packs.patching import PatchOutcome
+from opreg.registry.targets import Target, domain_label
 from opreg.values import is_complex
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class OnnxProgram:
             (:class:`opreg.exporter.GrownDim`; also logged, and in the model's
             ``opreg.grown_dims`` metadata).
         pack_faults: what the packs got wrong in the export and opreg worked around
-            (:class:`opreg.packfaults.PackFault`: a rewrite left out, a capture patch left out
+            (:class:`opreg.packs.packfaults.PackFault`: a rewrite left out, a capture patch left out
             or put back), each also warned as an :class:`opreg.PackWarning` and listed in the
             model's ``opreg.pack_faults`` metadata.
     """

@@ -27,7 +27,7 @@ import onnx_ir as ir
 from opreg.errors import ExportError
 from opreg.exporter import _axes
 from opreg.node_types import infer_node, op_schema
-from opreg.targets import domain_label
+from opreg.registry.targets import domain_label
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def _schema_owners(op: str) -> list[str]:
     import subprocess
     import sys
 
-    from opreg import plugins
+    from opreg.packs import plugins
 
     names = [f"-p{found.name}" for found in plugins.discovered()]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the packs this process sees

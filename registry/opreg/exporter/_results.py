@@ -11,7 +11,7 @@ from onnx_ir import tensor_adapters
 
 from opreg.errors import ExportError
 from opreg.exporter import _nodes
-from opreg.registry import Impl
+from opreg.registry.registry import Impl
 
 
 def call_site(node: torch.fx.Node, impl: Impl) -> str:

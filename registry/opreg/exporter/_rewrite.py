@@ -1,7 +1,7 @@
 """The packs' graph-level rewrites (``opreg_rewrite_rules``), each a pass of the finishing pipeline.
 
 A pack gives, for the export's target, onnxscript rewrite rules, rule sets and
-``onnx_ir`` passes (:func:`opreg.hookspecs.opreg_rewrite_rules`, whose contract checks
+``onnx_ir`` passes (:func:`opreg.packs.hookspecs.opreg_rewrite_rules`, whose contract checks
 and names them). :func:`collect` takes every loaded pack's; :func:`passes` makes each item
 a :class:`PackRewrite` pass. A node a rule makes inherits the provenance of the
 nodes it replaced (distinct values joined with ``+``) and records the rule in
@@ -25,7 +25,6 @@ from typing import Any
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from opreg import packfaults
 from opreg.errors import ExportError, OpsetConflictError, PluginError
 from opreg.exporter._nodes import PACK_KEY, PROVENANCE_KEYS, REWRITE_KEY
 from opreg.exporter.passes.pipeline import (
@@ -37,7 +36,8 @@ from opreg.exporter.passes.pipeline import (
     subgraphs_of,
 )
 from opreg.node_types import node_problem, op_schema
-from opreg.targets import ONNX_DOMAIN, Target, domain_label
+from opreg.packs import packfaults
+from opreg.registry.targets import ONNX_DOMAIN, Target, domain_label
 
 logger = logging.getLogger(__name__)
 

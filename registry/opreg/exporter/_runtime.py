@@ -1,7 +1,7 @@
 """Running a model: ONNX Runtime with the packs' session configuration, or
 ``onnx.reference`` with the packs' reference kernels.
 
-These functions take a model and the :class:`opreg.host.PackHost` whose packs configure the
+These functions take a model and the :class:`opreg.packs.host.PackHost` whose packs configure the
 run; a :class:`Runner` binds them to one host, and is what :class:`opreg.OnnxProgram` is given
 to run its model (it keeps the sessions the runner opens).
 """
@@ -19,7 +19,7 @@ import onnx_ir as ir
 
 from opreg.errors import RuntimeUnavailableError
 from opreg.exporter._recorder import RANDOM_OPS
-from opreg.host import PackHost
+from opreg.packs.host import PackHost
 
 logger = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from opreg.exporter._nodes import Trace, trace_of
 from opreg.exporter._plan import Call, Plan
 from opreg.exporter._recorder import GraphRecorder, missing_schema, schema_hint
 from opreg.exporter._results import call_site, check_result, check_returned, dtype_of, scalar_dtype
-from opreg.registry import Impl
-from opreg.targets import Target
+from opreg.registry.registry import Impl
+from opreg.registry.targets import Target
 from opreg.values import COMPLEX_KEY
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from opreg.registry.targets import TargetLike
 from opreg.settings import ExportSettings, takes_settings
-from opreg.targets import TargetLike
 
 if TYPE_CHECKING:
     from opreg.llm._decoder import Decoder, DecoderLayout

@@ -29,9 +29,9 @@ from opreg.llm import DECODER_OPTIONS, LAYOUT, _cache, _checkpoint, _families, _
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._genai import text_config
 from opreg.llm._trimmed import export_step
-from opreg.plugins import default_registry
+from opreg.packs.plugins import default_registry
+from opreg.registry.targets import TargetLike
 from opreg.settings import ExportSettings
-from opreg.targets import TargetLike
 from opreg.weights import Weights, bind, open_weights
 
 logger = logging.getLogger(__name__)

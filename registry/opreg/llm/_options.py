@@ -19,8 +19,8 @@ import importlib
 from typing import Any
 
 from opreg.errors import InvalidArgumentError, NoImplementationError
-from opreg.registry import Registry
-from opreg.targets import Target, TargetLike
+from opreg.registry.registry import Registry
+from opreg.registry.targets import Target, TargetLike
 
 FASTEST_TARGETS = ("onnxruntime", "onnx")
 """Target profiles from the fastest decoder on CPU to the slowest (bench/llm.py); the first one

@@ -57,7 +57,7 @@ def export_settings(function: str, precision: str, settings: Any, options: dict[
     import dataclasses
 
     from opreg.llm._decoder import settings_of
-    from opreg.plugins import default_registry
+    from opreg.packs.plugins import default_registry
 
     settings = settings_of(function, settings, options)
     registry = settings.registry or default_registry(plugins=settings.plugins, exclude=settings.exclude)

@@ -20,7 +20,7 @@ import torch
 
 from opreg.errors import InvalidArgumentError
 from opreg.pluginapi import Sample
-from opreg.targets import Target
+from opreg.registry.targets import Target
 
 Compare = Callable[[Sample, Sequence[torch.Tensor], Sequence[torch.Tensor], float, float], list[str]]
 """``compare(sample, got, expected, rtol, atol) -> problems``: how one sample's outputs are

@@ -6,8 +6,8 @@ checks, each giving :class:`CheckResult` rows:
 - ``load``: the pack loads, and opreg rejected none of its impls (an impl
   whose signature does not match the torch op's schema is rejected here);
 - ``import``: importing its entry point in a fresh interpreter does not
-  import onnxruntime and takes under ``opreg.plugins.slow_import_seconds()`` (torch is reported);
-- ``hooks``: every hook it implements returns what ``opreg.hookspecs`` says;
+  import onnxruntime and takes under ``opreg.packs.plugins.slow_import_seconds()`` (torch is reported);
+- ``hooks``: every hook it implements returns what ``opreg.packs.hookspecs`` says;
 - ``conflicts``: none of its impls ties with a core impl (or with another of
   its own) at the targets its impls are checked at;
 - ``kernels``: every custom domain its impls emit can run somewhere: a
@@ -43,9 +43,9 @@ from collections.abc import Iterable
 
 from packaging.utils import canonicalize_name
 
-from opreg import plugins
 from opreg.errors import PluginNotFoundError
-from opreg.registry import Registry
+from opreg.packs import plugins
+from opreg.registry.registry import Registry
 from opreg.testing._kit_pack import (
     HookResults,
     check_conflicts,

@@ -10,10 +10,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opreg import plugins
+from opreg.packs import plugins
 from opreg.pluginapi import HookError, ModelSample, Sample
-from opreg.registrar import Registrar
-from opreg.registry import Impl, Registry
+from opreg.registry.registrar import Registrar
+from opreg.registry.registry import Impl, Registry
 from opreg.testing._kit_report import CONFLICTS, HOOKS, IMPORT, KERNELS, LOAD, CheckResult
 from opreg.testing._samples import FAILED, PASSED, SKIPPED
 
@@ -153,7 +153,7 @@ def check_hooks(registry: Registry, pack: str, impls: Sequence[Impl], found: Hoo
     hooks = plugins.host_of(registry).packs
     rows = []
     for hook in hooks.implemented(pack):
-        try:  # the hook's contract (opreg.hookspecs.CONTRACTS), as the loader and the exporter check it
+        try:  # the hook's contract (opreg.packs.hookspecs.CONTRACTS), as the loader and the exporter check it
             checked = hooks.call_pack(pack, hook, **_hook_arguments(hook, pack, registry))
         except HookError as e:
             rows.append(CheckResult(HOOKS, hook, "", FAILED, e.problem))
@@ -177,7 +177,7 @@ def impl_targets(impl: Impl, profiles: Mapping[str, Mapping[str, int]] | None = 
     domain at the low and at the high end of its range; an impl for profiles
     (``profiles=``) with the custom domains of the first of them ``profiles``
     defines, so that it applies (none: it is checked nowhere)."""
-    from opreg.targets import newest_supported_opset
+    from opreg.registry.targets import newest_supported_opset
 
     gate: dict[str, int] = {}
     if impl.profiles:

@@ -8,10 +8,10 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from opreg import plugins
-from opreg._inspect import short_source
+from opreg.packs import plugins
 from opreg.pluginapi import HookError, ModelSample, Sample
-from opreg.registry import Impl, Registry
+from opreg.registry._inspect import short_source
+from opreg.registry.registry import Impl, Registry
 from opreg.testing._kit_pack import HookResults, impl_targets
 from opreg.testing._kit_report import PATCH_SUBJECT, PATCHES, REWRITE_SUBJECT, REWRITES, SAMPLES, CheckResult
 from opreg.testing._samples import (
@@ -321,7 +321,7 @@ def _drive_rewrite(registry: Registry, label: str, target: Any, sample: ModelSam
 
 def check_patches(registry: Registry, pack: str, found: HookResults) -> tuple[list[CheckResult], list[str]]:
     """The rows, and the patches (``patch pack:name``) with no sample."""
-    from opreg import patching
+    from opreg.packs import patching
 
     if patching.HOOK not in plugins.host_of(registry).packs.implemented(pack):
         return [CheckResult(PATCHES, pack, "", PASSED, "the pack offers no capture patches")], []
@@ -369,8 +369,8 @@ def _drive_patch(pack: str, patch: Any, sample: ModelSample) -> CheckResult:
 
     import torch
 
-    from opreg import patching
     from opreg.exporter.diagnosis.compare import compare_output
+    from opreg.packs import patching
 
     label = f"{pack}:{patch.name}"
     module = sample.module.eval()

@@ -22,8 +22,8 @@ import torch
 
 from opreg.pluginapi import TOLERANCES as _TOLERANCES
 from opreg.pluginapi import Sample
-from opreg.registry import Registry
-from opreg.targets import TargetLike
+from opreg.registry.registry import Registry
+from opreg.registry.targets import TargetLike
 from opreg.testing._compare import Compare, Distribution, Exporter, compare_outputs, result_tensors
 
 PASSED = "passed"
@@ -204,7 +204,7 @@ def check_samples(
     ``exporter`` drives another exporter instead of opreg (see :data:`Exporter`), with
     the same samples and comparisons: ``bench/coverage.py --all`` measures torch.onnx so.
     """
-    from opreg.plugins import default_registry
+    from opreg.packs.plugins import default_registry
 
     registry = registry if registry is not None else default_registry()
     samples = list(samples)

@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from opreg.opname import OpName
 from opreg.pluginapi import Sample, describe
-from opreg.registry import Registry
-from opreg.targets import TargetLike
+from opreg.registry.opname import OpName
+from opreg.registry.registry import Registry
+from opreg.registry.targets import TargetLike
 from opreg.testing._compare import Arg, Compare, Distribution, Exporter, GatherIndices, ScaledTolerance, UpcastReference
 from opreg.testing._samples import SampleCheck, check_samples
 

@@ -84,7 +84,7 @@ def _both_sides(
 
 def _saturation_hint(model: ir.Model, runtime: str) -> str:
     """Why a QDQ model can differ in ONNX Runtime on this CPU (its int8 kernels saturate), if they do."""
-    from opreg import _intkernels
+    from opreg.exporter.diagnosis import _intkernels
 
     if runtime != ONNXRUNTIME or not _intkernels.has_int8_weights(model):
         return ""

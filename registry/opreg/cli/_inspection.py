@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from opreg import packfaults
 from opreg.errors import OpregError
-from opreg.patching import METADATA_KEY as PATCHES_KEY
-from opreg.patching import read_metadata
-from opreg.targets import domain_label
+from opreg.packs import packfaults
+from opreg.packs.patching import METADATA_KEY as PATCHES_KEY
+from opreg.packs.patching import read_metadata
+from opreg.registry.targets import domain_label
 
 PACK_KEY = "opreg.pack"
 TORCH_OP_KEY = "opreg.torch_op"

@@ -5,14 +5,14 @@
 whether it has a predicate, the profiles it is for, ``file:line``), its target profiles and the ops it
 declines. Building that means importing every pack, and so torch (about two
 seconds); reading it back from this cache takes a few milliseconds, and no pack,
-torch, onnx or onnxscript is imported. :func:`opreg.plugins.declared_registry` gives a frozen
+torch, onnx or onnxscript is imported. :func:`opreg.packs.plugins.declared_registry` gives a frozen
 :class:`~opreg.Registry` of that data (its impls' functions and predicates are
 :class:`Declaration` stand-ins that cannot be called; no host is built beside it),
 which resolves, explains and lists exactly as the real one does.
 
-A registry build that loads the packs (:func:`opreg.plugins.load_packs`, so :func:`opreg.build_registry`
+A registry build that loads the packs (:func:`opreg.packs.plugins.load_packs`, so :func:`opreg.build_registry`
 and every export) uses an entry too: each impl its packs register again is taken as the entry
-knows it (requirement, kind, parameters, schema check, source: :class:`opreg.registrar.Known`)
+knows it (requirement, kind, parameters, schema check, source: :class:`opreg.registry.registrar.Known`)
 instead of its function being read again, and a build with no usable entry writes one.
 
 When an entry is used
@@ -39,7 +39,7 @@ Not watched: a file edited by hand inside ``site-packages`` (pip never does
 that), data files a pack reads while it registers, and other environment
 variables a pack may read; turn the cache off (below) where that matters.
 Preferences (``--prefer``) and ``--strict`` are applied to the cached data on
-every run, as :func:`opreg.plugins.assemble` does after loading.
+every run, as :func:`opreg.packs.plugins.assemble` does after loading.
 
 Where it lives
 --------------
@@ -67,14 +67,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from opreg import discovery, targets
-from opreg._inspect import Params
-from opreg.discovery import Selection
 from opreg.errors import OpregError
-from opreg.impls import Impl
-from opreg.opname import OpName
+from opreg.packs import discovery
+from opreg.packs.discovery import Selection
 from opreg.pluginapi import PackReport, Rejection
-from opreg.targets import OpsetRequirement, VersionRange, assume_onnx_opset_range, onnx_opset_range
+from opreg.registry import targets
+from opreg.registry._inspect import Params
+from opreg.registry.impls import Impl
+from opreg.registry.opname import OpName
+from opreg.registry.targets import OpsetRequirement, VersionRange, assume_onnx_opset_range, onnx_opset_range
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ DIST_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".pth")
 @dataclasses.dataclass(frozen=True)
 class Declared:
     """What the selected packs declare, as data: what a registry is built from besides the packs' hooks
-    (:func:`opreg.plugins.load_packs` gives it, and this cache stores it).
+    (:func:`opreg.packs.plugins.load_packs` gives it, and this cache stores it).
 
     Fields:
         reports: every discovered pack's :class:`~opreg.pluginapi.PackReport`, in load order.
@@ -158,8 +159,8 @@ def off() -> Iterator[None]:
 
 
 cache_root = targets.cache_dir
-"""opreg's cache folder, shared with what :mod:`opreg.targets` caches: ``$OPREG_CACHE_DIR`` if
-set, else :func:`opreg.targets.user_cache_dir`."""
+"""opreg's cache folder, shared with what :mod:`opreg.registry.targets` caches: ``$OPREG_CACHE_DIR`` if
+set, else :func:`opreg.registry.targets.user_cache_dir`."""
 user_cache_dir = targets.user_cache_dir
 
 

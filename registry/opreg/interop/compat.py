@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from opreg import table_in
 from opreg.errors import InvalidArgumentError, OpsetConflictError, RegistrationError
-from opreg.opname import OpName
-from opreg.plugins import default_registry, discovered, table_profile
-from opreg.registrar import Registrar
-from opreg.registry import USER_PACK, Impl, Registry
-from opreg.targets import Target
+from opreg.packs.plugins import default_registry, discovered, table_profile
+from opreg.registry import table_in
+from opreg.registry.opname import OpName
+from opreg.registry.registrar import Registrar
+from opreg.registry.registry import USER_PACK, Impl, Registry
+from opreg.registry.targets import Target
 
 TUTORIAL_INLINE_LIMIT = 3
 """``dynamo_export`` inlined functions this small; the tutorials' graphs assume it."""
@@ -50,7 +50,7 @@ class OnnxRegistry:
 
         It overrides every pack's impl of that op; its opset versions are read
         from the function, and it is taken and called as torch.onnx takes and
-        calls it (:func:`opreg.table_in.torch_impl`, the path a
+        calls it (:func:`opreg.registry.table_in.torch_impl`, the path a
         ``custom_translation_table`` takes too). Returns the registered
         :class:`opreg.Impl`.
         """
@@ -152,7 +152,7 @@ def pack_from_translation_table(
 
     Keys may be op overloads, op packets (each overload the function fits) or
     op names; values a function or a list of functions (see
-    :mod:`opreg.table_in`). Raises :class:`opreg.RegistrationError` listing
+    :mod:`opreg.registry.table_in`). Raises :class:`opreg.RegistrationError` listing
     every entry opreg cannot take, and :class:`opreg.InvalidArgumentError` when
     ``name`` is not a string or is taken: by an installed pack (``"core"``,
     ``"ort_contrib"``, whether loaded or not) or a pack already in ``registry``.

@@ -5,7 +5,7 @@ writes an installable distribution whose package holds, for each op: an impl
 stub (the body to write, in ``impls.py``), the pack's ONNX op for it (schema,
 reference kernel, and a place for its definition in standard ONNX), samples
 for the conformance kit, and a test; plus the metadata, a README and a CI
-workflow (:mod:`opreg._packfiles`). ``--empty`` writes a pack with no ops.
+workflow (:mod:`opreg.authoring._packfiles`). ``--empty`` writes a pack with no ops.
 
 :func:`pack_names` derives every name a pack needs from its distribution name
 and refuses names that would not work or would collide; :func:`render` gives
@@ -185,7 +185,7 @@ def render(names: PackNames, ops: Sequence[str] = ()) -> dict[str, str]:
     """The new pack's files, ``{relative path: text}``, for the ops whose schemas ``ops`` gives
     (``'ns::name(Tensor x, float beta) -> Tensor'``; none: a pack with no ops yet). Raises
     :class:`ScaffoldError` for a schema it cannot write a pack for."""
-    from opreg import _opspec, _packfiles
+    from opreg.authoring import _opspec, _packfiles
 
     try:
         specs = _opspec.parse_all(tuple(ops))

@@ -6,13 +6,13 @@ form works in opreg unchanged through this module:
 
 - :func:`torch_impl` turns one such function into an :class:`opreg.Impl`. It is
   the one path for "a function written for torch.onnx": the tutorials'
-  ``OnnxRegistry.register_op`` (:mod:`opreg.compat`), a table handed to
+  ``OnnxRegistry.register_op`` (:mod:`opreg.interop.compat`), a table handed to
   :func:`opreg.pack_from_translation_table` or to
   :meth:`opreg.Registrar.register_translation_table`, and a table an installed
   pack exposes through its entry point all use it. The function's opset
   requirement is read from the function (the ``opsetNN`` modules and ``Opset``
   objects it uses); it is called as torch.onnx calls it
-  (:func:`opreg._inspect.torch_convention`), and held to what torch.onnx needs
+  (:func:`opreg.registry._inspect.torch_convention`), and held to what torch.onnx needs
   of it: a trace-only function's attributes need no annotations.
 - :func:`entries` reads a table the way torch.onnx does, and more: keys are
   op overloads (``torch.ops.aten.gelu.default``), op packets
@@ -39,11 +39,11 @@ import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from opreg import _inspect, _opsets
 from opreg.errors import InvalidOpNameError, RegistrationError
-from opreg.opname import OpName
-from opreg.registry import Impl, build_impl, impl_name
-from opreg.targets import ONNX_DOMAIN, VersionRangeLike, normalize_domain, onnx_opset_range
+from opreg.registry import _inspect, _opsets
+from opreg.registry.opname import OpName
+from opreg.registry.registry import Impl, build_impl, impl_name
+from opreg.registry.targets import ONNX_DOMAIN, VersionRangeLike, normalize_domain, onnx_opset_range
 
 FUNCTION_DOMAIN = "pkg.opreg.functions"
 """The domain a script function written in onnxscript's default domain (``"this"``) is compiled into."""

@@ -1,6 +1,6 @@
 """The registry as a pack sees it: what ``opreg_register_ops`` receives.
 
-A pack marks each impl on its ``def`` with :func:`opreg.impl` (:mod:`opreg.marks`)
+A pack marks each impl on its ``def`` with :func:`opreg.impl` (:mod:`opreg.registry.marks`)
 and its hook hands the modules to :meth:`Registrar.register_module`.
 
 A :class:`Registrar` collects one pack's impls. Each ``register`` call is
@@ -20,13 +20,13 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from opreg import table_in
 from opreg.errors import RegistrationError
-from opreg.marks import IMPL_ATTRIBUTE, ImplSpec, impl, marked, profile_names
-from opreg.opname import OpName
 from opreg.pluginapi import Rejection
-from opreg.registry import Impl, Predicate, build_impl, impl_name
-from opreg.targets import VersionRange, VersionRangeLike, normalize_domain
+from opreg.registry import table_in
+from opreg.registry.marks import IMPL_ATTRIBUTE, ImplSpec, impl, marked, profile_names
+from opreg.registry.opname import OpName
+from opreg.registry.registry import Impl, Predicate, build_impl, impl_name
+from opreg.registry.targets import VersionRange, VersionRangeLike, normalize_domain
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ __all__ = ["IMPL_ATTRIBUTE", "ImplSpec", "Known", "Registrar", "Rejection", "imp
 
 class Known:
     """What one pack's impls were found to be when its code was last read, unchanged since
-    (:mod:`opreg.packcache` keeps it): a ``register`` call takes the next impl of its op and
+    (:mod:`opreg.packs.packcache` keeps it): a ``register`` call takes the next impl of its op and
     function name from here, with its requirement, kind, parameters, schema check and source,
     instead of reading the function again. Packs register in a fixed order, so the n-th call for
     an op and name gets the n-th impl; a call that declares anything else (opset, domains,
@@ -89,7 +89,7 @@ def _same_declaration(known: Impl, arguments: Mapping[str, Any]) -> bool:
 
 def _schema_defined(op: OpName) -> bool:
     """Whether torch knows ``op``'s schema now (an op it cannot name is read again, to say why)."""
-    from opreg._inspect import torch_schema
+    from opreg.registry._inspect import torch_schema
 
     try:
         return torch_schema(op) is not None
@@ -173,7 +173,7 @@ class Registrar:
         self, table: Any, *, opsets: table_in.OpsetsLike = None, priority: int = 0
     ) -> list[Impl]:
         """Register every function of a ``custom_translation_table`` (``{torch op: function}``
-        as ``torch.onnx.export(dynamo=True)`` takes it; see :mod:`opreg.table_in`).
+        as ``torch.onnx.export(dynamo=True)`` takes it; see :mod:`opreg.registry.table_in`).
 
         Each function's opset requirement is read from the function unless
         ``opsets`` declares it (``{"": 18, "com.microsoft": 1}``); ``priority``

@@ -37,7 +37,8 @@ from opreg.errors import (
     NoImplementationError,
     RegistrationError,
 )
-from opreg.explanation import (
+from opreg.pluginapi import PackReports
+from opreg.registry.explanation import (
     CHOSEN,
     CONDITIONAL,
     DROPPED,
@@ -51,11 +52,10 @@ from opreg.explanation import (
     why_chosen,
     why_not,
 )
-from opreg.impls import CORE_PACK, USER_PACK, Impl, Predicate, build_impl, impl_name
-from opreg.marks import marked
-from opreg.opname import OpName
-from opreg.pluginapi import PackReports
-from opreg.targets import BUILTIN_PROFILES, ONNX_DOMAIN, Target, TargetLike, VersionRangeLike
+from opreg.registry.impls import CORE_PACK, USER_PACK, Impl, Predicate, build_impl, impl_name
+from opreg.registry.marks import marked
+from opreg.registry.opname import OpName
+from opreg.registry.targets import BUILTIN_PROFILES, ONNX_DOMAIN, Target, TargetLike, VersionRangeLike
 
 if TYPE_CHECKING:
     from opreg.pluginapi import CapturePatch
@@ -66,7 +66,7 @@ __all__ = [
     "CORE_PACK", "USER_PACK", "Candidate", "Conflict", "Explanation", "Impl", "Predicate", "Registry",
     "RegistryData", "Widening", "build_impl", "impl_name",
 ]  # fmt: skip
-"""Impls and explanations are defined in :mod:`opreg.impls` and :mod:`opreg.explanation`, and read from here too."""
+"""Impls and explanations are defined in :mod:`.impls` and :mod:`.explanation`, and read from here too."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -114,7 +114,7 @@ class Registry:
     A frozen registry is a value: equal to (and hashing as) any registry holding the same
     :meth:`data`, taken when it is frozen, and nothing of it changes after (setting an attribute
     raises :class:`opreg.FrozenRegistryError`). The packs' code is not part of it: their hooks are
-    called through the :class:`opreg.host.PackHost` built beside it (:func:`opreg.plugins.load`,
+    called through the :class:`opreg.packs.host.PackHost` built beside it (:func:`opreg.packs.plugins.load`,
     :func:`opreg.default_host`), which an export takes as ``host=``. (Resolution remembers its
     answers per op and target in a memo of this module, never in the registry.)
     """
@@ -215,7 +215,7 @@ class Registry:
         return [self.register(spec.op, function, **spec.arguments()) for function, spec in marked(*modules)]
 
     def add(self, *impls: Impl) -> None:
-        """Add impls already built (:func:`build_impl`, :func:`opreg.table_in.torch_impl`), under
+        """Add impls already built (:func:`build_impl`, :func:`opreg.registry.table_in.torch_impl`), under
         the pack and with the override flag they carry."""
         self._check_mutable()
         for impl in impls:
@@ -259,7 +259,7 @@ class Registry:
 
     def add_capture_patch(self, patch: CapturePatch) -> CapturePatch:
         """Add a capture patch of your own (``user:name``), installed for the captures this registry exports
-        as the packs' ``opreg_capture_patches`` are (see :mod:`opreg.patching`). A name already added is an
+        as the packs' ``opreg_capture_patches`` are (see :mod:`opreg.packs.patching`). A name already added is an
         :class:`InvalidArgumentError`."""
         from opreg.pluginapi import CapturePatch
 
@@ -575,16 +575,16 @@ class Registry:
     def translation_table(self, target: TargetLike = "onnx") -> Any:
         """This registry as a ``custom_translation_table`` for ``torch.onnx.export(dynamo=True)``.
 
-        Returns an :class:`opreg.table_out.TranslationTable`, a dict ``{torch op
+        Returns an :class:`opreg.registry.table_out.TranslationTable`, a dict ``{torch op
         overload: function}`` holding, for every op this registry resolves at
         ``target`` (without a node), the impl opreg would choose, in a form
-        torch.onnx takes (:mod:`opreg.table_out`). Pass
+        torch.onnx takes (:mod:`opreg.registry.table_out`). Pass
         ``opset_version=table.opset_version`` to ``torch.onnx.export``. What
         torch.onnx cannot take (an impl with a predicate, an op torch has not
         loaded, ...) is left out, listed in ``table.left_out`` and in one
-        :class:`opreg.table_out.TranslationTableWarning`.
+        :class:`opreg.registry.table_out.TranslationTableWarning`.
         """
-        from opreg import table_out
+        from opreg.registry import table_out
 
         return table_out.build(self, target)
 

@@ -1,5 +1,5 @@
-"""Writing Python source from templates, formatted as ruff formats it: what :mod:`opreg._packcode`
-and :mod:`opreg._packfiles` write a new pack's files with."""
+"""Writing Python source from templates, formatted as ruff formats it: what :mod:`opreg.authoring._packcode`
+and :mod:`opreg.authoring._packfiles` write a new pack's files with."""
 
 from __future__ import annotations
 

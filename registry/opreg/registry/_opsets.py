@@ -14,8 +14,8 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from opreg._inspect import python_function, type_kind
-from opreg.targets import ONNX_DOMAIN
+from opreg.registry._inspect import python_function, type_kind
+from opreg.registry.targets import ONNX_DOMAIN
 
 
 def used_opsets(function: Any) -> dict[str, set[int | None]]:

@@ -3,9 +3,9 @@
 A :class:`opreg.Registry` is a value: impls, profiles, unsupported ops, preferences, the capture
 patches added by hand. What the packs' code answers while a model is exported (rewrite rules, function
 definitions, capture patches, the session configuration, reference kernels) is asked of the
-:class:`PackHost` built beside it (:func:`opreg.plugins.load` gives both; :func:`opreg.default_host`,
-:func:`opreg.plugins.host_of`; an export's ``host=``), which calls each loaded pack's hook through the
-one per-pack caller of its :class:`~opreg.packset.PackSet`. The registry holds no reference to it. A
+:class:`PackHost` built beside it (:func:`opreg.packs.plugins.load` gives both; :func:`opreg.default_host`,
+:func:`opreg.packs.plugins.host_of`; an export's ``host=``), which calls each loaded pack's hook through the
+one per-pack caller of its :class:`~opreg.packs.packset.PackSet`. The registry holds no reference to it. A
 host with no packs (``PackHost()``, the host of a registry built by hand) answers nothing.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from opreg.packset import PackSet
+from opreg.packs.packset import PackSet
 
 REWRITE_RULES = "opreg_rewrite_rules"
 FUNCTIONS = "opreg_functions"

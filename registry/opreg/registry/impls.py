@@ -1,7 +1,7 @@
 """One registered implementation of a torch op: :class:`Impl`, a value, and :func:`build_impl`, which
 validates a function and describes it (its kind, parameters, opset requirement and torch schema check).
 
-The registry (:mod:`opreg.registry`) stores and resolves impls; packs register them through a
+The registry (:mod:`opreg.registry.registry`) stores and resolves impls; packs register them through a
 :class:`opreg.Registrar`, users through :meth:`opreg.Registry.register`.
 """
 
@@ -12,11 +12,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from opreg import _inspect, _opsets
 from opreg.errors import InvalidTargetError, RegistrationError
-from opreg.marks import profile_names
-from opreg.opname import OpName
-from opreg.targets import (
+from opreg.registry import _inspect, _opsets
+from opreg.registry.marks import profile_names
+from opreg.registry.opname import OpName
+from opreg.registry.targets import (
     ONNX_DOMAIN,
     OpsetRequirement,
     VersionRange,
@@ -171,8 +171,8 @@ def build_impl(
     """Validate and describe one impl; raise :class:`RegistrationError` on any problem.
 
     ``torch_function``: ``function`` was written for torch.onnx; it is checked
-    for what torch.onnx needs of it (see :func:`opreg._inspect.check_signature`)
-    and called as torch.onnx calls it. :func:`opreg.table_in.torch_impl` is the
+    for what torch.onnx needs of it (see :func:`opreg.registry._inspect.check_signature`)
+    and called as torch.onnx calls it. :func:`opreg.registry.table_in.torch_impl` is the
     way in for such functions.
     """
     op = OpName.of(op)

@@ -45,12 +45,12 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from opreg import packfaults
 from opreg.errors import InvalidArgumentError, PluginError
+from opreg.packs import packfaults
 from opreg.pluginapi import CapturePatch, HookError, PatchOutcome, foreign_versions, installed_version, requirement
 
 if TYPE_CHECKING:
-    from opreg.host import PackHost
+    from opreg.packs.host import PackHost
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class Offer:
 def offered(host: PackHost, own: Iterable[tuple[str, CapturePatch]] = ()) -> Offer:
     """The patches added by hand (``own``: a registry's :meth:`~opreg.Registry.capture_patches`), then
     those of every loaded pack's :data:`HOOK`, asked of ``host`` (called one pack at a time, its result
-    checked by the hook's contract, ``opreg.hookspecs.CONTRACTS``): a pack whose hook raises or returns
+    checked by the hook's contract, ``opreg.packs.hookspecs.CONTRACTS``): a pack whose hook raises or returns
     something else than a list is reported and its patches left out; an item that is not a
     ``CapturePatch``, or repeats a name, is reported and left out."""
     packs = host.packs

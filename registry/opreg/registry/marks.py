@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from opreg.errors import RegistrationError
-from opreg.targets import VersionRangeLike
+from opreg.registry.targets import VersionRangeLike
 
 IMPL_ATTRIBUTE = "__opreg_impls__"
 """The attribute :func:`impl` sets on a function: a tuple of :class:`ImplSpec`."""

@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from opreg.impls import CORE_PACK, Impl
-from opreg.opname import OpName
-from opreg.targets import Target
+from opreg.registry.impls import CORE_PACK, Impl
+from opreg.registry.opname import OpName
+from opreg.registry.targets import Target
 from opreg.values import has_complex
 
 CHOSEN = "chosen"

@@ -13,18 +13,24 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opreg.discovery import PLUGIN_API_VERSION, SUPPORTED_API_VERSIONS, DiscoveredPack, hook_names, slow_import_seconds
 from opreg.errors import InvalidTargetError, OpregError, PluginError
-from opreg.hookchecks import Checked
-from opreg.impls import Impl
-from opreg.packset import call_one
+from opreg.packs.discovery import (
+    PLUGIN_API_VERSION,
+    SUPPORTED_API_VERSIONS,
+    DiscoveredPack,
+    hook_names,
+    slow_import_seconds,
+)
+from opreg.packs.hookchecks import Checked
+from opreg.packs.packset import call_one
 from opreg.pluginapi import FAILED, INCOMPATIBLE, LOADED, HookError, PackReport
-from opreg.targets import BUILTIN_PROFILES, Target, domain_label
+from opreg.registry.impls import Impl
+from opreg.registry.targets import BUILTIN_PROFILES, Target, domain_label
 
 if TYPE_CHECKING:  # imported where packs are loaded
     import pluggy
 
-    from opreg.registrar import Known, Registrar
+    from opreg.registry.registrar import Known, Registrar
 
 logger = logging.getLogger(__name__)
 
@@ -82,10 +88,10 @@ class LoadedPack:
 
 
 def _call_one(pm: pluggy.PluginManager, plugin: Any, pack: str, hook: str, **kwargs: Any) -> Checked:
-    """``plugin``'s ``hook`` through the one per-pack caller (:func:`opreg.packset.call_one`), as
-    the exporter and the kit call it: a :class:`~opreg.hookchecks.Checked`, or its
+    """``plugin``'s ``hook`` through the one per-pack caller (:func:`opreg.packs.packset.call_one`), as
+    the exporter and the kit call it: a :class:`~opreg.packs.hookchecks.Checked`, or its
     :class:`~opreg.pluginapi.HookError`."""
-    from opreg import hookspecs
+    from opreg.packs import hookspecs
 
     return call_one(pm, plugin, pack, hookspecs.CONTRACTS[hook], kwargs)
 
@@ -110,10 +116,10 @@ def load_one(
     pm: pluggy.PluginManager, found: DiscoveredPack, base: PackReport, known: Known | None = None
 ) -> LoadedPack:
     """Import, hook and register one pack, isolated: a failure is its report's. ``known``: what its
-    impls were last found to be, if its code is unchanged since (:class:`opreg.registrar.Known`)."""
+    impls were last found to be, if its code is unchanged since (:class:`opreg.registry.registrar.Known`)."""
     import pluggy
 
-    from opreg.registrar import Registrar
+    from opreg.registry.registrar import Registrar
 
     ep = found.entry_point
     started = time.perf_counter()
@@ -193,7 +199,7 @@ def load_table(
 ) -> LoadedPack:
     """A pack that is a ``custom_translation_table``: its functions, and a target profile named
     after it when they emit custom domains (see :func:`table_profile`)."""
-    from opreg.registrar import Registrar
+    from opreg.registry.registrar import Registrar
 
     name = found.name
     registrar = Registrar(name)

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from opreg.errors import RegistrationError, SignatureMismatchError
-from opreg.opname import OpName
-from opreg.targets import ONNX_DOMAIN
+from opreg.registry.opname import OpName
+from opreg.registry.targets import ONNX_DOMAIN
 
 SCRIPT = "script"
 TRACE = "trace"
@@ -136,7 +136,7 @@ class Params:
 
     def as_data(self) -> list[Any]:
         """``[variadic, takes_opset, [[name, annotated, attribute, has_default, keyword_only, text], ...]]``:
-        JSON, which :meth:`of_data` reads back (:mod:`opreg.packcache` stores it)."""
+        JSON, which :meth:`of_data` reads back (:mod:`opreg.packs.packcache` stores it)."""
         return [self.variadic, self.takes_opset, [list(p) for p in self.params]]
 
     @classmethod

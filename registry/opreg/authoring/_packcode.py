@@ -1,14 +1,14 @@
-"""The package of a new pack, written for the ops it translates (:mod:`opreg._opspec`): its hooks,
+"""The package of a new pack, written for the ops it translates (:mod:`opreg.authoring._opspec`): its hooks,
 the impls to write (``impls.py``), its ONNX ops (schemas, reference kernels, definitions), the
-library that defines the torch ops, and samples. :mod:`opreg._packfiles` writes the rest.
+library that defines the torch ops, and samples. :mod:`opreg.authoring._packfiles` writes the rest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opreg._opspec import ATTRIBUTES, OpSpec
-from opreg._packtext import block, code, wrap
+from opreg.authoring._opspec import ATTRIBUTES, OpSpec
+from opreg.authoring._packtext import block, code, wrap
 
 EDITED = "impls.py"
 """The file of the package the author writes in."""

@@ -1,6 +1,6 @@
 """Finding op packs and choosing among them: the entry points of group ``opreg.plugins``, read
 once per ``sys.path`` (nothing imported), and which of them a selection (``plugins=``,
-``exclude=``, ``OPREG_DISABLE_PLUGIN_AUTOLOAD``) loads. Loading them is :mod:`opreg.isolation`'s.
+``exclude=``, ``OPREG_DISABLE_PLUGIN_AUTOLOAD``) loads. Loading them is :mod:`opreg.packs.isolation`'s.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opreg.errors import InvalidArgumentError, PluginNotFoundError
-from opreg.impls import CORE_PACK, USER_PACK
-from opreg.opname import OpName
+from opreg.registry.impls import CORE_PACK, USER_PACK
+from opreg.registry.opname import OpName
 
 if TYPE_CHECKING:  # imported where packs are found: a selection needs none of it
     import importlib.metadata
@@ -50,8 +50,8 @@ def slow_import_seconds() -> float:
 
 
 def hook_names() -> tuple[str, ...]:
-    """The hooks a pack may implement: every spec in :mod:`opreg.hookspecs`, in its order."""
-    from opreg import hookspecs
+    """The hooks a pack may implement: every spec in :mod:`opreg.packs.hookspecs`, in its order."""
+    from opreg.packs import hookspecs
 
     marker = f"{hookspecs.PROJECT_NAME}_spec"
     return tuple(name for name, value in vars(hookspecs).items() if hasattr(value, marker))
@@ -97,7 +97,7 @@ _ep_cache: dict[tuple[str, ...], tuple[DiscoveredPack, ...]] = {}
 
 
 def clear_cache() -> None:
-    """Forget discovered entry points (after installing a pack; :func:`opreg.plugins.clear_cache` calls it)."""
+    """Forget discovered entry points (after installing a pack; :func:`opreg.packs.plugins.clear_cache` calls it)."""
     with _cache_lock:
         _ep_cache.clear()
 

@@ -41,9 +41,9 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from opreg import _inspect, _opsets
-from opreg.opname import OpName
-from opreg.targets import Target
+from opreg.registry import _inspect, _opsets
+from opreg.registry.opname import OpName
+from opreg.registry.targets import Target
 
 # The registry builds its table here (Registry.translation_table), so this module imports nothing
 # of the registry: its impls and the registry itself are passed in (``Impl``/``Registry`` below name

@@ -1,4 +1,4 @@
-"""The files of a new pack, written for the ops it translates (:mod:`opreg._opspec`).
+"""The files of a new pack, written for the ops it translates (:mod:`opreg.authoring._opspec`).
 
 :func:`render` gives ``{relative path: text}``: the distribution's metadata,
 a README, a CI workflow, the package (hooks, impls, ONNX schemas and
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opreg._opspec import OpSpec
-from opreg._packcode import EDITED, impls, init, runtime, samples, torch_ops
-from opreg._packtext import code
+from opreg.authoring._opspec import OpSpec
+from opreg.authoring._packcode import EDITED, impls, init, runtime, samples, torch_ops
+from opreg.authoring._packtext import code
 
 WORKFLOW = ".github/workflows/opreg-pack.yml"
 """The CI workflow of the pack's repository."""

@@ -1,12 +1,12 @@
 """The plugin host: the packs a registry was built from, what happened to each, and their hooks.
 
-A :class:`PackSet` is built by :func:`opreg.plugins.load` beside the registry and held by
-its plugin host (``host.packs``, :class:`opreg.host.PackHost`); the exporter asks the
+A :class:`PackSet` is built by :func:`opreg.packs.plugins.load` beside the registry and held by
+its plugin host (``host.packs``, :class:`opreg.packs.host.PackHost`); the exporter asks the
 host, and the conformance kit calls hooks through the set. It
 iterates over the :class:`~opreg.pluginapi.PackReport` of every discovered pack, and
 calls the loaded packs' hooks one pack at a time through pluggy's
 ``subset_hook_caller`` (cached per pack and hook), checking each result against the
-hook's contract (:data:`opreg.hookspecs.CONTRACTS`), through :func:`call_one`, the one per-pack
+hook's contract (:data:`opreg.packs.hookspecs.CONTRACTS`), through :func:`call_one`, the one per-pack
 caller the loader uses too. A pack whose hook raises or
 breaks its contract is logged once per host and left out while the others answer;
 with ``strict`` the :class:`~opreg.pluginapi.HookError` is raised instead.
@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from opreg.hookchecks import Checked, Contract
+from opreg.packs.hookchecks import Checked, Contract
 from opreg.pluginapi import (
     DISABLED,
     FAILED,
@@ -152,7 +152,7 @@ def call_one(
     """The one per-pack caller, used by the loader and by :class:`PackSet`: pack ``pack``'s
     (``plugin``'s) hook ``contract.hook`` called alone, through pluggy's ``subset_hook_caller`` of
     ``manager`` (kept in ``callers`` under ``(pack, hook)`` when given), its result checked against
-    ``contract``: a :class:`~opreg.hookchecks.Checked` (the normalized value, and the problems of
+    ``contract``: a :class:`~opreg.packs.hookchecks.Checked` (the normalized value, and the problems of
     the items left out of it). :class:`~opreg.pluginapi.HookError` if the hook raises or its result
     cannot be used."""
     hook = contract.hook
