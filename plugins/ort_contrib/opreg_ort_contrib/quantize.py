@@ -160,6 +160,7 @@ def quantized_weights(nk, quantizer, names: dict[str, str], bits: int, block_siz
         lazy_weights.TensorSpec(torch.float32, (n, blocks), names["scales"]),
         lazy_weights.TensorSpec(torch.uint8, (n, (blocks + per_byte - 1) // per_byte), names["zero_points"]),
     ]
+    nk = lazy_weights.finite(nk, f"int{bits} blocks would make a NaN a number and an infinity's block all wrong")
     made = lazy_weights.rowwise(nk, lambda rows: quantize_rows(quantizer, rows), specs, f"int{bits} blocks")
     return dict(zip(("B", "scales", "zero_points"), made, strict=True))
 

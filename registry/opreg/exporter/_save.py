@@ -14,7 +14,9 @@ wrong answers. So every save writes its weights to a data file of a new name
 4. remove the data file the old model owned.
 
 At every instant the target path holds the complete old pair or the complete
-new one.
+new one. The new model file and its data file get the replaced model file's
+permissions (a new one the umask's), and a target that is a mount point is
+refused before anything is written (a rename cannot replace it).
 
 A save deletes only what opreg wrote for this path. The model records the
 data file it owns under the metadata key :data:`OWNED_DATA_KEY`; a data file is
@@ -55,6 +57,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -67,6 +70,7 @@ import onnx
 import onnx_ir as ir
 
 from opreg.errors import ExportError, InterruptedAfterSave, InvalidArgumentError, SaveError
+from opreg.exporter._mounts import mounts_at_or_under
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +128,11 @@ def check_output_path(path: str | os.PathLike[str], *, external_data: bool = Fal
             raise SaveError(f"cannot save to {given}: {parent} is not a directory")
         if target.exists() and not target.is_file():
             raise SaveError(f"cannot save to {given}: it exists and is not a regular file")
+        if target.exists() and target in mounts_at_or_under(target):
+            raise SaveError(
+                f"cannot save to {given}: it is a mount point (a file mounted there), which a save cannot replace by "
+                f"a rename; save to another path, e.g. {target.parent / ('new-' + target.name)}"
+            )
         # the one sure test: permissions, read-only mounts and /proc all fail here
         with tempfile.TemporaryFile(dir=parent, prefix=STAGING_PREFIX):
             pass
@@ -247,6 +256,7 @@ def _save(model: ir.Model, target: Path, external_data: bool, check: bool, writt
                 raise ExportError(f"not saving {target}: the model is not valid ONNX: {e}") from e
         written = scratch / data_name if data_name else None
         new_refs = {data_name} if written is not None and written.is_file() and written.stat().st_size else set()
+        keep_mode(target, [staged, *(scratch / name for name in new_refs)])
         with _folder_lock(folder):
             owned = owned_data(target)
             _write_journal(scratch, target.name, new_refs, owned)
@@ -267,6 +277,18 @@ def _save(model: ir.Model, target: Path, external_data: bool, check: bool, writt
                     logger.warning("saved %s, but its clean-up failed: %s", target, e)
                     return
                 raise
+
+
+def keep_mode(old: Path, made: list[Path]) -> None:
+    """Give the files ``made`` to replace the file ``old`` its permissions (a model and its data file):
+    a save never makes readable what the file it replaces kept private. Nothing where ``old`` does
+    not exist: a new file keeps what the umask gives it."""
+    try:
+        mode = stat.S_IMODE(os.stat(old).st_mode)
+    except FileNotFoundError:
+        return
+    for path in made:
+        os.chmod(path, mode)
 
 
 def _settle(folder: Path, target: Path, scratch: Path, new_refs: set[str], owned: set[str]) -> bool:

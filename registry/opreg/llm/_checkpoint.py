@@ -130,6 +130,9 @@ def load_weights(folder: Path) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from opreg.weights import checkpoint_files
+
+    checkpoint_files(folder)  # shards named outside the folder refused, as the streamed export refuses them
     try:
         model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, output_loading_info=True)
     except Exception as e:
@@ -141,9 +144,9 @@ def load_weights(folder: Path) -> Any:
             f"{folder} lacks {len(missing)} of {type(model).__name__}'s weights ({shown}): transformers would make "
             "them random; give the complete checkpoint (every shard its index names)"
         )
-    unexpected = sorted(info.get("unexpected_keys") or ())
-    if unexpected:
-        logger.info("%s holds %d weights the model does not use: %s", folder, len(unexpected), unexpected)
+    from opreg.llm._meta import warn_unexpected
+
+    warn_unexpected(folder, model, sorted(info.get("unexpected_keys") or ()))
     return model.eval()
 
 

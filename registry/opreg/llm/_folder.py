@@ -9,10 +9,12 @@ an old config, which ONNX Runtime GenAI loads and then fails on. So a folder is 
    exclusive ``flock`` on;
 2. files of the old folder that this write does not make (a user's notes, the checkpoint's own
    files when the folder is the checkpoint) are hard-linked into it (copied where a link cannot be
-   made), so they are kept;
+   made), so they are kept; the new folder gets the old one's permissions, and each file that
+   replaces one of the old folder (with a model's data file) that file's, so a write never makes
+   readable what the old folder kept private;
 3. the new folder and the target are swapped in one ``renameat2(RENAME_EXCHANGE)`` (Linux):
    at every instant the target is the complete old folder or the complete new one. Where the
-   exchange is not available, the old folder is first renamed aside
+   exchange is not available (or :data:`NO_EXCHANGE_ENV` is set), the old folder is first renamed aside
    (``.<name>.opreg-old-<pid>-<random>``) and the new one renamed in: between the two renames the
    target is missing, and a writer killed there leaves the old folder aside, which the next write
    to that target renames back before anything else;
@@ -20,7 +22,10 @@ an old config, which ONNX Runtime GenAI loads and then fails on. So a folder is 
 
 A writer killed before the swap leaves its staging folder (nothing at the target changed); the
 next write to the same target removes it once its lock is free (a live writer's folder is never
-touched). Only entries named by this module's patterns for that target are ever removed.
+touched). Only entries named by this module's patterns for that target are ever removed, and
+never across a mount. A target that is a mount point, or holds one, is refused before the export
+(:func:`check_folder`) and again before the swap: a rename cannot move a mount point, and would
+carry a mount inside the folder into the staging folder.
 SIGTERM ends the write as Ctrl-C does: before the swap the staging folder is removed and the
 ``KeyboardInterrupt`` goes on; at or after it the write finishes and raises
 :class:`opreg.InterruptedAfterSave` (the new folder is in place).
@@ -40,10 +45,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from opreg.errors import InterruptedAfterSave, SaveError
-from opreg.exporter import _save
+from opreg.exporter import _mounts, _save
 
 logger = logging.getLogger(__name__)
 
+NO_EXCHANGE_ENV = "OPREG_NO_RENAME_EXCHANGE"
+"""Set, a folder is swapped in by two renames, never by ``renameat2(RENAME_EXCHANGE)``
+(:func:`exchange_allowed`)."""
 STAGING_INFIX = ".opreg-staging-"
 OLD_INFIX = ".opreg-old-"
 _FOLDER_NAME = "folder"
@@ -67,12 +75,33 @@ def check_folder(path: str | os.PathLike[str]) -> Path:
         raise SaveError(f"cannot write the model folder {given}: {target.parent} does not exist; create it first")
     if target == target.parent:
         raise SaveError(f"cannot write the model folder {given}: it is the root of the file system")
+    refuse_mounts(given, target)
     try:  # the one sure test of a writable parent: permissions, read-only mounts
         with tempfile.TemporaryFile(dir=target.parent, prefix=staging_prefix(target)):
             pass
     except OSError as e:
         raise SaveError(f"cannot write the model folder {given}: {target.parent} is not writable ({e.strerror})") from e
     return target
+
+
+def refuse_mounts(given: Path, target: Path) -> None:
+    """A :class:`opreg.SaveError` if ``target`` (``given``, in messages) is a mount point or holds one:
+    the folder is replaced by renames, which cannot move a mount point, and would carry a mount inside
+    it into the staging folder, whose removal would empty the volume."""
+    mounts = _mounts.mounts_at_or_under(target)
+    if target in mounts:
+        raise SaveError(
+            f"cannot write the model folder {given}: it is a mount point, and opreg replaces a folder whole by a "
+            f"rename, which cannot move a mount; write to a folder inside it (e.g. {given / 'model'})"
+        )
+    if mounts:
+        shown = ", ".join(str(m) for m in mounts[:3]) + (f" and {len(mounts) - 3} more" if len(mounts) > 3 else "")
+        what = "is a mount point" if len(mounts) == 1 else "are mount points"
+        raise SaveError(
+            f"cannot write the model folder {given}: {shown} inside it {what}, and opreg replaces the folder whole, "
+            "which would carry the mounted volume along; unmount it or move it out of the folder, or write the "
+            "model to another folder"
+        )
 
 
 def write_folder(path: str | os.PathLike[str], fill: Callable[[Path], list[str]]) -> tuple[Path, list[str]]:
@@ -87,7 +116,9 @@ def write_folder(path: str | os.PathLike[str], fill: Callable[[Path], list[str]]
             names = fill(staged)
             if target.is_dir():
                 _keep_others(target, staged, set(names))
+                _keep_modes(target, staged, names)
             _save.pause("folder-staged")
+            refuse_mounts(target, target)  # again: a volume mounted while the model was written
             _swap(staged, target)
             _save.pause("folder-swapped")
         except KeyboardInterrupt as e:
@@ -116,9 +147,19 @@ def _staging(target: Path) -> Iterator[Path]:
         yield staging / _FOLDER_NAME
     finally:
         try:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_tree(staging)
         finally:
             os.close(lock)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path``, a folder opreg made, unless a volume is mounted at or under it (then it is
+    left, with a warning): a removal never crosses into a file system opreg did not write."""
+    mounts = _mounts.mounts_at_or_under(path)
+    if mounts:
+        logger.warning("leaving %s: %s is mounted inside it (unmount it, then remove the folder)", path, mounts[0])
+        return
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _keep_others(old: Path, new: Path, written: set[str]) -> None:
@@ -143,6 +184,18 @@ def _keep_others(old: Path, new: Path, written: set[str]) -> None:
             ) from e
 
 
+def _keep_modes(old: Path, new: Path, written: list[str]) -> None:
+    """Give ``new`` (the folder replacing ``old``) ``old``'s permissions, and each file written there
+    that replaces one of ``old`` that file's, with the data files of a model written so too: a write
+    never makes readable what the old folder kept private. A new folder and new files keep the
+    permissions the umask gives them."""
+    for name in written:
+        if (old / name).is_file() and not (old / name).is_symlink():
+            data = _save.data_file_pattern(name)
+            _save.keep_mode(old / name, [new / made for made in written if made == name or data.match(made)])
+    _save.keep_mode(old, [new])
+
+
 def _link_or_copy(source: str | Path, destination: str | Path) -> None:
     try:
         os.link(source, destination, follow_symlinks=False)
@@ -155,16 +208,26 @@ def _swap(staging: Path, target: Path) -> None:
     if not os.path.lexists(target):
         os.rename(staging, target)
         return
-    if _exchange(staging, target):
+    if exchange_allowed() and _exchange(staging, target):
         return
     aside = target.parent / f".{target.name}{OLD_INFIX}{os.getpid()}-{secrets.token_hex(4)}"
+    logger.debug("replacing %s by two renames (the old folder aside at %s): no atomic exchange", target, aside)
     os.rename(target, aside)
     try:
+        _save.pause("folder-aside")
         os.rename(staging, target)
     except BaseException:
         os.rename(aside, target)
         raise
     os.rename(aside, staging)
+
+
+def exchange_allowed() -> bool:
+    """Whether a folder may be swapped in by ``renameat2(RENAME_EXCHANGE)``: unless
+    :data:`NO_EXCHANGE_ENV` is set (to anything but ``""``, ``0``, ``false`` or ``no``), for a file
+    system that claims the exchange and does it wrong; the two renames are then used, as where the
+    exchange is not available."""
+    return os.environ.get(NO_EXCHANGE_ENV, "").strip().lower() in ("", "0", "false", "no")
 
 
 def _exchange(first: Path, second: Path) -> bool:
@@ -200,9 +263,9 @@ def clean_up(target: Path) -> None:
                 logger.info("restoring %s, renamed aside by a write that did not finish", target)
                 os.rename(entry, target)
             else:
-                shutil.rmtree(entry, ignore_errors=True)
+                remove_tree(entry)
             continue
         with _save.stale_lock(entry) as gone:
             if gone:
                 logger.info("removing %s, left by a write that did not finish", entry)
-                shutil.rmtree(entry, ignore_errors=True)
+                remove_tree(entry)

@@ -11,20 +11,22 @@ CPU, as ``from_pretrained`` does.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from opreg.errors import ExportError
-from opreg.weights import Weights, open_weights
+from opreg.weights import Weights, checkpoint_files, open_weights
 
 logger = logging.getLogger(__name__)
 
 
 def streamable(folder: Path) -> bool:
-    """Whether ``folder``'s weights are safetensors files, which can be read tensor by tensor."""
-    return any(folder.glob("*.safetensors"))
+    """Whether the weights transformers reads from ``folder`` are safetensors files, which can be read
+    tensor by tensor: the same files (:func:`opreg.weights.checkpoint_files`)."""
+    return checkpoint_files(folder) is not None
 
 
 def load_meta(folder: Path) -> tuple[Any, Weights]:
@@ -40,7 +42,38 @@ def load_meta(folder: Path) -> tuple[Any, Weights]:
         raise ExportError(f"transformers could not build a causal LM from {folder}: {type(e).__name__}: {e}") from e
     if (folder / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(folder)
-    return model.eval(), open_weights(folder).with_tensors(computed_buffers(model))
+    weights = open_weights(folder)
+    warn_unexpected(folder, model, unexpected(model, weights))
+    return model.eval(), weights.with_tensors(computed_buffers(model))
+
+
+def unexpected(model: Any, weights: Weights) -> list[str]:
+    """The tensors of ``weights`` that ``model`` (a transformers model) does not declare, less those
+    transformers leaves out of its own report (``PreTrainedModel._adjust_missing_and_unexpected_keys``:
+    the class's ``_keys_to_ignore_on_load_unexpected``, and a checkpoint's old rotary frequencies and
+    position ids where the model now computes them)."""
+    declared = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    declared |= {name for name, _ in model.named_buffers(remove_duplicate=False)}
+    patterns = set(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())
+    if any(name.endswith("rotary_emb.inv_freq") for name, _ in model.named_buffers()):
+        patterns.add(r"rotary_emb\.inv_freq")
+    if any(name.endswith("position_ids") for name, _ in model.named_buffers()):
+        patterns.add(r"(^|\.)position_ids$")
+    ignored = re.compile("|".join(f"({pattern})" for pattern in patterns)) if patterns else None
+    return sorted(n for n in weights if n not in declared and (ignored is None or ignored.search(n) is None))
+
+
+def warn_unexpected(folder: Path, model: Any, names: list[str]) -> None:
+    """Say which tensors of the checkpoint at ``folder`` ``model`` does not declare (``names``): the
+    export leaves them out, as transformers does when it loads the checkpoint (and warns of them)."""
+    if names:
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        logger.warning(
+            "%s holds %d tensor%s that %s does not declare: %s; the export leaves %s out, as transformers does (a "
+            "checkpoint of another config or model class?)",
+            folder, len(names), "s" if len(names) > 1 else "", type(model).__name__, shown,
+            "them" if len(names) > 1 else "it",
+        )  # fmt: skip
 
 
 def computed_buffers(model: Any) -> dict[str, torch.Tensor]:

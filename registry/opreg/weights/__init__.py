@@ -9,6 +9,7 @@ chunk of rows at a time (:attr:`LazyWeight.chunk_bytes`), written to the externa
 Every transform an export applies to a weight is one function here, on lazy values, so the
 in-memory export and the streamed one run the same code and write the same bytes:
 
+- :func:`finite`: refused where a row holds a NaN or an infinity (before block quantization);
 - :func:`cast`: another dtype (a bfloat16 checkpoint into a float32 model), as ``Tensor.to`` casts;
 - :func:`transpose`: stored transposed (the weight-transpose folding of ``fold_weights``);
 - :func:`concat`: several weights as one (ONNX Runtime's packed query, key and value projection);
@@ -32,6 +33,7 @@ from opreg.weights._lazy import (
     TensorSpec,
     cast,
     concat,
+    finite,
     lazy,
     release_freed_memory,
     rowwise,
@@ -40,9 +42,9 @@ from opreg.weights._lazy import (
 )
 
 if TYPE_CHECKING:
-    from opreg.weights._checkpoint import Weights, bind, open_weights
+    from opreg.weights._checkpoint import Weights, bind, checkpoint_files, open_weights
 
-_CHECKPOINTS = ("Weights", "bind", "open_weights")
+_CHECKPOINTS = ("Weights", "bind", "checkpoint_files", "open_weights")
 """Names of :mod:`opreg.weights._checkpoint`, imported when first used: an export without ``weights=``
 transforms lazy values (a folded transpose) and never opens a checkpoint."""
 
@@ -62,7 +64,9 @@ __all__ = [
     "Weights",
     "bind",
     "cast",
+    "checkpoint_files",
     "concat",
+    "finite",
     "lazy",
     "open_weights",
     "release_freed_memory",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -10,10 +12,13 @@ from typing import TYPE_CHECKING, Any
 import onnx_ir as ir
 
 from opreg.errors import InvalidArgumentError, WeightsError
-from opreg.weights._lazy import LazyWeight, Rows, cast, lazy
+from opreg.weights._lazy import LazyWeight, cast, lazy
+from opreg.weights._safetensors import read_tensors
 
 if TYPE_CHECKING:
     import torch
+
+logger = logging.getLogger(__name__)
 
 # -- checkpoints --------------------------------------------------------------------------------------
 
@@ -48,10 +53,11 @@ class Weights(Mapping[str, LazyWeight]):
 
 
 def open_weights(source: Any) -> Weights:
-    """``source`` as :class:`Weights`: a ``.safetensors`` file, a folder holding them (its
-    ``*.safetensors``, as ``model.safetensors.index.json`` lists them when present), a list of
-    such files, a :class:`Weights`, or a mapping of names to tensors (torch, ``onnx_ir`` or lazy).
-    Only the files' headers are read here."""
+    """``source`` as :class:`Weights`: a ``.safetensors`` file, a folder holding them (the files
+    transformers reads there, :func:`checkpoint_files`; a folder transformers reads none of: its
+    ``*.safetensors``), a list of such files, a :class:`Weights`, or a mapping of names to tensors
+    (torch, ``onnx_ir`` or lazy). Only the files' headers are read here (and checked, each file
+    pinned: :mod:`opreg.weights._safetensors`)."""
     if isinstance(source, Weights):
         return source
     if isinstance(source, Mapping):
@@ -62,7 +68,7 @@ def open_weights(source: Any) -> Weights:
             tensors[name] = _checked_lazy(tensor, name)
         return Weights(tensors, "a mapping")
     if isinstance(source, (str, os.PathLike)):
-        files = _safetensors_files(Path(source))
+        files = _files(Path(source))
         origin = str(source)
     elif isinstance(source, Iterable) and not isinstance(source, (bytes, str)):
         files = [Path(p) for p in source]
@@ -76,7 +82,7 @@ def open_weights(source: Any) -> Weights:
         )
     tensors = {}
     for file in files:
-        for name, tensor in _safetensors_file(file).items():
+        for name, tensor in read_tensors(file).items():
             if name in tensors:
                 raise WeightsError(f"tensor {name!r} is in two checkpoint files: {tensors[name].how} and {file}")
             tensors[name] = tensor
@@ -94,114 +100,87 @@ def _checked_lazy(tensor: Any, name: str) -> LazyWeight:
     return lazy(tensor, name)
 
 
-def _safetensors_files(path: Path) -> list[Path]:
+def _files(path: Path) -> list[Path]:
+    """The safetensors files of ``path``: itself, or those of a folder (:func:`checkpoint_files`,
+    else all its ``*.safetensors``)."""
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise WeightsError(f"weights={str(path)!r}: no such file or folder")
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        import json
-
-        try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise WeightsError(f"cannot read the checkpoint index {index}: {e}") from e
-        return [path / name for name in names]
-    files = sorted(path.glob("*.safetensors"))
+    files = checkpoint_files(path)
+    if files == [path / SINGLE_FILE] and (path / INDEX_FILE).is_file():
+        logger.warning(
+            "%s holds both %s and %s: reading %s, as transformers does (the index and its shards are not read)",
+            path, SINGLE_FILE, INDEX_FILE, SINGLE_FILE,
+        )  # fmt: skip
+    if files is None:
+        files = sorted(path.glob("*.safetensors"))
     if not files:
         raise WeightsError(f"{path} holds no .safetensors files: save the checkpoint with safetensors")
     return files
 
 
-def _safetensors_file(file: Path) -> dict[str, LazyWeight]:
-    """Every tensor of one safetensors ``file`` (its header read now), each read when asked by
-    ``os.pread`` of the bytes of the rows asked for. Not memory-mapped: a mapping's pages count in
-    the process's resident memory while it lasts, and its size in the address space, which a
-    memory cap (``ulimit -v``) on a large checkpoint would refuse."""
-    import json
-    import struct
+SINGLE_FILE = "model.safetensors"
+"""The one file of a checkpoint saved unsharded (transformers' ``SAFE_WEIGHTS_NAME``)."""
+INDEX_FILE = "model.safetensors.index.json"
+"""The index of a sharded checkpoint (transformers' ``SAFE_WEIGHTS_INDEX_NAME``): its ``weight_map``
+names each tensor's shard."""
 
+
+def checkpoint_files(folder: Path) -> list[Path] | None:
+    """The safetensors files transformers' ``from_pretrained`` reads from the local checkpoint ``folder``,
+    chosen as it chooses them (transformers 5's ``modeling_utils._get_resolved_checkpoint_files``): the
+    file its ``config.json`` names as ``transformers_weights`` (a safetensors file or index), else
+    :data:`SINGLE_FILE` (an index beside it is not read), else the shards :data:`INDEX_FILE` lists;
+    ``None`` where it reads none of them (``.bin`` files, safetensors of other names). A file named
+    outside the folder (``../``, an absolute path) is refused."""
+    explicit = _explicit_file(folder)
+    if explicit is None and (folder / SINGLE_FILE).is_file():
+        return [folder / SINGLE_FILE]
+    if explicit is None and not (folder / INDEX_FILE).is_file():
+        return None
+    name = explicit or INDEX_FILE
+    if not name.endswith(".safetensors.index.json"):
+        return [inside(folder, name, f"{folder / 'config.json'}'s transformers_weights")]
+    index = inside(folder, name, f"{folder / 'config.json'}'s transformers_weights")
     try:
-        with open(file, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(size))
-    except (OSError, ValueError, struct.error) as e:
-        raise WeightsError(f"cannot read the safetensors file {file}: {type(e).__name__}: {e}") from e
-    start = 8 + size
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype, shape, (begin, end) = entry["dtype"], [int(d) for d in entry["shape"]], entry["data_offsets"]
-        except (KeyError, TypeError, ValueError) as e:
-            raise WeightsError(f"the safetensors file {file} describes {name!r} as {entry!r}") from e
-        dtype = _torch_dtype(dtype, file, name)
-        numel = 1
-        for d in shape:
-            numel *= d
-        if int(end) - int(begin) != numel * dtype.itemsize:
-            raise WeightsError(f"the safetensors file {file} gives {name!r} {int(end) - int(begin)} bytes for {shape}")
-        read = _reader(file, start + int(begin), dtype, shape)
-        tensors[name] = LazyWeight(read, dtype, shape, name=name, how=file.name)
-    return tensors
+        weight_map = json.loads(index.read_text())["weight_map"]
+        shards = sorted(set(weight_map.values()))
+        if not all(isinstance(shard, str) for shard in shards):
+            raise TypeError("a shard name is not a string")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise WeightsError(f"cannot read the checkpoint index {index}: {type(e).__name__}: {e}") from e
+    return [inside(folder, shard, f"the checkpoint index {index}") for shard in shards]
 
 
-def _reader(file: Path, offset: int, dtype: torch.dtype, shape: list[int]) -> Rows:
-    """Rows of the tensor at ``offset`` in ``file``, read with ``os.pread``."""
-
-    def read(start: int, stop: int) -> torch.Tensor:
-        import torch
-
-        row = dtype.itemsize
-        for d in shape[1:]:
-            row *= d
-        count = (stop - start) * row if shape else row
-        data = torch.empty(count, dtype=torch.uint8)  # not zeroed first, as a bytearray is: pread fills it
-        with open(file, "rb", buffering=0) as f:
-            done = _pread_into(f.fileno(), memoryview(data.numpy()), offset + start * row)
-        if done != count:
-            raise WeightsError(
-                f"{file} ends before the tensor's bytes at {offset + start * row}: a truncated checkpoint"
-            )
-        return data.view(dtype).reshape([stop - start, *shape[1:]] if shape else [])
-
-    return read
+def _explicit_file(folder: Path) -> str | None:
+    """The weights file ``folder``'s ``config.json`` names (``transformers_weights``), if any."""
+    try:
+        name = json.loads((folder / "config.json").read_text()).get("transformers_weights")
+    except (OSError, ValueError, AttributeError):
+        return None  # no config (not a transformers folder), or one transformers refuses itself
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name.endswith((".safetensors", ".safetensors.index.json")):
+        raise WeightsError(
+            f"{folder / 'config.json'} names {name!r} as its transformers_weights: transformers reads a "
+            "*.safetensors file or a *.safetensors.index.json index there"
+        )
+    return name
 
 
-def _pread_into(fd: int, buffer: bytearray | memoryview, offset: int) -> int:
-    """Fill ``buffer`` from ``fd`` at ``offset``; the bytes read (fewer at the end of the file)."""
-    view = memoryview(buffer)
-    done = 0
-    while done < len(buffer):
-        n = os.preadv(fd, [view[done:]], offset + done)
-        if n == 0:
-            break
-        done += n
-    return done
-
-
-_SAFETENSORS_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U8": "uint8",
-    "BOOL": "bool",
-}
-
-
-def _torch_dtype(name: str, file: Path, tensor: str) -> torch.dtype:
-    import torch
-
-    if name not in _SAFETENSORS_DTYPES:
-        raise WeightsError(f"tensor {tensor!r} in {file} has the dtype {name}, which opreg cannot read")
-    return getattr(torch, _SAFETENSORS_DTYPES[name])
+def inside(folder: Path, name: str, what: str) -> Path:
+    """``folder / name``, or a :class:`WeightsError` if ``name`` (which ``what`` names) leads out of
+    ``folder``: an absolute path, or one whose ``..`` climbs above it (symbolic links are not
+    followed: a Hugging Face cache's files are links into its blobs)."""
+    base = os.path.abspath(folder)
+    path = os.path.abspath(os.path.join(base, name))
+    if os.path.isabs(name) or os.path.commonpath([base, path]) != base:
+        raise WeightsError(
+            f"{what} names {name!r}, outside the checkpoint folder {folder}: a checkpoint's files are read from its "
+            "own folder only; fix the name, or copy the file into the folder"
+        )
+    return folder / name
 
 
 # -- binding a meta module to a checkpoint ----------------------------------------------------------------

@@ -320,6 +320,31 @@ def transpose(weight: Any, perm: Sequence[int], name: str | None = None) -> Lazy
     return made
 
 
+def finite(weight: Any, use: str) -> LazyWeight:
+    """``weight``, refused as its rows are read if they hold a NaN or an infinity: a
+    :class:`opreg.WeightsError` naming it, its source and ``use`` (why what reads them cannot take
+    one: block quantization would make a NaN a number), raised before they reach it."""
+    import torch
+
+    source = lazy(weight)
+
+    def read(start: int, stop: int) -> torch.Tensor:
+        values = source.view(start, stop)
+        bad = ~torch.isfinite(values)
+        if bool(bad.any()):
+            nan = int(torch.isnan(values).sum())
+            raise WeightsError(
+                f"weight {source.name!r} ({source.how}) holds {nan} NaN and {int(bad.sum()) - nan} infinite values "
+                f"in rows {start} to {stop}: {use}; fix the checkpoint, or keep the weight out of what reads it so "
+                f"(MatMulNBitsQuantization(exclude=[{source.name!r}]) keeps it float)"
+            )
+        return values
+
+    return LazyWeight(
+        read, source.torch_dtype, list(source.shape), name=source.name, how=source.how, sources=[source], views=True
+    )
+
+
 def concat(weights: Sequence[Any], axis: int, name: str | None = None) -> LazyWeight:
     """``weights`` concatenated along ``axis``; along the first dim each run of rows reads only
     the parts it spans, along another each part gives the same run of rows."""
