@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from opreg.errors import (
+    CheckpointError,
     ExportError,
     FrozenRegistryError,
     InterruptedAfterSave,
@@ -38,11 +39,25 @@ from opreg.errors import (
 
 if TYPE_CHECKING:
     from opreg._export import export
+    from opreg.checkpoint import CheckpointExport, export_checkpoint
     from opreg.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_translation_table
     from opreg.explanation import Candidate, Conflict, Explanation
     from opreg.hookspecs import hookimpl
     from opreg.host import PackHost
     from opreg.impls import Impl
+    from opreg.loaderapi import (
+        CheckContext,
+        Checkpoint,
+        CheckpointLoader,
+        Component,
+        DynamicDim,
+        ExportPlan,
+        FileCopy,
+        LoopCheck,
+        ModelInput,
+        PostStep,
+        Recognition,
+    )
     from opreg.opname import OpName
     from opreg.packset import PackSet
     from opreg.patching import CapturePatch, PatchOutcome
@@ -89,6 +104,19 @@ _LAZY = {
     "Conflict": "opreg.explanation",
     "Explanation": "opreg.explanation",
     "Impl": "opreg.impls",
+    "CheckContext": "opreg.loaderapi",
+    "Checkpoint": "opreg.loaderapi",
+    "CheckpointLoader": "opreg.loaderapi",
+    "Component": "opreg.loaderapi",
+    "DynamicDim": "opreg.loaderapi",
+    "ExportPlan": "opreg.loaderapi",
+    "FileCopy": "opreg.loaderapi",
+    "LoopCheck": "opreg.loaderapi",
+    "ModelInput": "opreg.loaderapi",
+    "PostStep": "opreg.loaderapi",
+    "Recognition": "opreg.loaderapi",
+    "CheckpointExport": "opreg.checkpoint",
+    "export_checkpoint": "opreg.checkpoint",
     "Registry": "opreg.registry",
     "ExportSettings": "opreg.settings",
     "export": "opreg._export",
@@ -205,4 +233,18 @@ __all__ = [
     "newest_supported_opset",
     "onnx_opset_range",
     "pack_from_translation_table",
+    "CheckContext",
+    "Checkpoint",
+    "CheckpointError",
+    "CheckpointExport",
+    "CheckpointLoader",
+    "Component",
+    "DynamicDim",
+    "ExportPlan",
+    "FileCopy",
+    "LoopCheck",
+    "ModelInput",
+    "PostStep",
+    "Recognition",
+    "export_checkpoint",
 ]
