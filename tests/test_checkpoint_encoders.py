@@ -167,49 +167,110 @@ def test_a_task_the_family_has_no_head_for_is_refused_listing_those_it_has(tmp_p
 
 # -- sentence-transformers ----------------------------------------------------------------------
 
+MODULES = "sentence_transformers.sentence_transformer.modules"
 
-def save_sentence_model(folder: Path, pooling: str) -> Path:
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
-    base = folder.parent / f"{folder.name}-base"
+def save_sentence_model(folder: Path, pooling: dict, normalize: bool = True) -> Path:
+    """A sentence-transformers folder as the library saves it (``SentenceTransformer.save``, 6.3: the
+    Transformer at the root, ``modules.json``, each module's config), written here without it."""
     torch.manual_seed(0)
-    transformers.MPNetModel(CONFIGS["mpnet"]()).save_pretrained(base)
+    transformers.MPNetModel(CONFIGS["mpnet"]()).save_pretrained(folder)
     words = ["<s>", "<pad>", "</s>", "<unk>", "<mask>", *"abcdefghijklmnopqrstuvwxyz"]
     special = dict(cls_token="<s>", pad_token="<pad>", sep_token="</s>", unk_token="<unk>", mask_token="<mask>")
-    transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}, **special).save_pretrained(base)
-    word = Transformer(str(base), max_seq_length=32)
-    SentenceTransformer(modules=[word, Pooling(32, pooling_mode=pooling), Normalize()]).save(str(folder))
+    transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}, **special).save_pretrained(folder)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": f"{MODULES}.pooling.Pooling"},
+    ]
+    if normalize:
+        modules.append(
+            {
+                "idx": 2,
+                "name": "2",
+                "path": "2_Normalize",
+                "type": "sentence_transformers.base.modules.normalize.Normalize",
+            }
+        )
+        (folder / "2_Normalize").mkdir()
+        (folder / "2_Normalize" / "config.json").write_text("{}")
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, **pooling}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 32}))
     return folder
 
 
-@pytest.mark.parametrize("pooling", ["mean", "cls"])
-def test_a_sentence_transformers_folder_holds_its_pooling_and_normalisation_in_the_graph(tmp_path, pooling):
-    """``sentence_embedding`` from ONNX Runtime equals ``SentenceTransformer.encode`` on real sentences
-    (tokenized by the folder's tokenizer, padded): the library's own result, not just its forward."""
-    from sentence_transformers import SentenceTransformer
+def pooled(tokens: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
+    """sentence-transformers' pooling, written again in numpy (right padding)."""
+    weights = mask[..., None].astype(np.float32)
+    if mode == "cls":
+        return tokens[:, 0]
+    if mode == "max":
+        return np.where(weights > 0, tokens, -np.inf).max(axis=1)
+    total, count = (tokens * weights).sum(axis=1), np.maximum(weights.sum(axis=1), 1e-9)
+    if mode == "mean":
+        return total / count
+    if mode == "mean_sqrt_len_tokens":
+        return total / np.sqrt(count)
+    positions = np.arange(1, tokens.shape[1] + 1, dtype=np.float32)[None, :, None] * weights
+    if mode == "weightedmean":
+        return (tokens * positions).sum(axis=1) / positions.sum(axis=1)
+    last = mask.sum(axis=1) - 1
+    return tokens[np.arange(len(tokens)), last]  # lasttoken
 
-    folder = save_sentence_model(tmp_path / "st", pooling)
+
+POOLINGS = [
+    ({"pooling_mode": "mean"}, ("mean",), True),
+    ({"pooling_mode": "cls"}, ("cls",), True),
+    ({"pooling_mode": ["max", "mean_sqrt_len_tokens"]}, ("max", "mean_sqrt_len_tokens"), False),
+    ({"pooling_mode": "weightedmean"}, ("weightedmean",), True),
+    ({"pooling_mode": "lasttoken"}, ("lasttoken",), True),
+    ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}, ("cls", "mean"), True),  # before 6.0
+]
+
+
+@pytest.mark.parametrize(("pooling", "modes", "normalize"), POOLINGS)
+def test_a_sentence_transformers_folder_holds_its_pooling_and_normalisation_in_the_graph(
+    tmp_path, pooling, modes, normalize
+):
+    """``sentence_embedding`` from ONNX Runtime, on padded inputs, equals the pooling computed again from
+    transformers' own encoder (bench/sentence_transformers_check.py compares with the library itself)."""
+    folder = save_sentence_model(tmp_path / "st", pooling, normalize)
     result = opreg.export_checkpoint(folder, tmp_path / "out")
     assert (result.library, result.task, result.loader) == (
         "sentence_transformers", "feature-extraction", "transformers:sentence_transformers",
     )  # fmt: skip
     assert result.others == ("transformers:transformers",)  # the folder's config.json: a lower priority
-    assert {"modules.json", "1_Pooling/config.json", "2_Normalize/config.json", "model.onnx"} <= set(result.files)
-    model = SentenceTransformer(str(folder), device="cpu")
-    sentences = ["the cat sat", "a dog", "hello world and more words"]
-    want = model.encode(sentences, convert_to_numpy=True)
-    features = model.tokenize(sentences)
+    assert {"modules.json", "1_Pooling/config.json", "model.onnx", "tokenizer.json"} <= set(result.files)
+    ids = torch.randint(5, 31, (3, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = mask[2, 3:] = 0
+    with torch.no_grad():
+        tokens = transformers.AutoModel.from_pretrained(folder)(input_ids=ids, attention_mask=mask)[0].numpy()
+    want = np.concatenate([pooled(tokens, mask.numpy(), mode) for mode in modes], axis=-1)
+    if normalize:
+        want = want / np.linalg.norm(want, axis=-1, keepdims=True)
     session = onnxruntime.InferenceSession(tmp_path / "out" / "model.onnx", providers=["CPUExecutionProvider"])
     assert [o.name for o in session.get_outputs()] == ["token_embeddings", "sentence_embedding"]
-    feeds = {name: features[name].numpy() for name in ("input_ids", "attention_mask")}
-    _, got = session.run(None, feeds)
+    _, got = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)  # normalised in the graph
 
 
 def test_a_sentence_transformers_folder_exports_as_plain_transformers_when_asked(tmp_path):
-    folder = save_sentence_model(tmp_path / "st", "mean")
+    folder = save_sentence_model(tmp_path / "st", {"pooling_mode": "mean"})
     result = opreg.export_checkpoint(folder, tmp_path / "out", library="transformers", verify=False)
     assert result.loader == "transformers:transformers"
     assert [o.name for o in result.models[0].program.model.graph.outputs] == ["last_hidden_state"]
+
+
+def test_a_pipeline_it_cannot_export_is_refused_naming_its_modules(tmp_path):
+    folder = save_sentence_model(tmp_path / "st", {"pooling_mode": "mean"})
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": f"{MODULES}.dense.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(opreg.CheckpointError, match="Transformer -> Pooling -> Normalize -> Dense: opreg-transformers"):
+        opreg.export_checkpoint(folder, tmp_path / "out")
+    (folder / "modules.json").write_text(json.dumps(modules[:2]))
+    (folder / "1_Pooling" / "config.json").write_text('{"pooling_mode": "median"}')
+    with pytest.raises(opreg.CheckpointError, match=r"pooling \['median'\] is not one of"):
+        opreg.export_checkpoint(folder, tmp_path / "out")

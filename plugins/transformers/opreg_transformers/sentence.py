@@ -1,11 +1,13 @@
-"""The checkpoint loader of sentence-transformers folders: ``modules.json`` whose first module is a
-text ``Transformer`` (the folder's own ``config.json``) followed by ``Pooling``, ``Normalize`` and
-the like, exported as one model whose graph holds the whole pipeline: ``input_ids``,
-``attention_mask`` -> ``token_embeddings``, ``sentence_embedding`` (the pooled and normalised
-embedding), as optimum-onnx 0.1.0 exports it.
+"""The checkpoint loader of sentence-transformers folders: ``modules.json`` listing a text
+``Transformer`` at the folder's root (its ``config.json`` and weights), a ``Pooling`` and optionally a
+``Normalize``, exported as one model whose graph holds the whole pipeline: ``input_ids``,
+``attention_mask`` -> ``token_embeddings``, ``sentence_embedding`` (pooled and normalised), as
+optimum-onnx 0.1.0 exports it.
 
-The model is sentence-transformers' own (``SentenceTransformer(folder)``), so pooling and
-normalisation are exactly the library's; its priority is above the transformers loader's, which
+The pipeline is read from the folder's own files (``1_Pooling/config.json``: the pooling modes, in
+sentence-transformers 6's form or the older ``pooling_mode_*_tokens`` flags) and built by
+:mod:`opreg_transformers.pooling`, so exporting needs transformers only (optimum needs
+sentence-transformers, and its scikit-learn). Its priority is above the transformers loader's, which
 also recognises the folder's ``config.json``.
 """
 
@@ -20,15 +22,19 @@ LIBRARY = "sentence_transformers"
 TASKS = (encoders.FEATURE_EXTRACTION, "sentence-similarity")
 """optimum's tasks for these folders: both export the same model."""
 OUTPUTS = ("token_embeddings", "sentence_embedding")
-FILES = (
-    "modules.json",
-    "config_sentence_transformers.json",
-    "sentence_bert_config.json",
-    "1_Pooling/config.json",
-    "2_Normalize/config.json",
-    "2_Dense/config.json",
-)
-"""sentence-transformers' own files, copied beside the model (a reader of the folder sees the pipeline)."""
+FILES = ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json")
+"""sentence-transformers' own files, copied beside the model with each module's config (a reader of the
+folder sees the pipeline)."""
+MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+LEGACY_MODES = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+"""The flags of ``1_Pooling/config.json`` before sentence-transformers 6, in the order it concatenates them."""
 
 
 def _modules(checkpoint: opreg.Checkpoint) -> list[dict[str, Any]] | None:
@@ -38,36 +44,66 @@ def _modules(checkpoint: opreg.Checkpoint) -> list[dict[str, Any]] | None:
     return modules
 
 
+def _kind(module: dict[str, Any]) -> str:
+    return str(module.get("type", "")).rsplit(".", 1)[-1]
+
+
 def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
-    """A sentence-transformers folder: ``modules.json``, its first module a ``Transformer`` at the folder's root."""
+    """A sentence-transformers folder: ``modules.json``; exported when it is a text ``Transformer`` at the
+    folder's root, a ``Pooling``, and optionally a ``Normalize``, of a family the transformers loader knows."""
     modules = _modules(checkpoint)
     if modules is None:
         return None
-    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    kinds = [_kind(m) for m in modules]
     evidence = f"modules.json: {' -> '.join(kinds)}"
-    if not kinds or kinds[0] != "Transformer" or modules[0].get("path", "") != "":
+    if kinds[:2] != ["Transformer", "Pooling"] or kinds[2:] not in ([], ["Normalize"]) or modules[0].get("path"):
         return opreg.Recognition(
             LIBRARY, (), None, evidence,
-            refusal=f"{evidence}: opreg-transformers exports sentence-transformers folders whose first module is a "
-            "text Transformer at the folder's root (CLIP and other modalities are not exported yet)",
+            refusal=f"{evidence}: opreg-transformers exports Transformer -> Pooling [-> Normalize] pipelines whose "
+            "Transformer is the folder's root (other modules, and CLIP or other modalities, are not exported yet)",
         )  # fmt: skip
     inner = loaders.recognise(checkpoint)
     if inner is None or inner.refusal:
-        return opreg.Recognition(LIBRARY, (), None, evidence, refusal=inner.refusal if inner else "no config.json")
+        refusal = inner.refusal if inner is not None else "its Transformer has no config.json with a model_type"
+        return opreg.Recognition(LIBRARY, (), None, evidence, refusal=refusal)
     return opreg.Recognition(LIBRARY, TASKS, encoders.FEATURE_EXTRACTION, f"{evidence}; {inner.evidence}")
+
+
+def pooling_modes(checkpoint: opreg.Checkpoint, path: str) -> tuple[str, ...]:
+    """The pooling modes of the ``Pooling`` module at ``path``, in the order they are concatenated."""
+    name = f"{path}/config.json" if path else "config.json"
+    config = checkpoint.json(name)
+    if config is None:
+        raise opreg.CheckpointError(
+            f"{checkpoint.file(name)} is missing: save the model again with sentence-transformers"
+        )
+    mode = config.get("pooling_mode")
+    modes = (mode,) if isinstance(mode, str) else tuple(mode or ())
+    modes = modes or tuple(m for key, m in LEGACY_MODES.items() if config.get(key))
+    unknown = [m for m in modes if m not in MODES]
+    if not modes or unknown:
+        raise opreg.CheckpointError(
+            f"{checkpoint.file(name)}: pooling {unknown or 'none'} is not one of sentence-transformers' "
+            f"{', '.join(MODES)}: fix the file"
+        )
+    return modes
 
 
 def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     """One component: the whole pipeline, ``model.onnx``."""
     config = checkpoint.json("config.json")
-    assert config is not None  # recognised
+    modules = _modules(checkpoint)
+    assert config is not None and modules is not None  # recognised
     loaders.require_weights(checkpoint)
+    paths = [str(m.get("path", "")) for m in modules]
+    modes = pooling_modes(checkpoint, paths[1])
+    normalize = len(modules) > 2
     family = encoders.FAMILIES[config["model_type"]]
     shape = ("batch_size", "sequence_length")
     component = opreg.Component(
         name="model",
         file="model.onnx",
-        build=lambda: _build(checkpoint),
+        build=lambda: _build(checkpoint, modes, normalize),
         inputs=(
             opreg.ModelInput("input_ids", shape, fill="ids", high=int(config["vocab_size"])),
             opreg.ModelInput("attention_mask", shape, fill="mask"),
@@ -75,31 +111,19 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
         outputs=OUTPUTS,
         dims=loaders.text_dims(family, config, encoders.FEATURE_EXTRACTION),
     )
-    files = (*loaders.files(), *(opreg.FileCopy(name) for name in FILES))
-    return opreg.ExportPlan(LIBRARY, task, (component,), files)
+    configs = [opreg.FileCopy(f"{path}/config.json") for path in paths[1:] if path]
+    files = (*loaders.files(), *(opreg.FileCopy(name) for name in FILES), *configs)
+    note = f"pooling {' + '.join(modes)}" + (", normalised" if normalize else "") + ", in the graph"
+    return opreg.ExportPlan(LIBRARY, task, (component,), files, notes=(note,))
 
 
-def _build(checkpoint: opreg.Checkpoint) -> Any:
-    try:
-        import sentence_transformers
-    except ImportError as e:
-        raise opreg.CheckpointError(
-            f"{checkpoint.path} is a sentence-transformers folder, whose pooling and normalisation are exported from "
-            "the library's own modules: pip install sentence-transformers"
-        ) from e
-    import torch
+def _build(checkpoint: opreg.Checkpoint, modes: tuple[str, ...], normalize: bool) -> Any:
+    import transformers
 
-    class Embeddings(torch.nn.Module):
-        """The pipeline called as its modules are: features in, features out (the embeddings picked by name)."""
+    from opreg_transformers.pooling import SentenceEmbedding
 
-        def __init__(self, model: Any) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-            return self.model({"input_ids": input_ids, "attention_mask": attention_mask})
-
-    return Embeddings(sentence_transformers.SentenceTransformer(str(checkpoint.path), device="cpu")).eval()
+    encoder = transformers.AutoModel.from_pretrained(checkpoint.path)
+    return SentenceEmbedding(encoder, modes, normalize).eval()
 
 
 LOADER = opreg.CheckpointLoader(
