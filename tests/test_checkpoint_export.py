@@ -380,3 +380,13 @@ def test_the_command_lists_every_op_without_an_impl_as_the_factory_form_does(mak
     err = capsys.readouterr().err
     assert "aten::linalg_inv_ex" in err and "export failed: 1 op(s) have no impl at target onnx" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_file_the_plan_requires_is_checked_before_anything_is_built(make_pack, tmp_path):
+    """Here the model would also fail (no impl of linalg_inv): the missing file is what is said, first."""
+    make_pack("inverse", INVERSE.replace("(model,))", '(model,), (opreg.FileCopy("weights.bin", required=True),))'))
+    folder = tmp_path / "inverse"
+    folder.mkdir()
+    (folder / "inverse.json").write_text("{}")
+    with pytest.raises(opreg.CheckpointError, match="has no weights.bin, which the inverse invert export needs"):
+        opreg.export_checkpoint(folder, tmp_path / "out")
