@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from opreg.errors import (
+    CheckpointError,
     ExportError,
     FrozenRegistryError,
     InterruptedAfterSave,
@@ -38,7 +39,21 @@ from opreg.errors import (
 
 if TYPE_CHECKING:
     from opreg._export import export
+    from opreg.checkpoint import CheckpointExport, export_checkpoint
     from opreg.interop.compat import ExportOptions, OnnxRegistry, dynamo_export, pack_from_translation_table
+    from opreg.loaderapi import (
+        CheckContext,
+        Checkpoint,
+        CheckpointLoader,
+        Component,
+        DynamicDim,
+        ExportPlan,
+        FileCopy,
+        LoopCheck,
+        ModelInput,
+        PostStep,
+        Recognition,
+    )
     from opreg.packs.hookspecs import hookimpl
     from opreg.packs.host import PackHost
     from opreg.packs.packset import PackSet
@@ -90,6 +105,19 @@ _LAZY = {
     "Explanation": "opreg.registry.explanation",
     "Impl": "opreg.registry.impls",
     "Registry": "opreg.registry.registry",
+    "CheckContext": "opreg.loaderapi",
+    "Checkpoint": "opreg.loaderapi",
+    "CheckpointLoader": "opreg.loaderapi",
+    "Component": "opreg.loaderapi",
+    "DynamicDim": "opreg.loaderapi",
+    "ExportPlan": "opreg.loaderapi",
+    "FileCopy": "opreg.loaderapi",
+    "LoopCheck": "opreg.loaderapi",
+    "ModelInput": "opreg.loaderapi",
+    "PostStep": "opreg.loaderapi",
+    "Recognition": "opreg.loaderapi",
+    "CheckpointExport": "opreg.checkpoint",
+    "export_checkpoint": "opreg.checkpoint",
     "ExportSettings": "opreg.settings",
     "export": "opreg._export",
     "TranslationTable": "opreg.registry.table_out",
@@ -212,4 +240,18 @@ __all__ = [  # sorted; every name the module and __getattr__ give (tests/test_pu
     "newest_supported_opset",
     "onnx_opset_range",
     "pack_from_translation_table",
+    "CheckContext",
+    "Checkpoint",
+    "CheckpointError",
+    "CheckpointExport",
+    "CheckpointLoader",
+    "Component",
+    "DynamicDim",
+    "ExportPlan",
+    "FileCopy",
+    "LoopCheck",
+    "ModelInput",
+    "PostStep",
+    "Recognition",
+    "export_checkpoint",
 ]

@@ -111,6 +111,14 @@ class WeightsError(ExportError):
         self.problems = problems
 
 
+class CheckpointError(OpregError):
+    """A checkpoint (a folder, or a hub id) cannot be exported as asked: no installed pack's loader
+    recognises it, two tie, it lacks its weights, its config cannot be built, it cannot do the task
+    asked, a component of its pipeline is missing. Raised before anything is exported or written;
+    the message names the file and what to do. A pack's checkpoint loader raises it for a folder it
+    recognises but refuses (``opreg_checkpoint_loaders``)."""
+
+
 class OpsetConflictError(ExportError):
     """Two impls in one export need incompatible versions of one domain."""
 

@@ -1,6 +1,9 @@
-"""opreg pack for the torch custom ops transformers registers (``transformers::grouped_mm_fallback``).
+"""opreg pack for transformers: the torch custom ops it registers (``transformers::grouped_mm_fallback``),
+and the checkpoint loaders of its folders and sentence-transformers' (``opreg export FOLDER``:
+:mod:`opreg_transformers.loaders`, :mod:`opreg_transformers.sentence`).
 
-Importing this module imports neither torch nor transformers: the hooks do, and the op's impl is
+Importing this module imports neither torch nor transformers: the hooks do (the loaders' module
+imports neither either: its ``plan`` and build steps import transformers), and the op's impl is
 checked against its schema only where transformers already defined it (importing transformers takes
 seconds, which every registry build would pay).
 """
@@ -29,3 +32,10 @@ def opreg_samples():
     from opreg_transformers import ops
 
     return ops.samples()
+
+
+@opreg.hookimpl
+def opreg_checkpoint_loaders():
+    from opreg_transformers import loaders, sentence
+
+    return [*loaders.LOADERS, sentence.LOADER]

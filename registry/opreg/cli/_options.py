@@ -18,9 +18,19 @@ _DYNAMIC_HELP = (
 )
 
 
-def add_model(parser: argparse.ArgumentParser) -> None:
-    """``MODEL``: the factory of the model a command exports or checks (:mod:`opreg.cli._modelspec`)."""
-    parser.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
+_SOURCE_HELP = (
+    "a checkpoint folder (its library and task inferred by the installed packs' loaders), a hub id (owner/name, "
+    "resolved by huggingface_hub), or " + _MODEL_HELP
+)
+
+
+def add_model(parser: argparse.ArgumentParser, *, checkpoints: bool = False) -> None:
+    """``MODEL``: the factory of the model a command exports or checks (:mod:`opreg.cli._modelspec`);
+    ``checkpoints``: or a checkpoint folder or hub id (``SOURCE``, :mod:`opreg.checkpoint.source`)."""
+    if checkpoints:
+        parser.add_argument("model", metavar="SOURCE", help=_SOURCE_HELP)
+    else:
+        parser.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
 
 
 def add_dynamic(parser: argparse.ArgumentParser) -> None:
@@ -29,14 +39,14 @@ def add_dynamic(parser: argparse.ArgumentParser) -> None:
 
 
 def add_model_command(
-    subparsers: argparse._SubParsersAction, parents: Parents, name: str, help: str
+    subparsers: argparse._SubParsersAction, parents: Parents, name: str, help: str, *, checkpoints: bool = False
 ) -> argparse.ArgumentParser:
-    """The parser of a command that captures a model (``check``, ``export``): ``MODEL``, ``--dynamic``,
-    and the output, pack, target and patch options."""
+    """The parser of a command that captures a model (``check``, ``export``): ``MODEL`` (``SOURCE``
+    with ``checkpoints``), ``--dynamic``, and the output, pack, target and patch options."""
     parser = subparsers.add_parser(
         name, parents=[parents.output, parents.packs, parents.target, parents.patches], help=help
     )
-    add_model(parser)
+    add_model(parser, checkpoints=checkpoints)
     add_dynamic(parser)
     return parser
 

@@ -1,4 +1,6 @@
-"""``opreg export``: export a model to an ONNX file, with progress, and verify it on request."""
+"""``opreg export``: export a model to an ONNX file, with progress, and verify it on request; or a
+checkpoint folder (or hub id) into a folder, as the installed packs' loaders plan it
+(:func:`opreg.export_checkpoint`), verified by default."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from opreg.cli._common import (
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    UsageError,
     console,
     export_settings,
     load_model,
@@ -38,9 +41,27 @@ LOCATE_ROWS = 12
 
 
 def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None:
-    p = add_model_command(subparsers, parents, "export", help="export a model to an ONNX file")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .onnx file to write")
-    p.add_argument("--verify", action="store_true", help="run the model and compare with eager PyTorch")
+    p = add_model_command(
+        subparsers, parents, "export", help="export a checkpoint folder, or a model from a factory, to ONNX",
+        checkpoints=True,
+    )  # fmt: skip
+    p.add_argument(
+        "-o", "--output", required=True, metavar="FILE|DIR",
+        help="the .onnx file to write (a factory), or the folder (a checkpoint; created if missing, written whole)",
+    )  # fmt: skip
+    p.add_argument(
+        "--verify", action=argparse.BooleanOptionalAction, default=None,
+        help="run the model and compare with eager PyTorch (default: on for a checkpoint, at two sizes of its "
+        "dynamic dims, with its loader's loop checks; off for a factory)",
+    )  # fmt: skip
+    p.add_argument(
+        "--task", metavar="TASK",
+        help="a checkpoint: the task to export (feature-extraction, fill-mask, ...; default: inferred from the folder)",
+    )  # fmt: skip
+    p.add_argument(
+        "--library", metavar="NAME",
+        help="a checkpoint: the loader to use when several recognise it (a library, a loader, or pack:loader)",
+    )  # fmt: skip
     p.add_argument(
         "--locate", action="store_true",
         help="with --verify, on a mismatch compare every intermediate value and name the impl or rule at fault",
@@ -88,9 +109,15 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    from opreg.checkpoint.source import is_factory
     from opreg.errors import OpregError, UnsupportedOpsError, VerificationError
     from opreg.exporter._save import check_output_path
 
+    if not is_factory(args.model):
+        return _run_checkpoint(args)
+    if args.task or args.library:
+        raise UsageError(f"--task and --library are for a checkpoint folder; {args.model} names a factory")
+    args.verify = bool(args.verify)
     err = console(stderr=True)
     loaded_packs = packs(args)
     reg = loaded_packs.registry
@@ -105,10 +132,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             program, path, result = _export(args, loaded_packs, target, loaded, dynamic, stages)
         except UnsupportedOpsError as e:
-            status.stop()
-            missing_table(err, e.missing, target)
-            err.print(styled(f"export failed: {len(e.missing)} op(s) have no impl at target {target}", "red"))
-            return EXIT_FINDINGS
+            return _unsupported(err, status, e, target)
         except VerificationError as e:
             status.stop()
             return _mismatch(args, err, e)
@@ -123,6 +147,113 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
     warn_hook_failures(loaded_packs.host)
     return _report(args, err, program, path, result, started)
+
+
+_FACTORY_ONLY = (("dynamic", []), ("weights", None), ("external_data", False), ("locate", False))
+"""Flags for a factory only, with their defaults: for a checkpoint, its loader decides the dims and weights."""
+
+
+def _run_checkpoint(args: argparse.Namespace) -> int:
+    """``opreg export SOURCE -o DIR`` for a checkpoint folder or hub id: :func:`opreg.export_checkpoint`."""
+    from opreg.checkpoint import export_checkpoint
+    from opreg.errors import UnsupportedOpsError, VerificationError
+
+    for flag, default in _FACTORY_ONLY:
+        if getattr(args, flag) != default:
+            raise UsageError(
+                f"--{flag.replace('_', '-')} is for a factory (file.py:make); a checkpoint's loader decides its "
+                "models' dims, weights and files"
+            )
+    err = console(stderr=True)
+    loaded_packs = packs(args)
+    target = loaded_packs.registry.target(args.target)
+    report_failed_packs(loaded_packs.registry, args)
+    warn_conflicts(loaded_packs.registry)
+    started = time.perf_counter()
+    with err.status(f"exporting {args.model}...") as status:
+        stages = _Stages(err, status)
+        settings = export_settings(
+            args, loaded_packs, target, None, inline=not args.keep_functions, fold_weights=not args.keep_weights,
+            state=args.state, progress=stages, embed_functions=args.embed_functions,
+        )  # fmt: skip
+        try:
+            result = export_checkpoint(
+                args.model, args.output, task=args.task, library=args.library, verify=args.verify is not False,
+                settings=settings,
+            )  # fmt: skip
+        except UnsupportedOpsError as e:
+            return _unsupported(err, status, e, target)
+        except VerificationError as e:
+            status.stop()
+            err.print(styled(f"wrote {args.output}, but {e}", "red"), soft_wrap=True)
+            return EXIT_FINDINGS
+        except KeyboardInterrupt as e:
+            status.stop()
+            sys.stderr.write(f"opreg: interrupted: {_interrupted_folder(e, args)}\n")
+            return EXIT_INTERRUPTED
+        stages("")
+    warn_hook_failures(loaded_packs.host)
+    return _report_checkpoint(args, result, time.perf_counter() - started)
+
+
+def _report_checkpoint(args: argparse.Namespace, result: Any, seconds: float) -> int:
+    """What a checkpoint's export wrote and verified, as JSON or lines."""
+    from opreg.targets import domain_label
+
+    def opsets(program: Any) -> dict[str, int]:
+        return {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())}
+
+    models = [
+        {"name": m.name, "file": m.file, "nodes": len(m.program.model.graph), "opsets": opsets(m.program),
+         "verified": [dataclasses.asdict(c) for v in m.verified for c in v.outputs]}
+        for m in result.models
+    ]  # fmt: skip
+    if args.json:
+        print_json({
+            "folder": str(result.folder), "source": result.source, "loader": result.loader, "library": result.library,
+            "task": result.task, "inferred": result.inferred, "evidence": result.evidence, "models": models,
+            "files": list(result.files), "verified": result.verified, "checks": list(result.checks),
+            "others": list(result.others), "notes": list(result.notes),
+        })  # fmt: skip
+        return EXIT_OK
+    out = console()
+    how = f"inferred from {result.evidence}; --task to choose" if result.inferred else "asked"
+    out.print(f"{result.loader}: {result.library}, task {result.task} ({how})", markup=False, soft_wrap=True)
+    if result.others:
+        out.print(f"also recognised by {', '.join(result.others)} (--library to choose)", markup=False)
+    for note in result.notes:
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
+    for model in models:
+        labels = ", ".join(f"{d}={v}" for d, v in model["opsets"].items())
+        out.print(f"wrote {model['file']} ({model['nodes']} nodes; opsets {labels})", markup=False)
+    out.print(f"wrote {result.folder} in {seconds:.1f} s: {', '.join(result.files)}", markup=False, soft_wrap=True)
+    if result.verified:
+        checks = [c for m in result.models for v in m.verified for c in v.outputs]
+        worst = max((c.max_abs for c in checks), default=0.0)
+        out.print(
+            f"verified: {len(result.models)} model(s) match eager PyTorch at two sizes of their dynamic dims "
+            f"(max abs {worst:.3g})",
+            markup=False,
+        )
+    for check in result.checks:
+        out.print(f"checked {check}", markup=False, soft_wrap=True)
+    return EXIT_OK
+
+
+def _interrupted_folder(error: KeyboardInterrupt, args: argparse.Namespace) -> str:
+    from opreg.errors import InterruptedAfterSave
+
+    if isinstance(error, InterruptedAfterSave):
+        return f"{args.output} holds the new folder (written before the interrupt)"
+    return f"{args.output} was not changed" if os.path.lexists(args.output) else "nothing was written"
+
+
+def _unsupported(err: Any, status: Any, error: Any, target: Any) -> int:
+    """Ops no impl covers: the table of them, and exit 1 (the command found a problem)."""
+    status.stop()
+    missing_table(err, error.missing, target)
+    err.print(styled(f"export failed: {len(error.missing)} op(s) have no impl at target {target}", "red"))
+    return EXIT_FINDINGS
 
 
 class _Stages:

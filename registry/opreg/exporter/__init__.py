@@ -29,7 +29,7 @@ from opreg.exporter.diagnosis.compare import OutputCheck, Verification
 from opreg.exporter.diagnosis.report import Divergence, Location, Step
 from opreg.packs import packfaults
 from opreg.packs.patching import PatchedCapture
-from opreg.packs.plugins import Loaded, host_of, load
+from opreg.packs.plugins import Loaded, of_settings
 from opreg.settings import ExportSettings, describe, takes_settings
 
 logger = logging.getLogger(__name__)
@@ -57,15 +57,6 @@ __all__ = [
     "plan_export",
     "run_export",
 ]
-
-
-def _packs(settings: ExportSettings) -> Loaded:
-    """The registry and the host an export uses: ``registry=``, else the installed packs' of ``plugins``/
-    ``exclude``; ``host=``, else the host of the installed packs of the registry's selection."""
-    if settings.registry is None:
-        loaded = load(plugins=settings.plugins, exclude=settings.exclude)
-        return loaded if settings.host is None else Loaded(loaded.registry, settings.host)
-    return Loaded(settings.registry, settings.host if settings.host is not None else host_of(settings.registry))
 
 
 def _patches(model: Any, packs: Loaded, settings: ExportSettings) -> PatchedCapture | None:
@@ -117,7 +108,7 @@ def plan_export(
     the plan (``inline``, ``optimize``, ``passes``, ``progress``, ...) are checked and not used."""
     args = _check_inputs(model, args, kwargs)
     settings = ExportSettings.of(settings, options, "plan_export")
-    packs = _packs(settings)
+    packs = of_settings(settings)
     reg = packs.registry
     resolved = reg.target(settings.target)
     patched = _patches(model, packs, settings)
@@ -174,7 +165,7 @@ def run_export(
     changes the translation before it is finished (``opreg.llm`` repeats a decoder's layers
     there). Its name is not in :data:`STAGES`: it runs inside "translate"."""
     lazy = _lazy_weights(model, settings.weights)
-    packs = _packs(settings)
+    packs = of_settings(settings)
     reg = packs.registry
     extra = _finish.export_passes(settings.passes)
     tick = _Ticker(settings.progress)

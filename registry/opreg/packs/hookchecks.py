@@ -9,8 +9,8 @@ the spec's docstring says after "Called" (``tests/test_hooks.py`` holds them tog
 Every hook result goes through its contract wherever it is called: by the loader (registration
 hooks), the exporter (session, verification, export hooks) and the conformance kit (all of them),
 through one per-pack caller (:func:`opreg.packs.packset.call_one`), so one mistake reads the same
-everywhere (:class:`opreg.pluginapi.HookError`). This module imports only the standard library and
-:mod:`opreg.pluginapi` (onnx, onnxscript, onnx_ir inside the checks that need them).
+everywhere (:class:`opreg.pluginapi.HookError`). This module imports only the standard library,
+:mod:`opreg.pluginapi` and :mod:`opreg.loaderapi` (onnx, onnxscript, onnx_ir inside the checks that need them).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from opreg.loaderapi import CheckpointLoader
 from opreg.pluginapi import CapturePatch, HookError, ModelSample, Sample
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,6 +34,7 @@ EMBED = "when a model is exported with embed_functions=True"
 EXPORT = "once per export (unless opreg.export(..., rewrite=False)), after translation and inlining"
 KIT = "only by the conformance kit, never on export"
 CAPTURE = "once per export of a torch.nn.Module, before the capture (unless patches=False)"
+CHECKPOINT = "once per export of a checkpoint (opreg export FOLDER, opreg.export_checkpoint), before anything is built"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,17 +227,26 @@ def check_rewrite_samples(result: Any) -> Checked:
     return _check_keyed(result, _rule_name, ModelSample, "rule_name", "ModelSample.of(module, *args)")
 
 
-def check_capture_patches(result: Any) -> Checked:
-    patches, problems, names = [], [], set()
-    for item in _items(result, "opreg.CapturePatch"):
-        if not isinstance(item, CapturePatch):
-            problems.append(f"{item!r} is not an opreg.CapturePatch")
+def _check_named(result: Any, kind: type, what: str) -> Checked:
+    """A list of ``kind`` values whose ``name`` is unique in the pack (``what``: how the message calls them)."""
+    values, problems, names = [], [], set()
+    for item in _items(result, f"opreg.{kind.__name__}"):
+        if not isinstance(item, kind):
+            problems.append(f"{item!r} is not an opreg.{kind.__name__}")
         elif item.name in names:
-            problems.append(f"two patches are named {item.name!r}: names must be unique in a pack")
+            problems.append(f"two {what} are named {item.name!r}: names must be unique in a pack")
         else:
             names.add(item.name)
-            patches.append(item)
-    return Checked(patches, tuple(problems))
+            values.append(item)
+    return Checked(values, tuple(problems))
+
+
+def check_capture_patches(result: Any) -> Checked:
+    return _check_named(result, CapturePatch, "patches")
+
+
+def check_checkpoint_loaders(result: Any) -> Checked:
+    return _check_named(result, CheckpointLoader, "checkpoint loaders")
 
 
 def check_capture_samples(result: Any) -> Checked:

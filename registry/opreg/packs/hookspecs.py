@@ -12,7 +12,7 @@ reported and left out without touching the others. The registration hooks
 (``opreg_targets``, ``opreg_schemas``, ``opreg_register_ops``) run when a
 registry is first built; the others when their moment comes (a session, a
 verification, a capture, an export, an export with ``embed_functions=True``,
-the conformance kit). Never at import.
+the conformance kit, an export of a checkpoint folder). Never at import.
 
 Each spec carries its contract on its ``def``, ``@contract(when=..., check=...)``: when opreg
 calls it (the phrase its docstring's "Called ..." paragraph begins with) and how its result is
@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
+from opreg.loaderapi import CheckpointLoader
 from opreg.packs.hookchecks import (
     CAPTURE,
+    CHECKPOINT,
     EMBED,
     EXPORT,
     KIT,
@@ -37,6 +39,7 @@ from opreg.packs.hookchecks import (
     Contract,
     check_capture_patches,
     check_capture_samples,
+    check_checkpoint_loaders,
     check_functions,
     check_reference_kernels,
     check_rewrite_rules,
@@ -281,6 +284,37 @@ def opreg_capture_samples() -> Mapping[str, Sequence[ModelSample]]:
 
     Called only by the conformance kit, never on export (``opreg pack-check``,
     the ``opreg`` pytest plugin).
+    """
+
+
+@hookspec
+@contract(when=CHECKPOINT, check=check_checkpoint_loaders)
+def opreg_checkpoint_loaders() -> Sequence[CheckpointLoader]:
+    """Teach opreg a library's checkpoint folders: what ``opreg export FOLDER`` exports from them.
+
+    :return: :class:`opreg.CheckpointLoader` objects, each with a ``name`` unique within the pack,
+        the ``library`` it loads, what it ``looks_for`` in a folder, a ``priority``, and two
+        functions. ``recognise(checkpoint)`` reads the folder's small files (an
+        :class:`opreg.Checkpoint`; no torch, no library import) and returns an
+        :class:`opreg.Recognition` (the library, the tasks it can export, the task it infers, the
+        evidence; or a ``refusal`` for a folder of its library it cannot export) or ``None``.
+        ``plan(checkpoint, task)`` returns the :class:`opreg.ExportPlan`: the components to
+        export (:class:`opreg.Component`: a ``build`` step returning the module, its
+        :class:`opreg.ModelInput` s and :class:`opreg.DynamicDim` s with the ranges the config
+        allows, its output names and file), the files to copy, the post-steps that combine
+        exported models, the loop checks run on the written folder; it raises
+        :class:`opreg.CheckpointError` for a folder it refuses (no weights, a config its library
+        cannot build), naming the file and what to do.
+
+        Of the loaders that recognise a folder, the highest ``priority`` is used; a tie at the
+        top is refused unless the user picks one (``library=``, ``--library``). A loader whose
+        ``recognise`` or ``plan`` raises something else, or returns something else than its
+        value, is reported against its pack and the next candidate is asked; a hook that raises
+        costs the pack its loaders, not the export.
+
+    Called once per export of a checkpoint (``opreg export FOLDER``, ``opreg.export_checkpoint``),
+    before anything is built. Import the library inside ``plan`` and the ``build`` steps, not at
+    module level.
     """
 
 

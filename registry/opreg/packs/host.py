@@ -21,6 +21,7 @@ FUNCTIONS = "opreg_functions"
 CAPTURE_PATCHES = "opreg_capture_patches"
 CONFIGURE_SESSION = "opreg_configure_session"
 REFERENCE_KERNELS = "opreg_reference_kernels"
+CHECKPOINT_LOADERS = "opreg_checkpoint_loaders"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -49,6 +50,10 @@ class PackHost:
     def configure_session(self, options: Any) -> list[str]:
         """Let every pack configure ONNX Runtime's ``options``; the packs that did."""
         return [pack for pack, _ in self.call(CONFIGURE_SESSION, options=options)]
+
+    def checkpoint_loaders(self) -> list[tuple[str, Any]]:
+        """``(pack, loader)`` of every :class:`opreg.CheckpointLoader` the packs offer, in load order."""
+        return [(pack, loader) for pack, loaders in self.call(CHECKPOINT_LOADERS) for loader in loaders]
 
     def reference_kernels(self) -> list[type]:
         """The ``onnx.reference`` kernels (``OpRun`` classes) of every pack, in load order."""

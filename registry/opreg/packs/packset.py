@@ -121,15 +121,19 @@ class PackSet(ReportSequence):
             try:
                 checked = self.call_pack(pack, hook, **kwargs)
             except HookError as e:
-                self._fail(e, "leaving it out")
+                self.fail(e, "leaving it out")
                 continue
             for problem in checked.problems:
-                self._fail(HookError(pack, hook, problem), "leaving that item out")
+                self.fail(HookError(pack, hook, problem), "leaving that item out")
             if checked.value is not None:  # as pluggy calls hooks: None answers are not listed
                 results.append((pack, checked.value))
         return results
 
-    def _fail(self, error: HookError, consequence: str) -> None:
+    def fail(self, error: HookError, consequence: str) -> None:
+        """Report a pack's fault met while its hook's answer was used (the hook raised or broke its
+        contract, or pack code it returned raised, as a checkpoint loader's ``plan`` may): logged
+        once per host and listed in :attr:`failures`, ``consequence`` saying what opreg did
+        instead; with :attr:`strict`, raised."""
         if self.strict:
             raise error
         if str(error) in self._failures:

@@ -359,6 +359,16 @@ def default_host(
 _NO_PACKS = PackHost()
 
 
+def of_settings(settings: Any) -> Loaded:
+    """The registry and the host an export with :class:`opreg.ExportSettings` ``settings`` uses:
+    ``registry=``, else the installed packs' of ``plugins``/``exclude``; ``host=``, else the host of
+    the installed packs of the registry's selection (:func:`host_of`)."""
+    if settings.registry is None:
+        loaded = load(plugins=settings.plugins, exclude=settings.exclude)
+        return loaded if settings.host is None else Loaded(loaded.registry, settings.host)
+    return Loaded(settings.registry, settings.host if settings.host is not None else host_of(settings.registry))
+
+
 def host_of(registry: Registry) -> PackHost:
     """The host of the packs ``registry`` was built from: the one :func:`build` made beside it (one
     of the latest few builds, or a copy of its registry: a copy keeps the reports), else
@@ -378,7 +388,7 @@ __all__ = [
     "PLUGIN_API_VERSION", "SLOW_IMPORT_ENV", "SLOW_IMPORT_SECONDS", "SUPPORTED_API_VERSIONS", "TABLE_ATTRIBUTE",
     "USER_PACK", "Declared", "DiscoveredPack", "Loaded", "PackReport", "PackReports", "PackSet", "Rejection",
     "Selection", "assemble", "autoload_disabled", "build", "build_registry", "clear_cache", "declared_registry",
-    "default_host", "host_of",
+    "default_host", "host_of", "of_settings",
     "default_registry", "discover", "discovered", "hook_names", "load", "load_packs", "pack_conflicts",
     "require_installed", "selection_reason", "slow_import_seconds", "table_profile",
 ]  # fmt: skip

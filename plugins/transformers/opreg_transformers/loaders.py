@@ -1,0 +1,159 @@
+"""The checkpoint loader of transformers folders (``opreg_checkpoint_loaders``): a ``config.json``
+with a ``model_type`` it knows (:mod:`opreg_transformers.encoders`), exported as optimum lays it
+out: ``model.onnx`` beside the config and the tokenizer's files.
+
+Recognising reads ``config.json`` only; ``plan`` imports transformers to build the config (a config
+it cannot build is refused there, before any export), and each component's ``build`` loads the
+weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import opreg
+from opreg_transformers import encoders
+
+LIBRARY = "transformers"
+WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+"""The files that hold a transformers checkpoint's weights (one of them, or a sharded index)."""
+SIDE_FILES = (
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "preprocessor_config.json",
+)
+"""The checkpoint's files runtimes read beside the model (transformers.js, optimum's ORTModel), copied when present."""
+BATCH = opreg.DynamicDim("batch_size", example=2, other=3)
+CHOICES = opreg.DynamicDim("num_choices", example=4, other=3)
+
+
+def _config(checkpoint: opreg.Checkpoint) -> dict[str, Any] | None:
+    config = checkpoint.json("config.json")
+    if config is None or "model_type" not in config:
+        return None
+    if "architecture" in config or "pretrained_cfg" in config or "_diffusers_version" in config:
+        return None  # timm's and diffusers' config.json: theirs, not transformers'
+    return config
+
+
+def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
+    """A transformers folder: ``config.json`` with a ``model_type``; its tasks if the family is known."""
+    config = _config(checkpoint)
+    if config is None:
+        return None
+    model_type = config["model_type"]
+    architectures = list(config.get("architectures") or [])
+    evidence = f"config.json: model_type {model_type!r}" + (f", architectures {architectures}" if architectures else "")
+    family = encoders.FAMILIES.get(model_type)
+    if family is None:
+        known = ", ".join(sorted(encoders.FAMILIES))
+        return opreg.Recognition(
+            LIBRARY, (), None, evidence,
+            refusal=f"model_type {model_type!r} ({evidence}) is not a family opreg-transformers exports yet (it "
+            f"exports {known}); a causal LM, Whisper or a vision-language model: `opreg llm export`",
+        )  # fmt: skip
+    inferred = encoders.task_of(architectures)
+    task = inferred if inferred in family.tasks else encoders.FEATURE_EXTRACTION
+    return opreg.Recognition(LIBRARY, family.tasks, task, evidence)
+
+
+def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
+    """The export of ``task``: one component, ``model.onnx``, and the config and tokenizer's files."""
+    config = _config(checkpoint)
+    assert config is not None  # recognised
+    require_weights(checkpoint)
+    auto, outputs = encoders.TASKS[task]
+    _buildable(checkpoint, auto, task)
+    family = encoders.FAMILIES[config["model_type"]]
+    component = opreg.Component(
+        name="model",
+        file="model.onnx",
+        build=lambda: _load(checkpoint, auto),
+        inputs=_inputs(family, config, task),
+        outputs=outputs,
+        dims=text_dims(family, config, task),
+    )
+    return opreg.ExportPlan(LIBRARY, task, (component,), files())
+
+
+def files() -> tuple[opreg.FileCopy, ...]:
+    """The config (required) and the side files runtimes read (when present)."""
+    return (opreg.FileCopy("config.json", required=True), *(opreg.FileCopy(name) for name in SIDE_FILES))
+
+
+def require_weights(checkpoint: opreg.Checkpoint) -> None:
+    """Refuse a folder without weights (transformers would make random ones), before any export."""
+    if not any(checkpoint.has(name) for name in WEIGHTS):
+        raise opreg.CheckpointError(
+            f"{checkpoint.path} has no weights ({', '.join(WEIGHTS)}): transformers would make random ones; save the "
+            "model with model.save_pretrained(FOLDER), or name the folder that holds them"
+        )
+
+
+def _buildable(checkpoint: opreg.Checkpoint, auto: str, task: str) -> None:
+    """Refuse, before any export, a config transformers cannot build, or a task it has no head for."""
+    import transformers
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(checkpoint.path)
+    except Exception as e:
+        raise opreg.CheckpointError(
+            f"{checkpoint.file('config.json')} cannot be built by transformers {transformers.__version__}: "
+            f"{type(e).__name__}: {e}; fix the config, or install the transformers release it was written for"
+        ) from e
+    if type(config) not in getattr(transformers, auto)._model_mapping:
+        raise opreg.CheckpointError(
+            f"transformers {transformers.__version__} has no {auto} for {type(config).__name__} ({checkpoint.path}), "
+            f"so it cannot do {task}: choose another task with --task"
+        )
+
+
+def _load(checkpoint: opreg.Checkpoint, auto: str) -> Any:
+    import transformers
+
+    return getattr(transformers, auto).from_pretrained(checkpoint.path).eval()
+
+
+def _text_shape(task: str) -> tuple[str, ...]:
+    if task == encoders.MULTIPLE_CHOICE:
+        return (BATCH.name, CHOICES.name, "sequence_length")
+    return (BATCH.name, "sequence_length")
+
+
+def _inputs(family: encoders.Family, config: dict[str, Any], task: str) -> tuple[opreg.ModelInput, ...]:
+    shape = _text_shape(task)
+    inputs = [
+        opreg.ModelInput("input_ids", shape, fill="ids", high=int(config["vocab_size"])),
+        opreg.ModelInput("attention_mask", shape, fill="mask"),
+    ]
+    types = int(config.get("type_vocab_size") or 0)
+    if family.token_type_ids is True or (family.token_type_ids == "config" and types > 0):
+        inputs.append(opreg.ModelInput("token_type_ids", shape, fill="ids", high=max(types, 1)))
+    return tuple(inputs)
+
+
+def text_dims(family: encoders.Family, config: dict[str, Any], task: str) -> tuple[opreg.DynamicDim, ...]:
+    """``batch_size`` (and ``num_choices``) and ``sequence_length``, bounded as the config's positions allow."""
+    longest = encoders.max_sequence(family, config)
+    sequence = opreg.DynamicDim("sequence_length", example=min(16, longest), other=min(7, longest), max=longest)
+    return (BATCH, CHOICES, sequence) if task == encoders.MULTIPLE_CHOICE else (BATCH, sequence)
+
+
+LOADERS = (
+    opreg.CheckpointLoader(
+        name="transformers",
+        library=LIBRARY,
+        looks_for="config.json with a model_type",
+        recognise=recognise,
+        plan=plan,
+    ),
+)
