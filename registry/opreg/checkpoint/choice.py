@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from opreg.errors import CheckpointError
-from opreg.host import CHECKPOINT_LOADERS, PackHost
+from opreg.packs.host import CHECKPOINT_LOADERS, PackHost
 from opreg.loaderapi import Checkpoint, CheckpointLoader, ExportPlan, Recognition
 from opreg.pluginapi import HookError
 

@@ -24,7 +24,7 @@ from opreg.checkpoint.choice import Choice, choose
 from opreg.checkpoint.source import checkpoint_of
 from opreg.errors import CheckpointError, InvalidArgumentError, VerificationError
 from opreg.loaderapi import CheckContext, Checkpoint, Component, ExportPlan
-from opreg.plugins import of_settings
+from opreg.packs.plugins import of_settings
 from opreg.settings import ExportSettings, takes_settings
 
 logger = logging.getLogger(__name__)

@@ -198,7 +198,7 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
 
 def _report_checkpoint(args: argparse.Namespace, result: Any, seconds: float) -> int:
     """What a checkpoint's export wrote and verified, as JSON or lines."""
-    from opreg.targets import domain_label
+    from opreg.registry.targets import domain_label
 
     def opsets(program: Any) -> dict[str, int]:
         return {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())}
