@@ -76,7 +76,7 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     """The export of ``task``: one component, ``model.onnx``, and the config and tokenizer's files."""
     config = _config(checkpoint)
     assert config is not None  # recognised
-    _require_weights(checkpoint)
+    require_weights(checkpoint)
     other = media.FAMILIES.get(config["model_type"])
     auto, outputs = (media.TASKS if other else encoders.TASKS)[task]
     _buildable(checkpoint, auto, task)
@@ -85,7 +85,7 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
         outputs = other.outputs_of(task)
     else:
         family = encoders.FAMILIES[config["model_type"]]
-        inputs, dims = _inputs(family, config, task), _dims(family, config, task)
+        inputs, dims = _inputs(family, config, task), text_dims(family, config, task)
     component = opreg.Component(
         name="model",
         file="model.onnx",
@@ -94,11 +94,16 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
         outputs=outputs,
         dims=dims,
     )
-    files = (opreg.FileCopy("config.json", required=True), *(opreg.FileCopy(name) for name in SIDE_FILES))
-    return opreg.ExportPlan(LIBRARY, task, (component,), files)
+    return opreg.ExportPlan(LIBRARY, task, (component,), files())
 
 
-def _require_weights(checkpoint: opreg.Checkpoint) -> None:
+def files() -> tuple[opreg.FileCopy, ...]:
+    """The config (required) and the side files runtimes read (when present)."""
+    return (opreg.FileCopy("config.json", required=True), *(opreg.FileCopy(name) for name in SIDE_FILES))
+
+
+def require_weights(checkpoint: opreg.Checkpoint) -> None:
+    """Refuse a folder without weights (transformers would make random ones), before any export."""
     if not any(checkpoint.has(name) for name in WEIGHTS):
         raise opreg.CheckpointError(
             f"{checkpoint.path} has no weights ({', '.join(WEIGHTS)}): transformers would make random ones; save the "
@@ -148,7 +153,8 @@ def _inputs(family: encoders.Family, config: dict[str, Any], task: str) -> tuple
     return tuple(inputs)
 
 
-def _dims(family: encoders.Family, config: dict[str, Any], task: str) -> tuple[opreg.DynamicDim, ...]:
+def text_dims(family: encoders.Family, config: dict[str, Any], task: str) -> tuple[opreg.DynamicDim, ...]:
+    """``batch_size`` (and ``num_choices``) and ``sequence_length``, bounded as the config's positions allow."""
     longest = encoders.max_sequence(family, config)
     sequence = opreg.DynamicDim("sequence_length", example=min(16, longest), other=min(7, longest), max=longest)
     return (BATCH, CHOICES, sequence) if task == encoders.MULTIPLE_CHOICE else (BATCH, sequence)
