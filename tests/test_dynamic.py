@@ -506,6 +506,31 @@ def test_a_guard_true_at_every_size_is_not_reported():
     assert not _guards.holds(h < 80, sizes)
 
 
+def test_a_relation_of_cells_after_floor_divisions_is_settled_from_its_sides_difference():
+    """wav2vec2's feature encoder leaves ``b*(L//10 - 1) != b`` and ``b % (b*(L//10 - 1)) != 0``
+    (two frames or more), DETR's backbone ``n % (n*m) != 0`` (a map of more than one cell): true
+    over the ranges the loaders give, which bounds of each side alone cannot show; false where a
+    range lets the map be one cell."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, Mod
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    from opreg.exporter import _guards
+
+    b, length, h, w = sympy.symbols("s0 s1 s2 s3", integer=True, positive=True)
+    sizes = {b: ValueRanges(2, 1024), length: ValueRanges(30, sympy.oo), **dict.fromkeys((h, w), ValueRanges(33, 4096))}
+    frames = FloorDiv(length, 10) - 1
+    rows, columns = 1 + FloorDiv(h - 1, 8), 1 + FloorDiv(w - 1, 8)
+    assert _guards.holds(sympy.Ne(b * frames, b), sizes)
+    assert _guards.holds(sympy.Ne(Mod(b, b * frames), 0), sizes)
+    assert _guards.holds(sympy.Ne(Mod(rows, rows * columns), 0), sizes)
+    assert _guards.holds(sympy.Ne(Mod(1, rows * columns), 0), sizes)
+    assert _guards.holds(rows * columns - rows > 0, sizes)
+    assert not _guards.holds(sympy.Ne(b * frames, b), {**sizes, length: ValueRanges(20, sympy.oo)})  # L in 20..29
+    assert not _guards.holds(sympy.Ne(Mod(rows, rows * columns), 0), {**sizes, w: ValueRanges(2, 8)})  # one column
+    assert not _guards.holds(sympy.Ne(Mod(rows, columns), 0), sizes)  # no relation between the two
+
+
 def test_a_min_or_max_of_sizes_is_settled_without_simplify_where_one_argument_is_proven_the_least():
     """torch builds ``repeat_kv``'s guard unevaluated, its symbols positive integers: sympy's own
     ``Min`` does not settle it, ``sympy.simplify`` does at a tenth of a CPU second; the argument

@@ -212,6 +212,11 @@ class DynamicDim:
         min, max: the range the config allows (``max``: ``max_position_embeddings`` for a
             sequence; ``None``, unbounded); torch.export refuses a range the model cannot take.
         multiple: sizes are multiples of it (image sides a patch or a downsampling divides).
+        auto: captured as torch.export's ``Dim.AUTO`` within ``[min, max]``, not as a named ``Dim``:
+            for a dim whose guards hold over the range but torch cannot prove so (wav2vec2's
+            audio length, through its feature encoder's floor divisions: a named ``Dim`` is
+            refused with ``Constraints violated``). The ONNX dim still gets ``name``; an export
+            in which torch fixed it is refused. Not with a ``multiple``.
     """
 
     name: str
@@ -220,6 +225,7 @@ class DynamicDim:
     min: int = 1
     max: int | None = None
     multiple: int = 1
+    auto: bool = False
 
     def __post_init__(self) -> None:
         where = f"DynamicDim {self.name!r}"
@@ -228,6 +234,8 @@ class DynamicDim:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < (1 if field == "multiple" else 0):
                 raise InvalidArgumentError(f"{where}: {field} must be a non-negative int, got {value!r}")
+        if not isinstance(self.auto, bool) or (self.auto and self.multiple != 1):
+            raise InvalidArgumentError(f"{where}: auto must be True or False, and True only without a multiple")
         top = self.max if self.max is not None else max(self.example, self.other)
         for field in ("example", "other"):
             size = getattr(self, field)

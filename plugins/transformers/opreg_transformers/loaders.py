@@ -1,6 +1,7 @@
 """The checkpoint loader of transformers folders (``opreg_checkpoint_loaders``): a ``config.json``
-with a ``model_type`` it knows (:mod:`opreg_transformers.encoders`), exported as optimum lays it
-out: ``model.onnx`` beside the config and the tokenizer's files.
+with a ``model_type`` it knows (:mod:`opreg_transformers.encoders`; vision, vision-text and audio
+families: :mod:`opreg_transformers.media`, their inputs :mod:`opreg_transformers.shapes`), exported
+as optimum lays it out: ``model.onnx`` beside the config and the tokenizer's or processor's files.
 
 Recognising reads ``config.json`` only; ``plan`` imports transformers to build the config (a config
 it cannot build is refused there, before any export), and each component's ``build`` loads the
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import opreg
-from opreg_transformers import encoders
+from opreg_transformers import encoders, media, shapes
 
 LIBRARY = "transformers"
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -30,9 +31,10 @@ SIDE_FILES = (
     "sentencepiece.bpe.model",
     "tokenizer.model",
     "preprocessor_config.json",
+    "processor_config.json",
 )
 """The checkpoint's files runtimes read beside the model (transformers.js, optimum's ORTModel), copied when present."""
-BATCH = opreg.DynamicDim("batch_size", example=2, other=3)
+BATCH = shapes.BATCH
 CHOICES = opreg.DynamicDim("num_choices", example=4, other=3)
 
 
@@ -53,9 +55,13 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
     model_type = config["model_type"]
     architectures = list(config.get("architectures") or [])
     evidence = f"config.json: model_type {model_type!r}" + (f", architectures {architectures}" if architectures else "")
+    other = media.FAMILIES.get(model_type)
+    if other is not None:
+        task = media.task_of(other, architectures) or other.tasks[0]
+        return opreg.Recognition(LIBRARY, other.tasks, task, evidence)
     family = encoders.FAMILIES.get(model_type)
     if family is None:
-        known = ", ".join(sorted(encoders.FAMILIES))
+        known = ", ".join(sorted({*encoders.FAMILIES, *media.FAMILIES}))
         return opreg.Recognition(
             LIBRARY, (), None, evidence,
             refusal=f"model_type {model_type!r} ({evidence}) is not a family opreg-transformers exports yet (it "
@@ -71,16 +77,22 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     config = _config(checkpoint)
     assert config is not None  # recognised
     require_weights(checkpoint)
-    auto, outputs = encoders.TASKS[task]
+    other = media.FAMILIES.get(config["model_type"])
+    auto, outputs = (media.TASKS if other else encoders.TASKS)[task]
     _buildable(checkpoint, auto, task)
-    family = encoders.FAMILIES[config["model_type"]]
+    if other is not None:
+        inputs, dims = shapes.signature(other, config)
+        outputs = other.outputs_of(task)
+    else:
+        family = encoders.FAMILIES[config["model_type"]]
+        inputs, dims = _inputs(family, config, task), text_dims(family, config, task)
     component = opreg.Component(
         name="model",
         file="model.onnx",
         build=lambda: _load(checkpoint, auto),
-        inputs=_inputs(family, config, task),
+        inputs=inputs,
         outputs=outputs,
-        dims=text_dims(family, config, task),
+        dims=dims,
     )
     return opreg.ExportPlan(LIBRARY, task, (component,), files())
 

@@ -8,15 +8,18 @@ Imports torch: it is imported when a checkpoint's export reaches its first compo
 from __future__ import annotations
 
 import inspect
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from opreg.errors import CheckpointError
+from opreg.errors import CheckpointError, ExportError
+from opreg.exporter._finish import DIM_BOUNDS_KEY
 from opreg.loaderapi import Component, DynamicDim, ModelInput
 
-__all__ = ["EXAMPLE", "OTHER", "dynamic_shapes", "example_inputs", "named_module"]
+__all__ = ["EXAMPLE", "OTHER", "dynamic_shapes", "example_inputs", "name_dims", "named_module"]
 
 EXAMPLE = "example"
 OTHER = "other"
@@ -99,7 +102,10 @@ def example_inputs(component: Component, which: str = EXAMPLE) -> tuple[torch.Te
 
 
 def _dim(dim: DynamicDim) -> Any:
-    """``torch.export.Dim`` of ``dim``; a multiple as ``multiple * Dim(NAME_divM)``, the range divided."""
+    """``torch.export.Dim`` of ``dim``; a multiple as ``multiple * Dim(NAME_divM)``, the range divided;
+    an ``auto`` one as ``Dim.AUTO`` within its range."""
+    if dim.auto:
+        return torch.export.Dim.AUTO(min=dim.min, **({} if dim.max is None else {"max": dim.max}))
     if dim.multiple == 1:
         return torch.export.Dim(dim.name, min=dim.min, **({} if dim.max is None else {"max": dim.max}))
     low = -(-dim.min // dim.multiple)
@@ -111,3 +117,67 @@ def dynamic_shapes(component: Component) -> tuple[dict[int, Any], ...]:
     """The component's dims as torch.export's ``dynamic_shapes``, by input position."""
     dims = {d.name: _dim(d) for d in component.dims}
     return tuple({i: dims[d] for i, d in enumerate(item.shape) if isinstance(d, str)} for item in component.inputs)
+
+
+def name_dims(component: Component, program: Any) -> None:
+    """Give the component's dims their names in ``program``'s model where torch.export's do not:
+    opreg names a ``Dim.AUTO`` dim ``<input>_dim<i>``, a multiple ``M*NAME_divM`` (and torch's
+    own symbol, ``s87``, inside the expressions of other sizes); each becomes ``NAME``
+    (``(NAME//M)`` inside an expression), in every shape and in the dims' bounds. An
+    :class:`opreg.ExportError` when torch fixed one."""
+    from torch.export.graph_signature import InputKind
+
+    exported = program.exported_program
+    users = [s.arg.name for s in exported.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    values = {n.name: n.meta.get("val") for n in exported.graph.nodes if n.op == "placeholder"}
+    onnx_inputs = {v.name: v for v in program.model.graph.inputs}
+    symbols: dict[str, tuple[str, int]] = {}  # a symbol as the model writes it -> (the dim's name, its multiple)
+    for item, placeholder in zip(component.inputs, users, strict=True):
+        for index, name in enumerate(item.shape):
+            if not isinstance(name, str):
+                continue
+            dim, size = component.dim(name), values[placeholder].shape[index]
+            expr = size.node.expr if isinstance(size, torch.SymInt) else None
+            if expr is None or not expr.free_symbols:
+                raise ExportError(
+                    f"component {component.name!r}: torch.export fixed {name} (dim {index} of {item.name}) at {size}: "
+                    "the model's code branches on that size, so the model would only run at it"
+                )
+            (symbol,) = expr.free_symbols
+            symbols[str(symbol)] = (name, dim.multiple)
+            if dim.auto:
+                symbols[str(onnx_inputs[item.name].shape[index].value)] = (name, 1)
+            elif dim.multiple != 1:
+                symbols[f"{name}_div{dim.multiple}"] = (name, dim.multiple)
+    _rename_dims(program.model, {k: v for k, v in symbols.items() if k != v[0]})
+
+
+def _rename_dims(model: Any, symbols: Mapping[str, tuple[str, int]]) -> None:
+    """Every symbolic dim of ``model``'s values, and its dims' bounds, with torch's ``symbols``
+    renamed; ``M*(NAME//M)`` whole, a multiple's own dim, becomes ``NAME``."""
+    import onnx_ir as ir
+
+    if not symbols:
+        return
+    texts = {symbol: name if multiple == 1 else f"({name}//{multiple})" for symbol, (name, multiple) in symbols.items()}
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, texts)) + r")\b")
+    whole = re.compile(r"^(\d+)\*\((\w+)//\1\)$")
+
+    def renamed(dim: Any) -> Any:
+        if not (isinstance(dim, ir.SymbolicDim) and dim.value):
+            return dim
+        text = pattern.sub(lambda m: texts[m.group(1)], dim.value)
+        multiple = whole.match(text)
+        return ir.SymbolicDim(multiple.group(2) if multiple else text)
+
+    graph = model.graph
+    for value in [*graph.inputs, *(v for node in ir.traversal.RecursiveGraphIterator(graph) for v in node.outputs)]:
+        if value.shape is not None:
+            value.shape = ir.Shape([renamed(d) for d in value.shape])
+    bounds = model.metadata_props.get(DIM_BOUNDS_KEY)
+    if bounds:
+        named = {}
+        for key, (low, high) in json.loads(bounds).items():
+            name, multiple = symbols.get(key, (key, 1))
+            named[name] = [low * multiple, high * multiple]
+        model.metadata_props[DIM_BOUNDS_KEY] = json.dumps(dict(sorted(named.items())))

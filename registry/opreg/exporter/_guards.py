@@ -300,10 +300,38 @@ def holds(expr: Any, ranges: Mapping[Any, Any]) -> bool:
     with contextlib.suppress(Exception):
         if expr.replace(lambda e: isinstance(e, (Mod, PythonMod)), lambda e: sympy.Mod(*e.args)) is sympy.true:
             return True
+    with contextlib.suppress(Exception):
+        if relation_holds(expr, ranges):
+            return True
     with contextlib.suppress(Exception):  # every size in ranges is 2 or more
         positive = expr.xreplace({s: sympy.Symbol(s.name, integer=True, positive=True) for s in expr.free_symbols})
         return min_max_decided(positive) is sympy.true or bool(sympy.simplify(positive) is sympy.true)
     return False
+
+
+def relation_holds(expr: Any, ranges: Mapping[Any, Any]) -> bool:
+    """Whether torch's bounds prove the relation ``expr`` once its sides are subtracted and
+    factored, each remainder ``x % y`` with ``0 <= x < y`` taken as ``x``: the guards a map's
+    or a signal's cells leave after floor divisions (``b*(L//10 - 1) != b``: ``b*(L//10 - 2)``
+    is above 0 from ``L >= 30``; ``n % (n*m) != 0``: ``n``, above 0), which interval bounds of
+    each side alone cannot settle."""
+    import sympy
+    from torch.utils._sympy.functions import Mod, PythonMod
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    def dividend(call: Any) -> Any:
+        x, y = call.args
+        below = bound_sympy(x, ranges).lower >= 0 and bound_sympy(sympy.factor(y - x), ranges).lower >= 1
+        return x if below else call
+
+    plain = expr.replace(lambda e: isinstance(e, (Mod, PythonMod, sympy.Mod)), dividend)
+    if not isinstance(plain, sympy.core.relational.Relational):
+        return plain is sympy.true  # sympy settled it (``n != 0`` for a size)
+    bounds = bound_sympy(sympy.factor(plain.lhs - plain.rhs), ranges)
+    low, high = bounds.lower, bounds.upper
+    return {
+        sympy.Ne: low > 0 or high < 0, sympy.Gt: low > 0, sympy.Ge: low >= 0, sympy.Lt: high < 0, sympy.Le: high <= 0,
+    }.get(type(plain), False)  # fmt: skip
 
 
 def min_max_decided(expr: Any) -> Any:

@@ -1,0 +1,176 @@
+"""What the transformers loader knows of vision, vision-text and audio families: the tasks each
+exports, what sizes its images or its audio may take, as optimum-onnx 0.1.0 lays them out (its
+``ViTOnnxConfig``, ``DetrOnnxConfig``, ``CLIPOnnxConfig``, ``HubertOnnxConfig``... in
+``optimum/exporters/onnx/model_configs.py``, the outputs of ``OnnxConfig._TASK_TO_COMMON_OUTPUTS``).
+
+Data only, as :mod:`opreg_transformers.encoders`: importing it imports neither torch nor
+transformers. Each family here is verified by tests/test_checkpoint_media.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+FEATURE_EXTRACTION = "feature-extraction"
+IMAGE_CLASSIFICATION = "image-classification"
+OBJECT_DETECTION = "object-detection"
+SEMANTIC_SEGMENTATION = "semantic-segmentation"
+DEPTH_ESTIMATION = "depth-estimation"
+ZERO_SHOT = "zero-shot-image-classification"
+SPEECH_RECOGNITION = "automatic-speech-recognition"
+AUDIO_CLASSIFICATION = "audio-classification"
+
+IMAGE = "image"
+IMAGE_TEXT = "image-text"
+AUDIO = "audio"
+
+TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    FEATURE_EXTRACTION: ("AutoModel", ("last_hidden_state",)),
+    IMAGE_CLASSIFICATION: ("AutoModelForImageClassification", ("logits",)),
+    OBJECT_DETECTION: ("AutoModelForObjectDetection", ("logits", "pred_boxes")),
+    SEMANTIC_SEGMENTATION: ("AutoModelForSemanticSegmentation", ("logits",)),
+    DEPTH_ESTIMATION: ("AutoModelForDepthEstimation", ("predicted_depth",)),
+    ZERO_SHOT: (
+        "AutoModelForZeroShotImageClassification",
+        ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"),
+    ),
+    SPEECH_RECOGNITION: ("AutoModelForCTC", ("logits",)),
+    AUDIO_CLASSIFICATION: ("AutoModelForAudioClassification", ("logits",)),
+}
+"""``{task: (transformers auto class, output names)}``, tasks and outputs as optimum names them."""
+
+HEADS: dict[str, tuple[tuple[str, str], ...]] = {
+    IMAGE: (
+        ("ForImageClassification", IMAGE_CLASSIFICATION),
+        ("ForObjectDetection", OBJECT_DETECTION),
+        ("ForSemanticSegmentation", SEMANTIC_SEGMENTATION),
+        ("ForDepthEstimation", DEPTH_ESTIMATION),
+        ("Model", FEATURE_EXTRACTION),
+    ),
+    IMAGE_TEXT: (("Model", ZERO_SHOT),),
+    AUDIO: (
+        ("ForCTC", SPEECH_RECOGNITION),
+        ("ForSequenceClassification", AUDIO_CLASSIFICATION),
+        ("Model", FEATURE_EXTRACTION),
+    ),
+}
+"""Per modality, an ``architectures`` entry's suffix and the task it says (``CLIPModel`` is the
+joint model, zero-shot image classification)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sides:
+    """How an image family's height and width may vary.
+
+    Fields:
+        step: ``step(config) -> int``, the size its sides are counted in (a patch, the
+            downsampling of its stages); ``None``: the sides are the config's ``image_size``,
+            fixed (learned position embeddings a size other than the config's does not fit).
+        exact: the sides are multiples of the step (the model reshapes by it); else any size
+            from one step up (a network of convolutions that floors), verified off the multiples.
+    """
+
+    step: Callable[[Mapping[str, Any]], int] | None = None
+    exact: bool = True
+
+
+FIXED = Sides()
+
+
+def _patch(config: Mapping[str, Any]) -> int:
+    return int(config.get("patch_size", 16))
+
+
+def _stages(config: Mapping[str, Any]) -> int:
+    """ConvNeXt: a patch stem, then a halving per stage after the first."""
+    return _patch(config) * 2 ** (int(config.get("num_stages", 4)) - 1)
+
+
+def _strides(config: Mapping[str, Any]) -> int:
+    """GLPN: its encoder's strides multiplied (its decoder adds each stage to the one above)."""
+    return math.prod(int(s) for s in config.get("strides", (4, 2, 2, 2)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One vision, vision-text or audio family (a config's ``model_type``).
+
+    Fields:
+        modality: ``image``, ``image-text`` (a text and an image model with a joint head) or ``audio``.
+        tasks: the tasks optimum exports it for (and transformers 5.17 has a head for).
+        sides: how its images may be sized (``image`` and ``image-text``).
+        attention_mask: its text takes an attention mask (SigLIP's does not: it pads to a fixed length).
+        outputs: ``{task: output names}`` where they differ from :data:`TASKS`' (a vision tower's
+            feature extraction gives its pooled output too).
+    """
+
+    modality: str
+    tasks: tuple[str, ...]
+    sides: Sides = FIXED
+    attention_mask: bool = True
+    outputs: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def outputs_of(self, task: str) -> tuple[str, ...]:
+        """The output names of ``task``'s model."""
+        return self.outputs.get(task) or TASKS[task][1]
+
+
+_CLASSIFIER = (FEATURE_EXTRACTION, IMAGE_CLASSIFICATION)
+_DETECTOR = (FEATURE_EXTRACTION, OBJECT_DETECTION)
+_DEPTH = (FEATURE_EXTRACTION, DEPTH_ESTIMATION)
+_JOINT = (FEATURE_EXTRACTION, ZERO_SHOT)
+_TOWER = {FEATURE_EXTRACTION: ("last_hidden_state", "pooler_output")}
+_SPEECH = (FEATURE_EXTRACTION, SPEECH_RECOGNITION, AUDIO_CLASSIFICATION)
+_CONVOLUTIONS = Sides(lambda config: 32, exact=False)
+
+FAMILIES: dict[str, Family] = {
+    "vit": Family(IMAGE, _CLASSIFIER),
+    "convnext": Family(IMAGE, _CLASSIFIER, Sides(_stages)),
+    "swin": Family(IMAGE, _CLASSIFIER),
+    "dinov2": Family(IMAGE, _CLASSIFIER, Sides(_patch)),
+    "detr": Family(IMAGE, _DETECTOR, _CONVOLUTIONS),
+    "yolos": Family(IMAGE, _DETECTOR, Sides(_patch)),
+    "segformer": Family(IMAGE, (*_CLASSIFIER, SEMANTIC_SEGMENTATION), _CONVOLUTIONS),
+    "dpt": Family(IMAGE, _DEPTH),
+    "glpn": Family(IMAGE, _DEPTH, Sides(_strides)),
+    "clip": Family(IMAGE_TEXT, _JOINT, outputs={FEATURE_EXTRACTION: TASKS[ZERO_SHOT][1]}),
+    "siglip": Family(IMAGE_TEXT, _JOINT, attention_mask=False, outputs={FEATURE_EXTRACTION: TASKS[ZERO_SHOT][1]}),
+    "clip_vision_model": Family(IMAGE, (FEATURE_EXTRACTION,), outputs=_TOWER),
+    "siglip_vision_model": Family(IMAGE, (FEATURE_EXTRACTION,), outputs=_TOWER),
+    "wav2vec2": Family(AUDIO, _SPEECH),
+    "hubert": Family(AUDIO, _SPEECH),
+}
+"""``{model_type: Family}``. The image sides are fixed where the model's position embeddings fit
+the config's ``image_size`` only (ViT, Swin, DPT and CLIP's and SigLIP's vision towers: optimum
+names those dims ``height`` and ``width``, but its models fail at any other size); a multiple of
+the patch where the model interpolates them (DINOv2, YOLOS); a multiple of the downsampling where
+the model adds stages to each other (ConvNeXt, GLPN); any size for DETR and SegFormer, whose
+processors resize to any size."""
+
+
+def task_of(family: Family, architectures: list[str]) -> str | None:
+    """The task an ``architectures`` entry says (its head), or ``None``."""
+    for name in architectures:
+        for suffix, task in HEADS[family.modality]:
+            if name.endswith(suffix) and task in family.tasks:
+                return task
+    return None
+
+
+def image_size(config: Mapping[str, Any]) -> tuple[int, int]:
+    """The config's ``image_size`` (an int, or ``[height, width]``) as ``(height, width)``."""
+    size = config.get("image_size", 224)
+    return (int(size), int(size)) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+def audio_span(config: Mapping[str, Any]) -> tuple[int, int]:
+    """``(receptive field, stride)`` of an audio family's feature encoder, in samples: the
+    shortest input giving one frame, and the samples between two frames."""
+    field, stride = 1, 1
+    for kernel, step in zip(config.get("conv_kernel", ()), config.get("conv_stride", ()), strict=True):
+        field += (int(kernel) - 1) * stride
+        stride *= int(step)
+    return field, stride

@@ -1,0 +1,98 @@
+"""Tiny random vision, vision-text and audio checkpoints, written with ``save_pretrained`` as the
+hub holds them: the folders tests/test_checkpoint_media.py exports (and that a runtime's check, such
+as tools/tjs_media.mjs, can load). Hidden sizes of 32 or less, two layers, a few labels; nothing is
+downloaded.
+
+``save(name, folder)`` writes the checkpoint ``name`` (one of :data:`CHECKPOINTS`) into ``folder``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import transformers as T
+
+LAYERS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37)
+LABELS = dict(num_labels=3)
+TEXT = dict(vocab_size=99, max_position_embeddings=20, **LAYERS)
+VISION = dict(image_size=32, patch_size=8, **LAYERS)
+AUDIO = dict(
+    conv_dim=(8, 8), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=2, vocab_size=12, **LAYERS, **LABELS,
+)  # fmt: skip
+SEGMENTS = dict(
+    num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], num_attention_heads=[1, 2],
+    patch_sizes=[7, 3], strides=[4, 2], decoder_hidden_size=16, mlp_ratios=[2, 2],
+)  # fmt: skip
+
+DEPTH = dict(
+    **{**VISION, "num_hidden_layers": 4}, backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[8, 16, 24, 32],
+    fusion_hidden_size=16, head_hidden_size=8,
+)  # fmt: skip
+
+
+def _detr() -> T.PretrainedConfig:
+    """DETR with a transformers ResNet as its backbone (the hub's DETRs use timm's, built by timm)."""
+    backbone = T.ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], out_features=["stage1", "stage2"], layer_type="basic"
+    )
+    return T.DetrConfig(
+        use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False, d_model=32,
+        encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+        encoder_ffn_dim=37, decoder_ffn_dim=37, num_queries=5, **LABELS,
+    )  # fmt: skip
+
+
+def _image_processor(folder: Path) -> None:
+    T.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+
+
+def _audio_processor(folder: Path) -> None:
+    T.Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000).save_pretrained(folder)
+
+
+CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Path], None] | None]] = {
+    "vit": ("ViTForImageClassification", lambda: T.ViTConfig(**VISION, **LABELS), _image_processor),
+    "convnext": (
+        "ConvNextForImageClassification",
+        lambda: T.ConvNextConfig(hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], **LABELS),
+        None,
+    ),
+    "swin": (
+        "SwinForImageClassification",
+        lambda: T.SwinConfig(
+            image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 2], window_size=2, **LABELS
+        ),
+        None,
+    ),
+    "dinov2": ("Dinov2ForImageClassification", lambda: T.Dinov2Config(**VISION, **LABELS), None),
+    "detr": ("DetrForObjectDetection", _detr, None),
+    "yolos": (
+        "YolosForObjectDetection",
+        lambda: T.YolosConfig(**{**VISION, "image_size": [32, 32]}, num_detection_tokens=5, **LABELS),
+        None,
+    ),
+    "segformer": ("SegformerForSemanticSegmentation", lambda: T.SegformerConfig(**SEGMENTS, **LABELS), None),
+    "dpt": ("DPTForDepthEstimation", lambda: T.DPTConfig(**DEPTH), None),
+    "glpn": ("GLPNForDepthEstimation", lambda: T.GLPNConfig(**SEGMENTS, max_depth=10), None),
+    "clip": ("CLIPModel", lambda: T.CLIPConfig(text_config=TEXT, vision_config=VISION, projection_dim=16), None),
+    "siglip": ("SiglipModel", lambda: T.SiglipConfig(text_config=TEXT, vision_config=VISION), None),
+    "clip-vision": ("CLIPVisionModel", lambda: T.CLIPVisionConfig(**VISION), _image_processor),
+    "wav2vec2-ctc": ("Wav2Vec2ForCTC", lambda: T.Wav2Vec2Config(**AUDIO), _audio_processor),
+    "hubert-ctc": ("HubertForCTC", lambda: T.HubertConfig(**AUDIO), _audio_processor),
+    "wav2vec2-classifier": ("Wav2Vec2ForSequenceClassification", lambda: T.Wav2Vec2Config(**AUDIO), None),
+    "hubert-classifier": ("HubertForSequenceClassification", lambda: T.HubertConfig(**AUDIO), None),
+}
+"""``{name: (transformers class, config, processor writer or None)}``."""
+
+
+def save(name: str, folder: Path) -> Path:
+    """Write the tiny checkpoint ``name`` into ``folder`` (seeded: the same weights every time)."""
+    model_class, config, processor = CHECKPOINTS[name]
+    torch.manual_seed(0)
+    getattr(T, model_class)(config()).save_pretrained(folder)
+    if processor is not None:
+        processor(folder)
+    return folder

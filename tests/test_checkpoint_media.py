@@ -1,0 +1,142 @@
+"""``opreg export FOLDER`` on vision, vision-text and audio checkpoints (opreg-transformers'
+loader, :mod:`opreg_transformers.media`): each family's folder, written by ``save_pretrained``
+(tests/media_checkpoints.py), exported for the task its ``architectures`` say, laid out as
+optimum-onnx 0.1.0 lays it out (``model.onnx``: input, output and dim names), verified against
+PyTorch at two sizes by the export, and where its sides or its length vary, run by ONNX Runtime
+at a third size from the file alone."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+
+import opreg
+from opreg import cli
+from tests import media_checkpoints
+
+IMAGE = ["batch_size", 3, "height", "width"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A checkpoint, the task inferred, and the model optimum lays out for it."""
+
+    task: str
+    inputs: dict[str, list]
+    outputs: list[str]
+    third: dict[str, tuple[int, ...]] | None = None  # a size the export did not verify, run from the file
+    files: tuple[str, ...] = ("config.json", "model.onnx")
+
+
+def pixels(height: int, width: int) -> dict[str, tuple[int, ...]]:
+    return {"pixel_values": (1, 3, height, width)}
+
+
+CLIP_INPUTS = {
+    "input_ids": ["text_batch_size", "sequence_length"],
+    "pixel_values": ["image_batch_size", 3, 32, 32],
+    "attention_mask": ["text_batch_size", "sequence_length"],
+}
+ZERO_SHOT = ["logits_per_image", "logits_per_text", "text_embeds", "image_embeds"]
+AUDIO = {"input_values": ["batch_size", "sequence_length"]}
+WITH_PROCESSOR = ("config.json", "model.onnx", "preprocessor_config.json")
+
+CASES = {
+    "vit": Case("image-classification", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"], files=WITH_PROCESSOR),
+    "convnext": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(160, 32)),
+    "swin": Case("image-classification", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"]),
+    "dinov2": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(32, 32)),  # its own size
+    "detr": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(50, 77)),
+    "yolos": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(32, 32)),
+    "segformer": Case("semantic-segmentation", {"pixel_values": IMAGE}, ["logits"], pixels(45, 38)),
+    "dpt": Case("depth-estimation", {"pixel_values": ["batch_size", 3, 32, 32]}, ["predicted_depth"]),
+    "glpn": Case("depth-estimation", {"pixel_values": IMAGE}, ["predicted_depth"], pixels(40, 8)),
+    "clip": Case("zero-shot-image-classification", CLIP_INPUTS, ZERO_SHOT),
+    "siglip": Case(
+        "zero-shot-image-classification",
+        {k: v for k, v in CLIP_INPUTS.items() if k != "attention_mask"},
+        ZERO_SHOT,
+        {"input_ids": (4, 20), "pixel_values": (1, 3, 32, 32)},
+    ),
+    "clip-vision": Case(
+        "feature-extraction",
+        {"pixel_values": ["batch_size", 3, 32, 32]},
+        ["last_hidden_state", "pooler_output"],
+        files=WITH_PROCESSOR,
+    ),
+    "wav2vec2-ctc": Case(
+        "automatic-speech-recognition", AUDIO, ["logits"], {"input_values": (2, 16000)}, files=WITH_PROCESSOR
+    ),
+    "hubert-ctc": Case("automatic-speech-recognition", AUDIO, ["logits"], {"input_values": (1, 31)}, WITH_PROCESSOR),
+    "wav2vec2-classifier": Case("audio-classification", AUDIO, ["logits"]),
+    "hubert-classifier": Case("audio-classification", AUDIO, ["logits"], {"input_values": (3, 997)}),
+}
+
+
+def dims(value: onnx.ValueInfoProto) -> list:
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_family_is_exported_for_its_task_as_optimum_lays_it_out(name, tmp_path):
+    case = CASES[name]
+    folder = media_checkpoints.save(name, tmp_path / name)
+    result = opreg.export_checkpoint(folder, tmp_path / "out")
+    assert (result.library, result.task, result.inferred) == ("transformers", case.task, True)
+    assert result.files == case.files
+    assert [len(m.verified) for m in result.models] == [2]  # at the example and the second size
+    model = onnx.load(tmp_path / "out" / "model.onnx")
+    assert {v.name: dims(v) for v in model.graph.input} == case.inputs
+    assert list(case.inputs) == [v.name for v in model.graph.input]  # optimum's order
+    assert [v.name for v in model.graph.output] == case.outputs
+    if case.third is not None:
+        run_at(tmp_path / "out" / "model.onnx", folder, case, result.models[0].program.output_names)
+
+
+def run_at(path: Path, folder: Path, case: Case, outputs: tuple[str, ...]) -> None:
+    """The file in ONNX Runtime at ``case.third``, against the checkpoint loaded by transformers."""
+    import transformers
+    from opreg_transformers import media
+
+    generator = torch.Generator().manual_seed(1)
+    feeds = {
+        name: torch.randint(0, 99, shape, generator=generator) if name == "input_ids" else
+        torch.randn(shape, generator=generator)
+        for name, shape in case.third.items()
+    }  # fmt: skip
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = session.run(None, {k: v.numpy() for k, v in feeds.items()})
+    eager = getattr(transformers, media.TASKS[case.task][0]).from_pretrained(folder).eval()
+    with torch.no_grad():
+        want = eager(**feeds)
+    for name, value in zip(outputs, got, strict=True):
+        np.testing.assert_allclose(value, want[name].numpy(), rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_a_task_the_family_cannot_do_is_refused_and_one_it_can_is_exported_when_asked(tmp_path, capsys):
+    folder = media_checkpoints.save("vit", tmp_path / "vit")
+    out = tmp_path / "out"
+    assert cli.main(["export", str(folder), "-o", str(out), "--task", "object-detection"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be exported for task 'object-detection'" in err and "feature-extraction, image-classification" in err
+    assert not out.exists()
+    result = opreg.export_checkpoint(folder, out, task="feature-extraction")
+    model = onnx.load(out / "model.onnx")
+    assert (result.task, result.inferred) == ("feature-extraction", False)
+    assert {v.name: dims(v) for v in model.graph.output} == {"last_hidden_state": ["batch_size", 17, 32]}
+
+
+def test_a_whisper_folder_is_refused_with_a_pointer_to_opreg_llm_export(tmp_path):
+    folder = tmp_path / "whisper"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        '{"model_type": "whisper", "architectures": ["WhisperForConditionalGeneration"]}'
+    )
+    with pytest.raises(opreg.CheckpointError, match=r"model_type 'whisper' .*`opreg llm export`"):
+        opreg.export_checkpoint(folder, tmp_path / "out")
