@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import opreg
-from opreg_transformers import encoders
+from opreg_transformers import encoders, seq2seq
 
 LIBRARY = "transformers"
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -53,9 +53,11 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
     model_type = config["model_type"]
     architectures = list(config.get("architectures") or [])
     evidence = f"config.json: model_type {model_type!r}" + (f", architectures {architectures}" if architectures else "")
+    if model_type in seq2seq.FAMILIES:
+        return seq2seq.recognition(evidence)
     family = encoders.FAMILIES.get(model_type)
     if family is None:
-        known = ", ".join(sorted(encoders.FAMILIES))
+        known = ", ".join(sorted({*encoders.FAMILIES, *seq2seq.FAMILIES}))
         return opreg.Recognition(
             LIBRARY, (), None, evidence,
             refusal=f"model_type {model_type!r} ({evidence}) is not a family opreg-transformers exports yet (it "
@@ -71,6 +73,10 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     config = _config(checkpoint)
     assert config is not None  # recognised
     _require_weights(checkpoint)
+    files = (opreg.FileCopy("config.json", required=True), *(opreg.FileCopy(name) for name in SIDE_FILES))
+    if config["model_type"] in seq2seq.FAMILIES:
+        _buildable(checkpoint, seq2seq.AUTO, task)
+        return seq2seq.plan(checkpoint, task, files)
     auto, outputs = encoders.TASKS[task]
     _buildable(checkpoint, auto, task)
     family = encoders.FAMILIES[config["model_type"]]
@@ -82,7 +88,6 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
         outputs=outputs,
         dims=_dims(family, config, task),
     )
-    files = (opreg.FileCopy("config.json", required=True), *(opreg.FileCopy(name) for name in SIDE_FILES))
     return opreg.ExportPlan(LIBRARY, task, (component,), files)
 
 
