@@ -1,8 +1,9 @@
-"""Tiny encoder-decoder checkpoints (T5, BART, Marian, M2M100) with a tokenizer, built here (nothing
-downloaded), and the two ends the tests compare: transformers' ``generate`` on the checkpoint and
-transformers.js's text2text-generation pipeline on an exported folder
-(``tests/transformersjs/text2text_generation.mjs``). For ``tests/test_checkpoint_seq2seq.py``, and
-for whoever runs transformers.js on seq2seq folders (bench/, the suite's runtime tests).
+"""Tiny encoder-decoder checkpoints (T5, mT5, BART, mBART, Marian, M2M100, Pegasus, Blenderbot and
+Blenderbot-small) with a tokenizer, built here (nothing downloaded), and the two ends the tests
+compare: transformers' ``generate`` on the checkpoint and transformers.js's text2text-generation
+pipeline on an exported folder (``tests/transformersjs/text2text_generation.mjs``). For
+``tests/test_checkpoint_seq2seq.py``, and for whoever runs transformers.js on seq2seq folders
+(bench/, the suite's runtime tests).
 
 Every family shares one word-level tokenizer of :data:`VOCAB` tokens (``<s>``, ``<pad>``, ``</s>``,
 ``<unk>`` first: the ids the configs use) and the sizes of :data:`SIZES`; T5's relative attention
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-FAMILIES = ("t5", "bart", "marian", "m2m_100")
+FAMILIES = ("t5", "mt5", "bart", "mbart", "marian", "m2m_100", "pegasus", "blenderbot", "blenderbot-small")
 BOS, PAD, EOS, UNK = 0, 1, 2, 3
 WORDS = ["<s>", "<pad>", "</s>", "<unk>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "to", "and"]
 VOCAB = 64
@@ -43,13 +44,14 @@ def config(model_type: str) -> Any:
     """A tiny config of ``model_type``, its decoder starting as the family's checkpoints do."""
     import transformers
 
-    if model_type == "t5":
-        return transformers.T5Config(
+    if model_type in ("t5", "mt5"):
+        return transformers.AutoConfig.for_model(
+            model_type,
             vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=37, num_layers=2, num_heads=2,
             relative_attention_num_buckets=8, relative_attention_max_distance=20,
             pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=PAD,
         )  # fmt: skip
-    start = {"bart": EOS, "m2m_100": EOS, "marian": PAD}[model_type]
+    start = PAD if model_type in ("marian", "pegasus") else EOS
     extra = {"forced_eos_token_id": EOS} if model_type == "bart" else {}
     return transformers.AutoConfig.for_model(
         model_type, **SIZES, decoder_start_token_id=start, tie_word_embeddings=False, **extra
@@ -71,13 +73,14 @@ def tokenizer() -> Any:
     )
 
 
-def checkpoint(model_type: str, folder: Path, seed: int = 0) -> Path:
-    """A random ``model_type`` seq2seq LM and the tokenizer, saved with ``save_pretrained``."""
+def checkpoint(model_type: str, folder: Path, seed: int = 0, auto: str = "AutoModelForSeq2SeqLM") -> Path:
+    """A random ``model_type`` seq2seq LM (or the transformers ``auto`` class's model) and the
+    tokenizer, saved with ``save_pretrained``."""
     import transformers
 
     torch.manual_seed(seed)
-    model = transformers.AutoModelForSeq2SeqLM.from_config(config(model_type))
-    if model_type == "t5":
+    model = getattr(transformers, auto).from_config(config(model_type))
+    if model_type in ("t5", "mt5"):
         with torch.no_grad():
             model.shared.weight.mul_(0.1)
     model.save_pretrained(folder)

@@ -1,4 +1,5 @@
-"""``opreg export FOLDER`` on encoder-decoder checkpoints (T5, BART, Marian, M2M100): optimum-onnx
+"""``opreg export FOLDER`` on encoder-decoder checkpoints (T5, BART, Marian, M2M100 and the families
+laid out as they are: mT5, mBART, Pegasus, Blenderbot, Blenderbot-small): optimum-onnx
 0.1.0's layout (encoder, decoder, decoder with past, the merged decoder), each model verified against
 PyTorch at two sizes, and the folder's greedy generation in ONNX Runtime against ``generate``; the
 merged decoder's shape; the loop check failing on a decoder with past that goes wrong after the first
@@ -209,12 +210,35 @@ GENERATE = {"max_new_tokens": 20, "min_new_tokens": 20}
 """20 new tokens each (no early end token): the steps past the first."""
 
 
+TJS_KNOWN = {"pegasus": "Unsupported model type: pegasus"}
+"""The families transformers.js 4.3.1 has no model for, and its error."""
+
+
 @pytest.mark.skipif(bool(seq2seq_models.transformersjs_ready()), reason=seq2seq_models.transformersjs_ready() or "-")
 def test_transformersjs_text2text_pipeline_loads_the_folder_unchanged_and_gives_eagers_tokens(exported):
     """transformers.js 4.3.1 (onnxruntime-node 1.30): encoder_model.onnx and decoder_model_merged.onnx
     of the flat folder (``subfolder: ''``), its generate against transformers' with the folder's
     generation config (BART's forced end token included)."""
+    family = Path(exported.source).name
+    if family in TJS_KNOWN:
+        with pytest.raises(RuntimeError, match=TJS_KNOWN[family]):
+            seq2seq_models.transformersjs(exported.folder, TEXTS, GENERATE)
+        return
     got = seq2seq_models.transformersjs(exported.folder, TEXTS, GENERATE)
     want = seq2seq_models.eager(Path(exported.source), TEXTS, GENERATE)
     assert got["tokens"] == want and len(want[0]) == 21
     assert len(got["texts"]) == 2
+
+
+def test_a_bare_model_is_exported_for_feature_extraction_its_decoder_checked_step_by_step(tmp_path):
+    """``T5Model``: optimum infers feature-extraction-with-past; the decoder's first output is its
+    ``last_hidden_state``, checked along 24 fixed tokens through both ways against the model."""
+    folder = seq2seq_models.checkpoint("t5", tmp_path / "t5", auto="AutoModel")
+    result = opreg.export_checkpoint(folder, tmp_path / "out")
+    assert (result.task, result.inferred) == ("feature-extraction-with-past", True)
+    merged = onnx.load(result.folder / "decoder_model_merged.onnx")
+    assert [o.name for o in merged.graph.output] == ["last_hidden_state", *OPTIMUM["decoder_model"][1][1:]]
+    (check,) = result.checks
+    assert check.startswith(
+        "decoding: 24 decoder steps of 2 prompts equal eager's (merged decoder, decoder then decoder with past)"
+    )

@@ -1,17 +1,19 @@
-"""The loop check of an encoder-decoder folder: greedy generation in ONNX Runtime from the written
-files, as its runtimes run them, against transformers' ``generate`` (``num_beams=1``,
-``do_sample=False``).
+"""The loop check of an encoder-decoder folder: decoding in ONNX Runtime from the written files,
+as its runtimes run them, against transformers: greedy generation against ``generate``
+(``num_beams=1``, ``do_sample=False``), or for a bare model (``feature-extraction``) the decoder
+fed fixed tokens one at a time against the model on the whole sequence.
 
 Two prompts of different lengths (the shorter padded, so the encoder's mask counts) are encoded by
-``encoder_model.onnx``; then each new token is the argmax of the decoder's last logits, fed back
-for as many steps as the positions allow (up to :data:`STEPS`), never stopping at an end token: the
-later steps are where exporters go wrong (T5's relative position buckets, BART's positions after the
-past's length). With past, it runs the way transformers.js does (``decoder_model_merged.onnx``: an
-empty past and ``use_cache_branch`` false at the first step, the presents fed back after) and the
-way optimum's ``ORTModelForSeq2SeqLM`` does without the merged file (``decoder_model.onnx`` then
-``decoder_with_past_model.onnx``); without past, ``decoder_model.onnx`` on the whole sequence at
-each step. The tokens must equal ``generate``'s, and every step's logits its logits within
-:data:`TOLERANCE`; else :class:`opreg.VerificationError` names the way and the step.
+``encoder_model.onnx``; then each new token is the argmax of the decoder's last logits (or the next
+fixed token), fed back for as many steps as the positions allow (up to :data:`STEPS`), never
+stopping at an end token: the later steps are where exporters go wrong (T5's relative position
+buckets, BART's positions after the past's length). With past, it runs the way transformers.js does
+(``decoder_model_merged.onnx``: an empty past and ``use_cache_branch`` false at the first step, the
+presents fed back after) and the way optimum's ``ORTModelForSeq2SeqLM`` does without the merged file
+(``decoder_model.onnx`` then ``decoder_with_past_model.onnx``); without past, ``decoder_model.onnx``
+on the whole sequence at each step. The tokens must equal ``generate``'s, and every step's logits
+(or states) transformers' within :data:`TOLERANCE`; else :class:`opreg.VerificationError` names
+the way and the step.
 """
 
 from __future__ import annotations
@@ -34,11 +36,16 @@ LENGTHS = (9, 6)
 """The prompts' lengths: the second padded to the first."""
 
 
-def check(folder: Path, layout: Layout, model: Any, past: bool) -> str:
-    """Greedy generation in ``folder`` against ``model.generate``; a one-line summary."""
+def check(folder: Path, layout: Layout, model: Any, past: bool, output: str = "logits") -> str:
+    """Decoding in ``folder`` against ``model``; a one-line summary. ``output`` ``logits``: greedy
+    generation against ``model.generate``; else (a bare model's ``last_hidden_state``) the decoder
+    fed fixed tokens one at a time against ``model`` on the whole sequence, step by step."""
     ids, mask = _prompts(layout)
     steps = STEPS if layout.longest is None else min(STEPS, layout.longest - 1)
-    tokens, logits = _generate(model, layout, ids, mask, steps)
+    greedy = output == "logits"
+    tokens, expected = (
+        _generate(model, layout, ids, mask, steps) if greedy else _states(model, layout, ids, mask, steps)
+    )
     sessions = _Sessions(folder)
     ways: dict[str, Callable[..., Any]] = (
         {"merged decoder": _merged_step, "decoder then decoder with past": _split_step} if past
@@ -46,23 +53,21 @@ def check(folder: Path, layout: Layout, model: Any, past: bool) -> str:
     )  # fmt: skip
     worst = 0.0
     for way, step in ways.items():
-        got_tokens, got_logits = _greedy(sessions, layout, ids, mask, steps, step)
+        got_tokens, got = _decode(sessions, layout, ids, mask, step, output, tokens if not greedy else None, steps)
         for index in range(steps):
             if not np.array_equal(got_tokens[:, : index + 2], tokens[:, : index + 2]):
                 raise opreg.VerificationError(
                     f"greedy generation with the {way} differs from generate's at step {index + 1}: tokens "
                     f"{got_tokens[:, : index + 2].tolist()}, generate's {tokens[:, : index + 2].tolist()}"
                 )
-            error = float(np.abs(got_logits[index] - logits[index]).max())
-            if not np.allclose(got_logits[index], logits[index], rtol=TOLERANCE, atol=TOLERANCE):
+            error = float(np.abs(got[index] - expected[index]).max())
+            if not np.allclose(got[index], expected[index], rtol=TOLERANCE, atol=TOLERANCE):
                 raise opreg.VerificationError(
-                    f"greedy generation with the {way}: step {index + 1}'s logits differ from generate's by {error:.2e}"
+                    f"decoding with the {way}: step {index + 1}'s {output} differs from transformers' by {error:.2e}"
                 )
             worst = max(worst, error)
-    return (
-        f"{steps} greedy tokens of {len(LENGTHS)} prompts equal generate's ({', '.join(ways)}); "
-        f"logits within {worst:.1e}"
-    )
+    what = "greedy tokens of {} prompts equal generate's" if greedy else "decoder steps of {} prompts equal eager's"
+    return f"{steps} {what.format(len(LENGTHS))} ({', '.join(ways)}); {output} within {worst:.1e}"
 
 
 def _prompts(layout: Layout) -> tuple[np.ndarray, np.ndarray]:
@@ -96,6 +101,21 @@ def _generate(model: Any, layout: Layout, ids: np.ndarray, mask: np.ndarray, ste
     return out.sequences.numpy(), np.stack([step.numpy() for step in out.logits])
 
 
+def _states(model: Any, layout: Layout, ids: np.ndarray, mask: np.ndarray, steps: int) -> tuple[Any, Any]:
+    """Fixed decoder tokens (the start token, then random ones) and the model's last hidden state
+    at each of the first ``steps`` positions, the whole sequence at once."""
+    import torch
+
+    tokens = np.random.default_rng(1).integers(3, layout.decoder_vocab, size=(ids.shape[0], steps + 1))
+    tokens[:, 0] = layout.start
+    with torch.no_grad():
+        out = model(
+            input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+            decoder_input_ids=torch.from_numpy(tokens[:, :steps]),
+        )  # fmt: skip
+    return tokens, out.last_hidden_state.numpy().transpose(1, 0, 2)
+
+
 class _Sessions:
     """The folder's models in ONNX Runtime, each opened once; ``run(name, feeds)`` -> outputs by name."""
 
@@ -120,22 +140,31 @@ class _Sessions:
             ) from e
 
 
-def _greedy(
-    sessions: _Sessions, layout: Layout, ids: np.ndarray, mask: np.ndarray, steps: int, step: Callable[..., Any]
+def _decode(
+    sessions: _Sessions,
+    layout: Layout,
+    ids: np.ndarray,
+    mask: np.ndarray,
+    step: Callable[..., Any],
+    output: str,
+    forced: np.ndarray | None,
+    steps: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The folder's greedy tokens (the start token first) and each step's logits, ``step`` running
-    the decoder once: ``step(sessions, layout, tokens, feeds, cache) -> outputs``."""
+    """The folder's tokens (the start token first) and each step's ``output`` at the new token,
+    ``step`` running the decoder once (``step(sessions, layout, tokens, feeds, cache) -> outputs``);
+    the next token the argmax of the logits, or ``forced``'s."""
     hidden = sessions.run(seq2seq.ENCODER, {"input_ids": ids, "attention_mask": mask})["last_hidden_state"]
     tokens = np.full((ids.shape[0], 1), layout.start, dtype=np.int64)
     feeds = {"encoder_attention_mask": mask, "encoder_hidden_states": hidden}
     cache: dict[str, np.ndarray] | None = None
-    logits = []
-    for _ in range(steps):
+    values = []
+    for index in range(steps):
         outputs = step(sessions, layout, tokens, feeds, cache)
-        logits.append(outputs["logits"][:, -1])
-        tokens = np.concatenate([tokens, logits[-1].argmax(-1)[:, None]], axis=1)
+        values.append(outputs[output][:, -1])
+        chosen = values[-1].argmax(-1) if forced is None else forced[:, index + 1]
+        tokens = np.concatenate([tokens, chosen[:, None].astype(np.int64)], axis=1)
         cache = _next_cache(cache, outputs)
-    return tokens, np.stack(logits)
+    return tokens, np.stack(values)
 
 
 def _next_cache(cache: dict[str, np.ndarray] | None, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -54,7 +54,7 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
     architectures = list(config.get("architectures") or [])
     evidence = f"config.json: model_type {model_type!r}" + (f", architectures {architectures}" if architectures else "")
     if model_type in seq2seq.FAMILIES:
-        return seq2seq.recognition(evidence)
+        return seq2seq.recognition(architectures, evidence)
     family = encoders.FAMILIES.get(model_type)
     if family is None:
         known = ", ".join(sorted({*encoders.FAMILIES, *seq2seq.FAMILIES}))
@@ -75,7 +75,7 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     _require_weights(checkpoint)
     files = (opreg.FileCopy("config.json", required=True), *(opreg.FileCopy(name) for name in SIDE_FILES))
     if config["model_type"] in seq2seq.FAMILIES:
-        _buildable(checkpoint, seq2seq.AUTO, task)
+        _buildable(checkpoint, seq2seq.auto_of(task), task)
         return seq2seq.plan(checkpoint, task, files)
     auto, outputs = encoders.TASKS[task]
     _buildable(checkpoint, auto, task)

@@ -12,10 +12,13 @@ optimum-onnx 0.1.0 writes it (``TextSeq2SeqOnnxConfig`` and ``OnnxSeq2SeqConfigW
   behind an ``If`` on ``use_cache_branch`` (:mod:`opreg_transformers.merging`), which
   transformers.js loads.
 
-``translation`` and ``summarization`` are optimum's synonyms of ``text2text-generation``.
-The plan's loop check (:mod:`opreg_transformers.generation`) runs the written folder's greedy
-generation in ONNX Runtime against ``generate``. Importing this module imports neither torch nor
-transformers: ``plan`` imports transformers, the build steps torch (:mod:`opreg_transformers.seq2seq_steps`).
+``translation`` and ``summarization`` are optimum's synonyms of ``text2text-generation``;
+``feature-extraction`` (and its ``-with-past``, inferred for a bare ``...Model``) is the same
+layout with the decoder's ``last_hidden_state`` for ``logits``. The plan's loop check
+(:mod:`opreg_transformers.generation`) runs the written folder's decoding in ONNX Runtime against
+transformers: greedy generation against ``generate``, or the decoder's states step by step. Importing
+this module imports neither torch nor transformers: ``plan`` imports transformers, the build steps
+torch (:mod:`opreg_transformers.seq2seq_steps`).
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from typing import Any
 import opreg
 
 TEXT2TEXT = "text2text-generation"
-WITH_PAST = "text2text-generation-with-past"
+FEATURES = "feature-extraction"
+PAST_SUFFIX = "-with-past"
+HEADS = {TEXT2TEXT: ("AutoModelForSeq2SeqLM", "logits"), FEATURES: ("AutoModel", "last_hidden_state")}
+"""``{task: (transformers auto class, the decoder's first output)}``."""
 SYNONYMS = {"translation": TEXT2TEXT, "summarization": TEXT2TEXT}
 """optimum's synonyms (``TasksManager._SYNONYM_TASK_MAP``): each exported as the task it names."""
-TASKS = (WITH_PAST, TEXT2TEXT, *SYNONYMS)
-AUTO = "AutoModelForSeq2SeqLM"
+TASKS = (*(task + PAST_SUFFIX for task in HEADS), *HEADS, *SYNONYMS)
 FILES = ("source.spm", "target.spm")
 """Marian's sentencepiece models, copied beside the tokenizer files every transformers folder gets."""
 
@@ -65,11 +70,17 @@ class Family:
 
 
 _BART_LIKE = {"layers": "decoder_layers", "heads": "decoder_attention_heads", "head_size": None}
+_T5_LIKE = {"layers": "num_decoder_layers", "heads": "num_heads", "head_size": "d_kv"}
 FAMILIES: dict[str, Family] = {
     "bart": Family(**_BART_LIKE, positions=LEARNED),
+    "blenderbot": Family(**_BART_LIKE, positions=LEARNED),
+    "blenderbot-small": Family(**_BART_LIKE, positions=LEARNED),
     "m2m_100": Family(**_BART_LIKE, positions=SINUSOIDAL),
     "marian": Family(**_BART_LIKE, positions=LEARNED),
-    "t5": Family("num_decoder_layers", "num_heads", "d_kv", RELATIVE),
+    "mbart": Family(**_BART_LIKE, positions=LEARNED),
+    "mt5": Family(**_T5_LIKE, positions=RELATIVE),
+    "pegasus": Family(**_BART_LIKE, positions=LEARNED),
+    "t5": Family(**_T5_LIKE, positions=RELATIVE),
 }
 """``{model_type: Family}``: the families exported, each verified by tests/test_checkpoint_seq2seq.py."""
 
@@ -114,9 +125,24 @@ def layout_of(family: Family, config: Any) -> Layout:
     )  # fmt: skip
 
 
-def recognition(evidence: str) -> opreg.Recognition:
-    """The tasks of an encoder-decoder folder; with past, as optimum infers when no task is asked."""
-    return opreg.Recognition("transformers", TASKS, WITH_PAST, evidence)
+def recognition(architectures: list[str], evidence: str) -> opreg.Recognition:
+    """The tasks of an encoder-decoder folder; with past, as optimum infers when no task is asked:
+    ``feature-extraction-with-past`` for a bare ``...Model`` (``T5Model``; Marian's ``MarianMTModel``
+    is its language model), ``text2text-generation-with-past`` else."""
+    heads = [name.endswith("Model") and not name.endswith("MTModel") for name in architectures]
+    task = FEATURES if heads and all(heads) else TEXT2TEXT
+    return opreg.Recognition("transformers", TASKS, task + PAST_SUFFIX, evidence)
+
+
+def task_parts(task: str) -> tuple[str, bool]:
+    """``(the task of HEADS, with past)`` of ``task``, a synonym read as optimum reads it."""
+    task = SYNONYMS.get(task, task)
+    return task.removesuffix(PAST_SUFFIX), task.endswith(PAST_SUFFIX)
+
+
+def auto_of(task: str) -> str:
+    """The transformers auto class of ``task``'s model."""
+    return HEADS[task_parts(task)[0]][0]
 
 
 # -- the plan ---------------------------------------------------------------------------------------
@@ -130,23 +156,25 @@ def plan(checkpoint: opreg.Checkpoint, task: str, files: tuple[opreg.FileCopy, .
     config = transformers.AutoConfig.from_pretrained(checkpoint.path)
     family = FAMILIES[config.model_type]
     layout = layout_of(family, config)
-    model = functools.cache(functools.partial(_load, checkpoint, family, layout))
-    past = SYNONYMS.get(task, task) == WITH_PAST
-    components = [_encoder(layout, model), _decoder(layout, model)]
+    head, past = task_parts(task)
+    auto, output = HEADS[head]
+    model = functools.cache(functools.partial(_load, checkpoint, family, layout, auto))
+    components = [_encoder(layout, model), _decoder(layout, model, output)]
     steps: tuple[opreg.PostStep, ...] = ()
     if past:
-        components.append(_decoder_with_past(layout, model))
+        components.append(_decoder_with_past(layout, model, output))
         steps = (opreg.PostStep(MERGED, f"{MERGED}.onnx", _merge),)
-    check = opreg.LoopCheck("greedy", functools.partial(_greedy, layout, model, past))
+    name = "greedy" if head == TEXT2TEXT else "decoding"
+    check = opreg.LoopCheck(name, functools.partial(_decoding, layout, model, past, output))
     copies = (*files, *(opreg.FileCopy(name) for name in FILES))
     return opreg.ExportPlan("transformers", task, tuple(components), copies, steps, (check,), _notes(layout))
 
 
-def _load(checkpoint: opreg.Checkpoint, family: Family, layout: Layout) -> Any:
+def _load(checkpoint: opreg.Checkpoint, family: Family, layout: Layout, auto: str) -> Any:
     """The model, loaded once for every component and the loop check."""
     import transformers
 
-    model = getattr(transformers, AUTO).from_pretrained(checkpoint.path).eval()
+    model = getattr(transformers, auto).from_pretrained(checkpoint.path).eval()
     if family.positions == SINUSOIDAL:
         from opreg_transformers.seq2seq_steps import grow_sinusoidal_positions
 
@@ -202,19 +230,19 @@ def _decoder_inputs(layout: Layout) -> list[opreg.ModelInput]:
     ]
 
 
-def _decoder(layout: Layout, model: Any) -> opreg.Component:
+def _decoder(layout: Layout, model: Any, output: str) -> opreg.Component:
     dims = _dims(layout)
     hidden = opreg.ModelInput(
         "encoder_hidden_states", ("batch_size", "encoder_sequence_length", layout.hidden), "float32", "normal"
     )
     return opreg.Component(
-        DECODER, f"{DECODER}.onnx", functools.partial(_step, "DecoderStep", model),
-        (*_decoder_inputs(layout), hidden), ("logits", *cache_names(PRESENT, layout.layers)),
+        DECODER, f"{DECODER}.onnx", functools.partial(_step, "DecoderStep", model, output),
+        (*_decoder_inputs(layout), hidden), (output, *cache_names(PRESENT, layout.layers)),
         (dims["batch_size"], dims["encoder_sequence_length"], dims["decoder_sequence_length"]),
     )  # fmt: skip
 
 
-def _decoder_with_past(layout: Layout, model: Any) -> opreg.Component:
+def _decoder_with_past(layout: Layout, model: Any, output: str) -> opreg.Component:
     dims = _dims(layout)
     lengths = {SELF: "past_decoder_sequence_length", CROSS: "encoder_sequence_length"}
     past = [
@@ -222,10 +250,10 @@ def _decoder_with_past(layout: Layout, model: Any) -> opreg.Component:
                          "float32", "normal")
         for name in cache_names(PAST, layout.layers)
     ]  # fmt: skip
-    build = functools.partial(_step, "DecoderWithPastStep", model, layout.layers)
+    build = functools.partial(_step, "DecoderWithPastStep", model, output, layout.layers)
     return opreg.Component(
         WITH_PAST_DECODER, f"{WITH_PAST_DECODER}.onnx", build, (*_decoder_inputs(layout), *past),
-        ("logits", *cache_names(PRESENT, layout.layers, (SELF,))), tuple(dims.values()),
+        (output, *cache_names(PRESENT, layout.layers, (SELF,))), tuple(dims.values()),
     )  # fmt: skip
 
 
@@ -242,10 +270,11 @@ def _merge(context: opreg.CheckContext) -> Any:
     return merge_decoders(context.programs[DECODER].model, context.programs[WITH_PAST_DECODER].model)
 
 
-def _greedy(layout: Layout, model: Any, past: bool, context: opreg.CheckContext) -> str:
+def _decoding(layout: Layout, model: Any, past: bool, output: str, context: opreg.CheckContext) -> str:
     from opreg_transformers import generation
 
-    return generation.check(context.folder, layout, model(), past)
+    assert context.folder is not None  # a loop check runs on the folder written
+    return generation.check(context.folder, layout, model(), past, output)
 
 
 def _notes(layout: Layout) -> tuple[str, ...]:

@@ -51,11 +51,13 @@ class EncoderStep(torch.nn.Module):
 
 
 class DecoderStep(torch.nn.Module):
-    """The decoder's first step, no past: ``logits`` and the cache it starts."""
+    """The decoder's first step, no past: ``output`` (``logits``, or a bare model's
+    ``last_hidden_state``) and the cache it starts."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, output: str) -> None:
         super().__init__()
         self.model = model
+        self.output = output
 
     def forward(
         self, encoder_attention_mask: torch.Tensor, input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor
@@ -64,16 +66,17 @@ class DecoderStep(torch.nn.Module):
             attention_mask=encoder_attention_mask, decoder_input_ids=input_ids,
             encoder_outputs=(encoder_hidden_states,), use_cache=True,
         )  # fmt: skip
-        return {"logits": out.logits, **presents(out.past_key_values, cross=True)}
+        return {self.output: getattr(out, self.output), **presents(out.past_key_values, cross=True)}
 
 
 class DecoderWithPastStep(torch.nn.Module):
     """The decoder after a past: ``forward(encoder_attention_mask, input_ids, **past)``, the past by
-    optimum's names (:func:`cache_names`); ``logits`` and the self-attention's new cache."""
+    optimum's names (:func:`cache_names`); ``output`` and the self-attention's new cache."""
 
-    def __init__(self, model: torch.nn.Module, layers: int) -> None:
+    def __init__(self, model: torch.nn.Module, output: str, layers: int) -> None:
         super().__init__()
         self.model = model
+        self.output = output
         self.layers = layers
 
     def forward(
@@ -92,7 +95,7 @@ class DecoderWithPastStep(torch.nn.Module):
             attention_mask=encoder_attention_mask, decoder_input_ids=input_ids, encoder_outputs=(hidden,),
             past_key_values=both, use_cache=True,
         )  # fmt: skip
-        return {"logits": out.logits, **presents(out.past_key_values, cross=False)}
+        return {self.output: getattr(out, self.output), **presents(out.past_key_values, cross=False)}
 
 
 def grow_sinusoidal_positions(model: torch.nn.Module, positions: int) -> None:
