@@ -200,9 +200,11 @@ def test_bad_input_is_refused_before_any_export(checkpoints, tmp_path):
         (startless / "config.json").read_text().replace('"decoder_start_token_id": 2', '"decoder_start_token_id": null')
     )
     (startless / "config.json").write_text(config)
-    with pytest.raises(opreg.CheckpointError, match="sets no decoder_start_token_id"):
+    with pytest.raises(opreg.CheckpointError, match="sets an integer decoder_start_token_id.*got None"):
         opreg.export_checkpoint(startless, out)
     assert not out.exists()
+    (startless / "generation_config.json").write_text('{"decoder_start_token_id": 2}')  # generate's, then
+    assert "decoder_model_merged.onnx" in opreg.export_checkpoint(startless, out, verify=False).files
 
 
 TEXTS = ["the cat sat on the mat", "a dog ran"]

@@ -107,16 +107,17 @@ class Layout:
     start: int
 
 
-def layout_of(family: Family, config: Any) -> Layout:
-    """The :class:`Layout` of a transformers config of ``family``."""
+def layout_of(family: Family, config: Any, generation: dict[str, Any] | None = None) -> Layout:
+    """The :class:`Layout` of a transformers config of ``family``; the decoder's first token from
+    ``generation`` (``generation_config.json``'s object) where it sets one, as ``generate`` takes it."""
     heads = int(getattr(config, family.heads))
     size = getattr(config, family.head_size) if family.head_size else config.d_model // heads
     longest = None if family.positions == RELATIVE else int(config.max_position_embeddings)
-    start = config.decoder_start_token_id
-    if start is None:
+    start = (generation or {}).get("decoder_start_token_id", config.decoder_start_token_id)
+    if not isinstance(start, int):
         raise opreg.CheckpointError(
-            f"config.json of this {config.model_type} sets no decoder_start_token_id, the decoder's first token: "
-            "add it (the generation config's value) to config.json"
+            f"neither config.json nor generation_config.json of this {config.model_type} sets an integer "
+            f"decoder_start_token_id (the decoder's first token; got {start!r}): add the model's to config.json"
         )
     vocab = int(config.vocab_size)
     return Layout(
@@ -155,7 +156,7 @@ def plan(checkpoint: opreg.Checkpoint, task: str, files: tuple[opreg.FileCopy, .
 
     config = transformers.AutoConfig.from_pretrained(checkpoint.path)
     family = FAMILIES[config.model_type]
-    layout = layout_of(family, config)
+    layout = layout_of(family, config, checkpoint.json("generation_config.json"))
     head, past = task_parts(task)
     auto, output = HEADS[head]
     model = functools.cache(functools.partial(_load, checkpoint, family, layout, auto))
