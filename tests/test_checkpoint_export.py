@@ -7,6 +7,7 @@ check) on throwaway packs installed as real distributions; the refusals before a
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -331,6 +332,58 @@ def test_a_post_step_combines_exported_models_and_a_loop_check_runs_the_written_
     assert list(result.files) == ["config/toy.json", "merged.onnx"]  # the dropped component's file is left out
     assert [m.name for m in result.models] == ["merged"] and result.checks == ("loop: 4 patches as eager",)
     assert result.notes == ("a note",)
+
+
+DOTTED = """
+import torch
+
+import opreg
+
+
+class Step(torch.nn.Module):
+    def forward(self, **inputs):
+        present = inputs["past.0.key"] + inputs["input_ids"].unsqueeze(-1)
+        return {"present.0.key": present, "lambda.out": inputs["lambda"] * 2}
+
+
+def recognise(checkpoint):
+    return opreg.Recognition("dots", ("step",), "step", "dots.json") if checkpoint.has("dots.json") else None
+
+
+def plan(checkpoint, task):
+    inputs = (
+        opreg.ModelInput("input_ids", ("batch", "length"), high=9),
+        opreg.ModelInput("past.0.key", ("batch", "length", 4), "float32", "normal"),
+        opreg.ModelInput("past_0_key", ("batch", "length", 4), "float32", "normal"),
+        opreg.ModelInput("lambda", ("batch",), "float32", "normal"),
+    )
+    dims = (opreg.DynamicDim("batch", 2, 3), opreg.DynamicDim("length", 5, 2))
+    model = opreg.Component("step", "step.onnx", Step, inputs, ("present.0.key", "lambda.out"), dims)
+    return opreg.ExportPlan("dots", task, (model,))
+
+
+@opreg.hookimpl
+def opreg_checkpoint_loaders():
+    return [opreg.CheckpointLoader("dots", "dots", "dots.json", recognise, plan)]
+"""
+
+
+def test_input_and_output_names_need_not_be_python_identifiers(make_pack, tmp_path):
+    """optimum's names (``past_key_values.0.decoder.key``) are no identifiers, nor is a keyword: the
+    forward parameters get identifiers (unique beside the inputs named so already), the ONNX
+    model the component's names."""
+    from opreg.checkpoint.inputs import parameter_names
+
+    pack = importlib.import_module(make_pack("dots", DOTTED))
+    (tmp_path / "dots").mkdir()
+    (tmp_path / "dots" / "dots.json").write_text("{}")
+    result = opreg.export_checkpoint(tmp_path / "dots", tmp_path / "out")
+    model = onnx.load(tmp_path / "out" / "step.onnx")
+    assert [i.name for i in model.graph.input] == ["input_ids", "past.0.key", "past_0_key", "lambda"]
+    assert [o.name for o in model.graph.output] == ["present.0.key", "lambda.out"]
+    assert len(result.models[0].verified) == 2
+    component = pack.plan(opreg.Checkpoint(tmp_path / "dots"), "step").components[0]
+    assert parameter_names(component) == ("input_ids", "past_0_key_1", "past_0_key", "lambda_")
 
 
 def test_export_checkpoint_takes_the_export_options_but_those_the_loader_decides():

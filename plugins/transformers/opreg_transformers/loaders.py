@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import opreg
-from opreg_transformers import encoders, media, shapes
+from opreg_transformers import encoders, media, seq2seq, shapes
 
 LIBRARY = "transformers"
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -55,13 +55,15 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
     model_type = config["model_type"]
     architectures = list(config.get("architectures") or [])
     evidence = f"config.json: model_type {model_type!r}" + (f", architectures {architectures}" if architectures else "")
+    if model_type in seq2seq.FAMILIES:
+        return seq2seq.recognition(architectures, evidence)
     other = media.FAMILIES.get(model_type)
     if other is not None:
         task = media.task_of(other, architectures) or other.tasks[0]
         return opreg.Recognition(LIBRARY, other.tasks, task, evidence)
     family = encoders.FAMILIES.get(model_type)
     if family is None:
-        known = ", ".join(sorted({*encoders.FAMILIES, *media.FAMILIES}))
+        known = ", ".join(sorted({*encoders.FAMILIES, *media.FAMILIES, *seq2seq.FAMILIES}))
         return opreg.Recognition(
             LIBRARY, (), None, evidence,
             refusal=f"model_type {model_type!r} ({evidence}) is not a family opreg-transformers exports yet (it "
@@ -77,6 +79,9 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     config = _config(checkpoint)
     assert config is not None  # recognised
     require_weights(checkpoint)
+    if config["model_type"] in seq2seq.FAMILIES:
+        _buildable(checkpoint, seq2seq.auto_of(task), task)
+        return seq2seq.plan(checkpoint, task, files())
     other = media.FAMILIES.get(config["model_type"])
     auto, outputs = (media.TASKS if other else encoders.TASKS)[task]
     _buildable(checkpoint, auto, task)

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from opreg.errors import CheckpointError
-from opreg.packs.host import CHECKPOINT_LOADERS, PackHost
 from opreg.loaderapi import Checkpoint, CheckpointLoader, ExportPlan, Recognition
+from opreg.packs.host import CHECKPOINT_LOADERS, PackHost
 from opreg.pluginapi import HookError
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,8 @@
 """A component as torch.export takes it: its module behind a ``forward`` whose parameters are the
-inputs' names (:func:`named_module`), example tensors at the example or the second sizes
-(:func:`example_inputs`), and its dims as ``torch.export.Dim`` s (:func:`dynamic_shapes`).
+inputs' names (:func:`named_module`; a name that is no Python identifier, such as optimum's
+``past_key_values.0.decoder.key``, gets one there, and :func:`onnx_names` gives the ONNX model its
+own name back), example tensors at the example or the second sizes (:func:`example_inputs`), and
+its dims as ``torch.export.Dim`` s (:func:`dynamic_shapes`).
 
 Imports torch: it is imported when a checkpoint's export reaches its first component.
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import keyword
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -19,7 +22,16 @@ from opreg.errors import CheckpointError, ExportError
 from opreg.exporter._finish import DIM_BOUNDS_KEY
 from opreg.loaderapi import Component, DynamicDim, ModelInput
 
-__all__ = ["EXAMPLE", "OTHER", "dynamic_shapes", "example_inputs", "name_dims", "named_module"]
+__all__ = [
+    "EXAMPLE",
+    "OTHER",
+    "dynamic_shapes",
+    "example_inputs",
+    "name_dims",
+    "named_module",
+    "onnx_names",
+    "parameter_names",
+]
 
 EXAMPLE = "example"
 OTHER = "other"
@@ -56,11 +68,42 @@ class _Named(torch.nn.Module):
         return dict(zip(self.output_names, result, strict=True))
 
 
+def parameter_names(component: Component) -> tuple[str, ...]:
+    """The ``forward`` parameter of each input: its name, or for a name that is no Python
+    identifier (``past_key_values.0.decoder.key``, a keyword) the name with ``_`` for what an
+    identifier cannot hold, made unique."""
+    names = [i.name for i in component.inputs]
+    taken = {n for n in names if n.isidentifier() and not keyword.iskeyword(n)}
+    parameters = []
+    for name in names:
+        parameter = name
+        if name not in taken:
+            base = re.sub(r"\W", "_", name) + ("_" if keyword.iskeyword(name) else "")
+            parameter, count = base, 1
+            while parameter in taken:
+                parameter, count = f"{base}_{count}", count + 1
+            taken.add(parameter)
+        parameters.append(parameter)
+    return tuple(parameters)
+
+
+def onnx_names(component: Component, program: Any) -> dict[str, str]:
+    """``{name opreg gave: the component's name}`` for the inputs and outputs of ``program`` (the
+    component's export) whose names differ: a parameter of :func:`parameter_names`, an output whose
+    name is no identifier (opreg names outputs after identifiers)."""
+    given = (*program.input_names, *program.output_names)
+    wanted = (*(i.name for i in component.inputs), *component.outputs)
+    return {have: want for have, want in zip(given, wanted, strict=True) if have != want}
+
+
 def named_module(component: Component, module: torch.nn.Module) -> torch.nn.Module:
     """``module`` as the component's ONNX model: its ``forward`` parameters are the inputs' names
-    (so torch.export and opreg name the ONNX inputs after them), its outputs a dict by their names."""
+    (so torch.export and opreg name the ONNX inputs after them; :func:`parameter_names`), its
+    outputs a dict by their names."""
     names = tuple(i.name for i in component.inputs)
-    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("self", *names)]
+    parameters = [
+        inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("self", *parameter_names(component))
+    ]
 
     class Named(_Named):
         def forward(self, *tensors: torch.Tensor) -> dict[str, torch.Tensor]:

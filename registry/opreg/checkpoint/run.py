@@ -157,9 +157,10 @@ def _export_components(plan: ExportPlan, settings: ExportSettings) -> tuple[dict
         _stage(settings, f"build {component.name}")
         module = inputs.named_module(component, _built(component))
         own = ExportSettings.of(settings, _component_options(component), f"component {component.name!r}")
-        programs[component.name] = exporter.export(module, inputs.example_inputs(component), settings=own)
-        inputs.name_dims(component, programs[component.name])
-        modules[component.name] = module
+        program = exporter.export(module, inputs.example_inputs(component), settings=own)
+        program.rename(inputs.onnx_names(component, program))  # optimum's names, identifiers or not
+        inputs.name_dims(component, program)
+        programs[component.name], modules[component.name] = program, module
     return programs, modules
 
 
