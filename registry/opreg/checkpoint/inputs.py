@@ -16,7 +16,7 @@ import torch
 from opreg.errors import CheckpointError
 from opreg.loaderapi import Component, DynamicDim, ModelInput
 
-__all__ = ["EXAMPLE", "OTHER", "dynamic_shapes", "example_inputs", "named_module"]
+__all__ = ["EXAMPLE", "OTHER", "dynamic_shapes", "example_inputs", "name_ends", "named_module"]
 
 EXAMPLE = "example"
 OTHER = "other"
@@ -111,3 +111,25 @@ def dynamic_shapes(component: Component) -> tuple[dict[int, Any], ...]:
     """The component's dims as torch.export's ``dynamic_shapes``, by input position."""
     dims = {d.name: _dim(d) for d in component.dims}
     return tuple({i: dims[d] for i, d in enumerate(item.shape) if isinstance(d, str)} for item in component.inputs)
+
+
+def name_ends(program: Any, component: Component) -> None:
+    """Name the exported model's inputs, outputs and their dims exactly as ``component`` declares
+    them: an output name the exporter cleaned (``hidden_states.0`` became ``hidden_states_0``) back to
+    the declared one, each input's dims to its :class:`ModelInput` shape's names, and a dim of
+    multiples (``2*height_div2``, as :func:`dynamic_shapes` makes it) to its :class:`DynamicDim`'s name
+    in the outputs too."""
+    import onnx_ir as ir
+
+    renames = {old: new for old, new in zip(program.output_names, component.outputs, strict=False) if old != new}
+    if renames:
+        program.rename(renames)
+    graph = program.model.graph
+    multiples = {f"{d.multiple}*{d.name}_div{d.multiple}": d.name for d in component.dims if d.multiple > 1}
+    for item, value in zip(component.inputs, graph.inputs, strict=False):
+        if value.shape is not None and len(value.shape) == len(item.shape):
+            dims = zip(item.shape, value.shape.dims, strict=True)
+            value.shape = ir.Shape([d if isinstance(d, str) else old for d, old in dims])
+    for value in graph.outputs:
+        if value.shape is not None:
+            value.shape = ir.Shape([multiples.get(str(d), d) for d in value.shape.dims])

@@ -156,6 +156,7 @@ def _export_components(plan: ExportPlan, settings: ExportSettings) -> tuple[dict
         module = inputs.named_module(component, _built(component))
         own = ExportSettings.of(settings, _component_options(component), f"component {component.name!r}")
         programs[component.name] = exporter.export(module, inputs.example_inputs(component), settings=own)
+        inputs.name_ends(programs[component.name], component)
         modules[component.name] = module
     return programs, modules
 
