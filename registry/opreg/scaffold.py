@@ -40,6 +40,7 @@ RESERVED_PACK_NAMES = frozenset({"core", "onnx", "onnxruntime"})
 """Taken by opreg's core pack, its built-in profile and ONNX Runtime's profile."""
 OPREG_DISTRIBUTIONS = frozenset({
     "opreg", "opreg-core-ops", "opreg-ort-contrib", "opreg-test-customop", "opreg-torchvision", "opreg-transformers",
+    "opreg-diffusers",
 })  # fmt: skip
 """opreg's own distribution names, its core pack's and its first-party packs' (canonical form)."""
 OPREG_PACKAGES = frozenset(name.replace("-", "_") for name in OPREG_DISTRIBUTIONS)
