@@ -165,6 +165,9 @@ def check_a_changed_folder_fails(checkpoint: opreg.Checkpoint, folder: Path, cha
     plan = loaders.plan(checkpoint, "text-to-image")
     with pytest.raises(opreg.VerificationError, match=r"image in ONNX Runtime NOT within .* of diffusers'"):
         plan.checks[0].run(opreg.CheckContext(checkpoint, plan, {}, {}, changed))
+    shutil.rmtree(changed / "tokenizer")  # what the runtime reads beside the models
+    with pytest.raises(opreg.VerificationError, match="Pipeline fails on the folder .* where it runs on the checkpo"):
+        plan.checks[0].run(opreg.CheckContext(checkpoint, plan, {}, {}, changed))
 
 
 # -- refused before any export ---------------------------------------------------------------------

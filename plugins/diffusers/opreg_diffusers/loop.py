@@ -76,10 +76,25 @@ def check(context: opreg.CheckContext, parts: Parts, family: pipelines.Family) -
     task = context.plan.task
     kind = task_class(index["_class_name"], task)
     eager = _pipeline(kind, index, {name: parts.model(name) for name in parts.entries}, context.checkpoint.path)
-    runtime = _pipeline(kind, index, stand_ins(context.folder, family), context.folder)
     height, width = _image_size(eager, family)
-    want = eager(**_call(kind, task, height, width)).images
-    got = runtime(**_call(kind, task, height, width)).images
+    try:
+        want = eager(**_call(kind, task, height, width)).images
+    except Exception as e:
+        raise opreg.CheckpointError(
+            f"diffusers' {kind.__name__} fails on {context.checkpoint.path} itself ({type(e).__name__}: {e}): the "
+            f"folder is written and its models verified, but its {task} loop has nothing to be compared with; "
+            "choose another --task, or skip the checks with --no-verify"
+        ) from e
+    try:
+        runtime = _pipeline(kind, index, stand_ins(context.folder, family), context.folder)
+        got = runtime(**_call(kind, task, height, width)).images
+    except opreg.VerificationError:
+        raise
+    except Exception as e:
+        raise opreg.VerificationError(
+            f"{context.folder}: diffusers' {kind.__name__} fails on the folder (its models in ONNX Runtime, its "
+            f"scheduler, tokenizers and configs) with {type(e).__name__}: {e}, where it runs on the checkpoint"
+        ) from e
     difference = float(np.abs(want - got).max()) if want.shape == got.shape else float("inf")
     summary = (
         f"{kind.__name__}, {STEPS[task]} steps at {height}x{width}: the folder's image in ONNX Runtime within "
