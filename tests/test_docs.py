@@ -114,16 +114,17 @@ def headings(page: Path) -> set[str]:
 def walk_file(doc: str, source: str) -> bool:
     """Whether ``source`` is a file of the pack author's walk, which tests/test_pack_author.py writes and runs
     in a fresh environment (an installed library, the edited pack, a model file) rather than here."""
-    from tests.test_pack_author import FILES
+    from tests.test_pack_author import FILES, LOADER_FILES
 
-    return doc == WALK and source.split("\n", 1)[0].removeprefix("# ") in FILES
+    return doc == WALK and source.split("\n", 1)[0].removeprefix("# ") in FILES + LOADER_FILES
 
 
 def test_the_walks_files_are_the_walks():
     from tests.test_pack_author import walk
 
     files = [b for b in python_blocks(ROOT / WALK) if walk_file(WALK, b)]
-    assert len(files) == 3 and files == [text for kind, text in walk() if kind == "file"]
+    walks = [text for loader in (False, True) for kind, text in walk(loader) if kind == "file"]
+    assert len(files) == 6 and files == walks
 
 
 @pytest.mark.parametrize(

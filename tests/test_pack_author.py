@@ -26,17 +26,30 @@ EDITED = "opreg-swishpack/opreg_swishpack/impls.py"
 MODELS = "models.py"
 FILES = (LIBRARY, EDITED, MODELS)
 """The guide's code blocks that are files of the walk (their first line is ``# PATH``), in its order."""
+LOADER_SECTION = "## 8. A checkpoint loader"
+LOADER_LIBRARY = "patchlib.py"
+LOADER_FILES = (
+    LOADER_LIBRARY,
+    "opreg-patchpack/opreg_patchpack/loaders.py",
+    "opreg-patchpack/opreg_patchpack/__init__.py",
+)
+"""The files of the guide's second walk, a checkpoint loader (its section ``LOADER_SECTION``)."""
 TIMEOUT = 600
 
 
-def walk() -> list[tuple[str, str]]:
-    """The guide's shell commands and files, in order: ``("sh", command)`` and ``("file", block)``."""
+def walk(loader: bool = False) -> list[tuple[str, str]]:
+    """The guide's shell commands and files, in order: ``("sh", command)`` and ``("file", block)``; of
+    the pack's walk, or (``loader``) of its section on a checkpoint loader."""
+    text = GUIDE.read_text()
+    before, section = text.split(LOADER_SECTION)
+    text = section.split("\n## ", 1)[0] if loader else before
+    files = LOADER_FILES if loader else FILES
     steps = []
-    for kind, text in re.findall(r"```(sh|python)\n(.*?)```", GUIDE.read_text(), flags=re.S):
+    for kind, block in re.findall(r"```(sh|python)\n(.*?)```", text, flags=re.S):
         if kind == "sh":
-            steps += [("sh", line) for line in text.splitlines() if line.strip()]
-        elif text.split("\n", 1)[0].removeprefix("# ") in FILES:
-            steps.append(("file", text))
+            steps += [("sh", line) for line in block.splitlines() if line.strip()]
+        elif block.split("\n", 1)[0].removeprefix("# ") in files:
+            steps.append(("file", block))
     return steps
 
 
@@ -57,7 +70,8 @@ def command(line: str, python: Path) -> list[str]:
 
 def place(block: str, cwd: Path, python: Path) -> None:
     path = block.split("\n", 1)[0].removeprefix("# ")
-    target = purelib(python) / path if path == LIBRARY else cwd / path  # the library is installed already
+    installed = path in (LIBRARY, LOADER_LIBRARY)
+    target = purelib(python) / path if installed else cwd / path  # the library is installed already
     assert path != EDITED or target.is_file(), "the guide edits impls.py before new-pack wrote it"
     target.write_text(block)
 
@@ -150,3 +164,40 @@ def published(python: Path, cwd: Path) -> None:
     tests = run(*command(commands[-1], python), "-q", "-p", "no:cacheprovider", cwd=pack, timeout=TIMEOUT)
     assert tests.returncode == 0, f"{commands[-1]}:\n{tests.stdout[-3000:]}\n{tests.stderr[-2000:]}"
     assert "2 passed" in tests.stdout  # the pack's tests: the export and the kit
+
+
+def test_the_guides_checkpoint_loader_walk(tmp_path):
+    """Section 8: a pack that teaches opreg a library's folders, installed as a real distribution, and the
+    folder exported by ``opreg export`` alone. The pack's files are written once ``opreg new-pack`` made it."""
+    import numpy as np
+    import onnxruntime
+
+    python = layered_venv(tmp_path / "venv")
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    steps = walk(loader=True)
+    files = [text for kind, text in steps if kind == "file"]
+    assert [f.split("\n", 1)[0] for f in files] == [f"# {f}" for f in LOADER_FILES]
+    place(files[0], cwd, python)  # the library, installed already
+    ran = {}
+    for kind, text in steps:
+        if kind == "sh":
+            key = " ".join(shlex.split(text, comments=True)[:2])
+            ran[key] = run(*command(text, python), cwd=cwd, timeout=TIMEOUT)
+            assert ran[key].returncode == 0, f"{text}:\n{ran[key].stdout[-3000:]}\n{ran[key].stderr[-3000:]}"
+            if key == "opreg new-pack":
+                for block in files[1:]:
+                    place(block, cwd, python)
+    assert sorted(ran) == ["opreg export", "opreg new-pack", "pip install", "python -c"]
+    out = ran["opreg export"].stdout
+    assert "patchpack:patchlib: patchlib, task feature-extraction (inferred from patchlib.json" in out, out
+    assert "verified: 1 model(s) match eager PyTorch" in out, out
+    folder = cwd / "patch-onnx"
+    assert sorted(p.name for p in folder.iterdir()) == ["model.onnx", "patchlib.json"]
+    session = onnxruntime.InferenceSession(folder / "model.onnx", providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"pixel_values": np.zeros((3, 3, 20, 20), np.float32)})  # a side neither verified
+    assert got.shape == (3, 25, 8)
+    (cwd / "patch-model" / "weights.pt").unlink()
+    refused = run(python, "-m", "opreg", "export", "patch-model", "-o", "again", cwd=cwd, timeout=TIMEOUT)
+    assert refused.returncode == 2 and "has no weights.pt: save the model with patchlib.save" in refused.stderr
+    assert not (cwd / "again").exists()

@@ -98,9 +98,9 @@ class Checkpoint:
         """Whether the folder holds the file ``name``."""
         return self.file(name).is_file()
 
-    def json(self, name: str) -> dict[str, Any] | None:
-        """The JSON object in file ``name``, or ``None`` if there is none;
-        :class:`opreg.CheckpointError` naming the file if it is not a JSON object."""
+    def json(self, name: str, kind: type = dict) -> Any:
+        """The JSON value in file ``name`` (an object, or ``kind``: ``list``), or ``None`` if there is
+        no such file; :class:`opreg.CheckpointError` naming the file if it is not JSON of that kind."""
         path = self.file(name)
         if not path.is_file():
             return None
@@ -108,8 +108,11 @@ class Checkpoint:
             value = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise CheckpointError(f"{path} cannot be read as JSON ({e}): fix or replace the file") from e
-        if not isinstance(value, dict):
-            raise CheckpointError(f"{path} holds a JSON {type(value).__name__}, not an object: fix or replace it")
+        if not isinstance(value, kind):
+            raise CheckpointError(
+                f"{path} holds a JSON {type(value).__name__}, not {'an object' if kind is dict else 'a list'}: "
+                "fix or replace it"
+            )
         return value
 
     def files(self) -> tuple[str, ...]:

@@ -1,5 +1,6 @@
 """opreg pack for transformers: the torch custom ops it registers (``transformers::grouped_mm_fallback``),
-and the checkpoint loader of its folders (``opreg export FOLDER``: :mod:`opreg_transformers.loaders`).
+and the checkpoint loaders of its folders and sentence-transformers' (``opreg export FOLDER``:
+:mod:`opreg_transformers.loaders`, :mod:`opreg_transformers.sentence`).
 
 Importing this module imports neither torch nor transformers: the hooks do (the loaders' module
 imports neither either: its ``plan`` and build steps import transformers), and the op's impl is
@@ -35,6 +36,6 @@ def opreg_samples():
 
 @opreg.hookimpl
 def opreg_checkpoint_loaders():
-    from opreg_transformers import loaders
+    from opreg_transformers import loaders, sentence
 
-    return loaders.LOADERS
+    return [*loaders.LOADERS, sentence.LOADER]

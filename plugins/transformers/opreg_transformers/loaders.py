@@ -70,7 +70,7 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     """The export of ``task``: one component, ``model.onnx``, and the config and tokenizer's files."""
     config = _config(checkpoint)
     assert config is not None  # recognised
-    _require_weights(checkpoint)
+    require_weights(checkpoint)
     auto, outputs = encoders.TASKS[task]
     _buildable(checkpoint, auto, task)
     family = encoders.FAMILIES[config["model_type"]]
@@ -80,13 +80,18 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
         build=lambda: _load(checkpoint, auto),
         inputs=_inputs(family, config, task),
         outputs=outputs,
-        dims=_dims(family, config, task),
+        dims=text_dims(family, config, task),
     )
-    files = (opreg.FileCopy("config.json", required=True), *(opreg.FileCopy(name) for name in SIDE_FILES))
-    return opreg.ExportPlan(LIBRARY, task, (component,), files)
+    return opreg.ExportPlan(LIBRARY, task, (component,), files())
 
 
-def _require_weights(checkpoint: opreg.Checkpoint) -> None:
+def files() -> tuple[opreg.FileCopy, ...]:
+    """The config (required) and the side files runtimes read (when present)."""
+    return (opreg.FileCopy("config.json", required=True), *(opreg.FileCopy(name) for name in SIDE_FILES))
+
+
+def require_weights(checkpoint: opreg.Checkpoint) -> None:
+    """Refuse a folder without weights (transformers would make random ones), before any export."""
     if not any(checkpoint.has(name) for name in WEIGHTS):
         raise opreg.CheckpointError(
             f"{checkpoint.path} has no weights ({', '.join(WEIGHTS)}): transformers would make random ones; save the "
@@ -136,7 +141,8 @@ def _inputs(family: encoders.Family, config: dict[str, Any], task: str) -> tuple
     return tuple(inputs)
 
 
-def _dims(family: encoders.Family, config: dict[str, Any], task: str) -> tuple[opreg.DynamicDim, ...]:
+def text_dims(family: encoders.Family, config: dict[str, Any], task: str) -> tuple[opreg.DynamicDim, ...]:
+    """``batch_size`` (and ``num_choices``) and ``sequence_length``, bounded as the config's positions allow."""
     longest = encoders.max_sequence(family, config)
     sequence = opreg.DynamicDim("sequence_length", example=min(16, longest), other=min(7, longest), max=longest)
     return (BATCH, CHOICES, sequence) if task == encoders.MULTIPLE_CHOICE else (BATCH, sequence)

@@ -120,9 +120,10 @@ def choose(checkpoint: Checkpoint, host: PackHost, *, task: str | None = None, l
     if not found:
         raise CheckpointError(_unrecognised(checkpoint, asked))
     usable = [c for c in found if not c.recognition.refusal]
-    if not usable:
-        raise CheckpointError(f"{checkpoint.source or checkpoint.path}: {found[0].recognition.refusal}")
-    _no_tie(checkpoint, usable)
+    top = [c for c in found if c.loader.priority == found[0].loader.priority]
+    if all(c.recognition.refusal for c in top):  # the most specific loader knows the folder and refuses it
+        raise CheckpointError(_refused(checkpoint, top[0], usable))
+    _no_tie(checkpoint, [c for c in top if not c.recognition.refusal])
     for candidate in usable:
         chosen_task = task or candidate.recognition.task
         assert chosen_task is not None  # a usable recognition names its task
@@ -160,6 +161,16 @@ def _no_tie(checkpoint: Checkpoint, usable: Sequence[Candidate]) -> None:
             f"{checkpoint.source or checkpoint.path} is recognised by {len(top)} loaders of the same priority "
             f"({usable[0].loader.priority}): {names}; choose one with --library NAME (library=NAME)"
         )
+
+
+def _refused(checkpoint: Checkpoint, candidate: Candidate, usable: Sequence[Candidate]) -> str:
+    where = checkpoint.source or checkpoint.path
+    hint = (
+        f" ({candidate.label} refuses it; --library {usable[0].loader.library} would export it as that)"
+        if usable
+        else ""
+    )
+    return f"{where}: {candidate.recognition.refusal}{hint}"
 
 
 def _cannot(checkpoint: Checkpoint, task: str, candidate: Candidate) -> str:

@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["CheckpointExport", "ExportedModel", "export_checkpoint"]
 
+_INLINE_LIMIT = 2**31 - 2**24
+"""A post-step's model with more weights than this keeps them in a file beside it (protobuf holds 2 GB)."""
 _PLANNED = ("dynamic_shapes", "weights")
 """ExportSettings fields a checkpoint's loader decides: not options of :func:`export_checkpoint`."""
 
@@ -200,7 +202,10 @@ def _fill(
     for step in plan.post_steps:
         path = staged / step.file
         path.parent.mkdir(parents=True, exist_ok=True)
-        onnx_ir.save(programs[step.name], path)
+        model = programs[step.name]
+        weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+        beside = f"{path.name}.data" if weights > _INLINE_LIMIT else None  # protobuf's 2 GB: weights beside it
+        onnx_ir.save(model, path, external_data=beside)
         written.append(step.file)
     for copy in plan.files:
         if checkpoint.has(copy.source):

@@ -117,10 +117,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             program, path, result = _export(args, loaded_packs, target, loaded, dynamic, stages)
         except UnsupportedOpsError as e:
-            status.stop()
-            missing_table(err, e.missing, target)
-            err.print(styled(f"export failed: {len(e.missing)} op(s) have no impl at target {target}", "red"))
-            return EXIT_FINDINGS
+            return _unsupported(err, status, e, target)
         except VerificationError as e:
             status.stop()
             return _mismatch(args, err, e)
@@ -139,7 +136,7 @@ _FACTORY_ONLY = (("dynamic", []), ("weights", None), ("external_data", False), (
 def _run_checkpoint(args: argparse.Namespace) -> int:
     """``opreg export SOURCE -o DIR`` for a checkpoint folder or hub id: :func:`opreg.export_checkpoint`."""
     from opreg.checkpoint import export_checkpoint
-    from opreg.errors import VerificationError
+    from opreg.errors import UnsupportedOpsError, VerificationError
 
     for flag, default in _FACTORY_ONLY:
         if getattr(args, flag) != default:
@@ -164,6 +161,8 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
                 args.model, args.output, task=args.task, library=args.library, verify=args.verify is not False,
                 settings=settings,
             )  # fmt: skip
+        except UnsupportedOpsError as e:
+            return _unsupported(err, status, e, target)
         except VerificationError as e:
             status.stop()
             err.print(styled(f"wrote {args.output}, but {e}", "red"), soft_wrap=True)
@@ -227,6 +226,14 @@ def _interrupted_folder(error: KeyboardInterrupt, args: argparse.Namespace) -> s
     if isinstance(error, InterruptedAfterSave):
         return f"{args.output} holds the new folder (written before the interrupt)"
     return f"{args.output} was not changed" if os.path.lexists(args.output) else "nothing was written"
+
+
+def _unsupported(err: Any, status: Any, error: Any, target: Any) -> int:
+    """Ops no impl covers: the table of them, and exit 1 (the command found a problem)."""
+    status.stop()
+    missing_table(err, error.missing, target)
+    err.print(styled(f"export failed: {len(error.missing)} op(s) have no impl at target {target}", "red"))
+    return EXIT_FINDINGS
 
 
 class _Stages:
