@@ -191,7 +191,7 @@ class Patches(torch.nn.Module):
     def forward(self, pixels):
         b, h, w = pixels.shape
         patches = pixels.reshape(b, h // 4, 4, w // 4, 4).permute(0, 1, 3, 2, 4).reshape(b, -1, 16)
-        return {"embeddings": self.proj(patches), "total": patches.sum(dim=(1, 2))}
+        return {"embeddings": self.proj(patches), "patches.total": patches.sum(dim=(1, 2))}
 
 
 def recognise(checkpoint):
@@ -210,7 +210,7 @@ def plan(checkpoint, task):
     component = opreg.Component(
         "model", "model.onnx", build,
         (opreg.ModelInput("pixels", ("batch_size", "side", "side"), "float32", "normal"),),
-        ("embeddings", "total"), (opreg.DynamicDim("batch_size", 2, 1), side),
+        ("embeddings", "patches.total"), (opreg.DynamicDim("batch_size", 2, 1), side),
     )
     copy = opreg.CheckContext.__name__  # the values are opreg's public names
     assert copy == "CheckContext"
@@ -244,15 +244,17 @@ def test_a_pack_teaches_a_library_and_its_dims_keep_the_multiple_the_model_needs
     assert (result.loader, result.library, result.task) == ("toy_a:toy_a", "toy", "embed")
     assert list(result.files) == ["config/toy.json", "model.onnx"]
     model = onnx.load(tmp_path / "out" / "model.onnx")
+    # named as planned: the exporter alone would clean the dot away (patches_total)
     assert [i.name for i in model.graph.input] == ["pixels"] and [o.name for o in model.graph.output] == [
-        "embeddings", "total",
+        "embeddings", "patches.total",
     ]  # fmt: skip
     sizes = [(v.outputs[0].max_abs, v.outputs[1].max_abs) for v in result.models[0].verified]
     assert len(sizes) == 2  # side 8 and 12, batch 2 and 1
     session = onnxruntime.InferenceSession(tmp_path / "out" / "model.onnx", providers=["CPUExecutionProvider"])
     (embeddings, _) = session.run(None, {"pixels": np.zeros((3, 20, 20), np.float32)})
     assert embeddings.shape == (3, 25, 5)  # a size neither verified: (20 / 4) ** 2 patches
-    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch_size"
+    dims = [d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch_size", "side", "side"]  # a multiple named as planned, not torch.export's 4*side_div4
 
 
 def test_the_higher_priority_wins_a_tie_is_refused_and_library_picks(make_pack, toy, tmp_path):

@@ -41,6 +41,7 @@ RESERVED_PACK_NAMES = frozenset({"core", "onnx", "onnxruntime"})
 OPREG_DISTRIBUTIONS = frozenset({
     "opreg", "opreg-core-ops", "opreg-ort-contrib", "opreg-test-customop", "opreg-torchvision", "opreg-transformers",
     "opreg-timm",
+    "opreg-diffusers",
 })  # fmt: skip
 """opreg's own distribution names, its core pack's and its first-party packs' (canonical form)."""
 OPREG_PACKAGES = frozenset(name.replace("-", "_") for name in OPREG_DISTRIBUTIONS)
