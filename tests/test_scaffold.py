@@ -353,7 +353,11 @@ def test_names_derive_from_the_distribution():
     assert scaffold.pack_names("mypack").package == "opreg_mypack"
 
 
-@pytest.mark.parametrize("ops", [(), (SWISH, MIXED)], ids=["empty", "ops"])
+REDUCE = 'reducelib::reduce_it(Tensor x, str reduction="mean") -> Tensor'
+"""A string default in double quotes, as torch's own schemas write them (issue 53: the pack did not parse)."""
+
+
+@pytest.mark.parametrize("ops", [(), (SWISH, MIXED, REDUCE)], ids=["empty", "ops"])
 def test_generated_code_is_lint_clean(tmp_path, ops):
     pytest.importorskip("ruff")
     path = scaffold.new_pack("opreg-mypack", ops=list(ops), empty=not ops, directory=tmp_path / "pack")

@@ -10,11 +10,11 @@ parser and refuses, in one line, what a pack cannot translate this way.
 from __future__ import annotations
 
 import dataclasses
-import json
 import keyword
 import re
 from typing import Any
 
+from opreg.authoring._packtext import literal
 from opreg.errors import OpregError
 
 TENSOR = "tensor"
@@ -30,7 +30,8 @@ _SAMPLE_VALUES = {"int": "1", "float": "0.5", "bool": "False", "str": '""', "int
 """What a sample passes for an argument without a default: a starting point the author may change."""
 RESERVED_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "quantized_decomposed", "onnx"})
 """torch's own namespaces: their ops are torch's, which a pack implements by writing impls, not by --op."""
-_OP_RE = re.compile(r"^\s*([A-Za-z_]\w*)::([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?\s*\((.*)\)\s*->\s*(.+?)\s*$", re.S)
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_OP_RE = re.compile(rf"^\s*({_NAME})::({_NAME})(?:\.({_NAME}))?\s*\((.*)\)\s*->\s*(.+?)\s*$", re.S)
 
 
 class OpSpecError(OpregError, ValueError):
@@ -69,6 +70,11 @@ class Argument:
         """The impl's parameter: ``beta: float``, ``w: Tensor | None = None``."""
         default = self.default if self.default is not None else ("None" if self.optional else None)
         return f"{self.python_name}: {self.annotation}" + (f" = {default}" if default is not None else "")
+
+    @property
+    def required(self) -> bool:
+        """The ONNX op must be given it: not optional, and no default."""
+        return not (self.optional or self.default is not None)
 
     @property
     def sample(self) -> str:
@@ -158,21 +164,17 @@ def _kind(name: str, type_: Any) -> tuple[str, bool]:
     return kind, optional
 
 
-def _literal(value: Any) -> str:
-    """``value`` as Python source, as ruff formats it (double-quoted strings)."""
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_literal(v) for v in value) + "]"
-    return repr(value)
-
-
 def parse(text: str) -> OpSpec:
     """Read ``--op`` ``ns::name(Tensor x, float beta) -> Tensor`` (``ns::name.overload(...)`` too).
     Raises :class:`OpSpecError` with what to write instead."""
     import torch
 
     found = _OP_RE.match(text)
+    if found is None and re.match(r"^\s*\w+::\w+(?:\.\w+)?\s*\(", text) and not text.isascii():
+        raise OpSpecError(
+            f"--op {text!r} names the op with letters torch does not read: give the namespace, name and overload "
+            "in ASCII letters, digits and '_' (e.g. 'mylib::fused_swish')"
+        )
     if found is None:
         raise OpSpecError(
             f"--op {text!r} is not a torch op schema: write it as torch.library defines one, "
@@ -189,6 +191,10 @@ def parse(text: str) -> OpSpec:
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0]
         raise OpSpecError(f"--op {text!r} is not a schema torch reads: {first}") from e
+    except UnicodeDecodeError as e:  # torch's lexer reads names as ASCII and fails on others
+        raise OpSpecError(
+            f"--op {text!r} has a name torch does not read: name the arguments in ASCII letters, digits and '_'"
+        ) from e
     if schema.is_mutable:
         raise OpSpecError(
             f"--op {text!r} writes to an argument ((a!)): opreg exports what torch.export captures, the functional "
@@ -197,7 +203,7 @@ def parse(text: str) -> OpSpec:
     arguments = []
     for arg in schema.arguments:
         kind, optional = _kind(arg.name, arg.type)
-        default = None if arg.default_value is None and not arg.has_default_value() else _literal(arg.default_value)
+        default = None if arg.default_value is None and not arg.has_default_value() else literal(arg.default_value)
         arguments.append(Argument(arg.name, kind, optional, default, arg.kwarg_only))
     returns = [str(r.type) for r in schema.returns]
     if not returns or any(r != "Tensor" for r in returns):

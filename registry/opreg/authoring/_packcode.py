@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from opreg.authoring._opspec import ATTRIBUTES, OpSpec
-from opreg.authoring._packtext import block, code, wrap
+from opreg.authoring._packtext import block, code, literal, wrap
 
 EDITED = "impls.py"
 """The file of the package the author writes in."""
@@ -35,7 +35,7 @@ def init(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], doma
 
         OPREG_API_VERSION = 1
 
-        DOMAIN = "{domain}"
+        DOMAIN = {literal(domain)}
         DOMAIN_VERSION = 1
         """The version of the pack's ONNX domain: bump it when one of its ops changes (opreg's
         docs/writing-packs.md, "Versioning a pack")."""
@@ -43,7 +43,7 @@ def init(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], doma
 
         @opreg.hookimpl
         def opreg_targets():
-            return {{"{pack}": {{"": opreg.newest_supported_opset(), DOMAIN: DOMAIN_VERSION}}}}
+            return {{{literal(pack)}: {{"": opreg.newest_supported_opset(), DOMAIN: DOMAIN_VERSION}}}}
 
 
         @opreg.hookimpl
@@ -141,14 +141,14 @@ def impls(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], dom
 
 
 def _stub(op: OpSpec) -> str:
-    message = f'"write the ONNX that {op.qualified} becomes: the body of {op.function}"'
+    message = literal(f"write the ONNX that {op.qualified} becomes: the body of {op.function}")
     return block(
-        f'''
-        @opreg.impl("{op.qualified}")
+        f"""
+        @opreg.impl({literal(op.qualified)})
         @DEF@
-            """{op.schema}."""
+            {literal(op.schema + ".")}
         @RAISE@
-    ''',
+    """,
         DEF=wrap(0, f"def {op.function}(", op.parameters(), "):"),
         RAISE=wrap(4, "raise NotImplementedError(", [message], ")"),
     )
@@ -164,7 +164,7 @@ def runtime(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], d
 def _runtime_schemas(package: str, ops: Sequence[OpSpec], domain: str) -> str:
     types = "".join(f'\n    "tensor({t})",' for t in TENSOR_TYPES) + "\n"
     listed = "".join(_schema(op) for op in ops)
-    names = ", ".join(f'"{op.onnx_name}"' for op in ops) + ("," if len(ops) == 1 else "")
+    names = ", ".join(literal(op.onnx_name) for op in ops) + ("," if len(ops) == 1 else "")
     return code(
         f'''
         """The pack's own ONNX ops (domain ``{domain}``), beside the impls that emit them: their
@@ -261,15 +261,16 @@ def _runtime_functions(package: str, ops: Sequence[OpSpec]) -> str:
 
 
 def _schema(op: OpSpec) -> str:
-    inputs = [f'_input("{a.name}", {i}{", optional=True" if a.optional else ""})' for i, a in enumerate(op.tensors)]
+    inputs = [
+        f"_input({literal(a.name)}, {i}{', optional=True' if a.optional else ''})" for i, a in enumerate(op.tensors)
+    ]
     attributes = [
-        f'_attribute("{a.name}", "{ATTRIBUTES[a.kind]}", required={not (a.optional or a.default is not None)})'
-        for a in op.attributes
+        f"_attribute({literal(a.name)}, {literal(ATTRIBUTES[a.kind])}, required={a.required})" for a in op.attributes
     ]
     lines = [
         "        _schema(",
-        f'            "{op.onnx_name}",',
-        f'            "{op.schema}",',
+        f"            {literal(op.onnx_name)},",
+        f"            {literal(op.schema)},",
         wrap(12, "inputs=[", inputs, "],"),
         f"            outputs={op.outputs},",
         wrap(12, "attributes=[", attributes, "],"),
@@ -296,13 +297,13 @@ def _kernel(op: OpSpec) -> str:
         @RETURN@
     ''',
         RUN=wrap(4, "def _run(", parameters, "):"),
-        RETURN=wrap(8, "return _torch(", [f'"{op.qualified}"', *positional, *keywords], ")"),
+        RETURN=wrap(8, "return _torch(", [literal(op.qualified), *positional, *keywords], ")"),
     )
 
 
 def torch_ops(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], domain: str) -> str:
-    libraries = "".join(f'    "{ns}": "{ns}",\n' for ns in sorted({op.namespace for op in ops}))
-    schemas = "".join(f'    "{op.qualified}": "{op.signature}",\n' for op in ops)
+    libraries = "".join(f"    {literal(ns)}: {literal(ns)},\n" for ns in sorted({op.namespace for op in ops}))
+    schemas = "".join(f"    {literal(op.qualified)}: {literal(op.signature)},\n" for op in ops)
     return (
         code(f'''
         """The torch ops {distribution} translates, and the libraries that define them.
@@ -389,4 +390,4 @@ def _samples_of(op: OpSpec) -> str:
             values.append(f"{a.name}={value}" if a.keyword_only else value)
         return wrap(12, "Sample.of(", values, "),")
 
-    return f'\n        "{op.qualified}": [\n{call("2, 3")}\n{call("3, 1, 4")}\n        ],'
+    return f"\n        {literal(op.qualified)}: [\n{call('2, 3')}\n{call('3, 1, 4')}\n        ],"

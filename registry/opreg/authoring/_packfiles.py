@@ -9,11 +9,13 @@ edits ``impls.py`` alone: until an impl's body is written (it raises
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 
 from opreg.authoring._opspec import OpSpec
 from opreg.authoring._packcode import EDITED, impls, init, runtime, samples, torch_ops
-from opreg.authoring._packtext import code
+from opreg.authoring._packtext import code, literal
 
 WORKFLOW = ".github/workflows/opreg-pack.yml"
 """The CI workflow of the pack's repository."""
@@ -68,21 +70,21 @@ def pyproject(distribution: str, pack: str, package: str, ops: Sequence[OpSpec],
         _requirement("torch"),
         "numpy",
     ]
-    listed = ", ".join(f'"{d}"' for d in dependencies)
+    listed = ", ".join(json.dumps(d) for d in dependencies)
     library_note = ""
     if libraries:  # the library's distribution is the author's to name
         provides = "it" if len(libraries) == 1 else "them"
         library_note = f"# The ops come from {', '.join(libraries)}: add the distribution that provides {provides}.\n"
     return code(
-        f'''
+        f"""
         [build-system]
         requires = ["setuptools>=68"]
         build-backend = "setuptools.build_meta"
 
         [project]
-        name = "{distribution}"
+        name = {json.dumps(distribution)}
         version = "0.1.0"
-        description = "opreg op pack: exports {what} to ONNX (domain {domain})"
+        description = {json.dumps(f"opreg op pack: exports {what} to ONNX (domain {domain})")}
         readme = "README.md"
         requires-python = ">=3.11"
         # No upper bounds: opreg's own requirements say which torch and onnxscript releases it supports.
@@ -93,10 +95,10 @@ def pyproject(distribution: str, pack: str, package: str, ops: Sequence[OpSpec],
 
         # What makes this an opreg pack: opreg finds it through this entry point.
         [project.entry-points."opreg.plugins"]
-        {pack} = "{package}"
+        {pack} = {json.dumps(package)}
 
         [tool.setuptools]
-        packages = ["{package}"]
+        packages = [{json.dumps(package)}]
 
         [tool.ruff]
         line-length = 120
@@ -107,14 +109,14 @@ def pyproject(distribution: str, pack: str, package: str, ops: Sequence[OpSpec],
         ignore = ["E501"]  # an op's schema is one string, however long
 
         [tool.ruff.lint.isort]
-        known-first-party = ["{package}"]
-    ''',
+        known-first-party = [{json.dumps(package)}]
+    """,
         LIBRARY=library_note,
     )
 
 
 def readme(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], domain: str) -> str:
-    rows = "".join(f"| `{op.schema}` | `{domain}::{op.onnx_name}` | `{op.function}` |\n" for op in ops)
+    rows = "".join(f"| {_cell(op.schema)} | `{domain}::{op.onnx_name}` | `{op.function}` |\n" for op in ops)
     table = (
         f"| torch op | its ONNX op | impl |\n|---|---|---|\n{rows}"
         if ops
@@ -147,6 +149,14 @@ def readme(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], do
     )
 
 
+def _cell(text: str) -> str:
+    """``text`` as code in a Markdown table cell: a fence longer than any run of backticks in it, ``|``
+    escaped, control characters as their escapes."""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text).replace("|", "\\|")
+    return f"{fence} {shown} {fence}"
+
+
 def tests(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], domain: str) -> str:
     if not ops:
         return code(f'''
@@ -154,7 +164,7 @@ def tests(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], dom
 
 
             def test_the_conformance_kit_passes(opreg_pack_check):
-                opreg_pack_check("{pack}").assert_ok()
+                opreg_pack_check({literal(pack)}).assert_ok()
             ''')
     return code(f'''
         """{distribution}'s tests: each op exported at the pack's profile and compared with eager
@@ -189,17 +199,17 @@ def tests(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], dom
         @pytest.mark.parametrize("op", sorted(torch_ops.SCHEMAS))
         def test_an_export_matches_eager_pytorch(op):
             for sample in samples.samples()[op]:
-                program = opreg.export(Call(torch_op(op)), sample.args, sample.kwargs, target="{pack}")
+                program = opreg.export(Call(torch_op(op)), sample.args, sample.kwargs, target={literal(pack)})
                 program.verify(*sample.args, **sample.kwargs)
 
 
         def test_the_conformance_kit_passes(opreg_pack_check):
-            opreg_pack_check("{pack}").assert_ok()
+            opreg_pack_check({literal(pack)}).assert_ok()
         ''')
 
 
 def workflow(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], domain: str) -> str:
-    releases = ", ".join(f'"{r}"' for r in _torch_releases())
+    releases = ", ".join(json.dumps(r) for r in _torch_releases())
     return code(f"""
         # {distribution}'s checks on each torch release opreg supports, at the lowest and the newest
         # releases of everything else that pyproject.toml allows (as opreg's tools/try_releases.py
