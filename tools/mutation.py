@@ -46,9 +46,23 @@ MODULES = (
     "opreg_core_ops/ops/indexing.py",
     "opreg_core_ops/ops/reduction.py",
     "opreg_core_ops/ops/random.py",
+    "opreg/authoring/_opspec.py",
+    "opreg/authoring/_packtext.py",
+    "opreg/authoring/_packcode.py",
+    "opreg/authoring/scaffold.py",
+    "opreg/testing/_kit_pack.py",
+    "opreg/testing/_kit_report.py",
+    "opreg/llm/_families.py",
+    "opreg/llm/_whisper.py",
+    "opreg/llm/_vision.py",
+    "opreg/llm/_folder.py",
+    "opreg/exporter/_grown.py",
+    "opreg/exporter/_mounts.py",
 )
 """What mutates: the save, the registry and its packs, the packs' rewrite passes, capture patches,
-the names of outputs, and three core-pack op families."""
+the names of outputs, three core-pack op families; and what round five added (issue 53): the
+scaffold (``new-pack``), the kit's pack checks, the language-model families, Whisper and the
+vision-language checks, the output folder, grown dims and mounts."""
 TESTS = (
     "tests/test_save.py",
     "tests/test_registry.py",
@@ -60,6 +74,16 @@ TESTS = (
     "tests/test_ops_tensor.py",
     "tests/test_ops_nn.py",
     "tests/test_random.py",
+    "tests/test_scaffold.py",
+    "tests/test_scaffold_hostile.py",
+    "tests/test_kit.py",
+    "tests/test_llm.py",
+    "tests/test_llm_whisper.py",
+    "tests/test_llm_vision.py",
+    "tests/test_llm_folder.py",
+    "tests/test_folder_keeps.py",
+    "tests/test_checkpoint_dims.py",
+    "tests/test_dynamic.py",
 )
 """The test files each mutant may run (mutmut runs those of their tests that reach the mutated
 function). The save's interrupt tests (every name with "interrupt") are left out: their child
