@@ -79,7 +79,11 @@ def test_explain_shows_the_choice_and_why(capsys):
     chosen = statuses["aten_gelu", "ai.onnx>=20"]
     assert chosen[0] == "chosen" and chosen[1].startswith("newest opset requirement")  # not contrib's priority 10
     assert "passed over: ort_contrib:aten_gelu_contrib (has a predicate; no node to test it on)" in chosen[1]
-    assert statuses["aten_gelu", "ai.onnx>=18"] == ("outranked", "ranked below core:aten_gelu at ai.onnx>=20")
+    assert statuses["aten_gelu", "ai.onnx>=18"] == (
+        "outranked",
+        "ranked below core:aten_gelu at ai.onnx>=20: newest opset requirement "
+        "(ai.onnx>=20 vs ai.onnx>=18 of core:aten_gelu)",
+    )  # why it lost, as the chosen row says why it won
     sources = {c["source"] for c in data["candidates"]}
     assert {s.rsplit("/", 1)[-1] for s in sources} == {"activation.py:22", "activation.py:24"}, sources
     code, out, _ = run(capsys, "explain", "aten::gelu", "-t", "18", "--json")

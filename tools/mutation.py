@@ -88,6 +88,9 @@ TESTS = (
 """The test files each mutant may run (mutmut runs those of their tests that reach the mutated
 function). The save's interrupt tests (every name with "interrupt") are left out: their child
 processes import opreg unmutated, and under mutmut some end before the signal reaches them."""
+LEFT_OUT = "not interrupt and not the_wheel_ships"
+"""The tests no mutant runs (a ``-k`` expression): the save's interrupt tests, and the scaffold's wheel
+test, which builds opreg's wheel from the repository's root (absent from mutmut's folder)."""
 PYTEST_ARGS = ["-p", "no:opreg", "-p", "no:cacheprovider", "-q"]
 """opreg's own pytest plugin would import opreg before mutmut puts the mutants first on sys.path."""
 
@@ -102,7 +105,7 @@ def config(modules=MODULES, tests=TESTS) -> str:
         f"only_mutate = {strings(f'src/{m}' for m in modules)}",
         'also_copy = ["conftest.py"]',
         f"pytest_add_cli_args = {strings(PYTEST_ARGS)}",
-        f"pytest_add_cli_args_test_selection = {strings([*tests, '-k', 'not interrupt'])}",
+        f"pytest_add_cli_args_test_selection = {strings([*tests, '-k', LEFT_OUT])}",
         'process_isolation = "forkserver"',
         "use_git_change_detection = false",
         "",

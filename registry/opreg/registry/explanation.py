@@ -163,6 +163,8 @@ def beats(impl: Impl, runner: Impl, preferred: str | None) -> str:
     before ``runner``."""
     if impl.priority != runner.priority:
         return f"higher priority ({impl.priority} > {runner.priority} of {runner.label})"
+    if bool(impl.profiles) != bool(runner.profiles):
+        return f"for profile {', '.join(impl.profiles)}, which this target serves ({runner.label} is for every target)"
     if impl.requirement.rank() != runner.requirement.rank():
         return f"newest opset requirement ({impl.requirement} vs {runner.requirement} of {runner.label})"
     if impl.pack == preferred and runner.pack != preferred:
@@ -185,7 +187,10 @@ def explain(registry: Resolving, op: OpName, target: Target, node: Any) -> Expla
         elif impl.conditional if node is None else not impl.accepts(node):
             rows.append(Candidate(impl, CONDITIONAL, why_not(impl, node)))
         else:
-            reason = f"ranked below {label_beside(chosen, impl)}" if chosen else "not reached"
+            reason = "not reached"
+            if chosen is not None:
+                why = beats(chosen, impl, registry.preferences().get(op))
+                reason = f"ranked below {label_beside(chosen, impl)}: {why}"
             rows.append(Candidate(impl, OUTRANKED, reason))
     for impl in registry.ranked(op):
         if impl not in ordered:

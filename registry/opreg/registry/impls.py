@@ -107,10 +107,14 @@ class Impl:
         return f"{self.pack}:{self.name}"
 
     def rank(self) -> tuple:
-        """What resolution orders impls by, best first: user override, priority, newest
-        requirement, and a predicate before no predicate. Impls of equal rank tie."""
+        """What resolution orders impls by, best first: user override, priority, an impl for
+        profiles (``profiles=``, eligible only at targets that serve one) before an impl for every
+        target, newest requirement, and a predicate before no predicate. Impls of equal rank tie."""
         onnx_min, n_domains, domain_sum = self.requirement.rank()
-        return (not self.override, -self.priority, -onnx_min, -n_domains, -domain_sum, self.predicate is None)
+        return (
+            not self.override, -self.priority, not self.profiles, -onnx_min, -n_domains, -domain_sum,
+            self.predicate is None,
+        )  # fmt: skip
 
     def tie_break(self) -> tuple:
         """How a tie is broken when the user has not said which pack they prefer: the core
@@ -121,7 +125,7 @@ class Impl:
         return (*self.rank(), *self.tie_break())
 
     def tie_key(self) -> tuple:
-        return (self.override, self.priority, self.requirement.rank())
+        return (self.override, self.priority, bool(self.profiles), self.requirement.rank())
 
     @property
     def keywords(self) -> dict[str, int]:

@@ -230,8 +230,30 @@ def check_conflicts(
                     f"ties with {rivals} (same priority, no predicate; {conflict.impls[0].label} wins by name): "
                     "raise priority or add a predicate",
                 ))  # fmt: skip
+    rows += never_chosen(registry, impls)
     if not rows:
         rows.append(CheckResult(CONFLICTS, pack, "", PASSED, f"no ties with the core pack at {len(seen)} target(s)"))
+    return rows
+
+
+def never_chosen(registry: Registry, impls: Sequence[Impl]) -> list[CheckResult]:
+    """A failed row for each impl for profiles (``profiles=``, no predicate) that resolution does not choose
+    at any of its profiles it applies at: what an export at ``-t PROFILE`` would not use, with ``explain``'s
+    reason."""
+    rows = []
+    for impl in impls:
+        if not impl.profiles or impl.conditional:
+            continue
+        profiles = [registry.target(name) for name in impl.profiles if name in registry.profiles]
+        applies = [target for target in profiles if registry.unmet(impl, target) is None]
+        if not applies or any(registry.resolve(impl.op, target) is impl for target in applies):
+            continue
+        (row,) = [c for c in registry.explain(impl.op, applies[0]).candidates if c.impl is impl]
+        rows.append(CheckResult(
+            CONFLICTS, f"{impl.label} for {impl.op}", str(applies[0]), FAILED,
+            f"for profile {', '.join(impl.profiles)}, but never chosen there ({row.reason}): raise its priority, "
+            "or remove the impl that wins",
+        ))  # fmt: skip
     return rows
 
 
