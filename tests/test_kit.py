@@ -509,3 +509,30 @@ def test_cli_pack_check_unknown_pack_exits_2_listing_installed_packs(capsys):
     assert code == 2 and out == ""
     assert err.startswith("opreg: error: no installed pack named 'no-such-pack'")
     assert "test_customop (opreg-test-customop)" in err and err.count("\n") == 1
+
+
+TWO_MARKS = """
+from onnxscript.onnx_opset import opset18 as op18
+
+
+def aten_relu_marked_twice(self):
+    \"\"\"relu(Tensor self) -> Tensor, one function registered for two opset ranges.\"\"\"
+    return op18.Relu(self)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register("aten::relu", aten_relu_marked_twice, opset=(18, 19), priority=5)
+    registry.register("aten::relu", aten_relu_marked_twice, opset=20, priority=5)
+"""
+
+
+def test_two_opset_marks_of_one_function_are_told_apart_by_their_requirement(make_pack):
+    make_pack("twomarks", TWO_MARKS)
+    report = check_pack("twomarks")
+    subjects = {r.subject for r in report.results if r.check == "samples"}
+    assert subjects == {
+        "twomarks:aten_relu_marked_twice at ai.onnx18..19 for aten::relu.default",
+        "twomarks:aten_relu_marked_twice at ai.onnx>=20 for aten::relu.default",
+    }
+    report.assert_ok()

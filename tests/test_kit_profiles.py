@@ -109,3 +109,59 @@ def test_an_impl_for_the_profile_that_never_wins_fails_the_kit_saying_why(profpa
     )
     explained = str(opreg.default_registry().explain("swishlib::fused_swish", "profpack"))
     assert "[outranked] profpack:swishlib_fused_swish" in explained and "higher priority (1 > 0" in explained
+
+
+SCALED = "scalelib::scaled_add(Tensor x, Tensor y, float alpha, float beta, bool negate=False) -> Tensor"
+SCALELIB = """
+import torch
+
+
+@torch.library.custom_op("scalelib::scaled_add", mutates_args=())
+def scaled_add(x: torch.Tensor, y: torch.Tensor, alpha: float, beta: float, negate: bool = False) -> torch.Tensor:
+    out = x * alpha + y * beta
+    return -out if negate else out
+
+
+@scaled_add.register_fake
+def _(x, y, alpha, beta, negate=False):
+    return torch.empty_like(x + y)
+"""
+SCALED_IMPL = """
+import opreg
+from onnxscript.onnx_opset import opset18 as op18
+from opreg.ops import Tensor
+
+
+@opreg.impl("scalelib::scaled_add")
+def scalelib_scaled_add(x: Tensor, y: Tensor, alpha: float, beta: float, negate: bool = False):
+    out = op18.Add(op18.Mul(x, op18.CastLike(ALPHA, x)), op18.Mul(y, op18.CastLike(BETA, y)))
+    return op18.Neg(out) if NEGATE else out
+"""
+
+
+@pytest.mark.parametrize(
+    ("alpha", "beta", "negate", "right"),
+    [("alpha", "beta", "negate", True), ("beta", "alpha", "negate", False), ("alpha", "beta", "False", False)],
+    ids=["right", "floats-swapped", "default-ignored"],
+)
+def test_the_generated_samples_fail_a_wrong_impl(tmp_path, monkeypatch, alpha, beta, negate, right):
+    """Issue 53: the samples gave every float 0.5 and every argument its default, so an impl that swapped two
+    floats or ignored an argument with a default passed them unchanged."""
+    import opreg.packs.plugins
+    from opreg.testing import check_pack
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "scalelib.py").write_text(SCALELIB)
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    pack = scaffold.new_pack("opreg-scalepack", ops=[SCALED], directory=tmp_path / "pack")
+    body = SCALED_IMPL.replace("ALPHA", alpha).replace("BETA", beta).replace("NEGATE", negate)
+    (pack / "opreg_scalepack" / "impls.py").write_text(body)
+    installed(pack, monkeypatch)
+    try:
+        failures = check_pack("scalepack").failures()
+    finally:
+        opreg.packs.plugins.clear_cache()
+        for name in [m for m in sys.modules if m.startswith("opreg_scalepack")]:
+            del sys.modules[name]
+    assert (failures == []) is right, [str(f) for f in failures]
+    assert all(f.check == "samples" and "out of tolerance" in f.detail for f in failures), [str(f) for f in failures]

@@ -116,9 +116,10 @@ def config(modules=MODULES, tests=TESTS) -> str:
 
 
 def sync(source: Path, target: Path) -> None:
-    """Copy the Python files of ``source`` to ``target``, each only if it changed."""
-    for path in source.rglob("*.py"):
-        if "__pycache__" in path.parts:
+    """Copy the files of ``source`` to ``target`` (the package's data too: the scaffold reads
+    ``well_known_names.txt``), each only if it changed."""
+    for path in source.rglob("*"):
+        if "__pycache__" in path.parts or not path.is_file():
             continue
         copy = target / path.relative_to(source)
         if not copy.exists() or not filecmp.cmp(path, copy, shallow=False):

@@ -26,8 +26,11 @@ _ANNOTATIONS = {
     TENSOR: "Tensor", "int": "int", "float": "float", "bool": "bool", "str": "str",
     "ints": "Sequence[int]", "floats": "Sequence[float]",
 }  # fmt: skip
-_SAMPLE_VALUES = {"int": "1", "float": "0.5", "bool": "False", "str": '""', "ints": "[1]", "floats": "[0.5]"}
+_SAMPLE_VALUES = {"int": "1", "str": '""', "ints": "[1]", "floats": "[0.5, 1.5]"}
 """What a sample passes for an argument without a default: a starting point the author may change."""
+_SAMPLE_FLOATS = ((0.75, 1.5, 0.25, 2.0, 0.125), (1.25, 0.375, 2.5, 0.625, 3.0))
+"""The floats of the first and of the second sample, one per argument: never two arguments alike, so an impl
+that swaps or ignores one of them fails."""
 RESERVED_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "quantized_decomposed", "onnx"})
 """torch's own namespaces: their ops are torch's, which a pack implements by writing impls, not by --op."""
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -76,14 +79,26 @@ class Argument:
         """The ONNX op must be given it: not optional, and no default."""
         return not (self.optional or self.default is not None)
 
-    @property
-    def sample(self) -> str:
-        """What the samples pass for it: a random tensor, the default, or a plain value."""
+    def sample(self, which: int, position: int, shape: tuple[int, ...]) -> str:
+        """What sample ``which`` (0 or 1) passes for it, the op's argument ``position``, whose first tensor
+        has ``shape``. A tensor: random, of ``shape`` (a later tensor of the second sample: of its last dim,
+        broadcast as a weight is); an optional one ``None`` in the first sample only. Else: the default in
+        the first sample, another value in the second (a bool flipped, a float moved), so an impl that
+        ignores the argument fails; without a default a plain value (floats distinct per argument)."""
         if self.kind == TENSOR:
-            return "None" if self.optional else "torch.randn(2, 3, generator=generator)"
-        if self.default is not None:
-            return self.default
-        return "None" if self.optional else _SAMPLE_VALUES[self.kind]
+            if self.optional and which == 0:
+                return "None"
+            dims = shape[-1:] if which == 1 and position > 0 else shape
+            return f"torch.randn({', '.join(map(str, dims))}, generator=generator)"
+        if self.default is not None and self.default != "None":
+            if which == 0 or self.kind not in ("bool", "float"):
+                return self.default
+            return str(self.default != "True") if self.kind == "bool" else literal(float(self.default) + 0.25)
+        if self.optional and which == 0:
+            return "None"
+        if self.kind == "float":
+            return literal(_SAMPLE_FLOATS[which][position % len(_SAMPLE_FLOATS[which])])
+        return str(which == 1) if self.kind == "bool" else _SAMPLE_VALUES[self.kind]
 
 
 @dataclasses.dataclass(frozen=True)

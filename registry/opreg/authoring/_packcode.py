@@ -383,11 +383,11 @@ def samples(distribution: str, pack: str, package: str, ops: Sequence[OpSpec], d
 
 
 def _samples_of(op: OpSpec) -> str:
-    def call(shape: str) -> str:
+    def call(which: int, shape: tuple[int, ...]) -> str:
         values = []
-        for a in op.arguments:
-            value = a.sample.replace("2, 3", shape)
+        for position, a in enumerate(op.arguments):
+            value = a.sample(which, position, shape)
             values.append(f"{a.name}={value}" if a.keyword_only else value)
         return wrap(12, "Sample.of(", values, "),")
 
-    return f"\n        {literal(op.qualified)}: [\n{call('2, 3')}\n{call('3, 1, 4')}\n        ],"
+    return f"\n        {literal(op.qualified)}: [\n{call(0, (2, 3))}\n{call(1, (3, 1, 4))}\n        ],"

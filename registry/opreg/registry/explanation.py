@@ -153,7 +153,7 @@ def why_chosen(impl: Impl, ordered: tuple[Impl, ...], preferred: str | None, nod
     if above:
         passed = "; ".join(f"{i.label} ({why_not(i, node)})" for i in above)
         reason += f"; ranked above it but passed over: {passed}"
-    if impl.profiles:
+    if impl.profiles and not reason.startswith("for profile"):
         reason += f"; for profile {', '.join(impl.profiles)}, which this target serves"
     return reason
 

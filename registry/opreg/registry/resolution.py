@@ -5,7 +5,8 @@ For one op, one target and optionally one node:
 1. drop every impl whose opset requirement the target does not meet, or whose profiles it does not
    serve (:func:`unmet`);
 2. order the rest by: explicit user override first, then higher priority,
-   then the newest requirement (ai.onnx minimum, then the custom domains it
+   then an impl for profiles (eligible here, so for a profile this target serves) before an
+   impl for every target, then the newest requirement (ai.onnx minimum, then the custom domains it
    uses), then impls with a predicate before unconditional ones at the same
    rank (:meth:`Impl.rank`); what still ties is broken by the pack the user
    prefers for the op (:meth:`Registry.prefer`), else the core pack, else pack
@@ -15,7 +16,7 @@ For one op, one target and optionally one node:
    A node with complex values (:func:`opreg.values.has_complex`) is served
    only by impls registered with ``complex=True``, and those serve no other.
 
-Two unconditional impls that tie on override, priority and requirement are a
+Two unconditional impls that tie on override, priority, profiles and requirement are a
 *conflict* (:func:`tied`, :func:`conflicts`): the order above still picks one, and
 :meth:`Registry.conflicts` and :meth:`Registry.explain` report it (``opreg plugins``,
 ``opreg check`` and ``export`` warn; ``--strict`` refuses a conflict the user has not settled).

@@ -103,7 +103,7 @@ def check_impl_samples(
     rows: list[CheckResult] = []
     unsampled: list[str] = []
     for impl in impls:
-        subject = f"{impl.label} for {impl.op}"
+        subject = subject_of(impl, impls)
         problem = _not_checkable(impl, registry, targets[id(impl)])
         if problem is not None:
             rows.append(CheckResult(SAMPLES, subject, "", FAILED, problem))
@@ -180,6 +180,13 @@ def _reached(impl: Impl, check: SampleCheck) -> bool:
     with the impl."""
     ran = check.count(PASSED) + check.count(DISTRIBUTION) + check.count(SHAPE_ONLY)
     return bool(check.failures()) or (ran > 0 and str(impl.op) in check.torch_ops)
+
+
+def subject_of(impl: Impl, impls: Sequence[Impl]) -> str:
+    """The row's subject for ``impl``: ``pack:function for op``, with its requirement where one function is
+    marked more than once for the op (one mark per opset range), so each mark's rows are told apart."""
+    marks = sum(1 for i in impls if i.label == impl.label and i.op == impl.op)
+    return f"{impl.label} at {impl.requirement} for {impl.op}" if marks > 1 else f"{impl.label} for {impl.op}"
 
 
 def _sample_rows(subject: str, impl: Impl, drive: _Drive, check: SampleCheck) -> list[CheckResult]:
