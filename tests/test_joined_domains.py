@@ -188,3 +188,27 @@ def test_opreg_explain_names_the_target_that_serves_an_op(capsys):
     code = main(["explain", "mylibrary::addandround_op", "-t", "onnxruntime", "--json"])
     data = json.loads(capsys.readouterr()[0])
     assert data["chosen"] is None and data["elsewhere"].startswith("served at -t onnxruntime,test.customop=1")
+
+
+@pytest.mark.parametrize(
+    ("plugins", "exclude", "why"),
+    [
+        (None, ["test_customop", "ort_contrib"], "excluded (exclude= / -p no:NAME)"),
+        (["ort_contrib"], [], "not among the requested packs (plugins= / -p NAME)"),
+    ],
+    ids=["excluded", "not-requested"],
+)
+def test_an_installed_pack_left_out_is_named_with_how_to_include_it(x, plugins, exclude, why):
+    """Issue 53: ``-p no:PACK`` said "No installed pack implements it" of an installed pack it excluded. The
+    left-out pack that implements the op is named, with how to include it; one that does not (ort_contrib) is
+    not."""
+    import opreg.packs.plugins
+
+    registry = opreg.packs.plugins.build_registry(plugins=plugins, exclude=exclude)
+    with pytest.raises(opreg.UnsupportedOpsError) as raised:
+        opreg.export(RoundThenGelu(), (x,), target=20, registry=registry)
+    (entry,) = raised.value.missing
+    assert entry.reason == (
+        f"Installed pack 'test_customop' implements it, but this export leaves it out: {why}; include it (drop -p "
+        "no:test_customop or exclude=, or request it with -p test_customop)."
+    )

@@ -37,6 +37,10 @@ from opreg.values import has_complex
 logger = logging.getLogger(__name__)
 
 
+NO_PACK = "No installed pack implements it for this target."
+"""Why an op has no impl, when no other reason is known."""
+
+
 @dataclasses.dataclass(frozen=True)
 class MissingOp:
     """One op an export cannot translate.
@@ -343,7 +347,7 @@ def _plan_graph(
             op = _nodes.torch_op(node, kind)
             impl = registry.resolve(op, target, node)
             if impl is None:
-                reason = "No installed pack implements it for this target."
+                reason = NO_PACK
                 candidates = registry.candidates(op, target)
                 if candidates:
                     reason = "Its impls' predicates reject these nodes."
@@ -375,7 +379,10 @@ def _unsupported(found: _Missing, registry: Registry, target: Target) -> Unsuppo
             elsewhere = tuple(
                 f"{i.label} ({i.requirement})" for i in registry.impls(name) if registry.unmet(i, target) is not None
             )
-        entries.append(MissingOp(name, len(nodes), shown, nodes[0][1], elsewhere))
+        reason = nodes[0][1]
+        if reason == NO_PACK and "::" in name:
+            reason = _left_out(registry, name) or reason
+        entries.append(MissingOp(name, len(nodes), shown, reason, elsewhere))
     lines = [f"{len(entries)} op(s) in the model have no impl for target {target}:"]
     lines += [f"  - {e}" for e in entries]
     lines.append(
@@ -383,6 +390,28 @@ def _unsupported(found: _Missing, registry: Registry, target: Target) -> Unsuppo
         "or register your own impl on a registry copy and pass it as registry=."
     )
     return UnsupportedOpsError("\n".join(lines), tuple(entries))
+
+
+def _left_out(registry: Registry, op: str) -> str | None:
+    """What to say of ``op`` when an installed pack that implements it was left out of the export (``-p
+    no:PACK``, ``exclude=``, autoload off), or ``None``. Asks what each left-out pack declares (the pack
+    cache's, else loading it): on the error path only."""
+    from opreg.errors import OpregError
+    from opreg.packs import plugins
+
+    for report in getattr(registry, "packs", ()):
+        if report.status != plugins.DISABLED:
+            continue
+        try:
+            theirs = plugins.declared_registry([report.name])
+        except OpregError:
+            continue
+        if any(i.pack == report.name for i in theirs.impls(op)):
+            return (
+                f"Installed pack {report.name!r} implements it, but this export leaves it out: {report.reason}; "
+                f"include it (drop -p no:{report.name} or exclude=, or request it with -p {report.name})."
+            )
+    return None
 
 
 _LATE_CHECKED: set[tuple[Any, OpName]] = set()
