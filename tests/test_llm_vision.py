@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -184,3 +185,56 @@ def test_repeated_siglip_and_decoder_layers_are_captured_once(caplog):
     assert "captured the first 2 of 3 layers; the others are copies (model.vision_tower.encoder.layers)" in caplog.text
     assert "captured the first 3 of 4 layers; the others are copies (model.language_model.layers)" in caplog.text
     exported.verify()
+
+
+def _qwen_processor(patch: int) -> Any:
+    from transformers import Qwen2VLImageProcessor
+
+    return Qwen2VLImageProcessor(patch_size=patch, temporal_patch_size=2, merge_size=2, min_pixels=64,
+                                 max_pixels=64 * 64)  # fmt: skip
+
+
+def _clip_processor(size: int) -> Any:
+    from transformers import CLIPImageProcessor
+
+    return CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+
+
+@pytest.mark.parametrize(
+    ("model", "processor", "message"),
+    [
+        (
+            vm.qwen2_5_vl,
+            lambda: _qwen_processor(2 * vm.QWEN_PATCH),
+            "the image processor's patch_size is 8, the model's",
+        ),
+        (vm.llava, lambda: _clip_processor(2 * vm.LLAVA_IMAGE), "the image processor makes 64x64 images, the model's"),
+    ],
+    ids=["qwen-patch", "llava-size"],
+)
+def test_an_image_processor_that_contradicts_the_model_is_refused_before_the_export(
+    model, processor, message, tmp_path
+):
+    """Issue 53: a processor whose patch size contradicts the model was written into the folder unchecked
+    (Whisper's feature extractor's mel bins are checked). Refused before the models are captured, given or in
+    a folder, and nothing is written."""
+    given = processor()
+    given.save_pretrained(tmp_path / "processor")
+    for where in (given, tmp_path / "processor"):
+        with pytest.raises(opreg.ExportError, match=re.escape(message)):
+            opreg.llm.export_vision(model(), tmp_path / "genai", image_processor=where)
+    assert not (tmp_path / "genai").exists()
+
+
+@pytest.mark.parametrize(
+    ("model", "processor"),
+    [(vm.qwen2_5_vl, vm.qwen_processor), (vm.llava, vm.llava_processor), (vm.gemma3, vm.gemma3_processor)],
+    ids=["qwen", "llava", "gemma3"],
+)
+def test_the_models_own_image_processor_passes_the_check(model, processor):
+    from opreg.llm._vision_models import architecture_of
+
+    built = model()
+    architecture = architecture_of(built)
+    architecture.check_processor(built, processor())  # the one the model's tests run GenAI with
+    architecture.check_processor(built, architecture.default_image_processor(built))  # what opreg writes without one

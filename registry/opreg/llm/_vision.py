@@ -205,6 +205,8 @@ def export(request: Request) -> VisionLanguage:
     tables = request.quantized(embeddings=True)
     model = request.load()
     architecture = architecture_of(model)
+    processor = options.image_processor if options.image_processor is not None else request.folder
+    architecture.check_processor(model, _vision_genai.image_processor_of(processor, architecture, model))
     with evaluating(model):
         layout = layout_of(model)
         programs = (
@@ -213,7 +215,6 @@ def export(request: Request) -> VisionLanguage:
             _export_decoder(model, architecture, layout, options.context_length, request.quantized()),
         )
     check_quantized(programs[2], options.precision, "decoder")
-    processor = options.image_processor if options.image_processor is not None else request.folder
     return VisionLanguage(
         programs, layout, architecture, model, tokenizer=options.tokenizer, image_processor=processor,
         context_length=options.context_length, precision=options.precision,

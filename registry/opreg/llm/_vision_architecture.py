@@ -60,6 +60,26 @@ class Architecture:
     def check(self, model: Any) -> None:
         """Refuse, with the reason, a model of this architecture GenAI's pipeline cannot run."""
 
+    def check_processor(self, model: Any, processor: Any) -> None:
+        """Refuse an image processor that contradicts the model, before the export (as Whisper's feature
+        extractor's mel bins are checked): its patch, merge and temporal patch sizes against the vision
+        encoder's config, and the size of the images it makes against an encoder of one fixed size."""
+        vision = model.config.vision_config
+        for mine, theirs in PROCESSOR_SIZES:
+            made, taken = getattr(processor, mine, None), getattr(vision, theirs, None)
+            if made is not None and taken is not None and int(made) != int(taken):
+                raise ExportError(
+                    f"the image processor's {mine} is {made}, the model's vision encoder's {theirs} {taken}: give "
+                    "the model's own image processor (image_processor=, or the checkpoint folder's)"
+                )
+        size = made_size(processor) if getattr(processor, "patch_size", None) is None else None
+        if size is not None and size != (self.image_size(model),) * 2:
+            raise ExportError(
+                f"the image processor makes {size[0]}x{size[1]} images, the model's vision encoder takes "
+                f"{self.image_size(model)}x{self.image_size(model)}: give the model's own image processor "
+                "(image_processor=, or the checkpoint folder's)"
+            )
+
     def image_token_id(self, model: Any) -> int:
         config = model.config
         token = getattr(config, "image_token_id", None)
@@ -139,6 +159,20 @@ class Architecture:
             ("normalize", "Normalize", {"mean": list(processor.image_mean), "std": list(processor.image_std)}),
             ("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}),
         ])  # fmt: skip
+
+
+PROCESSOR_SIZES = (("patch_size", "patch_size"), ("merge_size", "spatial_merge_size"),
+                   ("temporal_patch_size", "temporal_patch_size"))  # fmt: skip
+"""An image processor's sizes and the vision config's that must equal them: ``(processor's, config's)``."""
+
+
+def made_size(processor: Any) -> tuple[int, int] | None:
+    """The ``(height, width)`` of the images ``processor`` makes, when they have one size: its crop where it
+    crops, else its size where that has a height and a width; ``None`` otherwise."""
+    size = processor.crop_size if getattr(processor, "do_center_crop", False) else getattr(processor, "size", None)
+    get = size.get if isinstance(size, dict) else lambda name: getattr(size, name, None)  # dict, or a SizeDict
+    height, width = get("height"), get("width")
+    return None if height is None or width is None else (int(height), int(width))
 
 
 def resample(processor: Any) -> str:

@@ -57,7 +57,11 @@ def config(vl: VisionLanguage) -> dict[str, Any]:
 def image_processor(vl: VisionLanguage) -> Any:
     """The transformers image processor of ``vl``: the one given, the one in the folder given, else
     the architecture's default for the model's image size."""
-    given = vl.image_processor
+    return image_processor_of(vl.image_processor, vl.architecture, vl.model)
+
+
+def image_processor_of(given: Any, architecture: Any, model: Any) -> Any:
+    """:func:`image_processor` of a processor or folder ``given`` (or ``None``), before the export."""
     if isinstance(given, (str, os.PathLike)):
         saved = Path(given) / "preprocessor_config.json"
         given = None
@@ -66,7 +70,7 @@ def image_processor(vl: VisionLanguage) -> Any:
 
             given = AutoImageProcessor.from_pretrained(saved.parent)
     if given is None:
-        return vl.architecture.default_image_processor(vl.model)
+        return architecture.default_image_processor(model)
     if not hasattr(given, "image_mean") or not hasattr(given, "save_pretrained"):
         raise ExportError(
             f"image_processor= takes a transformers image processor or a folder holding one, got {type(given).__name__}"
