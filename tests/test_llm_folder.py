@@ -195,3 +195,47 @@ def test_a_live_exports_staging_folder_is_not_removed_and_foreign_entries_never(
         os.close(lock)
     _folder.clean_up(folder)  # its writer is gone
     assert not live.exists() and all(path.is_dir() for path in foreign)
+
+
+CUSTOM_CODE = """
+import pathlib
+
+pathlib.Path({sentinel!r}).write_text("the checkpoint's code ran")
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+class MyConfig(LlamaConfig):
+    model_type = "mycustom"
+
+
+class MyModel(LlamaForCausalLM):
+    config_class = MyConfig
+"""
+
+
+@pytest.mark.parametrize("model_type", ["mycustom", "llama"], ids=["custom-type", "known-type"])
+def test_a_checkpoint_carrying_code_is_refused_before_transformers_can_ask_to_run_it(tmp_path, model_type):
+    """Issue 53: transformers' "run the custom code? [y/N]" prompt reached opreg's stdin, and a `y` ran the
+    checkpoint's code. A config.json with an auto_map is refused before transformers reads it, with a `y` on
+    stdin, whether its model_type is transformers' own or the checkpoint's."""
+    folder = lm.checkpoint(lm.causal_lm("llama"), tmp_path / "checkpoint")
+    sentinel = tmp_path / "RAN"
+    (folder / "custom_x.py").write_text(CUSTOM_CODE.format(sentinel=str(sentinel)))
+    config = json.loads((folder / "config.json").read_text())
+    config |= {"model_type": model_type, "auto_map": {"AutoConfig": "custom_x.MyConfig",
+                                                      "AutoModelForCausalLM": "custom_x.MyModel"}}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ran = subprocess.run(
+        [sys.executable, "-m", "opreg", "llm", "export", str(folder), "-o", str(tmp_path / "out")],
+        input="y\n", capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 2 and not sentinel.exists() and not (tmp_path / "out").exists(), ran.stderr
+    assert "[y/N]" not in ran.stdout + ran.stderr
+    assert "maps transformers' classes to code in the checkpoint (auto_map: AutoConfig -> custom_x.MyConfig, " in (
+        ran.stderr
+    )
+    assert "opreg runs no code a checkpoint carries" in ran.stderr
+    with pytest.raises(opreg.ExportError, match="opreg runs no code a checkpoint carries"):
+        opreg.llm.export_checkpoint(folder)  # the same refusal in Python
+    assert not sentinel.exists()

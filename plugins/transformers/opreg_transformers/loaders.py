@@ -121,7 +121,7 @@ def _buildable(checkpoint: opreg.Checkpoint, auto: str, task: str) -> None:
     import transformers
 
     try:
-        config = transformers.AutoConfig.from_pretrained(checkpoint.path)
+        config = transformers.AutoConfig.from_pretrained(checkpoint.path, trust_remote_code=False)
     except Exception as e:
         raise opreg.CheckpointError(
             f"{checkpoint.file('config.json')} cannot be built by transformers {transformers.__version__}: "
@@ -137,7 +137,7 @@ def _buildable(checkpoint: opreg.Checkpoint, auto: str, task: str) -> None:
 def _load(checkpoint: opreg.Checkpoint, auto: str) -> Any:
     import transformers
 
-    return getattr(transformers, auto).from_pretrained(checkpoint.path).eval()
+    return getattr(transformers, auto).from_pretrained(checkpoint.path, trust_remote_code=False).eval()
 
 
 def _text_shape(task: str) -> tuple[str, ...]:

@@ -122,7 +122,7 @@ def _build(checkpoint: opreg.Checkpoint, modes: tuple[str, ...], normalize: bool
 
     from opreg_transformers.pooling import SentenceEmbedding
 
-    encoder = transformers.AutoModel.from_pretrained(checkpoint.path)
+    encoder = transformers.AutoModel.from_pretrained(checkpoint.path, trust_remote_code=False)
     return SentenceEmbedding(encoder, modes, normalize).eval()
 
 

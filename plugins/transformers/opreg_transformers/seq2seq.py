@@ -154,7 +154,7 @@ def plan(checkpoint: opreg.Checkpoint, task: str, files: tuple[opreg.FileCopy, .
     the merged decoder; ``files`` and Marian's sentencepiece models copied; the greedy loop checked."""
     import transformers
 
-    config = transformers.AutoConfig.from_pretrained(checkpoint.path)
+    config = transformers.AutoConfig.from_pretrained(checkpoint.path, trust_remote_code=False)
     family = FAMILIES[config.model_type]
     layout = layout_of(family, config, checkpoint.json("generation_config.json"))
     head, past = task_parts(task)
@@ -175,7 +175,7 @@ def _load(checkpoint: opreg.Checkpoint, family: Family, layout: Layout, auto: st
     """The model, loaded once for every component and the loop check."""
     import transformers
 
-    model = getattr(transformers, auto).from_pretrained(checkpoint.path).eval()
+    model = getattr(transformers, auto).from_pretrained(checkpoint.path, trust_remote_code=False).eval()
     if family.positions == SINUSOIDAL:
         from opreg_transformers.seq2seq_steps import grow_sinusoidal_positions
 

@@ -43,12 +43,33 @@ def read_config(folder: Path) -> Any:
             f"{folder} is not a transformers checkpoint folder (no config.json): give a folder saved with "
             "save_pretrained"
         )
+    refuse_custom_code(folder)
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(folder)
+        return AutoConfig.from_pretrained(folder, trust_remote_code=False)
     except Exception as e:
         raise ExportError(f"transformers could not read {folder / 'config.json'}: {type(e).__name__}: {e}") from e
+
+
+def refuse_custom_code(folder: Path) -> None:
+    """Refuse a checkpoint whose config maps transformers' auto classes to its own code (``auto_map``),
+    before transformers reads it: transformers would ask on stdin whether to run that code, and opreg runs
+    no code a checkpoint carries."""
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # transformers names what is wrong with it
+    mapped = config.get("auto_map") if isinstance(config, dict) else None
+    if mapped:
+        classes = ", ".join(f"{k} -> {v}" for k, v in sorted(mapped.items()) if isinstance(v, str)) or str(mapped)
+        raise ExportError(
+            f"{folder / 'config.json'} maps transformers' classes to code in the checkpoint (auto_map: {classes}); "
+            "opreg runs no code a checkpoint carries: read that code, load the model yourself "
+            "(from_pretrained(..., trust_remote_code=True)) and export the model object (opreg.llm.export_decoder)"
+        )
 
 
 def text_config(config: Any) -> Any:
@@ -118,7 +139,7 @@ def load_model(folder: Path, auto_class: str, name: str) -> Any:
     import transformers
 
     try:
-        loaded = getattr(transformers, auto_class).from_pretrained(folder, dtype=torch.float32)
+        loaded = getattr(transformers, auto_class).from_pretrained(folder, dtype=torch.float32, trust_remote_code=False)
     except Exception as e:
         raise ExportError(f"transformers could not load a {name} from {folder}: {type(e).__name__}: {e}") from e
     return loaded.eval()
@@ -134,7 +155,9 @@ def load_weights(folder: Path) -> Any:
 
     checkpoint_files(folder)  # shards named outside the folder refused, as the streamed export refuses them
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, output_loading_info=True)
+        model, info = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, output_loading_info=True, trust_remote_code=False
+        )
     except Exception as e:
         raise ExportError(f"transformers could not load a causal LM from {folder}: {type(e).__name__}: {e}") from e
     missing = sorted(info.get("missing_keys") or ())

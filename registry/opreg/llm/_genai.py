@@ -235,7 +235,7 @@ def _save_tokenizer(tokenizer: Any, folder: Path) -> list[str]:
         try:
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(source)
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
         except Exception:  # a tokenizer transformers cannot load here: its files, as they are
             names = [name for name in TOKENIZER_FILES if (source / name).is_file()]
             for name in names:

@@ -35,7 +35,7 @@ def load_meta(folder: Path) -> tuple[Any, Weights]:
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     try:
-        config = AutoConfig.from_pretrained(folder)
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     except Exception as e:
@@ -109,4 +109,4 @@ def load_eager(folder: Path | None, model: Any) -> Any:
         )
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False).eval()

@@ -68,7 +68,7 @@ def image_processor_of(given: Any, architecture: Any, model: Any) -> Any:
         if saved.is_file():
             from transformers import AutoImageProcessor
 
-            given = AutoImageProcessor.from_pretrained(saved.parent)
+            given = AutoImageProcessor.from_pretrained(saved.parent, trust_remote_code=False)
     if given is None:
         return architecture.default_image_processor(model)
     if not hasattr(given, "image_mean") or not hasattr(given, "save_pretrained"):
