@@ -53,6 +53,12 @@ LAST_DIM = {
         lambda x: torch.nn.functional.layer_norm(x.split(2, -1)[1].flatten(-2), (6,)),
         (x,),
     ),
+    # rank 1, where -1 and 0 are one axis of the input, but -1 of an unsqueeze's output is 1 (issue 53: both sides)
+    "rank1": (
+        lambda v: (torch.cat([v.softmax(-1), v.cumsum(-1)], -1), v.unsqueeze(-1), v.unsqueeze(0), v.sort(-1)[0],
+                   v.topk(2, -1)[1], v.max(-1)[0], torch.gather(v, -1, torch.tensor([3, 0]))),
+        (torch.randn(5),),
+    ),
 }  # fmt: skip
 
 

@@ -212,3 +212,21 @@ def test_an_installed_pack_left_out_is_named_with_how_to_include_it(x, plugins, 
         f"Installed pack 'test_customop' implements it, but this export leaves it out: {why}; include it (drop -p "
         "no:test_customop or exclude=, or request it with -p test_customop)."
     )
+
+
+@pytest.mark.parametrize("target", [20, "ai.onnx=20"], ids=["int", "versions"])
+def test_a_domain_joins_a_target_that_is_no_profile(x, caplog, target):
+    """The other side of the first test (issue 53: a domain joined without a profile): a bare ai.onnx version
+    gets the pack's domain the same way, and says so, and records it."""
+    with caplog.at_level(logging.WARNING, logger="opreg"):
+        program = opreg.export(RoundThenGelu(), (x,), target=target)
+    (joined,) = program.joined_domains
+    assert (joined.domain, joined.version, joined.packs) == (CUSTOM, 1, ("test_customop",))
+    assert (
+        program.target.get("") == 20 and program.target.get(CUSTOM) == 1 and program.target.get("com.microsoft") is None
+    )
+    assert program.model.metadata_props["opreg.joined_domains"] == (
+        "test.customop=1 (pack test_customop: mylibrary::addandround_op.default)"
+    )
+    assert [r.getMessage() for r in caplog.records if "test.customop=1" in r.getMessage()], caplog.text
+    program.verify(x, runtime="reference")

@@ -365,3 +365,37 @@ def test_generated_code_is_lint_clean(tmp_path, ops):
     for command in (["check", "--no-cache"], ["format", "--check"]):
         linted = run(sys.executable, "-m", "ruff", *command, ".", cwd=path)
         assert linted.returncode == 0, linted.stdout
+
+
+def test_falsy_options_given_are_not_taken_as_left_out(tmp_path):
+    """Issue 53, both sides: ``domain=""`` is a domain given (refused), not the default; ``empty=False`` with
+    ops and ``ops=()`` with ``empty=True`` are the same as leaving the other out."""
+    with pytest.raises(scaffold.ScaffoldError, match="domain '' is not dotted identifiers"):
+        scaffold.new_pack("opreg-mypack", ops=[SWISH], domain="", directory=tmp_path / "refused")
+    assert list(tmp_path.iterdir()) == []
+    with_ops = scaffold.new_pack("opreg-mypack", ops=[SWISH], empty=False, directory=tmp_path / "ops")
+    assert (with_ops / "opreg_mypack" / "runtime.py").is_file()
+    empty = scaffold.new_pack("opreg-mypack", ops=(), empty=True, directory=tmp_path / "empty")
+    assert not (empty / "opreg_mypack" / "runtime.py").exists()
+
+
+def test_optional_and_required_arguments_of_a_generated_schema(tmp_path, monkeypatch, unload):
+    """Both sides of each: a required input and attribute (SWISH's x, beta), an optional input and
+    attributes with defaults (MIXED's weight, scale...); the samples pass the optional input as None and as
+    a tensor."""
+    from onnx.defs import OpSchema
+
+    pack = scaffold.new_pack("opreg-mixpack", ops=[SWISH, MIXED], directory=tmp_path / "pack")
+    installed(pack, monkeypatch)
+    from opreg_mixpack import runtime
+
+    swish, mixed = runtime.schemas()
+    single, optional = OpSchema.FormalParameterOption.Single, OpSchema.FormalParameterOption.Optional
+    assert [i.option for i in swish.inputs] == [single] and swish.attributes["beta"].required
+    assert [i.option for i in mixed.inputs] == [single, optional]
+    assert not any(a.required for a in mixed.attributes.values())
+    samples = (pack / "opreg_mixpack" / "samples.py").read_text()
+    mix = samples[samples.index('"scaffoldlib::mix.out"') :]
+    first, second = mix.split("Sample.of(")[1:3]
+    assert "torch.randn(2, 3, generator=generator), None, 1.0," in first  # weight left out, scale its default
+    assert "torch.randn(4, generator=generator),\n" in second and "1.25," in second  # given, and another scale

@@ -183,3 +183,36 @@ def test_importing_a_fuzzed_pack_runs_nothing_but_the_pack(text):
         (_, impls, *_), added = import_pack(schema, Path(folder))
         assert not sentinel.exists() and added == set()
         assert inspect.signature(impls.hostilelib_f).parameters["m"].default == text
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, -1, 0.0, -0.0, 1e-300, 2.5, float("inf"), float("-inf"), True, False, None, "", "it's", 'say "hi"',
+     "both ' and \"", "tab\tnul\x00", [1, 2], [0.5, True]],
+)  # fmt: skip
+def test_a_literal_evaluates_back_to_its_value(value):
+    from opreg.authoring._packtext import literal
+
+    text = literal(value)
+    back = eval(text, {"__builtins__": {"float": float}})  # what the generated file holds, evaluated
+    assert back == value and type(back) is type(value) and repr(back) == repr(value)
+
+
+def test_a_literal_of_nan_is_nan_and_other_values_are_refused():
+    import math
+
+    from opreg.authoring._packtext import literal
+
+    assert literal(float("nan")) == 'float("nan")' and math.isnan(eval(literal(float("nan")), {"float": float}))
+    with pytest.raises(TypeError, match="no Python literal for object"):
+        literal(object())
+
+
+@pytest.mark.parametrize("width", [119, 120, 121])
+def test_wrap_keeps_a_line_of_exactly_the_width_whole(width):
+    """Both sides of ruff's line length: 120 columns fit, 121 do not."""
+    from opreg.authoring._packtext import wrap
+
+    item = "a" * (width - len("f(b, )"))
+    text = wrap(0, "f(", ["b", item], ")")
+    assert (text.count("\n") == 0) is (width <= 120), text
