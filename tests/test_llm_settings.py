@@ -180,6 +180,8 @@ def test_the_context_length_is_checked_against_every_familys_position_limit_on_b
     with pytest.raises(opreg.InvalidArgumentError, match=rf"context_length {limit + 1} is above the model's position "
                        rf"limit \({named}\)"):  # fmt: skip
         prepared(model, context_length=limit + 1)  # one past it
+    with pytest.raises(opreg.InvalidArgumentError, match="above the model's position limit"):
+        prepared(model, context_length=limit + 1, allow_longer_context=False)  # False given, not left out
     longer = prepared(model, context_length=limit + 1, allow_longer_context=True)
     assert (longer.family.key, longer.settings.context_length) == (family, limit + 1)
     stages = []
