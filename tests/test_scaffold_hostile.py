@@ -216,3 +216,14 @@ def test_wrap_keeps_a_line_of_exactly_the_width_whole(width):
     item = "a" * (width - len("f(b, )"))
     text = wrap(0, "f(", ["b", item], ")")
     assert (text.count("\n") == 0) is (width <= 120), text
+
+
+@pytest.mark.parametrize("width", [120, 121])
+def test_wrap_keeps_the_items_on_one_line_of_their_own_at_exactly_the_width(width):
+    from opreg.authoring._packtext import wrap
+
+    item = "a" * (width - 4)  # the items' line: four spaces of indent, then the item
+    text = wrap(0, "function_name(", [item], ")")
+    one_line_of_items = f"function_name(\n    {item}\n)"
+    assert (text == one_line_of_items) is (width <= 120), text
+    assert text.endswith(",\n)") is (width > 120)  # else one item a line, with ruff's trailing comma
