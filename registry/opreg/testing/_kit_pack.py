@@ -238,16 +238,17 @@ def check_conflicts(
 
 def never_chosen(registry: Registry, impls: Sequence[Impl]) -> list[CheckResult]:
     """A failed row for each impl for profiles (``profiles=``, no predicate) that resolution does not choose
-    at any of its profiles it applies at: what an export at ``-t PROFILE`` would not use, with ``explain``'s
-    reason."""
+    at any of its profiles it applies at, nor another mark of its function: what an export at ``-t PROFILE``
+    would not use, with ``explain``'s reason."""
     rows = []
     for impl in impls:
         if not impl.profiles or impl.conditional:
             continue
         profiles = [registry.target(name) for name in impl.profiles if name in registry.profiles]
         applies = [target for target in profiles if registry.unmet(impl, target) is None]
-        if not applies or any(registry.resolve(impl.op, target) is impl for target in applies):
-            continue
+        winners = [registry.resolve(impl.op, target) for target in applies]
+        if not applies or any(w is impl or (w is not None and w.label == impl.label) for w in winners):
+            continue  # chosen, or another mark of the same function is (a newer opset's)
         (row,) = [c for c in registry.explain(impl.op, applies[0]).candidates if c.impl is impl]
         rows.append(CheckResult(
             CONFLICTS, f"{impl.label} for {impl.op}", str(applies[0]), FAILED,
