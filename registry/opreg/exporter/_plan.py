@@ -37,10 +37,6 @@ from opreg.values import has_complex
 logger = logging.getLogger(__name__)
 
 
-NO_PACK = "No installed pack implements it for this target."
-"""Why an op has no impl, when no other reason is known."""
-
-
 @dataclasses.dataclass(frozen=True)
 class MissingOp:
     """One op an export cannot translate.
@@ -390,6 +386,10 @@ def _unsupported(found: _Missing, registry: Registry, target: Target) -> Unsuppo
         "or register your own impl on a registry copy and pass it as registry=."
     )
     return UnsupportedOpsError("\n".join(lines), tuple(entries))
+
+
+NO_PACK = "No installed pack implements it for this target."
+"""Why an op has no impl, when no other reason is known."""
 
 
 def _left_out(registry: Registry, op: str) -> str | None:
