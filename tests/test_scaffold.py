@@ -399,3 +399,15 @@ def test_optional_and_required_arguments_of_a_generated_schema(tmp_path, monkeyp
     first, second = mix.split("Sample.of(")[1:3]
     assert "torch.randn(2, 3, generator=generator), None, 1.0," in first  # weight left out, scale its default
     assert "torch.randn(4, generator=generator),\n" in second and "1.25," in second  # given, and another scale
+
+
+def test_the_samples_give_each_argument_two_values():
+    """The first sample: every default, an optional argument left out, every tensor of the first tensor's shape;
+    the second: a bool default flipped, a float default moved, an optional argument given, a later tensor of
+    the last dim only (broadcast, as a weight), the first tensor of its whole shape."""
+    op = "scaffoldlib::opt(Tensor x, Tensor w, float? g=None, bool flag=True, float eps=1e-05) -> Tensor"
+    samples = scaffold.render(scaffold.pack_names("opreg-mypack"), [op])["opreg_mypack/samples.py"]
+    first, second = (call.split("),\n")[0] for call in samples.split("Sample.of(")[1:3])
+    randn = "torch.randn({}, generator=generator)"
+    assert first.split() == f"{randn.format('2, 3')}, {randn.format('2, 3')}, None, True, 1e-05".split(), first
+    assert second.split() == f"{randn.format('3, 1, 4')}, {randn.format('4')}, 2.5, False, 0.25001".split(), second
