@@ -405,9 +405,12 @@ def test_the_samples_give_each_argument_two_values():
     """The first sample: every default, an optional argument left out, every tensor of the first tensor's shape;
     the second: a bool default flipped, a float default moved, an optional argument given, a later tensor of
     the last dim only (broadcast, as a weight), the first tensor of its whole shape."""
-    op = "scaffoldlib::opt(Tensor x, Tensor w, float? g=None, bool flag=True, float eps=1e-05) -> Tensor"
+    op = "scaffoldlib::opt(Tensor x, Tensor w, bool b, int n, float? g=None, bool flag=True, float eps=1e-05) -> Tensor"
     samples = scaffold.render(scaffold.pack_names("opreg-mypack"), [op])["opreg_mypack/samples.py"]
-    first, second = (call.split("),\n")[0] for call in samples.split("Sample.of(")[1:3])
+    import ast
+
+    calls = [n for n in ast.walk(ast.parse(samples)) if isinstance(n, ast.Call) and ast.unparse(n.func) == "Sample.of"]
+    first, second = ([ast.unparse(a) for a in call.args] for call in calls)
     randn = "torch.randn({}, generator=generator)"
-    assert first.split() == f"{randn.format('2, 3')}, {randn.format('2, 3')}, None, True, 1e-05".split(), first
-    assert second.split() == f"{randn.format('3, 1, 4')}, {randn.format('4')}, 2.5, False, 0.25001".split(), second
+    assert first == [randn.format("2, 3"), randn.format("2, 3"), "False", "1", "None", "True", "1e-05"]
+    assert second == [randn.format("3, 1, 4"), randn.format("4"), "True", "1", "3.0", "False", "0.25001"]
