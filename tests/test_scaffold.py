@@ -414,3 +414,12 @@ def test_the_samples_give_each_argument_two_values():
     randn = "torch.randn({}, generator=generator)"
     assert first == [randn.format("2, 3"), randn.format("2, 3"), "False", "1", "None", "True", "1e-05"]
     assert second == [randn.format("3, 1, 4"), randn.format("4"), "True", "1", "3.0", "False", "0.25001"]
+
+
+def test_symint_and_scalar_arguments_become_int_and_float_attributes():
+    from opreg.authoring import _opspec
+
+    op = _opspec.parse("lib::f(Tensor x, SymInt n, Scalar s, int[] d, float[] w) -> Tensor")
+    assert [(a.name, a.kind, a.annotation) for a in op.attributes] == [
+        ("n", "int", "int"), ("s", "float", "float"), ("d", "ints", "Sequence[int]"), ("w", "floats", "Sequence[float]")
+    ]  # fmt: skip
