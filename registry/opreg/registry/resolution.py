@@ -2,7 +2,8 @@
 
 For one op, one target and optionally one node:
 
-1. drop every impl whose opset requirement the target does not meet, or whose profiles it does not
+1. drop every impl whose opset requirement the target does not meet, that emits an op the target's
+   ONNX Runtime release has no CPU kernel for (``onnxruntime==1.22``), or whose profiles it does not
    serve (:func:`unmet`);
 2. order the rest by: explicit user override first, then higher priority,
    then the newest requirement (ai.onnx minimum, then the custom domains it
@@ -32,6 +33,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from opreg.registry import runtimes
 from opreg.registry.impls import Impl
 from opreg.registry.opname import OpName
 from opreg.registry.targets import ONNX_DOMAIN, Target, TargetLike
@@ -106,11 +108,12 @@ def ranking(preferred: str | None, order: Mapping[Impl, int]) -> Callable[[Impl]
 
 def unmet(impl: Impl, target: Target, profiles: Mapping[str, tuple[Mapping[str, int], str]]) -> str | None:
     """Why ``target`` cannot use ``impl`` (rule 1), or ``None`` if it can: its opset requirement
-    (:meth:`opreg.Target.unmet`), then its profiles (``profiles``: name -> ``({domain: version}, pack)``
+    (:meth:`opreg.Target.unmet`), the target's ONNX Runtime release's kernels for the ops it emits
+    (:func:`opreg.registry.runtimes.unplaced`), then its profiles (``profiles``: name -> ``({domain: version}, pack)``
     of every profile the registry knows). An impl for profiles (``profiles=``) is eligible where the
     target offers every custom domain one of them names, at that profile's version; a profile no
     loaded pack defines serves no target."""
-    why = target.unmet(impl.requirement)
+    why = target.unmet(impl.requirement) or runtimes.unplaced(impl, target)
     if why is not None or not impl.profiles:
         return why
     reasons = []
