@@ -5,8 +5,9 @@ A node emitted against opset ``N`` (``op18.Add``) is read at the opset its model
 means the same there when its op's schema is the same at ``M`` as at ``N``: ``since(op, M) ==
 since(op, N)`` (onnx.defs.get_schema's ``since_version``). For ``M <= N`` that holds exactly when
 ``M >= since(op, N)``, so the lowest opset that keeps every node's meaning is the largest
-``since(op, N)`` over the nodes (:func:`floor`). Schemas come from the installed onnx, read once per
-(op, version, domain); importing this module imports nothing heavy.
+``since(op, N)`` over the nodes (:func:`floor`), raised where a node's types are only in a newer
+schema (a bfloat16 Conv emitted with ``op18`` needs Conv-22: :func:`needed`). Schemas come from
+the installed onnx, read once per (op, version, domain); importing this module imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -47,11 +48,50 @@ def same_schema(op: str, a: int, b: int, domain: str = "") -> bool:
     return first is not None and first == since(op, b, domain)
 
 
-def lowest_equivalent(op: str, emitted: int, domain: str = "", low: int = 1) -> int | None:
-    """The lowest opset of at least ``low`` at which ``op`` means what it means at ``emitted``
-    (``None`` if onnx has no schema for it at ``emitted``)."""
-    found = since(op, emitted, domain)
-    return None if found is None else max(found, low)
+@functools.cache
+def history(op: str, domain: str = "") -> tuple[int, ...]:
+    """Every since-version of ``op``'s schemas in ``domain``, oldest first."""
+    import onnx.defs
+
+    domain = "" if domain == "ai.onnx" else domain
+    return tuple(
+        sorted(s.since_version for s in onnx.defs.get_all_schemas_with_history() if (s.name, s.domain) == (op, domain))
+    )
+
+
+Types = tuple[str | None, ...]
+"""A node's inputs' or outputs' types as ONNX spells them (``tensor(float)``), ``None`` where not known."""
+
+
+def accepts(op: str, version: int, domain: str, inputs: Types, outputs: Types) -> bool:
+    """Whether ``op``'s schema at ``version`` takes these input and output types (a type not known,
+    or bound to no constraint, passes)."""
+    import onnx.defs
+
+    schema = onnx.defs.get_schema(op, version, "" if domain == "ai.onnx" else domain)
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    for formals, types in ((schema.inputs, inputs), (schema.outputs, outputs)):
+        for index, type_ in enumerate(types):
+            if type_ is None or not formals:
+                continue
+            formal = formals[min(index, len(formals) - 1)]  # a variadic last formal takes the rest
+            if formal.type_str in allowed and type_ not in allowed[formal.type_str]:
+                return False
+    return True
+
+
+def needed(op: str, emitted: int, upto: int, domain: str = "", inputs: Types = (), outputs: Types = ()) -> int | None:
+    """The lowest version a node of ``op`` emitted against ``emitted`` and read at ``upto`` needs: the
+    first schema from ``since(op, emitted)`` on that takes its types (a schema newer than the one it
+    was emitted with only adds types: what reading it at ``upto`` relied on), else ``since(op, upto)``;
+    ``None`` if onnx has no schema for it."""
+    first, last = since(op, emitted, domain), since(op, upto, domain)
+    if first is None or last is None:
+        return None
+    for version in (v for v in history(op, domain) if first <= v <= last):
+        if accepts(op, version, domain, inputs, outputs):
+            return version
+    return last
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,17 +112,21 @@ class Floor:
     unknown: tuple[str, ...] = ()
 
 
-def floor(domain: str, nodes: Iterable[tuple[str, int]], low: int) -> Floor:
-    """The :class:`Floor` of ``domain`` for ``nodes``: ``(op, emitted version)`` pairs, the version
-    being the opset the node was emitted against (the model's own when not known)."""
-    needed: dict[str, int] = {}
+Node = tuple[str, int, Types, Types]
+"""``(op, emitted version, input types, output types)``: what :func:`floor` reads of a node."""
+
+
+def floor(domain: str, nodes: Iterable[Node], low: int, upto: int) -> Floor:
+    """The :class:`Floor` of ``domain`` (imported at ``upto``) for ``nodes``, each emitted against a
+    version (the model's own when not known): the largest version one of them :func:`needed`."""
+    found: dict[str, int] = {}
     unknown: set[str] = set()
-    for op, emitted in nodes:
-        found = since(op, emitted, domain)
-        if found is None:
+    for op, emitted, inputs, outputs in nodes:
+        version = needed(op, min(emitted, upto), upto, domain, inputs, outputs)
+        if version is None:
             unknown.add(op)
         else:
-            needed[op] = max(needed.get(op, 0), found)
-    version = max([low, *needed.values()])
-    set_by = tuple(sorted(f"{op}-{v}" for op, v in needed.items() if v == version))
+            found[op] = max(found.get(op, 0), version)
+    version = max([low, *found.values()])
+    set_by = tuple(sorted(f"{op}-{v}" for op, v in found.items() if v == version))
     return Floor(domain, version, set_by, tuple(sorted(unknown)))

@@ -52,8 +52,12 @@ class LowestOpsets(InPlacePass):
             current = model.opset_imports.get(domain)
             if current is None:
                 continue
-            nodes = [(n.op_type, n.version or current) for n in all_nodes(model) if _domain(n) == domain]
-            found = floor(domain, nodes, self.low if domain == ONNX_DOMAIN else 1)
+            nodes = [
+                (n.op_type, n.version or current, _types(n.inputs), _types(n.outputs))
+                for n in all_nodes(model)
+                if _domain(n) == domain
+            ]
+            found = floor(domain, nodes, self.low if domain == ONNX_DOMAIN else 1, current)
             if found.unknown or found.version >= current:
                 continue
             for owner in all_graphs(model):  # the main graph and the kept functions
@@ -67,6 +71,16 @@ class LowestOpsets(InPlacePass):
                 {domain_label(d): {"version": f.version, "set_by": list(f.set_by)} for d, f in self.floors.items()}
             )
         return PassResult(model, modified)
+
+
+def _types(values) -> tuple[str | None, ...]:
+    """``tensor(float)`` per value, ``None`` where the type is not known (or the value is missing)."""
+    return tuple(
+        f"tensor({v.dtype.name.lower()})"
+        if v is not None and v.dtype is not None and isinstance(v.type, ir.TensorType)
+        else None
+        for v in values
+    )
 
 
 def _domain(node: ir.Node) -> str:
