@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
+
+FLOOR_KEY = "opreg.opset_floor"
+"""Model ``metadata_props``: ``{domain: {"version": N, "set_by": ["Op-N", ...]}}`` (JSON) for each domain
+a model imports lower than its target (:class:`opreg.exporter.passes.opsets.LowestOpsets`)."""
 
 
 @functools.cache
@@ -130,3 +135,23 @@ def floor(domain: str, nodes: Iterable[Node], low: int, upto: int) -> Floor:
     version = max([low, *found.values()])
     set_by = tuple(sorted(f"{op}-{v}" for op, v in found.items() if v == version))
     return Floor(domain, version, set_by, tuple(sorted(unknown)))
+
+
+def floors_of(metadata: Mapping[str, str]) -> dict[str, dict[str, object]]:
+    """What :class:`opreg.exporter.passes.opsets.LowestOpsets` recorded in ``metadata_props`` (``{}`` if nothing)."""
+    try:
+        found = json.loads(metadata.get(FLOOR_KEY, "{}"))
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def opsets_text(opsets: Mapping[str, int], floors: Mapping[str, Mapping[str, object]]) -> str:
+    """``ai.onnx=21 (set by Gelu-20), com.microsoft=1``: a model's opsets (by label), each lowered one
+    with the ops that set it (``floors``: :func:`floors_of`)."""
+    parts = []
+    for label, version in opsets.items():
+        floor_ = floors.get(label) or {}
+        set_by = list(floor_.get("set_by") or ()) if isinstance(floor_, Mapping) else []
+        parts.append(f"{label}={version}" + (f" (set by {', '.join(set_by)})" if set_by else ""))
+    return ", ".join(parts)

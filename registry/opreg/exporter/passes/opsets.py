@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
@@ -26,13 +25,10 @@ from opreg.errors import OpsetConflictError
 from opreg.exporter.passes.pipeline import all_graphs, all_nodes
 from opreg.registry.runtimes import KERNEL_DOMAINS, Release, lacks
 from opreg.registry.targets import ONNX_DOMAIN, RUNTIME, domain_label
-from opreg.registry.versions import Floor, floor, since
+from opreg.registry.versions import FLOOR_KEY, Floor, floor, since
 
 logger = logging.getLogger(__name__)
 
-FLOOR_KEY = "opreg.opset_floor"
-"""Model ``metadata_props``: ``{domain: {"version": N, "set_by": ["Op-N", ...]}}`` (JSON) for each domain
-the model imports lower than its target (:class:`LowestOpsets`)."""
 SCHEMA_DOMAINS = (ONNX_DOMAIN, "ai.onnx.ml")
 """The domains whose ops have ONNX schemas to judge: a custom domain keeps its target's version."""
 
@@ -90,14 +86,6 @@ def _domain(node: ir.Node) -> str:
 def describe(found: Floor) -> str:
     """``set by LayerNormalization-17, Gelu-20``, or ``opreg's oldest target`` when no op needs more."""
     return f"set by {', '.join(found.set_by)}" if found.set_by else "the oldest opset opreg exports"
-
-
-def floors_of(model: ir.Model) -> Mapping[str, Mapping[str, object]]:
-    """What :class:`LowestOpsets` recorded in ``model``'s metadata (``{}`` if nothing)."""
-    try:
-        return json.loads(model.metadata_props.get(FLOOR_KEY, "{}"))
-    except ValueError:
-        return {}
 
 
 class RuntimeKernels(InPlacePass):
