@@ -552,5 +552,6 @@ def _runtime_item(item: str, spec: str, known: Mapping[str, Mapping[str, int]]) 
 TargetLike = Target | Mapping[str, int] | int | str
 
 _SPELLINGS = (
-    "a profile name (onnx, onnxruntime, ...), an ai.onnx version (18), or domain=version items (onnx,com.microsoft=1)"
+    "a profile name (onnx, onnxruntime, ...), an ONNX Runtime release (onnxruntime==1.22, onnx@onnxruntime==1.22), "
+    "an ai.onnx version (18), or domain=version items (onnx,com.microsoft=1)"
 )
