@@ -90,8 +90,6 @@ class OnnxProgram:
             repeated to 2 along them, because torch's own code had fixed them at 1
             (:class:`opreg.exporter.GrownDim`; also logged, and in the model's
             ``opreg.grown_dims`` metadata).
-        opset_floors: per domain the model imports lower than its target, the ops that set that
-            version (:mod:`opreg.exporter.passes.opsets`).
         pack_faults: what the packs got wrong in the export and opreg worked around
             (:class:`opreg.packs.packfaults.PackFault`: a rewrite left out, a capture patch left out
             or put back), each also warned as an :class:`opreg.PackWarning` and listed in the
@@ -117,6 +115,7 @@ class OnnxProgram:
         self.model = model
         self.capture_patches = tuple(capture_patches)
         self.joined_domains = tuple(joined_domains)
+        self.opset_floors = floors_of(model.metadata_props)  # per domain lowered below the target: version, set_by
         self.fixed_dims: tuple[Any, ...] = ()  # opreg.export sets what capture fixed
         self.shape_guards: tuple[Any, ...] = ()  # and the guards the model does not check
         self.grown_dims: tuple[Any, ...] = ()  # and the dims captured from a grown example
@@ -133,13 +132,6 @@ class OnnxProgram:
         self.exporter: Any = None  # opreg.export, bound to its registry: locate() exports control-flow bodies alone
         self.state_slots = tuple(state)
         self.state: dict[str, torch.Tensor] = initial_values(exported_program, self.state_slots)
-
-    @property
-    def opset_floors(self) -> dict[str, dict[str, object]]:
-        """Per domain the model imports lower than its target, the version and the ops that set it:
-        ``{"ai.onnx": {"version": 20, "set_by": ["Gelu-20"]}}`` (the model's ``opreg.opset_floor``
-        metadata; ``{}`` when the target pinned its version, or nothing was lowered)."""
-        return floors_of(self.model.metadata_props)
 
     def __repr__(self) -> str:
         opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(self.model.opset_imports.items()))

@@ -17,18 +17,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from opreg.errors import InvalidTargetError
-from opreg.registry import _opsets
-from opreg.registry.targets import RUNTIME, Target, newest_onnxruntime_opset
-from opreg.registry.versions import is_function, since
+from opreg.registry.versions import is_function
 
-if TYPE_CHECKING:
-    from opreg.registry.impls import Impl
-
+RUNTIME = "onnxruntime"
+"""The runtime whose releases a target may name (``onnxruntime==1.22``), and its profile's name."""
 TABLE = Path(__file__).with_name("ort_kernels.json")
 KERNEL_DOMAINS = frozenset({"", "ai.onnx.ml", "com.microsoft"})
 """The domains the tables judge: ONNX Runtime's kernels of other domains are the packs' business."""
@@ -94,9 +90,10 @@ def _key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
 
 
-def release(version: str) -> Release:
+def release(version: str, newest: Callable[[], int] | None = None) -> Release:
     """The release ``version`` names: ``1.22`` is the newest 1.22.x the data holds, ``1.22.1`` that
-    one; the installed release is read live when the data does not hold it. Anything else is an
+    one; the installed release is read live when the data does not hold it (``newest``: the newest
+    opset it loads, :func:`opreg.registry.targets.newest_onnxruntime_opset`). Anything else is an
     :class:`InvalidTargetError` listing the releases known."""
     wanted = _key(version)
     if not wanted or len(wanted) != len(version.split(".")):
@@ -106,7 +103,7 @@ def release(version: str) -> Release:
         return found[-1]
     installed = installed_version()
     if installed is not None and _key(installed)[: len(wanted)] == wanted:
-        return installed_release()
+        return installed_release(newest)
     known = ", ".join(r.version for r in releases())
     raise InvalidTargetError(
         f"opreg has no kernel table for {RUNTIME} {version}: known releases are {known}"
@@ -127,9 +124,10 @@ def installed_version() -> str | None:
 
 
 @functools.cache
-def installed_release() -> Release:
+def installed_release(newest: Callable[[], int] | None = None) -> Release:
     """The installed onnxruntime's release: from the data when it holds that version, else read
-    live (its kernel table, and :func:`opreg.registry.targets.newest_onnxruntime_opset`)."""
+    live (its kernel table, and ``newest()``: :func:`opreg.registry.targets.newest_onnxruntime_opset`;
+    without it, the newest release the data holds says)."""
     version = installed_version()
     if version is None:
         raise InvalidTargetError(f"the {RUNTIME} target needs onnxruntime installed: pip install onnxruntime")
@@ -147,7 +145,7 @@ def installed_release() -> Release:
     newest = releases()[-1]
     return Release(
         version,
-        newest_onnxruntime_opset(),
+        newest() if newest is not None else releases()[-1].max_opset,
         newest.max_ir,  # not probed live: newer releases read at least what the newest held one does
         {key: tuple(sorted(ranges, key=lambda r: r[0])) for key, ranges in kernels.items()},
     )
@@ -168,33 +166,3 @@ def lacks(release: Release, domain: str, op: str, since: int) -> str:
         else f"no {RUNTIME} release opreg knows has one"
     )
     return f"{op}-{since} ({domain or 'ai.onnx'}), which {release.label} has no CPU kernel for ({where})"
-
-
-def unplaced(impl: Impl, target: Target) -> str | None:
-    """Why ``target``'s ONNX Runtime release cannot run ``impl`` (an op it emits with no CPU kernel
-    there, :func:`lacks`), or ``None``: it can, or the target names no release. Each op is judged at
-    the version the impl emits it (at most the target's): the opset a model imports is lowered to the
-    one its nodes need, never raised."""
-    if target.runtime is None:
-        return None
-    found = release(target.runtime)
-    for domain, version, op in sorted(_emitted(impl.function), key=str):
-        at = target.get(domain) if domain else min(version or target.onnx, target.onnx)
-        if domain not in KERNEL_DOMAINS or at is None:
-            continue
-        schema = since(op, at, domain) or at  # ONNX defines no com.microsoft schemas: its version
-        if not found.runs(domain, op, schema):
-            return f"emits {lacks(found, domain, op, schema)}"
-    return None
-
-
-_EMITTED: dict[int, tuple[object, frozenset[tuple[str, int | None, str]]]] = {}
-
-
-def _emitted(function: object) -> frozenset[tuple[str, int | None, str]]:
-    """:func:`opreg.registry._opsets.emitted_ops_deep`, once per impl function (kept with it, so
-    its id stays its own)."""
-    held = _EMITTED.get(id(function))
-    if held is None or held[0] is not function:
-        held = _EMITTED[id(function)] = (function, frozenset(_opsets.emitted_ops_deep(function)))
-    return held[1]

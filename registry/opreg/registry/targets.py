@@ -21,15 +21,11 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from opreg.errors import InvalidTargetError
+from opreg.registry import runtimes
+from opreg.registry.runtimes import RUNTIME, Release
 
-if TYPE_CHECKING:
-    from opreg.registry.runtimes import Release
-
-RUNTIME = "onnxruntime"
-"""The runtime whose releases a target may name (``onnxruntime==1.22``), and its profile's name."""
 ONNX_DOMAIN = ""
 """The ai.onnx domain, spelled as ONNX spells it in ``opset_import``."""
 
@@ -533,8 +529,6 @@ def _runtime_item(item: str, spec: str, known: Mapping[str, Mapping[str, int]]) 
     """``(profile, release)`` of a runtime item: ``onnxruntime`` (the profile, at the installed
     release), ``onnxruntime==1.22`` (the ``onnxruntime`` profile, else ``onnx``, at 1.22) or
     ``PROFILE@onnxruntime==1.22``."""
-    from opreg.registry import runtimes
-
     profile, at, runtime = item.rpartition("@")
     name, equals, version = runtime.partition("==")
     if name.strip() != RUNTIME or (equals and not version.strip()) or (at and not profile.strip()):
@@ -546,7 +540,9 @@ def _runtime_item(item: str, spec: str, known: Mapping[str, Mapping[str, int]]) 
         raise InvalidTargetError(
             f"in target {spec!r}, unknown target profile {profile!r}: known profiles are {', '.join(sorted(known))}"
         )
-    return profile, runtimes.release(version.strip()) if equals else runtimes.installed_release()
+    if equals:
+        return profile, runtimes.release(version.strip(), newest_onnxruntime_opset)
+    return profile, runtimes.installed_release(newest_onnxruntime_opset)
 
 
 TargetLike = Target | Mapping[str, int] | int | str
