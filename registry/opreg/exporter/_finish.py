@@ -309,6 +309,9 @@ def build_model(
     graph.opset_imports.update(versions)
     for key, (proto, _) in {**functions, **(definitions or {})}.items():
         function = ir.serde.deserialize_function(proto)
+        authored = {opset.domain: opset.version for opset in proto.opset_import}
+        for node in ir.traversal.RecursiveGraphIterator(function):  # the version it was written against,
+            node.version = node.version or authored.get(node.domain)  # which inlining keeps: the floor reads it
         function.opset_imports.clear()
         for opset in proto.opset_import:
             function.opset_imports[opset.domain] = versions.get(opset.domain, opset.version)
