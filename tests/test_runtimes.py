@@ -177,3 +177,30 @@ def test_a_node_whose_types_only_a_newer_schema_takes_raises_the_floor():
 def test_ir_version_follows_the_opset():
     assert opreg.export(Lambda(torch.relu), (torch.randn(3),), target=25).model.ir_version == 13  # onnx's table
     assert opreg.export(Lambda(torch.relu), (torch.randn(3),)).model.ir_version == 10
+
+
+GELU_FILE = """
+import torch
+
+
+class Gelu(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x).softmax(-1)
+
+
+def make():
+    return Gelu(), (torch.randn(2, 4),)
+"""
+
+
+def test_the_command_line_says_which_ops_set_the_opset(capsys, tmp_path):
+    from tests.test_cli import run
+
+    (tmp_path / "gelu.py").write_text(GELU_FILE)
+    output = tmp_path / "gelu.onnx"
+    code, out, _ = run(capsys, "export", f"{tmp_path / 'gelu.py'}:make", "-o", str(output))
+    assert code == 0 and "opsets ai.onnx=20 (set by Gelu-20))" in out
+    code, out, _ = run(capsys, "inspect", str(output))
+    assert code == 0 and "opsets: ai.onnx=20 (set by Gelu-20)" in out
+    code, out, _ = run(capsys, "export", f"{tmp_path / 'gelu.py'}:make", "-o", str(output), "-t", "23", "--json")
+    assert code == 0 and json.loads(out)["opsets"] == {"ai.onnx": 23} and json.loads(out)["opset_floors"] == {}
