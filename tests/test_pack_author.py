@@ -103,7 +103,7 @@ def check(key: str, nth: int, ran, cwd: Path) -> None:  # type: ignore[no-untype
     out, err = ran.stdout, ran.stderr
     if (key, nth) == ("opreg pack-check", 1):  # the impl is still a stub
         assert ran.returncode == 1, out + err
-        assert "12 passed, 1 failed" in out
+        assert "13 passed, 1 failed" in out
         stub = (cwd / EDITED).read_text().splitlines().index('@opreg.impl("swishlib::fused_swish")') + 1
         failures = [line for line in out.splitlines() if line.startswith("failed: ")]
         assert failures == [
@@ -123,7 +123,7 @@ def check(key: str, nth: int, ran, cwd: Path) -> None:  # type: ignore[no-untype
     if key == "opreg plugins":
         assert re.search(r"swishpack +│ opreg-swishpack +│ 0\.1\.0 +│ loaded +│ 1 ", out), out
     elif key == "opreg pack-check":
-        assert "14 passed, 0 failed" in out, out
+        assert "15 passed, 0 failed" in out, out
     elif key == "opreg explain":
         assert "served at -t onnxruntime,swishlib=1 by swishpack:swishlib_fused_swish" in out, out
         assert "served by profile swishpack" in out, out
