@@ -12,7 +12,7 @@ from onnxscript.onnx_opset import opset18 as op18
 
 import opreg
 from opreg.exporter import PROVENANCE_KEYS
-from opreg.registry.targets import DEFAULT_ONNX_OPSET
+from opreg.registry.targets import DEFAULT_ONNX_OPSET, MIN_ONNX_OPSET
 from tests.models import AddModel, Nested, Sequence, TutorialCNN, Uncovered
 from tests.optest import Lambda
 
@@ -170,14 +170,17 @@ def test_pack_replaces_core_add(make_pack, inline):
     if inline:
         # the Constant and its CastLike are folded, and y * 1 (alpha's default) is y
         assert [n.op_type for n in proto.graph.node] == ["Add"]
-        assert {o.domain: o.version for o in proto.opset_import} == {"": DEFAULT_ONNX_OPSET}
+        # the profile is a ceiling: Add-14 needs no more than opreg's oldest target
+        assert {o.domain: o.version for o in proto.opset_import} == {"": MIN_ONNX_OPSET}
         assert not proto.functions
     else:
         assert _ops(program) == [("custom.aten", "custom_aten_add")]
-        assert {o.domain: o.version for o in proto.opset_import} == {"": DEFAULT_ONNX_OPSET, "custom.aten": 1}
+        # the function was written for opset 18: the model needs no more, and the function agrees with it
+        assert {o.domain: o.version for o in proto.opset_import} == {"": MIN_ONNX_OPSET, "custom.aten": 1}
         (function,) = proto.functions
-        # the function was written for opset 18; in the model it agrees with the model's version
-        assert {o.domain: o.version for o in function.opset_import} == {"": DEFAULT_ONNX_OPSET}
+        assert {o.domain: o.version for o in function.opset_import} == {"": MIN_ONNX_OPSET}
+        pinned = opreg.export(AddModel(), (x, y), inline=inline, target=DEFAULT_ONNX_OPSET).model_proto
+        assert {o.domain: o.version for o in pinned.functions[0].opset_import} == {"": DEFAULT_ONNX_OPSET}
     assert program.verify(x, y).max_abs == 0.0
 
 
@@ -365,7 +368,7 @@ def test_model_is_an_onnx_ir_model(cnn):
     model, x = cnn
     program = opreg.export(model, (x,))
     assert isinstance(program.model, ir.Model)
-    assert program.model.opset_imports == {"": DEFAULT_ONNX_OPSET}
+    assert program.model.opset_imports == {"": MIN_ONNX_OPSET}  # what its nodes need, not the profile's 23
     assert "opreg.target" in program.model.metadata_props
     # the producer is the installed distribution (read from its metadata, not from the package root)
     assert (program.model.producer_name, program.model.producer_version) == ("opreg", opreg.__version__)

@@ -201,6 +201,42 @@ def test_a_custom_domain_without_a_kernel_fails(make_pack):
     assert rows and all("my.kernels::FastRelu" in r.detail for r in rows)
 
 
+RANDOM_22 = """
+from onnxscript.onnx_opset import opset22 as op22
+
+
+def aten_randn_like_22(self, dtype: int | None = None):
+    \"\"\"randn_like(Tensor self, *, ScalarType? dtype=None) -> Tensor: RandomNormalLike-22.\"\"\"
+    return op22.RandomNormalLike(self)
+
+
+@opreg.hookimpl
+def opreg_register_ops(registry):
+    registry.register("aten::randn_like", aten_randn_like_22, opset=22, priority=5)
+"""
+
+
+def test_an_impl_whose_op_the_installed_runtime_has_no_kernel_for_fails_naming_it(make_pack):
+    """RandomNormalLike-22 has no CPU kernel in any ONNX Runtime release: the pack author hears it from
+    the kit, with the impl, the op and the release, not from a user's failed session."""
+    from opreg.registry import runtimes
+
+    make_pack("random22", RANDOM_22)
+    report = check_pack("random22")
+    (row,) = [r for r in failed(report, "kernels") if r.subject.startswith("random22:")]
+    assert row.subject == "random22:aten_randn_like_22 for aten::randn_like.default"
+    assert row.detail.startswith(
+        f"emits RandomNormalLike-22 (ai.onnx), which onnxruntime {runtimes.installed_version()} has no CPU kernel"
+    )
+    assert "onnxruntime" in row.target
+
+
+def test_an_impl_whose_ops_the_runtime_has_passes_the_kernel_table_check(make_pack):
+    make_pack("tied", RELU_LIKE_CORE)
+    rows = [r for r in check_pack("tied").results if r.check == "kernels"]
+    assert [r.status for r in rows if r.subject == "onnxruntime"] == ["passed"]
+
+
 CONTRIB_BY_NAME = """
 import sys
 

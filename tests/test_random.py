@@ -362,12 +362,11 @@ NORMAL_ARGS = (torch.full((64,), 3.0), torch.linspace(0.5, 2.0, 64))
 
 
 def test_the_default_target_exports_random_ops_at_the_opset_onnx_runtime_runs():
-    """The ``onnx`` profile is a ceiling: a model that draws random numbers imports ai.onnx 21, where
-    ONNX Runtime 1.32 has kernels for them, and its draws have eager's distribution there."""
-    from opreg.exporter._random_opset import RANDOM_KERNELS_UP_TO
-
+    """The ``onnx`` profile is a ceiling: a model that draws random numbers imports the opset its nodes
+    need (RandomNormalLike emitted with op18 is RandomNormalLike-1), where ONNX Runtime 1.32 has kernels
+    for them, and its draws have eager's distribution there."""
     program = opreg.export(NormalSample(), NORMAL_ARGS)
-    assert program.model.opset_imports[""] == RANDOM_KERNELS_UP_TO == 21
+    assert program.model.opset_imports[""] < 22  # RandomNormalLike-22 has no CPU kernel
     assert "RandomNormalLike" in onnx_ops(program) and program.runtime_for() == "onnxruntime"
     onnxruntime.set_seed(0)
     torch.manual_seed(0)
@@ -375,11 +374,6 @@ def test_the_default_target_exports_random_ops_at_the_opset_onnx_runtime_runs():
     expected = [[NormalSample()(*NORMAL_ARGS)] for _ in range(200)]
     problems, summary = Distribution().judge(got, expected, 1e-5, 1e-5)
     assert not problems, (problems, summary)
-
-
-def test_a_model_without_random_ops_keeps_the_profiles_opset():
-    program = opreg.export(Lambda(torch.relu), (torch.randn(3),))
-    assert program.model.opset_imports[""] == opreg.Target.of("onnx").onnx
 
 
 @pytest.mark.parametrize("target", ["onnx,ai.onnx=23", 23, {"": 23}, "23"], ids=repr)
@@ -392,7 +386,7 @@ def test_a_profile_of_a_pack_is_lowered_too():
     if "onnxruntime" not in opreg.default_registry().profiles:
         pytest.skip("opreg-ort-contrib is not installed")
     program = opreg.export(NormalSample(), NORMAL_ARGS, target="onnxruntime")
-    assert program.model.opset_imports[""] == 21 and program.runtime_for() == "onnxruntime"
+    assert program.model.opset_imports[""] < 22 and program.runtime_for() == "onnxruntime"
 
 
 @torch.library.custom_op("opreg_random_tests::doubled", mutates_args=())
@@ -405,46 +399,50 @@ def _(x):
     return torch.empty_like(x)
 
 
-def test_an_op_with_no_impl_at_21_keeps_the_profiles_opset():
-    """The lower opset is tried first; when an op has no impl there, the profile's version stands."""
+def test_a_release_target_refuses_random_ops_an_impl_forces_to_their_new_version():
+    """An impl that needs ai.onnx 23 lifts the model there, where RandomNormalLike reads as
+    RandomNormalLike-22: at a target naming an ONNX Runtime release, the export is refused naming
+    the op and the release, not left to fail in the runtime."""
     registry = opreg.default_registry().copy()
 
     def doubled_23(x):
-        """doubled(Tensor x) -> Tensor, only from ai.onnx 23."""
+        """doubled(Tensor x) -> Tensor, with an op of ai.onnx 23."""
         from onnxscript.onnx_opset import opset23 as op23
 
-        return op23.Add(x, x)
+        return op23.Cast(op23.Cast(x, to=10), to=1)  # Cast-23 (through float16, so it stays): ai.onnx 23
 
     registry.register("opreg_random_tests::doubled", doubled_23, opset=23)
     model = Lambda(lambda loc, scale: torch.ops.opreg_random_tests.doubled(NormalSample()(loc, scale)))
     program = opreg.export(model, NORMAL_ARGS, registry=registry)
-    assert program.model.opset_imports[""] == opreg.Target.of("onnx").onnx
-    with pytest.raises(opreg.UnsupportedOpsError, match="opreg_random_tests::doubled"):
-        opreg.export(model, NORMAL_ARGS, registry=registry, target=21)
+    assert program.model.opset_imports[""] == 23 and program.runtime_for() == "reference"  # no release named
+    with pytest.raises(opreg.OpsetConflictError, match=r"RandomNormalLike-22 .*onnxruntime 1\.24\.4 has no CPU kernel"):
+        opreg.export(model, NORMAL_ARGS, registry=registry, target="onnx@onnxruntime==1.24")
 
 
-def test_random_kernels_up_to_is_what_onnx_runtimes_kernel_table_says():
-    """Every random op opreg emits has a CPU kernel at each ai.onnx version up to RANDOM_KERNELS_UP_TO,
-    and none has one just above (its since-version there is 22)."""
+def test_the_kernel_tables_say_what_onnx_runtime_says_of_random_ops():
+    """Every random op opreg emits has a CPU kernel at its schema before ai.onnx 22 in each release
+    the tables hold, and none at its version 22; the installed release's table agrees."""
     from opreg.exporter import _kernels
-    from opreg.exporter._random_opset import RANDOM_KERNELS_UP_TO
-
-    def served(op: str, opset: int) -> bool:
-        return _kernels.runs(op, onnx.defs.get_schema(op, opset, "").since_version, {})
+    from opreg.registry import runtimes
 
     ops = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial")
-    assert all(served(op, v) for op in ops for v in range(18, RANDOM_KERNELS_UP_TO + 1))
-    assert not any(served(op, RANDOM_KERNELS_UP_TO + 1) for op in ops)
+    for release in runtimes.releases():
+        assert all(release.runs("", op, onnx.defs.get_schema(op, 21, "").since_version) for op in ops), release
+        assert not any(release.runs("", op, 22) for op in ops), release
+    assert all(_kernels.runs(op, onnx.defs.get_schema(op, 21, "").since_version, {}) for op in ops)
+    assert not any(_kernels.runs(op, 22, {}) for op in ops)
 
 
 @pytest.mark.parametrize(
     ("spec", "pinned"),
     [("onnx", False), ("onnxruntime", False), ("onnx,com.microsoft=1", False), ("onnx,25", True),
-     ("onnx, ai.onnx=25", True), ("20", True), (20, True), ({"": 20}, True),
+     ("onnx, ai.onnx=25", True), ("20", True), (20, True), ({"": 20}, True), ("onnxruntime==1.22", False),
+     ("onnx@onnxruntime==1.22", False), ("onnxruntime==1.22,ai.onnx=20", True),
      (opreg.Target.of("onnx"), False), (opreg.Target.of("onnx,25"), True), (opreg.Target.of({"": 23}), True)],
     ids=repr,
 )  # fmt: skip
 def test_what_names_the_onnx_version(spec, pinned):
-    from opreg.exporter._random_opset import pins_onnx
-
-    assert pins_onnx(spec) is pinned
+    registry = opreg.default_registry()
+    if "onnxruntime" in str(spec) and "onnxruntime" not in registry.profiles:
+        pytest.skip("opreg-ort-contrib is not installed")
+    assert registry.target(spec).pinned is pinned

@@ -15,6 +15,7 @@ from opreg.packs import packfaults
 from opreg.packs.patching import METADATA_KEY as PATCHES_KEY
 from opreg.packs.patching import read_metadata
 from opreg.registry.targets import domain_label
+from opreg.registry.versions import floors_of
 
 PACK_KEY = "opreg.pack"
 TORCH_OP_KEY = "opreg.torch_op"
@@ -308,6 +309,7 @@ def summarize(model: Any, path: Path | None = None) -> dict[str, Any]:
         "ir_version": model.ir_version,
         "producer": " ".join(p for p in (model.producer_name, model.producer_version) if p),
         "opset_imports": {domain_label(d): v for d, v in sorted(model.opset_imports.items())},
+        "opset_floors": floors_of(model.metadata_props),
         "inputs": [_value(v) for v in model.graph.inputs],
         "constant_inputs": _constant_inputs(model.metadata_props),
         "fixed_dims": _json_list(model.metadata_props.get(FIXED_DIMS_KEY)),

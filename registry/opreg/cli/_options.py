@@ -115,8 +115,9 @@ def _cache_options() -> argparse.ArgumentParser:
 def _target_options() -> argparse.ArgumentParser:
     return _options(
         "--target", "-t", default="onnx",
-        help="a profile (onnx, onnxruntime, ...), an ai.onnx version (18), or domain=version items "
-        "(onnx,com.microsoft=1); default: onnx",
+        help="a profile (onnx, onnxruntime, ...; a ceiling: the model imports the opset its nodes need), an "
+        "ONNX Runtime release (onnxruntime==1.22, onnx@onnxruntime==1.22), an ai.onnx version (18, pinned), or "
+        "domain=version items (onnx,com.microsoft=1); default: onnx",
     )  # fmt: skip
 
 

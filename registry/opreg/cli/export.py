@@ -326,11 +326,13 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
     """What was written (and verified), as JSON or lines."""
     from opreg.exporter._save import INLINE_LIMIT_BYTES, referenced_data
     from opreg.registry.targets import domain_label
+    from opreg.registry.versions import opsets_text
 
     if args.json:
         print_json({
             "file": str(Path(path).resolve()), "nodes": len(program.model.graph),
             "opsets": {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())},
+            "opset_floors": program.opset_floors,
             "verified": bool(args.verify) or None,
             "outputs": [dataclasses.asdict(c) for c in result.outputs] if args.verify else [],
             "pack_faults": [f.record() for f in program.pack_faults],
@@ -339,7 +341,9 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
             "grown_dims": [dataclasses.asdict(g) for g in program.grown_dims],
         })  # fmt: skip
         return EXIT_OK
-    opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
+    opsets = opsets_text(
+        {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())}, program.opset_floors
+    )
     out = console()
     out.print(
         f"wrote {path} ({len(program.model.graph)} nodes; opsets {opsets}) in {time.perf_counter() - started:.1f} s",

@@ -8,6 +8,7 @@ from typing import Any
 
 from opreg.cli._common import EXIT_FINDINGS, EXIT_OK, console, print_fixed_dims, print_json, styled, table
 from opreg.cli._options import Parents
+from opreg.registry.versions import opsets_text
 
 _PATCH_KEYS = ("patch", "patches", "versions", "installed", "calls")
 
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     line = lambda text, style="": out.print(styled(text, style))  # noqa: E731
     line(f"{report['file']} ({report['file_bytes']:,} bytes)", "bold")
     line(f"IR version {report['ir_version']}, produced by {report['producer'] or 'unknown'}")
-    line("opsets: " + ", ".join(f"{d}={v}" for d, v in report["opset_imports"].items()))
+    line("opsets: " + opsets_text(report["opset_imports"], report["opset_floors"]))
     for kind in ("inputs", "outputs"):
         line(f"{kind}: " + ", ".join(f"{v['name']} {v['dtype']}{v['shape']}" for v in report[kind]))
     if report["constant_inputs"]:

@@ -30,6 +30,8 @@ from opreg.cli._common import (
     warn_conflicts,
 )
 from opreg.cli._options import Parents
+from opreg.registry.targets import domain_label
+from opreg.registry.versions import opsets_text
 
 
 def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None:
@@ -125,7 +127,8 @@ def _report(args: argparse.Namespace, exported: Any, seconds: float, checks: lis
         "folder": str(folder),
         "files": files,
         "target": target.name,
-        "opsets": target.as_dict(),
+        "opsets": {domain_label(d): v for d, v in sorted(decoder.model.opset_imports.items())},
+        "opset_floors": decoder.opset_floors,
         "precision": exported.precision,
         "layers": layout.num_layers,
         "inputs": list(decoder.input_names),
@@ -146,7 +149,8 @@ def _report(args: argparse.Namespace, exported: Any, seconds: float, checks: lis
     nodes = ", ".join(f"{name} {info['nodes']} nodes" for name, info in summary["models"].items())
     out.print(
         f"wrote {folder} ({', '.join(files)}): {type(exported.model).__name__}, {layout.num_layers} layers, "
-        f"{nodes}, target {target.name}, {exported.precision}, exported in {seconds:.1f} s",
+        f"{nodes}, target {target.name} (opsets {opsets_text(summary['opsets'], decoder.opset_floors)}), "
+        f"{exported.precision}, exported in {seconds:.1f} s",
         markup=False,
         soft_wrap=True,
     )

@@ -18,7 +18,7 @@ import torch
 
 from opreg import _heap
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
-from opreg.exporter import _capture, _dynamic, _finish, _random_opset, _state, _translate
+from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
 from opreg.exporter._grown import GrownDim
 from opreg.exporter._narrowing import FixedDim, ShapeGuard
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
@@ -117,7 +117,7 @@ def plan_export(
             model, args, kwargs, settings.dynamic_shapes, patched
         ).program  # a meta model needs no weights
     try:
-        _random_opset.prepare(captured, reg, resolved, settings.target)
+        _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
         return list(e.missing)
     return []
@@ -178,7 +178,7 @@ def run_export(
     captured = capture.program
     _heap.settle()  # so does the captured program
     tick("plan")
-    program, plan = _random_opset.prepare(captured, reg, resolved, settings.target)  # decomposed where needed
+    program, plan = _plan.prepare(captured, reg, resolved)  # decomposed where needed
     _state.check(program, settings.state, _model_name(model))
     tick("translate")
     symbols: dict[str, str] = {}

@@ -40,6 +40,7 @@ from opreg.exporter._translate import Translation
 from opreg.exporter.diagnosis.run import Runner
 from opreg.exporter.passes import lean
 from opreg.exporter.passes.housekeeping import MIN_IR_VERSION, LowestIrVersion, StripAuthoringAttributes
+from opreg.exporter.passes.opsets import LowestOpsets, RuntimeKernels
 from opreg.exporter.passes.outputs import BindOutputs, OwnSubgraphOutputs, output_names
 from opreg.exporter.passes.pipeline import IfModified, Pipeline
 from opreg.exporter.passes.precision import ComputeInFloat32
@@ -48,8 +49,9 @@ from opreg.node_types import confirms
 from opreg.packs import hookchecks, patching
 from opreg.packs.host import PackHost
 from opreg.packs.patching import PatchOutcome
+from opreg.registry import runtimes
 from opreg.registry.impls import Impl
-from opreg.registry.targets import ONNX_DOMAIN, Target
+from opreg.registry.targets import ONNX_DOMAIN, Target, onnx_opset_range
 from opreg.settings import ExportSettings
 from opreg.values import is_complex
 
@@ -307,6 +309,9 @@ def build_model(
     graph.opset_imports.update(versions)
     for key, (proto, _) in {**functions, **(definitions or {})}.items():
         function = ir.serde.deserialize_function(proto)
+        authored = {opset.domain: opset.version for opset in proto.opset_import}
+        for node in ir.traversal.RecursiveGraphIterator(function):  # the version it was written against,
+            node.version = node.version or authored.get(node.domain)  # which inlining keeps: the floor reads it
         function.opset_imports.clear()
         for opset in proto.opset_import:
             function.opset_imports[opset.domain] = versions.get(opset.domain, opset.version)
@@ -339,7 +344,9 @@ def pipeline(
     alone still gets), then the packs' ``rewrites`` (which ``target`` gates), the lean pass
     again if they fired, the bfloat16 nodes ONNX Runtime has no kernel for computed in float32
     (``keep_float32``), unused functions, subgraph outputs owned by their subgraph, unused
-    opsets dropped, the lowest IR version the opsets allow, and the outputs named (``outputs``).
+    opsets dropped, each opset lowered to the version the nodes need (unless ``target`` pins its
+    ai.onnx version: :mod:`opreg.exporter.passes.opsets`), the lowest IR version the opsets and
+    types allow, and the outputs named (``outputs``).
 
     ``weights``: the initializers that are the model's ``state_dict`` entries, never folded.
     ``keep_float32``: the names of the values that are torch ops' results (each rounded to
@@ -377,6 +384,8 @@ def pipeline(
         common_passes.RemoveUnusedFunctionsPass(),
         OwnSubgraphOutputs(),
         common_passes.RemoveUnusedOpsetsPass(),
+        *([LowestOpsets(onnx_opset_range()[0])] if target is not None and not target.pinned else []),
+        *([RuntimeKernels(runtimes.release(target.runtime))] if target is not None and target.runtime else []),
         LowestIrVersion(),
     ]
     if outputs is not None:

@@ -28,6 +28,7 @@ from opreg.exporter.diagnosis.verify import verify_program
 from opreg.packs.packfaults import PackFault
 from opreg.packs.patching import PatchOutcome
 from opreg.registry.targets import Target, domain_label
+from opreg.registry.versions import floors_of
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ class OnnxProgram:
         self.model = model
         self.capture_patches = tuple(capture_patches)
         self.joined_domains = tuple(joined_domains)
+        self.opset_floors = floors_of(model.metadata_props)  # per domain lowered below the target: version, set_by
         self.fixed_dims: tuple[Any, ...] = ()  # opreg.export sets what capture fixed
         self.shape_guards: tuple[Any, ...] = ()  # and the guards the model does not check
         self.grown_dims: tuple[Any, ...] = ()  # and the dims captured from a grown example

@@ -57,24 +57,27 @@ def names_read(function: Any) -> list[tuple[str, Any]]:
     The values of a dict, tuple or list it reads count as read too, named ``NAME[]``
     (``{18: op18, 21: op21}``: the version-specific pieces of an impl registered at several opsets).
     """
+    return [pair for _func, pairs in _followed(function) for pair in pairs]
+
+
+def _followed(function: Any) -> Iterator[tuple[Any, list[tuple[str, Any]]]]:
+    """``(function, what it reads)`` for the impl's own code and each helper :func:`names_read` follows."""
     start = python_function(function)
     package = _package(start)
     seen: set[int] = set()
     pending = [start]
-    found: list[tuple[str, Any]] = []
     while pending:
         func = pending.pop()
         if id(func) in seen:
             continue
         seen.add(id(func))
         pairs, helpers = _read_by(func)
-        found.extend(pairs)
+        yield func, pairs
         pending += [
             helper
             for helper in helpers
             if id(helper) not in seen and (_package(helper) == package or helper.__module__ == PUBLIC_HELPERS)
         ]
-    return found
 
 
 def _members(value: Any, depth: int = 2) -> list[Any]:
@@ -197,6 +200,19 @@ def emitted_ops(function: Any) -> set[tuple[str, int | None, str]]:
     namespace.update({name: cell.cell_contents for name, cell in cells.items() if _cell_filled(cell)})
     for each in _codes(code):
         found |= _ops_in(each, namespace)
+    return found
+
+
+def emitted_ops_deep(function: Any) -> set[tuple[str, int | None, str]]:
+    """:func:`emitted_ops` of the impl and of every helper :func:`names_read` follows (its own
+    package's functions and :data:`PUBLIC_HELPERS`): what a runtime must run for it. Still a lint:
+    an op named at call time is not found, and the exporter's model is judged again."""
+    if type_kind(type(function)) == "script":
+        return emitted_ops(function)
+    found: set[tuple[str, int | None, str]] = set()
+    for func, pairs in _followed(function):
+        found |= emitted_ops(func)
+        found.update(op for _, value in pairs if type_kind(type(value)) == "script" for op in emitted_ops(value))
     return found
 
 

@@ -2,7 +2,8 @@
 
 For one op, one target and optionally one node:
 
-1. drop every impl whose opset requirement the target does not meet, or whose profiles it does not
+1. drop every impl whose opset requirement the target does not meet, that emits an op the target's
+   ONNX Runtime release has no CPU kernel for (``onnxruntime==1.22``), or whose profiles it does not
    serve (:func:`unmet`);
 2. order the rest by: explicit user override first, then higher priority,
    then an impl for profiles (eligible here, so for a profile this target serves) before an
@@ -33,9 +34,11 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from opreg.registry import _opsets, runtimes
 from opreg.registry.impls import Impl
 from opreg.registry.opname import OpName
 from opreg.registry.targets import ONNX_DOMAIN, Target, TargetLike
+from opreg.registry.versions import since
 
 
 class Resolving(Protocol):
@@ -107,11 +110,12 @@ def ranking(preferred: str | None, order: Mapping[Impl, int]) -> Callable[[Impl]
 
 def unmet(impl: Impl, target: Target, profiles: Mapping[str, tuple[Mapping[str, int], str]]) -> str | None:
     """Why ``target`` cannot use ``impl`` (rule 1), or ``None`` if it can: its opset requirement
-    (:meth:`opreg.Target.unmet`), then its profiles (``profiles``: name -> ``({domain: version}, pack)``
+    (:meth:`opreg.Target.unmet`), the target's ONNX Runtime release's kernels for the ops it emits
+    (:func:`unplaced`), then its profiles (``profiles``: name -> ``({domain: version}, pack)``
     of every profile the registry knows). An impl for profiles (``profiles=``) is eligible where the
     target offers every custom domain one of them names, at that profile's version; a profile no
     loaded pack defines serves no target."""
-    why = target.unmet(impl.requirement)
+    why = target.unmet(impl.requirement) or unplaced(impl, target)
     if why is not None or not impl.profiles:
         return why
     reasons = []
@@ -158,3 +162,33 @@ def conflicts(registry: Resolving, target: Target) -> list[tuple[OpName, tuple[I
             if len(ties) > 1:
                 found.append((op, ties, op in preferred))
     return found
+
+
+def unplaced(impl: Impl, target: Target) -> str | None:
+    """Why ``target``'s ONNX Runtime release cannot run ``impl`` (an op it emits with no CPU kernel
+    there, :func:`opreg.registry.runtimes.lacks`), or ``None``: it can, or the target names no
+    release. Each op is judged at the version the impl emits it (at most the target's): the opset a
+    model imports is lowered to the one its nodes need, never raised."""
+    if target.runtime is None:
+        return None
+    found = runtimes.release(target.runtime)
+    for domain, version, op in sorted(_emitted(impl.function), key=str):
+        at = target.get(domain) if domain else min(version or target.onnx, target.onnx)
+        if domain not in runtimes.KERNEL_DOMAINS or at is None:
+            continue
+        schema = since(op, at, domain) or at  # ONNX defines no com.microsoft schemas: its version
+        if not found.runs(domain, op, schema):
+            return f"emits {runtimes.lacks(found, domain, op, schema)}"
+    return None
+
+
+_EMITTED: dict[int, tuple[object, frozenset[tuple[str, int | None, str]]]] = {}
+
+
+def _emitted(function: object) -> frozenset[tuple[str, int | None, str]]:
+    """:func:`opreg.registry._opsets.emitted_ops_deep`, once per impl function (kept with it, so
+    its id stays its own)."""
+    held = _EMITTED.get(id(function))
+    if held is None or held[0] is not function:
+        held = _EMITTED[id(function)] = (function, frozenset(_opsets.emitted_ops_deep(function)))
+    return held[1]

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from opreg.errors import InvalidTargetError
+from opreg.registry import runtimes
+from opreg.registry.runtimes import RUNTIME, Release
 
 ONNX_DOMAIN = ""
 """The ai.onnx domain, spelled as ONNX spells it in ``opset_import``."""
@@ -339,12 +341,20 @@ class Target:
             ai.onnx and is always present.
         name: the profile or spec it was built from, for display only (not
             part of equality or hashing).
+        runtime: the ONNX Runtime release (``"1.22.1"``) whose CPU kernels every chosen impl's
+            ops must have (:mod:`opreg.registry.runtimes`), or ``None``: ``onnxruntime==1.22``,
+            ``onnx@onnxruntime==1.22``, and the ``onnxruntime`` profile (the installed release).
+        pinned: whether the spec named the ai.onnx version (``18``, ``ai.onnx=25``, a dict), so the
+            model imports exactly it; a profile alone is a ceiling, and the model imports the
+            lowest version its nodes need (not part of equality or hashing).
 
     Build one with :meth:`Target.of` (dicts, versions, profile names, specs).
     """
 
     versions: tuple[tuple[str, int], ...]
     name: str | None = dataclasses.field(default=None, compare=False)
+    runtime: str | None = None
+    pinned: bool = dataclasses.field(default=True, compare=False)
 
     def __post_init__(self) -> None:
         domains = [d for d, _ in self.versions]
@@ -404,10 +414,15 @@ class Target:
             raise InvalidTargetError(f"the target is empty: write {_SPELLINGS}")
         items: dict[str, int] = {}
         explicit: dict[str, str] = {}  # domain -> the item that named it (a profile's domains may be overridden)
+        runtime: Release | None = None
         for raw in spec.split(","):
             item = raw.strip()
             if not item:
                 raise InvalidTargetError(f"target {spec!r} has an empty item: write {_SPELLINGS}")
+            if "==" in item or item == RUNTIME:
+                profile, runtime = _runtime_item(item, spec, known)
+                items.update({normalize_domain(d): v for d, v in known[profile].items()})
+                continue
             if "=" in item:
                 domain, _, version = item.partition("=")
                 if not version.strip().isdigit():
@@ -437,7 +452,15 @@ class Target:
             raise InvalidTargetError(
                 f"target {spec!r} has no ai.onnx version: add a profile or a version, e.g. 'onnx,{spec}' or '18,{spec}'"
             )
-        return cls._from_items(items.items(), spec)
+        if runtime is not None:
+            if ONNX_DOMAIN in explicit and items[ONNX_DOMAIN] > runtime.max_opset:
+                raise InvalidTargetError(
+                    f"in target {spec!r}, {explicit[ONNX_DOMAIN]!r} is newer than {runtime.label} loads "
+                    f"(ai.onnx up to {runtime.max_opset}): name {runtime.max_opset} or lower, or a newer release"
+                )
+            items[ONNX_DOMAIN] = min(items[ONNX_DOMAIN], runtime.max_opset)
+        target = cls._from_items(items.items(), spec)
+        return dataclasses.replace(target, runtime=runtime.version if runtime else None, pinned=ONNX_DOMAIN in explicit)
 
     @classmethod
     def _from_items(cls, items, name: str | None) -> Target:
@@ -487,15 +510,44 @@ class Target:
             raise InvalidTargetError(f"target {self} already names {', '.join(named)}")
         extra = ",".join(f"{domain_label(normalize_domain(d))}={v}" for d, v in sorted(versions.items()))
         items = [*self.versions, *((normalize_domain(d), v) for d, v in versions.items())]
-        return Target._from_items(items, f"{self.name},{extra}" if self.name and extra else self.name)
+        grown = Target._from_items(items, f"{self.name},{extra}" if self.name and extra else self.name)
+        return dataclasses.replace(grown, runtime=self.runtime, pinned=self.pinned)
+
+    def with_onnx(self, version: int) -> Target:
+        """This target with ai.onnx at ``version``, pinned there."""
+        versions = {**dict(self.versions), ONNX_DOMAIN: version}
+        return dataclasses.replace(self, versions=tuple(sorted(versions.items())), pinned=True)
 
     def __str__(self) -> str:
         body = ",".join(f"{domain_label(d)}={v}" for d, v in self.versions)
+        if self.runtime is not None:
+            body += f"; {RUNTIME} {self.runtime}'s kernels"
         return f"{self.name} ({body})" if self.name and not self.name[0].isdigit() else body
+
+
+def _runtime_item(item: str, spec: str, known: Mapping[str, Mapping[str, int]]) -> tuple[str, Release]:
+    """``(profile, release)`` of a runtime item: ``onnxruntime`` (the profile, at the installed
+    release), ``onnxruntime==1.22`` (the ``onnxruntime`` profile, else ``onnx``, at 1.22) or
+    ``PROFILE@onnxruntime==1.22``."""
+    profile, at, runtime = item.rpartition("@")
+    name, equals, version = runtime.partition("==")
+    if name.strip() != RUNTIME or (equals and not version.strip()) or (at and not profile.strip()):
+        raise InvalidTargetError(
+            f"in target {spec!r}, {item!r} is not a runtime release: write {RUNTIME}==1.22 or onnx@{RUNTIME}==1.22"
+        )
+    profile = profile.strip() or (RUNTIME if RUNTIME in known else "onnx")
+    if profile not in known:
+        raise InvalidTargetError(
+            f"in target {spec!r}, unknown target profile {profile!r}: known profiles are {', '.join(sorted(known))}"
+        )
+    if equals:
+        return profile, runtimes.release(version.strip(), newest_onnxruntime_opset)
+    return profile, runtimes.installed_release(newest_onnxruntime_opset)
 
 
 TargetLike = Target | Mapping[str, int] | int | str
 
 _SPELLINGS = (
-    "a profile name (onnx, onnxruntime, ...), an ai.onnx version (18), or domain=version items (onnx,com.microsoft=1)"
+    "a profile name (onnx, onnxruntime, ...), an ONNX Runtime release (onnxruntime==1.22, onnx@onnxruntime==1.22), "
+    "an ai.onnx version (18), or domain=version items (onnx,com.microsoft=1)"
 )

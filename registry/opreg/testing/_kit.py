@@ -11,7 +11,10 @@ checks, each giving :class:`CheckResult` rows:
 - ``conflicts``: none of its impls ties with a core impl (or with another of
   its own) at the targets its impls are checked at;
 - ``kernels``: every custom domain its impls emit can run somewhere: a
-  reference kernel, a session configuration or function definitions;
+  reference kernel, a session configuration or function definitions; and
+  every op each impl emits (ai.onnx, com.microsoft) has a CPU kernel in the
+  installed ONNX Runtime release at the targets the impl is checked at (a
+  failed row names the impl, the op, the release and the releases that have it);
 - ``samples``: each impl, forced to be chosen, is exported for the lowest and
   highest targets it claims, run, and compared with eager PyTorch on
   PyTorch's OpInfo samples (ATen ops) or the pack's ``opreg_samples``; random
@@ -53,6 +56,7 @@ from opreg.testing._kit_pack import (
     check_import,
     check_kernels,
     check_load,
+    check_runtime_kernels,
     impl_targets,
 )
 from opreg.testing._kit_report import (
@@ -127,6 +131,7 @@ def check_pack(name: str, *, opinfo_limit: int = OPINFO_LIMIT) -> PackCheck:
         targets = {id(impl): impl_targets(impl, registry.profiles) for impl in impls}
         results += check_conflicts(registry, pack, impls, targets)
         results += check_kernels(impls, hook_results)
+        results += check_runtime_kernels(impls, targets)
         rows, unsampled = check_impl_samples(registry, impls, targets, hook_results.samples, opinfo_limit)
         results += rows
         rows, unchecked = check_rewrites(registry, pack, rewrite_targets(registry, pack, impls), hook_results)

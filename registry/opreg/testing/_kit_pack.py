@@ -258,6 +258,33 @@ def never_chosen(registry: Registry, impls: Sequence[Impl]) -> list[CheckResult]
     return rows
 
 
+def check_runtime_kernels(impls: Sequence[Impl], targets: Mapping[int, list[dict[str, int]]]) -> list[CheckResult]:
+    """Each impl at each target it is checked at, against the installed ONNX Runtime release's CPU
+    kernel table (:func:`opreg.registry.resolution.unplaced`): a failed row names the impl, the op and the
+    release, and the releases that have it. Skipped when no onnxruntime is installed."""
+    from opreg.registry import runtimes
+    from opreg.registry.resolution import unplaced
+    from opreg.registry.targets import Target, newest_onnxruntime_opset
+
+    if runtimes.installed_version() is None:
+        return [CheckResult(KERNELS, "onnxruntime", "", SKIPPED, "onnxruntime is not installed")]
+    release = runtimes.installed_release(newest_onnxruntime_opset)
+    rows = []
+    for impl in impls:
+        for versions in targets.get(id(impl), ()):
+            target = Target(tuple(sorted(versions.items())), runtime=release.version)
+            why = unplaced(impl, target)
+            if why is not None:
+                rows.append(CheckResult(KERNELS, f"{impl.label} for {impl.op}", str(target), FAILED, why))
+                break  # one target says it; the others would repeat it
+    if not rows:
+        rows.append(CheckResult(
+            KERNELS, "onnxruntime", "", PASSED,
+            f"every op the pack's impls emit has a CPU kernel in {release.label} at the targets they are checked at",
+        ))  # fmt: skip
+    return rows
+
+
 def check_kernels(impls: Sequence[Impl], found: HookResults) -> list[CheckResult]:
     from opreg.exporter._runtime import ORT_BUILTIN_DOMAINS
 

@@ -128,7 +128,21 @@ of its family, its entry in :data:`RULES` and here."""
 
 def rules(target) -> list:
     """The rules and passes for ``target``: none without com.microsoft 1, else those :data:`POLICY`
-    offers at its ai.onnx, in its order."""
+    offers at its ai.onnx, in its order, but those the target's ONNX Runtime release cannot load
+    (:data:`NEWER_RELEASE`)."""
     if target.get(CONTRIB_DOMAIN) != 1:
         return []
-    return [make() for _, make, at in POLICY if at(target.onnx)]
+    return [make() for name, make, at in POLICY if at(target.onnx) and not _too_old(target, NEWER_RELEASE.get(name))]
+
+
+NEWER_RELEASE = {"GroupQueryAttentionOnCache": (1, 32)}
+"""The passes that make nodes only newer ONNX Runtime releases load, and the oldest such release:
+GroupQueryAttention's 17th input (``query_seqlens``, kv_cache.py) is 1.32's; 1.30 takes 16."""
+
+
+def _too_old(target, release: tuple[int, int] | None) -> bool:
+    """Whether ``target`` names an ONNX Runtime release (``onnxruntime==1.30``) older than ``release``."""
+    runtime = getattr(target, "runtime", None)
+    if release is None or runtime is None:
+        return False
+    return tuple(int(part) for part in runtime.split(".")[:2]) < release
