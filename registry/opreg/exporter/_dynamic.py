@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError
-from opreg.exporter import _capture, _grown, _guards, _pytrees
+from opreg.exporter import _capture, _grown, _guards, _pytrees, _torch_args
 from opreg.exporter._narrowing import (
     Asked,
     FixedDim,
@@ -126,7 +126,8 @@ def capture(
         return Captured(program, dynamic_shapes, guards=unchecked_guards(program, _guards.GuardSites()))
     _pytrees.register_known_types()  # caches among the inputs flatten to their tensors
     auto = is_auto(dynamic_shapes)
-    spec = auto_shapes(model, args, kwargs) if auto else dynamic_shapes
+    named = auto_shapes(model, args, kwargs) if auto else dynamic_shapes  # dim names as strings kept, for the model
+    spec = _torch_args.for_torch(named)
     _capture.check_dynamic_shapes(model, args, kwargs, spec)
     asked = _asked(model, args, kwargs, spec)
     leaves = torch.utils._pytree.tree_leaves((args, dict(kwargs or {})))
@@ -187,6 +188,7 @@ def capture(
     fixed.sort(key=lambda f: order.get((f.input, f.dim), len(order)))
     for item in fixed:
         logger.info("dim asked to be dynamic, fixed: %s", item)
+    spec = spec if auto else named
     return Captured(program, spec, tuple(fixed), unchecked_guards(program, sites), tuple(grown))
 
 
