@@ -48,6 +48,7 @@ from opreg.exporter._narrowing import (
     fixed_by_guards,
     narrowed_dims,
     narrowed_error,
+    squeeze_guards,
     symbolic,
     unchecked_guards,
     where_guards,
@@ -189,7 +190,10 @@ def capture(
     for item in fixed:
         logger.info("dim asked to be dynamic, fixed: %s", item)
     spec = spec if auto else named
-    return Captured(program, spec, tuple(fixed), unchecked_guards(program, sites), tuple(grown))
+    guards = unchecked_guards(program, sites)
+    if grown and before is not None:  # the grown capture stood: the first capture's guards stand too
+        guards = _kept_guards(before, grown, guards)
+    return Captured(program, spec, tuple(fixed), guards, tuple(grown))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +216,26 @@ class _Before:
     def restored(self) -> tuple:
         _warn_kept(self.narrowed)
         return self.program, self.sites, self.args, self.kwargs, self.asked, self.leaves
+
+
+def _kept_guards(
+    before: _Before, grown: Sequence[_grown.GrownDim], guards: tuple[ShapeGuard, ...]
+) -> tuple[ShapeGuard, ...]:
+    """``guards`` and the first capture's (issue 53, defect 7): from the example grown to 2, torch
+    sees no guard at size 1, yet the model's code has not changed. A squeeze that kept a grown dim is
+    an :class:`ExportError`: at the example's own size eager PyTorch removes the dim and the ONNX
+    model keeps it, so it is wrong where it was exported from."""
+    dims = {f"{g.input}.shape[{g.dim}]": g for g in grown}
+    squeezed = [g for g in squeeze_guards(before.program) if dims.keys() & set(g.dims)]
+    if squeezed:
+        lines = "\n".join(f"- {g}" for g in squeezed)
+        raise ExportError(
+            f"a squeeze keeps a dim marked dynamic that eager PyTorch removes at the example's size 1, so the ONNX "
+            f"model would be wrong at the example itself:\n{lines}\n(the dim was captured again from an example "
+            f"grown to 2: {dims[squeezed[0].dims[0]]}). Export from an example with the dim at 2 or more, index the "
+            "dim (x[0]) if it is always 1, or leave it static"
+        )
+    return guards + tuple(g for g in unchecked_guards(before.program, before.sites) if g not in guards)
 
 
 def _warn_kept(narrowed: Sequence[Narrowed]) -> None:
