@@ -25,7 +25,7 @@ import onnx
 import onnx_ir as ir
 
 from opreg.errors import ExportError
-from opreg.exporter import _axes
+from opreg.exporter import _axes, _older
 from opreg.node_types import infer_node, op_schema
 from opreg.registry.targets import ONNX_DOMAIN, domain_label
 
@@ -278,6 +278,10 @@ class GraphRecorder:
             inputs, attributes = self._bind(signature, args, kwargs, f"{domain_label(domain)}::{op_type}")
             if domain in ("", "ai.onnx"):
                 inputs, attributes = _axes.normalize(op_type, inputs, attributes, self.constant)
+            if domain in ("", "ai.onnx") and version > self.onnx_version:  # a target older than the impl
+                older = _older.older_spelling(op_type, version, self.onnx_version, inputs, attributes)
+                if older is not None:
+                    version, inputs, attributes = older
             folded = self._fold(domain, op_type, inputs, attributes)
             if folded is not None:
                 return folded
