@@ -189,11 +189,10 @@ def capture(
     fixed.sort(key=lambda f: order.get((f.input, f.dim), len(order)))
     for item in fixed:
         logger.info("dim asked to be dynamic, fixed: %s", item)
-    spec = spec if auto else named
     guards = unchecked_guards(program, sites)
     if grown and before is not None:  # the grown capture stood: the first capture's guards stand too
         guards = _kept_guards(before, grown, guards)
-    return Captured(program, spec, tuple(fixed), guards, tuple(grown))
+    return Captured(program, spec if auto else named, tuple(fixed), guards, tuple(grown))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,15 +14,15 @@ ScatterElements, ScatterND and Split used without their opset-18 additions.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import onnx_ir as ir
 
 from opreg.registry.reach import AXES_BECAME_INPUT
 from opreg.registry.versions import since
 
-if TYPE_CHECKING:
-    from opreg.exporter._recorder import Use
+Use = Any
+"""An :class:`opreg.exporter._recorder.Use` (not imported: the recorder imports this module)."""
 
 _ADDED_AT_18 = {
     "Pad": (3, ()),  # the axes input
