@@ -357,6 +357,7 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
             "fixed_dims": [dataclasses.asdict(f) for f in program.fixed_dims],
             "shape_guards": [dataclasses.asdict(g) for g in program.shape_guards],
             "grown_dims": [dataclasses.asdict(g) for g in program.grown_dims],
+            "refined_dims": [dataclasses.asdict(r) for r in program.refined_dims],
         })  # fmt: skip
         return EXIT_OK
     opsets = ", ".join(f"{domain_label(d)}={v}" for d, v in sorted(program.model.opset_imports.items()))
@@ -367,8 +368,8 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
     )
     _print_patches(out, program.capture_patches)
     print_fixed_dims(out, [dataclasses.asdict(f) for f in program.fixed_dims])
-    for grown in program.grown_dims:
-        out.print(f"note: {grown}", markup=False, soft_wrap=True)
+    for note in (*program.grown_dims, *program.refined_dims):
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
     if args.external_data and not referenced_data(path):
         out.print(
             f"note: no weight is over {INLINE_LIMIT_BYTES} bytes, so every weight is inside {path} "

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError
-from opreg.exporter import _capture, _grown, _guards, _pytrees, _torch_args
+from opreg.exporter import _capture, _grown, _guards, _pytrees, _refine, _torch_args
 from opreg.exporter._narrowing import (
     Asked,
     FixedDim,
@@ -73,6 +73,8 @@ class Captured:
         guards: the guards on its dynamic dims beyond their range (:func:`unchecked_guards`).
         grown: the dims marked dynamic it was captured at 2 for, not at the example's 1
             (:mod:`opreg.exporter._grown`).
+        refined: the named dims whose range torch.export's suggested fixes refined
+            (:mod:`opreg.exporter._refine`).
     """
 
     program: torch.export.ExportedProgram
@@ -80,6 +82,7 @@ class Captured:
     fixed: tuple[FixedDim, ...] = ()
     guards: tuple[ShapeGuard, ...] = ()
     grown: tuple[_grown.GrownDim, ...] = ()
+    refined: tuple[_refine.RefinedDim, ...] = ()
 
 
 def is_auto(dynamic_shapes: Any) -> bool:
@@ -134,13 +137,14 @@ def capture(
     leaves = torch.utils._pytree.tree_leaves((args, dict(kwargs or {})))
     fixed: list[FixedDim] = []
     grown: list[_grown.GrownDim] = []
+    refined: list[_refine.RefinedDim] = []  # by torch's suggested fixes, once
     before: _Before | None = None  # the capture before the example was grown
     oblivious = any(a.size <= 1 for a in asked)  # else torch's own reasoning: it keeps every such dim
     for _ in range(4):  # size-oblivious; again grown, or with the dims found to take the example's path fixed
         sites = _guards.GuardSites()
         watched = sites if oblivious or any(a.auto for a in asked) else None  # else no guard is reported
         try:
-            program = _capture.capture(model, args, kwargs, spec, patches, oblivious=oblivious, sites=watched)
+            program, spec = _refined_capture(model, args, kwargs, spec, patches, refined, oblivious, watched)
             if grown and not all(symbolic(dim_of(program, a, leaves)) for a in asked if _is_grown(a, grown)):
                 raise ExportError("torch.export fixed them")
         except ExportError as e:
@@ -189,10 +193,8 @@ def capture(
     fixed.sort(key=lambda f: order.get((f.input, f.dim), len(order)))
     for item in fixed:
         logger.info("dim asked to be dynamic, fixed: %s", item)
-    guards = unchecked_guards(program, sites)
-    if grown and before is not None:  # the grown capture stood: the first capture's guards stand too
-        guards = _kept_guards(before, grown, guards)
-    return Captured(program, spec if auto else named, tuple(fixed), guards, tuple(grown))
+    guards = _final_guards(program, sites, before, grown)
+    return Captured(program, spec if auto or refined else named, tuple(fixed), guards, tuple(grown), tuple(refined))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +217,44 @@ class _Before:
     def restored(self) -> tuple:
         _warn_kept(self.narrowed)
         return self.program, self.sites, self.args, self.kwargs, self.asked, self.leaves
+
+
+def _refined_capture(
+    model: torch.nn.Module,
+    args: tuple,
+    kwargs: Mapping[str, Any] | None,
+    spec: Any,
+    patches: PatchedCapture | None,
+    refined: list[_refine.RefinedDim],
+    oblivious: bool,
+    sites: _guards.GuardSites | None,
+) -> tuple[torch.export.ExportedProgram, Any]:
+    """A capture (:func:`opreg.exporter._capture.capture`), and ``spec``; where it fails with torch's
+    suggested fixes for named dims, once, the capture again with them applied, and the refined spec
+    (each refined dim added to ``refined`` and logged)."""
+    try:
+        return _capture.capture(model, args, kwargs, spec, patches, oblivious=oblivious, sites=sites), spec
+    except ExportError as e:
+        found = None if refined else _refine.refine(e, spec)
+        if found is None:
+            raise
+        spec, dims = found
+        refined.extend(dims)
+        for dim in dims:
+            logger.warning("dim refined: %s", dim)
+        return _capture.capture(model, args, kwargs, spec, patches, oblivious=oblivious, sites=sites), spec
+
+
+def _final_guards(
+    program: torch.export.ExportedProgram,
+    sites: _guards.GuardSites,
+    before: _Before | None,
+    grown: Sequence[_grown.GrownDim],
+) -> tuple[ShapeGuard, ...]:
+    """The guards the model does not check: the capture's, and where a grown capture stood, the first
+    capture's too (:func:`_kept_guards`)."""
+    guards = unchecked_guards(program, sites)
+    return _kept_guards(before, grown, guards) if grown and before is not None else guards
 
 
 def _kept_guards(
@@ -280,6 +320,7 @@ def record(program: Any, captured: Captured) -> None:
     program.fixed_dims = tuple(captured.fixed)
     program.shape_guards = tuple(captured.guards)
     _grown.record(program, captured.grown)
+    _refine.report(program, captured.refined)
     if captured.fixed:
         program.model.metadata_props[FIXED_DIMS_KEY] = json.dumps([dataclasses.asdict(f) for f in captured.fixed])
     if captured.guards:
