@@ -49,7 +49,7 @@ from opreg.packs import hookchecks, patching
 from opreg.packs.host import PackHost
 from opreg.packs.patching import PatchOutcome
 from opreg.registry.impls import Impl
-from opreg.registry.targets import ONNX_DOMAIN, Target
+from opreg.registry.targets import MIN_ONNX_OPSET, ONNX_DOMAIN, Target
 from opreg.settings import ExportSettings
 from opreg.values import is_complex
 
@@ -255,7 +255,13 @@ def settle_versions(uses: Sequence[Use], impls: Mapping[str, Impl], target: Targ
         if use.version is None:
             continue
         if use.domain == ONNX_DOMAIN:
-            if use.version > target.onnx and not _older.reaches(use, target.onnx):
+            if use.version > max(target.onnx, MIN_ONNX_OPSET):  # newer than any impl may hide from its declaration
+                raise OpsetConflictError(
+                    f"{use.emitter} emitted {use.what} from ai.onnx opset {use.version}, but the target is "
+                    f"ai.onnx {target.onnx}: the impl must declare opset={use.version} so the registry "
+                    "skips it at older targets"
+                )
+            if use.version > target.onnx and not _older.reaches(use, target.onnx):  # 16, 17: by schema
                 below.setdefault(use.what, []).append(use)
             continue
         wanted = target.get(use.domain)
