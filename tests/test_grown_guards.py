@@ -65,3 +65,27 @@ def test_a_grown_dim_keeps_the_first_captures_guards():
     assert [g.input for g in program.grown_dims] == ["x"]
     assert any(g.guard.endswith("<= 2147483648") for g in program.shape_guards)
     assert program.model.graph.inputs[0].shape[0].value == "batch"
+
+
+class ViewedAsStatic(torch.nn.Module):
+    """A view of the dynamic batch onto a static one: torch's view check narrows it (in torch's code),
+    and from the example grown to 2 the view cannot be captured, so the first capture stands."""
+
+    def forward(self, x, y):
+        return x.view(y.shape).sum(0)
+
+
+def test_a_recapture_that_did_not_stand_reports_no_grown_dim(caplog):
+    """Issue 53's both-sides row: a dim is reported grown only when the grown capture stood."""
+    spec = {"x": {0: Dim.DYNAMIC}, "y": None}
+    with caplog.at_level("WARNING", logger="opreg.exporter._dynamic"):
+        program = opreg.export(ViewedAsStatic(), (torch.randn(1, 3, 4), torch.randn(1, 3, 4)), dynamic_shapes=spec)
+    assert program.grown_dims == ()
+    assert "opreg.grown_dims" not in program.model.metadata_props
+    assert "captured from an example with it at 2" not in caplog.text
+    assert "kept dynamic: the model's code does not branch on it" in caplog.text
+    # the other side: AttendTwice's grown capture stood, and is reported
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", opreg.ShapeGuardWarning)
+        grown = opreg.export(AttendTwice().eval(), (torch.rand(1, 3, 16, 16),), dynamic_shapes={"x": {0: Dim.DYNAMIC}})
+    assert [g.input for g in grown.grown_dims] == ["x"] and "opreg.grown_dims" in grown.model.metadata_props
