@@ -97,8 +97,8 @@ def test_explain_shows_the_choice_and_why(capsys):
     ("argv", "message"),
     [
         (["explain", "gelu"], "is neither a torch op (namespace::name) nor a capture patch"),
-        (["explain", "aten::gelu", "-t", "99"], "use a version from 18 to"),
-        (["explain", "aten::gelu", "-t", "17"], "use a version from 18 to"),
+        (["explain", "aten::gelu", "-t", "99"], "use a version from 16 to"),
+        (["explain", "aten::gelu", "-t", "15"], "use a version from 16 to"),
         (["explain", "aten::gelu", "-t", ""], "the target is empty: write a profile name"),
         (["explain", "aten::gelu", "-t", "com.microsoft=1"], "e.g. 'onnx,com.microsoft=1'"),
         (["explain", "aten::gelu", "-t", "ai.onnx=18,ai.onnx=20"], "gives ai.onnx twice"),

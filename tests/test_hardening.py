@@ -944,6 +944,7 @@ WRONG_OPTIONS = {
     "registry": "core", "host": "core", "inline": "no", "embed_functions": 1, "optimize": "no", "fold_weights": None,
     "rewrite": "yes", "seed": "1", "strict": 0, "state": "keep", "passes": [3], "patches": "no",
     "exclude_patches": "x", "progress": "stages", "weights": 3, "keep_float32": "yes",
+    "input_names": "x", "output_names": [3], "dynamic_axes": [0], "opset_version": "17",
 }  # fmt: skip
 """A wrong value for every keyword option of opreg.export (a new option without one fails the test below)."""
 

@@ -12,7 +12,7 @@ import pytest
 
 import opreg
 from opreg import InvalidTargetError, OpsetRequirement, Target, VersionRange
-from opreg.registry.targets import DEFAULT_ONNX_OPSET, onnx_opset_range
+from opreg.registry.targets import DEFAULT_ONNX_OPSET, LOWEST_TARGET_OPSET, onnx_opset_range
 
 LOW, HIGH = onnx_opset_range()
 
@@ -57,7 +57,8 @@ def test_equality_ignores_the_display_name():
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        (HIGH + 1, f"use a version from {LOW} to {HIGH}"),
+        (HIGH + 1, f"use a version from {LOWEST_TARGET_OPSET} to {HIGH}"),
+        (LOWEST_TARGET_OPSET - 1, f"use a version from {LOWEST_TARGET_OPSET} to {HIGH}"),  # 15: below 16
         (0, "at least 1"),
         (-3, "at least 1"),
         ("-3", "at least 1"),

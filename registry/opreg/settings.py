@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import inspect
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opreg.errors import InvalidArgumentError
@@ -85,6 +85,16 @@ class ExportSettings:
         keep_float32: compute in float32 the bfloat16 ops ONNX Runtime's CPU provider has no kernel
             for (MatMul, Gemm, Add, ...), each input cast from bfloat16 and each result back; default
             ``False``.
+        input_names: names for the ONNX model's inputs, in order (the tensors among the inputs,
+            nested ones flattened), as ``torch.onnx.export`` takes them; fewer names than inputs
+            rename the first ones; default ``None``, the names of forward's parameters.
+        output_names: names for the ONNX model's outputs, in order, likewise; default ``None``.
+        dynamic_axes: ``torch.onnx.export``'s older spelling of dynamic dims, ``{input name: {dim: "name"}}``
+            or ``{input name: [dim, ...]}`` by the names ``input_names`` gives (else forward's parameter
+            names); a name of ``output_names`` is ignored, as torch.onnx ignores it. Made into
+            ``dynamic_shapes`` as torch.onnx 2.13 makes it; default ``None``.
+        opset_version: ``torch.onnx.export``'s spelling of ``target=N`` (an ai.onnx version); default
+            ``None``.
     """
 
     target: TargetLike = "onnx"
@@ -107,6 +117,10 @@ class ExportSettings:
     progress: Callable[[str], None] | None = None
     weights: Any = None
     keep_float32: bool = False
+    input_names: Sequence[str] | None = None
+    output_names: Sequence[str] | None = None
+    dynamic_axes: Mapping[str, Any] | None = None
+    opset_version: int | None = None
 
     def __post_init__(self) -> None:
         for name in _FLAGS:
@@ -143,6 +157,7 @@ class ExportSettings:
                 f"position) of {{dim index: torch.export.Dim}}, as torch.export.export takes it, got "
                 f"{describe(self.dynamic_shapes)}"
             )
+        _check_torch_onnx_args(self)
         if isinstance(self.target, bool) or not isinstance(self.target, (str, int, Mapping, Target)):
             raise InvalidArgumentError(
                 "target= takes a profile name ('onnx', 'onnxruntime'), an ai.onnx version (18), a {domain: version} "
@@ -217,6 +232,59 @@ def takes_settings(*, leave_out: Iterable[str] = ()) -> Callable[[F], F]:
         return function
 
     return decorate
+
+
+def _check_torch_onnx_args(settings: ExportSettings) -> None:
+    """Check torch.onnx's spellings (``input_names``, ``output_names``, ``dynamic_axes``,
+    ``opset_version``); ``opset_version`` becomes ``target``."""
+    for name in ("input_names", "output_names"):
+        names = getattr(settings, name)
+        if names is None:
+            continue
+        if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+            raise InvalidArgumentError(f"{name}= takes a list of names, e.g. ['x', 'y'], got {describe(names)}")
+        bad = [n for n in names if not isinstance(n, str) or not n]
+        if bad:
+            raise InvalidArgumentError(f"{name}= takes non-empty strings, got {describe(bad[0])}")
+        twice = sorted({n for n in names if list(names).count(n) > 1})
+        if twice:
+            raise InvalidArgumentError(f"{name}= names {', '.join(map(repr, twice))} twice: each name is one value's")
+    axes = settings.dynamic_axes
+    if axes is not None:
+        if not isinstance(axes, Mapping):
+            raise InvalidArgumentError(
+                "dynamic_axes= takes {input name: {dim: 'name'}} or {input name: [dim, ...]}, "
+                f"got {describe(axes)}"
+            )
+        for key, dims in axes.items():
+            ok = isinstance(dims, Mapping) and all(_is_index(d) and isinstance(v, str) for d, v in dims.items())
+            ok = ok or (isinstance(dims, (list, tuple)) and all(_is_index(d) for d in dims))
+            if not isinstance(key, str) or not ok:
+                raise InvalidArgumentError(
+                    f"dynamic_axes[{key!r}] takes {{dim: 'name'}} or [dim, ...] (dims are ints), got {describe(dims)}"
+                )
+        if settings.dynamic_shapes is not None:
+            raise InvalidArgumentError(
+                "pass dynamic_shapes= or dynamic_axes=, not both (torch.onnx ignores dynamic_axes then): "
+                "dynamic_shapes takes names too, e.g. {'x': {0: 'batch'}}"
+            )
+    version = settings.opset_version
+    if version is None:
+        return
+    if not _is_index(version):
+        raise InvalidArgumentError(
+            f"opset_version= takes an ai.onnx version (an int, e.g. 17), got {describe(version)}"
+        )
+    if settings.target not in ("onnx", version):
+        raise InvalidArgumentError(
+            f"pass target= or opset_version=, not both: opset_version={version} is target={version}, and target= "
+            f"is {describe(settings.target)}"
+        )
+    object.__setattr__(settings, "target", version)
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_type(name: str, value: Any, cls: type, example: str, hint: str = "") -> None:

@@ -101,11 +101,28 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
         "Add, ...), each input cast from bfloat16 and each result back (keep_float32=)",
     )  # fmt: skip
     p.add_argument(
+        "--input-names", metavar="A,B", type=_names, default=None,
+        help="a factory: names for the ONNX inputs in order, the tensors among forward's inputs flattened "
+        "(input_names=, as torch.onnx.export takes them)",
+    )  # fmt: skip
+    p.add_argument(
+        "--output-names", metavar="A,B", type=_names, default=None,
+        help="a factory: names for the ONNX outputs in order (output_names=)",
+    )  # fmt: skip
+    p.add_argument(
         "--state", choices=("error", "io", "drop"), default="error",
         help="a model that updates buffers or inputs in forward: refuse it (error, default), export each as an "
         "input and an output (io), or leave the updates out (drop)",
     )  # fmt: skip
     p.set_defaults(run=run)
+
+
+def _names(text: str) -> list[str]:
+    """``--input-names a,b``: the names, in order."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: write the names separated by commas, e.g. input_ids,mask")
+    return names
 
 
 def run(args: argparse.Namespace) -> int:
@@ -149,7 +166,10 @@ def run(args: argparse.Namespace) -> int:
     return _report(args, err, program, path, result, started)
 
 
-_FACTORY_ONLY = (("dynamic", []), ("weights", None), ("external_data", False), ("locate", False))
+_FACTORY_ONLY = (
+    ("dynamic", []), ("weights", None), ("external_data", False), ("locate", False), ("input_names", None),
+    ("output_names", None),
+)  # fmt: skip
 """Flags for a factory only, with their defaults: for a checkpoint, its loader decides the dims and weights."""
 
 
@@ -276,7 +296,7 @@ def _export(args: argparse.Namespace, packs: Any, target: Any, loaded: Any, dyna
     settings = export_settings(
         args, packs, target, dynamic, inline=not args.keep_functions, fold_weights=not args.keep_weights,
         state=args.state, progress=stage, embed_functions=args.embed_functions, weights=args.weights,
-        keep_float32=args.keep_float32,
+        keep_float32=args.keep_float32, input_names=args.input_names, output_names=args.output_names,
     )  # fmt: skip
     program = exporter.export(loaded.module, loaded.args, loaded.kwargs, settings=settings)
     for joined in program.joined_domains:  # before the save and the verify, which may fail
@@ -339,6 +359,7 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
             "fixed_dims": [dataclasses.asdict(f) for f in program.fixed_dims],
             "shape_guards": [dataclasses.asdict(g) for g in program.shape_guards],
             "grown_dims": [dataclasses.asdict(g) for g in program.grown_dims],
+            "refined_dims": [dataclasses.asdict(r) for r in program.refined_dims],
         })  # fmt: skip
         return EXIT_OK
     opsets = opsets_text(
@@ -351,8 +372,8 @@ def _report(args: argparse.Namespace, err: Any, program: Any, path: Any, result:
     )
     _print_patches(out, program.capture_patches)
     print_fixed_dims(out, [dataclasses.asdict(f) for f in program.fixed_dims])
-    for grown in program.grown_dims:
-        out.print(f"note: {grown}", markup=False, soft_wrap=True)
+    for note in (*program.grown_dims, *program.refined_dims):
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
     if args.external_data and not referenced_data(path):
         out.print(
             f"note: no weight is over {INLINE_LIMIT_BYTES} bytes, so every weight is inside {path} "

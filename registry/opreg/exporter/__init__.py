@@ -18,7 +18,7 @@ import torch
 
 from opreg import _heap
 from opreg.errors import InvalidArgumentError, UnsupportedOpsError, WeightsError
-from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _translate
+from opreg.exporter import _capture, _dynamic, _finish, _plan, _state, _torch_args, _translate
 from opreg.exporter._grown import GrownDim
 from opreg.exporter._narrowing import FixedDim, ShapeGuard
 from opreg.exporter._nodes import PROVENANCE_KEYS, SKIPPED_OPS
@@ -112,10 +112,9 @@ def plan_export(
     reg = packs.registry
     resolved = reg.target(settings.target)
     patched = _patches(model, packs, settings)
+    shapes = _torch_args.dynamic_shapes(model, args, kwargs, settings)
     with _capture.fake_weights(model) if isinstance(model, torch.nn.Module) else contextlib.nullcontext():
-        captured = _dynamic.capture(
-            model, args, kwargs, settings.dynamic_shapes, patched
-        ).program  # a meta model needs no weights
+        captured = _dynamic.capture(model, args, kwargs, shapes, patched).program  # a meta model needs no weights
     try:
         _plan.prepare(captured, reg, resolved)
     except UnsupportedOpsError as e:
@@ -165,6 +164,7 @@ def run_export(
     changes the translation before it is finished (``opreg.llm`` repeats a decoder's layers
     there). Its name is not in :data:`STAGES`: it runs inside "translate"."""
     lazy = _lazy_weights(model, settings.weights)
+    shapes = _torch_args.dynamic_shapes(model, args, kwargs, settings)
     packs = of_settings(settings)
     reg = packs.registry
     extra = _finish.export_passes(settings.passes)
@@ -174,7 +174,7 @@ def run_export(
     patched = _patches(model, packs, settings)
     _heap.settle()  # the modules imported and the registry outlive the export
     with _capture.fake_weights(model) if lazy else contextlib.nullcontext():
-        capture = _dynamic.capture(model, args, kwargs, settings.dynamic_shapes, patched)
+        capture = _dynamic.capture(model, args, kwargs, shapes, patched)
     captured = capture.program
     _heap.settle()  # so does the captured program
     tick("plan")
@@ -203,6 +203,7 @@ def run_export(
     result.exporter = functools.partial(export, registry=reg, host=packs.host)  # locate() exports bodies with it
     result.streamed = bool(lazy)
     _dynamic.record(result, capture)
+    _torch_args.rename(result, settings.input_names, settings.output_names)
     return result
 
 

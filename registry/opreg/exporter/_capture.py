@@ -247,7 +247,7 @@ def dim_names(
         return {}
     named: dict[int, dict[int, str]] = {}  # id(example tensor) -> dim index -> name
     for _, value, index, dim in dynamic_dims(model, args, kwargs, spec):
-        name = getattr(dim, "__name__", None)
+        name = dim if isinstance(dim, str) else getattr(dim, "__name__", None)  # a string: torch.onnx's name
         if name and not str(name).startswith(("AUTO", "DYNAMIC", "STATIC")):
             named.setdefault(id(value), {})[int(index) % max(value.dim(), 1)] = str(name)
 

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError
-from opreg.exporter import _capture, _grown, _guards, _pytrees
+from opreg.exporter import _capture, _grown, _guards, _pytrees, _refine, _torch_args
 from opreg.exporter._narrowing import (
     Asked,
     FixedDim,
@@ -48,6 +48,7 @@ from opreg.exporter._narrowing import (
     fixed_by_guards,
     narrowed_dims,
     narrowed_error,
+    squeeze_guards,
     symbolic,
     unchecked_guards,
     where_guards,
@@ -72,6 +73,8 @@ class Captured:
         guards: the guards on its dynamic dims beyond their range (:func:`unchecked_guards`).
         grown: the dims marked dynamic it was captured at 2 for, not at the example's 1
             (:mod:`opreg.exporter._grown`).
+        refined: the named dims whose range torch.export's suggested fixes refined
+            (:mod:`opreg.exporter._refine`).
     """
 
     program: torch.export.ExportedProgram
@@ -79,6 +82,7 @@ class Captured:
     fixed: tuple[FixedDim, ...] = ()
     guards: tuple[ShapeGuard, ...] = ()
     grown: tuple[_grown.GrownDim, ...] = ()
+    refined: tuple[_refine.RefinedDim, ...] = ()
 
 
 def is_auto(dynamic_shapes: Any) -> bool:
@@ -126,19 +130,21 @@ def capture(
         return Captured(program, dynamic_shapes, guards=unchecked_guards(program, _guards.GuardSites()))
     _pytrees.register_known_types()  # caches among the inputs flatten to their tensors
     auto = is_auto(dynamic_shapes)
-    spec = auto_shapes(model, args, kwargs) if auto else dynamic_shapes
+    named = auto_shapes(model, args, kwargs) if auto else dynamic_shapes  # dim names as strings kept, for the model
+    spec = _torch_args.for_torch(named)
     _capture.check_dynamic_shapes(model, args, kwargs, spec)
     asked = _asked(model, args, kwargs, spec)
     leaves = torch.utils._pytree.tree_leaves((args, dict(kwargs or {})))
     fixed: list[FixedDim] = []
     grown: list[_grown.GrownDim] = []
+    refined: list[_refine.RefinedDim] = []  # by torch's suggested fixes, once
     before: _Before | None = None  # the capture before the example was grown
     oblivious = any(a.size <= 1 for a in asked)  # else torch's own reasoning: it keeps every such dim
     for _ in range(4):  # size-oblivious; again grown, or with the dims found to take the example's path fixed
         sites = _guards.GuardSites()
         watched = sites if oblivious or any(a.auto for a in asked) else None  # else no guard is reported
         try:
-            program = _capture.capture(model, args, kwargs, spec, patches, oblivious=oblivious, sites=watched)
+            program, spec = _refined_capture(model, args, kwargs, spec, patches, refined, oblivious, watched)
             if grown and not all(symbolic(dim_of(program, a, leaves)) for a in asked if _is_grown(a, grown)):
                 raise ExportError("torch.export fixed them")
         except ExportError as e:
@@ -187,7 +193,8 @@ def capture(
     fixed.sort(key=lambda f: order.get((f.input, f.dim), len(order)))
     for item in fixed:
         logger.info("dim asked to be dynamic, fixed: %s", item)
-    return Captured(program, spec, tuple(fixed), unchecked_guards(program, sites), tuple(grown))
+    guards = _final_guards(program, sites, before, grown)
+    return Captured(program, spec if auto or refined else named, tuple(fixed), guards, tuple(grown), tuple(refined))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +217,64 @@ class _Before:
     def restored(self) -> tuple:
         _warn_kept(self.narrowed)
         return self.program, self.sites, self.args, self.kwargs, self.asked, self.leaves
+
+
+def _refined_capture(
+    model: torch.nn.Module,
+    args: tuple,
+    kwargs: Mapping[str, Any] | None,
+    spec: Any,
+    patches: PatchedCapture | None,
+    refined: list[_refine.RefinedDim],
+    oblivious: bool,
+    sites: _guards.GuardSites | None,
+) -> tuple[torch.export.ExportedProgram, Any]:
+    """A capture (:func:`opreg.exporter._capture.capture`), and ``spec``; where it fails with torch's
+    suggested fixes for named dims, once, the capture again with them applied, and the refined spec
+    (each refined dim added to ``refined`` and logged)."""
+    try:
+        return _capture.capture(model, args, kwargs, spec, patches, oblivious=oblivious, sites=sites), spec
+    except ExportError as e:
+        found = None if refined else _refine.refine(e, spec)
+        if found is None:
+            raise
+        spec, dims = found
+        refined.extend(dims)
+        for dim in dims:
+            logger.warning("dim refined: %s", dim)
+        return _capture.capture(model, args, kwargs, spec, patches, oblivious=oblivious, sites=sites), spec
+
+
+def _final_guards(
+    program: torch.export.ExportedProgram,
+    sites: _guards.GuardSites,
+    before: _Before | None,
+    grown: Sequence[_grown.GrownDim],
+) -> tuple[ShapeGuard, ...]:
+    """The guards the model does not check: the capture's, and where a grown capture stood, the first
+    capture's too (:func:`_kept_guards`)."""
+    guards = unchecked_guards(program, sites)
+    return _kept_guards(before, grown, guards) if grown and before is not None else guards
+
+
+def _kept_guards(
+    before: _Before, grown: Sequence[_grown.GrownDim], guards: tuple[ShapeGuard, ...]
+) -> tuple[ShapeGuard, ...]:
+    """``guards`` and the first capture's (issue 53, defect 7): from the example grown to 2, torch
+    sees no guard at size 1, yet the model's code has not changed. A squeeze that kept a grown dim is
+    an :class:`ExportError`: at the example's own size eager PyTorch removes the dim and the ONNX
+    model keeps it, so it is wrong where it was exported from."""
+    dims = {f"{g.input}.shape[{g.dim}]": g for g in grown}
+    squeezed = [g for g in squeeze_guards(before.program) if dims.keys() & set(g.dims)]
+    if squeezed:
+        lines = "\n".join(f"- {g}" for g in squeezed)
+        raise ExportError(
+            f"a squeeze keeps a dim marked dynamic that eager PyTorch removes at the example's size 1, so the ONNX "
+            f"model would be wrong at the example itself:\n{lines}\n(the dim was captured again from an example "
+            f"grown to 2: {dims[squeezed[0].dims[0]]}). Export from an example with the dim at 2 or more, index the "
+            "dim (x[0]) if it is always 1, or leave it static"
+        )
+    return guards + tuple(g for g in unchecked_guards(before.program, before.sites) if g not in guards)
 
 
 def _warn_kept(narrowed: Sequence[Narrowed]) -> None:
@@ -255,6 +320,7 @@ def record(program: Any, captured: Captured) -> None:
     program.fixed_dims = tuple(captured.fixed)
     program.shape_guards = tuple(captured.guards)
     _grown.record(program, captured.grown)
+    _refine.report(program, captured.refined)
     if captured.fixed:
         program.model.metadata_props[FIXED_DIMS_KEY] = json.dumps([dataclasses.asdict(f) for f in captured.fixed])
     if captured.guards:

@@ -29,7 +29,7 @@ import torch
 from onnx_ir.passes import PassBase
 
 from opreg.errors import ExportError, InvalidArgumentError, OpsetConflictError
-from opreg.exporter import _capture, _rewrite
+from opreg.exporter import _capture, _older, _rewrite
 from opreg.exporter._calls import Calls
 from opreg.exporter._plan import JoinedDomain
 from opreg.exporter._program import OnnxProgram, OutputSlot
@@ -51,7 +51,7 @@ from opreg.packs.host import PackHost
 from opreg.packs.patching import PatchOutcome
 from opreg.registry import runtimes
 from opreg.registry.impls import Impl
-from opreg.registry.targets import ONNX_DOMAIN, Target, onnx_opset_range
+from opreg.registry.targets import MIN_ONNX_OPSET, ONNX_DOMAIN, Target, onnx_opset_range
 from opreg.settings import ExportSettings
 from opreg.values import is_complex
 
@@ -252,16 +252,19 @@ def settle_versions(uses: Sequence[Use], impls: Mapping[str, Impl], target: Targ
     """
     versions = {ONNX_DOMAIN: target.onnx}
     free: dict[str, dict[int, Use]] = {}
+    below: dict[str, list[Use]] = {}  # ops read at an older ai.onnx than emitted, whose schema differs there
     for use in uses:
         if use.version is None:
             continue
         if use.domain == ONNX_DOMAIN:
-            if use.version > target.onnx:
+            if use.version > max(target.onnx, MIN_ONNX_OPSET):  # newer than any impl may hide from its declaration
                 raise OpsetConflictError(
                     f"{use.emitter} emitted {use.what} from ai.onnx opset {use.version}, but the target is "
                     f"ai.onnx {target.onnx}: the impl must declare opset={use.version} so the registry "
                     "skips it at older targets"
                 )
+            if use.version > target.onnx and not _older.reaches(use, target.onnx):  # 16, 17: by schema
+                below.setdefault(use.what, []).append(use)
             continue
         wanted = target.get(use.domain)
         if wanted is None:
@@ -286,6 +289,8 @@ def settle_versions(uses: Sequence[Use], impls: Mapping[str, Impl], target: Targ
                 f"target (e.g. target='onnx,{domain}={v2}') and declare it on the impls, or use impls that agree."
             )
         versions[domain] = next(iter(by_version))
+    if below:
+        raise OpsetConflictError(_older.refusal(below, target.onnx))
     return versions
 
 

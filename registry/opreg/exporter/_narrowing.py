@@ -207,7 +207,16 @@ def unchecked_guards(program: torch.export.ExportedProgram, sites: _guards.Guard
         item = ShapeGuard(text, tuple(sorted(names[str(s)] for s in symbols)), source)
         if item not in found:
             found.append(item)
-    return tuple(found) + tuple(ShapeGuard(*kept) for kept in _guards.kept_squeezes(program, names))
+    return tuple(found) + squeeze_guards(program)
+
+
+def squeeze_guards(program: torch.export.ExportedProgram) -> tuple[ShapeGuard, ...]:
+    """The squeezes of the program that kept a dim marked dynamic eager PyTorch removes at its
+    example size of 1 (:func:`opreg.exporter._guards.kept_squeezes`), as guards."""
+    env = _shape_env(program)
+    if env is None:
+        return ()
+    return tuple(ShapeGuard(*kept) for kept in _guards.kept_squeezes(program, names_in(env)))
 
 
 def _baked(program: torch.export.ExportedProgram, symbol: Any) -> str | None:

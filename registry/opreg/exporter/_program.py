@@ -119,6 +119,7 @@ class OnnxProgram:
         self.fixed_dims: tuple[Any, ...] = ()  # opreg.export sets what capture fixed
         self.shape_guards: tuple[Any, ...] = ()  # and the guards the model does not check
         self.grown_dims: tuple[Any, ...] = ()  # and the dims captured from a grown example
+        self.refined_dims: tuple[Any, ...] = ()  # and the named dims torch.export's suggested fixes refined
         self.pack_faults: tuple[PackFault, ...] = ()
         self.target = target
         self.runner = runner

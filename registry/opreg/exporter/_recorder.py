@@ -25,9 +25,9 @@ import onnx
 import onnx_ir as ir
 
 from opreg.errors import ExportError
-from opreg.exporter import _axes
+from opreg.exporter import _axes, _older
 from opreg.node_types import infer_node, op_schema
-from opreg.registry.targets import domain_label
+from opreg.registry.targets import ONNX_DOMAIN, domain_label
 
 logger = logging.getLogger(__name__)
 
@@ -278,6 +278,10 @@ class GraphRecorder:
             inputs, attributes = self._bind(signature, args, kwargs, f"{domain_label(domain)}::{op_type}")
             if domain in ("", "ai.onnx"):
                 inputs, attributes = _axes.normalize(op_type, inputs, attributes, self.constant)
+            if domain in ("", "ai.onnx") and version > self.onnx_version:  # a target older than the impl
+                older = _older.older_spelling(op_type, version, self.onnx_version, inputs, attributes)
+                if older is not None:
+                    version, inputs, attributes = older
             folded = self._fold(domain, op_type, inputs, attributes)
             if folded is not None:
                 return folded
@@ -311,6 +315,13 @@ class GraphRecorder:
         self.uses.append(Use(domain, version, self.emitter, f"function {domain}::{name}"))
         for opset in proto.opset_import:
             self.uses.append(Use(opset.domain, opset.version, self.emitter, f"function {domain}::{name}"))
+        for body in (proto, *(_function_proto(f) for f in _called_functions(function))):  # judged op by op
+            imports = {o.domain: o.version for o in body.opset_import}
+            self.uses.extend(
+                Use(ONNX_DOMAIN, imports.get(n.domain), self.emitter, f"ai.onnx::{n.op_type}")
+                for n in body.node
+                if n.domain in (ONNX_DOMAIN, "ai.onnx")
+            )
         outputs = list(node.outputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 

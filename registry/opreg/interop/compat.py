@@ -92,7 +92,9 @@ class OnnxRegistry:
 
 class ExportOptions:
     """Options of :func:`dynamo_export`: the registry to use, and optionally the target
-    (default: the ``onnx`` profile plus the domains of the registered functions)."""
+    (default: the ``onnx`` profile plus the domains of the registered functions; ``opset_version=N``,
+    torch.onnx's spelling, is ``target=N``), and torch.onnx.export's ``input_names``,
+    ``output_names`` and ``dynamic_axes`` (:class:`opreg.ExportSettings` says what each does)."""
 
     def __init__(
         self,
@@ -100,10 +102,18 @@ class ExportOptions:
         onnx_registry: OnnxRegistry | None = None,
         dynamic_shapes: Any = None,
         target: Any = "onnx",
+        opset_version: int | None = None,
+        input_names: Any = None,
+        output_names: Any = None,
+        dynamic_axes: Any = None,
     ) -> None:
         self.onnx_registry = onnx_registry
         self.dynamic_shapes = dynamic_shapes
         self.target = target
+        self.opset_version = opset_version
+        self.input_names = input_names
+        self.output_names = output_names
+        self.dynamic_axes = dynamic_axes
 
 
 def dynamo_export(model: Any, /, *model_args: Any, export_options: ExportOptions | None = None, **model_kwargs: Any):
@@ -117,14 +127,23 @@ def dynamo_export(model: Any, /, *model_args: Any, export_options: ExportOptions
 
     options = export_options or ExportOptions()
     onnx_registry = options.onnx_registry or OnnxRegistry()
+    if options.opset_version is not None and options.target != "onnx":
+        raise InvalidArgumentError(
+            f"ExportOptions got target={options.target!r} and opset_version={options.opset_version!r}: pass one "
+            "(opset_version=N is target=N)"
+        )
+    base = options.target if options.opset_version is None else options.opset_version
     return export(
         model,
         tuple(model_args),
         model_kwargs or None,
-        target=onnx_registry.target(options.target),
+        target=onnx_registry.target(base),
         dynamic_shapes=options.dynamic_shapes,
         registry=onnx_registry.registry,
         inline=TUTORIAL_INLINE_LIMIT,
+        input_names=options.input_names,
+        output_names=options.output_names,
+        dynamic_axes=options.dynamic_axes,
     )
 
 

@@ -22,12 +22,12 @@ from opreg.errors import (
     RegistrationError,
 )
 from opreg.pluginapi import PackReports
-from opreg.registry import explanation, resolution
+from opreg.registry import explanation, reach, resolution
 from opreg.registry.explanation import Conflict, Explanation, Widening
 from opreg.registry.impls import USER_PACK, Impl, Predicate, build_impl
 from opreg.registry.marks import marked
 from opreg.registry.opname import OpName
-from opreg.registry.targets import BUILTIN_PROFILES, ONNX_DOMAIN, Target, TargetLike, VersionRangeLike
+from opreg.registry.targets import BUILTIN_PROFILES, MIN_ONNX_OPSET, ONNX_DOMAIN, Target, TargetLike, VersionRangeLike
 
 if TYPE_CHECKING:
     from opreg.pluginapi import CapturePatch
@@ -380,8 +380,19 @@ class Registry:
 
     def unmet(self, impl: Impl, target: TargetLike = "onnx") -> str | None:
         """Why ``target`` cannot use ``impl``, or ``None`` if it can: its opset requirement
-        (:meth:`opreg.Target.unmet`), then its profiles (:func:`opreg.registry.resolution.unmet`)."""
-        return resolution.unmet(impl, self.target(target), self._profiles)
+        (:meth:`opreg.Target.unmet`), then its profiles (:func:`opreg.registry.resolution.unmet`).
+        At a target below :data:`opreg.registry.targets.MIN_ONNX_OPSET` (16, 17), an impl of opset 18
+        or older that reaches the target's (:mod:`opreg.registry.reach`) is judged as at its own opset:
+        the model takes what opset 18 would, where it can."""
+        target = self.target(target)
+        own = impl.requirement.onnx.min
+        if own <= MIN_ONNX_OPSET and target.onnx < own:
+            found = reach.reach(impl)
+            if found.lowest > target.onnx:
+                needs = f" (its {', '.join(found.set_by)})" if found.set_by else ""
+                return f"needs ai.onnx{impl.requirement.onnx}{needs}, target has {target.onnx}"
+            target = dataclasses.replace(target, versions=tuple((d, own if d == "" else v) for d, v in target.versions))
+        return resolution.unmet(impl, target, self._profiles)
 
     def ranked(self, op: Any) -> tuple[Impl, ...]:
         """Every impl of ``op`` in resolution order, whether a target can use it or not."""

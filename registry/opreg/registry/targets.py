@@ -33,6 +33,10 @@ MIN_ONNX_OPSET = 18
 """The oldest ai.onnx version a target may have: the core pack's impls start there (the
 opset of torch.onnx's dynamo exporter, and ONNX Runtime's oldest supported ones)."""
 
+LOWEST_TARGET_OPSET = 16
+"""The oldest ai.onnx version a target may name (``target=16``, torch.onnx's ``opset_version=17``):
+below :data:`MIN_ONNX_OPSET` a model takes the impls that reach it (:mod:`opreg.registry.reach`)."""
+
 DEFAULT_ONNX_OPSET = 23
 """ai.onnx version of the built-in ``onnx`` profile.
 
@@ -367,7 +371,7 @@ class Target:
             )
         for domain, version in self.versions:
             _check_version(version, f"version of {domain_label(domain)!r} in target {self._label()}")
-        low, high = onnx_opset_range()
+        low, high = LOWEST_TARGET_OPSET, onnx_opset_range()[1]
         wanted = mapping[ONNX_DOMAIN]
         if not low <= wanted <= high:
             raise InvalidTargetError(
