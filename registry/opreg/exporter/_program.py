@@ -79,17 +79,12 @@ class OnnxProgram:
         joined_domains: the custom domains the export added to the target it was given
             (:class:`opreg.exporter.JoinedDomain`): the model used ops only a pack's own domain
             covers (also in the model's ``opreg.joined_domains`` metadata; ``target`` includes them).
-        fixed_dims: the dims ``dynamic_shapes`` asked to be dynamic (``Dim.AUTO``, ``"auto"``) that
-            the model has at a fixed size, each with the guard that fixed it
-            (:class:`opreg.FixedDim`; also in the model's ``opreg.fixed_dims`` metadata).
-        shape_guards: the guards torch.export kept on the dims marked dynamic that narrow them
-            beyond their range and that the model does not check
-            (:class:`opreg.exporter.ShapeGuard`, each also warned as an :class:`opreg.ShapeGuardWarning`
-            and in the model's ``opreg.shape_guards`` metadata).
-        grown_dims: the dims marked dynamic of example size 1 that were captured from the example
-            repeated to 2 along them, because torch's own code had fixed them at 1
-            (:class:`opreg.exporter.GrownDim`; also logged, and in the model's
-            ``opreg.grown_dims`` metadata).
+        fixed_dims, shape_guards, grown_dims, refined_dims: what the capture made of the dims marked
+            dynamic, each also in the model's metadata of that name (``opreg.fixed_dims``, ...): those
+            fixed by a guard (:class:`opreg.FixedDim`); the guards narrowing them that the model does
+            not check (:class:`opreg.exporter.ShapeGuard`, each warned as an
+            :class:`opreg.ShapeGuardWarning`); those of example size 1 captured from the example repeated
+            to 2 (:class:`opreg.exporter.GrownDim`); the named dims torch.export's suggested fixes refined.
         pack_faults: what the packs got wrong in the export and opreg worked around
             (:class:`opreg.packs.packfaults.PackFault`: a rewrite left out, a capture patch left out
             or put back), each also warned as an :class:`opreg.PackWarning` and listed in the
