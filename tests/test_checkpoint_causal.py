@@ -133,14 +133,16 @@ def test_layout_genai_writes_the_folder_onnx_runtime_genai_loads(checkpoints, tm
     assert genai["model"]["decoder"]["inputs"]["past_key_names"] == "past_key_values.%d.key"
 
 
-def test_opreg_llm_export_writes_the_optimum_layout_at_its_fastest_target(checkpoints, tmp_path):
-    """``opreg.llm.export_checkpoint(layout="optimum")``: the same folder, at ``opreg llm export``'s
-    default target (ONNX Runtime's kernels with opreg-ort-contrib): ONNX Runtime generates from it."""
+def test_opreg_llm_export_writes_the_optimum_layout_at_its_fastest_target(checkpoints, tmp_path, capsys):
+    """``opreg llm export --layout optimum`` (``opreg.llm.export_checkpoint(layout="optimum")``): the
+    same folder, at its default target (ONNX Runtime's kernels with opreg-ort-contrib): ONNX Runtime
+    generates from it."""
     from opreg_transformers import causal_loop
 
     out = tmp_path / "ort"
-    decoder = opreg.llm.export_checkpoint(checkpoints["llama"], out, layout="optimum")
-    assert decoder.folder_layout == "optimum" and sorted(decoder.saved.files)[:3] == FILES[:3]
+    assert cli.main(["llm", "export", str(checkpoints["llama"]), "-o", str(out), "--layout", "optimum", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["target"] == "onnxruntime" and [f for f in report["files"] if not f.endswith(".data")] == FILES
     model = onnx.load(out / "model.onnx", load_external_data=False)
     assert {v.name: dims(v) for v in [*model.graph.input, *model.graph.output]} == OPTIMUM
     assert "com.microsoft" in {o.domain for o in model.opset_import}
@@ -202,15 +204,15 @@ def test_an_export_plan_done_whole_is_checked_when_made():
 
 
 @pytest.mark.skipif(bool(seq2seq_models.transformersjs_ready()), reason=seq2seq_models.transformersjs_ready() or "-")
+@pytest.mark.parametrize("family", FAMILIES)
 def test_transformersjs_text_generation_pipeline_loads_the_folder_unchanged_and_gives_eagers_tokens(
-    exported, checkpoints
+    exported, checkpoints, family
 ):
     from transformers import AutoModelForCausalLM
 
-    folder = exported["llama"].folder
-    got = seq2seq_models.transformersjs(folder, [PROMPT], {"max_new_tokens": NEW_TOKENS}, script=TJS_SCRIPT)
+    got = seq2seq_models.transformersjs(exported[family].folder, [PROMPT], {"max_new_tokens": NEW_TOKENS}, TJS_SCRIPT)
     (prompt,) = got["input_ids"]
-    model = AutoModelForCausalLM.from_pretrained(checkpoints["llama"]).eval()
+    model = AutoModelForCausalLM.from_pretrained(checkpoints[family]).eval()
     eager = language_models.greedy(model, prompt, len(prompt) + NEW_TOKENS)
     assert got["tokens"] == [eager[: len(got["tokens"][0])]] and len(got["tokens"][0]) > len(prompt) + 16
     assert got["versions"]["transformers_js"] == "4.3.1" and got["texts"][0].startswith(PROMPT)
