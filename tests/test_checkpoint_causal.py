@@ -174,6 +174,7 @@ def test_bad_input_is_refused_before_any_export(checkpoints, tmp_path):
     )
     with pytest.raises(opreg.CheckpointError, match="`opreg llm export`"):
         opreg.export_checkpoint(whisper, out)
+    assert cli.main(["export", "models.py:make", "-o", str(out / "m.onnx"), "--layout", "genai"]) == 2
     assert not out.exists()  # nothing was written
 
 
