@@ -108,12 +108,15 @@ def transformersjs_ready() -> str:
     return ""
 
 
-def transformersjs(folder: Path, texts: list[str], generate: dict[str, Any]) -> dict[str, Any]:
+def transformersjs(
+    folder: Path, texts: list[str], generate: dict[str, Any], script: Path = NODE_SCRIPT
+) -> dict[str, Any]:
     """The node script's answer on ``folder``: ``tokens`` (``generate``'s ids), ``texts`` (the
-    pipeline's), ``input_ids``, ``versions``."""
+    pipeline's), ``input_ids``, ``versions``; ``script``: the pipeline's (default text2text-generation's;
+    ``tests/transformersjs/text_generation.mjs`` prints the same for a causal LM)."""
     options = json.dumps({"texts": texts, "generate": generate})
     done = subprocess.run(
-        ["node", str(NODE_SCRIPT), str(folder), options], capture_output=True, text=True, timeout=300,
+        ["node", str(script), str(folder), options], capture_output=True, text=True, timeout=300,
         env={**os.environ, "OPREG_TJS_DIR": str(TJS_DIR)}, check=False,
     )  # fmt: skip
     if done.returncode != 0:

@@ -124,10 +124,12 @@ def test_bad_input_is_refused_before_any_export_naming_the_file_and_the_remedy(b
     (tmp_path / "empty").mkdir()
     err = refused(capsys, str(tmp_path / "empty"), "-o", str(out))
     assert "no installed pack's loader recognises" in err and "config.json with a model_type" in err
-    llama = tmp_path / "llama"
-    llama.mkdir()
-    (llama / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
-    assert "opreg llm export" in refused(capsys, str(llama), "-o", str(out))
+    llava = tmp_path / "llava"
+    llava.mkdir()
+    (llava / "config.json").write_text(
+        '{"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"], "vision_config": {}}'
+    )
+    assert "opreg llm export" in refused(capsys, str(llava), "-o", str(out))
     assert "--dynamic is for a factory" in refused(capsys, str(bert), "-o", str(out), "--dynamic", "auto")
     assert not out.exists()  # nothing was written
 

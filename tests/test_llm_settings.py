@@ -118,8 +118,8 @@ def test_a_bad_value_is_refused_when_the_settings_are_made():
         with pytest.raises(opreg.InvalidArgumentError, match=message):
             LLMSettings(context_length=value)
     assert LLMSettings(context_length=1).context_length == 1 and LLMSettings(context_length=2**31 - 1)
-    with pytest.raises(opreg.InvalidArgumentError, match="layout= takes one of genai, got 'optimum'"):
-        LLMSettings(layout="optimum")
+    with pytest.raises(opreg.InvalidArgumentError, match="layout= takes one of genai, optimum, got 'onnx'"):
+        LLMSettings(layout="onnx")
 
 
 @pytest.mark.parametrize(

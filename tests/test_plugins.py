@@ -267,7 +267,7 @@ def test_allow_and_deny_lists(make_pack):
     assert report(without, "core").status == "disabled"
     assert "excluded" in report(without, "extra").reason
     assert "core" not in {i.pack for i in without.impls()}
-    with pytest.raises(PluginNotFoundError, match="no installed pack named 'nope'.*core, (\w+, )*extra"):
+    with pytest.raises(PluginNotFoundError, match=r"no installed pack named 'nope'.*core, (\w+, )*extra"):
         build_registry(plugins=["nope"])
 
 

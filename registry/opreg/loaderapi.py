@@ -19,7 +19,10 @@ which answers a :class:`Recognition` (the library, the tasks it can export, the 
 - :class:`PostStep` s, which combine exported models into another (a merged decoder: two graphs
   into one with an ``If``);
 - :class:`LoopCheck` s, which run the written folder as its runtime would (a generation or a
-  denoising loop) and compare with the library's own loop.
+  denoising loop) and compare with the library's own loop;
+- or, instead of components, an ``export`` that does the whole export itself (a causal LM's, by
+  :func:`opreg.llm.export_checkpoint`): it is handed a :class:`Handover` (the output folder, the
+  settings, whether to verify, the ``layout`` asked) and returns a :class:`HandoverResult`.
 
 These are values: this module imports only the standard library and :mod:`opreg.errors`; each
 checks its fields when made (an :class:`opreg.InvalidArgumentError` naming the field), so a loader's
@@ -437,6 +440,9 @@ class ExportPlan:
         post_steps: models combined from exported ones (:class:`PostStep`).
         checks: loops run on the written folder (:class:`LoopCheck`), when verifying.
         notes: lines shown to the user (what was inferred, what was left out and why).
+        export: ``export(handover) -> HandoverResult``: the whole export done by the loader (another
+            exporter writing the folder whole: :class:`Handover`), instead of ``components``, files,
+            post-steps and checks; the only plan that takes ``layout=`` (``--layout``).
     """
 
     library: str
@@ -446,6 +452,7 @@ class ExportPlan:
     post_steps: tuple[PostStep, ...] = ()
     checks: tuple[LoopCheck, ...] = ()
     notes: tuple[str, ...] = ()
+    export: Callable[[Handover], HandoverResult] | None = None
 
     def __post_init__(self) -> None:
         where = f"ExportPlan for {self.library} {self.task}"
@@ -454,8 +461,13 @@ class ExportPlan:
         _tuple_of(where, "post_steps", self.post_steps, PostStep)
         _tuple_of(where, "checks", self.checks, LoopCheck)
         _tuple_of(where, "notes", self.notes, str)
+        if self.export is not None:
+            _check_callable(where, "export", self.export)
+            if self.components or self.files or self.post_steps or self.checks:
+                raise InvalidArgumentError(f"{where}: an export done whole plans no components, files, steps or checks")
+            return
         if not self.components:
-            raise InvalidArgumentError(f"{where}: plan at least one component")
+            raise InvalidArgumentError(f"{where}: plan at least one component, or an export done whole")
         _unique(where, "models", [c.name for c in self.components] + [s.name for s in self.post_steps])
         _unique(where, "files written", [c.file for c in self.components] + [s.file for s in self.post_steps])
         _unique(where, "checks", [c.name for c in self.checks])
@@ -464,3 +476,43 @@ class ExportPlan:
             unknown = [n for n in step.drop if n not in names]
             if unknown:
                 raise InvalidArgumentError(f"{where}: post-step {step.name!r} drops {unknown[0]!r}, not a component")
+
+
+@dataclasses.dataclass(frozen=True)
+class Handover:
+    """What an :attr:`ExportPlan.export` done whole is handed.
+
+    Fields:
+        checkpoint: the :class:`Checkpoint` to export.
+        output: the folder to write (checked writable): the export writes it whole (staged and
+            swapped in, as :func:`opreg.export_checkpoint` writes a plan's).
+        settings: the :class:`opreg.ExportSettings` of the command (its registry built, its target).
+        verify: whether to compare the models with the library's and run its loop checks.
+        layout: the layout asked (``--layout``), or ``None`` for the export's default.
+    """
+
+    checkpoint: Checkpoint
+    output: Path
+    settings: Any
+    verify: bool
+    layout: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class HandoverResult:
+    """What an export done whole returns.
+
+    Fields:
+        models: ``{file in the folder: opreg.OnnxProgram}`` written.
+        verified: ``{file: (opreg.Verification, ...)}`` for each model verified (empty without ``verify``).
+        checks: each loop check's one-line summary.
+    """
+
+    models: Mapping[str, Any]
+    verified: Mapping[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+    checks: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise InvalidArgumentError("HandoverResult: models must name at least one file written")
+        _tuple_of("HandoverResult", "checks", self.checks, str)

@@ -80,16 +80,21 @@ def _prompts(layout: Layout) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _generate(model: Any, layout: Layout, ids: np.ndarray, mask: np.ndarray, steps: int) -> tuple[Any, Any]:
-    """``generate``'s tokens (the start token first) and each step's logits, with the model's own
-    generation config set aside: no end token, no forced or suppressed tokens, only greedy steps."""
+    """``generate``'s tokens (the start token first) and each step's logits (:func:`greedy_generate`)."""
+    return greedy_generate(model, ids, mask, steps, decoder_start_token_id=layout.start)
+
+
+def greedy_generate(model: Any, ids: np.ndarray, mask: np.ndarray, steps: int, **config: Any) -> tuple[Any, Any]:
+    """``generate``'s tokens and each step's logits, ``steps`` greedy steps, with the model's own
+    generation config set aside: no end token, no forced or suppressed tokens (``config``: what the
+    model needs besides, an encoder-decoder's ``decoder_start_token_id``)."""
     import torch
     import transformers
 
-    plain = transformers.GenerationConfig(decoder_start_token_id=layout.start)
+    plain = transformers.GenerationConfig(**config)
     asked = transformers.GenerationConfig(
-        decoder_start_token_id=layout.start, max_new_tokens=steps, num_beams=1, do_sample=False,
-        output_logits=True, return_dict_in_generate=True,
-    )  # fmt: skip
+        **config, max_new_tokens=steps, num_beams=1, do_sample=False, output_logits=True, return_dict_in_generate=True
+    )
     kept, model.generation_config = model.generation_config, plain
     try:
         with torch.no_grad():
@@ -98,7 +103,7 @@ def _generate(model: Any, layout: Layout, ids: np.ndarray, mask: np.ndarray, ste
             )
     finally:
         model.generation_config = kept
-    return out.sequences.numpy(), np.stack([step.numpy() for step in out.logits])
+    return out.sequences.numpy(), np.stack([step.float().numpy() for step in out.logits])
 
 
 def _states(model: Any, layout: Layout, ids: np.ndarray, mask: np.ndarray, steps: int) -> tuple[Any, Any]:

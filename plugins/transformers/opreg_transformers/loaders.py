@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import opreg
-from opreg_transformers import encoders, media, seq2seq, shapes
+from opreg_transformers import causal, encoders, media, seq2seq, shapes
 
 LIBRARY = "transformers"
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -62,12 +62,15 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
         task = media.task_of(other, architectures) or other.tasks[0]
         return opreg.Recognition(LIBRARY, other.tasks, task, evidence)
     family = encoders.FAMILIES.get(model_type)
+    if family is None and causal.is_causal(config):
+        return causal.recognition(LIBRARY, evidence)
     if family is None:
         known = ", ".join(sorted({*encoders.FAMILIES, *media.FAMILIES, *seq2seq.FAMILIES}))
         return opreg.Recognition(
             LIBRARY, (), None, evidence,
             refusal=f"model_type {model_type!r} ({evidence}) is not a family opreg-transformers exports yet (it "
-            f"exports {known}); a causal LM, Whisper or a vision-language model: `opreg llm export`",
+            f"exports {known} and text-only causal LMs, a ...ForCausalLM); Whisper or a vision-language model: "
+            "`opreg llm export`",
         )  # fmt: skip
     inferred = encoders.task_of(architectures)
     task = inferred if inferred in family.tasks else encoders.FEATURE_EXTRACTION
@@ -79,6 +82,9 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     config = _config(checkpoint)
     assert config is not None  # recognised
     require_weights(checkpoint)
+    known = {*encoders.FAMILIES, *media.FAMILIES, *seq2seq.FAMILIES}
+    if config["model_type"] not in known and causal.is_causal(config):
+        return causal.plan(LIBRARY, checkpoint)
     if config["model_type"] in seq2seq.FAMILIES:
         _buildable(checkpoint, seq2seq.auto_of(task), task)
         return seq2seq.plan(checkpoint, task, files())

@@ -23,7 +23,7 @@ from typing import Any
 from opreg.checkpoint.choice import Choice, choose
 from opreg.checkpoint.source import checkpoint_of
 from opreg.errors import CheckpointError, InvalidArgumentError, VerificationError
-from opreg.loaderapi import CheckContext, Checkpoint, Component, ExportPlan
+from opreg.loaderapi import CheckContext, Checkpoint, Component, ExportPlan, Handover, HandoverResult
 from opreg.packs.plugins import of_settings
 from opreg.settings import ExportSettings, takes_settings
 
@@ -93,6 +93,7 @@ def export_checkpoint(
     *,
     task: str | None = None,
     library: str | None = None,
+    layout: str | None = None,
     verify: bool = True,
     settings: ExportSettings | None = None,
     **options: Any,
@@ -101,7 +102,9 @@ def export_checkpoint(
     folder ``output``, as the installed packs' loaders plan it (docs/exporting-checkpoints.md).
 
     ``task`` overrides the task inferred from the folder; ``library`` picks a loader (its library,
-    name or ``pack:name``) when several recognise the folder; ``verify`` (default on) compares
+    name or ``pack:name``) when several recognise the folder; ``layout`` picks the folder's layout
+    where the export writes several (a causal LM: ``"optimum"``, the default, or ``"genai"``;
+    refused for the others); ``verify`` (default on) compares
     each model with eager PyTorch at two sizes of its dynamic dims and runs the plan's loop checks.
     The other keyword options are :class:`opreg.ExportSettings`' (but ``dynamic_shapes`` and
     ``weights``, which the loader decides). Bad input is refused before anything is built
@@ -114,14 +117,22 @@ def export_checkpoint(
     settings = ExportSettings.of(settings, options, "opreg.export_checkpoint")
     if not isinstance(verify, bool):
         raise InvalidArgumentError(f"verify= takes True or False, got {verify!r}")
+    if layout is not None and not isinstance(layout, str):
+        raise InvalidArgumentError(f"layout= takes a layout's name, got {layout!r}")
     from opreg.llm._folder import check_folder, write_folder  # imports the exporter's save (and torch)
 
-    check_folder(output)  # refused now, not after the export
+    target = check_folder(output)  # refused now, not after the export
     checkpoint = checkpoint_of(source)
     packs = of_settings(settings)
     choice = choose(checkpoint, packs.host, task=task, library=library)
     _require_files(checkpoint, choice.plan)
     settings = dataclasses.replace(settings, registry=packs.registry, host=packs.host, plugins=None, exclude=None)
+    if choice.plan.export is not None:
+        return _handed_over(choice, checkpoint, Handover(checkpoint, target, settings, verify, layout))
+    if layout is not None:
+        raise InvalidArgumentError(
+            f"the {choice.plan.library} {choice.task} export writes one layout, optimum's: leave layout (--layout) out"
+        )
     programs, modules = _export_components(choice.plan, settings)
     context = CheckContext(checkpoint, choice.plan, programs, modules)
     for step in choice.plan.post_steps:
@@ -131,6 +142,22 @@ def export_checkpoint(
     verified = _verify(choice.plan, programs, settings) if verify else {}
     checks = _loop_checks(dataclasses.replace(context, folder=folder), settings) if verify else ()
     return _result(folder, checkpoint, choice, programs, verified, checks)
+
+
+def _handed_over(choice: Choice, checkpoint: Checkpoint, handover: Handover) -> CheckpointExport:
+    """The plan's export done whole by the loader (:attr:`opreg.ExportPlan.export`), reported as a plan's."""
+    _stage(handover.settings, "export")
+    done = choice.plan.export(handover)
+    if not isinstance(done, HandoverResult):
+        raise CheckpointError(
+            f"loader {choice.candidate.label}'s export returned a {type(done).__name__}, not an opreg.HandoverResult"
+        )
+    models = tuple(
+        ExportedModel(Path(file).stem, file, program, tuple(done.verified.get(file, ())))
+        for file, program in done.models.items()
+    )
+    result = _result(handover.output, checkpoint, choice, {}, {}, done.checks)
+    return dataclasses.replace(result, models=models, verified=handover.verify and bool(done.verified))
 
 
 def _stage(settings: ExportSettings, name: str) -> None:

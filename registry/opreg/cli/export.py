@@ -63,6 +63,10 @@ def add_parser(subparsers: argparse._SubParsersAction, parents: Parents) -> None
         help="a checkpoint: the loader to use when several recognise it (a library, a loader, or pack:loader)",
     )  # fmt: skip
     p.add_argument(
+        "--layout", metavar="LAYOUT",
+        help="a checkpoint whose export writes several layouts (a causal LM): optimum (its default) or genai",
+    )  # fmt: skip
+    p.add_argument(
         "--locate", action="store_true",
         help="with --verify, on a mismatch compare every intermediate value and name the impl or rule at fault",
     )  # fmt: skip
@@ -132,8 +136,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not is_factory(args.model):
         return _run_checkpoint(args)
-    if args.task or args.library:
-        raise UsageError(f"--task and --library are for a checkpoint folder; {args.model} names a factory")
+    if args.task or args.library or args.layout:
+        raise UsageError(f"--task, --library and --layout are for a checkpoint folder; {args.model} names a factory")
     args.verify = bool(args.verify)
     err = console(stderr=True)
     loaded_packs = packs(args)
@@ -198,8 +202,8 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
         )  # fmt: skip
         try:
             result = export_checkpoint(
-                args.model, args.output, task=args.task, library=args.library, verify=args.verify is not False,
-                settings=settings,
+                args.model, args.output, task=args.task, library=args.library, layout=args.layout,
+                verify=args.verify is not False, settings=settings,
             )  # fmt: skip
         except UnsupportedOpsError as e:
             return _unsupported(err, status, e, target)

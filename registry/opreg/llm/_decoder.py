@@ -22,7 +22,7 @@ from opreg.errors import ExportError
 from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output
-from opreg.llm import _cache, _checkpoint, _genai, _meta
+from opreg.llm import _cache, _checkpoint, _genai, _meta, _optimum
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._capture import EXAMPLE, set_dims
 from opreg.llm._compare import checked
@@ -170,6 +170,8 @@ class Decoder(ExportedModel):
         context_length: what ``genai_config.json`` allows GenAI to generate up to.
         precision: its weights' precision (``"fp32"``, ``"int8"``, ``"int4"``).
         folder: the checkpoint folder it came from, if any.
+        folder_layout: the folder :meth:`save` writes (:attr:`opreg.llm.LLMSettings.layout`):
+            ``"genai"`` or ``"optimum"`` (:mod:`opreg.llm._optimum`).
     """
 
     def __init__(
@@ -181,6 +183,7 @@ class Decoder(ExportedModel):
         context_length: int,
         precision: str = "fp32",
         folder: Path | None = None,
+        folder_layout: str = "genai",
     ) -> None:
         self.program = program
         self.layout = layout
@@ -189,6 +192,7 @@ class Decoder(ExportedModel):
         self.context_length = context_length
         self.precision = precision
         self.folder = folder
+        self.folder_layout = folder_layout
         self._eager: Any = None
 
     def __repr__(self) -> str:
@@ -292,8 +296,10 @@ class Decoder(ExportedModel):
     def write_folder(self, folder: str | os.PathLike[str], external_data: bool) -> SavedFolder:
         """Write ``model.onnx`` (its weights in ``model.onnx.<token>.data`` beside it, unless
         ``external_data`` is false), ``genai_config.json`` and the tokenizer's files as ``folder``
-        (:func:`opreg.llm._genai.save`)."""
-        written, names = _genai.save(self, folder, external_data=external_data)
+        (:func:`opreg.llm._genai.save`), or for the optimum layout ``config.json`` and
+        ``generation_config.json`` instead of ``genai_config.json`` (:func:`opreg.llm._optimum.save`)."""
+        save = _optimum.save if self.folder_layout == "optimum" else _genai.save
+        written, names = save(self, folder, external_data=external_data)
         return SavedFolder(written, tuple(names))
 
 
@@ -374,6 +380,8 @@ def export(request: Request) -> Decoder:
     model.eval()
     try:
         layout = layout_of(model)
+        if request.settings.layout == "optimum":
+            _optimum.check_layers(layout, type(model).__name__)
         step = DecoderStep(model, layout).eval()
         batch, length, past = EXAMPLE
         drawn = torch.Generator().manual_seed(0)  # not the process's generator: the user's draws stay theirs
@@ -391,9 +399,11 @@ def export(request: Request) -> Decoder:
         program = export_step(step, example, settings, layout)
     finally:
         model.train(was_training)
-    _name(program, layout)
+    total = _optimum.TOTAL if request.settings.layout == "optimum" else TOTAL
+    _name(program, layout, total)
     return Decoder(program, layout, model, request.settings.tokenizer, context_length,
-                   precision=request.settings.precision, folder=request.folder)  # fmt: skip
+                   precision=request.settings.precision, folder=request.folder,
+                   folder_layout=request.settings.layout)  # fmt: skip
 
 
 def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any]:
@@ -413,18 +423,23 @@ def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any
     return shapes
 
 
-def _name(program: OnnxProgram, layout: DecoderLayout) -> None:
-    """Name the inputs, outputs and their dims as ONNX Runtime GenAI reads them, and refuse a
+def _name(program: OnnxProgram, layout: DecoderLayout, total: str = TOTAL) -> None:
+    """Name the inputs, outputs and their dims as ONNX Runtime GenAI reads them (past and new tokens
+    together ``total``: optimum names them ``past_sequence_length + sequence_length``), and refuse a
     decoder whose lengths torch.export fixed."""
     program.rename(dict(zip(program.input_names, layout.input_names, strict=True)))
     program.rename(dict(zip(program.output_names, layout.output_names, strict=True)))
     graph = program.model.graph
-    dims = {LAYOUT["input_ids"]: (BATCH, SEQUENCE), LAYOUT["attention_mask"]: (BATCH, TOTAL)}
+
+    def named(dims: Iterable[Any]) -> tuple[str | None, ...]:
+        return tuple((total if dim == TOTAL else dim) if isinstance(dim, str) else None for dim in dims)
+
+    dims = {LAYOUT["input_ids"]: (BATCH, SEQUENCE), LAYOUT["attention_mask"]: named((BATCH, TOTAL))}
     if layout.position_ids:
         dims[LAYOUT["position_ids"]] = (BATCH, SEQUENCE)
     for layer, tensor in layout.cache:
-        dims[tensor.past % layer] = tuple(dim if isinstance(dim, str) else None for dim in tensor.dims)
-        dims[tensor.present % layer] = tuple(dim if isinstance(dim, str) else None for dim in tensor.present_dims)
+        dims[tensor.past % layer] = named(tensor.dims)
+        dims[tensor.present % layer] = named(tensor.present_dims)
     dims[LAYOUT["logits"]] = (BATCH, SEQUENCE, None)
     for value in [*graph.inputs, *graph.outputs]:
         set_dims(value, dims[value.name])

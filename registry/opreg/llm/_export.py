@@ -9,7 +9,8 @@ remedy; the options' own values are checked when :class:`opreg.llm.LLMSettings` 
 3. the model (a transformers model, with its config) or the checkpoint folder (its ``config.json``);
 4. the family: the one the function exports, refused naming the one that serves the model, or
    (:func:`opreg.llm.export_checkpoint`) the one that serves it;
-5. an option the family does not take, given, refused (:attr:`opreg.llm._settings.Option.families`);
+5. an option the family does not take, given, refused (:attr:`opreg.llm._settings.Option.families`), and
+   a layout it does not write (:attr:`opreg.llm._family.Family.layouts`);
 6. the registry built, the target resolved (the fastest installed unless given), the precision's
    pass made (refused at a target without ONNX Runtime's kernels);
 7. the context length, against the model's position limit, for every family;
@@ -104,6 +105,11 @@ def prepare(
     family = _families.by_key(key) if key is not None else (_families.family_of(config) or _families.CAUSAL)
     _families.check(config, family, what)
     refuse_others(family.key, settings.given())
+    if settings.layout not in family.layouts:
+        raise InvalidArgumentError(
+            f"a {family.name} is written in the {' or '.join(repr(n) for n in family.layouts)} layout, not "
+            f"{settings.layout!r}: leave layout (--layout) out"
+        )
     export = _resolved(export, settings.target if settings.target is not None else getattr(given, "target", None))
     quantization(settings, export.target, family.quantization)  # refused now, not after the capture
     length = _checkpoint.context_length(config, settings.context_length, settings.allow_longer_context)

@@ -65,7 +65,10 @@ def _is_vision_language(config: Any) -> bool:
     return getattr(config, "vision_config", None) is not None
 
 
-CAUSAL = Family("causal", "export_decoder", "AutoModelForCausalLM", _is_text_decoder, _decoder.export)
+CAUSAL = Family(
+    "causal", "export_decoder", "AutoModelForCausalLM", _is_text_decoder, _decoder.export,
+    layouts=("genai", "optimum"),
+)  # fmt: skip
 WHISPER = Family("whisper", "export_whisper", "AutoModelForSpeechSeq2Seq", _is_whisper, _whisper.export, BUILDER_CPU)
 VISION = Family(
     "vision", "export_vision", "AutoModelForImageTextToText", _is_vision_language, _vision.export, BUILDER_CPU

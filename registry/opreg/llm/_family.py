@@ -35,6 +35,7 @@ class Family:
         export: its export, ``export(request) -> ExportedModel``; it writes no folder.
         quantization: the quantization settings it uses where the options give none
             (:attr:`opreg.llm._settings.Option.quantizes`); empty: the quantization pass's defaults.
+        layouts: the folder layouts it writes (:data:`opreg.llm._settings.LAYOUTS`); another is refused.
     """
 
     key: str
@@ -43,6 +44,7 @@ class Family:
     serves: Callable[[Any], bool]
     export: Callable[[Request], ExportedModel]
     quantization: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    layouts: tuple[str, ...] = ("genai",)
 
     @property
     def name(self) -> str:

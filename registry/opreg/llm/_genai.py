@@ -193,7 +193,7 @@ def save(decoder: Decoder, folder: str | os.PathLike[str], external_data: bool =
         logger.warning("%s", no_tokenizer_warning())
 
     def fill(staged: Path) -> list[str]:
-        _save_tokenizer(decoder.tokenizer, staged)
+        save_tokenizer(decoder.tokenizer, staged)
         decoder.program.save(staged / MODEL_FILE, external_data=external_data)
         (staged / GENAI_CONFIG).write_text(genai)
         return sorted(path.name for path in staged.iterdir())  # a new folder: all of it written here
@@ -214,7 +214,7 @@ def write_model_folder(
     texts[GENAI_CONFIG] = json.dumps(model.genai_config(), indent=2) + "\n"  # errors before anything is written
 
     def fill(staged: Path) -> list[str]:
-        _save_tokenizer(model.tokenizer, staged)
+        save_tokenizer(model.tokenizer, staged)
         processor.save_pretrained(staged)
         for name, program in model.programs.items():
             program.save(staged / name, external_data=external_data)
@@ -225,7 +225,7 @@ def write_model_folder(
     return write_folder(folder, fill)
 
 
-def _save_tokenizer(tokenizer: Any, folder: Path) -> list[str]:
+def save_tokenizer(tokenizer: Any, folder: Path) -> list[str]:
     """Write ``tokenizer`` (a transformers tokenizer, or a folder holding one) into ``folder``;
     the names written."""
     if tokenizer is None or tokenizer is False:

@@ -33,8 +33,9 @@ FAMILIES = {"causal": "causal LM", "whisper": "Whisper model", "vision": "vision
 exports, in messages (:attr:`opreg.llm._family.Family.name`)."""
 PRECISIONS = ("fp32", "int8", "int4")
 """What ``precision=`` takes: float32 weights, or weights of 8 or 4 bits (MatMulNBits)."""
-LAYOUTS = ("genai",)
-"""What ``layout=`` takes: the folder ONNX Runtime GenAI loads."""
+LAYOUTS = ("genai", "optimum")
+"""What ``layout=`` takes: the folder ONNX Runtime GenAI loads, or (a causal LM) the folder optimum-onnx
+writes for ``text-generation-with-past``, which optimum's ORTModelForCausalLM and transformers.js load."""
 INT32_MAX = 2**31 - 1
 """GenAI keeps lengths in int32 (GroupQueryAttention's ``seqlens_k`` and ``total_sequence_length``)."""
 DECODER_OPTIONS = ("dynamic_shapes", "state")
@@ -128,7 +129,10 @@ class LLMSettings:
         flags=(_value(("--target", "-t")),),
     )  # fmt: skip
     layout: str = option(
-        "genai", "the folder's layout: 'genai', the models, genai_config.json and processors ONNX Runtime GenAI loads",
+        "genai", """the folder's layout: 'genai', the models, genai_config.json and processors ONNX Runtime GenAI
+        loads; 'optimum' (a causal LM only), model.onnx with config.json, generation_config.json and the tokenizer
+        as optimum-onnx writes text-generation-with-past, which optimum's ORTModelForCausalLM and transformers.js
+        load""",
         flags=(_value(("--layout",), choices=LAYOUTS),), check=_one_of("layout", LAYOUTS),
     )  # fmt: skip
     precision: str = option(

@@ -1,0 +1,78 @@
+"""Causal LMs in ``opreg export FOLDER``: a ``config.json`` whose architectures name a text-only
+``...ForCausalLM`` (or ``...LMHeadModel``) is exported whole by :func:`opreg.llm.export_checkpoint`
+(the plan's :attr:`opreg.ExportPlan.export`): the decoder captured once, its weights streamed from
+the safetensors, in optimum-onnx's ``text-generation-with-past`` layout (``model.onnx``,
+``config.json``, ``generation_config.json``, the tokenizer) unless ``layout="genai"`` (``--layout
+genai``) asks for ONNX Runtime GenAI's folder.
+
+Verified as ``opreg llm export --verify`` verifies (the decoder against transformers at four
+(batch, sequence, past) sizes and a left-padded batch), then greedy generation from the written
+``model.onnx`` in ONNX Runtime, as optimum's ``ORTModelForCausalLM`` and transformers.js run it
+(an empty past first, the presents fed back), against ``generate`` (:mod:`opreg_transformers.causal_loop`).
+
+Whisper and the vision-language models are not routed here: their folders stay ``opreg llm
+export``'s (their ``config.json`` names a ``...ForConditionalGeneration``, or holds a
+``vision_config``/``audio_config``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import opreg
+
+TASK = "text-generation-with-past"
+"""optimum's task of a causal LM with its cache: the one task (optimum's ``text-generation``, the
+model without past inputs, is not written: the with-past model does its work from an empty past)."""
+LAYOUT = "optimum"
+"""The layout ``opreg export`` writes a causal LM in unless ``--layout`` asks another."""
+HEADS = ("ForCausalLM", "LMHeadModel")
+"""How a causal LM's class name ends in ``config.json``'s ``architectures``."""
+NOT_TEXT = ("vision_config", "audio_config", "speech_config", "text_config", "encoder", "decoder")
+"""A config's keys that make it more than a text decoder: its folder stays ``opreg llm export``'s."""
+_DECIDED = ("target", "dynamic_shapes", "state", "weights", "host")
+"""ExportSettings fields opreg.llm decides or takes another way (the target by name)."""
+
+
+def is_causal(config: dict[str, Any]) -> bool:
+    """Whether ``config`` (``config.json``) is a text-only causal LM's."""
+    architectures = config.get("architectures") or []
+    if config.get("is_encoder_decoder") or any(key in config for key in NOT_TEXT):
+        return False
+    return any(str(name).endswith(HEADS) for name in architectures)
+
+
+def recognition(library: str, evidence: str) -> opreg.Recognition:
+    return opreg.Recognition(library, (TASK,), TASK, evidence)
+
+
+def plan(library: str, checkpoint: opreg.Checkpoint) -> opreg.ExportPlan:
+    """The whole export handed to :mod:`opreg.llm` (:func:`_export`)."""
+    notes = (
+        "a causal LM is exported by opreg.llm (as `opreg llm export` exports it): optimum's "
+        "text-generation-with-past layout unless --layout genai",
+    )
+    return opreg.ExportPlan(library, TASK, (), notes=notes, export=_export)
+
+
+def _export(handover: opreg.Handover) -> opreg.HandoverResult:
+    import opreg.llm
+    from opreg_transformers import causal_loop
+
+    settings = handover.settings
+    defaults = opreg.ExportSettings()
+    options = {
+        field.name: getattr(settings, field.name)
+        for field in dataclasses.fields(settings)
+        if field.name not in _DECIDED and getattr(settings, field.name) != getattr(defaults, field.name)
+    }
+    exported = opreg.llm.export_checkpoint(
+        handover.checkpoint.path, handover.output, layout=handover.layout or LAYOUT, target=settings.target, **options
+    )
+    if not handover.verify:
+        return opreg.HandoverResult(dict(exported.programs))
+    verification = opreg.Verification("onnxruntime", tuple(exported.verify()))
+    verified = {file: (verification,) for file in exported.programs}
+    summary = causal_loop.check(handover.output, handover.checkpoint.path)
+    return opreg.HandoverResult(dict(exported.programs), verified, (f"generation: {summary}",))
