@@ -216,17 +216,16 @@ TJS_KNOWN = {"pegasus": "Unsupported model type: pegasus"}
 """The families transformers.js 4.3.1 has no model for, and its error."""
 
 
-@pytest.mark.skipif(bool(seq2seq_models.transformersjs_ready()), reason=seq2seq_models.transformersjs_ready() or "-")
-def test_transformersjs_text2text_pipeline_loads_the_folder_unchanged_and_gives_eagers_tokens(exported):
+def test_transformersjs_text2text_pipeline_loads_the_folder_unchanged_and_gives_eagers_tokens(exported, transformersjs):
     """transformers.js 4.3.1 (onnxruntime-node 1.30): encoder_model.onnx and decoder_model_merged.onnx
     of the flat folder (``subfolder: ''``), its generate against transformers' with the folder's
     generation config (BART's forced end token included)."""
     family = Path(exported.source).name
     if family in TJS_KNOWN:
         with pytest.raises(RuntimeError, match=TJS_KNOWN[family]):
-            seq2seq_models.transformersjs(exported.folder, TEXTS, GENERATE)
+            seq2seq_models.transformersjs(exported.folder, TEXTS, GENERATE, transformersjs)
         return
-    got = seq2seq_models.transformersjs(exported.folder, TEXTS, GENERATE)
+    got = seq2seq_models.transformersjs(exported.folder, TEXTS, GENERATE, transformersjs)
     want = seq2seq_models.eager(Path(exported.source), TEXTS, GENERATE)
     assert got["tokens"] == want and len(want[0]) == 21
     assert len(got["texts"]) == 2
