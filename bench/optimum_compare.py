@@ -20,7 +20,7 @@ optimizations), the two sessions run in turn, median of ``--runs``. ``--optimize
 ``opreg export -t onnxruntime`` against ``optimum-cli ... --optimize O2`` and their latency.
 
 Checkpoints whose model class transformers 5 (this venv) lacks are not a pair of the comparison.
-Results go to build/optimum_compare/results.json after every pair: a rerun resumes where it stopped
+Results go to build/optimum_compare/results[SHARD].json after every pair: a rerun resumes where it stopped
 (``--redo`` forgets the selected pairs). ``--only`` shards by model_type; ``--table`` only prints.
 
     python bench/optimum_compare.py --make-venv                       # build/optimum-venv (once)
@@ -45,7 +45,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "optimum_compare"
-RESULTS = WORK / "results.json"
 VENV = ROOT / "build" / "optimum-venv"
 SIDE = [
     "torch==2.13.0+cpu", "transformers==4.57.3", "optimum-onnx==0.1.0", "optimum==2.1.0", "onnxruntime==1.32.0",
@@ -176,15 +175,27 @@ def _known_families() -> set[str]:
     return {*encoders.FAMILIES, *media.FAMILIES, *seq2seq.FAMILIES}
 
 
-def _load() -> dict[str, Any]:
-    return json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"pairs": [], "rows": {}}
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {"pairs": [], "rows": {}}
+
+
+def _merged() -> dict[str, Any]:
+    """Every results file of build/optimum_compare/ as one (a pair's fields from each shard)."""
+    merged: dict[str, Any] = {"pairs": [], "rows": {}}
+    for path in sorted(WORK.glob("results*.json")):
+        results = _load(path)
+        merged["pairs"] = merged["pairs"] or results["pairs"]
+        for key, row in results["rows"].items():
+            merged["rows"][key] = {**merged["rows"].get(key, {}), **row}
+    return merged
 
 
 def _save(results: dict[str, Any]) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    partial = RESULTS.with_suffix(".part")
+    path = Path(results["path"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".part")
     partial.write_text(json.dumps(results, indent=1))
-    partial.replace(RESULTS)
+    partial.replace(path)
 
 
 def _side(venv: Path, *args: str) -> str:
@@ -205,8 +216,9 @@ def write_checkpoints(venv: Path, keys: list[str], results: dict[str, Any]) -> N
     ]
     if not jobs:
         return
-    (WORK / "jobs.json").write_text(json.dumps(jobs))
-    for line in _side(venv, "write", str(WORK / "jobs.json")).splitlines():
+    job_file = Path(results["path"]).with_suffix(".jobs")  # one per shard
+    job_file.write_text(json.dumps(jobs))
+    for line in _side(venv, "write", str(job_file)).splitlines():
         done = json.loads(line)
         key = Path(done["folder"]).name.replace("--", "/")
         results["rows"][key] = {k: v for k, v in done.items() if k != "folder"}
@@ -310,15 +322,18 @@ def main() -> int:
     parser.add_argument("--optimized", action="store_true", help="also -t onnxruntime against --optimize O2")
     parser.add_argument("--runs", type=int, default=200, help="latency runs per model (default 200)")
     parser.add_argument("--redo", action="store_true", help="forget the selected pairs' results first")
+    parser.add_argument(
+        "--shard", default="", help="results file suffix, for a second run at the same time (--table merges them)"
+    )
     parser.add_argument("--table", action="store_true", help="print the tables of what ran and stop")
     args = parser.parse_args()
     if args.make_venv:
         make_venv(args.optimum_venv)
         return 0
-    results = _load()
     if args.table:
-        table(results)
+        table(_merged())
         return 0
+    results = _load(WORK / f"results{args.shard}.json") | {"path": str(WORK / f"results{args.shard}.json")}
     if not results["pairs"]:
         results["pairs"] = json.loads(_side(args.optimum_venv, "pairs"))
         _save(results)
@@ -346,7 +361,7 @@ def main() -> int:
                     },
                     flush=True,
                 )
-    table(results)
+    table(_merged())
     return 0
 
 
