@@ -204,24 +204,20 @@ def _side(venv: Path, *args: str) -> str:
 
 
 def write_checkpoints(venv: Path, keys: list[str], results: dict[str, Any]) -> None:
-    """Write the checkpoints of ``keys`` not yet written, in one side-venv process."""
+    """Write the checkpoints of ``keys`` no shard has written, in one side-venv process; note each
+    one's model class (or why it could not be built) in ``results``."""
+    folders = {key: WORK / "ckpt" / key.replace("/", "--") for key in keys}
     jobs = [
-        {
-            "model_type": key.split("/")[0],
-            "task": key.split("/")[1],
-            "folder": str(WORK / "ckpt" / key.replace("/", "--")),
-        }
-        for key in keys
-        if "model_class" not in results["rows"].get(key, {})
+        {"model_type": key.split("/")[0], "task": key.split("/")[1], "folder": str(folder)}
+        for key, folder in folders.items()
+        if not (folder / "bench.json").is_file()
     ]
-    if not jobs:
-        return
-    job_file = Path(results["path"]).with_suffix(".jobs")  # one per shard
-    job_file.write_text(json.dumps(jobs))
-    for line in _side(venv, "write", str(job_file)).splitlines():
-        done = json.loads(line)
-        key = Path(done["folder"]).name.replace("--", "/")
-        results["rows"][key] = {k: v for k, v in done.items() if k != "folder"}
+    if jobs:
+        job_file = Path(results["path"]).with_suffix(".jobs")  # one per shard
+        job_file.write_text(json.dumps(jobs))
+        _side(venv, "write", str(job_file))
+    for key, folder in folders.items():
+        results["rows"].setdefault(key, {}).update(json.loads((folder / "bench.json").read_text()))
     _save(results)
 
 
@@ -232,7 +228,7 @@ def compare(venv: Path, key: str, row: dict[str, Any], args: argparse.Namespace)
 
     task = key.split("/")[1]
     folder = WORK / "ckpt" / key.replace("/", "--")
-    out = WORK / "out" / key.replace("/", "--")
+    out = WORK / f"out{args.shard}" / key.replace("/", "--")
     if not hasattr(transformers, row["model_class"]):
         row["skipped"] = f"transformers {transformers.__version__} has no {row['model_class']}"
         return

@@ -6,7 +6,8 @@ then read, so that the files come from the OLDER transformers.
     python bench/optimum_side.py pairs                # JSON: [[model_type, task, optimum's config class], ...]
     python bench/optimum_side.py write JOBS.json      # JOBS: [{"model_type", "task", "folder"}, ...]
 
-``write`` prints one JSON line per job: ``{"folder", "model_class"}`` or ``{"folder", "error"}``.
+``write`` writes each folder whole (under another name first) with a ``bench.json`` holding
+``{"model_class"}`` or ``{"error"}``, and prints it as a JSON line with ``"folder"``.
 The configs: the tests' tiny configs where opreg-transformers knows the family (tests/encoder_models.py,
 tests/media_checkpoints.py, tests/seq2seq_models.py, which import transformers only), otherwise the
 family's default config shrunk to hidden 32, two layers, two heads (:func:`shrink`).
@@ -15,6 +16,7 @@ family's default config shrunk to hidden 32, two layers, two heads (:func:`shrin
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,11 +120,20 @@ def main() -> int:
         print(json.dumps(pairs()))
         return 0
     for job in json.loads(Path(sys.argv[2]).read_text()):
+        folder = Path(job["folder"])
+        partial = folder.with_name(folder.name + ".part")
+        shutil.rmtree(partial, ignore_errors=True)
         try:
-            name = write(job["model_type"], job["task"], Path(job["folder"]))
-            print(json.dumps({"folder": job["folder"], "model_class": name}), flush=True)
+            done = {"model_class": write(job["model_type"], job["task"], partial)}
         except Exception as e:  # one row of the bench, not the end of the batch
-            print(json.dumps({"folder": job["folder"], "error": f"{type(e).__name__}: {e}"[:300]}), flush=True)
+            partial.mkdir(parents=True, exist_ok=True)
+            done = {"error": f"{type(e).__name__}: {e}"[:300]}
+        (partial / "bench.json").write_text(json.dumps(done))
+        try:
+            partial.rename(folder)  # whole or absent: shards running at once share the checkpoints
+        except OSError:  # another shard wrote it meanwhile (the same seed: the same files)
+            shutil.rmtree(partial)
+        print(json.dumps({"folder": job["folder"], **done}), flush=True)
     return 0
 
 
