@@ -84,6 +84,12 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
     "hubert-ctc": ("HubertForCTC", lambda: T.HubertConfig(**AUDIO), _audio_processor),
     "wav2vec2-classifier": ("Wav2Vec2ForSequenceClassification", lambda: T.Wav2Vec2Config(**AUDIO), None),
     "hubert-classifier": ("HubertForSequenceClassification", lambda: T.HubertConfig(**AUDIO), None),
+    "wav2vec2-frames": ("Wav2Vec2ForAudioFrameClassification", lambda: T.Wav2Vec2Config(**AUDIO), None),
+    "wav2vec2-xvector": (
+        "Wav2Vec2ForXVector",
+        lambda: T.Wav2Vec2Config(**AUDIO, tdnn_dim=(8, 8, 8, 8, 16), xvector_output_dim=8),
+        None,
+    ),
 }
 """``{name: (transformers class, config, processor writer or None)}``."""
 

@@ -76,6 +76,8 @@ CASES = {
     "hubert-ctc": Case("automatic-speech-recognition", AUDIO, ["logits"], {"input_values": (1, 31)}, WITH_PROCESSOR),
     "wav2vec2-classifier": Case("audio-classification", AUDIO, ["logits"]),
     "hubert-classifier": Case("audio-classification", AUDIO, ["logits"], {"input_values": (3, 997)}),
+    "wav2vec2-frames": Case("audio-frame-classification", AUDIO, ["logits"], {"input_values": (2, 997)}),
+    "wav2vec2-xvector": Case("audio-xvector", AUDIO, ["logits", "embeddings"], {"input_values": (2, 997)}),
 }
 
 

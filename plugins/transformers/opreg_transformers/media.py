@@ -22,6 +22,8 @@ DEPTH_ESTIMATION = "depth-estimation"
 ZERO_SHOT = "zero-shot-image-classification"
 SPEECH_RECOGNITION = "automatic-speech-recognition"
 AUDIO_CLASSIFICATION = "audio-classification"
+AUDIO_FRAMES = "audio-frame-classification"
+XVECTOR = "audio-xvector"
 
 IMAGE = "image"
 IMAGE_TEXT = "image-text"
@@ -39,6 +41,8 @@ TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     SPEECH_RECOGNITION: ("AutoModelForCTC", ("logits",)),
     AUDIO_CLASSIFICATION: ("AutoModelForAudioClassification", ("logits",)),
+    AUDIO_FRAMES: ("AutoModelForAudioFrameClassification", ("logits",)),
+    XVECTOR: ("AutoModelForAudioXVector", ("logits", "embeddings")),
 }
 """``{task: (transformers auto class, output names)}``, tasks and outputs as optimum names them."""
 
@@ -54,6 +58,8 @@ HEADS: dict[str, tuple[tuple[str, str], ...]] = {
     AUDIO: (
         ("ForCTC", SPEECH_RECOGNITION),
         ("ForSequenceClassification", AUDIO_CLASSIFICATION),
+        ("ForAudioFrameClassification", AUDIO_FRAMES),
+        ("ForXVector", XVECTOR),
         ("Model", FEATURE_EXTRACTION),
     ),
 }
@@ -140,7 +146,7 @@ FAMILIES: dict[str, Family] = {
     "siglip": Family(IMAGE_TEXT, _JOINT, attention_mask=False, outputs={FEATURE_EXTRACTION: TASKS[ZERO_SHOT][1]}),
     "clip_vision_model": Family(IMAGE, (FEATURE_EXTRACTION,), outputs=_TOWER),
     "siglip_vision_model": Family(IMAGE, (FEATURE_EXTRACTION,), outputs=_TOWER),
-    "wav2vec2": Family(AUDIO, _SPEECH),
+    "wav2vec2": Family(AUDIO, (*_SPEECH, AUDIO_FRAMES, XVECTOR)),
     "hubert": Family(AUDIO, _SPEECH),
 }
 """``{model_type: Family}``. The image sides are fixed where the model's position embeddings fit
@@ -174,3 +180,13 @@ def audio_span(config: Mapping[str, Any]) -> tuple[int, int]:
         field += (int(kernel) - 1) * stride
         stride *= int(step)
     return field, stride
+
+
+def frames_needed(config: Mapping[str, Any], task: str) -> int:
+    """The fewest frames an audio model takes for ``task``: two (one is a special case the
+    feature encoder's code guards), more for an x-vector head, whose time-delay layers each
+    need ``(kernel - 1) * dilation`` frames more than they give."""
+    if task != XVECTOR:
+        return 2
+    kernels, dilations = config.get("tdnn_kernel", ()), config.get("tdnn_dilation", ())
+    return max(2, 1 + sum((int(k) - 1) * int(d) for k, d in zip(kernels, dilations, strict=True)))
