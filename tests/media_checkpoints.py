@@ -55,6 +55,7 @@ def _audio_processor(folder: Path) -> None:
 
 CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Path], None] | None]] = {
     "vit": ("ViTForImageClassification", lambda: T.ViTConfig(**VISION, **LABELS), _image_processor),
+    "vit-masked": ("ViTForMaskedImageModeling", lambda: T.ViTConfig(**VISION, encoder_stride=8), None),
     "convnext": (
         "ConvNextForImageClassification",
         lambda: T.ConvNextConfig(hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], **LABELS),
@@ -65,6 +66,11 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
         lambda: T.SwinConfig(
             image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 2], window_size=2, **LABELS
         ),
+        None,
+    ),
+    "swin-masked": (
+        "SwinForMaskedImageModeling",
+        lambda: T.SwinConfig(image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 2], window_size=2),
         None,
     ),
     "dinov2": ("Dinov2ForImageClassification", lambda: T.Dinov2Config(**VISION, **LABELS), None),

@@ -51,6 +51,8 @@ CASES = {
     "vit": Case("image-classification", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"], files=WITH_PROCESSOR),
     "convnext": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(160, 32)),
     "swin": Case("image-classification", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"]),
+    "vit-masked": Case("masked-im", {"pixel_values": ["batch_size", 3, 32, 32]}, ["reconstruction"]),
+    "swin-masked": Case("masked-im", {"pixel_values": ["batch_size", 3, 32, 32]}, ["reconstruction"]),
     "dinov2": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(32, 32)),  # its own size
     "detr": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(50, 77)),
     "yolos": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(32, 32)),

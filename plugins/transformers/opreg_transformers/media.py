@@ -22,6 +22,7 @@ DEPTH_ESTIMATION = "depth-estimation"
 ZERO_SHOT = "zero-shot-image-classification"
 SPEECH_RECOGNITION = "automatic-speech-recognition"
 AUDIO_CLASSIFICATION = "audio-classification"
+MASKED_IM = "masked-im"
 AUDIO_FRAMES = "audio-frame-classification"
 XVECTOR = "audio-xvector"
 
@@ -35,6 +36,7 @@ TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     OBJECT_DETECTION: ("AutoModelForObjectDetection", ("logits", "pred_boxes")),
     SEMANTIC_SEGMENTATION: ("AutoModelForSemanticSegmentation", ("logits",)),
     DEPTH_ESTIMATION: ("AutoModelForDepthEstimation", ("predicted_depth",)),
+    MASKED_IM: ("AutoModelForMaskedImageModeling", ("reconstruction",)),
     ZERO_SHOT: (
         "AutoModelForZeroShotImageClassification",
         ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"),
@@ -52,6 +54,7 @@ HEADS: dict[str, tuple[tuple[str, str], ...]] = {
         ("ForObjectDetection", OBJECT_DETECTION),
         ("ForSemanticSegmentation", SEMANTIC_SEGMENTATION),
         ("ForDepthEstimation", DEPTH_ESTIMATION),
+        ("ForMaskedImageModeling", MASKED_IM),
         ("Model", FEATURE_EXTRACTION),
     ),
     IMAGE_TEXT: (("Model", ZERO_SHOT),),
@@ -133,9 +136,9 @@ _SPEECH = (FEATURE_EXTRACTION, SPEECH_RECOGNITION, AUDIO_CLASSIFICATION)
 _CONVOLUTIONS = Sides(lambda config: 32, exact=False)
 
 FAMILIES: dict[str, Family] = {
-    "vit": Family(IMAGE, _CLASSIFIER),
+    "vit": Family(IMAGE, (*_CLASSIFIER, MASKED_IM)),
     "convnext": Family(IMAGE, _CLASSIFIER, Sides(_stages)),
-    "swin": Family(IMAGE, _CLASSIFIER),
+    "swin": Family(IMAGE, (*_CLASSIFIER, MASKED_IM)),
     "dinov2": Family(IMAGE, _CLASSIFIER, Sides(_patch)),
     "detr": Family(IMAGE, _DETECTOR, _CONVOLUTIONS),
     "yolos": Family(IMAGE, _DETECTOR, Sides(_patch)),
