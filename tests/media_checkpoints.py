@@ -82,6 +82,7 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
     ),
     "segformer": ("SegformerForSemanticSegmentation", lambda: T.SegformerConfig(**SEGMENTS, **LABELS), None),
     "dpt": ("DPTForDepthEstimation", lambda: T.DPTConfig(**DEPTH), None),
+    "dpt-segmenter": ("DPTForSemanticSegmentation", lambda: T.DPTConfig(**DEPTH, **LABELS), None),
     "glpn": ("GLPNForDepthEstimation", lambda: T.GLPNConfig(**SEGMENTS, max_depth=10), None),
     "clip": ("CLIPModel", lambda: T.CLIPConfig(text_config=TEXT, vision_config=VISION, projection_dim=16), None),
     "siglip": ("SiglipModel", lambda: T.SiglipConfig(text_config=TEXT, vision_config=VISION), None),

@@ -58,6 +58,7 @@ CASES = {
     "yolos": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(32, 32)),
     "segformer": Case("semantic-segmentation", {"pixel_values": IMAGE}, ["logits"], pixels(45, 38)),
     "dpt": Case("depth-estimation", {"pixel_values": ["batch_size", 3, 32, 32]}, ["predicted_depth"]),
+    "dpt-segmenter": Case("semantic-segmentation", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"]),
     "glpn": Case("depth-estimation", {"pixel_values": IMAGE}, ["predicted_depth"], pixels(40, 8)),
     "clip": Case("zero-shot-image-classification", CLIP_INPUTS, ZERO_SHOT),
     "siglip": Case(

@@ -143,7 +143,7 @@ FAMILIES: dict[str, Family] = {
     "detr": Family(IMAGE, _DETECTOR, _CONVOLUTIONS),
     "yolos": Family(IMAGE, _DETECTOR, Sides(_patch)),
     "segformer": Family(IMAGE, (*_CLASSIFIER, SEMANTIC_SEGMENTATION), _CONVOLUTIONS),
-    "dpt": Family(IMAGE, _DEPTH),
+    "dpt": Family(IMAGE, (*_DEPTH, SEMANTIC_SEGMENTATION)),
     "glpn": Family(IMAGE, _DEPTH, Sides(_strides)),
     "clip": Family(IMAGE_TEXT, _JOINT, outputs={FEATURE_EXTRACTION: TASKS[ZERO_SHOT][1]}),
     "siglip": Family(IMAGE_TEXT, _JOINT, attention_mask=False, outputs={FEATURE_EXTRACTION: TASKS[ZERO_SHOT][1]}),
