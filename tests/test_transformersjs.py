@@ -71,7 +71,7 @@ def test_text_classification_gives_eagers_labels_and_scores(tmp_path, transforme
 GENERATE = {"max_new_tokens": 16, "min_new_tokens": 16}
 """16 new tokens each, none of them the end token (a random model may pick it)."""
 NOT_YET = "opreg llm export"
-"""What ``opreg export`` says of a causal LM until the optimum layout (branch layout54) lands."""
+"""What ``opreg export`` says of a causal LM until it exports them in optimum's layout."""
 
 
 def test_text_generation_gives_eagers_greedy_tokens(tmp_path, transformersjs):
@@ -84,7 +84,7 @@ def test_text_generation_gives_eagers_greedy_tokens(tmp_path, transformersjs):
     except opreg.CheckpointError as e:
         if NOT_YET not in str(e):
             raise
-        pytest.xfail(f"opreg export does not export causal LMs yet (layout54): {str(e).splitlines()[0]}")
+        pytest.xfail(f"opreg export does not export causal LMs yet: {str(e).splitlines()[0]}")
     assert json.loads((folder / "config.json").read_text())["model_type"] == "llama"
     got = run("pipeline.mjs", folder, {"task": "text-generation", "texts": TEXTS, "generate": GENERATE}, transformersjs)
     tokenizer = transformers.AutoTokenizer.from_pretrained(source)
