@@ -12,12 +12,13 @@ exporter then runs as a user runs it, at its default settings, in a fresh proces
     optimum-cli export onnx --model FOLDER --task T DIR        (validates against PyTorch by default)
 
 Per pair: exported and verified by each side's own check (opreg: exit 0; optimum: exit 0 without
-its "succeeded with the warning" or "error occurred during validation" line), the
-CPU seconds of the whole command (user + system of the child and its children: ``resource``'s
-RUSAGE_CHILDREN), and the ONNX Runtime latency of the main model (``model.onnx``, else
-``decoder_model.onnx``): the same inputs, the same session options (one thread, default graph
-optimizations), the two sessions run in turn, median of ``--runs``. ``--optimized`` adds, per pair,
-``opreg export -t onnxruntime`` against ``optimum-cli ... --optimize O2`` and their latency.
+its "succeeded with the warning" or "error occurred during validation" line), the CPU seconds of
+the whole command (user + system of the child and its children: ``resource``'s RUSAGE_CHILDREN),
+and the ONNX Runtime latency of the main model (the first of ``model.onnx``,
+``decoder_model.onnx``, ``encoder_model.onnx`` both wrote): the same inputs, the same session
+options (one thread, default graph optimizations), the two sessions run in turn, median of
+``--runs``. ``--optimized`` adds, per pair, ``opreg export -t onnxruntime`` against ``optimum-cli
+... --optimize O2`` and their latency.
 
 Checkpoints whose model class transformers 5 (this venv) lacks are not a pair of the comparison.
 Results go to build/optimum_compare/results[SHARD].json after every pair: a rerun resumes where it stopped
@@ -108,7 +109,7 @@ def run_optimum(venv: Path, folder: Path, task: str, out: Path, optimize: str | 
 
 
 def _main_model(a: Path, b: Path) -> str | None:
-    for name in ("model.onnx", "decoder_model.onnx"):
+    for name in ("model.onnx", "decoder_model.onnx", "encoder_model.onnx"):
         if (a / name).is_file() and (b / name).is_file():
             return name
     return None
