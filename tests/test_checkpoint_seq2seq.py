@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import opreg
+from opreg import cli
 from tests import seq2seq_models
 
 FILES = [
@@ -243,3 +244,14 @@ def test_a_bare_model_is_exported_for_feature_extraction_its_decoder_checked_ste
     assert check.startswith(
         "decoding: 24 decoder steps of 2 prompts equal eager's (merged decoder, decoder then decoder with past)"
     )
+
+
+def test_the_command_reports_each_model_written_the_merged_decoder_too(checkpoints, tmp_path, capsys):
+    """The merged decoder is a post-step's ``onnx_ir.Model``, not an ``OnnxProgram``: the command's
+    report reads both (it failed with an internal error after writing the folder)."""
+    out = tmp_path / "out"
+    assert cli.main(["export", str(checkpoints["bart"]), "-o", str(out), "--no-verify"]) == 0
+    printed = capsys.readouterr().out
+    for name in ("encoder_model", "decoder_model", "decoder_with_past_model", "decoder_model_merged"):
+        assert f"wrote {name}.onnx (" in printed
+    assert (out / "decoder_model_merged.onnx").is_file()
