@@ -169,6 +169,21 @@ def latency(opreg_model: Path, optimum_model: Path, folder: Path, runs: int) -> 
     return {"opreg_ms": ms[0], "optimum_ms": ms[1], "ratio": round(ms[0] / ms[1], 3)}
 
 
+IMPORTS = "import torch, transformers; transformers.AutoModel, transformers.BertModel"
+"""What both commands import before their own work: the baseline ``--baseline`` times in each venv."""
+
+
+def baseline(venv: Path, runs: int) -> dict[str, Any]:
+    """CPU seconds of importing torch and transformers (:data:`IMPORTS`) in this venv and in the
+    side venv, median of ``runs`` each, in turn: what each command pays before its own work."""
+    log = WORK / "baseline.log"
+    times: dict[str, list[float]] = {"opreg": [], "optimum": []}
+    for _ in range(runs):
+        for side, python in (("opreg", sys.executable), ("optimum", str(venv / "bin" / "python"))):
+            times[side].append(_cpu_of([python, "-c", IMPORTS], log)[1])
+    return {side: round(statistics.median(t), 2) for side, t in times.items()}
+
+
 def _known_families() -> set[str]:
     """The model types opreg-transformers' loaders know (data modules: cheap to import)."""
     from opreg_transformers import encoders, media, seq2seq
@@ -274,6 +289,16 @@ def _latency_cell(lat: dict[str, Any]) -> str:
     return f"{lat['opreg_ms']} / {lat['optimum_ms']} ({lat['model']})" if "ratio" in lat else lat.get("error", "")[:80]
 
 
+def _beyond_imports(both: list[dict[str, Any]]) -> dict[str, str]:
+    """The CPU time ratio once each venv's import of torch and transformers is taken off."""
+    if not (WORK / "baseline.json").is_file():
+        return {}
+    base = json.loads((WORK / "baseline.json").read_text())
+    ratios = [(r["opreg"]["cpu"] - base["opreg"]) / (r["optimum"]["cpu"] - base["optimum"]) for r in both]
+    name = f"CPU s beyond importing torch and transformers ({base['opreg']} s / {base['optimum']} s), median ratio"
+    return {name: _median(ratios)}
+
+
 def table(results: dict[str, Any]) -> None:
     """Print the per-pair table and the summary of what ran."""
     rows = {k: r for k, r in sorted(results["rows"].items()) if "opreg" in r and "optimum" in r}
@@ -298,6 +323,7 @@ def table(results: dict[str, Any]) -> None:
         "CPU s of the command, opreg / optimum, median ratio": _median(
             [r["opreg"]["cpu"] / r["optimum"]["cpu"] for r in both]
         ),
+        **_beyond_imports(both),
         "latency opreg / optimum, median ratio": _median(
             [r["latency"]["ratio"] for r in both if "ratio" in r.get("latency", {})]
         ),
@@ -322,12 +348,20 @@ def main() -> int:
     parser.add_argument(
         "--shard", default="", help="results file suffix, for a second run at the same time (--table merges them)"
     )
+    parser.add_argument(
+        "--baseline", type=int, metavar="N", help="time importing torch and transformers in both venvs, N times each"
+    )
     parser.add_argument("--table", action="store_true", help="print the tables of what ran and stop")
     args = parser.parse_args()
     if args.make_venv:
         make_venv(args.optimum_venv)
         return 0
     if args.table:
+        table(_merged())
+        return 0
+    if args.baseline:
+        WORK.mkdir(parents=True, exist_ok=True)
+        (WORK / "baseline.json").write_text(json.dumps(baseline(args.optimum_venv, args.baseline)))
         table(_merged())
         return 0
     results = _load(WORK / f"results{args.shard}.json") | {"path": str(WORK / f"results{args.shard}.json")}
