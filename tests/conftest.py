@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import textwrap
 from collections.abc import Callable
@@ -100,3 +101,18 @@ def _own_pack_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     """Each test has its own, empty cache of what packs declare (never the user's), turned on."""
     monkeypatch.setenv(opreg.packs.packcache.CACHE_ENV, str(tmp_path_factory.mktemp("opreg-cache")))
     monkeypatch.delenv(opreg.packs.packcache.NO_CACHE_ENV, raising=False)
+
+
+@pytest.fixture(scope="session")
+def transformersjs() -> Path:
+    """transformers.js's folder (tests/transformersjs_runtime.py: ``OPREG_TJS_DIR``, or npm installs it
+    into build/tjs once). Skipped, with the reason, where node or npm is missing; a failure instead
+    when ``OPREG_REQUIRE_TJS=1`` (CI sets it once it has installed node)."""
+    from tests import transformersjs_runtime
+
+    reason = transformersjs_runtime.missing()
+    if reason and os.environ.get("OPREG_REQUIRE_TJS") == "1":
+        pytest.fail(f"OPREG_REQUIRE_TJS=1 but {reason}")
+    if reason:
+        pytest.skip(reason)
+    return transformersjs_runtime.install()

@@ -55,6 +55,7 @@ def _audio_processor(folder: Path) -> None:
 
 CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Path], None] | None]] = {
     "vit": ("ViTForImageClassification", lambda: T.ViTConfig(**VISION, **LABELS), _image_processor),
+    "vit-masked": ("ViTForMaskedImageModeling", lambda: T.ViTConfig(**VISION, encoder_stride=8), None),
     "convnext": (
         "ConvNextForImageClassification",
         lambda: T.ConvNextConfig(hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], **LABELS),
@@ -67,6 +68,11 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
         ),
         None,
     ),
+    "swin-masked": (
+        "SwinForMaskedImageModeling",
+        lambda: T.SwinConfig(image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 2], window_size=2),
+        None,
+    ),
     "dinov2": ("Dinov2ForImageClassification", lambda: T.Dinov2Config(**VISION, **LABELS), None),
     "detr": ("DetrForObjectDetection", _detr, None),
     "yolos": (
@@ -76,6 +82,7 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
     ),
     "segformer": ("SegformerForSemanticSegmentation", lambda: T.SegformerConfig(**SEGMENTS, **LABELS), None),
     "dpt": ("DPTForDepthEstimation", lambda: T.DPTConfig(**DEPTH), None),
+    "dpt-segmenter": ("DPTForSemanticSegmentation", lambda: T.DPTConfig(**DEPTH, **LABELS), None),
     "glpn": ("GLPNForDepthEstimation", lambda: T.GLPNConfig(**SEGMENTS, max_depth=10), None),
     "clip": ("CLIPModel", lambda: T.CLIPConfig(text_config=TEXT, vision_config=VISION, projection_dim=16), None),
     "siglip": ("SiglipModel", lambda: T.SiglipConfig(text_config=TEXT, vision_config=VISION), None),
@@ -84,6 +91,12 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
     "hubert-ctc": ("HubertForCTC", lambda: T.HubertConfig(**AUDIO), _audio_processor),
     "wav2vec2-classifier": ("Wav2Vec2ForSequenceClassification", lambda: T.Wav2Vec2Config(**AUDIO), None),
     "hubert-classifier": ("HubertForSequenceClassification", lambda: T.HubertConfig(**AUDIO), None),
+    "wav2vec2-frames": ("Wav2Vec2ForAudioFrameClassification", lambda: T.Wav2Vec2Config(**AUDIO), None),
+    "wav2vec2-xvector": (
+        "Wav2Vec2ForXVector",
+        lambda: T.Wav2Vec2Config(**AUDIO, tdnn_dim=(8, 8, 8, 8, 16), xvector_output_dim=8),
+        None,
+    ),
 }
 """``{name: (transformers class, config, processor writer or None)}``."""
 

@@ -17,10 +17,6 @@ nothing when every key is the same), so the output embeddings here are not tied 
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +31,6 @@ SIZES = dict(
     decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
     bos_token_id=BOS, pad_token_id=PAD, eos_token_id=EOS,
 )  # fmt: skip
-NODE_SCRIPT = Path(__file__).parent / "transformersjs" / "text2text_generation.mjs"
-TJS_DIR = Path(os.environ.get("OPREG_TJS_DIR", "/work/sidevenvs/tjs"))
-"""Where transformers.js is installed (its ``node_modules``); the script's default too."""
 
 
 def config(model_type: str) -> Any:
@@ -99,26 +92,11 @@ def eager(folder: Path, texts: list[str], generate: dict[str, Any]) -> list[list
         return model.generate(**inputs, do_sample=False, num_beams=1, **generate).tolist()
 
 
-def transformersjs_ready() -> str:
-    """Why transformers.js cannot run here (``""`` when it can)."""
-    if shutil.which("node") is None:
-        return "node is not installed"
-    if not (TJS_DIR / "node_modules" / "@huggingface" / "transformers").is_dir():
-        return f"transformers.js is not installed in {TJS_DIR} (set OPREG_TJS_DIR)"
-    return ""
-
-
 def transformersjs(
-    folder: Path, texts: list[str], generate: dict[str, Any], script: Path = NODE_SCRIPT
+    folder: Path, texts: list[str], generate: dict[str, Any], tjs: Path, script: str = "text2text_generation.mjs"
 ) -> dict[str, Any]:
-    """The node script's answer on ``folder``: ``tokens`` (``generate``'s ids), ``texts`` (the
-    pipeline's), ``input_ids``, ``versions``; ``script``: the pipeline's (default text2text-generation's;
-    ``tests/transformersjs/text_generation.mjs`` prints the same for a causal LM)."""
-    options = json.dumps({"texts": texts, "generate": generate})
-    done = subprocess.run(
-        ["node", str(script), str(folder), options], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OPREG_TJS_DIR": str(TJS_DIR)}, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"transformers.js failed on {folder} (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """tests/transformersjs/``script``'s answer on ``folder`` (text2text_generation.mjs; text_generation.mjs
+    for a causal LM), transformers.js in ``tjs``: ``tokens`` (``generate``'s ids), ``texts`` (the pipeline's), ``input_ids``, ``versions``."""
+    from tests import transformersjs_runtime
+
+    return transformersjs_runtime.run(script, folder, {"texts": texts, "generate": generate}, tjs)

@@ -46,7 +46,7 @@ wrote them for these tiny Llama and Phi-3 checkpoints (and Qwen2's) with ``--tas
 text-generation-with-past`` (at ai.onnx 18, IR 8)."""
 PROMPT = "the quick brown fox"
 NEW_TOKENS = 20
-TJS_SCRIPT = Path(__file__).parent / "transformersjs" / "text_generation.mjs"
+TJS_SCRIPT = "text_generation.mjs"
 
 
 def dims(value: onnx.ValueInfoProto) -> list[str | int]:
@@ -204,14 +204,15 @@ def test_an_export_plan_done_whole_is_checked_when_made():
         opreg.HandoverResult({})
 
 
-@pytest.mark.skipif(bool(seq2seq_models.transformersjs_ready()), reason=seq2seq_models.transformersjs_ready() or "-")
 @pytest.mark.parametrize("family", FAMILIES)
 def test_transformersjs_text_generation_pipeline_loads_the_folder_unchanged_and_gives_eagers_tokens(
-    exported, checkpoints, family
+    exported, checkpoints, family, transformersjs
 ):
     from transformers import AutoModelForCausalLM
 
-    got = seq2seq_models.transformersjs(exported[family].folder, [PROMPT], {"max_new_tokens": NEW_TOKENS}, TJS_SCRIPT)
+    got = seq2seq_models.transformersjs(
+        exported[family].folder, [PROMPT], {"max_new_tokens": NEW_TOKENS}, transformersjs, TJS_SCRIPT
+    )
     (prompt,) = got["input_ids"]
     model = AutoModelForCausalLM.from_pretrained(checkpoints[family]).eval()
     eager = language_models.greedy(model, prompt, len(prompt) + NEW_TOKENS)

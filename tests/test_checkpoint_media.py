@@ -51,11 +51,14 @@ CASES = {
     "vit": Case("image-classification", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"], files=WITH_PROCESSOR),
     "convnext": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(160, 32)),
     "swin": Case("image-classification", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"]),
+    "vit-masked": Case("masked-im", {"pixel_values": ["batch_size", 3, 32, 32]}, ["reconstruction"]),
+    "swin-masked": Case("masked-im", {"pixel_values": ["batch_size", 3, 32, 32]}, ["reconstruction"]),
     "dinov2": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(32, 32)),  # its own size
     "detr": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(50, 77)),
     "yolos": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(32, 32)),
     "segformer": Case("semantic-segmentation", {"pixel_values": IMAGE}, ["logits"], pixels(45, 38)),
     "dpt": Case("depth-estimation", {"pixel_values": ["batch_size", 3, 32, 32]}, ["predicted_depth"]),
+    "dpt-segmenter": Case("semantic-segmentation", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"]),
     "glpn": Case("depth-estimation", {"pixel_values": IMAGE}, ["predicted_depth"], pixels(40, 8)),
     "clip": Case("zero-shot-image-classification", CLIP_INPUTS, ZERO_SHOT),
     "siglip": Case(
@@ -76,6 +79,8 @@ CASES = {
     "hubert-ctc": Case("automatic-speech-recognition", AUDIO, ["logits"], {"input_values": (1, 31)}, WITH_PROCESSOR),
     "wav2vec2-classifier": Case("audio-classification", AUDIO, ["logits"]),
     "hubert-classifier": Case("audio-classification", AUDIO, ["logits"], {"input_values": (3, 997)}),
+    "wav2vec2-frames": Case("audio-frame-classification", AUDIO, ["logits"], {"input_values": (2, 997)}),
+    "wav2vec2-xvector": Case("audio-xvector", AUDIO, ["logits", "embeddings"], {"input_values": (2, 997)}),
 }
 
 

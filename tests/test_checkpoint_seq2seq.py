@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import opreg
+from opreg import cli
 from tests import seq2seq_models
 
 FILES = [
@@ -216,17 +217,16 @@ TJS_KNOWN = {"pegasus": "Unsupported model type: pegasus"}
 """The families transformers.js 4.3.1 has no model for, and its error."""
 
 
-@pytest.mark.skipif(bool(seq2seq_models.transformersjs_ready()), reason=seq2seq_models.transformersjs_ready() or "-")
-def test_transformersjs_text2text_pipeline_loads_the_folder_unchanged_and_gives_eagers_tokens(exported):
+def test_transformersjs_text2text_pipeline_loads_the_folder_unchanged_and_gives_eagers_tokens(exported, transformersjs):
     """transformers.js 4.3.1 (onnxruntime-node 1.30): encoder_model.onnx and decoder_model_merged.onnx
     of the flat folder (``subfolder: ''``), its generate against transformers' with the folder's
     generation config (BART's forced end token included)."""
     family = Path(exported.source).name
     if family in TJS_KNOWN:
         with pytest.raises(RuntimeError, match=TJS_KNOWN[family]):
-            seq2seq_models.transformersjs(exported.folder, TEXTS, GENERATE)
+            seq2seq_models.transformersjs(exported.folder, TEXTS, GENERATE, transformersjs)
         return
-    got = seq2seq_models.transformersjs(exported.folder, TEXTS, GENERATE)
+    got = seq2seq_models.transformersjs(exported.folder, TEXTS, GENERATE, transformersjs)
     want = seq2seq_models.eager(Path(exported.source), TEXTS, GENERATE)
     assert got["tokens"] == want and len(want[0]) == 21
     assert len(got["texts"]) == 2
@@ -244,3 +244,14 @@ def test_a_bare_model_is_exported_for_feature_extraction_its_decoder_checked_ste
     assert check.startswith(
         "decoding: 24 decoder steps of 2 prompts equal eager's (merged decoder, decoder then decoder with past)"
     )
+
+
+def test_the_command_reports_each_model_written_the_merged_decoder_too(checkpoints, tmp_path, capsys):
+    """The merged decoder is a post-step's ``onnx_ir.Model``, not an ``OnnxProgram``: the command's
+    report reads both (it failed with an internal error after writing the folder)."""
+    out = tmp_path / "out"
+    assert cli.main(["export", str(checkpoints["bart"]), "-o", str(out), "--no-verify"]) == 0
+    printed = capsys.readouterr().out
+    for name in ("encoder_model", "decoder_model", "decoder_with_past_model", "decoder_model_merged"):
+        assert f"wrote {name}.onnx (" in printed
+    assert (out / "decoder_model_merged.onnx").is_file()

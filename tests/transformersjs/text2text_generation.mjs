@@ -7,7 +7,7 @@
 //   tokens: model.generate's ids for the tokenized texts (padded as the pipeline pads them), the
 //   decoder's start token first; texts: the pipeline's generated_text for the same texts and options.
 // transformers.js is resolved from OPREG_TJS_DIR (a folder whose node_modules holds
-// @huggingface/transformers; default /work/sidevenvs/tjs).
+// @huggingface/transformers), which the suite sets (tests/transformersjs_runtime.py).
 import { createRequire } from 'node:module';
 import path from 'node:path';
 
@@ -20,7 +20,7 @@ const options = JSON.parse(optionsJson ?? '{}');
 const texts = options.texts ?? ['the cat sat on the mat', 'a dog ran'];
 const generate = { do_sample: false, num_beams: 1, ...(options.generate ?? {}) };
 
-const tjsDir = process.env.OPREG_TJS_DIR ?? '/work/sidevenvs/tjs';
+const tjsDir = process.env.OPREG_TJS_DIR;
 const require = createRequire(path.join(path.resolve(tjsDir), 'package.json'));
 const { pipeline, env } = require('@huggingface/transformers');
 

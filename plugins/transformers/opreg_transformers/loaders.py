@@ -92,7 +92,7 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     auto, outputs = (media.TASKS if other else encoders.TASKS)[task]
     _buildable(checkpoint, auto, task)
     if other is not None:
-        inputs, dims = shapes.signature(other, config)
+        inputs, dims = shapes.signature(other, config, task)
         outputs = other.outputs_of(task)
     else:
         family = encoders.FAMILIES[config["model_type"]]

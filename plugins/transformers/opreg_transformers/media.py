@@ -22,6 +22,9 @@ DEPTH_ESTIMATION = "depth-estimation"
 ZERO_SHOT = "zero-shot-image-classification"
 SPEECH_RECOGNITION = "automatic-speech-recognition"
 AUDIO_CLASSIFICATION = "audio-classification"
+MASKED_IM = "masked-im"
+AUDIO_FRAMES = "audio-frame-classification"
+XVECTOR = "audio-xvector"
 
 IMAGE = "image"
 IMAGE_TEXT = "image-text"
@@ -33,12 +36,15 @@ TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     OBJECT_DETECTION: ("AutoModelForObjectDetection", ("logits", "pred_boxes")),
     SEMANTIC_SEGMENTATION: ("AutoModelForSemanticSegmentation", ("logits",)),
     DEPTH_ESTIMATION: ("AutoModelForDepthEstimation", ("predicted_depth",)),
+    MASKED_IM: ("AutoModelForMaskedImageModeling", ("reconstruction",)),
     ZERO_SHOT: (
         "AutoModelForZeroShotImageClassification",
         ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"),
     ),
     SPEECH_RECOGNITION: ("AutoModelForCTC", ("logits",)),
     AUDIO_CLASSIFICATION: ("AutoModelForAudioClassification", ("logits",)),
+    AUDIO_FRAMES: ("AutoModelForAudioFrameClassification", ("logits",)),
+    XVECTOR: ("AutoModelForAudioXVector", ("logits", "embeddings")),
 }
 """``{task: (transformers auto class, output names)}``, tasks and outputs as optimum names them."""
 
@@ -48,12 +54,15 @@ HEADS: dict[str, tuple[tuple[str, str], ...]] = {
         ("ForObjectDetection", OBJECT_DETECTION),
         ("ForSemanticSegmentation", SEMANTIC_SEGMENTATION),
         ("ForDepthEstimation", DEPTH_ESTIMATION),
+        ("ForMaskedImageModeling", MASKED_IM),
         ("Model", FEATURE_EXTRACTION),
     ),
     IMAGE_TEXT: (("Model", ZERO_SHOT),),
     AUDIO: (
         ("ForCTC", SPEECH_RECOGNITION),
         ("ForSequenceClassification", AUDIO_CLASSIFICATION),
+        ("ForAudioFrameClassification", AUDIO_FRAMES),
+        ("ForXVector", XVECTOR),
         ("Model", FEATURE_EXTRACTION),
     ),
 }
@@ -127,20 +136,20 @@ _SPEECH = (FEATURE_EXTRACTION, SPEECH_RECOGNITION, AUDIO_CLASSIFICATION)
 _CONVOLUTIONS = Sides(lambda config: 32, exact=False)
 
 FAMILIES: dict[str, Family] = {
-    "vit": Family(IMAGE, _CLASSIFIER),
+    "vit": Family(IMAGE, (*_CLASSIFIER, MASKED_IM)),
     "convnext": Family(IMAGE, _CLASSIFIER, Sides(_stages)),
-    "swin": Family(IMAGE, _CLASSIFIER),
+    "swin": Family(IMAGE, (*_CLASSIFIER, MASKED_IM)),
     "dinov2": Family(IMAGE, _CLASSIFIER, Sides(_patch)),
     "detr": Family(IMAGE, _DETECTOR, _CONVOLUTIONS),
     "yolos": Family(IMAGE, _DETECTOR, Sides(_patch)),
     "segformer": Family(IMAGE, (*_CLASSIFIER, SEMANTIC_SEGMENTATION), _CONVOLUTIONS),
-    "dpt": Family(IMAGE, _DEPTH),
+    "dpt": Family(IMAGE, (*_DEPTH, SEMANTIC_SEGMENTATION)),
     "glpn": Family(IMAGE, _DEPTH, Sides(_strides)),
     "clip": Family(IMAGE_TEXT, _JOINT, outputs={FEATURE_EXTRACTION: TASKS[ZERO_SHOT][1]}),
     "siglip": Family(IMAGE_TEXT, _JOINT, attention_mask=False, outputs={FEATURE_EXTRACTION: TASKS[ZERO_SHOT][1]}),
     "clip_vision_model": Family(IMAGE, (FEATURE_EXTRACTION,), outputs=_TOWER),
     "siglip_vision_model": Family(IMAGE, (FEATURE_EXTRACTION,), outputs=_TOWER),
-    "wav2vec2": Family(AUDIO, _SPEECH),
+    "wav2vec2": Family(AUDIO, (*_SPEECH, AUDIO_FRAMES, XVECTOR)),
     "hubert": Family(AUDIO, _SPEECH),
 }
 """``{model_type: Family}``. The image sides are fixed where the model's position embeddings fit
@@ -174,3 +183,13 @@ def audio_span(config: Mapping[str, Any]) -> tuple[int, int]:
         field += (int(kernel) - 1) * stride
         stride *= int(step)
     return field, stride
+
+
+def frames_needed(config: Mapping[str, Any], task: str) -> int:
+    """The fewest frames an audio model takes for ``task``: two (one is a special case the
+    feature encoder's code guards), more for an x-vector head, whose time-delay layers each
+    need ``(kernel - 1) * dilation`` frames more than they give."""
+    if task != XVECTOR:
+        return 2
+    kernels, dilations = config.get("tdnn_kernel", ()), config.get("tdnn_dilation", ())
+    return max(2, 1 + sum((int(k) - 1) * int(d) for k, d in zip(kernels, dilations, strict=True)))

@@ -25,10 +25,10 @@ IMAGE_BATCH = opreg.DynamicDim("image_batch_size", example=3, other=2)
 Signature = tuple[tuple[opreg.ModelInput, ...], tuple[opreg.DynamicDim, ...]]
 
 
-def signature(family: media.Family, config: Mapping[str, Any]) -> Signature:
-    """The model's inputs, in optimum's order, and the dims they name."""
+def signature(family: media.Family, config: Mapping[str, Any], task: str) -> Signature:
+    """The model's inputs for ``task``, in optimum's order, and the dims they name."""
     if family.modality == media.AUDIO:
-        return _audio(config)
+        return _audio(config, media.frames_needed(config, task))
     if family.modality == media.IMAGE_TEXT:
         text, text_dims = _text(family, config["text_config"])
         (pixels,), image_dims = _image(family, config["vision_config"], IMAGE_BATCH)
@@ -68,11 +68,11 @@ def _text(family: media.Family, config: Mapping[str, Any]) -> Signature:
     return tuple(inputs), (TEXT_BATCH, sequence)
 
 
-def _audio(config: Mapping[str, Any]) -> Signature:
-    """Raw audio of any length from two frames up (torch.export cannot prove the feature
+def _audio(config: Mapping[str, Any], frames: int) -> Signature:
+    """Raw audio of any length from ``frames`` frames up (torch.export cannot prove the feature
     encoder's floor divisions over a range: the length is captured as ``Dim.AUTO``)."""
     field, stride = media.audio_span(config)
-    shortest = field + stride
+    shortest = field + (frames - 1) * stride
     sequence = opreg.DynamicDim(
         "sequence_length", example=2 * shortest + 13, other=3 * shortest + 7, min=shortest, auto=True
     )

@@ -224,11 +224,14 @@ def _report_checkpoint(args: argparse.Namespace, result: Any, seconds: float) ->
     """What a checkpoint's export wrote and verified, as JSON or lines."""
     from opreg.registry.targets import domain_label
 
+    def ir(program: Any) -> Any:  # an OnnxProgram's model; a post-step's (a merged decoder) is one already
+        return getattr(program, "model", program)
+
     def opsets(program: Any) -> dict[str, int]:
-        return {domain_label(d): v for d, v in sorted(program.model.opset_imports.items())}
+        return {domain_label(d): v for d, v in sorted(ir(program).opset_imports.items())}
 
     models = [
-        {"name": m.name, "file": m.file, "nodes": len(m.program.model.graph), "opsets": opsets(m.program),
+        {"name": m.name, "file": m.file, "nodes": len(ir(m.program).graph), "opsets": opsets(m.program),
          "verified": [dataclasses.asdict(c) for v in m.verified for c in v.outputs]}
         for m in result.models
     ]  # fmt: skip
