@@ -96,7 +96,8 @@ def transformersjs(
     folder: Path, texts: list[str], generate: dict[str, Any], tjs: Path, script: str = "text2text_generation.mjs"
 ) -> dict[str, Any]:
     """tests/transformersjs/``script``'s answer on ``folder`` (text2text_generation.mjs; text_generation.mjs
-    for a causal LM), transformers.js in ``tjs``: ``tokens`` (``generate``'s ids), ``texts`` (the pipeline's), ``input_ids``, ``versions``."""
+    for a causal LM), transformers.js in ``tjs``: ``tokens`` (``generate``'s ids), ``texts`` (the
+    pipeline's), ``input_ids``, ``versions``."""
     from tests import transformersjs_runtime
 
     return transformersjs_runtime.run(script, folder, {"texts": texts, "generate": generate}, tjs)
