@@ -70,7 +70,7 @@ def transposed_b(node: ir.Node) -> bool:
     )
 
 
-def _weight_of(node: ir.Node) -> tuple[ir.Value, bool] | None:
+def weight_of(node: ir.Node) -> tuple[ir.Value, bool] | None:
     """``(weight, stored (N, K))`` if ``node`` is a linear layer on a float32 2-D initializer:
     ``MatMul(x, W)`` (W is (K, N)), ``MatMul(x, Transpose(W))`` or ``FusedMatMul(x, W, transB=1)``
     (W is (N, K))."""
@@ -94,7 +94,7 @@ def _weight_of(node: ir.Node) -> tuple[ir.Value, bool] | None:
     return None
 
 
-def _gemm_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None] | str | None:
+def gemm_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None] | str | None:
     """``(weight, stored (N, K), bias or None)`` if ``node`` is ``Gemm(x, W, C)`` computing a linear layer
     (a 2-D Linear: ``x @ W.T + C``) on a float32 2-D initializer; why it cannot be one MatMulNBits if
     it is such a Gemm in another form (a string); ``None`` if it is no such Gemm."""
@@ -165,7 +165,8 @@ def quantized_weights(nk, quantizer, names: dict[str, str], bits: int, block_siz
     return dict(zip(("B", "scales", "zero_points"), made, strict=True))
 
 
-def _register(graph: ir.Graph, tensor) -> ir.Value:
+def register_tensor(graph: ir.Graph, tensor) -> ir.Value:
+    """``tensor`` (named) as a new initializer of ``graph``."""
     value = ir.Value(name=tensor.name, const_value=tensor)
     value.type, value.shape = ir.TensorType(tensor.dtype), ir.Shape(list(tensor.shape))
     graph.register_initializer(value)
@@ -326,7 +327,7 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         inputs = []
         for role in ("B", "scales", "zero_points"):
             tensor = tensors.get(role)
-            inputs.append(None if tensor is None else _register(graph, tensor))
+            inputs.append(None if tensor is None else register_tensor(graph, tensor))
         while inputs[-1] is None:
             inputs.pop()
         return inputs, attributes
@@ -337,9 +338,9 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         done: dict[tuple[str, bool], tuple[list[ir.Value | None], dict]] = {}
         weights: dict[tuple[str, bool], ir.Value] = {}
         for node in list(graph):
-            found, bias = _weight_of(node), None
+            found, bias = weight_of(node), None
             if found is None:
-                gemm = _gemm_of(node)
+                gemm = gemm_of(node)
                 if isinstance(gemm, str):
                     weight_name = node.inputs[1].name if node.inputs[1] is not None else "?"
                     warnings.warn(
