@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opreg.errors import ExportError, InvalidArgumentError
-from opreg.llm._settings import DECODER_OPTIONS, LLMSettings, refuse_others
+from opreg.llm._settings import DECODER_OPTIONS, LLMSettings, float_weights, refuse_others
 from opreg.settings import ExportSettings
 
 if TYPE_CHECKING:
@@ -109,6 +109,8 @@ def prepare(
     scheme = _quantized.check_request(config, family.key, folder, settings.streaming, what.removesuffix(": it"))
     if scheme is not None:
         stored_quantization(settings, export.target, f"{folder} ({scheme.name})")
+    elif settings.precision == "fp32" and settings.quantization():  # a float checkpoint's weights stay float
+        raise float_weights(list(settings.quantization()))
     length = _checkpoint.context_length(config, settings.context_length, settings.allow_longer_context)
     tokenizer = settings.tokenizer
     if tokenizer is None and folder is not None:
