@@ -118,14 +118,14 @@ def gemm_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None] | str | Non
 def initializers(graph: ir.Graph, tensors: dict[str, tuple[str, np.ndarray] | None]) -> list[ir.Value | None]:
     """MatMulNBits' inputs after A (``B``, ``scales``, ``zero_points``, ``g_idx``, ``bias``) as new
     initializers, from ``{role: (name, array) or None}``; trailing absent ones dropped."""
-    inputs = [None if tensors.get(role) is None else _new_initializer(graph, *tensors[role])
+    inputs = [None if tensors.get(role) is None else new_initializer(graph, *tensors[role])
               for role in ("B", "scales", "zero_points", "g_idx", "bias")]  # fmt: skip
     while inputs[-1] is None:
         inputs.pop()
     return inputs
 
 
-def _new_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
+def new_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
     """A new initializer holding ``array``, named ``name`` (or ``name_1``, ... if that is taken)."""
     name = _fresh(graph, name)
     value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
@@ -406,13 +406,13 @@ def _embeddings_from(graph: ir.Graph, weight: ir.Value, inputs: list[ir.Value | 
     b, scales, zero_points = [*inputs, None, None][:3]
     n, k, block, bits = attributes["N"], attributes["K"], attributes["block_size"], attributes["bits"]
     padded = -(-k // block) * block
-    rows = ir.node("Reshape", [b, _new_initializer(graph, f"{b.name}_rows_shape", np.array([n, -1], np.int64))])
+    rows = ir.node("Reshape", [b, new_initializer(graph, f"{b.name}_rows_shape", np.array([n, -1], np.int64))])
     rows.outputs[0].type = ir.TensorType(ir.DataType.UINT8)
     rows.outputs[0].shape = ir.Shape([n, padded * bits // 8])
     graph.insert_before(gathers[0], rows)
     slice_bounds = None
     if padded != k:  # rows come padded to whole blocks
-        slice_bounds = [_new_initializer(graph, f"{b.name}_rows_{part}", np.array([value], np.int64))
+        slice_bounds = [new_initializer(graph, f"{b.name}_rows_{part}", np.array([value], np.int64))
                         for part, value in (("start", 0), ("end", k), ("axis", -1))]  # fmt: skip
     quantized = {"bits": bits, "block_size": block, "gather_axis": 0, "quantize_axis": 1}
     for gather in gathers:

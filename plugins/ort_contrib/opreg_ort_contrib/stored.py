@@ -21,20 +21,27 @@ import onnx_ir as ir
 import onnx_ir.passes.common
 
 from opreg import ExportError
-from opreg_ort_contrib.quantize import ACCURACY_LEVEL, check_accuracy_level, gemm_of, register_tensor, replace_node
+from opreg_ort_contrib import CONTRIB_DOMAIN
+from opreg_ort_contrib.quantize import (
+    ACCURACY_LEVEL,
+    check_accuracy_level,
+    gemm_of,
+    new_initializer,
+    register_tensor,
+    replace_node,
+)
 from opreg_ort_contrib.quantize import weight_of as linear_weight
 
 
-def stored_blocks(weight: ir.Value, stored_nk: bool) -> Any:
+def stored_blocks(weight: ir.Value, stored_nk: bool) -> list[Any]:
     """The :class:`opreg.weights.StoredBlocks` a linear layer's ``weight`` (stored ``(N, K)`` or,
-    transposed, ``(K, N)``) is the dequantization of, or ``None``: a weight's own, or the blocks
-    of the weights a packed projection concatenates along N (query, key and value), concatenated."""
+    transposed, ``(K, N)``) is the dequantization of, as one list (empty: none): a weight's own;
+    the blocks of the weights a packed projection concatenates along N (query, key and value),
+    concatenated where alike (one MatMulNBits), else each part's (one MatMulNBits each)."""
     parts = _stored_parts(weight.const_value, stored_nk)
     if not parts or any(part is None for part in parts):
-        return None
-    if len(parts) == 1:
-        return parts[0]
-    return _concatenated(parts, weight.name)
+        return []
+    return [_concatenated(parts)] if _alike(parts) else parts
 
 
 def _stored_parts(value: Any, stored_nk: bool) -> list[Any]:
@@ -54,22 +61,23 @@ def _stored_parts(value: Any, stored_nk: bool) -> list[Any]:
     return [getattr(value, "stored", None)]
 
 
-def _concatenated(parts: list[Any], name: str | None) -> Any:
-    """The blocks of weights concatenated along N, refused where they are not alike."""
-    from opreg import weights
-
+def _alike(parts: list[Any]) -> bool:
+    """Whether the blocks of ``parts`` can be one MatMulNBits: bits, blocks, zero points, order alike."""
     first = parts[0]
-    alike = all(
+    return all(
         (p.bits, p.block_size, p.zero_points is None) == (first.bits, first.block_size, first.zero_points is None)
         and (p.order is None) == (first.order is None) and (p.order is None or bool((p.order == first.order).all()))
         for p in parts
     )  # fmt: skip
-    if not alike:
-        sources = "; ".join(p.source for p in parts)
-        raise ExportError(
-            f"{name} packs layers stored in unlike blocks ({sources}: bits, block sizes, zero points or act-order "
-            "differ) into one product (ONNX Runtime's packed query, key and value): give a checkpoint whose packed layers are quantized alike"
-        )
+
+
+def _concatenated(parts: list[Any]) -> Any:
+    """The blocks of alike weights concatenated along N."""
+    from opreg import weights
+
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
     zero_points = None if first.zero_points is None else weights.concat([p.zero_points for p in parts], 0)
     return weights.StoredBlocks(
         first.bits, first.block_size, weights.concat([p.packed for p in parts], 0),
@@ -104,24 +112,42 @@ class StoredBlocksToMatMulNBits(ir.passes.InPlacePass):
             if found is None:
                 gemm = gemm_of(node)
                 found, bias = (gemm[:2], gemm[2]) if isinstance(gemm, tuple) else (None, None)
-            blocks = None if found is None else stored_blocks(*found)
-            if blocks is None:
-                continue
-            n, count, _ = (int(d) for d in blocks.packed.shape)
-            if id(blocks) not in made:
-                made[id(blocks)] = self._inputs(graph, found[0].name or "weight", blocks)
-            x = node.inputs[0]
-            if blocks.order is not None:
-                x = _reordered(graph, node, x, blocks.order, gathers)
-            attributes = {"K": count * blocks.block_size, "N": n, "bits": blocks.bits, "block_size": blocks.block_size}
-            if self.accuracy_level is not None:
-                attributes["accuracy_level"] = self.accuracy_level
-            replace_node(graph, node, x, made[id(blocks)], attributes, bias)
+            parts = [] if found is None else stored_blocks(*found)
+            for index, blocks in enumerate(parts):
+                if id(blocks) not in made:
+                    name = found[0].name or "weight"
+                    made[id(blocks)] = self._inputs(graph, name if len(parts) == 1 else f"{name}_{index}", blocks)
+            if len(parts) == 1:
+                x = _reordered(graph, node, node.inputs[0], parts[0].order, gathers)
+                replace_node(graph, node, x, made[id(parts[0])], self._attributes(parts[0]), bias)
+            elif parts:
+                self._split(graph, node, parts, made, gathers, bias)
         if not made:
             return ir.passes.PassResult(model, False)
         onnx_ir.passes.common.RemoveUnusedNodesPass()(model)
         _refuse_left(graph)
         return ir.passes.PassResult(model, True)
+
+    def _attributes(self, blocks: Any) -> dict[str, int]:
+        n, count, _ = (int(d) for d in blocks.packed.shape)
+        attributes = {"K": count * blocks.block_size, "N": n, "bits": blocks.bits, "block_size": blocks.block_size}
+        if self.accuracy_level is not None:
+            attributes["accuracy_level"] = self.accuracy_level
+        return attributes
+
+    def _split(self, graph: ir.Graph, node: ir.Node, parts: list, made: dict, gathers: dict, bias: Any) -> None:
+        """``node``, a product packing unlike stored weights along N, as one MatMulNBits per weight
+        and a Concat of their outputs (and the bias added)."""
+        metadata = dict(node.metadata_props)
+        nodes = []
+        for blocks in parts:
+            x = _reordered(graph, node, node.inputs[0], blocks.order, gathers)
+            nodes.append(ir.node("MatMulNBits", [x, *made[id(blocks)]], self._attributes(blocks),
+                                 domain=CONTRIB_DOMAIN, metadata_props=dict(metadata)))  # fmt: skip
+        nodes.append(ir.node("Concat", [n.outputs[0] for n in nodes], {"axis": -1}, metadata_props=dict(metadata)))
+        if bias is not None:
+            nodes.append(ir.node("Add", [nodes[-1].outputs[0], bias], metadata_props=dict(metadata)))
+        ir.convenience.replace_nodes_and_values(graph, node, [node], nodes, [node.outputs[0]], [nodes[-1].outputs[0]])
 
     def _inputs(self, graph: ir.Graph, name: str, blocks: Any) -> list[ir.Value | None]:
         base = name.removesuffix(".weight") if name.endswith(".weight") else name
@@ -132,14 +158,14 @@ class StoredBlocksToMatMulNBits(ir.passes.InPlacePass):
 
 
 def _reordered(graph: ir.Graph, node: ir.Node, x: ir.Value, order: Any, made: dict) -> ir.Value:
-    """``x`` with its last dim in ``order`` (a Gather before ``node``; one per input and order)."""
+    """``x`` with its last dim in ``order`` (a Gather before ``node``; one per input and order;
+    ``x`` itself for no order)."""
+    if order is None:
+        return x
     indices = np.ascontiguousarray(order.numpy(), dtype=np.int64)
     key = (id(x), indices.tobytes())
     if key not in made:
-        name = f"{x.name or 'input'}_act_order"
-        value = ir.Value(name=name, const_value=ir.tensor(indices, name=name))
-        value.type, value.shape = ir.TensorType(ir.DataType.INT64), ir.Shape(list(indices.shape))
-        graph.register_initializer(value)
+        value = new_initializer(graph, f"{x.name or 'input'}_act_order", indices)
         gather = ir.node("Gather", [x, value], {"axis": -1}, metadata_props=dict(node.metadata_props))
         gather.outputs[0].type, gather.outputs[0].shape = x.type, x.shape
         graph.insert_before(node, gather)
@@ -154,7 +180,7 @@ def _refuse_left(graph: ir.Graph) -> None:
             continue
         parts = [p for p in _stored_parts(value.const_value, True) + _stored_parts(value.const_value, False) if p]
         if parts:
-            blocks = parts[0]
+            blocks = parts[0]  # the first of them, named
             readers = ", ".join(sorted({f"{n.domain or 'ai.onnx'}::{n.op_type}" for n, _ in value.uses()}))
             raise ExportError(
                 f"{value.name} is stored quantized ({blocks.source}) but read by {readers}, not as a plain linear "
