@@ -28,9 +28,10 @@ SHARED_INPUT = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 """The Llama layers that read one input with the layers beside them."""
 
 
-def float_model(architecture: str = "llama", seed: int = 0) -> Any:
+def float_model(architecture: str = "llama", seed: int = 0, **config: Any) -> Any:
+    """The tiny ``architecture`` (``config``: its config's values overridden: a larger one for bench/)."""
     torch.manual_seed(seed)
-    return lm.causal_lm(architecture).eval()
+    return lm.causal_lm(architecture, **config).eval()
 
 
 def _layers(model: Any) -> list[tuple[str, torch.nn.Linear]]:
@@ -83,11 +84,11 @@ def _save(model: Any, folder: Path, tensors: dict[str, torch.Tensor], quantizati
 
 
 def gptq(folder: Path, bits: int = 4, group: int = 32, symmetric: bool = False, act_order: bool = False,
-         seed: int = 0, version: str = "gptq", shared: bool = True) -> Any:  # fmt: skip
+         seed: int = 0, version: str = "gptq", shared: bool = True, **config: Any) -> Any:  # fmt: skip
     """A GPTQ checkpoint of the tiny Llama at ``folder``; returns the reference float model
     (``shared=False``: act-order's layers reading one input each in their own order, as GPTQ never
-    makes them: a packed projection of unlike blocks)."""
-    model = float_model(seed=seed)
+    makes them: a packed projection of unlike blocks; ``config``: :func:`float_model`'s)."""
+    model = float_model(seed=seed, **config)
     tensors = {name: t.detach().clone() for name, t in model.state_dict().items()}
     generator = torch.Generator().manual_seed(seed)
     orders: dict[str, torch.Tensor] = {}
@@ -120,9 +121,9 @@ def gptq(folder: Path, bits: int = 4, group: int = 32, symmetric: bool = False, 
     return model
 
 
-def awq(folder: Path, group: int = 32, seed: int = 0) -> Any:
+def awq(folder: Path, group: int = 32, seed: int = 0, **config: Any) -> Any:
     """An AWQ (GEMM) checkpoint of the tiny Llama at ``folder``; returns the reference float model."""
-    model = float_model(seed=seed)
+    model = float_model(seed=seed, **config)
     tensors = {name: t.detach().clone() for name, t in model.state_dict().items()}
     order = torch.tensor(AWQ_ORDER)
     for name, layer in _layers(model):
@@ -143,7 +144,9 @@ def awq(folder: Path, group: int = 32, seed: int = 0) -> Any:
     return model
 
 
-def compressed(folder: Path, bits: int = 4, group: int | None = 32, symmetric: bool = True, seed: int = 0) -> None:
+def compressed(
+    folder: Path, bits: int = 4, group: int | None = 32, symmetric: bool = True, seed: int = 0, **config: Any
+) -> None:
     """A compressed-tensors ``pack-quantized`` checkpoint of the tiny Llama at ``folder``, written by the
     ``compressed-tensors`` package (``group=None``: one scale per output channel)."""
     from compressed_tensors.compressors import ModelCompressor
@@ -155,7 +158,7 @@ def compressed(folder: Path, bits: int = 4, group: int | None = 32, symmetric: b
     )
     from compressed_tensors.quantization.utils import calculate_qparams
 
-    model = float_model(seed=seed)
+    model = float_model(seed=seed, **config)
     strategy = {"strategy": "group", "group_size": group} if group else {"strategy": "channel"}
     args = QuantizationArgs(num_bits=bits, type="int", symmetric=symmetric, **strategy)
     scheme = QuantizationScheme(targets=["Linear"], weights=args)
