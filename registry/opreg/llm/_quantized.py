@@ -36,8 +36,7 @@ missing tensor or one of another shape.
 from __future__ import annotations
 
 import dataclasses
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from opreg.errors import ExportError
@@ -144,38 +143,6 @@ def _refuse(what: str, found: str, why: str) -> None:
     )
 
 
-# -- the stored tensors as MatMulNBits' ---------------------------------------------------------------------
-
-
-def stored_weights(weights: Any, scheme: Scheme, what: str) -> Any:
-    """``weights`` (:class:`opreg.weights.Weights` of the checkpoint) with each quantized layer's
-    tensors replaced by its float ``weight``, whose :attr:`~opreg.weights.LazyWeight.stored` holds
-    them as MatMulNBits reads them; every layer checked now (shapes, group sizes, act-order),
-    each refusal naming its tensor."""
-    from opreg.llm import _quantized_read
-
-    if sys.byteorder != "little":
-        raise ExportError(f"{what}: quantized checkpoints are read on little-endian hosts only")
-    main = MAIN[scheme.method]
-    layers = sorted(name[: -len(main) - 1] for name in weights if name.endswith("." + main))
-    if not layers:
-        raise ExportError(
-            f"{what}'s config says {scheme.name} but it holds no '*.{main}' tensor: give the quantized checkpoint's "
-            "safetensors files"
-        )
-    read: Callable[..., Any] = getattr(_quantized_read, scheme.method.replace("-", "_"))
-    tensors = {name: tensor for name, tensor in weights.items()}
-    for prefix in layers:
-        parts = {name[len(prefix) + 1 :]: tensors.pop(name) for name in list(tensors) if _of(name, prefix)}
-        tensors[f"{prefix}.weight"] = read(prefix, parts, scheme)
-    return type(weights)(tensors, weights.origin)
-
-
-def _of(name: str, prefix: str) -> bool:
-    """Whether ``name`` is one of the quantized layer ``prefix``'s tensors (not its bias)."""
-    return name.startswith(prefix + ".") and "." not in name[len(prefix) + 1 :] and not name.endswith(".bias")
-
-
 # -- a request ------------------------------------------------------------------------------------------------
 
 
@@ -199,29 +166,3 @@ def check_request(config: Any, family: str, folder: Any, streaming: bool | None,
             "dequantizes its weights; leave streaming on (the default) to write its integers as they are"
         )
     return scheme
-
-
-def eager_model(folder: Any, scheme: Scheme) -> Any:
-    """The causal LM of a quantized checkpoint ``folder`` for an eager comparison: transformers'
-    own loading of a compressed-tensors checkpoint (the ``compressed-tensors`` package
-    dequantizes it on the CPU); GPTQ's and AWQ's loaders (gptqmodel) need CUDA to install, so
-    theirs is the model built from the config with every layer's weight ``(q - zero_point) *
-    scale`` of its stored tensors, the formula their readers apply."""
-    import torch
-
-    from opreg.llm import _meta
-    from opreg.weights import bind
-
-    if scheme.method == "compressed-tensors":
-        from transformers import AutoModelForCausalLM
-
-        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    model, weights = _meta.load_meta(folder)
-    bound = bind(model, weights)
-    model.to_empty(device="cpu")
-    with torch.no_grad():
-        for name, tensor in bound.items():
-            owner, _, attribute = name.rpartition(".")
-            module = model.get_submodule(owner)
-            getattr(module, attribute).copy_(tensor.torch())
-    return model.eval()

@@ -1,5 +1,6 @@
 """Each quantized format's layer as :class:`opreg.weights.StoredBlocks` (see
-:mod:`opreg.llm._quantized`): one function per format, named by its ``quant_method``, taking the
+:mod:`opreg.llm._quantized`), and a checkpoint's weights with each quantized layer's tensors read
+so (:func:`stored_weights`): one function per format (:data:`READERS`), taking the
 layer's name, its tensors (lazy, by their last name part) and the :class:`~opreg.llm._quantized.Scheme`,
 returning the layer's float ``weight`` (the dequantization, read only by an eager comparison)
 carrying the stored blocks. Every check is made here, from the tensors' shapes and dtypes and the
@@ -8,15 +9,44 @@ small ``g_idx`` and ``weight_shape`` tensors, before anything is captured.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
 from opreg.errors import ExportError
-from opreg.llm._quantized import AWQ_ORDER, MAX_BLOCK, Scheme
+from opreg.llm._quantized import AWQ_ORDER, MAIN, MAX_BLOCK, Scheme
 from opreg.weights import LazyWeight, StoredBlocks, TensorSpec, cast, rowwise, transpose
 
 Parts = Mapping[str, LazyWeight]
+
+
+def stored_weights(weights: Any, scheme: Scheme, what: str) -> Any:
+    """``weights`` (:class:`opreg.weights.Weights` of the checkpoint) with each quantized layer's
+    tensors replaced by its float ``weight``, whose :attr:`~opreg.weights.LazyWeight.stored` holds
+    them as MatMulNBits reads them; every layer checked now (shapes, group sizes, act-order),
+    each refusal naming its tensor."""
+    if sys.byteorder != "little":
+        raise ExportError(f"{what}: quantized checkpoints are read on little-endian hosts only")
+    main = MAIN[scheme.method]
+    layers = sorted(name[: -len(main) - 1] for name in weights if name.endswith("." + main))
+    if not layers:
+        raise ExportError(
+            f"{what}'s config says {scheme.name} but it holds no '*.{main}' tensor: give the quantized checkpoint's "
+            "safetensors files"
+        )
+    read: Callable[..., LazyWeight] = READERS[scheme.method]
+    tensors = {name: tensor for name, tensor in weights.items()}
+    for prefix in layers:
+        parts = {name[len(prefix) + 1 :]: tensors.pop(name) for name in list(tensors) if _of(name, prefix)}
+        tensors[f"{prefix}.weight"] = read(prefix, parts, scheme)
+    return type(weights)(tensors, weights.origin)
+
+
+def _of(name: str, prefix: str) -> bool:
+    """Whether ``name`` is one of the quantized layer ``prefix``'s tensors (not its bias)."""
+    return name.startswith(prefix + ".") and "." not in name[len(prefix) + 1 :] and not name.endswith(".bias")
 
 
 def gptq(prefix: str, parts: Parts, scheme: Scheme) -> LazyWeight:
@@ -258,3 +288,9 @@ def _unpack_bytes(values: torch.Tensor, bits: int) -> torch.Tensor:
     shifts = torch.arange(per, dtype=torch.int32) * bits
     unpacked = (values.to(torch.int32).unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
     return unpacked.reshape(*values.shape[:-1], -1)
+
+
+READERS: dict[str, Callable[[str, Parts, Scheme], LazyWeight]] = {
+    "gptq": gptq, "awq": awq, "compressed-tensors": compressed_tensors,
+}  # fmt: skip
+"""Each format's reader of a layer, by its ``quant_method``."""
