@@ -258,3 +258,29 @@ def test_words_packed_along_k_are_matmulnbits_bytes_as_they_are():
     words = qc.pack(q, 4, 1)  # (N, K / 8), along K
     expected = (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8).numpy()
     np.testing.assert_array_equal(words.view(torch.uint8).numpy(), expected)
+
+
+WIDER = {
+    "hidden_size": 384,
+    "intermediate_size": 768,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+}
+"""A Llama whose K (384, 768) cut into groups of 96 and whole rows gives groups of several blocks."""
+
+
+@pytest.mark.parametrize(
+    ("write", "blocks"),
+    [
+        (lambda folder: qc.gptq(folder, group=96, act_order=True, **WIDER), {32}),  # 96: three blocks of 32
+        (lambda folder: qc.compressed(folder, group=None, symmetric=False, **WIDER), {128}),  # a row: 3 or 6 of 128
+    ],
+    ids=["GPTQ groups of 96, act-order", "compressed-tensors per channel, asymmetric"],
+)
+def test_a_group_of_several_blocks_repeats_its_scale_and_zero_point(tmp_path, write, blocks):
+    write(tmp_path / "checkpoint")
+    decoder = opreg.llm.export_decoder(tmp_path / "checkpoint", accuracy_level=0, tokenizer=False)
+    graph = decoder.program.model.graph
+    assert {n.attributes["block_size"].as_int() for n in graph if n.op_type == "MatMulNBits"} == blocks
+    decoder.verify()
