@@ -79,6 +79,29 @@ def genai_logits(folder: Path):
     return np.asarray(generator.get_output("logits"))[0, -1]
 
 
+def same_blocks(ours: Path, builder: Path) -> str:
+    """How many of the builder's MatMulNBits layers opreg's folder holds byte for byte (its ``B``,
+    scales and zero points under opreg's names; the layers both write alone, not q/k/v)."""
+    import numpy as np
+    import onnx_ir as ir
+
+    mine = ir.load(ours / "model.onnx").graph.initializers
+    theirs = ir.load(builder / "model.onnx").graph.initializers
+    same = compared = 0
+    for name in theirs:
+        if not name.endswith(".MatMulNBits.qweight"):
+            continue
+        base = "model." + name.removesuffix(".MatMulNBits.qweight").replace(".attn.", ".self_attn.")
+        pairs = [(f"{base}.weight_{a}", name.replace("qweight", b)) for a, b in
+                 (("Q4", "qweight"), ("scales", "scales"), ("zero_points", "qzeros"))]  # fmt: skip
+        if not all(a in mine and b in theirs for a, b in pairs):
+            continue
+        compared += 1
+        same += all(np.array_equal(mine[a].const_value.numpy().ravel(), theirs[b].const_value.numpy().ravel())
+                    for a, b in pairs)  # fmt: skip
+    return f"{same} of {compared}"
+
+
 def reference_logits(folder: Path, model):
     import torch
 
@@ -115,6 +138,10 @@ def main() -> None:
             if export(command, target):
                 made[label] = (size(target), genai_logits(target))
         builder = made.get("builder", (None, None))
+        if builder[0]:
+            print(
+                f"  {name}: layers whose blocks are the builder's byte for byte: {same_blocks(out / 'opreg', out / 'builder')}"
+            )
         for label in ("opreg", "opreg int4", "builder"):
             if label in made:
                 bytes_, logits = made[label]
