@@ -139,9 +139,8 @@ def main() -> None:
                 made[label] = (size(target), genai_logits(target))
         builder = made.get("builder", (None, None))
         if builder[0]:
-            print(
-                f"  {name}: layers whose blocks are the builder's byte for byte: {same_blocks(out / 'opreg', out / 'builder')}"
-            )
+            same = same_blocks(out / "opreg", out / "builder")
+            print(f"  {name}: layers whose blocks are the builder's byte for byte: {same}")
         for label in ("opreg", "opreg int4", "builder"):
             if label in made:
                 bytes_, logits = made[label]
