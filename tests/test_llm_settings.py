@@ -108,9 +108,14 @@ def test_precisions_are_declared_once():
 def test_quantization_options_given_as_false_or_0_are_given(options, given):
     settings = LLMSettings(**options)
     assert settings.quantization() == given
-    if given:  # the same without a quantized precision: refused, naming them
+    if given and "accuracy_level" not in given:  # the same without a quantized precision: refused, naming them
         with pytest.raises(opreg.InvalidArgumentError, match=f"{', '.join(given)} sets? how weights are quantized"):
             LLMSettings(**{**options, "precision": "fp32"})
+    elif given:  # a quantized checkpoint takes it at fp32: a float one's export refuses it
+        float32 = {**options, "precision": "fp32"}
+        LLMSettings(**float32)
+        with pytest.raises(opreg.InvalidArgumentError, match="accuracy_level sets how weights are quantized"):
+            opreg.llm.export_decoder(lm.causal_lm("llama"), **float32)
 
 
 def test_a_bad_value_is_refused_when_the_settings_are_made():

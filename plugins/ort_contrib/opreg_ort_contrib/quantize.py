@@ -70,7 +70,7 @@ def transposed_b(node: ir.Node) -> bool:
     )
 
 
-def _weight_of(node: ir.Node) -> tuple[ir.Value, bool] | None:
+def weight_of(node: ir.Node) -> tuple[ir.Value, bool] | None:
     """``(weight, stored (N, K))`` if ``node`` is a linear layer on a float32 2-D initializer:
     ``MatMul(x, W)`` (W is (K, N)), ``MatMul(x, Transpose(W))`` or ``FusedMatMul(x, W, transB=1)``
     (W is (N, K))."""
@@ -94,7 +94,7 @@ def _weight_of(node: ir.Node) -> tuple[ir.Value, bool] | None:
     return None
 
 
-def _gemm_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None] | str | None:
+def gemm_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None] | str | None:
     """``(weight, stored (N, K), bias or None)`` if ``node`` is ``Gemm(x, W, C)`` computing a linear layer
     (a 2-D Linear: ``x @ W.T + C``) on a float32 2-D initializer; why it cannot be one MatMulNBits if
     it is such a Gemm in another form (a string); ``None`` if it is no such Gemm."""
@@ -118,14 +118,14 @@ def _gemm_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None] | str | No
 def initializers(graph: ir.Graph, tensors: dict[str, tuple[str, np.ndarray] | None]) -> list[ir.Value | None]:
     """MatMulNBits' inputs after A (``B``, ``scales``, ``zero_points``, ``g_idx``, ``bias``) as new
     initializers, from ``{role: (name, array) or None}``; trailing absent ones dropped."""
-    inputs = [None if tensors.get(role) is None else _new_initializer(graph, *tensors[role])
+    inputs = [None if tensors.get(role) is None else new_initializer(graph, *tensors[role])
               for role in ("B", "scales", "zero_points", "g_idx", "bias")]  # fmt: skip
     while inputs[-1] is None:
         inputs.pop()
     return inputs
 
 
-def _new_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
+def new_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
     """A new initializer holding ``array``, named ``name`` (or ``name_1``, ... if that is taken)."""
     name = _fresh(graph, name)
     value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
@@ -165,7 +165,8 @@ def quantized_weights(nk, quantizer, names: dict[str, str], bits: int, block_siz
     return dict(zip(("B", "scales", "zero_points"), made, strict=True))
 
 
-def _register(graph: ir.Graph, tensor) -> ir.Value:
+def register_tensor(graph: ir.Graph, tensor) -> ir.Value:
+    """``tensor`` (named) as a new initializer of ``graph``."""
     value = ir.Value(name=tensor.name, const_value=tensor)
     value.type, value.shape = ir.TensorType(tensor.dtype), ir.Shape(list(tensor.shape))
     graph.register_initializer(value)
@@ -326,7 +327,7 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         inputs = []
         for role in ("B", "scales", "zero_points"):
             tensor = tensors.get(role)
-            inputs.append(None if tensor is None else _register(graph, tensor))
+            inputs.append(None if tensor is None else register_tensor(graph, tensor))
         while inputs[-1] is None:
             inputs.pop()
         return inputs, attributes
@@ -337,9 +338,9 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         done: dict[tuple[str, bool], tuple[list[ir.Value | None], dict]] = {}
         weights: dict[tuple[str, bool], ir.Value] = {}
         for node in list(graph):
-            found, bias = _weight_of(node), None
+            found, bias = weight_of(node), None
             if found is None:
-                gemm = _gemm_of(node)
+                gemm = gemm_of(node)
                 if isinstance(gemm, str):
                     weight_name = node.inputs[1].name if node.inputs[1] is not None else "?"
                     warnings.warn(
@@ -405,13 +406,13 @@ def _embeddings_from(graph: ir.Graph, weight: ir.Value, inputs: list[ir.Value | 
     b, scales, zero_points = [*inputs, None, None][:3]
     n, k, block, bits = attributes["N"], attributes["K"], attributes["block_size"], attributes["bits"]
     padded = -(-k // block) * block
-    rows = ir.node("Reshape", [b, _new_initializer(graph, f"{b.name}_rows_shape", np.array([n, -1], np.int64))])
+    rows = ir.node("Reshape", [b, new_initializer(graph, f"{b.name}_rows_shape", np.array([n, -1], np.int64))])
     rows.outputs[0].type = ir.TensorType(ir.DataType.UINT8)
     rows.outputs[0].shape = ir.Shape([n, padded * bits // 8])
     graph.insert_before(gathers[0], rows)
     slice_bounds = None
     if padded != k:  # rows come padded to whole blocks
-        slice_bounds = [_new_initializer(graph, f"{b.name}_rows_{part}", np.array([value], np.int64))
+        slice_bounds = [new_initializer(graph, f"{b.name}_rows_{part}", np.array([value], np.int64))
                         for part, value in (("start", 0), ("end", k), ("axis", -1))]  # fmt: skip
     quantized = {"bits": bits, "block_size": block, "gather_axis": 0, "quantize_axis": 1}
     for gather in gathers:

@@ -22,7 +22,7 @@ from opreg.errors import ExportError
 from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output
-from opreg.llm import _cache, _checkpoint, _genai, _meta, _optimum
+from opreg.llm import _cache, _checkpoint, _genai, _meta, _optimum, _quantized
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._capture import EXAMPLE, set_dims
 from opreg.llm._compare import checked
@@ -371,7 +371,8 @@ def layout_of(model: Any) -> DecoderLayout:
 def export(request: Request) -> Decoder:
     """The causal LM's export (:data:`opreg.llm._families.CAUSAL`): the model captured as one
     decoder, its cache as inputs and outputs, every length dynamic and bounded by the context."""
-    settings = request.quantized()
+    stored = _quantized.scheme_of(request.config, str(request.folder)) if request.folder is not None else None
+    settings = request.quantized(stored=None if stored is None else f"{request.folder} ({stored.name})")
     model, streamed = load(request)
     if settings.weights is not None:  # a meta model of the caller's, and its checkpoint
         streamed = open_weights(settings.weights)

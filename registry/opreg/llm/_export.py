@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opreg.errors import ExportError, InvalidArgumentError
-from opreg.llm._settings import DECODER_OPTIONS, LLMSettings, refuse_others
+from opreg.llm._settings import DECODER_OPTIONS, LLMSettings, float_weights, refuse_others
 from opreg.settings import ExportSettings
 
 if TYPE_CHECKING:
@@ -97,9 +97,9 @@ def prepare(
 ) -> Request:
     """Steps 3 to 8 of the module's docstring: the :class:`~opreg.llm._family.Request` the family's
     export is handed."""
-    from opreg.llm import _checkpoint, _families
+    from opreg.llm import _checkpoint, _families, _quantized
     from opreg.llm._family import Request
-    from opreg.llm._precision import quantization
+    from opreg.llm._precision import quantization, stored_quantization
 
     model, folder, config, what = _source(source, key, function)
     family = _families.by_key(key) if key is not None else (_families.family_of(config) or _families.CAUSAL)
@@ -112,6 +112,11 @@ def prepare(
         )
     export = _resolved(export, settings.target if settings.target is not None else getattr(given, "target", None))
     quantization(settings, export.target, family.quantization)  # refused now, not after the capture
+    scheme = _quantized.check_request(config, family.key, folder, settings.streaming, what.removesuffix(": it"))
+    if scheme is not None:
+        stored_quantization(settings, export.target, f"{folder} ({scheme.name})")
+    elif settings.precision == "fp32" and settings.quantization():  # a float checkpoint's weights stay float
+        raise float_weights(list(settings.quantization()))
     length = _checkpoint.context_length(config, settings.context_length, settings.allow_longer_context)
     tokenizer = settings.tokenizer
     if tokenizer is None and folder is not None:

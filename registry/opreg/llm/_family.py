@@ -86,9 +86,10 @@ class Request:
 
         return load_model(self.folder, self.family.auto_class, self.family.name)
 
-    def quantized(self, embeddings: bool = False) -> ExportSettings:
+    def quantized(self, embeddings: bool = False, stored: str | None = None) -> ExportSettings:
         """:attr:`export` with the pass that gives the linear layers' weights the precision, after
-        the caller's passes (``embeddings``: the pass for an embedding table no linear layer reads)."""
+        the caller's passes (``embeddings``: the pass for an embedding table no linear layer reads;
+        ``stored``: a quantized checkpoint, named, whose stored integers a pass writes first)."""
         from opreg.llm._precision import with_precision
 
-        return with_precision(self.export, self.settings, self.family.quantization, embeddings)
+        return with_precision(self.export, self.settings, self.family.quantization, embeddings, stored)

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError
-from opreg.weights import Weights, checkpoint_files, open_weights
+from opreg.llm import _quantized, _quantized_read
+from opreg.weights import Weights, bind, checkpoint_files, open_weights
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,9 @@ def load_meta(folder: Path) -> tuple[Any, Weights]:
     if (folder / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(folder)
     weights = open_weights(folder)
+    scheme = _quantized.scheme_of(config, str(folder))
+    if scheme is not None:  # each quantized layer's tensors as its weight, carrying them (checked now)
+        weights = _quantized_read.stored_weights(weights, scheme, str(folder))
     warn_unexpected(folder, model, unexpected(model, weights))
     return model.eval(), weights.with_tensors(computed_buffers(model))
 
@@ -102,11 +106,35 @@ def on_meta(model: Any) -> bool:
 
 def load_eager(folder: Path | None, model: Any) -> Any:
     """The model on ``meta`` with its weights, for an eager comparison: loaded from ``folder`` in
-    float32 (all its weights in memory)."""
+    float32 (all its weights in memory; a quantized checkpoint's as :func:`opreg.llm._quantized.eager_model`)."""
     if folder is None:
         raise ExportError(
             f"{type(model).__name__} is on the meta device: give its checkpoint folder to compare it eagerly"
         )
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    scheme = _quantized.scheme_of(AutoConfig.from_pretrained(folder), str(folder))
+    if scheme is not None:
+        return eager_quantized(folder, scheme)
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False).eval()
+
+
+def eager_quantized(folder: Path, scheme: _quantized.Scheme) -> Any:
+    """The causal LM of a quantized checkpoint ``folder`` for an eager comparison: transformers'
+    own loading of a compressed-tensors checkpoint (the ``compressed-tensors`` package
+    dequantizes it on the CPU); GPTQ's and AWQ's loaders (gptqmodel) need CUDA to install, so
+    theirs is the model built from the config with every layer's weight ``(q - zero_point) *
+    scale`` of its stored tensors, the formula their readers apply."""
+    if scheme.method == "compressed-tensors":
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False).eval()
+    model, weights = load_meta(folder)
+    bound = bind(model, weights)
+    model.to_empty(device="cpu")
+    with torch.no_grad():
+        for name, tensor in bound.items():
+            owner, _, attribute = name.rpartition(".")
+            module = model.get_submodule(owner)
+            getattr(module, attribute).copy_(tensor.torch())
+    return model.eval()

@@ -27,6 +27,9 @@ BITS = {"fp32": None, "int8": 8, "int4": 4}
 :data:`opreg.llm._settings.PRECISIONS`."""
 QUANTIZATION_PASS = ("opreg_ort_contrib.quantize", "MatMulNBitsQuantization")
 """The module and class of the pass that quantizes weights to MatMulNBits (the opreg-ort-contrib pack)."""
+STORED_PASS = ("opreg_ort_contrib.stored", "StoredBlocksToMatMulNBits")
+"""The module and class of the pass that writes a quantized checkpoint's stored integers as
+MatMulNBits (:mod:`opreg.llm._quantized`)."""
 CONTRIB_DOMAIN = "com.microsoft"
 
 
@@ -45,24 +48,50 @@ def quantization(
             f"precision {precision!r} stores weights for ONNX Runtime's com.microsoft::MatMulNBits, which target "
             f"{target.name!r} does not allow: export for target 'onnxruntime' (the default with opreg-ort-contrib)"
         )
-    module, name = QUANTIZATION_PASS
-    try:
-        quantizer = getattr(importlib.import_module(module), name)
-    except ImportError as e:
-        raise NoImplementationError(
-            f"precision {precision!r} needs the opreg-ort-contrib pack (pip install opreg-ort-contrib)"
-        ) from e
+    quantizer = _pack_pass(QUANTIZATION_PASS, f"precision {precision!r}")
     table = {"embeddings": True} if embeddings else {}
     return quantizer(bits=bits, **{**defaults, **settings.quantization()}, **table)
 
 
+def stored_quantization(settings: LLMSettings, target: Target, what: str) -> Any:
+    """The pass that writes a quantized checkpoint's (``what``) stored integers as MatMulNBits,
+    with the accuracy level given (else the pass's default), refused at a target without ONNX
+    Runtime's kernels."""
+    if CONTRIB_DOMAIN not in target.as_dict():
+        raise InvalidArgumentError(
+            f"{what} stores its weights as integers, which opreg writes as ONNX Runtime's com.microsoft::MatMulNBits: "
+            f"target {target.name!r} does not allow it; export for target 'onnxruntime' (the default with "
+            "opreg-ort-contrib)"
+        )
+    writer = _pack_pass(STORED_PASS, what)
+    level = settings.accuracy_level
+    return writer() if level is None else writer(accuracy_level=level)
+
+
+def _pack_pass(where: tuple[str, str], what: str) -> Any:
+    """The class of opreg-ort-contrib's pass at ``where`` (its module and name), which ``what`` needs."""
+    module, name = where
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as e:
+        raise NoImplementationError(f"{what} needs the opreg-ort-contrib pack (pip install opreg-ort-contrib)") from e
+
+
 def with_precision(
-    export: ExportSettings, settings: LLMSettings, defaults: Mapping[str, Any] = {}, embeddings: bool = False
+    export: ExportSettings,
+    settings: LLMSettings,
+    defaults: Mapping[str, Any] = {},
+    embeddings: bool = False,
+    stored: str | None = None,
 ) -> ExportSettings:
     """``export`` with the precision's pass (:func:`quantization`) after its own passes, which it
-    quantizes the weights they leave."""
+    quantizes the weights they leave; ``stored`` (a quantized checkpoint, named): first the pass
+    writing its stored integers (:func:`stored_quantization`), the precision's then quantizing the
+    layers it left float (a head the checkpoint keeps float)."""
     quantize = quantization(settings, export.target, defaults, embeddings)
-    return export if quantize is None else dataclasses.replace(export, passes=[*export.passes, quantize])
+    first = [] if stored is None else [stored_quantization(settings, export.target, stored)]
+    added = first + ([] if quantize is None else [quantize])
+    return dataclasses.replace(export, passes=[*export.passes, *added]) if added else export
 
 
 def check_quantized(program: Any, precision: str, what: str) -> None:

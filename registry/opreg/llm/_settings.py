@@ -206,12 +206,9 @@ class LLMSettings:
             wrong = option_.check(getattr(self, field.name)) if option_.check is not None else None
             if wrong is not None:
                 raise InvalidArgumentError(wrong)
-        given = list(self.quantization())
+        given = [name for name in self.quantization() if name not in STORED_OPTIONS]
         if given and self.precision == "fp32":
-            raise InvalidArgumentError(
-                f"{', '.join(given)} set{'s' * (len(given) == 1)} how weights are quantized: give precision='int4' "
-                "or 'int8' (--precision int4) with it, or leave it out for float32 weights"
-            )
+            raise float_weights(given)
 
     @classmethod
     def options(cls) -> list[tuple[dataclasses.Field, Option]]:
@@ -235,6 +232,20 @@ class LLMSettings:
             for f, o in self.options()
             if o.quantizes and getattr(self, f.name) is not None
         }
+
+
+STORED_OPTIONS = ("accuracy_level",)
+"""The quantization options a quantized checkpoint takes at ``fp32`` too (how MatMulNBits computes
+on its stored integers: :mod:`opreg.llm._quantized`); a float checkpoint's export refuses them
+without a quantized precision (:func:`float_weights`)."""
+
+
+def float_weights(given: list[str]) -> InvalidArgumentError:
+    """The refusal of quantization options ``given`` (names) where the weights stay float."""
+    return InvalidArgumentError(
+        f"{', '.join(given)} set{'s' * (len(given) == 1)} how weights are quantized: give precision='int4' "
+        "or 'int8' (--precision int4) with it, or leave it out for float32 weights"
+    )
 
 
 def _is_default(value: Any, default: Any) -> bool:

@@ -17,6 +17,9 @@ in-memory export and the streamed one run the same code and write the same bytes
 - :func:`rowwise`: any function of a run of rows giving rows of one or more new tensors (block
   quantization to MatMulNBits: each output row comes from one row of the ``(N, K)`` weight).
 
+A weight a quantized checkpoint stores as integers carries them (:attr:`LazyWeight.stored`, a
+:class:`StoredBlocks`), which a pass writes as they are instead of the weight's values.
+
 Checkpoints: :func:`open_weights` takes safetensors files (a file, a folder of them, or a list),
 read tensor by tensor and run of rows by run of rows (their headers parsed, the bytes asked for read
 with ``os.pread``: no mapping holds pages or address space), or a mapping of names to tensors (torch tensors,
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from opreg.weights._lazy import (
     CACHED_ELEMENTS,
     LazyWeight,
+    StoredBlocks,
     TensorSpec,
     cast,
     concat,
@@ -60,6 +64,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "CACHED_ELEMENTS",
     "LazyWeight",
+    "StoredBlocks",
     "TensorSpec",
     "Weights",
     "bind",

@@ -67,6 +67,10 @@ class LazyWeight(ir.LazyTensor):
         """``(source, perm)`` when this is ``source`` stored with its dims permuted (:func:`transpose`)."""
         self.parts: tuple[tuple[LazyWeight, ...], int] | None = None
         """``(parts, axis)`` when this is ``parts`` concatenated along ``axis`` (:func:`concat`)."""
+        self.stored: StoredBlocks | None = None
+        """The integers, scales and zero points a quantized checkpoint stores this ``(N, K)`` weight
+        as, when its values are their dequantization: a pass writing block-quantized weights reads
+        them as they are (:class:`StoredBlocks`)."""
 
     def __repr__(self) -> str:
         return f"LazyWeight({self.name!r}, {self.torch_dtype}, {list(self.shape)}, {self.how})"
@@ -79,7 +83,7 @@ class LazyWeight(ir.LazyTensor):
             self._rows, self.torch_dtype, self.shape, name=name, how=self.how, sources=self._sources,
             whole=self._whole_source, held=self._held, views=self._views,
         )  # fmt: skip
-        renamed.transposed, renamed.parts = self.transposed, self.parts
+        renamed.transposed, renamed.parts, renamed.stored = self.transposed, self.parts, self.stored
         return renamed
 
     @property
@@ -436,6 +440,34 @@ class TensorSpec:
     dtype: torch.dtype
     shape: tuple[int, ...]
     name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredBlocks:
+    """A linear layer's ``(N, K)`` weight as a quantized checkpoint stores it (GPTQ, AWQ,
+    compressed-tensors' pack-quantized): unsigned integers of ``bits`` in blocks of ``block_size``
+    along K, each block with a scale and a zero point, the value being ``(q - zero_point) *
+    scale``; laid out as ONNX Runtime's ``MatMulNBits`` reads them.
+
+    Fields:
+        bits: 4 or 8.
+        block_size: values per block (a power of two, at least 16).
+        packed: ``uint8 (N, blocks, block_size * bits / 8)``: each row's values, the lowest bits first.
+        scales: ``float32 (N, blocks)``.
+        zero_points: ``uint8 (N, ceil(blocks * bits / 8))`` packed as ``packed`` is, or ``None``:
+            every zero point is the midpoint ``2 ** (bits - 1)``.
+        order: where the blocks run along the input channels in another order (GPTQ's act-order),
+            ``int64 (K,)``: block position ``i`` holds input channel ``order[i]``; else ``None``.
+        source: what they were read from, for messages (``"GPTQ tensors model.layers.0.mlp.up_proj.*"``).
+    """
+
+    bits: int
+    block_size: int
+    packed: LazyWeight
+    scales: LazyWeight
+    zero_points: LazyWeight | None
+    order: Any
+    source: str
 
 
 def rowwise(
