@@ -160,10 +160,11 @@ class LLMSettings:
         quantizes=True,
     )  # fmt: skip
     int4_algo: str | None = option(
-        None, """int4 only: how the int4 values are chosen: 'rtn' (round to nearest, the default: the fastest, as
-        accurate as the others on the trained model measured), 'k_quant' (ONNX Runtime's k-quant search of each
-        block's scale and zero point, the head and the most sensitive projections in int8: GenAI's builder's
-        k_quant_mixed) or 'hqq' (ONNX Runtime's HQQ, zero points rounded to integers)""",
+        None, """int4 only: how the int4 values are chosen: 'rtn' (round to nearest, the default: the fastest to
+        run and to export), 'k_quant' (ONNX Runtime's k-quant search of each block's scale and zero point, the head
+        and the most sensitive projections in int8, as GenAI's builder's k_quant_mixed: more accurate, larger and
+        slower) or 'hqq' (ONNX Runtime's HQQ, its zero points rounded to integers: no more accurate than rtn on the
+        model measured)""",
         families=_CAUSAL, flags=(_value(("--int4-algo",), choices=INT4_ALGOS),),
         check=lambda value: None if value is None else _one_of("int4_algo", INT4_ALGOS)(value), quantizes=True,
     )  # fmt: skip
