@@ -1,7 +1,8 @@
 """What a user runs, measured: ``opreg llm export`` against ONNX Runtime GenAI's model builder, in one run.
 
 Run: python bench/llm.py [--models 55M,0.5B] [--rounds N] [--export-rounds N] [--kernels]
-                         [--ablation] [--accuracy] [--breakdown] [--settings] [--work DIR]
+                         [--ablation] [--accuracy] [--breakdown] [--settings] [--int4-algos]
+                         [--work DIR]
 
 Each folder is made the way its users make it, each command in a fresh process at its defaults,
 plus one row per documented flag:
@@ -49,6 +50,9 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
 9. Quantization settings (``--settings``, 55M): int4 and int8 with each default (blocks of 128,
    symmetric, accuracy level 4) changed, timed against the default as part 5 times; with
    ``--accuracy``, their accuracy on the trained model too.
+10. int4 algorithms (``--int4-algos``, 55M): ``opreg llm export --precision int4 --int4-algo
+   rtn|k_quant|hqq``: each folder's size against the builder's ``-p int4``, and its latency beside
+   the builder's as part 5 times; with ``--accuracy``, their accuracy on the trained model too.
 """
 
 from __future__ import annotations
@@ -730,14 +734,16 @@ BUILDER_SETTINGS = "opreg --precision int4 --block-size 32"
 the builder's, byte for byte, so its tokens should be too."""
 
 
-def accuracy(work: Path, steps: int, settings: bool = False) -> None:
+def accuracy(work: Path, steps: int, settings: bool = False, algorithms: bool = False) -> None:
     """opreg's folders (the CLI at its defaults: fp32, int4, int8; with ``settings``, each of
-    :data:`SETTINGS` too) against fp32 on the trained model, and the builder's int4 on the same weights."""
+    :data:`SETTINGS` too; with ``algorithms``, each of :data:`ALGORITHMS`) against fp32 on the trained
+    model, and the builder's int4 on the same weights."""
     print(f"7. Accuracy on a trained model (next-token logits of {HELD_OUT} held-out texts of 128 tokens; greedy "
           f"{NEW_TOKENS} tokens after {PROMPTS} prompts of 16)")  # fmt: skip
     source, held_out = trained_checkpoint(work / "trained", steps)
     variants = {"opreg": [], "opreg --precision int4": ["--precision", "int4"],
-                "opreg --precision int8": ["--precision", "int8"], **(SETTINGS if settings else {})}  # fmt: skip
+                "opreg --precision int8": ["--precision", "int8"], **(SETTINGS if settings else {}),
+                **(ALGORITHMS if algorithms else {})}  # fmt: skip
     variants.setdefault(BUILDER_SETTINGS, SETTINGS[BUILDER_SETTINGS])
     folders = {name: work / f"trained_{name.replace(' ', '_').replace('-', '')}" for name in [*variants, BUILDER_INT4]}
     for name, folder in folders.items():
@@ -865,6 +871,37 @@ def settings(source: Path, work: Path, rounds: int) -> None:
     print()
 
 
+# -- part 10: int4 algorithms ----------------------------------------------------------------------
+
+ALGORITHMS = {
+    f"opreg --precision int4 --int4-algo {algo}": ["--precision", "int4", "--int4-algo", algo]
+    for algo in ("rtn", "k_quant", "hqq")
+}
+"""Each ``--int4-algo`` (``rtn`` is the default's weights, in a folder of its own)."""
+
+
+def int4_algorithms(source: Path, work: Path, made: dict[str, Build], rounds: int) -> None:
+    """The 55M model's int4 folder by each of :data:`ALGORITHMS`: its size and export CPU time, and
+    its latency beside the builder's ``-p int4`` (as part 5 times)."""
+    builder = made[BUILDER_INT4]
+    print(f"10. int4 algorithms: each folder's size and export CPU time against the builder's -p int4 "
+          f"({builder.megabytes:.1f} MB), and its time over the builder's in the same round, the median [p10, p90] "
+          f"over {rounds} interleaved rounds split between 2 fresh processes (below 1: opreg is faster)")  # fmt: skip
+    rows = {}
+    for name, flags in ALGORITHMS.items():
+        folder = work / f"algo_{name.rsplit(' ', 1)[1]}"
+        shutil.rmtree(folder, ignore_errors=True)
+        done = measured([OPREG, "llm", "export", str(source), "-o", str(folder), *flags], 18.0)
+        if "error" in done:
+            raise RuntimeError(f"{name} failed: {done['error']}")
+        build = Build(name, folder, [done["cpu"]], [done["peak_gb"]])
+        print(f"   {name:<44} folder {build.megabytes:6.1f} MB ({build.megabytes / builder.megabytes:.3f}x), export "
+              f"CPU {done['cpu']:.1f} s ({done['cpu'] / np.median(builder.cpu):.2f}x), {build.nodes()}")  # fmt: skip
+        rows[name] = (folder, BUILDER_INT4, builder.folder)
+    print_beside(rows, rounds)
+    print()
+
+
 # -- part 8: where an export's time goes ---------------------------------------------------------
 
 
@@ -943,6 +980,8 @@ def main() -> None:
     parser.add_argument("--accuracy", action="store_true", help="part 7")
     parser.add_argument("--breakdown", action="store_true", help="part 8")
     parser.add_argument("--settings", action="store_true", help="part 9 (55M; with --accuracy, their accuracy too)")
+    parser.add_argument("--int4-algos", action="store_true",
+                        help="part 10 (55M; with --accuracy, their accuracy too)")  # fmt: skip
     parser.add_argument("--training-steps", type=int, default=300, help="steps of the model part 7 trains")
     parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--breakdown-child", nargs=2, type=Path, help=argparse.SUPPRESS)
@@ -994,8 +1033,10 @@ def main() -> None:
             breakdown(source, work, args.export_rounds)
         if args.settings and name == "55M":
             settings(source, work, args.rounds)
+        if args.int4_algos and name == "55M":
+            int4_algorithms(source, work, made, args.rounds)
     if args.accuracy:
-        accuracy(args.work, args.training_steps, args.settings)
+        accuracy(args.work, args.training_steps, args.settings, args.int4_algos)
 
 
 if __name__ == "__main__":

@@ -446,6 +446,8 @@ def test_cli_int4_in_one_flag_and_a_checkpoint_without_a_tokenizer(tmp_path, cap
         (["--context-length", "300"], "context_length 300 is above the model's position limit"),
         (["--block-size", "64"], "block_size sets how weights are quantized: give precision='int4' or 'int8'"),
         (["--precision", "int4", "-t", "onnx"], "which target 'onnx' does not allow"),
+        (["--int4-algo", "hqq"], "int4_algo='hqq' chooses int4 weights: give precision='int4' (--precision int4)"),
+        (["--precision", "int8", "--int4-algo", "k_quant"], "int4_algo='k_quant' chooses int4 weights"),
     ],
 )  # fmt: skip
 def test_cli_refuses_bad_options_at_once_in_one_line(tmp_path, capsys, argv, message):

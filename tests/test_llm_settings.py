@@ -70,7 +70,7 @@ def test_the_flags_the_keywords_and_the_docs_table_name_the_same_options():
         name = cell.strip("`")
         field, option = fields[name]
         assert default == f"`{field.default!r}`", name
-        assert set(re.findall(r"-{1,2}[a-z][a-z-]*", flag_cell)) == flags.get(name, set()), name
+        assert set(re.findall(r"-{1,2}[a-z][a-z0-9-]*", flag_cell)) == flags.get(name, set()), name
         taken = "every family" if option.families == tuple(opreg.llm._settings.FAMILIES) else families
         assert families == taken, name
         if families != "every family":

@@ -13,7 +13,8 @@ Two ways in:
   passes=[...])``: it quantizes the float32 weight of every ``MatMul``/``FusedMatMul`` (and
   2-D linear ``Gemm``) that reads one (round to nearest, with the kernels ONNX Runtime's own
   ``DefaultWeightOnlyQuantizer`` calls, which its ``MatMulNBitsQuantizer`` and ONNX Runtime
-  GenAI's builder use, so the same weights give the same bytes).
+  GenAI's builder use, so the same weights give the same bytes). ``int4_algo`` chooses int4 values
+  more accurately than that: :mod:`opreg_ort_contrib.int4_algos`.
 - :class:`opreg_ort_contrib.torchao.TorchaoWeights`, offered by the pack's ``opreg_rewrite_rules`` at targets with
   com.microsoft: a model quantized in PyTorch with torchao's weight-only configs
   (``IntxWeightOnlyConfig`` with int4 or int8 and ``PerGroup``/``PerAxis``,
@@ -36,7 +37,7 @@ import onnx_ir.passes.common
 
 from opreg import weights as lazy_weights
 from opreg.ops import user_stacklevel
-from opreg_ort_contrib import CONTRIB_DOMAIN
+from opreg_ort_contrib import CONTRIB_DOMAIN, int4_algos
 
 BITS = (4, 8)
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
@@ -257,8 +258,9 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         block_size: values per block along K (a power of two, at least 16); each block has
             its own scale. Smaller is more accurate, larger and slower; default
             :data:`BLOCK_SIZE` (128), the fastest measured.
-        symmetric: ``True`` (default, :data:`SYMMETRIC`): signed values around 0, no zero
-            points; ``False``: unsigned values with a zero point per block.
+        symmetric: ``True`` (the default with ``int4_algo="rtn"``, :data:`SYMMETRIC`): signed
+            values around 0, no zero points; ``False`` (the default, and the only choice, with
+            ``k_quant`` and ``hqq``): unsigned values with a zero point per block.
         accuracy_level: MatMulNBits' ``accuracy_level``: the lowest precision the input may be
             computed in: ``4`` (default, :data:`ACCURACY_LEVEL`): int8, the fastest on CPU by far;
             ``None``: the kernel's float path (what a dequantized model computes).
@@ -268,6 +270,11 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
             only ``Gather``s of rows read) is quantized too, its Gathers made
             ``com.microsoft::GatherBlockQuantized`` (a vision-language model's embedding model);
             default ``False``: such a table stays float.
+        int4_algo: how the int4 values are chosen (:mod:`opreg_ort_contrib.int4_algos`):
+            ``"rtn"`` (default) round to nearest; ``"k_quant"`` ONNX Runtime's k-quant search of
+            each block's scale and zero point, the head and the most sensitive projections in 8
+            bits (ONNX Runtime GenAI's builder's ``k_quant_mixed``); ``"hqq"`` ONNX Runtime's HQQ,
+            its zero points rounded to MatMulNBits' integers. ``bits=8`` takes ``"rtn"`` only.
 
     Each new node keeps the provenance of the layer it replaces. A tied embedding table (the
     head's weight, also read by a ``Gather`` of its rows) is stored once, quantized: the Gather
@@ -279,49 +286,63 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
         self,
         bits: int = 4,
         block_size: int = BLOCK_SIZE,
-        symmetric: bool = SYMMETRIC,
+        symmetric: bool | None = None,
         accuracy_level: int | None = ACCURACY_LEVEL,
         exclude: Iterable[str] = (),
         embeddings: bool = False,
+        int4_algo: str = "rtn",
     ) -> None:
         super().__init__()
         name = "MatMulNBitsQuantization"
         _check(name, "bits", bits, _is_int(bits) and bits in BITS, "4 or 8")
         power = _is_int(block_size) and block_size >= 16 and not block_size & (block_size - 1)
         _check(name, "block_size", block_size, power, "a power of two, at least 16 (16, 32, 64, 128, 256)")
-        _check(name, "symmetric", symmetric, isinstance(symmetric, bool), "True or False")
+        _check(name, "symmetric", symmetric, symmetric is None or isinstance(symmetric, bool), "True or False")
         check_accuracy_level(name, accuracy_level)
         patterns = None if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Iterable) else tuple(exclude)
         names = patterns is not None and all(isinstance(p, str) for p in patterns)
         _check(name, "exclude", exclude, names, "a list of weight names or fnmatch patterns, e.g. ['*lm_head*']")
-        self.bits, self.block_size, self.symmetric = bits, block_size, symmetric
         _check(name, "embeddings", embeddings, isinstance(embeddings, bool), "True or False")
+        _check(name, "int4_algo", int4_algo, int4_algo in int4_algos.ALGORITHMS, " or ".join(int4_algos.ALGORITHMS))
+        searched = int4_algo != "rtn"
+        _check(name, "int4_algo", int4_algo, bits == 4 or not searched, "'rtn' at bits=8 (the others choose int4)")
+        _check(name, "symmetric", symmetric, not (searched and symmetric), f"False or None with {int4_algo}, which "
+               "fits a zero point to each block")  # fmt: skip
+        self.bits, self.block_size, self.int4_algo = bits, block_size, int4_algo
+        self.symmetric = (not searched and SYMMETRIC) if symmetric is None else symmetric
         self.accuracy_level, self.exclude, self.embeddings = accuracy_level, patterns or (), embeddings
 
     def __repr__(self) -> str:
         return (
             f"MatMulNBitsQuantization(bits={self.bits}, block_size={self.block_size}, symmetric={self.symmetric}, "
-            f"accuracy_level={self.accuracy_level}, exclude={list(self.exclude)}, embeddings={self.embeddings})"
+            f"accuracy_level={self.accuracy_level}, exclude={list(self.exclude)}, embeddings={self.embeddings}, "
+            f"int4_algo={self.int4_algo!r})"
         )
 
-    def _quantizer(self) -> _BlockQuantizer:
-        return _BlockQuantizer(self.bits, self.block_size, self.symmetric)
+    def _quantizer(self, bits: int | None = None) -> Any:
+        """The block quantizer of ``bits`` (default the pass's) by :attr:`int4_algo`."""
+        bits = bits or self.bits
+        if self.int4_algo == "k_quant":
+            return int4_algos.KQuantBlocks(bits, self.block_size)
+        if self.int4_algo == "hqq":
+            return int4_algos.HQQBlocks(bits, self.block_size)
+        return _BlockQuantizer(bits, self.block_size, self.symmetric)
 
-    def _quantized(self, graph: ir.Graph, weight: ir.Value, stored_nk: bool, quantizer) -> tuple[list, dict]:
-        """MatMulNBits' inputs after A for ``weight`` (new lazy initializers, computed block by block
-        as the model is written: :func:`quantized_weights`) and its attributes."""
+    def _quantized(self, graph: ir.Graph, weight: ir.Value, stored_nk: bool, bits: int) -> tuple[list, dict]:
+        """MatMulNBits' inputs after A for ``weight`` in ``bits`` (new lazy initializers, computed block by
+        block as the model is written: :func:`quantized_weights`) and its attributes."""
         nk = lazy_weights.lazy(weight.const_value, weight.name)
         if not stored_nk:
             nk = lazy_weights.transpose(nk, [1, 0])
         names = {
             role: _fresh(graph, f"{weight.name}{suffix}")
-            for role, suffix in (("B", f"_Q{self.bits}"), ("scales", "_scales"), ("zero_points", "_zero_points"))
+            for role, suffix in (("B", f"_Q{bits}"), ("scales", "_scales"), ("zero_points", "_zero_points"))
         }
-        tensors = quantized_weights(nk, quantizer, names, self.bits, self.block_size)
+        tensors = quantized_weights(nk, self._quantizer(bits), names, bits, self.block_size)
         if self.symmetric:
             del tensors["zero_points"]
         n, k = (int(d) for d in nk.shape)
-        attributes = {"K": k, "N": n, "bits": self.bits, "block_size": self.block_size}
+        attributes = {"K": k, "N": n, "bits": bits, "block_size": self.block_size}
         if self.accuracy_level is not None:
             attributes["accuracy_level"] = self.accuracy_level
         inputs = []
@@ -332,14 +353,16 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
             inputs.pop()
         return inputs, attributes
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        graph = model.graph
-        quantizer = None
-        done: dict[tuple[str, bool], tuple[list[ir.Value | None], dict]] = {}
-        weights: dict[tuple[str, bool], ir.Value] = {}
+    def _excluded(self, weight: ir.Value) -> bool:
+        return any(fnmatch.fnmatchcase(weight.name or "", pattern) for pattern in self.exclude)
+
+    def _linears(self, graph: ir.Graph) -> list[tuple[ir.Node, ir.Value, bool, ir.Value | None]]:
+        """``(node, weight, stored (N, K), bias)`` of each linear layer to quantize, in graph order
+        (a Gemm that cannot be one MatMulNBits is reported and left)."""
+        found = []
         for node in list(graph):
-            found, bias = weight_of(node), None
-            if found is None:
+            linear, bias = weight_of(node), None
+            if linear is None:
                 gemm = gemm_of(node)
                 if isinstance(gemm, str):
                     weight_name = node.inputs[1].name if node.inputs[1] is not None else "?"
@@ -348,24 +371,30 @@ class MatMulNBitsQuantization(ir.passes.InPlacePass):
                         stacklevel=user_stacklevel(),
                     )
                     continue
-                found, bias = (gemm[:2], gemm[2]) if gemm is not None else (None, None)
-            if found is None:
-                continue
-            weight, stored_nk = found
-            if any(fnmatch.fnmatchcase(weight.name or "", pattern) for pattern in self.exclude):
-                continue
+                linear, bias = (gemm[:2], gemm[2]) if gemm is not None else (None, None)
+            if linear is not None and not self._excluded(linear[0]):
+                found.append((node, *linear, bias))
+        return found
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        done: dict[tuple[str, bool], tuple[list[ir.Value | None], dict]] = {}
+        weights: dict[tuple[str, bool], ir.Value] = {}
+        linears = self._linears(graph)
+        ordered = list(dict.fromkeys(weight.name or "" for _, weight, _, _ in linears))
+        wider = int4_algos.sensitive(ordered) if self.int4_algo == "k_quant" else set()
+        for node, weight, stored_nk, bias in linears:
             key = (weight.name, stored_nk)
             if key not in done:  # a weight two layers read is quantized once
-                quantizer = quantizer or self._quantizer()
-                done[key] = self._quantized(graph, weight, stored_nk, quantizer)
+                bits = 8 if weight.name in wider else self.bits
+                done[key] = self._quantized(graph, weight, stored_nk, bits)
                 weights[key] = weight
             inputs, attributes = done[key]
             replace_node(graph, node, node.inputs[0], inputs, attributes, bias)
         if self.embeddings:
             for weight in _tables(graph, done):
-                if not any(fnmatch.fnmatchcase(weight.name or "", pattern) for pattern in self.exclude):
-                    quantizer = quantizer or self._quantizer()
-                    done[(weight.name, True)] = self._quantized(graph, weight, True, quantizer)
+                if not self._excluded(weight):
+                    done[(weight.name, True)] = self._quantized(graph, weight, True, self.bits)
                     weights[(weight.name, True)] = weight
         if not done:
             return ir.passes.PassResult(model, False)

@@ -33,6 +33,8 @@ FAMILIES = {"causal": "causal LM", "whisper": "Whisper model", "vision": "vision
 exports, in messages (:attr:`opreg.llm._family.Family.name`)."""
 PRECISIONS = ("fp32", "int8", "int4")
 """What ``precision=`` takes: float32 weights, or weights of 8 or 4 bits (MatMulNBits)."""
+INT4_ALGOS = ("rtn", "k_quant", "hqq")
+"""What ``int4_algo=`` takes (the opreg-ort-contrib pack's ``int4_algos.ALGORITHMS``)."""
 LAYOUTS = ("genai", "optimum")
 """What ``layout=`` takes: the folder ONNX Runtime GenAI loads, or (a causal LM) the folder optimum-onnx
 writes for ``text-generation-with-past``, which optimum's ORTModelForCausalLM and transformers.js load."""
@@ -161,6 +163,15 @@ class LLMSettings:
         families=_CAUSAL, flags=(_value(("--accuracy-level",), type=int, choices=range(5), metavar="{0-4}"),),
         quantizes=True,
     )  # fmt: skip
+    int4_algo: str | None = option(
+        None, """int4 only: how the int4 values are chosen: 'rtn' (round to nearest, the default: the fastest to
+        run and to export), 'k_quant' (ONNX Runtime's k-quant search of each block's scale and zero point, the head
+        and the most sensitive projections in int8, as GenAI's builder's k_quant_mixed: more accurate, larger and
+        slower) or 'hqq' (ONNX Runtime's HQQ, its zero points rounded to integers: no more accurate than rtn on the
+        model measured)""",
+        families=_CAUSAL, flags=(_value(("--int4-algo",), choices=INT4_ALGOS),),
+        check=lambda value: None if value is None else _one_of("int4_algo", INT4_ALGOS)(value), quantizes=True,
+    )  # fmt: skip
     tokenizer: Any = option(
         None, """what to save beside the models: a transformers tokenizer, or a folder holding one; default the
         checkpoint folder's (a warning when it has none: GenAI needs one to encode text); False: none""",
@@ -206,6 +217,11 @@ class LLMSettings:
             wrong = option_.check(getattr(self, field.name)) if option_.check is not None else None
             if wrong is not None:
                 raise InvalidArgumentError(wrong)
+        if self.int4_algo not in (None, "rtn") and self.precision != "int4":
+            raise InvalidArgumentError(
+                f"int4_algo={self.int4_algo!r} chooses int4 weights: give precision='int4' (--precision int4) with "
+                "it, or leave it out"
+            )
         given = [name for name in self.quantization() if name not in STORED_OPTIONS]
         if given and self.precision == "fp32":
             raise float_weights(given)
