@@ -1,7 +1,7 @@
 """What a user runs, measured: ``opreg llm export`` against ONNX Runtime GenAI's model builder, in one run.
 
 Run: python bench/llm.py [--models 55M,0.5B] [--rounds N] [--export-rounds N] [--kernels]
-                         [--ablation] [--accuracy] [--breakdown] [--settings] [--work DIR]
+                         [--ablation] [--accuracy] [--breakdown] [--settings] [--lora] [--work DIR]
 
 Each folder is made the way its users make it, each command in a fresh process at its defaults,
 plus one row per documented flag:
@@ -49,6 +49,9 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
 9. Quantization settings (``--settings``, 55M): int4 and int8 with each default (blocks of 128,
    symmetric, accuracy level 4) changed, timed against the default as part 5 times; with
    ``--accuracy``, their accuracy on the trained model too.
+10. LoRA adapters (``--lora``, 55M; bench/llm_lora.py): one PEFT adapter merged (``--adapter``) and as
+   the decoder's inputs (``--adapters``), fp32 and int4: GenAI's prefill and decode time per token with
+   the adapter active, inputs / merged, over ``--genai-rounds`` rounds of fresh processes.
 """
 
 from __future__ import annotations
@@ -943,6 +946,7 @@ def main() -> None:
     parser.add_argument("--accuracy", action="store_true", help="part 7")
     parser.add_argument("--breakdown", action="store_true", help="part 8")
     parser.add_argument("--settings", action="store_true", help="part 9 (55M; with --accuracy, their accuracy too)")
+    parser.add_argument("--lora", action="store_true", help="part 10 (55M): LoRA adapters, inputs against merged")
     parser.add_argument("--training-steps", type=int, default=300, help="steps of the model part 7 trains")
     parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--breakdown-child", nargs=2, type=Path, help=argparse.SUPPRESS)
@@ -994,6 +998,10 @@ def main() -> None:
             breakdown(source, work, args.export_rounds)
         if args.settings and name == "55M":
             settings(source, work, args.rounds)
+        if args.lora and name == "55M":
+            from bench.llm_lora import lora
+
+            lora(source, work, max(args.genai_rounds, 1))
     if args.accuracy:
         accuracy(args.work, args.training_steps, args.settings)
 

@@ -103,6 +103,7 @@ def test_adapter_merged_into_the_weights_generates_eager_peft_greedy_tokens(setu
     assert not decoder.adapters and not list(folder.glob("*.onnx_adapter"))
     assert [v.name for v in decoder.program.model.graph.inputs if "lora" in v.name] == []
     assert genai_greedy(folder, None) == expected["math"]
+    decoder.verify([(1, 7, 0), (2, 1, 5)], left_padding=False)  # against the base with the adapter merged
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +129,7 @@ def test_adapters_as_inputs_generate_eager_peft_greedy_tokens_per_adapter_and_no
     assert a.const_value.shape == (width, 0) and b.const_value.shape == (0, width)  # the empty default: no adapter
     for name in (None, "math", "chat"):
         assert genai_greedy(folder, name) == expected[name], name
+    decoder.verify([(1, 7, 0), (2, 1, 5)], left_padding=False)  # no adapter active: the base model
 
 
 def test_the_command_line_writes_the_int4_base_with_float_lora_inputs(setup, capsys):

@@ -186,6 +186,7 @@ class Decoder(ExportedModel):
         folder: the checkpoint folder it came from, if any.
         adapters: the LoRA adapters its inputs take (:attr:`DecoderLayout.lora`), each written
             as ``<name>.onnx_adapter`` by :meth:`save`.
+        merged: the LoRA adapter merged into its weights, if any (:meth:`eager` merges it too).
     """
 
     def __init__(
@@ -198,9 +199,11 @@ class Decoder(ExportedModel):
         precision: str = "fp32",
         folder: Path | None = None,
         adapters: Sequence[Adapter] = (),
+        merged: Adapter | None = None,
     ) -> None:
         self.program = program
         self.adapters = tuple(adapters)
+        self.merged = merged
         self.layout = layout
         self.model = model
         self.tokenizer = tokenizer
@@ -239,6 +242,8 @@ class Decoder(ExportedModel):
         if _meta.on_meta(model):  # streamed: loaded once, weights and all
             if self._eager is None:
                 self._eager = _meta.load_eager(self.folder, model)
+                if self.merged is not None:
+                    _lora.merge_in_memory(self.merged, self._eager)
             model = self._eager
 
         layers = self.layout.layers
@@ -318,14 +323,14 @@ class Decoder(ExportedModel):
 # -- exporting -----------------------------------------------------------------------------
 
 
-def load(request: Request) -> tuple[Any, Weights | None]:
+def load(request: Request, adapter: Adapter | None = None) -> tuple[Any, Weights | None]:
     """The causal LM of ``request`` and, when its weights are streamed (``streaming``; ``None``:
     when the folder holds safetensors), the checkpoint's weights, the model then built on the
     ``meta`` device. A state-space or hybrid cache is refused from the config first, before any
     weight is read; a model loaded in memory is refused if weights are missing
-    (:mod:`opreg.llm._checkpoint`; a streamed one when its weights are bound, before the capture)."""
+    (:mod:`opreg.llm._checkpoint`; a streamed one when its weights are bound, before the capture).
+    ``adapter``: a LoRA adapter merged into the weights (``adapter=``)."""
     config, folder = request.config, request.folder
-    adapter = None if request.settings.adapter is None else _lora.read_adapter(request.settings.adapter)
     if folder is None:
         if adapter is not None:
             raise InvalidArgumentError(
@@ -397,8 +402,9 @@ def export(request: Request) -> Decoder:
     """The causal LM's export (:data:`opreg.llm._families.CAUSAL`): the model captured as one
     decoder, its cache as inputs and outputs, every length dynamic and bounded by the context."""
     settings = request.quantized()
+    merged = None if request.settings.adapter is None else _lora.read_adapter(request.settings.adapter)
     adapters = [_lora.read_adapter(folder) for folder in request.settings.adapters or ()]
-    model, streamed = load(request)
+    model, streamed = load(request, merged)
     for adapter in adapters:
         _lora.check_against(adapter, model)
     if settings.weights is not None:  # a meta model of the caller's, and its checkpoint
@@ -431,7 +437,8 @@ def export(request: Request) -> Decoder:
     _name(program, layout)
     _lora_inputs.add_defaults(program.model.graph, layout.lora)
     return Decoder(program, layout, model, request.settings.tokenizer, context_length,
-                   precision=request.settings.precision, folder=request.folder, adapters=adapters)  # fmt: skip
+                   precision=request.settings.precision, folder=request.folder, adapters=adapters,
+                   merged=merged)  # fmt: skip
 
 
 def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any]:
