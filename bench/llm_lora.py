@@ -1,7 +1,8 @@
 """LoRA adapters (issue 51): the decode cost of an adapter given as the decoder's inputs against the
 same adapter merged into the weights, fp32 and int4 (int4 base weights, float32 LoRA inputs).
 
-Run: python bench/llm.py --models 55M --lora --genai-rounds 5   (part 10; or python bench/llm_lora.py)
+Run: python bench/llm.py --models 55M --lora --genai-rounds 5   (part 10, with the others)
+     python bench/llm_lora.py [--rounds 5] [--checkpoint build/llm-bench/checkpoint_55M]   (part 10 alone)
 
 On bench/llm.py's 55M Llama, one random LoRA adapter made by PEFT (rank 16 on every projection:
 q, k, v, o, gate, up, down; B drawn non-zero, alpha 32), then four folders, each exported by
@@ -131,7 +132,7 @@ def lora(source: Path, work: Path, rounds: int) -> None:
     made = export(source, make_adapter(source, work), work)
     times: dict[str, list[tuple[float, float]]] = {row: [] for row in made}
     tokens: dict[str, list[int]] = {}
-    order = [row for pair in PAIRS for row in pair]
+    order = list(dict.fromkeys(row for pair in PAIRS for row in pair))
     for index in range(rounds):
         for row in order if index % 2 == 0 else order[::-1]:
             folder, active = made[row]
@@ -155,15 +156,21 @@ def lora(source: Path, work: Path, rounds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=Path("build/llm-bench"))
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=Path("build/llm-bench/checkpoint_55M"),
+        help="the 55M checkpoint bench/llm.py writes (python bench/llm.py --models 55M --lora makes it)",
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(Path(args.child[0]), args.child[1] or None)
         return
-    from bench.llm import checkpoint
-
-    lora(checkpoint("55M", args.work), args.work / "55M", args.rounds)
+    if not (args.checkpoint / "config.json").is_file():
+        raise SystemExit(f"{args.checkpoint} is not a checkpoint: python bench/llm.py --models 55M --lora writes it")
+    lora(args.checkpoint, args.work / "55M", args.rounds)
 
 
 if __name__ == "__main__":
