@@ -425,9 +425,10 @@ def scaled(weight: Any, factors: Any, axis: int, groups: int = 1, name: str | No
 
 def low_rank_added(weight: Any, up: Any, down: Any, scale: float, name: str | None = None) -> LazyWeight:
     """``weight + scale * up @ down``: a LoRA adapter's product folded into the ``(out, in)`` weight
-    of a linear layer (``up``: its ``(out, rank)`` B, ``down``: its ``(rank, in)`` A), computed in
-    float32 and cast back to ``weight``'s dtype, row by row of ``weight`` (``down`` read whole,
-    once per run of rows: it is small)."""
+    of a linear layer (``up``: its ``(out, rank)`` B, ``down``: its ``(rank, in)`` A), computed and
+    kept in float32 (a bfloat16 checkpoint's sum is not rounded back to bfloat16: the float32 model
+    PEFT merges into holds it whole), row by row of ``weight`` (``down`` read whole, once per run of
+    rows: it is small)."""
     import torch
 
     source, b, a = lazy(weight), lazy(up), lazy(down)
@@ -438,12 +439,12 @@ def low_rank_added(weight: Any, up: Any, down: Any, scale: float, name: str | No
         )
 
     def read(start: int, stop: int) -> torch.Tensor:
-        rows = source.rows(start, stop).to(torch.float32)
+        rows = source.rows(start, stop).to(torch.float32, copy=True)  # not the source's own rows, added to
         delta = b.rows(start, stop).to(torch.float32) @ a.torch().to(torch.float32)
-        return rows.add_(delta, alpha=scale).to(source.torch_dtype)
+        return rows.add_(delta, alpha=scale)
 
     return LazyWeight(
-        read, source.torch_dtype, list(source.shape), name=name or source.name,
+        read, torch.float32, list(source.shape), name=name or source.name,
         how=f"{source.name} + {scale:g} * {b.name} @ {a.name}", sources=[source, b],
     )  # fmt: skip
 
