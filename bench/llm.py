@@ -1,7 +1,7 @@
 """What a user runs, measured: ``opreg llm export`` against ONNX Runtime GenAI's model builder, in one run.
 
 Run: python bench/llm.py [--models 55M,0.5B] [--rounds N] [--export-rounds N] [--kernels]
-                         [--ablation] [--accuracy] [--breakdown] [--settings] [--int4-algos]
+                         [--ablation] [--accuracy] [--breakdown] [--settings] [--int4-algos] [--lora]
                          [--work DIR]
 
 Each folder is made the way its users make it, each command in a fresh process at its defaults,
@@ -53,6 +53,9 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
 10. int4 algorithms (``--int4-algos``, 55M): ``opreg llm export --precision int4 --int4-algo
    rtn|k_quant|hqq``: each folder's size against the builder's ``-p int4``, and its latency beside
    the builder's as part 5 times; with ``--accuracy``, their accuracy on the trained model too.
+11. LoRA adapters (``--lora``, 55M; bench/llm_lora.py): one PEFT adapter merged (``--adapter``) and as
+   the decoder's inputs (``--adapters``), fp32 and int4: GenAI's prefill and decode time per token with
+   the adapter active, inputs / merged, over ``--genai-rounds`` rounds of fresh processes.
 """
 
 from __future__ import annotations
@@ -982,6 +985,7 @@ def main() -> None:
     parser.add_argument("--settings", action="store_true", help="part 9 (55M; with --accuracy, their accuracy too)")
     parser.add_argument("--int4-algos", action="store_true",
                         help="part 10 (55M; with --accuracy, their accuracy too)")  # fmt: skip
+    parser.add_argument("--lora", action="store_true", help="part 11 (55M): LoRA adapters, inputs against merged")
     parser.add_argument("--training-steps", type=int, default=300, help="steps of the model part 7 trains")
     parser.add_argument("--export", nargs=2, type=Path, metavar=("CHECKPOINT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--breakdown-child", nargs=2, type=Path, help=argparse.SUPPRESS)
@@ -1035,6 +1039,10 @@ def main() -> None:
             settings(source, work, args.rounds)
         if args.int4_algos and name == "55M":
             int4_algorithms(source, work, made, args.rounds)
+        if args.lora and name == "55M":
+            from bench.llm_lora import lora
+
+            lora(source, work, max(args.genai_rounds, 1))
     if args.accuracy:
         accuracy(args.work, args.training_steps, args.settings, args.int4_algos)
 

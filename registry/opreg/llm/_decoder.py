@@ -18,17 +18,19 @@ from typing import Any
 
 import torch
 
-from opreg.errors import ExportError
+from opreg.errors import ExportError, InvalidArgumentError
 from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output
-from opreg.llm import _cache, _checkpoint, _genai, _meta, _optimum, _quantized
+from opreg.llm import _cache, _checkpoint, _genai, _lora, _lora_inputs, _meta, _optimum, _quantized
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._capture import EXAMPLE, set_dims
 from opreg.llm._compare import checked
 from opreg.llm._family import Request
 from opreg.llm._genai import text_config
 from opreg.llm._layout import LAYOUT
+from opreg.llm._lora import Adapter
+from opreg.llm._lora_inputs import LoraInput
 from opreg.llm._result import ExportedModel, SavedFolder
 from opreg.llm._trimmed import export_step
 from opreg.weights import Weights, bind, open_weights
@@ -52,6 +54,8 @@ class DecoderLayout:
             short convolution's :class:`~opreg.llm._cache.ConvState` (``past.%d.conv`` in,
             ``present.%d.conv`` out); by default keys and values of ``num_key_value_heads`` x
             ``head_size`` in every layer.
+        lora: the linear layers that take LoRA adapters' ``A`` and ``B`` as inputs, after the
+            cache (:mod:`opreg.llm._lora_inputs`); none by default.
     """
 
     num_layers: int
@@ -63,6 +67,7 @@ class DecoderLayout:
     position_ids: bool
     dtype: torch.dtype
     layers: tuple[LayerCache, ...] = ()
+    lora: tuple[LoraInput, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -86,7 +91,8 @@ class DecoderLayout:
         names = [LAYOUT["input_ids"], LAYOUT["attention_mask"]]
         if self.position_ids:
             names.append(LAYOUT["position_ids"])
-        return names + [tensor.past % layer for layer, tensor in self.cache]
+        names += [tensor.past % layer for layer, tensor in self.cache]
+        return names + [name for slot in self.lora for name in slot.names]
 
     @property
     def output_names(self) -> list[str]:
@@ -123,6 +129,8 @@ def decoder_inputs(
         positions = attention_mask.long().cumsum(-1) - 1
         inputs["position_ids"] = positions.masked_fill(attention_mask == 0, 1)[:, -length:].contiguous()
     inputs["past_key_values"] = past
+    if layout.lora:  # no adapter active: every A and B empty
+        inputs["lora"] = [tensor for slot in layout.lora for tensor in slot.empty(layout.dtype)]
     return inputs
 
 
@@ -138,6 +146,7 @@ class DecoderStep(torch.nn.Module):
         super().__init__()
         self.model = model
         self.layers = layout.layers
+        self.lora: list[torch.Tensor] = []  # the LoRA inputs of the call, read by the adapted layers' hooks
 
     def forward(
         self,
@@ -145,12 +154,17 @@ class DecoderStep(torch.nn.Module):
         attention_mask: torch.Tensor,
         position_ids: torch.Tensor | None = None,
         past_key_values: Sequence[torch.Tensor] = (),
+        lora: Sequence[torch.Tensor] = (),
     ) -> dict[str, Any]:
+        self.lora[:] = lora
         cache = _cache.capture_cache(self.layers, past_key_values)
         extra = {} if position_ids is None else {"position_ids": position_ids}
-        out = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True, **extra
-        )
+        try:
+            out = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True, **extra
+            )
+        finally:
+            self.lora.clear()  # no tensor left on the module after the call (torch.export would warn of it)
         return {"logits": out.logits, "present": _cache.present(self.layers, cache)}
 
 
@@ -172,6 +186,9 @@ class Decoder(ExportedModel):
         folder: the checkpoint folder it came from, if any.
         folder_layout: the folder :meth:`save` writes (:attr:`opreg.llm.LLMSettings.layout`):
             ``"genai"`` or ``"optimum"`` (:mod:`opreg.llm._optimum`).
+        adapters: the LoRA adapters its inputs take (:attr:`DecoderLayout.lora`), each written
+            as ``<name>.onnx_adapter`` by :meth:`save`.
+        merged: the LoRA adapter merged into its weights, if any (:meth:`eager` merges it too).
     """
 
     def __init__(
@@ -184,8 +201,12 @@ class Decoder(ExportedModel):
         precision: str = "fp32",
         folder: Path | None = None,
         folder_layout: str = "genai",
+        adapters: Sequence[Adapter] = (),
+        merged: Adapter | None = None,
     ) -> None:
         self.program = program
+        self.adapters = tuple(adapters)
+        self.merged = merged
         self.layout = layout
         self.model = model
         self.tokenizer = tokenizer
@@ -225,6 +246,8 @@ class Decoder(ExportedModel):
         if _meta.on_meta(model):  # streamed: loaded once, weights and all
             if self._eager is None:
                 self._eager = _meta.load_eager(self.folder, model)
+                if self.merged is not None:
+                    _lora.merge_in_memory(self.merged, self._eager)
             model = self._eager
 
         layers = self.layout.layers
@@ -306,14 +329,20 @@ class Decoder(ExportedModel):
 # -- exporting -----------------------------------------------------------------------------
 
 
-def load(request: Request) -> tuple[Any, Weights | None]:
+def load(request: Request, adapter: Adapter | None = None) -> tuple[Any, Weights | None]:
     """The causal LM of ``request`` and, when its weights are streamed (``streaming``; ``None``:
     when the folder holds safetensors), the checkpoint's weights, the model then built on the
     ``meta`` device. A state-space or hybrid cache is refused from the config first, before any
     weight is read; a model loaded in memory is refused if weights are missing
-    (:mod:`opreg.llm._checkpoint`; a streamed one when its weights are bound, before the capture)."""
+    (:mod:`opreg.llm._checkpoint`; a streamed one when its weights are bound, before the capture).
+    ``adapter``: a LoRA adapter merged into the weights (``adapter=``)."""
     config, folder = request.config, request.folder
     if folder is None:
+        if adapter is not None:
+            raise InvalidArgumentError(
+                "adapter= merges an adapter into a checkpoint folder's weights as they are written: give the "
+                "checkpoint folder, or merge it into the model given with PEFT (merge_and_unload)"
+            )
         _checkpoint.check_cache(config, type(request.model).__name__)
         return request.model, None
     _checkpoint.check_cache(config, (getattr(config, "architectures", None) or [config.model_type])[0])
@@ -322,9 +351,16 @@ def load(request: Request) -> tuple[Any, Weights | None]:
         streaming = _meta.streamable(folder)
     if streaming:
         meta_model, weights = _meta.load_meta(folder)
+        if adapter is not None:  # W + scale * B @ A, computed as each weight is written
+            _lora.check_against(adapter, meta_model)
+            weights = weights.with_tensors(_lora.merged_weights(adapter, weights))
         bind(meta_model, weights)  # a missing weight refused now, by the checkpoint's name for it
         return meta_model, weights
-    return _checkpoint.load_weights(folder), None
+    model = _checkpoint.load_weights(folder)
+    if adapter is not None:
+        _lora.check_against(adapter, model)
+        _lora.merge_in_memory(adapter, model)
+    return model, None
 
 
 def layout_of(model: Any) -> DecoderLayout:
@@ -373,14 +409,18 @@ def export(request: Request) -> Decoder:
     decoder, its cache as inputs and outputs, every length dynamic and bounded by the context."""
     stored = _quantized.scheme_of(request.config, str(request.folder)) if request.folder is not None else None
     settings = request.quantized(stored=None if stored is None else f"{request.folder} ({stored.name})")
-    model, streamed = load(request)
+    merged = None if request.settings.adapter is None else _lora.read_adapter(request.settings.adapter)
+    adapters = [_lora.read_adapter(folder) for folder in request.settings.adapters or ()]
+    model, streamed = load(request, merged)
+    for adapter in adapters:
+        _lora.check_against(adapter, model)
     if settings.weights is not None:  # a meta model of the caller's, and its checkpoint
         streamed = open_weights(settings.weights)
     context_length = request.settings.context_length
     was_training = model.training
     model.eval()
     try:
-        layout = layout_of(model)
+        layout = dataclasses.replace(layout_of(model), lora=_lora_inputs.lora_inputs(adapters, model))
         if request.settings.layout == "optimum":
             _optimum.check_layers(layout, type(model).__name__)
         step = DecoderStep(model, layout).eval()
@@ -394,17 +434,21 @@ def export(request: Request) -> Decoder:
                 for _, tensor in layout.cache
             ],
         )
+        if layout.lora:
+            example["lora"] = _lora_inputs.example(layout.lora, layout.dtype, drawn)
         shapes = _dynamic_shapes(layout, context_length)
         weights = None if streamed is None else streamed.renamed("model.")  # DecoderStep's names
         settings = dataclasses.replace(settings, dynamic_shapes=shapes, weights=weights)
-        program = export_step(step, example, settings, layout)
+        with _lora_inputs.hooked(model, layout.lora, step.lora):
+            program = export_step(step, example, settings, layout)
     finally:
         model.train(was_training)
     total = _optimum.TOTAL if request.settings.layout == "optimum" else TOTAL
     _name(program, layout, total)
+    _lora_inputs.add_defaults(program.model.graph, layout.lora)
     return Decoder(program, layout, model, request.settings.tokenizer, context_length,
                    precision=request.settings.precision, folder=request.folder,
-                   folder_layout=request.settings.layout)  # fmt: skip
+                   folder_layout=request.settings.layout, adapters=adapters, merged=merged)  # fmt: skip
 
 
 def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any]:
@@ -421,6 +465,8 @@ def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any
         {index: {BATCH: batch, PAST: past}[dim] for index, dim in enumerate(tensor.dims) if isinstance(dim, str)}
         for _, tensor in layout.cache
     ]
+    if layout.lora:
+        shapes["lora"] = _lora_inputs.dynamic_shapes(layout.lora)
     return shapes
 
 
@@ -442,5 +488,6 @@ def _name(program: OnnxProgram, layout: DecoderLayout, total: str = TOTAL) -> No
         dims[tensor.past % layer] = named(tensor.dims)
         dims[tensor.present % layer] = named(tensor.present_dims)
     dims[LAYOUT["logits"]] = (BATCH, SEQUENCE, None)
+    dims.update(_lora_inputs.dims(layout.lora))
     for value in [*graph.inputs, *graph.outputs]:
         set_dims(value, dims[value.name])

@@ -196,6 +196,10 @@ def save(decoder: Decoder, folder: str | os.PathLike[str], external_data: bool =
         save_tokenizer(decoder.tokenizer, staged)
         decoder.program.save(staged / MODEL_FILE, external_data=external_data)
         (staged / GENAI_CONFIG).write_text(genai)
+        if decoder.adapters:
+            from opreg.llm._lora_inputs import write_adapters
+
+            write_adapters(decoder.adapters, staged)
         return sorted(path.name for path in staged.iterdir())  # a new folder: all of it written here
 
     return write_folder(folder, fill)

@@ -21,6 +21,7 @@ parser adds its flags from this module.
 import argparse
 import dataclasses
 import inspect
+import os
 import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -113,6 +114,34 @@ def _context_length(value: Any) -> str | None:
     return None
 
 
+def _folder(name: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if value is None or isinstance(value, (str, os.PathLike)):
+            return None
+        return f"{name}= takes a folder (a path), got {type(value).__name__}"
+
+    return check
+
+
+def _comma_list(text: str) -> tuple[str, ...]:
+    return tuple(part for part in text.split(",") if part)
+
+
+def _folders(value: Any) -> str | None:
+    """``adapters``: a non-empty list of folders of distinct names (each names its adapter file)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)) or not all(isinstance(v, (str, os.PathLike)) for v in value):
+        return f"adapters= takes a list of adapter folders, got {value!r}"
+    names = [os.path.basename(os.path.normpath(v)) for v in value]
+    if not names:
+        return "adapters= takes at least one adapter folder"
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        return f"adapters= names two adapters {', '.join(twice)} (each is named by its folder): rename a folder"
+    return None
+
+
 def _value(names: tuple[str, ...], **argparse: Any) -> Flag:
     return Flag(names, argparse)
 
@@ -201,6 +230,17 @@ class LLMSettings:
                                       "load the model with its weights first (default: stream them from the "
                                       "safetensors files as model.onnx is written)"),),
     )  # fmt: skip
+    adapter: Any = option(
+        None, """a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) merged into the weights:
+        W + scale * B @ A computed as model.onnx is written, read from the lazy weights; a checkpoint folder only""",
+        families=_CAUSAL, flags=(_value(("--adapter",), metavar="FOLDER"),), check=_folder("adapter"),
+    )  # fmt: skip
+    adapters: Any = option(
+        None, """PEFT LoRA adapter folders (a list; the flag: comma-separated) the base model takes as inputs (each
+        adapted linear layer's A and B, empty by default: the base model), each written as <folder name>.onnx_adapter
+        beside model.onnx, which GenAI's Adapters load and switch per request""",
+        families=_CAUSAL, flags=(_value(("--adapters",), type=_comma_list, metavar="A,B,..."),), check=_folders,
+    )  # fmt: skip
     feature_extractor: Any = option(
         None, """a transformers WhisperFeatureExtractor, or a folder holding one; default the checkpoint folder's, else
         Whisper's defaults for the model's mel bins""",
@@ -217,6 +257,11 @@ class LLMSettings:
             wrong = option_.check(getattr(self, field.name)) if option_.check is not None else None
             if wrong is not None:
                 raise InvalidArgumentError(wrong)
+        if self.adapter is not None and self.adapters is not None:
+            raise InvalidArgumentError(
+                "adapter= (--adapter) merges one adapter into the weights and adapters= (--adapters) makes them "
+                "inputs: give one of them"
+            )
         if self.int4_algo not in (None, "rtn") and self.precision != "int4":
             raise InvalidArgumentError(
                 f"int4_algo={self.int4_algo!r} chooses int4 weights: give precision='int4' (--precision int4) with "

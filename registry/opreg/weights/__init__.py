@@ -14,6 +14,7 @@ in-memory export and the streamed one run the same code and write the same bytes
 - :func:`transpose`: stored transposed (the weight-transpose folding of ``fold_weights``);
 - :func:`concat`: several weights as one (ONNX Runtime's packed query, key and value projection);
 - :func:`scaled`: scaled per output channel (batch norm folded into the convolution before it);
+- :func:`low_rank_added`: a LoRA adapter's ``scale * B @ A`` added (an adapter merged into its model);
 - :func:`rowwise`: any function of a run of rows giving rows of one or more new tensors (block
   quantization to MatMulNBits: each output row comes from one row of the ``(N, K)`` weight).
 
@@ -39,6 +40,7 @@ from opreg.weights._lazy import (
     concat,
     finite,
     lazy,
+    low_rank_added,
     release_freed_memory,
     rowwise,
     scaled,
@@ -73,6 +75,7 @@ __all__ = [
     "concat",
     "finite",
     "lazy",
+    "low_rank_added",
     "open_weights",
     "release_freed_memory",
     "rowwise",

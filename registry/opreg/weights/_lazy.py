@@ -427,6 +427,32 @@ def scaled(weight: Any, factors: Any, axis: int, groups: int = 1, name: str | No
     )  # fmt: skip
 
 
+def low_rank_added(weight: Any, up: Any, down: Any, scale: float, name: str | None = None) -> LazyWeight:
+    """``weight + scale * up @ down``: a LoRA adapter's product folded into the ``(out, in)`` weight
+    of a linear layer (``up``: its ``(out, rank)`` B, ``down``: its ``(rank, in)`` A), computed and
+    kept in float32 (a bfloat16 checkpoint's sum is not rounded back to bfloat16: the float32 model
+    PEFT merges into holds it whole), row by row of ``weight`` (``down`` read whole, once per run of
+    rows: it is small)."""
+    import torch
+
+    source, b, a = lazy(weight), lazy(up), lazy(down)
+    if b.shape[0] != source.shape[0] or a.shape[1] != source.shape[1] or b.shape[1] != a.shape[0]:
+        raise WeightsError(
+            f"a low-rank product of {list(b.shape)} by {list(a.shape)} does not add to {source.name!r}, "
+            f"{list(source.shape)}: it is (out, rank) by (rank, in)"
+        )
+
+    def read(start: int, stop: int) -> torch.Tensor:
+        rows = source.rows(start, stop).to(torch.float32, copy=True)  # not the source's own rows, added to
+        delta = b.rows(start, stop).to(torch.float32) @ a.torch().to(torch.float32)
+        return rows.add_(delta, alpha=scale)
+
+    return LazyWeight(
+        read, torch.float32, list(source.shape), name=name or source.name,
+        how=f"{source.name} + {scale:g} * {b.name} @ {a.name}", sources=[source, b],
+    )  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
     """What a computed tensor will be.
