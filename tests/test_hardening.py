@@ -179,7 +179,7 @@ CLI_CASES = {
     "target-no-ai-onnx": Case(
         ("explain", "aten::relu", "-t", "com.microsoft=1"), 2, r"e\.g\. 'onnx,com\.microsoft=1' or '18,"
     ),
-    "target-too-old": Case(("explain", "aten::relu", "-t", "17"), 2, r"use a version from 18 to \d+"),
+    "target-too-old": Case(("explain", "aten::relu", "-t", "15"), 2, r"use a version from 16 to \d+"),
     "exclude-typo": Case(("plugins", "-p", "no:ort_contirb"), 2, r"no installed pack named 'ort_contirb'"),
     "factory-exits": Case(
         ("check", "{dir}/models.py:exits"), 2, r"called sys\.exit\(3\) while opreg loaded it: a factory must return"
