@@ -31,9 +31,10 @@ FRESH_ENV = "OPREG_TEST_IN_FRESH_PROCESS"
 @pytest.fixture
 def fresh_process(request) -> bool:
     """Whether to run the test's body here: no, once the test has run alone in a fresh interpreter
-    (its failure there fails the test here). Under pytest-xdist these tests have failed after some other test in the same worker (a dtype mismatch not reported, a
-    streamed model's bytes differing from the in-memory one's) and never alone: until the state that
-    leaks is found, they run where nothing ran before them."""
+    (its failure there fails the test here). Under pytest-xdist these tests have failed after some
+    other test in the same worker (a dtype mismatch not reported, a streamed model's bytes differing
+    from the in-memory one's) and never alone: until the leaking state is found, they run where
+    nothing ran before them."""
     if os.environ.get(FRESH_ENV):
         return True  # this is the fresh process: run the body
     root = Path(__file__).resolve().parents[1]
