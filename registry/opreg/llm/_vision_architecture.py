@@ -98,6 +98,11 @@ class Architecture:
     def image_size(self, model: Any) -> int:
         return int(model.config.vision_config.image_size)
 
+    def vision_step(self, model: Any) -> torch.nn.Module | None:
+        """The module torch.export captures for the vision encoder, where its inputs are other than
+        ``pixel_values`` and ``image_grid_thw`` (``None``: :class:`opreg.llm._vision.VisionStep`)."""
+        return None
+
     def vision_layers(self, model: Any) -> Layers | None:
         """The vision encoder's repeated layers, or ``None`` to capture the encoder whole."""
         return None

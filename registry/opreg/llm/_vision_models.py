@@ -16,6 +16,7 @@ import torch
 
 from opreg.errors import ExportError
 from opreg.llm._vision_architecture import Architecture, Layers
+from opreg.llm._vision_lfm2 import Lfm2Vl
 from opreg.llm._vision_qwen import Qwen25VL
 
 
@@ -96,7 +97,7 @@ class Llava(Architecture):
         return None
 
 
-ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava())
+ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava(), Lfm2Vl())
 """Every architecture :func:`export_vision` lays out."""
 
 
