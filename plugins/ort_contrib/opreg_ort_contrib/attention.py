@@ -13,9 +13,9 @@ Which kernel, by measurement on ONNX Runtime 1.32's CPU build (``bench/ort_contr
 - At ai.onnx 23 and 24: ai.onnx ``Attention`` in its 3-D form (``q_num_heads``,
   ``kv_num_heads``: grouped heads without repeating them). There it is about 1.3x faster
   than com.microsoft MultiHeadAttention and 1.1-1.4x faster than GroupQueryAttention at
-  the benchmark's shapes, takes bool masks as they are, gives 0 (as torch does) for a
-  query whose keys are all masked, and takes torch's top-left causal mask for any
-  lengths. From ai.onnx 25 the op is Attention-25, for which ONNX Runtime 1.32 has no
+  the benchmark's shapes, takes bool masks as they are (but expanded to the query length,
+  :func:`_full_mask`), gives 0 (as torch does) for a query whose keys are all masked, and
+  takes torch's top-left causal mask for any lengths. From ai.onnx 25 the op is Attention-25, for which ONNX Runtime 1.32 has no
   kernel: it runs the op's function body, 2-3x slower than the contrib kernels.
 - Elsewhere with com.microsoft (the ``onnxruntime`` profile, ai.onnx 27 here, and
   ``target="18,com.microsoft=1"``), the contrib kernels: ``com.microsoft::MultiHeadAttention`` for equal head counts, and
@@ -95,23 +95,29 @@ def _heads_first(y, heads: int, size: int):
 _LOWEST = float(np.finfo(np.float32).min)
 
 
-def _attention_bias(mask, query, key, masked_value: float):
-    """``attn_mask`` as the kernels' additive bias of shape (batch or 1, heads or 1, S, T);
-    a bool mask's False as ``masked_value``."""
-    if mask.dtype == ir.DataType.BOOL:
-        bias = op18.Where(mask, op18.CastLike(0.0, query), op18.CastLike(masked_value, query))
-    else:
-        bias = mask
+def _full_mask(mask, query, key):
+    """``attn_mask`` of shape (batch or 1, heads or 1, S, T): every kernel here refuses a mask that
+    broadcasts over the query length S, as a padding mask of (batch, 1, 1, T) does (ONNX Runtime
+    1.32's Attention-23: "inconsistent q_sequence_length (between attn_mask and Q)", 2026-12-07)."""
     rank = len(mask.shape)
     if rank < 4:
-        bias = op18.Unsqueeze(bias, list(range(4 - rank)))
+        mask = op18.Unsqueeze(mask, list(range(4 - rank)))
     rows, columns = mask.shape[-2] if rank >= 2 else 1, mask.shape[-1]
     if rows != query.shape[2] or columns != key.shape[2]:
         size = op18.Concat(
-            op18.Shape(bias, start=0, end=2), op18.Shape(query, start=2, end=3), op18.Shape(key, start=2, end=3), axis=0
+            op18.Shape(mask, start=0, end=2), op18.Shape(query, start=2, end=3), op18.Shape(key, start=2, end=3), axis=0
         )
-        bias = op18.Expand(bias, size)
-    return bias
+        mask = op18.Expand(mask, size)
+    return mask
+
+
+def _attention_bias(mask, query, key, masked_value: float):
+    """``attn_mask`` as the kernels' additive bias of shape (batch or 1, heads or 1, S, T);
+    a bool mask's False as ``masked_value``."""
+    full = _full_mask(mask, query, key)
+    if mask.dtype == ir.DataType.BOOL:
+        return op18.Where(full, op18.CastLike(0.0, query), op18.CastLike(masked_value, query))
+    return full
 
 
 def _rows_with_keys(mask):
@@ -188,7 +194,8 @@ def aten_scaled_dot_product_attention_contrib(
     extra = {} if scale is None else {"scale": float(scale)}
     if opset >= 23:
         out, *_ = op23.Attention(
-            _heads_last(query), _heads_last(key), _heads_last(value), attn_mask,
+            _heads_last(query), _heads_last(key), _heads_last(value),
+            None if attn_mask is None else _full_mask(attn_mask, query, key),
             q_num_heads=heads, kv_num_heads=kv_heads, is_causal=int(is_causal), **extra,
         )  # fmt: skip
         return _heads_first(out, heads, size)

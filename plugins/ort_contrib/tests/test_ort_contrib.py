@@ -143,6 +143,7 @@ def _attention_cases():
         "gqa_causal": (Sdpa(is_causal=True, enable_gqa=True), (q, k2, v2)),
         "gqa_mask": (Sdpa(enable_gqa=True), (q, k2, v2, _padded_causal_mask())),
         "longer_keys": (Sdpa(), (q, torch.randn(2, 4, 9, 8), torch.randn(2, 4, 9, 8), torch.rand(2, 1, 6, 9) > 0.3)),
+        "padding_mask": (Sdpa(), (q, k, v, torch.rand(2, 1, 1, 6) > 0.3)),
     }
 
 
@@ -155,6 +156,17 @@ def test_sdpa_on_fused_attention_kernels_matches_eager(case, target):
     assert len(kernels) == 1 and kernels <= ATTENTION_TARGETS[target], kernels
     result = program.verify(*args, rtol=1e-4, atol=1e-5)
     assert result.runtime == "onnxruntime"
+
+
+@pytest.mark.parametrize("target", ["23", "24", "23,com.microsoft=1", "24,com.microsoft=1"])
+def test_a_padding_mask_of_one_query_row_runs_in_ai_onnx_attention(target):
+    """ONNX Runtime 1.32's Attention-23 refuses a mask of (batch, 1, 1, T) ("inconsistent
+    q_sequence_length (between attn_mask and Q)"): both the core pack's impl (without com.microsoft)
+    and this pack's give it the mask expanded to the query length."""
+    model, args = _attention_cases()["padding_mask"]
+    program = opreg.export(model, args, target=target)
+    assert ("", "Attention") in _nodes(program) and _opsets(program)[""] == int(target.split(",")[0])
+    program.verify(*args, rtol=1e-4, atol=1e-5)
 
 
 def test_rows_whose_keys_are_all_masked_give_zero_as_in_torch():
