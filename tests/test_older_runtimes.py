@@ -1,7 +1,8 @@
 """Exports load, and match, in an older ONNX Runtime than the installed one (issue 50): the model zoo
 at the default targets, and a language-model folder, run in onnxruntime 1.30 (what transformers.js
 4.3 ships), in a venv of its own under ``build/`` (:mod:`tests.side_runtimes`; its first run installs
-onnxruntime 1.30.0 and numpy from the package index, ~30 s, then it is reused)."""
+onnxruntime 1.30.0 and numpy from the package index, ~30 s, then it is reused); and attention with a
+mask exported for onnxruntime 1.18 and 1.20, run in venvs of 1.18.1 and 1.20.1 made the same way."""
 
 from __future__ import annotations
 
@@ -93,3 +94,36 @@ def test_a_language_model_folder_loads_and_matches_in_onnxruntime_1_30(older_run
     case = (str(path), *side_runtimes.write_case(tmp_path, "decoder", feeds, expected), 1e-4, 1e-5)
     (row,) = side_runtimes.run_models(older_runtime, [case])
     assert row["loaded"] and row["matches"], row
+
+
+BIAS_RELEASES = {"1.18.1": ["numpy<2"], "1.20.1": []}
+"""Releases whose MultiHeadAttention takes no ``attention_bias`` of one head for all (1.18.1 refuses
+it, 1.20.1 computes it wrong), and what their venvs need besides (1.18 is built against numpy 1)."""
+
+
+@pytest.mark.parametrize("version", sorted(BIAS_RELEASES))
+def test_attention_with_a_mask_exported_for_an_older_release_matches_eager_there(version, tmp_path):
+    """At ``onnxruntime==1.18`` and ``==1.20`` the pack's MultiHeadAttention gets its mask as a bias
+    expanded to its heads (the BiasPerHead rule), which those releases compute right."""
+    if not CONTRIB:
+        pytest.skip("needs opreg-ort-contrib")
+    from opreg_ort_contrib import samples
+
+    python = side_runtimes.python_of(version, BIAS_RELEASES[version])
+    torch.manual_seed(0)
+    model, x = samples.BiasedSelfAttention().eval(), torch.randn(2, samples.SEQ, samples.HIDDEN)
+    cases = []
+    causal = torch.ones(samples.SEQ, samples.SEQ, dtype=torch.bool).tril().expand(2, 1, -1, -1)
+    for name, mask in {"causal": causal, "padding": torch.rand(2, 1, 1, samples.SEQ) > 0.3}.items():
+        program = opreg.export(model, (x, mask), target=f"onnxruntime=={version[:4]}")
+        attention = [n for n in program.model_proto.graph.node if n.op_type == "MultiHeadAttention"]
+        assert len(attention) == 1 and attention[0].input[5], name
+        path = tmp_path / f"{name}.onnx"
+        program.save(path)
+        with torch.no_grad():
+            expected = [model(x, mask).numpy()]
+        named = dict(zip(program.input_names, (x.numpy(), mask.numpy()), strict=True))
+        cases.append((str(path), *side_runtimes.write_case(tmp_path, name, named, expected), 0, 1e-5))
+    rows = side_runtimes.run_models(python, cases)
+    assert {row["version"] for row in rows} == {version}
+    assert all(row["loaded"] and row.get("matches") for row in rows), rows

@@ -39,6 +39,10 @@ The pack's own, which onnxscript's rules do not match in opreg's graphs, each me
 - ``PackedAttention``: the q, k and v projections (MatMul + Add) of one input feeding a
   MultiHeadAttention become com.microsoft ``Attention`` on the packed weights (:mod:`.packed`;
   onnxscript's ``FuseBiasMHA`` + ``AttentionFusion`` in one match).
+- ``BiasPerHead``, at ``onnxruntime==1.18`` and ``==1.20`` only: MultiHeadAttention's
+  ``attention_bias`` of one head for all expanded to its heads, which those releases need
+  (1.18 refuses the shared head, 1.20 computes it wrong). The kit's targets name no release,
+  so ``tests/test_older_runtimes.py`` checks it, in venvs of those releases.
 - ``ResidualSum``: the residual ``Add`` whose only user is a LayerNormalization
   becomes a ``Sum``. ONNX Runtime fuses ``Add`` + ``LayerNormalization`` into its
   SkipLayerNormalization on its own, and that kernel is many times slower than the

@@ -1,6 +1,7 @@
 """Attention rules: the keys and values ``repeat_kv`` repeated, read unrepeated by GroupQueryAttention
 (below ai.onnx 23) or by Attention with ``kv_num_heads`` (at 23 and 24); and the attention kernels
-reading a KV cache in its (batch, heads, seq, size) layout instead of a moved copy of it."""
+reading a KV cache in its (batch, heads, seq, size) layout instead of a moved copy of it; and, for
+ONNX Runtime releases before 1.22, MultiHeadAttention's bias expanded to its heads."""
 
 from __future__ import annotations
 
@@ -202,3 +203,37 @@ class AttentionOnHeads(pattern.RewriteRuleClassBase):
             _outputs=1, **self._attributes,
         )  # fmt: skip
         return _heads_last(op, shaped(out, [b, self._heads, s, value.shape[3]], query))
+
+
+class BiasPerHead(pattern.RewriteRuleClassBase):
+    """MultiHeadAttention with an ``attention_bias`` of one head for all ((batch or 1, 1, S, T), what
+    the sdpa impl gives it) -> the same node with the bias expanded to its heads. ONNX Runtime takes
+    the shared head from 1.22 on; 1.18 refuses it ("dimension 1 should be same as number of heads")
+    and 1.20 computes a wrong result (2026-12-07, BENCHMARKS.md "Runtime facts"), so policy.py offers
+    this rule to the targets of those releases only (``OLDER_RELEASE``)."""
+
+    def pattern(self, op, query, key, value):
+        return _attention(op.MultiHeadAttention, query, key, value, _domain=CONTRIB_DOMAIN)
+
+    def check(self, context, query, key, value, out, **_):
+        result = pattern.MatchResult()
+        node = out.producer()
+        extra = list(node.inputs[3:])
+        if len(extra) != 3 or extra[2] is None or len(node.outputs) != 1:
+            return result.fail("no attention_bias, or a cache")
+        heads = node.attributes["num_heads"].as_int()
+        dims = dims_of(extra[2])
+        if dims is None or len(dims) != 4 or dims[1] == heads or heads == 1:
+            return result.fail("not a bias of one head for all")  # (its dim 1 is 1, or unknown: 1 or heads)
+        self._node, self._heads, self._dims = node, heads, dims
+        return result
+
+    def rewrite(self, op, query, key, value, **_):
+        *extra, bias = self._node.inputs[3:]
+        batch, _one, rows, columns = self._dims
+        heads = op.Expand(bias, op.Constant(value_ints=[1, self._heads, 1, 1]))
+        attributes = {a.name: a.value for a in self._node.attributes.values()}
+        return op.MultiHeadAttention(
+            query, key, value, *extra, shaped(heads, [batch, self._heads, rows, columns], bias),
+            _domain=CONTRIB_DOMAIN, _outputs=1, **attributes,
+        )  # fmt: skip

@@ -13,6 +13,7 @@ from opreg_ort_contrib import CONTRIB_DOMAIN
 from opreg_ort_contrib.fusions.activations import FastGelu, FastGeluBias, QuickGelu
 from opreg_ort_contrib.fusions.attention import (
     AttentionOnHeads,
+    BiasPerHead,
     GroupedAttention,
     GroupQueryAttention,
     MultiHeadAttentionOnHeads,
@@ -36,6 +37,7 @@ RULES = {
         AttentionOnHeads.rule("AttentionOnHeads"),
         MultiHeadAttentionOnHeads.rule("MultiHeadAttentionOnHeads"),
         PackedAttention.rule("PackedAttention"),
+        BiasPerHead.rule("BiasPerHead"),
         RotaryEmbedding.rule("RotaryEmbedding"),
         RotaryEmbedding.rule("InterleavedRotaryEmbedding", interleaved=True),
         _MAINTAINED["RMSNormalization"],
@@ -108,6 +110,7 @@ POLICY: tuple[tuple[str, Callable[[], Any], Callable[[int], bool]], ...] = (
     ("AttentionOnHeads", _rule("AttentionOnHeads"), _ai_onnx_attention),
     ("MultiHeadAttentionOnHeads", _rule("MultiHeadAttentionOnHeads"), _contrib_attention),
     ("PackedAttention", _rule("PackedAttention"), _contrib_attention),
+    ("BiasPerHead", _rule("BiasPerHead"), _contrib_attention),  # releases before 1.22 only (OLDER_RELEASE)
     ("RotaryEmbedding", _rule("RotaryEmbedding"), _opset_23),
     ("InterleavedRotaryEmbedding", _rule("InterleavedRotaryEmbedding"), _opset_23),
     ("RMSNormalization", _rule("RMSNormalization"), _opset_23),
@@ -132,10 +135,10 @@ of its family, its entry in :data:`RULES` and here."""
 def rules(target) -> list:
     """The rules and passes for ``target``: none without com.microsoft 1, else those :data:`POLICY`
     offers at its ai.onnx, in its order, but those the target's ONNX Runtime release cannot load
-    (:data:`NEWER_RELEASE`)."""
+    (:data:`NEWER_RELEASE`) and those only older releases need (:data:`OLDER_RELEASE`)."""
     if target.get(CONTRIB_DOMAIN) != 1:
         return []
-    return [make() for name, make, at in POLICY if at(target.onnx) and not _too_old(target, NEWER_RELEASE.get(name))]
+    return [make() for name, make, at in POLICY if at(target.onnx) and _for_release(target, name)]
 
 
 NEWER_RELEASE = {"GroupQueryAttentionOnCache": (1, 32), "PackedAttention": (1, 22)}
@@ -143,6 +146,18 @@ NEWER_RELEASE = {"GroupQueryAttentionOnCache": (1, 32), "PackedAttention": (1, 2
 GroupQueryAttention's 17th input (``query_seqlens``, kv_cache.py) is 1.32's; 1.30 takes 16.
 Attention's ``attention_bias`` of one head for all (what the sdpa impl gives it) is refused by
 1.18 and computed wrong by 1.20 (MultiHeadAttention's too: 2026-12-07), right from 1.22."""
+
+OLDER_RELEASE = {"BiasPerHead": (1, 22)}
+"""The rules only older ONNX Runtime releases need, and the first release that does without: before
+1.22, MultiHeadAttention gets its ``attention_bias`` expanded to its heads (see NEWER_RELEASE). A
+target naming no release (the profile: the installed one) does without them."""
+
+
+def _for_release(target, name: str) -> bool:
+    """Whether the rule or pass ``name`` is for ``target``'s ONNX Runtime release, if it names one."""
+    if name in OLDER_RELEASE:
+        return _too_old(target, OLDER_RELEASE[name])
+    return not _too_old(target, NEWER_RELEASE.get(name))
 
 
 def _too_old(target, release: tuple[int, int] | None) -> bool:
