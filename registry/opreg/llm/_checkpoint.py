@@ -141,8 +141,15 @@ def load_model(folder: Path, auto_class: str, name: str) -> Any:
     try:
         loaded = getattr(transformers, auto_class).from_pretrained(folder, dtype=torch.float32, trust_remote_code=False)
     except Exception as e:
+        if auto_class in FALLBACK:
+            return load_model(folder, FALLBACK[auto_class], name)
         raise ExportError(f"transformers could not load a {name} from {folder}: {type(e).__name__}: {e}") from e
     return loaded.eval()
+
+
+FALLBACK = {"AutoModelForImageTextToText": "AutoModelForCausalLM"}
+"""The Auto class tried when a family's does not load the checkpoint: Phi-4-multimodal is a causal LM
+holding its vision and audio encoders (``Phi4MultimodalForCausalLM``)."""
 
 
 def load_weights(folder: Path) -> Any:

@@ -18,6 +18,7 @@ import torch
 from opreg.errors import ExportError
 from opreg.llm._vision_architecture import Architecture, Layers
 from opreg.llm._vision_lfm2 import Lfm2Vl
+from opreg.llm._vision_phi4mm import Phi4Multimodal
 from opreg.llm._vision_qwen import Qwen25VL
 
 
@@ -98,7 +99,7 @@ class Llava(Architecture):
         return None
 
 
-ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava(), Lfm2Vl())
+ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava(), Lfm2Vl(), Phi4Multimodal())
 """Every architecture :func:`export_vision` lays out."""
 
 
