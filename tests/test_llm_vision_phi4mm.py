@@ -22,14 +22,15 @@ from tests.test_llm_vision import LENGTH, dims
 IMAGE_TOKEN, AUDIO_TOKEN = 302, 303
 
 
-def phi4mm(seed: int = 0):
+def phi4mm(seed: int = 0, **vision_options):
     """A tiny ``Phi4MultimodalForCausalLM``: 2 Phi-3 layers, a 2-layer SigLIP on 56-pixel crops in
     patches of 14 (4x4 patches, pooled to 2x2 features a crop)."""
     from transformers import Phi4MultimodalConfig, Phi4MultimodalForCausalLM
 
     text = {k: v for k, v in vm.TEXT.items() if k != "head_dim"}
     vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-              "image_size": 56, "crop_size": 56, "patch_size": 14, "image_token_id": IMAGE_TOKEN}  # fmt: skip
+              "image_size": 56, "crop_size": 56, "patch_size": 14, "image_token_id": IMAGE_TOKEN,
+              **vision_options}  # fmt: skip
     audio = {"hidden_size": 32, "intermediate_size": 64, "num_blocks": 1, "num_attention_heads": 2,
              "ext_pw_out_channel": 32, "depthwise_separable_out_channel": 32, "nemo_conv_channels": 32,
              "input_size": 16, "audio_token_id": AUDIO_TOKEN}  # fmt: skip
@@ -117,7 +118,9 @@ def test_transformers_vision_attention_is_causal_when_no_crop_is_padded(exported
     torch.testing.assert_close(got, result.eager_vision(*pixels), rtol=1e-4, atol=1e-4)
 
 
-def test_a_mismatched_image_processor_is_refused_before_the_export(tmp_path):
+def test_a_mismatched_image_processor_or_crop_layout_is_refused_before_the_export(tmp_path):
     with pytest.raises(opreg.ExportError, match="patch_size is 16, the model's 14"):
         opreg.llm.export_vision(phi4mm(), tmp_path / "out", image_processor=processor(patch_size=16))
+    with pytest.raises(opreg.ExportError, match="56-pixel images in patches of 14 and crops of 42"):
+        opreg.llm.export_vision(phi4mm(crop_size=42), tmp_path / "out")
     assert not (tmp_path / "out").exists()
