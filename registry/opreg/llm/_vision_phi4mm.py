@@ -76,14 +76,15 @@ def bidirectional(model: Any) -> Iterator[None]:
     5.17 marks it causal (``is_causal = True``), which its SDPA path applies when it drops an
     all-ones mask (no crop padded) and nowhere else; the export materialises the mask, so its
     attention is bidirectional whatever the padding."""
-    layers = model.model.embed_tokens_extend.image_embed.img_processor.encoder.layers
+    attentions = [layer.self_attn for layer in model.model.embed_tokens_extend.image_embed.img_processor.encoder.layers]
+    before = [attention.is_causal for attention in attentions]
     try:
-        for layer in layers:
-            layer.self_attn.is_causal = False
+        for attention in attentions:
+            attention.is_causal = False
         yield
     finally:
-        for layer in layers:
-            layer.self_attn.is_causal = True
+        for attention, causal in zip(attentions, before, strict=True):
+            attention.is_causal = causal
 
 
 class Phi4Multimodal(Architecture):
