@@ -30,9 +30,10 @@ from opreg.weights import LazyWeight, StoredBlocks, lazy
 
 logger = logging.getLogger(__name__)
 
-SEQUENCES = 32
+SEQUENCES = 128
 LENGTH = 128
-"""The calibration batch: 32 random sequences of 128 token ids (4096 positions)."""
+"""The calibration batch: 128 random sequences of 128 token ids (16384 positions). With 32, the trained
+model's top-1 moved with the seed (97.99% and 99.10% in eager PyTorch; 128: 98.83% and 99.12%)."""
 DAMPING = 0.01
 """Added to ``H``'s diagonal, times its mean: GPTQ's default, for an ``H`` that is not invertible."""
 BITS = 4
