@@ -51,7 +51,7 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
    symmetric, accuracy level 4) changed, timed against the default as part 5 times; with
    ``--accuracy``, their accuracy on the trained model too.
 10. int4 algorithms (``--int4-algos``, 55M): ``opreg llm export --precision int4 --int4-algo
-   rtn|k_quant|hqq``: each folder's size against the builder's ``-p int4``, and its latency beside
+   rtn|k_quant|hqq|gptq``: each folder's size against the builder's ``-p int4``, and its latency beside
    the builder's as part 5 times; with ``--accuracy``, their accuracy on the trained model too.
 11. LoRA adapters (``--lora``, 55M; bench/llm_lora.py): one PEFT adapter merged (``--adapter``) and as
    the decoder's inputs (``--adapters``), fp32 and int4: GenAI's prefill and decode time per token with
@@ -878,7 +878,7 @@ def settings(source: Path, work: Path, rounds: int) -> None:
 
 ALGORITHMS = {
     f"opreg --precision int4 --int4-algo {algo}": ["--precision", "int4", "--int4-algo", algo]
-    for algo in ("rtn", "k_quant", "hqq")
+    for algo in ("rtn", "k_quant", "hqq", "gptq")
 }
 """Each ``--int4-algo`` (``rtn`` is the default's weights, in a folder of its own)."""
 

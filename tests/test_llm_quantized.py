@@ -71,6 +71,7 @@ def test_gptq_is_matmulnbits_on_its_integers_and_matches_its_dequantized_model(t
     # act-order: each input reordered once, shared by the layers reading it (q, k, v packed)
     assert counts["Gather"] == 1 + (4 * LAYERS if options.get("act_order") else 0)  # q/k/v and gate/up share one
     bits = options.get("bits", 4)
+    assert (decoder.precision, decoder.stored_format) == (f"int{bits}", "GPTQ")  # what was written, not fp32
     assert {
         node.attributes["bits"].as_int() for node in decoder.program.model.graph if node.op_type == "MatMulNBits"
     } == {bits}
@@ -102,6 +103,7 @@ def test_act_order_layers_packed_in_unlike_orders_are_one_matmulnbits_each(tmp_p
 def test_awq_is_matmulnbits_on_its_integers_and_matches_its_dequantized_model(tmp_path):
     reference = qc.awq(tmp_path / "awq")
     decoder = opreg.llm.export_decoder(tmp_path / "awq", accuracy_level=0, tokenizer=False)
+    assert (decoder.precision, decoder.stored_format) == ("int4", "AWQ")
     assert products(decoder.program.model.graph)["MatMulNBits"] == PRODUCTS * LAYERS
     stored_only(decoder.program.model.graph)
     decoder.verify()
@@ -126,6 +128,7 @@ def test_compressed_tensors_matches_transformers_loading_it(tmp_path, options):
     dequantizes it on the CPU): ``verify`` loads it so."""
     qc.compressed(tmp_path / "ct", **options)
     decoder = opreg.llm.export_decoder(tmp_path / "ct", accuracy_level=0, tokenizer=False)
+    assert (decoder.precision, decoder.stored_format) == (f"int{options.get('bits', 4)}", "compressed-tensors")
     assert products(decoder.program.model.graph)["MatMulNBits"] == PRODUCTS * LAYERS
     stored_only(decoder.program.model.graph)
     zero_points = {len(node.inputs) for node in decoder.program.model.graph if node.op_type == "MatMulNBits"}
@@ -151,8 +154,9 @@ def test_the_command_line_writes_a_folder_genai_runs_with_the_checkpoints_greedy
     reference = qc.gptq(tmp_path / "gptq", act_order=True)
     lm.tokenizer().save_pretrained(tmp_path / "gptq")
     out = tmp_path / "out"
-    code, _, err = run(capsys, "llm", "export", str(tmp_path / "gptq"), "-o", str(out), "--accuracy-level", "0")
+    code, said, err = run(capsys, "llm", "export", str(tmp_path / "gptq"), "-o", str(out), "--accuracy-level", "0")
     assert code == 0, err
+    assert "int4 (GPTQ checkpoint's integers)" in said
     model = ir.load(out / "model.onnx")
     assert sum(node.op_type == "MatMulNBits" for node in model.graph) == PRODUCTS * LAYERS
     assert dict(model.opset_imports).get("com.microsoft") == 1
