@@ -10,8 +10,9 @@ architecture with ``genai_type=None`` is exported in the same layout and run by
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -191,3 +192,29 @@ def recipe(name: str, steps: list[tuple[str, str, dict[str, Any] | None]]) -> di
     for step, kind, attrs in steps:
         transforms.append({"operation": {"name": step, "type": kind, **({"attrs": attrs} if attrs else {})}})
     return {"processor": {"name": name, "transforms": transforms}}
+
+
+def check_one_layer(model: Any, family: str) -> None:
+    """Refuse a model whose projector reads several vision layers' features (``vision_feature_layer``
+    a list): ``family`` names the models export_vision lays out (those that read one layer)."""
+    if not isinstance(model.config.vision_feature_layer, int):
+        raise ExportError(
+            f"{type(model).__name__} concatenates the features of layers {model.config.vision_feature_layer}: "
+            f"export_vision lays out {family} models that read one layer"
+        )
+
+
+@contextlib.contextmanager
+def attending(config: Any, name: str, function: Callable[..., Any]) -> Iterator[None]:
+    """``config``'s models attend with ``function``, registered in transformers' attention functions
+    as ``name``, while the block runs (a capture): the mapping and the config are restored after."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    ALL_ATTENTION_FUNCTIONS[name] = function
+    before = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+        del ALL_ATTENTION_FUNCTIONS[name]

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError
-from opreg.llm._vision_architecture import Architecture, Layers
+from opreg.llm._vision_architecture import Architecture, Layers, check_one_layer
+from opreg.llm._vision_mistral import Mistral3
 from opreg.llm._vision_qwen import Qwen25VL
 
 
@@ -80,11 +81,7 @@ class Llava(Architecture):
         return model.model.multi_modal_projector(selected)
 
     def check(self, model: Any) -> None:
-        if not isinstance(model.config.vision_feature_layer, int):
-            raise ExportError(
-                f"{type(model).__name__} concatenates the features of layers {model.config.vision_feature_layer}: "
-                "export_vision lays out LLaVA models that read one layer"
-            )
+        check_one_layer(model, "LLaVA")
 
     def default_image_processor(self, model: Any) -> Any:
         from transformers import CLIPImageProcessor
@@ -96,7 +93,7 @@ class Llava(Architecture):
         return None
 
 
-ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava())
+ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava(), Mistral3())
 """Every architecture :func:`export_vision` lays out."""
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opreg.llm._vision_architecture import IMAGE_TOKENS, Architecture, Layers, recipe, resample
+from opreg.llm._vision_architecture import IMAGE_TOKENS, Architecture, Layers, attending, recipe, resample
 
 SPAN_ATTENTION = "opreg_flash_spans"
 """The name :func:`span_attention` is registered under while the encoder is captured (``flash`` in
@@ -88,20 +88,12 @@ class Qwen25VL(Architecture):
         return model.model.visual(pixel_values, grid_thw=grid).pooler_output
 
     def captured_features(self, model: Any, pixel_values: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
         visual = model.model.visual
         window = visual.window_size // visual.spatial_merge_size // visual.patch_size
         # on the instance the models read, for this call only: transformers' global mapping is left as it was
-        ALL_ATTENTION_FUNCTIONS[SPAN_ATTENTION] = span_attention
-        config, before = visual.config, visual.config._attn_implementation
-        config._attn_implementation = SPAN_ATTENTION
-        try:
+        with attending(visual.config, SPAN_ATTENTION, span_attention):
             precomputed = grid_inputs(grid, visual.spatial_merge_size, window)
             return visual(pixel_values, grid_thw=grid, **precomputed).pooler_output
-        finally:
-            config._attn_implementation = before
-            del ALL_ATTENTION_FUNCTIONS[SPAN_ATTENTION]
 
     def vision_layers(self, model: Any) -> Layers:
         """The blocks; the full-attention ones attend within the image, the others within windows."""
