@@ -197,3 +197,33 @@ def mistral3_processor() -> Any:
     from transformers import PixtralImageProcessor
 
     return PixtralImageProcessor(patch_size=MISTRAL3_PATCH * 2, size={"longest_edge": 64})
+
+
+QWEN3_VL_PATCH = 4
+
+
+def qwen3_vl(seed: int = 0, text_layers: int = 3, depth: int = 3, deepstack: tuple[int, ...] = (0, 1)) -> Any:
+    """A tiny ``Qwen3VLForConditionalGeneration``: 3 text layers with interleaved 3-D rotary
+    positions and query/key norms, a 3-block vision encoder on patches of 4 pixels merged 2x2 (a
+    learned 4x4 position table resampled to each image's grid), the features after blocks
+    ``deepstack`` added to the first text layers' outputs at the image tokens (deepstack)."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True, "rope_theta": 10000.0}
+    text = {**TEXT, "rope_parameters": rope, "num_hidden_layers": text_layers}
+    vision = {"depth": depth, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "out_hidden_size": 64,
+              "patch_size": QWEN3_VL_PATCH, "spatial_merge_size": 2, "temporal_patch_size": 2,
+              "num_position_embeddings": 16, "deepstack_visual_indexes": list(deepstack)}  # fmt: skip
+    start, end, image, video = (lm.VOCAB + i for i in range(4))
+    config = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=image, video_token_id=video,
+                           vision_start_token_id=start, vision_end_token_id=end,
+                           tie_word_embeddings=False)  # fmt: skip
+    torch.manual_seed(seed)
+    return _finish(Qwen3VLForConditionalGeneration(config))
+
+
+def qwen3_vl_processor() -> Any:
+    from transformers import Qwen2VLImageProcessor
+
+    return Qwen2VLImageProcessor(patch_size=QWEN3_VL_PATCH, temporal_patch_size=2, merge_size=2, min_pixels=64,
+                                 max_pixels=64 * 64, image_mean=[0.5] * 3, image_std=[0.5] * 3)  # fmt: skip

@@ -130,6 +130,21 @@ class Architecture:
         """More keyword arguments of the model's forward on embeddings."""
         return {}
 
+    def embeds_width(self, model: Any, hidden: int) -> int:
+        """The width of the image features and of the embeddings the decoder takes: the language
+        model's ``hidden`` size, more where they carry more (Qwen3-VL's deepstack features)."""
+        return hidden
+
+    def token_embeddings(self, model: Any, input_ids: torch.Tensor) -> torch.Tensor:
+        """The tokens' embeddings, :meth:`embeds_width` wide, before the image features replace some."""
+        return model.get_input_embeddings()(input_ids)
+
+    def decoder_logits(self, model: Any, inputs_embeds: torch.Tensor, input_ids: torch.Tensor | None, *,
+                       capturing: bool, **options: Any) -> torch.Tensor:  # fmt: skip
+        """The logits of the language model on ``inputs_embeds`` (the embedding model's output) with the
+        forward's ``options`` (mask, positions, cache); ``capturing``: under torch.export."""
+        return model(inputs_embeds=inputs_embeds, **options, **self.decoder_options(model, input_ids)).logits
+
     def positions(self, past: int, length: int, batch: int) -> torch.Tensor:
         """Example position ids of a step of ``length`` tokens after ``past``."""
         return torch.arange(past, past + length).repeat(batch, 1)
@@ -202,6 +217,21 @@ def check_one_layer(model: Any, family: str) -> None:
             f"{type(model).__name__} concatenates the features of layers {model.config.vision_feature_layer}: "
             f"export_vision lays out {family} models that read one layer"
         )
+
+
+def whole_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *args: Any,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention of every position to every other (one image's patches), as transformers' attention
+    functions return it: ``(batch, sequence, heads, size)``."""
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
 
 
 @contextlib.contextmanager

@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from opreg.errors import ExportError
 from opreg.llm._vision_architecture import (
@@ -29,25 +28,13 @@ from opreg.llm._vision_architecture import (
     check_one_layer,
     recipe,
     resample,
+    whole_attention,
 )
 
 WHOLE_ATTENTION = "opreg_flash_whole"
-"""The name :func:`whole_attention` is registered under while the encoder is captured."""
+"""The name :func:`~opreg.llm._vision_architecture.whole_attention` is registered under while the encoder
+is captured (``flash`` in it: Pixtral then builds no mask)."""
 HEIGHT, WIDTH = "height", "width"
-
-
-def whole_attention(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    *args: Any,
-    scaling: float | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """Attention of every position to every other (one image); ``(batch, sequence, heads, size)``."""
-    out = F.scaled_dot_product_attention(query, key, value, scale=scaling)
-    return out.transpose(1, 2).contiguous(), None
 
 
 class Mistral3(Architecture):

@@ -18,6 +18,7 @@ from opreg.errors import ExportError
 from opreg.llm._vision_architecture import Architecture, Layers, check_one_layer
 from opreg.llm._vision_mistral import Mistral3
 from opreg.llm._vision_qwen import Qwen25VL
+from opreg.llm._vision_qwen3 import Qwen3VL
 
 
 class Gemma3(Architecture):
@@ -93,7 +94,7 @@ class Llava(Architecture):
         return None
 
 
-ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava(), Mistral3())
+ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava(), Mistral3(), Qwen3VL())
 """Every architecture :func:`export_vision` lays out."""
 
 
