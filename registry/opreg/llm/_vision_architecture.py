@@ -1,11 +1,12 @@
 """What a vision-language architecture is: :class:`Architecture`, what differs between
 architectures (the vision encoder's inputs, the decoder's extra inputs and positions, GenAI's model
-type, its image processor's recipe), each with the default most architectures share.
+type, its image processor's recipe, the width of what the models hand on), each with the default
+most architectures share.
 
 The architectures themselves are in :mod:`opreg.llm._vision_models`, each an :class:`Architecture`
-matched by the config's ``model_type``. GenAI 0.18 runs ``gemma3`` and ``qwen2_5_vl`` folders; an
-architecture with ``genai_type=None`` is exported in the same layout and run by
-:meth:`opreg.llm.VisionLanguage.generate` (GenAI has no pipeline for it).
+matched by the config's ``model_type``. GenAI 0.18 runs ``gemma3``, ``qwen2_5_vl``, ``mistral3`` and
+``qwen3_vl`` folders; an architecture with ``genai_type=None`` is exported in the same layout and
+run by :meth:`opreg.llm.VisionLanguage.generate` (GenAI has no pipeline for it).
 """
 
 from __future__ import annotations
