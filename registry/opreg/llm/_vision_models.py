@@ -1,8 +1,9 @@
 """The vision-language architectures :func:`opreg.llm.export_vision` lays out, each an
 :class:`~opreg.llm._vision_architecture.Architecture` saying what differs in it, and
-:data:`ARCHITECTURES`, which lists them. Gemma-3 and LLaVA are here; Qwen2.5-VL, Mistral3 and
-Qwen3-VL, whose vision encoders need more, have modules of their own (:mod:`opreg.llm._vision_qwen`,
-:mod:`opreg.llm._vision_mistral`, :mod:`opreg.llm._vision_qwen3`).
+:data:`ARCHITECTURES`, which lists them. Gemma-3 and LLaVA are here; Qwen2.5-VL, Mistral3,
+Qwen3-VL and LFM2-VL, whose vision encoders need more, have modules of their own
+(:mod:`opreg.llm._vision_qwen`, :mod:`opreg.llm._vision_mistral`, :mod:`opreg.llm._vision_qwen3`,
+:mod:`opreg.llm._vision_lfm2`).
 
 A new architecture: its class here (or, if it is long, in a module of its own) and its instance in
 :data:`ARCHITECTURES`, a test with its tiny model, a row in docs/language-models.md's table
@@ -17,6 +18,7 @@ import torch
 
 from opreg.errors import ExportError
 from opreg.llm._vision_architecture import Architecture, Layers, check_one_layer
+from opreg.llm._vision_lfm2 import Lfm2Vl
 from opreg.llm._vision_mistral import Mistral3
 from opreg.llm._vision_qwen import Qwen25VL
 from opreg.llm._vision_qwen3 import Qwen3VL
@@ -95,7 +97,7 @@ class Llava(Architecture):
         return None
 
 
-ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava(), Mistral3(), Qwen3VL())
+ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava(), Lfm2Vl(), Mistral3(), Qwen3VL())
 """Every architecture :func:`export_vision` lays out."""
 
 
