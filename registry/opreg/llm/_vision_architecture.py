@@ -215,6 +215,19 @@ def recipe(name: str, steps: list[tuple[str, str, dict[str, Any] | None]]) -> di
     return {"processor": {"name": name, "transforms": transforms}}
 
 
+def sized_recipe(name: str, processor: Any, resize: dict[str, Any]) -> dict[str, Any]:
+    """``processor_config.json`` for an image resized whole (``resize``: the ``Resize`` step's
+    attributes), rescaled, normalized, channels first, then its size (``PixtralImageSizes``: the
+    pipelines that run the encoder once per image at its own size read it)."""
+    return recipe(name, [
+        ("resize", "Resize", resize),
+        ("rescale", "Rescale", {"rescale_factor": float(processor.rescale_factor)}),
+        ("normalize", "Normalize", {"mean": list(processor.image_mean), "std": list(processor.image_std)}),
+        ("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}),
+        ("image_sizes", "PixtralImageSizes", None),
+    ])  # fmt: skip
+
+
 def check_one_layer(model: Any, family: str) -> None:
     """Refuse a model whose projector reads several vision layers' features (``vision_feature_layer``
     a list): ``family`` names the models export_vision lays out (those that read one layer)."""

@@ -26,8 +26,8 @@ from opreg.llm._vision_architecture import (
     Layers,
     attending,
     check_one_layer,
-    recipe,
     resample,
+    sized_recipe,
     whole_attention,
 )
 
@@ -130,10 +130,4 @@ class Mistral3(Architecture):
         resize = {"height": longest, "width": longest, "smart_resize": 1, "min_pixels": block * block,
                   "max_pixels": longest * longest, "patch_size": block, "merge_size": 1,
                   "interpolation": resample(processor)}  # fmt: skip
-        return recipe("pixtral_image_processor", [
-            ("resize", "Resize", resize),
-            ("rescale", "Rescale", {"rescale_factor": float(processor.rescale_factor)}),
-            ("normalize", "Normalize", {"mean": list(processor.image_mean), "std": list(processor.image_std)}),
-            ("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}),
-            ("pixtral_image_sizes", "PixtralImageSizes", None),
-        ])  # fmt: skip
+        return sized_recipe("pixtral_image_processor", processor, resize)
