@@ -82,6 +82,7 @@ def checkpoint(family: str, folder: Path) -> Path:
                                    image_token_id=302, video_token_id=303, vision_start_token_id=300,
                                    vision_end_token_id=301, tie_word_embeddings=False)  # fmt: skip
             model, tokens = Qwen3VLForConditionalGeneration(config), vm.QWEN_TOKENS
+            model.generation_config.eos_token_id, model.generation_config.pad_token_id = 0, 1
             processor = Qwen2VLImageProcessor(patch_size=16, temporal_patch_size=2, merge_size=2,
                                               image_mean=[0.5] * 3, image_std=[0.5] * 3)  # fmt: skip
         model.eval().save_pretrained(folder)
@@ -106,7 +107,8 @@ def decoder_inputs(folder: Path, past: int, length: int) -> dict[str, np.ndarray
     positions = prompt_positions() if length == PROMPT else np.full((3, 1, 1), PROMPT + 1, np.int64)
     feeds = {"inputs_embeds": embeds, "attention_mask": np.ones((1, past + length), np.int64)}
     if "position_ids" in inputs:  # the builder's Mistral3 decoder computes them from the mask
-        feeds["position_ids"] = positions if len(inputs["position_ids"].shape) == 3 else positions[0]
+        rank = len(inputs["position_ids"].shape)
+        feeds["position_ids"] = positions if rank == 3 else np.arange(past, past + length)[None]
     for layer in range(TEXT["num_hidden_layers"]):
         for kind in ("key", "value"):
             feeds[f"past_key_values.{layer}.{kind}"] = rng.standard_normal((1, 2, past, 64), dtype=np.float32)

@@ -89,3 +89,11 @@ def test_a_qwen3_vl_without_deepstack_has_features_of_the_hidden_size():
     assert dims(exported.vision.model.graph.outputs[0]) == ["num_image_tokens", 64]
     assert exported.genai_config()["model"]["decoder"]["hidden_size"] == 64
     exported.verify()
+
+
+def test_a_qwen3_vl_resampling_its_position_table_otherwise_is_refused_before_the_export(tmp_path):
+    model = vm.qwen3_vl()
+    model.model.visual.interpolation_mode = "bicubic"
+    with pytest.raises(opreg.ExportError, match="resamples its position table bicubic .* bilinear, corners aligned"):
+        opreg.llm.export_vision(model, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
