@@ -19,6 +19,7 @@ from opreg_ort_contrib.fusions.attention import (
 )
 from opreg_ort_contrib.fusions.maintained import maintained_rules
 from opreg_ort_contrib.fusions.normalization import ResidualSum
+from opreg_ort_contrib.fusions.packed import PackedAttention
 from opreg_ort_contrib.fusions.rotary import RotaryEmbedding
 
 ATTENTION_23 = range(23, 25)
@@ -34,6 +35,7 @@ RULES = {
         GroupQueryAttention.rule("GroupQueryAttention"),
         AttentionOnHeads.rule("AttentionOnHeads"),
         MultiHeadAttentionOnHeads.rule("MultiHeadAttentionOnHeads"),
+        PackedAttention.rule("PackedAttention"),
         RotaryEmbedding.rule("RotaryEmbedding"),
         RotaryEmbedding.rule("InterleavedRotaryEmbedding", interleaved=True),
         _MAINTAINED["RMSNormalization"],
@@ -105,6 +107,7 @@ POLICY: tuple[tuple[str, Callable[[], Any], Callable[[int], bool]], ...] = (
     ("GroupQueryAttention", _rule("GroupQueryAttention"), _contrib_attention),
     ("AttentionOnHeads", _rule("AttentionOnHeads"), _ai_onnx_attention),
     ("MultiHeadAttentionOnHeads", _rule("MultiHeadAttentionOnHeads"), _contrib_attention),
+    ("PackedAttention", _rule("PackedAttention"), _contrib_attention),
     ("RotaryEmbedding", _rule("RotaryEmbedding"), _opset_23),
     ("InterleavedRotaryEmbedding", _rule("InterleavedRotaryEmbedding"), _opset_23),
     ("RMSNormalization", _rule("RMSNormalization"), _opset_23),
@@ -135,9 +138,11 @@ def rules(target) -> list:
     return [make() for name, make, at in POLICY if at(target.onnx) and not _too_old(target, NEWER_RELEASE.get(name))]
 
 
-NEWER_RELEASE = {"GroupQueryAttentionOnCache": (1, 32)}
+NEWER_RELEASE = {"GroupQueryAttentionOnCache": (1, 32), "PackedAttention": (1, 22)}
 """The passes that make nodes only newer ONNX Runtime releases load, and the oldest such release:
-GroupQueryAttention's 17th input (``query_seqlens``, kv_cache.py) is 1.32's; 1.30 takes 16."""
+GroupQueryAttention's 17th input (``query_seqlens``, kv_cache.py) is 1.32's; 1.30 takes 16.
+Attention's ``attention_bias`` of one head for all (what the sdpa impl gives it) is refused by
+1.18 and computed wrong by 1.20 (MultiHeadAttention's too: 2026-12-07), right from 1.22."""
 
 
 def _too_old(target, release: tuple[int, int] | None) -> bool:
