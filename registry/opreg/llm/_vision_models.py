@@ -99,7 +99,13 @@ class Llava(Architecture):
 
 
 ARCHITECTURES: tuple[Architecture, ...] = (
-    Gemma3(), Qwen25VL(), Llava(), Lfm2Vl(), Mistral3(), Qwen3VL(), Phi4Multimodal()
+    Gemma3(),
+    Qwen25VL(),
+    Llava(),
+    Lfm2Vl(),
+    Mistral3(),
+    Qwen3VL(),
+    Phi4Multimodal(),
 )
 """Every architecture :func:`export_vision` lays out."""
 
