@@ -92,6 +92,7 @@ ROWS = {
     "opreg": [],
     "opreg --precision int4": ["--precision", "int4"],
     "opreg -t onnx": ["-t", "onnx"],
+    "opreg -t onnxruntime==1.32": ["-t", "onnxruntime==1.32"],
     "builder -p fp32": ["-p", "fp32"],
     "builder -p int4": ["-p", "int4"],
 }
@@ -100,6 +101,8 @@ PAIRS = (
     ("opreg", "builder -p fp32"),
     ("opreg --precision int4", "builder -p int4"),
     ("opreg -t onnx", "builder -p fp32"),
+    ("opreg", "opreg -t onnxruntime==1.32"),
+    ("opreg -t onnxruntime==1.32", "builder -p fp32"),
 )
 """The rows compared: opreg's at each precision beside the builder's."""
 
@@ -565,7 +568,10 @@ def genai(made: dict[str, Build], rounds: int) -> None:
     print()
 
 
-GENAI_ORDER = ("opreg", "builder -p fp32", "opreg -t onnx", "opreg --precision int4", "builder -p int4")
+GENAI_ORDER = (
+    "opreg", "opreg -t onnxruntime==1.32", "builder -p fp32", "opreg -t onnx", "opreg --precision int4",
+    "builder -p int4",
+)  # fmt: skip
 """Part 6's order of the processes in a round, reversed every other round: each of :data:`PAIRS` back to back,
 each first in turn (the machine's load drifts between processes further apart)."""
 GENERATIONS = 3

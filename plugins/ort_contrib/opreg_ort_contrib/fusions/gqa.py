@@ -12,8 +12,12 @@ builder writes its graphs.
   random positions), where ``L`` is the longest total length the export allows: the bounds
   of its past and query dims (``torch.export.Dim(..., max=N)``, in the model's
   ``opreg.dim_bounds``). Without bounds the rotary stays where it is. With
-  ``query_seqlens`` (which the cache rewrite gives) the kernel rotates each token by its own
-  position, left padding included.
+  ``query_seqlens`` (which the cache rewrite gives at a target naming ONNX Runtime 1.32 or
+  newer) the kernel rotates each token by its own position, left padding included. Without it
+  (the default, what 1.30 loads) the rotary stays outside too: the kernel then rotates a
+  prompt's tokens by 0, 1, 2, ... whatever ``position_ids`` say, which leaves the logits
+  right (both sides shift alike) but writes a left-padded row's cache at the wrong positions,
+  so the next step's logits are wrong.
 - :class:`PackedQKV`: the three projections of one input feeding GroupQueryAttention's
   query, key and value (``MatMul`` or ``FusedMatMul``, with or without biases) become one,
   on the weights concatenated, and GroupQueryAttention takes the packed result as its query.

@@ -51,32 +51,32 @@ RULES = {
 """Every rewrite rule, by name (each made once; a pass is made anew for each export)."""
 
 
-def _torchao_weights() -> Any:
+def _torchao_weights(target) -> Any:
     from opreg_ort_contrib.torchao import TorchaoWeights
 
     return TorchaoWeights()
 
 
-def _attention_on_cache() -> Any:
+def _attention_on_cache(target) -> Any:
     from opreg_ort_contrib.kv_cache import GroupQueryAttentionOnCache
 
-    return GroupQueryAttentionOnCache()
+    return GroupQueryAttentionOnCache(query_lengths=_names_release(target, QUERY_LENGTHS))
 
 
-def _rotary_inside_attention() -> Any:
+def _rotary_inside_attention(target) -> Any:
     from opreg_ort_contrib.fusions.gqa import RotaryInsideAttention
 
     return RotaryInsideAttention()
 
 
-def _packed_qkv() -> Any:
+def _packed_qkv(target) -> Any:
     from opreg_ort_contrib.fusions.gqa import PackedQKV
 
     return PackedQKV()
 
 
-def _rule(name: str) -> Callable[[], Any]:
-    return lambda: RULES[name]
+def _rule(name: str) -> Callable[[Any], Any]:
+    return lambda target: RULES[name]
 
 
 def _everywhere(onnx: int) -> bool:
@@ -99,7 +99,7 @@ def _above_ai_onnx_attention(onnx: int) -> bool:
     return onnx > max(ATTENTION_23)  # the gqa passes take RotaryEmbedding-23 into GroupQueryAttention
 
 
-POLICY: tuple[tuple[str, Callable[[], Any], Callable[[int], bool]], ...] = (
+POLICY: tuple[tuple[str, Callable[[Any], Any], Callable[[int], bool]], ...] = (
     ("TorchaoWeights", _torchao_weights, _everywhere),  # first: on the products as the model writes them
     ("GroupedAttention", _rule("GroupedAttention"), _ai_onnx_attention),
     ("GroupQueryAttention", _rule("GroupQueryAttention"), _contrib_attention),
@@ -121,28 +121,30 @@ POLICY: tuple[tuple[str, Callable[[], Any], Callable[[int], bool]], ...] = (
     ("RotaryInsideAttention", _rotary_inside_attention, _above_ai_onnx_attention),
     ("PackedQKV", _packed_qkv, _above_ai_onnx_attention),
 )
-"""What the pack offers, in the order it is applied: ``(name, make, at)``, ``make()`` giving the rule or
-pass, ``at(onnx)`` whether a target of that ai.onnx version gets it. A new rule: its class in the module
+"""What the pack offers, in the order it is applied: ``(name, make, at)``, ``make(target)`` giving the rule
+or pass, ``at(onnx)`` whether a target of that ai.onnx version gets it. A new rule: its class in the module
 of its family, its entry in :data:`RULES` and here."""
 
 
 def rules(target) -> list:
     """The rules and passes for ``target``: none without com.microsoft 1, else those :data:`POLICY`
-    offers at its ai.onnx, in its order, but those the target's ONNX Runtime release cannot load
-    (:data:`NEWER_RELEASE`)."""
+    offers at its ai.onnx, in its order."""
     if target.get(CONTRIB_DOMAIN) != 1:
         return []
-    return [make() for name, make, at in POLICY if at(target.onnx) and not _too_old(target, NEWER_RELEASE.get(name))]
+    return [make(target) for name, make, at in POLICY if at(target.onnx)]
 
 
-NEWER_RELEASE = {"GroupQueryAttentionOnCache": (1, 32)}
-"""The passes that make nodes only newer ONNX Runtime releases load, and the oldest such release:
-GroupQueryAttention's 17th input (``query_seqlens``, kv_cache.py) is 1.32's; 1.30 takes 16."""
+QUERY_LENGTHS = (1, 32)
+"""The oldest ONNX Runtime release whose GroupQueryAttention takes a 17th input, ``query_seqlens``
+(kv_cache.py): the cache rewrite writes it only for a target naming such a release
+(``onnxruntime==1.32``); plain ``onnxruntime`` writes the 16 inputs 1.30 loads, so the default
+language-model folder loads there (onnxruntime-node 1.30 in transformers.js 4.3)."""
 
 
-def _too_old(target, release: tuple[int, int] | None) -> bool:
-    """Whether ``target`` names an ONNX Runtime release (``onnxruntime==1.30``) older than ``release``."""
+def _names_release(target, release: tuple[int, int]) -> bool:
+    """Whether ``target`` names an ONNX Runtime release (``onnxruntime==1.32``) of ``release`` or newer;
+    the profile alone (``onnxruntime``, the installed release) does not."""
     runtime = getattr(target, "runtime", None)
-    if release is None or runtime is None:
+    if runtime is None or not getattr(target, "named_release", False):
         return False
-    return tuple(int(part) for part in runtime.split(".")[:2]) < release
+    return tuple(int(part) for part in runtime.split(".")[:2]) >= release
