@@ -5,7 +5,6 @@ onnxruntime 1.30.0 and numpy from the package index, ~30 s, then it is reused)."
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -52,36 +51,13 @@ def test_the_zoo_at_the_default_targets_loads_and_matches_eager_in_onnxruntime_1
 
 
 CASES = {
-    "left-padded prompts": {"batch_size": 2, "sequence_length": 5, "past_sequence_length": 0, "padding": 2},
-    "decode step": {"batch_size": 2, "sequence_length": 1, "past_sequence_length": 4, "padding": 2},
-    "a prompt after a cache": {"batch_size": 1, "sequence_length": 3, "past_sequence_length": 4, "padding": 0},
+    "left-padded prompts": (2, 5, 0, 2),
+    "decode step": (2, 1, 4, 2),
+    "a prompt after a cache": (1, 3, 4, 0),
 }
-"""The steps a generation takes (a batch of prompts after a cache is one row at the default: the
-16-input GroupQueryAttention 1.30 loads refuses more, as the builder's graph does)."""
-
-
-def _decoder_feeds(path, sizes: dict[str, int]) -> dict[str, np.ndarray]:
-    """A step's inputs for the folder's model, from the session's own input names and shapes: the
-    rows after the first left-padded by ``padding``, positions from the mask."""
-    import onnxruntime
-
-    rng = np.random.default_rng(0)
-    batch, past, length = sizes["batch_size"], sizes["past_sequence_length"], sizes["sequence_length"]
-    mask = np.ones((batch, past + length), np.int64)
-    mask[1:, : sizes["padding"]] = 0
-    dims = {**sizes, "total_sequence_length": past + length}
-    feeds = {}
-    for value in onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_inputs():
-        shape = [d if isinstance(d, int) else dims[d] for d in value.shape]
-        if value.name == "input_ids":
-            feeds[value.name] = rng.integers(0, 50, shape).astype(np.int64)
-        elif value.name == "attention_mask":
-            feeds[value.name] = mask
-        elif value.name == "position_ids":
-            feeds[value.name] = np.clip(np.cumsum(mask, 1) - 1, 0, None)[:, past:].astype(np.int64)
-        else:
-            feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
+"""``(batch, new tokens, past, left padding)`` of the steps a generation takes (a batch of prompts
+after a cache is one row at the default: the 16-input GroupQueryAttention 1.30 loads refuses more, as
+the builder's graph does)."""
 
 
 @pytest.mark.skipif(not CONTRIB, reason="opreg-ort-contrib is not installed")
@@ -101,7 +77,7 @@ def test_the_default_language_model_folder_loads_and_matches_in_onnxruntime_1_30
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     cases = []
     for label, sizes in CASES.items():
-        feeds = _decoder_feeds(path, sizes)
+        feeds = side_runtimes.decoder_step(session.get_inputs(), *sizes)
         written = side_runtimes.write_case(tmp_path, label.replace(" ", "-"), feeds, session.run(None, feeds))
         cases.append((str(path), *written, 1e-4, 1e-5))
     rows = side_runtimes.run_models(older_runtime, cases)

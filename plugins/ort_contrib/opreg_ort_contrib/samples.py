@@ -291,7 +291,8 @@ def samples() -> dict[str, list[ModelSample]]:
             ModelSample.of(TiedHead().eval(), torch.randint(0, VOCAB, (2, SEQ))).with_tolerances(1e-4, 1e-5)
         ],
         "GroupQueryAttentionOnCache": [_decoder_sample()],
-        "RotaryInsideAttention": [_decoder_sample()],
+        # RotaryInsideAttention is offered only at a target naming ONNX Runtime 1.32+ (policy.WITH_QUERY_LENGTHS),
+        # which the kit does not export at: tests/test_decoder.py drives it
         "PackedQKV": [_decoder_sample()],
         "TorchaoWeights": [
             ModelSample.of(DequantizedLinear(scale_after=False).eval(), torch.randn(2, 3, 2 * HIDDEN)),

@@ -103,16 +103,23 @@ def _attention_inputs(program) -> list[list]:
 
 def test_decoder_runs_on_group_query_attention_with_the_16_inputs_onnxruntime_1_30_loads(llama):
     """The default: GroupQueryAttention on the cache without ``query_seqlens`` (1.30 refuses a 17th
-    input), so the rotary stays before it and q, k, v stay three projections."""
+    input), so the rotary stays before it; q, k and v are one projection, split for the rotary."""
     _, program = llama
     ops = _ops(program)
     assert ops["com.microsoft::GroupQueryAttention"] == LAYERS and ops["RotaryEmbedding"] == 2 * LAYERS
-    assert "com.microsoft::MultiHeadAttention" not in ops
+    assert ops["Split"] == LAYERS and "com.microsoft::MultiHeadAttention" not in ops
     fired = program.model.metadata_props["opreg.rewrites"]
     assert "ort_contrib:GroupQueryAttentionOnCache=" in fired and "RotaryInsideAttention" not in fired
+    assert "ort_contrib:PackedQKV=" in fired
     for inputs in _attention_inputs(program):
         assert len(inputs) == 12 and inputs[10] is not None and inputs[11] is not None  # up to head_sink
         assert inputs[3].name.startswith("past_key_values") and inputs[4].name.startswith("past_key_values")
+        rotated = [inputs[0].producer(), inputs[1].producer()]
+        assert [n.op_type for n in rotated] == ["RotaryEmbedding"] * 2
+        split = rotated[0].inputs[0].producer()
+        assert split.op_type == "Split" and rotated[1].inputs[0].producer() is split
+        assert inputs[2].producer() is split
+    assert len([name for name in program.model.graph.initializers if name.endswith("qkv_packed")]) == LAYERS
 
 
 def test_at_onnxruntime_1_32_it_runs_with_rotary_inside_and_packed_projections(llama_newer):

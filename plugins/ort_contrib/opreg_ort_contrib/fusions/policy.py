@@ -128,10 +128,14 @@ of its family, its entry in :data:`RULES` and here."""
 
 def rules(target) -> list:
     """The rules and passes for ``target``: none without com.microsoft 1, else those :data:`POLICY`
-    offers at its ai.onnx, in its order."""
+    offers at its ai.onnx, in its order, but those of :data:`WITH_QUERY_LENGTHS` where the target
+    does not name ONNX Runtime 1.32 or newer."""
     if target.get(CONTRIB_DOMAIN) != 1:
         return []
-    return [make(target) for name, make, at in POLICY if at(target.onnx)]
+    lengths = _names_release(target, QUERY_LENGTHS)
+    return [
+        make(target) for name, make, at in POLICY if at(target.onnx) and (lengths or name not in WITH_QUERY_LENGTHS)
+    ]
 
 
 QUERY_LENGTHS = (1, 32)
@@ -139,6 +143,11 @@ QUERY_LENGTHS = (1, 32)
 (kv_cache.py): the cache rewrite writes it only for a target naming such a release
 (``onnxruntime==1.32``); plain ``onnxruntime`` writes the 16 inputs 1.30 loads, so the default
 language-model folder loads there (onnxruntime-node 1.30 in transformers.js 4.3)."""
+
+WITH_QUERY_LENGTHS = frozenset({"RotaryInsideAttention"})
+"""The passes offered only where GroupQueryAttention takes ``query_seqlens``: without it the kernel rotates
+a prompt by 0, 1, 2, ... whatever its positions (a left-padded row's cache would be wrong), so the rotary
+stays outside (and PackedQKV splits the packed projection for it: fusions/gqa.py)."""
 
 
 def _names_release(target, release: tuple[int, int]) -> bool:
