@@ -25,7 +25,7 @@ from opreg.exporter.diagnosis.compare import compare_output
 from opreg.llm import _cache, _checkpoint, _genai, _lora, _lora_inputs, _meta, _optimum, _quantized
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._capture import EXAMPLE, set_dims
-from opreg.llm._compare import checked
+from opreg.llm._compare import checked, runnable
 from opreg.llm._family import Request
 from opreg.llm._genai import text_config
 from opreg.llm._layout import LAYOUT
@@ -34,10 +34,6 @@ from opreg.llm._lora_inputs import LoraInput
 from opreg.llm._result import ExportedModel, SavedFolder
 from opreg.llm._trimmed import export_step
 from opreg.weights import Weights, bind, open_weights
-
-ONE_ROW_KEY = "opreg.one_row_after_a_cache"
-"""A model metadata key: when set, a batch of prompts after a cache (more than one row, more than
-one token, a past) is refused by the model's attention kernel, and runs one row at a time."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,11 +274,10 @@ class Decoder(ExportedModel):
         caches of each ``(batch, sequence, past)`` in ``shapes``, and on a left-padded batch
         (positions of padding are not compared: the model may compute anything there). A model
         whose metadata says a batch of prompts after a cache runs one row at a time
-        (:data:`ONE_ROW_KEY`: opreg-ort-contrib's GroupQueryAttention below ONNX Runtime 1.32) is
+        (``opreg.one_row_after_a_cache``: opreg-ort-contrib's GroupQueryAttention below ONNX Runtime 1.32) is
         checked on one row there. Raises :class:`opreg.VerificationError` listing what differs;
         returns every check."""
-        if ONE_ROW_KEY in self.program.model.metadata_props:
-            shapes = [(1 if s > 1 and p > 0 else b, s, p) for b, s, p in shapes]
+        shapes = runnable(self.program, shapes)
         generator = torch.Generator().manual_seed(seed)
         checks: list[OutputCheck] = []
         cases = [(f"batch {b}, sequence {s}, past {p}", self._random(b, s, p, generator)) for b, s, p in shapes]
