@@ -105,6 +105,19 @@ class SectionRotaryAttention(GroupedSelfAttention):
         return self.o(_merge(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
 
 
+class BiasedSelfAttention(nn.Module):
+    """BERT's self-attention: q/k/v projections of one input, with biases, as many key/value heads
+    as query heads, sdpa with a mask (PackedAttention packs the three projections)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(HIDDEN, HIDDEN) for _ in range(3))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = (_split(projection(x), HEADS) for projection in (self.q, self.k, self.v))
+        return _merge(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
 class CachedAttention(nn.Module):
     """A decode step: one query token against keys and values given as (batch, heads, seq, size)."""
 
@@ -279,6 +292,10 @@ def samples() -> dict[str, list[ModelSample]]:
         "RMSNormalization": [ModelSample.of(RMSNorm(weight_first=True).eval(), x).with_tolerances(1e-4, 1e-5)],
         "RMSNormalizationWeightLast": [
             ModelSample.of(RMSNorm(weight_first=False).eval(), x).with_tolerances(1e-4, 1e-5)
+        ],
+        "PackedAttention": [
+            ModelSample.of(BiasedSelfAttention().eval(), x, _causal_mask()).with_tolerances(1e-4, 1e-5),
+            ModelSample.of(BiasedSelfAttention().eval(), x, torch.rand(2, 1, 1, SEQ) > 0.3).with_tolerances(1e-4, 1e-5),
         ],
         "ResidualSum": [ModelSample.of(PostNorm().eval(), x)],
         "FastGelu": activation("gelu_torch_order"),

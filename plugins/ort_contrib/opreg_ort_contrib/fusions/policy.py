@@ -19,6 +19,7 @@ from opreg_ort_contrib.fusions.attention import (
 )
 from opreg_ort_contrib.fusions.maintained import maintained_rules
 from opreg_ort_contrib.fusions.normalization import ResidualSum
+from opreg_ort_contrib.fusions.packed import PackedAttention
 from opreg_ort_contrib.fusions.rotary import RotaryEmbedding
 
 ATTENTION_23 = range(23, 25)
@@ -34,6 +35,7 @@ RULES = {
         GroupQueryAttention.rule("GroupQueryAttention"),
         AttentionOnHeads.rule("AttentionOnHeads"),
         MultiHeadAttentionOnHeads.rule("MultiHeadAttentionOnHeads"),
+        PackedAttention.rule("PackedAttention"),
         RotaryEmbedding.rule("RotaryEmbedding"),
         RotaryEmbedding.rule("InterleavedRotaryEmbedding", interleaved=True),
         _MAINTAINED["RMSNormalization"],
@@ -105,6 +107,7 @@ POLICY: tuple[tuple[str, Callable[[Any], Any], Callable[[int], bool]], ...] = (
     ("GroupQueryAttention", _rule("GroupQueryAttention"), _contrib_attention),
     ("AttentionOnHeads", _rule("AttentionOnHeads"), _ai_onnx_attention),
     ("MultiHeadAttentionOnHeads", _rule("MultiHeadAttentionOnHeads"), _contrib_attention),
+    ("PackedAttention", _rule("PackedAttention"), _contrib_attention),
     ("RotaryEmbedding", _rule("RotaryEmbedding"), _opset_23),
     ("InterleavedRotaryEmbedding", _rule("InterleavedRotaryEmbedding"), _opset_23),
     ("RMSNormalization", _rule("RMSNormalization"), _opset_23),
@@ -128,13 +131,18 @@ of its family, its entry in :data:`RULES` and here."""
 
 def rules(target) -> list:
     """The rules and passes for ``target``: none without com.microsoft 1, else those :data:`POLICY`
-    offers at its ai.onnx, in its order, but those of :data:`WITH_QUERY_LENGTHS` where the target
-    does not name ONNX Runtime 1.32 or newer."""
+    offers at its ai.onnx, in its order, but those the target's ONNX Runtime release cannot load
+    (:data:`NEWER_RELEASE`) and those of :data:`WITH_QUERY_LENGTHS` where the target does not name
+    ONNX Runtime 1.32 or newer."""
     if target.get(CONTRIB_DOMAIN) != 1:
         return []
     lengths = _names_release(target, QUERY_LENGTHS)
     return [
-        make(target) for name, make, at in POLICY if at(target.onnx) and (lengths or name not in WITH_QUERY_LENGTHS)
+        make(target)
+        for name, make, at in POLICY
+        if at(target.onnx)
+        and not _too_old(target, NEWER_RELEASE.get(name))
+        and (lengths or name not in WITH_QUERY_LENGTHS)
     ]
 
 
@@ -148,6 +156,21 @@ WITH_QUERY_LENGTHS = frozenset({"RotaryInsideAttention"})
 """The passes offered only where GroupQueryAttention takes ``query_seqlens``: without it the kernel rotates
 a prompt by 0, 1, 2, ... whatever its positions (a left-padded row's cache would be wrong), so the rotary
 stays outside (and PackedQKV splits the packed projection for it: fusions/gqa.py)."""
+
+NEWER_RELEASE = {"PackedAttention": (1, 22)}
+"""The passes that make nodes only newer ONNX Runtime releases load, and the oldest such release:
+Attention's ``attention_bias`` of one head for all (what the sdpa impl gives it) is refused by
+1.18 and computed wrong by 1.20 (MultiHeadAttention's too: 2026-12-07), right from 1.22.
+(GroupQueryAttention's 17th input, 1.32's, is written only where the target names 1.32:
+:data:`QUERY_LENGTHS`.)"""
+
+
+def _too_old(target, release: tuple[int, int] | None) -> bool:
+    """Whether ``target`` names an ONNX Runtime release (``onnxruntime==1.20``) older than ``release``."""
+    runtime = getattr(target, "runtime", None)
+    if release is None or runtime is None:
+        return False
+    return tuple(int(part) for part in runtime.split(".")[:2]) < release
 
 
 def _names_release(target, release: tuple[int, int]) -> bool:
