@@ -30,10 +30,16 @@ PRODUCTS = 5
 """Products per layer at the onnxruntime target: q, k and v packed in one, o, gate, up, down."""
 
 
+def _of_weight(node: ir.Node) -> bool:
+    """Whether ``node`` is a product of a stored weight (not the rotary's angles, positions times
+    frequencies, which the default target computes before GroupQueryAttention)."""
+    return node.op_type != "MatMul" or node.inputs[1].is_initializer()
+
+
 def products(graph: ir.Graph) -> dict[str, int]:
     counts: dict[str, int] = {}
     for node in graph:
-        if node.op_type in ("MatMulNBits", "MatMul", "Gemm", "Gather", "Concat"):
+        if node.op_type in ("MatMulNBits", "MatMul", "Gemm", "Gather", "Concat") and _of_weight(node):
             counts[node.op_type] = counts.get(node.op_type, 0) + 1
     return counts
 
@@ -44,7 +50,8 @@ def stored_only(graph: ir.Graph) -> None:
     float weight of a quantized layer is in the model."""
     nbits = [node for node in graph if node.op_type == "MatMulNBits"]
     assert nbits and all(node.domain == "com.microsoft" for node in nbits)
-    assert ["lm_head" in (node.inputs[1].name or "") for node in graph if node.op_type == "MatMul"] == [True]
+    weights = [node for node in graph if node.op_type == "MatMul" and _of_weight(node)]
+    assert ["lm_head" in (node.inputs[1].name or "") for node in weights] == [True]
     for node in nbits:
         b = node.inputs[1].const_value
         assert isinstance(b, LazyWeight) and not b.held and b.torch_dtype == torch.uint8

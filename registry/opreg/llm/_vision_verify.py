@@ -11,7 +11,7 @@ import torch
 from opreg.exporter import OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output
-from opreg.llm._compare import compare_all
+from opreg.llm._compare import compare_all, runnable
 from opreg.llm._layout import LAYOUT
 
 VisionLanguage = Any
@@ -45,7 +45,7 @@ def checks(vl: VisionLanguage, generator: torch.Generator, rtol: float, atol: fl
         label = f"inputs_embeds (batch {batch}, {images} image tokens)"
         got, expected = vl.embedding.run(ids, features), vl.eager_embedding(ids, features)
         made.append(compare_output(label, got, expected, rtol, atol))
-    for batch, length, past in DECODER_SHAPES:
+    for batch, length, past in runnable(vl.decoder, DECODER_SHAPES):
         ids = torch.randint(0, layout.vocab_size, (batch, length), generator=generator)
         ids[:, length // 2 : length // 2 + 2] = image  # image tokens in the prompt: Gemma-3 lets them see each other
         embeds = torch.randn(batch, length, width, generator=generator).to(layout.dtype)
