@@ -223,13 +223,14 @@ class CachedDecoderLayer(nn.Module):
 
 
 def _decoder_sample(window: int | None = None) -> ModelSample:
-    """Two rows of 3 new tokens after a past of 4; the second left-padded by 5, so one of its
-    queries sees no key."""
-    mask = torch.ones(2, 7, dtype=torch.int64)
-    mask[1, :5] = 0
-    past = [torch.randn(2, DECODER_KV_HEADS, 4, DECODER_SIZE) for _ in range(2)]
+    """A row of 3 new tokens after a past of 4, left-padded by 5, so its first query sees no key (one
+    row: GroupQueryAttention without ``query_seqlens``, what ONNX Runtime 1.30 loads, refuses a batch
+    of prompts after a cache)."""
+    mask = torch.ones(1, 7, dtype=torch.int64)
+    mask[0, :5] = 0
+    past = [torch.randn(1, DECODER_KV_HEADS, 4, DECODER_SIZE) for _ in range(2)]
     model = CachedDecoderLayer(window).eval()
-    return ModelSample.of(model, torch.randn(2, 3, DECODER_HIDDEN), mask, *past).with_tolerances(1e-4, 1e-5)
+    return ModelSample.of(model, torch.randn(1, 3, DECODER_HIDDEN), mask, *past).with_tolerances(1e-4, 1e-5)
 
 
 class DequantizedLinear(nn.Module):
@@ -307,7 +308,8 @@ def samples() -> dict[str, list[ModelSample]]:
             ModelSample.of(TiedHead().eval(), torch.randint(0, VOCAB, (2, SEQ))).with_tolerances(1e-4, 1e-5)
         ],
         "GroupQueryAttentionOnCache": [_decoder_sample()],
-        "RotaryInsideAttention": [_decoder_sample()],
+        # RotaryInsideAttention is offered only at a target naming ONNX Runtime 1.32+ (policy.WITH_QUERY_LENGTHS),
+        # which the kit does not export at: tests/test_decoder.py drives it
         "PackedQKV": [_decoder_sample()],
         "TorchaoWeights": [
             ModelSample.of(DequantizedLinear(scale_after=False).eval(), torch.randn(2, 3, 2 * HIDDEN)),
