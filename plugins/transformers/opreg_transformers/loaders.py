@@ -90,7 +90,7 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
         return seq2seq.plan(checkpoint, task, files())
     other = media.FAMILIES.get(config["model_type"])
     auto, outputs = (media.TASKS if other else encoders.TASKS)[task]
-    _buildable(checkpoint, auto, task)
+    built, notes = _buildable(checkpoint, auto, task)
     if other is not None:
         inputs, dims = shapes.signature(other, config, task)
         outputs = other.outputs_of(task)
@@ -100,12 +100,12 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     component = opreg.Component(
         name="model",
         file="model.onnx",
-        build=lambda: _load(checkpoint, auto),
+        build=lambda: _load(checkpoint, auto, built),
         inputs=inputs,
         outputs=outputs,
         dims=dims,
     )
-    return opreg.ExportPlan(LIBRARY, task, (component,), files())
+    return opreg.ExportPlan(LIBRARY, task, (component,), files(), notes=notes)
 
 
 def files() -> tuple[opreg.FileCopy, ...]:
@@ -122,12 +122,15 @@ def require_weights(checkpoint: opreg.Checkpoint) -> None:
         )
 
 
-def _buildable(checkpoint: opreg.Checkpoint, auto: str, task: str) -> None:
-    """Refuse, before any export, a config transformers cannot build, or a task it has no head for."""
+def _buildable(checkpoint: opreg.Checkpoint, auto: str, task: str) -> tuple[Any, tuple[str, ...]]:
+    """The transformers config and its notes (:func:`opreg_transformers.configs.read`); refuse, before any
+    export, a config transformers cannot build, or a task it has no head for."""
     import transformers
 
+    from opreg_transformers import configs
+
     try:
-        config = transformers.AutoConfig.from_pretrained(checkpoint.path, trust_remote_code=False)
+        config, notes = configs.read(checkpoint.path)
     except Exception as e:
         raise opreg.CheckpointError(
             f"{checkpoint.file('config.json')} cannot be built by transformers {transformers.__version__}: "
@@ -138,12 +141,13 @@ def _buildable(checkpoint: opreg.Checkpoint, auto: str, task: str) -> None:
             f"transformers {transformers.__version__} has no {auto} for {type(config).__name__} ({checkpoint.path}), "
             f"so it cannot do {task}: choose another task with --task"
         )
+    return config, notes
 
 
-def _load(checkpoint: opreg.Checkpoint, auto: str) -> Any:
+def _load(checkpoint: opreg.Checkpoint, auto: str, config: Any) -> Any:
     import transformers
 
-    return getattr(transformers, auto).from_pretrained(checkpoint.path, trust_remote_code=False).eval()
+    return getattr(transformers, auto).from_pretrained(checkpoint.path, config=config, trust_remote_code=False).eval()
 
 
 def _text_shape(task: str) -> tuple[str, ...]:
