@@ -18,13 +18,15 @@ export``'s (their ``config.json`` names a ``...ForConditionalGeneration``, or ho
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import opreg
 
 TASK = "text-generation-with-past"
-"""optimum's task of a causal LM with its cache: the one task (optimum's ``text-generation``, the
-model without past inputs, is not written: the with-past model does its work from an empty past)."""
+"""optimum's task of a causal LM with its cache, the one inferred (optimum's ``text-generation``,
+the model without past inputs, is :mod:`opreg_transformers.decoders`', when asked)."""
+TASKS = (TASK, "text-generation")
 LAYOUT = "optimum"
 """The layout ``opreg export`` writes a causal LM in unless ``--layout`` asks another."""
 HEADS = ("ForCausalLM", "LMHeadModel")
@@ -44,19 +46,22 @@ def is_causal(config: dict[str, Any]) -> bool:
 
 
 def recognition(library: str, evidence: str) -> opreg.Recognition:
-    return opreg.Recognition(library, (TASK,), TASK, evidence)
+    return opreg.Recognition(library, TASKS, TASK, evidence)
 
 
-def plan(library: str, checkpoint: opreg.Checkpoint) -> opreg.ExportPlan:
-    """The whole export handed to :mod:`opreg.llm` (:func:`_export`)."""
+def plan(library: str, checkpoint: opreg.Checkpoint, streaming: bool | None = None) -> opreg.ExportPlan:
+    """The whole export handed to :mod:`opreg.llm` (:func:`_export`); ``streaming=False``: the
+    model loaded with its weights first (``--no-streaming``), for a decoder that does not run on
+    the meta device (the ``...ForCausalLM`` of BART-like families: their causal mask reads a value)."""
     notes = (
         "a causal LM is exported by opreg.llm (as `opreg llm export` exports it): optimum's "
         "text-generation-with-past layout unless --layout genai",
     )
-    return opreg.ExportPlan(library, TASK, (), notes=notes, export=_export)
+    export = _export if streaming is None else functools.partial(_export, streaming=streaming)
+    return opreg.ExportPlan(library, TASK, (), notes=notes, export=export)
 
 
-def _export(handover: opreg.Handover) -> opreg.HandoverResult:
+def _export(handover: opreg.Handover, **more: Any) -> opreg.HandoverResult:
     import opreg.llm
     from opreg_transformers import causal_loop
 
@@ -66,7 +71,7 @@ def _export(handover: opreg.Handover) -> opreg.HandoverResult:
         field.name: getattr(settings, field.name)
         for field in dataclasses.fields(settings)
         if field.name not in _DECIDED and getattr(settings, field.name) != getattr(defaults, field.name)
-    }
+    } | more
     exported = opreg.llm.export_checkpoint(
         handover.checkpoint.path, handover.output, layout=handover.layout or LAYOUT, target=settings.target, **options
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import opreg
-from opreg_transformers import causal, encoders, media, seq2seq, shapes
+from opreg_transformers import causal, decoders, encoders, media, seq2seq, shapes
 
 LIBRARY = "transformers"
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -56,7 +56,7 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
     architectures = list(config.get("architectures") or [])
     evidence = f"config.json: model_type {model_type!r}" + (f", architectures {architectures}" if architectures else "")
     if model_type in seq2seq.FAMILIES:
-        return seq2seq.recognition(architectures, evidence)
+        return seq2seq.recognition(seq2seq.FAMILIES[model_type], architectures, evidence)
     other = media.FAMILIES.get(model_type)
     if other is not None:
         task = media.task_of(other, architectures) or other.tasks[0]
@@ -83,8 +83,13 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     assert config is not None  # recognised
     require_weights(checkpoint)
     known = {*encoders.FAMILIES, *media.FAMILIES, *seq2seq.FAMILIES}
+    if task == decoders.TASK:  # a causal LM, or a ...ForCausalLM of an encoder-decoder family, without past
+        return decoders.plan(checkpoint, _buildable(checkpoint, "AutoModelForCausalLM", task)[0], files())
     if config["model_type"] not in known and causal.is_causal(config):
         return causal.plan(LIBRARY, checkpoint)
+    if config["model_type"] in seq2seq.FAMILIES and task == seq2seq.CAUSAL_WITH_PAST:  # its ...ForCausalLM
+        _buildable(checkpoint, "AutoModelForCausalLM", task)
+        return causal.plan(LIBRARY, checkpoint, streaming=False)
     if config["model_type"] in seq2seq.FAMILIES:
         _buildable(checkpoint, seq2seq.auto_of(task), task)
         return seq2seq.plan(checkpoint, task, files())
