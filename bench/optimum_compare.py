@@ -376,6 +376,9 @@ def main() -> int:
     if args.redo:
         for key in keys:
             results["rows"].pop(key, None)
+    elif not args.optimized:  # a pair another shard ran is not run again (--table merges the shards)
+        ran = {key for key, row in _merged()["rows"].items() if "opreg" in row and "optimum" in row}
+        keys = [key for key in keys if key not in ran]
     keys.sort(key=lambda key: (key.split("/")[0] not in _known_families(), key))  # opreg's families first
     for start in range(0, len(keys), BATCH):
         write_checkpoints(args.optimum_venv, keys[start : start + BATCH], results)

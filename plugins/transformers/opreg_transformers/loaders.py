@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import opreg
-from opreg_transformers import causal, decoders, encoders, media, seq2seq, shapes
+from opreg_transformers import causal, decoders, encoders, media, seq2seq, seq2seq_heads, shapes
 
 LIBRARY = "transformers"
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -90,6 +90,9 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     if config["model_type"] in seq2seq.FAMILIES and task == seq2seq.CAUSAL_WITH_PAST:  # its ...ForCausalLM
         _buildable(checkpoint, "AutoModelForCausalLM", task)
         return causal.plan(LIBRARY, checkpoint, streaming=False)
+    if config["model_type"] in seq2seq.FAMILIES and task in seq2seq_heads.HEADS:  # BART's and mBART's heads
+        built, notes = _buildable(checkpoint, seq2seq_heads.HEADS[task][0], task)
+        return seq2seq_heads.plan(checkpoint, built, task, files())
     if config["model_type"] in seq2seq.FAMILIES:
         _buildable(checkpoint, seq2seq.auto_of(task), task)
         return seq2seq.plan(checkpoint, task, files())

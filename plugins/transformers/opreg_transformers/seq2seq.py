@@ -28,6 +28,7 @@ import functools
 from typing import Any
 
 import opreg
+from opreg_transformers import encoders
 
 TEXT2TEXT = "text2text-generation"
 FEATURES = "feature-extraction"
@@ -80,13 +81,14 @@ class Family:
 _BART_LIKE = {"layers": "decoder_layers", "heads": "decoder_attention_heads", "head_size": None}
 _T5_LIKE = {"layers": "num_decoder_layers", "heads": "num_heads", "head_size": "d_kv"}
 _DECODER = {**_BART_LIKE, "positions": LEARNED, "more": (CAUSAL_WITH_PAST, CAUSAL)}
+_CLASSIFIERS = {**_DECODER, "more": (*_DECODER["more"], "text-classification", "question-answering")}
 FAMILIES: dict[str, Family] = {
-    "bart": Family(**_DECODER),
+    "bart": Family(**_CLASSIFIERS),
     "blenderbot": Family(**_DECODER),
     "blenderbot-small": Family(**_DECODER),
     "m2m_100": Family(**_BART_LIKE, positions=SINUSOIDAL),
     "marian": Family(**_DECODER),
-    "mbart": Family(**_DECODER),
+    "mbart": Family(**_CLASSIFIERS),
     "mt5": Family(**_T5_LIKE, positions=RELATIVE),
     "pegasus": Family(**_DECODER),
     "t5": Family(**_T5_LIKE, positions=RELATIVE),
@@ -143,6 +145,9 @@ def recognition(family: Family, architectures: list[str], evidence: str) -> opre
     causal = architectures and all(name.endswith("ForCausalLM") for name in architectures)
     if causal and CAUSAL_WITH_PAST in family.more:
         return opreg.Recognition("transformers", (*TASKS, *family.more), CAUSAL_WITH_PAST, evidence)
+    head = encoders.task_of(architectures)  # ...ForSequenceClassification, ...ForQuestionAnswering
+    if head in family.more:
+        return opreg.Recognition("transformers", (*TASKS, *family.more), head, evidence)
     heads = [name.endswith("Model") and not name.endswith("MTModel") for name in architectures]
     task = FEATURES if heads and all(heads) else TEXT2TEXT
     return opreg.Recognition("transformers", (*TASKS, *family.more), task + PAST_SUFFIX, evidence)
