@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -282,7 +283,8 @@ def _median(values: list[float]) -> str:
 def _cell(side: dict[str, Any]) -> str:
     if side["verified"]:
         return "verified"
-    return ("exported, not verified: " if side["ok"] else "failed: ") + side["error"][:90].replace("|", "/")
+    error = re.sub(r"/\S*?/(build/optimum_compare/)", r"\1", side["error"])  # the folder, not the machine's path
+    return ("exported, not verified: " if side["ok"] else "failed: ") + error[:90].replace("|", "/")
 
 
 def _latency_cell(lat: dict[str, Any]) -> str:
