@@ -63,8 +63,8 @@ def checkpoint(folder: Path) -> Path:
     return folder
 
 
-def exports(ckpt: Path, root: Path, rounds: int) -> dict[str, Path]:
-    """Part 1: the three folders, timed; returns them by name."""
+def exports(ckpt: Path, root: Path, rounds: int, builder_options: tuple[str, ...] = ()) -> dict[str, Path]:
+    """Part 1: the three folders, timed; returns them by name (``builder_options``: more of the builder's flags)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     opreg = [sys.executable, "-m", "opreg", "llm", "export", str(ckpt), "-o"]
     folders = {name: root / name.replace(" ", "-") for name in ("opreg", "opreg -t onnxruntime", "builder")}
@@ -73,7 +73,7 @@ def exports(ckpt: Path, root: Path, rounds: int) -> dict[str, Path]:
         "opreg -t onnxruntime": [*opreg, str(folders["opreg -t onnxruntime"]), "-t", "onnxruntime"],
         "builder": [
             sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt), "-o", str(folders["builder"]),
-            "-p", "fp32", "-e", "cpu", "-c", str(root / "cache"),
+            "-p", "fp32", "-e", "cpu", "-c", str(root / "cache"), *builder_options,
         ],
     }  # fmt: skip
     cpu, wall = interleaved(commands, env, rounds)

@@ -1,7 +1,7 @@
 """Tiny encoder-decoder checkpoints (T5, mT5, BART, mBART, Marian, M2M100, Pegasus, Blenderbot and
 Blenderbot-small) with a tokenizer, built here (nothing downloaded), and the two ends the tests
 compare: transformers' ``generate`` on the checkpoint and transformers.js's text2text-generation
-pipeline on an exported folder (``tests/transformersjs/text2text_generation.mjs``). For
+pipeline on an exported folder (``tests/transformersjs/pipeline.mjs``). For
 ``tests/test_checkpoint_seq2seq.py``, and for whoever runs transformers.js on seq2seq folders
 (bench/, the suite's runtime tests).
 
@@ -93,11 +93,11 @@ def eager(folder: Path, texts: list[str], generate: dict[str, Any]) -> list[list
 
 
 def transformersjs(
-    folder: Path, texts: list[str], generate: dict[str, Any], tjs: Path, script: str = "text2text_generation.mjs"
+    folder: Path, texts: list[str], generate: dict[str, Any], tjs: Path, task: str = "text2text-generation"
 ) -> dict[str, Any]:
-    """tests/transformersjs/``script``'s answer on ``folder`` (text2text_generation.mjs; text_generation.mjs
-    for a causal LM), transformers.js in ``tjs``: ``tokens`` (``generate``'s ids), ``texts`` (the
+    """tests/transformersjs/pipeline.mjs's answer on ``folder`` for ``task`` (``text-generation`` for a
+    causal LM), transformers.js in ``tjs``: ``tokens`` (``generate``'s ids), ``texts`` (the
     pipeline's), ``input_ids``, ``versions``."""
     from tests import transformersjs_runtime
 
-    return transformersjs_runtime.run(script, folder, {"texts": texts, "generate": generate}, tjs)
+    return transformersjs_runtime.run("pipeline.mjs", folder, {"task": task, "texts": texts, "generate": generate}, tjs)

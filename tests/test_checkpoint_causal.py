@@ -46,7 +46,7 @@ wrote them for these tiny Llama and Phi-3 checkpoints (and Qwen2's) with ``--tas
 text-generation-with-past`` (at ai.onnx 18, IR 8)."""
 PROMPT = "the quick brown fox"
 NEW_TOKENS = 20
-TJS_SCRIPT = "text_generation.mjs"
+TJS_TASK = "text-generation"
 
 
 def dims(value: onnx.ValueInfoProto) -> list[str | int]:
@@ -211,7 +211,7 @@ def test_transformersjs_text_generation_pipeline_loads_the_folder_unchanged_and_
     from transformers import AutoModelForCausalLM
 
     got = seq2seq_models.transformersjs(
-        exported[family].folder, [PROMPT], {"max_new_tokens": NEW_TOKENS}, transformersjs, TJS_SCRIPT
+        exported[family].folder, [PROMPT], {"max_new_tokens": NEW_TOKENS}, transformersjs, TJS_TASK
     )
     (prompt,) = got["input_ids"]
     model = AutoModelForCausalLM.from_pretrained(checkpoints[family]).eval()

@@ -1,11 +1,15 @@
-// A transformers.js pipeline on a folder `opreg export` wrote (optimum's flat layout: model.onnx
-// beside config.json and the tokenizer's files, loaded unchanged with `subfolder: ''`), offline.
+// A transformers.js pipeline on a folder `opreg export` wrote (optimum's flat layout: model.onnx, or
+// encoder_model.onnx and decoder_model_merged.onnx, beside config.json and the tokenizer's files,
+// loaded unchanged with `subfolder: ''`), offline.
 //
 // usage: node pipeline.mjs FOLDER '{"task": "...", "texts": ["..."], "generate": {...}}'
 // prints one JSON line, by task:
 //   feature-extraction:  {input_ids, hidden: [[[...]]] (pooling none, one text at a time), pooled (mean, normalized)}
 //   text-classification: {input_ids, scores: [[{label, score}, ...], ...] (every label, top_k null)}
 //   text-generation:     {input_ids, tokens: generate's ids (prompt first), texts: the pipeline's}
+//                        (each text alone: a decoder-only batch would be padded on the left)
+//   text2text-generation: {input_ids, tokens: generate's ids for the texts padded together (the
+//                        decoder's start token first), texts: the pipeline's}
 // and versions. transformers.js is resolved from OPREG_TJS_DIR (a folder whose node_modules holds
 // @huggingface/transformers), which the suite sets (tests/transformersjs_runtime.py).
 import { createRequire } from 'node:module';
@@ -43,9 +47,13 @@ if (options.task === 'feature-extraction') {
         answer.tokens.push(ids(await pipe.model.generate({ ...pipe.tokenizer(text), ...generate }))[0]);
         answer.texts.push((await pipe(text, generate))[0].generated_text);
     }
+} else if (options.task === 'text2text-generation') {
+    const generate = { do_sample: false, num_beams: 1, ...(options.generate ?? {}) };
+    answer.tokens = ids(await pipe.model.generate({ ...inputs, ...generate }));
+    answer.texts = (await pipe(texts, generate)).map((g) => g.generated_text);
 } else {
     console.error(`pipeline.mjs does not run task ${options.task}`);
     process.exit(2);
 }
-answer.versions = { transformers_js: env.version, node: process.version };
+answer.versions = { transformers_js: env.version, onnxruntime: env.backends?.onnx?.versions?.node ?? null, node: process.version };
 console.log(JSON.stringify(answer));

@@ -101,9 +101,9 @@ def export_vision(
     write the folder GenAI loads when ``output_folder`` is given.
 
     Args:
-        model: a ``Gemma3ForConditionalGeneration``, ``Qwen2_5_VLForConditionalGeneration`` or
-            ``LlavaForConditionalGeneration``, or the path of a local checkpoint folder (loaded in
-            float32).
+        model: a ``Gemma3ForConditionalGeneration``, ``Qwen2_5_VLForConditionalGeneration``,
+            ``LlavaForConditionalGeneration`` or ``Lfm2VlForConditionalGeneration``, or the path of a
+            local checkpoint folder (loaded in float32).
         output_folder: where to write ``vision.onnx``, ``embedding.onnx``, ``model.onnx``,
             ``genai_config.json``, ``processor_config.json`` (GenAI's image recipe) and the
             tokenizer's and image processor's files.

@@ -25,8 +25,8 @@ import torch
 
 from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
-from opreg.llm import _layers, _vision_genai, _vision_verify
-from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, past_cache, past_layer_class, presents
+from opreg.llm import _cache, _layers, _vision_genai, _vision_verify
+from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL
 from opreg.llm._capture import EXAMPLE, evaluating, export_shaped, set_dims
 from opreg.llm._compare import checked
 from opreg.llm._decoder import DecoderLayout, layout_of
@@ -79,13 +79,12 @@ def merge_images(model: Any, input_ids: torch.Tensor, features: torch.Tensor, im
 
 class DecoderStep(torch.nn.Module):
     """``forward(inputs_embeds, attention_mask, position_ids, past, input_ids=None)``: the language
-    model on ``inputs_embeds`` after ``past`` (each layer's keys and values), returning
-    ``{"logits": ..., "present": [...]}``; ``input_ids`` are given where the architecture reads them."""
+    model on ``inputs_embeds`` after ``past`` (each layer's cache, in the order of ``layout.cache``),
+    returning ``{"logits": ..., "present": [...]}``; ``input_ids`` are given where the architecture reads them."""
 
-    def __init__(self, model: torch.nn.Module, num_layers: int, architecture: Any) -> None:
+    def __init__(self, model: torch.nn.Module, layout: DecoderLayout, architecture: Any) -> None:
         super().__init__()
-        self.model, self.num_layers, self.architecture = model, num_layers, architecture
-        self._layer = past_layer_class()
+        self.model, self.layers, self.architecture = model, layout.layers, architecture
 
     def forward(
         self,
@@ -95,13 +94,13 @@ class DecoderStep(torch.nn.Module):
         past: Sequence[torch.Tensor],
         input_ids: torch.Tensor | None = None,
     ) -> dict[str, Any]:
-        cache = past_cache(self._layer, past, self.num_layers)
+        cache = _cache.capture_cache(self.layers, past)
         options = self.architecture.decoder_options(self.model, input_ids)
         out = self.model(
             inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
             past_key_values=cache, use_cache=True, **options,
         )  # fmt: skip
-        return {"logits": out.logits, "present": presents(cache)}
+        return {"logits": out.logits, "present": _cache.present(self.layers, cache)}
 
 
 # -- the result -------------------------------------------------------------------------------------
@@ -157,16 +156,14 @@ class VisionLanguage(ExportedModel):
     def eager_decoder(self, input_ids: torch.Tensor, embeds: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                       past: Sequence[torch.Tensor]) -> dict[str, Any]:  # fmt: skip
         """What transformers computes for the decoder: the model's forward on the embeddings, its
-        cache a ``DynamicCache`` holding ``past``."""
-        from transformers import DynamicCache
-
-        layers = range(self.layout.num_layers)
-        cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in layers]) if past[0].shape[2] else DynamicCache()
+        cache transformers' own layers holding ``past`` (empty for a prefill)."""
+        layers = self.layout.layers
+        cache = _cache.eager_cache(layers, past, prefill=self.layout.past_length(past) == 0)
         options = self.architecture.decoder_options(self.model, input_ids)
         with TRACING_LOCK, torch.no_grad():
             out = self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, past_key_values=cache,
                              use_cache=True, **options)  # fmt: skip
-        return {"logits": out.logits, "present": presents(out.past_key_values)}
+        return {"logits": out.logits, "present": _cache.present(layers, out.past_key_values, eager=True)}
 
     def verify(self, *, rtol: float = 1e-4, atol: float = 1e-4, seed: int = 0) -> list[OutputCheck]:
         """Compare each model with transformers (:mod:`opreg.llm._vision_verify`), and the three
@@ -227,7 +224,7 @@ def _export_vision(model: Any, architecture: Any, settings: ExportSettings) -> O
     plan = (
         None if layers is None else _layers.plan_layers(model, layers.count, path=layers.path, differs=layers.differs)
     )
-    step = VisionStep(model, architecture).eval()
+    step = (architecture.vision_step(model) or VisionStep(model, architecture)).eval()
     settings = dataclasses.replace(settings, dynamic_shapes=dims)
     program = _layers.export_repeated(step, example, None, settings, plan, "the vision encoder")
     program.rename(dict(zip(program.input_names, names, strict=True)))
@@ -273,15 +270,15 @@ def _export_decoder(
     embeds = torch.randn(batch, length, layout.hidden_size, dtype=layout.dtype)
     mask = torch.ones(batch, past + length, dtype=torch.int64)
     positions = architecture.positions(past, length, batch)
-    cache = [torch.randn(batch, layout.num_key_value_heads, past, layout.head_size, dtype=layout.dtype)
-             for _ in range(2 * layout.num_layers)]  # fmt: skip
+    cache = [torch.randn(tensor.shape(batch, past), dtype=layout.dtype) for _, tensor in layout.cache]
     position_dims = {0: Dim(BATCH), 1: seq} if positions.dim() == 2 else {1: Dim(BATCH), 2: seq}
+    named = {BATCH: Dim(BATCH), PAST: past_dim}
+    past_dims = [{i: named[d] for i, d in enumerate(t.dims) if isinstance(d, str)} for _, t in layout.cache]
     dims = {
         "inputs_embeds": {0: Dim(BATCH), 1: seq}, "attention_mask": {0: Dim(BATCH), 1: Dim.AUTO},
-        "position_ids": position_dims, "past": [{0: Dim(BATCH), 2: past_dim}] * (2 * layout.num_layers),
-        "input_ids": {0: Dim(BATCH), 1: seq},
+        "position_ids": position_dims, "past": past_dims, "input_ids": {0: Dim(BATCH), 1: seq},
     }  # fmt: skip
-    step = DecoderStep(model, layout.num_layers, architecture).eval()
+    step = DecoderStep(model, layout, architecture).eval()
     reads_ids = architecture.reads_input_ids
     if not reads_ids:
         del dims["input_ids"]
@@ -292,16 +289,17 @@ def _export_decoder(
     program = _layers.export_repeated(
         step, example, {"input_ids": ids} if reads_ids else {}, settings, plan, "the decoder"
     )
-    past_names = [name for name in layout.input_names if name.startswith("past_key_values.")]
+    past_names = [tensor.past % layer for layer, tensor in layout.cache]
     names = ["inputs_embeds", LAYOUT["attention_mask"], LAYOUT["position_ids"], *past_names]
     program.rename(dict(zip(program.input_names, [*names, "input_ids"] if reads_ids else names, strict=True)))
     program.rename(dict(zip(program.output_names, layout.output_names, strict=True)))
     position_names = (BATCH, SEQUENCE) if positions.dim() == 2 else (None, BATCH, SEQUENCE)
     shapes = {"input_ids": (BATCH, SEQUENCE), "inputs_embeds": (BATCH, SEQUENCE, None),
               LAYOUT["attention_mask"]: (BATCH, TOTAL), LAYOUT["position_ids"]: position_names}  # fmt: skip
+    for layer, tensor in layout.cache:
+        shapes[tensor.past % layer] = tuple(d if isinstance(d, str) else None for d in tensor.dims)
+        shapes[tensor.present % layer] = tuple(d if isinstance(d, str) else None for d in tensor.present_dims)
     graph = program.model.graph
-    for value in graph.inputs:
-        set_dims(value, shapes.get(value.name, (BATCH, None, PAST, None)))
-    for value in graph.outputs:
-        set_dims(value, (BATCH, SEQUENCE, None) if value.name == LAYOUT["logits"] else (BATCH, None, TOTAL, None))
+    for value in [*graph.inputs, *graph.outputs]:
+        set_dims(value, shapes.get(value.name, (BATCH, SEQUENCE, None)))  # the logits by default
     return program

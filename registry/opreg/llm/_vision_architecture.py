@@ -3,7 +3,7 @@ architectures (the vision encoder's inputs, the decoder's extra inputs and posit
 type, its image processor's recipe), each with the default most architectures share.
 
 The architectures themselves are in :mod:`opreg.llm._vision_models`, each an :class:`Architecture`
-matched by the config's ``model_type``. GenAI 0.18 runs ``gemma3`` and ``qwen2_5_vl`` folders; an
+matched by the config's ``model_type``. GenAI 0.18 runs ``gemma3``, ``qwen2_5_vl`` and ``lfm2_vl`` folders; an
 architecture with ``genai_type=None`` is exported in the same layout and run by
 :meth:`opreg.llm.VisionLanguage.generate` (GenAI has no pipeline for it).
 """
@@ -97,6 +97,11 @@ class Architecture:
 
     def image_size(self, model: Any) -> int:
         return int(model.config.vision_config.image_size)
+
+    def vision_step(self, model: Any) -> torch.nn.Module | None:
+        """The module torch.export captures for the vision encoder, where its inputs are other than
+        ``pixel_values`` and ``image_grid_thw`` (``None``: :class:`opreg.llm._vision.VisionStep`)."""
+        return None
 
     def vision_layers(self, model: Any) -> Layers | None:
         """The vision encoder's repeated layers, or ``None`` to capture the encoder whole."""

@@ -42,8 +42,9 @@ def config(vl: VisionLanguage) -> dict[str, Any]:
     extra = architecture.genai(vl.model)
     recipe = {"config_filename": PROCESSOR_CONFIG} if architecture.genai_type is not None else {}
     vision = {
-        "session_options": _genai.session_options(), "filename": VISION_FILE, **recipe, **extra.pop("vision", {}),
+        "session_options": _genai.session_options(), "filename": VISION_FILE, **recipe,
         "inputs": {name: name for name in vl.vision.input_names}, "outputs": {"image_features": "image_features"},
+        **extra.pop("vision", {}),  # last: an architecture may map GenAI's input names to its own
     }  # fmt: skip
     embedding = {
         "session_options": _genai.session_options(), "filename": EMBEDDING_FILE,

@@ -1,7 +1,8 @@
 """The vision-language architectures :func:`opreg.llm.export_vision` lays out, each an
 :class:`~opreg.llm._vision_architecture.Architecture` saying what differs in it, and
-:data:`ARCHITECTURES`, which lists them. Gemma-3 and LLaVA are here; Qwen2.5-VL, whose vision
-encoder needs more, has a module of its own (:mod:`opreg.llm._vision_qwen`).
+:data:`ARCHITECTURES`, which lists them. Gemma-3 and LLaVA are here; Qwen2.5-VL and LFM2-VL,
+whose vision encoders need more, have modules of their own (:mod:`opreg.llm._vision_qwen`,
+:mod:`opreg.llm._vision_lfm2`).
 
 A new architecture: its class here (or, if it is long, in a module of its own) and its instance in
 :data:`ARCHITECTURES`, a test with its tiny model, a row in docs/language-models.md's table
@@ -16,6 +17,7 @@ import torch
 
 from opreg.errors import ExportError
 from opreg.llm._vision_architecture import Architecture, Layers
+from opreg.llm._vision_lfm2 import Lfm2Vl
 from opreg.llm._vision_qwen import Qwen25VL
 
 
@@ -96,7 +98,7 @@ class Llava(Architecture):
         return None
 
 
-ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava())
+ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava(), Lfm2Vl())
 """Every architecture :func:`export_vision` lays out."""
 
 

@@ -50,8 +50,9 @@ def checks(vl: VisionLanguage, generator: torch.Generator, rtol: float, atol: fl
         embeds = torch.randn(batch, length, layout.hidden_size, generator=generator).to(layout.dtype)
         mask = torch.ones(batch, past + length, dtype=torch.int64)
         positions = vl.architecture.positions(past, length, batch)
-        cache = [torch.randn(batch, layout.num_key_value_heads, past, layout.head_size, generator=generator)
-                 .to(layout.dtype) for _ in range(2 * layout.num_layers)]  # fmt: skip
+        cache = layout.empty_cache(batch)  # a prefill's: a convolution's state is zeros
+        if past:
+            cache = [torch.randn(t.shape(batch, past), generator=generator).to(layout.dtype) for _, t in layout.cache]
         got, expected = (
             run_decoder(vl, ids, embeds, mask, positions, cache),
             vl.eager_decoder(ids, embeds, mask, positions, cache),
@@ -70,8 +71,7 @@ def _whole(vl: VisionLanguage, generator: torch.Generator, rtol: float, atol: fl
     ids = vl.architecture.prompt(vl.model, features.reshape(-1, features.shape[-1]).shape[0], generator)
     embeds = vl.embedding.run(ids, features)
     positions = vl.architecture.prompt_positions(vl.model, ids, pixels)
-    past = [torch.zeros(1, vl.layout.num_key_value_heads, 0, vl.layout.head_size, dtype=vl.layout.dtype)
-            for _ in range(2 * vl.layout.num_layers)]  # fmt: skip
+    past = vl.layout.empty_cache(1)
     mask = torch.ones_like(ids)
     logits = run_decoder(vl, ids, embeds, mask, positions, past)["logits"]
     with TRACING_LOCK, torch.no_grad():
@@ -87,12 +87,11 @@ def greedy(vl: VisionLanguage, input_ids: torch.Tensor, pixels: Sequence[torch.T
     features = vl.vision.run(*pixels)
     none = features[..., :0, :] if features.dim() == 3 else features[:0]
     tokens = input_ids[0].tolist()
-    past = [torch.zeros(1, layout.num_key_value_heads, 0, layout.head_size, dtype=layout.dtype)
-            for _ in range(2 * layout.num_layers)]  # fmt: skip
+    past = layout.empty_cache(1)
     positions = vl.architecture.prompt_positions(vl.model, input_ids, pixels)
     step, step_features = input_ids, features
     while len(tokens) < length:
-        total = past[0].shape[2] + step.shape[1]
+        total = layout.past_length(past) + step.shape[1]
         embeds = vl.embedding.run(step, step_features)
         out = run_decoder(vl, step, embeds, torch.ones(1, total, dtype=torch.int64), positions, past)
         tokens.append(int(out["logits"][0, -1].argmax()))
