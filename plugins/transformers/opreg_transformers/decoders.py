@@ -32,7 +32,9 @@ def plan(checkpoint: opreg.Checkpoint, config: Any, files: tuple[opreg.FileCopy,
     model_class = transformers.AutoModelForCausalLM._model_mapping[type(config)]
     text = config.get_text_config(decoder=True)
     longest = int(getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or 2048)
-    sequence = opreg.DynamicDim("sequence_length", example=min(16, longest), other=min(7, longest), max=longest)
+    # up to one token short of the positions: a model may special-case a sequence filling them (MPT's
+    # ALiBi slice), a guard on the range's top torch.export refuses
+    sequence = opreg.DynamicDim("sequence_length", example=min(16, longest), other=min(7, longest), max=longest - 1)
     shape = (BATCH.name, sequence.name)
     inputs = [
         opreg.ModelInput("input_ids", shape, fill="ids", high=int(text.vocab_size)),
