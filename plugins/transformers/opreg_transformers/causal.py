@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from typing import Any
 
 import opreg
+
+log = logging.getLogger(__name__)
 
 TASK = "text-generation-with-past"
 """optimum's task of a causal LM with its cache, the one inferred (optimum's ``text-generation``,
@@ -33,6 +36,10 @@ HEADS = ("ForCausalLM", "LMHeadModel")
 """How a causal LM's class name ends in ``config.json``'s ``architectures``."""
 NOT_TEXT = ("vision_config", "audio_config", "speech_config", "text_config", "encoder", "decoder")
 """A config's keys that make it more than a text decoder: its folder stays ``opreg llm export``'s."""
+STREAMING_FAILED = ("cannot be called on meta tensors", "does not fit")
+"""What opreg.llm's streamed export says when the weightless model cannot run (OPT's mask reads a
+value) or the safetensors' names are an older transformers' (GPT-NeoX's ``embed_out``, which
+transformers' own loader renames): the export is then done again with the weights loaded first."""
 _DECIDED = ("target", "dynamic_shapes", "state", "weights", "host")
 """ExportSettings fields opreg.llm decides or takes another way (the target by name)."""
 
@@ -72,9 +79,17 @@ def _export(handover: opreg.Handover, **more: Any) -> opreg.HandoverResult:
         for field in dataclasses.fields(settings)
         if field.name not in _DECIDED and getattr(settings, field.name) != getattr(defaults, field.name)
     } | more
-    exported = opreg.llm.export_checkpoint(
-        handover.checkpoint.path, handover.output, layout=handover.layout or LAYOUT, target=settings.target, **options
-    )
+    export = functools.partial(
+        opreg.llm.export_checkpoint, handover.checkpoint.path, handover.output,
+        layout=handover.layout or LAYOUT, target=settings.target,
+    )  # fmt: skip
+    try:
+        exported = export(**options)
+    except opreg.OpregError as e:
+        if "streaming" in options or not any(sign in str(e) for sign in STREAMING_FAILED):
+            raise
+        log.warning("exporting it again with its weights loaded first (--no-streaming): streamed, %s", e)
+        exported = export(**options, streaming=False)
     if not handover.verify:
         return opreg.HandoverResult(dict(exported.programs))
     verification = opreg.Verification("onnxruntime", tuple(exported.verify()))
