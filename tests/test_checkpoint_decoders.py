@@ -88,3 +88,17 @@ def test_a_task_the_seq2seq_family_has_no_decoder_for_is_refused_before_any_expo
     with pytest.raises(opreg.CheckpointError, match="cannot be exported for task 'text-generation'"):
         opreg.export_checkpoint(folder, tmp_path / "out", task="text-generation")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_causal_lm_whose_streamed_export_cannot_run_is_exported_with_its_weights_loaded_first(tmp_path, caplog):
+    """OPT's causal mask reads a value, which the streamed (weightless) model cannot give: the
+    export is done again as ``--no-streaming`` does, and verified."""
+    import opreg.llm
+
+    folder = folder_of("opt", tmp_path)
+    with pytest.raises(opreg.OpregError, match="cannot be called on meta tensors"):  # streamed, as opreg.llm does
+        opreg.llm.export_checkpoint(folder, tmp_path / "streamed", layout="optimum", streaming=True)
+    result = opreg.export_checkpoint(folder, tmp_path / "out")
+    assert (result.task, [len(m.verified) for m in result.models]) == ("text-generation-with-past", [1])
+    assert any("equal generate's" in check for check in result.checks)
+    assert "with its weights loaded first (--no-streaming)" in caplog.text
