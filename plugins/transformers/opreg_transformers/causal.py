@@ -36,9 +36,9 @@ HEADS = ("ForCausalLM", "LMHeadModel")
 """How a causal LM's class name ends in ``config.json``'s ``architectures``."""
 NOT_TEXT = ("vision_config", "audio_config", "speech_config", "text_config", "encoder", "decoder")
 """A config's keys that make it more than a text decoder: its folder stays ``opreg llm export``'s."""
-STREAMING_FAILED = ("cannot be called on meta tensors", "does not fit")
+STREAMING_FAILED = ("does not run on token ids", "does not fit")
 """What opreg.llm's streamed export says when the weightless model cannot run (OPT's mask reads a
-value) or the safetensors' names are an older transformers' (GPT-NeoX's ``embed_out``, which
+value; GPT-OSS's experts want bfloat16 on the meta device) or the safetensors' names are an older transformers' (GPT-NeoX's ``embed_out``, which
 transformers' own loader renames): the export is then done again with the weights loaded first."""
 _DECIDED = ("target", "dynamic_shapes", "state", "weights", "host")
 """ExportSettings fields opreg.llm decides or takes another way (the target by name)."""
