@@ -51,7 +51,7 @@ Qwen2.5-0.5B's shape (494M parameters, tied embeddings, bfloat16 safetensors, as
    symmetric, accuracy level 4) changed, timed against the default as part 5 times; with
    ``--accuracy``, their accuracy on the trained model too.
 10. int4 algorithms (``--int4-algos``, 55M): ``opreg llm export --precision int4 --int4-algo
-   rtn|k_quant|hqq``: each folder's size against the builder's ``-p int4``, and its latency beside
+   rtn|k_quant|hqq|gptq``: each folder's size against the builder's ``-p int4``, and its latency beside
    the builder's as part 5 times; with ``--accuracy``, their accuracy on the trained model too.
 11. LoRA adapters (``--lora``, 55M; bench/llm_lora.py): one PEFT adapter merged (``--adapter``) and as
    the decoder's inputs (``--adapters``), fp32 and int4: GenAI's prefill and decode time per token with
@@ -92,6 +92,8 @@ ROWS = {
     "opreg": [],
     "opreg --precision int4": ["--precision", "int4"],
     "opreg -t onnx": ["-t", "onnx"],
+    "opreg -t onnxruntime==1.32": ["-t", "onnxruntime==1.32"],
+    "opreg --precision int4 -t onnxruntime==1.32": ["--precision", "int4", "-t", "onnxruntime==1.32"],
     "builder -p fp32": ["-p", "fp32"],
     "builder -p int4": ["-p", "int4"],
 }
@@ -100,8 +102,12 @@ PAIRS = (
     ("opreg", "builder -p fp32"),
     ("opreg --precision int4", "builder -p int4"),
     ("opreg -t onnx", "builder -p fp32"),
+    ("opreg", "opreg -t onnxruntime==1.32"),
+    ("opreg -t onnxruntime==1.32", "builder -p fp32"),
+    ("opreg --precision int4", "opreg --precision int4 -t onnxruntime==1.32"),
 )
-"""The rows compared: opreg's at each precision beside the builder's."""
+"""The rows compared: opreg's at each precision beside the builder's, and the default (GroupQueryAttention
+with the 16 inputs ONNX Runtime 1.30 loads) beside the 17-input form a target naming 1.32 writes."""
 
 
 # -- the checkpoints ---------------------------------------------------------------------------
@@ -354,7 +360,7 @@ def correctness(source: Path, runners: dict[str, Runner]) -> None:
     tokens.update((name, runner.greedy(prompt, GREEDY)) for name, runner in runners.items())
     print(f"   {GREEDY} greedy tokens after a {PROMPT}-token prompt (plain loop: past in, present out), equal to:")
     for name in runners:
-        reference = "builder -p int4" if name == "opreg --precision int4" else "eager"
+        reference = "builder -p int4" if name.startswith("opreg --precision int4") else "eager"
         same = sum(a == b for a, b in zip(tokens[name], tokens[reference], strict=True))
         print(f"     {name:<24} {same}/{GREEDY} of {reference}'s")
     print()
@@ -565,7 +571,10 @@ def genai(made: dict[str, Build], rounds: int) -> None:
     print()
 
 
-GENAI_ORDER = ("opreg", "builder -p fp32", "opreg -t onnx", "opreg --precision int4", "builder -p int4")
+GENAI_ORDER = (
+    "opreg", "opreg -t onnxruntime==1.32", "builder -p fp32", "opreg -t onnx", "opreg --precision int4",
+    "opreg --precision int4 -t onnxruntime==1.32", "builder -p int4",
+)  # fmt: skip
 """Part 6's order of the processes in a round, reversed every other round: each of :data:`PAIRS` back to back,
 each first in turn (the machine's load drifts between processes further apart)."""
 GENERATIONS = 3
@@ -878,7 +887,7 @@ def settings(source: Path, work: Path, rounds: int) -> None:
 
 ALGORITHMS = {
     f"opreg --precision int4 --int4-algo {algo}": ["--precision", "int4", "--int4-algo", algo]
-    for algo in ("rtn", "k_quant", "hqq")
+    for algo in ("rtn", "k_quant", "hqq", "gptq")
 }
 """Each ``--int4-algo`` (``rtn`` is the default's weights, in a folder of its own)."""
 

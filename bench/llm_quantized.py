@@ -2,6 +2,7 @@
 on the same GPTQ, AWQ and compressed-tensors checkpoints.
 
     python bench/llm_quantized.py [--checkpoint FOLDER ...] [--size tiny|small] [--markdown]
+    python bench/llm_quantized.py --memory [--markdown]
 
 Without ``--checkpoint``: the checkpoints of ``tests/quantized_checkpoints.py`` (GPTQ, GPTQ
 act-order, AWQ, compressed-tensors) of a Llama of ``--size`` (:data:`SIZES`), written under
@@ -15,6 +16,12 @@ act-order, AWQ, compressed-tensors) of a Llama of ``--size`` (:data:`SIZES`), wr
   max abs difference: the builder's reader (its ``loaders/gptq.py``, ``awq.py``) reading the
   layouts tests/quantized_checkpoints.py writes is the check of those layouts against a
   library's reader on this machine (gptqmodel and autoawq build CUDA extensions to install).
+
+``--memory``: the export's peak memory on the largest quantized checkpoint written here in a few
+minutes: a GPTQ checkpoint (4 bits, groups of 128, the hub's usual) of Llama-3.2-1B's shape
+(:data:`MEMORY_SHAPE`, random weights), ``opreg llm export`` with the head float32 and
+``--precision int4``, each in a fresh process: its peak resident memory (``wait4``, the process's
+own, as bench/llm.py measures), CPU time, and the checkpoint's and the written folder's sizes.
 """
 
 from __future__ import annotations
@@ -37,6 +44,41 @@ SIZES = {
 }  # fmt: skip
 """The model's config values: tests/language_models.py's tiny Llama (its folder mostly graph and
 tables), or one whose folder is mostly its weights, for the sizes."""
+
+
+MEMORY_SHAPE = "1B"
+"""bench/big_streaming.py's shape of the ``--memory`` checkpoint (Llama-3.2-1B's: 1.24B parameters)."""
+
+
+def memory(markdown: bool) -> None:
+    from bench.big_streaming import SHAPES, folder_gb, measured
+    from tests import language_models as lm
+    from tests import quantized_checkpoints as qc
+
+    architecture, shape = SHAPES[MEMORY_SHAPE]
+    folder = BUILD / "memory" / f"GPTQ_{MEMORY_SHAPE}_g128"
+    if not (folder / "config.json").is_file():
+        qc.gptq(folder, group=128, architecture=architecture, **shape)  # its float model dropped at once
+        lm.tokenizer().save_pretrained(folder)
+    header = ("checkpoint", "export", "checkpoint GB", "peak RSS GB", "peak / checkpoint", "folder GB", "CPU s")
+    rows = []
+    for label, flags in {"fp32 head": [], "--precision int4": ["--precision", "int4"]}.items():
+        out = folder.parent / "out" / label.replace(" ", "_").replace("-", "")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        done = measured([sys.executable, "-m", "opreg", "llm", "export", str(folder), "-o", str(out), *flags], None)
+        if "error" in done:
+            raise RuntimeError(f"{label} failed: {done['error']}")
+        source = folder_gb(folder)
+        rows.append((f"GPTQ {MEMORY_SHAPE} g128", label, f"{source:.2f}", f"{done['peak_gb']:.2f}",
+                     f"{done['peak_gb'] / source:.2f}x", f"{folder_gb(out):.2f}", f"{done['cpu']:.0f}"))  # fmt: skip
+    table(header, rows, markdown)
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]], markdown: bool) -> None:
+    if markdown:
+        print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for row in [header, *rows] if not markdown else rows:
+        print("| " + " | ".join(row) + " |" if markdown else "  ".join(f"{c:<14}" for c in row))
 
 
 def tiny_checkpoints(size: str) -> dict[str, tuple[Path, object]]:
@@ -118,7 +160,11 @@ def main() -> None:
     parser.add_argument("--checkpoint", action="append", type=Path, default=[], help="a quantized checkpoint folder")
     parser.add_argument("--size", choices=SIZES, default="small", help="the model written (default: small)")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--memory", action="store_true", help="the export's peak memory on a 1B GPTQ checkpoint")
     args = parser.parse_args()
+    if args.memory:
+        memory(args.markdown)
+        return
     checkpoints = {str(p): (p, None) for p in args.checkpoint} or tiny_checkpoints(args.size)
     rows = []
     for name, (folder, model) in checkpoints.items():
@@ -148,10 +194,7 @@ def main() -> None:
                 to_builder = f"{abs(logits - builder[1]).max():.2e}" if builder[0] else "-"
                 rows.append((name, label, f"{bytes_:,}", ratio, f"{abs(logits - expected).max():.2e}", to_builder))
     header = ("checkpoint", "folder", "model bytes", "/ builder", "max abs logits - checkpoint's model", "- builder's")
-    if args.markdown:
-        print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-    for row in [header, *rows] if not args.markdown else rows:
-        print("| " + " | ".join(row) + " |" if args.markdown else "  ".join(f"{c:<14}" for c in row))
+    table(header, rows, args.markdown)
 
 
 if __name__ == "__main__":

@@ -474,6 +474,8 @@ def kernels(seq: int = SEQ):
             {"x": a}, "kept (at par; the weight keeps its name and layout)",
         )  # fmt: skip
     yield from _attention_kernels(rng, seq, heads, kv_heads, size)
+    yield _packed_attention_kernel(rng, 16, 2, 16, batch=2)  # bench/optimum_compare.py's tiny BERTs
+    yield _packed_attention_kernel(rng, 128, 12, 64)  # BERT-base
 
 
 def _rotary_kernels(rng, seq, heads, size):
@@ -511,6 +513,31 @@ def _rotary_kernels(rng, seq, heads, size):
         {"x": x, "pos": np.arange(seq, dtype=np.int64)[None]},
         "RotaryEmbedding-23 chosen: the contrib op needs position ids and a precomputed cache",
     )  # fmt: skip
+
+
+def _packed_attention_kernel(rng, seq, heads, size, batch=1):
+    """PackedAttention: com.microsoft Attention on the input and the packed weights (a Concat of the
+    stored ones, which ONNX Runtime folds at load) against three MatMul + Add and MultiHeadAttention."""
+    h = heads * size
+    x = rng.standard_normal((batch, seq, h), dtype=np.float32)
+    bias = np.zeros((batch, 1, seq, seq), np.float32)
+    weights = {f"w{n}": rng.standard_normal((h, h), dtype=np.float32) / h**0.5 for n in "qkv"}
+    weights |= {f"b{n}": rng.standard_normal(h, dtype=np.float32) for n in "qkv"}
+    io = ({"x": x.shape, "bias": bias.shape}, {"y": x.shape})
+    projections = [node for n in "qkv" for node in (("MatMul", ["x", f"w{n}"], [f"{n}0"], {}),
+                                                     ("Add", [f"{n}0", f"b{n}"], [n], {}))]  # fmt: skip
+    mha = [*projections, ("ms.MultiHeadAttention", ["q", "k", "v", "", "", "bias"], ["y"], {"num_heads": heads})]
+    packed = [
+        ("Concat", ["wq", "wk", "wv"], ["w"], {"axis": 1}), ("Concat", ["bq", "bk", "bv"], ["b"], {"axis": 0}),
+        ("ms.Attention", ["x", "w", "b", "", "", "bias"], ["y"], {"num_heads": heads}),
+    ]  # fmt: skip
+    return Kernel(
+        f"Attention (q, k, v packed) vs 3 x (MatMul + Add) + MultiHeadAttention, batch {batch}, seq {seq}, hidden {h}",
+        _model(mha, *io, weights),
+        _model(packed, *io, weights),
+        {"x": x, "bias": bias},
+        "PackedAttention kept",
+    )
 
 
 def _attention_kernels(rng, seq, heads, kv_heads, size):
@@ -553,6 +580,7 @@ def _attention_kernels(rng, seq, heads, kv_heads, size):
         _model([mha_node], *io, onnx_opset=27),
         feeds, "MultiHeadAttention at ai.onnx 25+ (the onnxruntime profile)",
     )  # fmt: skip
+    yield _packed_attention_kernel(rng, seq, heads, size)
     kk, vv = (rng.standard_normal((1, seq, kv), dtype=np.float32) for _ in range(2))
     gqa_io = ({"q": q.shape, "k": kk.shape, "v": vv.shape, "bias": bias.shape}, {"y": q.shape})
     repeat = {"s5": np.array([1, kv_heads, heads // kv_heads, seq, size]), "sk": np.array([1, seq, kv_heads, size]),

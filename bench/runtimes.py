@@ -3,13 +3,13 @@ targets, run in older ONNX Runtime releases, in onnxruntime-node through transfo
 OpenVINO. Prints a markdown table: a row per model and target, a column per runtime, each cell
 ``ok`` with the max abs difference from the reference, ``differs``, or the runtime's refusal.
 
-    python bench/runtimes.py [--releases 1.20.1 1.22.1 1.24.4 1.30.0] [--no-node] [--no-openvino]
+    python bench/runtimes.py [--releases 1.20.1 1.22.1 1.24.4 1.30.0] [--no-node] [--no-openvino] [--no-zoo]
 
 The references: eager PyTorch for the zoo; for the decoder (``opreg llm export``'s folder), the
-installed onnxruntime on the same decode step. Each runtime lives under ``build/`` and is made on
-first use: ``build/ort-VERSION`` (``pip install onnxruntime==VERSION numpy``, tests/side_runtimes.py),
-``build/openvino`` (``pip install openvino numpy``), ``build/tjs`` (``npm install --ignore-scripts
-@huggingface/transformers@4.3.1``, whose onnxruntime-node is 1.30.0).
+installed onnxruntime on the same steps (left-padded prompts, a decode step). Each runtime lives
+under ``build/`` and is made on first use: ``build/ort-VERSION`` (``pip install onnxruntime==VERSION
+numpy``, tests/side_runtimes.py), ``build/openvino`` (``pip install openvino numpy``), ``build/tjs``
+(``npm install --ignore-scripts @huggingface/transformers@4.3.1``, whose onnxruntime-node is 1.30.0).
 """
 
 from __future__ import annotations
@@ -117,12 +117,15 @@ def zoo_cases(folder: Path, targets: tuple[str, ...]) -> list[tuple[str, tuple]]
     return found
 
 
-SIZES = {"batch_size": 2, "sequence_length": 3, "past_sequence_length": 4, "total_sequence_length": 7}
+STEPS = {"2 left-padded prompts": (2, 5, 0, 2), "a decode step of 2 rows": (2, 1, 6, 2)}
+"""``(batch, new tokens, past, left padding)`` of the steps of a generation each folder is run on (a
+batch of prompts after a cache is one row at the default: GroupQueryAttention without query_seqlens
+refuses more)."""
 
 
 def decoder_cases(folder: Path, targets: tuple[str | None, ...]) -> list[tuple[str, tuple]]:
     """The llama decoder folder (``opreg llm export``) at each target (``None``: its default), with
-    a decode step's feeds and the installed onnxruntime's outputs as the reference."""
+    each of :data:`STEPS`' feeds and the installed onnxruntime's outputs as the reference."""
     import onnxruntime
 
     found = []
@@ -133,23 +136,12 @@ def decoder_cases(folder: Path, targets: tuple[str | None, ...]) -> list[tuple[s
         (program,) = exported.programs.values()
         path = out / next(iter(exported.programs))
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        rng = np.random.default_rng(0)
-        feeds = {}
-        for value in session.get_inputs():
-            shape = [d if isinstance(d, int) else SIZES[d] for d in value.shape]
-            if value.name == "input_ids":
-                feeds[value.name] = rng.integers(0, 50, shape).astype(np.int64)
-            elif value.name == "attention_mask":
-                feeds[value.name] = np.ones(shape, np.int64)
-            elif value.name == "position_ids":
-                feeds[value.name] = np.broadcast_to(np.arange(4, 7), shape).astype(np.int64).copy()
-            else:
-                feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
-        expected = session.run(None, feeds)
-        name = f"decoder-{target or 'default'}"
         opsets = f"ai.onnx {program.model.opset_imports['']}, IR {program.model.ir_version}"
-        label = f"llama decoder folder `{target or exported.target.spec}` ({opsets})"
-        found.append((label, (str(path), *side_runtimes.write_case(folder, name, feeds, expected))))
+        for step, sizes in STEPS.items():
+            feeds = side_runtimes.decoder_step(session.get_inputs(), *sizes)
+            name = f"decoder-{target or 'default'}-{step.replace(' ', '-')}"
+            label = f"llama decoder folder `{target or exported.target.spec}` ({opsets}), {step}"
+            found.append((label, (str(path), *side_runtimes.write_case(folder, name, feeds, session.run(None, feeds)))))
     return found
 
 
@@ -196,11 +188,13 @@ def main() -> None:
     parser.add_argument("--releases", nargs="*", default=list(RELEASES), help="onnxruntime releases (build/ort-*)")
     parser.add_argument("--no-node", action="store_true", help="leave out onnxruntime-node (transformers.js)")
     parser.add_argument("--no-openvino", action="store_true", help="leave out OpenVINO")
+    parser.add_argument("--no-zoo", action="store_true", help="the language-model folders only")
     options = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        labelled = zoo_cases(folder, ("onnx", "onnxruntime")) + decoder_cases(folder, (None, "onnx"))
+        zoo = [] if options.no_zoo else zoo_cases(folder, ("onnx", "onnxruntime"))
+        labelled = zoo + decoder_cases(folder, (None, "onnx"))
         cases = [(*case, RTOL, ATOL) for _, case in labelled]
         columns: dict[str, list[dict]] = {}
         for version in options.releases:

@@ -105,3 +105,27 @@ def run_models(python: Path, cases: Sequence[tuple[str, str, str, float, float]]
     if done.returncode != 0:
         raise RuntimeError(f"{python} could not run the models: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def decoder_step(inputs: Sequence, batch: int, length: int, past: int, padding: int) -> dict[str, np.ndarray]:
+    """Random feeds for a decoder step (GenAI's names: ``input_ids``, ``attention_mask``,
+    ``position_ids``, the cache) with ``inputs`` (a session's ``get_inputs()``) giving each one's shape:
+    ``length`` new tokens of ``batch`` rows after a past of ``past``, the rows after the first
+    left-padded by ``padding``, positions from the mask."""
+    rng = np.random.default_rng(0)
+    mask = np.ones((batch, past + length), np.int64)
+    mask[1:, :padding] = 0
+    dims = {"batch_size": batch, "sequence_length": length, "past_sequence_length": past}
+    dims["total_sequence_length"] = past + length
+    feeds = {}
+    for value in inputs:
+        shape = [d if isinstance(d, int) else dims[d] for d in value.shape]
+        if value.name == "input_ids":
+            feeds[value.name] = rng.integers(0, 50, shape).astype(np.int64)
+        elif value.name == "attention_mask":
+            feeds[value.name] = mask
+        elif value.name == "position_ids":
+            feeds[value.name] = np.clip(np.cumsum(mask, 1) - 1, 0, None)[:, past:].astype(np.int64)
+        else:
+            feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds

@@ -447,3 +447,49 @@ def test_a_file_the_plan_requires_is_checked_before_anything_is_built(make_pack,
     (folder / "inverse.json").write_text("{}")
     with pytest.raises(opreg.CheckpointError, match="has no weights.bin, which the inverse invert export needs"):
         opreg.export_checkpoint(folder, tmp_path / "out")
+
+
+LEFT_OUT = ("scipy", "torchao", "torchvision")
+"""What opreg-transformers keeps transformers from importing for a text checkpoint (``OPREG_LEAN_IMPORTS``)."""
+IMPORTED = (
+    "import json, sys; from opreg.cli import script; sys.argv = ['opreg', *sys.argv[1:]]; code = script(); "
+    f"print(json.dumps([code, [name for name in {LEFT_OUT!r} if name in sys.modules]]))"
+)
+
+
+def _command_imports(bert: Path, out: Path, **env: str) -> tuple[int, list[str]]:
+    """The ``opreg`` script's exit code exporting ``bert`` in a fresh process, and which of
+    :data:`LEFT_OUT` it imported."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-c", IMPORTED, "export", str(bert), "-o", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env}, check=False)
+    code, imported = json.loads(proc.stdout.splitlines()[-1])
+    return code, imported
+
+
+def test_the_command_leaves_out_what_transformers_imports_for_other_uses_and_a_live_process_keeps_it(bert, tmp_path):
+    """``opreg export`` (a process of one command) exports a text checkpoint without importing
+    torchao, scipy or torchvision, verified as usual; ``OPREG_LEAN_IMPORTS=0`` imports them as
+    transformers does when they are installed (the lock has them), as does the Python API."""
+    installed = [name for name in LEFT_OUT if importlib.util.find_spec(name) is not None]
+    assert installed, "the lock installs torchao, scipy and torchvision: nothing to leave out here"
+    env = {name: value for name, value in os.environ.items() if name != "OPREG_LEAN_IMPORTS"}
+    os.environ.pop("OPREG_LEAN_IMPORTS", None)
+    try:
+        assert _command_imports(bert, tmp_path / "lean") == (0, [])
+        assert _command_imports(bert, tmp_path / "full", OPREG_LEAN_IMPORTS="0") == (0, installed)
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+    assert sorted(os.listdir(tmp_path / "lean")) == OPTIMUM_BERT_FILES
+
+
+def test_what_an_export_leaves_out_depends_on_the_checkpoint():
+    from opreg_transformers import lean
+
+    assert lean.unused_packages({"model_type": "bert"}, vision=False) == ("scipy", "torchao", "torchvision")
+    assert lean.unused_packages({"model_type": "vit"}, vision=True) == ("scipy", "torchao")
+    quantized = {"model_type": "llama", "quantization_config": {"quant_method": "torchao"}}
+    assert lean.unused_packages(quantized, vision=False) == ("scipy", "torchvision")

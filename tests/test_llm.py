@@ -251,9 +251,9 @@ def test_short_convolutions_beside_attention_cache_their_state_as_genai_lays_it_
         (attention,) = [n for n in graph if (n.domain, n.op_type) == ("com.microsoft", "GroupQueryAttention")]
         assert attention.inputs[3].name == "past_key_values.1.key"
     checks = decoder.verify()  # batch 1 and 3, sequence 1 and 7, past 0 (a prefill) and 5, left padding
-    assert {"present.0.conv (batch 3, sequence 7, past 5, row 2)", "present.0.conv (left padding, row 1's tokens)"} <= {
-        c.name for c in checks
-    }
+    # prompts after a cache: one row where GroupQueryAttention takes no query_seqlens (what ONNX Runtime 1.30 loads)
+    after = "batch 1, sequence 7, past 5" if target == "onnxruntime" else "batch 3, sequence 7, past 5, row 2"
+    assert {f"present.0.conv ({after})", "present.0.conv (left padding, row 1's tokens)"} <= {c.name for c in checks}
     assert lm.genai_greedy(tmp_path, prompt(), LENGTH) == lm.greedy(model, prompt(), LENGTH)
 
 

@@ -30,10 +30,16 @@ PRODUCTS = 5
 """Products per layer at the onnxruntime target: q, k and v packed in one, o, gate, up, down."""
 
 
+def _of_weight(node: ir.Node) -> bool:
+    """Whether ``node`` is a product of a stored weight (not the rotary's angles, positions times
+    frequencies, which the default target computes before GroupQueryAttention)."""
+    return node.op_type != "MatMul" or node.inputs[1].is_initializer()
+
+
 def products(graph: ir.Graph) -> dict[str, int]:
     counts: dict[str, int] = {}
     for node in graph:
-        if node.op_type in ("MatMulNBits", "MatMul", "Gemm", "Gather", "Concat"):
+        if node.op_type in ("MatMulNBits", "MatMul", "Gemm", "Gather", "Concat") and _of_weight(node):
             counts[node.op_type] = counts.get(node.op_type, 0) + 1
     return counts
 
@@ -44,7 +50,8 @@ def stored_only(graph: ir.Graph) -> None:
     float weight of a quantized layer is in the model."""
     nbits = [node for node in graph if node.op_type == "MatMulNBits"]
     assert nbits and all(node.domain == "com.microsoft" for node in nbits)
-    assert ["lm_head" in (node.inputs[1].name or "") for node in graph if node.op_type == "MatMul"] == [True]
+    weights = [node for node in graph if node.op_type == "MatMul" and _of_weight(node)]
+    assert ["lm_head" in (node.inputs[1].name or "") for node in weights] == [True]
     for node in nbits:
         b = node.inputs[1].const_value
         assert isinstance(b, LazyWeight) and not b.held and b.torch_dtype == torch.uint8
@@ -71,6 +78,7 @@ def test_gptq_is_matmulnbits_on_its_integers_and_matches_its_dequantized_model(t
     # act-order: each input reordered once, shared by the layers reading it (q, k, v packed)
     assert counts["Gather"] == 1 + (4 * LAYERS if options.get("act_order") else 0)  # q/k/v and gate/up share one
     bits = options.get("bits", 4)
+    assert (decoder.precision, decoder.stored_format) == (f"int{bits}", "GPTQ")  # what was written, not fp32
     assert {
         node.attributes["bits"].as_int() for node in decoder.program.model.graph if node.op_type == "MatMulNBits"
     } == {bits}
@@ -102,6 +110,7 @@ def test_act_order_layers_packed_in_unlike_orders_are_one_matmulnbits_each(tmp_p
 def test_awq_is_matmulnbits_on_its_integers_and_matches_its_dequantized_model(tmp_path):
     reference = qc.awq(tmp_path / "awq")
     decoder = opreg.llm.export_decoder(tmp_path / "awq", accuracy_level=0, tokenizer=False)
+    assert (decoder.precision, decoder.stored_format) == ("int4", "AWQ")
     assert products(decoder.program.model.graph)["MatMulNBits"] == PRODUCTS * LAYERS
     stored_only(decoder.program.model.graph)
     decoder.verify()
@@ -126,6 +135,7 @@ def test_compressed_tensors_matches_transformers_loading_it(tmp_path, options):
     dequantizes it on the CPU): ``verify`` loads it so."""
     qc.compressed(tmp_path / "ct", **options)
     decoder = opreg.llm.export_decoder(tmp_path / "ct", accuracy_level=0, tokenizer=False)
+    assert (decoder.precision, decoder.stored_format) == (f"int{options.get('bits', 4)}", "compressed-tensors")
     assert products(decoder.program.model.graph)["MatMulNBits"] == PRODUCTS * LAYERS
     stored_only(decoder.program.model.graph)
     zero_points = {len(node.inputs) for node in decoder.program.model.graph if node.op_type == "MatMulNBits"}
@@ -151,8 +161,9 @@ def test_the_command_line_writes_a_folder_genai_runs_with_the_checkpoints_greedy
     reference = qc.gptq(tmp_path / "gptq", act_order=True)
     lm.tokenizer().save_pretrained(tmp_path / "gptq")
     out = tmp_path / "out"
-    code, _, err = run(capsys, "llm", "export", str(tmp_path / "gptq"), "-o", str(out), "--accuracy-level", "0")
+    code, said, err = run(capsys, "llm", "export", str(tmp_path / "gptq"), "-o", str(out), "--accuracy-level", "0")
     assert code == 0, err
+    assert "int4 (GPTQ checkpoint's integers)" in said
     model = ir.load(out / "model.onnx")
     assert sum(node.op_type == "MatMulNBits" for node in model.graph) == PRODUCTS * LAYERS
     assert dict(model.opset_imports).get("com.microsoft") == 1

@@ -23,11 +23,7 @@ PROMPT = "<|vision_start|><|image_pad|><|vision_end|>the quick"
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory):
     root = tmp_path_factory.mktemp("qwen")
-    model = vm.qwen2_5_vl()
-    exported = opreg.llm.export_vision(
-        model, root / "genai", tokenizer=vm.tokenizer(vm.QWEN_TOKENS), image_processor=vm.qwen_processor()
-    )
-    return model, exported, root / "genai", vm.image(root / "image.png", 32, 48)
+    return vm.exported_folder(root, vm.qwen2_5_vl(), vm.QWEN_TOKENS, vm.qwen_processor(), (32, 48))
 
 
 def test_qwen_has_genai_names_and_every_length_dynamic(qwen):

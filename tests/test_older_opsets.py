@@ -58,12 +58,36 @@ def test_opset_version_17_is_target_17():
     assert program.model.opset_imports[""] == 17
 
 
-def test_at_16_an_op_newer_than_the_target_is_refused_by_name():
-    with pytest.raises(opreg.OpsetConflictError) as caught:
-        opreg.export(Block().eval(), (torch.randn(2, 6),), target=16)
-    message = str(caught.value)
-    assert "target ai.onnx 16 cannot hold the model: LayerNormalization needs ai.onnx 17" in message
-    assert "emitted by core:aten_layer_norm" in message and "Export at target=17 or newer" in message
+def test_at_16_a_layer_norm_is_its_decomposition_and_matches_eager():
+    """ai.onnx 16 has no LayerNormalization (17's): the layer norm is ReduceMean-13 (axes an
+    attribute), Sub, Pow, Sqrt, Div, Mul and Add there, and LayerNormalization from 17 on."""
+    x = torch.randn(3, 6)
+    program = opreg.export(Block().eval(), (x,), target=16, dynamic_shapes={"x": {0: "batch"}})
+    proto = _checked(program)
+    assert {o.domain: o.version for o in proto.opset_import} == {"": 16}
+    ops = {n.op_type for n in proto.graph.node}
+    assert "LayerNormalization" not in ops and {"ReduceMean", "Sub", "Pow", "Sqrt", "Div", "Mul", "Add"} <= ops
+    assert all(len(n.input) == 1 for n in proto.graph.node if n.op_type == "ReduceMean")  # axes: an attribute
+    registry = opreg.default_registry()
+    assert registry.resolve("aten::layer_norm", 16).name == "aten_layer_norm_16"
+    assert registry.resolve("aten::layer_norm", 17).name == registry.resolve("aten::layer_norm", 18).name
+    program.verify(torch.randn(5, 6), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_at_16_native_layer_norm_gives_its_statistics_as_eager(dtype):
+    class Native(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight, self.bias = torch.nn.Parameter(torch.randn(4, 6)), torch.nn.Parameter(torch.randn(4, 6))
+
+        def forward(self, x):
+            return torch.native_layer_norm(x, [4, 6], self.weight, self.bias, 1e-5)
+
+    model, x = Native().to(dtype), torch.randn(2, 3, 4, 6).to(dtype)
+    program = opreg.export(model, (x,), target=16)
+    assert "LayerNormalization" not in {n.op_type for n in _checked(program).graph.node}
+    program.verify(torch.randn(2, 3, 4, 6).to(dtype))  # output, mean and 1/std; float16 at its tolerances
 
 
 def test_an_op_that_did_not_exist_before_18_is_refused_and_its_older_spelling_is_not():
@@ -106,11 +130,13 @@ def test_targets_below_16_are_refused():
         opreg.export(Block().eval(), (torch.randn(2, 6),), target=15)
 
 
-@pytest.mark.parametrize("name", ["bert", "llama"])
-def test_zoo_transformers_export_at_17_and_match_eager(name):
+@pytest.mark.parametrize(("name", "version"), [("bert", 17), ("llama", 17), ("bert", 16)])
+def test_zoo_transformers_export_below_18_and_match_eager(name, version):
     case = getattr(real_models, name)()
-    program = opreg.export(case.model, case.args, case.kwargs, dynamic_shapes=case.dynamic_shapes, opset_version=17)
+    program = opreg.export(
+        case.model, case.args, case.kwargs, dynamic_shapes=case.dynamic_shapes, opset_version=version
+    )
     proto = _checked(program)
-    assert {o.domain: o.version for o in proto.opset_import}[""] == 17
+    assert {o.domain: o.version for o in proto.opset_import}[""] == version
     args, kwargs = case.other_inputs
     program.verify(*args, atol=1e-4, **kwargs)

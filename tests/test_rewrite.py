@@ -525,7 +525,7 @@ def test_a_lean_rule_is_matched_only_on_nodes_whose_inputs_can_match(monkeypatch
     from opreg.exporter.passes import lean, pipeline
 
     gated = {pipeline._root_op(rule): pipeline._input_gates(rule) for rule in lean.RULES if pipeline._input_gates(rule)}
-    assert gated.keys() == {"Mul", "Add", "Sub", "Div", "Cast", "Reshape", "Transpose", "Unsqueeze"}
+    assert gated.keys() == {"Mul", "Add", "Sub", "Div", "Cast", "Reshape", "Transpose", "Unsqueeze", "GatherND"}
     args = (torch.randn(4, 6),)
     model = _EveryLeanRule()
     gates_on = opreg.export(model, args, target=18)
@@ -615,3 +615,38 @@ def test_a_packs_rewrite_that_fires_nowhere_takes_no_undo_snapshot(make_pack, mo
     pack.KIND = "either"
     assert [op for _, op in _nodes(opreg.export(model, (x,), target=18, plugins=["alternatives"]))] == ["Clip"]
     assert taken == [1]  # at the firing, before onnxscript changed the graph of one Relu
+
+
+class _OwnPositions(torch.nn.Module):
+    """``mask[arange(B)[:, None, None, None], arange(S)[None, None, None, :]]``, as transformers'
+    mask functions read the 2-D attention mask; ``flip``: the columns read backwards (kept), as
+    ``S - 1 - arange(S)``, whose shape is known as the arange's is."""
+
+    def __init__(self, flip: bool = False) -> None:
+        super().__init__()
+        self.flip = flip
+
+    def forward(self, x, mask):
+        rows, columns = torch.arange(mask.shape[0]), torch.arange(mask.shape[1])
+        columns = mask.shape[1] - 1 - columns if self.flip else columns
+        return x * mask[rows[:, None, None, None], columns[None, None, None, :]]
+
+
+@pytest.mark.parametrize("dynamic", [True, False], ids=["dynamic", "static"])
+def test_a_gather_of_a_tensors_own_positions_becomes_an_unsqueeze(dynamic):
+    """The grid of aranges (Ranges where the sizes are dynamic, constants where they are not) and
+    its GatherND go; what reads the positions in another order keeps them."""
+    args = (torch.randn(3, 1, 5, 7), torch.rand(3, 7))
+    dims = {
+        "x": {0: torch.export.Dim("b"), 3: torch.export.Dim("s")},
+        "mask": {0: torch.export.Dim("b"), 1: torch.export.Dim("s")},
+    }
+    shapes = dims if dynamic else None
+    program = opreg.export(_OwnPositions(), args, target=18, dynamic_shapes=shapes)
+    ops = [n.op_type for n in program.model_proto.graph.node]
+    assert ops == ["Unsqueeze", "Mul"]
+    program.verify(*args)
+    program.verify(torch.randn(2, 1, 5, 4), torch.rand(2, 4)) if dynamic else None
+    flipped = opreg.export(_OwnPositions(flip=True), args, target=18, dynamic_shapes=shapes)
+    assert "GatherND" in [n.op_type for n in flipped.model_proto.graph.node]
+    flipped.verify(*args)

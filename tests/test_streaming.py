@@ -315,7 +315,8 @@ def test_rows_made_in_the_reused_buffer_are_each_weights_own_bytes():
 
 def test_packed_qkv_quantized_to_int4_streams_the_in_memory_bytes(tmp_path):
     """ONNX Runtime's packed q/k/v projection (a lazy concat) quantized to MatMulNBits (lazy blocks of
-    the concat), on the pack's decoder-layer sample, whose rotary table needs its computed buffer."""
+    the concat), on the pack's decoder-layer sample, whose rotary (before GroupQueryAttention at the
+    default target: the packed result is split for it) needs its computed buffer."""
     from opreg_ort_contrib import MatMulNBitsQuantization, samples
 
     sample = samples._decoder_sample()

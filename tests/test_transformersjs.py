@@ -87,3 +87,24 @@ def test_text_generation_gives_eagers_greedy_tokens(tmp_path, transformersjs):
         with torch.no_grad():
             want = model.generate(**ids, do_sample=False, num_beams=1, **GENERATE)[0].tolist()
         assert tokens == want and len(want) == ids["input_ids"].shape[1] + 16
+
+
+@pytest.mark.skipif("onnxruntime" not in opreg.default_registry().profiles, reason="opreg-ort-contrib is not installed")
+def test_the_default_language_model_folder_generates_eagers_greedy_tokens(tmp_path, transformersjs):
+    """``opreg llm export --layout optimum`` at its default target (ONNX Runtime's GroupQueryAttention on
+    the cache, with the 16 inputs onnxruntime-node 1.30 loads): transformers.js generates eager's tokens."""
+    import transformers
+
+    model = language_models.causal_lm("llama")
+    source = language_models.checkpoint(model, tmp_path / "llama")
+    exported = opreg.llm.export_checkpoint(source, tmp_path / "out", opreg.llm.LLMSettings(layout="optimum"))
+    graph = next(iter(exported.programs.values())).model.graph
+    assert [len(n.inputs) for n in graph if n.op_type == "GroupQueryAttention"] == [12, 12]
+    got = run("pipeline.mjs", exported.saved.folder, {"task": "text-generation", "texts": TEXTS, "generate": GENERATE},
+              transformersjs)  # fmt: skip
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    for text, tokens in zip(TEXTS, got["tokens"], strict=True):
+        ids = tokenizer(text, return_tensors="pt")
+        with torch.no_grad():
+            want = model.generate(**ids, do_sample=False, num_beams=1, **GENERATE)[0].tolist()
+        assert tokens == want

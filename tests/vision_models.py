@@ -128,6 +128,17 @@ def image(path: Path, height: int, width: int, seed: int = 0) -> Path:
     return path
 
 
+def exported_folder(root: Path, model: Any, specials: tuple[str, ...], processor: Any, size: tuple[int, int],
+                    **options: Any) -> tuple[Any, Any, Path, Path]:  # fmt: skip
+    """``model`` exported to ``root / "genai"`` with the tokenizer of ``specials`` and ``processor``, and
+    an image of ``size`` (height, width) in ``root``: the model, the export, the folder and the image."""
+    import opreg
+
+    exported = opreg.llm.export_vision(model, root / "genai", tokenizer=tokenizer(specials), image_processor=processor,
+                                       **options)  # fmt: skip
+    return model, exported, root / "genai", image(root / "image.png", *size)
+
+
 def genai_generate(folder: Path, prompt: str, image_file: Path, length: int) -> tuple[list[int], dict[str, np.ndarray]]:
     """ONNX Runtime GenAI's greedy generation from ``prompt`` and an image, with its own processor:
     the tokens, and the tensors its processor made (``input_ids``, ``pixel_values``, ...)."""
@@ -160,3 +171,59 @@ def greedy(model: Any, length: int, **inputs: Any) -> list[int]:
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=length, do_sample=False)
     return out[0].tolist()
+
+
+MISTRAL3_TOKENS = ("[IMG]", "[IMG_BREAK]", "[IMG_END]", "[INST]")
+MISTRAL3_PATCH = 4
+
+
+def mistral3(seed: int = 0, vision_layers: int = 2, text_layers: int = 2) -> Any:
+    """A tiny ``Mistral3ForConditionalGeneration``: a 2-layer Pixtral on patches of 4 pixels (any image
+    size, 2-D rotary positions), its patches merged 2x2 and projected, a 2-layer Mistral."""
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration
+
+    vision = {"model_type": "pixtral", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": vision_layers,
+              "num_attention_heads": 2, "head_dim": 16, "image_size": 64, "patch_size": MISTRAL3_PATCH}  # fmt: skip
+    text = {**TEXT, "model_type": "mistral", "num_hidden_layers": text_layers}
+    image = lm.VOCAB
+    config = Mistral3Config(
+        vision_config=vision, text_config=text, image_token_index=image, spatial_merge_size=2, tie_word_embeddings=False
+    )  # tied, random-init logits repeat the last token
+    torch.manual_seed(seed)
+    return _finish(Mistral3ForConditionalGeneration(config))
+
+
+def mistral3_processor() -> Any:
+    from transformers import PixtralImageProcessor
+
+    return PixtralImageProcessor(patch_size=MISTRAL3_PATCH * 2, size={"longest_edge": 64})
+
+
+QWEN3_VL_PATCH = 4
+
+
+def qwen3_vl(seed: int = 0, text_layers: int = 3, depth: int = 3, deepstack: tuple[int, ...] = (0, 1)) -> Any:
+    """A tiny ``Qwen3VLForConditionalGeneration``: 3 text layers with interleaved 3-D rotary
+    positions and query/key norms, a 3-block vision encoder on patches of 4 pixels merged 2x2 (a
+    learned 4x4 position table resampled to each image's grid), the features after blocks
+    ``deepstack`` added to the first text layers' outputs at the image tokens (deepstack)."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True, "rope_theta": 10000.0}
+    text = {**TEXT, "rope_parameters": rope, "num_hidden_layers": text_layers}
+    vision = {"depth": depth, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "out_hidden_size": 64,
+              "patch_size": QWEN3_VL_PATCH, "spatial_merge_size": 2, "temporal_patch_size": 2,
+              "num_position_embeddings": 16, "deepstack_visual_indexes": list(deepstack)}  # fmt: skip
+    start, end, image, video = (lm.VOCAB + i for i in range(4))
+    config = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=image, video_token_id=video,
+                           vision_start_token_id=start, vision_end_token_id=end,
+                           tie_word_embeddings=False)  # fmt: skip
+    torch.manual_seed(seed)
+    return _finish(Qwen3VLForConditionalGeneration(config))
+
+
+def qwen3_vl_processor() -> Any:
+    from transformers import Qwen2VLImageProcessor
+
+    return Qwen2VLImageProcessor(patch_size=QWEN3_VL_PATCH, temporal_patch_size=2, merge_size=2, min_pixels=64,
+                                 max_pixels=64 * 64, image_mean=[0.5] * 3, image_std=[0.5] * 3)  # fmt: skip

@@ -1,7 +1,8 @@
 """Normalization: layer, group, RMS, batch and instance norm.
 
-LayerNormalization (opset 17) is the layer-norm impl from opset 18 on, with its
-decomposition registered at a lower priority as the fallback. Group norm is
+LayerNormalization (opset 17) is the layer-norm impl from opset 17 on, with its
+decomposition registered at a lower priority as the fallback; at ai.onnx 16, which has no
+LayerNormalization, the decomposition is the impl (ReduceMean-13, Sub, Mul, Sqrt, Reciprocal). Group norm is
 InstanceNormalization of the (N, groups, -1) view at every opset, as torch.onnx
 spells it: measured on a diffusers VAE decoder (``bench/group_norm.py``, ONNX
 Runtime 1.32, one thread) it runs about 0.9x the time of GroupNormalization-21,
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
+from onnxscript.onnx_opset import opset16 as op16
 from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset21 as op21
 from onnxscript.onnx_opset import opset23 as op23
@@ -139,6 +141,47 @@ def aten_native_layer_norm_decomposed(
 ):
     """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor): ReduceMean/Sub/Mul/Sqrt decomposition (fallback)."""
     return _layer_norm_decomposed(input, normalized_shape, weight, bias, eps)
+
+
+def _layer_norm_16(input, normalized_shape, weight, bias, eps):
+    """Layer norm in ai.onnx 16's ops (no LayerNormalization, ReduceMean's axes an attribute): in
+    float32 for a half input, as torch computes it."""
+    rank = rank_of(input)
+    axes = list(range(rank - _norm_count(normalized_shape), rank))
+    x = op16.Cast(input, to=ir.DataType.FLOAT) if input.dtype in HALF_TYPES else input
+    mean = op16.ReduceMean(x, axes=axes, keepdims=1)
+    centered = op16.Sub(x, mean)
+    two, epsilon = op16.CastLike(2.0, x), op16.CastLike(float(eps), x)
+    std = op16.Sqrt(op16.Add(op16.ReduceMean(op16.Pow(centered, two), axes=axes, keepdims=1), epsilon))
+    out = op16.Div(centered, std)
+    out = out if weight is None else op16.Mul(out, op16.CastLike(weight, x))
+    out = out if bias is None else op16.Add(out, op16.CastLike(bias, x))
+    rstd = op16.Reciprocal(std)
+    if input.dtype in HALF_TYPES:  # rounded once, at the end, as torch's kernel does
+        out, mean, rstd = op16.CastLike(out, input), op16.CastLike(mean, input), op16.CastLike(rstd, input)
+    return out, mean, rstd
+
+
+@opreg.impl("aten::layer_norm", opset=(16, 16), priority=1)  # before LayerNormalization-17, which 16 lacks
+def aten_layer_norm_16(
+    input: Tensor,
+    normalized_shape: Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-05,
+    cudnn_enable: bool = True,
+):
+    """layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enable=True) -> Tensor: at ai.onnx 16 only (LayerNormalization is 17's), ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add."""
+    out, _mean, _rstd = _layer_norm_16(input, normalized_shape, weight, bias, eps)
+    return out
+
+
+@opreg.impl("aten::native_layer_norm", opset=(16, 16), priority=1)
+def aten_native_layer_norm_16(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
+):
+    """native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor): at ai.onnx 16 only, ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add (with Mean and InvStdDev)."""
+    return _layer_norm_16(input, normalized_shape, weight, bias, eps)
 
 
 # -- group norm -------------------------------------------------------------------------

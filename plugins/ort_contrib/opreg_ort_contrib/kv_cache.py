@@ -14,19 +14,26 @@ target, with every layer's attention written as the sdpa impl and the lean pass 
 
     y, present_k, present_v = GroupQueryAttention(q, k_new, v_new, past_k, past_v,
                                                   seqlens_k, total_sequence_length, ...,
-                                                  attention_bias, head_sink, ..., query_seqlens)
+                                                  attention_bias, head_sink[, ..., query_seqlens])
 
 on the unrepeated cache, which it appends to in place when past and present are bound to
 one buffer (ONNX Runtime GenAI's ``past_present_share_buffer``), and which it returns
 as ``past + new`` when they are not. Everything it reads comes from the 2-D attention mask
 (batch, total length): ``total_sequence_length`` is the mask's length ``T``, every row's
 ``seqlens_k`` is ``T - 1`` (a row's keys are the mask's columns, left padding included),
-the padding becomes ``attention_bias`` (0 or float32's lowest), ``query_seqlens`` is the
-query length, and a ``head_sink`` far below any score makes a row with no key (a left-padded
-query of a prompt) 0, as torch gives it. The kernel's causal mask does the rest. This is exact for left padding, for a batch of prompts after a cache
-(``query_seqlens`` lifts the kernel's batch-1 limit there), and with a shared buffer, whose
-length (the longest generation) the graph never reads; ONNX Runtime GenAI's builder
+the padding becomes ``attention_bias`` (0 or float32's lowest), and a ``head_sink`` far below
+any score makes a row with no key (a left-padded query of a prompt) 0, as torch gives it. The
+kernel's causal mask does the rest. This is exact for left padding and with a shared buffer,
+whose length (the longest generation) the graph never reads; ONNX Runtime GenAI's builder
 derives ``seqlens_k`` from the mask's sum instead, which a left-padded row gets wrong.
+
+The node has 16 inputs, as ONNX Runtime 1.30 (onnxruntime-node in transformers.js 4.3) loads
+it, unless the pass is made with ``query_lengths=True`` (a target naming ONNX Runtime 1.32 or
+newer, ``onnxruntime==1.32``): then its 17th input ``query_seqlens``, the query length, lifts
+the kernel's batch-1 limit on a batch of prompts after a cache (a query of more than one token
+and a past), which without it the kernel refuses at run time ("batch_size must be 1 when
+sequence_length > 1 and past context is given"), as it refuses the builder's graph. Where both
+run they give the same values (``tests/test_older_runtimes.py``, ``bench/llm.py``).
 
 The rewrite must not change what the model computes, so the mask is not recognised by its
 spelling (every architecture and transformers version writes it differently) but by its
@@ -35,7 +42,7 @@ Runtime for a few batches, lengths and paddings (up to a past of 2**17, so a sli
 shows), and only a mask that is exactly "causal and not padding" in each is replaced. A
 model whose mask is something else (a sliding window, bidirectional tokens, ALiBi) keeps
 its attention as it is. Measured (``bench/llm.py``, ONNX Runtime 1.32, 1 thread):
-GroupQueryAttention with the bias and ``query_seqlens`` costs what it costs without
+GroupQueryAttention with the bias (and ``query_seqlens``) costs what it costs without
 them; rotary embedding inside it (``do_rotary``, with the packed projection it allows) is
 left out, at most 1% of a decode step and slower in a prompt (see the bench's kernels).
 """
@@ -59,6 +66,9 @@ score, it changes nothing in a row that sees a key; in a row that sees none (a l
 query of a prompt, every key at float32's lowest) it is the only term left, so the row's
 output is 0, as torch's. Measured as fast as the kernel without it, or faster."""
 _MASK_TYPES = (ir.DataType.INT64, ir.DataType.INT32, ir.DataType.BOOL)
+ONE_ROW_KEY = "opreg.one_row_after_a_cache"
+"""The model's metadata key saying that a batch of prompts after a cache runs one row at a time
+(GroupQueryAttention without ``query_seqlens``); :meth:`opreg.llm.Decoder.verify` reads it."""
 LONG_PAST = 1 << 17
 """The past of the probe's long decode step: a mask with a sliding window shorter than this differs
 from a causal one there."""
@@ -286,10 +296,11 @@ class _MaskInputs:
     bias: ir.Value
     seqlens: ir.Value
     total: ir.Value
-    query_lengths: ir.Value
+    query_lengths: ir.Value | None
+    """Every row's query length (``query_seqlens``), or ``None`` when the node leaves it out."""
 
 
-def _mask_inputs(build: _Builder, mask: ir.Value, query: ir.Value) -> _MaskInputs:
+def _mask_inputs(build: _Builder, mask: ir.Value, query: ir.Value, query_lengths: bool) -> _MaskInputs:
     length = _size(build, query, 1)  # the query length, (1,)
     batch, total = _size(build, mask, 0), _size(build, mask, 1)
     seen = build("Cast", mask, to=ir.DataType.BOOL) if mask.dtype != ir.DataType.BOOL else mask
@@ -299,8 +310,8 @@ def _mask_inputs(build: _Builder, mask: ir.Value, query: ir.Value) -> _MaskInput
     i32 = ir.DataType.INT32
     total32 = build("Cast", total, to=i32)
     seqlens = build("Expand", build("Sub", total32, build.constant(np.array([1], np.int32))), batch)
-    query_lengths = build("Expand", build("Cast", length, to=i32), batch)
-    return _MaskInputs(bias, seqlens, build("Squeeze", total32), query_lengths)
+    lengths = build("Expand", build("Cast", length, to=i32), batch) if query_lengths else None
+    return _MaskInputs(bias, seqlens, build("Squeeze", total32), lengths)
 
 
 def _size(build: _Builder, value: ir.Value, axis: int) -> ir.Value:
@@ -360,23 +371,28 @@ def _merged(query: ir.Value) -> ir.Value:
     return query if source is None or dims(source) != dims(query) else source
 
 
-def _rewrite(graph: ir.Graph, layer: _Layer, shared: dict, mask: ir.Value) -> None:
+def _rewrite(graph: ir.Graph, layer: _Layer, shared: dict, mask: ir.Value, query_lengths: bool) -> None:
     replaced = [layer.node, layer.key.concat, layer.value.concat]
     if layer.output is not layer.node.outputs[0]:
         replaced.append(layer.output.producer())
     build = _Builder(graph, layer.node, provenance(replaced))
     if ("mask", id(mask)) not in shared:
-        shared["mask", id(mask)] = _mask_inputs(build, mask, layer.query)
+        shared["mask", id(mask)] = _mask_inputs(build, mask, layer.query, query_lengths)
     inputs = shared["mask", id(mask)]
     extra = {}
     if "scale" in layer.node.attributes:
         extra["scale"] = layer.node.attributes["scale"].as_float()
     if ("sink", layer.heads) not in shared:  # every head's sink: a logit no key reaches, which a row with no key gets
         shared["sink", layer.heads] = build.constant(np.full(layer.heads, _SINK, np.float32))
-    out, present_key, present_value = build(
-        "GroupQueryAttention", _merged(layer.query), _heads_last(build, layer.key.new), _heads_last(build, layer.value.new),
+    operands = [
+        _merged(layer.query), _heads_last(build, layer.key.new), _heads_last(build, layer.value.new),
         layer.key.past, layer.value.past, inputs.seqlens, inputs.total, None, None, None, inputs.bias,
-        shared["sink", layer.heads], None, None, None, None, inputs.query_lengths,
+        shared["sink", layer.heads],
+    ]  # fmt: skip
+    if inputs.query_lengths is not None:
+        operands += [None, None, None, None, inputs.query_lengths]
+    out, present_key, present_value = build(
+        "GroupQueryAttention", *operands,
         domain=CONTRIB_DOMAIN, outputs=3, num_heads=layer.heads, kv_num_heads=layer.kv_heads, **extra,
     )  # fmt: skip
     out.type, out.shape = layer.output.type, layer.output.shape
@@ -389,7 +405,11 @@ def _rewrite(graph: ir.Graph, layer: _Layer, shared: dict, mask: ir.Value) -> No
 class GroupQueryAttentionOnCache(ir.passes.InPlacePass):
     """Every attention of a decoder on its KV cache whose mask is "causal and not padding" of a
     2-D attention mask -> GroupQueryAttention that past and present can share one buffer with
-    (see the module docstring)."""
+    (see the module docstring); with ``query_lengths``, its 17th input ``query_seqlens`` too."""
+
+    def __init__(self, query_lengths: bool = False) -> None:
+        super().__init__()
+        self.query_lengths = query_lengths
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
@@ -403,8 +423,13 @@ class GroupQueryAttentionOnCache(ir.passes.InPlacePass):
             mask = verdicts[id(layer.bias)]
             if mask is None:
                 continue
-            _rewrite(graph, layer, shared, mask)
+            _rewrite(graph, layer, shared, mask, self.query_lengths)
             modified = True
         if modified:  # the replaced nodes, so that the lean pass after the rewrites sees the new graph alone
             ir.passes.common.RemoveUnusedNodesPass()(model)
+            if not self.query_lengths:
+                model.metadata_props[ONE_ROW_KEY] = (
+                    "GroupQueryAttention without query_seqlens (what ONNX Runtime 1.30 loads) refuses a batch of "
+                    "prompts after a cache; export at target onnxruntime==1.32 or newer for it"
+                )
         return ir.passes.PassResult(model, modified)

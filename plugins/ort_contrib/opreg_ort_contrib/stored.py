@@ -65,7 +65,7 @@ def _alike(parts: list[Any]) -> bool:
     """Whether the blocks of ``parts`` can be one MatMulNBits: bits, blocks, zero points, order alike."""
     first = parts[0]
     return all(
-        (p.bits, p.block_size, p.zero_points is None) == (first.bits, first.block_size, first.zero_points is None)
+        (p.bits, p.block_size, p.zero_points is None, p.k) == (first.bits, first.block_size, first.zero_points is None, first.k)
         and (p.order is None) == (first.order is None) and (p.order is None or bool((p.order == first.order).all()))
         for p in parts
     )  # fmt: skip
@@ -82,6 +82,7 @@ def _concatenated(parts: list[Any]) -> Any:
     return weights.StoredBlocks(
         first.bits, first.block_size, weights.concat([p.packed for p in parts], 0),
         weights.concat([p.scales for p in parts], 0), zero_points, first.order, " + ".join(p.source for p in parts),
+        first.k,
     )  # fmt: skip
 
 
@@ -129,8 +130,8 @@ class StoredBlocksToMatMulNBits(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, True)
 
     def _attributes(self, blocks: Any) -> dict[str, int]:
-        n, count, _ = (int(d) for d in blocks.packed.shape)
-        attributes = {"K": count * blocks.block_size, "N": n, "bits": blocks.bits, "block_size": blocks.block_size}
+        n = int(blocks.packed.shape[0])
+        attributes = {"K": blocks.input_channels, "N": n, "bits": blocks.bits, "block_size": blocks.block_size}
         if self.accuracy_level is not None:
             attributes["accuracy_level"] = self.accuracy_level
         return attributes

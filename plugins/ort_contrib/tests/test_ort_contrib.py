@@ -179,7 +179,10 @@ def test_shape_inference_understands_the_attention_kernels():
 
 # model -> ops the onnxruntime export must hold, ops it must not
 REAL_MODELS = {
-    "bert": ({_attention_at_profile("MultiHeadAttention"), "com.microsoft::BiasGelu", "Sum"}, {"Softmax"}),
+    "bert": (
+        {_attention_at_profile("Attention"), "com.microsoft::BiasGelu", "Sum"},
+        {"Softmax", "com.microsoft::MultiHeadAttention"},  # q, k and v packed into Attention (PackedAttention)
+    ),
     "gpt2": ({_attention_at_profile("MultiHeadAttention"), "com.microsoft::FastGelu"}, {"Softmax", "Tanh"}),
     "llama": (
         {
@@ -190,7 +193,10 @@ REAL_MODELS = {
         },
         {"Softmax", "ReduceMean", "Neg"},
     ),
-    "vit": ({_attention_at_profile("MultiHeadAttention"), "com.microsoft::BiasGelu"}, {"Softmax"}),
+    "vit": (
+        {_attention_at_profile("Attention"), "com.microsoft::BiasGelu"},
+        {"Softmax", "com.microsoft::MultiHeadAttention"},
+    ),
 }
 
 

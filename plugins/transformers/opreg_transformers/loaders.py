@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import opreg
-from opreg_transformers import causal, decoders, encoders, media, seq2seq, seq2seq_heads, shapes
+from opreg_transformers import causal, decoders, encoders, lean, media, seq2seq, seq2seq_heads, shapes
 
 LIBRARY = "transformers"
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -82,6 +82,7 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     config = _config(checkpoint)
     assert config is not None  # recognised
     require_weights(checkpoint)
+    lean.import_model_code(config, vision=config["model_type"] in media.FAMILIES)
     known = {*encoders.FAMILIES, *media.FAMILIES, *seq2seq.FAMILIES}
     if task == decoders.TASK:  # a causal LM, or a ...ForCausalLM of an encoder-decoder family, without past
         return decoders.plan(checkpoint, _buildable(checkpoint, "AutoModelForCausalLM", task)[0], files())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import warnings
@@ -122,9 +123,18 @@ def _run(argv: Sequence[str] | None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+ONE_COMMAND = "OPREG_LEAN_IMPORTS"
+"""Set to ``1`` by :func:`script` unless set already: the process runs one command and exits, so
+packs may leave out imports their libraries make only for other uses (opreg-transformers: torchao,
+scipy and torchvision when the checkpoint needs none of them; docs/exporting-checkpoints.md).
+``0`` turns it off; :func:`main`, called in a process that lives on, leaves it alone."""
+
+
 def script() -> int:
-    """The ``opreg`` console script (and ``python -m opreg``): :func:`main`, then the process's
-    objects left out of the interpreter's last collections (:func:`opreg._heap.exiting`)."""
+    """The ``opreg`` console script (and ``python -m opreg``, ``python -m opreg.cli``): :data:`ONE_COMMAND`
+    set, :func:`main`, then the process's objects left out of the interpreter's last collections
+    (:func:`opreg._heap.exiting`)."""
+    os.environ.setdefault(ONE_COMMAND, "1")
     code = main()
     _heap.exiting()
     return code

@@ -1,6 +1,6 @@
 """``python -m opreg.cli``: the ``opreg`` command line."""
 
-from opreg.cli import main
+from opreg.cli import script
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(script())

@@ -117,6 +117,12 @@ def _export(args: argparse.Namespace, settings: Any, loaded: Any, err: Any, stag
     return EXIT_OK
 
 
+def _precision(exported: Any) -> str:
+    """The weights' precision, and the quantized checkpoint's format whose integers were written as they are."""
+    stored = exported.stored_format
+    return exported.precision if stored is None else f"{exported.precision} ({stored} checkpoint's integers)"
+
+
 def _report(args: argparse.Namespace, exported: Any, seconds: float, checks: list) -> None:
     """What ``exported`` (an :class:`opreg.llm.ExportedModel`, of any family) is and where its save
     wrote it: a line, or ``--json``'s summary."""
@@ -130,6 +136,7 @@ def _report(args: argparse.Namespace, exported: Any, seconds: float, checks: lis
         "opsets": {domain_label(d): v for d, v in sorted(decoder.model.opset_imports.items())},
         "opset_floors": decoder.opset_floors,
         "precision": exported.precision,
+        "stored_format": exported.stored_format,
         "layers": layout.num_layers,
         "inputs": list(decoder.input_names),
         "outputs": list(decoder.output_names),
@@ -150,7 +157,7 @@ def _report(args: argparse.Namespace, exported: Any, seconds: float, checks: lis
     out.print(
         f"wrote {folder} ({', '.join(files)}): {type(exported.model).__name__}, {layout.num_layers} layers, "
         f"{nodes}, target {target.name} (opsets {opsets_text(summary['opsets'], decoder.opset_floors)}), "
-        f"{exported.precision}, exported in {seconds:.1f} s",
+        f"{_precision(exported)}, exported in {seconds:.1f} s",
         markup=False,
         soft_wrap=True,
     )

@@ -102,8 +102,10 @@ def export_vision(
 
     Args:
         model: a ``Gemma3ForConditionalGeneration``, ``Qwen2_5_VLForConditionalGeneration``,
-            ``LlavaForConditionalGeneration`` or ``Lfm2VlForConditionalGeneration``, or the path of a
-            local checkpoint folder (loaded in float32).
+            ``LlavaForConditionalGeneration``, ``Lfm2VlForConditionalGeneration``,
+            ``Mistral3ForConditionalGeneration``, ``Qwen3VLForConditionalGeneration`` or
+            ``Phi4MultimodalForCausalLM`` (its vision part), or the path of a local checkpoint folder
+            (loaded in float32).
         output_folder: where to write ``vision.onnx``, ``embedding.onnx``, ``model.onnx``,
             ``genai_config.json``, ``processor_config.json`` (GenAI's image recipe) and the
             tokenizer's and image processor's files.

@@ -15,6 +15,7 @@ while its weights load, so that a bad one is refused in seconds, not after a cap
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -141,8 +142,16 @@ def load_model(folder: Path, auto_class: str, name: str) -> Any:
     try:
         loaded = getattr(transformers, auto_class).from_pretrained(folder, dtype=torch.float32, trust_remote_code=False)
     except Exception as e:
+        if auto_class in FALLBACK:
+            with contextlib.suppress(ExportError):  # both failing: the family's own class's error
+                return load_model(folder, FALLBACK[auto_class], name)
         raise ExportError(f"transformers could not load a {name} from {folder}: {type(e).__name__}: {e}") from e
     return loaded.eval()
+
+
+FALLBACK = {"AutoModelForImageTextToText": "AutoModelForCausalLM"}
+"""The Auto class tried when a family's does not load the checkpoint: Phi-4-multimodal is a causal LM
+holding its vision and audio encoders (``Phi4MultimodalForCausalLM``)."""
 
 
 def load_weights(folder: Path) -> Any:

@@ -25,7 +25,7 @@ from opreg.exporter.diagnosis.compare import compare_output
 from opreg.llm import _cache, _checkpoint, _genai, _lora, _lora_inputs, _meta, _optimum, _quantized
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, CacheTensor, KeyValueCache, LayerCache
 from opreg.llm._capture import EXAMPLE, set_dims
-from opreg.llm._compare import checked
+from opreg.llm._compare import checked, runnable
 from opreg.llm._family import Request
 from opreg.llm._genai import text_config
 from opreg.llm._layout import LAYOUT
@@ -182,7 +182,9 @@ class Decoder(ExportedModel):
         tokenizer: what :meth:`save` writes beside the model (a tokenizer, a folder holding one;
             ``None`` or ``False``: none).
         context_length: what ``genai_config.json`` allows GenAI to generate up to.
-        precision: its weights' precision (``"fp32"``, ``"int8"``, ``"int4"``).
+        precision: its weights' precision (``"fp32"``, ``"int8"``, ``"int4"``; a quantized
+            checkpoint's: the bits it stores).
+        stored_format: the quantized checkpoint's format written as it is stored (``"GPTQ"``, ...), else ``None``.
         folder: the checkpoint folder it came from, if any.
         folder_layout: the folder :meth:`save` writes (:attr:`opreg.llm.LLMSettings.layout`):
             ``"genai"`` or ``"optimum"`` (:mod:`opreg.llm._optimum`).
@@ -203,8 +205,10 @@ class Decoder(ExportedModel):
         folder_layout: str = "genai",
         adapters: Sequence[Adapter] = (),
         merged: Adapter | None = None,
+        stored_format: str | None = None,
     ) -> None:
         self.program = program
+        self.stored_format = stored_format
         self.adapters = tuple(adapters)
         self.merged = merged
         self.layout = layout
@@ -272,8 +276,12 @@ class Decoder(ExportedModel):
     ) -> list[OutputCheck]:
         """Compare the decoder in ONNX Runtime with the transformers model on random tokens and
         caches of each ``(batch, sequence, past)`` in ``shapes``, and on a left-padded batch
-        (positions of padding are not compared: the model may compute anything there). Raises
-        :class:`opreg.VerificationError` listing what differs; returns every check."""
+        (positions of padding are not compared: the model may compute anything there). A model
+        whose metadata says a batch of prompts after a cache runs one row at a time
+        (``opreg.one_row_after_a_cache``: opreg-ort-contrib's GroupQueryAttention below ONNX Runtime 1.32) is
+        checked on one row there. Raises :class:`opreg.VerificationError` listing what differs;
+        returns every check."""
+        shapes = runnable(self.program, shapes)
         generator = torch.Generator().manual_seed(seed)
         checks: list[OutputCheck] = []
         cases = [(f"batch {b}, sequence {s}, past {p}", self._random(b, s, p, generator)) for b, s, p in shapes]
@@ -408,10 +416,14 @@ def export(request: Request) -> Decoder:
     """The causal LM's export (:data:`opreg.llm._families.CAUSAL`): the model captured as one
     decoder, its cache as inputs and outputs, every length dynamic and bounded by the context."""
     stored = _quantized.scheme_of(request.config, str(request.folder)) if request.folder is not None else None
-    settings = request.quantized(stored=None if stored is None else f"{request.folder} ({stored.name})")
+    rounded = request.settings.int4_algo == "gptq"
+    named = f"{request.folder} ({stored.name})" if stored is not None else "GPTQ blocks" if rounded else None
+    settings = request.quantized(stored=named)
     merged = None if request.settings.adapter is None else _lora.read_adapter(request.settings.adapter)
     adapters = [_lora.read_adapter(folder) for folder in request.settings.adapters or ()]
     model, streamed = load(request, merged)
+    if rounded:
+        streamed = calibrated(request, streamed, merged)
     for adapter in adapters:
         _lora.check_against(adapter, model)
     if settings.weights is not None:  # a meta model of the caller's, and its checkpoint
@@ -446,9 +458,27 @@ def export(request: Request) -> Decoder:
     total = _optimum.TOTAL if request.settings.layout == "optimum" else TOTAL
     _name(program, layout, total)
     _lora_inputs.add_defaults(program.model.graph, layout.lora)
-    return Decoder(program, layout, model, request.settings.tokenizer, context_length,
-                   precision=request.settings.precision, folder=request.folder,
-                   folder_layout=request.settings.layout, adapters=adapters, merged=merged)  # fmt: skip
+    precision = request.settings.precision if stored is None else f"int{stored.bits}"  # what its layers store
+    return Decoder(program, layout, model, request.settings.tokenizer, context_length, precision=precision,
+                   folder=request.folder, folder_layout=request.settings.layout, adapters=adapters, merged=merged,
+                   stored_format=None if stored is None else stored.name)  # fmt: skip
+
+
+def calibrated(request: Request, streamed: Weights | None, merged: Adapter | None) -> Weights:
+    """The streamed weights with each linear layer's replaced by its GPTQ blocks (``int4_algo='gptq'``,
+    :mod:`opreg.llm._gptq`), calibrated on the checkpoint's float model, loaded for it and dropped."""
+    from opreg.llm import _gptq
+
+    if streamed is None:
+        raise InvalidArgumentError(
+            "int4_algo='gptq' rounds the weights of a checkpoint folder streamed as it is written: give the "
+            "checkpoint folder (of safetensors) rather than a model"
+        )
+    model = _checkpoint.load_weights(request.folder)
+    if merged is not None:
+        _lora.merge_in_memory(merged, model)
+    block_size = request.settings.block_size or _gptq.BLOCK_SIZE
+    return _gptq.gptq_weights(model.eval(), streamed, block_size)
 
 
 def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any]:

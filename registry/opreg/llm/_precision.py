@@ -50,7 +50,10 @@ def quantization(
         )
     quantizer = _pack_pass(QUANTIZATION_PASS, f"precision {precision!r}")
     table = {"embeddings": True} if embeddings else {}
-    return quantizer(bits=bits, **{**defaults, **settings.quantization()}, **table)
+    given = settings.quantization()
+    if given.get("int4_algo") == "gptq":  # GPTQ's blocks are stored before the capture: the rest (a tied head) rtn
+        given["int4_algo"] = "rtn"
+    return quantizer(bits=bits, **{**defaults, **given}, **table)
 
 
 def stored_quantization(settings: LLMSettings, target: Target, what: str) -> Any:

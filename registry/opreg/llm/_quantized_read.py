@@ -65,12 +65,12 @@ def gptq(prefix: str, parts: Parts, scheme: Scheme) -> LazyWeight:
 
     def zeros() -> torch.Tensor:
         values = (_unpack(qzeros.torch(), bits) + scheme.zero_offset) & mask  # (groups, N)
-        return _pack(values.T.repeat_interleave(k // groups // block, 1), bits)
+        return pack(values.T.repeat_interleave(k // groups // block, 1), bits)
 
     zero_points = _whole(zeros, _zero_shape(n, k // block, bits), f"{prefix}.qzeros", qzeros)
     stored_scales = _scales(cast(transpose(scales, [1, 0]), torch.float32), k // groups // block)
     source = f"GPTQ tensors {prefix}.*"
-    return _float(StoredBlocks(bits, block, packed, stored_scales, zero_points, order, source), prefix)
+    return dequantized(StoredBlocks(bits, block, packed, stored_scales, zero_points, order, source), prefix)
 
 
 def awq(prefix: str, parts: Parts, scheme: Scheme) -> LazyWeight:
@@ -91,16 +91,16 @@ def awq(prefix: str, parts: Parts, scheme: Scheme) -> LazyWeight:
         return values[..., reverse].reshape(words.shape[0], -1)
 
     def weight() -> torch.Tensor:
-        return _pack(columns(qweight.torch()).T, bits).reshape(n, k // block, block * bits // 8)
+        return pack(columns(qweight.torch()).T, bits).reshape(n, k // block, block * bits // 8)
 
     def zeros() -> torch.Tensor:
-        return _pack(columns(qzeros.torch()).T.repeat_interleave(k // groups // block, 1), bits)
+        return pack(columns(qzeros.torch()).T.repeat_interleave(k // groups // block, 1), bits)
 
     packed = _whole(weight, (n, k // block, block * bits // 8), f"{prefix}.qweight", qweight)
     zero_points = _whole(zeros, _zero_shape(n, k // block, bits), f"{prefix}.qzeros", qzeros)
     stored_scales = _scales(cast(transpose(scales, [1, 0]), torch.float32), k // groups // block)
     source = f"AWQ tensors {prefix}.*"
-    return _float(StoredBlocks(bits, block, packed, stored_scales, zero_points, None, source), prefix)
+    return dequantized(StoredBlocks(bits, block, packed, stored_scales, zero_points, None, source), prefix)
 
 
 def compressed_tensors(prefix: str, parts: Parts, scheme: Scheme) -> LazyWeight:
@@ -123,12 +123,12 @@ def compressed_tensors(prefix: str, parts: Parts, scheme: Scheme) -> LazyWeight:
 
         def zeros() -> torch.Tensor:  # unsigned: the signed zero point plus the midpoint, as the values are
             values = _unpack(stored.torch().T.contiguous(), bits)[:, :n]  # (groups, N)
-            return _pack(values.T.repeat_interleave(k // groups // block, 1), bits)
+            return pack(values.T.repeat_interleave(k // groups // block, 1), bits)
 
         zero_points = _whole(zeros, _zero_shape(n, k // block, bits), f"{prefix}.weight_zero_point", stored)
     stored_scales = _scales(cast(scale, torch.float32), k // groups // block)
     source = f"compressed-tensors tensors {prefix}.*"
-    return _float(StoredBlocks(bits, block, packed, stored_scales, zero_points, order, source), prefix)
+    return dequantized(StoredBlocks(bits, block, packed, stored_scales, zero_points, order, source), prefix)
 
 
 # -- checks ---------------------------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ def _unpack(words: torch.Tensor, bits: int) -> torch.Tensor:
     return values.reshape(*words.shape[:-1], words.shape[-1] * per)
 
 
-def _pack(values: torch.Tensor, bits: int) -> torch.Tensor:
+def pack(values: torch.Tensor, bits: int) -> torch.Tensor:
     """Values ``(..., m)`` of ``bits`` as bytes ``(..., ceil(m * bits / 8))``, the lowest bits first."""
     per = 8 // bits
     padded = torch.nn.functional.pad(values.to(torch.int32), (0, -values.shape[-1] % per))
@@ -227,7 +227,7 @@ def _packed(
     def rows(run: torch.Tensor) -> list[torch.Tensor]:
         if order is None:
             return [run.contiguous().view(torch.uint8).reshape(-1, *shape[1:])]
-        return [_pack(_unpack(run, bits)[:, :k][:, order], bits).reshape(-1, *shape[1:])]
+        return [pack(_unpack(run, bits)[:, :k][:, order], bits).reshape(-1, *shape[1:])]
 
     return rowwise(words, rows, [TensorSpec(torch.uint8, shape, name)], "MatMulNBits blocks")[0]
 
@@ -256,12 +256,12 @@ def _scales(scales: LazyWeight, times: int) -> LazyWeight:
     return rowwise(scales, rows, [TensorSpec(torch.float32, shape, str(scales.name))], "scales per block")[0]
 
 
-def _float(blocks: StoredBlocks, prefix: str) -> LazyWeight:
+def dequantized(blocks: StoredBlocks, prefix: str) -> LazyWeight:
     """The layer's ``(N, K)`` float32 weight, ``(q - zero_point) * scale`` of ``blocks`` (what a
     library's reader computes; read only by an eager comparison), carrying ``blocks``."""
     n, count, _ = (int(d) for d in blocks.packed.shape)
     bits, block = blocks.bits, blocks.block_size
-    k = count * block
+    k = blocks.input_channels
 
     def read(start: int, stop: int) -> torch.Tensor:
         values = _unpack_bytes(blocks.packed.rows(start, stop).reshape(stop - start, -1), bits)
@@ -271,6 +271,7 @@ def _float(blocks: StoredBlocks, prefix: str) -> LazyWeight:
             zeros = _unpack_bytes(blocks.zero_points.rows(start, stop), bits)[:, :count]
         scales = blocks.scales.rows(start, stop)
         weight = (values - zeros.repeat_interleave(block, 1)).float() * scales.repeat_interleave(block, 1)
+        weight = weight[:, :k]  # the last block's padding
         if blocks.order is None:
             return weight
         made = torch.empty_like(weight)

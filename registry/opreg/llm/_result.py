@@ -44,7 +44,11 @@ class ExportedModel(abc.ABC):
             ``genai_config.json`` describes them; every layout has ``num_layers``, the decoder's layers.
         model: the transformers model they were exported from (on the ``meta`` device when its
             weights were streamed from the checkpoint).
-        precision: the linear layers' weights: ``"fp32"``, ``"int8"`` or ``"int4"``.
+        precision: the linear layers' weights: ``"fp32"``, ``"int8"`` or ``"int4"``; a quantized
+            checkpoint's, the bits its layers store (``"int4"`` for a 4-bit GPTQ checkpoint, whatever
+            ``precision`` the export was given: that one quantizes the layers it keeps float).
+        stored_format: the quantized checkpoint's format whose integers were written as they are
+            (``"GPTQ"``, ``"AWQ"``, ``"compressed-tensors"``), else ``None``.
         target: the :class:`opreg.Target` the models were exported for (the decoder's).
         context_length: the longest sequence ``genai_config.json`` lets GenAI generate.
         tokenizer: what :meth:`save` writes beside the models (a tokenizer, a folder holding one;
@@ -55,6 +59,7 @@ class ExportedModel(abc.ABC):
     layout: Any
     model: Any
     precision: str
+    stored_format: str | None = None
     context_length: int
     tokenizer: Any
     saved: SavedFolder | None = None

@@ -34,8 +34,9 @@ FAMILIES = {"causal": "causal LM", "whisper": "Whisper model", "vision": "vision
 exports, in messages (:attr:`opreg.llm._family.Family.name`)."""
 PRECISIONS = ("fp32", "int8", "int4")
 """What ``precision=`` takes: float32 weights, or weights of 8 or 4 bits (MatMulNBits)."""
-INT4_ALGOS = ("rtn", "k_quant", "hqq")
-"""What ``int4_algo=`` takes (the opreg-ort-contrib pack's ``int4_algos.ALGORITHMS``)."""
+INT4_ALGOS = ("rtn", "k_quant", "hqq", "gptq")
+"""What ``int4_algo=`` takes: the opreg-ort-contrib pack's ``int4_algos.ALGORITHMS``, and ``gptq``
+(:mod:`opreg.llm._gptq`, computed before the capture and written by the pack's stored pass)."""
 LAYOUTS = ("genai", "optimum")
 """What ``layout=`` takes: the folder ONNX Runtime GenAI loads, or (a causal LM) the folder optimum-onnx
 writes for ``text-generation-with-past``, which optimum's ORTModelForCausalLM and transformers.js load."""
@@ -196,8 +197,9 @@ class LLMSettings:
         None, """int4 only: how the int4 values are chosen: 'rtn' (round to nearest, the default: the fastest to
         run and to export), 'k_quant' (ONNX Runtime's k-quant search of each block's scale and zero point, the head
         and the most sensitive projections in int8, as GenAI's builder's k_quant_mixed: more accurate, larger and
-        slower) or 'hqq' (ONNX Runtime's HQQ, its zero points rounded to integers: no more accurate than rtn on the
-        model measured)""",
+        slower), 'hqq' (ONNX Runtime's HQQ, its zero points rounded to integers: no more accurate than rtn on the
+        model measured) or 'gptq' (opreg's GPTQ on random-token calibration, symmetric: rtn's size and speed, more
+        accurate; loads the float checkpoint once to calibrate)""",
         families=_CAUSAL, flags=(_value(("--int4-algo",), choices=INT4_ALGOS),),
         check=lambda value: None if value is None else _one_of("int4_algo", INT4_ALGOS)(value), quantizes=True,
     )  # fmt: skip
@@ -266,6 +268,11 @@ class LLMSettings:
             raise InvalidArgumentError(
                 f"int4_algo={self.int4_algo!r} chooses int4 weights: give precision='int4' (--precision int4) with "
                 "it, or leave it out"
+            )
+        if self.int4_algo == "gptq" and (self.symmetric is False or self.streaming is False):
+            wrong = "symmetric=False" if self.symmetric is False else "streaming=False"
+            raise InvalidArgumentError(
+                f"int4_algo='gptq' writes symmetric blocks into the streamed checkpoint's weights: leave {wrong} out"
             )
         given = [name for name in self.quantization() if name not in STORED_OPTIONS]
         if given and self.precision == "fp32":

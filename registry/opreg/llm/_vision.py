@@ -61,19 +61,19 @@ class EmbeddingStep(torch.nn.Module):
     """``forward(input_ids, image_features)``: the tokens' embeddings with each image token's
     replaced, in order, by a row of ``image_features`` (of any leading shape; none for a decode step)."""
 
-    def __init__(self, model: torch.nn.Module, image_token_id: int) -> None:
+    def __init__(self, model: torch.nn.Module, architecture: Any) -> None:
         super().__init__()
-        self.model, self.image_token_id = model, image_token_id
+        self.model, self.architecture = model, architecture
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> torch.Tensor:
-        return merge_images(self.model, input_ids, image_features, self.image_token_id)
+        return merge_images(self.model, input_ids, image_features, self.architecture)
 
 
-def merge_images(model: Any, input_ids: torch.Tensor, features: torch.Tensor, image_token_id: int) -> torch.Tensor:
+def merge_images(model: Any, input_ids: torch.Tensor, features: torch.Tensor, architecture: Any) -> torch.Tensor:
     """What the transformers model does before its language model: embed the tokens, then scatter
     the image features over the image tokens' embeddings (``masked_scatter``)."""
-    embeds = model.get_input_embeddings()(input_ids)
-    mask = (input_ids == image_token_id).unsqueeze(-1).expand_as(embeds)
+    embeds = architecture.token_embeddings(model, input_ids)
+    mask = (input_ids == architecture.image_token_id(model)).unsqueeze(-1).expand_as(embeds)
     return embeds.masked_scatter(mask, features.reshape(-1, embeds.shape[-1]).to(embeds.dtype))
 
 
@@ -95,12 +95,11 @@ class DecoderStep(torch.nn.Module):
         input_ids: torch.Tensor | None = None,
     ) -> dict[str, Any]:
         cache = _cache.capture_cache(self.layers, past)
-        options = self.architecture.decoder_options(self.model, input_ids)
-        out = self.model(
-            inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
-            past_key_values=cache, use_cache=True, **options,
+        logits = self.architecture.decoder_logits(
+            self.model, inputs_embeds, input_ids, capturing=True, attention_mask=attention_mask,
+            position_ids=position_ids, past_key_values=cache, use_cache=True,
         )  # fmt: skip
-        return {"logits": out.logits, "present": _cache.present(self.layers, cache)}
+        return {"logits": logits, "present": _cache.present(self.layers, cache)}
 
 
 # -- the result -------------------------------------------------------------------------------------
@@ -151,7 +150,7 @@ class VisionLanguage(ExportedModel):
 
     def eager_embedding(self, input_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         with TRACING_LOCK, torch.no_grad():
-            return merge_images(self.model, input_ids, features, self.image_token_id)
+            return merge_images(self.model, input_ids, features, self.architecture)
 
     def eager_decoder(self, input_ids: torch.Tensor, embeds: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                       past: Sequence[torch.Tensor]) -> dict[str, Any]:  # fmt: skip
@@ -159,11 +158,11 @@ class VisionLanguage(ExportedModel):
         cache transformers' own layers holding ``past`` (empty for a prefill)."""
         layers = self.layout.layers
         cache = _cache.eager_cache(layers, past, prefill=self.layout.past_length(past) == 0)
-        options = self.architecture.decoder_options(self.model, input_ids)
         with TRACING_LOCK, torch.no_grad():
-            out = self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                             use_cache=True, **options)  # fmt: skip
-        return {"logits": out.logits, "present": _cache.present(layers, out.past_key_values, eager=True)}
+            logits = self.architecture.decoder_logits(self.model, embeds, input_ids, capturing=False,
+                                                      attention_mask=mask, position_ids=positions,
+                                                      past_key_values=cache, use_cache=True)  # fmt: skip
+        return {"logits": logits, "present": _cache.present(layers, cache, eager=True)}
 
     def verify(self, *, rtol: float = 1e-4, atol: float = 1e-4, seed: int = 0) -> list[OutputCheck]:
         """Compare each model with transformers (:mod:`opreg.llm._vision_verify`), and the three
@@ -244,10 +243,12 @@ def _export_embedding(model: Any, architecture: Any, layout: DecoderLayout, sett
     ids = torch.randint(0, layout.vocab_size, (batch, length))
     ids[:, 1:4] = image  # three image tokens a row
     rank = len(architecture.feature_dims)
-    features = torch.randn(*([batch] if rank == 3 else []), 3 * (1 if rank == 3 else batch), layout.hidden_size)
+    width = architecture.embeds_width(model, layout.hidden_size)
+    features = torch.randn(*([batch] if rank == 3 else []), 3 * (1 if rank == 3 else batch), width)
     feature_dims = {i: Dim(name) for i, name in enumerate(architecture.feature_dims) if name is not None}
     dims = {"input_ids": {0: Dim(BATCH), 1: Dim(SEQUENCE)}, "image_features": feature_dims}
-    program = export_shaped(EmbeddingStep(model, image).eval(), (ids, features.to(layout.dtype)), settings, dims)
+    step = EmbeddingStep(model, architecture).eval()
+    program = export_shaped(step, (ids, features.to(layout.dtype)), settings, dims)
     program.rename({program.output_names[0]: "inputs_embeds"})
     graph = program.model.graph
     set_dims(graph.inputs[0], (BATCH, SEQUENCE))
@@ -267,7 +268,7 @@ def _export_decoder(
     seq, past_dim = Dim(SEQUENCE, max=bound), Dim(PAST, max=bound)
     ids = torch.randint(0, layout.vocab_size, (batch, length))
     ids[:, 1] = architecture.image_token_id(model)
-    embeds = torch.randn(batch, length, layout.hidden_size, dtype=layout.dtype)
+    embeds = torch.randn(batch, length, architecture.embeds_width(model, layout.hidden_size), dtype=layout.dtype)
     mask = torch.ones(batch, past + length, dtype=torch.int64)
     positions = architecture.positions(past, length, batch)
     cache = [torch.randn(tensor.shape(batch, past), dtype=layout.dtype) for _, tensor in layout.cache]

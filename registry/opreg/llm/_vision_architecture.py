@@ -1,17 +1,19 @@
 """What a vision-language architecture is: :class:`Architecture`, what differs between
 architectures (the vision encoder's inputs, the decoder's extra inputs and positions, GenAI's model
-type, its image processor's recipe), each with the default most architectures share.
+type, its image processor's recipe, the width of what the models hand on), each with the default
+most architectures share.
 
 The architectures themselves are in :mod:`opreg.llm._vision_models`, each an :class:`Architecture`
-matched by the config's ``model_type``. GenAI 0.18 runs ``gemma3``, ``qwen2_5_vl`` and ``lfm2_vl`` folders; an
-architecture with ``genai_type=None`` is exported in the same layout and run by
-:meth:`opreg.llm.VisionLanguage.generate` (GenAI has no pipeline for it).
+matched by the config's ``model_type``. GenAI 0.18 runs ``gemma3``, ``qwen2_5_vl``, ``mistral3``,
+``qwen3_vl`` and ``lfm2_vl`` folders; an architecture with ``genai_type=None`` is exported in the
+same layout and run by :meth:`opreg.llm.VisionLanguage.generate` (GenAI has no pipeline for it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -134,6 +136,21 @@ class Architecture:
         """More keyword arguments of the model's forward on embeddings."""
         return {}
 
+    def embeds_width(self, model: Any, hidden: int) -> int:
+        """The width of the image features and of the embeddings the decoder takes: the language
+        model's ``hidden`` size, more where they carry more (Qwen3-VL's deepstack features)."""
+        return hidden
+
+    def token_embeddings(self, model: Any, input_ids: torch.Tensor) -> torch.Tensor:
+        """The tokens' embeddings, :meth:`embeds_width` wide, before the image features replace some."""
+        return model.get_input_embeddings()(input_ids)
+
+    def decoder_logits(self, model: Any, inputs_embeds: torch.Tensor, input_ids: torch.Tensor | None, *,
+                       capturing: bool, **options: Any) -> torch.Tensor:  # fmt: skip
+        """The logits of the language model on ``inputs_embeds`` (the embedding model's output) with the
+        forward's ``options`` (mask, positions, cache); ``capturing``: under torch.export."""
+        return model(inputs_embeds=inputs_embeds, **options, **self.decoder_options(model, input_ids)).logits
+
     def positions(self, past: int, length: int, batch: int) -> torch.Tensor:
         """Example position ids of a step of ``length`` tokens after ``past``."""
         return torch.arange(past, past + length).repeat(batch, 1)
@@ -196,3 +213,57 @@ def recipe(name: str, steps: list[tuple[str, str, dict[str, Any] | None]]) -> di
     for step, kind, attrs in steps:
         transforms.append({"operation": {"name": step, "type": kind, **({"attrs": attrs} if attrs else {})}})
     return {"processor": {"name": name, "transforms": transforms}}
+
+
+def sized_recipe(name: str, processor: Any, resize: dict[str, Any]) -> dict[str, Any]:
+    """``processor_config.json`` for an image resized whole (``resize``: the ``Resize`` step's
+    attributes), rescaled, normalized, channels first, then its size (``PixtralImageSizes``: the
+    pipelines that run the encoder once per image at its own size read it)."""
+    return recipe(name, [
+        ("resize", "Resize", resize),
+        ("rescale", "Rescale", {"rescale_factor": float(processor.rescale_factor)}),
+        ("normalize", "Normalize", {"mean": list(processor.image_mean), "std": list(processor.image_std)}),
+        ("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}),
+        ("image_sizes", "PixtralImageSizes", None),
+    ])  # fmt: skip
+
+
+def check_one_layer(model: Any, family: str) -> None:
+    """Refuse a model whose projector reads several vision layers' features (``vision_feature_layer``
+    a list): ``family`` names the models export_vision lays out (those that read one layer)."""
+    if not isinstance(model.config.vision_feature_layer, int):
+        raise ExportError(
+            f"{type(model).__name__} concatenates the features of layers {model.config.vision_feature_layer}: "
+            f"export_vision lays out {family} models that read one layer"
+        )
+
+
+def whole_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *args: Any,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention of every position to every other (one image's patches), as transformers' attention
+    functions return it: ``(batch, sequence, heads, size)``."""
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+@contextlib.contextmanager
+def attending(config: Any, name: str, function: Callable[..., Any]) -> Iterator[None]:
+    """``config``'s models attend with ``function``, registered in transformers' attention functions
+    as ``name``, while the block runs (a capture): the mapping and the config are restored after."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    ALL_ATTENTION_FUNCTIONS[name] = function
+    before = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+        del ALL_ATTENTION_FUNCTIONS[name]

@@ -35,6 +35,7 @@ def config(vl: VisionLanguage) -> dict[str, Any]:
     model["type"] = architecture.genai_type or vl.model.config.model_type
     decoder = model["decoder"]
     decoder["filename"] = DECODER_FILE
+    decoder["hidden_size"] = architecture.embeds_width(vl.model, decoder["hidden_size"])  # GenAI's embeddings' width
     inputs = {"inputs_embeds": "inputs_embeds", **{k: v for k, v in decoder["inputs"].items() if k != "input_ids"}}
     if architecture.reads_input_ids:
         inputs["input_ids"] = "input_ids"

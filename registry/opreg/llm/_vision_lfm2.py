@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError
-from opreg.llm._vision_architecture import IMAGE_TOKENS, Architecture, Layers, recipe, resample
+from opreg.llm._vision_architecture import IMAGE_TOKENS, Architecture, Layers, resample, sized_recipe
 
 PATCHES = "num_patches"
 
@@ -178,13 +178,7 @@ class Lfm2Vl(Architecture):
                   "min_pixels": int(processor.min_image_tokens) * per_token,
                   "max_pixels": int(processor.max_image_tokens) * per_token, "patch_size": patch,
                   "merge_size": factor}  # fmt: skip
-        return recipe("lfm2_vl_image_processor", [
-            ("resize", "Resize", resize),
-            ("rescale", "Rescale", {"rescale_factor": float(processor.rescale_factor)}),
-            ("normalize", "Normalize", {"mean": list(processor.image_mean), "std": list(processor.image_std)}),
-            ("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}),
-            ("image_sizes", "PixtralImageSizes", None),
-        ])  # fmt: skip
+        return sized_recipe("lfm2_vl_image_processor", processor, resize)
 
 
 class Lfm2VisionStep(torch.nn.Module):

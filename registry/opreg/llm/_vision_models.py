@@ -1,8 +1,9 @@
 """The vision-language architectures :func:`opreg.llm.export_vision` lays out, each an
 :class:`~opreg.llm._vision_architecture.Architecture` saying what differs in it, and
-:data:`ARCHITECTURES`, which lists them. Gemma-3 and LLaVA are here; Qwen2.5-VL and LFM2-VL,
-whose vision encoders need more, have modules of their own (:mod:`opreg.llm._vision_qwen`,
-:mod:`opreg.llm._vision_lfm2`).
+:data:`ARCHITECTURES`, which lists them. Gemma-3 and LLaVA are here; Qwen2.5-VL, Mistral3,
+Qwen3-VL, LFM2-VL and Phi-4-multimodal, whose vision encoders need more, have modules of their own
+(:mod:`opreg.llm._vision_qwen`, :mod:`opreg.llm._vision_mistral`, :mod:`opreg.llm._vision_qwen3`,
+:mod:`opreg.llm._vision_lfm2`, :mod:`opreg.llm._vision_phi4mm`).
 
 A new architecture: its class here (or, if it is long, in a module of its own) and its instance in
 :data:`ARCHITECTURES`, a test with its tiny model, a row in docs/language-models.md's table
@@ -16,9 +17,12 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError
-from opreg.llm._vision_architecture import Architecture, Layers
+from opreg.llm._vision_architecture import Architecture, Layers, check_one_layer
 from opreg.llm._vision_lfm2 import Lfm2Vl
+from opreg.llm._vision_mistral import Mistral3
+from opreg.llm._vision_phi4mm import Phi4Multimodal
 from opreg.llm._vision_qwen import Qwen25VL
+from opreg.llm._vision_qwen3 import Qwen3VL
 
 
 class Gemma3(Architecture):
@@ -82,11 +86,7 @@ class Llava(Architecture):
         return model.model.multi_modal_projector(selected)
 
     def check(self, model: Any) -> None:
-        if not isinstance(model.config.vision_feature_layer, int):
-            raise ExportError(
-                f"{type(model).__name__} concatenates the features of layers {model.config.vision_feature_layer}: "
-                "export_vision lays out LLaVA models that read one layer"
-            )
+        check_one_layer(model, "LLaVA")
 
     def default_image_processor(self, model: Any) -> Any:
         from transformers import CLIPImageProcessor
@@ -98,7 +98,15 @@ class Llava(Architecture):
         return None
 
 
-ARCHITECTURES: tuple[Architecture, ...] = (Gemma3(), Qwen25VL(), Llava(), Lfm2Vl())
+ARCHITECTURES: tuple[Architecture, ...] = (
+    Gemma3(),
+    Qwen25VL(),
+    Llava(),
+    Lfm2Vl(),
+    Mistral3(),
+    Qwen3VL(),
+    Phi4Multimodal(),
+)
 """Every architecture :func:`export_vision` lays out."""
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opreg.llm._vision_architecture import IMAGE_TOKENS, Architecture, Layers, recipe, resample
+from opreg.llm._vision_architecture import IMAGE_TOKENS, Architecture, Layers, attending, recipe, resample
 
 SPAN_ATTENTION = "opreg_flash_spans"
 """The name :func:`span_attention` is registered under while the encoder is captured (``flash`` in
@@ -42,11 +42,9 @@ def span_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: t
     return out.transpose(1, 2).contiguous(), None
 
 
-def grid_inputs(grid: torch.Tensor, merge: int, window: int) -> dict[str, Any]:
-    """What transformers' vision utilities compute from one image's grid ``[[1, h, w]]``, with
-    tensor ops torch.export captures: the patches' (row, column) positions in merge blocks, the
-    order of the merged patches by window and the windows' cumulative ends (empty windows kept:
-    :func:`span_attention` allows them), and the image's span."""
+def patch_positions(grid: torch.Tensor, merge: int) -> tuple[Any, Any, torch.Tensor, torch.Tensor]:
+    """One image's grid ``[[1, h, w]]``: ``h``, ``w`` and its patches' rows and columns, in the order
+    the encoder takes them (merge blocks of ``merge`` x ``merge`` patches, row by row)."""
     t, h, w = grid[0, 0].item(), grid[0, 1].item(), grid[0, 2].item()
     torch._check(t == 1)  # an image: one temporal patch
     torch._check(h > 0)
@@ -56,6 +54,15 @@ def grid_inputs(grid: torch.Tensor, merge: int, window: int) -> dict[str, Any]:
     blocks = (h // merge, merge, w // merge, merge)
     rows = torch.arange(h).unsqueeze(1).expand(h, w).reshape(blocks).transpose(1, 2).flatten()
     columns = torch.arange(w).unsqueeze(0).expand(h, w).reshape(blocks).transpose(1, 2).flatten()
+    return h, w, rows, columns
+
+
+def grid_inputs(grid: torch.Tensor, merge: int, window: int) -> dict[str, Any]:
+    """What transformers' vision utilities compute from one image's grid ``[[1, h, w]]``, with
+    tensor ops torch.export captures: the patches' (row, column) positions in merge blocks, the
+    order of the merged patches by window and the windows' cumulative ends (empty windows kept:
+    :func:`span_attention` allows them), and the image's span."""
+    h, w, rows, columns = patch_positions(grid, merge)
     merged_h, merged_w = h // merge, w // merge
     index = torch.arange(merged_h * merged_w).reshape(merged_h, merged_w)
     pad_h, pad_w = window - merged_h % window, window - merged_w % window  # as transformers pads: a whole window
@@ -81,6 +88,8 @@ class Qwen25VL(Architecture):
 
     model_types = ("qwen2_5_vl",)
     genai_type = "qwen2_5_vl"
+    recipe_name = "qwen2_5_image_processor"
+    """ONNX Runtime Extensions' name of the image recipe, and its Normalize step's flag."""
     vision_input_dims = ((PATCHES, None), (None, None))
     feature_dims = (IMAGE_TOKENS, None)
 
@@ -88,20 +97,12 @@ class Qwen25VL(Architecture):
         return model.model.visual(pixel_values, grid_thw=grid).pooler_output
 
     def captured_features(self, model: Any, pixel_values: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
         visual = model.model.visual
         window = visual.window_size // visual.spatial_merge_size // visual.patch_size
         # on the instance the models read, for this call only: transformers' global mapping is left as it was
-        ALL_ATTENTION_FUNCTIONS[SPAN_ATTENTION] = span_attention
-        config, before = visual.config, visual.config._attn_implementation
-        config._attn_implementation = SPAN_ATTENTION
-        try:
+        with attending(visual.config, SPAN_ATTENTION, span_attention):
             precomputed = grid_inputs(grid, visual.spatial_merge_size, window)
             return visual(pixel_values, grid_thw=grid, **precomputed).pooler_output
-        finally:
-            config._attn_implementation = before
-            del ALL_ATTENTION_FUNCTIONS[SPAN_ATTENTION]
 
     def vision_layers(self, model: Any) -> Layers:
         """The blocks; the full-attention ones attend within the image, the others within windows."""
@@ -149,9 +150,12 @@ class Qwen25VL(Architecture):
             "image_token_id": int(config.image_token_id), "video_token_id": int(config.video_token_id),
             "vision_start_token_id": int(config.vision_start_token_id),
             "vision": {"spatial_merge_size": int(vision.spatial_merge_size), "patch_size": int(vision.patch_size),
-                       "tokens_per_second": float(getattr(vision, "tokens_per_second", 2)),
-                       "window_size": int(vision.window_size)},
+                       "tokens_per_second": float(getattr(vision, "tokens_per_second", 2)), **self.windows(model)},
         }  # fmt: skip
+
+    def windows(self, model: Any) -> dict[str, int]:
+        """``genai_config.json``'s window size (in pixels), for GenAI's window order."""
+        return {"window_size": int(model.config.vision_config.window_size)}
 
     def default_image_processor(self, model: Any) -> Any:
         from transformers import Qwen2VLImageProcessor
@@ -165,11 +169,11 @@ class Qwen25VL(Architecture):
         temporal = int(processor.temporal_patch_size)
         resize = {"smart_resize": 1, "min_pixels": int(size["shortest_edge"]), "max_pixels": int(size["longest_edge"]),
                   "patch_size": patch, "merge_size": merge, "interpolation": resample(processor)}  # fmt: skip
-        return recipe("qwen2_5_image_processor", [
+        return recipe(self.recipe_name, [
             ("convert_to_rgb", "ConvertRGB", None),  # the channels in the order Normalize and PatchImage read here
             ("resize", "Resize", resize),
             ("rescale", "Rescale", {"rescale_factor": float(processor.rescale_factor)}),
             ("normalize", "Normalize", {"mean": list(processor.image_mean), "std": list(processor.image_std),
-                                        "qwen2_5_vl": 1}),
+                                        self.genai_type: 1}),
             ("patch_image", "PatchImage", {"patch_size": patch, "temporal_patch_size": temporal, "merge_size": merge}),
         ])  # fmt: skip

@@ -11,7 +11,7 @@ import torch
 from opreg.exporter import OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output
-from opreg.llm._compare import compare_all
+from opreg.llm._compare import compare_all, runnable
 from opreg.llm._layout import LAYOUT
 
 VisionLanguage = Any
@@ -30,6 +30,7 @@ def run_decoder(vl: VisionLanguage, ids: torch.Tensor, embeds: torch.Tensor, mas
 def checks(vl: VisionLanguage, generator: torch.Generator, rtol: float, atol: float) -> list[OutputCheck]:
     """Every comparison :meth:`opreg.llm.VisionLanguage.verify` makes."""
     layout, image = vl.layout, vl.image_token_id
+    width = vl.architecture.embeds_width(vl.model, layout.hidden_size)
     made: list[OutputCheck] = []
     for label, pixels in vl.architecture.vision_samples(vl.model, generator):
         made.append(compare_output(f"image_features ({label})", vl.vision.run(*pixels), vl.eager_vision(*pixels),
@@ -38,16 +39,16 @@ def checks(vl: VisionLanguage, generator: torch.Generator, rtol: float, atol: fl
         ids = torch.randint(0, layout.vocab_size, (batch, 5 + 2 * images), generator=generator)
         ids[ids == image] = 0
         ids[0, 2 : 2 + images] = image
-        features = torch.randn(images, layout.hidden_size, generator=generator).to(layout.dtype)
+        features = torch.randn(images, width, generator=generator).to(layout.dtype)
         leading = [1] if len(vl.architecture.feature_dims) == 3 else []
-        features = features.reshape(*leading, images, layout.hidden_size)
+        features = features.reshape(*leading, images, width)
         label = f"inputs_embeds (batch {batch}, {images} image tokens)"
         got, expected = vl.embedding.run(ids, features), vl.eager_embedding(ids, features)
         made.append(compare_output(label, got, expected, rtol, atol))
-    for batch, length, past in DECODER_SHAPES:
+    for batch, length, past in runnable(vl.decoder, DECODER_SHAPES):
         ids = torch.randint(0, layout.vocab_size, (batch, length), generator=generator)
         ids[:, length // 2 : length // 2 + 2] = image  # image tokens in the prompt: Gemma-3 lets them see each other
-        embeds = torch.randn(batch, length, layout.hidden_size, generator=generator).to(layout.dtype)
+        embeds = torch.randn(batch, length, width, generator=generator).to(layout.dtype)
         mask = torch.ones(batch, past + length, dtype=torch.int64)
         positions = vl.architecture.positions(past, length, batch)
         cache = layout.empty_cache(batch)  # a prefill's: a convolution's state is zeros

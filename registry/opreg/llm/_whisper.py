@@ -31,7 +31,7 @@ from opreg.exporter.diagnosis.compare import compare_output
 from opreg.llm import _layers, _whisper_genai
 from opreg.llm._cache import BATCH, PAST, SEQUENCE, TOTAL, layer_names, past_cache, past_layer_class, presents
 from opreg.llm._capture import EXAMPLE, evaluating, set_dims
-from opreg.llm._compare import checked, compare_all
+from opreg.llm._compare import checked, compare_all, runnable
 from opreg.llm._family import Request
 from opreg.llm._precision import check_quantized
 from opreg.llm._result import ExportedModel, SavedFolder
@@ -270,7 +270,7 @@ class Whisper(ExportedModel):
             checks += _compare(f"batch {batch}", layout.encoder_output_names, self.encode(features),
                                self.eager_encode(features), "hidden_states", "cross", rtol, atol)  # fmt: skip
         frames = layout.num_frames // 2
-        for batch, length, past in shapes:
+        for batch, length, past in runnable(self.decoder, shapes):
             ids = torch.randint(0, layout.vocab_size, (batch, length), generator=generator)
             cache, cross = layout.cache(batch, past, generator), layout.cache(batch, frames, generator)
             label = f"batch {batch}, sequence {length}, past {past}"

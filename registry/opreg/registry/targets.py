@@ -351,6 +351,9 @@ class Target:
         pinned: whether the spec named the ai.onnx version (``18``, ``ai.onnx=25``, a dict), so the
             model imports exactly it; a profile alone is a ceiling, and the model imports the
             lowest version its nodes need (not part of equality or hashing).
+        named_release: whether the spec named the release (``onnxruntime==1.32``) rather than the
+            profile alone (``onnxruntime``, the installed release): a pack may then write what only
+            that release and newer load (opreg-ort-contrib's ``query_seqlens``).
 
     Build one with :meth:`Target.of` (dicts, versions, profile names, specs).
     """
@@ -359,6 +362,7 @@ class Target:
     name: str | None = dataclasses.field(default=None, compare=False)
     runtime: str | None = None
     pinned: bool = dataclasses.field(default=True, compare=False)
+    named_release: bool = False
 
     def __post_init__(self) -> None:
         domains = [d for d, _ in self.versions]
@@ -419,12 +423,14 @@ class Target:
         items: dict[str, int] = {}
         explicit: dict[str, str] = {}  # domain -> the item that named it (a profile's domains may be overridden)
         runtime: Release | None = None
+        named = False
         for raw in spec.split(","):
             item = raw.strip()
             if not item:
                 raise InvalidTargetError(f"target {spec!r} has an empty item: write {_SPELLINGS}")
             if "==" in item or item == RUNTIME:
                 profile, runtime = _runtime_item(item, spec, known)
+                named = item != RUNTIME
                 items.update({normalize_domain(d): v for d, v in known[profile].items()})
                 continue
             if "=" in item:
@@ -464,7 +470,8 @@ class Target:
                 )
             items[ONNX_DOMAIN] = min(items[ONNX_DOMAIN], runtime.max_opset)
         target = cls._from_items(items.items(), spec)
-        return dataclasses.replace(target, runtime=runtime.version if runtime else None, pinned=ONNX_DOMAIN in explicit)
+        version = runtime.version if runtime else None
+        return dataclasses.replace(target, runtime=version, pinned=ONNX_DOMAIN in explicit, named_release=named)
 
     @classmethod
     def _from_items(cls, items, name: str | None) -> Target:
@@ -515,7 +522,7 @@ class Target:
         extra = ",".join(f"{domain_label(normalize_domain(d))}={v}" for d, v in sorted(versions.items()))
         items = [*self.versions, *((normalize_domain(d), v) for d, v in versions.items())]
         grown = Target._from_items(items, f"{self.name},{extra}" if self.name and extra else self.name)
-        return dataclasses.replace(grown, runtime=self.runtime, pinned=self.pinned)
+        return dataclasses.replace(grown, runtime=self.runtime, pinned=self.pinned, named_release=self.named_release)
 
     def with_onnx(self, version: int) -> Target:
         """This target with ai.onnx at ``version``, pinned there."""

@@ -485,6 +485,8 @@ class StoredBlocks:
         order: where the blocks run along the input channels in another order (GPTQ's act-order),
             ``int64 (K,)``: block position ``i`` holds input channel ``order[i]``; else ``None``.
         source: what they were read from, for messages (``"GPTQ tensors model.layers.0.mlp.up_proj.*"``).
+        k: the input channels, where fewer than the blocks hold (the last block padded); ``None``:
+            ``blocks * block_size``.
     """
 
     bits: int
@@ -494,6 +496,12 @@ class StoredBlocks:
     zero_points: LazyWeight | None
     order: Any
     source: str
+    k: int | None = None
+
+    @property
+    def input_channels(self) -> int:
+        """K: :attr:`k`, else the blocks' values per row."""
+        return self.k if self.k is not None else int(self.packed.shape[1]) * self.block_size
 
 
 def rowwise(

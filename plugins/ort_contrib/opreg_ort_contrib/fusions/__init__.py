@@ -2,7 +2,7 @@
 
 Each rule is an onnxscript ``RewriteRule`` that opreg applies after translation and
 the lean pass (see ``opreg_rewrite_rules`` in docs/writing-packs.md), one module per family
-(:mod:`.attention`, :mod:`.rotary`, :mod:`.normalization`, :mod:`.activations`; onnxscript's, adapted,
+(:mod:`.attention`, :mod:`.packed`, :mod:`.rotary`, :mod:`.normalization`, :mod:`.activations`; onnxscript's, adapted,
 in :mod:`.maintained`; what GroupQueryAttention takes over, :mod:`.gqa`). Which ones the pack
 offers, and for which targets, is one declared table, :data:`opreg_ort_contrib.fusions.policy.POLICY`; why each is there (or is not) is
 measured by ``bench/ort_contrib.py`` (and, for a decoder, ``bench/llm.py``) on ONNX
@@ -36,6 +36,9 @@ The pack's own, which onnxscript's rules do not match in opreg's graphs, each me
   with ``interleaved=1``. Where the tables are ``cat(c, c)`` of a cos already taken (Qwen2-VL's
   3-D rotary picks each section of ``c`` from another position stream), ``c`` itself is the
   kernel's per-token cos (not interleaved).
+- ``PackedAttention``: the q, k and v projections (MatMul + Add) of one input feeding a
+  MultiHeadAttention become com.microsoft ``Attention`` on the packed weights (:mod:`.packed`;
+  onnxscript's ``FuseBiasMHA`` + ``AttentionFusion`` in one match).
 - ``ResidualSum``: the residual ``Add`` whose only user is a LayerNormalization
   becomes a ``Sum``. ONNX Runtime fuses ``Add`` + ``LayerNormalization`` into its
   SkipLayerNormalization on its own, and that kernel is many times slower than the

@@ -12,8 +12,12 @@ builder writes its graphs.
   random positions), where ``L`` is the longest total length the export allows: the bounds
   of its past and query dims (``torch.export.Dim(..., max=N)``, in the model's
   ``opreg.dim_bounds``). Without bounds the rotary stays where it is. With
-  ``query_seqlens`` (which the cache rewrite gives) the kernel rotates each token by its own
-  position, left padding included.
+  ``query_seqlens`` (which the cache rewrite gives at a target naming ONNX Runtime 1.32 or
+  newer) the kernel rotates each token by its own position, left padding included. Without it
+  (the default, what 1.30 loads) the rotary stays outside too: the kernel then rotates a
+  prompt's tokens by 0, 1, 2, ... whatever ``position_ids`` say, which leaves the logits
+  right (both sides shift alike) but writes a left-padded row's cache at the wrong positions,
+  so the next step's logits are wrong.
 - :class:`PackedQKV`: the three projections of one input feeding GroupQueryAttention's
   query, key and value (``MatMul`` or ``FusedMatMul``, with or without biases) become one,
   on the weights concatenated, and GroupQueryAttention takes the packed result as its query.
@@ -296,52 +300,96 @@ def _projection(value: ir.Value | None):
     return kind, node, x, weight, bias
 
 
+def _packed_projection(graph: ir.Graph, before: ir.Node, found: list, folded: dict) -> tuple[ir.Value, list[int]]:
+    """One projection on the concatenated weights (and biases) of ``found`` (three :func:`_projection`
+    results of one input), added before ``before``; its result, and each part's width."""
+    kind, first, x = found[0][0], found[0][1], found[0][2]
+    axis = 0 if kind == "FusedMatMul" else 1  # the output dim of (N, K) and of (K, N)
+    weights = [f[3] for f in found]
+    prefix = os.path.commonprefix([w.name or "" for w in weights])  # noqa: RUF071 (names, not paths)
+    packed = _packed(graph, f"{prefix}qkv_packed", weights, axis)  # read as the model is written
+    weight = _initializer(graph, packed.name, packed)
+    folded[weight.name] = f"concat([{', '.join(w.name or '' for w in weights)}], axis={axis})"
+    attributes = {a.name: a.value for a in first.attributes.values()}
+    metadata = provenance([f[1] for f in found])
+    projection = ir.node(first.op_type, [x, weight], attributes, domain=first.domain, metadata_props=metadata)
+    graph.insert_before(before, projection)
+    result = projection.outputs[0]
+    if found[0][4] is not None:
+        bias = _packed(graph, f"{prefix}qkv_packed_bias", [f[4] for f in found], 0)
+        add = ir.node("Add", [result, _initializer(graph, bias.name, bias)], metadata_props=metadata)
+        graph.insert_before(before, add)
+        result = add.outputs[0]
+    return result, [int(w.shape[axis]) for w in weights]
+
+
+def _projected(node: ir.Node) -> tuple[list[ir.Value | None], bool]:
+    """What GroupQueryAttention ``node``'s query, key and value are projections of: the values
+    themselves, or for the query and key the inputs of their RotaryEmbedding (the rotary outside the
+    kernel: ``True``)."""
+    inputs = list(node.inputs) + [None] * 3
+    attributes = {a.name: a.value for a in node.attributes.values()}
+    rotaries = [_rotary(inputs[0], attributes["num_heads"]), _rotary(inputs[1], attributes["kv_num_heads"])]
+    if None in rotaries:
+        return inputs[:3], False
+    return [rotaries[0].inputs[0], rotaries[1].inputs[0], inputs[2]], True
+
+
 class PackedQKV(ir.passes.InPlacePass):
     """GroupQueryAttention's query, key and value projected from one input by three matrix
-    multiplications -> one on the concatenated weights, taken as a packed query."""
+    multiplications -> one on the concatenated weights: taken as a packed query, or split into the
+    three again where the query and key are rotated before the kernel."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
         folded = json.loads(model.metadata_props.get(FOLDED_WEIGHTS_KEY, "{}"))
         modified = False
         for node in _attention_nodes(graph):
-            inputs = list(node.inputs)
-            found = [_projection(v) for v in inputs[:3]]
-            if any(f is None for f in found) or len(inputs) < 3:
+            values, rotated = _projected(node)
+            found = [_projection(v) for v in values]
+            if any(f is None for f in found):
                 continue
             kinds, xs = {f[0] for f in found}, {id(f[2]) for f in found}
             with_bias = {f[4] is not None for f in found}
             if len(kinds) != 1 or len(xs) != 1 or len(with_bias) != 1:
                 continue
-            if any(len(list(inputs[i].uses())) != 1 for i in range(3)):
+            if any(len(list(v.uses())) != 1 for v in values):
                 continue  # a projection something else reads too
-            kind, first, x = found[0][0], found[0][1], found[0][2]
-            axis = 0 if kind == "FusedMatMul" else 1  # the output dim of (N, K) and of (K, N)
-            weights = [f[3] for f in found]
-            prefix = os.path.commonprefix([w.name or "" for w in weights])  # noqa: RUF071 (names, not paths)
-            packed = _packed(graph, f"{prefix}qkv_packed", weights, axis)  # read as the model is written
-            weight = _initializer(graph, packed.name, packed)
-            folded[weight.name] = f"concat([{', '.join(w.name or '' for w in weights)}], axis={axis})"
-            attributes = {a.name: a.value for a in first.attributes.values()}
-            metadata = provenance([f[1] for f in found])
-            projection = ir.node(first.op_type, [x, weight], attributes, domain=first.domain, metadata_props=metadata)
-            graph.insert_before(node, projection)
-            result = projection.outputs[0]
-            result.type = inputs[0].type
-            if True in with_bias:
-                bias = _packed(graph, f"{prefix}qkv_packed_bias", [f[4] for f in found], 0)
-                add = ir.node("Add", [result, _initializer(graph, bias.name, bias)], metadata_props=metadata)
-                graph.insert_before(node, add)
-                result = add.outputs[0]
-                result.type = inputs[0].type
-            query = dims(inputs[0])
+            result, widths = _packed_projection(graph, _first_user(graph, values), found, folded)
+            result.type = values[0].type
+            query = dims(values[0])
             if query is not None:
-                result.shape = ir.Shape([*query[:2], packed.shape[axis]])
-            _replace_node(
-                graph, node, [result, None, None, *inputs[3:]], {a.name: a.value for a in node.attributes.values()}
-            )
+                result.shape = ir.Shape([*query[:2], sum(widths)])
+            if rotated:
+                _split(graph, result, values, widths)
+            else:
+                inputs = list(node.inputs)
+                _replace_node(
+                    graph, node, [result, None, None, *inputs[3:]], {a.name: a.value for a in node.attributes.values()}
+                )
             modified = True
         if modified:
             model.metadata_props[FOLDED_WEIGHTS_KEY] = json.dumps(folded, sort_keys=True)
             onnx_ir.passes.common.RemoveUnusedNodesPass()(model)
         return ir.passes.PassResult(model, modified)
+
+
+def _first_user(graph: ir.Graph, values: list[ir.Value]) -> ir.Node:
+    """The earliest node in ``graph`` that reads one of ``values`` (the rotary before the kernel, or
+    the kernel): where what replaces them must be made."""
+    users = {id(use.node) for value in values for use in value.uses()}
+    return next(node for node in graph if id(node) in users)
+
+
+def _split(graph: ir.Graph, packed: ir.Value, values: list[ir.Value], widths: list[int]) -> None:
+    """``packed`` split on its last axis into the parts (of ``widths``) ``values`` were, which their
+    users then read."""
+    before = _first_user(graph, values)
+    sizes = ir.node("Constant", [], {"value": ir.tensor(np.array(widths, dtype=np.int64))})
+    graph.insert_before(before, sizes)
+    split = ir.node("Split", [packed, sizes.outputs[0]], {"axis": -1}, num_outputs=3,
+                    metadata_props=dict(packed.producer().metadata_props))  # fmt: skip
+    graph.insert_before(before, split)
+    for old, part in zip(values, split.outputs, strict=True):
+        part.type, part.shape = old.type, old.shape
+        ir.convenience.replace_all_uses_with(old, part)

@@ -19,6 +19,7 @@ from opreg_ort_contrib.fusions.attention import (
 )
 from opreg_ort_contrib.fusions.maintained import maintained_rules
 from opreg_ort_contrib.fusions.normalization import ResidualSum
+from opreg_ort_contrib.fusions.packed import PackedAttention
 from opreg_ort_contrib.fusions.rotary import RotaryEmbedding
 
 ATTENTION_23 = range(23, 25)
@@ -34,6 +35,7 @@ RULES = {
         GroupQueryAttention.rule("GroupQueryAttention"),
         AttentionOnHeads.rule("AttentionOnHeads"),
         MultiHeadAttentionOnHeads.rule("MultiHeadAttentionOnHeads"),
+        PackedAttention.rule("PackedAttention"),
         RotaryEmbedding.rule("RotaryEmbedding"),
         RotaryEmbedding.rule("InterleavedRotaryEmbedding", interleaved=True),
         _MAINTAINED["RMSNormalization"],
@@ -51,32 +53,32 @@ RULES = {
 """Every rewrite rule, by name (each made once; a pass is made anew for each export)."""
 
 
-def _torchao_weights() -> Any:
+def _torchao_weights(target) -> Any:
     from opreg_ort_contrib.torchao import TorchaoWeights
 
     return TorchaoWeights()
 
 
-def _attention_on_cache() -> Any:
+def _attention_on_cache(target) -> Any:
     from opreg_ort_contrib.kv_cache import GroupQueryAttentionOnCache
 
-    return GroupQueryAttentionOnCache()
+    return GroupQueryAttentionOnCache(query_lengths=_names_release(target, QUERY_LENGTHS))
 
 
-def _rotary_inside_attention() -> Any:
+def _rotary_inside_attention(target) -> Any:
     from opreg_ort_contrib.fusions.gqa import RotaryInsideAttention
 
     return RotaryInsideAttention()
 
 
-def _packed_qkv() -> Any:
+def _packed_qkv(target) -> Any:
     from opreg_ort_contrib.fusions.gqa import PackedQKV
 
     return PackedQKV()
 
 
-def _rule(name: str) -> Callable[[], Any]:
-    return lambda: RULES[name]
+def _rule(name: str) -> Callable[[Any], Any]:
+    return lambda target: RULES[name]
 
 
 def _everywhere(onnx: int) -> bool:
@@ -99,12 +101,13 @@ def _above_ai_onnx_attention(onnx: int) -> bool:
     return onnx > max(ATTENTION_23)  # the gqa passes take RotaryEmbedding-23 into GroupQueryAttention
 
 
-POLICY: tuple[tuple[str, Callable[[], Any], Callable[[int], bool]], ...] = (
+POLICY: tuple[tuple[str, Callable[[Any], Any], Callable[[int], bool]], ...] = (
     ("TorchaoWeights", _torchao_weights, _everywhere),  # first: on the products as the model writes them
     ("GroupedAttention", _rule("GroupedAttention"), _ai_onnx_attention),
     ("GroupQueryAttention", _rule("GroupQueryAttention"), _contrib_attention),
     ("AttentionOnHeads", _rule("AttentionOnHeads"), _ai_onnx_attention),
     ("MultiHeadAttentionOnHeads", _rule("MultiHeadAttentionOnHeads"), _contrib_attention),
+    ("PackedAttention", _rule("PackedAttention"), _contrib_attention),
     ("RotaryEmbedding", _rule("RotaryEmbedding"), _opset_23),
     ("InterleavedRotaryEmbedding", _rule("InterleavedRotaryEmbedding"), _opset_23),
     ("RMSNormalization", _rule("RMSNormalization"), _opset_23),
@@ -121,28 +124,59 @@ POLICY: tuple[tuple[str, Callable[[], Any], Callable[[int], bool]], ...] = (
     ("RotaryInsideAttention", _rotary_inside_attention, _above_ai_onnx_attention),
     ("PackedQKV", _packed_qkv, _above_ai_onnx_attention),
 )
-"""What the pack offers, in the order it is applied: ``(name, make, at)``, ``make()`` giving the rule or
-pass, ``at(onnx)`` whether a target of that ai.onnx version gets it. A new rule: its class in the module
+"""What the pack offers, in the order it is applied: ``(name, make, at)``, ``make(target)`` giving the rule
+or pass, ``at(onnx)`` whether a target of that ai.onnx version gets it. A new rule: its class in the module
 of its family, its entry in :data:`RULES` and here."""
 
 
 def rules(target) -> list:
     """The rules and passes for ``target``: none without com.microsoft 1, else those :data:`POLICY`
     offers at its ai.onnx, in its order, but those the target's ONNX Runtime release cannot load
-    (:data:`NEWER_RELEASE`)."""
+    (:data:`NEWER_RELEASE`) and those of :data:`WITH_QUERY_LENGTHS` where the target does not name
+    ONNX Runtime 1.32 or newer."""
     if target.get(CONTRIB_DOMAIN) != 1:
         return []
-    return [make() for name, make, at in POLICY if at(target.onnx) and not _too_old(target, NEWER_RELEASE.get(name))]
+    lengths = _names_release(target, QUERY_LENGTHS)
+    return [
+        make(target)
+        for name, make, at in POLICY
+        if at(target.onnx)
+        and not _too_old(target, NEWER_RELEASE.get(name))
+        and (lengths or name not in WITH_QUERY_LENGTHS)
+    ]
 
 
-NEWER_RELEASE = {"GroupQueryAttentionOnCache": (1, 32)}
+QUERY_LENGTHS = (1, 32)
+"""The oldest ONNX Runtime release whose GroupQueryAttention takes a 17th input, ``query_seqlens``
+(kv_cache.py): the cache rewrite writes it only for a target naming such a release
+(``onnxruntime==1.32``); plain ``onnxruntime`` writes the 16 inputs 1.30 loads, so the default
+language-model folder loads there (onnxruntime-node 1.30 in transformers.js 4.3)."""
+
+WITH_QUERY_LENGTHS = frozenset({"RotaryInsideAttention"})
+"""The passes offered only where GroupQueryAttention takes ``query_seqlens``: without it the kernel rotates
+a prompt by 0, 1, 2, ... whatever its positions (a left-padded row's cache would be wrong), so the rotary
+stays outside (and PackedQKV splits the packed projection for it: fusions/gqa.py)."""
+
+NEWER_RELEASE = {"PackedAttention": (1, 22)}
 """The passes that make nodes only newer ONNX Runtime releases load, and the oldest such release:
-GroupQueryAttention's 17th input (``query_seqlens``, kv_cache.py) is 1.32's; 1.30 takes 16."""
+Attention's ``attention_bias`` of one head for all (what the sdpa impl gives it) is refused by
+1.18 and computed wrong by 1.20 (MultiHeadAttention's too: 2026-12-07), right from 1.22.
+(GroupQueryAttention's 17th input, 1.32's, is written only where the target names 1.32:
+:data:`QUERY_LENGTHS`.)"""
 
 
 def _too_old(target, release: tuple[int, int] | None) -> bool:
-    """Whether ``target`` names an ONNX Runtime release (``onnxruntime==1.30``) older than ``release``."""
+    """Whether ``target`` names an ONNX Runtime release (``onnxruntime==1.20``) older than ``release``."""
     runtime = getattr(target, "runtime", None)
     if release is None or runtime is None:
         return False
     return tuple(int(part) for part in runtime.split(".")[:2]) < release
+
+
+def _names_release(target, release: tuple[int, int]) -> bool:
+    """Whether ``target`` names an ONNX Runtime release (``onnxruntime==1.32``) of ``release`` or newer;
+    the profile alone (``onnxruntime``, the installed release) does not."""
+    runtime = getattr(target, "runtime", None)
+    if runtime is None or not getattr(target, "named_release", False):
+        return False
+    return tuple(int(part) for part in runtime.split(".")[:2]) >= release

@@ -21,7 +21,9 @@ work a whole-graph view removes. Each step is an ``onnx_ir`` pass;
   shape (the same dims, symbolic ones by name), and (onnxscript's
   ``MaterializeReshapeShape``) a ``Reshape`` whose result has at most one size
   known only at run time gets a constant shape, ``-1`` for that size, so the
-  nodes that computed it go. Round trips between layouts (heads split and
+  nodes that computed it go; a ``GatherND`` of a 2-D tensor at the grid of its own positions
+  (transformers' masks read the attention mask so) is that tensor with unit axes
+  (:mod:`opreg.exporter.passes.grids`). Round trips between layouts (heads split and
   merged again around an attention kernel) leave these; ONNX Runtime would
   otherwise do some of them again at every session creation.
 - ``Abs`` of a size list dropped where every size is known to be >= 0 (``Shape``
@@ -57,6 +59,7 @@ from onnxscript.rewriter.rules.common._fuse_batchnorm import (
 from onnxscript.rewriter.rules.common._materialize_reshape_shape import MaterializeReshapeShape
 
 from opreg.exporter._recorder import is_random
+from opreg.exporter.passes.grids import GATHER_OF_OWN_POSITIONS
 from opreg.exporter.passes.pipeline import Pipeline, Rules, all_graphs
 
 
@@ -148,6 +151,7 @@ RULES = (
     _SQUEEZE_UNSQUEEZE,
     _NO_OP_RESHAPE,
     _MaterializeShape.rule(),  # after the rules that remove a Reshape: each node gets the first that fires
+    *GATHER_OF_OWN_POSITIONS,
 )
 """The exact rewrites of the clean-up sweeps, in the order a node tries them."""
 
