@@ -52,7 +52,7 @@ SIDE = [
     "torch==2.13.0+cpu", "transformers==4.57.3", "optimum-onnx==0.1.0", "optimum==2.1.0", "onnxruntime==1.32.0",
     "onnx==1.23.2", "pillow",
 ]  # fmt: skip
-"""The side venv's packages (``--make-venv``), as /work/sidevenvs/optimum holds them."""
+"""The side venv's packages (``--make-venv``), as the side venv the bench makes holds them."""
 VALIDATION_FAILED = ("succeeded with the warning", "error occurred during validation")
 """What optimum-cli logs when its validation fails (it still exits 0; it logs nothing when it passes)."""
 TIMEOUT = 1800
