@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 import transformers as T
+from opreg_transformers import detection
 
 LAYERS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37)
 LABELS = dict(num_labels=3)
@@ -49,6 +50,11 @@ def _image_processor(folder: Path) -> None:
     T.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
 
 
+def _detection_processor(folder: Path) -> None:
+    side = detection.SIDE
+    T.RTDetrImageProcessor(size={"height": side, "width": side}).save_pretrained(folder)
+
+
 def _audio_processor(folder: Path) -> None:
     T.Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000).save_pretrained(folder)
 
@@ -80,6 +86,7 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
         lambda: T.YolosConfig(**{**VISION, "image_size": [32, 32]}, num_detection_tokens=5, **LABELS),
         None,
     ),
+    "rt-detr": ("RTDetrForObjectDetection", detection.tiny_rt_detr_config, _detection_processor),
     "segformer": ("SegformerForSemanticSegmentation", lambda: T.SegformerConfig(**SEGMENTS, **LABELS), None),
     "dpt": ("DPTForDepthEstimation", lambda: T.DPTConfig(**DEPTH), None),
     "dpt-segmenter": ("DPTForSemanticSegmentation", lambda: T.DPTConfig(**DEPTH, **LABELS), None),
@@ -105,12 +112,17 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
 }
 """``{name: (transformers class, config, processor writer or None)}``."""
 
+BUILT = {"rt-detr": detection.tiny_rt_detr}
+"""``{name: builder}`` of the checkpoints whose weights are not transformers' initialisation (a tiny
+RT-DETR's ties every score: :mod:`opreg_transformers.detection`)."""
+
 
 def save(name: str, folder: Path) -> Path:
     """Write the tiny checkpoint ``name`` into ``folder`` (seeded: the same weights every time)."""
     model_class, config, processor = CHECKPOINTS[name]
     torch.manual_seed(0)
-    getattr(T, model_class)(config()).save_pretrained(folder)
+    model = BUILT[name]() if name in BUILT else getattr(T, model_class)(config())
+    model.save_pretrained(folder)
     if processor is not None:
         processor(folder)
     return folder

@@ -56,6 +56,13 @@ CASES = {
     "dinov2": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(32, 32)),  # its own size
     "detr": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(50, 77)),
     "yolos": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(32, 32)),
+    "rt-detr": Case(
+        "object-detection",
+        {"pixel_values": ["batch_size", 3, 64, 64]},
+        ["logits", "pred_boxes"],
+        pixels(64, 64),
+        files=WITH_PROCESSOR,
+    ),  # its sides are its processor's (64), only its batch varies: verified at 2 and 3, run here at 1
     "segformer": Case("semantic-segmentation", {"pixel_values": IMAGE}, ["logits"], pixels(45, 38)),
     "dpt": Case("depth-estimation", {"pixel_values": ["batch_size", 3, 32, 32]}, ["predicted_depth"]),
     "dpt-segmenter": Case("semantic-segmentation", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"]),
@@ -172,3 +179,19 @@ def test_a_whisper_folder_is_refused_with_a_pointer_to_opreg_llm_export(tmp_path
     )
     with pytest.raises(opreg.CheckpointError, match=r"model_type 'whisper' .*`opreg llm export`"):
         opreg.export_checkpoint(folder, tmp_path / "out")
+
+
+def test_rt_detr_is_refused_a_task_other_than_detection_and_its_batch_len_patch_is_applied(tmp_path, capsys):
+    """RT-DETR's sides are fixed at its processor's size and its task is object detection only;
+    the export applies opreg-transformers' patch of its ``len()`` of the batch, without which
+    torch.export fixes the batch."""
+    folder = media_checkpoints.save("rt-detr", tmp_path / "rt-detr")
+    out = tmp_path / "out"
+    assert cli.main(["export", str(folder), "-o", str(out), "--task", "feature-extraction"]) == 2
+    assert "cannot be exported for task 'feature-extraction'" in capsys.readouterr().err
+    assert not out.exists()
+    result = opreg.export_checkpoint(folder, out)
+    outcomes = {o.label: o.status for o in result.models[0].program.capture_patches}
+    assert outcomes["transformers:rt_detr_batch_len"] == "applied"
+    with pytest.raises(opreg.OpregError, match="batch_size"):
+        opreg.export_checkpoint(folder, tmp_path / "unpatched", exclude_patches=["transformers:rt_detr_batch_len"])

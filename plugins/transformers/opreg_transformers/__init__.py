@@ -1,4 +1,5 @@
 """opreg pack for transformers: the torch custom ops it registers (``transformers::grouped_mm_fallback``),
+capture patches for its model code torch.export cannot capture (:mod:`opreg_transformers.patches`),
 and the checkpoint loaders of its folders and sentence-transformers' (``opreg export FOLDER``:
 :mod:`opreg_transformers.loaders`, :mod:`opreg_transformers.sentence`).
 
@@ -32,6 +33,20 @@ def opreg_samples():
     from opreg_transformers import ops
 
     return ops.samples()
+
+
+@opreg.hookimpl
+def opreg_capture_patches():
+    from opreg_transformers import patches
+
+    return patches.PATCHES
+
+
+@opreg.hookimpl
+def opreg_capture_samples():
+    from opreg_transformers import detection
+
+    return detection.patch_samples()
 
 
 @opreg.hookimpl

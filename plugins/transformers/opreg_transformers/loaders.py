@@ -100,6 +100,8 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     other = media.FAMILIES.get(config["model_type"])
     auto, outputs = (media.TASKS if other else encoders.TASKS)[task]
     built, notes = _buildable(checkpoint, auto, task)
+    if other is not None and other.sides.processor:  # its sides are its processor's
+        config = {**config, "image_size": list(media.processor_size(checkpoint.json("preprocessor_config.json")))}
     if other is not None:
         inputs, dims = shapes.signature(other, config, task)
         outputs = other.outputs_of(task)

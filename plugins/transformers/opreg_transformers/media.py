@@ -85,10 +85,13 @@ class Sides:
             fixed (learned position embeddings a size other than the config's does not fit).
         exact: the sides are multiples of the step (the model reshapes by it); else any size
             from one step up (a network of convolutions that floors), verified off the multiples.
+        processor: fixed sides (``step`` ``None``) are the image processor's ``size``, not the
+            config's ``image_size`` (:func:`processor_size`).
     """
 
     step: Callable[[Mapping[str, Any]], int] | None = None
     exact: bool = True
+    processor: bool = False
 
 
 FIXED = Sides()
@@ -147,6 +150,7 @@ FAMILIES: dict[str, Family] = {
     "dinov2": Family(IMAGE, _CLASSIFIER, Sides(_patch)),
     "detr": Family(IMAGE, _DETECTOR, _CONVOLUTIONS),
     "yolos": Family(IMAGE, _DETECTOR, Sides(_patch)),
+    "rt_detr": Family(IMAGE, (OBJECT_DETECTION,), Sides(processor=True)),
     "segformer": Family(IMAGE, (*_CLASSIFIER, SEMANTIC_SEGMENTATION, IMAGE_SEGMENTATION), _CONVOLUTIONS),
     "dpt": Family(IMAGE, (*_DEPTH, SEMANTIC_SEGMENTATION, IMAGE_SEGMENTATION)),
     "glpn": Family(IMAGE, _DEPTH, Sides(_strides)),
@@ -162,7 +166,8 @@ the config's ``image_size`` only (ViT, Swin, DPT and CLIP's and SigLIP's vision 
 names those dims ``height`` and ``width``, but its models fail at any other size); a multiple of
 the patch where the model interpolates them (DINOv2, YOLOS); a multiple of the downsampling where
 the model adds stages to each other (ConvNeXt, GLPN); any size for DETR and SegFormer, whose
-processors resize to any size."""
+processors resize to any size; the processor's size for RT-DETR, which builds its anchors from its
+feature maps' sizes as Python ints (torch.export fixes them)."""
 
 
 def task_of(family: Family, architectures: list[str]) -> str | None:
@@ -178,6 +183,16 @@ def image_size(config: Mapping[str, Any]) -> tuple[int, int]:
     """The config's ``image_size`` (an int, or ``[height, width]``) as ``(height, width)``."""
     size = config.get("image_size", 224)
     return (int(size), int(size)) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+def processor_size(processor: Mapping[str, Any] | None) -> tuple[int, int]:
+    """The sides an image processor resizes to, ``(height, width)``: its ``size``
+    (``{"height", "width"}``, or ``{"shortest_edge"}`` for a square), else RT-DETR's 640."""
+    size = (processor or {}).get("size") or {}
+    if "height" in size and "width" in size:
+        return int(size["height"]), int(size["width"])
+    side = int(size.get("shortest_edge", 640))
+    return side, side
 
 
 def audio_span(config: Mapping[str, Any]) -> tuple[int, int]:
