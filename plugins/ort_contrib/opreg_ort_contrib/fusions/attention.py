@@ -206,24 +206,40 @@ class AttentionOnHeads(pattern.RewriteRuleClassBase):
         return _heads_last(op, shaped(out, [b, self._heads, s, value.shape[3]], query))
 
 
-class BiasPerHead(pattern.RewriteRuleClassBase):
+class _Biased(pattern.RewriteRuleClassBase):
+    """A rule on a com.microsoft attention node (:attr:`KERNEL`) of one output with an ``attention_bias``,
+    its input :attr:`BIAS` and last."""
+
+    KERNEL, BIAS = "", 0
+
+    def pattern(self, op, query, key, value):
+        return _attention(getattr(op, self.KERNEL), query, key, value, _domain=CONTRIB_DOMAIN)
+
+    def check(self, context, query, key, value, out, **_):
+        result = pattern.MatchResult()
+        node = out.producer()
+        inputs = list(node.inputs)
+        if len(inputs) != self.BIAS + 1 or inputs[-1] is None or len(node.outputs) != 1:
+            return result.fail("no attention_bias, or more inputs or outputs after it")
+        return self._check_biased(result, node)
+
+    def _check_biased(self, result, node):
+        """``result``, or it failed, for ``node``, which has a bias."""
+        raise NotImplementedError
+
+
+class BiasPerHead(_Biased):
     """MultiHeadAttention with an ``attention_bias`` of one head for all ((batch or 1, 1, S, T), what
     the sdpa impl gives it) -> the same node with the bias expanded to its heads. ONNX Runtime takes
     the shared head from 1.22 on; 1.18 refuses it ("dimension 1 should be same as number of heads")
     and 1.20 computes a wrong result (2026-12-07, BENCHMARKS.md "Runtime facts"), so policy.py offers
     this rule to the targets of those releases only (``OLDER_RELEASE``)."""
 
-    def pattern(self, op, query, key, value):
-        return _attention(op.MultiHeadAttention, query, key, value, _domain=CONTRIB_DOMAIN)
+    KERNEL, BIAS = "MultiHeadAttention", 5
 
-    def check(self, context, query, key, value, out, **_):
-        result = pattern.MatchResult()
-        node = out.producer()
-        extra = list(node.inputs[3:])
-        if len(extra) != 3 or extra[2] is None or len(node.outputs) != 1:
-            return result.fail("no attention_bias, or a cache")
+    def _check_biased(self, result, node):
         heads = node.attributes["num_heads"].as_int()
-        dims = dims_of(extra[2])
+        dims = dims_of(node.inputs[5])
         if dims is None or len(dims) != 4 or dims[1] == heads or heads == 1:
             return result.fail("not a bias of one head for all")  # (its dim 1 is 1, or unknown: 1 or heads)
         self._node, self._heads, self._dims = node, heads, dims
@@ -250,7 +266,7 @@ def _repeated(op, x, kv_heads: int, group: int, dims):
     return shaped(repeated, None if dims is None else [dims[0], dims[1], dims[2] * group], x)
 
 
-class UngroupedBias(pattern.RewriteRuleClassBase):
+class UngroupedBias(_Biased):
     """GroupQueryAttention without a cache but with an ``attention_bias`` (its 11th input, what the sdpa
     impl and :class:`GroupQueryAttention` give it for a masked ``enable_gqa``) -> MultiHeadAttention on
     the keys and values repeated to the query's heads. ONNX Runtime's GroupQueryAttention takes the bias
@@ -258,16 +274,10 @@ class UngroupedBias(pattern.RewriteRuleClassBase):
     so policy.py offers this rule to the targets of those releases only (``OLDER_RELEASE``), before
     :class:`BiasPerHead`, which those releases' MultiHeadAttention needs next."""
 
-    def pattern(self, op, query, key, value):
-        return _attention(op.GroupQueryAttention, query, key, value, _domain=CONTRIB_DOMAIN)
+    KERNEL, BIAS = "GroupQueryAttention", 10
 
-    def check(self, context, query, key, value, out, **_):
-        result = pattern.MatchResult()
-        node = out.producer()
-        extra = list(node.inputs[3:])
-        if len(extra) != 8 or extra[7] is None or len(node.outputs) != 1:
-            return result.fail("no attention_bias, or more outputs")
-        if any(extra[i] is not None for i in (0, 1, 4, 5, 6)):
+    def _check_biased(self, result, node):
+        if any(node.inputs[i] is not None for i in (3, 4, 7, 8, 9)):
             return result.fail("a cache, rotary tables or positions")
         if any(a.name not in ("num_heads", "kv_num_heads", "scale", "causal") for a in node.attributes.values()):
             return result.fail("GroupQueryAttention attributes MultiHeadAttention has no counterpart for")
