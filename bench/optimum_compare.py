@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -282,7 +283,8 @@ def _median(values: list[float]) -> str:
 def _cell(side: dict[str, Any]) -> str:
     if side["verified"]:
         return "verified"
-    return ("exported, not verified: " if side["ok"] else "failed: ") + side["error"][:90].replace("|", "/")
+    error = re.sub(r"/\S*?/(build/optimum_compare/)", r"\1", side["error"])  # the folder, not the machine's path
+    return ("exported, not verified: " if side["ok"] else "failed: ") + error[:90].replace("|", "/")
 
 
 def _latency_cell(lat: dict[str, Any]) -> str:
@@ -376,6 +378,9 @@ def main() -> int:
     if args.redo:
         for key in keys:
             results["rows"].pop(key, None)
+    elif not args.optimized:  # a pair another shard ran is not run again (--table merges the shards)
+        ran = {key for key, row in _merged()["rows"].items() if "opreg" in row and "optimum" in row}
+        keys = [key for key in keys if key not in ran]
     keys.sort(key=lambda key: (key.split("/")[0] not in _known_families(), key))  # opreg's families first
     for start in range(0, len(keys), BATCH):
         write_checkpoints(args.optimum_venv, keys[start : start + BATCH], results)

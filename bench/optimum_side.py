@@ -62,6 +62,9 @@ def shrink(config: Any) -> Any:
     for name, value in SMALL.items():
         if hasattr(config, name) and isinstance(getattr(config, name), int):
             setattr(config, name, value)
+    layers = getattr(config, "num_hidden_layers", None)
+    if isinstance(getattr(config, "layer_types", None), list) and isinstance(layers, int):
+        config.layer_types = config.layer_types[:layers]  # one per layer, as the config validates
     for name in TOKEN_IDS:
         if isinstance(getattr(config, name, None), int) and getattr(config, name) >= SMALL["vocab_size"]:
             setattr(config, name, 2)

@@ -86,6 +86,11 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
     "glpn": ("GLPNForDepthEstimation", lambda: T.GLPNConfig(**SEGMENTS, max_depth=10), None),
     "clip": ("CLIPModel", lambda: T.CLIPConfig(text_config=TEXT, vision_config=VISION, projection_dim=16), None),
     "siglip": ("SiglipModel", lambda: T.SiglipConfig(text_config=TEXT, vision_config=VISION), None),
+    "clip-classifier": (
+        "CLIPForImageClassification",
+        lambda: T.CLIPConfig(text_config=TEXT, vision_config=VISION, projection_dim=16, **LABELS),
+        None,
+    ),
     "clip-vision": ("CLIPVisionModel", lambda: T.CLIPVisionConfig(**VISION), _image_processor),
     "wav2vec2-ctc": ("Wav2Vec2ForCTC", lambda: T.Wav2Vec2Config(**AUDIO), _audio_processor),
     "hubert-ctc": ("HubertForCTC", lambda: T.HubertConfig(**AUDIO), _audio_processor),

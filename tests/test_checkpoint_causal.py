@@ -165,8 +165,8 @@ def test_bad_input_is_refused_before_any_export(checkpoints, tmp_path):
     (no_weights / "config.json").write_text((checkpoints["llama"] / "config.json").read_text())
     with pytest.raises(opreg.CheckpointError, match="has no weights"):
         opreg.export_checkpoint(no_weights, out)
-    with pytest.raises(opreg.CheckpointError, match="cannot be exported for task 'text-generation'"):
-        opreg.export_checkpoint(checkpoints["llama"], out, task="text-generation")
+    with pytest.raises(opreg.CheckpointError, match="cannot be exported for task 'fill-mask'"):
+        opreg.export_checkpoint(checkpoints["llama"], out, task="fill-mask")
     whisper = tmp_path / "whisper"
     language_models.causal_lm("llama").save_pretrained(whisper)  # weights, and Whisper's config
     (whisper / "config.json").write_text(

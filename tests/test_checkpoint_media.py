@@ -61,6 +61,7 @@ CASES = {
     "dpt-segmenter": Case("semantic-segmentation", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"]),
     "glpn": Case("depth-estimation", {"pixel_values": IMAGE}, ["predicted_depth"], pixels(40, 8)),
     "clip": Case("zero-shot-image-classification", CLIP_INPUTS, ZERO_SHOT),
+    "clip-classifier": Case("image-classification", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"]),
     "siglip": Case(
         "zero-shot-image-classification",
         {k: v for k, v in CLIP_INPUTS.items() if k != "attention_mask"},
@@ -135,6 +136,32 @@ def test_a_task_the_family_cannot_do_is_refused_and_one_it_can_is_exported_when_
     model = onnx.load(out / "model.onnx")
     assert (result.task, result.inferred) == ("feature-extraction", False)
     assert {v.name: dims(v) for v in model.graph.output} == {"last_hidden_state": ["batch_size", 17, 32]}
+
+
+def test_image_segmentation_is_optimums_other_name_of_semantic_segmentation(tmp_path):
+    folder = media_checkpoints.save("dpt-segmenter", tmp_path / "dpt")
+    result = opreg.export_checkpoint(folder, tmp_path / "out", task="image-segmentation")
+    model = onnx.load(tmp_path / "out" / "model.onnx")
+    assert (result.task, [len(m.verified) for m in result.models]) == ("image-segmentation", [2])
+    assert {v.name: dims(v) for v in model.graph.input} == {"pixel_values": ["batch_size", 3, 32, 32]}
+    assert [v.name for v in model.graph.output] == ["logits"]
+
+
+def test_a_detr_config_written_by_transformers_4_is_read_with_its_nulls_as_the_defaults(tmp_path):
+    """transformers 4.57 writes ``dilation`` and ``backbone_kwargs`` as ``null``; transformers 5's
+    DetrConfig refuses ``dilation: null``. The export reads both as the defaults and says so."""
+    import json
+
+    import transformers
+
+    folder = media_checkpoints.save("detr", tmp_path / "detr")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "dilation": None, "backbone_kwargs": None}))
+    with pytest.raises(Exception, match="'dilation'"):  # what transformers 5 does with the file
+        transformers.AutoConfig.from_pretrained(folder)
+    result = opreg.export_checkpoint(folder, tmp_path / "out")
+    assert (result.task, [len(m.verified) for m in result.models]) == ("object-detection", [2])
+    assert any("read dilation: null and backbone_kwargs: null as DetrConfig's defaults" in n for n in result.notes)
 
 
 def test_a_whisper_folder_is_refused_with_a_pointer_to_opreg_llm_export(tmp_path):

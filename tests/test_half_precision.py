@@ -230,3 +230,33 @@ def test_float4_is_refused_naming_the_value_and_what_to_do(model, x, what):
     message = str(caught.value)
     assert message.startswith(f"{what} is torch.float4_e2m1fn_x2: ")
     assert "FLOAT4E2M1" in message and "x.view(torch.uint8)" in message
+
+
+def test_float4_facts_the_refusal_rests_on():
+    """What the float4 refusal says, held against the installed libraries: onnx and onnx_ir write
+    FLOAT4E2M1 (..., 2n) with the first value in the low four bits, the packing the refusal states
+    for float4_e2m1fn_x2 (torch computes nothing on that dtype: no cast, no arithmetic, only views);
+    ONNX Runtime's CPU provider has no kernel for FLOAT4E2M1, not even Identity, where
+    onnx.reference runs it; BitCast (ai.onnx 26) keeps the bit width, so it cannot stand for
+    ``x.view(torch.uint8)``. When this fails, revisit :data:`opreg.exporter._plan.UNCARRIED`."""
+    import ml_dtypes
+    import numpy as np
+    import onnx
+    import onnxruntime
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    packed = torch.tensor([[0x21, 0xC7]], dtype=torch.uint8)  # (0.5, 1.0), (6.0, -2.0)
+    values = np.array([[0.5, 1.0, 6.0, -2.0]], dtype=ml_dtypes.float4_e2m1fn)
+    assert ir.Tensor(values).tobytes() == packed.view(torch.float4_e2m1fn_x2).view(torch.uint8).numpy().tobytes()
+    proto = helper.make_tensor("t", onnx.TensorProto.FLOAT4E2M1, [2], [0.5, 1.0])
+    assert list(proto.int32_data) == [0x21]
+    assert "same bit-width" in onnx.defs.get_schema("BitCast").doc
+
+    io = [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT4E2M1, [1, 4]) for n in ("x", "y")]
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity", io[:1], io[1:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=11)
+    (same,) = ReferenceEvaluator(model).run(None, {"x": values})
+    assert np.asarray(same).view(np.uint8).tolist() == values.view(np.uint8).tolist()
+    with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.NotImplemented, match="Identity"):
+        onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -18,19 +18,28 @@ export``'s (their ``config.json`` names a ``...ForConditionalGeneration``, or ho
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 from typing import Any
 
 import opreg
 
+log = logging.getLogger(__name__)
+
 TASK = "text-generation-with-past"
-"""optimum's task of a causal LM with its cache: the one task (optimum's ``text-generation``, the
-model without past inputs, is not written: the with-past model does its work from an empty past)."""
+"""optimum's task of a causal LM with its cache, the one inferred (optimum's ``text-generation``,
+the model without past inputs, is :mod:`opreg_transformers.decoders`', when asked)."""
+TASKS = (TASK, "text-generation")
 LAYOUT = "optimum"
 """The layout ``opreg export`` writes a causal LM in unless ``--layout`` asks another."""
 HEADS = ("ForCausalLM", "LMHeadModel")
 """How a causal LM's class name ends in ``config.json``'s ``architectures``."""
 NOT_TEXT = ("vision_config", "audio_config", "speech_config", "text_config", "encoder", "decoder")
 """A config's keys that make it more than a text decoder: its folder stays ``opreg llm export``'s."""
+STREAMING_FAILED = ("does not run on token ids", "does not fit")
+"""What opreg.llm's streamed export says when the weightless model cannot run (OPT's mask reads a
+value; GPT-OSS's experts want bfloat16 on the meta device) or the safetensors' names are an older transformers' (GPT-NeoX's ``embed_out``, which
+transformers' own loader renames): the export is then done again with the weights loaded first."""
 _DECIDED = ("target", "dynamic_shapes", "state", "weights", "host")
 """ExportSettings fields opreg.llm decides or takes another way (the target by name)."""
 
@@ -44,19 +53,22 @@ def is_causal(config: dict[str, Any]) -> bool:
 
 
 def recognition(library: str, evidence: str) -> opreg.Recognition:
-    return opreg.Recognition(library, (TASK,), TASK, evidence)
+    return opreg.Recognition(library, TASKS, TASK, evidence)
 
 
-def plan(library: str, checkpoint: opreg.Checkpoint) -> opreg.ExportPlan:
-    """The whole export handed to :mod:`opreg.llm` (:func:`_export`)."""
+def plan(library: str, checkpoint: opreg.Checkpoint, streaming: bool | None = None) -> opreg.ExportPlan:
+    """The whole export handed to :mod:`opreg.llm` (:func:`_export`); ``streaming=False``: the
+    model loaded with its weights first (``--no-streaming``), for a decoder that does not run on
+    the meta device (the ``...ForCausalLM`` of BART-like families: their causal mask reads a value)."""
     notes = (
         "a causal LM is exported by opreg.llm (as `opreg llm export` exports it): optimum's "
         "text-generation-with-past layout unless --layout genai",
     )
-    return opreg.ExportPlan(library, TASK, (), notes=notes, export=_export)
+    export = _export if streaming is None else functools.partial(_export, streaming=streaming)
+    return opreg.ExportPlan(library, TASK, (), notes=notes, export=export)
 
 
-def _export(handover: opreg.Handover) -> opreg.HandoverResult:
+def _export(handover: opreg.Handover, **more: Any) -> opreg.HandoverResult:
     import opreg.llm
     from opreg_transformers import causal_loop
 
@@ -66,10 +78,18 @@ def _export(handover: opreg.Handover) -> opreg.HandoverResult:
         field.name: getattr(settings, field.name)
         for field in dataclasses.fields(settings)
         if field.name not in _DECIDED and getattr(settings, field.name) != getattr(defaults, field.name)
-    }
-    exported = opreg.llm.export_checkpoint(
-        handover.checkpoint.path, handover.output, layout=handover.layout or LAYOUT, target=settings.target, **options
-    )
+    } | more
+    export = functools.partial(
+        opreg.llm.export_checkpoint, handover.checkpoint.path, handover.output,
+        layout=handover.layout or LAYOUT, target=settings.target,
+    )  # fmt: skip
+    try:
+        exported = export(**options)
+    except opreg.OpregError as e:
+        if "streaming" in options or not any(sign in str(e) for sign in STREAMING_FAILED):
+            raise
+        log.warning("exporting it again with its weights loaded first (--no-streaming): streamed, %s", e)
+        exported = export(**options, streaming=False)
     if not handover.verify:
         return opreg.HandoverResult(dict(exported.programs))
     verification = opreg.Verification("onnxruntime", tuple(exported.verify()))

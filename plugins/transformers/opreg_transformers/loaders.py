@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import opreg
-from opreg_transformers import causal, encoders, lean, media, seq2seq, shapes
+from opreg_transformers import causal, decoders, encoders, lean, media, seq2seq, seq2seq_heads, shapes
 
 LIBRARY = "transformers"
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -56,7 +56,7 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
     architectures = list(config.get("architectures") or [])
     evidence = f"config.json: model_type {model_type!r}" + (f", architectures {architectures}" if architectures else "")
     if model_type in seq2seq.FAMILIES:
-        return seq2seq.recognition(architectures, evidence)
+        return seq2seq.recognition(seq2seq.FAMILIES[model_type], architectures, evidence)
     other = media.FAMILIES.get(model_type)
     if other is not None:
         task = media.task_of(other, architectures) or other.tasks[0]
@@ -84,14 +84,22 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     require_weights(checkpoint)
     lean.import_model_code(config, vision=config["model_type"] in media.FAMILIES)
     known = {*encoders.FAMILIES, *media.FAMILIES, *seq2seq.FAMILIES}
+    if task == decoders.TASK:  # a causal LM, or a ...ForCausalLM of an encoder-decoder family, without past
+        return decoders.plan(checkpoint, _buildable(checkpoint, "AutoModelForCausalLM", task)[0], files())
     if config["model_type"] not in known and causal.is_causal(config):
         return causal.plan(LIBRARY, checkpoint)
+    if config["model_type"] in seq2seq.FAMILIES and task == seq2seq.CAUSAL_WITH_PAST:  # its ...ForCausalLM
+        _buildable(checkpoint, "AutoModelForCausalLM", task)
+        return causal.plan(LIBRARY, checkpoint, streaming=False)
+    if config["model_type"] in seq2seq.FAMILIES and task in seq2seq_heads.HEADS:  # BART's and mBART's heads
+        built, notes = _buildable(checkpoint, seq2seq_heads.HEADS[task][0], task)
+        return seq2seq_heads.plan(checkpoint, built, task, files())
     if config["model_type"] in seq2seq.FAMILIES:
         _buildable(checkpoint, seq2seq.auto_of(task), task)
         return seq2seq.plan(checkpoint, task, files())
     other = media.FAMILIES.get(config["model_type"])
     auto, outputs = (media.TASKS if other else encoders.TASKS)[task]
-    _buildable(checkpoint, auto, task)
+    built, notes = _buildable(checkpoint, auto, task)
     if other is not None:
         inputs, dims = shapes.signature(other, config, task)
         outputs = other.outputs_of(task)
@@ -101,12 +109,12 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     component = opreg.Component(
         name="model",
         file="model.onnx",
-        build=lambda: _load(checkpoint, auto),
+        build=lambda: _load(checkpoint, auto, built),
         inputs=inputs,
         outputs=outputs,
         dims=dims,
     )
-    return opreg.ExportPlan(LIBRARY, task, (component,), files())
+    return opreg.ExportPlan(LIBRARY, task, (component,), files(), notes=notes)
 
 
 def files() -> tuple[opreg.FileCopy, ...]:
@@ -123,12 +131,15 @@ def require_weights(checkpoint: opreg.Checkpoint) -> None:
         )
 
 
-def _buildable(checkpoint: opreg.Checkpoint, auto: str, task: str) -> None:
-    """Refuse, before any export, a config transformers cannot build, or a task it has no head for."""
+def _buildable(checkpoint: opreg.Checkpoint, auto: str, task: str) -> tuple[Any, tuple[str, ...]]:
+    """The transformers config and its notes (:func:`opreg_transformers.configs.read`); refuse, before any
+    export, a config transformers cannot build, or a task it has no head for."""
     import transformers
 
+    from opreg_transformers import configs
+
     try:
-        config = transformers.AutoConfig.from_pretrained(checkpoint.path, trust_remote_code=False)
+        config, notes = configs.read(checkpoint.path)
     except Exception as e:
         raise opreg.CheckpointError(
             f"{checkpoint.file('config.json')} cannot be built by transformers {transformers.__version__}: "
@@ -139,12 +150,13 @@ def _buildable(checkpoint: opreg.Checkpoint, auto: str, task: str) -> None:
             f"transformers {transformers.__version__} has no {auto} for {type(config).__name__} ({checkpoint.path}), "
             f"so it cannot do {task}: choose another task with --task"
         )
+    return config, notes
 
 
-def _load(checkpoint: opreg.Checkpoint, auto: str) -> Any:
+def _load(checkpoint: opreg.Checkpoint, auto: str, config: Any) -> Any:
     import transformers
 
-    return getattr(transformers, auto).from_pretrained(checkpoint.path, trust_remote_code=False).eval()
+    return getattr(transformers, auto).from_pretrained(checkpoint.path, config=config, trust_remote_code=False).eval()
 
 
 def _text_shape(task: str) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ FEATURE_EXTRACTION = "feature-extraction"
 IMAGE_CLASSIFICATION = "image-classification"
 OBJECT_DETECTION = "object-detection"
 SEMANTIC_SEGMENTATION = "semantic-segmentation"
+IMAGE_SEGMENTATION = "image-segmentation"
 DEPTH_ESTIMATION = "depth-estimation"
 ZERO_SHOT = "zero-shot-image-classification"
 SPEECH_RECOGNITION = "automatic-speech-recognition"
@@ -35,6 +36,7 @@ TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     IMAGE_CLASSIFICATION: ("AutoModelForImageClassification", ("logits",)),
     OBJECT_DETECTION: ("AutoModelForObjectDetection", ("logits", "pred_boxes")),
     SEMANTIC_SEGMENTATION: ("AutoModelForSemanticSegmentation", ("logits",)),
+    IMAGE_SEGMENTATION: ("AutoModelForSemanticSegmentation", ("logits",)),  # optimum's other name for it here
     DEPTH_ESTIMATION: ("AutoModelForDepthEstimation", ("predicted_depth",)),
     MASKED_IM: ("AutoModelForMaskedImageModeling", ("reconstruction",)),
     ZERO_SHOT: (
@@ -46,7 +48,9 @@ TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     AUDIO_FRAMES: ("AutoModelForAudioFrameClassification", ("logits",)),
     XVECTOR: ("AutoModelForAudioXVector", ("logits", "embeddings")),
 }
-"""``{task: (transformers auto class, output names)}``, tasks and outputs as optimum names them."""
+"""``{task: (transformers auto class, output names)}``, tasks and outputs as optimum names them
+(``image-segmentation``: optimum takes the first auto class with the family, for DPT and SegFormer
+``AutoModelForSemanticSegmentation``'s, and names the output ``logits`` as for semantic segmentation)."""
 
 HEADS: dict[str, tuple[tuple[str, str], ...]] = {
     IMAGE: (
@@ -57,7 +61,7 @@ HEADS: dict[str, tuple[tuple[str, str], ...]] = {
         ("ForMaskedImageModeling", MASKED_IM),
         ("Model", FEATURE_EXTRACTION),
     ),
-    IMAGE_TEXT: (("Model", ZERO_SHOT),),
+    IMAGE_TEXT: (("ForImageClassification", IMAGE_CLASSIFICATION), ("Model", ZERO_SHOT)),
     AUDIO: (
         ("ForCTC", SPEECH_RECOGNITION),
         ("ForSequenceClassification", AUDIO_CLASSIFICATION),
@@ -67,7 +71,8 @@ HEADS: dict[str, tuple[tuple[str, str], ...]] = {
     ),
 }
 """Per modality, an ``architectures`` entry's suffix and the task it says (``CLIPModel`` is the
-joint model, zero-shot image classification)."""
+joint model, zero-shot image classification; ``CLIPForImageClassification`` its vision tower
+with a classifier, which takes images only)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,10 +147,10 @@ FAMILIES: dict[str, Family] = {
     "dinov2": Family(IMAGE, _CLASSIFIER, Sides(_patch)),
     "detr": Family(IMAGE, _DETECTOR, _CONVOLUTIONS),
     "yolos": Family(IMAGE, _DETECTOR, Sides(_patch)),
-    "segformer": Family(IMAGE, (*_CLASSIFIER, SEMANTIC_SEGMENTATION), _CONVOLUTIONS),
-    "dpt": Family(IMAGE, (*_DEPTH, SEMANTIC_SEGMENTATION)),
+    "segformer": Family(IMAGE, (*_CLASSIFIER, SEMANTIC_SEGMENTATION, IMAGE_SEGMENTATION), _CONVOLUTIONS),
+    "dpt": Family(IMAGE, (*_DEPTH, SEMANTIC_SEGMENTATION, IMAGE_SEGMENTATION)),
     "glpn": Family(IMAGE, _DEPTH, Sides(_strides)),
-    "clip": Family(IMAGE_TEXT, _JOINT, outputs={FEATURE_EXTRACTION: TASKS[ZERO_SHOT][1]}),
+    "clip": Family(IMAGE_TEXT, (*_JOINT, IMAGE_CLASSIFICATION), outputs={FEATURE_EXTRACTION: TASKS[ZERO_SHOT][1]}),
     "siglip": Family(IMAGE_TEXT, _JOINT, attention_mask=False, outputs={FEATURE_EXTRACTION: TASKS[ZERO_SHOT][1]}),
     "clip_vision_model": Family(IMAGE, (FEATURE_EXTRACTION,), outputs=_TOWER),
     "siglip_vision_model": Family(IMAGE, (FEATURE_EXTRACTION,), outputs=_TOWER),

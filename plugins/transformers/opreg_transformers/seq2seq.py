@@ -28,6 +28,7 @@ import functools
 from typing import Any
 
 import opreg
+from opreg_transformers import encoders
 
 TEXT2TEXT = "text2text-generation"
 FEATURES = "feature-extraction"
@@ -37,6 +38,10 @@ HEADS = {TEXT2TEXT: ("AutoModelForSeq2SeqLM", "logits"), FEATURES: ("AutoModel",
 SYNONYMS = {"translation": TEXT2TEXT, "summarization": TEXT2TEXT}
 """optimum's synonyms (``TasksManager._SYNONYM_TASK_MAP``): each exported as the task it names."""
 TASKS = (*(task + PAST_SUFFIX for task in HEADS), *HEADS, *SYNONYMS)
+CAUSAL = "text-generation"
+CAUSAL_WITH_PAST = CAUSAL + PAST_SUFFIX
+"""optimum's tasks of a BART-like family's ``...ForCausalLM`` decoder: without its cache
+(:mod:`opreg_transformers.decoders`), and with it, inferred (:mod:`opreg_transformers.causal`)."""
 FILES = ("source.spm", "target.spm")
 """Marian's sentencepiece models, copied beside the tokenizer files every transformers folder gets."""
 
@@ -61,25 +66,31 @@ class Family:
             ``learned`` (a table of ``max_position_embeddings``: BART's, Marian's sinusoids kept
             as one), ``sinusoidal`` (M2M100's, computed and regrown: exported with a table of
             twice ``max_position_embeddings``, so a past and new tokens each up to it fit).
+        more: the tasks it takes besides :data:`TASKS`, one ``model.onnx`` each (its
+            ``...ForCausalLM`` decoder's ``text-generation`` and ``-with-past``; BART's and
+            mBART's heads).
     """
 
     layers: str
     heads: str
     head_size: str | None
     positions: str
+    more: tuple[str, ...] = ()
 
 
 _BART_LIKE = {"layers": "decoder_layers", "heads": "decoder_attention_heads", "head_size": None}
 _T5_LIKE = {"layers": "num_decoder_layers", "heads": "num_heads", "head_size": "d_kv"}
+_DECODER = {**_BART_LIKE, "positions": LEARNED, "more": (CAUSAL_WITH_PAST, CAUSAL)}
+_CLASSIFIERS = {**_DECODER, "more": (*_DECODER["more"], "text-classification", "question-answering")}
 FAMILIES: dict[str, Family] = {
-    "bart": Family(**_BART_LIKE, positions=LEARNED),
-    "blenderbot": Family(**_BART_LIKE, positions=LEARNED),
-    "blenderbot-small": Family(**_BART_LIKE, positions=LEARNED),
+    "bart": Family(**_CLASSIFIERS),
+    "blenderbot": Family(**_DECODER),
+    "blenderbot-small": Family(**_DECODER),
     "m2m_100": Family(**_BART_LIKE, positions=SINUSOIDAL),
-    "marian": Family(**_BART_LIKE, positions=LEARNED),
-    "mbart": Family(**_BART_LIKE, positions=LEARNED),
+    "marian": Family(**_DECODER),
+    "mbart": Family(**_CLASSIFIERS),
     "mt5": Family(**_T5_LIKE, positions=RELATIVE),
-    "pegasus": Family(**_BART_LIKE, positions=LEARNED),
+    "pegasus": Family(**_DECODER),
     "t5": Family(**_T5_LIKE, positions=RELATIVE),
 }
 """``{model_type: Family}``: the families exported, each verified by tests/test_checkpoint_seq2seq.py."""
@@ -126,13 +137,20 @@ def layout_of(family: Family, config: Any, generation: dict[str, Any] | None = N
     )  # fmt: skip
 
 
-def recognition(architectures: list[str], evidence: str) -> opreg.Recognition:
+def recognition(family: Family, architectures: list[str], evidence: str) -> opreg.Recognition:
     """The tasks of an encoder-decoder folder; with past, as optimum infers when no task is asked:
     ``feature-extraction-with-past`` for a bare ``...Model`` (``T5Model``; Marian's ``MarianMTModel``
-    is its language model), ``text2text-generation-with-past`` else."""
+    is its language model), ``text2text-generation-with-past`` else; a ``...ForCausalLM`` decoder's
+    ``text-generation-with-past``."""
+    causal = architectures and all(name.endswith("ForCausalLM") for name in architectures)
+    if causal and CAUSAL_WITH_PAST in family.more:
+        return opreg.Recognition("transformers", (*TASKS, *family.more), CAUSAL_WITH_PAST, evidence)
+    head = encoders.task_of(architectures)  # ...ForSequenceClassification, ...ForQuestionAnswering
+    if head in family.more:
+        return opreg.Recognition("transformers", (*TASKS, *family.more), head, evidence)
     heads = [name.endswith("Model") and not name.endswith("MTModel") for name in architectures]
     task = FEATURES if heads and all(heads) else TEXT2TEXT
-    return opreg.Recognition("transformers", TASKS, task + PAST_SUFFIX, evidence)
+    return opreg.Recognition("transformers", (*TASKS, *family.more), task + PAST_SUFFIX, evidence)
 
 
 def task_parts(task: str) -> tuple[str, bool]:

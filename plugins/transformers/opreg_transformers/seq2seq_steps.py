@@ -108,3 +108,21 @@ def grow_sinusoidal_positions(model: torch.nn.Module, positions: int) -> None:
         needed = table.padding_idx + 1 + positions + table.offset
         if table.weights.size(0) < needed:
             table.make_weights(needed, table.embedding_dim, table.padding_idx)
+
+
+class EosClassification(torch.nn.Module):
+    """A BART-like ``...ForSequenceClassification``: ``forward(input_ids, attention_mask)`` ->
+    ``{"logits"}`` of each row's last ``eos_token_id`` state, found by its position (the last token
+    when a row has none, which transformers refuses) rather than by transformers' boolean mask,
+    whose size torch.export cannot follow."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        hidden = self.model.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        last = torch.where(input_ids.eq(self.model.config.eos_token_id), positions, -1).amax(-1)
+        rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+        return {"logits": self.model.classification_head(hidden[rows, last])}

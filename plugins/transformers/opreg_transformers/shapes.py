@@ -29,6 +29,8 @@ def signature(family: media.Family, config: Mapping[str, Any], task: str) -> Sig
     """The model's inputs for ``task``, in optimum's order, and the dims they name."""
     if family.modality == media.AUDIO:
         return _audio(config, media.frames_needed(config, task))
+    if family.modality == media.IMAGE_TEXT and task == media.IMAGE_CLASSIFICATION:  # the vision tower's head
+        return _image(family, config["vision_config"], BATCH)
     if family.modality == media.IMAGE_TEXT:
         text, text_dims = _text(family, config["text_config"])
         (pixels,), image_dims = _image(family, config["vision_config"], IMAGE_BATCH)

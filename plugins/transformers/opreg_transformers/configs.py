@@ -1,0 +1,62 @@
+"""A transformers folder's ``config.json`` built as transformers builds it, or, when an older
+transformers wrote a field the installed one's typed config refuses, built again with that field
+at the class's default, saying so in a log line.
+
+The known fields: DETR's ``dilation`` and ``backbone_kwargs``, which transformers 4.57 writes as
+``null`` (their defaults then) and transformers 5's ``DetrConfig`` refuses: a strict dataclass,
+``dilation: bool = False`` fails with ``Field 'dilation' expected bool, got NoneType``, and its
+``__post_init__`` reads ``backbone_kwargs`` as a dict. A ``null`` there meant the default, so the
+default is what the model is built with. Any other error is raised as it was.
+
+Imports transformers: imported by a plan, never at recognition.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+LENIENT = ("dilation", "backbone_kwargs")
+"""Fields an older transformers wrote as ``null`` where the installed one's config wants its
+default's type: read as absent (the class's default) when ``null``."""
+
+
+def read(path: Path) -> tuple[Any, tuple[str, ...]]:
+    """The transformers config of the folder ``path``, the :data:`LENIENT` fields' ``null``
+    read as the class's default when transformers refuses them (logged, and said in the note
+    returned beside the config: the export's notes)."""
+    import transformers
+
+    try:
+        return transformers.AutoConfig.from_pretrained(path, trust_remote_code=False), ()
+    except Exception as e:
+        refused = _refused_nulls(path, e)
+        if not refused:
+            raise
+        error = e
+    values = json.loads((path / "config.json").read_text())
+    for name in refused:
+        del values[name]
+    config_class = transformers.CONFIG_MAPPING[values["model_type"]]
+    note = (
+        f"{path / 'config.json'}: transformers {transformers.__version__} refuses it ({type(error).__name__}: "
+        f"{str(error).splitlines()[0]}); read {' and '.join(f'{n}: null' for n in refused)} as "
+        f"{config_class.__name__}'s defaults, as the transformers {values.get('transformers_version', '')} that "
+        "wrote the file meant"
+    )
+    log.warning("%s", note)
+    return config_class.from_dict(values), (note,)
+
+
+def _refused_nulls(path: Path, error: Exception) -> list[str]:
+    """The :data:`LENIENT` fields ``config.json`` holds as ``null`` if ``error`` names one of them, or ``[]``."""
+    try:
+        values = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return []
+    nulls = [name for name in LENIENT if name in values and values[name] is None]
+    return nulls if any(f"'{name}'" in str(error) for name in nulls) else []
