@@ -117,3 +117,53 @@ def test_attention_with_a_mask_exported_for_an_older_release_matches_eager_there
     rows = side_runtimes.run_models(python, cases)
     assert {row["version"] for row in rows} == {version}
     assert all(row["loaded"] and row.get("matches") for row in rows), rows
+
+
+class _GroupedSdpa(torch.nn.Module):
+    """q/k/v projections, fewer key/value heads than query heads, sdpa with ``enable_gqa=True`` and a mask."""
+
+    def __init__(self, hidden: int = 32, heads: int = 4, kv_heads: int = 2) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.size = heads, kv_heads, hidden // heads
+        self.q = torch.nn.Linear(hidden, hidden)
+        self.kv = torch.nn.Linear(hidden, 2 * kv_heads * self.size)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        q = self.q(x).view(batch, seq, self.heads, self.size).transpose(1, 2)
+        k, v = self.kv(x).view(batch, seq, 2 * self.kv_heads, self.size).transpose(1, 2).chunk(2, dim=1)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return out.transpose(1, 2).reshape(batch, seq, -1)
+
+
+@pytest.mark.parametrize("version", sorted(BIAS_RELEASES))
+def test_grouped_attention_with_a_mask_exported_for_an_older_release_matches_eager_there(version, tmp_path):
+    """Their GroupQueryAttention takes 9 inputs, no ``attention_bias``: at ``onnxruntime==1.18`` and
+    ``==1.20`` a masked sdpa with ``enable_gqa=True`` (and transformers' ``repeat_kv`` before a masked
+    sdpa) becomes MultiHeadAttention on the repeated keys and values, its bias expanded to its heads
+    (the UngroupedBias and BiasPerHead rules); at ``==1.22`` it stays GroupQueryAttention."""
+    if not CONTRIB:
+        pytest.skip("needs opreg-ort-contrib")
+    from opreg_ort_contrib import samples
+
+    python = side_runtimes.python_of(version, BIAS_RELEASES[version])
+    torch.manual_seed(0)
+    x, padding = torch.randn(2, samples.SEQ, samples.HIDDEN), torch.rand(2, 1, 1, samples.SEQ) > 0.3
+    models = {"enable-gqa": _GroupedSdpa(), "repeat-kv": samples.GroupedSelfAttention(rotary=False)}
+    cases = []
+    for name, model in models.items():
+        model.eval()
+        newer = opreg.export(model, (x, padding), target="onnxruntime==1.22").model_proto.graph.node
+        assert [len(n.input) for n in newer if n.op_type == "GroupQueryAttention"] == [11], name
+        program = opreg.export(model, (x, padding), target=f"onnxruntime=={version[:4]}")
+        kinds = [n.op_type for n in program.model_proto.graph.node if n.domain == "com.microsoft"]
+        assert kinds == ["MultiHeadAttention"], (name, kinds)
+        path = tmp_path / f"{name}.onnx"
+        program.save(path)
+        with torch.no_grad():
+            expected = [model(x, padding).numpy()]
+        named = dict(zip(program.input_names, (x.numpy(), padding.numpy()), strict=True))
+        cases.append((str(path), *side_runtimes.write_case(tmp_path, name, named, expected), 0, 1e-5))
+    rows = side_runtimes.run_models(python, cases)
+    assert {row["version"] for row in rows} == {version}
+    assert all(row["loaded"] and row.get("matches") for row in rows), rows

@@ -39,6 +39,10 @@ The pack's own, which onnxscript's rules do not match in opreg's graphs, each me
 - ``PackedAttention``: the q, k and v projections (MatMul + Add) of one input feeding a
   MultiHeadAttention become com.microsoft ``Attention`` on the packed weights (:mod:`.packed`;
   onnxscript's ``FuseBiasMHA`` + ``AttentionFusion`` in one match).
+- ``UngroupedBias``, at ``onnxruntime==1.18`` and ``==1.20`` only: GroupQueryAttention with an
+  ``attention_bias`` (a masked ``enable_gqa`` sdpa, or ``repeat_kv`` before a masked one), which those
+  releases do not load (9 inputs), becomes MultiHeadAttention on the keys and values repeated to the
+  query's heads; ``BiasPerHead`` then expands its bias.
 - ``BiasPerHead``, at ``onnxruntime==1.18`` and ``==1.20`` only: MultiHeadAttention's
   ``attention_bias`` of one head for all expanded to its heads, which those releases need
   (1.18 refuses the shared head, 1.20 computes it wrong). The kit's targets name no release,

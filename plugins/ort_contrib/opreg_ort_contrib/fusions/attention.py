@@ -1,7 +1,8 @@
 """Attention rules: the keys and values ``repeat_kv`` repeated, read unrepeated by GroupQueryAttention
 (below ai.onnx 23) or by Attention with ``kv_num_heads`` (at 23 and 24); and the attention kernels
 reading a KV cache in its (batch, heads, seq, size) layout instead of a moved copy of it; and, for
-ONNX Runtime releases before 1.22, MultiHeadAttention's bias expanded to its heads."""
+ONNX Runtime releases before 1.22, MultiHeadAttention's bias expanded to its heads and GroupQueryAttention
+with a bias made MultiHeadAttention on repeated keys and values."""
 
 from __future__ import annotations
 
@@ -205,24 +206,40 @@ class AttentionOnHeads(pattern.RewriteRuleClassBase):
         return _heads_last(op, shaped(out, [b, self._heads, s, value.shape[3]], query))
 
 
-class BiasPerHead(pattern.RewriteRuleClassBase):
+class _Biased(pattern.RewriteRuleClassBase):
+    """A rule on a com.microsoft attention node (:attr:`KERNEL`) of one output with an ``attention_bias``,
+    its input :attr:`BIAS` and last."""
+
+    KERNEL, BIAS = "", 0
+
+    def pattern(self, op, query, key, value):
+        return _attention(getattr(op, self.KERNEL), query, key, value, _domain=CONTRIB_DOMAIN)
+
+    def check(self, context, query, key, value, out, **_):
+        result = pattern.MatchResult()
+        node = out.producer()
+        inputs = list(node.inputs)
+        if len(inputs) != self.BIAS + 1 or inputs[-1] is None or len(node.outputs) != 1:
+            return result.fail("no attention_bias, or more inputs or outputs after it")
+        return self._check_biased(result, node)
+
+    def _check_biased(self, result, node):
+        """``result``, or it failed, for ``node``, which has a bias."""
+        raise NotImplementedError
+
+
+class BiasPerHead(_Biased):
     """MultiHeadAttention with an ``attention_bias`` of one head for all ((batch or 1, 1, S, T), what
     the sdpa impl gives it) -> the same node with the bias expanded to its heads. ONNX Runtime takes
     the shared head from 1.22 on; 1.18 refuses it ("dimension 1 should be same as number of heads")
     and 1.20 computes a wrong result (2026-12-07, BENCHMARKS.md "Runtime facts"), so policy.py offers
     this rule to the targets of those releases only (``OLDER_RELEASE``)."""
 
-    def pattern(self, op, query, key, value):
-        return _attention(op.MultiHeadAttention, query, key, value, _domain=CONTRIB_DOMAIN)
+    KERNEL, BIAS = "MultiHeadAttention", 5
 
-    def check(self, context, query, key, value, out, **_):
-        result = pattern.MatchResult()
-        node = out.producer()
-        extra = list(node.inputs[3:])
-        if len(extra) != 3 or extra[2] is None or len(node.outputs) != 1:
-            return result.fail("no attention_bias, or a cache")
+    def _check_biased(self, result, node):
         heads = node.attributes["num_heads"].as_int()
-        dims = dims_of(extra[2])
+        dims = dims_of(node.inputs[5])
         if dims is None or len(dims) != 4 or dims[1] == heads or heads == 1:
             return result.fail("not a bias of one head for all")  # (its dim 1 is 1, or unknown: 1 or heads)
         self._node, self._heads, self._dims = node, heads, dims
@@ -236,4 +253,46 @@ class BiasPerHead(pattern.RewriteRuleClassBase):
         return op.MultiHeadAttention(
             query, key, value, *extra, shaped(heads, [batch, self._heads, rows, columns], bias),
             _domain=CONTRIB_DOMAIN, _outputs=1, **attributes,
+        )  # fmt: skip
+
+
+def _repeated(op, x, kv_heads: int, group: int, dims):
+    """(batch, seq, kv heads * size) -> (batch, seq, kv heads * group * size): each head ``group`` times
+    in a row, as torch's ``enable_gqa`` (and ``repeat_kv``) pairs query heads with key/value heads."""
+    heads = op.Reshape(x, op.Constant(value_ints=[0, 0, kv_heads, 1, -1]))
+    repeated = op.Reshape(
+        op.Expand(heads, op.Constant(value_ints=[1, 1, 1, group, 1])), op.Constant(value_ints=[0, 0, -1])
+    )
+    return shaped(repeated, None if dims is None else [dims[0], dims[1], dims[2] * group], x)
+
+
+class UngroupedBias(_Biased):
+    """GroupQueryAttention without a cache but with an ``attention_bias`` (its 11th input, what the sdpa
+    impl and :class:`GroupQueryAttention` give it for a masked ``enable_gqa``) -> MultiHeadAttention on
+    the keys and values repeated to the query's heads. ONNX Runtime's GroupQueryAttention takes the bias
+    from 1.22 on; 1.18 and 1.20 take 9 inputs ("input size 11 not in range [min=7, max=9]", 2026-12-07),
+    so policy.py offers this rule to the targets of those releases only (``OLDER_RELEASE``), before
+    :class:`BiasPerHead`, which those releases' MultiHeadAttention needs next."""
+
+    KERNEL, BIAS = "GroupQueryAttention", 10
+
+    def _check_biased(self, result, node):
+        if any(node.inputs[i] is not None for i in (3, 4, 7, 8, 9)):
+            return result.fail("a cache, rotary tables or positions")
+        if any(a.name not in ("num_heads", "kv_num_heads", "scale", "causal") for a in node.attributes.values()):
+            return result.fail("GroupQueryAttention attributes MultiHeadAttention has no counterpart for")
+        heads, kv_heads = node.attributes["num_heads"].as_int(), node.attributes["kv_num_heads"].as_int()
+        if heads % kv_heads:
+            return result.fail("query heads not a multiple of the key/value heads")
+        self._node, self._heads, self._kv_heads = node, heads, kv_heads
+        return result
+
+    def rewrite(self, op, query, key, value, **_):
+        attributes = {a.name: a.value for a in self._node.attributes.values() if a.name == "scale"}
+        causal = self._node.attributes["causal"].as_int() if "causal" in self._node.attributes else 0
+        group = self._heads // self._kv_heads
+        key, value = (_repeated(op, x, self._kv_heads, group, dims_of(x)) for x in (key, value))
+        return op.MultiHeadAttention(
+            query, key, value, None, None, self._node.inputs[10],
+            num_heads=self._heads, unidirectional=causal, _domain=CONTRIB_DOMAIN, _outputs=1, **attributes,
         )  # fmt: skip

@@ -17,6 +17,7 @@ from opreg_ort_contrib.fusions.attention import (
     GroupedAttention,
     GroupQueryAttention,
     MultiHeadAttentionOnHeads,
+    UngroupedBias,
 )
 from opreg_ort_contrib.fusions.maintained import maintained_rules
 from opreg_ort_contrib.fusions.normalization import ResidualSum
@@ -37,6 +38,7 @@ RULES = {
         AttentionOnHeads.rule("AttentionOnHeads"),
         MultiHeadAttentionOnHeads.rule("MultiHeadAttentionOnHeads"),
         PackedAttention.rule("PackedAttention"),
+        UngroupedBias.rule("UngroupedBias"),
         BiasPerHead.rule("BiasPerHead"),
         RotaryEmbedding.rule("RotaryEmbedding"),
         RotaryEmbedding.rule("InterleavedRotaryEmbedding", interleaved=True),
@@ -110,6 +112,7 @@ POLICY: tuple[tuple[str, Callable[[Any], Any], Callable[[int], bool]], ...] = (
     ("AttentionOnHeads", _rule("AttentionOnHeads"), _ai_onnx_attention),
     ("MultiHeadAttentionOnHeads", _rule("MultiHeadAttentionOnHeads"), _contrib_attention),
     ("PackedAttention", _rule("PackedAttention"), _contrib_attention),
+    ("UngroupedBias", _rule("UngroupedBias"), _contrib_attention),  # releases before 1.22 only (OLDER_RELEASE)
     ("BiasPerHead", _rule("BiasPerHead"), _contrib_attention),  # releases before 1.22 only (OLDER_RELEASE)
     ("RotaryEmbedding", _rule("RotaryEmbedding"), _opset_23),
     ("InterleavedRotaryEmbedding", _rule("InterleavedRotaryEmbedding"), _opset_23),
@@ -165,9 +168,11 @@ Attention's ``attention_bias`` of one head for all (what the sdpa impl gives it)
 (GroupQueryAttention's 17th input, 1.32's, is written only where the target names 1.32:
 :data:`QUERY_LENGTHS`.)"""
 
-OLDER_RELEASE = {"BiasPerHead": (1, 22)}
+OLDER_RELEASE = {"UngroupedBias": (1, 22), "BiasPerHead": (1, 22)}
 """The rules only older ONNX Runtime releases need, and the first release that does without: before
-1.22, MultiHeadAttention gets its ``attention_bias`` expanded to its heads (see NEWER_RELEASE). A
+1.22, GroupQueryAttention takes no ``attention_bias`` (9 inputs: a masked ``enable_gqa`` becomes
+MultiHeadAttention on repeated keys and values), and MultiHeadAttention gets its ``attention_bias``
+expanded to its heads (see NEWER_RELEASE). A
 target naming no release (the profile: the installed one) does without them."""
 
 
