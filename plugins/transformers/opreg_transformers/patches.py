@@ -50,6 +50,7 @@ PATCHES = (
         function="RTDetrModel.forward",
         versions=VERSIONS,
         context=rt_detr_batch_len,
+        used_by=("transformers.models.rt_detr",),  # not every transformers model: importing it imports torchvision
         reason="RTDetrModel.forward takes len() of the batch's features, which fixes the batch; the patch makes "
         "len() of a tensor its shape[0]",
     ),

@@ -162,15 +162,17 @@ def select(offer: Offer, exclude: Iterable[str]) -> set[tuple[str, str]]:
 def uses(model: Any, patch: CapturePatch) -> bool:
     """Whether ``model`` uses the code ``patch`` replaces: it holds a submodule whose class is defined
     under one of ``patch.scope``, or a submodule's ``forward`` names the patched function (a model of
-    one's own that calls ``torchvision.ops.batched_nms``)."""
+    one's own that calls ``torchvision.ops.batched_nms``), its method (``decode`` of ``BoxCoder.decode``)
+    or its class (``RTDetrModel``): not ``forward`` or ``__call__``, which every wrapper's forward names."""
     modules = list(model.modules()) if hasattr(model, "modules") else [model]
     prefixes = patch.scope
-    name = patch.function.rsplit(".", 1)[-1]
+    parts = patch.function.split(".")
+    wanted = {parts[0], parts[-1]} - {"forward", "__call__"}
     for module in modules:
         defined = type(module).__module__ or ""
         if any(defined == p or defined.startswith(p + ".") for p in prefixes):
             return True
-    return any(name in _names(getattr(type(module), "forward", None)) for module in modules)
+    return any(wanted & _names(getattr(type(module), "forward", None)) for module in modules)
 
 
 def _names(function: Any) -> set[str]:
