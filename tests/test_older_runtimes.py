@@ -108,12 +108,7 @@ def test_attention_with_a_mask_exported_for_an_older_release_matches_eager_there
         program = opreg.export(model, (x, mask), target=f"onnxruntime=={version[:4]}")
         attention = [n for n in program.model_proto.graph.node if n.op_type == "MultiHeadAttention"]
         assert len(attention) == 1 and attention[0].input[5], name
-        path = tmp_path / f"{name}.onnx"
-        program.save(path)
-        with torch.no_grad():
-            expected = [model(x, mask).numpy()]
-        named = dict(zip(program.input_names, (x.numpy(), mask.numpy()), strict=True))
-        cases.append((str(path), *side_runtimes.write_case(tmp_path, name, named, expected), 0, 1e-5))
+        cases.append(_eager_case(tmp_path, name, program, model, (x, mask)))
     rows = side_runtimes.run_models(python, cases)
     assert {row["version"] for row in rows} == {version}
     assert all(row["loaded"] and row.get("matches") for row in rows), rows
@@ -158,12 +153,18 @@ def test_grouped_attention_with_a_mask_exported_for_an_older_release_matches_eag
         program = opreg.export(model, (x, padding), target=f"onnxruntime=={version[:4]}")
         kinds = [n.op_type for n in program.model_proto.graph.node if n.domain == "com.microsoft"]
         assert kinds == ["MultiHeadAttention"], (name, kinds)
-        path = tmp_path / f"{name}.onnx"
-        program.save(path)
-        with torch.no_grad():
-            expected = [model(x, padding).numpy()]
-        named = dict(zip(program.input_names, (x.numpy(), padding.numpy()), strict=True))
-        cases.append((str(path), *side_runtimes.write_case(tmp_path, name, named, expected), 0, 1e-5))
+        cases.append(_eager_case(tmp_path, name, program, model, (x, padding)))
     rows = side_runtimes.run_models(python, cases)
     assert {row["version"] for row in rows} == {version}
     assert all(row["loaded"] and row.get("matches") for row in rows), rows
+
+
+def _eager_case(tmp_path, name: str, program, model, inputs: tuple) -> tuple:
+    """``program`` saved as ``name``.onnx, with ``inputs`` and eager ``model``'s output written for a side
+    runtime (:func:`tests.side_runtimes.run_models`), compared within 1e-5."""
+    path = tmp_path / f"{name}.onnx"
+    program.save(path)
+    with torch.no_grad():
+        expected = [model(*inputs).numpy()]
+    named = dict(zip(program.input_names, (value.numpy() for value in inputs), strict=True))
+    return (str(path), *side_runtimes.write_case(tmp_path, name, named, expected), 0, 1e-5)
