@@ -344,6 +344,10 @@ def main() -> int:
     parser.add_argument("--make-venv", action="store_true", help="create the side venv and stop")
     parser.add_argument("--only", nargs="+", metavar="MODEL_TYPE", help="these model types only (a shard)")
     parser.add_argument("--tasks", nargs="+", metavar="TASK", help="these tasks only")
+    parser.add_argument(
+        "--pairs", type=Path, metavar="FILE", help="the pairs of this file only, one MODEL_TYPE/TASK a line"
+    )
+    parser.add_argument("--write-only", action="store_true", help="write the selected checkpoints and stop")
     parser.add_argument("--optimized", action="store_true", help="also -t onnxruntime against --optimize O2")
     parser.add_argument("--runs", type=int, default=200, help="latency runs per model (default 200)")
     parser.add_argument("--redo", action="store_true", help="forget the selected pairs' results first")
@@ -375,6 +379,9 @@ def main() -> int:
         for model_type, task, _ in results["pairs"]
         if (not args.only or model_type in args.only) and (not args.tasks or task in args.tasks)
     ]
+    if args.pairs:
+        chosen = set(args.pairs.read_text().split())
+        keys = [key for key in keys if key in chosen]
     if args.redo:
         for key in keys:
             results["rows"].pop(key, None)
@@ -382,6 +389,9 @@ def main() -> int:
         ran = {key for key, row in _merged()["rows"].items() if "opreg" in row and "optimum" in row}
         keys = [key for key in keys if key not in ran]
     keys.sort(key=lambda key: (key.split("/")[0] not in _known_families(), key))  # opreg's families first
+    if args.write_only:
+        write_checkpoints(args.optimum_venv, keys, results)
+        return 0
     for start in range(0, len(keys), BATCH):
         write_checkpoints(args.optimum_venv, keys[start : start + BATCH], results)
         for key in keys[start : start + BATCH]:

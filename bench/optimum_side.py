@@ -83,7 +83,10 @@ def _known(model_type: str) -> Any:
     if model_type in encoder_models.CONFIGS:
         return encoder_models.CONFIGS[model_type]()
     for _, make, _ in media_checkpoints.CHECKPOINTS.values():
-        config = make()
+        try:
+            config = make()
+        except ImportError:  # RT-DETR's tiny config is opreg-transformers', which this venv lacks
+            continue
         if config.model_type == model_type:
             return config
     return None

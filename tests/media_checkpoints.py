@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers as T
-from opreg_transformers import detection
 
 LAYERS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37)
 LABELS = dict(num_labels=3)
@@ -50,8 +50,16 @@ def _image_processor(folder: Path) -> None:
     T.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
 
 
+def _detection() -> Any:
+    """opreg-transformers' RT-DETR helpers, imported when used: bench/optimum_side.py imports this
+    module in a venv without opreg."""
+    from opreg_transformers import detection
+
+    return detection
+
+
 def _detection_processor(folder: Path) -> None:
-    side = detection.SIDE
+    side = _detection().SIDE
     T.RTDetrImageProcessor(size={"height": side, "width": side}).save_pretrained(folder)
 
 
@@ -86,7 +94,7 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
         lambda: T.YolosConfig(**{**VISION, "image_size": [32, 32]}, num_detection_tokens=5, **LABELS),
         None,
     ),
-    "rt-detr": ("RTDetrForObjectDetection", detection.tiny_rt_detr_config, _detection_processor),
+    "rt-detr": ("RTDetrForObjectDetection", lambda: _detection().tiny_rt_detr_config(), _detection_processor),
     "segformer": ("SegformerForSemanticSegmentation", lambda: T.SegformerConfig(**SEGMENTS, **LABELS), None),
     "dpt": ("DPTForDepthEstimation", lambda: T.DPTConfig(**DEPTH), None),
     "dpt-segmenter": ("DPTForSemanticSegmentation", lambda: T.DPTConfig(**DEPTH, **LABELS), None),
@@ -112,7 +120,7 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
 }
 """``{name: (transformers class, config, processor writer or None)}``."""
 
-BUILT = {"rt-detr": detection.tiny_rt_detr}
+BUILT = {"rt-detr": lambda: _detection().tiny_rt_detr()}
 """``{name: builder}`` of the checkpoints whose weights are not transformers' initialisation (a tiny
 RT-DETR's ties every score: :mod:`opreg_transformers.detection`)."""
 

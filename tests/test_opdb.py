@@ -104,6 +104,7 @@ KNOWN: dict[tuple[str, str], Known] = {
     ("nn.functional.conv1d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
     ("nn.functional.conv2d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
     ("nn.functional.conv3d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
+    ("nn.functional.conv_transpose1d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
     ("nn.functional.conv_transpose2d", "int64"): Known(_INT_CONV, range(8), _INT_CONV_ERROR),
     ("nn.functional.conv_transpose2d", "float16"): Known(
         "torch's float16 CPU conv_transpose rounds partial sums; ONNX Runtime's result is closer to "

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.optest import OPSETS, check, onnx_ops
+from tests.optest import NEWEST, OPSETS, check, onnx_ops
 
 NAN, INF = float("nan"), float("inf")
 
@@ -285,6 +285,29 @@ def test_where_bool_and_celu_float16(opset):
     x = torch.tensor([True, True, False, False])
     check(lambda c, x: torch.where(c, x, ~x), c, x, opset=opset)
     check(lambda x: torch.nn.functional.celu(x, alpha=0.5), torch.randn(3, 4).half(), opset=opset)
+
+
+@pytest.mark.parametrize("opset", sorted({18, NEWEST}))
+def test_square_and_multiply_translate_as_captured(opset):
+    """torch.square and torch.multiply stay themselves in torch.export's graph (RMS norms of causal
+    LMs square; ConvBERT multiplies): their impls spare the export torch's decomposition, a retrace."""
+    x = torch.randn(3, 4)
+    b, small = torch.tensor([True, False, True]), torch.tensor([1, -2, 3], dtype=torch.int8)
+    program = check(
+        lambda x, b, small: (
+            torch.square(x),
+            torch.square(b),
+            torch.square(small),
+            torch.multiply(x, x[0]),
+            torch.multiply(small, 3),
+        ),
+        x,
+        b,
+        small,
+        opset=opset,
+    )
+    torch_ops = {m.value for n in program.model_proto.graph.node for m in n.metadata_props if m.key == "opreg.torch_op"}
+    assert {"aten::square.default", "aten::multiply.Tensor"} <= torch_ops
 
 
 @pytest.mark.parametrize("opset", OPSETS)

@@ -492,6 +492,24 @@ def test_unfold_any_dtype_and_empty_batch(opset):
     )
 
 
+@pytest.mark.parametrize("opset", sorted({18, NEWEST}))
+def test_unfold_of_a_dynamic_size_translates_as_captured(opset):
+    """ConvBERT's unfold: a (k, 1) kernel down a sequence of dynamic length. im2col translates as
+    torch.export captured it, so the export skips torch's decomposition (a retrace of the whole graph)."""
+    unfold = nn.Unfold((9, 1), padding=(4, 0))
+    dilated = nn.Unfold((3, 2), dilation=(2, 1), padding=(1, 0))
+    seq = torch.export.Dim("seq", min=5, max=64)
+    program = check(
+        lambda x: (unfold(x), dilated(x), dilated(x[0])),
+        torch.randn(2, 8, 12, 3),
+        opset=opset,
+        dynamic_shapes=(({2: seq},),),
+    )
+    program.verify(torch.randn(2, 8, 31, 3))
+    torch_ops = {m.value for n in program.model_proto.graph.node for m in n.metadata_props if m.key == "opreg.torch_op"}
+    assert "aten::im2col.default" in torch_ops
+
+
 @pytest.mark.parametrize("opset", OPSETS)
 def test_pixel_shuffle(opset):
     shuffle, unshuffle = nn.PixelShuffle(2), nn.PixelUnshuffle(2)

@@ -406,6 +406,66 @@ def test_composite_ops_translate_as_captured_without_the_decomposition():
     opreg.export(Composite(), inputs, target=18).verify(*inputs, atol=ATOL)
 
 
+class CheckpointComposites(nn.Module):
+    """Ops the checkpoint comparison with optimum found sending graphs through torch's
+    decomposition, at dynamic sizes: ``square`` (RMS norms), ``multiply`` and ``unfold``
+    (ConvBERT), ``repeat_interleave`` by an int (Cohere's and GLM's rotary), ``conv_transpose2d``
+    (DPT), ``_weight_norm`` (HuBERT's positional convolution), ``floor_divide`` (GPT-OSS)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unfold = nn.Unfold((3, 1), padding=(1, 0))
+        self.up = nn.ConvTranspose2d(4, 2, 2, stride=2)
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 4, 3, padding=1), dim=2)
+
+    def forward(self, x, image):
+        n = x.shape[1]
+        y = torch.multiply(torch.square(x), x.repeat_interleave(2, dim=-1)[..., :4])
+        patches = self.unfold(y.transpose(1, 2).unsqueeze(-1))
+        position = torch.arange(n) // 2 + torch.floor_divide(torch.arange(n), 3)
+        return patches, self.up(image), self.conv(y.transpose(1, 2)), position
+
+
+def test_checkpoint_composites_translate_as_captured_at_dynamic_sizes():
+    registry = opreg.default_registry()
+    target = registry.target(18)
+    inputs = (torch.randn(2, 5, 4), torch.randn(1, 4, 3, 5))
+    seq, side = torch.export.Dim("seq", min=2, max=64), torch.export.Dim("side", min=2, max=64)
+    dynamic = ({1: seq}, {2: side, 3: side + 2})
+    captured = _capture.capture(CheckpointComposites(), inputs, None, dynamic)
+    ops = {str(n.target) for n in captured.graph.nodes if n.op == "call_function"}
+    expected = {
+        "aten.square.default", "aten.multiply.Tensor", "aten.im2col.default", "aten.repeat_interleave.self_int",
+        "aten.conv_transpose2d.input", "aten._weight_norm.default", "aten.floor_divide.default",
+    }  # fmt: skip
+    assert expected <= ops, sorted(expected - ops)
+    program, _ = _plan.prepare(captured, registry, target)
+    assert program is captured  # no retrace by torch's decomposition
+    exported = opreg.export(CheckpointComposites(), inputs, target=18, dynamic_shapes=dynamic)
+    exported.verify(*inputs, atol=ATOL)
+    exported.verify(torch.randn(2, 9, 4), torch.randn(1, 4, 6, 8), atol=ATOL)
+
+
+class ClampAfterAConversion(nn.Module):
+    """GPT-OSS's experts: ids read ``.float()`` (a copy), then clamped in place."""
+
+    def forward(self, x):
+        ids = x.argsort(dim=-1)
+        before = ids.float()
+        ids.clamp_(max=2)
+        return before, ids, ids.to(torch.int64) + 1
+
+
+def test_an_in_place_op_after_a_dtype_conversion_translates_as_captured():
+    registry = opreg.default_registry()
+    inputs = (torch.randn(2, 5),)
+    captured = _capture.capture(ClampAfterAConversion(), inputs, None, None)
+    assert "aten.clamp_.default" in {str(n.target) for n in captured.graph.nodes}
+    program, _ = _plan.prepare(captured, registry, registry.target(18))
+    assert program is captured  # the in-place clamp is translated as clamp: the float copy does not see it
+    opreg.export(ClampAfterAConversion(), inputs, target=18).verify(*inputs)
+
+
 class Broadcasting(nn.Module):
     def forward(self, x, y):
         return torch.einsum("...ik,...j->ij", x, y)  # an ellipsis of two ranks: ONNX's Einsum cannot

@@ -84,6 +84,34 @@ def aten_conv(
     return _conv(input, weight, bias, stride, padding, dilation, groups)
 
 
+@opreg.impl("aten::conv_transpose1d", predicate=_floating_input)
+@opreg.impl("aten::conv_transpose2d.input", predicate=_floating_input)
+def aten_conv_transpose(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Sequence[int] = (1,),
+    padding: Sequence[int] = (0,),
+    output_padding: Sequence[int] = (0,),
+    groups: int = 1,
+    dilation: Sequence[int] = (1,),
+):
+    """conv_transpose1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0, SymInt[1] output_padding=0, SymInt groups=1, SymInt[1] dilation=1) -> Tensor: ConvTranspose.
+
+    conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor: ConvTranspose."""
+    rank = rank_of(weight) - 2
+    return _conv_transpose(
+        input,
+        weight,
+        bias,
+        expand_param(stride, rank),
+        expand_param(padding, rank),
+        expand_param(dilation, rank),
+        expand_param(output_padding, rank),
+        groups,
+    )
+
+
 @opreg.impl("aten::convolution", predicate=_floating_input)
 def aten_convolution(
     input: Tensor,

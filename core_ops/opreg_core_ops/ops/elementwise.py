@@ -164,10 +164,16 @@ def aten_rsub(self: Tensor, other: Tensor | float, alpha: float = 1.0):
 
 @opreg.impl("aten::mul.Tensor")
 @opreg.impl("aten::mul.Scalar")
+@opreg.impl("aten::multiply.Tensor")
+@opreg.impl("aten::multiply.Scalar")
 def aten_mul(self: Tensor, other: Tensor | float):
     """mul.Tensor(Tensor self, Tensor other) -> Tensor: Mul (And for bool), after torch's promotion.
 
-    mul.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
+    mul.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number.
+
+    multiply.Tensor(Tensor self, Tensor other) -> Tensor: mul's other name (``torch.multiply``), kept by torch.export.
+
+    multiply.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
     return _mul(self, other)
 
 
@@ -186,6 +192,15 @@ def aten_div(self: Tensor, other: Tensor | float, rounding_mode: str | None = No
     return _divide(self, other, rounding_mode)
 
 
+@opreg.impl("aten::floor_divide")
+@opreg.impl("aten::floor_divide.Scalar")
+def aten_floor_divide(self: Tensor, other: Tensor | float):
+    """floor_divide(Tensor self, Tensor other) -> Tensor: div with rounding_mode="floor" (torch's floor_divide rounds down).
+
+    floor_divide.Scalar(Tensor self, Scalar other) -> Tensor: the same, other a number."""
+    return _divide(self, other, "floor")
+
+
 # -- pow, fmod, remainder, atan2 -------------------------------------------------------------
 
 
@@ -201,6 +216,12 @@ def aten_pow(self: Tensor | float, exponent: Tensor | float):
 
     pow.Scalar(Scalar self, Tensor exponent) -> Tensor: the same, of a constant base."""
     return _pow(self, exponent)
+
+
+@opreg.impl("aten::square")
+def aten_square(self: Tensor):
+    """square(Tensor self) -> Tensor: ``Pow(x, 2)``, as pow.Tensor_Scalar writes a square (bool squares to int64, as torch's does)."""
+    return _pow(self, 2)
 
 
 @opreg.impl("aten::fmod.Tensor")

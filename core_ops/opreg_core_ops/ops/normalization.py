@@ -509,3 +509,20 @@ def aten_instance_norm(
     scale = weight if weight is not None else _ones_of(input, 1, 2)
     shift = bias if bias is not None else _zeros_of(input, 1, 2)
     return op18.InstanceNormalization(input, scale, shift, epsilon=float(eps))
+
+
+# -- weight norm --------------------------------------------------------------------------------
+
+
+@opreg.impl("aten::_weight_norm")
+def aten_weight_norm(v: Tensor, g: Tensor, dim: int = 0):
+    """_weight_norm(Tensor v, Tensor g, int dim=0) -> Tensor: ``v * g / ReduceL2(v)`` over every dim but ``dim`` (all of them for -1), as torch's norm_except_dim."""
+    rank = rank_of(v)
+    if rank is None:
+        raise ValueError("_weight_norm needs the rank of v")
+    if dim == -1:
+        axes = list(range(rank))
+    else:
+        axes = [a for a in range(rank) if a != dim % rank]
+    norm = op18.ReduceL2(v, axes, keepdims=1) if axes else op18.Abs(v)
+    return op18.Mul(v, op18.Div(g, norm))

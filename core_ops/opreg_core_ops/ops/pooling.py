@@ -502,12 +502,7 @@ def aten_col2im(
     return _unbatch(image, added)
 
 
-def _static_channels_and_sizes(node) -> bool:
-    value = node.args[0].meta.get("val")
-    return value is not None and all(isinstance(d, int) for d in value.shape[-3:])
-
-
-@opreg.impl("aten::im2col", predicate=_static_channels_and_sizes)
+@opreg.impl("aten::im2col")
 def aten_im2col(
     self: Tensor,
     kernel_size: Sequence[int],
@@ -515,24 +510,32 @@ def aten_im2col(
     padding: Sequence[int],
     stride: Sequence[int],
 ):
-    """im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor: a Slice per kernel offset, Concat, Reshape (any dtype, exact)."""
+    """im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor: a Slice per kernel offset, Concat, Reshape (any dtype, any sizes, exact).
+
+    Offset ``o`` of a kernel of ``k`` (dilation ``d``) slices the padded side from ``o * d`` to
+    ``d * (k - 1 - o)`` before its end, every ``stride``-th element: torch's window count, whatever
+    the side's size, so the sizes may be dynamic."""
     x, added = _batched(self, 2)
     kernel, dilations, strides = expand_param(kernel_size, 2), expand_param(dilation, 2), expand_param(stride, 2)
     pads = expand_param(padding, 2)
-    dims = _static_dims(x, 1)
-    if dims is None:
-        raise ValueError(f"im2col needs static channel and spatial sizes, got {self.shape}")
-    channels, *spatial = dims
-    out = [
-        _pool_output_size(n, k, s, p, d, False)
-        for n, k, s, p, d in zip(spatial, kernel, strides, pads, dilations, strict=True)
-    ]
-    zero = np.array(0, dtype=x.dtype.numpy())
+    if any(pads):
+        x = op18.Pad(x, [0, 0, *pads, 0, 0, *pads], np.array(0, dtype=x.dtype.numpy()))
     # (N, C, kh*kw, oh, ow): channel c*kh*kw + i*kw + j of the result is channel c at offset (i, j).
-    windows = [
-        op18.Unsqueeze(window, [2])
-        for _offset, window in _window_slices(x, kernel, strides, dilations, pads + pads, out, zero)
-    ]
+    windows = []
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        starts = [o * d for o, d in zip(offset, dilations, strict=True)]
+        ends = [-d * (k - 1 - o) or _TO_THE_END for o, d, k in zip(offset, dilations, kernel, strict=True)]
+        windows.append(op18.Unsqueeze(op18.Slice(x, starts, ends, [2, 3], strides), [2]))
     patches = op18.Concat(*windows, axis=2)
-    shape = op18.Concat(op18.Shape(x, end=1), [channels * math.prod(kernel), math.prod(out)], axis=0)
+    channels = self.shape[-3] if self.shape is not None else None
+    if isinstance(channels, int):
+        rows = [channels * math.prod(kernel)]
+    else:
+        rows = op18.Mul(op18.Shape(x, start=1, end=2), [math.prod(kernel)])
+    windows_count = op18.Mul(op18.Shape(patches, start=3, end=4), op18.Shape(patches, start=4, end=5))
+    shape = op18.Concat(op18.Shape(x, end=1), rows, windows_count, axis=0)
     return _unbatch(op18.Reshape(patches, shape, allowzero=1), added)
+
+
+_TO_THE_END = np.iinfo(np.int64).max
+"""A Slice end past any size."""

@@ -55,7 +55,6 @@ def aten_flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1):
     if all(isinstance(d, int) and d > 0 for d in tail):
         # a 0 in Reshape's shape copies the input's dim at that index: right for the leading dims
         return op18.Reshape(self, [0] * start + [-1] + tail)
-    shape = op18.Shape(self)
     head = op18.Slice(shape, [0], [start])
     tail = op18.Slice(shape, [end + 1], [rank])
     return op18.Reshape(self, op18.Concat(head, [-1], tail, axis=0))
@@ -83,27 +82,36 @@ def aten_unflatten(self: Tensor, dim: int, sizes: Sequence[int]):
     return op18.Reshape(self, op18.Concat(*parts, axis=0), allowzero=int(0 in sizes))
 
 
-def _static_repeats(node) -> bool:
+def _int_repeats(node) -> bool:
     repeats = node.args[1] if len(node.args) > 1 else node.kwargs.get("repeats")
     value = node.args[0].meta.get("val")
-    return isinstance(repeats, int) and value is not None and all(isinstance(d, int) for d in value.shape)
+    return isinstance(repeats, int) and value is not None
 
 
-@opreg.impl("aten::repeat_interleave.self_int", predicate=_static_repeats)
+@opreg.impl("aten::repeat_interleave.self_int", predicate=_int_repeats)
 def aten_repeat_interleave_self_int(
     self: Tensor, repeats: int, dim: int | None = None, *, output_size: int | None = None
 ):
-    """repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor: Unsqueeze, Expand and Reshape (static shape)."""
+    """repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor: Unsqueeze, Expand and Reshape (a number of repeats; any sizes)."""
     dims = list(self.shape)
     if dim is None:
-        self, dims, axis = op18.Reshape(self, [-1]), [math.prod(dims)], 0
+        flat = [math.prod(dims)] if all(isinstance(d, int) for d in dims) else [None]
+        self, dims, axis = op18.Reshape(self, [-1]), flat, 0
     else:
         axis = dim % max(len(dims), 1)
     if not dims:  # a 0-d tensor along dim 0
         self, dims = op18.Reshape(self, [1]), [1]
-    wide = [*dims[: axis + 1], repeats, *dims[axis + 1 :]]
-    expanded = op18.Expand(op18.Unsqueeze(self, [axis + 1]), wide)
-    return _reshape(expanded, [*dims[:axis], dims[axis] * repeats, *dims[axis + 1 :]])
+    unsqueezed = op18.Unsqueeze(self, [axis + 1])
+    if all(isinstance(d, int) for d in dims):
+        wide = [*dims[: axis + 1], repeats, *dims[axis + 1 :]]
+        return _reshape(op18.Expand(unsqueezed, wide), [*dims[:axis], dims[axis] * repeats, *dims[axis + 1 :]])
+    rank = len(dims)
+    expanded = op18.Expand(unsqueezed, [1] * (axis + 1) + [repeats] + [1] * (rank - axis - 1))
+    parts = [op18.Shape(self, end=axis)] if axis else []
+    parts.append(op18.Mul(op18.Shape(self, start=axis, end=axis + 1), [repeats]))
+    if axis + 1 < rank:
+        parts.append(op18.Shape(self, start=axis + 1))
+    return op18.Reshape(expanded, op18.Concat(*parts, axis=0), allowzero=1)
 
 
 @opreg.impl("aten::permute")

@@ -274,11 +274,22 @@ def functional_form(node: torch.fx.Node) -> OpName | None:
 
 
 def _aliases(node: torch.fx.Node) -> bool:
-    """Whether ``node``'s result may be a view of its inputs (so it would see a later mutation)."""
+    """Whether ``node``'s result may be a view of its inputs (so it would see a later mutation).
+    ``to`` returns its input only when nothing changes: a ``to`` whose dtype differs copies (GPT-OSS
+    reads its expert ids ``.float()`` before clamping them in place)."""
     fn = node.target
     if isinstance(fn, torch._ops.OpOverload):
+        if fn.overloadpacket is torch.ops.aten.to and _converts(node):
+            return False
         return any(r.alias_info is not None for r in fn._schema.returns)
     return fn is not operator.getitem and node.op == "call_function"
+
+
+def _converts(node: torch.fx.Node) -> bool:
+    """Whether a ``to`` node's result has another dtype than its input (so it is a copy)."""
+    source, result = node.args[0], node.meta.get("val")
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    return isinstance(value, torch.Tensor) and isinstance(result, torch.Tensor) and value.dtype != result.dtype
 
 
 def torch_op(node: torch.fx.Node, kind: Kind | None = None) -> OpName:
