@@ -520,9 +520,6 @@ def aten_weight_norm(v: Tensor, g: Tensor, dim: int = 0):
     rank = rank_of(v)
     if rank is None:
         raise ValueError("_weight_norm needs the rank of v")
-    if dim == -1:
-        axes = list(range(rank))
-    else:
-        axes = [a for a in range(rank) if a != dim % rank]
+    axes = list(range(rank)) if dim == -1 else [a for a in range(rank) if a != dim % rank]
     norm = op18.ReduceL2(v, axes, keepdims=1) if axes else op18.Abs(v)
     return op18.Mul(v, op18.Div(g, norm))

@@ -55,6 +55,7 @@ def aten_flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1):
     if all(isinstance(d, int) and d > 0 for d in tail):
         # a 0 in Reshape's shape copies the input's dim at that index: right for the leading dims
         return op18.Reshape(self, [0] * start + [-1] + tail)
+    shape = op18.Shape(self)
     head = op18.Slice(shape, [0], [start])
     tail = op18.Slice(shape, [end + 1], [rank])
     return op18.Reshape(self, op18.Concat(head, [-1], tail, axis=0))
