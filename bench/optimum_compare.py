@@ -58,7 +58,9 @@ VALIDATION_FAILED = ("succeeded with the warning", "error occurred during valida
 TIMEOUT = 1800
 BATCH = 12
 """Checkpoints written per side-venv process, before their pairs run."""
-DIMS = {"batch_size": 2, "num_choices": 2, "sequence_length": 16, "encoder_sequence_length": 16}
+DIMS = {
+    "batch_size": 2, "num_choices": 2, "sequence_length": 16, "encoder_sequence_length": 16, "past_sequence_length": 16,
+}  # fmt: skip
 
 
 def make_venv(venv: Path) -> None:
@@ -117,8 +119,9 @@ def _main_model(a: Path, b: Path) -> str | None:
 
 
 def _feeds(session: Any, folder: Path) -> dict[str, Any]:
-    """Inputs for ``session``: ids below 64, masks of ones, floats from a seeded normal; dynamic dims
-    from :data:`DIMS` (16 otherwise; audio 16000 samples; image sides the config's)."""
+    """Inputs for ``session``: ids below 64, masks of ones, position ids counting on from the past,
+    floats from a seeded normal; dynamic dims from :data:`DIMS` (a sum of them where optimum names
+    one so; 16 otherwise; audio 16000 samples; image sides the config's)."""
     import numpy as np
 
     config = json.loads((folder / "config.json").read_text())
@@ -126,16 +129,22 @@ def _feeds(session: Any, folder: Path) -> dict[str, Any]:
     side = side if isinstance(side, int) else side[0]
     rng = np.random.default_rng(0)
     feeds = {}
-    for node in session.get_inputs():
+    inputs = session.get_inputs()
+    for node in inputs:
         shape = []
         for i, dim in enumerate(node.shape):
             if isinstance(dim, int):
                 shape.append(dim)
             elif node.name == "input_values" and i == 1:
                 shape.append(16000)
-            else:
-                shape.append(side if dim in ("height", "width") else DIMS.get(dim, 16))
-        if "int" in node.type:
+            elif dim in ("height", "width"):
+                shape.append(side)
+            else:  # optimum names the mask of a model with past "past_sequence_length + sequence_length"
+                shape.append(sum(DIMS.get(part.strip(), 16) for part in str(dim).split("+")))
+        if node.name == "position_ids":  # the new tokens' positions, after the past
+            past = DIMS["past_sequence_length"] if any("past" in str(d) for i in inputs for d in i.shape) else 0
+            feeds[node.name] = np.broadcast_to(np.arange(past, past + shape[-1]), shape).astype(np.int64)
+        elif "int" in node.type:
             fill = 1 if "mask" in node.name else (0 if "type" in node.name else None)
             value = np.full(shape, fill) if fill is not None else rng.integers(0, 64, shape)
             feeds[node.name] = value.astype(np.int64)
