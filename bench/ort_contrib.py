@@ -423,7 +423,7 @@ def kernels(seq: int = SEQ):
         "Sum + LayerNormalization vs SkipLayerNormalization",
         _model([("ms.SkipLayerNormalization", ["x", "skip", "gamma", "beta"], ["y"], {})], *io, norm),
         _model(unfused_ln, *io, norm),
-        skip_feeds, "SkipLayerNormalization dropped; ResidualSum keeps ORT from making it",
+        skip_feeds, "SkipLayerNormalization dropped; the exporter's ResidualSums keeps ORT from making it",
     )  # fmt: skip
     yield Kernel(
         "Sum + LayerNormalization vs Add + LayerNormalization",
@@ -431,7 +431,7 @@ def kernels(seq: int = SEQ):
             [("Add", ["x", "skip"], ["s"], {}), ("LayerNormalization", ["s", "gamma", "beta"], ["y"], {})], *io, norm
         ),
         _model(unfused_ln, *io, norm),
-        skip_feeds, "ResidualSum kept: ORT turns Add + LayerNormalization into SkipLayerNormalization",
+        skip_feeds, "ResidualSums kept: ORT turns Add + LayerNormalization into SkipLayerNormalization",
     )  # fmt: skip
     rms = [("Add", ["x", "skip"], ["s"], {}), ("RMSNormalization", ["s", "gamma"], ["y"], {"epsilon": 1e-6})]
     yield Kernel(

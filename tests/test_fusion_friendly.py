@@ -1,5 +1,6 @@
 """opreg's standard exports are fusion-friendly: ONNX Runtime's two fusion tools find at
-least as many fused ops in them as in torch.onnx's export of the same model (opset 18).
+least as many fused ops in them as in torch.onnx's export of the same model (opset 18), but
+SkipLayerNormalization, which opreg keeps out on purpose (:data:`KEPT_OUT`).
 
 The tools: onnxscript's ``optimize_for_ort`` and ORT's ``onnxruntime.transformers.optimizer``.
 What used to stop them on opreg's graphs, now fixed at the source: the masked softmax's
@@ -24,6 +25,12 @@ import torch
 
 import opreg
 from tests import real_models
+
+KEPT_OUT = frozenset({"SkipLayerNormalization"})
+"""Fused ops opreg's graphs keep out on purpose: a residual ``Add`` read by a LayerNormalization is
+written ``Sum`` (``opreg.exporter.passes.lean.ResidualSums``), because ONNX Runtime would otherwise
+fuse the pair into SkipLayerNormalization when loading the model, a kernel slower than the two on
+its CPU build (a BERT-base-width encoder 8% slower); the tools then do not fuse it either."""
 
 # model -> what ORT's transformers optimizer calls it
 ORT_MODEL_TYPES = {"bert": "bert", "gpt2": "gpt2", "llama": "gpt2", "vit": "vit"}
@@ -86,6 +93,6 @@ def test_fusion_tools_find_as_many_fused_ops_as_in_torch_onnx(name, tmp_path):
         assert not isinstance(got, str), f"{tool} fails on opreg's {name}: {got}"
         if isinstance(expected, str):  # the tool fails on torch.onnx's export (GPT-2): nothing to match
             continue
-        fewer = {op: (got[op], n) for op, n in expected.items() if got[op] < n}
+        fewer = {op: (got[op], n) for op, n in expected.items() if got[op] < n and op not in KEPT_OUT}
         assert not fewer, f"{tool} on {name}: fewer fused ops than in torch.onnx's export (opreg, torch): {fewer}"
         assert sum(got.values()) > 0, f"{tool} fused nothing in opreg's {name}"

@@ -9,6 +9,7 @@ import collections
 
 import onnx
 import pytest
+import torch
 
 import opreg
 from tests.real_models import FACTORIES, Case
@@ -137,6 +138,37 @@ def test_linear_weights_on_3d_inputs_are_stored_transposed_under_their_names():
     fused = opreg.export(model, (x,), target="onnxruntime", fold_weights=False)
     assert [n.op_type for n in fused.model.graph].count("FusedMatMul") == 2
     assert "opreg.folded_weights" not in fused.model.metadata_props
+
+
+class PostNorm(torch.nn.Module):
+    """BERT's residual: LayerNorm(dense(x) + x), after a LayerNorm of a biased Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dense, self.norm = torch.nn.Linear(32, 32), torch.nn.LayerNorm(32)
+        self.first = torch.nn.LayerNorm(32)
+
+    def forward(self, x):
+        return self.norm(self.dense(x) + x), self.first(self.dense(x))
+
+
+@pytest.mark.parametrize("target", [None, "onnxruntime"], ids=["default", "onnxruntime"])
+def test_a_residual_sum_before_a_layer_norm_stays_two_kernels_in_onnx_runtime(target, tmp_path):
+    """The residual Add read by a LayerNormalization is written as Sum, at every target: ONNX Runtime
+    fuses Add + LayerNormalization into SkipLayerNormalization at load, slower on its CPU build. A
+    bias Add (the Linear's) stays Add, for ONNX Runtime to fold into its MatMul."""
+    import onnxruntime as ort
+
+    model, x = PostNorm().eval(), torch.randn(2, 5, 32)
+    program = opreg.export(model, (x,), **({"target": target} if target else {}))
+    ops = [n.op_type for n in program.model.graph]
+    assert ops.count("Sum") == 1 and ops.count("LayerNormalization") == 2
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "loaded.onnx")
+    ort.InferenceSession(program.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    loaded = [n.op_type for n in onnx.load(tmp_path / "loaded.onnx").graph.node]
+    assert "SkipLayerNormalization" not in loaded and loaded.count("LayerNormalization") == 2
+    assert program.verify(x, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(("out_features", "folded"), [(2048, True), (2049, False)], ids=["16MiB", "16MiB+8KiB"])

@@ -142,17 +142,6 @@ class RMSNorm(nn.Module):
         return self.weight * normalized if self.weight_first else normalized * self.weight
 
 
-class PostNorm(nn.Module):
-    """BERT's residual: LayerNorm(dense(x) + x)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.dense, self.norm = nn.Linear(HIDDEN, HIDDEN), nn.LayerNorm(HIDDEN)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(self.dense(x) + x)
-
-
 class TiedHead(nn.Module):
     """A language model's head tied to its embedding table: the Gather and the head read the one
     table, which is stored as it is (opreg stores only a weight read through a Transpose alone
@@ -297,7 +286,6 @@ def samples() -> dict[str, list[ModelSample]]:
             ModelSample.of(BiasedSelfAttention().eval(), x, _causal_mask()).with_tolerances(1e-4, 1e-5),
             ModelSample.of(BiasedSelfAttention().eval(), x, torch.rand(2, 1, 1, SEQ) > 0.3).with_tolerances(1e-4, 1e-5),
         ],
-        "ResidualSum": [ModelSample.of(PostNorm().eval(), x)],
         "FastGelu": activation("gelu_torch_order"),
         "FastGeluHalfFirst": activation("gelu_new"),
         "BiasGelu": activation("gelu"),

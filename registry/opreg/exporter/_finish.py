@@ -347,11 +347,12 @@ def pipeline(
     target multiplies by the stored-transposed weight with ``MatMul``, measured faster in a
     language model's decode step than ``FusedMatMul(transB=1)``, which a weight the fold leaves
     alone still gets), then the packs' ``rewrites`` (which ``target`` gates), the lean pass
-    again if they fired, the bfloat16 nodes ONNX Runtime has no kernel for computed in float32
-    (``keep_float32``), unused functions, subgraph outputs owned by their subgraph, unused
-    opsets dropped, each opset lowered to the version the nodes need (unless ``target`` pins its
-    ai.onnx version: :mod:`opreg.exporter.passes.opsets`), the lowest IR version the opsets and
-    types allow, and the outputs named (``outputs``).
+    again if they fired, a residual ``Add`` read by a LayerNormalization written as ``Sum``
+    (``optimize``: :class:`opreg.exporter.passes.lean.ResidualSums`), the bfloat16 nodes ONNX
+    Runtime has no kernel for computed in float32 (``keep_float32``), unused functions, subgraph
+    outputs owned by their subgraph, unused opsets dropped, each opset lowered to the version the
+    nodes need (unless ``target`` pins its ai.onnx version: :mod:`opreg.exporter.passes.opsets`),
+    the lowest IR version the opsets and types allow, and the outputs named (``outputs``).
 
     ``weights``: the initializers that are the model's ``state_dict`` entries, never folded.
     ``keep_float32``: the names of the values that are torch ops' results (each rounded to
@@ -383,6 +384,8 @@ def pipeline(
             else common_passes.RemoveUnusedNodesPass()
         )
         passes.append(IfModified(_rewrite.passes(rewrites, target, strict), again, "packs' rewrites"))
+    if optimize:  # after the packs' rewrites: a pack's fusion of Add + LayerNormalization still sees the Add
+        passes.append(lean.ResidualSums())
     if keep_float32 is not None:  # last of the graph's changes: the nodes it casts are the ones the model keeps
         passes.append(ComputeInFloat32(keep_float32))
     passes += [

@@ -2,7 +2,7 @@
 
 Each rule is an onnxscript ``RewriteRule`` that opreg applies after translation and
 the lean pass (see ``opreg_rewrite_rules`` in docs/writing-packs.md), one module per family
-(:mod:`.attention`, :mod:`.packed`, :mod:`.rotary`, :mod:`.normalization`, :mod:`.activations`; onnxscript's, adapted,
+(:mod:`.attention`, :mod:`.packed`, :mod:`.rotary`, :mod:`.activations`; onnxscript's, adapted,
 in :mod:`.maintained`; what GroupQueryAttention takes over, :mod:`.gqa`). Which ones the pack
 offers, and for which targets, is one declared table, :data:`opreg_ort_contrib.fusions.policy.POLICY`; why each is there (or is not) is
 measured by ``bench/ort_contrib.py`` (and, for a decoder, ``bench/llm.py``) on ONNX
@@ -47,10 +47,6 @@ The pack's own, which onnxscript's rules do not match in opreg's graphs, each me
   ``attention_bias`` of one head for all expanded to its heads, which those releases need
   (1.18 refuses the shared head, 1.20 computes it wrong). The kit's targets name no release,
   so ``tests/test_older_runtimes.py`` checks it, in venvs of those releases.
-- ``ResidualSum``: the residual ``Add`` whose only user is a LayerNormalization
-  becomes a ``Sum``. ONNX Runtime fuses ``Add`` + ``LayerNormalization`` into its
-  SkipLayerNormalization on its own, and that kernel is many times slower than the
-  two it replaces on the CPU build; a ``Sum`` is the same addition, which it leaves be.
 - ``GroupedAttention``, ``AttentionOnHeads``, ``MultiHeadAttentionOnHeads``: the same
   for ai.onnx Attention (``kv_num_heads``), and the attention kernels reading a KV cache
   in its (batch, heads, seq, size) layout instead of a moved copy of it.
@@ -62,7 +58,9 @@ Then the passes of a decoder (:mod:`opreg_ort_contrib.kv_cache`, :mod:`.gqa`)
 and of weights quantized in PyTorch (:class:`opreg_ort_contrib.torchao.TorchaoWeights`).
 
 Measured and left out: SkipLayerNormalization and SkipSimplifiedLayerNormalization,
-slower than the kernels they replace (see ``ResidualSum`` and ``RMSNormalization``).
+slower than the kernels they replace (see ``RMSNormalization``; the exporter writes a residual
+``Add`` read by a LayerNormalization as ``Sum`` at every target, so that ONNX Runtime does not fuse
+the two into SkipLayerNormalization at load: ``opreg.exporter.passes.lean.ResidualSums``).
 
 All of them are exact but for rounding (the kernels sum in another order): each is
 checked against eager PyTorch by the conformance kit (``samples.py``) and the tests.

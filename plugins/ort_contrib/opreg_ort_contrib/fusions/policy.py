@@ -20,7 +20,6 @@ from opreg_ort_contrib.fusions.attention import (
     UngroupedBias,
 )
 from opreg_ort_contrib.fusions.maintained import maintained_rules
-from opreg_ort_contrib.fusions.normalization import ResidualSum
 from opreg_ort_contrib.fusions.packed import PackedAttention
 from opreg_ort_contrib.fusions.rotary import RotaryEmbedding
 
@@ -44,7 +43,6 @@ RULES = {
         RotaryEmbedding.rule("InterleavedRotaryEmbedding", interleaved=True),
         _MAINTAINED["RMSNormalization"],
         _MAINTAINED["RMSNormalizationWeightLast"],
-        ResidualSum.rule("ResidualSum"),
         FastGelu.rule("FastGelu", half_first=False),
         FastGelu.rule("FastGeluHalfFirst", half_first=True),
         _MAINTAINED["BiasGelu"],
@@ -118,7 +116,6 @@ POLICY: tuple[tuple[str, Callable[[Any], Any], Callable[[int], bool]], ...] = (
     ("InterleavedRotaryEmbedding", _rule("InterleavedRotaryEmbedding"), _opset_23),
     ("RMSNormalization", _rule("RMSNormalization"), _opset_23),
     ("RMSNormalizationWeightLast", _rule("RMSNormalizationWeightLast"), _opset_23),
-    ("ResidualSum", _rule("ResidualSum"), _everywhere),
     ("FastGelu", _rule("FastGelu"), _everywhere),
     ("FastGeluHalfFirst", _rule("FastGeluHalfFirst"), _everywhere),
     ("BiasGelu", _rule("BiasGelu"), _everywhere),
