@@ -21,6 +21,7 @@ from opreg import cli
 from tests import media_checkpoints
 
 IMAGE = ["batch_size", 3, "height", "width"]
+FIXED = ["batch_size", 3, 32, 32]  # the sides the config's image_size fixes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +90,32 @@ CASES = {
     "hubert-classifier": Case("audio-classification", AUDIO, ["logits"], {"input_values": (3, 997)}),
     "wav2vec2-frames": Case("audio-frame-classification", AUDIO, ["logits"], {"input_values": (2, 997)}),
     "wav2vec2-xvector": Case("audio-xvector", AUDIO, ["logits", "embeddings"], {"input_values": (2, 997)}),
+    "deit": Case("image-classification", {"pixel_values": FIXED}, ["logits"]),
+    "beit": Case("image-classification", {"pixel_values": FIXED}, ["logits"]),
+    "data2vec-vision": Case("feature-extraction", {"pixel_values": FIXED}, ["last_hidden_state"]),
+    "vit-msn": Case("image-classification", {"pixel_values": FIXED}, ["logits"]),
+    "convnextv2": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(96, 64)),
+    "resnet": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(50, 77)),
+    "regnet": Case("feature-extraction", {"pixel_values": IMAGE}, ["last_hidden_state"], pixels(45, 38)),
+    "efficientnet": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(50, 77)),
+    "mobilenet-v1": Case("image-classification", {"pixel_values": FIXED}, ["logits"]),
+    "mobilenet-v2": Case("feature-extraction", {"pixel_values": FIXED}, ["last_hidden_state"]),
+    "levit": Case("image-classification", {"pixel_values": FIXED}, ["logits"]),
+    "poolformer": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(50, 77)),
+    "pvt": Case("image-classification", {"pixel_values": FIXED}, ["logits"]),
+    "cvt": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(70, 99)),
+    "swinv2-masked": Case("masked-im", {"pixel_values": FIXED}, ["reconstruction"]),
+    "hiera": Case("image-classification", {"pixel_values": FIXED}, ["logits"]),
+    "mobilevit-segmenter": Case("image-segmentation", {"pixel_values": IMAGE}, ["logits"], pixels(96, 64)),
+    "table-transformer": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(50, 77)),
+    "wavlm-ctc": Case("automatic-speech-recognition", AUDIO, ["logits"], {"input_values": (2, 997)}),
+    "unispeech-classifier": Case("audio-classification", AUDIO, ["logits"], {"input_values": (1, 31)}),
+    "unispeech-sat-frames": Case("audio-frame-classification", AUDIO, ["logits"], {"input_values": (3, 500)}),
+    "sew-ctc": Case("automatic-speech-recognition", AUDIO, ["logits"], {"input_values": (2, 997)}),
+    "sew-d-classifier": Case("audio-classification", AUDIO, ["logits"], {"input_values": (2, 997)}),
+    "data2vec-audio-xvector": Case("audio-xvector", AUDIO, ["logits", "embeddings"], {"input_values": (2, 997)}),
+    "wav2vec2-conformer-ctc": Case("automatic-speech-recognition", AUDIO, ["logits"], {"input_values": (2, 997)}),
+    "ast": Case("audio-classification", {"input_values": ["batch_size", 24, 16]}, ["logits"]),
 }
 
 

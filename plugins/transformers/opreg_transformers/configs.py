@@ -6,7 +6,14 @@ The known fields: DETR's ``dilation`` and ``backbone_kwargs``, which transformer
 ``null`` (their defaults then) and transformers 5's ``DetrConfig`` refuses: a strict dataclass,
 ``dilation: bool = False`` fails with ``Field 'dilation' expected bool, got NoneType``, and its
 ``__post_init__`` reads ``backbone_kwargs`` as a dict. A ``null`` there meant the default, so the
-default is what the model is built with. Any other error is raised as it was.
+default is what the model is built with.
+
+And a backbone's stage names that are not its layers': a config whose ``num_hidden_layers`` was
+changed after it was built (tiny test checkpoints: a BEiT of 2 layers whose ``stage_names`` and
+``out_features`` still say 12) is written by transformers 4.57 as it is, and transformers 5
+refuses it (``out_features must be a subset of stage_names``). Those fields choose the feature
+maps a model used as a backbone gives; no head exported here reads them, so they are read as the
+class's defaults (the stages its layers have). Any other error is raised as it was.
 
 Imports transformers: imported by a plan, never at recognition.
 """
@@ -23,6 +30,10 @@ log = logging.getLogger(__name__)
 LENIENT = ("dilation", "backbone_kwargs")
 """Fields an older transformers wrote as ``null`` where the installed one's config wants its
 default's type: read as absent (the class's default) when ``null``."""
+STAGES = ("stage_names", "out_features", "out_indices")
+"""A backbone's stage fields, read as absent (the stages of the config's layers) when
+transformers refuses them as :data:`STAGE_ERROR` says."""
+STAGE_ERROR = "out_features must be a subset of stage_names"
 
 
 def read(path: Path) -> tuple[Any, tuple[str, ...]]:
@@ -34,7 +45,7 @@ def read(path: Path) -> tuple[Any, tuple[str, ...]]:
     try:
         return transformers.AutoConfig.from_pretrained(path, trust_remote_code=False), ()
     except Exception as e:
-        refused = _refused_nulls(path, e)
+        refused, read_as = _refused(path, e)
         if not refused:
             raise
         error = e
@@ -44,19 +55,25 @@ def read(path: Path) -> tuple[Any, tuple[str, ...]]:
     config_class = transformers.CONFIG_MAPPING[values["model_type"]]
     note = (
         f"{path / 'config.json'}: transformers {transformers.__version__} refuses it ({type(error).__name__}: "
-        f"{str(error).splitlines()[0]}); read {' and '.join(f'{n}: null' for n in refused)} as "
-        f"{config_class.__name__}'s defaults, as the transformers {values.get('transformers_version', '')} that "
-        "wrote the file meant"
+        f"{str(error).splitlines()[0]}); read {read_as} as {config_class.__name__}'s defaults, as the "
+        f"transformers {values.get('transformers_version', '')} that wrote the file meant"
     )
     log.warning("%s", note)
     return config_class.from_dict(values), (note,)
 
 
-def _refused_nulls(path: Path, error: Exception) -> list[str]:
-    """The :data:`LENIENT` fields ``config.json`` holds as ``null`` if ``error`` names one of them, or ``[]``."""
+def _refused(path: Path, error: Exception) -> tuple[list[str], str]:
+    """The fields to read as the defaults, and how the note names them: the :data:`LENIENT` fields
+    ``config.json`` holds as ``null`` if ``error`` names one of them, the :data:`STAGES` it holds if
+    ``error`` is :data:`STAGE_ERROR`; else ``[]``."""
     try:
         values = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
-        return []
+        return [], ""
+    if STAGE_ERROR in str(error):
+        stages = [name for name in STAGES if name in values]
+        return stages, f"{', '.join(stages)} (not the stages of its {values.get('num_hidden_layers')} layers)"
     nulls = [name for name in LENIENT if name in values and values[name] is None]
-    return nulls if any(f"'{name}'" in str(error) for name in nulls) else []
+    if any(f"'{name}'" in str(error) for name in nulls):
+        return nulls, " and ".join(f"{n}: null" for n in nulls)
+    return [], ""

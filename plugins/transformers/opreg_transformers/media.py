@@ -30,6 +30,7 @@ XVECTOR = "audio-xvector"
 IMAGE = "image"
 IMAGE_TEXT = "image-text"
 AUDIO = "audio"
+SPECTROGRAM = "spectrogram"
 
 TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     FEATURE_EXTRACTION: ("AutoModel", ("last_hidden_state",)),
@@ -57,6 +58,7 @@ HEADS: dict[str, tuple[tuple[str, str], ...]] = {
         ("ForImageClassification", IMAGE_CLASSIFICATION),
         ("ForObjectDetection", OBJECT_DETECTION),
         ("ForSemanticSegmentation", SEMANTIC_SEGMENTATION),
+        ("ForSemanticSegmentation", IMAGE_SEGMENTATION),
         ("ForDepthEstimation", DEPTH_ESTIMATION),
         ("ForMaskedImageModeling", MASKED_IM),
         ("Model", FEATURE_EXTRACTION),
@@ -69,6 +71,7 @@ HEADS: dict[str, tuple[tuple[str, str], ...]] = {
         ("ForXVector", XVECTOR),
         ("Model", FEATURE_EXTRACTION),
     ),
+    SPECTROGRAM: (("ForAudioClassification", AUDIO_CLASSIFICATION), ("Model", FEATURE_EXTRACTION)),
 }
 """Per modality, an ``architectures`` entry's suffix and the task it says (``CLIPModel`` is the
 joint model, zero-shot image classification; ``CLIPForImageClassification`` its vision tower
@@ -111,12 +114,22 @@ def _strides(config: Mapping[str, Any]) -> int:
     return math.prod(int(s) for s in config.get("strides", (4, 2, 2, 2)))
 
 
+def _keys_strided(config: Mapping[str, Any]) -> int:
+    """CvT: its patch strides multiplied, by its last stage's key stride, twice (a last stage whose
+    keys are one cell is a case its code takes apart)."""
+    strides = math.prod(int(s) for s in config.get("patch_stride", (4, 2, 2)))
+    return 2 * strides * int(config.get("stride_kv", (2, 2, 2))[-1])
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     """One vision, vision-text or audio family (a config's ``model_type``).
 
     Fields:
-        modality: ``image``, ``image-text`` (a text and an image model with a joint head) or ``audio``.
+        modality: ``image``, ``image-text`` (a text and an image model with a joint head), ``audio`` (raw
+            audio) or ``spectrogram`` (log-mel frames, ``[batch, max_length, num_mel_bins]``, fixed
+            but for the batch: the Audio Spectrogram Transformer's position embeddings fit its
+            config's patches only).
         tasks: the tasks optimum exports it for (and transformers 5.17 has a head for).
         sides: how its images may be sized (``image`` and ``image-text``).
         attention_mask: its text takes an attention mask (SigLIP's does not: it pads to a fixed length).
@@ -160,6 +173,34 @@ FAMILIES: dict[str, Family] = {
     "siglip_vision_model": Family(IMAGE, (FEATURE_EXTRACTION,), outputs=_TOWER),
     "wav2vec2": Family(AUDIO, (*_SPEECH, AUDIO_FRAMES, XVECTOR)),
     "hubert": Family(AUDIO, _SPEECH),
+    "deit": Family(IMAGE, (*_CLASSIFIER, MASKED_IM)),
+    "beit": Family(IMAGE, _CLASSIFIER),
+    "data2vec-vision": Family(IMAGE, _CLASSIFIER),
+    "vit_msn": Family(IMAGE, _CLASSIFIER),
+    "convnextv2": Family(IMAGE, _CLASSIFIER, Sides(_stages)),
+    "resnet": Family(IMAGE, _CLASSIFIER, _CONVOLUTIONS),
+    "regnet": Family(IMAGE, _CLASSIFIER, _CONVOLUTIONS),
+    "efficientnet": Family(IMAGE, _CLASSIFIER, _CONVOLUTIONS),
+    "mobilenet_v1": Family(IMAGE, _CLASSIFIER),
+    "mobilenet_v2": Family(IMAGE, _CLASSIFIER),
+    "levit": Family(IMAGE, _CLASSIFIER),
+    "poolformer": Family(IMAGE, _CLASSIFIER, _CONVOLUTIONS),
+    "pvt": Family(IMAGE, _CLASSIFIER),
+    "cvt": Family(IMAGE, _CLASSIFIER, Sides(_keys_strided, exact=False)),
+    "swinv2": Family(IMAGE, (*_CLASSIFIER, MASKED_IM)),
+    "hiera": Family(IMAGE, _CLASSIFIER),
+    "mobilevit": Family(IMAGE, (*_CLASSIFIER, IMAGE_SEGMENTATION), Sides(lambda config: 32)),
+    "table-transformer": Family(IMAGE, _DETECTOR, _CONVOLUTIONS),
+    "rt_detr_v2": Family(IMAGE, (OBJECT_DETECTION,), Sides(processor=True)),
+    "d_fine": Family(IMAGE, (OBJECT_DETECTION,), Sides(processor=True)),
+    "wavlm": Family(AUDIO, (*_SPEECH, AUDIO_FRAMES, XVECTOR)),
+    "unispeech": Family(AUDIO, _SPEECH),
+    "unispeech-sat": Family(AUDIO, (*_SPEECH, AUDIO_FRAMES, XVECTOR)),
+    "sew": Family(AUDIO, _SPEECH),
+    "sew-d": Family(AUDIO, _SPEECH),
+    "data2vec-audio": Family(AUDIO, (*_SPEECH, AUDIO_FRAMES, XVECTOR)),
+    "wav2vec2-conformer": Family(AUDIO, (*_SPEECH, AUDIO_FRAMES, XVECTOR)),
+    "audio-spectrogram-transformer": Family(SPECTROGRAM, (FEATURE_EXTRACTION, AUDIO_CLASSIFICATION)),
 }
 """``{model_type: Family}``. The image sides are fixed where the model's position embeddings fit
 the config's ``image_size`` only (ViT, Swin, DPT and CLIP's and SigLIP's vision towers: optimum

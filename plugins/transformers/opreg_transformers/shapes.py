@@ -2,7 +2,8 @@
 (:mod:`opreg_transformers.media`), named as optimum-onnx 0.1.0 names them: ``pixel_values``
 ``[batch_size, num_channels, height, width]``, ``input_ids`` and ``attention_mask``
 ``[text_batch_size, sequence_length]`` beside ``pixel_values`` ``[image_batch_size, ...]``,
-``input_values`` ``[batch_size, sequence_length]``.
+``input_values`` ``[batch_size, sequence_length]`` (raw audio; a spectrogram's
+``[batch_size, max_length, num_mel_bins]``, its frames fixed).
 
 A dim the model fixes is written as its size (a ViT's sides), not as a name; the example and the
 second size of each dim are chosen off the cases a model special-cases (a square image, the
@@ -29,6 +30,9 @@ def signature(family: media.Family, config: Mapping[str, Any], task: str) -> Sig
     """The model's inputs for ``task``, in optimum's order, and the dims they name."""
     if family.modality == media.AUDIO:
         return _audio(config, media.frames_needed(config, task))
+    if family.modality == media.SPECTROGRAM:
+        frames = (int(config.get("max_length", 1024)), int(config.get("num_mel_bins", 128)))
+        return (opreg.ModelInput("input_values", (BATCH.name, *frames), "float32", "normal"),), (BATCH,)
     if family.modality == media.IMAGE_TEXT and task == media.IMAGE_CLASSIFICATION:  # the vision tower's head
         return _image(family, config["vision_config"], BATCH)
     if family.modality == media.IMAGE_TEXT:
