@@ -15,6 +15,11 @@ refuses it (``out_features must be a subset of stage_names``). Those fields choo
 maps a model used as a backbone gives; no head exported here reads them, so they are read as the
 class's defaults (the stages its layers have). Any other error is raised as it was.
 
+And a config class whose ``num_labels`` is a field with a default (transformers 5's
+``PvtConfig``: 1000) reads a file without ``num_labels`` (transformers 4.57 writes ``id2label``
+only) as 1000 labels, and the checkpoint's classifier then does not fit: the labels are
+``id2label``'s, as the file meant (:func:`labelled`).
+
 Imports transformers: imported by a plan, never at recognition.
 """
 
@@ -43,7 +48,7 @@ def read(path: Path) -> tuple[Any, tuple[str, ...]]:
     import transformers
 
     try:
-        return transformers.AutoConfig.from_pretrained(path, trust_remote_code=False), ()
+        return labelled(path, transformers.AutoConfig.from_pretrained(path, trust_remote_code=False)), ()
     except Exception as e:
         refused, read_as = _refused(path, e)
         if not refused:
@@ -59,7 +64,19 @@ def read(path: Path) -> tuple[Any, tuple[str, ...]]:
         f"transformers {values.get('transformers_version', '')} that wrote the file meant"
     )
     log.warning("%s", note)
-    return config_class.from_dict(values), (note,)
+    return labelled(path, config_class.from_dict(values)), (note,)
+
+
+def labelled(path: Path, config: Any) -> Any:
+    """``config``, its ``num_labels`` set to the number of ``config.json``'s ``id2label`` when the
+    file gives no ``num_labels`` and the class's default says otherwise."""
+    values = json.loads((path / "config.json").read_text())
+    labels = values.get("id2label")
+    if "num_labels" not in values and labels and config.num_labels != len(labels):
+        log.info("%s: %d labels (its id2label), not %s's default %d", path, len(labels), type(config).__name__,
+                 config.num_labels)  # fmt: skip
+        config.num_labels = len(labels)
+    return config
 
 
 def _refused(path: Path, error: Exception) -> tuple[list[str], str]:

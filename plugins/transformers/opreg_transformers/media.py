@@ -90,11 +90,13 @@ class Sides:
             from one step up (a network of convolutions that floors), verified off the multiples.
         processor: fixed sides (``step`` ``None``) are the image processor's ``size``, not the
             config's ``image_size`` (:func:`processor_size`).
+        largest: ``largest(config) -> int``, the largest side, or ``None``: no bound.
     """
 
     step: Callable[[Mapping[str, Any]], int] | None = None
     exact: bool = True
     processor: bool = False
+    largest: Callable[[Mapping[str, Any]], int] | None = None
 
 
 FIXED = Sides()
@@ -155,6 +157,8 @@ _JOINT = (FEATURE_EXTRACTION, ZERO_SHOT)
 _TOWER = {FEATURE_EXTRACTION: ("last_hidden_state", "pooler_output")}
 _SPEECH = (FEATURE_EXTRACTION, SPEECH_RECOGNITION, AUDIO_CLASSIFICATION)
 _CONVOLUTIONS = Sides(lambda config: 32, exact=False)
+_TWO_CELLS = Sides(lambda config: 64, exact=False)  # downsampled 32 times to two cells or more (one is special-cased)
+_POOLED = Sides(lambda config: 64, exact=False, largest=lambda config: 32 * int(config.get("hidden_dim", 2560)))
 
 FAMILIES: dict[str, Family] = {
     "vit": Family(IMAGE, (*_CLASSIFIER, MASKED_IM)),
@@ -178,18 +182,18 @@ FAMILIES: dict[str, Family] = {
     "data2vec-vision": Family(IMAGE, _CLASSIFIER),
     "vit_msn": Family(IMAGE, _CLASSIFIER),
     "convnextv2": Family(IMAGE, _CLASSIFIER, Sides(_stages)),
-    "resnet": Family(IMAGE, _CLASSIFIER, _CONVOLUTIONS),
-    "regnet": Family(IMAGE, _CLASSIFIER, _CONVOLUTIONS),
-    "efficientnet": Family(IMAGE, _CLASSIFIER, _CONVOLUTIONS),
+    "resnet": Family(IMAGE, _CLASSIFIER, _TWO_CELLS),
+    "regnet": Family(IMAGE, _CLASSIFIER, _TWO_CELLS),
+    "efficientnet": Family(IMAGE, _CLASSIFIER, _POOLED),
     "mobilenet_v1": Family(IMAGE, _CLASSIFIER),
     "mobilenet_v2": Family(IMAGE, _CLASSIFIER),
     "levit": Family(IMAGE, _CLASSIFIER),
-    "poolformer": Family(IMAGE, _CLASSIFIER, _CONVOLUTIONS),
+    "poolformer": Family(IMAGE, _CLASSIFIER, _TWO_CELLS),
     "pvt": Family(IMAGE, _CLASSIFIER),
     "cvt": Family(IMAGE, _CLASSIFIER, Sides(_keys_strided, exact=False)),
     "swinv2": Family(IMAGE, (*_CLASSIFIER, MASKED_IM)),
     "hiera": Family(IMAGE, _CLASSIFIER),
-    "mobilevit": Family(IMAGE, (*_CLASSIFIER, IMAGE_SEGMENTATION), Sides(lambda config: 32)),
+    "mobilevit": Family(IMAGE, (*_CLASSIFIER, IMAGE_SEGMENTATION)),
     "table-transformer": Family(IMAGE, _DETECTOR, _CONVOLUTIONS),
     "rt_detr_v2": Family(IMAGE, (OBJECT_DETECTION,), Sides(processor=True)),
     "d_fine": Family(IMAGE, (OBJECT_DETECTION,), Sides(processor=True)),
@@ -208,7 +212,16 @@ names those dims ``height`` and ``width``, but its models fail at any other size
 the patch where the model interpolates them (DINOv2, YOLOS); a multiple of the downsampling where
 the model adds stages to each other (ConvNeXt, GLPN); any size for DETR and SegFormer, whose
 processors resize to any size; the processor's size for RT-DETR, which builds its anchors from its
-feature maps' sizes as Python ints (torch.export fixes them)."""
+feature maps' sizes as Python ints (torch.export fixes them).
+
+Fixed too: DeiT, BEiT, data2vec-vision, ViT-MSN, Swinv2, PVT, Hiera (their position embeddings),
+LeViT (its attention biases), MobileNet v1 and v2 (optimum fixes them), MobileViT (exported with
+its sides multiples of 32 it fails in ONNX Runtime, a Concat of mismatched sizes). ResNet, RegNet,
+PoolFormer, EfficientNet: any side from 64, their last map two cells or more (one is a case their
+code takes apart; EfficientNet's up to its pooling kernel, ``hidden_dim`` cells); CvT from twice
+its strides by its keys' stride. The Audio Spectrogram Transformer's frames are fixed (its
+position embeddings fit its config's patches). RT-DETRv2 and D-FINE as RT-DETR. Left out:
+BEiT's and data2vec-vision's masked-im and semantic segmentation, which optimum does not list."""
 
 
 def task_of(family: Family, architectures: list[str]) -> str | None:

@@ -50,15 +50,16 @@ def _image(family: media.Family, config: Mapping[str, Any], batch: opreg.Dynamic
         pixels = opreg.ModelInput("pixel_values", (batch.name, channels, height, width), "float32", "normal")
         return (pixels,), (batch,)
     size = step(config)
+    largest = family.sides.largest(config) if family.sides.largest else None
     if family.sides.exact:  # multiples, never square: a square of the config's size takes a shortcut
         sides = (
-            opreg.DynamicDim("height", example=2 * size, other=3 * size, min=size, multiple=size),
-            opreg.DynamicDim("width", example=3 * size, other=2 * size, min=size, multiple=size),
+            opreg.DynamicDim("height", example=2 * size, other=3 * size, min=size, max=largest, multiple=size),
+            opreg.DynamicDim("width", example=3 * size, other=2 * size, min=size, max=largest, multiple=size),
         )
     else:  # off the multiples: a floor division then rounds
         sides = (
-            opreg.DynamicDim("height", example=2 * size + 3, other=3 * size - 5, min=size),
-            opreg.DynamicDim("width", example=3 * size - 5, other=2 * size + 3, min=size),
+            opreg.DynamicDim("height", example=2 * size + 3, other=3 * size - 5, min=size, max=largest),
+            opreg.DynamicDim("width", example=3 * size - 5, other=2 * size + 3, min=size, max=largest),
         )
     pixels = opreg.ModelInput("pixel_values", (batch.name, channels, "height", "width"), "float32", "normal")
     return (pixels,), (batch, *sides)
