@@ -195,8 +195,6 @@ FAMILIES: dict[str, Family] = {
     "hiera": Family(IMAGE, _CLASSIFIER),
     "mobilevit": Family(IMAGE, (*_CLASSIFIER, IMAGE_SEGMENTATION)),
     "table-transformer": Family(IMAGE, _DETECTOR, _CONVOLUTIONS),
-    "rt_detr_v2": Family(IMAGE, (OBJECT_DETECTION,), Sides(processor=True)),
-    "d_fine": Family(IMAGE, (OBJECT_DETECTION,), Sides(processor=True)),
     "wavlm": Family(AUDIO, (*_SPEECH, AUDIO_FRAMES, XVECTOR)),
     "unispeech": Family(AUDIO, _SPEECH),
     "unispeech-sat": Family(AUDIO, (*_SPEECH, AUDIO_FRAMES, XVECTOR)),
@@ -220,8 +218,11 @@ its sides multiples of 32 it fails in ONNX Runtime, a Concat of mismatched sizes
 PoolFormer, EfficientNet: any side from 64, their last map two cells or more (one is a case their
 code takes apart; EfficientNet's up to its pooling kernel, ``hidden_dim`` cells); CvT from twice
 its strides by its keys' stride. The Audio Spectrogram Transformer's frames are fixed (its
-position embeddings fit its config's patches). RT-DETRv2 and D-FINE as RT-DETR. Left out:
-BEiT's and data2vec-vision's masked-im and semantic segmentation, which optimum does not list."""
+position embeddings fit its config's patches). Left out: RT-DETRv2 and D-FINE, whose forward
+takes ``len()`` of the batch as RT-DETR's does (the same capture patch lets torch.export capture
+them) and whose deformable attention then leaves ``aten::_is_all_true`` (the check
+``torch_compilable_check`` asserts), which no pack implements; BEiT's and data2vec-vision's
+masked-im and semantic segmentation, which optimum does not list."""
 
 
 def task_of(family: Family, architectures: list[str]) -> str | None:
