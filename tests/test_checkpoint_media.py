@@ -198,6 +198,42 @@ def test_a_detr_config_written_by_transformers_4_is_read_with_its_nulls_as_the_d
     assert any("read dilation: null and backbone_kwargs: null as DetrConfig's defaults" in n for n in result.notes)
 
 
+STALE = {
+    "beit": (
+        {"stage_names": ["stem", *(f"stage{i}" for i in range(1, 13))], "out_features": ["stage12"],
+         "out_indices": [12]},
+        "out_features must be a subset of stage_names",
+        "read stage_names, out_features, out_indices (not the stages of its 2 layers) as BeitConfig's defaults",
+    ),
+    "pvt": (
+        {"num_labels": None, "id2label": {str(i): f"LABEL_{i}" for i in range(3)}},
+        "ignore_mismatched_sizes",  # its classifier has 3 labels, not 1000
+        None,
+    ),
+}  # fmt: skip
+"""``{checkpoint: (config.json fields set (None: removed), what transformers 5 does with the file, the note)}``:
+a BEiT's backbone stages left at 12 layers' when its layers were cut to 2 after the config was built,
+a PVT's labels given by ``id2label`` only, as transformers 4.57 writes them."""
+
+
+@pytest.mark.parametrize("name", sorted(STALE))
+def test_a_config_transformers_4_wrote_is_read_as_it_meant(name, tmp_path):
+    import json
+
+    import transformers
+
+    fields, refusal, note = STALE[name]
+    folder = media_checkpoints.save(name, tmp_path / name)
+    config = {**json.loads((folder / "config.json").read_text()), **fields}
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    with pytest.raises(Exception, match=refusal):  # what transformers 5 does with the file
+        model_class = media_checkpoints.CHECKPOINTS[name][0]
+        getattr(transformers, model_class).from_pretrained(folder)
+    result = opreg.export_checkpoint(folder, tmp_path / "out")
+    assert (result.task, [len(m.verified) for m in result.models]) == ("image-classification", [2])
+    assert note is None or any(note in n for n in result.notes)
+
+
 def test_a_whisper_folder_is_refused_with_a_pointer_to_opreg_llm_export(tmp_path):
     folder = tmp_path / "whisper"
     folder.mkdir()
