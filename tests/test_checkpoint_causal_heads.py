@@ -33,7 +33,7 @@ CASES = [
     ("llama", "feature-extraction", True),
     ("llama", "text-classification", False),
     ("gpt2", "token-classification", False),
-    ("qwen2", "token-classification", False),
+    ("gpt2", "feature-extraction", True),  # absolute positions: left padding shifts them
     ("phi3", "text-classification", False),
     ("gemma", "feature-extraction", False),
     ("opt", "question-answering", False),
@@ -59,6 +59,19 @@ def left_padded(batch: int, length: int, seed: int) -> dict[str, torch.Tensor]:
         mask[row, : min(2 * row + 1, length - 2)] = 0
     ids = ids.masked_fill(mask == 0, language_models.PAD)
     return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+
+
+def head_at_last_token(folder: Path, feeds: dict[str, torch.Tensor]) -> np.ndarray:
+    """The eager classification head of ``folder`` read at each row's last position (the
+    batch is left-padded): the score of the base model's last hidden state."""
+    import transformers
+
+    eager = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        states = eager.base_model(
+            input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"]
+        ).last_hidden_state
+        return eager.score(states[:, -1]).numpy()
 
 
 @pytest.mark.parametrize(("family", "task", "position_ids"), CASES)
@@ -103,10 +116,24 @@ def test_a_causal_lm_folder_exports_its_base_model_for_feature_extraction(tmp_pa
     assert [v.name for v in model.graph.output] == ["last_hidden_state"]
 
 
-def test_a_classification_head_without_a_pad_token_is_refused_before_any_export(tmp_path):
-    folder = save(tmp_path / "llama", "llama", "text-classification", pad_token_id=None)
-    with pytest.raises(opreg.CheckpointError, match="has no pad_token_id.*set pad_token_id in config.json"):
-        opreg.export_checkpoint(folder, tmp_path / "out")
+def test_a_classification_head_without_pad_token_id_takes_the_tokenizers_as_optimum_does(tmp_path):
+    folder = save(tmp_path / "gpt2", "gpt2", "text-classification", pad_token_id=None)
+    result = opreg.export_checkpoint(folder, tmp_path / "out")
+    assert (result.task, [len(m.verified) for m in result.models]) == ("text-classification", [2])
+    assert any(f"pad_token_id {language_models.PAD} (the tokenizer's" in note for note in result.notes)
+    feeds = left_padded(3, 9, seed=0)
+    session = onnxruntime.InferenceSession(tmp_path / "out" / "model.onnx", providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {name: feeds[name].numpy() for name in ("input_ids", "attention_mask")})
+    np.testing.assert_allclose(got, head_at_last_token(folder, feeds), rtol=1e-4, atol=1e-4)
+
+
+def test_a_classification_head_without_any_pad_token_is_refused_before_any_export(tmp_path):
+    import transformers
+
+    config = language_models.config("llama", pad_token_id=None)
+    transformers.AutoModelForSequenceClassification.from_config(config).save_pretrained(tmp_path / "llama")
+    with pytest.raises(opreg.CheckpointError, match="has no pad_token_id and its tokenizer does not load.*set pad"):
+        opreg.export_checkpoint(tmp_path / "llama", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
