@@ -116,6 +116,17 @@ def test_a_causal_lm_folder_exports_its_base_model_for_feature_extraction(tmp_pa
     assert [v.name for v in model.graph.output] == ["last_hidden_state"]
 
 
+def test_falcon_with_alibi_takes_no_position_ids_and_runs_its_bfloat16_alibi_in_float32(tmp_path):
+    """optimum drops Falcon's ``position_ids`` when ``alibi`` is set; transformers builds the ALiBi
+    bias in bfloat16, for which ONNX Runtime's CPU has no ``Mul``: ``--keep-float32`` computes it in
+    float32 (without it, the verification refuses the model, naming that option)."""
+    folder = save(tmp_path / "falcon", "falcon", "feature-extraction", alibi=True)
+    result = opreg.export_checkpoint(folder, tmp_path / "out", keep_float32=True)
+    assert (result.task, [len(m.verified) for m in result.models]) == ("feature-extraction", [2])
+    model = onnx.load(tmp_path / "out" / "model.onnx")
+    assert [v.name for v in model.graph.input] == ["input_ids", "attention_mask"]
+
+
 def test_a_classification_head_without_pad_token_id_takes_the_tokenizers_as_optimum_does(tmp_path):
     folder = save(tmp_path / "gpt2", "gpt2", "text-classification", pad_token_id=None)
     result = opreg.export_checkpoint(folder, tmp_path / "out")

@@ -84,7 +84,9 @@ text generation, each exported and verified (tests/test_checkpoint_causal_heads.
 Left out, with the reason: DeepSeek-V3 (``feature-extraction``; opreg.llm does not export its text
 generation either): its multi-head latent attention is not captured at a tiny config (torch.export:
 ``Attempting to broadcast a dimension of length 8 at -1``, in its attention call); Gemma 3
-(``gemma3``: a vision-language config, ``text_config`` inside; ``gemma3_text`` is here)."""
+(``gemma3``: a vision-language config, ``text_config`` inside; ``gemma3_text`` is here). Falcon
+with ``alibi`` builds its bias in bfloat16, which ONNX Runtime's CPU cannot multiply: it is exported
+with ``--keep-float32`` (the verification's error says so)."""
 
 
 def recognition(library: str, family: Family, config: dict[str, Any], evidence: str) -> opreg.Recognition:
