@@ -72,7 +72,8 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
         return opreg.Recognition(
             LIBRARY, (), None, evidence,
             refusal=f"model_type {model_type!r} ({evidence}) is not a family opreg-transformers exports yet (it "
-            f"exports {known} and text-only causal LMs, a ...ForCausalLM); Whisper or a vision-language model: "
+            f"exports {known}, text-only causal LMs, a ...ForCausalLM, and the other heads of "
+            f"{', '.join(causal_heads.FAMILIES)}); Whisper or a vision-language model: "
             "`opreg llm export`",
         )  # fmt: skip
     inferred = encoders.task_of(architectures)
