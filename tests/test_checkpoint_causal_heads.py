@@ -156,11 +156,7 @@ def test_a_task_optimum_does_not_list_for_the_family_is_refused(tmp_path):
 
 
 def test_a_causal_family_without_heads_here_is_refused_naming_those_that_have_them(tmp_path):
-    folder = tmp_path / "mixtral"
-    folder.mkdir()
-    (folder / "config.json").write_text(
-        '{"model_type": "mixtral", "architectures": ["MixtralForSequenceClassification"]}'
-    )
+    language_models.config("mixtral", architectures=["MixtralForSequenceClassification"]).save_pretrained(tmp_path)
     with pytest.raises(opreg.OpregError, match=r"'mixtral'.*the other heads of arcee, bloom, .*, stablelm\)"):
-        opreg.export_checkpoint(folder, tmp_path / "out")
+        opreg.export_checkpoint(tmp_path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
