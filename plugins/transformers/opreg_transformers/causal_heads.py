@@ -82,8 +82,10 @@ FAMILIES: dict[str, Family] = {
 """``{model_type: Family}``: optimum's pairs of these causal-LM families and a task other than
 text generation, each exported and verified (tests/test_checkpoint_causal_heads.py exports a few).
 Left out, with the reason: DeepSeek-V3 (``feature-extraction``; opreg.llm does not export its text
-generation either): its multi-head latent attention is not captured at a tiny config (torch.export:
-``Attempting to broadcast a dimension of length 8 at -1``, in its attention call); Gemma 3
+generation either): its multi-head latent attention is not captured at a tiny config that runs
+eagerly (torch.export: ``Attempting to broadcast a dimension of length 8 at -1``, in its attention
+call), and a config transformers 4.57 wrote does not run eagerly in transformers 5 (``The size of
+tensor a (32) must match the size of tensor b (8)``, its rotary head size read anew); Gemma 3
 (``gemma3``: a vision-language config, ``text_config`` inside; ``gemma3_text`` is here). Falcon
 with ``alibi`` builds its bias in bfloat16, which ONNX Runtime's CPU cannot multiply: it is exported
 with ``--keep-float32`` (the verification's error says so)."""
