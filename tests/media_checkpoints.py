@@ -105,6 +105,11 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
         None,
     ),
     "rt-detr": ("RTDetrForObjectDetection", lambda: _detection().tiny_rt_detr_config(), _detection_processor),
+    "rt-detr-v2": (
+        "RTDetrV2ForObjectDetection",
+        lambda: _detection().tiny_rt_detr_config("rt_detr_v2"),
+        _detection_processor,
+    ),
     "segformer": ("SegformerForSemanticSegmentation", lambda: T.SegformerConfig(**SEGMENTS, **LABELS), None),
     "dpt": ("DPTForDepthEstimation", lambda: T.DPTConfig(**DEPTH), None),
     "dpt-segmenter": ("DPTForSemanticSegmentation", lambda: T.DPTConfig(**DEPTH, **LABELS), None),
@@ -264,7 +269,10 @@ CHECKPOINTS: dict[str, tuple[str, Callable[[], T.PretrainedConfig], Callable[[Pa
 }
 """``{name: (transformers class, config, processor writer or None)}``."""
 
-BUILT = {"rt-detr": lambda: _detection().tiny_rt_detr()}
+BUILT = {
+    "rt-detr": lambda: _detection().tiny_rt_detr(),
+    "rt-detr-v2": lambda: _detection().tiny_rt_detr("rt_detr_v2"),
+}
 """``{name: builder}`` of the checkpoints whose weights are not transformers' initialisation (a tiny
 RT-DETR's ties every score: :mod:`opreg_transformers.detection`)."""
 

@@ -48,6 +48,14 @@ ZERO_SHOT = ["logits_per_image", "logits_per_text", "text_embeds", "image_embeds
 AUDIO = {"input_values": ["batch_size", "sequence_length"]}
 WITH_PROCESSOR = ("config.json", "model.onnx", "preprocessor_config.json")
 
+RT_DETR = Case(
+    "object-detection",
+    {"pixel_values": ["batch_size", 3, 64, 64]},
+    ["logits", "pred_boxes"],
+    pixels(64, 64),
+    files=WITH_PROCESSOR,
+)  # its sides are its processor's (64), only its batch varies: verified at 2 and 3, run here at 1
+
 CASES = {
     "vit": Case("image-classification", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"], files=WITH_PROCESSOR),
     "convnext": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(160, 32)),
@@ -57,13 +65,8 @@ CASES = {
     "dinov2": Case("image-classification", {"pixel_values": IMAGE}, ["logits"], pixels(32, 32)),  # its own size
     "detr": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(50, 77)),
     "yolos": Case("object-detection", {"pixel_values": IMAGE}, ["logits", "pred_boxes"], pixels(32, 32)),
-    "rt-detr": Case(
-        "object-detection",
-        {"pixel_values": ["batch_size", 3, 64, 64]},
-        ["logits", "pred_boxes"],
-        pixels(64, 64),
-        files=WITH_PROCESSOR,
-    ),  # its sides are its processor's (64), only its batch varies: verified at 2 and 3, run here at 1
+    "rt-detr": RT_DETR,
+    "rt-detr-v2": RT_DETR,
     "segformer": Case("semantic-segmentation", {"pixel_values": IMAGE}, ["logits"], pixels(45, 38)),
     "dpt": Case("depth-estimation", {"pixel_values": ["batch_size", 3, 32, 32]}, ["predicted_depth"]),
     "dpt-segmenter": Case("semantic-segmentation", {"pixel_values": ["batch_size", 3, 32, 32]}, ["logits"]),
@@ -244,17 +247,20 @@ def test_a_whisper_folder_is_refused_with_a_pointer_to_opreg_llm_export(tmp_path
         opreg.export_checkpoint(folder, tmp_path / "out")
 
 
-def test_rt_detr_is_refused_a_task_other_than_detection_and_its_batch_len_patch_is_applied(tmp_path, capsys):
-    """RT-DETR's sides are fixed at its processor's size and its task is object detection only;
-    the export applies opreg-transformers' patch of its ``len()`` of the batch, without which
-    torch.export fixes the batch."""
-    folder = media_checkpoints.save("rt-detr", tmp_path / "rt-detr")
+@pytest.mark.parametrize(("name", "patch"), [("rt-detr", "rt_detr_batch_len"), ("rt-detr-v2", "rt_detr_v2_batch_len")])
+def test_rt_detr_is_refused_a_task_other_than_detection_and_its_batch_len_patch_is_applied(
+    name, patch, tmp_path, capsys
+):
+    """RT-DETR's (and RT-DETRv2's) sides are fixed at its processor's size and its task is object
+    detection only; the export applies opreg-transformers' patch of its ``len()`` of the batch,
+    without which torch.export fixes the batch."""
+    folder = media_checkpoints.save(name, tmp_path / name)
     out = tmp_path / "out"
     assert cli.main(["export", str(folder), "-o", str(out), "--task", "feature-extraction"]) == 2
     assert "cannot be exported for task 'feature-extraction'" in capsys.readouterr().err
     assert not out.exists()
     result = opreg.export_checkpoint(folder, out)
     outcomes = {o.label: o.status for o in result.models[0].program.capture_patches}
-    assert outcomes["transformers:rt_detr_batch_len"] == "applied"
+    assert outcomes[f"transformers:{patch}"] == "applied"
     with pytest.raises(opreg.OpregError, match="batch_size"):
-        opreg.export_checkpoint(folder, tmp_path / "unpatched", exclude_patches=["transformers:rt_detr_batch_len"])
+        opreg.export_checkpoint(folder, tmp_path / "unpatched", exclude_patches=[f"transformers:{patch}"])

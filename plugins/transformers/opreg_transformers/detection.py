@@ -13,29 +13,36 @@ from __future__ import annotations
 from typing import Any
 
 SIDE = 64
+MODELS = {
+    "rt_detr": ("RTDetrConfig", "RTDetrForObjectDetection", 1),
+    "rt_detr_v2": ("RTDetrV2Config", "RTDetrV2ForObjectDetection", 2),
+}
+"""``{model_type: (config class, model class, decoder layers)}``: RT-DETR and the families built
+on it (RT-DETRv2's ties its box heads from the second layer on: one is refused)."""
 
 
-def tiny_rt_detr_config() -> Any:
-    """An ``RTDetrConfig`` with a small transformers ResNet backbone."""
+def tiny_rt_detr_config(kind: str = "rt_detr") -> Any:
+    """The config of ``kind`` (:data:`MODELS`) with a small transformers ResNet backbone."""
     import transformers as T
 
+    config_class, _, layers = MODELS[kind]
     backbone = T.RTDetrResNetConfig(
         embedding_size=8, hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], out_indices=[2, 3, 4], layer_type="basic"
     )
-    return T.RTDetrConfig(
+    return getattr(T, config_class)(
         backbone_config=backbone, encoder_in_channels=[16, 24, 32], encoder_hidden_dim=16, d_model=16,
         decoder_in_channels=[16, 16, 16], encoder_ffn_dim=37, decoder_ffn_dim=37, encoder_attention_heads=2,
-        decoder_attention_heads=2, decoder_layers=1, num_queries=5, num_labels=3,
+        decoder_attention_heads=2, decoder_layers=layers, num_queries=5, num_labels=3,
     )  # fmt: skip
 
 
-def tiny_rt_detr() -> Any:
-    """The tiny ``RTDetrForObjectDetection``, in eval mode, with untied scores (seeded: the same weights
+def tiny_rt_detr(kind: str = "rt_detr") -> Any:
+    """The tiny detector of ``kind`` (:data:`MODELS`, RT-DETR's ``RTDetrForObjectDetection``), in eval mode, with untied scores (seeded: the same weights
     every time): each matrix and kernel redrawn at ``1 / sqrt(fan_in)``, each vector moved by 0.1."""
     import torch
     import transformers as T
 
-    model = T.RTDetrForObjectDetection(tiny_rt_detr_config()).eval()
+    model = getattr(T, MODELS[kind][1])(tiny_rt_detr_config(kind)).eval()
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for weight in model.parameters():
@@ -45,12 +52,11 @@ def tiny_rt_detr() -> Any:
 
 
 def patch_samples() -> dict[str, list[Any]]:
-    """``{patch name: [ModelSample, ...]}``: the tiny RT-DETR on a batch of one and of three images."""
+    """``{patch name: [ModelSample, ...]}``: each tiny detector on a batch of one and of three images."""
     import torch
 
     from opreg.testing import ModelSample
 
-    model = tiny_rt_detr()
     generator = torch.Generator().manual_seed(0)
     images = [torch.randn(batch, 3, SIDE, SIDE, generator=generator) for batch in (1, 3)]
-    return {"rt_detr_batch_len": [ModelSample.of(model, pixels) for pixels in images]}
+    return {f"{kind}_batch_len": [ModelSample.of(tiny_rt_detr(kind), pixels) for pixels in images] for kind in MODELS}

@@ -195,6 +195,7 @@ FAMILIES: dict[str, Family] = {
     "hiera": Family(IMAGE, _CLASSIFIER),
     "mobilevit": Family(IMAGE, (*_CLASSIFIER, IMAGE_SEGMENTATION)),
     "table-transformer": Family(IMAGE, _DETECTOR, _CONVOLUTIONS),
+    "rt_detr_v2": Family(IMAGE, (OBJECT_DETECTION,), Sides(processor=True)),
     "wavlm": Family(AUDIO, (*_SPEECH, AUDIO_FRAMES, XVECTOR)),
     "unispeech": Family(AUDIO, _SPEECH),
     "unispeech-sat": Family(AUDIO, (*_SPEECH, AUDIO_FRAMES, XVECTOR)),
@@ -218,10 +219,10 @@ its sides multiples of 32 it fails in ONNX Runtime, a Concat of mismatched sizes
 PoolFormer, EfficientNet: any side from 64, their last map two cells or more (one is a case their
 code takes apart; EfficientNet's up to its pooling kernel, ``hidden_dim`` cells); CvT from twice
 its strides by its keys' stride. The Audio Spectrogram Transformer's frames are fixed (its
-position embeddings fit its config's patches). Left out: RT-DETRv2 and D-FINE, whose forward
-takes ``len()`` of the batch as RT-DETR's does (the same capture patch lets torch.export capture
-them) and whose deformable attention then leaves ``aten::_is_all_true`` (the check
-``torch_compilable_check`` asserts), which no pack implements; BEiT's and data2vec-vision's
+position embeddings fit its config's patches). RT-DETRv2 as RT-DETR (its capture patch too).
+Left out: D-FINE, which captures with the same patch, but whose ``F.linear`` of a 1-D weight (its
+distribution's projection) core's ``aten::linear`` impl does not take (a Transpose of a vector);
+BEiT's and data2vec-vision's
 masked-im and semantic segmentation, which optimum does not list."""
 
 
