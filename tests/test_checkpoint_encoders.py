@@ -29,28 +29,41 @@ HEADS = {
     "question-answering": ("AutoModelForQuestionAnswering", ["start_logits", "end_logits"]),
     "multiple-choice": ("AutoModelForMultipleChoice", ["logits"]),
 }
-TOKEN_TYPES = {"albert", "bert", "convbert", "electra", "rembert", "roformer", "squeezebert"}
-"""The families optimum gives a ``token_type_ids`` input (its ``BertOnnxConfig`` subclasses); DeBERTa-v2
-only when ``type_vocab_size`` > 0, the others never (``DistilBertOnnxConfig``'s)."""
+TOKEN_TYPES = {
+    "albert", "bert", "convbert", "electra", "megatron-bert", "mobilebert", "nystromformer", "rembert", "roformer",
+    "splinter", "squeezebert",
+}  # fmt: skip
+"""The families optimum gives a ``token_type_ids`` input (its ``BertOnnxConfig`` subclasses); DeBERTa
+only when ``type_vocab_size`` > 0, the others never (``DistilBertOnnxConfig``'s, ESM's)."""
+LONGEST = {"big_bird": 14}
+"""The longest sequence where it is not 40: BigBird's attention is full (and exported) up to 14 tokens."""
 CASES = [
     ("albert", "multiple-choice"),
     ("bert", "fill-mask"),
     ("bert", "token-classification"),
     ("bert", "question-answering"),
     ("bert", "multiple-choice"),
+    ("big_bird", "question-answering"),
     ("camembert", "question-answering"),
     ("convbert", "token-classification"),
     ("data2vec-text", "fill-mask"),
+    ("deberta", "text-classification"),
     ("deberta-v2", "feature-extraction"),
     ("deberta-v2", "multiple-choice"),
     ("distilbert", "question-answering"),
     ("electra", "text-classification"),
+    ("esm", "fill-mask"),
+    ("ibert", "token-classification"),
+    ("megatron-bert", "multiple-choice"),
+    ("mobilebert", "question-answering"),
     ("modernbert", "token-classification"),
     ("mpnet", "multiple-choice"),
+    ("nystromformer", "fill-mask"),
     ("rembert", "fill-mask"),
     ("roberta", "feature-extraction"),
     ("roberta", "text-classification"),
     ("roformer", "question-answering"),
+    ("splinter", "question-answering"),
     ("squeezebert", "text-classification"),
     ("xlm-roberta", "token-classification"),
 ]
@@ -80,7 +93,7 @@ def test_a_family_exports_a_task_as_optimum_lays_it_out(family, task, tmp_path):
     )
     assert all([d.dim_param for d in i.type.tensor_type.shape.dim] == dims for i in model.graph.input)
     bounds = json.loads({p.key: p.value for p in model.metadata_props}["opreg.dim_bounds"])
-    assert bounds["sequence_length"][1] == 40  # 42 positions starting after the padding index: 40 tokens
+    assert bounds["sequence_length"][1] == LONGEST.get(family, 40)  # 42 positions starting after the padding index
 
 
 def test_every_family_and_task_has_a_case():

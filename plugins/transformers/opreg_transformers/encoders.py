@@ -27,12 +27,16 @@ HEADS: tuple[tuple[str, str], ...] = (
     ("ForSequenceClassification", "text-classification"),
     ("ForTokenClassification", "token-classification"),
     ("ForQuestionAnswering", "question-answering"),
+    ("ForQuestionAnsweringSimple", "question-answering"),  # XLM's and FlauBERT's
+    ("WithLMHeadModel", "fill-mask"),  # XLM's and FlauBERT's
     ("ForMultipleChoice", MULTIPLE_CHOICE),
 )
 """An ``architectures`` entry's suffix and the task it says; a bare ``...Model`` is feature extraction."""
 
 ABSOLUTE = "absolute"
 OFFSET = "offset"
+SHIFTED = "shifted"
+_FOUR_TASKS = (FEATURE_EXTRACTION, "fill-mask", "text-classification", "token-classification")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,37 +48,56 @@ class Family:
             ``"config"`` when only if the config's ``type_vocab_size`` is above 0 (DeBERTa).
         positions: how long a sequence may be: ``absolute`` (``max_position_embeddings``),
             ``offset`` (RoBERTa's positions start after ``pad_token_id``:
-            ``max_position_embeddings - pad_token_id - 1``).
+            ``max_position_embeddings - pad_token_id - 1``), ``shifted`` (Nystromformer's start
+            at 2: ``max_position_embeddings - 2``).
         tasks: the tasks optimum exports it for (and transformers 5.17 has a head for).
+        shortest: the shortest sequence torch.export can take it at (MobileBERT's trigram
+            embedding guards ``sequence_length != 2``, which a range says only as ``>= 3``).
+        block_sparse: BigBird: with ``attention_type`` ``block_sparse`` its attention is full up to
+            ``(5 + 2 * num_random_blocks) * block_size`` tokens (the model switches itself), and
+            that full attention is what is exported: sequences are bounded there too.
     """
 
     token_type_ids: bool | str
     positions: str = ABSOLUTE
     tasks: tuple[str, ...] = tuple(TASKS)
+    shortest: int = 1
+    block_sparse: bool = False
 
 
 FAMILIES: dict[str, Family] = {
     "albert": Family(True),
     "bert": Family(True),
+    "big_bird": Family(False, block_sparse=True),
     "camembert": Family(False, OFFSET),
     "convbert": Family(True),
     "data2vec-text": Family(False, OFFSET),
+    "deberta": Family("config"),
     "deberta-v2": Family("config"),
     "distilbert": Family(False),
     "electra": Family(True),
-    "modernbert": Family(False, tasks=(FEATURE_EXTRACTION, "fill-mask", "text-classification", "token-classification")),
+    "esm": Family(False, OFFSET, tasks=_FOUR_TASKS),
+    "ibert": Family(False, OFFSET),
+    "megatron-bert": Family(True),
+    "mobilebert": Family(True, shortest=3),
+    "modernbert": Family(False, tasks=_FOUR_TASKS),
     "mpnet": Family(False, OFFSET),
+    "nystromformer": Family(True, SHIFTED),
     "rembert": Family(True),
     "roberta": Family(False, OFFSET),
     "roformer": Family(True),
+    "splinter": Family(True, tasks=(FEATURE_EXTRACTION, "question-answering")),
     "squeezebert": Family(True),
     "xlm-roberta": Family(False, OFFSET),
 }
 """``{model_type: Family}``: the families exported, each verified by tests/test_checkpoint_encoders.py
-(``bench/checkpoint_tasks.py`` exports every pair of family and task). Left out, with the reason:
-DeBERTa (v1: its attention leaves a ``sym_not`` torch.export does not trace away, which opreg cannot
-translate), MobileBERT (its trigram embedding guards ``sequence_length != 2``, which a range cannot
-say), Nystromformer (its landmarks fix the sequence length to ``segment_means_seq_len``)."""
+(``bench/checkpoint_tasks.py`` exports every pair of family and task). Nystromformer exports when it has
+as many landmarks as segment means (its defaults: full attention); otherwise its landmarks fix the
+sequence length to ``segment_means_seq_len`` and torch.export refuses a dynamic one. Left out, with
+the reason: XLM and FlauBERT (their ``lengths.max().item()`` leaves an unbacked symbol bounded above
+only, whose ``-oo`` lower bound opreg's exporter cannot write as a dim bound: ``AttributeError:
+'Infinity' object has no attribute '_mpf_'``), Longformer (its sliding-window chunks view on a
+data-dependent size: torch.export's ``GuardOnDataDependentSymNode: Eq(u1, 1)``)."""
 
 
 def task_of(architectures: list[str]) -> str | None:
@@ -92,5 +115,10 @@ def max_sequence(family: Family, config: dict) -> int:
     """The longest sequence the config's position embeddings hold."""
     positions = int(config.get("max_position_embeddings", 512))
     if family.positions == OFFSET:
-        return positions - int(config.get("pad_token_id") or 0) - 1
+        positions -= int(config.get("pad_token_id") or 0) + 1
+    elif family.positions == SHIFTED:
+        positions -= 2
+    if family.block_sparse and config.get("attention_type", "block_sparse") == "block_sparse":
+        full = (5 + 2 * int(config.get("num_random_blocks", 3))) * int(config.get("block_size", 64))
+        positions = min(positions, full)
     return positions

@@ -180,9 +180,12 @@ def _inputs(family: encoders.Family, config: dict[str, Any], task: str) -> tuple
 
 
 def text_dims(family: encoders.Family, config: dict[str, Any], task: str) -> tuple[opreg.DynamicDim, ...]:
-    """``batch_size`` (and ``num_choices``) and ``sequence_length``, bounded as the config's positions allow."""
+    """``batch_size`` (and ``num_choices``) and ``sequence_length``, bounded as the config's positions (and
+    the family's capture, :class:`opreg_transformers.encoders.Family`) allow."""
     longest = encoders.max_sequence(family, config)
-    sequence = opreg.DynamicDim("sequence_length", example=min(16, longest), other=min(7, longest), max=longest)
+    sequence = opreg.DynamicDim(
+        "sequence_length", example=min(16, longest), other=min(7, longest), min=family.shortest, max=longest
+    )
     return (BATCH, CHOICES, sequence) if task == encoders.MULTIPLE_CHOICE else (BATCH, sequence)
 
 
