@@ -8,12 +8,14 @@ from __future__ import annotations
 import transformers
 
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37)
+LILT_SIZES = {**SIZES, "hidden_size": 48}
+"""LiLT's layout embeddings concatenate six of ``hidden_size // 6``."""
 CONFIGS = {
     "albert": lambda: transformers.AlbertConfig(vocab_size=64, embedding_size=16, max_position_embeddings=40, **SIZES),
     "bert": lambda: transformers.BertConfig(vocab_size=64, max_position_embeddings=40, **SIZES),
     "big_bird": lambda: transformers.BigBirdConfig(
-        vocab_size=64, max_position_embeddings=40, sep_token_id=3, block_size=2, num_random_blocks=1, **SIZES
-    ),  # block-sparse attention from 5 + 2 * 1 blocks of 2 tokens: full attention up to 14
+        vocab_size=64, max_position_embeddings=40, sep_token_id=3, block_size=2, num_random_blocks=3, **SIZES
+    ),  # block-sparse attention of 2-token blocks: full up to (5 + 2 * 3) * 2 = 22 tokens
     "camembert": lambda: transformers.CamembertConfig(
         vocab_size=64, max_position_embeddings=42, pad_token_id=1, **SIZES
     ),
@@ -59,6 +61,12 @@ CONFIGS = {
         **SIZES,
     ),  # as ESM-2 is configured
     "ibert": lambda: transformers.IBertConfig(vocab_size=64, max_position_embeddings=42, pad_token_id=1, **SIZES),
+    "layoutlm": lambda: transformers.LayoutLMConfig(
+        vocab_size=64, max_position_embeddings=40, max_2d_position_embeddings=64, **SIZES
+    ),
+    "lilt": lambda: transformers.LiltConfig(
+        vocab_size=64, max_position_embeddings=42, pad_token_id=1, max_2d_position_embeddings=64, **LILT_SIZES
+    ),
     "megatron-bert": lambda: transformers.MegatronBertConfig(vocab_size=64, max_position_embeddings=40, **SIZES),
     "mobilebert": lambda: transformers.MobileBertConfig(
         vocab_size=64,
@@ -111,4 +119,4 @@ CONFIGS = {
     ),
 }
 """Tiny configs, one per family: 40 positions (42 where they start after the padding index 1, or at 2);
-BigBird's block-sparse attention is full up to 14 tokens, and exported so."""
+BigBird's block-sparse attention is full up to 22 tokens, and exported so."""

@@ -30,13 +30,15 @@ HEADS = {
     "multiple-choice": ("AutoModelForMultipleChoice", ["logits"]),
 }
 TOKEN_TYPES = {
-    "albert", "bert", "convbert", "electra", "megatron-bert", "mobilebert", "nystromformer", "rembert", "roformer",
-    "splinter", "squeezebert",
+    "albert", "bert", "convbert", "electra", "layoutlm", "megatron-bert", "mobilebert", "nystromformer", "rembert",
+    "roformer", "splinter", "squeezebert",
 }  # fmt: skip
 """The families optimum gives a ``token_type_ids`` input (its ``BertOnnxConfig`` subclasses); DeBERTa
 only when ``type_vocab_size`` > 0, the others never (``DistilBertOnnxConfig``'s, ESM's)."""
-LONGEST = {"big_bird": 14}
-"""The longest sequence where it is not 40: BigBird's attention is full (and exported) up to 14 tokens."""
+BOXES = {"layoutlm", "lilt"}
+"""The families that take a ``bbox`` after ``input_ids`` (a box per token: ``(batch, sequence, 4)``)."""
+LONGEST = {"big_bird": 22}
+"""The longest sequence where it is not 40: BigBird's attention is full (and exported) up to 22 tokens."""
 CASES = [
     ("albert", "multiple-choice"),
     ("bert", "fill-mask"),
@@ -54,6 +56,8 @@ CASES = [
     ("electra", "text-classification"),
     ("esm", "fill-mask"),
     ("ibert", "token-classification"),
+    ("layoutlm", "token-classification"),
+    ("lilt", "question-answering"),
     ("megatron-bert", "multiple-choice"),
     ("mobilebert", "question-answering"),
     ("modernbert", "token-classification"),
@@ -83,15 +87,16 @@ def test_a_family_exports_a_task_as_optimum_lays_it_out(family, task, tmp_path):
     assert (result.task, result.inferred) == (task, True)  # from config.json's architectures
     assert result.verified and len(result.models[0].verified) == 2  # the example and the second sizes
     model = onnx.load(tmp_path / "out" / "model.onnx")
-    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if family in TOKEN_TYPES else [])
-    assert [i.name for i in model.graph.input] == names
+    names = ["input_ids", *(["bbox"] if family in BOXES else []), "attention_mask"]
+    assert [i.name for i in model.graph.input] == names + (["token_type_ids"] if family in TOKEN_TYPES else [])
     assert [o.name for o in model.graph.output] == HEADS[task][1]
     dims = (
         ["batch_size", "num_choices", "sequence_length"]
         if task == "multiple-choice"
         else ["batch_size", "sequence_length"]
     )
-    assert all([d.dim_param for d in i.type.tensor_type.shape.dim] == dims for i in model.graph.input)
+    for i in model.graph.input:
+        assert [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] == dims + [4] * (i.name == "bbox")
     bounds = json.loads({p.key: p.value for p in model.metadata_props}["opreg.dim_bounds"])
     assert bounds["sequence_length"][1] == LONGEST.get(family, 40)  # 42 positions starting after the padding index
 
@@ -112,6 +117,15 @@ def test_a_task_the_family_has_no_head_for_is_refused_listing_those_it_has(tmp_p
     err = capsys.readouterr().err
     assert "cannot be exported for task 'multiple-choice'" in err
     assert "the tasks it can do are feature-extraction, fill-mask, text-classification, token-classification" in err
+
+
+def test_a_bbox_input_is_refused_without_a_last_dim_of_4_or_a_high():
+    """``fill="bbox"``'s boxes are checked where LayoutLM's case runs: its eager model looks up each box's
+    width and height, which fails on an unsorted box."""
+    with pytest.raises(opreg.InvalidArgumentError, match=r"fill='bbox' needs a last dim of 4 \(x0, y0, x1, y1\)"):
+        opreg.ModelInput("bbox", ("batch_size", "sequence_length"), fill="bbox", high=64)
+    with pytest.raises(opreg.InvalidArgumentError, match="fill='bbox' needs high="):
+        opreg.ModelInput("bbox", ("batch_size", "sequence_length", 4), fill="bbox")
 
 
 # -- sentence-transformers ----------------------------------------------------------------------

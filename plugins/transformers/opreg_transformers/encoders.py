@@ -56,6 +56,8 @@ class Family:
         block_sparse: BigBird: with ``attention_type`` ``block_sparse`` its attention is full up to
             ``(5 + 2 * num_random_blocks) * block_size`` tokens (the model switches itself), and
             that full attention is what is exported: sequences are bounded there too.
+        bbox: LayoutLM's and LiLT's ``bbox`` input after ``input_ids``: a box per token,
+            coordinates below ``max_2d_position_embeddings``.
     """
 
     token_type_ids: bool | str
@@ -63,6 +65,7 @@ class Family:
     tasks: tuple[str, ...] = tuple(TASKS)
     shortest: int = 1
     block_sparse: bool = False
+    bbox: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -78,6 +81,8 @@ FAMILIES: dict[str, Family] = {
     "electra": Family(True),
     "esm": Family(False, OFFSET, tasks=_FOUR_TASKS),
     "ibert": Family(False, OFFSET),
+    "layoutlm": Family(True, bbox=True, tasks=_FOUR_TASKS),
+    "lilt": Family(False, OFFSET, bbox=True, tasks=(FEATURE_EXTRACTION, *_FOUR_TASKS[2:], "question-answering")),
     "megatron-bert": Family(True),
     "mobilebert": Family(True, shortest=3),
     "modernbert": Family(False, tasks=_FOUR_TASKS),
@@ -97,7 +102,9 @@ sequence length to ``segment_means_seq_len`` and torch.export refuses a dynamic 
 the reason: XLM and FlauBERT (their ``lengths.max().item()`` leaves an unbacked symbol bounded above
 only, whose ``-oo`` lower bound opreg's exporter cannot write as a dim bound: ``AttributeError:
 'Infinity' object has no attribute '_mpf_'``), Longformer (its sliding-window chunks view on a
-data-dependent size: torch.export's ``GuardOnDataDependentSymNode: Eq(u1, 1)``)."""
+data-dependent size: torch.export's ``GuardOnDataDependentSymNode: Eq(u1, 1)``), MarkupLM (its xpath
+inputs' ``max_depth`` dim, dynamic in optimum's names, is the config's: not tried), LayoutLMv3 (it takes
+``pixel_values`` too: not tried), Perceiver (its text tasks take ``inputs``, not ``input_ids``: not tried)."""
 
 
 def task_of(architectures: list[str]) -> str | None:

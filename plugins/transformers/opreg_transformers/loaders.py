@@ -169,10 +169,11 @@ def _text_shape(task: str) -> tuple[str, ...]:
 
 def _inputs(family: encoders.Family, config: dict[str, Any], task: str) -> tuple[opreg.ModelInput, ...]:
     shape = _text_shape(task)
-    inputs = [
-        opreg.ModelInput("input_ids", shape, fill="ids", high=int(config["vocab_size"])),
-        opreg.ModelInput("attention_mask", shape, fill="mask"),
-    ]
+    inputs = [opreg.ModelInput("input_ids", shape, fill="ids", high=int(config["vocab_size"]))]
+    if family.bbox:
+        high = int(config.get("max_2d_position_embeddings", 1024))
+        inputs.append(opreg.ModelInput("bbox", (*shape, 4), fill="bbox", high=high))
+    inputs.append(opreg.ModelInput("attention_mask", shape, fill="mask"))
     types = int(config.get("type_vocab_size") or 0)
     if family.token_type_ids is True or (family.token_type_ids == "config" and types > 0):
         inputs.append(opreg.ModelInput("token_type_ids", shape, fill="ids", high=max(types, 1)))
