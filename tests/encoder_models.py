@@ -67,6 +67,9 @@ CONFIGS = {
     "lilt": lambda: transformers.LiltConfig(
         vocab_size=64, max_position_embeddings=42, pad_token_id=1, max_2d_position_embeddings=64, **LILT_SIZES
     ),
+    "markuplm": lambda: transformers.MarkupLMConfig(
+        vocab_size=64, max_position_embeddings=42, pad_token_id=1, max_depth=4, xpath_unit_hidden_size=8, **SIZES
+    ),
     "megatron-bert": lambda: transformers.MegatronBertConfig(vocab_size=64, max_position_embeddings=40, **SIZES),
     "mobilebert": lambda: transformers.MobileBertConfig(
         vocab_size=64,

@@ -30,13 +30,15 @@ HEADS = {
     "multiple-choice": ("AutoModelForMultipleChoice", ["logits"]),
 }
 TOKEN_TYPES = {
-    "albert", "bert", "convbert", "electra", "layoutlm", "megatron-bert", "mobilebert", "nystromformer", "rembert",
-    "roformer", "splinter", "squeezebert",
+    "albert", "bert", "convbert", "electra", "layoutlm", "markuplm", "megatron-bert", "mobilebert", "nystromformer",
+    "rembert", "roformer", "splinter", "squeezebert",
 }  # fmt: skip
 """The families optimum gives a ``token_type_ids`` input (its ``BertOnnxConfig`` subclasses); DeBERTa
 only when ``type_vocab_size`` > 0, the others never (``DistilBertOnnxConfig``'s, ESM's)."""
 BOXES = {"layoutlm", "lilt"}
 """The families that take a ``bbox`` after ``input_ids`` (a box per token: ``(batch, sequence, 4)``)."""
+XPATHS = {"markuplm"}
+"""The families that take ``xpath_subs_seq`` and ``xpath_tags_seq`` last, ``(batch, sequence, max_depth)``."""
 LONGEST = {"big_bird": 22}
 """The longest sequence where it is not 40: BigBird's attention is full (and exported) up to 22 tokens."""
 CASES = [
@@ -58,6 +60,7 @@ CASES = [
     ("ibert", "token-classification"),
     ("layoutlm", "token-classification"),
     ("lilt", "question-answering"),
+    ("markuplm", "token-classification"),
     ("megatron-bert", "multiple-choice"),
     ("mobilebert", "question-answering"),
     ("modernbert", "token-classification"),
@@ -88,7 +91,10 @@ def test_a_family_exports_a_task_as_optimum_lays_it_out(family, task, tmp_path):
     assert result.verified and len(result.models[0].verified) == 2  # the example and the second sizes
     model = onnx.load(tmp_path / "out" / "model.onnx")
     names = ["input_ids", *(["bbox"] if family in BOXES else []), "attention_mask"]
-    assert [i.name for i in model.graph.input] == names + (["token_type_ids"] if family in TOKEN_TYPES else [])
+    names += ["token_type_ids"] if family in TOKEN_TYPES else []
+    assert [i.name for i in model.graph.input] == names + (
+        ["xpath_subs_seq", "xpath_tags_seq"] if family in XPATHS else []
+    )
     assert [o.name for o in model.graph.output] == HEADS[task][1]
     dims = (
         ["batch_size", "num_choices", "sequence_length"]
@@ -96,7 +102,8 @@ def test_a_family_exports_a_task_as_optimum_lays_it_out(family, task, tmp_path):
         else ["batch_size", "sequence_length"]
     )
     for i in model.graph.input:
-        assert [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] == dims + [4] * (i.name == "bbox")
+        last = {"bbox": [4], "xpath_subs_seq": [4], "xpath_tags_seq": [4]}.get(i.name, [])  # boxes, MarkupLM's depth
+        assert [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] == dims + last
     bounds = json.loads({p.key: p.value for p in model.metadata_props}["opreg.dim_bounds"])
     assert bounds["sequence_length"][1] == LONGEST.get(family, 40)  # 42 positions starting after the padding index
 

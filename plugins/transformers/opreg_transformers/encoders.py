@@ -37,6 +37,7 @@ ABSOLUTE = "absolute"
 OFFSET = "offset"
 SHIFTED = "shifted"
 _FOUR_TASKS = (FEATURE_EXTRACTION, "fill-mask", "text-classification", "token-classification")
+_LAYOUT_TASKS = (FEATURE_EXTRACTION, "text-classification", "token-classification", "question-answering")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +59,9 @@ class Family:
             that full attention is what is exported: sequences are bounded there too.
         bbox: LayoutLM's and LiLT's ``bbox`` input after ``input_ids``: a box per token,
             coordinates below ``max_2d_position_embeddings``.
+        xpaths: MarkupLM's ``xpath_subs_seq`` and ``xpath_tags_seq`` inputs last, a node's
+            subscripts and tags per token, ``[batch_size, sequence_length, max_depth]``: the depth
+            fixed at the config's (its embeddings are one per level).
     """
 
     token_type_ids: bool | str
@@ -66,6 +70,7 @@ class Family:
     shortest: int = 1
     block_sparse: bool = False
     bbox: bool = False
+    xpaths: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -82,7 +87,8 @@ FAMILIES: dict[str, Family] = {
     "esm": Family(False, OFFSET, tasks=_FOUR_TASKS),
     "ibert": Family(False, OFFSET),
     "layoutlm": Family(True, bbox=True, tasks=_FOUR_TASKS),
-    "lilt": Family(False, OFFSET, bbox=True, tasks=(FEATURE_EXTRACTION, *_FOUR_TASKS[2:], "question-answering")),
+    "lilt": Family(False, OFFSET, bbox=True, tasks=_LAYOUT_TASKS),
+    "markuplm": Family(True, OFFSET, xpaths=True, tasks=_LAYOUT_TASKS),
     "megatron-bert": Family(True),
     "mobilebert": Family(True, shortest=3),
     "modernbert": Family(False, tasks=_FOUR_TASKS),
@@ -102,8 +108,7 @@ sequence length to ``segment_means_seq_len`` and torch.export refuses a dynamic 
 the reason: XLM and FlauBERT (their ``lengths.max().item()`` leaves an unbacked symbol bounded above
 only, whose ``-oo`` lower bound opreg's exporter cannot write as a dim bound: ``AttributeError:
 'Infinity' object has no attribute '_mpf_'``), Longformer (its sliding-window chunks view on a
-data-dependent size: torch.export's ``GuardOnDataDependentSymNode: Eq(u1, 1)``), MarkupLM (its xpath
-inputs' ``max_depth`` dim, dynamic in optimum's names, is the config's: not tried), LayoutLMv3 (it takes
+data-dependent size: torch.export's ``GuardOnDataDependentSymNode: Eq(u1, 1)``), LayoutLMv3 (it takes
 ``pixel_values`` too: not tried), Perceiver (its text tasks take ``inputs``, not ``input_ids``: not tried)."""
 
 
