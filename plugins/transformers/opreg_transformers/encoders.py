@@ -54,9 +54,6 @@ class Family:
         tasks: the tasks optimum exports it for (and transformers 5.17 has a head for).
         shortest: the shortest sequence torch.export can take it at (MobileBERT's trigram
             embedding guards ``sequence_length != 2``, which a range says only as ``>= 3``).
-        block_sparse: BigBird: with ``attention_type`` ``block_sparse`` its attention is full up to
-            ``(5 + 2 * num_random_blocks) * block_size`` tokens (the model switches itself), and
-            that full attention is what is exported: sequences are bounded there too.
         bbox: LayoutLM's and LiLT's ``bbox`` input after ``input_ids``: a box per token,
             coordinates below ``max_2d_position_embeddings``.
         xpaths: MarkupLM's ``xpath_subs_seq`` and ``xpath_tags_seq`` inputs last, a node's
@@ -68,7 +65,6 @@ class Family:
     positions: str = ABSOLUTE
     tasks: tuple[str, ...] = tuple(TASKS)
     shortest: int = 1
-    block_sparse: bool = False
     bbox: bool = False
     xpaths: bool = False
 
@@ -76,7 +72,7 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "albert": Family(True),
     "bert": Family(True),
-    "big_bird": Family(False, block_sparse=True),
+    "big_bird": Family(False),
     "camembert": Family(False, OFFSET),
     "convbert": Family(True),
     "data2vec-text": Family(False, OFFSET),
@@ -102,9 +98,12 @@ FAMILIES: dict[str, Family] = {
     "xlm-roberta": Family(False, OFFSET),
 }
 """``{model_type: Family}``: the families exported, each verified by tests/test_checkpoint_encoders.py
-(``bench/checkpoint_tasks.py`` exports every pair of family and task). Nystromformer exports when it has
-as many landmarks as segment means (its defaults: full attention); otherwise its landmarks fix the
-sequence length to ``segment_means_seq_len`` and torch.export refuses a dynamic one. Left out, with
+(``bench/checkpoint_tasks.py`` exports every pair of family and task). BigBird's block-sparse attention
+is full up to ``(5 + 2 * num_random_blocks) * block_size`` tokens (the model switches itself): that
+is what is captured, and the exporter bounds the sequence there from torch.export's guard.
+Nystromformer exports when it has as many landmarks as segment means (its defaults: full attention);
+otherwise its landmarks fix the sequence length to ``segment_means_seq_len`` and torch.export
+refuses a dynamic one. Left out, with
 the reason: XLM and FlauBERT (their ``lengths.max().item()`` leaves an unbacked symbol bounded above
 only, whose ``-oo`` lower bound opreg's exporter cannot write as a dim bound: ``AttributeError:
 'Infinity' object has no attribute '_mpf_'``), Longformer (its sliding-window chunks view on a
@@ -130,7 +129,4 @@ def max_sequence(family: Family, config: dict) -> int:
         positions -= int(config.get("pad_token_id") or 0) + 1
     elif family.positions == SHIFTED:
         positions -= 2
-    if family.block_sparse and config.get("attention_type", "block_sparse") == "block_sparse":
-        full = (5 + 2 * int(config.get("num_random_blocks", 3))) * int(config.get("block_size", 64))
-        positions = min(positions, full)
     return positions
