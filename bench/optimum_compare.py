@@ -18,7 +18,8 @@ and the ONNX Runtime latency of the main model (the first of ``model.onnx``,
 ``decoder_model.onnx``, ``encoder_model.onnx`` both wrote): the same inputs, the same session
 options (one thread, default graph optimizations), the two sessions run in turn, median of
 ``--runs``. ``--optimized`` adds, per pair, ``opreg export -t onnxruntime`` against ``optimum-cli
-... --optimize O2`` and their latency.
+... --optimize O2`` and their latency; ``--wide`` measures both settings' latency on a BERT of
+BERT-base's width (hidden 768, 12 heads, 4 layers), one sequence of 128 tokens.
 
 Checkpoints whose model class transformers 5 (this venv) lacks are not a pair of the comparison.
 Results go to build/optimum_compare/results[SHARD].json after every pair: a rerun resumes where it stopped
@@ -26,6 +27,7 @@ Results go to build/optimum_compare/results[SHARD].json after every pair: a reru
 
     python bench/optimum_compare.py --make-venv                       # build/optimum-venv (once)
     nice -n 19 python bench/optimum_compare.py --only bert vit t5     # a shard
+    python bench/optimum_compare.py --wide                            # BERT at BERT-base's width: latency
     nice -n 19 python bench/optimum_compare.py                        # every pair (hours)
     python bench/optimum_compare.py --table                           # the tables of what ran
 """
@@ -33,6 +35,7 @@ Results go to build/optimum_compare/results[SHARD].json after every pair: a reru
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -118,12 +121,13 @@ def _main_model(a: Path, b: Path) -> str | None:
     return None
 
 
-def _feeds(session: Any, folder: Path) -> dict[str, Any]:
+def _feeds(session: Any, folder: Path, dims: dict[str, int] | None = None) -> dict[str, Any]:
     """Inputs for ``session``: ids below 64, masks of ones, position ids counting on from the past,
     floats from a seeded normal; dynamic dims from :data:`DIMS` (a sum of them where optimum names
     one so; 16 otherwise; audio 16000 samples; image sides the config's)."""
     import numpy as np
 
+    dims = dims or DIMS
     config = json.loads((folder / "config.json").read_text())
     side = config.get("image_size") or config.get("vision_config", {}).get("image_size") or 32
     side = side if isinstance(side, int) else side[0]
@@ -140,9 +144,9 @@ def _feeds(session: Any, folder: Path) -> dict[str, Any]:
             elif dim in ("height", "width"):
                 shape.append(side)
             else:  # optimum names the mask of a model with past "past_sequence_length + sequence_length"
-                shape.append(sum(DIMS.get(part.strip(), 16) for part in str(dim).split("+")))
+                shape.append(sum(dims.get(part.strip(), 16) for part in str(dim).split("+")))
         if node.name == "position_ids":  # the new tokens' positions, after the past
-            past = DIMS["past_sequence_length"] if any("past" in str(d) for i in inputs for d in i.shape) else 0
+            past = dims["past_sequence_length"] if any("past" in str(d) for i in inputs for d in i.shape) else 0
             feeds[node.name] = np.broadcast_to(np.arange(past, past + shape[-1]), shape).astype(np.int64)
         elif "int" in node.type:
             fill = 1 if "mask" in node.name else (0 if "type" in node.name else None)
@@ -155,8 +159,11 @@ def _feeds(session: Any, folder: Path) -> dict[str, Any]:
     return feeds
 
 
-def latency(opreg_model: Path, optimum_model: Path, folder: Path, runs: int) -> dict[str, Any]:
-    """Median milliseconds of each model on the same inputs, the two sessions run in turn."""
+def latency(
+    opreg_model: Path, optimum_model: Path, folder: Path, runs: int, dims: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """Median milliseconds of each model on the same inputs (``dims``: :data:`DIMS` unless given),
+    the two sessions run in turn."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -167,7 +174,7 @@ def latency(opreg_model: Path, optimum_model: Path, folder: Path, runs: int) -> 
     names = [sorted(i.name for i in s.get_inputs()) for s in sessions]
     if names[0] != names[1]:
         return {"error": f"inputs differ: opreg {names[0]}, optimum {names[1]}"}
-    feeds = _feeds(sessions[1], folder)
+    feeds = _feeds(sessions[1], folder, dims)
     times: list[list[float]] = [[], []]
     for i in range(runs + 3):
         for session, seconds in zip(sessions, times, strict=True):
@@ -285,6 +292,35 @@ def compare(venv: Path, key: str, row: dict[str, Any], args: argparse.Namespace)
                 row[name]["model"] = model
 
 
+WIDE_DIMS = {**DIMS, "batch_size": 1, "sequence_length": 128}
+"""The ``--wide`` latency's inputs: one sequence of 128 tokens."""
+
+
+def wide(venv: Path, runs: int) -> dict[str, Any]:
+    """BERT feature extraction at BERT-base's width (the side venv's ``WIDE`` config, 4 layers): both
+    exporters at their defaults and at their ONNX Runtime settings (``-t onnxruntime``, ``--optimize
+    O2``), the latency of each pair on one sequence of 128 tokens."""
+    folder = WORK / "ckpt-wide" / "bert--feature-extraction"
+    if not (folder / "bench.json").is_file():
+        job_file = WORK / "wide.jobs"
+        job_file.write_text(
+            json.dumps([{"model_type": "bert", "task": "feature-extraction", "folder": str(folder), "wide": True}])
+        )
+        _side(venv, "write", str(job_file))
+    out, row = WORK / "out_wide", {}
+    for side, setting in (("opreg", None), ("optimum", None), ("opreg_ort", "onnxruntime"), ("optimum_o2", "O2")):
+        target = out / side
+        shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        run = run_opreg if side.startswith("opreg") else functools.partial(run_optimum, venv)
+        row[side] = run(folder, "feature-extraction", target, setting)
+    for a, b, name in (("opreg", "optimum", "latency"), ("opreg_ort", "optimum_o2", "latency_o2")):
+        if row[a]["ok"] and row[b]["ok"]:
+            row[name] = latency(out / a / "model.onnx", out / b / "model.onnx", folder, runs, WIDE_DIMS)
+    (WORK / "wide.json").write_text(json.dumps(row, indent=1))
+    return row
+
+
 def _median(values: list[float]) -> str:
     return f"{statistics.median(values):.2f}x over {len(values)}" if values else "-"
 
@@ -366,10 +402,17 @@ def main() -> int:
     parser.add_argument(
         "--baseline", type=int, metavar="N", help="time importing torch and transformers in both venvs, N times each"
     )
+    parser.add_argument(
+        "--wide", action="store_true", help="BERT feature extraction at BERT-base's width: latency of both settings"
+    )
     parser.add_argument("--table", action="store_true", help="print the tables of what ran and stop")
     args = parser.parse_args()
     if args.make_venv:
         make_venv(args.optimum_venv)
+        return 0
+    if args.wide:
+        row = wide(args.optimum_venv, args.runs)
+        print(json.dumps({k: v.get("ratio", v) if "latency" in k else v for k, v in row.items()}, indent=1))
         return 0
     if args.table:
         table(_merged())

@@ -4,7 +4,7 @@ TasksManager exports with the ONNX exporter, and writes the tiny random checkpoi
 then read, so that the files come from the OLDER transformers.
 
     python bench/optimum_side.py pairs                # JSON: [[model_type, task, optimum's config class], ...]
-    python bench/optimum_side.py write JOBS.json      # JOBS: [{"model_type", "task", "folder"}, ...]
+    python bench/optimum_side.py write JOBS.json      # JOBS: [{"model_type", "task", "folder"[, "wide"]}, ...]
 
 ``write`` writes each folder whole (under another name first) with a ``bench.json`` holding
 ``{"model_class"}`` or ``{"error"}``, and prints it as a JSON line with ``"folder"``.
@@ -92,8 +92,15 @@ def _known(model_type: str) -> Any:
     return None
 
 
-def write(model_type: str, task: str, folder: Path) -> str:
-    """Write a tiny random ``model_type`` checkpoint for ``task`` into ``folder``; its class name."""
+WIDE = dict(
+    hidden_size=768, num_attention_heads=12, intermediate_size=3072, num_hidden_layers=4, max_position_embeddings=512
+)
+"""BERT-base's width (4 of its 12 layers): the ``--wide`` checkpoint of bench/optimum_compare.py."""
+
+
+def write(model_type: str, task: str, folder: Path, wide: bool = False) -> str:
+    """Write a tiny random ``model_type`` checkpoint for ``task`` into ``folder`` (``wide``: at
+    :data:`WIDE`'s sizes); its class name."""
     import torch
     import transformers
     from optimum.exporters.tasks import TasksManager
@@ -101,6 +108,8 @@ def write(model_type: str, task: str, folder: Path) -> str:
     from tests import seq2seq_models
 
     config = _known(model_type) or shrink(transformers.AutoConfig.for_model(model_type))
+    for name, value in (WIDE if wide else {}).items():
+        setattr(config, name, value)
     config.num_labels = 2 if task == "question-answering" else 3
     auto = TasksManager.get_model_class_for_task(task, model_type=model_type)
     model_class = auto._model_mapping[type(config)] if hasattr(auto, "_model_mapping") else auto
@@ -130,7 +139,7 @@ def main() -> int:
         partial = folder.with_name(folder.name + ".part")
         shutil.rmtree(partial, ignore_errors=True)
         try:
-            done = {"model_class": write(job["model_type"], job["task"], partial)}
+            done = {"model_class": write(job["model_type"], job["task"], partial, job.get("wide", False))}
         except Exception as e:  # one row of the bench, not the end of the batch
             partial.mkdir(parents=True, exist_ok=True)
             done = {"error": f"{type(e).__name__}: {e}"[:300]}

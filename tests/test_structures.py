@@ -466,6 +466,53 @@ def test_an_in_place_op_after_a_dtype_conversion_translates_as_captured():
     opreg.export(ClampAfterAConversion(), inputs, target=18).verify(*inputs)
 
 
+class ShiftRight(nn.Module):
+    """transformers' shift_tokens_right: writes into slices of a tensor it made (copy_, fill_), then
+    masks it in place."""
+
+    def forward(self, ids):
+        shifted = ids.new_zeros(ids.shape)
+        shifted[:, 1:] = ids[:, :-1].clone()
+        shifted[:, 0] = 2
+        shifted.masked_fill_(shifted == 5, 1)
+        return shifted
+
+
+class ViewReadAfterAnUpdate(nn.Module):
+    """A view of a base read after another view of it was updated: left to torch's decomposition."""
+
+    def forward(self, ids):
+        grid = torch.zeros_like(ids)
+        row = grid[0]
+        grid[1:, 1] = 7
+        return row + 1, grid * 2
+
+
+class BaseReturned(nn.Module):
+    """The updated base is an output of the graph: left to torch's decomposition."""
+
+    def forward(self, ids):
+        grid = torch.zeros_like(ids)
+        grid[1:, 1] = 7
+        return grid
+
+
+@pytest.mark.parametrize(
+    ("module", "retraced"), [(ShiftRight, False), (ViewReadAfterAnUpdate, True), (BaseReturned, True)]
+)
+def test_in_place_updates_of_slices_are_made_functional_without_a_retrace(module, retraced):
+    registry = opreg.default_registry()
+    ids = torch.randint(0, 9, (3, 6))
+    seq = torch.export.Dim("seq", min=3, max=32)
+    captured = _capture.capture(module(), (ids,), None, ({1: seq},))
+    assert {"aten.copy_.default", "aten.fill_.Tensor"} & {str(n.target) for n in captured.graph.nodes}
+    program, _ = _plan.prepare(captured, registry, registry.target(18))
+    assert (program is not captured) == retraced
+    exported = opreg.export(module(), (ids,), target=18, dynamic_shapes=({1: seq},))
+    exported.verify(ids)
+    exported.verify(torch.randint(0, 9, (3, 11)))
+
+
 class Broadcasting(nn.Module):
     def forward(self, x, y):
         return torch.einsum("...ik,...j->ij", x, y)  # an ellipsis of two ranks: ONNX's Einsum cannot

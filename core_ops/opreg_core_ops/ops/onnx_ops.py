@@ -17,7 +17,6 @@ from collections.abc import Sequence
 import onnx.defs
 import onnx_ir as ir
 import onnxscript
-import torch.onnx.ops  # noqa: F401 - defines the onnx:: and onnx_symbolic:: ops, whose schemas impls are checked against
 from onnxscript.onnx_opset import opset18 as op18
 from onnxscript.onnx_opset import opset23 as op23
 

@@ -257,13 +257,13 @@ def functional_form(node: torch.fx.Node) -> OpName | None:
     if len(mutated) != 1 or mutated[0] is not schema.arguments[0] or not node.args:
         return None
     target = node.args[0]
-    if not isinstance(target, torch.fx.Node) or target.op != "call_function" or _aliases(target):
+    if not isinstance(target, torch.fx.Node) or target.op != "call_function" or aliases(target):
         return None  # an input, a weight or a view: the mutation would reach past this graph's values
     order = {n: i for i, n in enumerate(node.graph.nodes)}
     for user in target.users:
         if user is node:
             continue
-        if order[user] < order[node] and _aliases(user):
+        if order[user] < order[node] and aliases(user):
             return None
     functional = OpName(schema.name.partition("::")[0], name[:-1], schema.overload_name or "default")
     try:
@@ -273,7 +273,7 @@ def functional_form(node: torch.fx.Node) -> OpName | None:
     return functional
 
 
-def _aliases(node: torch.fx.Node) -> bool:
+def aliases(node: torch.fx.Node) -> bool:
     """Whether ``node``'s result may be a view of its inputs (so it would see a later mutation).
     ``to`` returns its input only when nothing changes: a ``to`` whose dtype differs copies (GPT-OSS
     reads its expert ids ``.float()`` before clamping them in place)."""

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from opreg.errors import ExportError, OpsetConflictError, UnsupportedOpsError
-from opreg.exporter import _decompose, _nodes
+from opreg.exporter import _decompose, _nodes, _views
 from opreg.registry._inspect import (
     TORCH_ONNX,
     ArgumentsNotCovered,
@@ -184,6 +184,8 @@ def prepare(
     every op that still has no impl, and :class:`OpsetConflictError` with the ``-t`` to use when a
     domain cannot join at its declared version."""
     _refuse_uncarried(program)
+    if _views.functionalize(program.graph):  # in-place updates of views, made functional without a retrace
+        program.graph_module.recompile()
     joined: tuple[JoinedDomain, ...] = ()
     survey = _survey(program, registry, target)
     if survey.missing:

@@ -196,6 +196,10 @@ def torch_schema(op: OpName) -> Any | None:
         return None
 
 
+_TORCH_ONNX_NAMESPACES = frozenset({"onnx", "onnx_symbolic"})
+"""The namespaces of the ops ``torch.onnx.ops`` defines when imported."""
+
+
 @functools.lru_cache(maxsize=4096)
 def _found_schema(op: OpName) -> Any:
     schema = _lookup_schema(op)
@@ -207,6 +211,8 @@ def _found_schema(op: OpName) -> Any:
 def _lookup_schema(op: OpName) -> Any | None:
     import torch
 
+    if op.namespace in _TORCH_ONNX_NAMESPACES:
+        import torch.onnx.ops  # defines them (0.16 s: imported when an op of theirs is looked up)
     qualified = f"{op.namespace}::{op.name}"
     overload = "" if op.overload == "default" else op.overload
     try:
