@@ -38,7 +38,9 @@ only when ``type_vocab_size`` > 0, the others never (``DistilBertOnnxConfig``'s,
 BOXES = {"layoutlm", "lilt"}
 """The families that take a ``bbox`` after ``input_ids`` (a box per token: ``(batch, sequence, 4)``)."""
 XPATHS = {"markuplm"}
-"""The families that take ``xpath_subs_seq`` and ``xpath_tags_seq`` last, ``(batch, sequence, max_depth)``."""
+XPATH_INPUTS = ["xpath_tags_seq", "xpath_subs_seq"]
+"""The families that take ``xpath_tags_seq`` and ``xpath_subs_seq`` after ``input_ids``, ``(batch, sequence,
+max_depth)``: optimum's order, its model's ``forward``'s."""
 LONGEST = {"big_bird": 22}
 """The longest sequence where it is not 40: BigBird's attention is full (and exported) up to 22 tokens."""
 CASES = [
@@ -90,11 +92,9 @@ def test_a_family_exports_a_task_as_optimum_lays_it_out(family, task, tmp_path):
     assert (result.task, result.inferred) == (task, True)  # from config.json's architectures
     assert result.verified and len(result.models[0].verified) == 2  # the example and the second sizes
     model = onnx.load(tmp_path / "out" / "model.onnx")
-    names = ["input_ids", *(["bbox"] if family in BOXES else []), "attention_mask"]
-    names += ["token_type_ids"] if family in TOKEN_TYPES else []
-    assert [i.name for i in model.graph.input] == names + (
-        ["xpath_subs_seq", "xpath_tags_seq"] if family in XPATHS else []
-    )
+    names = ["input_ids", *(["bbox"] if family in BOXES else []), *(XPATH_INPUTS if family in XPATHS else [])]
+    names += ["attention_mask", *(["token_type_ids"] if family in TOKEN_TYPES else [])]
+    assert [i.name for i in model.graph.input] == names
     assert [o.name for o in model.graph.output] == HEADS[task][1]
     dims = (
         ["batch_size", "num_choices", "sequence_length"]

@@ -56,9 +56,9 @@ class Family:
             embedding guards ``sequence_length != 2``, which a range says only as ``>= 3``).
         bbox: LayoutLM's and LiLT's ``bbox`` input after ``input_ids``: a box per token,
             coordinates below ``max_2d_position_embeddings``.
-        xpaths: MarkupLM's ``xpath_subs_seq`` and ``xpath_tags_seq`` inputs last, a node's
-            subscripts and tags per token, ``[batch_size, sequence_length, max_depth]``: the depth
-            fixed at the config's (its embeddings are one per level).
+        xpaths: MarkupLM's ``xpath_tags_seq`` and ``xpath_subs_seq`` inputs after ``input_ids``, a
+            node's tags and subscripts per token, ``[batch_size, sequence_length, max_depth]``: the
+            depth fixed at the config's (its embeddings are one per level).
     """
 
     token_type_ids: bool | str

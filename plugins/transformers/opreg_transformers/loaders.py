@@ -173,14 +173,14 @@ def _inputs(family: encoders.Family, config: dict[str, Any], task: str) -> tuple
     if family.bbox:
         high = int(config.get("max_2d_position_embeddings", 1024))
         inputs.append(opreg.ModelInput("bbox", (*shape, 4), fill="bbox", high=high))
+    if family.xpaths:
+        depth = (*shape, int(config.get("max_depth", 50)))
+        inputs.append(opreg.ModelInput("xpath_tags_seq", depth, high=int(config["max_xpath_tag_unit_embeddings"])))
+        inputs.append(opreg.ModelInput("xpath_subs_seq", depth, high=int(config["max_xpath_subs_unit_embeddings"])))
     inputs.append(opreg.ModelInput("attention_mask", shape, fill="mask"))
     types = int(config.get("type_vocab_size") or 0)
     if family.token_type_ids is True or (family.token_type_ids == "config" and types > 0):
         inputs.append(opreg.ModelInput("token_type_ids", shape, fill="ids", high=max(types, 1)))
-    if family.xpaths:
-        depth = (*shape, int(config.get("max_depth", 50)))
-        inputs.append(opreg.ModelInput("xpath_subs_seq", depth, high=int(config["max_xpath_subs_unit_embeddings"])))
-        inputs.append(opreg.ModelInput("xpath_tags_seq", depth, high=int(config["max_xpath_tag_unit_embeddings"])))
     return tuple(inputs)
 
 
