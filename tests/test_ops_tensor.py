@@ -51,6 +51,8 @@ REDUCTIONS = [
     case("any_dims", lambda x: x.any((0, 1), keepdim=True), B),
     case("all", lambda x: x.all(), I32),
     case("all_dim", lambda x: x.all(-1), B),
+    case("is_all_true", lambda x: (torch._is_all_true(x), torch._is_all_true(x[:1] | True)), B),
+    case("is_any_true", lambda x: (torch._is_any_true(x), torch._is_any_true(x[:1] & False)), B),
     case("var", lambda x: x.var(), X),
     case("var_dims_correction", lambda x: x.var((0, 2), correction=0, keepdim=True), X),
     case("std", lambda x: x.std(-1), X),

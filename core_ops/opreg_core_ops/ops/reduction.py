@@ -274,6 +274,18 @@ def aten_all(self: Tensor, dim: int | Sequence[int] | None = None, keepdim: bool
     return _any_all(op18.ReduceMin, self, dim, keepdim)
 
 
+@opreg.impl("aten::_is_all_true")
+def aten_is_all_true(self: Tensor):
+    """_is_all_true(Tensor self) -> Tensor: all() of a bool tensor (``torch._check(t.all())`` leaves it): ReduceMin over all dims."""
+    return aten_all(self)
+
+
+@opreg.impl("aten::_is_any_true")
+def aten_is_any_true(self: Tensor):
+    """_is_any_true(Tensor self) -> Tensor: any() of a bool tensor: ReduceMax over all dims."""
+    return aten_any(self)
+
+
 def _variance(self, dim, correction, keepdim: bool):
     """Sum of squared deviations from the mean over ``dim``, divided by max(0, n - correction)."""
     correction = 1.0 if correction is None else float(correction)

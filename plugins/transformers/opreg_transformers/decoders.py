@@ -31,23 +31,33 @@ def plan(checkpoint: opreg.Checkpoint, config: Any, files: tuple[opreg.FileCopy,
 
     model_class = transformers.AutoModelForCausalLM._model_mapping[type(config)]
     text = config.get_text_config(decoder=True)
-    longest = int(getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or 2048)
-    # up to one token short of the positions: a model may special-case a sequence filling them (MPT's
-    # ALiBi slice), a guard on the range's top torch.export refuses
-    sequence = opreg.DynamicDim("sequence_length", example=min(16, longest), other=min(7, longest), max=longest - 1)
+    sequence = sequence_dim(text)
     shape = (BATCH.name, sequence.name)
     inputs = [
         opreg.ModelInput("input_ids", shape, fill="ids", high=int(text.vocab_size)),
         opreg.ModelInput("attention_mask", shape, fill="mask"),
     ]
     if "position_ids" in inspect.signature(model_class.forward).parameters:
-        inputs.append(opreg.ModelInput("position_ids", shape, fill="ids", high=longest))
+        inputs.append(opreg.ModelInput("position_ids", shape, fill="ids", high=positions(sequence)))
     component = opreg.Component(
         "model", "model.onnx", functools.partial(_build, checkpoint, config), tuple(inputs), ("logits",),
         (BATCH, sequence),
     )  # fmt: skip
     notes = ("the model without its cache (optimum's text-generation): text-generation-with-past decodes faster",)
     return opreg.ExportPlan("transformers", TASK, (component,), files, notes=notes)
+
+
+def sequence_dim(text: Any) -> opreg.DynamicDim:
+    """``sequence_length`` as the decoder's (``text``, its transformers config) positions allow:
+    up to one token short of them (a model may special-case a sequence filling them, MPT's ALiBi
+    slice: a guard on the range's top torch.export refuses)."""
+    longest = int(getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or 2048)
+    return opreg.DynamicDim("sequence_length", example=min(16, longest), other=min(7, longest), max=longest - 1)
+
+
+def positions(sequence: opreg.DynamicDim) -> int:
+    """How many positions the decoder has (``position_ids`` stay below it): one more than the longest sequence."""
+    return int(sequence.max or 0) + 1
 
 
 def _build(checkpoint: opreg.Checkpoint, config: Any) -> Any:

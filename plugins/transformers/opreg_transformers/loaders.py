@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import opreg
-from opreg_transformers import causal, decoders, encoders, lean, media, seq2seq, seq2seq_heads, shapes
+from opreg_transformers import causal, causal_heads, decoders, encoders, lean, media, seq2seq, seq2seq_heads, shapes
 
 LIBRARY = "transformers"
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -62,6 +62,9 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
         task = media.task_of(other, architectures) or other.tasks[0]
         return opreg.Recognition(LIBRARY, other.tasks, task, evidence)
     family = encoders.FAMILIES.get(model_type)
+    heads = causal_heads.FAMILIES.get(model_type)
+    if family is None and heads is not None and causal_heads.is_text(config):
+        return causal_heads.recognition(LIBRARY, heads, config, evidence)
     if family is None and causal.is_causal(config):
         return causal.recognition(LIBRARY, evidence)
     if family is None:
@@ -69,7 +72,8 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
         return opreg.Recognition(
             LIBRARY, (), None, evidence,
             refusal=f"model_type {model_type!r} ({evidence}) is not a family opreg-transformers exports yet (it "
-            f"exports {known} and text-only causal LMs, a ...ForCausalLM); Whisper or a vision-language model: "
+            f"exports {known}, text-only causal LMs, a ...ForCausalLM, and the other heads of "
+            f"{', '.join(causal_heads.FAMILIES)}); Whisper or a vision-language model: "
             "`opreg llm export`",
         )  # fmt: skip
     inferred = encoders.task_of(architectures)
@@ -86,6 +90,10 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     known = {*encoders.FAMILIES, *media.FAMILIES, *seq2seq.FAMILIES}
     if task == decoders.TASK:  # a causal LM, or a ...ForCausalLM of an encoder-decoder family, without past
         return decoders.plan(checkpoint, _buildable(checkpoint, "AutoModelForCausalLM", task)[0], files())
+    heads = causal_heads.FAMILIES.get(config["model_type"])
+    if heads is not None and task in heads.tasks:  # a causal LM's other heads, without past
+        built, notes = _buildable(checkpoint, encoders.TASKS[task][0], task)
+        return causal_heads.plan(checkpoint, heads, built, task, files(), notes)
     if config["model_type"] not in known and causal.is_causal(config):
         return causal.plan(LIBRARY, checkpoint)
     if config["model_type"] in seq2seq.FAMILIES and task == seq2seq.CAUSAL_WITH_PAST:  # its ...ForCausalLM
