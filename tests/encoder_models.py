@@ -117,6 +117,12 @@ CONFIGS = {
         intermediate_groups=2,
         output_groups=2,
     ),
+    "xlm": lambda: transformers.XLMConfig(
+        vocab_size=64, emb_dim=32, n_layers=2, n_heads=2, max_position_embeddings=40, pad_index=2
+    ),
+    "flaubert": lambda: transformers.FlaubertConfig(
+        vocab_size=64, emb_dim=32, n_layers=2, n_heads=2, max_position_embeddings=40, pad_index=2
+    ),
     "xlm-roberta": lambda: transformers.XLMRobertaConfig(
         vocab_size=64, max_position_embeddings=42, pad_token_id=1, **SIZES
     ),

@@ -30,8 +30,8 @@ HEADS = {
     "multiple-choice": ("AutoModelForMultipleChoice", ["logits"]),
 }
 TOKEN_TYPES = {
-    "albert", "bert", "convbert", "electra", "layoutlm", "markuplm", "megatron-bert", "mobilebert", "nystromformer",
-    "rembert", "roformer", "splinter", "squeezebert",
+    "albert", "bert", "convbert", "electra", "flaubert", "layoutlm", "markuplm", "megatron-bert", "mobilebert",
+    "nystromformer", "rembert", "roformer", "splinter", "squeezebert", "xlm",
 }  # fmt: skip
 """The families optimum gives a ``token_type_ids`` input (its ``BertOnnxConfig`` subclasses); DeBERTa
 only when ``type_vocab_size`` > 0, the others never (``DistilBertOnnxConfig``'s, ESM's)."""
@@ -59,6 +59,7 @@ CASES = [
     ("distilbert", "question-answering"),
     ("electra", "text-classification"),
     ("esm", "fill-mask"),
+    ("flaubert", "fill-mask"),
     ("ibert", "token-classification"),
     ("layoutlm", "token-classification"),
     ("lilt", "question-answering"),
@@ -74,6 +75,7 @@ CASES = [
     ("roformer", "question-answering"),
     ("splinter", "question-answering"),
     ("squeezebert", "text-classification"),
+    ("xlm", "question-answering"),
     ("xlm-roberta", "token-classification"),
 ]
 

@@ -81,6 +81,7 @@ FAMILIES: dict[str, Family] = {
     "distilbert": Family(False),
     "electra": Family(True),
     "esm": Family(False, OFFSET, tasks=_FOUR_TASKS),
+    "flaubert": Family(True),
     "ibert": Family(False, OFFSET),
     "layoutlm": Family(True, bbox=True, tasks=_FOUR_TASKS),
     "lilt": Family(False, OFFSET, bbox=True, tasks=_LAYOUT_TASKS),
@@ -95,6 +96,7 @@ FAMILIES: dict[str, Family] = {
     "roformer": Family(True),
     "splinter": Family(True, tasks=(FEATURE_EXTRACTION, "question-answering")),
     "squeezebert": Family(True),
+    "xlm": Family(True),
     "xlm-roberta": Family(False, OFFSET),
 }
 """``{model_type: Family}``: the families exported, each verified by tests/test_checkpoint_encoders.py
@@ -104,9 +106,7 @@ is what is captured, and the exporter bounds the sequence there from torch.expor
 Nystromformer exports when it has as many landmarks as segment means (its defaults: full attention);
 otherwise its landmarks fix the sequence length to ``segment_means_seq_len`` and torch.export
 refuses a dynamic one. Left out, with
-the reason: XLM and FlauBERT (their ``lengths.max().item()`` leaves an unbacked symbol bounded above
-only, whose ``-oo`` lower bound opreg's exporter cannot write as a dim bound: ``AttributeError:
-'Infinity' object has no attribute '_mpf_'``), Longformer (its sliding-window chunks view on a
+the reason: Longformer (its sliding-window chunks view on a
 data-dependent size: torch.export's ``GuardOnDataDependentSymNode: Eq(u1, 1)``), LayoutLMv3 (it takes
 ``pixel_values`` too: not tried), Perceiver (its text tasks take ``inputs``, not ``input_ids``: not tried)."""
 
