@@ -29,29 +29,53 @@ HEADS = {
     "question-answering": ("AutoModelForQuestionAnswering", ["start_logits", "end_logits"]),
     "multiple-choice": ("AutoModelForMultipleChoice", ["logits"]),
 }
-TOKEN_TYPES = {"albert", "bert", "convbert", "electra", "rembert", "roformer", "squeezebert"}
-"""The families optimum gives a ``token_type_ids`` input (its ``BertOnnxConfig`` subclasses); DeBERTa-v2
-only when ``type_vocab_size`` > 0, the others never (``DistilBertOnnxConfig``'s)."""
+TOKEN_TYPES = {
+    "albert", "bert", "convbert", "electra", "flaubert", "layoutlm", "markuplm", "megatron-bert", "mobilebert",
+    "nystromformer", "rembert", "roformer", "splinter", "squeezebert", "xlm",
+}  # fmt: skip
+"""The families optimum gives a ``token_type_ids`` input (its ``BertOnnxConfig`` subclasses); DeBERTa
+only when ``type_vocab_size`` > 0, the others never (``DistilBertOnnxConfig``'s, ESM's)."""
+BOXES = {"layoutlm", "lilt"}
+"""The families that take a ``bbox`` after ``input_ids`` (a box per token: ``(batch, sequence, 4)``)."""
+XPATHS = {"markuplm"}
+XPATH_INPUTS = ["xpath_tags_seq", "xpath_subs_seq"]
+"""The families that take ``xpath_tags_seq`` and ``xpath_subs_seq`` after ``input_ids``, ``(batch, sequence,
+max_depth)``: optimum's order, its model's ``forward``'s."""
+LONGEST = {"big_bird": 22}
+"""The longest sequence where it is not 40: BigBird's attention is full (and exported) up to 22 tokens."""
 CASES = [
     ("albert", "multiple-choice"),
     ("bert", "fill-mask"),
     ("bert", "token-classification"),
     ("bert", "question-answering"),
     ("bert", "multiple-choice"),
+    ("big_bird", "question-answering"),
     ("camembert", "question-answering"),
     ("convbert", "token-classification"),
     ("data2vec-text", "fill-mask"),
+    ("deberta", "text-classification"),
     ("deberta-v2", "feature-extraction"),
     ("deberta-v2", "multiple-choice"),
     ("distilbert", "question-answering"),
     ("electra", "text-classification"),
+    ("esm", "fill-mask"),
+    ("flaubert", "fill-mask"),
+    ("ibert", "token-classification"),
+    ("layoutlm", "token-classification"),
+    ("lilt", "question-answering"),
+    ("markuplm", "token-classification"),
+    ("megatron-bert", "multiple-choice"),
+    ("mobilebert", "question-answering"),
     ("modernbert", "token-classification"),
     ("mpnet", "multiple-choice"),
+    ("nystromformer", "fill-mask"),
     ("rembert", "fill-mask"),
     ("roberta", "feature-extraction"),
     ("roberta", "text-classification"),
     ("roformer", "question-answering"),
+    ("splinter", "question-answering"),
     ("squeezebert", "text-classification"),
+    ("xlm", "question-answering"),
     ("xlm-roberta", "token-classification"),
 ]
 
@@ -70,7 +94,8 @@ def test_a_family_exports_a_task_as_optimum_lays_it_out(family, task, tmp_path):
     assert (result.task, result.inferred) == (task, True)  # from config.json's architectures
     assert result.verified and len(result.models[0].verified) == 2  # the example and the second sizes
     model = onnx.load(tmp_path / "out" / "model.onnx")
-    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if family in TOKEN_TYPES else [])
+    names = ["input_ids", *(["bbox"] if family in BOXES else []), *(XPATH_INPUTS if family in XPATHS else [])]
+    names += ["attention_mask", *(["token_type_ids"] if family in TOKEN_TYPES else [])]
     assert [i.name for i in model.graph.input] == names
     assert [o.name for o in model.graph.output] == HEADS[task][1]
     dims = (
@@ -78,9 +103,11 @@ def test_a_family_exports_a_task_as_optimum_lays_it_out(family, task, tmp_path):
         if task == "multiple-choice"
         else ["batch_size", "sequence_length"]
     )
-    assert all([d.dim_param for d in i.type.tensor_type.shape.dim] == dims for i in model.graph.input)
+    for i in model.graph.input:
+        last = {"bbox": [4], "xpath_subs_seq": [4], "xpath_tags_seq": [4]}.get(i.name, [])  # boxes, MarkupLM's depth
+        assert [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] == dims + last
     bounds = json.loads({p.key: p.value for p in model.metadata_props}["opreg.dim_bounds"])
-    assert bounds["sequence_length"][1] == 40  # 42 positions starting after the padding index: 40 tokens
+    assert bounds["sequence_length"][1] == LONGEST.get(family, 40)  # 42 positions starting after the padding index
 
 
 def test_every_family_and_task_has_a_case():
@@ -99,6 +126,15 @@ def test_a_task_the_family_has_no_head_for_is_refused_listing_those_it_has(tmp_p
     err = capsys.readouterr().err
     assert "cannot be exported for task 'multiple-choice'" in err
     assert "the tasks it can do are feature-extraction, fill-mask, text-classification, token-classification" in err
+
+
+def test_a_bbox_input_is_refused_without_a_last_dim_of_4_or_a_high():
+    """``fill="bbox"``'s boxes are checked where LayoutLM's case runs: its eager model looks up each box's
+    width and height, which fails on an unsorted box."""
+    with pytest.raises(opreg.InvalidArgumentError, match=r"fill='bbox' needs a last dim of 4 \(x0, y0, x1, y1\)"):
+        opreg.ModelInput("bbox", ("batch_size", "sequence_length"), fill="bbox", high=64)
+    with pytest.raises(opreg.InvalidArgumentError, match="fill='bbox' needs high="):
+        opreg.ModelInput("bbox", ("batch_size", "sequence_length", 4), fill="bbox")
 
 
 # -- sentence-transformers ----------------------------------------------------------------------

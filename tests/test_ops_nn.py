@@ -510,6 +510,18 @@ def test_unfold_of_a_dynamic_size_translates_as_captured(opset):
     assert "aten::im2col.default" in torch_ops
 
 
+@pytest.mark.parametrize("opset", sorted({18, NEWEST}))
+def test_conv_with_padding_by_name_translates_as_captured(opset):
+    """conv{1,2,3}d.padding: "same" pads the odd one at the end, as torch does (an even kernel,
+    dilated); "valid" pads nothing. SigLIP's patch embedding writes padding="valid"."""
+    same = nn.Conv2d(3, 4, (4, 3), padding="same", dilation=(2, 1))
+    valid = nn.Conv2d(3, 4, 3, padding="valid", stride=2)
+    line = nn.Conv1d(3, 2, 4, padding="same")
+    program = check(lambda x: (same(x), valid(x), line(x[:, :, 0]), same(x[0])), torch.randn(2, 3, 9, 8), opset=opset)
+    torch_ops = {m.value for n in program.model_proto.graph.node for m in n.metadata_props if m.key == "opreg.torch_op"}
+    assert {"aten::conv2d.padding", "aten::conv1d.padding"} <= torch_ops
+
+
 @pytest.mark.parametrize("opset", OPSETS)
 def test_pixel_shuffle(opset):
     shuffle, unshuffle = nn.PixelShuffle(2), nn.PixelUnshuffle(2)

@@ -43,10 +43,12 @@ from typing import Any
 from opreg.errors import CheckpointError, InvalidArgumentError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-FILLS = ("ids", "mask", "zeros", "ones", "normal", "uniform")
+FILLS = ("ids", "mask", "zeros", "ones", "normal", "uniform", "bbox")
 """How :class:`ModelInput` values are made: ``ids`` random integers in ``[0, high)``; ``mask``
 ones, the last row's tail zeros (padding: a mask that is all ones hides wrong masking); ``zeros``,
-``ones``; ``normal`` standard normal; ``uniform`` in ``[0, 1)``."""
+``ones``; ``normal`` standard normal; ``uniform`` in ``[0, 1)``; ``bbox`` boxes ``(x0, y0, x1, y1)``
+along a last dim of 4, corners random integers in ``[0, high)`` with ``x0 <= x1`` and ``y0 <= y1``
+(LayoutLM's layout embeddings look up the width and height too)."""
 _DTYPES = ("int64", "int32", "bool", "float32", "float16", "bfloat16", "float64")
 
 
@@ -258,7 +260,8 @@ class ModelInput:
         shape: each dim a :class:`DynamicDim`'s name or a fixed size (``("batch_size", 3, 224, 224)``).
         dtype: ``int64``, ``int32``, ``bool``, ``float32``, ``float16``, ``bfloat16`` or ``float64``.
         fill: how example values are made, one of :data:`FILLS`.
-        high: for ``fill="ids"``, the exclusive upper bound (the vocabulary's size).
+        high: for ``fill="ids"`` and ``"bbox"``, the exclusive upper bound (the vocabulary's size,
+            the coordinates' range).
     """
 
     name: str
@@ -279,8 +282,14 @@ class ModelInput:
             raise InvalidArgumentError(f"{where}: dtype must be one of {', '.join(_DTYPES)}, got {self.dtype!r}")
         if self.fill not in FILLS:
             raise InvalidArgumentError(f"{where}: fill must be one of {', '.join(FILLS)}, got {self.fill!r}")
-        if self.fill == "ids" and (not isinstance(self.high, int) or self.high < 1):
-            raise InvalidArgumentError(f"{where}: fill='ids' needs high=, the exclusive upper bound (a vocab size)")
+        if self.fill in ("ids", "bbox") and (not isinstance(self.high, int) or self.high < 1):
+            raise InvalidArgumentError(
+                f"{where}: fill={self.fill!r} needs high=, the exclusive upper bound (a vocab size)"
+            )
+        if self.fill == "bbox" and self.shape[-1:] != (4,):
+            raise InvalidArgumentError(
+                f"{where}: fill='bbox' needs a last dim of 4 (x0, y0, x1, y1), got {self.shape!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -84,6 +84,39 @@ def aten_conv(
     return _conv(input, weight, bias, stride, padding, dilation, groups)
 
 
+@opreg.impl("aten::conv1d.padding", predicate=_floating_input)
+@opreg.impl("aten::conv2d.padding", predicate=_floating_input)
+@opreg.impl("aten::conv3d.padding", predicate=_floating_input)
+def aten_conv_padding(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Sequence[int] = (1,),
+    padding: str = "valid",
+    dilation: Sequence[int] = (1,),
+    groups: int = 1,
+):
+    """conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor: Conv, ``same`` padded as torch pads it (the odd one at the end).
+
+    conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor: the same in 2-D.
+
+    conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor: the same in 3-D."""
+    rank = rank_of(weight) - 2
+    dilations = expand_param(dilation, rank)
+    if padding == "valid":
+        return _conv(input, weight, bias, stride, 0, dilations, groups)
+    if padding != "same":
+        raise ValueError(f"conv padding must be 'valid' or 'same', got {padding!r}")
+    kernel = list(weight.shape[2:])
+    totals = [d * (k - 1) for d, k in zip(dilations, kernel, strict=True)]
+    pads = [t // 2 for t in totals] + [t - t // 2 for t in totals]
+    unbatched = _unbatched(input, weight)
+    x = op18.Unsqueeze(input, [0]) if unbatched else input
+    attrs = dict(strides=expand_param(stride, rank), pads=pads, dilations=dilations, group=groups, kernel_shape=kernel)
+    y = op18.Conv(x, weight, **attrs) if bias is None else op18.Conv(x, weight, bias, **attrs)
+    return op18.Squeeze(y, [0]) if unbatched else y
+
+
 @opreg.impl("aten::conv_transpose1d", predicate=_floating_input)
 @opreg.impl("aten::conv_transpose2d.input", predicate=_floating_input)
 def aten_conv_transpose(

@@ -177,10 +177,15 @@ def _text_shape(task: str) -> tuple[str, ...]:
 
 def _inputs(family: encoders.Family, config: dict[str, Any], task: str) -> tuple[opreg.ModelInput, ...]:
     shape = _text_shape(task)
-    inputs = [
-        opreg.ModelInput("input_ids", shape, fill="ids", high=int(config["vocab_size"])),
-        opreg.ModelInput("attention_mask", shape, fill="mask"),
-    ]
+    inputs = [opreg.ModelInput("input_ids", shape, fill="ids", high=int(config["vocab_size"]))]
+    if family.bbox:
+        high = int(config.get("max_2d_position_embeddings", 1024))
+        inputs.append(opreg.ModelInput("bbox", (*shape, 4), fill="bbox", high=high))
+    if family.xpaths:
+        depth = (*shape, int(config.get("max_depth", 50)))
+        inputs.append(opreg.ModelInput("xpath_tags_seq", depth, high=int(config["max_xpath_tag_unit_embeddings"])))
+        inputs.append(opreg.ModelInput("xpath_subs_seq", depth, high=int(config["max_xpath_subs_unit_embeddings"])))
+    inputs.append(opreg.ModelInput("attention_mask", shape, fill="mask"))
     types = int(config.get("type_vocab_size") or 0)
     if family.token_type_ids is True or (family.token_type_ids == "config" and types > 0):
         inputs.append(opreg.ModelInput("token_type_ids", shape, fill="ids", high=max(types, 1)))
@@ -188,9 +193,12 @@ def _inputs(family: encoders.Family, config: dict[str, Any], task: str) -> tuple
 
 
 def text_dims(family: encoders.Family, config: dict[str, Any], task: str) -> tuple[opreg.DynamicDim, ...]:
-    """``batch_size`` (and ``num_choices``) and ``sequence_length``, bounded as the config's positions allow."""
+    """``batch_size`` (and ``num_choices``) and ``sequence_length``, bounded as the config's positions (and
+    the family's capture, :class:`opreg_transformers.encoders.Family`) allow."""
     longest = encoders.max_sequence(family, config)
-    sequence = opreg.DynamicDim("sequence_length", example=min(16, longest), other=min(7, longest), max=longest)
+    sequence = opreg.DynamicDim(
+        "sequence_length", example=min(16, longest), other=min(7, longest), min=family.shortest, max=longest
+    )
     return (BATCH, CHOICES, sequence) if task == encoders.MULTIPLE_CHOICE else (BATCH, sequence)
 
 

@@ -123,6 +123,10 @@ def _tensor(item: ModelInput, shape: list[int], generator: torch.Generator) -> t
     if item.fill == "ids":
         assert item.high is not None
         return torch.randint(0, item.high, shape, generator=generator).to(dtype)
+    if item.fill == "bbox":  # each box's two corners, sorted per coordinate: (x0, y0) <= (x1, y1)
+        assert item.high is not None
+        corners = torch.randint(0, item.high, [*shape[:-1], 2, 2], generator=generator).sort(dim=-2).values
+        return corners.flatten(-2).to(dtype)
     if item.fill == "normal":
         return torch.randn(shape, generator=generator).to(dtype)
     if item.fill == "uniform":

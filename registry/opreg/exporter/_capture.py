@@ -320,12 +320,14 @@ def attention_lengths(program: torch.export.ExportedProgram) -> list[tuple[Any, 
 
 def dim_bounds(program: torch.export.ExportedProgram, symbols: Mapping[str, str]) -> dict[str, list[int]]:
     """``{dim name: [min, max]}`` of the program's symbolic dims whose ``max`` is finite (a
-    ``Dim(..., max=N)``), named as the ONNX model names them (:func:`dim_names`)."""
+    ``Dim(..., max=N)``), named as the ONNX model names them (:func:`dim_names`). A value the model
+    reads with ``.item()`` (XLM's ``lengths.max()``) may have a finite ``max`` and no ``min``: not a dim."""
     import sympy
 
     bounds = {}
     for symbol, values in program.range_constraints.items():
-        if isinstance(symbol, sympy.Symbol) and isinstance(values.upper, sympy.Integer):
+        finite = isinstance(values.lower, sympy.Integer) and isinstance(values.upper, sympy.Integer)
+        if isinstance(symbol, sympy.Symbol) and finite:
             bounds[symbols.get(str(symbol), str(symbol))] = [int(values.lower), int(values.upper)]
     return dict(sorted(bounds.items()))
 
