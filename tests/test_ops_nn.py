@@ -589,6 +589,13 @@ def test_integer_conv_is_unsupported():
         opreg.export(Lambda(F.conv2d), (torch.ones(1, 1, 3, 3, dtype=torch.int64),) * 2, target=18)
 
 
+@pytest.mark.parametrize("opset", sorted({18, NEWEST}))
+def test_linear_by_a_vector(opset):
+    """A 1-D weight (D-FINE's distribution projection): the last dim is multiplied out."""
+    w = torch.randn(6)
+    check(lambda x: (F.linear(x, w), F.linear(x, w, torch.tensor(0.5))), torch.randn(2, 3, 6), opset=opset)
+
+
 @pytest.mark.parametrize("opset", OPSETS)
 def test_addmm_and_linear_without_gemm(opset):
     """Integers (no integer Gemm in ONNX Runtime) and an empty inner dim (beta * input)."""

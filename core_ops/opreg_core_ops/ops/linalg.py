@@ -24,7 +24,10 @@ def _gemm_ok(a, b) -> bool:
 
 @opreg.impl("aten::linear")
 def aten_linear(input: Tensor, weight: Tensor, bias: Tensor | None = None):
-    """linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor: Gemm for 2-D floating input, else MatMul (+ Add)."""
+    """linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor: Gemm for 2-D floating input, else MatMul (+ Add); a 1-D weight (D-FINE's projection) is a MatMul by the vector."""
+    if rank_of(weight) == 1:
+        result = op18.MatMul(input, weight)
+        return result if bias is None else op18.Add(result, bias)
     if _gemm_ok(input, weight):
         if bias is None:
             return op18.Gemm(input, weight, transB=1)
