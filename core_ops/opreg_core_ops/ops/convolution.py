@@ -15,12 +15,13 @@ def _unbatched(input, weight) -> bool:
     return rank_of(input) == rank_of(weight) - 1
 
 
-def _conv(input, weight, bias, stride, padding, dilation, groups):
+def _conv(input, weight, bias, stride, padding, dilation, groups, pads=None):
+    """Conv; ``pads``: ONNX's begin-then-end pads, where ``padding`` (the same at both ends) does not say them."""
     rank = len(weight.shape) - 2 if weight.shape is not None else 2
     kernel = list(weight.shape[2:]) if weight.shape is not None else None
     attrs = dict(
         strides=expand_param(stride, rank),
-        pads=symmetric_pads(padding, rank),
+        pads=symmetric_pads(padding, rank) if pads is None else pads,
         dilations=expand_param(dilation, rank),
         group=groups,
     )
@@ -107,14 +108,9 @@ def aten_conv_padding(
         return _conv(input, weight, bias, stride, 0, dilations, groups)
     if padding != "same":
         raise ValueError(f"conv padding must be 'valid' or 'same', got {padding!r}")
-    kernel = list(weight.shape[2:])
-    totals = [d * (k - 1) for d, k in zip(dilations, kernel, strict=True)]
+    totals = [d * (k - 1) for d, k in zip(dilations, weight.shape[2:], strict=True)]
     pads = [t // 2 for t in totals] + [t - t // 2 for t in totals]
-    unbatched = _unbatched(input, weight)
-    x = op18.Unsqueeze(input, [0]) if unbatched else input
-    attrs = dict(strides=expand_param(stride, rank), pads=pads, dilations=dilations, group=groups, kernel_shape=kernel)
-    y = op18.Conv(x, weight, **attrs) if bias is None else op18.Conv(x, weight, bias, **attrs)
-    return op18.Squeeze(y, [0]) if unbatched else y
+    return _conv(input, weight, bias, stride, 0, dilations, groups, pads)
 
 
 @opreg.impl("aten::conv_transpose1d", predicate=_floating_input)
