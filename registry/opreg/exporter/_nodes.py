@@ -253,8 +253,8 @@ def functional_form(node: torch.fx.Node) -> OpName | None:
         return None
     if schema.name in METADATA_ONLY:  # the data is untouched: what reads self, through views or not, sees no change
         return OpName(schema.name.partition("::")[0], name[:-1], schema.overload_name or "default")
-    mutated = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-    if len(mutated) != 1 or mutated[0] is not schema.arguments[0] or not node.args:
+    functional = functional_op(node.target)
+    if functional is None or not node.args:
         return None
     target = node.args[0]
     if not isinstance(target, torch.fx.Node) or target.op != "call_function" or aliases(target):
@@ -265,12 +265,24 @@ def functional_form(node: torch.fx.Node) -> OpName | None:
             continue
         if order[user] < order[node] and aliases(user):
             return None
-    functional = OpName(schema.name.partition("::")[0], name[:-1], schema.overload_name or "default")
+    return functional
+
+
+def functional_op(op: torch._ops.OpOverload) -> OpName | None:
+    """The functional op of an in-place op that writes its first argument and nothing else
+    (``copy_`` -> ``copy``, ``fill_.Tensor`` -> ``fill.Tensor``), when torch has it; else ``None``."""
+    schema = op._schema
+    namespace, _, name = schema.name.partition("::")
+    if not name.endswith("_") or name.startswith("_") or not schema.arguments:
+        return None
+    written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    if len(written) != 1 or written[0] is not schema.arguments[0]:
+        return None
     try:
-        torch._C._get_schema(f"{functional.namespace}::{functional.name}", schema.overload_name)
+        torch._C._get_schema(f"{namespace}::{name[:-1]}", schema.overload_name)
     except RuntimeError:
         return None
-    return functional
+    return OpName(namespace, name[:-1], schema.overload_name or "default")
 
 
 def aliases(node: torch.fx.Node) -> bool:

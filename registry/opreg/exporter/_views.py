@@ -72,17 +72,9 @@ def _view_chain(node: torch.fx.Node) -> list[torch.fx.Node] | None:
 
 
 def _functional(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """The functional op of an in-place op that writes its first argument only (``copy_`` ->
-    ``copy``, ``fill_.Tensor`` -> ``fill.Tensor``), or ``None``."""
-    schema = target._schema
-    namespace, _, name = schema.name.partition("::")
-    if not name.endswith("_") or name.startswith("_") or not schema.arguments:
-        return None
-    written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-    if written != [schema.arguments[0]]:
-        return None
-    packet = getattr(getattr(torch.ops, namespace), name[:-1], None)
-    return getattr(packet, schema.overload_name or "default", None) if packet is not None else None
+    """The functional op of ``target`` (:func:`opreg.exporter._nodes.functional_op`), as torch's op."""
+    name = _nodes.functional_op(target)
+    return None if name is None else getattr(getattr(getattr(torch.ops, name.namespace), name.name), name.overload)
 
 
 def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node, chain: list[torch.fx.Node]) -> None:
