@@ -284,6 +284,47 @@ def test_a_static_causal_mask_is_one_constant_every_layer_shares(dtype):
     assert (mask == np.triu(np.full((5, 6), -np.inf), 1)).all()
 
 
+class _PositionMask(nn.Module):
+    """sdpa with a bool mask made from positions, as transformers 5's mask functions trace one for a
+    model without padding (``arange(n) >= 0`` broadcast to (batch, 1, S, S)); ``first`` > 0 masks
+    out the first keys, a mask that does mask."""
+
+    def __init__(self, first: int = 0, compare=torch.ge) -> None:
+        super().__init__()
+        self.first, self.compare = first, compare
+
+    def forward(self, q, k, v):
+        n = k.shape[2]
+        mask = self.compare(torch.arange(n), self.first)[None, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.expand(q.shape[0], 1, q.shape[2], n))
+
+
+_SEQUENCE = torch.export.Dim("sequence", min=2, max=64)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize(
+    ("first", "compare", "dropped"),
+    [(0, torch.ge, True), (-1, torch.gt, True), (1, torch.ge, False), (0, torch.gt, False)],
+    ids=["ge0", "gt-1", "ge1", "gt0"],
+)
+def test_an_attention_mask_true_everywhere_is_dropped(first, compare, dropped, dynamic):
+    """The lean pass drops an ``Attention``'s bool mask the graph proves true at every size
+    (opreg.exporter.passes.masks: ONNX Runtime's kernel runs 1.5-2x slower with one); a mask
+    that masks the first key stays. Numerics against eager at the example and at a second length."""
+    q, k, v = (torch.randn(2, 4, 7, 8) for _ in range(3))
+    dims = ({2: _SEQUENCE},) * 3 if dynamic else None
+    model = _PositionMask(first, compare)
+    program = check(model, q, k, v, opset=23, rtol=1e-4, atol=1e-5, dynamic_shapes=dims)
+    (attention,) = [n for n in program.model_proto.graph.node if n.op_type == "Attention"]
+    assert (len(attention.input) == 3) == dropped
+    if dropped:
+        assert onnx_ops(program) == ["Attention"]  # the mask's nodes went with it
+    if dynamic:
+        longer = tuple(torch.randn(2, 4, 12, 8) for _ in range(3))
+        program.verify(*longer, rtol=1e-4, atol=1e-5)
+
+
 # -- pooling ------------------------------------------------------------------------------------
 
 

@@ -26,6 +26,9 @@ work a whole-graph view removes. Each step is an ``onnx_ir`` pass;
   (:mod:`opreg.exporter.passes.grids`). Round trips between layouts (heads split and
   merged again around an attention kernel) leave these; ONNX Runtime would
   otherwise do some of them again at every session creation.
+- An ``Attention``'s bool mask the graph proves true everywhere (``arange(n) >= 0``
+  broadcast: transformers 5's mask of a model without padding, as traced) dropped
+  (:mod:`opreg.exporter.passes.masks`): ONNX Runtime's kernel runs slower with a mask.
 - ``Abs`` of a size list dropped where every size is known to be >= 0 (``Shape``
   of something, constants, and what reshapes and concatenations make of them):
   ``expand`` writes ``Expand(x, Abs(sizes))`` so a ``-1`` keeps a dim, which
@@ -60,6 +63,7 @@ from onnxscript.rewriter.rules.common._materialize_reshape_shape import Material
 
 from opreg.exporter._recorder import is_random
 from opreg.exporter.passes.grids import GATHER_OF_OWN_POSITIONS
+from opreg.exporter.passes.masks import DropAllTrueMasks
 from opreg.exporter.passes.pipeline import Pipeline, Rules, all_graphs
 
 
@@ -492,6 +496,7 @@ def lean_passes(weights: frozenset[str], *, fold_weights: bool = True) -> list[P
     )
     passes += [
         sweeps,
+        DropAllTrueMasks(),
         common_passes.RemoveUnusedNodesPass(),
         DropAbsOfSizes(),
         DistinctDrawsCSE(),
