@@ -26,9 +26,10 @@ work a whole-graph view removes. Each step is an ``onnx_ir`` pass;
   (:mod:`opreg.exporter.passes.grids`). Round trips between layouts (heads split and
   merged again around an attention kernel) leave these; ONNX Runtime would
   otherwise do some of them again at every session creation.
-- An ``Attention``'s bool mask the graph proves true everywhere (``arange(n) >= 0``
-  broadcast: transformers 5's mask of a model without padding, as traced) dropped
-  (:mod:`opreg.exporter.passes.masks`): ONNX Runtime's kernel runs slower with a mask.
+- An attention node's mask the graph proves masks nothing (``arange(n) >= 0``
+  broadcast: transformers 5's mask of a model without padding, as traced; or the
+  contrib kernels' bias made of it) dropped (:mod:`opreg.exporter.passes.masks`):
+  ONNX Runtime's kernels run slower with a mask.
 - ``Abs`` of a size list dropped where every size is known to be >= 0 (``Shape``
   of something, constants, and what reshapes and concatenations make of them):
   ``expand`` writes ``Expand(x, Abs(sizes))`` so a ``-1`` keeps a dim, which
