@@ -329,9 +329,32 @@ def test_an_attention_mask_true_everywhere_is_dropped(first, compare, dropped, d
     assert (len(attention.input) <= _MASK_INPUT[kind]) == dropped
     if dropped and target == 23:
         assert ops == ["Attention"]  # the mask's nodes went with it
+    if dropped and target == "onnxruntime":  # and "the row has a key", ReduceMax(Cast(mask)), with them
+        assert not {"ReduceMax", "Cast", "Mul"} & set(ops)
     if dynamic:
         longer = tuple(torch.randn(2, 4, 12, 8) for _ in range(3))
         program.verify(*longer, rtol=1e-4, atol=1e-5)
+
+
+class _TimesPositionOnes(nn.Module):
+    """``tanh(x * ones)``, the ones made from positions (``arange(n) >= 0`` cast to float) over ``y``'s
+    columns: of ``x``'s shape when ``x`` has them, else broadcasting ``x`` (batch, 1) to (batch, n)."""
+
+    def forward(self, x, y):
+        return torch.tanh(x * (torch.arange(y.shape[1]) >= 0).float())  # a model output is never replaced
+
+
+@pytest.mark.parametrize(("columns", "dropped"), [(9, True), (1, False)], ids=["same-shape", "broadcast"])
+def test_a_product_with_ones_is_dropped_only_where_it_keeps_the_shape(columns, dropped):
+    """The mask pass's ``Mul(x, ones)`` -> ``x`` (opreg.exporter.passes.masks) only where the product
+    has ``x``'s shape: ``x`` of (batch, 1) times ones of (batch, 9) is a broadcast, kept."""
+    rows = torch.export.Dim("rows", min=2, max=64)
+    n = torch.export.Dim("n", min=2, max=64)
+    x, y = torch.randn(3, columns), torch.randn(3, 9)
+    dims = ({0: rows, 1: n} if columns > 1 else {0: rows}, {0: rows, 1: n})
+    program = check(_TimesPositionOnes(), x, y, opset=23, dynamic_shapes=dims)
+    assert ("Mul" not in onnx_ops(program)) == dropped
+    program.verify(torch.randn(5, columns if columns == 1 else 12), torch.randn(5, 12))
 
 
 # -- pooling ------------------------------------------------------------------------------------

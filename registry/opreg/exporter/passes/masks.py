@@ -10,9 +10,10 @@ ONNX Runtime 1.32's CPU kernel of ai.onnx ``Attention`` runs up to 2.2x slower w
 without (1.7x at the audio encoders' head size 16, 2 heads, 1600 frames: bench/attention_kernel.py,
 BENCHMARKS.md); with these masks, their latency was 1.2-1.6x optimum-onnx's, whose graphs have
 none. :class:`DropAllTrueMasks` removes from each attention node (:data:`MASK_INPUTS`) a bool mask
-:func:`all_true` proves true everywhere, or a float mask or bias :func:`all_zero` proves 0
-everywhere (the contrib kernels' ``attention_bias``, ``Where(mask, 0, -inf)`` of such a mask). The
-output is the same: either adds 0 to every score.
+:func:`everywhere` proves true everywhere, or a float mask or bias it proves 0 everywhere (the
+contrib kernels' ``attention_bias``, ``Where(mask, 0, -inf)`` of such a mask), and the contrib
+impl's multiplication of the output by "the row has a key" (``ReduceMax(Cast(mask))``), 1
+everywhere. The output is the same: a bias of 0 adds 0 to every score, and x * 1 is x.
 """
 
 from __future__ import annotations
@@ -24,15 +25,20 @@ from onnx_ir.passes import InPlacePass, PassResult
 from opreg.exporter.passes.pipeline import all_graphs
 
 MAX_DEPTH = 16
-"""How many producers up :func:`all_true`, :func:`all_zero` and the bounds look before giving up."""
+"""How many producers up :func:`everywhere` and the bounds look before giving up."""
 
 _SAME_VALUES = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Expand", "Identity", "Flatten", "Transpose"})
 """Ops whose output holds only values of their first input (moved, repeated, or reshaped)."""
 
 
+LARGEST_CONSTANT = 1 << 22
+"""The most elements a constant may have for its values to be read (a static mask of 2048 x 2048);
+a larger one, a weight most likely, is not read (it may not even be loaded yet)."""
+
+
 def _const(value: ir.Value | None) -> np.ndarray | None:
     tensor = None if value is None else ir.convenience.get_const_tensor(value)
-    return None if tensor is None else tensor.numpy()
+    return None if tensor is None or tensor.size > LARGEST_CONSTANT else tensor.numpy()
 
 
 def _moved_from(value: ir.Value) -> ir.Value | None:
@@ -90,35 +96,32 @@ _COMPARISONS = {"GreaterOrEqual": (1, 0, False), "Greater": (1, 0, True), "LessO
 """Each comparison ``op(a, b)``: which input is the smaller one, which the larger, and whether strictly."""
 
 
-def all_true(value: ir.Value, depth: int = 0) -> bool:
-    """Whether every element of the bool ``value`` is true whatever the model's inputs, as far as its
-    producers show: a constant all true; a comparison whose operands' bounds decide it
-    (``arange(n) >= 0``); ``And`` of such, ``Or`` with one; and what only moves or repeats them."""
+_PASS_VALUE = frozenset({"Cast", "CastLike", "ReduceMax", "ReduceMin"})
+"""Ops whose every output element is an input element, or its cast: a tensor of one value 0 or 1
+(or true) stays one."""
+
+
+def everywhere(value: ir.Value, target: int, depth: int = 0) -> bool:
+    """Whether every element of ``value`` equals ``target`` (0, or 1: true for a bool) whatever the
+    model's inputs, as far as its producers show: a constant; a comparison whose operands' bounds
+    decide it (``arange(n) >= 0`` is 1 everywhere); ``And`` of such, ``Or`` with one;
+    ``Where(c, x, y)`` with ``c`` 1 and ``x`` ``target`` everywhere; what only moves, repeats,
+    casts or reduces them."""
     array, node = _decided_by(value, depth)
     if array is not None:
-        return array.dtype == np.bool_ and bool(array.all())
+        return bool((array == target).all())
     if node is None:
         return False
     if node.op_type in _COMPARISONS:
         smaller, larger, strict = _COMPARISONS[node.op_type]
-        return _always(node.inputs[smaller], node.inputs[larger], strict)
-    if node.op_type in ("And", "Or"):
-        proven = [v is not None and all_true(v, depth + 1) for v in node.inputs]
+        return target == 1 and _always(node.inputs[smaller], node.inputs[larger], strict)
+    if node.op_type in ("And", "Or") and target == 1:
+        proven = [v is not None and everywhere(v, 1, depth + 1) for v in node.inputs]
         return all(proven) if node.op_type == "And" else any(proven)
-    return False
-
-
-def all_zero(value: ir.Value, depth: int = 0) -> bool:
-    """Whether every element of ``value`` is 0 whatever the model's inputs, as far as its producers
-    show: a constant of zeros; ``Where(c, x, y)`` with ``c`` :func:`all_true` and ``x`` all zero;
-    and what only moves or repeats them."""
-    array, node = _decided_by(value, depth)
-    if array is not None:
-        return not array.any()
-    if node is None:
-        return False
+    if node.op_type in _PASS_VALUE and node.inputs[0] is not None:
+        return everywhere(node.inputs[0], target, depth + 1)
     if node.op_type == "Where" and all(v is not None for v in node.inputs[:2]):
-        return all_true(node.inputs[0]) and all_zero(node.inputs[1], depth + 1)
+        return everywhere(node.inputs[0], 1, depth + 1) and everywhere(node.inputs[1], target, depth + 1)
     return False
 
 
@@ -129,18 +132,44 @@ MASK_INPUTS = {("", "Attention"): 3, ("com.microsoft", "MultiHeadAttention"): 5,
 
 
 def masks_nothing(value: ir.Value) -> bool:
-    """A bool mask true everywhere (:func:`all_true`) or an additive one 0 everywhere (:func:`all_zero`)."""
-    return all_true(value) if value.dtype == ir.DataType.BOOL else all_zero(value)
+    """A bool mask true everywhere or an additive one 0 everywhere (:func:`everywhere`)."""
+    return everywhere(value, 1 if value.dtype == ir.DataType.BOOL else 0)
+
+
+def _same_shape(a: ir.Value, b: ir.Value) -> bool:
+    """Both shapes known, every dim known (symbolic ones by name) and equal."""
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        return False
+    return all(isinstance(d, int) or d.value is not None for d in a.shape) and list(a.shape) == list(b.shape)
+
+
+def _times_ones(node: ir.Node) -> ir.Value | None:
+    """``x`` if ``node`` is ``Mul(x, ones)`` (either order) of ``x``'s shape and dtype, ``ones`` 1
+    everywhere (:func:`everywhere`): what the contrib kernels' output is multiplied by, "the row has
+    a key", for a mask that masks nothing."""
+    if node.op_type != "Mul" or node.domain or len(node.inputs) != 2 or None in node.inputs:
+        return None
+    out = node.outputs[0]
+    for x, ones in (node.inputs, reversed(node.inputs)):
+        if x.dtype == out.dtype and _same_shape(x, out) and everywhere(ones, 1):
+            return x
+    return None
 
 
 class DropAllTrueMasks(InPlacePass):
     """Remove from each attention node (:data:`MASK_INPUTS`) a mask that :func:`masks_nothing`
-    (see the module docstring); the nodes that computed it go with the next removal of unused nodes."""
+    (see the module docstring), and a multiplication by ones computed from such a mask
+    (:func:`_times_ones`); the nodes that computed them go with the next removal of unused nodes."""
 
     def call(self, model: ir.Model) -> PassResult:
         modified = False
         for owner in all_graphs(model):
             for node in ir.traversal.RecursiveGraphIterator(owner):
+                kept = None if node.outputs[0].is_graph_output() else _times_ones(node)
+                if kept is not None:
+                    ir.convenience.replace_all_uses_with(node.outputs[0], kept)
+                    modified = True
+                    continue
                 index = MASK_INPUTS.get((node.domain, node.op_type))
                 if index is None or len(node.inputs) <= index:
                     continue
