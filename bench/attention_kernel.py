@@ -2,6 +2,7 @@
 the MatMul/Softmax decomposition, across head sizes, head counts, sequence lengths, masks and batches.
 
 Run: python bench/attention_kernel.py [--rounds N] [--work DIR] [--sizes 8 16 ...] [--heads 2 4 12]
+     python bench/attention_kernel.py --audio NAME=MODEL.onnx NAME=MODEL.onnx ... [--rounds N]
 
 What it measures
 ----------------
@@ -23,6 +24,11 @@ rounds of attention / decomposed in the round (both ran back to back, under the 
 1.00x the decomposition is faster; each cell also gives attention's best round in ms. The masks
 are inputs, so the lean pass keeps them (opreg.exporter.passes.masks drops only masks the graph
 proves true everywhere).
+
+``--audio`` times whole audio models instead (ONNX files taking ``input_values``, 2 x 16000
+samples, as bench/optimum_compare.py feeds them), the same way: one fresh process per file, each
+loading all in a rotated order, interleaved rounds; each model's best round and its ratio to the
+last one named (the median of the rounds' ratios).
 """
 
 from __future__ import annotations
@@ -123,14 +129,46 @@ def timer(paths: dict[str, Path], rounds: int) -> dict[str, dict[str, Timing]]:
     return result
 
 
+AUDIO = (2, 16000)
+"""The audio models' ``input_values`` (``--audio``): 2 clips of a second at 16 kHz."""
+
+
+def audio_timer(paths: dict[str, Path], rounds: int) -> dict[str, dict[str, Timing]]:
+    """The models ``paths`` (loaded in their order) on :data:`AUDIO`: seconds per run in each round."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    sessions = {n: ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"]) for n, p in paths.items()}
+    samples = np.random.default_rng(0).standard_normal(AUDIO).astype(np.float32)
+    times = round_times(sessions, {name: {"input_values": samples} for name in sessions}, rounds, 1)
+    return {"audio": {name: Timing(values) for name, values in times.items()}}
+
+
+def print_audio(models: list[str], rounds: int) -> None:
+    """``--audio``: each model's best round in ms and its ratio to the last model named."""
+    paths = {name: Path(path) for name, path in (model.split("=", 1) for model in models)}
+    result = rotated(audio_timer, paths, rounds)["audio"]
+    last = list(paths)[-1]
+    print(f"| model | best ms | / {last} (median of {len(result[last].rounds)} rounds' ratios) |\n| --- | --- | --- |")
+    for name, timing in result.items():
+        print(f"| {name} | {1000 * min(timing.rounds):.2f} | {np.median(timing.ratios(result[last])):.2f}x |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "attention_kernel")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds per case, split between 2 processes")
     parser.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="head sizes")
     parser.add_argument("--heads", type=int, nargs="+", default=HEADS, help="head counts")
+    parser.add_argument("--audio", nargs="+", metavar="NAME=MODEL", help="time these audio models instead")
     args = parser.parse_args()
     import onnxruntime
+
+    if args.audio:
+        print(f"ONNX Runtime {onnxruntime.__version__}, 1 thread, input_values {AUDIO}\n")
+        print_audio(args.audio, args.rounds)
+        return
 
     print(f"ONNX Runtime {onnxruntime.__version__}, 1 thread; attention / decomposed, the median of {args.rounds} "
           "rounds' ratios (above 1.00x the decomposition is faster); ms: attention's best round\n")  # fmt: skip
