@@ -160,7 +160,7 @@ def load_weights(folder: Path) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from opreg.weights import checkpoint_files
+    from opreg.weights import checkpoint_files, restore_ties
 
     checkpoint_files(folder)  # shards named outside the folder refused, as the streamed export refuses them
     try:
@@ -169,7 +169,7 @@ def load_weights(folder: Path) -> Any:
         )
     except Exception as e:
         raise ExportError(f"transformers could not load a causal LM from {folder}: {type(e).__name__}: {e}") from e
-    missing = sorted(info.get("missing_keys") or ())
+    missing = sorted(set(info.get("missing_keys") or ()) - restore_ties(model, info.get("missing_keys") or ()).keys())
     if missing:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         raise ExportError(
