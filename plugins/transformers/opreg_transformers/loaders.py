@@ -67,6 +67,8 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
         return causal_heads.recognition(LIBRARY, heads, config, evidence)
     if family is None and causal.is_causal(config):
         return causal.recognition(LIBRARY, evidence)
+    if model_type in decoders.LANGUAGE_MODEL_OF:
+        return opreg.Recognition(LIBRARY, (decoders.TASK,), decoders.TASK, evidence)
     if family is None:
         known = ", ".join(sorted({*encoders.FAMILIES, *media.FAMILIES, *seq2seq.FAMILIES}))
         return opreg.Recognition(
