@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -57,12 +56,13 @@ def _bart_saved_by_transformers_4(folder: Path) -> torch.nn.Module:
     return model
 
 
-def test_embeddings_a_checkpoint_keeps_under_the_table_they_shared_are_tied_again(tmp_path, caplog):
+def test_embeddings_a_checkpoint_keeps_under_the_table_they_shared_are_tied_again(tmp_path):
     saved = _bart_saved_by_transformers_4(tmp_path / "bart")
-    with caplog.at_level(logging.WARNING, logger="opreg.weights"):
+    with pytest.warns(opreg.WeightsWarning) as caught:
         opreg.export_checkpoint(tmp_path / "bart", tmp_path / "out")
-    assert "model.decoder.embed_tokens.weight, model.encoder.embed_tokens.weight" in caplog.text
-    assert "shares with model.shared.weight" in caplog.text
+    (message,) = [str(w.message) for w in caught if w.category is opreg.WeightsWarning]
+    assert "model.decoder.embed_tokens.weight, model.encoder.embed_tokens.weight" in message
+    assert "shares with model.shared.weight" in message
     (got,) = _run(tmp_path / "out" / "model.onnx", input_ids=IDS[:1], attention_mask=MASK[:1])
     with torch.no_grad():
         want = saved(input_ids=IDS[:1], attention_mask=MASK[:1]).logits
@@ -103,11 +103,12 @@ def test_a_weight_missing_from_a_checkpoint_of_the_class_loaded_is_refused_befor
     assert not (tmp_path / "out").exists()
 
 
-def test_a_head_new_to_the_task_is_exported_with_a_warning_naming_it(tmp_path, caplog):
+def test_a_head_new_to_the_task_is_exported_with_a_warning_naming_it(tmp_path):
     seq2seq_models.checkpoint("bart", tmp_path / "bart", auto="AutoModelForSeq2SeqLM")
-    with caplog.at_level(logging.WARNING, logger="opreg_transformers"):
+    with pytest.warns(opreg.WeightsWarning) as caught:
         result = opreg.export_checkpoint(tmp_path / "bart", tmp_path / "out", task="text-classification")
     assert result.task == "text-classification"
-    assert "has no model.classification_head" not in caplog.text  # the head is not the base model's
-    assert "has no classification_head.dense.bias" in caplog.text
-    assert "saved as BartForConditionalGeneration" in caplog.text
+    (message,) = [str(w.message) for w in caught if w.category is opreg.WeightsWarning]
+    assert "has no model.classification_head" not in message  # the head is not the base model's
+    assert "has no classification_head.dense.bias" in message
+    assert "saved as BartForConditionalGeneration" in message

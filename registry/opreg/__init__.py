@@ -35,6 +35,7 @@ from opreg.errors import (
     UnsupportedOpsError,
     VerificationError,
     WeightsError,
+    WeightsWarning,
 )
 
 if TYPE_CHECKING:
@@ -248,6 +249,7 @@ __all__ = [  # sorted; every name the module and __getattr__ give (tests/test_pu
     "VerificationError",
     "VersionRange",
     "WeightsError",
+    "WeightsWarning",
     "build_registry",
     "default_host",
     "default_registry",

@@ -155,6 +155,13 @@ class PackWarning(UserWarning):
     opreg.PackWarning)`` makes it an error)."""
 
 
+class WeightsWarning(UserWarning):
+    """A checkpoint's weight the export did not read as it is stored: a weight missing from the
+    checkpoint tied again to the tensor it shared when the model was saved, or a head new to the
+    task, random as transformers makes it (docs/exporting-checkpoints.md). The message names the
+    weights."""
+
+
 INTERNAL = ("opreg", "onnx_ir", "onnxscript", "contextlib")
 """Top-level modules whose frames :func:`user_stacklevel` skips: opreg's own (and its packs',
 ``opreg_*``) and those an export calls passes through."""

@@ -10,18 +10,17 @@ compares against is loaded by :func:`load`:
 - any other weight missing from a checkpoint saved from the class loaded (``config.json``'s
   ``architectures`` name it) is refused, naming the weights;
 - a head the task adds to a checkpoint of another class (``--task text-classification`` on a
-  ``BertForMaskedLM`` folder) is new, so random as transformers makes it: a warning names it.
+  ``BertForMaskedLM`` folder) is new, so random as transformers makes it: an
+  :class:`opreg.WeightsWarning` names it.
 """
 
 from __future__ import annotations
 
-import logging
 import os
+import warnings
 from typing import Any
 
 import opreg
-
-log = logging.getLogger(__name__)
 
 
 def load(path: str | os.PathLike[str], auto: str, config: Any = None, **options: Any) -> Any:
@@ -47,9 +46,11 @@ def load(path: str | os.PathLike[str], auto: str, config: Any = None, **options:
                 f"{transformers.__version__} would make them random; give the complete checkpoint (every file its "
                 "index names), or the transformers release it was written with"
             )
-        log.warning(
-            "%s has no %s (it was saved as %s): transformers makes them random, as for any head new to a task; "
-            "fine-tune the model before using their outputs",
-            path, shown, ", ".join(saved_as) or "a model of no named class",
-        )  # fmt: skip
+        warnings.warn(
+            f"{path} has no {shown} (it was saved as {', '.join(saved_as) or 'a model of no named class'}): "
+            "transformers makes them random, as for any head new to a task; fine-tune the model before using "
+            "their outputs",
+            opreg.WeightsWarning,
+            stacklevel=2,
+        )
     return model.eval()

@@ -18,18 +18,18 @@ imports nothing heavy.
 
 from __future__ import annotations
 
-import logging
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from opreg.errors import WeightsWarning, user_stacklevel
 
 
 def restore_ties(model: Any, missing: Iterable[str]) -> dict[str, str]:
     """Tie each parameter of ``model`` (a transformers model, on any device) named in ``missing``
     (absent from its checkpoint) that its class shares with another parameter (its declared ties,
     whatever the config says; its LM head by transformers 4's rule) to that parameter, when the
-    checkpoint holds it. Returns ``{tied name: source name}``; logs a warning naming them."""
+    checkpoint holds it. Returns ``{tied name: source name}``; an :class:`opreg.WeightsWarning` names them."""
     missing = set(missing)
     parameters = dict(model.named_parameters(remove_duplicate=False))
     tied = {}
@@ -41,12 +41,14 @@ def restore_ties(model: Any, missing: Iterable[str]) -> dict[str, str]:
         setattr(model.get_submodule(owner), attribute, parameters[source])
         tied[name] = source
     if tied:
-        logger.warning(
-            "the checkpoint leaves out %s, which %s shares with %s: tied to %s again, as the model was saved "
-            "(transformers %s would make %s random)",
-            ", ".join(tied), type(model).__name__, ", ".join(sorted(set(tied.values()))),
-            "them" if len(tied) > 1 else "it", _transformers_version(), "them" if len(tied) > 1 else "it",
-        )  # fmt: skip
+        them = "them" if len(tied) > 1 else "it"
+        warnings.warn(
+            f"the checkpoint leaves out {', '.join(tied)}, which {type(model).__name__} shares with "
+            f"{', '.join(sorted(set(tied.values())))}: tied to {them} again, as the model was saved (transformers "
+            f"{_transformers_version()} would make {them} random)",
+            WeightsWarning,
+            stacklevel=user_stacklevel(),
+        )
     return tied
 
 
