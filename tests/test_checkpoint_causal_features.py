@@ -91,6 +91,7 @@ def test_a_causal_lm_folder_exports_its_base_model_with_its_cache(tmp_path):
     folder = language_models.checkpoint(language_models.causal_lm("qwen2"), tmp_path / "qwen2")
     result = opreg.export_checkpoint(folder, tmp_path / "out", task=TASK)
     assert (result.task, result.verified) == (TASK, True)
+    assert "generation_config.json" not in result.files  # the folder's, a causal LM's: not the base model's
     model = onnx.load(tmp_path / "out" / "model.onnx", load_external_data=False)
     assert [v.name for v in model.graph.input] == ["input_ids", "attention_mask", "position_ids"]
     assert [v.name for v in model.graph.output][:2] == ["last_hidden_state", "present.0.key"]
