@@ -117,3 +117,18 @@ def test_a_causal_lm_given_for_its_features_is_refused_naming_the_base_model(tmp
 
     with pytest.raises(opreg.ExportError, match="returns no last_hidden_state .*features=True: their base models"):
         opreg.llm.export_decoder(language_models.causal_lm("llama"), layout="optimum", features=True)
+
+
+def test_the_base_model_loaded_with_its_weights_first_exports_the_same_model(tmp_path):
+    """``streaming=False`` (what opreg-transformers falls back to when a streamed model does not run):
+    the base model loaded by ``AutoModel``, verified as the streamed one is."""
+    import opreg.llm
+
+    folder = save(tmp_path / "gpt2", "gpt2")
+    decoder = opreg.llm.export_checkpoint(
+        folder, tmp_path / "out", layout="optimum", features=True, streaming=False, target="onnx"
+    )
+    assert type(decoder.model).__name__ == "GPT2Model"
+    assert decoder.layout.output_names[0] == "last_hidden_state"
+    checks = decoder.verify()  # each output of each row: four sizes after no past (1 + 1 + 3 + 3), left padding's 2
+    assert len(checks) == (1 + 1 + 3 + 3 + 2) * 5 and "past 0" in checks[-11].name
