@@ -172,8 +172,8 @@ def _no_pad(checkpoint: opreg.Checkpoint, config_class: str, why: str) -> str:
 
 
 def _build(checkpoint: opreg.Checkpoint, config: Any, auto: str) -> Any:
-    import transformers
+    from opreg_transformers import loading
 
-    model = getattr(transformers, auto).from_pretrained(checkpoint.path, config=config, trust_remote_code=False)
+    model = loading.load(checkpoint.path, auto, config)
     model.config.use_cache = False  # no past out: optimum's model without past
-    return model.eval()
+    return model

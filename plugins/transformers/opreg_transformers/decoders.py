@@ -61,9 +61,7 @@ def positions(sequence: opreg.DynamicDim) -> int:
 
 
 def _build(checkpoint: opreg.Checkpoint, config: Any) -> Any:
-    import transformers
-
+    from opreg_transformers import loading
     from opreg_transformers.decoder_steps import WithoutCache
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint.path, config=config, trust_remote_code=False)
-    return WithoutCache(model.eval())
+    return WithoutCache(loading.load(checkpoint.path, "AutoModelForCausalLM", config))

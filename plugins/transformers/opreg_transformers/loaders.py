@@ -168,9 +168,9 @@ def _buildable(checkpoint: opreg.Checkpoint, auto: str, task: str) -> tuple[Any,
 
 
 def _load(checkpoint: opreg.Checkpoint, auto: str, config: Any) -> Any:
-    import transformers
+    from opreg_transformers import loading
 
-    return getattr(transformers, auto).from_pretrained(checkpoint.path, config=config, trust_remote_code=False).eval()
+    return loading.load(checkpoint.path, auto, config)
 
 
 def _text_shape(task: str) -> tuple[str, ...]:

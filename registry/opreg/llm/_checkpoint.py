@@ -161,7 +161,7 @@ def load_weights(folder: Path, features: bool = False) -> Any:
     import transformers
 
     from opreg.llm._meta import auto_class
-    from opreg.weights import checkpoint_files
+    from opreg.weights import checkpoint_files, restore_ties
 
     checkpoint_files(folder)  # shards named outside the folder refused, as the streamed export refuses them
     what = "base model" if features else "causal LM"
@@ -171,7 +171,7 @@ def load_weights(folder: Path, features: bool = False) -> Any:
         )
     except Exception as e:
         raise ExportError(f"transformers could not load a {what} from {folder}: {type(e).__name__}: {e}") from e
-    missing = sorted(info.get("missing_keys") or ())
+    missing = sorted(set(info.get("missing_keys") or ()) - restore_ties(model, info.get("missing_keys") or ()).keys())
     if missing:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         raise ExportError(

@@ -19,7 +19,7 @@ import torch
 
 from opreg.errors import ExportError
 from opreg.llm import _quantized, _quantized_read
-from opreg.weights import Weights, bind, checkpoint_files, open_weights
+from opreg.weights import Weights, bind, checkpoint_files, open_weights, restore_ties
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ def load_meta(folder: Path, features: bool = False) -> tuple[Any, Weights]:
     if not features and (folder / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(folder)
     weights = open_weights(folder)
+    restore_ties(model, [name for name, _ in model.named_parameters(remove_duplicate=False) if name not in weights])
     scheme = _quantized.scheme_of(config, str(folder))
     if scheme is not None:  # each quantized layer's tensors as its weight, carrying them (checked now)
         weights = _quantized_read.stored_weights(weights, scheme, str(folder))
@@ -126,8 +127,12 @@ def load_eager(folder: Path | None, model: Any, features: bool = False) -> Any:
     scheme = _quantized.scheme_of(transformers.AutoConfig.from_pretrained(folder), str(folder))
     if scheme is not None:
         return eager_quantized(folder, scheme, features)
-    auto = getattr(transformers, auto_class(features))
-    return auto.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False).eval()
+    model, info = getattr(transformers, auto_class(features)).from_pretrained(
+        folder, dtype=torch.float32, output_loading_info=True, trust_remote_code=False
+    )
+    # tied as the export tied them before binding its weights (which refused any other missing one)
+    restore_ties(model, info.get("missing_keys") or ())
+    return model.eval()
 
 
 def eager_quantized(folder: Path, scheme: _quantized.Scheme, features: bool = False) -> Any:
