@@ -93,6 +93,10 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     if task == decoders.TASK:  # a causal LM, or a ...ForCausalLM of an encoder-decoder family, without past
         return decoders.plan(checkpoint, _buildable(checkpoint, "AutoModelForCausalLM", task)[0], files())
     heads = causal_heads.FAMILIES.get(config["model_type"])
+    if heads is not None and task == causal.FEATURES:  # a causal LM's base model, its cache out
+        text = _buildable(checkpoint, "AutoModel", task)[0].get_text_config(decoder=True)
+        positions = None if causal_heads.takes_positions(heads, text) else False  # as optimum's config takes them
+        return causal.plan(LIBRARY, checkpoint, features=True, position_ids=positions)
     if heads is not None and task in heads.tasks:  # a causal LM's other heads, without past
         built, notes = _buildable(checkpoint, encoders.TASKS[task][0], task)
         return causal_heads.plan(checkpoint, heads, built, task, files(), notes)
