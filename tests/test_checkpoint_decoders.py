@@ -99,7 +99,7 @@ def test_a_causal_lm_whose_streamed_export_cannot_run_is_exported_with_its_weigh
     import opreg.llm
 
     folder = folder_of("opt", tmp_path)
-    with pytest.raises(opreg.OpregError, match="cannot be called on meta tensors"):  # streamed, as opreg.llm does
+    with pytest.raises(opreg.StreamingError, match="cannot be called on meta tensors"):  # streamed, as opreg.llm does
         opreg.llm.export_checkpoint(folder, tmp_path / "streamed", layout="optimum", streaming=True)
     result = opreg.export_checkpoint(folder, tmp_path / "out")
     assert (result.task, [len(m.verified) for m in result.models]) == ("text-generation-with-past", [1])

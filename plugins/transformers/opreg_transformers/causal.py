@@ -45,10 +45,11 @@ HEADS = ("ForCausalLM", "LMHeadModel")
 """How a causal LM's class name ends in ``config.json``'s ``architectures``."""
 NOT_TEXT = ("vision_config", "audio_config", "speech_config", "text_config", "encoder", "decoder")
 """A config's keys that make it more than a text decoder: its folder stays ``opreg llm export``'s."""
-STREAMING_FAILED = ("does not run on token ids", "does not fit")
-"""What opreg.llm's streamed export says when the weightless model cannot run (OPT's mask reads a
-value; GPT-OSS's experts want bfloat16 on the meta device) or the safetensors' names are an older transformers' (GPT-NeoX's ``embed_out``, which
-transformers' own loader renames): the export is then done again with the weights loaded first."""
+STREAMING_FAILED = (opreg.StreamingError, opreg.WeightsError)
+"""What opreg.llm's streamed export raises when the weightless model cannot run (OPT's mask reads a
+value; GPT-OSS's experts want bfloat16 on the meta device) or the safetensors' names are an older
+transformers' (GPT-NeoX's ``embed_out``, which transformers' own loader renames): the export is then
+done again with the weights loaded first."""
 _DECIDED = ("target", "dynamic_shapes", "state", "weights", "host")
 """ExportSettings fields opreg.llm decides or takes another way (the target by name)."""
 
@@ -98,8 +99,8 @@ def _export(handover: opreg.Handover, **more: Any) -> opreg.HandoverResult:
     )  # fmt: skip
     try:
         exported = export(**options)
-    except opreg.OpregError as e:
-        if "streaming" in options or not any(sign in str(e) for sign in STREAMING_FAILED):
+    except STREAMING_FAILED as e:
+        if "streaming" in options:
             raise
         log.warning("exporting it again with its weights loaded first (--no-streaming): streamed, %s", e)
         exported = export(**options, streaming=False)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from opreg.errors import ExportError, InvalidArgumentError
+from opreg.errors import ExportError, InvalidArgumentError, StreamingError
 from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output
@@ -411,7 +411,8 @@ def layout_of(model: Any, features: bool = False, position_ids: bool | None = No
         with torch.no_grad():
             out = model(input_ids=ids.to(next(model.parameters()).device), use_cache=True, **mask)
     except Exception as e:
-        raise ExportError(f"{type(model).__name__} does not run on token ids: {type(e).__name__}: {e}") from e
+        error = StreamingError if _meta.on_meta(model) else ExportError
+        raise error(f"{type(model).__name__} does not run on token ids: {type(e).__name__}: {e}") from e
     cache = getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)  # state-space models'
     layers, first = getattr(cache, "layers", None), getattr(out, output, None)
     if first is None or not layers:
