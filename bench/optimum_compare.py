@@ -121,10 +121,14 @@ def _main_model(a: Path, b: Path) -> str | None:
     return None
 
 
-def _feeds(session: Any, folder: Path, dims: dict[str, int] | None = None) -> dict[str, Any]:
+def _feeds(
+    session: Any, folder: Path, dims: dict[str, int] | None = None, fixed: dict[str, list[Any]] | None = None
+) -> dict[str, Any]:
     """Inputs for ``session``: ids below 64, masks of ones, position ids counting on from the past,
     floats from a seeded normal; dynamic dims from :data:`DIMS` (a sum of them where optimum names
-    one so; 16 otherwise; audio 16000 samples; image sides the config's)."""
+    one so; 16 otherwise; audio 16000 samples; image sides the config's), except where the other
+    model's input (``fixed``: its shape by input name) has the dim fixed (optimum names an image's
+    channels and MarkupLM's xpath depth; opreg's models have the config's)."""
     import numpy as np
 
     dims = dims or DIMS
@@ -136,9 +140,10 @@ def _feeds(session: Any, folder: Path, dims: dict[str, int] | None = None) -> di
     inputs = session.get_inputs()
     for node in inputs:
         shape = []
-        for i, dim in enumerate(node.shape):
-            if isinstance(dim, int):
-                shape.append(dim)
+        other = (fixed or {}).get(node.name) or [None] * len(node.shape)
+        for i, (dim, known) in enumerate(zip(node.shape, other, strict=True)):
+            if isinstance(dim, int) or isinstance(known, int):
+                shape.append(dim if isinstance(dim, int) else known)
             elif node.name == "input_values" and i == 1:
                 shape.append(16000)
             elif dim in ("height", "width"):
@@ -172,14 +177,18 @@ def latency(
         ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"]) for p in (opreg_model, optimum_model)
     ]
     names = [sorted(i.name for i in s.get_inputs()) for s in sessions]
-    if names[0] != names[1]:
+    extra = sorted(set(names[0]) - set(names[1]))
+    if set(names[1]) - set(names[0]) or extra not in ([], ["position_ids"]):
         return {"error": f"inputs differ: opreg {names[0]}, optimum {names[1]}"}
-    feeds = _feeds(sessions[1], folder, dims)
+    theirs = _feeds(sessions[1], folder, dims, {i.name: i.shape for i in sessions[0].get_inputs()})
+    feeds = dict(theirs)
+    if extra:  # opreg keeps position_ids where optimum's config of a family takes none (Gemma): opreg's alone
+        feeds |= {name: _feeds(sessions[0], folder, dims)[name] for name in extra}
     times: list[list[float]] = [[], []]
     for i in range(runs + 3):
-        for session, seconds in zip(sessions, times, strict=True):
+        for session, seconds, inputs in zip(sessions, times, (feeds, theirs), strict=True):
             started = time.perf_counter()
-            session.run(None, feeds)
+            session.run(None, inputs)
             if i >= 3:  # warm-up runs left out
                 seconds.append(time.perf_counter() - started)
     ms = [round(1000 * statistics.median(t), 3) for t in times]

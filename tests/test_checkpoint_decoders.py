@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import opreg
-from tests import language_models, seq2seq_models
+from tests import language_models, seq2seq_models, vision_models
 
 SEQUENCE = ["batch_size", "sequence_length"]
 TOTAL = "past_sequence_length + sequence_length"
@@ -34,6 +34,8 @@ def dims(value: onnx.ValueInfoProto) -> list[str | int]:
 
 
 def folder_of(family: str, root: Path) -> Path:
+    if family == "gemma3":  # a vision-language config: its language model alone
+        return language_models.checkpoint(vision_models.gemma3(), root / family)
     if family not in seq2seq_models.FAMILIES:
         return language_models.checkpoint(language_models.causal_lm(family), root / family)
     return seq2seq_models.checkpoint(family, root / family, auto="AutoModelForCausalLM")
@@ -41,7 +43,8 @@ def folder_of(family: str, root: Path) -> Path:
 
 # MPT: its ALiBi slice special-cases a sequence as long as its positions, which the range stops short of
 @pytest.mark.parametrize(
-    ("family", "position_ids"), [("llama", True), ("mpt", False), ("bart", False), ("marian", False)]
+    ("family", "position_ids"),
+    [("llama", True), ("mpt", False), ("bart", False), ("marian", False), ("gemma3", True)],
 )
 def test_text_generation_is_the_model_without_its_past_as_optimum_writes_it(family, position_ids, tmp_path):
     import transformers
@@ -96,7 +99,7 @@ def test_a_causal_lm_whose_streamed_export_cannot_run_is_exported_with_its_weigh
     import opreg.llm
 
     folder = folder_of("opt", tmp_path)
-    with pytest.raises(opreg.OpregError, match="cannot be called on meta tensors"):  # streamed, as opreg.llm does
+    with pytest.raises(opreg.StreamingError, match="cannot be called on meta tensors"):  # streamed, as opreg.llm does
         opreg.llm.export_checkpoint(folder, tmp_path / "streamed", layout="optimum", streaming=True)
     result = opreg.export_checkpoint(folder, tmp_path / "out")
     assert (result.task, [len(m.verified) for m in result.models]) == ("text-generation-with-past", [1])

@@ -7,7 +7,9 @@ import json
 import logging
 import re
 
+import numpy as np
 import onnx
+import onnxruntime
 import pytest
 import torch
 
@@ -535,6 +537,23 @@ def test_a_lean_rule_is_matched_only_on_nodes_whose_inputs_can_match(monkeypatch
     ops = [n.op_type for n in gates_on.model_proto.graph.node]
     assert ops == ["Add", "Gather", "Slice", "Mul", "Unsqueeze", "Mul"]  # x[0, :1] is Gather and Slice
     gates_on.verify(*args)
+
+
+class _RmsNorm(torch.nn.Module):
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-8)
+
+
+def test_an_epsilon_onnxscript_takes_for_zero_is_kept():
+    """onnxscript's ``add_0_rule`` matches a scalar within 1e-8 of 0: an RMS norm with Helium's
+    epsilon of 1e-8 lost its Add, and a zero row (a padding token's embedding) became NaN."""
+    x = torch.randn(3, 8)
+    x[1] = 0.0
+    program = opreg.export(_RmsNorm(), (x,))
+    assert "Add" in [n.op_type for n in program.model_proto.graph.node]
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    np.testing.assert_allclose(got, _RmsNorm()(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_a_gate_turns_away_what_the_pattern_cannot_match():

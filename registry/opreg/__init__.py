@@ -32,9 +32,11 @@ from opreg.errors import (
     ShapeGuardWarning,
     SignatureMismatchError,
     StateError,
+    StreamingError,
     UnsupportedOpsError,
     VerificationError,
     WeightsError,
+    WeightsWarning,
 )
 
 if TYPE_CHECKING:
@@ -240,6 +242,7 @@ __all__ = [  # sorted; every name the module and __getattr__ give (tests/test_pu
     "SignatureMismatchError",
     "StateError",
     "StateSlot",
+    "StreamingError",
     "Target",
     "TranslationTable",
     "TranslationTableWarning",
@@ -248,6 +251,7 @@ __all__ = [  # sorted; every name the module and __getattr__ give (tests/test_pu
     "VerificationError",
     "VersionRange",
     "WeightsError",
+    "WeightsWarning",
     "build_registry",
     "default_host",
     "default_registry",

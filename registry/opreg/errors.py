@@ -111,6 +111,13 @@ class WeightsError(ExportError):
         self.problems = problems
 
 
+class StreamingError(ExportError):
+    """A language model built on the ``meta`` device (no weight in memory: the streamed export of
+    :mod:`opreg.llm`) does not run there: its code reads a value (OPT's mask) or wants a dtype the
+    device cannot give. Raised before anything is captured; exporting it with its weights loaded
+    first (``streaming=False``, ``--no-streaming``) can work."""
+
+
 class CheckpointError(OpregError):
     """A checkpoint (a folder, or a hub id) cannot be exported as asked: no installed pack's loader
     recognises it, two tie, it lacks its weights, its config cannot be built, it cannot do the task
@@ -153,6 +160,13 @@ class PackWarning(UserWarning):
     export's :attr:`opreg.OnnxProgram.pack_faults` and the model's ``opreg.pack_faults``
     metadata list the same. Filter it as any warning (``warnings.simplefilter("error",
     opreg.PackWarning)`` makes it an error)."""
+
+
+class WeightsWarning(UserWarning):
+    """A checkpoint's weight the export did not read as it is stored: a weight missing from the
+    checkpoint tied again to the tensor it shared when the model was saved, or a head new to the
+    task, random as transformers makes it (docs/exporting-checkpoints.md). The message names the
+    weights."""
 
 
 INTERNAL = ("opreg", "onnx_ir", "onnxscript", "contextlib")

@@ -10,6 +10,12 @@ Verified as ``opreg llm export --verify`` verifies (the decoder against transfor
 ``model.onnx`` in ONNX Runtime, as optimum's ``ORTModelForCausalLM`` and transformers.js run it
 (an empty past first, the presents fed back), against ``generate`` (:mod:`opreg_transformers.causal_loop`).
 
+The same export writes optimum's ``feature-extraction-with-past`` (:data:`FEATURES`) of a causal-LM
+family's base model (``LlamaModel``: no LM head; :attr:`opreg.llm.LLMSettings.features`): the
+model's prefill, ``last_hidden_state`` and every layer's ``present.%d.key``/``.value`` out, no past
+in, verified at the same four (batch, sequence) sizes after no past and a left-padded batch; no
+generation (it has no head).
+
 Whisper and the vision-language models are not routed here: their folders stay ``opreg llm
 export``'s (their ``config.json`` names a ``...ForConditionalGeneration``, or holds a
 ``vision_config``/``audio_config``).
@@ -30,16 +36,20 @@ TASK = "text-generation-with-past"
 """optimum's task of a causal LM with its cache, the one inferred (optimum's ``text-generation``,
 the model without past inputs, is :mod:`opreg_transformers.decoders`', when asked)."""
 TASKS = (TASK, "text-generation")
+FEATURES = "feature-extraction-with-past"
+"""optimum's task of a causal LM's base model with its cache out (:mod:`opreg_transformers.causal_heads`
+lists it for every family there)."""
 LAYOUT = "optimum"
 """The layout ``opreg export`` writes a causal LM in unless ``--layout`` asks another."""
 HEADS = ("ForCausalLM", "LMHeadModel")
 """How a causal LM's class name ends in ``config.json``'s ``architectures``."""
 NOT_TEXT = ("vision_config", "audio_config", "speech_config", "text_config", "encoder", "decoder")
 """A config's keys that make it more than a text decoder: its folder stays ``opreg llm export``'s."""
-STREAMING_FAILED = ("does not run on token ids", "does not fit")
-"""What opreg.llm's streamed export says when the weightless model cannot run (OPT's mask reads a
-value; GPT-OSS's experts want bfloat16 on the meta device) or the safetensors' names are an older transformers' (GPT-NeoX's ``embed_out``, which
-transformers' own loader renames): the export is then done again with the weights loaded first."""
+STREAMING_FAILED = (opreg.StreamingError, opreg.WeightsError)
+"""What opreg.llm's streamed export raises when the weightless model cannot run (OPT's mask reads a
+value; GPT-OSS's experts want bfloat16 on the meta device) or the safetensors' names are an older
+transformers' (GPT-NeoX's ``embed_out``, which transformers' own loader renames): the export is then
+done again with the weights loaded first."""
 _DECIDED = ("target", "dynamic_shapes", "state", "weights", "host")
 """ExportSettings fields opreg.llm decides or takes another way (the target by name)."""
 
@@ -56,16 +66,20 @@ def recognition(library: str, evidence: str) -> opreg.Recognition:
     return opreg.Recognition(library, TASKS, TASK, evidence)
 
 
-def plan(library: str, checkpoint: opreg.Checkpoint, streaming: bool | None = None) -> opreg.ExportPlan:
-    """The whole export handed to :mod:`opreg.llm` (:func:`_export`); ``streaming=False``: the
-    model loaded with its weights first (``--no-streaming``), for a decoder that does not run on
-    the meta device (the ``...ForCausalLM`` of BART-like families: their causal mask reads a value)."""
+def plan(library: str, checkpoint: opreg.Checkpoint, **options: Any) -> opreg.ExportPlan:
+    """The whole export handed to :mod:`opreg.llm` (:func:`_export`) with ``options``
+    (:class:`opreg.llm.LLMSettings`' fields): ``streaming=False``, the model loaded with its weights
+    first (``--no-streaming``), for a decoder that does not run on the meta device (the
+    ``...ForCausalLM`` of BART-like families: their causal mask reads a value); ``features=True``,
+    the base model's :data:`FEATURES` (``position_ids=False``: without them, as optimum's config of
+    the family takes none)."""
+    task = FEATURES if options.get("features") else TASK
     notes = (
-        "a causal LM is exported by opreg.llm (as `opreg llm export` exports it): optimum's "
-        "text-generation-with-past layout unless --layout genai",
+        f"a causal LM is exported by opreg.llm (as `opreg llm export` exports it): optimum's {task} layout"
+        + ("" if task == FEATURES else " unless --layout genai"),
     )
-    export = _export if streaming is None else functools.partial(_export, streaming=streaming)
-    return opreg.ExportPlan(library, TASK, (), notes=notes, export=export)
+    export = functools.partial(_export, **options) if options else _export
+    return opreg.ExportPlan(library, task, (), notes=notes, export=export)
 
 
 def _export(handover: opreg.Handover, **more: Any) -> opreg.HandoverResult:
@@ -85,8 +99,8 @@ def _export(handover: opreg.Handover, **more: Any) -> opreg.HandoverResult:
     )  # fmt: skip
     try:
         exported = export(**options)
-    except opreg.OpregError as e:
-        if "streaming" in options or not any(sign in str(e) for sign in STREAMING_FAILED):
+    except STREAMING_FAILED as e:
+        if "streaming" in options:
             raise
         log.warning("exporting it again with its weights loaded first (--no-streaming): streamed, %s", e)
         exported = export(**options, streaming=False)
@@ -94,5 +108,7 @@ def _export(handover: opreg.Handover, **more: Any) -> opreg.HandoverResult:
         return opreg.HandoverResult(dict(exported.programs))
     verification = opreg.Verification("onnxruntime", tuple(exported.verify()))
     verified = {file: (verification,) for file in exported.programs}
+    if options.get("features"):  # a base model: no head to generate with
+        return opreg.HandoverResult(dict(exported.programs), verified)
     summary = causal_loop.check(handover.output, handover.checkpoint.path)
     return opreg.HandoverResult(dict(exported.programs), verified, (f"generation: {summary}",))

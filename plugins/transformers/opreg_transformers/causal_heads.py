@@ -10,7 +10,10 @@
   Falcon with ALiBi), ``position_ids``; no ``past_key_values`` in, no ``present`` out.
 
 The families and their tasks are the pairs optimum lists (``register_tasks_manager_onnx``), each
-verified by tests/test_checkpoint_causal_heads.py. Data and plans only: importing this module
+verified by tests/test_checkpoint_causal_heads.py; every family's base model also as optimum's
+``feature-extraction-with-past`` (:data:`opreg_transformers.causal.FEATURES`: exported by
+:mod:`opreg.llm`, :func:`opreg_transformers.causal.plan`, its ``position_ids`` as here:
+:func:`takes_positions`). Data and plans only: importing this module
 imports neither torch nor transformers (``plan`` imports transformers, the build step torch).
 """
 
@@ -97,7 +100,7 @@ def recognition(library: str, family: Family, config: dict[str, Any], evidence: 
     ``text-classification``, ``LlamaModel``: ``feature-extraction``), else text generation with past."""
     task = encoders.task_of(list(config.get("architectures") or []))
     generates = causal.is_causal(config)
-    tasks = (*(causal.TASKS if generates else ()), *family.tasks)
+    tasks = (*(causal.TASKS if generates else ()), *family.tasks, causal.FEATURES)
     if task not in family.tasks:
         task = causal.TASK if generates else FEATURE_EXTRACTION
     return opreg.Recognition(library, tasks, task, evidence)
@@ -131,12 +134,17 @@ def plan(
         opreg.ModelInput("input_ids", shape, fill="ids", high=int(text.vocab_size)),
         opreg.ModelInput("attention_mask", shape, fill="mask"),
     ]
-    positions = not getattr(text, "alibi", False) if family.position_ids == ALIBI else family.position_ids
-    if task == FEATURE_EXTRACTION and positions:
+    if task == FEATURE_EXTRACTION and takes_positions(family, text):
         inputs.append(opreg.ModelInput("position_ids", shape, fill="ids", high=decoders.positions(sequence)))
     build = functools.partial(_build, checkpoint, config, auto)
     component = opreg.Component("model", "model.onnx", build, tuple(inputs), outputs, (decoders.BATCH, sequence))
     return opreg.ExportPlan("transformers", task, (component,), files, notes=notes)
+
+
+def takes_positions(family: Family, text: Any) -> bool:
+    """Whether optimum's feature extraction of ``family`` takes ``position_ids``, for the text
+    decoder's config ``text`` (Falcon: unless its ``alibi`` is set)."""
+    return not getattr(text, "alibi", False) if family.position_ids == ALIBI else bool(family.position_ids)
 
 
 def pad_token(checkpoint: opreg.Checkpoint, config_class: str) -> int:
@@ -164,8 +172,8 @@ def _no_pad(checkpoint: opreg.Checkpoint, config_class: str, why: str) -> str:
 
 
 def _build(checkpoint: opreg.Checkpoint, config: Any, auto: str) -> Any:
-    import transformers
+    from opreg_transformers import loading
 
-    model = getattr(transformers, auto).from_pretrained(checkpoint.path, config=config, trust_remote_code=False)
+    model = loading.load(checkpoint.path, auto, config)
     model.config.use_cache = False  # no past out: optimum's model without past
-    return model.eval()
+    return model

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 import opreg
-from opreg_transformers import generation
+from opreg_transformers import generation, loading
 
 STEPS = 20
 """New tokens generated (at most what the positions allow after the prompt)."""
@@ -33,9 +33,8 @@ _DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(d
 def check(folder: Path, checkpoint: Path) -> str:
     """Greedy generation from ``folder``'s ``model.onnx`` against ``checkpoint``'s model; a one-line summary."""
     import torch
-    import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    model = loading.load(checkpoint, "AutoModelForCausalLM", dtype=torch.float32)
     text = model.config.get_text_config(decoder=True)
     limit = getattr(text, "max_position_embeddings", None) or STEPS + max(LENGTHS)
     steps = min(STEPS, limit - max(LENGTHS))

@@ -21,6 +21,10 @@ from typing import Any
 import opreg
 
 TASK = "text-generation"
+LANGUAGE_MODEL_OF = ("gemma3",)
+"""Vision-language model types whose language model alone optimum exports for ``text-generation``
+(``input_ids`` and ``attention_mask`` to ``logits``, no image): their whole model, vision encoder
+and cache included, is ``opreg llm export``'s."""
 BATCH = opreg.DynamicDim("batch_size", example=2, other=3)
 
 
@@ -43,7 +47,12 @@ def plan(checkpoint: opreg.Checkpoint, config: Any, files: tuple[opreg.FileCopy,
         "model", "model.onnx", functools.partial(_build, checkpoint, config), tuple(inputs), ("logits",),
         (BATCH, sequence),
     )  # fmt: skip
-    notes = ("the model without its cache (optimum's text-generation): text-generation-with-past decodes faster",)
+    notes = (
+        "the language model alone, without its cache and vision encoder (optimum's text-generation of a "
+        "vision-language config): `opreg llm export` writes the whole model"
+        if config.model_type in LANGUAGE_MODEL_OF
+        else "the model without its cache (optimum's text-generation): text-generation-with-past decodes faster",
+    )
     return opreg.ExportPlan("transformers", TASK, (component,), files, notes=notes)
 
 
@@ -61,9 +70,7 @@ def positions(sequence: opreg.DynamicDim) -> int:
 
 
 def _build(checkpoint: opreg.Checkpoint, config: Any) -> Any:
-    import transformers
-
+    from opreg_transformers import loading
     from opreg_transformers.decoder_steps import WithoutCache
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint.path, config=config, trust_remote_code=False)
-    return WithoutCache(model.eval())
+    return WithoutCache(loading.load(checkpoint.path, "AutoModelForCausalLM", config))

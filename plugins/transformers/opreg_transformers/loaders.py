@@ -67,6 +67,8 @@ def recognise(checkpoint: opreg.Checkpoint) -> opreg.Recognition | None:
         return causal_heads.recognition(LIBRARY, heads, config, evidence)
     if family is None and causal.is_causal(config):
         return causal.recognition(LIBRARY, evidence)
+    if model_type in decoders.LANGUAGE_MODEL_OF:
+        return opreg.Recognition(LIBRARY, (decoders.TASK,), decoders.TASK, evidence)
     if family is None:
         known = ", ".join(sorted({*encoders.FAMILIES, *media.FAMILIES, *seq2seq.FAMILIES}))
         return opreg.Recognition(
@@ -91,6 +93,10 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
     if task == decoders.TASK:  # a causal LM, or a ...ForCausalLM of an encoder-decoder family, without past
         return decoders.plan(checkpoint, _buildable(checkpoint, "AutoModelForCausalLM", task)[0], files())
     heads = causal_heads.FAMILIES.get(config["model_type"])
+    if heads is not None and task == causal.FEATURES:  # a causal LM's base model, its cache out
+        text = _buildable(checkpoint, "AutoModel", task)[0].get_text_config(decoder=True)
+        positions = None if causal_heads.takes_positions(heads, text) else False  # as optimum's config takes them
+        return causal.plan(LIBRARY, checkpoint, features=True, position_ids=positions)
     if heads is not None and task in heads.tasks:  # a causal LM's other heads, without past
         built, notes = _buildable(checkpoint, encoders.TASKS[task][0], task)
         return causal_heads.plan(checkpoint, heads, built, task, files(), notes)
@@ -164,9 +170,9 @@ def _buildable(checkpoint: opreg.Checkpoint, auto: str, task: str) -> tuple[Any,
 
 
 def _load(checkpoint: opreg.Checkpoint, auto: str, config: Any) -> Any:
-    import transformers
+    from opreg_transformers import loading
 
-    return getattr(transformers, auto).from_pretrained(checkpoint.path, config=config, trust_remote_code=False).eval()
+    return loading.load(checkpoint.path, auto, config)
 
 
 def _text_shape(task: str) -> tuple[str, ...]:

@@ -118,11 +118,10 @@ def plan(checkpoint: opreg.Checkpoint, task: str) -> opreg.ExportPlan:
 
 
 def _build(checkpoint: opreg.Checkpoint, modes: tuple[str, ...], normalize: bool) -> Any:
-    import transformers
-
+    from opreg_transformers import loading
     from opreg_transformers.pooling import SentenceEmbedding
 
-    encoder = transformers.AutoModel.from_pretrained(checkpoint.path, trust_remote_code=False)
+    encoder = loading.load(checkpoint.path, "AutoModel")
     return SentenceEmbedding(encoder, modes, normalize).eval()
 
 

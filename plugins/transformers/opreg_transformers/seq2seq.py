@@ -191,9 +191,9 @@ def plan(checkpoint: opreg.Checkpoint, task: str, files: tuple[opreg.FileCopy, .
 
 def _load(checkpoint: opreg.Checkpoint, family: Family, layout: Layout, auto: str) -> Any:
     """The model, loaded once for every component and the loop check."""
-    import transformers
+    from opreg_transformers import loading
 
-    model = getattr(transformers, auto).from_pretrained(checkpoint.path, trust_remote_code=False).eval()
+    model = loading.load(checkpoint.path, auto)
     if family.positions == SINUSOIDAL:
         from opreg_transformers.seq2seq_steps import grow_sinusoidal_positions
 

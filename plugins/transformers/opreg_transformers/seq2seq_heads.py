@@ -44,9 +44,9 @@ def plan(checkpoint: opreg.Checkpoint, config: Any, task: str, files: tuple[opre
 
 
 def _build(checkpoint: opreg.Checkpoint, config: Any, auto: str, task: str) -> Any:
-    import transformers
+    from opreg_transformers import loading
 
-    model = getattr(transformers, auto).from_pretrained(checkpoint.path, config=config, trust_remote_code=False).eval()
+    model = loading.load(checkpoint.path, auto, config)
     if task != CLASSIFICATION:
         return model
     from opreg_transformers.seq2seq_steps import EosClassification

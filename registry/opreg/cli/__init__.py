@@ -35,7 +35,7 @@ from opreg.cli._common import (
     one_line_text,
 )
 from opreg.cli._options import Parents
-from opreg.errors import OpregError, PackWarning, PluginError, PluginNotFoundError, ShapeGuardWarning
+from opreg.errors import OpregError, PackWarning, PluginError, PluginNotFoundError, ShapeGuardWarning, WeightsWarning
 
 __all__ = ["COMMANDS", "EXIT_ERROR", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "build_parser", "main", "script"]
 
@@ -62,10 +62,11 @@ def _version() -> str:
 def _show(caught: Sequence[warnings.WarningMessage]) -> None:
     """The warnings a command met: a pack's fault (:class:`opreg.PackWarning`: a rewrite left out, a
     capture patch left out or put back) and a shape guard the model does not check
-    (:class:`opreg.ShapeGuardWarning`) as one ``warning:`` line on stderr; the others as Python
+    (:class:`opreg.ShapeGuardWarning`), and a checkpoint's weight tied again or new to the task
+    (:class:`opreg.WeightsWarning`) as one ``warning:`` line on stderr; the others as Python
     shows them."""
     for record in caught:
-        if issubclass(record.category, (PackWarning, ShapeGuardWarning)):
+        if issubclass(record.category, (PackWarning, ShapeGuardWarning, WeightsWarning)):
             sys.stderr.write(f"warning: {one_line_text(str(record.message))}\n")
         else:
             warnings.showwarning(record.message, record.category, record.filename, record.lineno)

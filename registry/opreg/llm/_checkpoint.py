@@ -154,22 +154,24 @@ FALLBACK = {"AutoModelForImageTextToText": "AutoModelForCausalLM"}
 holding its vision and audio encoders (``Phi4MultimodalForCausalLM``)."""
 
 
-def load_weights(folder: Path) -> Any:
-    """The causal LM of the checkpoint at ``folder`` in float32, refused if the checkpoint lacks
-    any of its weights."""
+def load_weights(folder: Path, features: bool = False) -> Any:
+    """The causal LM (``features``: its base model) of the checkpoint at ``folder`` in float32,
+    refused if the checkpoint lacks any of its weights."""
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
 
-    from opreg.weights import checkpoint_files
+    from opreg.llm._meta import auto_class
+    from opreg.weights import checkpoint_files, restore_ties
 
     checkpoint_files(folder)  # shards named outside the folder refused, as the streamed export refuses them
+    what = "base model" if features else "causal LM"
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(
+        model, info = getattr(transformers, auto_class(features)).from_pretrained(
             folder, dtype=torch.float32, output_loading_info=True, trust_remote_code=False
         )
     except Exception as e:
-        raise ExportError(f"transformers could not load a causal LM from {folder}: {type(e).__name__}: {e}") from e
-    missing = sorted(info.get("missing_keys") or ())
+        raise ExportError(f"transformers could not load a {what} from {folder}: {type(e).__name__}: {e}") from e
+    missing = sorted(set(info.get("missing_keys") or ()) - restore_ties(model, info.get("missing_keys") or ()).keys())
     if missing:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         raise ExportError(

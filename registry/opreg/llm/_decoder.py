@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from opreg.errors import ExportError, InvalidArgumentError
+from opreg.errors import ExportError, InvalidArgumentError, StreamingError
 from opreg.exporter import OnnxProgram, OutputCheck
 from opreg.exporter._capture import TRACING_LOCK
 from opreg.exporter.diagnosis.compare import compare_output
@@ -56,6 +56,9 @@ class DecoderLayout:
             ``head_size`` in every layer.
         lora: the linear layers that take LoRA adapters' ``A`` and ``B`` as inputs, after the
             cache (:mod:`opreg.llm._lora_inputs`); none by default.
+        features: the base model's (transformers' ``AutoModel``): ``last_hidden_state`` out
+            instead of ``logits``, and no cache in: a prefill returning its cache, as optimum-onnx
+            0.1.0 writes ``feature-extraction-with-past`` (:attr:`opreg.llm.LLMSettings.features`).
     """
 
     num_layers: int
@@ -68,6 +71,7 @@ class DecoderLayout:
     dtype: torch.dtype
     layers: tuple[LayerCache, ...] = ()
     lora: tuple[LoraInput, ...] = ()
+    features: bool = False
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -91,12 +95,19 @@ class DecoderLayout:
         names = [LAYOUT["input_ids"], LAYOUT["attention_mask"]]
         if self.position_ids:
             names.append(LAYOUT["position_ids"])
-        names += [tensor.past % layer for layer, tensor in self.cache]
+        if not self.features:
+            names += [tensor.past % layer for layer, tensor in self.cache]
         return names + [name for slot in self.lora for name in slot.names]
 
     @property
+    def output(self) -> str:
+        """The first output's name, the transformers output's attribute it is: ``logits``, or
+        ``last_hidden_state`` (:attr:`features`)."""
+        return _optimum.FEATURES_OUTPUT if self.features else LAYOUT["logits"]
+
+    @property
     def output_names(self) -> list[str]:
-        return [LAYOUT["logits"]] + [tensor.present % layer for layer, tensor in self.cache]
+        return [self.output] + [tensor.present % layer for layer, tensor in self.cache]
 
     def empty_cache(self, batch: int) -> list[torch.Tensor]:
         """Every layer's cache for a prefill: no keys and values, zeros for a convolution's state
@@ -119,16 +130,20 @@ def decoder_inputs(
 ) -> dict[str, Any]:
     """The inputs of a decoder of ``layout`` for ``input_ids`` after ``past`` (default: none, a
     prefill): the mask all ones where not given (it covers past and new tokens), the position
-    ids as transformers' ``generate`` makes them (a padding token counts no position)."""
+    ids as transformers' ``generate`` makes them (a padding token counts no position). A
+    :attr:`DecoderLayout.features` decoder takes no past (``past`` empty)."""
     batch, length = input_ids.shape
     past = list(past) if past is not None else layout.empty_cache(batch)
+    if layout.features and layout.past_length(past):
+        raise InvalidArgumentError("a decoder of the base model's features (features=True) takes no past")
     if attention_mask is None:
         attention_mask = torch.ones(batch, layout.past_length(past) + length, dtype=torch.int64)
     inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
     if layout.position_ids:
         positions = attention_mask.long().cumsum(-1) - 1
         inputs["position_ids"] = positions.masked_fill(attention_mask == 0, 1)[:, -length:].contiguous()
-    inputs["past_key_values"] = past
+    if not layout.features:
+        inputs["past_key_values"] = past
     if layout.lora:  # no adapter active: every A and B empty
         inputs["lora"] = [tensor for slot in layout.lora for tensor in slot.empty(layout.dtype)]
     return inputs
@@ -140,12 +155,15 @@ def decoder_inputs(
 class DecoderStep(torch.nn.Module):
     """``model`` with its cache as tensors: ``forward(input_ids, attention_mask, position_ids,
     past_key_values)`` returns ``{"logits": ..., "present": [...]}``, the cache tensors in the
-    order of ``layout.cache`` (key 0, value 0, key 1, ... for keys and values)."""
+    order of ``layout.cache`` (key 0, value 0, key 1, ... for keys and values); a
+    :attr:`DecoderLayout.features` one ``{"last_hidden_state": ..., "present": [...]}`` after an
+    empty cache."""
 
     def __init__(self, model: torch.nn.Module, layout: DecoderLayout) -> None:
         super().__init__()
         self.model = model
         self.layers = layout.layers
+        self.layout = layout
         self.lora: list[torch.Tensor] = []  # the LoRA inputs of the call, read by the adapted layers' hooks
 
     def forward(
@@ -157,6 +175,8 @@ class DecoderStep(torch.nn.Module):
         lora: Sequence[torch.Tensor] = (),
     ) -> dict[str, Any]:
         self.lora[:] = lora
+        if self.layout.features:  # a prefill: every layer's cache empty, its length the new tokens'
+            past_key_values = self.layout.empty_cache(input_ids.shape[0])
         cache = _cache.capture_cache(self.layers, past_key_values)
         extra = {} if position_ids is None else {"position_ids": position_ids}
         try:
@@ -165,7 +185,8 @@ class DecoderStep(torch.nn.Module):
             )
         finally:
             self.lora.clear()  # no tensor left on the module after the call (torch.export would warn of it)
-        return {"logits": out.logits, "present": _cache.present(self.layers, cache)}
+        output = self.layout.output
+        return {output: getattr(out, output), "present": _cache.present(self.layers, cache)}
 
 
 # -- the result ----------------------------------------------------------------------------
@@ -249,21 +270,23 @@ class Decoder(ExportedModel):
         model = self.model
         if _meta.on_meta(model):  # streamed: loaded once, weights and all
             if self._eager is None:
-                self._eager = _meta.load_eager(self.folder, model)
+                self._eager = _meta.load_eager(self.folder, model, self.layout.features)
                 if self.merged is not None:
                     _lora.merge_in_memory(self.merged, self._eager)
             model = self._eager
 
         layers = self.layout.layers
         prefill = inputs["attention_mask"].shape[1] == inputs["input_ids"].shape[1]
-        cache = _cache.eager_cache(layers, inputs["past_key_values"], prefill)
+        past = inputs.get("past_key_values", self.layout.empty_cache(inputs["input_ids"].shape[0]))
+        cache = _cache.eager_cache(layers, past, prefill)
         extra = {"position_ids": inputs["position_ids"]} if self.layout.position_ids else {}
         with TRACING_LOCK, torch.no_grad():  # transformers reads torch's compiling flag, set while a thread captures
             out = model(
                 input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], past_key_values=cache,
                 use_cache=True, **extra,
             )  # fmt: skip
-        return {"logits": out.logits, "present": _cache.present(layers, out.past_key_values, eager=True)}
+        output = self.layout.output
+        return {output: getattr(out, output), "present": _cache.present(layers, out.past_key_values, eager=True)}
 
     def verify(
         self,
@@ -279,20 +302,23 @@ class Decoder(ExportedModel):
         (positions of padding are not compared: the model may compute anything there). A model
         whose metadata says a batch of prompts after a cache runs one row at a time
         (``opreg.one_row_after_a_cache``: opreg-ort-contrib's GroupQueryAttention below ONNX Runtime 1.32) is
-        checked on one row there. Raises :class:`opreg.VerificationError` listing what differs;
-        returns every check."""
+        checked on one row there; a :attr:`DecoderLayout.features` decoder, which takes no past, at
+        each shape's batch and sequence after none. Raises :class:`opreg.VerificationError` listing
+        what differs; returns every check."""
         shapes = runnable(self.program, shapes)
+        if self.layout.features:
+            shapes = list(dict.fromkeys((batch, length, 0) for batch, length, _ in shapes))
         generator = torch.Generator().manual_seed(seed)
         checks: list[OutputCheck] = []
         cases = [(f"batch {b}, sequence {s}, past {p}", self._random(b, s, p, generator)) for b, s, p in shapes]
         if left_padding:
             cases.append(("left padding", self._left_padded(generator)))
-        names = self.layout.output_names
+        names, first = self.layout.output_names, self.layout.output
         sequence_dims = [0] + [tensor.sequence_dim for _, tensor in self.layout.cache]  # logits, then the cache
         for label, (inputs, rows) in cases:
             got, expected = self.run(inputs), self.eager(inputs)
             pairs = zip(
-                names, sequence_dims, [got["logits"], *got["present"]], [expected["logits"], *expected["present"]],
+                names, sequence_dims, [got[first], *got["present"]], [expected[first], *expected["present"]],
                 strict=True,
             )  # fmt: skip
             for name, seq_dim, g, e in pairs:
@@ -354,26 +380,30 @@ def load(request: Request, adapter: Adapter | None = None) -> tuple[Any, Weights
         _checkpoint.check_cache(config, type(request.model).__name__)
         return request.model, None
     _checkpoint.check_cache(config, (getattr(config, "architectures", None) or [config.model_type])[0])
-    streaming = request.settings.streaming
+    streaming, features = request.settings.streaming, request.settings.features
     if streaming is None:
         streaming = _meta.streamable(folder)
     if streaming:
-        meta_model, weights = _meta.load_meta(folder)
+        meta_model, weights = _meta.load_meta(folder, features)
         if adapter is not None:  # W + scale * B @ A, computed as each weight is written
             _lora.check_against(adapter, meta_model)
             weights = weights.with_tensors(_lora.merged_weights(adapter, weights))
         bind(meta_model, weights)  # a missing weight refused now, by the checkpoint's name for it
         return meta_model, weights
-    model = _checkpoint.load_weights(folder)
+    model = _checkpoint.load_weights(folder, features)
     if adapter is not None:
         _lora.check_against(adapter, model)
         _lora.merge_in_memory(adapter, model)
     return model, None
 
 
-def layout_of(model: Any) -> DecoderLayout:
-    """Read the cache's layout from one eager call: what each layer stores, as the model stores it."""
+def layout_of(model: Any, features: bool = False, position_ids: bool | None = None) -> DecoderLayout:
+    """Read the cache's layout from one eager call: what each layer stores, as the model stores it
+    (``features``: a base model's, :attr:`DecoderLayout.features`); ``position_ids`` an input when
+    the model's ``forward`` takes them, unless ``position_ids`` is false
+    (:attr:`opreg.llm.LLMSettings.position_ids`; true: refused when it does not)."""
     text = text_config(model)
+    output = _optimum.FEATURES_OUTPUT if features else LAYOUT["logits"]
     ids = torch.zeros(1, 2, dtype=torch.int64)
     # a model on meta computes shapes only: no mask, whose all-ones check would read a value
     mask = {} if _meta.on_meta(model) else {"attention_mask": torch.ones_like(ids)}
@@ -381,13 +411,15 @@ def layout_of(model: Any) -> DecoderLayout:
         with torch.no_grad():
             out = model(input_ids=ids.to(next(model.parameters()).device), use_cache=True, **mask)
     except Exception as e:
-        raise ExportError(f"{type(model).__name__} does not run on token ids: {type(e).__name__}: {e}") from e
+        error = StreamingError if _meta.on_meta(model) else ExportError
+        raise error(f"{type(model).__name__} does not run on token ids: {type(e).__name__}: {e}") from e
     cache = getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)  # state-space models'
-    layers = getattr(cache, "layers", None)
-    if getattr(out, "logits", None) is None or not layers:
+    layers, first = getattr(cache, "layers", None), getattr(out, output, None)
+    if first is None or not layers:
         raise ExportError(
-            f"{type(model).__name__} returns no logits and key/value cache (transformers' Cache) with use_cache=True: "
-            "export_decoder exports causal LMs with a key/value cache"
+            f"{type(model).__name__} returns no {output} and key/value cache (transformers' Cache) with "
+            "use_cache=True: export_decoder exports causal LMs with a key/value cache"
+            + (" (features=True: their base models, transformers' AutoModel)" if features else "")
         )
     name = type(model).__name__
     kinds = tuple(_cache.of_layer(layer, index, name) for index, layer in enumerate(layers))
@@ -399,16 +431,20 @@ def layout_of(model: Any) -> DecoderLayout:
         )
     ((kv_heads, head_size),) = shapes
     takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+    if position_ids and not takes_positions:
+        raise ExportError(f"{name}'s forward takes no position_ids: leave position_ids=True out")
+    takes_positions = takes_positions and position_ids is not False
     return DecoderLayout(
         num_layers=len(layers),
         num_attention_heads=int(getattr(text, "num_attention_heads", kv_heads)),
         num_key_value_heads=kv_heads,
         head_size=head_size,
         hidden_size=int(getattr(text, "hidden_size", 0)),
-        vocab_size=int(out.logits.shape[-1]),
+        vocab_size=int(getattr(text, "vocab_size", 0)) if features else int(first.shape[-1]),
         position_ids=takes_positions,
-        dtype=out.logits.dtype,
+        dtype=first.dtype,
         layers=kinds,
+        features=features,
     )
 
 
@@ -432,11 +468,13 @@ def export(request: Request) -> Decoder:
     was_training = model.training
     model.eval()
     try:
-        layout = dataclasses.replace(layout_of(model), lora=_lora_inputs.lora_inputs(adapters, model))
+        layout = layout_of(model, request.settings.features, request.settings.position_ids)
+        layout = dataclasses.replace(layout, lora=_lora_inputs.lora_inputs(adapters, model))
         if request.settings.layout == "optimum":
             _optimum.check_layers(layout, type(model).__name__)
         step = DecoderStep(model, layout).eval()
         batch, length, past = EXAMPLE
+        past = 0 if layout.features else past  # a prefill: no cache in
         drawn = torch.Generator().manual_seed(0)  # not the process's generator: the user's draws stay theirs
         example = decoder_inputs(
             layout,
@@ -486,15 +524,19 @@ def _dynamic_shapes(layout: DecoderLayout, context_length: int) -> dict[str, Any
     allowed (packs may size tables by a dim's bound: a rotary table in a fused attention)."""
     Dim = torch.export.Dim
     bound = max(context_length, EXAMPLE[1] + EXAMPLE[2])
-    batch, length, past = Dim(BATCH), Dim(SEQUENCE, max=bound), Dim(PAST, max=bound)
-    # the mask covers past and new tokens: torch.export derives it from the model's own checks
-    shapes: dict[str, Any] = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: Dim.AUTO}}
+    # no past: one token short of the positions (a model may special-case a prompt filling them, MPT's ALiBi slice)
+    longest = bound - 1 if layout.features else bound
+    batch, length, past = Dim(BATCH), Dim(SEQUENCE, max=longest), Dim(PAST, max=bound)
+    # the mask covers past and new tokens: torch.export derives it from the model's own checks (no past: the new)
+    mask = length if layout.features else Dim.AUTO
+    shapes: dict[str, Any] = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: mask}}
     if layout.position_ids:
         shapes["position_ids"] = {0: batch, 1: length}
-    shapes["past_key_values"] = [
-        {index: {BATCH: batch, PAST: past}[dim] for index, dim in enumerate(tensor.dims) if isinstance(dim, str)}
-        for _, tensor in layout.cache
-    ]
+    if not layout.features:
+        shapes["past_key_values"] = [
+            {index: {BATCH: batch, PAST: past}[dim] for index, dim in enumerate(tensor.dims) if isinstance(dim, str)}
+            for _, tensor in layout.cache
+        ]
     if layout.lora:
         shapes["lora"] = _lora_inputs.dynamic_shapes(layout.lora)
     return shapes
@@ -511,13 +553,14 @@ def _name(program: OnnxProgram, layout: DecoderLayout, total: str = TOTAL) -> No
     def named(dims: Iterable[Any]) -> tuple[str | None, ...]:
         return tuple((total if dim == TOTAL else dim) if isinstance(dim, str) else None for dim in dims)
 
-    dims = {LAYOUT["input_ids"]: (BATCH, SEQUENCE), LAYOUT["attention_mask"]: named((BATCH, TOTAL))}
+    mask = (BATCH, SEQUENCE) if layout.features else named((BATCH, TOTAL))  # no past: the new tokens' mask
+    dims = {LAYOUT["input_ids"]: (BATCH, SEQUENCE), LAYOUT["attention_mask"]: mask}
     if layout.position_ids:
         dims[LAYOUT["position_ids"]] = (BATCH, SEQUENCE)
     for layer, tensor in layout.cache:
         dims[tensor.past % layer] = named(tensor.dims)
         dims[tensor.present % layer] = named(tensor.present_dims)
-    dims[LAYOUT["logits"]] = (BATCH, SEQUENCE, None)
+    dims[layout.output] = (BATCH, SEQUENCE, None)
     dims.update(_lora_inputs.dims(layout.lora))
     for value in [*graph.inputs, *graph.outputs]:
         set_dims(value, dims[value.name])

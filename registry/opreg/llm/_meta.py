@@ -19,7 +19,7 @@ import torch
 
 from opreg.errors import ExportError
 from opreg.llm import _quantized, _quantized_read
-from opreg.weights import Weights, bind, checkpoint_files, open_weights
+from opreg.weights import Weights, bind, checkpoint_files, open_weights, restore_ties
 
 logger = logging.getLogger(__name__)
 
@@ -30,20 +30,30 @@ def streamable(folder: Path) -> bool:
     return checkpoint_files(folder) is not None
 
 
-def load_meta(folder: Path) -> tuple[Any, Weights]:
-    """The causal LM of ``folder``'s config on the ``meta`` device, in float32 (as the in-memory
-    export loads it), its generation config read from the folder; and its checkpoint's weights."""
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+def auto_class(features: bool) -> str:
+    """The transformers Auto class of a checkpoint's decoder: the causal LM's, or (``features``) the
+    base model's, without its head (:attr:`opreg.llm.LLMSettings.features`)."""
+    return "AutoModel" if features else "AutoModelForCausalLM"
 
+
+def load_meta(folder: Path, features: bool = False) -> tuple[Any, Weights]:
+    """The causal LM (``features``: its base model) of ``folder``'s config on the ``meta`` device,
+    in float32 (as the in-memory export loads it), its generation config read from the folder;
+    and its checkpoint's weights."""
+    import transformers
+    from transformers import AutoConfig, GenerationConfig
+
+    what = "base model" if features else "causal LM"
     try:
         config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            model = getattr(transformers, auto_class(features)).from_config(config, dtype=torch.float32)
     except Exception as e:
-        raise ExportError(f"transformers could not build a causal LM from {folder}: {type(e).__name__}: {e}") from e
-    if (folder / "generation_config.json").is_file():
+        raise ExportError(f"transformers could not build a {what} from {folder}: {type(e).__name__}: {e}") from e
+    if not features and (folder / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(folder)
     weights = open_weights(folder)
+    restore_ties(model, [name for name, _ in model.named_parameters(remove_duplicate=False) if name not in weights])
     scheme = _quantized.scheme_of(config, str(folder))
     if scheme is not None:  # each quantized layer's tensors as its weight, carrying them (checked now)
         weights = _quantized_read.stored_weights(weights, scheme, str(folder))
@@ -104,32 +114,39 @@ def on_meta(model: Any) -> bool:
     return any(p.device.type == "meta" for p in model.parameters())
 
 
-def load_eager(folder: Path | None, model: Any) -> Any:
+def load_eager(folder: Path | None, model: Any, features: bool = False) -> Any:
     """The model on ``meta`` with its weights, for an eager comparison: loaded from ``folder`` in
-    float32 (all its weights in memory; a quantized checkpoint's as :func:`opreg.llm._quantized.eager_model`)."""
+    float32 (all its weights in memory; a quantized checkpoint's as :func:`opreg.llm._quantized.eager_model`;
+    ``features``: the base model, by :func:`auto_class`)."""
     if folder is None:
         raise ExportError(
             f"{type(model).__name__} is on the meta device: give its checkpoint folder to compare it eagerly"
         )
-    from transformers import AutoConfig, AutoModelForCausalLM
+    import transformers
 
-    scheme = _quantized.scheme_of(AutoConfig.from_pretrained(folder), str(folder))
+    scheme = _quantized.scheme_of(transformers.AutoConfig.from_pretrained(folder), str(folder))
     if scheme is not None:
-        return eager_quantized(folder, scheme)
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False).eval()
+        return eager_quantized(folder, scheme, features)
+    model, info = getattr(transformers, auto_class(features)).from_pretrained(
+        folder, dtype=torch.float32, output_loading_info=True, trust_remote_code=False
+    )
+    # tied as the export tied them before binding its weights (which refused any other missing one)
+    restore_ties(model, info.get("missing_keys") or ())
+    return model.eval()
 
 
-def eager_quantized(folder: Path, scheme: _quantized.Scheme) -> Any:
+def eager_quantized(folder: Path, scheme: _quantized.Scheme, features: bool = False) -> Any:
     """The causal LM of a quantized checkpoint ``folder`` for an eager comparison: transformers'
     own loading of a compressed-tensors checkpoint (the ``compressed-tensors`` package
     dequantizes it on the CPU); GPTQ's and AWQ's loaders (gptqmodel) need CUDA to install, so
     theirs is the model built from the config with every layer's weight ``(q - zero_point) *
     scale`` of its stored tensors, the formula their readers apply."""
     if scheme.method == "compressed-tensors":
-        from transformers import AutoModelForCausalLM
+        import transformers
 
-        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False).eval()
-    model, weights = load_meta(folder)
+        auto = getattr(transformers, auto_class(features))
+        return auto.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False).eval()
+    model, weights = load_meta(folder, features)
     bound = bind(model, weights)
     model.to_empty(device="cpu")
     with torch.no_grad():

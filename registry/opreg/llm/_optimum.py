@@ -11,6 +11,13 @@ optimum names them (``batch_size``, ``sequence_length``, ``past_sequence_length`
 ``config.json`` and ``generation_config.json`` (a model's own, saved, when no folder was given)
 and the tokenizer's files; no ``genai_config.json``. Flat, as optimum writes it: transformers.js
 loads it with ``subfolder: ''``.
+
+``feature-extraction-with-past`` (:attr:`opreg.llm.LLMSettings.features`) is the base model's
+(transformers' ``AutoModel``) prefill with its cache out: ``input_ids``, ``attention_mask``
+(``batch_size``, ``sequence_length``) and ``position_ids`` where the architecture takes them in,
+``last_hidden_state`` (:data:`FEATURES_OUTPUT`) and ``present.%d.key``/``.value`` out, no
+``past_key_values`` in, as optimum-onnx 0.1.0 exports it (its config's ``use_past_in_inputs``
+false); beside it ``config.json`` and the tokenizer, no ``generation_config.json``.
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 TOTAL = "past_sequence_length + sequence_length"
 """optimum's name of the dim of past and new tokens together (the mask's, the presents')."""
+FEATURES_OUTPUT = "last_hidden_state"
+"""The output of optimum's ``feature-extraction-with-past`` (the base model's, transformers' name),
+where ``text-generation-with-past`` has ``logits``."""
 MODEL_FILE = "model.onnx"
 CONFIG_FILES = ("config.json", "generation_config.json")
 """The checkpoint's files optimum copies beside the model, copied as they are."""
@@ -58,21 +68,22 @@ def save(decoder: Any, folder: str | os.PathLike[str], external_data: bool = Tru
 
     def fill(staged: Path) -> list[str]:
         save_tokenizer(decoder.tokenizer, staged)
-        _write_configs(decoder.model, decoder.folder, staged)
+        _write_configs(decoder.model, decoder.folder, staged, generates=not decoder.layout.features)
         decoder.program.save(staged / MODEL_FILE, external_data=external_data)
         return sorted(path.name for path in staged.iterdir())  # a new folder: all of it written here
 
     return write_folder(folder, fill)
 
 
-def _write_configs(model: Any, checkpoint: Path | None, staged: Path) -> None:
-    """The checkpoint's ``config.json`` and ``generation_config.json`` as they are, else the
-    model's (a generation config where the model has one)."""
-    for name in CONFIG_FILES:
+def _write_configs(model: Any, checkpoint: Path | None, staged: Path, generates: bool = True) -> None:
+    """The checkpoint's ``config.json`` and ``generation_config.json`` (unless the model does not
+    ``generates``: a base model's features) as they are, else the model's (a generation config
+    where the model has one)."""
+    for name in CONFIG_FILES[: 2 if generates else 1]:
         if checkpoint is not None and (checkpoint / name).is_file():
             shutil.copyfile(checkpoint / name, staged / name)
     if not (staged / CONFIG_FILES[0]).exists():
         model.config.to_json_file(staged / CONFIG_FILES[0])
     generation = getattr(model, "generation_config", None)
-    if not (staged / CONFIG_FILES[1]).exists() and generation is not None:
+    if generates and not (staged / CONFIG_FILES[1]).exists() and generation is not None:
         generation.to_json_file(staged / CONFIG_FILES[1])

@@ -243,6 +243,19 @@ class LLMSettings:
         beside model.onnx, which GenAI's Adapters load and switch per request""",
         families=_CAUSAL, flags=(_value(("--adapters",), type=_comma_list, metavar="A,B,..."),), check=_folders,
     )  # fmt: skip
+    features: bool = option(
+        False, """a causal LM's base model (transformers' AutoModel: a ...Model checkpoint, no LM head) as optimum-onnx
+        writes feature-extraction-with-past: input_ids, attention_mask (and position_ids where the model takes them)
+        in, last_hidden_state and every layer's present keys and values out, no past in; layout 'optimum' only""",
+        families=_CAUSAL,
+    )  # fmt: skip
+    position_ids: bool | None = option(
+        None, """whether the decoder takes position_ids: default when the model's forward takes them; False: never,
+        the model numbering the new tokens after the past itself, as optimum-onnx's export of a family whose config
+        takes none (Gemma, BLOOM, MPT): a left-padded row's positions then count its padding; True: refused where the
+        model takes none""",
+        families=_CAUSAL,
+    )  # fmt: skip
     feature_extractor: Any = option(
         None, """a transformers WhisperFeatureExtractor, or a folder holding one; default the checkpoint folder's, else
         Whisper's defaults for the model's mel bins""",
@@ -273,6 +286,12 @@ class LLMSettings:
             wrong = "symmetric=False" if self.symmetric is False else "streaming=False"
             raise InvalidArgumentError(
                 f"int4_algo='gptq' writes symmetric blocks into the streamed checkpoint's weights: leave {wrong} out"
+            )
+        if self.features and (self.layout != "optimum" or self.adapter or self.adapters or self.int4_algo == "gptq"):
+            raise InvalidArgumentError(
+                "features=True exports a base model's hidden states and cache as optimum's "
+                "feature-extraction-with-past: give layout='optimum' (--layout optimum), without adapter, adapters or "
+                "int4_algo='gptq' (they are for a causal LM's generation)"
             )
         given = [name for name in self.quantization() if name not in STORED_OPTIONS]
         if given and self.precision == "fp32":

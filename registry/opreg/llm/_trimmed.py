@@ -33,8 +33,8 @@ def export_step(step: torch.nn.Module, example: dict[str, Any], settings: Any, l
     ``example``: its repeated layers captured once where they can be: one layer of each kind,
     layer 0 a template too; else templates from layer 1 on (where a layer reads more of the
     layers before it than the hidden state); else all of them."""
-    if layout.lora or not all(isinstance(kind, KeyValueCache) for kind in layout.layers):
-        return run_export(step, (), example, settings)  # not two inputs per layer (LoRA's: captured whole)
+    if layout.lora or layout.features or not all(isinstance(kind, KeyValueCache) for kind in layout.layers):
+        return run_export(step, (), example, settings)  # not two inputs per layer (LoRA's, none: captured whole)
     first_past = len(layout.input_names) - 2 * layout.num_layers
     kinds = getattr(text_config(step.model), "layer_types", None)  # what the model's code reads by index
     differs = kinds.__getitem__ if isinstance(kinds, (list, tuple)) and len(kinds) == layout.num_layers else None

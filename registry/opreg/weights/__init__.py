@@ -24,7 +24,9 @@ A weight a quantized checkpoint stores as integers carries them (:attr:`LazyWeig
 Checkpoints: :func:`open_weights` takes safetensors files (a file, a folder of them, or a list),
 read tensor by tensor and run of rows by run of rows (their headers parsed, the bytes asked for read
 with ``os.pread``: no mapping holds pages or address space), or a mapping of names to tensors (torch tensors,
-``onnx_ir`` tensors, lazy ones).
+``onnx_ir`` tensors, lazy ones). :func:`restore_ties` ties again the weights a checkpoint keeps
+under another name because they were one tensor when it was saved (a BART's ``embed_tokens``), which
+transformers would make random.
 
 Importing this module is cheap; torch is imported when a weight is read.
 """
@@ -46,6 +48,7 @@ from opreg.weights._lazy import (
     scaled,
     transpose,
 )
+from opreg.weights._ties import restore_ties
 
 if TYPE_CHECKING:
     from opreg.weights._checkpoint import Weights, bind, checkpoint_files, open_weights
@@ -78,6 +81,7 @@ __all__ = [
     "low_rank_added",
     "open_weights",
     "release_freed_memory",
+    "restore_ties",
     "rowwise",
     "scaled",
     "transpose",

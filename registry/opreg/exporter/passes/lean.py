@@ -12,8 +12,9 @@ work a whole-graph view removes. Each step is an ``onnx_ir`` pass;
   the one it replaces and the model's metadata saying how each was computed
   (``fold_weights=False`` keeps every weight as the ``state_dict`` has it).
 - A few exact rewrites, repeated until none fires (onnxscript's rules where it
-  has them): no-op Cast/Expand/Transpose, arithmetic with a neutral scalar
-  (``x * 1``, ``x + 0``, ``x - 0``, ``x / 1``), Cast of Cast,
+  has them): no-op Cast/Expand/Transpose, arithmetic with a scalar that is exactly
+  neutral (``x * 1``, ``x + 0``, ``x - 0``, ``x / 1``; onnxscript's rules for these also
+  take a scalar within 1e-8, an epsilon, for neutral), Cast of Cast,
   Reshape of Reshape, Transpose of Transpose, Unsqueeze of Unsqueeze,
   ``Unsqueeze(Squeeze(x))`` on a one-element 1-D ``x``, which symbolic sizes
   produce (``sym_size`` gives a scalar; ``view``'s shape list wants it back
@@ -119,6 +120,35 @@ def _keeps_shape(context, x, **_) -> bool:
     return known and list(before) == list(after)
 
 
+_ZERO, _ONE = pattern.Constant(0, rel_tol=0.0, abs_tol=0.0), pattern.Constant(1, rel_tol=0.0, abs_tol=0.0)
+"""Scalars matched exactly: onnxscript's own no-op rules (``add_0_rule``...) match a scalar within
+1e-8 of 0 or 1, so an ``x + 1e-08`` (Helium's RMS norm epsilon) went, and a padded row's zero
+embedding became ``0 * inf``."""
+
+
+def _add_zero(op, x):
+    return op.Add(x, _ZERO)
+
+
+def _sub_zero(op, x):
+    return op.Sub(x, _ZERO)
+
+
+def _mul_one(op, x):
+    return op.Mul(x, _ONE)
+
+
+def _div_one(op, x):
+    return op.Div(x, _ONE)
+
+
+_NEUTRAL_SCALARS = (
+    *pattern.RewriteRule(_mul_one, _identity, name="MulByOne").commute(),
+    *pattern.RewriteRule(_add_zero, _identity, name="AddZero").commute(),
+    pattern.RewriteRule(_sub_zero, _identity, name="SubZero"),
+    pattern.RewriteRule(_div_one, _identity, name="DivByOne"),
+)
+
 _NO_OP_RESHAPE = pattern.RewriteRule(_reshape, _identity, _keeps_shape, name="NoOpReshape")
 _RESHAPE_ROUND_TRIP = pattern.RewriteRule(_reshape_reshape, _identity, _keeps_shape, name="ReshapeRoundTrip")
 
@@ -144,10 +174,7 @@ RULES = (
     rules.no_op_cast_rule,
     rules.no_op_expand_rule,
     rules.no_op_transpose_rule,
-    *rules.mul_by_1_rule.commute(),
-    *rules.add_0_rule.commute(),
-    rules.sub_0_rule,
-    rules.div_by_1_rule,
+    *_NEUTRAL_SCALARS,
     rules.cast_cast_rule,
     _RESHAPE_ROUND_TRIP,
     rules.reshape_reshape_rule,
