@@ -357,6 +357,24 @@ def test_a_product_with_ones_is_dropped_only_where_it_keeps_the_shape(columns, d
     program.verify(torch.randn(5, columns if columns == 1 else 12), torch.randn(5, 12))
 
 
+class _TimesOnesWeight(nn.Module):
+    """``tanh(x * weight)``, the weight all ones at export time (an RMS norm's starts so)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(9))
+
+    def forward(self, x):
+        return torch.tanh(x * self.weight)
+
+
+def test_a_product_with_a_weight_of_ones_is_kept():
+    """The mask pass reads no weight's values: a weight of ones now may be trained or loaded later,
+    and the fusion tools look for an RMS norm's ``Mul`` by its weight."""
+    program = check(_TimesOnesWeight(), torch.randn(3, 9), opset=23)
+    assert "Mul" in onnx_ops(program)
+
+
 # -- pooling ------------------------------------------------------------------------------------
 
 

@@ -29,8 +29,8 @@ work a whole-graph view removes. Each step is an ``onnx_ir`` pass;
   otherwise do some of them again at every session creation.
 - An attention node's mask the graph proves masks nothing (``arange(n) >= 0``
   broadcast: transformers 5's mask of a model without padding, as traced; or the
-  contrib kernels' bias made of it) dropped (:mod:`opreg.exporter.passes.masks`):
-  ONNX Runtime's kernels run slower with a mask.
+  contrib kernels' bias made of it) dropped, and a product with ones computed from
+  it (:mod:`opreg.exporter.passes.masks`): ONNX Runtime's kernels run slower with a mask.
 - ``Abs`` of a size list dropped where every size is known to be >= 0 (``Shape``
   of something, constants, and what reshapes and concatenations make of them):
   ``expand`` writes ``Expand(x, Abs(sizes))`` so a ``-1`` keeps a dim, which
@@ -65,7 +65,7 @@ from onnxscript.rewriter.rules.common._materialize_reshape_shape import Material
 
 from opreg.exporter._recorder import is_random
 from opreg.exporter.passes.grids import GATHER_OF_OWN_POSITIONS
-from opreg.exporter.passes.masks import DropAllTrueMasks
+from opreg.exporter.passes.masks import DropNoOpMasks
 from opreg.exporter.passes.pipeline import Pipeline, Rules, all_graphs
 
 
@@ -524,7 +524,7 @@ def lean_passes(weights: frozenset[str], *, fold_weights: bool = True) -> list[P
     )
     passes += [
         sweeps,
-        DropAllTrueMasks(),
+        DropNoOpMasks(weights),
         common_passes.RemoveUnusedNodesPass(),
         DropAbsOfSizes(),
         DistinctDrawsCSE(),
