@@ -466,6 +466,40 @@ def test_an_in_place_op_after_a_dtype_conversion_translates_as_captured():
     opreg.export(ClampAfterAConversion(), inputs, target=18).verify(*inputs)
 
 
+class MaskShapedLikeScores(nn.Module):
+    """XLM's attention: the mask expanded to the scores' shape (``expand_as``, a view of the mask),
+    then the scores masked in place; and a view of the scores themselves taken before, read after."""
+
+    def forward(self, scores, mask):
+        scores = scores * 1.5
+        shaped = (mask == 0).expand_as(scores)
+        scores.masked_fill_(shaped, -1e4)
+        return scores.softmax(-1)
+
+    @staticmethod
+    def viewed(scores, mask):
+        scores = scores * 1.5
+        first = scores[0]  # a view of the scores, taken before the update and read after it
+        scores.masked_fill_((mask == 0).expand_as(scores), -1e4)
+        return scores.softmax(-1), first + 1
+
+
+class ViewOfScores(nn.Module):
+    def forward(self, scores, mask):
+        return MaskShapedLikeScores.viewed(scores, mask)
+
+
+@pytest.mark.parametrize(("model", "captured_as_is"), [(MaskShapedLikeScores(), True), (ViewOfScores(), False)])
+def test_an_in_place_op_after_a_view_of_another_tensor_translates_as_captured(model, captured_as_is):
+    registry = opreg.default_registry()
+    inputs = (torch.randn(2, 3, 4), torch.tensor([[1, 1, 0, 1]]).expand(3, 4).contiguous())
+    captured = _capture.capture(model, inputs, None, None)
+    assert "aten.masked_fill_.Scalar" in {str(n.target) for n in captured.graph.nodes}
+    program, _ = _plan.prepare(captured, registry, registry.target(18))
+    assert (program is captured) is captured_as_is  # a view of the scores themselves: left to torch
+    opreg.export(model, inputs, target=18).verify(*inputs)
+
+
 class ShiftRight(nn.Module):
     """transformers' shift_tokens_right: writes into slices of a tensor it made (copy_, fill_), then
     masks it in place."""

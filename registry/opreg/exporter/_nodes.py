@@ -263,7 +263,7 @@ def functional_form(node: torch.fx.Node) -> OpName | None:
     for user in target.users:
         if user is node:
             continue
-        if order[user] < order[node] and aliases(user):
+        if order[user] < order[node] and views(user, target):
             return None
     return functional
 
@@ -295,6 +295,25 @@ def aliases(node: torch.fx.Node) -> bool:
             return False
         return any(r.alias_info is not None for r in fn._schema.returns)
     return fn is not operator.getitem and node.op == "call_function"
+
+
+def views(node: torch.fx.Node, base: torch.fx.Node) -> bool:
+    """Whether ``node``'s result may be a view of ``base``: :func:`aliases`, and ``base`` is an
+    argument its schema says the result may alias (``expand_as(mask, scores)`` is a view of the
+    mask, never of the scores that give it its shape: XLM masks its scores in place after it)."""
+    if not aliases(node):
+        return False
+    fn = node.target
+    if not isinstance(fn, torch._ops.OpOverload):
+        return True
+    sets = {s for r in fn._schema.returns if r.alias_info is not None for s in r.alias_info.after_set}
+    for index, argument in enumerate(fn._schema.arguments):
+        if argument.alias_info is None or not sets & set(argument.alias_info.before_set):
+            continue
+        value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
+        if value is base or (isinstance(value, (list, tuple)) and base in value):
+            return True
+    return False
 
 
 def _converts(node: torch.fx.Node) -> bool:

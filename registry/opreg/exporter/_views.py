@@ -65,7 +65,7 @@ def _view_chain(node: torch.fx.Node) -> list[torch.fx.Node] | None:
     for user in value.users:
         if user.op == "output":  # the graph's signature names the base as an output: it must stay
             return None
-        taken_before = user not in chain and order[user] < order[node] and _nodes.aliases(user)
+        taken_before = user not in chain and order[user] < order[node] and _nodes.views(user, value)
         if taken_before and any(order[u] > order[node] for u in user.users):
             return None  # another view of the base, taken before the update and read after it
     return chain
