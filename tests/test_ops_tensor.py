@@ -400,6 +400,18 @@ def test_creation_and_shapes_with_a_dynamic_dim(opset):
     program.verify(torch.randn(7, 6))
 
 
+def test_reshape_as_and_view_as_as_captured():
+    """torch.export keeps reshape_as and view_as (RoFormer's rotary embedding): each a Reshape to the
+    other tensor's shape, without torch's decomposition pass (a retrace of the whole graph)."""
+
+    def fn(x, y):
+        return x.reshape_as(y) + 1, x.view_as(y.t()) * 2
+
+    program = check(fn, torch.randn(3, 4), torch.randn(4, 3), opset=18, optimize=False)
+    assert {"aten::reshape_as.default", "aten::view_as.default"} <= _torch_ops(program)
+    program.verify(torch.randn(3, 4), torch.randn(4, 3))
+
+
 @pytest.mark.parametrize("opset", OPSETS)
 def test_to_overloads_as_captured(opset):
     """torch.export keeps Tensor.to as aten::to.* (not _to_copy); each becomes a Cast,

@@ -185,6 +185,15 @@ def aten_expand_as(self: Tensor, other: Tensor):
     return op18.Expand(self, op18.Shape(other))
 
 
+@opreg.impl("aten::reshape_as")
+@opreg.impl("aten::view_as")
+def aten_reshape_as(self: Tensor, other: Tensor):
+    """reshape_as(Tensor(a) self, Tensor other) -> Tensor(a): Reshape to Shape(other).
+
+    view_as(Tensor(a) self, Tensor other) -> Tensor(a): the same."""
+    return op18.Reshape(self, op18.Shape(other), allowzero=1)
+
+
 @opreg.impl("aten::squeeze.dim")
 def aten_squeeze_dim(self: Tensor, dim: int):
     """squeeze.dim(Tensor(a) self, int dim) -> Tensor(a): Squeeze (Identity unless the dim has size 1)."""
