@@ -500,6 +500,32 @@ def test_an_in_place_op_after_a_view_of_another_tensor_translates_as_captured(mo
     opreg.export(model, inputs, target=18).verify(*inputs)
 
 
+class ScaledQueries(nn.Module):
+    """DeBERTa's attention: the queries, a view of a linear's output, divided in place."""
+
+    def __init__(self, read_base: bool = False) -> None:
+        super().__init__()
+        self.linear, self.read_base = nn.Linear(4, 8), read_base
+
+    def forward(self, x):
+        projected = self.linear(x)
+        queries = projected.view(x.shape[0], 2, 4).permute(1, 0, 2)
+        queries /= 2.0
+        scores = queries @ queries.transpose(-1, -2)
+        return (scores, projected * 3) if self.read_base else scores  # the base read after: it sees the division
+
+
+@pytest.mark.parametrize("read_base", [False, True])
+def test_an_in_place_op_on_a_view_nothing_else_sees_translates_as_captured(read_base):
+    registry = opreg.default_registry()
+    model, inputs = ScaledQueries(read_base), (torch.randn(3, 4),)
+    captured = _capture.capture(model, inputs, None, None)
+    assert "aten.div_.Tensor" in {str(n.target) for n in captured.graph.nodes}
+    program, _ = _plan.prepare(captured, registry, registry.target(18))
+    assert (program is captured) is not read_base  # a base read after the update: left to torch
+    opreg.export(model, inputs, target=18).verify(*inputs)
+
+
 class ShiftRight(nn.Module):
     """transformers' shift_tokens_right: writes into slices of a tensor it made (copy_, fill_), then
     masks it in place."""

@@ -257,8 +257,10 @@ def functional_form(node: torch.fx.Node) -> OpName | None:
     if functional is None or not node.args:
         return None
     target = node.args[0]
-    if not isinstance(target, torch.fx.Node) or target.op != "call_function" or aliases(target):
-        return None  # an input, a weight or a view: the mutation would reach past this graph's values
+    if not isinstance(target, torch.fx.Node) or target.op != "call_function":
+        return None  # an input, a weight or a buffer: the mutation would reach past this graph's values
+    if aliases(target) and not _unseen_view(target):
+        return None  # a view of a tensor something else reads: it would see the mutation
     order = {n: i for i, n in enumerate(node.graph.nodes)}
     for user in target.users:
         if user is node:
@@ -295,6 +297,22 @@ def aliases(node: torch.fx.Node) -> bool:
             return False
         return any(r.alias_info is not None for r in fn._schema.returns)
     return fn is not operator.getitem and node.op == "call_function"
+
+
+def _unseen_view(view: torch.fx.Node) -> bool:
+    """Whether ``view`` views, through views of its first argument, a tensor the graph made that
+    nothing else reads: each tensor on the way is read by the next view alone (DeBERTa divides its
+    queries in place after ``permute(view(linear))``). A mutation through it is then seen only
+    through ``view``."""
+    node = view
+    while aliases(node):
+        base = node.args[0] if node.args else None
+        if not isinstance(base, torch.fx.Node) or base.op != "call_function" or len(base.users) != 1:
+            return False
+        if not views(node, base) or any(views(node, a) for a in node.all_input_nodes if a is not base):
+            return False
+        node = base
+    return True
 
 
 def views(node: torch.fx.Node, base: torch.fx.Node) -> bool:
