@@ -102,7 +102,8 @@ FAMILIES: dict[str, Family] = {
 """``{model_type: Family}``: the families exported, each verified by tests/test_checkpoint_encoders.py
 (``bench/checkpoint_tasks.py`` exports every pair of family and task). BigBird's block-sparse attention
 is full up to ``(5 + 2 * num_random_blocks) * block_size`` tokens (the model switches itself): that
-is what is captured, and the exporter bounds the sequence there from torch.export's guard.
+is what is captured, the sequence bounded there (:func:`max_sequence`; left to torch.export's guard,
+the bound cost a second capture).
 Nystromformer exports when it has as many landmarks as segment means (its defaults: full attention);
 otherwise its landmarks fix the sequence length to ``segment_means_seq_len`` and torch.export
 refuses a dynamic one. Left out, with
@@ -123,10 +124,15 @@ def task_of(architectures: list[str]) -> str | None:
 
 
 def max_sequence(family: Family, config: dict) -> int:
-    """The longest sequence the config's position embeddings hold."""
+    """The longest sequence the config's position embeddings hold; a block-sparse BigBird's, the
+    longest its attention is full at (what is captured)."""
     positions = int(config.get("max_position_embeddings", 512))
     if family.positions == OFFSET:
         positions -= int(config.get("pad_token_id") or 0) + 1
     elif family.positions == SHIFTED:
         positions -= 2
+    if config.get("attention_type") == "block_sparse":
+        positions = min(
+            positions, (5 + 2 * int(config.get("num_random_blocks", 3))) * int(config.get("block_size", 64))
+        )
     return positions
