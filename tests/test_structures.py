@@ -538,6 +538,31 @@ class ShiftRight(nn.Module):
         return shifted
 
 
+class ShiftRightMBart(nn.Module):
+    """mBART's shift_tokens_right: a clone of the ids masked in place, then shifted by slices, its
+    last real token moved to the front."""
+
+    def forward(self, ids):
+        shifted = ids.clone()
+        shifted.masked_fill_(shifted == 8, 1)
+        last = (shifted.ne(1).sum(dim=1) - 1).unsqueeze(-1)
+        start = shifted.gather(1, last).squeeze(-1)
+        shifted[:, 1:] = shifted[:, :-1].clone()
+        shifted[:, 0] = start
+        return shifted * 1
+
+
+class MaskedCloneReadAfter(nn.Module):
+    """The clone masked in place is read by its first name after a slice of it was updated (the
+    capture reads the masked result there: made functional, and right)."""
+
+    def forward(self, ids):
+        shifted = ids.clone()
+        masked = shifted.masked_fill_(shifted == 8, 1)
+        masked[:, 1:] = 3
+        return shifted + 0, masked * 1
+
+
 class ViewReadAfterAnUpdate(nn.Module):
     """A view of a base read after another view of it was updated: left to torch's decomposition."""
 
@@ -558,7 +583,14 @@ class BaseReturned(nn.Module):
 
 
 @pytest.mark.parametrize(
-    ("module", "retraced"), [(ShiftRight, False), (ViewReadAfterAnUpdate, True), (BaseReturned, True)]
+    ("module", "retraced"),
+    [
+        (ShiftRight, False),
+        (ShiftRightMBart, False),
+        (MaskedCloneReadAfter, False),
+        (ViewReadAfterAnUpdate, True),
+        (BaseReturned, True),
+    ],
 )
 def test_in_place_updates_of_slices_are_made_functional_without_a_retrace(module, retraced):
     registry = opreg.default_registry()

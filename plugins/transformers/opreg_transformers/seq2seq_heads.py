@@ -32,7 +32,8 @@ def plan(checkpoint: opreg.Checkpoint, config: Any, task: str, files: tuple[opre
     """``model.onnx`` of ``task``'s head of ``checkpoint`` (its transformers ``config``); ``files`` copied."""
     auto, outputs = HEADS[task]
     longest = int(config.max_position_embeddings)
-    sequence = opreg.DynamicDim("sequence_length", example=min(16, longest), other=min(7, longest), max=longest)
+    # at least 3 tokens: torch.export's guard (shift_tokens_right's slices); left to it, a second capture
+    sequence = opreg.DynamicDim("sequence_length", example=min(16, longest), other=min(7, longest), min=3, max=longest)
     shape = (BATCH.name, sequence.name)
     inputs = (
         opreg.ModelInput("input_ids", shape, fill="ids", high=int(config.vocab_size)),

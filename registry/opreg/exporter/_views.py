@@ -56,9 +56,9 @@ def _view_chain(node: torch.fx.Node) -> list[torch.fx.Node] | None:
         value = value.args[0]
     if not chain or not isinstance(value, torch.fx.Node) or value.op != "call_function":
         return None
-    if value.target is operator.getitem or _nodes.aliases(value):
-        return None  # the base is itself a view, an output of a multi-output op, or not the graph's own
     order = {n: i for i, n in enumerate(node.graph.nodes)}
+    if value.target is operator.getitem or (_nodes.aliases(value) and not _made_anew(value, order)):
+        return None  # the base is itself a view, an output of a multi-output op, or not the graph's own
     for view in chain:  # each view read only by the chain or the update, or before it
         if any(user is not node and user not in chain and order[user] > order[node] for user in view.users):
             return None
@@ -69,6 +69,15 @@ def _view_chain(node: torch.fx.Node) -> list[torch.fx.Node] | None:
         if taken_before and any(order[u] > order[node] for u in user.users):
             return None  # another view of the base, taken before the update and read after it
     return chain
+
+
+def _made_anew(value: torch.fx.Node, order: dict[torch.fx.Node, int]) -> bool:
+    """Whether ``value`` is an in-place op's result that is translated as a new tensor
+    (:func:`opreg.exporter._nodes.functional_form`) and that its other name, the op's first
+    argument, is not read after: mBART masks a clone of the ids in place before shifting it."""
+    if _nodes.functional_form(value) is None:
+        return False
+    return all(order[user] <= order[value] for user in value.args[0].users)
 
 
 def _functional(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
