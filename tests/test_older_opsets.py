@@ -67,6 +67,7 @@ def test_at_16_a_layer_norm_is_its_decomposition_and_matches_eager():
     assert {o.domain: o.version for o in proto.opset_import} == {"": 16}
     ops = {n.op_type for n in proto.graph.node}
     assert "LayerNormalization" not in ops and {"ReduceMean", "Sub", "Pow", "Sqrt", "Div", "Mul", "Add"} <= ops
+    assert {"norm.weight", "norm.bias"} <= {i.name for i in proto.graph.initializer}  # the weights keep their names
     assert all(len(n.input) == 1 for n in proto.graph.node if n.op_type == "ReduceMean")  # axes: an attribute
     registry = opreg.default_registry()
     assert registry.resolve("aten::layer_norm", 16).name == "aten_layer_norm_16"
