@@ -143,7 +143,7 @@ def aten_native_layer_norm_decomposed(
     return _layer_norm_decomposed(input, normalized_shape, weight, bias, eps)
 
 
-def _like(param, x):
+def _in_dtype_of(param, x):
     """``param`` in ``x``'s dtype: itself when it has it, so that a weight stays the named initializer
     (a CastLike of a constant is folded into an anonymous one)."""
     return param if param.dtype == x.dtype else op16.CastLike(param, x)
@@ -160,8 +160,8 @@ def _layer_norm_16(input, normalized_shape, weight, bias, eps):
     two, epsilon = op16.CastLike(2.0, x), op16.CastLike(float(eps), x)
     std = op16.Sqrt(op16.Add(op16.ReduceMean(op16.Pow(centered, two), axes=axes, keepdims=1), epsilon))
     out = op16.Div(centered, std)
-    out = out if weight is None else op16.Mul(out, _like(weight, x))
-    out = out if bias is None else op16.Add(out, _like(bias, x))
+    out = out if weight is None else op16.Mul(out, _in_dtype_of(weight, x))
+    out = out if bias is None else op16.Add(out, _in_dtype_of(bias, x))
     rstd = op16.Reciprocal(std)
     if input.dtype in HALF_TYPES:  # rounded once, at the end, as torch's kernel does
         out, mean, rstd = op16.CastLike(out, input), op16.CastLike(mean, input), op16.CastLike(rstd, input)
